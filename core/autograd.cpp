@@ -1,0 +1,119 @@
+#include "core/autograd.h"
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "core/error.h"
+#include "core/tensor_ops.h"
+
+namespace minidl::autograd {
+
+namespace {
+thread_local bool g_grad_enabled = true;
+thread_local int g_current_module = -1;
+BackwardObserver* g_observer = nullptr;
+
+// Sums g into the slot. The first gradient is taken as is (no copy); later ones make a new sum
+// rather than adding in place, because a backward function may return the same storage for two
+// inputs (add, reshape) and an in-place add would corrupt the other one.
+void accumulate(std::shared_ptr<TensorImpl>& slot, const Tensor& g) {
+  if (!slot) {
+    slot = g.impl_ptr();
+    return;
+  }
+  slot = add(Tensor(slot), g).impl_ptr();
+}
+}  // namespace
+
+bool grad_enabled() { return g_grad_enabled; }
+
+NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { g_grad_enabled = previous_; }
+
+bool needs_grad(const std::vector<Tensor>& inputs) {
+  if (!g_grad_enabled) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+void record(Tensor& out, const char* name, std::vector<Tensor> inputs, BackwardFn backward) {
+  auto node = std::make_shared<Node>();
+  node->name = name;
+  node->inputs = std::move(inputs);
+  node->backward = std::move(backward);
+  node->module_id = g_current_module;
+  out.impl()->grad_fn = std::move(node);
+  out.impl()->requires_grad = true;
+}
+
+void backward(const Tensor& root, const Tensor& grad) {
+  MINIDL_CHECK(root.defined() && root.requires_grad(),
+               "backward(): the tensor does not require grad (no parameter or input needs a gradient)");
+  MINIDL_CHECK(grad.shape() == root.shape(), "backward(): gradient shape ", shape_str(grad.shape()),
+               " does not match ", shape_str(root.shape()));
+  if (!root.grad_fn()) {
+    accumulate(root.impl()->grad, grad.clone());
+    return;
+  }
+  // Reverse topological order by an iterative post-order DFS: a node runs only after every node
+  // that feeds gradient into it.
+  std::vector<Node*> order;
+  std::unordered_set<Node*> seen;
+  std::vector<std::pair<Node*, size_t>> stack{{root.grad_fn().get(), 0}};
+  seen.insert(root.grad_fn().get());
+  while (!stack.empty()) {
+    auto& [node, next] = stack.back();
+    if (next < node->inputs.size()) {
+      const Tensor& in = node->inputs[next++];
+      Node* child = in.defined() ? in.grad_fn().get() : nullptr;
+      if (child && seen.insert(child).second) stack.push_back({child, 0});
+    } else {
+      order.push_back(node);
+      stack.pop_back();
+    }
+  }
+  std::unordered_map<Node*, std::shared_ptr<TensorImpl>> pending;
+  pending[root.grad_fn().get()] = grad.impl_ptr();
+  // Keep every node alive until the walk ends even if its output tensor is released meanwhile.
+  std::vector<std::shared_ptr<Node>> keep_alive;
+  keep_alive.push_back(root.grad_fn());
+  for (Node* n : order)
+    for (const Tensor& in : n->inputs)
+      if (in.defined() && in.grad_fn()) keep_alive.push_back(in.grad_fn());
+
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    Node* node = *it;
+    auto found = pending.find(node);
+    if (found == pending.end() || !found->second) continue;  // no gradient reached this node
+    Tensor g(found->second);
+    pending.erase(found);
+    if (g_observer) g_observer->before_node(*node);
+    std::vector<Tensor> grads;
+    {
+      NoGradGuard no_grad;
+      grads = node->backward(g);
+    }
+    if (g_observer) g_observer->after_node(*node);
+    MINIDL_ASSERT(grads.size() == node->inputs.size());
+    for (size_t i = 0; i < grads.size(); ++i) {
+      const Tensor& in = node->inputs[i];
+      if (!grads[i].defined() || !in.defined() || !in.requires_grad()) continue;
+      MINIDL_CHECK(grads[i].shape() == in.shape(), "autograd: op '", node->name, "' returned a gradient of shape ",
+                   shape_str(grads[i].shape()), " for an input of shape ", shape_str(in.shape()));
+      if (in.grad_fn())
+        accumulate(pending[in.grad_fn().get()], grads[i]);
+      else
+        accumulate(in.impl()->grad, grads[i]);
+    }
+    // Free the tape as we go: saved tensors and inputs are not needed again.
+    node->backward = nullptr;
+    node->inputs.clear();
+  }
+}
+
+void set_backward_observer(BackwardObserver* observer) { g_observer = observer; }
+int current_module_id() { return g_current_module; }
+void set_current_module_id(int id) { g_current_module = id; }
+
+}  // namespace minidl::autograd

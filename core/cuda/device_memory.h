@@ -1,0 +1,20 @@
+// Plain-C++ face of the CUDA memory code, so core/allocator.cpp can call it without CUDA headers.
+// Defined in caching_allocator.cu and runtime.cu; only linked in a CUDA build.
+#pragma once
+#include <cstddef>
+
+#include "core/allocator.h"
+
+namespace minidl::cuda {
+
+bool device_present();
+void* cached_malloc(size_t bytes);
+void cached_free(void* ptr);
+DeviceMemoryStats cached_stats();
+void reset_cached_peak();
+// Returns every cached (unused) block to the driver.
+void release_cached_blocks();
+enum class CopyKind { HostToDevice, DeviceToHost, DeviceToDevice };
+void copy(void* dst, const void* src, size_t bytes, CopyKind kind);
+
+}  // namespace minidl::cuda

@@ -1,0 +1,87 @@
+#include "core/cuda/runtime.h"
+
+#include <mutex>
+
+#include "core/cuda/device_memory.h"
+#include "core/error.h"
+
+namespace minidl::cuda {
+
+void check(cudaError_t status, const char* expr, const char* file, int line) {
+  if (status != cudaSuccess)
+    fail(str("CUDA error ", cudaGetErrorName(status), " (", cudaGetErrorString(status), ") in ",
+             expr, " at ", file, ":", line));
+}
+
+void check(cublasStatus_t status, const char* expr, const char* file, int line) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    fail(str("cuBLAS error ", cublasGetStatusName(status), " in ", expr, " at ", file, ":", line));
+}
+
+void check(cudnnStatus_t status, const char* expr, const char* file, int line) {
+  if (status != CUDNN_STATUS_SUCCESS)
+    fail(str("cuDNN error ", cudnnGetErrorString(status), " in ", expr, " at ", file, ":", line));
+}
+
+namespace {
+
+struct Runtime {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  cudnnHandle_t cudnn = nullptr;
+  cudaDeviceProp props{};
+
+  Runtime() {
+    MINIDL_CUDA_CHECK(cudaSetDevice(0));
+    MINIDL_CUDA_CHECK(cudaGetDeviceProperties(&props, 0));
+    MINIDL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    MINIDL_CUDA_CHECK(cublasCreate(&cublas));
+    MINIDL_CUDA_CHECK(cublasSetStream(cublas, stream));
+    MINIDL_CUDA_CHECK(cudnnCreate(&cudnn));
+    MINIDL_CUDA_CHECK(cudnnSetStream(cudnn, stream));
+  }
+};
+
+// Created on first use and never destroyed (handles outlive static tensors at exit).
+Runtime& runtime() {
+  static Runtime* r = new Runtime();
+  return *r;
+}
+
+}  // namespace
+
+cudaStream_t stream() { return runtime().stream; }
+cublasHandle_t cublas() { return runtime().cublas; }
+cudnnHandle_t cudnn() { return runtime().cudnn; }
+const cudaDeviceProp& props() { return runtime().props; }
+
+int resident_blocks(int block_size) {
+  const cudaDeviceProp& p = props();
+  int per_sm = p.maxThreadsPerMultiProcessor / block_size;
+  if (per_sm < 1) per_sm = 1;
+  return p.multiProcessorCount * per_sm;
+}
+
+void synchronize() { MINIDL_CUDA_CHECK(cudaStreamSynchronize(stream())); }
+
+bool device_present() {
+  static const bool present = [] {
+    int n = 0;
+    cudaError_t err = cudaGetDeviceCount(&n);
+    (void)cudaGetLastError();
+    return err == cudaSuccess && n > 0;
+  }();
+  return present;
+}
+
+void copy(void* dst, const void* src, size_t bytes, CopyKind kind) {
+  if (bytes == 0) return;
+  cudaMemcpyKind k = kind == CopyKind::HostToDevice   ? cudaMemcpyHostToDevice
+                     : kind == CopyKind::DeviceToHost ? cudaMemcpyDeviceToHost
+                                                      : cudaMemcpyDeviceToDevice;
+  MINIDL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, k, stream()));
+  // A host buffer may be freed or read as soon as we return: wait for copies that touch it.
+  if (kind != CopyKind::DeviceToDevice) synchronize();
+}
+
+}  // namespace minidl::cuda

@@ -1,0 +1,43 @@
+#include "core/device.h"
+
+#include "core/error.h"
+#include "core/settings.h"
+#ifdef MINIDL_WITH_CUDA
+#include "core/cuda/device_memory.h"
+#endif
+
+namespace minidl {
+
+bool built_with_cuda() {
+#ifdef MINIDL_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool cuda_available() {
+#ifdef MINIDL_WITH_CUDA
+  return cuda::device_present();
+#else
+  return false;
+#endif
+}
+
+Device parse_device(const std::string& name) {
+  if (name == "cpu") return Device::cpu();
+  if (name == "auto") return cuda_available() ? Device::cuda() : Device::cpu();
+  if (name == "cuda" || name == "cuda:0") {
+    MINIDL_CHECK(built_with_cuda(), "device '", name, "': this minidl was built without CUDA");
+    MINIDL_CHECK(cuda_available(), "device '", name, "': no CUDA GPU is available on this machine");
+    return Device::cuda(0);
+  }
+  fail(str("unknown device '", name, "' (expected cpu, cuda or auto)"));
+}
+
+ComputeSettings& compute_settings() {
+  static ComputeSettings s;
+  return s;
+}
+
+}  // namespace minidl

@@ -1,0 +1,16 @@
+// Weight initialization from the counter-based RNG. Each initialized tensor takes the next
+// ordinal, so a tensor's values depend only on the seed and the order layers are built in (the
+// config), never on the device or on other draws.
+#pragma once
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace minidl {
+
+// Sets the seed and restarts the ordinal count (call once before building a model).
+void set_init_seed(uint64_t seed);
+// Fills t (any device) with U(-bound, bound) drawn on the host.
+void init_uniform_(Tensor& t, float bound);
+
+}  // namespace minidl

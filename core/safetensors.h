@@ -1,0 +1,59 @@
+// safetensors files: the checkpoint and interchange format (weights, buffers, optimizer state),
+// readable by PyTorch's `safetensors` package, so a model trained here loads there and back.
+// Layout: an 8-byte little-endian header length N, N bytes of JSON
+//   {"name": {"dtype": "F32"|"I32"|"U8", "shape": [...], "data_offsets": [begin, end]}, ...,
+//    "__metadata__": {"key": "value", ...}}
+// padded with spaces so the data starts 8-byte aligned, then the tensors' bytes packed in order
+// (offsets are relative to the data start). Also SHA-256, which `minidl repro` uses to compare
+// the final weights of two runs.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace minidl {
+
+struct SafeTensors {
+  std::vector<std::pair<std::string, Tensor>> tensors;  // CPU tensors, in file (data) order
+  std::map<std::string, std::string> metadata;
+};
+
+// Writes `tensors` (any device; copied to the host) in the given order. Atomic: the bytes go to
+// "path.tmp.<pid>", which is flushed and fsync'ed, renamed over `path`, and the directory is
+// fsync'ed, so a crash leaves either the old file or the complete new one, never a torn one.
+void save_safetensors(const std::string& path,
+                      const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+// Reads and validates a whole file; every error names the path and what is wrong with it.
+SafeTensors load_safetensors(const std::string& path);
+
+// Finds a tensor by name; errors naming `what` (e.g. the file) when absent.
+const Tensor& find_tensor(const SafeTensors& st, const std::string& name, const std::string& what);
+
+// SHA-256 (FIPS 180-4), incremental.
+class Sha256 {
+ public:
+  Sha256();
+  void update(const void* data, size_t n);
+  std::string hex_digest();  // finishes the hash; the object is spent afterwards
+
+ private:
+  void block(const uint8_t* p);
+  uint32_t h_[8];
+  uint8_t buf_[64];
+  size_t buffered_ = 0;
+  uint64_t total_bytes_ = 0;
+};
+
+std::string sha256_hex(const void* data, size_t n);
+// Hash of the data section (the tensors' bytes, after the header) of a validated file: two runs
+// that end with the same weights give the same hash whatever metadata the files carry.
+std::string safetensors_payload_sha256(const std::string& path);
+
+}  // namespace minidl

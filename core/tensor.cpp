@@ -1,0 +1,226 @@
+#include "core/tensor.h"
+
+#include <cstring>
+#include <sstream>
+
+#include "core/allocator.h"
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/tensor_ops.h"
+
+namespace minidl {
+
+std::string shape_str(const Shape& s) {
+  std::ostringstream os;
+  os << "(";
+  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  os << ")";
+  return os.str();
+}
+
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+namespace {
+
+std::vector<int64_t> contiguous_strides(const Shape& shape) {
+  std::vector<int64_t> st(shape.size());
+  int64_t s = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    st[i] = s;
+    s *= shape[i];
+  }
+  return st;
+}
+
+template <class T>
+Tensor from_values(const std::vector<T>& values, const Shape& shape, Device device) {
+  MINIDL_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "from_vector: ",
+               values.size(), " values for shape ", shape_str(shape));
+  Tensor t = Tensor::empty(shape, DTypeOf<T>::value, device);
+  copy_bytes(t.raw_data(), device, values.data(), Device::cpu(), values.size() * sizeof(T));
+  return t;
+}
+
+}  // namespace
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+  for (int64_t d : shape) MINIDL_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = allocate(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), device);
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = dtype;
+  impl->device = device;
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+  Tensor t = empty(shape, dtype, device);
+  t.zero_();
+  return t;
+}
+
+Tensor Tensor::full(const Shape& shape, float value, Device device) {
+  Tensor t = empty(shape, DType::Float32, device);
+  t.fill_(value);
+  return t;
+}
+
+Tensor Tensor::from_vector(const std::vector<float>& v, const Shape& s, Device d) { return from_values(v, s, d); }
+Tensor Tensor::from_vector(const std::vector<int32_t>& v, const Shape& s, Device d) { return from_values(v, s, d); }
+Tensor Tensor::from_vector(const std::vector<uint8_t>& v, const Shape& s, Device d) { return from_values(v, s, d); }
+
+int64_t Tensor::size(int64_t d) const {
+  const int64_t n = dim();
+  if (d < 0) d += n;
+  MINIDL_CHECK(d >= 0 && d < n, "dimension ", d, " out of range for a tensor of shape ", shape_str(shape()));
+  return impl_->shape[static_cast<size_t>(d)];
+}
+
+bool Tensor::is_contiguous() const { return impl_->strides == contiguous_strides(impl_->shape); }
+
+void* Tensor::raw_data() const {
+  return static_cast<char*>(impl_->storage.get()) + impl_->offset * static_cast<int64_t>(dtype_size(impl_->dtype));
+}
+
+template <class T>
+T* Tensor::data() const {
+  MINIDL_CHECK(defined(), "data() of an undefined tensor");
+  MINIDL_CHECK(dtype() == DTypeOf<T>::value, "tensor of dtype ", dtype_name(dtype()), " read as ",
+               dtype_name(DTypeOf<T>::value));
+  return static_cast<T*>(raw_data());
+}
+template float* Tensor::data<float>() const;
+template int32_t* Tensor::data<int32_t>() const;
+template uint8_t* Tensor::data<uint8_t>() const;
+
+Tensor Tensor::to(Device device) const {
+  if (device == this->device()) return *this;
+  Tensor t = empty(shape(), dtype(), device);
+  copy_bytes(t.raw_data(), device, raw_data(), this->device(), nbytes());
+  return t;
+}
+
+Tensor Tensor::clone() const {
+  Tensor t = empty(shape(), dtype(), device());
+  copy_bytes(t.raw_data(), device(), raw_data(), device(), nbytes());
+  return t;
+}
+
+Tensor Tensor::detach() const {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = impl_->storage;
+  impl->shape = impl_->shape;
+  impl->strides = impl_->strides;
+  impl->offset = impl_->offset;
+  impl->dtype = impl_->dtype;
+  impl->device = impl_->device;
+  return Tensor(std::move(impl));
+}
+
+Tensor Tensor::reshape(const Shape& new_shape) const {
+  Shape s = new_shape;
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == -1) {
+      MINIDL_CHECK(infer < 0, "reshape to ", shape_str(new_shape), ": more than one -1");
+      infer = static_cast<int64_t>(i);
+    } else {
+      known *= s[i];
+    }
+  }
+  if (infer >= 0) {
+    MINIDL_CHECK(known > 0 && numel() % known == 0, "cannot reshape ", shape_str(shape()), " to ",
+                 shape_str(new_shape));
+    s[static_cast<size_t>(infer)] = numel() / known;
+  }
+  MINIDL_CHECK(shape_numel(s) == numel(), "cannot reshape ", shape_str(shape()), " (", numel(),
+               " elements) to ", shape_str(new_shape));
+  Tensor out = detach();
+  out.impl_->shape = s;
+  out.impl_->strides = contiguous_strides(s);
+  if (autograd::needs_grad({*this})) {
+    const Shape in_shape = shape();
+    autograd::record(out, "reshape", {*this}, [in_shape](const Tensor& g) -> std::vector<Tensor> {
+      return {g.reshape(in_shape)};
+    });
+  }
+  return out;
+}
+
+void Tensor::copy_(const Tensor& src) {
+  MINIDL_CHECK(src.shape() == shape() && src.dtype() == dtype(), "copy_: source ", src.str(),
+               " does not match destination ", str());
+  copy_bytes(raw_data(), device(), src.raw_data(), src.device(), nbytes());
+}
+
+void Tensor::fill_(float value) {
+  MINIDL_CHECK(dtype() == DType::Float32, "fill_ needs a float32 tensor, got ", str());
+  if (is_cuda()) {
+#ifdef MINIDL_WITH_CUDA
+    kernels::fill_cuda(data<float>(), value, numel());
+#endif
+  } else {
+    kernels::fill_cpu(data<float>(), value, numel());
+  }
+}
+
+void Tensor::zero_() {
+  if (dtype() == DType::Float32) {
+    fill_(0.f);
+    return;
+  }
+  std::vector<uint8_t> zeros(nbytes(), 0);
+  copy_bytes(raw_data(), device(), zeros.data(), Device::cpu(), nbytes());
+}
+
+template <class T>
+std::vector<T> Tensor::values() const {
+  MINIDL_CHECK(dtype() == DTypeOf<T>::value, "values<", dtype_name(DTypeOf<T>::value), "> of ", str());
+  std::vector<T> v(static_cast<size_t>(numel()));
+  copy_bytes(v.data(), Device::cpu(), raw_data(), device(), nbytes());
+  return v;
+}
+template std::vector<float> Tensor::values<float>() const;
+template std::vector<int32_t> Tensor::values<int32_t>() const;
+template std::vector<uint8_t> Tensor::values<uint8_t>() const;
+
+std::vector<float> Tensor::to_vector() const { return values<float>(); }
+
+float Tensor::item() const {
+  MINIDL_CHECK(numel() == 1, "item() of a tensor with ", numel(), " elements");
+  return to_vector()[0];
+}
+
+Tensor& Tensor::set_requires_grad(bool on) {
+  MINIDL_CHECK(!on || dtype() == DType::Float32, "only float32 tensors can require grad");
+  impl_->requires_grad = on;
+  return *this;
+}
+
+void Tensor::backward() const {
+  MINIDL_CHECK(numel() == 1, "backward() needs a one-element tensor (the loss), got ", str());
+  autograd::backward(*this, Tensor::full(shape(), 1.f, device()));
+}
+
+std::string Tensor::str() const {
+  if (!defined()) return "Tensor[undefined]";
+  return minidl::str("Tensor[", dtype_name(dtype()), ", ", device().str(), ", ", shape_str(shape()), "]");
+}
+
+void check_rank(const Tensor& t, int64_t rank, const std::string& what) {
+  MINIDL_CHECK(t.defined(), what, ": input is undefined");
+  MINIDL_CHECK(t.dtype() == DType::Float32, what, ": expects float32, got ", dtype_name(t.dtype()));
+  MINIDL_CHECK(t.dim() == rank, what, ": expects a ", rank, "-d input, got shape ", shape_str(t.shape()));
+}
+
+void check_same_device(const Tensor& a, const Tensor& b, const std::string& what) {
+  MINIDL_CHECK(a.device() == b.device(), what, ": tensors on different devices (", a.device().str(),
+               " and ", b.device().str(), ")");
+}
+
+}  // namespace minidl

@@ -1,0 +1,105 @@
+// Tensor: a cheap handle (shared_ptr) to a TensorImpl that holds shared storage plus shape,
+// strides, offset, dtype and device, and the autograd fields (requires_grad, grad, grad_fn).
+// Copying a Tensor shares everything; clone() copies the data. Ops take contiguous inputs (and
+// views share storage through reshape(), the only view op, so every tensor is contiguous).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
+
+namespace minidl {
+
+using Shape = std::vector<int64_t>;
+std::string shape_str(const Shape& s);
+int64_t shape_numel(const Shape& s);
+
+namespace autograd {
+struct Node;
+}
+
+struct TensorImpl {
+  std::shared_ptr<void> storage;  // owns the bytes (host or device)
+  Shape shape;
+  std::vector<int64_t> strides;   // in elements
+  int64_t offset = 0;             // in elements
+  DType dtype = DType::Float32;
+  Device device;
+  bool requires_grad = false;
+  std::shared_ptr<TensorImpl> grad;              // accumulated gradient (leaves)
+  std::shared_ptr<autograd::Node> grad_fn;       // the op that made this tensor (non-leaves)
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // Factories. Contents of empty() are undefined.
+  static Tensor empty(const Shape& shape, DType dtype = DType::Float32, Device device = Device::cpu());
+  static Tensor zeros(const Shape& shape, DType dtype = DType::Float32, Device device = Device::cpu());
+  static Tensor full(const Shape& shape, float value, Device device = Device::cpu());
+  static Tensor from_vector(const std::vector<float>& values, const Shape& shape, Device device = Device::cpu());
+  static Tensor from_vector(const std::vector<int32_t>& values, const Shape& shape, Device device = Device::cpu());
+  static Tensor from_vector(const std::vector<uint8_t>& values, const Shape& shape, Device device = Device::cpu());
+  static Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.dtype(), t.device()); }
+  static Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype(), t.device()); }
+
+  bool defined() const { return impl_ != nullptr; }
+  const Shape& shape() const { return impl_->shape; }
+  int64_t dim() const { return static_cast<int64_t>(impl_->shape.size()); }
+  int64_t size(int64_t d) const;  // negative d counts from the end
+  int64_t numel() const { return shape_numel(impl_->shape); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype()); }
+  const std::vector<int64_t>& strides() const { return impl_->strides; }
+  int64_t offset() const { return impl_->offset; }
+  DType dtype() const { return impl_->dtype; }
+  Device device() const { return impl_->device; }
+  bool is_cuda() const { return impl_->device.is_cuda(); }
+  bool is_contiguous() const;
+
+  // Typed pointer to the first element (checks the dtype).
+  template <class T> T* data() const;
+  void* raw_data() const;
+
+  Tensor to(Device device) const;  // same tensor when already there
+  Tensor cpu() const { return to(Device::cpu()); }
+  Tensor clone() const;            // new storage, same values, no autograd history
+  Tensor detach() const;           // shares storage, no autograd history
+  // A view with a new shape over the same storage (contiguous tensors only; one -1 allowed).
+  // Gradients flow through it.
+  Tensor reshape(const Shape& shape) const;
+
+  void copy_(const Tensor& src);   // same shape and dtype, any devices
+  void fill_(float value);
+  void zero_();
+  std::vector<float> to_vector() const;  // float32 values, brought to the host
+  template <class T> std::vector<T> values() const;
+  float item() const;                    // one-element float tensor
+
+  // Autograd.
+  bool requires_grad() const { return impl_->requires_grad; }
+  Tensor& set_requires_grad(bool on);
+  Tensor grad() const { return Tensor(impl_->grad); }
+  void set_grad(const Tensor& g) { impl_->grad = g.impl_; }
+  const std::shared_ptr<autograd::Node>& grad_fn() const { return impl_->grad_fn; }
+  bool is_leaf() const { return impl_->grad_fn == nullptr; }
+  void backward() const;  // from a one-element tensor; seeds with 1
+
+  TensorImpl* impl() const { return impl_.get(); }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  bool same(const Tensor& o) const { return impl_ == o.impl_; }
+  std::string str() const;  // "Tensor[float32, cuda:0, (2, 3)]"
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+// Errors out naming `what` unless t is a defined float32 tensor of the given rank.
+void check_rank(const Tensor& t, int64_t rank, const std::string& what);
+void check_same_device(const Tensor& a, const Tensor& b, const std::string& what);
+
+}  // namespace minidl

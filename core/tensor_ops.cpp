@@ -1,0 +1,87 @@
+#include "core/tensor_ops.h"
+
+#include "core/autograd.h"
+#include "core/error.h"
+
+namespace minidl {
+
+namespace {
+
+void check_float_pair(const Tensor& a, const Tensor& b, const char* what) {
+  MINIDL_CHECK(a.defined() && b.defined(), what, ": undefined tensor");
+  MINIDL_CHECK(a.dtype() == DType::Float32 && b.dtype() == DType::Float32, what, ": expects float32");
+  MINIDL_CHECK(a.shape() == b.shape(), what, ": shapes ", shape_str(a.shape()), " and ",
+               shape_str(b.shape()), " differ");
+  check_same_device(a, b, what);
+}
+
+// y = a*x + b*z on the tensors' device (z may be null when b == 0).
+void axpby(Tensor& y, float a, const Tensor& x, float b, const Tensor* z) {
+  const float* zp = z ? z->data<float>() : nullptr;
+  if (y.is_cuda()) {
+#ifdef MINIDL_WITH_CUDA
+    kernels::axpby_cuda(y.data<float>(), a, x.data<float>(), b, zp, y.numel());
+#endif
+  } else {
+    kernels::axpby_cpu(y.data<float>(), a, x.data<float>(), b, zp, y.numel());
+  }
+}
+
+}  // namespace
+
+namespace kernels {
+
+void fill_cpu(float* y, float v, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) y[i] = v;
+}
+
+void axpby_cpu(float* y, float a, const float* x, float b, const float* z, int64_t n) {
+  if (z) {
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+    for (int64_t i = 0; i < n; ++i) y[i] = a * x[i] + b * z[i];
+  } else {
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+    for (int64_t i = 0; i < n; ++i) y[i] = a * x[i];
+  }
+}
+
+}  // namespace kernels
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  check_float_pair(a, b, "add");
+  Tensor y = Tensor::empty_like(a);
+  axpby(y, 1.f, a, 1.f, &b);
+  if (autograd::needs_grad({a, b})) {
+    autograd::record(y, "add", {a, b}, [](const Tensor& g) -> std::vector<Tensor> { return {g, g}; });
+  }
+  return y;
+}
+
+Tensor mul(const Tensor& x, float s) {
+  MINIDL_CHECK(x.defined() && x.dtype() == DType::Float32, "mul: expects a float32 tensor");
+  Tensor y = Tensor::empty_like(x);
+  axpby(y, s, x, 0.f, nullptr);
+  if (autograd::needs_grad({x})) {
+    autograd::record(y, "mul", {x}, [s](const Tensor& g) -> std::vector<Tensor> { return {mul(g, s)}; });
+  }
+  return y;
+}
+
+void add_(Tensor& dst, const Tensor& src) {
+  check_float_pair(dst, src, "add_");
+  axpby(dst, 1.f, dst, 1.f, &src);
+}
+
+void axpy_(Tensor& dst, float alpha, const Tensor& src) {
+  check_float_pair(dst, src, "axpy_");
+  axpby(dst, alpha, src, 1.f, &dst);
+}
+
+double sum_double(const Tensor& x) {
+  double s = 0;
+  for (float v : x.to_vector()) s += v;
+  return s;
+}
+
+}  // namespace minidl

@@ -1,0 +1,24 @@
+// The few tensor ops the core itself needs (gradient accumulation, residual adds, scaling),
+// each with a CPU and a CUDA implementation (core/tensor_ops_cpu.cpp, core/cuda/tensor_ops.cu).
+#pragma once
+#include "core/tensor.h"
+
+namespace minidl {
+
+Tensor add(const Tensor& a, const Tensor& b);      // a + b, same shape; differentiable
+Tensor mul(const Tensor& x, float s);              // x * s; differentiable
+void add_(Tensor& dst, const Tensor& src);         // dst += src in place; not recorded
+void axpy_(Tensor& dst, float alpha, const Tensor& src);  // dst += alpha * src; not recorded
+double sum_double(const Tensor& x);                // exact-order sum, for tests and metrics
+
+namespace kernels {
+// Raw launchers used by the ops above (n elements, contiguous float32).
+void fill_cpu(float* y, float v, int64_t n);
+void axpby_cpu(float* y, float a, const float* x, float b, const float* z, int64_t n);  // y = a*x + b*z
+#ifdef MINIDL_WITH_CUDA
+void fill_cuda(float* y, float v, int64_t n);
+void axpby_cuda(float* y, float a, const float* x, float b, const float* z, int64_t n);
+#endif
+}  // namespace kernels
+
+}  // namespace minidl

@@ -1,0 +1,144 @@
+#include "layers/module.h"
+
+#include <set>
+
+#include "core/autograd.h"
+#include "core/error.h"
+
+namespace minidl {
+
+namespace {
+ForwardObserver* g_forward_observer = nullptr;
+
+std::vector<const Module*>& module_table() {
+  static std::vector<const Module*> table;
+  return table;
+}
+
+std::string join(const std::string& prefix, const std::string& name) {
+  return prefix.empty() ? name : prefix + "." + name;
+}
+}  // namespace
+
+Module::Module() : id_(static_cast<int>(module_table().size())) { module_table().push_back(this); }
+
+Module::~Module() { module_table()[static_cast<size_t>(id_)] = nullptr; }
+
+const Module* module_by_id(int id) {
+  if (id < 0 || id >= static_cast<int>(module_table().size())) return nullptr;
+  return module_table()[static_cast<size_t>(id)];
+}
+
+void set_forward_observer(ForwardObserver* observer) { g_forward_observer = observer; }
+
+Tensor Module::operator()(const Tensor& x) {
+  const int outer = autograd::current_module_id();
+  autograd::set_current_module_id(id_);
+  if (g_forward_observer) g_forward_observer->enter(*this);
+  Tensor y;
+  try {
+    y = forward(x);
+  } catch (...) {
+    autograd::set_current_module_id(outer);
+    throw;
+  }
+  if (g_forward_observer) g_forward_observer->exit(*this);
+  autograd::set_current_module_id(outer);
+  return y;
+}
+
+void Module::register_parameter(const std::string& name, Tensor* t) {
+  MINIDL_ASSERT(t && t->defined());
+  t->set_requires_grad(true);
+  params_.push_back({name, t});
+}
+
+void Module::register_buffer(const std::string& name, Tensor* t) {
+  MINIDL_ASSERT(t && t->defined());
+  buffers_.push_back({name, t});
+}
+
+void Module::register_module(const std::string& name, std::shared_ptr<Module> m) {
+  MINIDL_ASSERT(m != nullptr);
+  children_.push_back({name, std::move(m)});
+}
+
+void Module::collect(const std::string& prefix, bool params, bool buffers,
+                     std::vector<std::pair<std::string, Tensor>>& out) const {
+  if (params)
+    for (const auto& [name, t] : params_) out.push_back({join(prefix, name), *t});
+  if (buffers)
+    for (const auto& [name, t] : buffers_) out.push_back({join(prefix, name), *t});
+  for (const auto& [name, child] : children_) child->collect(join(prefix, name), params, buffers, out);
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_parameters() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  collect("", true, false, out);
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::named_buffers() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  collect("", false, true, out);
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Module::state_dict() const {
+  std::vector<std::pair<std::string, Tensor>> out = named_parameters();
+  std::vector<std::pair<std::string, Tensor>> bufs = named_buffers();
+  out.insert(out.end(), bufs.begin(), bufs.end());
+  return out;
+}
+
+void Module::load_state_dict(const std::vector<std::pair<std::string, Tensor>>& state) {
+  std::vector<std::pair<std::string, Tensor>> mine = state_dict();
+  std::set<std::string> expected;
+  for (const auto& kv : mine) expected.insert(kv.first);
+  std::set<std::string> given;
+  for (const auto& [name, t] : state) {
+    MINIDL_CHECK(expected.count(name), "state dict has an unexpected tensor '", name, "'");
+    given.insert(name);
+  }
+  for (auto& [name, dst] : mine) {
+    MINIDL_CHECK(given.count(name), "state dict is missing tensor '", name, "'");
+    for (const auto& [sname, src] : state) {
+      if (sname != name) continue;
+      MINIDL_CHECK(src.shape() == dst.shape() && src.dtype() == dst.dtype(), "tensor '", name, "' has ",
+                   src.str(), " in the state dict but the model expects ", dst.str());
+      dst.copy_(src);
+    }
+  }
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out{{path_, this}};
+  for (auto& [name, child] : children_) {
+    auto sub = child->named_modules();
+    out.insert(out.end(), sub.begin(), sub.end());
+  }
+  return out;
+}
+
+void Module::assign_paths(const std::string& prefix) {
+  path_ = prefix;
+  for (auto& [name, child] : children_) child->assign_paths(join(prefix, name));
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  on_train(on);
+  for (auto& kv : children_) kv.second->train(on);
+}
+
+void Module::to(Device device) {
+  for (auto& kv : params_) {
+    Tensor moved = kv.second->to(device).detach();
+    moved.set_requires_grad(true);
+    *kv.second = moved;
+  }
+  for (auto& kv : buffers_) *kv.second = kv.second->to(device);
+  for (auto& kv : children_) kv.second->to(device);
+}
+
+}  // namespace minidl

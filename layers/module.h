@@ -1,0 +1,80 @@
+// Module: the base of every layer, named and organised as in PyTorch. A module owns parameters
+// (trainable tensors) and buffers (running statistics) under PyTorch names, and child modules
+// under their index or name, so state_dict() yields "0.weight", "layer1.1.running_mean", ...
+// Each module can print its own config back (to_json), as built by the factory (layers/registry).
+#pragma once
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace minidl {
+
+class Module {
+ public:
+  virtual ~Module();
+
+  // Runs forward() with the module's id set for autograd tagging and profiler hooks around it.
+  Tensor operator()(const Tensor& x);
+  virtual Tensor forward(const Tensor& x) = 0;
+
+  virtual std::string type_name() const = 0;        // "Conv2d"
+  virtual std::string describe() const { return type_name(); }  // "Conv2d 64->128"
+  virtual nlohmann::json to_json() const = 0;       // the config that rebuilds this module
+
+  std::vector<std::pair<std::string, Tensor>> named_parameters() const;
+  std::vector<std::pair<std::string, Tensor>> named_buffers() const;
+  // Parameters then buffers, in registration order: the checkpoint's tensors.
+  std::vector<std::pair<std::string, Tensor>> state_dict() const;
+  // Copies values from `state` (names must match exactly: missing or extra names, or a shape
+  // mismatch, are errors naming the tensor).
+  void load_state_dict(const std::vector<std::pair<std::string, Tensor>>& state);
+  // Every module with its dotted path ("" for this one), pre-order.
+  std::vector<std::pair<std::string, Module*>> named_modules();
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& children() const { return children_; }
+
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  // Moves every parameter and buffer to `device` (the tensors are replaced; grads dropped).
+  void to(Device device);
+
+  int id() const { return id_; }
+  // The dotted path from the root ("layer1.0"), set by assign_paths() on the root.
+  const std::string& path() const { return path_; }
+  void assign_paths(const std::string& prefix = "");
+
+ protected:
+  Module();
+  // Registers a member tensor; the module keeps a pointer to it so to() can replace it.
+  void register_parameter(const std::string& name, Tensor* t);
+  void register_buffer(const std::string& name, Tensor* t);
+  void register_module(const std::string& name, std::shared_ptr<Module> m);
+  virtual void on_train(bool) {}
+
+ private:
+  void collect(const std::string& prefix, bool params, bool buffers,
+               std::vector<std::pair<std::string, Tensor>>& out) const;
+  std::vector<std::pair<std::string, Tensor*>> params_;
+  std::vector<std::pair<std::string, Tensor*>> buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+  bool training_ = true;
+  int id_;
+  std::string path_;
+};
+
+// Hooks the profiler installs to see every module's forward (null when not profiling).
+struct ForwardObserver {
+  virtual ~ForwardObserver() = default;
+  virtual void enter(const Module& m) = 0;
+  virtual void exit(const Module& m) = 0;
+};
+void set_forward_observer(ForwardObserver* observer);
+
+// Module ids are process-wide; this finds the module for a profiler row.
+const Module* module_by_id(int id);
+
+}  // namespace minidl

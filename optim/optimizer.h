@@ -1,0 +1,63 @@
+// Optimizers and learning-rate schedules, built from JSON by small factories and able to print
+// their config back. Parameters come with their PyTorch names and the type of the module that
+// owns them, so a config can put e.g. every normalization bias in a group of its own.
+#pragma once
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace minidl {
+
+struct NamedParam {
+  std::string name;         // "layer1.0.weight"
+  Tensor tensor;            // the parameter (its grad() is read by step())
+  std::string module_type;  // "Conv2d", "BatchNorm2d", ...
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // One update of every parameter that has a gradient, at learning rate `lr` for the default
+  // group (the trainer passes base_lr() times the schedule's factor; each group scales it by its
+  // own lr_scale). Runs on the parameters' device. Not recorded by autograd.
+  virtual void step(double lr) = 0;
+  virtual double base_lr() const = 0;  // the config's "lr"
+  // Drops every parameter's gradient (PyTorch's set_to_none): the next backward hands each
+  // parameter its fresh gradient tensor without an extra pass. Never modify a grad in place.
+  void zero_grad();
+  // State tensors under stable names ("momentum_buffer.layer1.0.weight") plus scalar state;
+  // load_state restores both exactly (bit-identical resume) and errors on any mismatch.
+  virtual std::vector<std::pair<std::string, Tensor>> state_tensors() const = 0;
+  virtual nlohmann::json state_scalars() const = 0;
+  virtual void load_state(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                          const nlohmann::json& scalars) = 0;
+  // Moves state to the parameters' device (call after the model moved).
+  virtual void to(Device device) = 0;
+  virtual nlohmann::json to_json() const = 0;
+
+ protected:
+  std::vector<NamedParam> params_;
+};
+
+// Builds "SGD" or "AdamW" from its config object at key path `path` (unknown keys are errors).
+std::unique_ptr<Optimizer> make_optimizer(const nlohmann::json& config, std::vector<NamedParam> params,
+                                          const std::string& path);
+
+class LrSchedule {
+ public:
+  virtual ~LrSchedule() = default;
+  // The factor the optimizer's base lr is multiplied by at global step `step` (0-based) of
+  // `total_steps`, with `steps_per_epoch` (so schedules can be written in epochs).
+  virtual double factor(int64_t step, int64_t steps_per_epoch, int64_t total_steps) const = 0;
+  virtual nlohmann::json to_json() const = 0;
+};
+
+// Builds "constant", "step", "cosine", "warmup" (linear warm-up then linear or cosine decay) or
+// "piecewise_linear" (one-cycle) from its config object at `path`.
+std::unique_ptr<LrSchedule> make_schedule(const nlohmann::json& config, const std::string& path);
+
+}  // namespace minidl

@@ -1,0 +1,98 @@
+// Shared helpers for the Catch2 tests: random tensors from the counter RNG, float64 comparisons,
+// a finite-difference gradient check, the CUDA skip guard and the path of the decoded data.
+#pragma once
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/device.h"
+#include "core/philox.h"
+#include "core/tensor.h"
+
+namespace minidl::test {
+
+// Uniform values in [lo, hi) from (seed, kStreamTest, i): the same on every machine.
+inline std::vector<float> random_values(int64_t n, uint64_t seed, float lo = -1.f, float hi = 1.f) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    v[i] = lo + (hi - lo) * uniform01(philox(seed, kStreamTest, static_cast<uint64_t>(i)).v[0]);
+  return v;
+}
+
+inline Tensor random_tensor(const Shape& shape, uint64_t seed, float lo = -1.f, float hi = 1.f,
+                            Device device = Device::cpu()) {
+  return Tensor::from_vector(random_values(shape_numel(shape), seed, lo, hi), shape, device);
+}
+
+// max |a - b| / (atol + rtol * |b|) <= 1 over all elements; reports the worst element.
+inline void require_close(const std::vector<float>& a, const std::vector<double>& b, double rtol,
+                          double atol, const std::string& what = "") {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    double r = std::fabs(a[i] - b[i]) / (atol + rtol * std::fabs(b[i]));
+    if (!(r <= worst)) { worst = r; at = i; }  // NaN counts as worst
+  }
+  INFO(what << ": worst element " << at << " got " << a[at] << " want " << b[at]);
+  REQUIRE(worst <= 1.0);
+}
+
+inline void require_close(const std::vector<float>& a, const std::vector<float>& b, double rtol,
+                          double atol, const std::string& what = "") {
+  require_close(a, std::vector<double>(b.begin(), b.end()), rtol, atol, what);
+}
+
+// Checks d(sum(f(x) * w))/dx from autograd against central differences in float64-accumulated
+// float32 arithmetic. f must be a deterministic function of x (CPU tensors).
+inline void gradcheck(const std::function<Tensor(const Tensor&)>& f, Tensor x, double eps = 1e-2,
+                      double rtol = 2e-2, double atol = 2e-3, uint64_t seed = 7) {
+  x.set_requires_grad(true);
+  Tensor y = f(x);
+  std::vector<float> w = random_values(y.numel(), seed);
+  Tensor wt = Tensor::from_vector(w, y.shape());
+  auto weighted = [&](const Tensor& out) {
+    std::vector<float> o = out.to_vector();
+    double s = 0;
+    for (size_t i = 0; i < o.size(); ++i) s += static_cast<double>(o[i]) * w[i];
+    return s;
+  };
+  autograd::backward(y, wt);
+  Tensor gx = x.grad();
+  REQUIRE(gx.defined());
+  std::vector<float> analytic = gx.to_vector();
+  std::vector<float> xv = x.to_vector();
+  std::vector<double> numeric(xv.size());
+  autograd::NoGradGuard ng;
+  for (size_t i = 0; i < xv.size(); ++i) {
+    std::vector<float> xp = xv, xm = xv;
+    xp[i] += static_cast<float>(eps);
+    xm[i] -= static_cast<float>(eps);
+    double fp = weighted(f(Tensor::from_vector(xp, x.shape())));
+    double fm = weighted(f(Tensor::from_vector(xm, x.shape())));
+    numeric[i] = (fp - fm) / (2 * eps);
+  }
+  require_close(analytic, numeric, rtol, atol, "gradient vs finite differences");
+}
+
+// Directory of the decoded CIFAR-10 binaries (set by CMake/ctest; tests that need it skip with a
+// message when it is absent).
+inline std::string data_dir() {
+  const char* d = std::getenv("MINIDL_DATA_DIR");
+  return d ? d : "";
+}
+
+}  // namespace minidl::test
+
+// Skips the rest of a [cuda] test, visibly, when there is no GPU.
+#define MINIDL_REQUIRE_CUDA()                                              \
+  do {                                                                     \
+    if (!::minidl::cuda_available()) {                                     \
+      WARN("SKIPPED: no CUDA GPU on this machine (test needs one)");       \
+      return;                                                              \
+    }                                                                      \
+  } while (0)
