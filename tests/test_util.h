@@ -3,6 +3,7 @@
 #pragma once
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <string>
@@ -79,20 +80,40 @@ inline void gradcheck(const std::function<Tensor(const Tensor&)>& f, Tensor x, d
   require_close(analytic, numeric, rtol, atol, "gradient vs finite differences");
 }
 
-// Directory of the decoded CIFAR-10 binaries (set by CMake/ctest; tests that need it skip with a
-// message when it is absent).
+// Number of tests that skipped (MINIDL_REQUIRE_CUDA, missing data) in this process.
+inline int& skipped_count() {
+  static int n = 0;
+  return n;
+}
+
+// Directory of the decoded CIFAR-10 binaries (set by CMake/ctest; "" when it is
+// absent or not decoded yet).
 inline std::string data_dir() {
   const char* d = std::getenv("MINIDL_DATA_DIR");
-  return d ? d : "";
+  if (!d) return "";
+  std::FILE* f = std::fopen((std::string(d) + "/test_batch.bin").c_str(), "rb");
+  if (!f) return "";
+  std::fclose(f);
+  return d;
 }
 
 }  // namespace minidl::test
 
 // Skips the rest of a [cuda] test, visibly, when there is no GPU.
+#define MINIDL_REQUIRE_DATA()                                                         \
+  do {                                                                                \
+    if (::minidl::test::data_dir().empty()) {                                         \
+      WARN("SKIPPED: MINIDL_DATA_DIR is not set (scripts/test.sh decodes the data)"); \
+      ++::minidl::test::skipped_count();                                              \
+      return;                                                                         \
+    }                                                                                 \
+  } while (0)
+
 #define MINIDL_REQUIRE_CUDA()                                              \
   do {                                                                     \
     if (!::minidl::cuda_available()) {                                     \
       WARN("SKIPPED: no CUDA GPU on this machine (test needs one)");       \
+      ++::minidl::test::skipped_count();                                   \
       return;                                                              \
     }                                                                      \
   } while (0)

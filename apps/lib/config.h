@@ -1,0 +1,41 @@
+// The training config: one JSON file, checked strictly (an unknown key or a wrong type is an
+// error naming its key path), overridable from the command line with --set key.path=value, and
+// written back resolved (every default filled in) into the run folder.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace minidl {
+
+struct TrainConfig {
+  uint64_t seed = 0;
+  bool deterministic = true;
+  bool allow_tf32 = true;
+  std::string device = "auto";
+  int64_t epochs = 1;
+  int64_t batch_size = 128;
+  nlohmann::json data = nlohmann::json::object();       // data/ options (parsed there)
+  nlohmann::json model;                                  // {"layers": [...]}
+  double label_smoothing = 0.0;
+  nlohmann::json optimizer;                              // optim/ factory input
+  nlohmann::json schedule = {{"type", "constant"}};      // optim/ factory input
+  std::string tta = "none";                              // "none", "flip", "flip_translate"
+  int64_t eval_batch_size = 1000;
+  std::string output_dir = "runs/run";
+  bool progress = true;                                  // a progress bar on a terminal
+
+  // The config as JSON with every default filled in (what config.json in a run folder holds).
+  nlohmann::json to_json() const;
+};
+
+// Reads a JSON file, naming the file and the parse error position on failure.
+nlohmann::json read_json_file(const std::string& path);
+// Applies "a.b.c=value" (value parsed as JSON, else taken as a string); list items by index
+// ("model.layers.1.relu=true"). Errors name the override.
+void apply_override(nlohmann::json& config, const std::string& assignment);
+// Parses and checks a config object.
+TrainConfig parse_train_config(const nlohmann::json& config);
+
+}  // namespace minidl

@@ -1,0 +1,20 @@
+// `minidl repro`: trains the same config twice in separate processes and compares every step's
+// loss bit for bit and the final weights' SHA-256. Exit 0 only when both match.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace minidl {
+
+struct ReproOptions {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  std::string device;
+  int64_t steps = 0;       // 0: the whole config
+  std::string output_dir;  // default: the config's output.dir + "-repro"
+};
+
+int repro_command(const ReproOptions& options);
+
+}  // namespace minidl

@@ -1,0 +1,36 @@
+// What a run writes as it goes: human lines to stdout and log.txt, JSON lines to metrics.jsonl
+// (one per epoch) and steps.jsonl (one per step, the loss with its exact bits for `minidl repro`).
+// Every line is flushed when written, so a crash loses nothing that was printed.
+#pragma once
+#include <cstdint>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace minidl {
+
+class RunLog {
+ public:
+  // Opens the files in `dir` for appending (the folder must exist).
+  explicit RunLog(const std::string& dir);
+  void line(const std::string& text);                 // stdout + log.txt
+  void metrics(const nlohmann::json& record);         // metrics.jsonl
+  void step(int64_t step, int64_t epoch, float loss);  // steps.jsonl
+  // A progress bar on stderr, redrawn in place when stderr is a terminal (no-op otherwise).
+  void progress(int64_t epoch, int64_t epochs, int64_t done, int64_t total, double seconds);
+  void end_progress();
+
+ private:
+  std::ofstream log_, metrics_, steps_;
+  bool tty_;
+  bool progress_open_ = false;
+};
+
+// Keeps only the JSON lines of `path` whose `key` is below `limit` (resume: forget what a
+// resumed run will redo). A missing file is fine.
+void truncate_jsonl(const std::string& path, const std::string& key, int64_t limit);
+
+// "3f8a1b2c": the bits of a float, for bit-exact comparisons in text.
+std::string float_bits_hex(float v);
+
+}  // namespace minidl

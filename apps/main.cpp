@@ -1,0 +1,87 @@
+// The minidl command: train, profile, repro, bench, parity. Every error reaches here as one
+// message and a non-zero exit code.
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "apps/lib/bench_conv.h"
+#include "apps/lib/bench_norm.h"
+#include "apps/lib/bench_train.h"
+#include "apps/lib/parity.h"
+#include "apps/lib/profile_command.h"
+#include "apps/lib/repro_command.h"
+#include "apps/lib/trainer.h"
+#include "core/error.h"
+
+int main(int argc, char** argv) {
+  using namespace minidl;
+  CLI::App app{"minidl: train CIFAR-10 from a JSON config on the CPU or an NVIDIA GPU"};
+  app.require_subcommand(1);
+
+  TrainOptions train;
+  auto* train_cmd = app.add_subcommand("train", "train a config (or resume a run)");
+  train_cmd->add_option("--config", train.config_path, "JSON config file");
+  train_cmd->add_option("--set", train.overrides, "override a config value: key.path=value (repeatable)");
+  train_cmd->add_option("--device", train.device, "cpu, cuda or auto (default: the config's)");
+  train_cmd->add_option("--output", train.output_dir, "run folder (default: the config's output.dir)");
+  train_cmd->add_option("--resume", train.resume_dir, "continue the run in this folder from its checkpoint");
+  train_cmd->add_option("--max-steps", train.max_steps, "stop after this many steps in total");
+  train_cmd->add_flag("--profile", train.profile, "print a per-layer time breakdown of the first epoch");
+
+  ProfileOptions prof;
+  auto* prof_cmd = app.add_subcommand("profile", "per-layer time breakdown of training steps");
+  prof_cmd->add_option("--config", prof.config_path, "JSON config file")->required();
+  prof_cmd->add_option("--set", prof.overrides, "override a config value: key.path=value (repeatable)");
+  prof_cmd->add_option("--device", prof.device, "cpu, cuda or auto (default: the config's)");
+  prof_cmd->add_option("--steps", prof.steps, "measured steps (median over them)");
+  prof_cmd->add_option("--warmup", prof.warmup, "warm-up steps before measuring");
+  prof_cmd->add_option("--output", prof.output_dir, "folder for profile.json and trace.json");
+
+  ReproOptions repro;
+  auto* repro_cmd = app.add_subcommand("repro", "train twice in separate processes and compare the bits");
+  repro_cmd->add_option("--config", repro.config_path, "JSON config file")->required();
+  repro_cmd->add_option("--set", repro.overrides, "override a config value: key.path=value (repeatable)");
+  repro_cmd->add_option("--device", repro.device, "cpu, cuda or auto (default: the config's)");
+  repro_cmd->add_option("--steps", repro.steps, "steps per run (0: the whole config)");
+  repro_cmd->add_option("--output", repro.output_dir, "folder for the two runs");
+
+  std::vector<std::string> bench_args;
+  auto* bench_cmd = app.add_subcommand("bench", "benchmarks: train (images/s), norm (kernels), conv (GEMM rates)");
+  bench_cmd->add_option("what", bench_args, "train | norm | conv, then its options")->required()->expected(-1);
+  bench_cmd->allow_extras();
+  bench_cmd->prefix_command();
+
+  auto* parity_cmd = app.add_subcommand("parity", "run one layer or one training step for the PyTorch parity check");
+  parity_cmd->allow_extras();
+  parity_cmd->prefix_command();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  try {
+    if (*train_cmd) return train_command(train);
+    if (*prof_cmd) return profile_command(prof);
+    if (*repro_cmd) return repro_command(repro);
+    if (*bench_cmd) {
+      std::vector<std::string> rest = bench_args;
+      for (const auto& r : bench_cmd->remaining()) rest.push_back(r);
+      const std::string what = rest.front();
+      rest.erase(rest.begin());
+      if (what == "train") return bench_train_main(rest);
+      if (what == "norm") return bench_norm_main(rest);
+      if (what == "conv") return bench_conv_main(rest);
+      std::cerr << "minidl bench: unknown benchmark '" << what << "' (train, norm or conv)\n";
+      return 2;
+    }
+    if (*parity_cmd) return parity_main(parity_cmd->remaining());
+  } catch (const Error& e) {
+    std::cerr << "minidl: error: " << e.what() << std::endl;
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "minidl: unexpected error: " << e.what() << std::endl;
+    return 1;
+  }
+  return 0;
+}

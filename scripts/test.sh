@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The test command on a fresh machine: set up, build, decode the data into the build folder, run
+# every test with ctest. [cuda] tests print a visible SKIPPED message where there is no GPU.
+# usage: scripts/test.sh [ctest options...]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${BUILD_DIR:-$root/build}
+bash "$root/scripts/setup.sh" "$build"
+data=$(bash "$root/scripts/data.sh" "$build")
+[ "$data" = "$build/cifar10" ] || ln -sfn "$data" "$build/cifar10"
+cd "$build"
+ctest --output-on-failure -j "$(nproc)" "$@"
