@@ -101,8 +101,9 @@ int train_command(const TrainOptions& options) {
   double train_seconds = 0, last_test = 0, last_tta = -1;
   int64_t trained_images = 0;
   const int64_t steps_per_epoch = trainer.steps_per_epoch();
-  bool stopped_early = false;
-  for (int64_t epoch = start_epoch; epoch < config.epochs && !stopped_early; ++epoch) {
+  bool stopped_early = false;     // --max-steps ended an epoch part-way (no checkpoint for it)
+  bool stopped_at_limit = false;  // --max-steps reached: no further epoch starts
+  for (int64_t epoch = start_epoch; epoch < config.epochs && !stopped_at_limit; ++epoch) {
     const bool profile_now = options.profile && epoch == start_epoch;
     // --profile: 5 warm-up and 20 measured steps (fewer in a short epoch) at the start of the run.
     std::unique_ptr<StepProfiler> profiler;
@@ -119,7 +120,7 @@ int train_command(const TrainOptions& options) {
     double lr = 0;
     while (true) {
       if (options.max_steps > 0 && step >= options.max_steps) {
-        stopped_early = true;
+        stopped_early = static_cast<int64_t>(outputs.size()) < steps_per_epoch;
         break;
       }
       if (profiler) profiler->before_step();
@@ -179,6 +180,7 @@ int train_command(const TrainOptions& options) {
                  last_tta >= 0 ? str("  test+", config.tta, " ", fixed(last_tta, 2), "%") : std::string(),
                  "  lr ", fixed(lr, 4), "  ", fixed(epoch_seconds, 1), "s (", fixed(record["images_per_s"], 0),
                  " img/s)  eval ", fixed(eval_seconds, 1), "s"));
+    if (options.max_steps > 0 && step >= options.max_steps) stopped_at_limit = true;
     if (!stopped_early) {
       CheckpointInfo info;
       info.epoch = epoch + 1;
@@ -206,7 +208,7 @@ int train_command(const TrainOptions& options) {
                                                  "s/epoch)") : std::string(),
                ", ", fixed(summary["images_per_s"], 0), " img/s",
                device.is_cuda() ? str(", peak device memory ", fixed(mem.peak_bytes / 1e9, 2), " GB") : std::string(),
-               stopped_early ? str(" [stopped at --max-steps ", options.max_steps, "]") : std::string()));
+               stopped_at_limit ? str(" [stopped at --max-steps ", options.max_steps, "]") : std::string()));
   return 0;
 }
 
