@@ -1,0 +1,56 @@
+// Elementwise activations: ReLU and GELU, as ops (relu, gelu) and as modules, with PyTorch's
+// semantics. CPU kernels in activation_cpu.cpp, CUDA kernels in activation_cuda.cu.
+//
+// NaN: relu(NaN) = NaN, as torch.relu. The forward is y = (x <= 0) ? 0 : x (a NaN fails the
+// comparison and passes through) and the backward is dx = (y <= 0) ? 0 : dy, PyTorch's
+// threshold_backward on the output: where the output is NaN the gradient is passed on, so a
+// diverged run shows NaN gradients instead of looking finite. GELU evaluates PyTorch's formulas
+// as written, so NaN stays NaN and gelu(-inf) = -inf * 0 = NaN, as in PyTorch 2.11.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "layers/module.h"
+
+namespace minidl {
+
+enum class GeluApproximate { None, Tanh };  // "none": exact (erf) form; "tanh": the tanh formula
+
+Tensor relu(const Tensor& x);                                             // any shape, float32
+Tensor gelu(const Tensor& x, GeluApproximate approximate = GeluApproximate::None);
+
+class ReLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return relu(x); }
+  std::string type_name() const override { return "ReLU"; }
+  nlohmann::json to_json() const override { return {{"type", "ReLU"}}; }
+};
+
+class GELU : public Module {
+ public:
+  explicit GELU(GeluApproximate approximate = GeluApproximate::None) : approximate_(approximate) {}
+  Tensor forward(const Tensor& x) override { return gelu(x, approximate_); }
+  std::string type_name() const override { return "GELU"; }
+  std::string describe() const override;
+  nlohmann::json to_json() const override;
+
+ private:
+  GeluApproximate approximate_;
+};
+
+namespace kernels {
+// Raw launchers over n contiguous floats. Backward: dx from dy and the saved tensor (ReLU's
+// output y, GELU's input x).
+void relu_forward_cpu(const float* x, float* y, int64_t n);
+void relu_backward_cpu(const float* dy, const float* y, float* dx, int64_t n);
+void gelu_forward_cpu(const float* x, float* y, int64_t n, GeluApproximate approximate);
+void gelu_backward_cpu(const float* dy, const float* x, float* dx, int64_t n, GeluApproximate approximate);
+#ifdef MINIDL_WITH_CUDA
+void relu_forward_cuda(const float* x, float* y, int64_t n);
+void relu_backward_cuda(const float* dy, const float* y, float* dx, int64_t n);
+void gelu_forward_cuda(const float* x, float* y, int64_t n, GeluApproximate approximate);
+void gelu_backward_cuda(const float* dy, const float* x, float* dx, int64_t n, GeluApproximate approximate);
+#endif
+}  // namespace kernels
+
+}  // namespace minidl

@@ -1,0 +1,57 @@
+// Cross-entropy loss and evaluation helpers over logits (N, K) and int32 labels (N). CPU kernels
+// in loss_cpu.cpp, CUDA kernels in loss_cuda.cu.
+//
+// cross_entropy is F.cross_entropy(logits, labels, label_smoothing=eps) with reduction "mean":
+// row i's target distribution is q = (1 - eps) * onehot(label_i) + eps / K, its loss
+// -sum_k q_k log softmax(x_i)_k, and the result the mean over rows, as a one-element tensor.
+// Softmax, loss and gradient are fused: the forward also writes dlogits = (softmax - q) / N, which
+// the backward only scales by the incoming gradient. Row losses are averaged in a fixed order (no
+// atomics), so the loss has the same bits every run. Unlike PyTorch there is no ignore_index:
+// every label must be in [0, K).
+//
+// A label out of range is an Error naming its row and value. On the CPU it is raised at once. On
+// CUDA the check runs in the kernels (waiting for the GPU every step would stall the launch
+// queue): that row's loss and gradient become NaN at once, so the step cannot look valid, and the
+// next cross_entropy, count_correct or argmax_rows call raises the Error (count_correct waits for
+// its result anyway, so it raises its own bad labels before returning).
+#pragma once
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace minidl {
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing = 0.f);
+
+// Rows whose argmax (the first maximum; a NaN counts as the maximum, as torch.argmax) equals the
+// label. Waits for the result.
+int64_t count_correct(const Tensor& logits, const Tensor& labels);
+
+// int32 (N): the argmax of each row, as above.
+Tensor argmax_rows(const Tensor& logits);
+
+namespace kernels {
+// logits (rows, classes) and labels (rows) contiguous; the CPU kernels expect labels already
+// checked (loss.cpp does it before any thread starts). dlogits (rows, classes) may be null when
+// no backward follows. *loss receives the mean loss.
+void cross_entropy_forward_cpu(const float* logits, const int32_t* labels, int64_t rows, int64_t classes,
+                               float label_smoothing, float* loss, float* dlogits);
+void argmax_rows_cpu(const float* logits, int64_t rows, int64_t classes, int32_t* out);
+int64_t count_correct_cpu(const float* logits, const int32_t* labels, int64_t rows, int64_t classes);
+#ifdef MINIDL_WITH_CUDA
+// The CUDA kernels check the labels themselves and flag a bad one (see above). row_loss: scratch
+// of `rows` floats; *loss (device) receives the mean.
+void cross_entropy_forward_cuda(const float* logits, const int32_t* labels, int64_t rows, int64_t classes,
+                                float label_smoothing, float* row_loss, float* loss, float* dlogits);
+// dx = d * g[0] over n elements, g on the device (the loss gradient never comes to the host).
+void scale_by_device_scalar_cuda(const float* d, const float* g, float* dx, int64_t n);
+void argmax_rows_cuda(const float* logits, int64_t rows, int64_t classes, int32_t* out);
+// *count (device) = rows whose argmax (computed into argmax_scratch, `rows` ints) equals the label.
+void count_correct_cuda(const float* logits, const int32_t* labels, int64_t rows, int64_t classes,
+                        int32_t* argmax_scratch, int64_t* count);
+// Throws the Error for the first bad label a CUDA kernel has flagged since the last call, if any.
+void raise_flagged_label_error();
+#endif
+}  // namespace kernels
+
+}  // namespace minidl

@@ -1,0 +1,347 @@
+#!/usr/bin/env python3
+"""Parity of minidl with PyTorch, layer by layer and for one whole ResNet-9 training step.
+
+For each check this script makes random weights and inputs with numpy, writes them to a
+safetensors file under PyTorch's names, runs `minidl parity` on it (on the CPU and on CUDA), runs
+the same computation in PyTorch (float32, TF32 off on both sides), and compares every tensor:
+    rel_err = ||minidl - torch|| / ||torch||   (float64 norms over the whole tensor)
+against 1e-4 for single layers and 1e-3 for the ResNet-9 step (docs/parity.md says why).
+Prints one line per tensor compared, then a summary; exits 1 if any check fails.
+
+usage: parity.py --minidl build/minidl --out OUTDIR [--config configs/resnet9.json]
+                 [--devices cpu,cuda] [--batch 32] [--only SUBSTRING]
+Needs torch, numpy and safetensors (the GPU machine has them).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.numpy import load_file, save_file
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "torch"))
+import model_from_json as mfj  # noqa: E402
+
+LAYER_TOL = 1e-4
+MODEL_TOL = 1e-3
+# Gradients of the whole step when its forward has near-ties (see count_near_ties): one flipped
+# max-pool argmax or ReLU moves ~0.5% of a conv weight gradient, PyTorch against itself included.
+FLIP_TOL = 2e-2
+NEAR_TIE_MARGIN = 1e-5
+
+# (name, layer spec, input shape, mode, input mean, input std). Shapes are ragged on purpose: odd
+# N, H, W and channel counts that are not multiples of 8 or 32.
+LAYER_CASES = [
+    ("Conv2d k3 p1 bias", {"type": "Conv2d", "in_channels": 5, "out_channels": 7, "kernel_size": 3,
+                           "padding": 1}, (3, 5, 9, 11), "train", 0.0, 1.0),
+    ("Conv2d k3 s2 p1 no bias", {"type": "Conv2d", "in_channels": 6, "out_channels": 10, "kernel_size": 3,
+                                 "stride": 2, "padding": 1, "bias": False}, (4, 6, 13, 10), "train", 0.0, 1.0),
+    ("Conv2d k1 no bias", {"type": "Conv2d", "in_channels": 24, "out_channels": 40, "kernel_size": 1,
+                           "bias": False}, (2, 24, 7, 5), "train", 0.0, 1.0),
+    ("Linear bias", {"type": "Linear", "in_features": 37, "out_features": 11}, (9, 37), "train", 0.0, 1.0),
+    ("Linear no bias", {"type": "Linear", "in_features": 64, "out_features": 10, "bias": False},
+     (5, 64), "train", 0.0, 1.0),
+    ("BatchNorm2d train", {"type": "BatchNorm2d", "num_features": 19}, (5, 19, 7, 9), "train", 3.0, 2.0),
+    ("BatchNorm2d train relu", {"type": "BatchNorm2d", "num_features": 19, "relu": True}, (5, 19, 7, 9),
+     "train", 3.0, 2.0),
+    ("BatchNorm2d eval relu", {"type": "BatchNorm2d", "num_features": 19, "relu": True}, (5, 19, 7, 9),
+     "eval", 3.0, 2.0),
+    ("GroupNorm 4 groups", {"type": "GroupNorm", "num_groups": 4, "num_channels": 12}, (3, 12, 5, 7),
+     "train", 3.0, 2.0),
+    ("GroupNorm 1 group", {"type": "GroupNorm", "num_groups": 1, "num_channels": 6}, (3, 6, 5, 7),
+     "train", 3.0, 2.0),
+    ("LayerNorm [C,H,W]", {"type": "LayerNorm", "normalized_shape": [6, 5, 7]}, (3, 6, 5, 7), "train", 3.0, 2.0),
+    ("ReLU", {"type": "ReLU"}, (4, 7, 5, 3), "train", 0.0, 1.0),
+    ("GELU", {"type": "GELU"}, (4, 7, 5, 3), "train", 0.0, 2.0),
+    ("MaxPool2d k2", {"type": "MaxPool2d", "kernel_size": 2}, (3, 5, 9, 10), "train", 0.0, 1.0),
+    ("MaxPool2d k3 s2 p1", {"type": "MaxPool2d", "kernel_size": 3, "stride": 2, "padding": 1}, (3, 5, 9, 11),
+     "train", 0.0, 1.0),
+    ("GlobalAvgPool2d", {"type": "GlobalAvgPool2d"}, (3, 7, 5, 6), "train", 0.0, 1.0),
+    ("GlobalMaxPool2d", {"type": "GlobalMaxPool2d"}, (3, 7, 5, 6), "train", 0.0, 1.0),
+    ("Scale 0.125", {"type": "Scale", "value": 0.125}, (3, 10), "train", 0.0, 1.0),
+    ("Flatten", {"type": "Flatten"}, (3, 4, 5, 6), "train", 0.0, 1.0),
+]
+
+NORM_TYPES = ("BatchNorm2d", "GroupNorm", "LayerNorm")
+
+
+def rel_err(got, want):
+    """||got - want|| / ||want|| in float64; the plain norm of the difference when want is 0."""
+    g, w = got.astype(np.float64).ravel(), want.astype(np.float64).ravel()
+    if not np.all(np.isfinite(g)):
+        return float("inf")
+    diff = np.linalg.norm(g - w)
+    scale = np.linalg.norm(w)
+    return float(diff / scale) if scale > 0 else float(diff)
+
+
+def random_state(model, rng):
+    """numpy values for every parameter and buffer (minidl names): weights U(+-1/sqrt(fan_in)) as
+    PyTorch's default init; normalization affine parameters and running statistics away from
+    their trivial 1/0 so that they matter."""
+    types = {name: getattr(m, "minidl_type", "") for name, m in model.named_modules()}
+    state = {}
+    for name, t in mfj.minidl_state_dict(model).items():
+        owner, _, leaf = name.rpartition(".")
+        shape = tuple(t.shape)
+        if types.get(owner) in NORM_TYPES:
+            if leaf == "weight":
+                v = rng.uniform(0.5, 1.5, shape)
+            elif leaf == "bias":
+                v = rng.uniform(-0.5, 0.5, shape)
+            elif leaf == "running_mean":
+                v = rng.normal(0.0, 0.5, shape)
+            else:  # running_var
+                v = rng.uniform(0.5, 2.0, shape)
+        else:
+            weight = dict(model.named_parameters()).get(owner + ".weight" if owner else "weight")
+            fan_in = int(np.prod(weight.shape[1:])) if weight is not None and weight.dim() > 1 else 1
+            b = 1.0 / np.sqrt(fan_in)
+            v = rng.uniform(-b, b, shape)
+        state[name] = np.ascontiguousarray(v, dtype=np.float32)
+    return state
+
+
+def load_into(model, state):
+    current = model.state_dict()
+    with torch.no_grad():
+        for name, v in state.items():
+            current[name].copy_(torch.from_numpy(v))
+
+
+def run_minidl(args, extra, out_path):
+    """Runs `minidl parity`; returns (its output tensors, None) or (None, why it failed)."""
+    cmd = [args.minidl, "parity", *extra, "--out", out_path]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        return None, f"minidl exited {p.returncode}: {' '.join(cmd)}\n{(p.stdout + p.stderr)[-2000:]}"
+    return load_file(out_path), None
+
+
+class Report:
+    def __init__(self):
+        self.passed = self.failed = 0
+
+    def line(self, check, device, tensor, err, tol):
+        ok = err <= tol
+        self.passed += ok
+        self.failed += not ok
+        print(f"{'PASS' if ok else 'FAIL'}  {check:28s} {device:5s} {tensor:30s} rel_err {err:9.2e}"
+              f"  (tol {tol:.0e})", flush=True)
+
+    def fail(self, check, device, what):
+        self.failed += 1
+        print(f"FAIL  {check:28s} {device:5s} {what}", flush=True)
+
+
+def compare(report, check, device, want, got, tol):
+    for name, w in want.items():
+        if name not in got:
+            report.fail(check, device, f"{name}: missing from minidl's output (has {sorted(got)})")
+            continue
+        g = got[name]
+        if g.shape != w.shape and not (g.size == 1 and w.size == 1):
+            report.fail(check, device, f"{name}: shape {g.shape} but PyTorch gives {w.shape}")
+            continue
+        report.line(check, device, name, rel_err(g, w), tol)
+
+
+def torch_layer(spec, state, x, mode, device, rng):
+    """Runs the layer in PyTorch; grad_output is drawn from rng once the output shape is known.
+    Returns the reference tensors and grad_output."""
+    m = mfj.build_layer(spec).float()
+    load_into(m, state)
+    m.to(device).train(mode == "train")
+    xt = torch.from_numpy(x).to(device).requires_grad_(True)
+    y = m(xt)
+    dy = rng.normal(0.0, 1.0, tuple(y.shape)).astype(np.float32)
+    y.backward(torch.from_numpy(dy).to(device))
+    ref = {"output": y, "grad_input": xt.grad}
+    for name, p in m.named_parameters():
+        ref["grad." + name] = p.grad
+    for name, b in m.named_buffers():
+        if not name.endswith("num_batches_tracked"):
+            ref["buffer." + name] = b
+    return {k: v.detach().cpu().numpy() for k, v in ref.items()}, dy
+
+
+def layer_checks(args, report, torch_device):
+    for i, (check, spec, shape, mode, mean, std) in enumerate(LAYER_CASES):
+        if args.only not in check:
+            continue
+        rng = np.random.default_rng(1000 + i)
+        tag = f"layer{i:02d}"
+        state = random_state(mfj.build_layer(spec), rng)
+        x = rng.normal(mean, std, shape).astype(np.float32)
+        want, dy = torch_layer(spec, state, x, mode, torch_device, rng)
+        in_path = os.path.join(args.out, f"{tag}_in.safetensors")
+        spec_path = os.path.join(args.out, f"{tag}_spec.json")
+        save_file({"input": x, "grad_output": dy, **state}, in_path)
+        with open(spec_path, "w") as f:
+            json.dump(spec, f)
+        for device in args.devices:
+            got, why = run_minidl(args, ["--spec", spec_path, "--in", in_path, "--device", device,
+                                          "--train" if mode == "train" else "--eval", "--no-tf32"],
+                                   os.path.join(args.out, f"{tag}_{device}_out.safetensors"))
+            if got is None:
+                report.fail(check, device, why)
+                continue
+            compare(report, check, device, want, got, LAYER_TOL)
+
+
+def count_near_ties(config, state, x, margin):
+    """Where the step is not smooth: in a float64 forward on the CPU, the max-pool windows whose
+    two largest values are within `margin` (times the input's rms) and the ReLU inputs within
+    `margin` of 0. There a float32 rounding difference can pick another argmax or flip a ReLU,
+    which sends one element's gradient down another path."""
+    model = mfj.build_model(config).double().train()
+    load_into(model, {k: v.astype(np.float64) for k, v in state.items()})
+    count = [0]
+
+    def pool_hook(mod, inputs, out):
+        a = inputs[0]
+        if isinstance(mod, torch.nn.MaxPool2d):
+            cols = F.unfold(F.pad(a, [mod.padding] * 4 if isinstance(mod.padding, int) else
+                                  [mod.padding[1], mod.padding[1], mod.padding[0], mod.padding[0]],
+                                  value=-float("inf")), mod.kernel_size, stride=mod.stride)
+            k = cols.shape[1] // a.shape[1]
+            windows = cols.reshape(a.shape[0], a.shape[1], k, -1).transpose(2, 3).reshape(-1, k)
+        else:
+            windows = a.reshape(a.shape[0] * a.shape[1], -1)
+        top2 = windows.topk(2, dim=1).values
+        gap = top2[:, 0] - top2[:, 1]
+        # An exact tie at 0 is harmless: it comes from a ReLU, which stops the gradient either way.
+        near = (gap < margin * a.pow(2).mean().sqrt()) & (top2[:, 0] != 0)
+        count[0] += int(near.sum())
+
+    def relu_hook(mod, inputs, out):
+        pre = inputs[0] if isinstance(mod, torch.nn.ReLU) else type(mod).__mro__[1].forward(mod, inputs[0])
+        count[0] += int((pre.abs() < margin * pre.pow(2).mean().sqrt()).sum())
+
+    for mod in model.modules():
+        if isinstance(mod, (torch.nn.MaxPool2d, mfj.GlobalMaxPool2d)):
+            mod.register_forward_hook(pool_hook)
+        elif isinstance(mod, torch.nn.ReLU) or getattr(mod, "relu", False) is True:
+            mod.register_forward_hook(relu_hook)
+    with torch.no_grad():
+        model(torch.from_numpy(x.astype(np.float64)))
+    return count[0]
+
+
+def torch_step(config, state, x, labels, device, channels_last=False):
+    """One training step in PyTorch float32 at the optimizer's base lr (the schedule is ignored,
+    as in `minidl parity`). Returns the tensors `minidl parity --config` writes."""
+    model = mfj.build_model(config).float()
+    load_into(model, state)
+    model.to(device).train()
+    xt = torch.from_numpy(x).to(device)
+    if channels_last:
+        model.to(memory_format=torch.channels_last)
+        xt = xt.contiguous(memory_format=torch.channels_last)
+    opt, lr = mfj.build_optimizer(config, model)
+    logits = model(xt)
+    smoothing = config.get("loss", {}).get("label_smoothing", 0.0)
+    loss = F.cross_entropy(logits, torch.from_numpy(labels).long().to(device), label_smoothing=smoothing)
+    loss.backward()
+    out = {"loss": loss, "output": logits}
+    for name, p in model.named_parameters():
+        out["grad." + name] = p.grad.clone()
+    opt.step()
+    params = dict(model.named_parameters())
+    for name, p in params.items():
+        out["param." + name] = p
+    for name, b in mfj.minidl_state_dict(model).items():
+        if name not in params:
+            out["buffer." + name] = b
+    return {k: v.detach().float().cpu().contiguous().numpy() for k, v in out.items()}, lr, smoothing
+
+
+def torch_update_from(config, state, grads):
+    """PyTorch's optimizer step applied to the given gradients (float32, CPU): param after - before."""
+    model = mfj.build_model(config).float()
+    load_into(model, state)
+    opt, _ = mfj.build_optimizer(config, model)
+    for name, p in model.named_parameters():
+        p.grad = torch.from_numpy(grads["grad." + name].reshape(tuple(p.shape)).copy())
+    opt.step()
+    return {name: p.detach().double().numpy() - state[name] for name, p in model.named_parameters()}
+
+
+def model_check(args, report, torch_device):
+    with open(args.config) as f:
+        config = json.load(f)
+    check = "ResNet-9 step"
+    rng = np.random.default_rng(7)
+    model = mfj.build_model(config)
+    state = random_state(model, rng)
+    x = rng.normal(0.0, 1.0, (args.batch, 3, 32, 32)).astype(np.float32)
+    classes = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][-1].out_features
+    labels = rng.integers(0, classes, args.batch).astype(np.int32)
+    in_path = os.path.join(args.out, "model_in.safetensors")
+    save_file({"input": x, "labels": labels, **state}, in_path)
+
+    want, lr, smoothing = torch_step(config, state, x, labels, torch_device)
+    want_cl, _, _ = torch_step(config, state, x, labels, torch_device, channels_last=True)
+    self_noise = max(rel_err(want_cl[k], want[k]) for k in want if k.startswith("grad."))
+    ties = count_near_ties(config, state, x, NEAR_TIE_MARGIN)
+    grad_tol = MODEL_TOL if ties == 0 else FLIP_TOL
+    print(f"# {check} ({args.config}): batch {args.batch}, lr {lr}, label_smoothing {smoothing}, "
+          f"PyTorch loss {float(want['loss']):.6f}", flush=True)
+    print(f"# the forward has {ties} near-ties (max-pool windows with two values, or ReLU inputs and 0, "
+          f"within {NEAR_TIE_MARGIN:.0e} rms): gradients held to {grad_tol:.0e}; PyTorch float32 "
+          f"channels_last vs NCHW on this step: worst gradient rel_err {self_noise:.2e}", flush=True)
+
+    for device in args.devices:
+        got, why = run_minidl(args, ["--config", args.config, "--in", in_path, "--device", device, "--no-tf32"],
+                               os.path.join(args.out, f"model_{device}_out.safetensors"))
+        if got is None:
+            report.fail(check, device, why)
+            continue
+        compare(report, check, device, {k: v for k, v in want.items() if not k.startswith("grad.")},
+                got, MODEL_TOL)
+        compare(report, check, device, {k: v for k, v in want.items() if k.startswith("grad.")}, got, grad_tol)
+        # The optimizer alone: PyTorch's step applied to minidl's own gradients must give minidl's
+        # update (param after - param before). Smooth, so it keeps the tight tolerance whatever
+        # the gradients did, and it sees what param.* hides behind the much larger weights.
+        if all("grad." + n in got and "param." + n in got for n in state if "running_" not in n):
+            expected = torch_update_from(config, state, got)
+            for name, upd in expected.items():
+                report.line(check, device, "update." + name,
+                            rel_err(got["param." + name].astype(np.float64) - state[name], upd), MODEL_TOL)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--minidl", required=True, help="path of the minidl binary")
+    ap.add_argument("--out", required=True, help="folder for the exchanged safetensors files")
+    ap.add_argument("--config", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                     "..", "..", "configs", "resnet9.json"))
+    ap.add_argument("--devices", default=None, help="minidl devices, default cpu,cuda (cpu without a GPU)")
+    ap.add_argument("--batch", type=int, default=32, help="batch of the whole-model step")
+    ap.add_argument("--only", default="", help="run only the checks whose name contains this")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    has_cuda = torch.cuda.is_available()
+    args.devices = args.devices.split(",") if args.devices else (["cpu", "cuda"] if has_cuda else ["cpu"])
+    torch_device = "cuda" if has_cuda else "cpu"
+    # Full float32 on the PyTorch side; minidl gets --no-tf32.
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.deterministic = True
+    print(f"# minidl {args.minidl} on {','.join(args.devices)}; PyTorch {torch.__version__} on {torch_device}"
+          f"{' (' + torch.cuda.get_device_name() + ')' if has_cuda else ''}; TF32 off", flush=True)
+
+    report = Report()
+    layer_checks(args, report, torch_device)
+    if args.only in "ResNet-9 step":
+        model_check(args, report, torch_device)
+    print(f"parity: {report.passed} passed, {report.failed} failed")
+    sys.exit(1 if report.failed else 0)
+
+
+if __name__ == "__main__":
+    main()
