@@ -102,9 +102,12 @@ std::vector<int64_t> LayerArgs::get_ints(const std::string& key) {
 const nlohmann::json& LayerArgs::get_json(const std::string& key) { return at(key); }
 
 void LayerArgs::finish() const {
-  for (const auto& kv : spec_.items())
-    MINIDL_CHECK(used_.count(kv.key()), key_path(kv.key()), ": unknown key for a ",
-                 spec_.value("type", std::string("layer")), " layer");
+  for (const auto& kv : spec_.items()) {
+    if (used_.count(kv.key())) continue;
+    std::string known;
+    for (const auto& k : used_) known += (known.empty() ? "" : ", ") + k;
+    fail(str(key_path(kv.key()), ": unknown key (known: ", known, ")"));
+  }
 }
 
 std::vector<std::string> layer_types() {

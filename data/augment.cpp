@@ -1,0 +1,23 @@
+#include <cmath>
+
+#include "data/augment_kernel.h"
+#include "data/cifar10.h"
+
+namespace minidl::kernels {
+
+void augment_batch_cpu(const uint8_t* images, const int32_t* labels, const int32_t* indices,
+                       int64_t batch, const AugmentParams& p, float* out, int32_t* out_labels) {
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t index = indices[b];
+    const ImageDraw d = draw_image_augment(p, index);
+    const uint8_t* image = images + index * kCifarImageBytes;
+    float* dst = out + b * kCifarImageBytes;
+    for (int c = 0; c < 3; ++c)
+      for (int y = 0; y < 32; ++y)
+        for (int x = 0; x < 32; ++x) *dst++ = augment_pixel(image, d, p, c, y, x);
+    out_labels[b] = labels[index];
+  }
+}
+
+}  // namespace minidl::kernels

@@ -1,0 +1,41 @@
+// CIFAR-10 from the official binary layout (cifar-10-batches-bin): data_batch_1..5.bin and
+// test_batch.bin, each 10000 records of 1 label byte followed by 3072 image bytes (the R, G and B
+// planes of a 32x32 image, row-major). Images stay uint8 on the host (150 MB for the training
+// set); the loader normalizes and augments per batch, on the CPU or on the GPU.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace minidl {
+
+constexpr int64_t kCifarChannels = 3;
+constexpr int64_t kCifarHeight = 32;
+constexpr int64_t kCifarWidth = 32;
+constexpr int64_t kCifarImageBytes = kCifarChannels * kCifarHeight * kCifarWidth;  // 3072
+constexpr int64_t kCifarRecordBytes = 1 + kCifarImageBytes;                      // 3073
+constexpr int64_t kCifarRecordsPerFile = 10000;
+constexpr int64_t kCifarClasses = 10;
+
+struct Dataset {
+  Tensor images;  // uint8 (N, 3, 32, 32), host
+  Tensor labels;  // int32 (N), host, values 0..9
+  int64_t size() const { return labels.defined() ? labels.numel() : 0; }
+};
+
+enum class Split { Train, Test };
+
+// The folder holding the batch files: `dir` itself, or its cifar-10-batches-bin subfolder (what
+// the official archive unpacks to). Errors naming both places when neither has the files.
+std::string resolve_cifar10_dir(const std::string& dir);
+
+// The training set (data_batch_1..5, 50000 images) or the test set (test_batch, 10000). A limit
+// > 0 keeps only the first `limit` images (quick runs read only the files they need).
+Dataset load_cifar10(const std::string& dir, Split split, int64_t limit = 0);
+
+// One batch file holding exactly `records` records. Errors name the file: missing, a size that is
+// not `records` * 3073 bytes, or a label above 9 (with the record index and the value).
+Dataset read_cifar10_batch(const std::string& path, int64_t records = kCifarRecordsPerFile);
+
+}  // namespace minidl

@@ -1,0 +1,100 @@
+#include "data/loader.h"
+
+#include <algorithm>
+#include <numeric>
+#include <utility>
+
+#include "core/error.h"
+#include "core/philox.h"
+
+namespace minidl {
+
+LoaderOptions LoaderOptions::training(const DataOptions& data, int64_t batch_size, uint64_t seed) {
+  LoaderOptions o;
+  o.batch_size = batch_size;
+  o.shuffle = true;
+  o.drop_last = true;
+  o.seed = seed;
+  o.normalize = data.normalize;
+  o.augment = data.augment;
+  return o;
+}
+
+LoaderOptions LoaderOptions::evaluation(const DataOptions& data, int64_t batch_size) {
+  LoaderOptions o;
+  o.batch_size = batch_size;
+  o.normalize = data.normalize;
+  return o;
+}
+
+std::vector<int32_t> epoch_permutation(uint64_t seed, int64_t epoch, int64_t n) {
+  MINIDL_CHECK(n >= 0 && n < (int64_t{1} << 31), "data: cannot shuffle ", n, " images");
+  MINIDL_CHECK(epoch >= 0 && epoch < (int64_t{1} << 32), "data: epoch ", epoch, " out of range");
+  std::vector<int32_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  for (int64_t i = n - 1; i > 0; --i) {
+    const uint64_t counter = (static_cast<uint64_t>(epoch) << 32) | static_cast<uint64_t>(i);
+    const uint32_t j = uniform_below(philox(seed, kStreamShuffle, counter).v[0],
+                                     static_cast<uint32_t>(i + 1));
+    std::swap(order[static_cast<size_t>(i)], order[j]);
+  }
+  return order;
+}
+
+Loader::Loader(const Dataset& data, LoaderOptions options, Device device)
+    : options_(std::move(options)), device_(device), size_(data.size()) {
+  MINIDL_CHECK(options_.batch_size > 0, "data loader: batch_size must be > 0, got ", options_.batch_size);
+  MINIDL_CHECK(size_ > 0, "data loader: the dataset is empty");
+  MINIDL_CHECK(data.images.defined() && data.images.dtype() == DType::UInt8 &&
+                   data.images.shape() == Shape({size_, kCifarChannels, kCifarHeight, kCifarWidth}),
+               "data loader: expected uint8 images (", size_, ", 3, 32, 32), got ",
+               data.images.defined() ? data.images.str() : std::string("none"));
+  MINIDL_CHECK(data.labels.dtype() == DType::Int32, "data loader: expected int32 labels, got ",
+               data.labels.str());
+  MINIDL_CHECK(!options_.drop_last || size_ >= options_.batch_size, "data loader: batch_size ",
+               options_.batch_size, " is larger than the ", size_,
+               " images, and drop_last leaves no batch");
+  images_ = data.images.to(device_);
+  labels_ = data.labels.to(device_);
+  if (!options_.shuffle) {
+    std::vector<int32_t> identity(static_cast<size_t>(size_));
+    std::iota(identity.begin(), identity.end(), 0);
+    order_ = Tensor::from_vector(identity, {size_}, device_);
+  }
+}
+
+int64_t Loader::batches_per_epoch() const {
+  const int64_t b = options_.batch_size;
+  return options_.drop_last ? size_ / b : (size_ + b - 1) / b;
+}
+
+void Loader::start_epoch(int64_t epoch) {
+  params_ = augment_params(options_.normalize, options_.augment ? &*options_.augment : nullptr,
+                           options_.seed, epoch);
+  if (options_.shuffle)
+    order_ = Tensor::from_vector(epoch_permutation(options_.seed, epoch, size_), {size_}, device_);
+  epoch_ = epoch;
+  position_ = 0;
+}
+
+bool Loader::next(Batch& out) {
+  MINIDL_CHECK(epoch_ >= 0, "data loader: call start_epoch() before next()");
+  const int64_t b = std::min(options_.batch_size, size_ - position_);
+  if (b <= 0 || (options_.drop_last && b < options_.batch_size)) return false;
+  out.images = Tensor::empty({b, kCifarChannels, kCifarHeight, kCifarWidth}, DType::Float32, device_);
+  out.labels = Tensor::empty({b}, DType::Int32, device_);
+  const int32_t* indices = order_.data<int32_t>() + position_;
+  if (device_.is_cuda()) {
+#ifdef MINIDL_WITH_CUDA
+    kernels::augment_batch_cuda(images_.data<uint8_t>(), labels_.data<int32_t>(), indices, b,
+                                params_, out.images.data<float>(), out.labels.data<int32_t>());
+#endif
+  } else {
+    kernels::augment_batch_cpu(images_.data<uint8_t>(), labels_.data<int32_t>(), indices, b,
+                               params_, out.images.data<float>(), out.labels.data<int32_t>());
+  }
+  position_ += b;
+  return true;
+}
+
+}  // namespace minidl

@@ -1,0 +1,71 @@
+// Batches for training and evaluation. Training: a fresh permutation every epoch (a pure function
+// of seed and epoch), augmentation, full batches only (drop_last). Evaluation: the dataset in
+// order, normalization only, the last partial batch kept. On a GPU the uint8 images live on the
+// device and one kernel makes each float batch, so the host only uploads the epoch's order.
+//
+//   Loader train(data, LoaderOptions::training(options, 512, seed), device);
+//   for (int64_t e = 0; e < epochs; ++e) {
+//     train.start_epoch(e);
+//     Batch b;
+//     while (train.next(b)) { ... b.images (B,3,32,32) float32, b.labels (B) int32 ... }
+//   }
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "core/device.h"
+#include "core/tensor.h"
+#include "data/cifar10.h"
+#include "data/options.h"
+
+namespace minidl {
+
+struct LoaderOptions {
+  int64_t batch_size = 512;
+  bool shuffle = false;                  // a new order every epoch
+  bool drop_last = false;                // skip the last partial batch
+  uint64_t seed = 0;                     // shuffling and augmentation draws
+  Normalization normalize;
+  std::optional<AugmentOptions> augment;  // none: normalization only
+
+  static LoaderOptions training(const DataOptions& data, int64_t batch_size, uint64_t seed);
+  static LoaderOptions evaluation(const DataOptions& data, int64_t batch_size);
+};
+
+struct Batch {
+  Tensor images;  // float32 (B, 3, 32, 32), normalized, on the loader's device
+  Tensor labels;  // int32 (B)
+};
+
+class Loader {
+ public:
+  Loader(const Dataset& data, LoaderOptions options, Device device);
+
+  int64_t batches_per_epoch() const;
+  int64_t dataset_size() const { return size_; }
+  const LoaderOptions& options() const { return options_; }
+  Device device() const { return device_; }
+
+  // Rewinds to the first batch of `epoch` (0-based), which fixes its order and its draws.
+  void start_epoch(int64_t epoch);
+  // The next batch of the epoch (fresh tensors); false when the epoch is over.
+  bool next(Batch& out);
+
+ private:
+  LoaderOptions options_;
+  Device device_;
+  int64_t size_;
+  Tensor images_;  // uint8 (N, 3, 32, 32) on device_
+  Tensor labels_;  // int32 (N) on device_
+  Tensor order_;   // int32 (N) on device_: dataset indices in this epoch's order
+  kernels::AugmentParams params_;
+  int64_t epoch_ = -1;
+  int64_t position_ = 0;
+};
+
+// The order of epoch `epoch`: Fisher-Yates where the swap partner of position i is drawn from
+// philox(seed, kStreamShuffle, epoch << 32 | i). Same seed and epoch, same order, on any machine.
+std::vector<int32_t> epoch_permutation(uint64_t seed, int64_t epoch, int64_t n);
+
+}  // namespace minidl

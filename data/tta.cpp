@@ -1,0 +1,50 @@
+#include "data/tta.h"
+
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace minidl {
+
+namespace kernels {
+
+void flip_translate_cpu(const float* in, float* out, int64_t planes, int h, int w, bool flip,
+                        int dy, int dx) {
+#pragma omp parallel for schedule(static)
+  for (int64_t p = 0; p < planes; ++p) {
+    const float* src = in + p * h * w;
+    float* dst = out + p * h * w;
+    for (int y = 0; y < h; ++y) {
+      const int sy = reflect_index(y - dy, h);
+      for (int x = 0; x < w; ++x) {
+        const int v = reflect_index(x - dx, w);
+        dst[y * w + x] = src[sy * w + (flip ? w - 1 - v : v)];
+      }
+    }
+  }
+}
+
+}  // namespace kernels
+
+Tensor flip_translate(const Tensor& batch, bool flip, int dy, int dx) {
+  check_rank(batch, 4, "flip_translate (a float32 (N, C, H, W) batch)");
+  const int64_t h = batch.size(2), w = batch.size(3);
+  MINIDL_CHECK(std::abs(dy) < h && std::abs(dx) < w, "flip_translate: a shift of (", dy, ", ", dx,
+               ") needs |dy| < H = ", h, " and |dx| < W = ", w, " for reflect padding");
+  Tensor out = Tensor::empty_like(batch);
+  const int64_t planes = batch.size(0) * batch.size(1);
+  if (batch.is_cuda()) {
+#ifdef MINIDL_WITH_CUDA
+    kernels::flip_translate_cuda(batch.data<float>(), out.data<float>(), planes,
+                                 static_cast<int>(h), static_cast<int>(w), flip, dy, dx);
+#endif
+  } else {
+    kernels::flip_translate_cpu(batch.data<float>(), out.data<float>(), planes,
+                                static_cast<int>(h), static_cast<int>(w), flip, dy, dx);
+  }
+  return out;
+}
+
+Tensor hflip(const Tensor& batch) { return flip_translate(batch, true, 0, 0); }
+
+}  // namespace minidl

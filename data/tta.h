@@ -1,0 +1,37 @@
+// Views of a normalized image batch for test-time augmentation: the horizontal mirror and small
+// translations with reflect padding (airbench's TTA: flip, and shifts by one pixel). Evaluation
+// only: the ops are not recorded by autograd.
+#pragma once
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace minidl {
+
+// out[n, c, y, x] = in[n, c, y, W - 1 - x] for a float32 (N, C, H, W) batch on either device.
+Tensor hflip(const Tensor& batch);
+
+// The batch mirrored first (when `flip`), then its content moved down by dy and right by dx
+// pixels (negative: up / left), the uncovered border filled by reflection (torch 'reflect'):
+//   out[n, c, y, x] = m[n, c, reflect(y - dy), reflect(x - dx)], m = flip ? hflip(in) : in.
+// Needs |dy| < H and |dx| < W.
+Tensor flip_translate(const Tensor& batch, bool flip, int dy, int dx);
+
+namespace kernels {
+void flip_translate_cpu(const float* in, float* out, int64_t planes, int h, int w, bool flip,
+                        int dy, int dx);
+#ifdef MINIDL_WITH_CUDA
+void flip_translate_cuda(const float* in, float* out, int64_t planes, int h, int w, bool flip,
+                         int dy, int dx);
+#endif
+
+// Reflection of an index that fell at most n - 1 places outside [0, n).
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline int reflect_index(int i, int n) {
+  return i < 0 ? -i : (i >= n ? 2 * (n - 1) - i : i);
+}
+}  // namespace kernels
+
+}  // namespace minidl

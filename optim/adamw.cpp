@@ -1,0 +1,85 @@
+#include "optim/adamw.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "layers/registry.h"
+#include "optim/update_kernels.h"
+
+namespace minidl {
+
+namespace kernels {
+
+void adamw_step_cpu(const AdamwTensor& t, const AdamwHyper& h) {
+#pragma omp parallel for schedule(static) if (t.n > 65536)
+  for (int64_t i = 0; i < t.n; ++i) adamw_update(t, h, i);
+}
+
+}  // namespace kernels
+
+AdamwOptions AdamwOptions::read(LayerArgs& args) {
+  AdamwOptions o;
+  o.lr = args.get_float("lr", o.lr);
+  if (args.has("betas")) {
+    const nlohmann::json& b = args.get_json("betas");
+    MINIDL_CHECK(b.is_array() && b.size() == 2 && b[0].is_number() && b[1].is_number(),
+                 args.key_path("betas"), ": expected two numbers [beta1, beta2], got ", b.dump());
+    o.beta1 = b[0].get<double>();
+    o.beta2 = b[1].get<double>();
+  }
+  o.eps = args.get_float("eps", o.eps);
+  o.weight_decay = args.get_float("weight_decay", o.weight_decay);
+  o.groups = read_param_groups(args);
+  MINIDL_CHECK(o.lr >= 0, args.key_path("lr"), ": expected >= 0, got ", o.lr);
+  MINIDL_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, args.key_path("betas"),
+               ": expected each in [0, 1), got [", o.beta1, ", ", o.beta2, "]");
+  MINIDL_CHECK(o.eps > 0, args.key_path("eps"), ": expected > 0, got ", o.eps);
+  MINIDL_CHECK(o.weight_decay >= 0, args.key_path("weight_decay"), ": expected >= 0, got ",
+               o.weight_decay);
+  return o;
+}
+
+AdamW::AdamW(std::vector<NamedParam> params, AdamwOptions options, const std::string& path)
+    : GroupedOptimizer("AdamW", std::move(params), options.groups, options.weight_decay,
+                       {"exp_avg", "exp_avg_sq"}, path),
+      options_(std::move(options)) {}
+
+void AdamW::step(double lr) {
+  const std::vector<size_t> active = params_with_grad();
+  if (active.empty()) return;
+  const Device device = params_device();
+  const kernels::AdamwHyper hyper{static_cast<float>(1 - options_.beta1),
+                                  static_cast<float>(options_.beta2),
+                                  static_cast<float>(1 - options_.beta2),
+                                  static_cast<float>(options_.eps)};
+  std::vector<kernels::AdamwTensor> tensors;
+  for (size_t i : active) {
+    Entry& e = entries_[i];
+    const Tensor& p = params_[i].tensor;
+    const double step = static_cast<double>(++e.steps);
+    const double group_lr = lr * e.lr_scale;
+    tensors.push_back({p.data<float>(), p.grad().data<float>(), e.slots[0].data<float>(),
+                       e.slots[1].data<float>(), p.numel(),
+                       static_cast<float>(1 - group_lr * e.weight_decay),
+                       static_cast<float>(group_lr / (1 - std::pow(options_.beta1, step))),
+                       static_cast<float>(std::sqrt(1 - std::pow(options_.beta2, step)))});
+  }
+  if (device.is_cuda()) {
+#ifdef MINIDL_WITH_CUDA
+    kernels::adamw_step_cuda(tensors, hyper);
+#endif
+  } else {
+    for (const kernels::AdamwTensor& t : tensors) kernels::adamw_step_cpu(t, hyper);
+  }
+}
+
+nlohmann::json AdamW::to_json() const {
+  return {{"type", "AdamW"},
+          {"lr", options_.lr},
+          {"betas", {options_.beta1, options_.beta2}},
+          {"eps", options_.eps},
+          {"weight_decay", options_.weight_decay},
+          {"groups", groups_json()}};
+}
+
+}  // namespace minidl

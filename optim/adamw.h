@@ -1,0 +1,35 @@
+// torch.optim.AdamW: Adam with bias correction and decoupled weight decay (p *= 1 - lr * wd),
+// plus parameter groups (optim/param_groups.h). Config:
+//   {"type": "AdamW", "lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01,
+//    "groups": [...]}
+#pragma once
+#include <string>
+#include <vector>
+
+#include "optim/grouped_optimizer.h"
+
+namespace minidl {
+
+struct AdamwOptions {
+  double lr = 1e-3;  // PyTorch's defaults
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 1e-2;
+  std::vector<ParamGroup> groups;
+
+  static AdamwOptions read(LayerArgs& args);
+};
+
+class AdamW : public GroupedOptimizer {
+ public:
+  AdamW(std::vector<NamedParam> params, AdamwOptions options, const std::string& path = "optimizer");
+  void step(double lr) override;
+  double base_lr() const override { return options_.lr; }
+  nlohmann::json to_json() const override;
+
+ private:
+  AdamwOptions options_;
+};
+
+}  // namespace minidl

@@ -1,0 +1,135 @@
+#include "optim/grouped_optimizer.h"
+
+#include <map>
+#include <set>
+
+#include "core/error.h"
+
+namespace minidl {
+
+GroupedOptimizer::GroupedOptimizer(std::string type, std::vector<NamedParam> params,
+                                   std::vector<ParamGroup> groups, double weight_decay,
+                                   std::vector<std::string> slot_names, const std::string& path)
+    : type_(std::move(type)), groups_(std::move(groups)), slot_names_(std::move(slot_names)) {
+  params_ = std::move(params);
+  std::set<std::string> names;
+  std::vector<bool> group_used(groups_.size(), false);
+  for (const NamedParam& p : params_) {
+    MINIDL_CHECK(p.tensor.defined() && p.tensor.dtype() == DType::Float32, type_, ": parameter '",
+                 p.name, "' must be a float32 tensor");
+    MINIDL_CHECK(names.insert(p.name).second, type_, ": parameter name '", p.name,
+                 "' appears twice");
+    Entry e;
+    const int g = find_param_group(groups_, p);
+    if (g >= 0) {
+      group_used[g] = true;
+      e.lr_scale = groups_[g].lr_scale;
+      e.weight_decay = groups_[g].weight_decay.value_or(weight_decay);
+    } else {
+      e.weight_decay = weight_decay;
+    }
+    for (size_t s = 0; s < slot_names_.size(); ++s)
+      e.slots.push_back(Tensor::zeros(p.tensor.shape(), DType::Float32, p.tensor.device()));
+    entries_.push_back(std::move(e));
+  }
+  for (size_t g = 0; g < groups_.size(); ++g)
+    MINIDL_CHECK(group_used[g], path, ".groups[", g, "] ", groups_[g].to_json().dump(),
+                 " matches no parameter (or only parameters an earlier group took)");
+}
+
+std::vector<size_t> GroupedOptimizer::params_with_grad() const {
+  std::vector<size_t> out;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i].tensor;
+    const Tensor g = p.grad();
+    if (!g.defined()) continue;
+    MINIDL_CHECK(g.dtype() == DType::Float32 && g.shape() == p.shape() && g.device() == p.device(),
+                 type_, ": the gradient of '", params_[i].name, "' is ", g.str(),
+                 ", expected the parameter's shape and device ", p.str());
+    out.push_back(i);
+  }
+  return out;
+}
+
+Device GroupedOptimizer::params_device() const {
+  MINIDL_CHECK(!params_.empty(), type_, ": no parameters");
+  const Device d = params_[0].tensor.device();
+  for (const NamedParam& p : params_)
+    MINIDL_CHECK(p.tensor.device() == d, type_, ": parameters are on several devices ('",
+                 params_[0].name, "' on ", d.str(), ", '", p.name, "' on ", p.tensor.device().str(), ")");
+  return d;
+}
+
+nlohmann::json GroupedOptimizer::groups_json() const {
+  nlohmann::json list = nlohmann::json::array();
+  for (const ParamGroup& g : groups_) list.push_back(g.to_json());
+  return list;
+}
+
+std::vector<std::pair<std::string, Tensor>> GroupedOptimizer::state_tensors() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (size_t s = 0; s < slot_names_.size(); ++s)
+    for (size_t i = 0; i < params_.size(); ++i)
+      out.emplace_back(slot_names_[s] + "." + params_[i].name, entries_[i].slots[s]);
+  return out;
+}
+
+nlohmann::json GroupedOptimizer::state_scalars() const {
+  nlohmann::json steps = nlohmann::json::object();
+  for (size_t i = 0; i < params_.size(); ++i) steps[params_[i].name] = entries_[i].steps;
+  return {{"type", type_}, {"steps", steps}};
+}
+
+void GroupedOptimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                                  const nlohmann::json& scalars) {
+  MINIDL_CHECK(scalars.is_object() && scalars.value("type", "") == type_, type_,
+               ": the saved optimizer state is not ", type_, " state: ", scalars.dump());
+  const nlohmann::json& steps = scalars.at("steps");
+  MINIDL_CHECK(steps.is_object() && steps.size() == params_.size(), type_, ": the saved state has ",
+               steps.size(), " parameters, this optimizer has ", params_.size());
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < params_.size(); ++i) index[params_[i].name] = i;
+  std::vector<int64_t> new_steps(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto it = steps.find(params_[i].name);
+    MINIDL_CHECK(it != steps.end() && it->is_number_integer() && it->get<int64_t>() >= 0, type_,
+                 ": the saved state has no step count for parameter '", params_[i].name, "'");
+    new_steps[i] = it->get<int64_t>();
+  }
+  MINIDL_CHECK(tensors.size() == slot_names_.size() * params_.size(), type_, ": the saved state has ",
+               tensors.size(), " tensors, expected ", slot_names_.size() * params_.size());
+  // Check everything before changing anything, so a bad checkpoint leaves the state untouched.
+  std::vector<std::vector<const Tensor*>> found(params_.size(),
+                                                std::vector<const Tensor*>(slot_names_.size()));
+  for (const auto& [name, t] : tensors) {
+    size_t slot = slot_names_.size();
+    for (size_t s = 0; s < slot_names_.size(); ++s)
+      if (name.rfind(slot_names_[s] + ".", 0) == 0) slot = s;
+    MINIDL_CHECK(slot < slot_names_.size(), type_, ": unexpected state tensor '", name, "'");
+    auto it = index.find(name.substr(slot_names_[slot].size() + 1));
+    MINIDL_CHECK(it != index.end(), type_, ": state tensor '", name, "' names no parameter");
+    const Tensor& p = params_[it->second].tensor;
+    MINIDL_CHECK(t.defined() && t.dtype() == DType::Float32 && t.shape() == p.shape(), type_,
+                 ": state tensor '", name, "' is ", t.defined() ? t.str() : std::string("undefined"),
+                 ", expected shape ", shape_str(p.shape()));
+    MINIDL_CHECK(found[it->second][slot] == nullptr, type_, ": state tensor '", name, "' appears twice");
+    found[it->second][slot] = &t;
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    for (size_t s = 0; s < slot_names_.size(); ++s) entries_[i].slots[s].copy_(*found[i][s]);
+    entries_[i].steps = new_steps[i];
+  }
+}
+
+void GroupedOptimizer::to(Device device) {
+  for (const NamedParam& p : params_)
+    MINIDL_CHECK(p.tensor.device() == device, type_, ": to(", device.str(), ") but parameter '", p.name,
+                 "' is on ", p.tensor.device().str(),
+                 " (the optimizer updates the tensors it was built with: move the model first, "
+                 "then build the optimizer)");
+  for (Entry& e : entries_)
+    for (Tensor& s : e.slots) s = s.to(device);
+}
+
+}  // namespace minidl
+

@@ -1,0 +1,48 @@
+// What SGD and AdamW share: each parameter's group settings (lr scale, weight decay), its step
+// count, and its state tensors ("slots": momentum_buffer; exp_avg, exp_avg_sq), allocated at
+// construction on the parameters' device. State is saved under "<slot>.<parameter name>", the
+// step counts as scalars, and restored exactly.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "optim/optimizer.h"
+#include "optim/param_groups.h"
+
+namespace minidl {
+
+class GroupedOptimizer : public Optimizer {
+ public:
+  std::vector<std::pair<std::string, Tensor>> state_tensors() const override;
+  nlohmann::json state_scalars() const override;
+  void load_state(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                  const nlohmann::json& scalars) override;
+  void to(Device device) override;
+
+ protected:
+  struct Entry {
+    double lr_scale = 1.0;
+    double weight_decay = 0.0;
+    int64_t steps = 0;          // updates this parameter has had
+    std::vector<Tensor> slots;  // one per slot name, zeros at first
+  };
+
+  // `path` is the config path, for errors (e.g. a group that matches no parameter).
+  GroupedOptimizer(std::string type, std::vector<NamedParam> params, std::vector<ParamGroup> groups,
+                   double weight_decay, std::vector<std::string> slot_names, const std::string& path);
+
+  // Indices of the parameters that have a gradient now, after checking it fits the parameter.
+  std::vector<size_t> params_with_grad() const;
+  // The device all parameters live on (errors when they are spread over devices).
+  Device params_device() const;
+  nlohmann::json groups_json() const;
+
+  std::string type_;
+  std::vector<ParamGroup> groups_;
+  std::vector<Entry> entries_;  // parallel to params_
+  std::vector<std::string> slot_names_;
+};
+
+}  // namespace minidl

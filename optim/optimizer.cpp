@@ -1,0 +1,38 @@
+#include "optim/optimizer.h"
+
+#include "core/error.h"
+#include "layers/registry.h"
+#include "optim/adamw.h"
+#include "optim/sgd.h"
+
+namespace minidl {
+
+void Optimizer::zero_grad() {
+  for (NamedParam& p : params_) {
+    Tensor g = p.tensor.grad();
+    if (g.defined()) g.zero_();
+  }
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const nlohmann::json& config, std::vector<NamedParam> params,
+                                          const std::string& path) {
+  MINIDL_CHECK(config.is_object(), path, ": expected an object with \"type\" (\"SGD\" or \"AdamW\"), got ",
+               config.dump());
+  LayerArgs args(config, path);
+  const std::string type = args.get_string("type", "");
+  std::unique_ptr<Optimizer> opt;
+  if (type == "SGD") {
+    SgdOptions o = SgdOptions::read(args);
+    args.finish();
+    opt = std::make_unique<SGD>(std::move(params), std::move(o), path);
+  } else if (type == "AdamW") {
+    AdamwOptions o = AdamwOptions::read(args);
+    args.finish();
+    opt = std::make_unique<AdamW>(std::move(params), std::move(o), path);
+  } else {
+    fail(str(args.key_path("type"), ": unknown optimizer \"", type, "\" (expected \"SGD\" or \"AdamW\")"));
+  }
+  return opt;
+}
+
+}  // namespace minidl

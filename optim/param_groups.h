@@ -1,0 +1,46 @@
+// Parameter groups: settings that differ from the optimizer's own for some parameters, as in
+// PyTorch's param_groups, but chosen by rule from the config instead of by hand:
+//   "groups": [{"module_type": "BatchNorm2d", "match": "bias", "lr_scale": 64, "weight_decay": 0},
+//              {"match": "*.body.*", "lr_scale": 0.5}]
+// A parameter takes the FIRST group that matches it, else the optimizer's own settings.
+// A group matches when all of its given selectors do:
+//   "match": a pattern on the parameter name. Without wildcards it names a dotted suffix
+//            ("bias" matches "bias", "0.bias" and "2.1.bias", not "0.unbias"); with '*' (any run of
+//            characters, dots included) or '?' (one character) it must match the whole name.
+//   "module_type": the type of the module that owns the parameter ("BatchNorm2d").
+// Overrides: "lr_scale" (multiplies the lr, default 1), "weight_decay" (default: the optimizer's).
+// A group needs a selector, and a group that matches no parameter is an error (a typo in a
+// module type would otherwise silently change nothing).
+#pragma once
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "optim/optimizer.h"
+
+namespace minidl {
+
+class LayerArgs;
+
+struct ParamGroup {
+  std::string match;        // empty: any name
+  std::string module_type;  // empty: any module
+  double lr_scale = 1.0;
+  std::optional<double> weight_decay;
+
+  bool matches(const NamedParam& p) const;
+  static ParamGroup from_json(const nlohmann::json& j, const std::string& path);
+  nlohmann::json to_json() const;
+};
+
+// '*' and '?' glob over the whole name; a pattern without them matches a dotted suffix.
+bool param_name_matches(const std::string& pattern, const std::string& name);
+
+// Reads the optional "groups" list of an optimizer config.
+std::vector<ParamGroup> read_param_groups(LayerArgs& args);
+
+// Index of the first group matching p, or -1 for the optimizer's own settings.
+int find_param_group(const std::vector<ParamGroup>& groups, const NamedParam& p);
+
+}  // namespace minidl

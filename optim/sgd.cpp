@@ -1,0 +1,74 @@
+#include "optim/sgd.h"
+
+#include "core/error.h"
+#include "layers/registry.h"
+#include "optim/update_kernels.h"
+
+namespace minidl {
+
+namespace kernels {
+
+void sgd_step_cpu(const SgdTensor& t, const SgdHyper& h) {
+#pragma omp parallel for schedule(static) if (t.n > 65536)
+  for (int64_t i = 0; i < t.n; ++i) sgd_update(t, h, i);
+}
+
+}  // namespace kernels
+
+SgdOptions SgdOptions::read(LayerArgs& args) {
+  SgdOptions o;
+  o.lr = args.get_float("lr", o.lr);
+  o.momentum = args.get_float("momentum", o.momentum);
+  o.nesterov = args.get_bool("nesterov", o.nesterov);
+  o.weight_decay = args.get_float("weight_decay", o.weight_decay);
+  o.groups = read_param_groups(args);
+  MINIDL_CHECK(o.lr >= 0, args.key_path("lr"), ": expected >= 0, got ", o.lr);
+  MINIDL_CHECK(o.momentum >= 0 && o.momentum < 1, args.key_path("momentum"),
+               ": expected 0 <= momentum < 1, got ", o.momentum);
+  MINIDL_CHECK(!o.nesterov || o.momentum > 0, args.key_path("nesterov"),
+               ": Nesterov momentum needs momentum > 0");
+  MINIDL_CHECK(o.weight_decay >= 0, args.key_path("weight_decay"), ": expected >= 0, got ",
+               o.weight_decay);
+  return o;
+}
+
+SGD::SGD(std::vector<NamedParam> params, SgdOptions options, const std::string& path)
+    : GroupedOptimizer("SGD", std::move(params), options.groups, options.weight_decay,
+                       options.momentum != 0 ? std::vector<std::string>{"momentum_buffer"}
+                                             : std::vector<std::string>{},
+                       path),
+      options_(std::move(options)) {}
+
+void SGD::step(double lr) {
+  const std::vector<size_t> active = params_with_grad();
+  if (active.empty()) return;
+  const Device device = params_device();
+  const kernels::SgdHyper hyper{static_cast<float>(options_.momentum), options_.nesterov ? 1 : 0};
+  std::vector<kernels::SgdTensor> tensors;
+  for (size_t i : active) {
+    Entry& e = entries_[i];
+    const Tensor& p = params_[i].tensor;
+    tensors.push_back({p.data<float>(), p.grad().data<float>(),
+                       e.slots.empty() ? nullptr : e.slots[0].data<float>(), p.numel(),
+                       static_cast<float>(lr * e.lr_scale), static_cast<float>(e.weight_decay)});
+    ++e.steps;
+  }
+  if (device.is_cuda()) {
+#ifdef MINIDL_WITH_CUDA
+    kernels::sgd_step_cuda(tensors, hyper);
+#endif
+  } else {
+    for (const kernels::SgdTensor& t : tensors) kernels::sgd_step_cpu(t, hyper);
+  }
+}
+
+nlohmann::json SGD::to_json() const {
+  return {{"type", "SGD"},
+          {"lr", options_.lr},
+          {"momentum", options_.momentum},
+          {"nesterov", options_.nesterov},
+          {"weight_decay", options_.weight_decay},
+          {"groups", groups_json()}};
+}
+
+}  // namespace minidl

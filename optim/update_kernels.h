@@ -1,0 +1,101 @@
+// The per-element updates of SGD and AdamW, shared verbatim by the CPU loops and the CUDA
+// kernels, so both devices give the same bits. Each float op is pinned down: products that feed
+// a sum are written as fmaf, and division and square root go through correctly rounded
+// intrinsics on the GPU (nvcc runs with -fmad=true, which would otherwise be free to fuse a*b+c
+// differently from the CPU build's -ffp-contract=off). Host code computes the per-tensor scalars
+// (lr, bias corrections) in double and rounds them to float once, as PyTorch does.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "core/philox.h"  // MINIDL_HD
+
+namespace minidl::kernels {
+
+MINIDL_HD float div_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
+MINIDL_HD float sqrt_rn(float a) {
+#if defined(__CUDA_ARCH__)
+  return __fsqrt_rn(a);
+#else
+  return std::sqrt(a);
+#endif
+}
+
+// One parameter tensor of an SGD step.
+struct SgdTensor {
+  float* param;
+  const float* grad;
+  float* momentum_buffer;  // null when momentum is 0
+  int64_t n;
+  float lr;            // the group's lr for this step
+  float weight_decay;
+};
+
+struct SgdHyper {
+  float momentum;
+  int nesterov;
+};
+
+// torch.optim.SGD (dampening 0): g += wd * p; buf = m * buf + g; g = nesterov ? g + m * buf : buf;
+// p -= lr * g. The buffer starts at zero, so the first step gives buf = g exactly (PyTorch's clone).
+MINIDL_HD void sgd_update(const SgdTensor& t, const SgdHyper& h, int64_t i) {
+  const float p = t.param[i];
+  float g = t.grad[i];
+  if (t.weight_decay != 0.f) g = fmaf(t.weight_decay, p, g);
+  if (t.momentum_buffer) {
+    const float buf = fmaf(h.momentum, t.momentum_buffer[i], g);
+    t.momentum_buffer[i] = buf;
+    g = h.nesterov ? fmaf(h.momentum, buf, g) : buf;
+  }
+  t.param[i] = fmaf(-t.lr, g, p);
+}
+
+// One parameter tensor of an AdamW step; the scalars hold this parameter's step count.
+struct AdamwTensor {
+  float* param;
+  const float* grad;
+  float* exp_avg;
+  float* exp_avg_sq;
+  int64_t n;
+  float decay;                  // 1 - lr * weight_decay
+  float step_size;              // lr / (1 - beta1^step)
+  float bias_correction2_sqrt;  // sqrt(1 - beta2^step)
+};
+
+struct AdamwHyper {
+  float one_minus_beta1;
+  float beta2;
+  float one_minus_beta2;
+  float eps;
+};
+
+// torch.optim.AdamW: p *= 1 - lr * wd; m = lerp(m, g, 1 - beta1); v = beta2 * v + (1 - beta2) * g^2;
+// p -= step_size * m / (sqrt(v) / sqrt(1 - beta2^step) + eps).
+MINIDL_HD void adamw_update(const AdamwTensor& t, const AdamwHyper& h, int64_t i) {
+  const float g = t.grad[i];
+  const float p = t.param[i] * t.decay;
+  const float m = fmaf(h.one_minus_beta1, g - t.exp_avg[i], t.exp_avg[i]);
+  const float v = fmaf(h.one_minus_beta2, g * g, t.exp_avg_sq[i] * h.beta2);
+  t.exp_avg[i] = m;
+  t.exp_avg_sq[i] = v;
+  const float denom = div_rn(sqrt_rn(v), t.bias_correction2_sqrt) + h.eps;
+  t.param[i] = fmaf(-t.step_size, div_rn(m, denom), p);
+}
+
+void sgd_step_cpu(const SgdTensor& t, const SgdHyper& h);
+void adamw_step_cpu(const AdamwTensor& t, const AdamwHyper& h);
+#ifdef MINIDL_WITH_CUDA
+// Every tensor in as few launches as the kernel-argument limit allows (a multi-tensor apply).
+void sgd_step_cuda(const std::vector<SgdTensor>& tensors, const SgdHyper& h);
+void adamw_step_cuda(const std::vector<AdamwTensor>& tensors, const AdamwHyper& h);
+#endif
+
+}  // namespace minidl::kernels

@@ -1,0 +1,341 @@
+// Augmentation and test-time views: crop (reflect and zero padding), flip and cutout against a
+// straightforward reference written here (explicit padded canvas, crop, mirror, normalize in
+// float64, cut out); the draws' ranges and balance; same seed and epoch -> same batch, another
+// epoch or seed -> another; alternating flips; hflip / flip_translate; GPU bit-identical to CPU.
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "core/error.h"
+#include "data/augment_kernel.h"
+#include "data/loader.h"
+#include "data/options.h"
+#include "data/tta.h"
+#include "test_util.h"
+
+using namespace minidl;
+
+namespace {
+
+// N random images (from the test stream) with label = index mod 10.
+Dataset random_dataset(int64_t n, uint64_t seed) {
+  Dataset d;
+  std::vector<uint8_t> px(static_cast<size_t>(n * kCifarImageBytes));
+  for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>(philox(seed, kStreamTest, i).v[0] >> 24);
+  std::vector<int32_t> labels(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) labels[i] = static_cast<int32_t>(i % 10);
+  d.images = Tensor::from_vector(px, {n, 3, 32, 32});
+  d.labels = Tensor::from_vector(labels, {n});
+  return d;
+}
+
+// The padded row/column order of torch's pad(mode='reflect'): x[p] .. x[1], x[0] .. x[31],
+// x[30] .. x[31 - p]; zero padding marks the border with -1.
+std::vector<int> padded_axis(int p, bool reflect) {
+  std::vector<int> idx;
+  for (int k = p; k >= 1; --k) idx.push_back(reflect ? k : -1);
+  for (int k = 0; k < 32; ++k) idx.push_back(k);
+  for (int k = 1; k <= p; ++k) idx.push_back(reflect ? 31 - k : -1);
+  return idx;
+}
+
+// Reference: pad -> crop at (dy, dx) -> mirror -> (v / 255 - mean) / std in float64 -> cutout.
+std::vector<double> reference_image(const uint8_t* img, const kernels::ImageDraw& d,
+                                    const AugmentOptions& a, const Normalization& norm) {
+  const int p = a.crop_padding;
+  const std::vector<int> axis = padded_axis(p, a.padding_mode == "reflect");
+  std::vector<double> out(static_cast<size_t>(kCifarImageBytes));
+  for (int c = 0; c < 3; ++c)
+    for (int y = 0; y < 32; ++y)
+      for (int x = 0; x < 32; ++x) {
+        const int cropped_x = d.flip ? 31 - x : x;
+        const int sy = axis[y + d.dy], sx = axis[cropped_x + d.dx];
+        const double v = (sy < 0 || sx < 0) ? 0.0 : img[(c * 32 + sy) * 32 + sx];
+        out[(c * 32 + y) * 32 + x] = (v / 255.0 - norm.mean[c]) / norm.std[c];
+      }
+  if (a.cutout > 0)
+    for (int y = d.cy - a.cutout / 2; y < d.cy - a.cutout / 2 + a.cutout; ++y)
+      for (int x = d.cx - a.cutout / 2; x < d.cx - a.cutout / 2 + a.cutout; ++x)
+        if (y >= 0 && y < 32 && x >= 0 && x < 32)
+          for (int c = 0; c < 3; ++c) out[(c * 32 + y) * 32 + x] = 0.0;
+  return out;
+}
+
+std::vector<float> batch_floats(const Batch& b) { return b.images.to_vector(); }
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("augmented batches match the reference for every padding, flip and cutout", "[data][augment]") {
+  const Dataset data = random_dataset(40, 11);
+  const Normalization norm;
+  // Indices out of order and repeated: an image's draw depends on its dataset index only.
+  const std::vector<int32_t> indices = {7, 3, 39, 0, 7, 21, 22, 5, 38, 12, 1, 30};
+  const int64_t b = static_cast<int64_t>(indices.size());
+  for (int p : {0, 1, 4})
+    for (const char* mode : {"reflect", "zero"})
+      for (int cutout : {0, 8, 5})
+        for (bool flip : {false, true}) {
+          AugmentOptions a;
+          a.crop_padding = p;
+          a.padding_mode = mode;
+          a.cutout = cutout;
+          a.flip = flip;
+          const kernels::AugmentParams params = augment_params(norm, &a, 5, 3);
+          std::vector<float> out(static_cast<size_t>(b * kCifarImageBytes));
+          std::vector<int32_t> labels(static_cast<size_t>(b));
+          kernels::augment_batch_cpu(data.images.data<uint8_t>(), data.labels.data<int32_t>(),
+                                     indices.data(), b, params, out.data(), labels.data());
+          for (int64_t k = 0; k < b; ++k) {
+            const kernels::ImageDraw d = kernels::draw_image_augment(params, indices[k]);
+            if (!flip) REQUIRE(d.flip == 0);
+            const std::vector<double> want = reference_image(
+                data.images.data<uint8_t>() + indices[k] * kCifarImageBytes, d, a, norm);
+            const std::vector<float> got(out.begin() + k * kCifarImageBytes,
+                                         out.begin() + (k + 1) * kCifarImageBytes);
+            test::require_close(got, want, 1e-6, 1e-6,
+                                str("p=", p, " ", mode, " cutout=", cutout, " flip=", flip, " image ", indices[k]));
+            REQUIRE(labels[k] == indices[k] % 10);
+          }
+        }
+}
+
+TEST_CASE("augment_pixel on hand-made draws: reflect vs zero padding, mirror, cutout", "[data][augment]") {
+  std::vector<uint8_t> img(kCifarImageBytes);
+  for (int64_t k = 0; k < kCifarImageBytes; ++k) img[k] = static_cast<uint8_t>(k % 251);
+  AugmentOptions a;
+  a.crop_padding = 2;
+  Normalization unit;
+  unit.mean = {0, 0, 0};
+  unit.std = {1.0 / 255, 1.0 / 255, 1.0 / 255};  // scale 1, shift 0: the output is the pixel
+  kernels::AugmentParams reflect = augment_params(unit, &a, 0, 0);
+  a.padding_mode = "zero";
+  kernels::AugmentParams zero = augment_params(unit, &a, 0, 0);
+  auto at = [&](int c, int y, int x) { return static_cast<float>(img[(c * 32 + y) * 32 + x]); };
+
+  kernels::ImageDraw d{};  // dy = dx = 0: the image moves 2 down and 2 right
+  REQUIRE(kernels::augment_pixel(img.data(), d, reflect, 1, 0, 0) == at(1, 2, 2));
+  REQUIRE(kernels::augment_pixel(img.data(), d, reflect, 1, 1, 3) == at(1, 1, 1));
+  REQUIRE(kernels::augment_pixel(img.data(), d, reflect, 2, 5, 7) == at(2, 3, 5));
+  REQUIRE(kernels::augment_pixel(img.data(), d, zero, 1, 0, 0) == 0.f);
+  REQUIRE(kernels::augment_pixel(img.data(), d, zero, 1, 1, 3) == 0.f);
+  REQUIRE(kernels::augment_pixel(img.data(), d, zero, 2, 5, 7) == at(2, 3, 5));
+  d.dy = d.dx = 4;  // moved 2 up and 2 left: the bottom-right border reflects
+  REQUIRE(kernels::augment_pixel(img.data(), d, reflect, 0, 31, 31) == at(0, 29, 29));
+  REQUIRE(kernels::augment_pixel(img.data(), d, reflect, 0, 30, 0) == at(0, 30, 2));
+  REQUIRE(kernels::augment_pixel(img.data(), d, zero, 0, 30, 0) == 0.f);
+  d.dy = d.dx = 2;  // centered, mirrored
+  d.flip = 1;
+  REQUIRE(kernels::augment_pixel(img.data(), d, reflect, 0, 4, 0) == at(0, 4, 31));
+  REQUIRE(kernels::augment_pixel(img.data(), d, reflect, 0, 4, 30) == at(0, 4, 1));
+  reflect.cutout = 8;
+  d.cy = 0;
+  d.cx = 30;  // rows -4..3 and columns 26..33, clipped
+  REQUIRE(kernels::augment_pixel(img.data(), d, reflect, 2, 0, 31) == 0.f);
+  REQUIRE(kernels::augment_pixel(img.data(), d, reflect, 2, 3, 26) == 0.f);
+  REQUIRE(kernels::augment_pixel(img.data(), d, reflect, 2, 4, 26) == at(2, 4, 5));
+  REQUIRE(kernels::augment_pixel(img.data(), d, reflect, 2, 3, 25) == at(2, 3, 6));
+}
+
+TEST_CASE("augmentation draws cover their ranges evenly", "[data][augment]") {
+  AugmentOptions a;
+  a.crop_padding = 4;
+  a.flip = true;
+  a.cutout = 8;
+  const kernels::AugmentParams p = augment_params(Normalization(), &a, 1, 2);
+  const int n = 18000;
+  std::vector<int> dy(9), dx(9), cy(32), cx(32);
+  int flips = 0;
+  for (int i = 0; i < n; ++i) {
+    const kernels::ImageDraw d = kernels::draw_image_augment(p, i);
+    REQUIRE(d.dy >= 0);
+    REQUIRE(d.dy <= 8);
+    REQUIRE(d.dx >= 0);
+    REQUIRE(d.dx <= 8);
+    REQUIRE(d.cy >= 0);
+    REQUIRE(d.cy < 32);
+    REQUIRE(d.cx >= 0);
+    REQUIRE(d.cx < 32);
+    dy[d.dy]++;
+    dx[d.dx]++;
+    cy[d.cy]++;
+    cx[d.cx]++;
+    flips += d.flip;
+  }
+  // Counts within 5 standard deviations of n / k.
+  auto even = [&](const std::vector<int>& h) {
+    const double e = static_cast<double>(n) / h.size(), sd = std::sqrt(e);
+    for (int c : h) REQUIRE(std::fabs(c - e) < 5 * sd);
+  };
+  even(dy);
+  even(dx);
+  even(cy);
+  even(cx);
+  REQUIRE(std::fabs(flips - n / 2.0) < 5 * std::sqrt(n / 4.0));
+}
+
+TEST_CASE("alternating flips invert every other epoch", "[data][augment]") {
+  AugmentOptions a;
+  a.flip = true;
+  a.flip_mode = "alternating";
+  int flipped0 = 0;
+  for (int i = 0; i < 2000; ++i) {
+    const int f0 = kernels::draw_image_augment(augment_params(Normalization(), &a, 9, 0), i).flip;
+    const int f1 = kernels::draw_image_augment(augment_params(Normalization(), &a, 9, 1), i).flip;
+    const int f6 = kernels::draw_image_augment(augment_params(Normalization(), &a, 9, 6), i).flip;
+    REQUIRE(f1 == 1 - f0);
+    REQUIRE(f6 == f0);
+    flipped0 += f0;
+  }
+  REQUIRE(flipped0 > 850);
+  REQUIRE(flipped0 < 1150);
+}
+
+TEST_CASE("same seed and epoch give the same batch; another epoch or seed another", "[data][augment]") {
+  const Dataset data = random_dataset(64, 3);
+  DataOptions opts;
+  opts.augment.crop_padding = 4;
+  opts.augment.flip = true;
+  opts.augment.cutout = 8;
+  auto first_batch = [&](uint64_t seed, int64_t epoch) {
+    Loader loader(data, LoaderOptions::training(opts, 32, seed), Device::cpu());
+    loader.start_epoch(epoch);
+    Batch b;
+    REQUIRE(loader.next(b));
+    return batch_floats(b);
+  };
+  const std::vector<float> a = first_batch(1, 4);
+  REQUIRE(same_bits(a, first_batch(1, 4)));
+  REQUIRE(!same_bits(a, first_batch(1, 5)));
+  REQUIRE(!same_bits(a, first_batch(2, 4)));
+}
+
+TEST_CASE("data options: defaults, round trip and errors naming the key path", "[data][config]") {
+  const DataOptions defaults = DataOptions::from_json(nlohmann::json::object(), "data");
+  REQUIRE(defaults.augment.crop_padding == 0);
+  REQUIRE(!defaults.augment.flip);
+  REQUIRE(defaults.normalize.mean[0] == 0.4914);
+  const nlohmann::json j = nlohmann::json::parse(R"({"dir": "/x", "train_limit": 100,
+      "std": [0.25, 0.25, 0.25],
+      "augment": {"crop_padding": 4, "padding_mode": "zero", "flip": true, "flip_mode": "alternating", "cutout": 8}})");
+  const DataOptions o = DataOptions::from_json(j, "data");
+  REQUIRE(o.dir == "/x");
+  REQUIRE(o.train_limit == 100);
+  REQUIRE(o.normalize.std[2] == 0.25);
+  REQUIRE(o.augment.padding_mode == "zero");
+  REQUIRE(o.augment.flip_mode == "alternating");
+  REQUIRE(DataOptions::from_json(o.to_json(), "data").to_json() == o.to_json());
+
+  auto with = [](const char* text) { return DataOptions::from_json(nlohmann::json::parse(text), "data"); };
+  REQUIRE_THROWS_WITH(with(R"({"augment": {"cutuot": 8}})"), Catch::Contains("data.augment.cutuot"));
+  REQUIRE_THROWS_WITH(with(R"({"trian_limit": 8})"), Catch::Contains("data.trian_limit"));
+  REQUIRE_THROWS_WITH(with(R"({"augment": {"padding_mode": "edge"}})"),
+                      Catch::Contains("data.augment.padding_mode") && Catch::Contains("reflect"));
+  REQUIRE_THROWS_WITH(with(R"({"augment": {"crop_padding": 40}})"), Catch::Contains("data.augment.crop_padding"));
+  REQUIRE_THROWS_WITH(with(R"({"augment": {"flip": "yes"}})"), Catch::Contains("data.augment.flip"));
+  REQUIRE_THROWS_WITH(with(R"({"mean": [0.5, 0.5]})"), Catch::Contains("data.mean"));
+  REQUIRE_THROWS_WITH(with(R"({"std": [0.5, 0, 0.5]})"), Catch::Contains("data.std[1]"));
+}
+
+namespace {
+
+// Reference for flip_translate: m = flip ? mirror(in) : in, then out(y, x) = m(y - dy, x - dx)
+// read through an explicitly reflected index list.
+std::vector<float> reference_flip_translate(const std::vector<float>& in, int64_t planes, int h, int w,
+                                            bool flip, int dy, int dx) {
+  auto reflected = [](int i, int n) {
+    std::vector<int> axis;  // axis[i + n] for i in [-n, 2n)
+    for (int k = -n; k < 2 * n; ++k) axis.push_back(k < 0 ? -k : k >= n ? 2 * n - 2 - k : k);
+    return axis[i + n];
+  };
+  std::vector<float> out(in.size());
+  for (int64_t p = 0; p < planes; ++p)
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x) {
+        const int my = reflected(y - dy, h), mx = reflected(x - dx, w);
+        const int sx = flip ? w - 1 - mx : mx;
+        out[(p * h + y) * w + x] = in[(p * h + my) * w + sx];
+      }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("hflip and flip_translate match the reference on ragged shapes", "[data][tta]") {
+  const Tensor x = test::random_tensor({3, 5, 7, 9}, 21);
+  const std::vector<float> xv = x.to_vector();
+  std::vector<float> mirrored(xv.size());
+  for (int64_t p = 0; p < 15; ++p)
+    for (int y = 0; y < 7; ++y)
+      for (int c = 0; c < 9; ++c) mirrored[(p * 7 + y) * 9 + c] = xv[(p * 7 + y) * 9 + 8 - c];
+  REQUIRE(hflip(x).to_vector() == mirrored);
+  for (bool flip : {false, true})
+    for (auto [dy, dx] : {std::pair{0, 0}, {-1, -1}, {1, 1}, {2, -3}, {-6, 8}}) {
+      INFO("flip " << flip << " dy " << dy << " dx " << dx);
+      REQUIRE(flip_translate(x, flip, dy, dx).to_vector() ==
+              reference_flip_translate(xv, 15, 7, 9, flip, dy, dx));
+    }
+  // A one-pixel shift down moves row 0 to row 1 and reflects row 1 into row 0.
+  const std::vector<float> down = flip_translate(x, false, 1, 0).to_vector();
+  REQUIRE(down[9 + 4] == xv[4]);
+  REQUIRE(down[4] == xv[9 + 4]);
+  REQUIRE_THROWS_WITH(flip_translate(x, false, 7, 0), Catch::Contains("|dy| < H"));
+  REQUIRE_THROWS_WITH(hflip(Tensor::zeros({3, 4})), Catch::Contains("flip_translate"));
+}
+
+TEST_CASE("GPU batches are bit-identical to CPU batches", "[data][augment][cuda]") {
+  MINIDL_REQUIRE_CUDA();
+  const Dataset data = random_dataset(777, 17);  // odd size: a ragged tail for evaluation
+  for (const char* flip_mode : {"random", "alternating"})
+    for (const char* padding : {"reflect", "zero"}) {
+      DataOptions opts;
+      opts.augment.crop_padding = 4;
+      opts.augment.padding_mode = padding;
+      opts.augment.flip = true;
+      opts.augment.flip_mode = flip_mode;
+      opts.augment.cutout = 7;
+      for (bool train : {true, false}) {
+        const LoaderOptions lo =
+            train ? LoaderOptions::training(opts, 100, 42) : LoaderOptions::evaluation(opts, 100);
+        Loader cpu(data, lo, Device::cpu());
+        Loader gpu(data, lo, Device::cuda());
+        REQUIRE(cpu.batches_per_epoch() == gpu.batches_per_epoch());
+        for (int64_t epoch : {0, 1, 7}) {
+          cpu.start_epoch(epoch);
+          gpu.start_epoch(epoch);
+          Batch bc, bg;
+          int64_t batches = 0;
+          while (cpu.next(bc)) {
+            REQUIRE(gpu.next(bg));
+            INFO(flip_mode << " " << padding << (train ? " train" : " eval") << " epoch " << epoch
+                           << " batch " << batches);
+            REQUIRE(bg.images.is_cuda());
+            REQUIRE(bg.images.shape() == bc.images.shape());
+            REQUIRE(same_bits(batch_floats(bg), batch_floats(bc)));
+            REQUIRE(bg.labels.values<int32_t>() == bc.labels.values<int32_t>());
+            ++batches;
+          }
+          REQUIRE(!gpu.next(bg));
+          REQUIRE(batches == cpu.batches_per_epoch());
+        }
+      }
+    }
+}
+
+TEST_CASE("hflip and flip_translate on the GPU equal the CPU", "[data][tta][cuda]") {
+  MINIDL_REQUIRE_CUDA();
+  for (const Shape& shape : {Shape{3, 5, 7, 9}, Shape{513, 3, 32, 32}, Shape{1, 37, 1, 33}}) {
+    const Tensor x = test::random_tensor(shape, 5);
+    const Tensor xg = x.to(Device::cuda());
+    REQUIRE(hflip(xg).to_vector() == hflip(x).to_vector());
+    for (auto [dy, dx] : {std::pair{-1, -1}, {1, 1}, {0, 2}}) {
+      if (std::abs(dy) >= shape[2] || std::abs(dx) >= shape[3]) continue;
+      INFO(shape_str(shape) << " dy " << dy << " dx " << dx);
+      for (bool flip : {false, true})
+        REQUIRE(flip_translate(xg, flip, dy, dx).to_vector() == flip_translate(x, flip, dy, dx).to_vector());
+    }
+  }
+}
