@@ -16,6 +16,8 @@ using nlohmann::json;
 
 namespace {
 
+std::string test_root() { return (fs::temp_directory_path() / "minidl_test_runs").string(); }
+
 // A tiny net on 512 training images: 8 steps of 64 per epoch.
 std::string write_config(const std::string& dir, const std::string& extra_scale = "0.125") {
   fs::create_directories(dir);
@@ -68,7 +70,7 @@ std::string slurp(const std::string& path) {
 
 TEST_CASE("training: the loss falls and every record is written", "[training]") {
   MINIDL_REQUIRE_DATA();
-  const std::string root = "test_runs/falls";
+  const std::string root = test_root() + "/falls";
   fs::remove_all(root);
   REQUIRE(train_command(options_for(write_config(root), root + "/run")) == 0);
   auto steps = read_lines(root + "/run/steps.jsonl");
@@ -91,7 +93,7 @@ TEST_CASE("training: the loss falls and every record is written", "[training]") 
 
 TEST_CASE("training: two runs and a resumed run give the same bits", "[training][repro]") {
   MINIDL_REQUIRE_DATA();
-  const std::string root = "test_runs/repro";
+  const std::string root = test_root() + "/repro";
   fs::remove_all(root);
   const std::string config = write_config(root);
   REQUIRE(train_command(options_for(config, root + "/a")) == 0);
@@ -114,7 +116,7 @@ TEST_CASE("training: two runs and a resumed run give the same bits", "[training]
 
 TEST_CASE("training: a NaN loss stops the run with exit code 3", "[training]") {
   MINIDL_REQUIRE_DATA();
-  const std::string root = "test_runs/nan";
+  const std::string root = test_root() + "/nan";
   fs::remove_all(root);
   REQUIRE(train_command(options_for(write_config(root, "1e39"), root + "/run")) == 3);
   REQUIRE_FALSE(fs::exists(root + "/run/checkpoint.safetensors"));
@@ -123,7 +125,7 @@ TEST_CASE("training: a NaN loss stops the run with exit code 3", "[training]") {
 
 TEST_CASE("training: a corrupt checkpoint is refused, naming the file", "[training]") {
   MINIDL_REQUIRE_DATA();
-  const std::string root = "test_runs/corrupt";
+  const std::string root = test_root() + "/corrupt";
   fs::remove_all(root);
   TrainOptions o = options_for(write_config(root), root + "/run");
   o.max_steps = 8;
