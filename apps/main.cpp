@@ -44,14 +44,12 @@ int main(int argc, char** argv) {
   repro_cmd->add_option("--steps", repro.steps, "steps per run (0: the whole config)");
   repro_cmd->add_option("--output", repro.output_dir, "folder for the two runs");
 
-  std::vector<std::string> bench_args;
+  // bench and parity hand everything after their name to their own parsers.
   auto* bench_cmd = app.add_subcommand("bench", "benchmarks: train (images/s), norm (kernels), conv (GEMM rates)");
-  bench_cmd->add_option("what", bench_args, "train | norm | conv, then its options")->required()->expected(-1);
-  bench_cmd->allow_extras();
+  bench_cmd->footer("usage: minidl bench train|norm|conv [options]");
   bench_cmd->prefix_command();
 
   auto* parity_cmd = app.add_subcommand("parity", "run one layer or one training step for the PyTorch parity check");
-  parity_cmd->allow_extras();
   parity_cmd->prefix_command();
 
   try {
@@ -65,8 +63,11 @@ int main(int argc, char** argv) {
     if (*prof_cmd) return profile_command(prof);
     if (*repro_cmd) return repro_command(repro);
     if (*bench_cmd) {
-      std::vector<std::string> rest = bench_args;
-      for (const auto& r : bench_cmd->remaining()) rest.push_back(r);
+      std::vector<std::string> rest = bench_cmd->remaining();
+      if (rest.empty()) {
+        std::cerr << "minidl bench: which benchmark? train, norm or conv\n";
+        return 2;
+      }
       const std::string what = rest.front();
       rest.erase(rest.begin());
       if (what == "train") return bench_train_main(rest);
