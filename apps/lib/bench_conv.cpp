@@ -1,0 +1,248 @@
+#include "apps/lib/bench_conv.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <memory>
+
+#include "core/error.h"
+#include "core/settings.h"
+#include "core/tensor.h"
+#include "layers/conv2d_kernels.h"
+#ifdef MINIDL_WITH_CUDA
+#include "core/cuda/profiler_events.h"
+#endif
+
+namespace minidl {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Benchmark inputs: uniform in [-1, 1) from a xorshift generator (fast for 30M values; the values
+// only need to be non-trivial so no kernel gets an easy case like all zeros).
+std::vector<float> bench_values(int64_t n, uint32_t seed) {
+  std::vector<float> v(static_cast<size_t>(n));
+  uint32_t s = seed * 2654435761u + 1;
+  for (float& e : v) {
+    s ^= s << 13;
+    s ^= s >> 17;
+    s ^= s << 5;
+    e = static_cast<float>(s >> 8) * (2.0f / 16777216.0f) - 1.0f;
+  }
+  return v;
+}
+
+std::string shape_label(const Conv2dShape& s) {
+  return str(s.c, "->", s.o, " @", s.h, "x", s.w, " k", s.kh);
+}
+
+// --- CPU ------------------------------------------------------------------------------------
+
+// Peak float32 rate of `threads` cores: 12 independent chains of 256-bit FMAs per thread, enough
+// to keep two FMA pipes with a 4-cycle latency full, so the loop runs at the FMA issue rate.
+double fma_peak_gflops(int threads) {
+  const int64_t iters = 50'000'000;
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    float sink = 0;
+    const auto t0 = Clock::now();
+#pragma omp parallel num_threads(threads) reduction(+ : sink)
+    {
+      __m256 acc[12];
+      for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(0.001f * i);
+      const __m256 m = _mm256_set1_ps(0.99999f), c = _mm256_set1_ps(1e-5f);
+      for (int64_t k = 0; k < iters; ++k)
+        for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], m, c);
+      __m256 sum = acc[0];
+      for (int i = 1; i < 12; ++i) sum = _mm256_add_ps(sum, acc[i]);
+      float lanes[8];
+      _mm256_storeu_ps(lanes, sum);
+      sink += lanes[0];
+    }
+    const double s = seconds_since(t0);
+    MINIDL_ASSERT(sink == sink);  // keeps the chains alive
+    best = std::max(best, threads * static_cast<double>(iters) * 12 * 16 / s / 1e9);
+  }
+  return best;
+}
+
+double time_cpu_ms(const std::function<void()>& fn, int repeat) {
+  fn();  // warm-up: first touch of buffers, thread pool start
+  std::vector<double> ms;
+  for (int r = 0; r < repeat; ++r) {
+    const auto t0 = Clock::now();
+    fn();
+    ms.push_back(1e3 * seconds_since(t0));
+  }
+  return median(ms);
+}
+
+int bench_cpu(int repeat, std::ofstream* csv) {
+  const int threads = omp_get_max_threads();
+  const double peak1 = fma_peak_gflops(1), peak = fma_peak_gflops(threads);
+  std::printf("bench conv: CPU path (im2col + Eigen GEMM), %d OpenMP threads, median of %d\n", threads, repeat);
+  std::printf("FMA peak (256-bit FMA chains): %.1f GFLOP/s on 1 thread, %.1f GFLOP/s on %d\n\n", peak1, peak, threads);
+  // The quick CPU config's convolutions (k3 p1, batch 128).
+  const Conv2dShape shapes[] = {{128, 3, 32, 32, 32, 3, 3, 1, 1, 1, 1},
+                                {128, 32, 16, 16, 64, 3, 3, 1, 1, 1, 1},
+                                {128, 64, 8, 8, 128, 3, 3, 1, 1, 1, 1}};
+  std::printf("%-20s %6s %11s | %8s %6s %5s | %8s %6s %5s | %8s %6s %5s | %8s %6s\n", "shape (batch 128)", "GFLOP",
+              "chunks", "fwd ms", "GF/s", "peak", "bwd_d ms", "GF/s", "peak", "bwd_f ms", "GF/s", "peak", "bwd ms",
+              "GF/s");
+  double total_ms = 0, total_gflop = 0;
+  for (const Conv2dShape& s : shapes) {
+    const auto x = bench_values(s.n * s.c * s.h * s.w, 1), w = bench_values(s.o * s.c * s.kh * s.kw, 2);
+    const auto dy = bench_values(s.n * s.o * s.oh() * s.ow(), 3);
+    std::vector<float> y(dy.size()), dx(x.size()), dw(w.size());
+    const double fwd = time_cpu_ms([&] { kernels::conv2d_forward_cpu(s, x.data(), w.data(), nullptr, y.data()); }, repeat);
+    const double bd = time_cpu_ms(
+        [&] { kernels::conv2d_backward_cpu(s, x.data(), w.data(), dy.data(), dx.data(), nullptr, nullptr); }, repeat);
+    const double bf = time_cpu_ms(
+        [&] { kernels::conv2d_backward_cpu(s, x.data(), w.data(), dy.data(), nullptr, dw.data(), nullptr); }, repeat);
+    const double both = time_cpu_ms(
+        [&] { kernels::conv2d_backward_cpu(s, x.data(), w.data(), dy.data(), dx.data(), dw.data(), nullptr); }, repeat);
+    const double gf = s.flops() / 1e9;
+    const auto part = kernels::conv2d_cpu_partition(s);
+    std::printf("%-20s %6.3f %4lldx%-2lld img | %8.2f %6.1f %4.0f%% | %8.2f %6.1f %4.0f%% | %8.2f %6.1f %4.0f%% | %8.2f %6.1f\n",
+                shape_label(s).c_str(), gf, static_cast<long long>(part.chunks),
+                static_cast<long long>(part.images_per_chunk), fwd, gf / fwd * 1e3, 100 * gf / fwd * 1e3 / peak, bd,
+                gf / bd * 1e3, 100 * gf / bd * 1e3 / peak, bf, gf / bf * 1e3, 100 * gf / bf * 1e3 / peak, both,
+                2 * gf / both * 1e3);
+    total_ms += fwd + both;
+    total_gflop += 3 * gf;
+    if (csv)
+      for (const auto& [dir, ms] : {std::pair<const char*, double>{"fwd", fwd}, {"bwd_data", bd}, {"bwd_filter", bf}})
+        *csv << "minidl_cpu," << shape_label(s) << "," << dir << ",0,1," << ms << "," << gf / ms << ",\n";
+  }
+  std::printf("\nall three layers, forward + backward (data and filter): %.1f ms, %.1f GFLOP/s = %.0f%% of peak\n",
+              total_ms, total_gflop / total_ms * 1e3, 100 * total_gflop / total_ms * 1e3 / peak);
+  return 0;
+}
+
+// --- CUDA -----------------------------------------------------------------------------------
+
+#ifdef MINIDL_WITH_CUDA
+// H200 SXM ceilings for the floor: datasheet TF32 tensor-core and fp32 FMA rates (dense), and the
+// device-to-device copy bandwidth measured in docs ANCHORS.md.
+constexpr double kH200Tf32 = 494.7e12, kH200Fp32 = 66.9e12, kH200Bytes = 4.19e12;
+
+// Stream time per call from CUDA events around `calls` back-to-back calls (launch gaps included,
+// as in a training step), median over `repeat` such spans.
+double time_cuda_ms(const std::function<void()>& fn, int repeat) {
+  const int calls = 20;
+  fn();  // warm-up: the plan and the algorithm of this direction are chosen here
+  cuda::TimingEvents ev;
+  std::vector<double> per_call, ms;
+  for (int r = 0; r < repeat; ++r) {
+    ev.record(0);
+    for (int i = 0; i < calls; ++i) fn();
+    ev.record(1);
+    ev.read_ms(2, ms);
+    per_call.push_back(ms[1] / calls);
+  }
+  return median(per_call);
+}
+
+int bench_cuda(int repeat, std::ofstream* csv) {
+  // ResNet-9's convolutions (k3 p1, batch 512) and how often each runs in one training step.
+  struct Layer {
+    Conv2dShape s;
+    int count;
+  };
+  const Layer layers[] = {{{512, 3, 32, 32, 64, 3, 3, 1, 1, 1, 1}, 1},    {{512, 64, 32, 32, 128, 3, 3, 1, 1, 1, 1}, 1},
+                          {{512, 128, 16, 16, 128, 3, 3, 1, 1, 1, 1}, 2}, {{512, 128, 16, 16, 256, 3, 3, 1, 1, 1, 1}, 1},
+                          {{512, 256, 8, 8, 512, 3, 3, 1, 1, 1, 1}, 1},   {{512, 512, 4, 4, 512, 3, 3, 1, 1, 1, 1}, 2}};
+  const ComputeSettings saved = compute_settings();
+  std::printf("bench conv: cuDNN, batch 512, ResNet-9 shapes; per call: median of %d spans of 20 calls\n", repeat);
+  for (const bool tf32 : {true, false}) {
+    for (const bool det : {true, false}) {
+      compute_settings().allow_tf32 = tf32;
+      compute_settings().deterministic = det;
+      std::printf("\nTF32 %s, deterministic %s (%s)\n", tf32 ? "on" : "off", det ? "on" : "off",
+                  det ? "heuristic choice among deterministic algorithms" : "timed search over all algorithms");
+      std::printf("%-20s %6s | %8s %7s | %8s %7s | %8s %7s | %s\n", "shape", "GFLOP", "fwd ms", "TFLOP/s", "bwd_d ms",
+                  "TFLOP/s", "bwd_f ms", "TFLOP/s", "algorithms");
+      double step_ms = 0, floor_ms = 0;
+      for (const Layer& l : layers) {
+        const Conv2dShape& s = l.s;
+        const Device d = Device::cuda();
+        const Tensor x = Tensor::from_vector(bench_values(s.n * s.c * s.h * s.w, 1), {s.n, s.c, s.h, s.w}, d);
+        const Tensor w = Tensor::from_vector(bench_values(s.o * s.c * s.kh * s.kw, 2), {s.o, s.c, s.kh, s.kw}, d);
+        const Tensor dy = Tensor::from_vector(bench_values(s.n * s.o * s.oh() * s.ow(), 3), {s.n, s.o, s.oh(), s.ow()}, d);
+        Tensor y = Tensor::empty(dy.shape(), DType::Float32, d), dx = Tensor::empty(x.shape(), DType::Float32, d);
+        Tensor dw = Tensor::empty(w.shape(), DType::Float32, d);
+        const float *px = x.data<float>(), *pw = w.data<float>(), *pdy = dy.data<float>();
+        float *py = y.data<float>(), *pdx = dx.data<float>(), *pdw = dw.data<float>();
+        const double fwd = time_cuda_ms([&] { kernels::conv2d_forward_cuda(s, px, pw, nullptr, py); }, repeat);
+        const double bd = time_cuda_ms([&] { kernels::conv2d_backward_data_cuda(s, pdy, pw, pdx); }, repeat);
+        const double bf = time_cuda_ms([&] { kernels::conv2d_backward_filter_cuda(s, px, pdy, pdw); }, repeat);
+        const double gf = s.flops() / 1e9;
+        const std::string algos = kernels::conv2d_cuda_algorithms(s);
+        std::printf("%-20s %6.2f | %8.4f %7.1f | %8.4f %7.1f | %8.4f %7.1f | %s\n", shape_label(s).c_str(), gf, fwd,
+                    gf / fwd, bd, gf / bd, bf, gf / bf, algos.c_str());
+        // The first layer's input is data: a training step runs no backward-data there.
+        const int directions = s.c == 3 ? 2 : 3;
+        step_ms += l.count * (fwd + (s.c == 3 ? 0.0 : bd) + bf);
+        const double bytes = 4.0 * (x.numel() + w.numel() + dy.numel());
+        floor_ms += l.count * directions * 1e3 * std::max(bytes / kH200Bytes, s.flops() / (tf32 ? kH200Tf32 : kH200Fp32));
+        if (csv)
+          for (const auto& [dir, ms] : {std::pair<const char*, double>{"fwd", fwd}, {"bwd_data", bd}, {"bwd_filter", bf}})
+            *csv << "minidl," << shape_label(s) << "," << dir << "," << tf32 << "," << det << "," << ms << ","
+                 << gf / ms << "," << algos << "\n";
+      }
+      std::printf("one ResNet-9 training step's convolutions (with the repeated layers): %.2f ms = %.2fx the H200 "
+                  "floor (%.2f ms)\n", step_ms, step_ms / floor_ms, floor_ms);
+    }
+  }
+  compute_settings() = saved;
+  std::printf("\nPyTorch anchor (ANCHORS.md, TF32 on): 6.6 ms of convolutions per ResNet-9 step, 1.3 ms of it NCHW<->NHWC "
+              "conversion; docs/perf/conv.md has the floors per layer\n");
+  return 0;
+}
+#endif
+
+}  // namespace
+
+int bench_conv_main(const std::vector<std::string>& args) {
+  std::string device = "cpu", csv_path;
+  int repeat = 5;
+  for (size_t i = 0; i < args.size(); ++i) {
+    auto value = [&]() -> const std::string& {
+      MINIDL_CHECK(i + 1 < args.size(), "bench conv: ", args[i], " needs a value");
+      return args[++i];
+    };
+    if (args[i] == "--device") device = value();
+    else if (args[i] == "--repeat") repeat = std::stoi(value());
+    else if (args[i] == "--csv") csv_path = value();
+    else fail(str("bench conv: unknown option '", args[i], "' (--device cpu|cuda, --repeat N, --csv FILE)"));
+  }
+  MINIDL_CHECK(repeat >= 1, "bench conv: --repeat must be >= 1, got ", repeat);
+  const Device dev = parse_device(device);
+  std::unique_ptr<std::ofstream> csv;
+  if (!csv_path.empty()) {
+    csv = std::make_unique<std::ofstream>(csv_path);
+    MINIDL_CHECK(csv->good(), "bench conv: cannot write ", csv_path);
+    *csv << "impl,shape,direction,tf32,deterministic,ms,tflops,algorithms\n";
+  }
+  if (dev.is_cpu()) return bench_cpu(repeat, csv.get());
+#ifdef MINIDL_WITH_CUDA
+  return bench_cuda(repeat, csv.get());
+#else
+  fail("bench conv: this minidl was built without CUDA");
+#endif
+}
+
+}  // namespace minidl

@@ -1,0 +1,22 @@
+// `minidl bench norm`: the fast normalization kernels (layers/norm) against the DRAM floor and
+// against PyTorch's figures in ANCHORS.md, on the H200 they were measured on.
+//   1. measures the device copy bandwidth (1 GiB device-to-device, CUDA events);
+//   2. for BatchNorm2d(C), GroupNorm(32 or 1, C) and LayerNorm([C, H, W]) on every ANCHORS.md
+//      shape (and LayerNorm over the last dim at the transformer shapes): checks the fast path
+//      against the float64 oracle once, then times forward (training) and backward on its own,
+//      CUDA events around each call as ANCHORS.md times PyTorch (median of --reps after
+//      --warmup calls), plus the back-to-back rate of the same calls (GPU time without the host);
+//   3. prints ms, ratio to the floor (2x / 3x the tensor's bytes over the measured bandwidth),
+//      kernel launches per call, PyTorch's figure and our speed-up, the geometric means over the
+//      eight large shapes and whether each target of the task is met.
+// Options: --json FILE (every number, for scripts/gpu/norm.sh), --reps N (50), --warmup N (10).
+// Exit status 1 when a fast result disagrees with the oracle.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace minidl {
+
+int bench_norm_main(const std::vector<std::string>& args);
+
+}  // namespace minidl

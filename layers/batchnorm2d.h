@@ -1,0 +1,39 @@
+// BatchNorm2d as torch.nn.BatchNorm2d: per-channel batch statistics in training (running
+// statistics updated in place), running statistics in eval. Beyond PyTorch: "weight" and "bias"
+// switch each affine parameter separately (both default to "affine"), and "relu" fuses a ReLU.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "layers/module.h"
+
+namespace minidl {
+
+class BatchNorm2d : public Module {
+ public:
+  // weight 1, bias 0, running_mean 0, running_var 1, on the CPU, as PyTorch.
+  explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool weight = true,
+                       bool bias = true, bool relu = false);
+
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "BatchNorm2d"; }
+  std::string describe() const override;  // "BatchNorm2d 128", "BatchNorm2d 128 +ReLU"
+  nlohmann::json to_json() const override;
+
+  int64_t num_features() const { return num_features_; }
+  double eps() const { return eps_; }
+  double momentum() const { return momentum_; }
+  bool fused_relu() const { return relu_; }
+
+  Tensor weight;        // (C) or undefined
+  Tensor bias;          // (C) or undefined
+  Tensor running_mean;  // (C) buffer
+  Tensor running_var;   // (C) buffer
+
+ private:
+  int64_t num_features_;
+  double eps_, momentum_;
+  bool relu_;
+};
+
+}  // namespace minidl

@@ -1,0 +1,31 @@
+// LayerNorm as torch.nn.LayerNorm: statistics over the trailing normalized_shape dims of each
+// leading index, with one weight and bias entry per normalized element; "relu" fuses a ReLU.
+#pragma once
+#include <string>
+
+#include "layers/module.h"
+
+namespace minidl {
+
+class LayerNorm : public Module {
+ public:
+  // weight 1, bias 0 (when elementwise_affine), on the CPU, as PyTorch.
+  explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true, bool relu = false);
+
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "LayerNorm"; }
+  std::string describe() const override;  // "LayerNorm (512,4,4)", "+ReLU" when fused
+  nlohmann::json to_json() const override;
+
+  const Shape& normalized_shape() const { return normalized_shape_; }
+
+  Tensor weight;  // normalized_shape, or undefined
+  Tensor bias;    // normalized_shape, or undefined
+
+ private:
+  Shape normalized_shape_;
+  double eps_;
+  bool relu_;
+};
+
+}  // namespace minidl

@@ -1,0 +1,28 @@
+// Raw Linear launchers: y (rows, out) = x (rows, in) * w^T + b, w (out, in), all contiguous
+// row-major float32. CPU: Eigen GEMMs over fixed row/column blocks (linear_cpu.cpp); CUDA: cuBLAS
+// SGEMM in full fp32 plus our own bias kernels (linear_cuda.cu). Plain C++ (no CUDA headers).
+#pragma once
+#include <cstdint>
+
+namespace minidl::kernels {
+
+// b may be null.
+void linear_forward_cpu(int64_t rows, int64_t in, int64_t out, const float* x, const float* w, const float* b,
+                        float* y);
+// dx = dy * w
+void linear_backward_data_cpu(int64_t rows, int64_t in, int64_t out, const float* dy, const float* w, float* dx);
+// dw = dy^T * x
+void linear_backward_weight_cpu(int64_t rows, int64_t in, int64_t out, const float* x, const float* dy, float* dw);
+// db[j] = sum over rows of dy[:, j]
+void linear_backward_bias_cpu(int64_t rows, int64_t out, const float* dy, float* db);
+
+#ifdef MINIDL_WITH_CUDA
+void linear_forward_cuda(int64_t rows, int64_t in, int64_t out, const float* x, const float* w, const float* b,
+                         float* y);
+void linear_backward_data_cuda(int64_t rows, int64_t in, int64_t out, const float* dy, const float* w, float* dx);
+void linear_backward_weight_cuda(int64_t rows, int64_t in, int64_t out, const float* x, const float* dy, float* dw);
+// Deterministic two-pass column sum (per-block partials, then a fixed-order finalize; no atomics).
+void linear_backward_bias_cuda(int64_t rows, int64_t out, const float* dy, float* db);
+#endif
+
+}  // namespace minidl::kernels

@@ -1,0 +1,29 @@
+// The normalization ops, with PyTorch's semantics and argument order (torch.nn.functional):
+// each is one autograd node whose backward runs the same machinery (norm_kernels.h) on the
+// tensors' device. `relu` fuses a ReLU after the affine step (NaN kept, as torch.relu).
+// Gradients flow to x and to weight/bias where those are defined (undefined = that affine part
+// is off); running statistics are buffers, updated in place, never differentiated.
+#pragma once
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace minidl {
+
+// x (N, C, H, W). Training: normalizes with the batch statistics over (N, H, W) and, where
+// running_mean/running_var are defined, updates them in place (momentum, unbiased variance).
+// Eval: normalizes with running_mean/running_var, which must be defined.
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5, bool relu = false);
+
+// x (N, C, *): statistics per sample over each of num_groups runs of C/num_groups channels;
+// weight, bias (C).
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps = 1e-5,
+                  bool relu = false);
+
+// x (..., normalized_shape): statistics over the trailing normalized_shape dims of each leading
+// index; weight, bias of shape normalized_shape (one entry per normalized element).
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
+                  double eps = 1e-5, bool relu = false);
+
+}  // namespace minidl

@@ -1,0 +1,264 @@
+// The fast backward of BatchNorm2d, GroupNorm and LayerNorm: three launches, x and dy read
+// twice, dx written once.
+//  1. grad_sums: g = dy after the fused ReLU's mask (y recomputed from x and the saved mean and
+//                rstd with the forward's formula, so the same bits: no saved y to read), then
+//                BatchNorm: per channel A = sum g, B = sum g*(x - mean) (column sums);
+//                GroupNorm/LayerNorm: per (row, segment) SA = sum w*g, SB = sum w*g*(x - mean)
+//                (row sums, w the element's weight) and, when weight/bias want gradients, per
+//                feature sum g and sum g*(x - mean)*rstd (column sums) in the same read.
+//  2. finalize:  one warp per group (and per feature for GroupNorm/LayerNorm) reduces the partials
+//                in a fixed order into dweight, dbias and the per-group k1, k2 of
+//                dx = g*scale + (x - mean)*k1 + k2:
+//                  k1 = -rstd^3 * SB / M,  k2 = -rstd * SA / M   (BatchNorm: SA = w*A, SB = w*B),
+//                both 0 when the statistics were constants (BatchNorm eval).
+//  3. dx:        one elementwise pass over the tiles in reverse (L2 still holds the tail of x and
+//                dy that grad_sums read last).
+// CPU reference: norm_cpu.cpp; float64 oracle: norm_reference.cu.
+#include "core/allocator.h"
+#include "layers/norm/norm_tiles.cuh"
+
+namespace minidl::norm {
+
+namespace {
+
+using tiles::Geometry;
+using tiles::Unit;
+
+// BatchNorm grad_sums: column sums of g and g*(x - mean), everything per channel.
+struct ChannelGrad {
+  static constexpr bool kGrad = true, kRowSums = false, kColSums = true;
+  const float *mean, *rstd, *weight, *bias;
+  int32_t plane;
+  bool relu;
+  struct Col {
+    float mean, scale, shift;
+  };
+  struct Row {};
+  __device__ Col column(int c) const {
+    const int f = c / plane;
+    return {mean[f], feature_scale(weight, f, rstd[f]), feature_shift(bias, f)};
+  }
+  __device__ Row row(int64_t, const Unit&) const { return {}; }
+  __device__ void element(float x, float dy, const Col& col, const Row&, float&, float&, float& ca, float& cb) const {
+    const float g = relu ? relu_backward(dy, normalized(x, col.mean, col.scale, col.shift)) : dy;
+    ca += g;
+    cb += g * (x - col.mean);
+  }
+};
+
+// GroupNorm/LayerNorm grad_sums: row sums of w*g and w*g*(x - mean); with kAffine also the
+// column sums of g and g*(x - mean)*rstd for dbias and dweight.
+template <bool kAffine>
+struct SegmentGrad {
+  static constexpr bool kGrad = true, kRowSums = true, kColSums = kAffine;
+  const float *mean, *rstd, *weight, *bias;
+  int32_t plane, segment;
+  int64_t segments_per_row;
+  bool relu;
+  struct Col {
+    float w, shift;
+  };
+  struct Row {
+    float mean, rstd;
+  };
+  __device__ Col column(int c) const {
+    const int f = c / plane;
+    return {weight ? weight[f] : 1.f, feature_shift(bias, f)};
+  }
+  __device__ Row row(int64_t r, const Unit& u) const {
+    const int64_t g = r * segments_per_row + u.col0 / segment;
+    return {mean[g], rstd[g]};
+  }
+  __device__ void element(float x, float dy, const Col& col, const Row& row, float& ra, float& rb, float& ca,
+                          float& cb) const {
+    const float centered = x - row.mean;
+    const float g = relu ? relu_backward(dy, normalized(x, row.mean, col.w * row.rstd, col.shift)) : dy;
+    const float wg = col.w * g;
+    ra += wg;
+    rb += wg * centered;
+    if constexpr (kAffine) {
+      ca += g;
+      cb += g * centered * row.rstd;
+    }
+  }
+};
+
+// BatchNorm dx: everything per column.
+struct ChannelInputGrad {
+  static constexpr bool kGrad = true;
+  const float *mean, *rstd, *weight, *bias, *k1, *k2;
+  int32_t plane;
+  bool relu;
+  struct Col {
+    float mean, scale, shift, k1, k2;
+  };
+  struct Row {};
+  __device__ Col column(int c) const {
+    const int f = c / plane;
+    return {mean[f], feature_scale(weight, f, rstd[f]), feature_shift(bias, f), k1[f], k2[f]};
+  }
+  __device__ Row row(int64_t, const Unit&) const { return {}; }
+  __device__ float element(float x, float dy, const Col& col, const Row&) const {
+    const float g = relu ? relu_backward(dy, normalized(x, col.mean, col.scale, col.shift)) : dy;
+    return input_grad(g, x - col.mean, col.scale, col.k1, col.k2);
+  }
+};
+
+// GroupNorm/LayerNorm dx: statistics and k1, k2 per row (the tile's segment), affine per column.
+struct SegmentInputGrad {
+  static constexpr bool kGrad = true;
+  const float *mean, *rstd, *weight, *bias, *k1, *k2;
+  int32_t plane, segment;
+  int64_t segments_per_row;
+  bool relu;
+  struct Col {
+    float w, shift;
+  };
+  struct Row {
+    float mean, rstd, k1, k2;
+  };
+  __device__ Col column(int c) const {
+    const int f = c / plane;
+    return {weight ? weight[f] : 1.f, feature_shift(bias, f)};
+  }
+  __device__ Row row(int64_t r, const Unit& u) const {
+    const int64_t g = r * segments_per_row + u.col0 / segment;
+    return {mean[g], rstd[g], k1[g], k2[g]};
+  }
+  __device__ float element(float x, float dy, const Col& col, const Row& row) const {
+    const float scale = col.w * row.rstd;
+    const float g = relu ? relu_backward(dy, normalized(x, row.mean, scale, col.shift)) : dy;
+    return input_grad(g, x - row.mean, scale, row.k1, row.k2);
+  }
+};
+
+struct FinalizeGrads {
+  NormKind kind;
+  int64_t groups, features, group_size, segments_per_row;
+  bool training;
+  Geometry g;                  // of the grad_sums pass
+  const double* col_partials;  // Channel: the group sums; Segment: the feature sums (or null)
+  const double* row_partials;  // Segment: the group sums
+  const float *rstd, *weight;
+  float *dweight, *dbias, *k1, *k2;
+};
+
+// Warps [0, groups): k1, k2 of a group (and BatchNorm's dweight, dbias); warps [groups, groups +
+// features), Segment kinds with affine gradients only: dweight, dbias of a feature.
+__global__ void __launch_bounds__(tiles::kBlock) finalize_grads_kernel(const FinalizeGrads a) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * tiles::kWarps;
+  const bool feature_items = a.kind == NormKind::Segment && (a.dweight || a.dbias);
+  const int64_t items = a.groups + (feature_items ? a.features : 0);
+  const double m = static_cast<double>(a.group_size);
+  const int64_t per = a.g.bins_per_feature(), bins = a.g.bins, col_stride = a.g.slice_groups * a.g.bins;
+  for (int64_t item = blockIdx.x * int64_t{tiles::kWarps} + (threadIdx.x >> 5); item < items; item += warps) {
+    double sa, sb;
+    if (item >= a.groups) {  // a feature of GroupNorm/LayerNorm
+      const int64_t f = item - a.groups;
+      tiles::warp_sum_entries(
+          a.col_partials, col_stride, a.g.slice_groups * per, [&](int64_t e) { return e / per * bins + f * per + e % per; },
+          sa, sb);
+      if (lane == 0) {
+        if (a.dweight) a.dweight[f] = static_cast<float>(sb);
+        if (a.dbias) a.dbias[f] = static_cast<float>(sa);
+      }
+      continue;
+    }
+    const int64_t grp = item;
+    double w = 1;
+    if (a.kind == NormKind::Channel) {
+      tiles::warp_sum_entries(
+          a.col_partials, col_stride, a.g.slice_groups * per,
+          [&](int64_t e) { return e / per * bins + grp * per + e % per; }, sa, sb);
+      if (a.weight) w = a.weight[grp];
+      if (lane == 0) {
+        if (a.dweight) a.dweight[grp] = static_cast<float>(sb * a.rstd[grp]);
+        if (a.dbias) a.dbias[grp] = static_cast<float>(sa);
+      }
+    } else {
+      const int64_t r = grp / a.segments_per_row, s = grp % a.segments_per_row;
+      const int64_t tiles_per_segment = a.g.tiles / a.segments_per_row, tiles_in_row = a.g.tiles;
+      tiles::warp_sum_entries(
+          a.row_partials, a.g.rows * tiles_in_row, tiles_per_segment,
+          [&](int64_t e) { return r * tiles_in_row + s * tiles_per_segment + e; }, sa, sb);
+    }
+    if (lane == 0) {
+      const double r = a.rstd[grp];
+      a.k1[grp] = a.training ? static_cast<float>(-r * r * r * w * sb / m) : 0.f;
+      a.k2[grp] = a.training ? static_cast<float>(-r * w * sa / m) : 0.f;
+    }
+  }
+}
+
+double* as_doubles(const std::shared_ptr<void>& p) { return static_cast<double*>(p.get()); }
+
+template <bool kAffine>
+Geometry segment_grad_sums(const NormLayout& l, const NormBackward& b, bool aligned, std::shared_ptr<void>& col,
+                           std::shared_ptr<void>& row) {
+  using Op = SegmentGrad<kAffine>;
+  const Op op{b.mean,    b.rstd, b.weight, b.bias, static_cast<int32_t>(l.plane), static_cast<int32_t>(l.segment),
+              l.segments_per_row(), b.relu};
+  const Geometry g = tiles::plan_reduce<Op>(tiles::make_tiles(l, l.segment, kAffine ? l.plane : 0, aligned));
+  row = allocate(2 * g.rows * g.tiles * sizeof(double), Device::cuda());
+  if (kAffine) col = allocate(2 * g.slice_groups * g.bins * sizeof(double), Device::cuda());
+  tiles::launch_reduce(g, op, b.x, b.dy, kAffine ? as_doubles(col) : nullptr, as_doubles(row));
+  return g;
+}
+
+}  // namespace
+
+int backward_cuda(const NormLayout& l, const NormBackward& b) {
+  const Device dev = Device::cuda();
+  const int64_t groups = l.groups();
+  const bool affine_grads = b.dweight || b.dbias;
+  std::shared_ptr<void> col, row;
+  std::shared_ptr<void> k = allocate(2 * groups * sizeof(float), dev);
+  float* k1 = static_cast<float*>(k.get());
+  float* k2 = k1 + groups;
+
+  FinalizeGrads f{};
+  f.kind = l.kind;
+  f.groups = groups;
+  f.features = l.features;
+  f.group_size = l.group_size();
+  f.segments_per_row = l.segments_per_row();
+  f.training = b.training;
+  f.rstd = b.rstd;
+  f.weight = b.weight;
+  f.dweight = b.dweight;
+  f.dbias = b.dbias;
+  f.k1 = k1;
+  f.k2 = k2;
+  const bool aligned = tiles::aligned16(b.x) && tiles::aligned16(b.dy);
+  if (l.kind == NormKind::Channel) {
+    const ChannelGrad op{b.mean, b.rstd, b.weight, b.bias, static_cast<int32_t>(l.plane), b.relu};
+    f.g = tiles::plan_reduce<ChannelGrad>(tiles::make_tiles(l, l.width(), l.plane, aligned));
+    col = allocate(2 * f.g.slice_groups * f.g.bins * sizeof(double), dev);
+    tiles::launch_reduce(f.g, op, b.x, b.dy, as_doubles(col), nullptr);
+  } else if (affine_grads) {
+    f.g = segment_grad_sums<true>(l, b, aligned, col, row);
+  } else {
+    f.g = segment_grad_sums<false>(l, b, aligned, col, row);
+  }
+  f.col_partials = col ? as_doubles(col) : nullptr;
+  f.row_partials = row ? as_doubles(row) : nullptr;
+  const int64_t items = groups + (l.kind == NormKind::Segment && affine_grads ? l.features : 0);
+  finalize_grads_kernel<<<tiles::grid_for_warps(items), tiles::kBlock, 0, cuda::stream()>>>(f);
+  MINIDL_LAUNCH_CHECK();
+
+  const bool dx_aligned = aligned && tiles::aligned16(b.dx);
+  if (l.kind == NormKind::Channel) {
+    const ChannelInputGrad op{b.mean, b.rstd, b.weight, b.bias, k1, k2, static_cast<int32_t>(l.plane), b.relu};
+    const Geometry g = tiles::plan_map<ChannelInputGrad>(tiles::make_tiles(l, l.width(), 0, dx_aligned));
+    tiles::launch_map(g, op, b.x, b.dy, b.dx);
+  } else {
+    const SegmentInputGrad op{b.mean, b.rstd, b.weight, b.bias, k1, k2, static_cast<int32_t>(l.plane),
+                              static_cast<int32_t>(l.segment), l.segments_per_row(), b.relu};
+    const Geometry g = tiles::plan_map<SegmentInputGrad>(tiles::make_tiles(l, l.segment, 0, dx_aligned));
+    tiles::launch_map(g, op, b.x, b.dy, b.dx);
+  }
+  return 3;
+}
+
+}  // namespace minidl::norm

@@ -1,0 +1,238 @@
+// The fast forward of BatchNorm2d, GroupNorm and LayerNorm: three launches.
+//  1. stats:    one read of x. Each warp sums d = x - K and d*d over its tile and slice
+//               (norm_tiles.cuh), K one sample of the group (BatchNorm: x[0, c, 0, 0];
+//               GroupNorm/LayerNorm: the segment's first element). Shifting by a sample of the
+//               group keeps E[d^2] - E[d]^2 from cancelling when |mean| >> std, at the cost of
+//               one subtraction (Welford would divide per element). Lanes sum in float over a
+//               slice's few rows; everything above that is float64.
+//  2. finalize: one warp per group reduces its partials in a fixed order into mean and
+//               rstd = 1/sqrt(var + eps) (float64, then stored as float); BatchNorm also updates
+//               running_mean/running_var in place (unbiased variance). In eval, a one-thread-
+//               per-channel kernel takes mean and rstd from the running statistics instead.
+//  3. apply:    y = fmaf(x - mean, scale, shift), scale = weight * rstd, the fused ReLU after;
+//               the same pass serves training and eval. It walks the tiles in reverse, so it
+//               starts on what the stats pass read last and still finds in L2.
+// The CPU reference of every formula is norm_cpu.cpp; norm_reference.cu is the float64 oracle.
+#include "core/allocator.h"
+#include "layers/norm/norm_tiles.cuh"
+
+namespace minidl::norm {
+
+namespace {
+
+using tiles::Geometry;
+using tiles::Unit;
+
+// ---- the passes, as Ops of the tile traversal (see reduce_kernel/map_kernel) ----
+
+// BatchNorm stats: per-column sums of d = x - K, K = the channel's first element (row 0).
+struct ChannelStats {
+  static constexpr bool kGrad = false, kRowSums = false, kColSums = true;
+  const float* x;
+  int32_t plane;
+  struct Col {
+    float k;
+  };
+  struct Row {};
+  __device__ Col column(int c) const { return {x[c / plane * plane]}; }
+  __device__ Row row(int64_t, const Unit&) const { return {}; }
+  __device__ void element(float v, float, const Col& col, const Row&, float&, float&, float& ca, float& cb) const {
+    const float d = v - col.k;
+    ca += d;
+    cb += d * d;
+  }
+};
+
+// GroupNorm/LayerNorm stats: per-row sums of d = x - K over the tile, K = the segment's first
+// element (every tile lies inside one segment).
+struct SegmentStats {
+  static constexpr bool kGrad = false, kRowSums = true, kColSums = false;
+  const float* x;
+  int64_t width;
+  int32_t segment;
+  struct Col {};
+  struct Row {
+    float k;
+  };
+  __device__ Col column(int) const { return {}; }
+  __device__ Row row(int64_t r, const Unit& u) const { return {x[r * width + u.col0 / segment * segment]}; }
+  __device__ void element(float v, float, const Col&, const Row& row, float& ra, float& rb, float&, float&) const {
+    const float d = v - row.k;
+    ra += d;
+    rb += d * d;
+  }
+};
+
+// BatchNorm apply: everything per column (the channel's mean, scale and shift).
+struct ChannelApply {
+  static constexpr bool kGrad = false;
+  const float *mean, *rstd, *weight, *bias;
+  int32_t plane;
+  bool relu;
+  struct Col {
+    float mean, scale, shift;
+  };
+  struct Row {};
+  __device__ Col column(int c) const {
+    const int f = c / plane;
+    return {mean[f], feature_scale(weight, f, rstd[f]), feature_shift(bias, f)};
+  }
+  __device__ Row row(int64_t, const Unit&) const { return {}; }
+  __device__ float element(float x, float, const Col& col, const Row&) const {
+    const float y = normalized(x, col.mean, col.scale, col.shift);
+    return relu ? relu_forward(y) : y;
+  }
+};
+
+// GroupNorm/LayerNorm apply: statistics per row (the tile's segment), affine per column.
+// Without a weight w is 1, and 1 * rstd is rstd exactly, as feature_scale gives on the CPU.
+struct SegmentApply {
+  static constexpr bool kGrad = false;
+  const float *mean, *rstd, *weight, *bias;
+  int32_t plane, segment;
+  int64_t segments_per_row;
+  bool relu;
+  struct Col {
+    float w, shift;
+  };
+  struct Row {
+    float mean, rstd;
+  };
+  __device__ Col column(int c) const {
+    const int f = c / plane;
+    return {weight ? weight[f] : 1.f, feature_shift(bias, f)};
+  }
+  __device__ Row row(int64_t r, const Unit& u) const {
+    const int64_t g = r * segments_per_row + u.col0 / segment;
+    return {mean[g], rstd[g]};
+  }
+  __device__ float element(float x, float, const Col& col, const Row& row) const {
+    const float y = normalized(x, row.mean, col.w * row.rstd, col.shift);
+    return relu ? relu_forward(y) : y;
+  }
+};
+
+// ---- finalize ----
+
+struct FinalizeStats {
+  NormKind kind;
+  int64_t groups, group_size, plane, segment, segments_per_row;
+  Geometry g;                  // of the stats pass
+  const double* col_partials;  // Channel
+  const double* row_partials;  // Segment
+  const float* x;              // for K
+  float *mean, *rstd, *running_mean, *running_var;
+  double eps, momentum;
+};
+
+// One warp per group: its partials in a fixed order, then lane 0 forms the statistics.
+__global__ void __launch_bounds__(tiles::kBlock) finalize_stats_kernel(const FinalizeStats a) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * tiles::kWarps;
+  const double m = static_cast<double>(a.group_size);
+  for (int64_t grp = blockIdx.x * int64_t{tiles::kWarps} + (threadIdx.x >> 5); grp < a.groups; grp += warps) {
+    double s1, s2;
+    float k;
+    if (a.kind == NormKind::Channel) {
+      const int64_t per = a.g.bins_per_feature(), bins = a.g.bins;
+      tiles::warp_sum_entries(
+          a.col_partials, a.g.slice_groups * bins, a.g.slice_groups * per,
+          [&](int64_t e) { return e / per * bins + grp * per + e % per; }, s1, s2);
+      k = a.x[grp * a.plane];
+    } else {
+      const int64_t r = grp / a.segments_per_row, s = grp % a.segments_per_row;
+      const int64_t per = a.g.tiles / a.segments_per_row, tiles_in_row = a.g.tiles;
+      tiles::warp_sum_entries(
+          a.row_partials, a.g.rows * tiles_in_row, per, [&](int64_t e) { return r * tiles_in_row + s * per + e; }, s1,
+          s2);
+      k = a.x[grp * a.segment];
+    }
+    if (lane == 0) {
+      const double dm = s1 / m;
+      double var = s2 / m - dm * dm;
+      if (var < 0) var = 0;  // rounding only; a NaN stays NaN
+      const double mean = k + dm;
+      a.mean[grp] = static_cast<float>(mean);
+      a.rstd[grp] = static_cast<float>(1.0 / sqrt(var + a.eps));
+      if (a.running_mean) {
+        const double unbiased = m > 1 ? var * m / (m - 1) : var;
+        a.running_mean[grp] = static_cast<float>((1 - a.momentum) * a.running_mean[grp] + a.momentum * mean);
+        a.running_var[grp] = static_cast<float>((1 - a.momentum) * a.running_var[grp] + a.momentum * unbiased);
+      }
+    }
+  }
+}
+
+// BatchNorm eval: the statistics are the running ones.
+__global__ void eval_stats_kernel(int64_t features, const float* __restrict__ running_mean,
+                                  const float* __restrict__ running_var, double eps, float* __restrict__ mean,
+                                  float* __restrict__ rstd) {
+  for (int64_t f = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; f < features;
+       f += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    mean[f] = running_mean[f];
+    rstd[f] = static_cast<float>(1.0 / sqrt(static_cast<double>(running_var[f]) + eps));
+  }
+}
+
+double* as_doubles(const std::shared_ptr<void>& p) { return static_cast<double*>(p.get()); }
+
+}  // namespace
+
+int forward_cuda(const NormLayout& l, const NormForward& a) {
+  MINIDL_CHECK(a.training || (l.kind == NormKind::Channel && a.running_mean && a.running_var),
+               "normalization: eval mode needs a BatchNorm layout and running statistics");
+  const Device dev = Device::cuda();
+  const int64_t groups = l.groups();
+  if (a.training) {
+    FinalizeStats f{};
+    f.kind = l.kind;
+    f.groups = groups;
+    f.group_size = l.group_size();
+    f.plane = l.plane;
+    f.segment = l.segment;
+    f.segments_per_row = l.segments_per_row();
+    f.x = a.x;
+    f.mean = a.mean;
+    f.rstd = a.rstd;
+    f.running_mean = a.running_mean;
+    f.running_var = a.running_var;
+    f.eps = a.eps;
+    f.momentum = a.momentum;
+    std::shared_ptr<void> partials;
+    if (l.kind == NormKind::Channel) {
+      const ChannelStats op{a.x, static_cast<int32_t>(l.plane)};
+      f.g = tiles::plan_reduce<ChannelStats>(tiles::make_tiles(l, l.width(), l.plane, tiles::aligned16(a.x)));
+      partials = allocate(2 * f.g.slice_groups * f.g.bins * sizeof(double), dev);
+      f.col_partials = as_doubles(partials);
+      tiles::launch_reduce(f.g, op, a.x, nullptr, as_doubles(partials), nullptr);
+    } else {
+      const SegmentStats op{a.x, l.width(), static_cast<int32_t>(l.segment)};
+      f.g = tiles::plan_reduce<SegmentStats>(tiles::make_tiles(l, l.segment, 0, tiles::aligned16(a.x)));
+      partials = allocate(2 * f.g.rows * f.g.tiles * sizeof(double), dev);
+      f.row_partials = as_doubles(partials);
+      tiles::launch_reduce(f.g, op, a.x, nullptr, nullptr, as_doubles(partials));
+    }
+    finalize_stats_kernel<<<tiles::grid_for_warps(groups), tiles::kBlock, 0, cuda::stream()>>>(f);
+    MINIDL_LAUNCH_CHECK();
+  } else {
+    const unsigned grid = tiles::grid_for_warps(tiles::ceil_div(groups, 32));  // a thread per channel
+    eval_stats_kernel<<<grid, tiles::kBlock, 0, cuda::stream()>>>(groups, a.running_mean, a.running_var, a.eps,
+                                                                   a.mean, a.rstd);
+    MINIDL_LAUNCH_CHECK();
+  }
+
+  const bool aligned = tiles::aligned16(a.x) && tiles::aligned16(a.y);
+  if (l.kind == NormKind::Channel) {
+    const ChannelApply op{a.mean, a.rstd, a.weight, a.bias, static_cast<int32_t>(l.plane), a.relu};
+    const Geometry g = tiles::plan_map<ChannelApply>(tiles::make_tiles(l, l.width(), 0, aligned));
+    tiles::launch_map(g, op, a.x, nullptr, a.y);
+  } else {
+    const SegmentApply op{a.mean,   a.rstd, a.weight, a.bias, static_cast<int32_t>(l.plane),
+                          static_cast<int32_t>(l.segment), l.segments_per_row(), a.relu};
+    const Geometry g = tiles::plan_map<SegmentApply>(tiles::make_tiles(l, l.segment, 0, aligned));
+    tiles::launch_map(g, op, a.x, nullptr, a.y);
+  }
+  return a.training ? 3 : 2;
+}
+
+}  // namespace minidl::norm

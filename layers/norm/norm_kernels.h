@@ -1,0 +1,99 @@
+// The one machinery behind BatchNorm2d, GroupNorm and LayerNorm: how each sees its input
+// (NormLayout), the arguments of a forward and a backward pass, and the raw launchers of the
+// three implementations:
+//   *_cpu                 the CPU path (norm_cpu.cpp): OpenMP over groups, float64 sums;
+//   *_cuda                the fast GPU path (norm_forward.cu, norm_backward.cu);
+//   *_reference_cuda      a one-block-per-group, two-pass, float64 GPU oracle that the tests and
+//                         the benchmark hold the fast path against (norm_reference.cu).
+// Plain C++ (no CUDA headers), so .cpp files can call every launcher.
+#pragma once
+#include <cstdint>
+
+namespace minidl::norm {
+
+// Which elements share one mean and variance (a "group").
+enum class NormKind : unsigned char {
+  Channel,  // BatchNorm2d: group f = every element of feature (channel) f, over all rows
+  Segment,  // GroupNorm, LayerNorm: group (r, s) = the s-th run of `segment` elements of row r
+};
+
+// x is contiguous and seen as [rows][width], width = features * plane: each row is `features`
+// runs of `plane` elements that share one affine entry weight[f], bias[f].
+//   BatchNorm2d (N,C,H,W):   rows N, features C, plane H*W, segment = width (unused)
+//   GroupNorm (N,C,*), G:    rows N, features C, plane prod(*), segment C/G * plane
+//   LayerNorm (..., D...):   rows = product of the leading dims, features = prod(D...), plane 1,
+//                            segment = width (one group per row; the affine entry is per element)
+struct NormLayout {
+  NormKind kind = NormKind::Channel;
+  int64_t rows = 0;
+  int64_t features = 0;
+  int64_t plane = 1;
+  int64_t segment = 0;
+
+  static NormLayout batch_norm(int64_t n, int64_t c, int64_t hw) { return {NormKind::Channel, n, c, hw, c * hw}; }
+  static NormLayout group_norm(int64_t n, int64_t c, int64_t hw, int64_t groups) {
+    return {NormKind::Segment, n, c, hw, c / groups * hw};
+  }
+  static NormLayout layer_norm(int64_t rows, int64_t d) { return {NormKind::Segment, rows, d, 1, d}; }
+
+  int64_t width() const { return features * plane; }
+  int64_t numel() const { return rows * width(); }
+  int64_t segments_per_row() const { return width() / segment; }
+  // Number of (mean, rstd) pairs: one per channel, or one per (row, segment).
+  int64_t groups() const { return kind == NormKind::Channel ? features : rows * segments_per_row(); }
+  // Elements per group (the M of the mean and of the unbiased variance M/(M-1)).
+  int64_t group_size() const { return kind == NormKind::Channel ? rows * plane : segment; }
+};
+
+// One forward pass. All pointers on the launcher's device; weight/bias null when that affine part
+// is off (scale 1, shift 0). Writes y and the per-group statistics that backward uses.
+struct NormForward {
+  const float* x = nullptr;
+  const float* weight = nullptr;  // [features] or null
+  const float* bias = nullptr;    // [features] or null
+  float* y = nullptr;
+  float* mean = nullptr;  // [groups] out
+  float* rstd = nullptr;  // [groups] out: 1 / sqrt(var + eps), var the biased batch variance
+  // Channel kind only: running statistics, updated in place when training
+  // (r = (1 - momentum) r + momentum * batch value, the variance unbiased: var * M/(M-1)) and
+  // used instead of the batch statistics when not training. Null for Segment kinds.
+  float* running_mean = nullptr;
+  float* running_var = nullptr;
+  bool training = true;
+  double momentum = 0.1;
+  double eps = 1e-5;
+  bool relu = false;  // y = max(y, 0) fused, NaN kept (y <= 0 ? 0 : y)
+};
+
+// One backward pass, from what the forward saved (x, its mean and rstd) and dy.
+struct NormBackward {
+  const float* x = nullptr;
+  const float* dy = nullptr;
+  const float* weight = nullptr;
+  const float* bias = nullptr;  // only read to recompute y for the fused ReLU's mask
+  const float* mean = nullptr;
+  const float* rstd = nullptr;
+  // false: the statistics were constants (BatchNorm eval), so dx = dy * scale.
+  bool training = true;
+  bool relu = false;  // the forward fused a ReLU: dy is passed only where y > 0 (or NaN)
+  float* dx = nullptr;
+  float* dweight = nullptr;  // [features] or null: not wanted
+  float* dbias = nullptr;    // [features] or null
+};
+
+void forward_cpu(const NormLayout& layout, const NormForward& args);
+void backward_cpu(const NormLayout& layout, const NormBackward& args);
+
+#ifdef MINIDL_WITH_CUDA
+// The fast path. Returns the number of kernels launched (the benchmark prints it).
+int forward_cuda(const NormLayout& layout, const NormForward& args);
+int backward_cuda(const NormLayout& layout, const NormBackward& args);
+
+// The oracle. Backward recomputes the batch statistics from x in float64 with `eps` (args.mean and
+// args.rstd are read only when !training) and takes the ReLU mask from y, the output of the
+// forward under test, so both sides mask the same elements.
+void forward_reference_cuda(const NormLayout& layout, const NormForward& args);
+void backward_reference_cuda(const NormLayout& layout, const NormBackward& args, const float* y, double eps);
+#endif
+
+}  // namespace minidl::norm

@@ -1,0 +1,167 @@
+// batch_norm, group_norm and layer_norm: argument checks (errors name the op, the tensor and the
+// shape it should have), the forward on x's device, and one autograd node whose backward
+// computes dx, dweight and dbias together from x and the saved per-group mean and rstd.
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/error.h"
+#include "layers/norm/norm.h"
+#include "layers/norm/norm_kernels.h"
+
+namespace minidl {
+
+namespace {
+
+using norm::NormLayout;
+
+void check_input(const Tensor& x, const char* op) {
+  MINIDL_CHECK(x.defined(), op, ": input is undefined");
+  MINIDL_CHECK(x.dtype() == DType::Float32, op, ": expects a float32 input, got ", x.str());
+  MINIDL_CHECK(x.numel() > 0, op, ": input ", shape_str(x.shape()), " is empty");
+}
+
+// weight/bias/running statistics: undefined, or float32 of `shape` on x's device.
+void check_param(const Tensor& t, const Tensor& x, const Shape& shape, const char* op, const char* name) {
+  if (!t.defined()) return;
+  MINIDL_CHECK(t.dtype() == DType::Float32 && t.shape() == shape, op, ": ", name, " must be float32 of shape ",
+               shape_str(shape), ", got ", t.str());
+  check_same_device(x, t, str(op, " input and ", name));
+}
+
+const float* ptr(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
+float* mut_ptr(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
+Tensor detached(const Tensor& t) { return t.defined() ? t.detach() : Tensor(); }
+
+struct Options {
+  bool training = true;
+  double momentum = 0.1;
+  double eps = 1e-5;
+  bool relu = false;
+};
+
+// Runs the forward and, when any of x, weight, bias needs a gradient, records the node.
+Tensor normalize(const char* op, const NormLayout& layout, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                 const Tensor& running_mean, const Tensor& running_var, const Options& o) {
+  const Device dev = x.device();
+  Tensor y = Tensor::empty_like(x);
+  Tensor mean = Tensor::empty({layout.groups()}, DType::Float32, dev);
+  Tensor rstd = Tensor::empty({layout.groups()}, DType::Float32, dev);
+  norm::NormForward a;
+  a.x = x.data<float>();
+  a.weight = ptr(weight);
+  a.bias = ptr(bias);
+  a.y = y.data<float>();
+  a.mean = mean.data<float>();
+  a.rstd = rstd.data<float>();
+  a.running_mean = mut_ptr(running_mean);
+  a.running_var = mut_ptr(running_var);
+  a.training = o.training;
+  a.momentum = o.momentum;
+  a.eps = o.eps;
+  a.relu = o.relu;
+  if (dev.is_cuda()) {
+#ifdef MINIDL_WITH_CUDA
+    norm::forward_cuda(layout, a);
+#endif
+  } else {
+    norm::forward_cpu(layout, a);
+  }
+
+  std::vector<Tensor> inputs{x};
+  if (weight.defined()) inputs.push_back(weight);
+  if (bias.defined()) inputs.push_back(bias);
+  if (!autograd::needs_grad(inputs)) return y;
+  autograd::record(
+      y, op, std::move(inputs),
+      [layout, o, xs = x.detach(), ws = detached(weight), bs = detached(bias), mean, rstd](
+          const Tensor& dy) -> std::vector<Tensor> {
+        MINIDL_ASSERT(dy.shape() == xs.shape() && dy.device() == xs.device());
+        Tensor dx = Tensor::empty_like(xs);
+        Tensor dw = ws.defined() ? Tensor::empty_like(ws) : Tensor();
+        Tensor db = bs.defined() ? Tensor::empty_like(bs) : Tensor();
+        norm::NormBackward b;
+        b.x = xs.data<float>();
+        b.dy = dy.data<float>();
+        b.weight = ptr(ws);
+        b.bias = ptr(bs);
+        b.mean = mean.data<float>();
+        b.rstd = rstd.data<float>();
+        b.training = o.training;
+        b.relu = o.relu;
+        b.dx = dx.data<float>();
+        b.dweight = mut_ptr(dw);
+        b.dbias = mut_ptr(db);
+        if (dy.is_cuda()) {
+#ifdef MINIDL_WITH_CUDA
+          norm::backward_cuda(layout, b);
+#endif
+        } else {
+          norm::backward_cpu(layout, b);
+        }
+        std::vector<Tensor> grads{dx};
+        if (dw.defined()) grads.push_back(dw);
+        if (db.defined()) grads.push_back(db);
+        return grads;
+      });
+  return y;
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum, double eps, bool relu) {
+  check_input(x, "batch_norm");
+  MINIDL_CHECK(x.dim() == 4, "batch_norm: expected input (N, C, H, W), got ", shape_str(x.shape()));
+  const int64_t n = x.size(0), c = x.size(1), hw = x.size(2) * x.size(3);
+  check_param(running_mean, x, {c}, "batch_norm", "running_mean");
+  check_param(running_var, x, {c}, "batch_norm", "running_var");
+  check_param(weight, x, {c}, "batch_norm", "weight");
+  check_param(bias, x, {c}, "batch_norm", "bias");
+  MINIDL_CHECK(running_mean.defined() == running_var.defined(),
+               "batch_norm: running_mean and running_var must both be given or both be undefined");
+  MINIDL_CHECK(training || running_mean.defined(), "batch_norm: eval mode needs running_mean and running_var");
+  MINIDL_CHECK(!training || n * hw > 1, "batch_norm: expected more than 1 value per channel when training, got input ",
+               shape_str(x.shape()));
+  MINIDL_CHECK(eps >= 0, "batch_norm: eps must be >= 0, got ", eps);
+  return normalize("batch_norm", NormLayout::batch_norm(n, c, hw), x, weight, bias, running_mean, running_var,
+                   {training, momentum, eps, relu});
+}
+
+Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps,
+                  bool relu) {
+  check_input(x, "group_norm");
+  MINIDL_CHECK(x.dim() >= 2, "group_norm: expected input (N, C, *), got ", shape_str(x.shape()));
+  const int64_t n = x.size(0), c = x.size(1), hw = x.numel() / (n * c);
+  MINIDL_CHECK(num_groups >= 1 && c % num_groups == 0, "group_norm: the ", c, " channels of input ",
+               shape_str(x.shape()), " cannot be split into ", num_groups, " groups");
+  check_param(weight, x, {c}, "group_norm", "weight");
+  check_param(bias, x, {c}, "group_norm", "bias");
+  MINIDL_CHECK(eps >= 0, "group_norm: eps must be >= 0, got ", eps);
+  Options o;
+  o.eps = eps;
+  o.relu = relu;
+  return normalize("group_norm", NormLayout::group_norm(n, c, hw, num_groups), x, weight, bias, Tensor(), Tensor(),
+                   o);
+}
+
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias, double eps,
+                  bool relu) {
+  check_input(x, "layer_norm");
+  const int64_t k = static_cast<int64_t>(normalized_shape.size());
+  const Shape trailing(x.shape().end() - std::min(k, x.dim()), x.shape().end());
+  MINIDL_CHECK(k >= 1 && x.dim() >= k && trailing == normalized_shape, "layer_norm: input ", shape_str(x.shape()),
+               " does not end with normalized_shape ", shape_str(normalized_shape));
+  check_param(weight, x, normalized_shape, "layer_norm", "weight");
+  check_param(bias, x, normalized_shape, "layer_norm", "bias");
+  MINIDL_CHECK(eps >= 0, "layer_norm: eps must be >= 0, got ", eps);
+  const int64_t d = shape_numel(normalized_shape);
+  Options o;
+  o.eps = eps;
+  o.relu = relu;
+  return normalize("layer_norm", NormLayout::layer_norm(x.numel() / d, d), x, weight, bias, Tensor(), Tensor(), o);
+}
+
+}  // namespace minidl

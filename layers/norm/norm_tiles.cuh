@@ -1,0 +1,442 @@
+// The traversal shared by every fast normalization kernel (norm_forward.cu, norm_backward.cu).
+//
+// x is [rows][width] (norm_kernels.h). The work is cut into *tiles* of at most 256 consecutive
+// columns and *slices* of consecutive rows. A warp owns one (slice, tile): each lane owns 8 fixed
+// columns of the tile (two float4 or eight strided floats) and walks the slice's rows, so
+//  - every load of a warp is 1 KB of contiguous memory (DRAM-friendly at any shape: a plane of
+//    4x4 or one of 32x32 read the same way, and rows of 65536 elements too);
+//  - per-column values (BatchNorm's channel statistics, an affine weight) are loaded once per
+//    tile into registers, per-row values (GroupNorm/LayerNorm statistics) once per row;
+//  - per-column sums over the slice (BatchNorm's channel sums, the weight/bias gradients) stay in
+//    registers until the slice is done, and per-row sums (GroupNorm/LayerNorm's group sums) take
+//    one warp reduction per row, never a block barrier.
+// A block is 8 warps on 8 consecutive slices of the same tile (a *unit*). Column sums of the 8
+// warps are combined in shared memory in a fixed order, then per "bin" (a channel, a feature, or
+// the part of a channel a tile covers), and written once per unit to
+// col_partials[2][slice_groups][bins]; row sums go to row_partials[2][rows][tiles]. No atomics,
+// no zero-initialisation: every partial is written exactly once by a fixed thread, and a finalize
+// kernel reduces them in a fixed order, so results are bit-identical run to run.
+//
+// Grids fill the chip once (occupancy of the very kernel times the SM count). Rows per slice are
+// chosen so that the units make one wave: every resident warp gets one slice and keeps 4 KB of
+// loads in flight (for_each_row). With column sums, few enough slice groups that the partials
+// stay a few percent of the tensor.
+#pragma once
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+
+#include "core/cuda/runtime.h"
+#include "core/error.h"
+#include "layers/norm/norm_kernels.h"
+#include "layers/norm/norm_math.h"
+
+namespace minidl::norm::tiles {
+
+constexpr int kWarps = 8;               // warps per block = slices per unit
+constexpr int kBlock = 32 * kWarps;
+constexpr int kSlots = 8;               // columns per lane
+constexpr int kTileMax = 32 * kSlots;   // columns per tile
+static_assert(kBlock == kTileMax, "store_column_sums gives each thread of a block one column of a tile");
+
+// How x is cut; computed on the host, passed by value to every kernel of one pass.
+struct Geometry {
+  int64_t rows = 0;
+  int64_t width = 0;
+  int32_t tile_block = 0;       // tiles never straddle a multiple of this (a segment, a plane, the row)
+  int32_t tile_width = 0;       // columns per tile (the last tile of a block may be narrower)
+  int32_t tiles_per_block = 0;
+  int32_t tiles = 0;            // per row
+  int64_t rows_per_slice = 0;
+  int64_t slice_groups = 0;     // units per tile: ceil(slices / kWarps)
+  int64_t units = 0;            // slice_groups * tiles
+  // Column-sum bins: with bin_plane > 0 every tile holds whole runs of bin_plane columns and a bin
+  // is one run (a channel or a LayerNorm feature); with bin_plane == 0 each tile is its own bin
+  // (a channel plane wider than a tile is split over tiles_per_block tiles).
+  int32_t bin_plane = 0;
+  int64_t bins = 0;             // per slice group
+  bool vec = false;             // every tile start is 16-byte aligned: float4 access
+
+  __host__ __device__ int32_t tile_start(int32_t t) const {
+    return (t / tiles_per_block) * tile_block + (t % tiles_per_block) * tile_width;
+  }
+  __host__ __device__ int32_t tile_cols(int32_t t) const {
+    const int32_t rest = tile_block - (t % tiles_per_block) * tile_width;
+    return rest < tile_width ? rest : tile_width;
+  }
+  // Bins of feature f (of a column-sum pass): [f * bins_per_feature, (f + 1) * bins_per_feature).
+  __host__ __device__ int32_t bins_per_feature() const { return bin_plane > 0 ? 1 : tiles_per_block; }
+};
+
+// One warp's share of a unit.
+struct Unit {
+  int32_t tile, col0, cols;  // tile index in the row, its first column, its width
+  int64_t slice_group;
+  int64_t r0, r1;            // the warp's rows [r0, r1), empty past the last row
+};
+
+__host__ __device__ __forceinline__ Unit unit_of(const Geometry& g, int64_t u, int warp) {
+  Unit v;
+  v.tile = static_cast<int32_t>(u % g.tiles);
+  v.slice_group = u / g.tiles;
+  v.col0 = g.tile_start(v.tile);
+  v.cols = g.tile_cols(v.tile);
+  const int64_t r0 = (v.slice_group * kWarps + warp) * g.rows_per_slice;
+  v.r0 = r0 < g.rows ? r0 : g.rows;
+  v.r1 = v.r0 + g.rows_per_slice < g.rows ? v.r0 + g.rows_per_slice : g.rows;
+  return v;
+}
+
+// Column of slot m of a lane, relative to the tile: float4 slots cover 4*lane.. and 128+4*lane..;
+// scalar slots are strided by 32 so that a warp's load is still 128 contiguous bytes.
+template <bool kVec>
+__host__ __device__ __forceinline__ int slot_col(int lane, int m) {
+  return kVec ? 4 * (lane + 32 * (m / 4)) + (m % 4) : lane + 32 * m;
+}
+
+template <bool kVec>
+__device__ __forceinline__ void load_slots(const float* __restrict__ p, int lane, int cols, float (&v)[kSlots]) {
+  if constexpr (kVec) {
+#pragma unroll
+    for (int j = 0; j < kSlots / 4; ++j) {
+      const int c = 4 * (lane + 32 * j);
+      const float4 q = c < cols ? *reinterpret_cast<const float4*>(p + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+      v[4 * j] = q.x;
+      v[4 * j + 1] = q.y;
+      v[4 * j + 2] = q.z;
+      v[4 * j + 3] = q.w;
+    }
+  } else {
+#pragma unroll
+    for (int m = 0; m < kSlots; ++m) v[m] = lane + 32 * m < cols ? p[lane + 32 * m] : 0.f;
+  }
+}
+
+template <bool kVec>
+__device__ __forceinline__ void store_slots(float* __restrict__ p, int lane, int cols, const float (&v)[kSlots]) {
+  if constexpr (kVec) {
+#pragma unroll
+    for (int j = 0; j < kSlots / 4; ++j) {
+      const int c = 4 * (lane + 32 * j);
+      if (c < cols) *reinterpret_cast<float4*>(p + c) = make_float4(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3]);
+    }
+  } else {
+#pragma unroll
+    for (int m = 0; m < kSlots; ++m)
+      if (lane + 32 * m < cols) p[lane + 32 * m] = v[m];
+  }
+}
+
+// Butterfly sums over the warp; every lane ends with a sum (lane 0's is the one used).
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ double warp_sum(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Combines the column sums (a, b) of the block's kWarps warps and writes one pair per bin of the
+// unit's tile to partials[2][slice_groups][bins]. Fixed order throughout: warps 0..7 per column,
+// then per bin lane-strided columns and a butterfly. Must be reached by the whole block.
+template <bool kVec>
+__device__ void store_column_sums(const Geometry& g, const Unit& u, const float (&a)[kSlots],
+                                  const float (&b)[kSlots], double* __restrict__ partials) {
+  __shared__ double sums[2][kWarps][kTileMax];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int m = 0; m < kSlots; ++m) {
+    const int c = slot_col<kVec>(lane, m);
+    if (c < u.cols) {
+      sums[0][warp][c] = a[m];
+      sums[1][warp][c] = b[m];
+    }
+  }
+  __syncthreads();
+  const int c = threadIdx.x;  // kBlock == kTileMax: one thread per column
+  double sa = 0, sb = 0;
+  if (c < u.cols) {
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      sa += sums[0][w][c];
+      sb += sums[1][w][c];
+    }
+  }
+  double* pa = partials + u.slice_group * g.bins;
+  double* pb = pa + g.slice_groups * g.bins;
+  if (g.bin_plane == 1) {  // every column is its own bin (LayerNorm's weight): no further sum
+    if (c < u.cols) {
+      pa[u.col0 + c] = sa;
+      pb[u.col0 + c] = sb;
+    }
+  } else {
+    if (c < u.cols) {
+      sums[0][0][c] = sa;  // only thread c read column c above, so it may overwrite it
+      sums[1][0][c] = sb;
+    }
+    __syncthreads();
+    const int width = g.bin_plane > 0 ? g.bin_plane : u.cols;
+    const int64_t first = g.bin_plane > 0 ? u.col0 / g.bin_plane : u.tile;
+    for (int bin = warp; bin < u.cols / width; bin += kWarps) {
+      double ta = 0, tb = 0;
+      for (int k = lane; k < width; k += 32) {
+        ta += sums[0][0][bin * width + k];
+        tb += sums[1][0][bin * width + k];
+      }
+      ta = warp_sum(ta);
+      tb = warp_sum(tb);
+      if (lane == 0) {
+        pa[first + bin] = ta;
+        pb[first + bin] = tb;
+      }
+    }
+  }
+  __syncthreads();  // the next unit reuses `sums`
+}
+
+// Calls pass(r, xv, dv) for every row r of the warp's slice (in reverse when kBackwards), where
+// xv, dv are the lane's kSlots values of x and dy in row r. The loads of kDepth rows are all
+// issued before any is used: 4 rows of x, or 2 rows of x and dy, i.e. 4 KB in flight per warp,
+// which is what keeps DRAM busy even at a quarter of full occupancy.
+template <bool kVec, bool kGrad, bool kBackwards, class Pass>
+__device__ __forceinline__ void for_each_row(const Geometry& g, const Unit& u, const float* __restrict__ x,
+                                             const float* __restrict__ dy, int lane, Pass&& pass) {
+  constexpr int kDepth = kGrad ? 2 : 4;
+  const int64_t n = u.r1 - u.r0;
+  for (int64_t i = 0; i < n; i += kDepth) {
+    float xv[kDepth][kSlots], dv[kDepth][kSlots] = {};
+#pragma unroll
+    for (int k = 0; k < kDepth; ++k) {
+      if (i + k < n) {
+        const int64_t off = (kBackwards ? u.r1 - 1 - (i + k) : u.r0 + i + k) * g.width + u.col0;
+        load_slots<kVec>(x + off, lane, u.cols, xv[k]);
+        if constexpr (kGrad) load_slots<kVec>(dy + off, lane, u.cols, dv[k]);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kDepth; ++k)
+      if (i + k < n) pass(kBackwards ? u.r1 - 1 - (i + k) : u.r0 + i + k, xv[k], dv[k]);
+  }
+}
+
+// A reduction pass. Op supplies:
+//   kGrad (reads dy too), kRowSums, kColSums;
+//   Col column(int col) const         per-column values, col relative to the row start;
+//   Row row(int64_t r, const Unit&)   per-row values;
+//   void element(x, dy, const Col&, const Row&, float& ra, float& rb, float& ca, float& cb) const
+//     adding the element's contribution to the row sums (ra, rb) and column sums (ca, cb).
+template <class Op, bool kVec>
+__global__ void __launch_bounds__(kBlock) reduce_kernel(const Geometry g, const Op op, const float* __restrict__ x,
+                                                       const float* __restrict__ dy, double* __restrict__ col_partials,
+                                                       double* __restrict__ row_partials) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int64_t u = blockIdx.x; u < g.units; u += gridDim.x) {
+    const Unit unit = unit_of(g, u, warp);
+    typename Op::Col col[kSlots] = {};
+    bool valid[kSlots];
+#pragma unroll
+    for (int m = 0; m < kSlots; ++m) {
+      valid[m] = slot_col<kVec>(lane, m) < unit.cols;
+      if (valid[m]) col[m] = op.column(unit.col0 + slot_col<kVec>(lane, m));
+    }
+    float ca[kSlots] = {}, cb[kSlots] = {};
+    auto row_pass = [&](int64_t r, const float (&xv)[kSlots], const float (&dv)[kSlots]) {
+      const typename Op::Row rp = op.row(r, unit);
+      float ra = 0.f, rb = 0.f;
+#pragma unroll
+      for (int m = 0; m < kSlots; ++m)
+        if (valid[m]) op.element(xv[m], dv[m], col[m], rp, ra, rb, ca[m], cb[m]);
+      if constexpr (Op::kRowSums) {
+        ra = warp_sum(ra);
+        rb = warp_sum(rb);
+        if (lane == 0) {
+          row_partials[r * g.tiles + unit.tile] = ra;
+          row_partials[(g.rows + r) * g.tiles + unit.tile] = rb;
+        }
+      }
+    };
+    for_each_row<kVec, Op::kGrad, false>(g, unit, x, dy, lane, row_pass);
+    if constexpr (Op::kColSums) store_column_sums<kVec>(g, unit, ca, cb, col_partials);
+  }
+}
+
+// An elementwise pass out = op(x, dy): the same tiles, with per-column and per-row values loaded
+// as above. It walks everything backwards (units, and rows within a slice): the reduction pass
+// before it read x (and dy) forwards, so the rows it read last, still in L2, come first here.
+template <class Op, bool kVec>
+__global__ void __launch_bounds__(kBlock) map_kernel(const Geometry g, const Op op, const float* __restrict__ x,
+                                                    const float* __restrict__ dy, float* __restrict__ out) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int64_t u = blockIdx.x; u < g.units; u += gridDim.x) {
+    const Unit unit = unit_of(g, g.units - 1 - u, warp);
+    typename Op::Col col[kSlots] = {};
+#pragma unroll
+    for (int m = 0; m < kSlots; ++m)
+      if (slot_col<kVec>(lane, m) < unit.cols) col[m] = op.column(unit.col0 + slot_col<kVec>(lane, m));
+    auto row_pass = [&](int64_t r, const float (&xv)[kSlots], const float (&dv)[kSlots]) {
+      const typename Op::Row rp = op.row(r, unit);
+      float o[kSlots];
+#pragma unroll
+      for (int m = 0; m < kSlots; ++m) o[m] = op.element(xv[m], dv[m], col[m], rp);
+      store_slots<kVec>(out + r * g.width + unit.col0, lane, unit.cols, o);
+    };
+    for_each_row<kVec, Op::kGrad, true>(g, unit, x, dy, lane, row_pass);
+  }
+}
+
+// Sums entries e = 0..n-1 of a two-array partial buffer (second array `stride` further) over a
+// warp, lane-strided then butterfly: the fixed order of every finalize. Lane 0's result counts.
+template <class Index>
+__device__ __forceinline__ void warp_sum_entries(const double* __restrict__ p, int64_t stride, int64_t n,
+                                                 Index index, double& a, double& b) {
+  a = 0;
+  b = 0;
+  for (int64_t e = threadIdx.x & 31; e < n; e += 32) {
+    const int64_t i = index(e);
+    a += p[i];
+    b += p[stride + i];
+  }
+  a = warp_sum(a);
+  b = warp_sum(b);
+}
+
+// ---- host side ----
+
+inline bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// Blocks of kBlock threads of `kernel` that fit on the chip at once (its own occupancy, which
+// depends on its registers and shared memory), cached per kernel.
+inline int resident_blocks_of(const void* kernel) {
+  static std::mutex mu;
+  static std::unordered_map<const void*, int> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(kernel);
+  if (it != cache.end()) return it->second;
+  int per_sm = 0;
+  MINIDL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBlock, 0));
+  const int blocks = (per_sm > 0 ? per_sm : 1) * cuda::props().multiProcessorCount;
+  cache.emplace(kernel, blocks);
+  return blocks;
+}
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Splits each run of `block` columns into the fewest tiles of at most kTileMax columns, each a
+// whole number of `quantum` columns, as even as possible.
+inline void set_tiles(Geometry& g, int64_t block, int64_t quantum) {
+  const int64_t quanta = block / quantum, per_tile = kTileMax / quantum > 0 ? kTileMax / quantum : 1;
+  const int64_t tiles = ceil_div(quanta, per_tile);
+  g.tile_block = static_cast<int32_t>(block);
+  g.tile_width = static_cast<int32_t>(ceil_div(quanta, tiles) * quantum);
+  g.tiles_per_block = static_cast<int32_t>(ceil_div(block, g.tile_width));
+  g.tiles = static_cast<int32_t>(g.width / block * g.tiles_per_block);
+}
+
+// quantum that keeps tiles 16-byte aligned where `block` allows it (and whole runs of `plane`).
+inline int64_t aligned_quantum(int64_t block, int64_t plane) {
+  const int64_t q = plane % 4 == 0 ? plane : plane % 2 == 0 ? plane * 2 : plane * 4;  // lcm(plane, 4)
+  return block % 4 == 0 && q <= kTileMax ? q : plane;
+}
+
+// The tiles of one pass over the layout `l` (slices come later, from the kernel's occupancy).
+//   tile_block: tiles stay inside runs of this many columns (a segment, for row sums).
+//   bin_plane:  for column sums, the run of columns that forms one bin (0: no column sums).
+//   aligned:    every pointer the pass reads or writes is 16-byte aligned.
+inline Geometry make_tiles(const NormLayout& l, int64_t tile_block, int64_t bin_plane, bool aligned) {
+  MINIDL_CHECK(l.width() < (int64_t{1} << 31), "normalization: rows of ", l.width(),
+               " elements are too long for the CUDA kernels (at most 2^31 - 1)");
+  Geometry g;
+  g.rows = l.rows;
+  g.width = l.width();
+  if (bin_plane == 0) {
+    set_tiles(g, tile_block, aligned_quantum(tile_block, 1));
+  } else if (bin_plane <= kTileMax) {  // bins inside tiles: whole runs of bin_plane per tile
+    set_tiles(g, tile_block, aligned_quantum(tile_block, bin_plane));
+    g.bin_plane = static_cast<int32_t>(bin_plane);
+    g.bins = g.width / bin_plane;
+  } else {  // a plane wider than a tile: tiles inside each plane, one bin per tile
+    set_tiles(g, bin_plane, aligned_quantum(bin_plane, 1));
+    g.bins = g.tiles;
+  }
+  g.vec = aligned && g.width % 4 == 0 && g.tile_block % 4 == 0 && g.tile_width % 4 == 0;
+  return g;
+}
+
+// Slices for one wave: as many slice groups per tile as keep every resident block busy with one
+// unit (at least one), each warp then taking rows_per_slice rows. With column sums, at most as
+// many slice groups as keep the column partials (2 doubles per bin and slice group) under 1/32 of
+// the tensor's bytes.
+inline void set_slices(Geometry& g, int resident_blocks) {
+  int64_t groups = resident_blocks / g.tiles;
+  if (g.bins > 0) {
+    const int64_t cap = g.rows * g.width / (128 * g.bins);
+    if (groups > cap) groups = cap;
+  }
+  if (groups < 1) groups = 1;
+  g.rows_per_slice = ceil_div(g.rows, groups * kWarps);
+  g.slice_groups = ceil_div(ceil_div(g.rows, g.rows_per_slice), kWarps);
+  g.units = g.slice_groups * g.tiles;
+}
+
+template <class Op>
+const void* reduce_kernel_of(bool vec) {
+  return vec ? reinterpret_cast<const void*>(reduce_kernel<Op, true>)
+             : reinterpret_cast<const void*>(reduce_kernel<Op, false>);
+}
+
+template <class Op>
+const void* map_kernel_of(bool vec) {
+  return vec ? reinterpret_cast<const void*>(map_kernel<Op, true>) : reinterpret_cast<const void*>(map_kernel<Op, false>);
+}
+
+inline unsigned grid_of(const Geometry& g, const void* kernel) {
+  const int64_t resident = resident_blocks_of(kernel);
+  return static_cast<unsigned>(g.units < resident ? g.units : resident);
+}
+
+// Completes `g` with the slices that fill the chip for the pass Op (a reduction or a map).
+template <class Op>
+Geometry plan_reduce(Geometry g) {
+  set_slices(g, resident_blocks_of(reduce_kernel_of<Op>(g.vec)));
+  return g;
+}
+template <class Op>
+Geometry plan_map(Geometry g) {
+  set_slices(g, resident_blocks_of(map_kernel_of<Op>(g.vec)));
+  return g;
+}
+
+template <class Op>
+void launch_reduce(const Geometry& g, const Op& op, const float* x, const float* dy, double* col_partials,
+                   double* row_partials) {
+  const unsigned grid = grid_of(g, reduce_kernel_of<Op>(g.vec));
+  if (g.vec) {
+    reduce_kernel<Op, true><<<grid, kBlock, 0, cuda::stream()>>>(g, op, x, dy, col_partials, row_partials);
+  } else {
+    reduce_kernel<Op, false><<<grid, kBlock, 0, cuda::stream()>>>(g, op, x, dy, col_partials, row_partials);
+  }
+  MINIDL_LAUNCH_CHECK();
+}
+
+template <class Op>
+void launch_map(const Geometry& g, const Op& op, const float* x, const float* dy, float* out) {
+  const unsigned grid = grid_of(g, map_kernel_of<Op>(g.vec));
+  if (g.vec) {
+    map_kernel<Op, true><<<grid, kBlock, 0, cuda::stream()>>>(g, op, x, dy, out);
+  } else {
+    map_kernel<Op, false><<<grid, kBlock, 0, cuda::stream()>>>(g, op, x, dy, out);
+  }
+  MINIDL_LAUNCH_CHECK();
+}
+
+// Grid of kBlock-thread blocks for `warps` warps of work: enough blocks for all of them, at most
+// one resident wave (the kernels stride over the rest).
+inline unsigned grid_for_warps(int64_t warps) {
+  const int64_t needed = ceil_div(warps, kWarps), cap = cuda::resident_blocks(kBlock);
+  return static_cast<unsigned>(needed < 1 ? 1 : (needed < cap ? needed : cap));
+}
+
+}  // namespace minidl::norm::tiles

@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""PyTorch's cuDNN convolutions at ResNet-9's shapes (batch 512, 3x3, padding 1, fp32 NCHW), timed
+the way `minidl bench conv --device cuda` times ours, so the two can be set side by side
+(scripts/gpu/conv.sh does that).
+
+Each direction is timed on its own: forward is F.conv2d; backward-data and backward-filter are
+aten.convolution_backward with only that output requested, which is the call autograd makes.
+torch.backends.cudnn.benchmark = True (a timed algorithm search per shape, as PyTorch users do
+for speed); TF32 on and off; cudnn.deterministic on and off (on: the search is limited to
+deterministic algorithms). Per call: CUDA events around 20 back-to-back calls, median of --repeat
+such spans, after one warm-up call that runs the search.
+"""
+import argparse
+import csv
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+
+# (in_channels, out_channels, height = width, times per training step)
+SHAPES = [(3, 64, 32, 1), (64, 128, 32, 1), (128, 128, 16, 2), (128, 256, 16, 1), (256, 512, 8, 1), (512, 512, 4, 2)]
+BATCH = 512
+CALLS = 20
+
+
+def time_ms(fn, repeat):
+    fn()
+    torch.cuda.synchronize()
+    per_call = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(CALLS):
+            fn()
+        end.record()
+        end.synchronize()
+        per_call.append(start.elapsed_time(end) / CALLS)
+    return statistics.median(per_call)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--csv", help="write one row per measurement here")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("torch_conv.py: no CUDA device visible to PyTorch")
+    torch.backends.cudnn.benchmark = True
+    print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name()}; "
+          f"batch {BATCH}, per call: median of {args.repeat} spans of {CALLS} calls")
+    rows = []
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for tf32 in (True, False):
+        for det in (True, False):
+            torch.backends.cudnn.allow_tf32 = tf32
+            torch.backends.cudnn.deterministic = det
+            print(f"\nTF32 {'on' if tf32 else 'off'}, deterministic {'on' if det else 'off'}")
+            print(f"{'shape':20s} {'GFLOP':>6s} | {'fwd ms':>8s} {'TFLOP/s':>7s} | {'bwd_d ms':>8s} {'TFLOP/s':>7s} | "
+                  f"{'bwd_f ms':>8s} {'TFLOP/s':>7s}")
+            step_ms = 0.0
+            for c, o, hw, count in SHAPES:
+                x = torch.rand(BATCH, c, hw, hw, device="cuda", generator=gen) * 2 - 1
+                w = torch.rand(o, c, 3, 3, device="cuda", generator=gen) * 2 - 1
+                dy = torch.rand(BATCH, o, hw, hw, device="cuda", generator=gen) * 2 - 1
+
+                def backward(mask):
+                    return lambda: torch.ops.aten.convolution_backward(
+                        dy, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, mask)
+
+                fwd = time_ms(lambda: F.conv2d(x, w, padding=1), args.repeat)
+                bd = time_ms(backward([True, False, False]), args.repeat)
+                bf = time_ms(backward([False, True, False]), args.repeat)
+                gflop = 2.0 * BATCH * o * hw * hw * c * 9 / 1e9
+                label = f"{c}->{o} @{hw}x{hw} k3"
+                print(f"{label:20s} {gflop:6.2f} | {fwd:8.4f} {gflop / fwd:7.1f} | {bd:8.4f} {gflop / bd:7.1f} | "
+                      f"{bf:8.4f} {gflop / bf:7.1f}")
+                step_ms += count * (fwd + (0.0 if c == 3 else bd) + bf)
+                for direction, ms in (("fwd", fwd), ("bwd_data", bd), ("bwd_filter", bf)):
+                    rows.append(["torch", label, direction, int(tf32), int(det), ms, gflop / ms, ""])
+                del x, w, dy
+            print(f"one ResNet-9 training step's convolutions (with the repeated layers): {step_ms:.2f} ms")
+    if args.csv:
+        with open(args.csv, "w", newline="") as f:
+            out = csv.writer(f)
+            out.writerow(["impl", "shape", "direction", "tf32", "deterministic", "ms", "tflops", "algorithms"])
+            out.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""PyTorch's normalization layers at the ANCHORS.md shapes, measured the way ANCHORS.md measured
+them, so `minidl bench norm` can be set beside figures from the same machine and run
+(scripts/gpu/norm.sh does that).
+
+nn.BatchNorm2d(C), nn.GroupNorm(32, C) (1 group when C is not a multiple of 32) and
+nn.LayerNorm([C, H, W]) in training mode, fp32 NCHW, x ~ N(5, 3^2); plus nn.LayerNorm(D) over the
+last dim at the transformer shapes. Each module call is timed with CUDA events around it (a
+synchronize after each), median of --reps after --warmup calls; backward = (forward + backward)
+- forward, both medians of such calls.
+"""
+import argparse
+import json
+import statistics
+import sys
+
+import torch
+from torch import nn
+
+SHAPES = [(512, 64, 32, 32), (512, 128, 16, 16), (512, 256, 8, 8), (512, 512, 4, 4), (1024, 24, 31, 31),
+          (1024, 64, 16, 16), (1024, 256, 8, 8), (1024, 256, 4, 4), (3, 37, 41, 40)]
+TRANSFORMER = [(8192, 768), (8192, 1600)]
+
+
+def time_ms(fn, reps, warmup):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def measure(module, shape, reps, warmup, gen):
+    x = (torch.randn(shape, device="cuda", generator=gen) * 3 + 5).requires_grad_(True)
+    dy = torch.randn(shape, device="cuda", generator=gen)
+
+    def forward():
+        module(x)
+
+    def forward_backward():
+        module(x).backward(dy)
+
+    fwd = time_ms(forward, reps, warmup)
+    both = time_ms(forward_backward, reps, warmup)
+    return fwd, both - fwd
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--json", help="write every measurement here")
+    parser.add_argument("--reps", type=int, default=50)
+    parser.add_argument("--warmup", type=int, default=10)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("torch_norm.py: no CUDA device visible to PyTorch")
+    print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name()}; "
+          f"median of {args.reps} calls after {args.warmup} warm-ups, backward = (fwd+bwd) - fwd")
+    print(f"{'layer':11s} {'shape':22s} {'fwd ms':>8s} {'bwd ms':>8s}")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    results = []
+    for n, c, h, w in SHAPES:
+        groups = 32 if c % 32 == 0 else 1
+        layers = [("BatchNorm2d", nn.BatchNorm2d(c)), ("GroupNorm", nn.GroupNorm(groups, c)),
+                  ("LayerNorm", nn.LayerNorm([c, h, w]))]
+        for name, module in layers:
+            module = module.cuda().train()
+            fwd, bwd = measure(module, (n, c, h, w), args.reps, args.warmup, gen)
+            shape = f"({n},{c},{h},{w})" + (f" G{groups}" if name == "GroupNorm" else "")
+            results.append({"layer": name, "shape": shape, "fwd_ms": fwd, "bwd_ms": bwd})
+            print(f"{name:11s} {shape:22s} {fwd:8.4f} {bwd:8.4f}", flush=True)
+    for rows, d in TRANSFORMER:
+        module = nn.LayerNorm(d).cuda().train()
+        fwd, bwd = measure(module, (rows, d), args.reps, args.warmup, gen)
+        shape = f"({rows},{d}) last"
+        results.append({"layer": "LayerNorm", "shape": shape, "fwd_ms": fwd, "bwd_ms": bwd})
+        print(f"{'LayerNorm':11s} {shape:22s} {fwd:8.4f} {bwd:8.4f}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(), "reps": args.reps,
+                       "warmup": args.warmup, "results": results}, f, indent=2)
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()

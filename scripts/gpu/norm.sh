@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Normalization speed on the GPU, minidl beside PyTorch, in one device run.
+#   scripts/gpu/norm.sh MINIDL_BINARY OUT_DIR
+# Runs `minidl bench norm` (checks the fast kernels against the float64 oracle, then times them
+# against the DRAM floor and ANCHORS.md) and scripts/bench/torch_norm.py (PyTorch on this GPU, now),
+# keeps both outputs and JSONs in OUT_DIR, then prints one table: per layer and shape, both times
+# and torch/minidl from this run (above 1: minidl is faster), and per layer the geometric means
+# over the eight large shapes against the targets (3x for BatchNorm2d and GroupNorm, 2x for
+# LayerNorm, slower at no shape). Exits non-zero if minidl's oracle check or either benchmark fails.
+set -euo pipefail
+bin=${1:?usage: norm.sh MINIDL_BINARY OUT_DIR}
+out=${2:?usage: norm.sh MINIDL_BINARY OUT_DIR}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+mkdir -p "$out"
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader || true
+echo "== minidl bench norm"
+"$bin" bench norm --json "$out/norm_minidl.json" | tee "$out/norm_minidl.txt"
+if ! python3 -c "import torch" 2>/dev/null; then
+  echo "norm.sh: PyTorch is not importable here: no same-run comparison (ANCHORS.md figures are above)"
+  exit 1
+fi
+echo "== scripts/bench/torch_norm.py"
+python3 "$root/scripts/bench/torch_norm.py" --json "$out/norm_torch.json" | tee "$out/norm_torch.txt"
+
+echo "== side by side (ms per call, CUDA events around one call; torch/minidl > 1 means minidl is faster)"
+python3 - "$out/norm_minidl.json" "$out/norm_torch.json" <<'PY'
+import json, math, sys
+
+ours = json.load(open(sys.argv[1]))
+torch = {(r["layer"], r["shape"]): r for r in json.load(open(sys.argv[2]))["results"]}
+print(f"{'layer':11s} {'shape':22s} | {'minidl':>8s} {'torch':>8s} {'ratio':>6s} | {'minidl':>8s} {'torch':>8s} "
+      f"{'ratio':>6s} | {'x floor fwd/bwd':>15s}")
+print(f"{'':34s} | {'forward':^24s} | {'backward':^24s} |")
+ratios = {}
+for r in ours["results"]:
+    t = torch.get((r["layer"], r["shape"]))
+    if t is None:
+        print(f"{r['layer']:11s} {r['shape']:22s} | no PyTorch measurement")
+        continue
+    rf, rb = t["fwd_ms"] / r["fwd_ms"], t["bwd_ms"] / r["bwd_ms"]
+    mark = "" if rf >= 1 and rb >= 1 else "  <- slower than PyTorch"
+    print(f"{r['layer']:11s} {r['shape']:22s} | {r['fwd_ms']:8.4f} {t['fwd_ms']:8.4f} {rf:6.2f} | {r['bwd_ms']:8.4f} "
+          f"{t['bwd_ms']:8.4f} {rb:6.2f} | {r['fwd_ms'] / r['floor_fwd_ms']:6.2f} {r['bwd_ms'] / r['floor_bwd_ms']:6.2f}{mark}")
+    if r["large"]:
+        ratios.setdefault(r["layer"], []).append((rf, rb))
+
+def geomean(v):
+    return math.exp(sum(math.log(e) for e in v) / len(v)) if v else float("nan")
+
+print("\ngeometric mean over the eight large shapes of torch/minidl, measured in this run")
+for layer, target in (("BatchNorm2d", 3.0), ("GroupNorm", 3.0), ("LayerNorm", 2.0)):
+    v = ratios.get(layer, [])
+    gf, gb = geomean([f for f, _ in v]), geomean([b for _, b in v])
+    ok = lambda g: "met" if g >= target * (1 - 1e-9) else "MISSED"
+    print(f"{layer:11s} forward {gf:5.2f}x ({ok(gf)}), backward {gb:5.2f}x ({ok(gb)}), target {target:.0f}x")
+print("oracle check:", "ok" if ours["all_valid"] else "FAILED")
+sys.exit(0 if ours["all_valid"] else 1)
+PY

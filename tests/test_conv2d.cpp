@@ -1,0 +1,418 @@
+// Conv2d: CPU forward and backward against a float64 direct convolution written here, gradients
+// against finite differences, thread-count independence, errors, the module and its factory;
+// [cuda]: cuDNN against the CPU path (TF32 off and on, heuristic and timed algorithm choice),
+// bit-identical repeats, the plan cache, and errors.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/init.h"
+#include "core/settings.h"
+#include "layers/conv2d.h"
+#include "layers/conv2d_kernels.h"
+#include "layers/registry.h"
+#include "tests/test_util.h"
+
+using namespace minidl;
+using namespace minidl::test;
+
+namespace {
+
+Shape x_shape(const Conv2dShape& s) { return {s.n, s.c, s.h, s.w}; }
+Shape w_shape(const Conv2dShape& s) { return {s.o, s.c, s.kh, s.kw}; }
+Shape y_shape(const Conv2dShape& s) { return {s.n, s.o, s.oh(), s.ow()}; }
+
+std::string shape_name(const Conv2dShape& s) {
+  return str("x (", s.n, ", ", s.c, ", ", s.h, ", ", s.w, ") w (", s.o, ", ", s.c, ", ", s.kh, ", ", s.kw, ") s ", s.sh,
+             "x", s.sw, " p ", s.ph, "x", s.pw);
+}
+
+// Index helpers for the reference loops.
+struct Idx {
+  const Conv2dShape& s;
+  int64_t x(int64_t n, int64_t c, int64_t h, int64_t w) const { return ((n * s.c + c) * s.h + h) * s.w + w; }
+  int64_t wt(int64_t o, int64_t c, int64_t i, int64_t j) const { return ((o * s.c + c) * s.kh + i) * s.kw + j; }
+  int64_t y(int64_t n, int64_t o, int64_t h, int64_t w) const { return ((n * s.o + o) * s.oh() + h) * s.ow() + w; }
+};
+
+// The definition: y[n,o,p,q] = b[o] + sum_{c,i,j} x[n,c,p*sh-ph+i,q*sw-pw+j] w[o,c,i,j], zero outside.
+std::vector<double> conv_ref(const Conv2dShape& s, const std::vector<float>& x, const std::vector<float>& w,
+                             const std::vector<float>* b) {
+  Idx I{s};
+  std::vector<double> y(static_cast<size_t>(s.n * s.o * s.oh() * s.ow()));
+  for (int64_t n = 0; n < s.n; ++n)
+    for (int64_t o = 0; o < s.o; ++o)
+      for (int64_t p = 0; p < s.oh(); ++p)
+        for (int64_t q = 0; q < s.ow(); ++q) {
+          double acc = b ? (*b)[o] : 0.0;
+          for (int64_t c = 0; c < s.c; ++c)
+            for (int64_t i = 0; i < s.kh; ++i)
+              for (int64_t j = 0; j < s.kw; ++j) {
+                const int64_t ih = p * s.sh - s.ph + i, iw = q * s.sw - s.pw + j;
+                if (ih < 0 || ih >= s.h || iw < 0 || iw >= s.w) continue;
+                acc += static_cast<double>(x[I.x(n, c, ih, iw)]) * w[I.wt(o, c, i, j)];
+              }
+          y[I.y(n, o, p, q)] = acc;
+        }
+  return y;
+}
+
+// The adjoint of conv_ref for a given dy.
+void conv_backward_ref(const Conv2dShape& s, const std::vector<float>& x, const std::vector<float>& w,
+                       const std::vector<float>& dy, std::vector<double>& dx, std::vector<double>& dw,
+                       std::vector<double>& db) {
+  Idx I{s};
+  dx.assign(x.size(), 0.0);
+  dw.assign(w.size(), 0.0);
+  db.assign(static_cast<size_t>(s.o), 0.0);
+  for (int64_t n = 0; n < s.n; ++n)
+    for (int64_t o = 0; o < s.o; ++o)
+      for (int64_t p = 0; p < s.oh(); ++p)
+        for (int64_t q = 0; q < s.ow(); ++q) {
+          const double g = dy[I.y(n, o, p, q)];
+          db[o] += g;
+          for (int64_t c = 0; c < s.c; ++c)
+            for (int64_t i = 0; i < s.kh; ++i)
+              for (int64_t j = 0; j < s.kw; ++j) {
+                const int64_t ih = p * s.sh - s.ph + i, iw = q * s.sw - s.pw + j;
+                if (ih < 0 || ih >= s.h || iw < 0 || iw >= s.w) continue;
+                dx[I.x(n, c, ih, iw)] += g * w[I.wt(o, c, i, j)];
+                dw[I.wt(o, c, i, j)] += g * x[I.x(n, c, ih, iw)];
+              }
+        }
+}
+
+// |got - want| <= tol * max|want| everywhere: error relative to the tensor's scale, the right
+// measure for sums whose terms cancel (a single output near zero has no meaningful relative error).
+void require_close_scaled(const std::vector<float>& got, const std::vector<float>& want, double tol,
+                          const std::string& what) {
+  double scale = 0;
+  for (float v : want) scale = std::max(scale, std::fabs(static_cast<double>(v)));
+  require_close(got, want, 0.0, tol * std::max(scale, 1e-30), what + str(" (tolerance ", tol, " x max|want| = ", scale, ")"));
+}
+
+// Forward and backward through autograd (all three inputs require grad) on one device.
+struct ConvRun {
+  std::vector<float> y, dx, dw, db;
+};
+
+ConvRun run_conv(const Conv2dShape& s, bool with_bias, Device dev, uint64_t seed) {
+  Tensor x = random_tensor(x_shape(s), seed, -1.f, 1.f, dev);
+  Tensor w = random_tensor(w_shape(s), seed + 1, -1.f, 1.f, dev);
+  Tensor b = with_bias ? random_tensor({s.o}, seed + 2, -1.f, 1.f, dev) : Tensor();
+  x.set_requires_grad(true);
+  w.set_requires_grad(true);
+  if (with_bias) b.set_requires_grad(true);
+  Tensor y = conv2d(x, w, b, Size2d(s.sh, s.sw), Size2d(s.ph, s.pw));
+  REQUIRE(y.shape() == y_shape(s));
+  autograd::backward(y, random_tensor(y.shape(), seed + 3, -1.f, 1.f, dev));
+  ConvRun r{y.to_vector(), x.grad().to_vector(), w.grad().to_vector(), {}};
+  if (with_bias) r.db = b.grad().to_vector();
+  return r;
+}
+
+// Problems that walk the CPU path's cases: padding, stride, non-square kernel and stride, 1x1,
+// several images per GEMM chunk with a short last chunk, and more chunks than reduction slots.
+const Conv2dShape kSmall = {2, 3, 7, 5, 4, 3, 3, 1, 1, 1, 1};
+const Conv2dShape kStride2 = {3, 5, 9, 8, 6, 3, 3, 2, 2, 0, 0};
+const Conv2dShape kStride2Padded = {2, 3, 7, 6, 4, 3, 3, 2, 2, 1, 1};  // small: finite differences
+const Conv2dShape kNonSquare = {2, 4, 6, 9, 5, 2, 3, 2, 1, 1, 0};
+const Conv2dShape kPointwise = {2, 6, 4, 4, 3, 1, 1, 1, 1, 0, 0};
+const Conv2dShape kManyImagesPerChunk = {13, 3, 32, 32, 5, 3, 3, 1, 1, 1, 1};
+const Conv2dShape kManySlots = {18, 32, 16, 16, 4, 3, 3, 1, 1, 1, 1};
+
+struct OmpThreads {
+  int saved = omp_get_max_threads();
+  explicit OmpThreads(int n) { omp_set_num_threads(n); }
+  ~OmpThreads() { omp_set_num_threads(saved); }
+};
+
+struct SettingsGuard {
+  ComputeSettings saved = compute_settings();
+  SettingsGuard(bool tf32, bool deterministic) {
+    compute_settings().allow_tf32 = tf32;
+    compute_settings().deterministic = deterministic;
+  }
+  ~SettingsGuard() { compute_settings() = saved; }
+};
+
+}  // namespace
+
+TEST_CASE("conv2d CPU partition covers the cases the tests rely on", "[conv2d]") {
+  const auto many = kernels::conv2d_cpu_partition(kManyImagesPerChunk);
+  CHECK(many.images_per_chunk > 1);
+  CHECK(kManyImagesPerChunk.n % many.images_per_chunk != 0);  // a short last chunk
+  const auto slots = kernels::conv2d_cpu_partition(kManySlots);
+  CHECK(slots.chunks > slots.slots);  // some slot sums several chunks
+  CHECK(slots.slots > 1);
+}
+
+TEST_CASE("conv2d CPU forward matches a float64 direct convolution", "[conv2d]") {
+  for (const Conv2dShape& s : {kSmall, kStride2, kNonSquare, kPointwise, kManyImagesPerChunk, kManySlots}) {
+    for (bool with_bias : {true, false}) {
+      const auto x = random_values(s.n * s.c * s.h * s.w, 11);
+      const auto w = random_values(s.o * s.c * s.kh * s.kw, 12);
+      const auto b = random_values(s.o, 13);
+      Tensor y = conv2d(Tensor::from_vector(x, x_shape(s)), Tensor::from_vector(w, w_shape(s)),
+                        with_bias ? Tensor::from_vector(b, {s.o}) : Tensor(), Size2d(s.sh, s.sw), Size2d(s.ph, s.pw));
+      REQUIRE(y.shape() == y_shape(s));
+      require_close(y.to_vector(), conv_ref(s, x, w, with_bias ? &b : nullptr), 1e-5, 1e-5,
+                    shape_name(s) + (with_bias ? " bias" : " no bias"));
+    }
+  }
+}
+
+TEST_CASE("conv2d CPU backward matches the float64 adjoint", "[conv2d]") {
+  for (const Conv2dShape& s : {kNonSquare, kManyImagesPerChunk, kManySlots}) {
+    const auto x = random_values(s.n * s.c * s.h * s.w, 21);
+    const auto w = random_values(s.o * s.c * s.kh * s.kw, 22);
+    const auto dy = random_values(s.n * s.o * s.oh() * s.ow(), 23);
+    std::vector<double> dx, dw, db;
+    conv_backward_ref(s, x, w, dy, dx, dw, db);
+    Tensor xt = Tensor::from_vector(x, x_shape(s)), wt = Tensor::from_vector(w, w_shape(s));
+    Tensor bt = Tensor::zeros({s.o});
+    xt.set_requires_grad(true);
+    wt.set_requires_grad(true);
+    bt.set_requires_grad(true);
+    autograd::backward(conv2d(xt, wt, bt, Size2d(s.sh, s.sw), Size2d(s.ph, s.pw)), Tensor::from_vector(dy, y_shape(s)));
+    // Weight and bias gradients sum n*oh*ow terms: absolute tolerance grows with that count.
+    const double atol = 1e-5 * std::sqrt(static_cast<double>(s.n * s.oh() * s.ow()));
+    require_close(xt.grad().to_vector(), dx, 1e-5, 1e-5, "dx " + shape_name(s));
+    require_close(wt.grad().to_vector(), dw, 1e-5, atol, "dw " + shape_name(s));
+    require_close(bt.grad().to_vector(), db, 1e-5, atol, "db " + shape_name(s));
+  }
+}
+
+TEST_CASE("conv2d CPU gradients match finite differences", "[conv2d]") {
+  for (const Conv2dShape& s : {kSmall, kStride2Padded, kNonSquare}) {
+    INFO(shape_name(s));
+    const Tensor x = random_tensor(x_shape(s), 31);
+    const Tensor w = random_tensor(w_shape(s), 32);
+    const Tensor b = random_tensor({s.o}, 33);
+    const Size2d stride(s.sh, s.sw), pad(s.ph, s.pw);
+    gradcheck([&](const Tensor& t) { return conv2d(t, w, b, stride, pad); }, x.clone());
+    gradcheck([&](const Tensor& t) { return conv2d(x, t, b, stride, pad); }, w.clone());
+    gradcheck([&](const Tensor& t) { return conv2d(x, w, t, stride, pad); }, b.clone());
+    gradcheck([&](const Tensor& t) { return conv2d(t, w, Tensor(), stride, pad); }, x.clone());
+  }
+}
+
+TEST_CASE("conv2d CPU backward computes only the gradients that are needed", "[conv2d]") {
+  const Conv2dShape& s = kSmall;
+  Tensor x = random_tensor(x_shape(s), 41), w = random_tensor(w_shape(s), 42), b = random_tensor({s.o}, 43);
+  w.set_requires_grad(true);  // x is data (the first layer): no dx
+  autograd::backward(conv2d(x, w, b, 1, 1), random_tensor(y_shape(s), 44));
+  CHECK_FALSE(x.grad().defined());
+  CHECK_FALSE(b.grad().defined());
+  REQUIRE(w.grad().defined());
+  std::vector<double> dx, dw, db;
+  conv_backward_ref(s, x.to_vector(), w.to_vector(), random_values(shape_numel(y_shape(s)), 44), dx, dw, db);
+  require_close(w.grad().to_vector(), dw, 1e-5, 1e-5, "dw alone");
+}
+
+TEST_CASE("conv2d CPU results do not depend on the thread count", "[conv2d]") {
+  REQUIRE(kManySlots.flops() > 4e6);  // above the size where the CPU path goes parallel
+  auto run = [](int threads) {
+    OmpThreads t(threads);
+    return run_conv(kManySlots, true, Device::cpu(), 51);
+  };
+  const ConvRun one = run(1), two = run(2);
+  CHECK(one.y == two.y);
+  CHECK(one.dx == two.dx);
+  CHECK(one.dw == two.dw);
+  CHECK(one.db == two.db);
+}
+
+TEST_CASE("conv2d rejects bad operands with a message naming the shapes", "[conv2d]") {
+  Tensor x = Tensor::zeros({2, 4, 8, 8}), w = Tensor::zeros({6, 3, 3, 3});
+  REQUIRE_THROWS_WITH(conv2d(x, w, Tensor(), 1, 1),
+                      Catch::Contains("(2, 4, 8, 8)") && Catch::Contains("4 channels") && Catch::Contains("(6, 3, 3, 3)"));
+  REQUIRE_THROWS_WITH(conv2d(Tensor::zeros({4, 8, 8}), w, Tensor(), 1, 1), Catch::Contains("4-d"));
+  REQUIRE_THROWS_WITH(conv2d(Tensor::zeros({2, 3, 8, 8}), w, Tensor::zeros({5}), 1, 1),
+                      Catch::Contains("bias (5)"));
+  REQUIRE_THROWS_WITH(conv2d(Tensor::zeros({2, 3, 2, 2}), w, Tensor(), 1, 0), Catch::Contains("smaller than the kernel"));
+  REQUIRE_THROWS_WITH(conv2d(Tensor::zeros({2, 3, 8, 8}), w, Tensor(), 0, 1), Catch::Contains("stride"));
+
+  Conv2d conv(3, 8, 3, 1, 1);
+  conv.assign_paths("features");
+  REQUIRE_THROWS_WITH(conv(Tensor::zeros({2, 4, 8, 8})),
+                      Catch::Contains("Conv2d 3->8 k3") && Catch::Contains("'features'") &&
+                          Catch::Contains("(N, 3, H, W)") && Catch::Contains("(2, 4, 8, 8)"));
+}
+
+TEST_CASE("Conv2d module: parameters, PyTorch initialization, describe, config round trip", "[conv2d]") {
+  set_init_seed(0);
+  Conv2d conv(3, 8, 3, 1, 1);
+  const auto params = conv.named_parameters();
+  REQUIRE(params.size() == 2);
+  CHECK(params[0].first == "weight");
+  CHECK(params[1].first == "bias");
+  CHECK(conv.weight.shape() == Shape{8, 3, 3, 3});
+  CHECK(conv.bias.shape() == Shape{8});
+  CHECK(conv.weight.requires_grad());
+  const double bound = 1.0 / std::sqrt(27.0);
+  for (const Tensor& t : {conv.weight, conv.bias}) {
+    const auto v = t.to_vector();
+    double lo = 1, hi = -1;
+    for (float e : v) {
+      lo = std::min(lo, static_cast<double>(e));
+      hi = std::max(hi, static_cast<double>(e));
+    }
+    CHECK(lo >= -bound);
+    CHECK(hi <= bound);
+    CHECK(hi - lo > bound);  // spread over the range, not a constant
+  }
+  CHECK(conv.describe() == "Conv2d 3->8 k3");
+  CHECK(Conv2d(64, 128, 3, 1, 1, false).describe() == "Conv2d 64->128 k3");
+  CHECK(Conv2d(3, 8, Size2d(3, 1), 2).describe() == "Conv2d 3->8 k3x1 s2");
+
+  // The module is the op with its parameters.
+  Tensor x = random_tensor({2, 3, 5, 6}, 61);
+  CHECK(conv(x).to_vector() == conv2d(x, conv.weight, conv.bias, 1, 1).to_vector());
+
+  // The factory reads PyTorch's keys; to_json gives back a config that rebuilds the same layer.
+  const nlohmann::json spec = {{"type", "Conv2d"}, {"in_channels", 3}, {"out_channels", 64}, {"kernel_size", 3},
+                               {"padding", 1},     {"bias", false}};
+  auto built = build_layer(spec, "model.layers.0");
+  auto* c = dynamic_cast<Conv2d*>(built.get());
+  REQUIRE(c != nullptr);
+  CHECK(c->named_parameters().size() == 1);
+  CHECK(c->describe() == "Conv2d 3->64 k3");
+  CHECK(build_layer(c->to_json(), "again")->to_json() == c->to_json());
+  const nlohmann::json rect = {{"type", "Conv2d"}, {"in_channels", 2}, {"out_channels", 4},
+                               {"kernel_size", {3, 1}}, {"stride", {2, 1}}, {"padding", {1, 0}}};
+  auto r = build_layer(rect, "m");
+  CHECK(r->describe() == "Conv2d 2->4 k3x1 s2x1");
+  CHECK(r->to_json()["kernel_size"] == nlohmann::json::array({3, 1}));
+  CHECK(build_layer(r->to_json(), "again")->to_json() == r->to_json());
+
+  nlohmann::json typo = spec;
+  typo["kernal_size"] = 3;
+  REQUIRE_THROWS_WITH(build_layer(typo, "model.layers.0"), Catch::Contains("model.layers.0.kernal_size"));
+  nlohmann::json missing = spec;
+  missing.erase("kernel_size");
+  REQUIRE_THROWS_WITH(build_layer(missing, "model.layers.0"), Catch::Contains("model.layers.0.kernel_size"));
+  nlohmann::json bad = spec;
+  bad["kernel_size"] = {3, 3, 3};
+  REQUIRE_THROWS_WITH(build_layer(bad, "model.layers.0"), Catch::Contains("kernel_size"));
+  bad = spec;
+  bad["stride"] = 0;
+  REQUIRE_THROWS_WITH(build_layer(bad, "model.layers.0"), Catch::Contains("model.layers.0.stride"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// CUDA: cuDNN against the CPU path. Ragged problems: odd N, H, W; channels not a multiple of 32.
+
+namespace {
+
+const Conv2dShape kCudaShapes[] = {
+    {5, 3, 33, 31, 37, 3, 3, 1, 1, 1, 1},     // first-layer-like, odd everything
+    {3, 45, 17, 15, 70, 3, 3, 2, 2, 1, 1},    // stride 2
+    {7, 33, 9, 11, 19, 2, 3, 1, 2, 0, 1},     // non-square kernel and stride
+    {1, 130, 5, 5, 66, 1, 1, 1, 1, 0, 0},     // 1x1
+};
+
+void compare_cuda_to_cpu(double tol, const char* mode) {
+  for (const Conv2dShape& s : kCudaShapes) {
+    for (bool with_bias : {true, false}) {
+      const std::string what = str(mode, " ", shape_name(s), with_bias ? " bias" : " no bias");
+      const ConvRun cpu = run_conv(s, with_bias, Device::cpu(), 71);
+      const ConvRun gpu = run_conv(s, with_bias, Device::cuda(), 71);
+      require_close_scaled(gpu.y, cpu.y, tol, "y " + what);
+      require_close_scaled(gpu.dx, cpu.dx, tol, "dx " + what);
+      require_close_scaled(gpu.dw, cpu.dw, tol, "dw " + what);
+      if (with_bias) require_close_scaled(gpu.db, cpu.db, tol, "db " + what);
+#ifdef MINIDL_WITH_CUDA
+      WARN(what << ": " << kernels::conv2d_cuda_algorithms(s));
+#endif
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("conv2d CUDA matches CPU with TF32 off (full fp32, 1e-5 of max)", "[conv2d][cuda]") {
+  MINIDL_REQUIRE_CUDA();
+  SettingsGuard g(/*tf32=*/false, /*deterministic=*/true);
+  compare_cuda_to_cpu(1e-5, "fp32 deterministic");
+}
+
+// TF32 keeps 10 of float32's 23 mantissa bits: each operand is off by up to 2^-10 relative when
+// the hardware truncates, so a sum can shrink by ~1e-3 of its size; 4e-3 of max leaves margin and
+// still fails on any real indexing or padding error (those are O(1)).
+TEST_CASE("conv2d CUDA matches CPU with TF32 on (4e-3 of max)", "[conv2d][cuda]") {
+  MINIDL_REQUIRE_CUDA();
+  SettingsGuard g(/*tf32=*/true, /*deterministic=*/true);
+  compare_cuda_to_cpu(4e-3, "tf32 deterministic");
+}
+
+TEST_CASE("conv2d CUDA with timed algorithm search (deterministic off) matches CPU", "[conv2d][cuda]") {
+  MINIDL_REQUIRE_CUDA();
+  SettingsGuard g(/*tf32=*/false, /*deterministic=*/false);
+  compare_cuda_to_cpu(1e-5, "fp32 searched");
+}
+
+TEST_CASE("conv2d CUDA gives the same bits on repeated runs in deterministic mode", "[conv2d][cuda]") {
+  MINIDL_REQUIRE_CUDA();
+  SettingsGuard g(/*tf32=*/true, /*deterministic=*/true);
+  const Conv2dShape& s = kCudaShapes[1];
+  const ConvRun a = run_conv(s, true, Device::cuda(), 81);
+  const ConvRun b = run_conv(s, true, Device::cuda(), 81);
+  CHECK(a.y == b.y);
+  CHECK(a.dx == b.dx);
+  CHECK(a.dw == b.dw);
+  CHECK(a.db == b.db);
+}
+
+#ifdef MINIDL_WITH_CUDA  // the plan cache exists only in CUDA builds
+TEST_CASE("conv2d CUDA caches one plan per shape and math setting", "[conv2d][cuda]") {
+  MINIDL_REQUIRE_CUDA();
+  SettingsGuard g(/*tf32=*/true, /*deterministic=*/true);
+  const Conv2dShape s = {3, 7, 11, 13, 9, 3, 3, 1, 1, 1, 1};  // used by no other test
+  const size_t before = kernels::conv2d_cuda_plan_count();
+  CHECK(kernels::conv2d_cuda_algorithms(s).empty());
+  run_conv(s, true, Device::cuda(), 91);
+  CHECK(kernels::conv2d_cuda_plan_count() == before + 1);
+  const std::string algos = kernels::conv2d_cuda_algorithms(s);
+  INFO(algos);
+  CHECK(algos.find("fwd ") == 0);
+  CHECK(algos.find(" - ") == std::string::npos);  // all three directions chose an algorithm
+  run_conv(s, true, Device::cuda(), 92);
+  CHECK(kernels::conv2d_cuda_plan_count() == before + 1);  // second call, same shape: no new plan
+  CHECK(kernels::conv2d_cuda_algorithms(s) == algos);
+  compute_settings().allow_tf32 = false;
+  run_conv(s, true, Device::cuda(), 93);
+  CHECK(kernels::conv2d_cuda_plan_count() == before + 2);  // another math setting: its own plan
+  const std::string fma = kernels::conv2d_cuda_algorithms(s);
+  INFO(fma);
+  CHECK(fma.find("tensor_op") == std::string::npos);
+  CHECK(fma.find("default") == std::string::npos);
+}
+#endif
+
+TEST_CASE("conv2d CUDA rejects bad operands before launching", "[conv2d][cuda]") {
+  MINIDL_REQUIRE_CUDA();
+  Tensor w = Tensor::zeros({6, 3, 3, 3}, DType::Float32, Device::cuda());
+  REQUIRE_THROWS_WITH(conv2d(Tensor::zeros({2, 4, 8, 8}, DType::Float32, Device::cuda()), w, Tensor(), 1, 1),
+                      Catch::Contains("(2, 4, 8, 8)") && Catch::Contains("(6, 3, 3, 3)"));
+  REQUIRE_THROWS_WITH(conv2d(Tensor::zeros({2, 3, 8, 8}), w, Tensor(), 1, 1), Catch::Contains("different devices"));
+}
+
+TEST_CASE("Conv2d module on CUDA matches the module on CPU", "[conv2d][cuda]") {
+  MINIDL_REQUIRE_CUDA();
+  SettingsGuard g(/*tf32=*/false, /*deterministic=*/true);
+  set_init_seed(5);
+  Conv2d cpu(5, 11, 3, 2, 1);
+  set_init_seed(5);
+  Conv2d gpu(5, 11, 3, 2, 1);
+  gpu.to(Device::cuda());
+  const Tensor x = random_tensor({3, 5, 13, 9}, 95);
+  const Tensor dy = random_tensor({3, 11, 7, 5}, 96);
+  autograd::backward(cpu(x), dy);
+  autograd::backward(gpu(x.to(Device::cuda())), dy.to(Device::cuda()));
+  require_close_scaled(gpu.weight.grad().to_vector(), cpu.weight.grad().to_vector(), 1e-5, "module dw");
+  require_close_scaled(gpu.bias.grad().to_vector(), cpu.bias.grad().to_vector(), 1e-5, "module db");
+}
