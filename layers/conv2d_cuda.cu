@@ -11,7 +11,7 @@
 //    pick by noisy timings and could pick differently run to run.
 //  - otherwise: a timed search (FindEx) over all algorithms, fastest wins, as PyTorch with
 //    torch.backends.cudnn.benchmark = True.
-// Either way only algorithms whose workspace fits kMaxWorkspace are taken.
+// Either way only algorithms whose workspace fits max_workspace() (1 GiB) are taken.
 //
 // TF32: CUDNN_DEFAULT_MATH lets cuDNN use TF32 tensor cores for float32 (PyTorch's default,
 // torch.backends.cudnn.allow_tf32 = True); CUDNN_FMA_MATH forbids it. Each direction has its own

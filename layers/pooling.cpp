@@ -52,26 +52,39 @@ Tensor max_pool2d(const Tensor& x, const Pool2dGeometry& g) {
   const kernels::Pool2dShape s{planes, H, W, OH, OW};
   Tensor y = Tensor::empty({x.size(0), x.size(1), OH, OW}, DType::Float32, x.device());
   const bool grad = autograd::needs_grad({x});
-  Tensor argmax = grad ? Tensor::empty(y.shape(), DType::Int32, x.device()) : Tensor();
-  int32_t* a = grad ? argmax.data<int32_t>() : nullptr;
-  if (x.is_cuda()) {
+  const DType index = kernels::max_pool2d_argmax_dtype(g);
+  Tensor argmax = grad ? Tensor::empty(y.shape(), index, x.device()) : Tensor();
+  // `a` is a typed null when no backward will follow: the overload still follows the dtype.
+  auto forward = [&](auto* a) {
+    if (x.is_cuda()) {
 #ifdef MINIDL_WITH_CUDA
-    kernels::max_pool2d_forward_cuda(x.data<float>(), y.data<float>(), a, s, g);
+      kernels::max_pool2d_forward_cuda(x.data<float>(), y.data<float>(), a, s, g);
 #endif
-  } else {
-    kernels::max_pool2d_forward_cpu(x.data<float>(), y.data<float>(), a, s, g);
-  }
+    } else {
+      kernels::max_pool2d_forward_cpu(x.data<float>(), y.data<float>(), a, s, g);
+    }
+  };
+  if (index == DType::UInt8)
+    forward(grad ? argmax.data<uint8_t>() : static_cast<uint8_t*>(nullptr));
+  else
+    forward(grad ? argmax.data<int32_t>() : static_cast<int32_t*>(nullptr));
   if (grad) {
     const Shape in_shape = x.shape();
     autograd::record(y, "max_pool2d", {x}, [argmax, in_shape, s, g](const Tensor& dy) -> std::vector<Tensor> {
       Tensor dx = Tensor::empty(in_shape, DType::Float32, dy.device());
-      if (dy.is_cuda()) {
+      auto backward = [&](const auto* a) {
+        if (dy.is_cuda()) {
 #ifdef MINIDL_WITH_CUDA
-        kernels::max_pool2d_backward_cuda(dy.data<float>(), argmax.data<int32_t>(), dx.data<float>(), s, g);
+          kernels::max_pool2d_backward_cuda(dy.data<float>(), a, dx.data<float>(), s, g);
 #endif
-      } else {
-        kernels::max_pool2d_backward_cpu(dy.data<float>(), argmax.data<int32_t>(), dx.data<float>(), s, g);
-      }
+        } else {
+          kernels::max_pool2d_backward_cpu(dy.data<float>(), a, dx.data<float>(), s, g);
+        }
+      };
+      if (argmax.dtype() == DType::UInt8)
+        backward(argmax.data<uint8_t>());
+      else
+        backward(argmax.data<int32_t>());
       return {dx};
     });
   }

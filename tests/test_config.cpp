@@ -50,7 +50,7 @@ TEST_CASE("config errors name the key path", "[config]") {
   REQUIRE_THROWS_WITH(parse_train_config(j), Catch::Contains("batch_size: must be at least 1"));
 }
 
-TEST_CASE("--set overrides values, list items and nested keys", "[config]") {
+TEST_CASE("config overrides (--set) reach values, list items and nested keys", "[config]") {
   json j = minimal();
   apply_override(j, "epochs=5");
   apply_override(j, "optimizer.lr=0.25");

@@ -165,51 +165,72 @@ int bench_cuda(int repeat, std::ofstream* csv) {
   const Layer layers[] = {{{512, 3, 32, 32, 64, 3, 3, 1, 1, 1, 1}, 1},    {{512, 64, 32, 32, 128, 3, 3, 1, 1, 1, 1}, 1},
                           {{512, 128, 16, 16, 128, 3, 3, 1, 1, 1, 1}, 2}, {{512, 128, 16, 16, 256, 3, 3, 1, 1, 1, 1}, 1},
                           {{512, 256, 8, 8, 512, 3, 3, 1, 1, 1, 1}, 1},   {{512, 512, 4, 4, 512, 3, 3, 1, 1, 1, 1}, 2}};
+  constexpr int kLayers = 6;
+  // Settings in the order printed: the default (TF32 on, deterministic) last, nearest the summary.
+  const std::pair<bool, bool> settings[] = {{false, false}, {false, true}, {true, false}, {true, true}};
+  struct Result {
+    double fwd, bd, bf;
+    std::string algos;
+  };
+  Result results[4][kLayers];
   const ComputeSettings saved = compute_settings();
-  std::printf("bench conv: cuDNN, batch 512, ResNet-9 shapes; per call: median of %d spans of 20 calls\n", repeat);
-  for (const bool tf32 : {true, false}) {
-    for (const bool det : {true, false}) {
-      compute_settings().allow_tf32 = tf32;
-      compute_settings().deterministic = det;
-      std::printf("\nTF32 %s, deterministic %s (%s)\n", tf32 ? "on" : "off", det ? "on" : "off",
-                  det ? "heuristic choice among deterministic algorithms" : "timed search over all algorithms");
-      std::printf("%-20s %6s | %8s %7s | %8s %7s | %8s %7s | %s\n", "shape", "GFLOP", "fwd ms", "TFLOP/s", "bwd_d ms",
-                  "TFLOP/s", "bwd_f ms", "TFLOP/s", "algorithms");
-      double step_ms = 0, floor_ms = 0;
-      for (const Layer& l : layers) {
-        const Conv2dShape& s = l.s;
-        const Device d = Device::cuda();
-        const Tensor x = Tensor::from_vector(bench_values(s.n * s.c * s.h * s.w, 1), {s.n, s.c, s.h, s.w}, d);
-        const Tensor w = Tensor::from_vector(bench_values(s.o * s.c * s.kh * s.kw, 2), {s.o, s.c, s.kh, s.kw}, d);
-        const Tensor dy = Tensor::from_vector(bench_values(s.n * s.o * s.oh() * s.ow(), 3), {s.n, s.o, s.oh(), s.ow()}, d);
-        Tensor y = Tensor::empty(dy.shape(), DType::Float32, d), dx = Tensor::empty(x.shape(), DType::Float32, d);
-        Tensor dw = Tensor::empty(w.shape(), DType::Float32, d);
-        const float *px = x.data<float>(), *pw = w.data<float>(), *pdy = dy.data<float>();
-        float *py = y.data<float>(), *pdx = dx.data<float>(), *pdw = dw.data<float>();
-        const double fwd = time_cuda_ms([&] { kernels::conv2d_forward_cuda(s, px, pw, nullptr, py); }, repeat);
-        const double bd = time_cuda_ms([&] { kernels::conv2d_backward_data_cuda(s, pdy, pw, pdx); }, repeat);
-        const double bf = time_cuda_ms([&] { kernels::conv2d_backward_filter_cuda(s, px, pdy, pdw); }, repeat);
-        const double gf = s.flops() / 1e9;
-        const std::string algos = kernels::conv2d_cuda_algorithms(s);
-        std::printf("%-20s %6.2f | %8.4f %7.1f | %8.4f %7.1f | %8.4f %7.1f | %s\n", shape_label(s).c_str(), gf, fwd,
-                    gf / fwd, bd, gf / bd, bf, gf / bf, algos.c_str());
-        // The first layer's input is data: a training step runs no backward-data there.
-        const int directions = s.c == 3 ? 2 : 3;
-        step_ms += l.count * (fwd + (s.c == 3 ? 0.0 : bd) + bf);
-        const double bytes = 4.0 * (x.numel() + w.numel() + dy.numel());
-        floor_ms += l.count * directions * 1e3 * std::max(bytes / kH200Bytes, s.flops() / (tf32 ? kH200Tf32 : kH200Fp32));
-        if (csv)
-          for (const auto& [dir, ms] : {std::pair<const char*, double>{"fwd", fwd}, {"bwd_data", bd}, {"bwd_filter", bf}})
-            *csv << "minidl," << shape_label(s) << "," << dir << "," << tf32 << "," << det << "," << ms << ","
-                 << gf / ms << "," << algos << "\n";
-      }
-      std::printf("one ResNet-9 training step's convolutions (with the repeated layers): %.2f ms = %.2fx the H200 "
-                  "floor (%.2f ms)\n", step_ms, step_ms / floor_ms, floor_ms);
+  // One layer's data serves all four settings (making 100 MB of inputs on the host is slower than
+  // timing them).
+  for (int li = 0; li < kLayers; ++li) {
+    const Conv2dShape& s = layers[li].s;
+    const Device d = Device::cuda();
+    const Tensor x = Tensor::from_vector(bench_values(s.n * s.c * s.h * s.w, 1), {s.n, s.c, s.h, s.w}, d);
+    const Tensor w = Tensor::from_vector(bench_values(s.o * s.c * s.kh * s.kw, 2), {s.o, s.c, s.kh, s.kw}, d);
+    const Tensor dy = Tensor::from_vector(bench_values(s.n * s.o * s.oh() * s.ow(), 3), {s.n, s.o, s.oh(), s.ow()}, d);
+    Tensor y = Tensor::empty(dy.shape(), DType::Float32, d), dx = Tensor::empty(x.shape(), DType::Float32, d);
+    Tensor dw = Tensor::empty(w.shape(), DType::Float32, d);
+    const float *px = x.data<float>(), *pw = w.data<float>(), *pdy = dy.data<float>();
+    float *py = y.data<float>(), *pdx = dx.data<float>(), *pdw = dw.data<float>();
+    for (int si = 0; si < 4; ++si) {
+      compute_settings().allow_tf32 = settings[si].first;
+      compute_settings().deterministic = settings[si].second;
+      Result& r = results[si][li];
+      r.fwd = time_cuda_ms([&] { kernels::conv2d_forward_cuda(s, px, pw, nullptr, py); }, repeat);
+      r.bd = time_cuda_ms([&] { kernels::conv2d_backward_data_cuda(s, pdy, pw, pdx); }, repeat);
+      r.bf = time_cuda_ms([&] { kernels::conv2d_backward_filter_cuda(s, px, pdy, pdw); }, repeat);
+      r.algos = kernels::conv2d_cuda_algorithms(s);
     }
   }
   compute_settings() = saved;
-  std::printf("\nPyTorch anchor (ANCHORS.md, TF32 on): 6.6 ms of convolutions per ResNet-9 step, 1.3 ms of it NCHW<->NHWC "
-              "conversion; docs/perf/conv.md has the floors per layer\n");
+
+  std::printf("bench conv: cuDNN, batch 512, ResNet-9 shapes; per call: median of %d spans of 20 calls\n", repeat);
+  double step_ms[4], floor_ms[4];
+  for (int si = 0; si < 4; ++si) {
+    const auto [tf32, det] = settings[si];
+    std::printf("\nTF32 %s, deterministic %s (%s)\n", tf32 ? "on" : "off", det ? "on" : "off",
+                det ? "heuristic choice among deterministic algorithms" : "timed search over all algorithms");
+    std::printf("%-20s %6s | %8s %7s | %8s %7s | %8s %7s | %s\n", "shape", "GFLOP", "fwd ms", "TFLOP/s", "bwd_d ms",
+                "TFLOP/s", "bwd_f ms", "TFLOP/s", "algorithms");
+    step_ms[si] = floor_ms[si] = 0;
+    for (int li = 0; li < kLayers; ++li) {
+      const Conv2dShape& s = layers[li].s;
+      const Result& r = results[si][li];
+      const double gf = s.flops() / 1e9;
+      std::printf("%-20s %6.2f | %8.4f %7.1f | %8.4f %7.1f | %8.4f %7.1f | %s\n", shape_label(s).c_str(), gf, r.fwd,
+                  gf / r.fwd, r.bd, gf / r.bd, r.bf, gf / r.bf, r.algos.c_str());
+      // The first layer's input is data: a training step runs no backward-data there.
+      const bool first = s.c == 3;
+      step_ms[si] += layers[li].count * (r.fwd + (first ? 0.0 : r.bd) + r.bf);
+      const double bytes = 4.0 * (s.n * s.c * s.h * s.w + s.o * s.c * s.kh * s.kw + s.n * s.o * s.oh() * s.ow());
+      const double one = 1e3 * std::max(bytes / kH200Bytes, s.flops() / (tf32 ? kH200Tf32 : kH200Fp32));
+      floor_ms[si] += layers[li].count * (first ? 2 : 3) * one;
+      if (csv)
+        for (const auto& [dir, ms] : {std::pair<const char*, double>{"fwd", r.fwd}, {"bwd_data", r.bd}, {"bwd_filter", r.bf}})
+          *csv << "minidl," << shape_label(s) << "," << dir << "," << tf32 << "," << det << "," << ms << "," << gf / ms
+               << "," << r.algos << "\n";
+    }
+  }
+  std::printf("\none ResNet-9 training step's convolutions (repeated layers counted), against the H200 floor:\n");
+  for (int si = 0; si < 4; ++si)
+    std::printf("  TF32 %-3s deterministic %-3s: %7.2f ms = %5.2fx the floor (%.2f ms)\n", settings[si].first ? "on" : "off",
+                settings[si].second ? "on" : "off", step_ms[si], step_ms[si] / floor_ms[si], floor_ms[si]);
+  std::printf("PyTorch anchor (ANCHORS.md, TF32 on): 6.6 ms of convolutions per step, 1.3 ms of it NCHW<->NHWC "
+              "conversion\n");
   return 0;
 }
 #endif

@@ -49,37 +49,44 @@ def main():
     torch.backends.cudnn.benchmark = True
     print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name()}; "
           f"batch {BATCH}, per call: median of {args.repeat} spans of {CALLS} calls")
-    rows = []
+    settings = [(False, False), (False, True), (True, False), (True, True)]  # the default last
+    rows, results = [], {}
     gen = torch.Generator(device="cuda").manual_seed(0)
-    for tf32 in (True, False):
-        for det in (True, False):
+    for c, o, hw, count in SHAPES:
+        x = torch.rand(BATCH, c, hw, hw, device="cuda", generator=gen) * 2 - 1
+        w = torch.rand(o, c, 3, 3, device="cuda", generator=gen) * 2 - 1
+        dy = torch.rand(BATCH, o, hw, hw, device="cuda", generator=gen) * 2 - 1
+
+        def backward(mask):
+            return lambda: torch.ops.aten.convolution_backward(
+                dy, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, mask)
+
+        for tf32, det in settings:
             torch.backends.cudnn.allow_tf32 = tf32
             torch.backends.cudnn.deterministic = det
-            print(f"\nTF32 {'on' if tf32 else 'off'}, deterministic {'on' if det else 'off'}")
-            print(f"{'shape':20s} {'GFLOP':>6s} | {'fwd ms':>8s} {'TFLOP/s':>7s} | {'bwd_d ms':>8s} {'TFLOP/s':>7s} | "
-                  f"{'bwd_f ms':>8s} {'TFLOP/s':>7s}")
-            step_ms = 0.0
-            for c, o, hw, count in SHAPES:
-                x = torch.rand(BATCH, c, hw, hw, device="cuda", generator=gen) * 2 - 1
-                w = torch.rand(o, c, 3, 3, device="cuda", generator=gen) * 2 - 1
-                dy = torch.rand(BATCH, o, hw, hw, device="cuda", generator=gen) * 2 - 1
-
-                def backward(mask):
-                    return lambda: torch.ops.aten.convolution_backward(
-                        dy, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, mask)
-
-                fwd = time_ms(lambda: F.conv2d(x, w, padding=1), args.repeat)
-                bd = time_ms(backward([True, False, False]), args.repeat)
-                bf = time_ms(backward([False, True, False]), args.repeat)
-                gflop = 2.0 * BATCH * o * hw * hw * c * 9 / 1e9
-                label = f"{c}->{o} @{hw}x{hw} k3"
-                print(f"{label:20s} {gflop:6.2f} | {fwd:8.4f} {gflop / fwd:7.1f} | {bd:8.4f} {gflop / bd:7.1f} | "
-                      f"{bf:8.4f} {gflop / bf:7.1f}")
-                step_ms += count * (fwd + (0.0 if c == 3 else bd) + bf)
-                for direction, ms in (("fwd", fwd), ("bwd_data", bd), ("bwd_filter", bf)):
-                    rows.append(["torch", label, direction, int(tf32), int(det), ms, gflop / ms, ""])
-                del x, w, dy
-            print(f"one ResNet-9 training step's convolutions (with the repeated layers): {step_ms:.2f} ms")
+            results[(c, o, hw, tf32, det)] = (time_ms(lambda: F.conv2d(x, w, padding=1), args.repeat),
+                                              time_ms(backward([True, False, False]), args.repeat),
+                                              time_ms(backward([False, True, False]), args.repeat))
+        del x, w, dy
+    steps = {}
+    for tf32, det in settings:
+        print(f"\nTF32 {'on' if tf32 else 'off'}, deterministic {'on' if det else 'off'}")
+        print(f"{'shape':20s} {'GFLOP':>6s} | {'fwd ms':>8s} {'TFLOP/s':>7s} | {'bwd_d ms':>8s} {'TFLOP/s':>7s} | "
+              f"{'bwd_f ms':>8s} {'TFLOP/s':>7s}")
+        step_ms = 0.0
+        for c, o, hw, count in SHAPES:
+            fwd, bd, bf = results[(c, o, hw, tf32, det)]
+            gflop = 2.0 * BATCH * o * hw * hw * c * 9 / 1e9
+            label = f"{c}->{o} @{hw}x{hw} k3"
+            print(f"{label:20s} {gflop:6.2f} | {fwd:8.4f} {gflop / fwd:7.1f} | {bd:8.4f} {gflop / bd:7.1f} | "
+                  f"{bf:8.4f} {gflop / bf:7.1f}")
+            step_ms += count * (fwd + (0.0 if c == 3 else bd) + bf)
+            for direction, ms in (("fwd", fwd), ("bwd_data", bd), ("bwd_filter", bf)):
+                rows.append(["torch", label, direction, int(tf32), int(det), ms, gflop / ms, ""])
+        steps[(tf32, det)] = step_ms
+    print("\none ResNet-9 training step's convolutions (repeated layers counted):")
+    for tf32, det in settings:
+        print(f"  TF32 {'on' if tf32 else 'off':3s} deterministic {'on' if det else 'off':3s}: {steps[(tf32, det)]:7.2f} ms")
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             out = csv.writer(f)

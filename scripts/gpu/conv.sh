@@ -31,22 +31,26 @@ counts = {"3->64 @32x32 k3": 1, "64->128 @32x32 k3": 1, "128->128 @16x16 k3": 2,
 missing = [k for k in theirs if k not in ours]
 if missing:
     sys.exit(f"conv.sh: minidl has no row for {missing[0]} (and {len(missing) - 1} more)")
-for tf32 in ("1", "0"):
-    for det in ("1", "0"):
-        print(f"\nTF32 {'on' if tf32 == '1' else 'off'}, deterministic {'on' if det == '1' else 'off'}")
-        print(f"{'shape':20s} {'direction':10s} {'minidl':>8s} {'torch':>8s} {'torch/minidl':>12s}  minidl algorithm")
-        step = {"minidl": 0.0, "torch": 0.0}
-        for shape, count in counts.items():
-            for direction in ("fwd", "bwd_data", "bwd_filter"):
-                key = (shape, direction, tf32, det)
-                m, t = float(ours[key]["ms"]), float(theirs[key]["ms"])
-                algo = ours[key]["algorithms"]
-                part = {"fwd": 0, "bwd_data": 1, "bwd_filter": 2}[direction]
-                algo = algo.split(" | ")[part] if " | " in algo else algo
-                print(f"{shape:20s} {direction:10s} {m:8.4f} {t:8.4f} {t / m:12.2f}  {algo}")
-                if not (direction == "bwd_data" and shape.startswith("3->")):
-                    step["minidl"] += count * m
-                    step["torch"] += count * t
-        print(f"{'ResNet-9 step total':31s} {step['minidl']:8.3f} {step['torch']:8.3f} "
-              f"{step['torch'] / step['minidl']:12.2f}")
+settings = [("0", "0"), ("0", "1"), ("1", "0"), ("1", "1")]  # the default (TF32 on, deterministic) last
+steps = {}
+for tf32, det in settings:
+    print(f"\nTF32 {'on' if tf32 == '1' else 'off'}, deterministic {'on' if det == '1' else 'off'}")
+    print(f"{'shape':20s} {'direction':10s} {'minidl':>8s} {'torch':>8s} {'torch/minidl':>12s}  minidl algorithm")
+    step = {"minidl": 0.0, "torch": 0.0}
+    for shape, count in counts.items():
+        for part, direction in enumerate(("fwd", "bwd_data", "bwd_filter")):
+            key = (shape, direction, tf32, det)
+            m, t = float(ours[key]["ms"]), float(theirs[key]["ms"])
+            algo = ours[key]["algorithms"].split(" | ")
+            algo = algo[part] if len(algo) == 3 else ""
+            print(f"{shape:20s} {direction:10s} {m:8.4f} {t:8.4f} {t / m:12.2f}  {algo}")
+            if not (direction == "bwd_data" and shape.startswith("3->")):  # the first layer's input is data
+                step["minidl"] += count * m
+                step["torch"] += count * t
+    steps[(tf32, det)] = step
+print("\n== one ResNet-9 training step's convolutions, ms (torch/minidl > 1: minidl is faster)")
+for tf32, det in settings:
+    m, t = steps[(tf32, det)]["minidl"], steps[(tf32, det)]["torch"]
+    print(f"  TF32 {'on' if tf32 == '1' else 'off':3s} deterministic {'on' if det == '1' else 'off':3s}: "
+          f"minidl {m:7.2f}  torch {t:7.2f}  torch/minidl {t / m:5.2f}")
 PY
