@@ -55,7 +55,7 @@ int bench_train_main(const std::vector<std::string>& args) {
   synchronize(dev);
   const double train_s = std::chrono::duration<double>(Clock::now() - t0).count();
   const auto e0 = Clock::now();
-  const double acc = trainer.evaluate("none");
+  const double acc = trainer.evaluate("none").acc;
   const double eval_s = std::chrono::duration<double>(Clock::now() - e0).count();
   const double train_ips = static_cast<double>(steps * config.batch_size) / train_s;
   std::printf("bench train: %s on %s, batch %lld\n", config_path.c_str(), dev.str().c_str(),

@@ -161,8 +161,9 @@ int train_command(const TrainOptions& options) {
     if (profiler) profiler->finish(log, run_dir);
 
     const auto e0 = Clock::now();
-    last_test = trainer.evaluate("none");
-    last_tta = config.tta == "none" ? -1 : trainer.evaluate(config.tta);
+    const Trainer::EvalResult eval = trainer.evaluate(config.tta);
+    last_test = eval.acc;
+    last_tta = eval.tta_acc;
     const double eval_seconds = since(e0);
     nlohmann::json record = {{"epoch", epoch + 1},
                              {"step", step},

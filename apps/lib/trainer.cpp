@@ -128,26 +128,32 @@ Trainer::StepOutput Trainer::train_step(const Batch& batch, int64_t step, Profil
   return out;
 }
 
-double Trainer::evaluate(const std::string& tta) {
+Trainer::EvalResult Trainer::evaluate(const std::string& tta) {
   autograd::NoGradGuard no_grad;
   model_->eval();
-  int64_t correct = 0, seen = 0;
+  int64_t correct = 0, correct_tta = 0, seen = 0;
   test_loader_->start_epoch(0);
   Batch batch;
   while (test_loader_->next(batch)) {
     Tensor logits = (*model_)(batch.images);
-    if (tta != "none") logits = add(logits, (*model_)(hflip(batch.images)));
-    if (tta == "flip_translate") {
-      // airbench's TTA: the image and its mirror, each also translated by one pixel up-left and
-      // down-right (reflect padding).
-      for (int d : {-1, 1})
-        for (bool flip : {false, true}) logits = add(logits, (*model_)(flip_translate(batch.images, flip, d, d)));
-    }
     correct += count_correct(logits, batch.labels);
+    if (tta != "none") {
+      Tensor sum = add(logits, (*model_)(hflip(batch.images)));
+      if (tta == "flip_translate") {
+        // airbench's TTA: the image and its mirror, each also translated by one pixel up-left and
+        // down-right (reflect padding).
+        for (int d : {-1, 1})
+          for (bool flip : {false, true}) sum = add(sum, (*model_)(flip_translate(batch.images, flip, d, d)));
+      }
+      correct_tta += count_correct(sum, batch.labels);
+    }
     seen += batch.labels.numel();
   }
   model_->train();
-  return 100.0 * static_cast<double>(correct) / static_cast<double>(seen);
+  EvalResult r;
+  r.acc = 100.0 * static_cast<double>(correct) / static_cast<double>(seen);
+  if (tta != "none") r.tta_acc = 100.0 * static_cast<double>(correct_tta) / static_cast<double>(seen);
+  return r;
 }
 
 }  // namespace minidl

@@ -32,8 +32,13 @@ class Trainer {
     double lr = 0;
   };
   StepOutput train_step(const Batch& batch, int64_t step, Profiler* profiler = nullptr);
-  // Test accuracy (percent) in eval mode with the given test-time augmentation.
-  double evaluate(const std::string& tta);
+  // Test accuracy (percent) in eval mode, plain and with the given test-time augmentation (the
+  // same forward passes serve both; tta_acc < 0 when tta is "none").
+  struct EvalResult {
+    double acc = 0;
+    double tta_acc = -1;
+  };
+  EvalResult evaluate(const std::string& tta);
 
   Module& model() { return *model_; }
   Optimizer& optimizer() { return *optimizer_; }

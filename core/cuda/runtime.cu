@@ -37,6 +37,9 @@ struct Runtime {
     MINIDL_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     MINIDL_CUDA_CHECK(cublasCreate(&cublas));
     MINIDL_CUDA_CHECK(cublasSetStream(cublas, stream));
+    // cuBLAS would otherwise cudaMalloc a workspace of its own; give it one from the cache.
+    constexpr size_t kCublasWorkspace = 32 << 20;
+    MINIDL_CUDA_CHECK(cublasSetWorkspace(cublas, cached_malloc(kCublasWorkspace), kCublasWorkspace));
     MINIDL_CUDA_CHECK(cudnnCreate(&cudnn));
     MINIDL_CUDA_CHECK(cudnnSetStream(cudnn, stream));
   }
