@@ -5,13 +5,10 @@
 // backward-filter) are made once per problem and cached under (shape, stride, padding, TF32,
 // deterministic), so a training step does no descriptor setup and no algorithm search. The
 // algorithm of a direction is chosen on its first call:
-//  - deterministic mode (the default): among the algorithms cuDNN reports CUDNN_DETERMINISTIC,
-//    its heuristic pick (Get_v7, a pure function of the problem and the device), unless a timed
-//    search (FindEx) measures another deterministic algorithm at least 25% faster than the
-//    heuristic pick in the same search. Timing noise is a few percent, so the margin keeps the
-//    choice, and so the bits, the same run to run, while a clearly better algorithm is still
-//    taken (the first layer's backward-filter with 3 input channels: the heuristic's ALGO_1 ran
-//    0.68 ms where PyTorch's choice ran 0.26 ms on the H200).
+//  - deterministic mode (the default): cuDNN's heuristic ranking (Get_v7), first algorithm that
+//    cuDNN reports CUDNN_DETERMINISTIC. The heuristic is a pure function of the problem and the
+//    device, so two runs pick the same algorithm and give the same bits; a timed search would
+//    pick by noisy timings and could pick differently run to run.
 //  - otherwise: a timed search (FindEx) over all algorithms, fastest wins, as PyTorch with
 //    torch.backends.cudnn.benchmark = True.
 // Either way only algorithms whose workspace fits max_workspace() (1 GiB) are taken.
@@ -161,68 +158,19 @@ std::shared_ptr<void> workspace(size_t bytes) {
   return bytes ? allocate(bytes, Device::cuda()) : std::shared_ptr<void>();
 }
 
-// Deterministic mode's rule (see the top of the file): true when the timed ranking's fastest
-// deterministic algorithm beats the heuristic's deterministic pick by the margin, both timed in
-// the same search.
-template <class Perf>
-bool timed_clearly_better(const std::vector<Perf>& heuristic, int heuristic_count, const std::vector<Perf>& timed,
-                          int timed_count, const PlanKey& key) {
-  constexpr float kMargin = 0.75f;
-  auto usable = [&](const Perf& p) {
-    return p.status == CUDNN_STATUS_SUCCESS && p.determinism == CUDNN_DETERMINISTIC &&
-           (key.tf32 || !is_tensor_op(p.mathType));
-  };
-  const Perf* pick = nullptr;
-  for (int i = 0; i < heuristic_count && !pick; ++i)
-    if (usable(heuristic[i])) pick = &heuristic[i];
-  const Perf* fastest = nullptr;
-  float pick_time = -1;
-  for (int i = 0; i < timed_count; ++i) {
-    if (!usable(timed[i])) continue;
-    if (!fastest) fastest = &timed[i];
-    if (pick && pick_time < 0 && timed[i].algo == pick->algo) pick_time = timed[i].time;
-  }
-  if (!fastest) return false;
-  if (!pick) return true;
-  return pick_time > 0 && fastest->time < kMargin * pick_time;
-}
-
-// Ranks a direction's algorithms: the heuristic list, or (not deterministic, or deterministic
-// and clearly beaten) the timed list. `heuristic` and `find` fill a perf array and its count.
-template <class Perf, class Heuristic, class Find>
-std::vector<Perf> rank_algorithms(int max_count, const PlanKey& key, int* count, Heuristic heuristic, Find find) {
-  std::vector<Perf> timed(max_count);
-  int timed_count = 0;
-  auto ws = workspace(max_workspace());
-  find(timed.data(), &timed_count, ws.get());
-  if (!key.deterministic) {
-    *count = timed_count;
-    return timed;
-  }
-  std::vector<Perf> ranked(max_count);
-  int ranked_count = 0;
-  heuristic(ranked.data(), &ranked_count);
-  if (timed_clearly_better(ranked, ranked_count, timed, timed_count, key)) {
-    *count = timed_count;
-    return timed;
-  }
-  *count = ranked_count;
-  return ranked;
-}
-
 void choose_forward(Plan& p, const PlanKey& key, const float* x, const float* w, float* y) {
   cudnnHandle_t h = cuda::cudnn();
   int max_count = 0, count = 0;
   MINIDL_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max_count));
-  auto perf = rank_algorithms<cudnnConvolutionFwdAlgoPerf_t>(
-      max_count, key, &count,
-      [&](cudnnConvolutionFwdAlgoPerf_t* out, int* n) {
-        MINIDL_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, p.x, p.w, p.fwd.conv, p.y, max_count, n, out));
-      },
-      [&](cudnnConvolutionFwdAlgoPerf_t* out, int* n, void* ws) {
-        MINIDL_CUDA_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, p.x, x, p.w, w, p.fwd.conv, p.y, y, max_count, n,
-                                                                 out, ws, max_workspace()));
-      });
+  std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(max_count);
+  if (key.deterministic) {
+    MINIDL_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, p.x, p.w, p.fwd.conv, p.y, max_count, &count,
+                                                             perf.data()));
+  } else {
+    auto ws = workspace(max_workspace());
+    MINIDL_CUDA_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, p.x, x, p.w, w, p.fwd.conv, p.y, y, max_count,
+                                                             &count, perf.data(), ws.get(), max_workspace()));
+  }
   adopt_best(p.fwd, perf, count, key, "forward", [&](cudnnConvolutionFwdAlgo_t a, size_t* bytes) {
     return cudnnGetConvolutionForwardWorkspaceSize(h, p.x, p.w, p.fwd.conv, p.y, a, bytes);
   });
@@ -232,16 +180,16 @@ void choose_backward_data(Plan& p, const PlanKey& key, const float* dy, const fl
   cudnnHandle_t h = cuda::cudnn();
   int max_count = 0, count = 0;
   MINIDL_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max_count));
-  auto perf = rank_algorithms<cudnnConvolutionBwdDataAlgoPerf_t>(
-      max_count, key, &count,
-      [&](cudnnConvolutionBwdDataAlgoPerf_t* out, int* n) {
-        MINIDL_CUDA_CHECK(
-            cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.w, p.y, p.bwd_data.conv, p.x, max_count, n, out));
-      },
-      [&](cudnnConvolutionBwdDataAlgoPerf_t* out, int* n, void* ws) {
-        MINIDL_CUDA_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, p.w, w, p.y, dy, p.bwd_data.conv, p.x, dx,
-                                                                      max_count, n, out, ws, max_workspace()));
-      });
+  std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(max_count);
+  if (key.deterministic) {
+    MINIDL_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.w, p.y, p.bwd_data.conv, p.x, max_count,
+                                                                  &count, perf.data()));
+  } else {
+    auto ws = workspace(max_workspace());
+    MINIDL_CUDA_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, p.w, w, p.y, dy, p.bwd_data.conv, p.x, dx,
+                                                                  max_count, &count, perf.data(), ws.get(),
+                                                                  max_workspace()));
+  }
   adopt_best(p.bwd_data, perf, count, key, "backward-data", [&](cudnnConvolutionBwdDataAlgo_t a, size_t* bytes) {
     return cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.w, p.y, p.bwd_data.conv, p.x, a, bytes);
   });
@@ -251,16 +199,16 @@ void choose_backward_filter(Plan& p, const PlanKey& key, const float* x, const f
   cudnnHandle_t h = cuda::cudnn();
   int max_count = 0, count = 0;
   MINIDL_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max_count));
-  auto perf = rank_algorithms<cudnnConvolutionBwdFilterAlgoPerf_t>(
-      max_count, key, &count,
-      [&](cudnnConvolutionBwdFilterAlgoPerf_t* out, int* n) {
-        MINIDL_CUDA_CHECK(
-            cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p.x, p.y, p.bwd_filter.conv, p.w, max_count, n, out));
-      },
-      [&](cudnnConvolutionBwdFilterAlgoPerf_t* out, int* n, void* ws) {
-        MINIDL_CUDA_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, p.x, x, p.y, dy, p.bwd_filter.conv, p.w, dw,
-                                                                        max_count, n, out, ws, max_workspace()));
-      });
+  std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(max_count);
+  if (key.deterministic) {
+    MINIDL_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p.x, p.y, p.bwd_filter.conv, p.w, max_count,
+                                                                    &count, perf.data()));
+  } else {
+    auto ws = workspace(max_workspace());
+    MINIDL_CUDA_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, p.x, x, p.y, dy, p.bwd_filter.conv, p.w, dw,
+                                                                    max_count, &count, perf.data(), ws.get(),
+                                                                    max_workspace()));
+  }
   adopt_best(p.bwd_filter, perf, count, key, "backward-filter",
              [&](cudnnConvolutionBwdFilterAlgo_t a, size_t* bytes) {
                return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p.x, p.y, p.bwd_filter.conv, p.w, a, bytes);
