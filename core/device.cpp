@@ -35,6 +35,14 @@ Device parse_device(const std::string& name) {
   fail(str("unknown device '", name, "' (expected cpu, cuda or auto)"));
 }
 
+void synchronize(Device device) {
+#ifdef MINIDL_WITH_CUDA
+  if (device.is_cuda()) cuda::synchronize_stream();
+#else
+  (void)device;
+#endif
+}
+
 ComputeSettings& compute_settings() {
   static ComputeSettings s;
   return s;

@@ -27,5 +27,7 @@ bool cuda_available();
 // "cpu", "cuda", "cuda:0" or "auto" (cuda when available, else cpu). Throws on anything else or
 // on "cuda" when no GPU can be used.
 Device parse_device(const std::string& name);
+// Waits until all work queued on `device` has finished (a no-op on the CPU).
+void synchronize(Device device);
 
 }  // namespace minidl

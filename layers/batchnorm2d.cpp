@@ -28,7 +28,7 @@ BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum, bool
 
 Tensor BatchNorm2d::forward(const Tensor& x) {
   MINIDL_CHECK(x.defined() && x.dim() == 4 && x.size(1) == num_features_,
-               path().empty() ? describe() : str(describe(), " at '", path(), "'"), ": expected input (N, ",
+               label(), ": expected input (N, ",
                num_features_, ", H, W), got ", x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
   return batch_norm(x, running_mean, running_var, weight, bias, is_training(), momentum_, eps_, relu_);
 }

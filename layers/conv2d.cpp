@@ -119,7 +119,7 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2d kernel_size, Si
 }
 
 Tensor Conv2d::forward(const Tensor& x) {
-  const std::string who = path().empty() ? describe() : str(describe(), " at '", path(), "'");
+  const std::string who = label();
   MINIDL_CHECK(x.defined() && x.dim() == 4 && x.size(1) == in_channels_, who, ": expected input (N, ", in_channels_,
                ", H, W), got ", x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
   return conv2d(x, weight, bias, stride_, padding_);

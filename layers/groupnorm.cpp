@@ -23,7 +23,7 @@ GroupNorm::GroupNorm(int64_t num_groups, int64_t num_channels, double eps, bool 
 
 Tensor GroupNorm::forward(const Tensor& x) {
   MINIDL_CHECK(x.defined() && x.dim() >= 2 && x.size(1) == num_channels_,
-               path().empty() ? describe() : str(describe(), " at '", path(), "'"), ": expected input (N, ",
+               label(), ": expected input (N, ",
                num_channels_, ", *), got ", x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
   return group_norm(x, num_groups_, weight, bias, eps_, relu_);
 }

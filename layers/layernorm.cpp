@@ -24,7 +24,7 @@ LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool elementwise_affine
 Tensor LayerNorm::forward(const Tensor& x) {
   const int64_t k = static_cast<int64_t>(normalized_shape_.size());
   MINIDL_CHECK(x.defined() && x.dim() >= k && Shape(x.shape().end() - k, x.shape().end()) == normalized_shape_,
-               path().empty() ? describe() : str(describe(), " at '", path(), "'"), ": expected input (..., ",
+               label(), ": expected input (..., ",
                shape_str(normalized_shape_), "), got ",
                x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
   return layer_norm(x, normalized_shape_, weight, bias, eps_, relu_);

@@ -87,7 +87,7 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias)
 }
 
 Tensor Linear::forward(const Tensor& x) {
-  const std::string who = path().empty() ? describe() : str(describe(), " at '", path(), "'");
+  const std::string who = label();
   MINIDL_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == in_features_, who, ": expected input (..., ",
                in_features_, "), got ", x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
   return linear(x, weight, bias);

@@ -47,6 +47,8 @@ Tensor Module::operator()(const Tensor& x) {
   return y;
 }
 
+std::string Module::label() const { return path_.empty() ? describe() : str(describe(), " at '", path_, "'"); }
+
 void Module::register_parameter(const std::string& name, Tensor* t) {
   MINIDL_ASSERT(t && t->defined());
   t->set_requires_grad(true);

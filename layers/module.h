@@ -42,6 +42,10 @@ class Module {
   // Moves every parameter and buffer to `device` (the tensors are replaced; grads dropped).
   void to(Device device);
 
+  // "Conv2d 64->128 k3 at 'layer1.0'" (just describe() before paths are assigned): how error
+  // messages name a layer.
+  std::string label() const;
+
   int id() const { return id_; }
   // The dotted path from the root ("layer1.0"), set by assign_paths() on the root.
   const std::string& path() const { return path_; }

@@ -4,7 +4,7 @@
 // Max pooling moves little data per element and computes almost nothing, so all that counts is
 // DRAM bytes and keeping enough of them in flight. Bytes: x (4 B per input) in, y (4 B) and the
 // argmax (1 B, a window offset, see pooling.h) out; the backward reads dy and argmax and writes
-// dx. Time is bytes / bandwidth only if each SM has ~25 KB of loads outstanding (4.2 TB/s at
+// dx. Time is bytes / bandwidth only if each SM has ~32 KB of loads outstanding (4.2 TB/s at
 // ~1 us of latency over 132 SMs): a thread that waits on a 4-byte load, then on another load
 // that depends on it (the gather backward of the first version: argmax, then dy if it matched),
 // then writes 4 bytes, reaches a fraction of that (it measured 5.6x the floor).
@@ -207,16 +207,19 @@ __device__ __forceinline__ void store_outputs(float* y, uint8_t* argmax, const f
   }
 }
 
-// The CPU's scan of one 2x2 window in row-major order (cells c[0..3] = offsets 0..3).
+// The CPU's scan of one 2x2 window in row-major order (cells c[0..3] = offsets 0..3), written
+// as selects so that it compiles to predicated moves, not branches.
 __device__ __forceinline__ void scan_window(const float (&c)[4], float* best, uint8_t* at) {
-  *best = -INFINITY;
-  *at = 0;
+  float b = -INFINITY;
+  int a = 0;
 #pragma unroll
-  for (int i = 0; i < 4; ++i)
-    if (c[i] > *best || isnan(c[i])) {
-      *best = c[i];
-      *at = static_cast<uint8_t>(i);
-    }
+  for (int i = 0; i < 4; ++i) {
+    const bool take = (c[i] > b) | isnan(c[i]);  // | not ||: no short-circuit branch
+    b = take ? c[i] : b;
+    a = take ? i : a;
+  }
+  *best = b;
+  *at = static_cast<uint8_t>(a);
 }
 
 template <int V>

@@ -10,12 +10,6 @@
 
 namespace minidl {
 
-namespace {
-void synchronize(Device device) {
-  if (device.is_cuda()) Tensor::zeros({1}, DType::Float32, device).item();
-}
-}  // namespace
-
 int bench_train_main(const std::vector<std::string>& args) {
   std::string config_path = "configs/quick_cpu.json", device;
   std::vector<std::string> overrides;

@@ -11,12 +11,6 @@
 
 namespace minidl {
 
-namespace {
-void synchronize(Device device) {
-  if (device.is_cuda()) Tensor::zeros({1}, DType::Float32, device).item();
-}
-}  // namespace
-
 StepProfiler::StepProfiler(Device device, int64_t warmup, int64_t measure)
     : device_(device), profiler_(device), warmup_(warmup), measure_(measure) {
   MINIDL_CHECK(measure >= 1 && warmup >= 0, "profile: need at least one measured step");

@@ -26,19 +26,7 @@
 
 namespace minidl {
 
-namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
-
 namespace {
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-void device_sync(Device device) {
-  // A one-element copy to the host waits for every queued kernel on the stream.
-  if (device.is_cuda()) Tensor::zeros({1}, DType::Float32, device).item();
-}
 
 // The module type that owns each parameter ("3.weight" -> type of module "3").
 std::vector<NamedParam> named_params(Module& model) {

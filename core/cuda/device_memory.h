@@ -8,6 +8,8 @@
 namespace minidl::cuda {
 
 bool device_present();
+// Waits for all work queued on minidl's stream (runtime.h's synchronize(), without CUDA headers).
+void synchronize_stream();
 void* cached_malloc(size_t bytes);
 void cached_free(void* ptr);
 DeviceMemoryStats cached_stats();

@@ -66,6 +66,7 @@ int resident_blocks(int block_size) {
 }
 
 void synchronize() { MINIDL_CUDA_CHECK(cudaStreamSynchronize(stream())); }
+void synchronize_stream() { synchronize(); }
 
 bool device_present() {
   static const bool present = [] {
