@@ -66,25 +66,31 @@ int repro_command(const ReproOptions& options) {
     MINIDL_CHECK(rc == 0, "repro: run ", (r ? "B" : "A"), " failed with exit code ", rc);
   }
 
-  auto a = read_step_bits(dirs[0] + "/steps.jsonl"), b = read_step_bits(dirs[1] + "/steps.jsonl");
+  const bool same = compare_runs(dirs[0], dirs[1], std::cout);
+  std::cout << (same ? "repro: IDENTICAL" : "repro: NOT identical") << std::endl;
+  return same ? 0 : 1;
+}
+
+bool compare_runs(const std::string& dir_a, const std::string& dir_b, std::ostream& out) {
+  auto a = read_step_bits(dir_a + "/steps.jsonl"), b = read_step_bits(dir_b + "/steps.jsonl");
   bool same = a.size() == b.size();
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
     if (a[i] != b[i]) {
-      std::cout << "repro: DIFFERENT loss at step " << a[i].first << ": bits " << a[i].second << " vs "
-                << b[i].second << std::endl;
+      out << "repro: DIFFERENT loss at step " << a[i].first << ": bits " << a[i].second << " vs " << b[i].second
+          << std::endl;
       same = false;
       break;
     }
   }
   if (a.size() != b.size())
-    std::cout << "repro: DIFFERENT number of steps: " << a.size() << " vs " << b.size() << std::endl;
+    out << "repro: DIFFERENT number of steps: " << a.size() << " vs " << b.size() << std::endl;
   else if (same)
-    std::cout << "repro: all " << a.size() << " step losses are bit-identical" << std::endl;
+    out << "repro: all " << a.size() << " step losses are bit-identical" << std::endl;
 
-  const std::string wa = dirs[0] + "/model.safetensors", wb = dirs[1] + "/model.safetensors";
+  const std::string wa = dir_a + "/model.safetensors", wb = dir_b + "/model.safetensors";
   const std::string ha = safetensors_payload_sha256(wa), hb = safetensors_payload_sha256(wb);
-  std::cout << "repro: final weights sha256 A " << ha << "\n"
-            << "repro: final weights sha256 B " << hb << std::endl;
+  out << "repro: final weights sha256 A " << ha << "\n"
+      << "repro: final weights sha256 B " << hb << std::endl;
   if (ha != hb) {
     same = false;
     SafeTensors ta = load_safetensors(wa), tb = load_safetensors(wb);
@@ -92,13 +98,12 @@ int repro_command(const ReproOptions& options) {
       const Tensor &x = ta.tensors[i].second, &y = tb.tensors[i].second;
       if (ta.tensors[i].first != tb.tensors[i].first || x.nbytes() != y.nbytes() ||
           std::memcmp(x.raw_data(), y.raw_data(), x.nbytes()) != 0) {
-        std::cout << "repro: first differing tensor: " << ta.tensors[i].first << std::endl;
+        out << "repro: first differing tensor: " << ta.tensors[i].first << std::endl;
         break;
       }
     }
   }
-  std::cout << (same ? "repro: IDENTICAL" : "repro: NOT identical") << std::endl;
-  return same ? 0 : 1;
+  return same;
 }
 
 }  // namespace minidl

@@ -2,6 +2,7 @@
 // loss bit for bit and the final weights' SHA-256. Exit 0 only when both match.
 #pragma once
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -16,5 +17,10 @@ struct ReproOptions {
 };
 
 int repro_command(const ReproOptions& options);
+
+// Compares two run folders: every step's loss bits (steps.jsonl) and the final weights
+// (model.safetensors, SHA-256 of the payload). Prints what it finds to `out`, naming the first
+// differing step and tensor; true only when both match.
+bool compare_runs(const std::string& dir_a, const std::string& dir_b, std::ostream& out);
 
 }  // namespace minidl
