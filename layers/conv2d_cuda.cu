@@ -18,6 +18,11 @@
 // convolution descriptor, since each carries the math type of its own chosen algorithm.
 //
 // Workspaces come from the caching allocator, so after the first step none costs a cudaMalloc.
+//
+// Few input channels (c * kh * kw <= 32, stride 1: a first layer on RGB images): forward and
+// backward-filter go to our direct kernels (layers/conv2d_small_cin_cuda.cu) in every mode. They
+// are deterministic and full fp32, so they satisfy any setting, and run near the memory floor
+// where cuDNN is 8-20x above it. Backward-data of such layers stays with cuDNN.
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -30,6 +35,7 @@
 #include "core/error.h"
 #include "core/settings.h"
 #include "layers/conv2d_kernels.h"
+#include "layers/conv2d_small_cin.h"
 
 namespace minidl::kernels {
 namespace {
@@ -310,6 +316,7 @@ __global__ void bias_grad_finalize_kernel(const float* __restrict__ partials, in
 
 void conv2d_forward_cuda(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y) {
   if (s.n == 0) return;
+  if (conv2d_small_cin_applies(s)) return conv2d_small_cin_forward_cuda(s, x, w, b, y);
   std::lock_guard<std::mutex> lock(g_mu);
   PlanKey key;
   Plan& p = plan_for(s, &key);
@@ -335,6 +342,7 @@ void conv2d_backward_data_cuda(const Conv2dShape& s, const float* dy, const floa
 }
 
 void conv2d_backward_filter_cuda(const Conv2dShape& s, const float* x, const float* dy, float* dw) {
+  if (conv2d_small_cin_applies(s)) return conv2d_small_cin_backward_filter_cuda(s, x, dy, dw);
   std::lock_guard<std::mutex> lock(g_mu);
   if (s.n == 0) {
     MINIDL_CUDA_CHECK(cudaMemsetAsync(dw, 0, sizeof(float) * s.o * s.c * s.kh * s.kw, cuda::stream()));
@@ -376,6 +384,10 @@ std::string conv2d_cuda_algorithms(const Conv2dShape& s) {
   std::lock_guard<std::mutex> lock(g_mu);
   const ComputeSettings& cs = compute_settings();
   auto it = plans().find({s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.sh, s.sw, s.ph, s.pw, cs.allow_tf32, cs.deterministic});
+  if (conv2d_small_cin_applies(s)) {
+    const std::string bwd_data = it == plans().end() ? "-" : choice_str(it->second->bwd_data, bwd_data_name);
+    return str("fwd small_cin fma | bwd_data ", bwd_data, " | bwd_filter small_cin fma");
+  }
   if (it == plans().end()) return "";
   const Plan& p = *it->second;
   return str("fwd ", choice_str(p.fwd, fwd_name), " | bwd_data ", choice_str(p.bwd_data, bwd_data_name),

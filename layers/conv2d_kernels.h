@@ -50,7 +50,8 @@ void conv2d_backward_bias_cuda(const Conv2dShape& s, const float* dy, float* db)
 size_t conv2d_cuda_plan_count();
 // The algorithms chosen for this shape under the current settings, e.g.
 // "fwd IMPLICIT_PRECOMP_GEMM tensor_op | bwd_data ALGO_1 default ws 3MiB | bwd_filter -"
-// ("-" for a direction not run yet; empty when no plan exists).
+// ("-" for a direction not run yet; empty when no plan exists). Shapes that take the small-C_in
+// kernels (conv2d_small_cin.h) always report "fwd small_cin fma" and "bwd_filter small_cin fma".
 std::string conv2d_cuda_algorithms(const Conv2dShape& s);
 #endif
 
