@@ -3,8 +3,11 @@
 #pragma once
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -79,6 +82,27 @@ inline void gradcheck(const std::function<Tensor(const Tensor&)>& f, Tensor x, d
   }
   require_close(analytic, numeric, rtol, atol, "gradient vs finite differences");
 }
+
+// A fresh directory under the system temp dir, removed with everything in it at scope exit
+// (write permission is restored first, for tests that take it away).
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& tag) {
+    static int counter = 0;
+    path = std::filesystem::temp_directory_path() /
+           ("minidl_" + tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::permissions(path, std::filesystem::perms::owner_all, std::filesystem::perm_options::add, ec);
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
 
 // Number of tests that skipped (MINIDL_REQUIRE_CUDA, missing data) in this process.
 inline int& skipped_count() {
