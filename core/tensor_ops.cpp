@@ -68,20 +68,9 @@ Tensor mul(const Tensor& x, float s) {
   return y;
 }
 
-void add_(Tensor& dst, const Tensor& src) {
-  check_float_pair(dst, src, "add_");
-  axpby(dst, 1.f, dst, 1.f, &src);
-}
-
 void axpy_(Tensor& dst, float alpha, const Tensor& src) {
   check_float_pair(dst, src, "axpy_");
   axpby(dst, alpha, src, 1.f, &dst);
-}
-
-double sum_double(const Tensor& x) {
-  double s = 0;
-  for (float v : x.to_vector()) s += v;
-  return s;
 }
 
 }  // namespace minidl

@@ -1,5 +1,5 @@
-// The few tensor ops the core itself needs (gradient accumulation, residual adds, scaling),
-// each with a CPU and a CUDA implementation (core/tensor_ops_cpu.cpp, core/cuda/tensor_ops.cu).
+// The few tensor ops the core itself needs (gradient sums, residual adds, scaling),
+// each with a CPU and a CUDA implementation (core/tensor_ops.cpp, core/cuda/tensor_ops.cu).
 #pragma once
 #include "core/tensor.h"
 
@@ -7,9 +7,7 @@ namespace minidl {
 
 Tensor add(const Tensor& a, const Tensor& b);      // a + b, same shape; differentiable
 Tensor mul(const Tensor& x, float s);              // x * s; differentiable
-void add_(Tensor& dst, const Tensor& src);         // dst += src in place; not recorded
 void axpy_(Tensor& dst, float alpha, const Tensor& src);  // dst += alpha * src; not recorded
-double sum_double(const Tensor& x);                // exact-order sum, for tests and metrics
 
 namespace kernels {
 // Raw launchers used by the ops above (n elements, contiguous float32).

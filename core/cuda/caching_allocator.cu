@@ -74,11 +74,6 @@ class CachingAllocator {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.peak_bytes = stats_.current_bytes;
   }
-  void release() {
-    std::lock_guard<std::mutex> lock(mu_);
-    release_locked();
-  }
-
  private:
   void release_locked() {
     MINIDL_CUDA_CHECK(cudaStreamSynchronize(stream()));
@@ -109,6 +104,5 @@ void* cached_malloc(size_t bytes) { return allocator().malloc(bytes); }
 void cached_free(void* ptr) { allocator().free(ptr); }
 DeviceMemoryStats cached_stats() { return allocator().stats(); }
 void reset_cached_peak() { allocator().reset_peak(); }
-void release_cached_blocks() { allocator().release(); }
 
 }  // namespace minidl::cuda

@@ -14,8 +14,6 @@ void* cached_malloc(size_t bytes);
 void cached_free(void* ptr);
 DeviceMemoryStats cached_stats();
 void reset_cached_peak();
-// Returns every cached (unused) block to the driver.
-void release_cached_blocks();
 enum class CopyKind { HostToDevice, DeviceToHost, DeviceToDevice };
 void copy(void* dst, const void* src, size_t bytes, CopyKind kind);
 
