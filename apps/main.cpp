@@ -12,6 +12,19 @@
 #include "apps/lib/trainer.h"
 #include "core/error.h"
 
+namespace {
+
+// --config, --set and --device, which train, profile and repro take alike.
+CLI::Option* add_config_options(CLI::App* cmd, std::string& config, std::vector<std::string>& overrides,
+                                std::string& device) {
+  CLI::Option* c = cmd->add_option("--config", config, "JSON config file");
+  cmd->add_option("--set", overrides, "override a config value: key.path=value (repeatable)");
+  cmd->add_option("--device", device, "cpu, cuda or auto (default: the config's)");
+  return c;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace minidl;
   CLI::App app{"minidl: train CIFAR-10 from a JSON config on the CPU or an NVIDIA GPU"};
@@ -19,9 +32,7 @@ int main(int argc, char** argv) {
 
   TrainOptions train;
   auto* train_cmd = app.add_subcommand("train", "train a config (or resume a run)");
-  train_cmd->add_option("--config", train.config_path, "JSON config file");
-  train_cmd->add_option("--set", train.overrides, "override a config value: key.path=value (repeatable)");
-  train_cmd->add_option("--device", train.device, "cpu, cuda or auto (default: the config's)");
+  add_config_options(train_cmd, train.config_path, train.overrides, train.device);
   train_cmd->add_option("--output", train.output_dir, "run folder (default: the config's output.dir)");
   train_cmd->add_option("--resume", train.resume_dir, "continue the run in this folder from its checkpoint");
   train_cmd->add_option("--max-steps", train.max_steps, "stop after this many steps in total");
@@ -29,18 +40,14 @@ int main(int argc, char** argv) {
 
   ProfileOptions prof;
   auto* prof_cmd = app.add_subcommand("profile", "per-layer time breakdown of training steps");
-  prof_cmd->add_option("--config", prof.config_path, "JSON config file")->required();
-  prof_cmd->add_option("--set", prof.overrides, "override a config value: key.path=value (repeatable)");
-  prof_cmd->add_option("--device", prof.device, "cpu, cuda or auto (default: the config's)");
+  add_config_options(prof_cmd, prof.config_path, prof.overrides, prof.device)->required();
   prof_cmd->add_option("--steps", prof.steps, "measured steps (median over them)");
   prof_cmd->add_option("--warmup", prof.warmup, "warm-up steps before measuring");
   prof_cmd->add_option("--output", prof.output_dir, "folder for profile.json and trace.json");
 
   ReproOptions repro;
   auto* repro_cmd = app.add_subcommand("repro", "train twice in separate processes and compare the bits");
-  repro_cmd->add_option("--config", repro.config_path, "JSON config file")->required();
-  repro_cmd->add_option("--set", repro.overrides, "override a config value: key.path=value (repeatable)");
-  repro_cmd->add_option("--device", repro.device, "cpu, cuda or auto (default: the config's)");
+  add_config_options(repro_cmd, repro.config_path, repro.overrides, repro.device)->required();
   repro_cmd->add_option("--steps", repro.steps, "steps per run (0: the whole config)");
   repro_cmd->add_option("--output", repro.output_dir, "folder for the two runs");
 

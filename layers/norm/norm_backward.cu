@@ -15,7 +15,7 @@
 //                dy that grad_sums read last).
 // CPU reference: norm_cpu.cpp; float64 oracle: norm_reference.cu.
 #include "core/allocator.h"
-#include "layers/norm/norm_tiles.cuh"
+#include "layers/norm/norm_params.cuh"
 
 namespace minidl::norm {
 
@@ -25,20 +25,8 @@ using tiles::Geometry;
 using tiles::Unit;
 
 // BatchNorm grad_sums: column sums of g and g*(x - mean), everything per channel.
-struct ChannelGrad {
+struct ChannelGrad : ChannelParams {
   static constexpr bool kGrad = true, kRowSums = false, kColSums = true;
-  const float *mean, *rstd, *weight, *bias;
-  int32_t plane;
-  bool relu;
-  struct Col {
-    float mean, scale, shift;
-  };
-  struct Row {};
-  __device__ Col column(int c) const {
-    const int f = c / plane;
-    return {mean[f], feature_scale(weight, f, rstd[f]), feature_shift(bias, f)};
-  }
-  __device__ Row row(int64_t, const Unit&) const { return {}; }
   __device__ void element(float x, float dy, const Col& col, const Row&, float&, float&, float& ca, float& cb) const {
     const float g = relu ? relu_backward(dy, normalized(x, col.mean, col.scale, col.shift)) : dy;
     ca += g;
@@ -49,26 +37,8 @@ struct ChannelGrad {
 // GroupNorm/LayerNorm grad_sums: row sums of w*g and w*g*(x - mean); with kAffine also the
 // column sums of g and g*(x - mean)*rstd for dbias and dweight.
 template <bool kAffine>
-struct SegmentGrad {
+struct SegmentGrad : SegmentParams {
   static constexpr bool kGrad = true, kRowSums = true, kColSums = kAffine;
-  const float *mean, *rstd, *weight, *bias;
-  int32_t plane, segment;
-  int64_t segments_per_row;
-  bool relu;
-  struct Col {
-    float w, shift;
-  };
-  struct Row {
-    float mean, rstd;
-  };
-  __device__ Col column(int c) const {
-    const int f = c / plane;
-    return {weight ? weight[f] : 1.f, feature_shift(bias, f)};
-  }
-  __device__ Row row(int64_t r, const Unit& u) const {
-    const int64_t g = r * segments_per_row + u.col0 / segment;
-    return {mean[g], rstd[g]};
-  }
   __device__ void element(float x, float dy, const Col& col, const Row& row, float& ra, float& rb, float& ca,
                           float& cb) const {
     const float centered = x - row.mean;
@@ -197,8 +167,7 @@ template <bool kAffine>
 Geometry segment_grad_sums(const NormLayout& l, const NormBackward& b, bool aligned, std::shared_ptr<void>& col,
                            std::shared_ptr<void>& row) {
   using Op = SegmentGrad<kAffine>;
-  const Op op{b.mean,    b.rstd, b.weight, b.bias, static_cast<int32_t>(l.plane), static_cast<int32_t>(l.segment),
-              l.segments_per_row(), b.relu};
+  const Op op{segment_params(l, b.mean, b.rstd, b.weight, b.bias, b.relu)};
   const Geometry g = tiles::plan_reduce<Op>(tiles::make_tiles(l, l.segment, kAffine ? l.plane : 0, aligned));
   row = allocate(2 * g.rows * g.tiles * sizeof(double), Device::cuda());
   if (kAffine) col = allocate(2 * g.slice_groups * g.bins * sizeof(double), Device::cuda());
@@ -232,7 +201,7 @@ int backward_cuda(const NormLayout& l, const NormBackward& b) {
   f.k2 = k2;
   const bool aligned = tiles::aligned16(b.x) && tiles::aligned16(b.dy);
   if (l.kind == NormKind::Channel) {
-    const ChannelGrad op{b.mean, b.rstd, b.weight, b.bias, static_cast<int32_t>(l.plane), b.relu};
+    const ChannelGrad op{channel_params(l, b.mean, b.rstd, b.weight, b.bias, b.relu)};
     f.g = tiles::plan_reduce<ChannelGrad>(tiles::make_tiles(l, l.width(), l.plane, aligned));
     col = allocate(2 * f.g.slice_groups * f.g.bins * sizeof(double), dev);
     tiles::launch_reduce(f.g, op, b.x, b.dy, as_doubles(col), nullptr);

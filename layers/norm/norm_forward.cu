@@ -14,7 +14,7 @@
 //               starts on what the stats pass read last and still finds in L2.
 // The CPU reference of every formula is norm_cpu.cpp; norm_reference.cu is the float64 oracle.
 #include "core/allocator.h"
-#include "layers/norm/norm_tiles.cuh"
+#include "layers/norm/norm_params.cuh"
 
 namespace minidl::norm {
 
@@ -64,20 +64,8 @@ struct SegmentStats {
 };
 
 // BatchNorm apply: everything per column (the channel's mean, scale and shift).
-struct ChannelApply {
+struct ChannelApply : ChannelParams {
   static constexpr bool kGrad = false;
-  const float *mean, *rstd, *weight, *bias;
-  int32_t plane;
-  bool relu;
-  struct Col {
-    float mean, scale, shift;
-  };
-  struct Row {};
-  __device__ Col column(int c) const {
-    const int f = c / plane;
-    return {mean[f], feature_scale(weight, f, rstd[f]), feature_shift(bias, f)};
-  }
-  __device__ Row row(int64_t, const Unit&) const { return {}; }
   __device__ float element(float x, float, const Col& col, const Row&) const {
     const float y = normalized(x, col.mean, col.scale, col.shift);
     return relu ? relu_forward(y) : y;
@@ -85,27 +73,8 @@ struct ChannelApply {
 };
 
 // GroupNorm/LayerNorm apply: statistics per row (the tile's segment), affine per column.
-// Without a weight w is 1, and 1 * rstd is rstd exactly, as feature_scale gives on the CPU.
-struct SegmentApply {
+struct SegmentApply : SegmentParams {
   static constexpr bool kGrad = false;
-  const float *mean, *rstd, *weight, *bias;
-  int32_t plane, segment;
-  int64_t segments_per_row;
-  bool relu;
-  struct Col {
-    float w, shift;
-  };
-  struct Row {
-    float mean, rstd;
-  };
-  __device__ Col column(int c) const {
-    const int f = c / plane;
-    return {weight ? weight[f] : 1.f, feature_shift(bias, f)};
-  }
-  __device__ Row row(int64_t r, const Unit& u) const {
-    const int64_t g = r * segments_per_row + u.col0 / segment;
-    return {mean[g], rstd[g]};
-  }
   __device__ float element(float x, float, const Col& col, const Row& row) const {
     const float y = normalized(x, row.mean, col.w * row.rstd, col.shift);
     return relu ? relu_forward(y) : y;
@@ -223,12 +192,11 @@ int forward_cuda(const NormLayout& l, const NormForward& a) {
 
   const bool aligned = tiles::aligned16(a.x) && tiles::aligned16(a.y);
   if (l.kind == NormKind::Channel) {
-    const ChannelApply op{a.mean, a.rstd, a.weight, a.bias, static_cast<int32_t>(l.plane), a.relu};
+    const ChannelApply op{channel_params(l, a.mean, a.rstd, a.weight, a.bias, a.relu)};
     const Geometry g = tiles::plan_map<ChannelApply>(tiles::make_tiles(l, l.width(), 0, aligned));
     tiles::launch_map(g, op, a.x, nullptr, a.y);
   } else {
-    const SegmentApply op{a.mean,   a.rstd, a.weight, a.bias, static_cast<int32_t>(l.plane),
-                          static_cast<int32_t>(l.segment), l.segments_per_row(), a.relu};
+    const SegmentApply op{segment_params(l, a.mean, a.rstd, a.weight, a.bias, a.relu)};
     const Geometry g = tiles::plan_map<SegmentApply>(tiles::make_tiles(l, l.segment, 0, aligned));
     tiles::launch_map(g, op, a.x, nullptr, a.y);
   }

@@ -1,0 +1,58 @@
+// What the apply and grad_sums passes read besides x (and dy): the saved mean and rstd and the
+// affine parameters, indexed the BatchNorm way (everything per column: the channel) or the
+// GroupNorm/LayerNorm way (statistics per row segment, affine per column). The passes derive
+// from these and add only their element().
+#pragma once
+#include "layers/norm/norm_tiles.cuh"
+
+namespace minidl::norm {
+
+struct ChannelParams {
+  const float *mean, *rstd, *weight, *bias;
+  int32_t plane;
+  bool relu;
+  struct Col {
+    float mean, scale, shift;
+  };
+  struct Row {};
+  __device__ Col column(int c) const {
+    const int f = c / plane;
+    return {mean[f], feature_scale(weight, f, rstd[f]), feature_shift(bias, f)};
+  }
+  __device__ Row row(int64_t, const tiles::Unit&) const { return {}; }
+};
+
+// Without a weight w is 1, and 1 * rstd is rstd exactly, as feature_scale gives on the CPU.
+struct SegmentParams {
+  const float *mean, *rstd, *weight, *bias;
+  int32_t plane, segment;
+  int64_t segments_per_row;
+  bool relu;
+  struct Col {
+    float w, shift;
+  };
+  struct Row {
+    float mean, rstd;
+  };
+  __device__ Col column(int c) const {
+    const int f = c / plane;
+    return {weight ? weight[f] : 1.f, feature_shift(bias, f)};
+  }
+  __device__ Row row(int64_t r, const tiles::Unit& u) const {
+    const int64_t g = r * segments_per_row + u.col0 / segment;
+    return {mean[g], rstd[g]};
+  }
+};
+
+inline ChannelParams channel_params(const NormLayout& l, const float* mean, const float* rstd, const float* weight,
+                                    const float* bias, bool relu) {
+  return {mean, rstd, weight, bias, static_cast<int32_t>(l.plane), relu};
+}
+
+inline SegmentParams segment_params(const NormLayout& l, const float* mean, const float* rstd, const float* weight,
+                                    const float* bias, bool relu) {
+  return {mean,   rstd, weight, bias, static_cast<int32_t>(l.plane), static_cast<int32_t>(l.segment),
+          l.segments_per_row(), relu};
+}
+
+}  // namespace minidl::norm
