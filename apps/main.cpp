@@ -3,13 +3,13 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
-#include "apps/lib/bench_conv.h"
-#include "apps/lib/bench_norm.h"
-#include "apps/lib/bench_train.h"
-#include "apps/lib/parity.h"
-#include "apps/lib/profile_command.h"
-#include "apps/lib/repro_command.h"
-#include "apps/lib/trainer.h"
+#include "bench/bench_conv.h"
+#include "bench/bench_norm.h"
+#include "bench/bench_train.h"
+#include "bench/parity.h"
+#include "train/profile_command.h"
+#include "train/repro_command.h"
+#include "train/trainer.h"
 #include "core/error.h"
 
 namespace {

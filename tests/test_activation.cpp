@@ -8,7 +8,7 @@
 
 #include "core/autograd.h"
 #include "core/error.h"
-#include "layers/activation.h"
+#include "layers/activation/activation.h"
 #include "layers/registry.h"
 #include "test_util.h"
 

@@ -2,7 +2,7 @@
 #include <cstdio>
 #include <fstream>
 
-#include "apps/lib/config.h"
+#include "train/config.h"
 #include "core/error.h"
 #include "test_util.h"
 

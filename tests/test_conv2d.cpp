@@ -11,8 +11,8 @@
 #include "core/error.h"
 #include "core/init.h"
 #include "core/settings.h"
-#include "layers/conv2d.h"
-#include "layers/conv2d_kernels.h"
+#include "layers/conv/conv2d.h"
+#include "layers/conv/conv2d_kernels.h"
 #include "layers/registry.h"
 #include "tests/test_util.h"
 

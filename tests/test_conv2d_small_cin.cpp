@@ -1,4 +1,4 @@
-// The small-input-channel Conv2d kernels (layers/conv2d_small_cin_cuda.cu) against the CPU path:
+// The small-input-channel Conv2d kernels (layers/conv/conv2d_small_cin_cuda.cu) against the CPU path:
 // forward (with and without bias) and weight gradient on ragged shapes, through the routed conv2d
 // launchers and through the op, outputs pre-filled with NaN, bit-identical repeats; and a
 // [.bench] timing of ResNet-9's first layer against the memory floor.
@@ -10,9 +10,9 @@
 
 #include "core/error.h"
 #include "core/settings.h"
-#include "layers/conv2d.h"
-#include "layers/conv2d_kernels.h"
-#include "layers/conv2d_small_cin.h"
+#include "layers/conv/conv2d.h"
+#include "layers/conv/conv2d_kernels.h"
+#include "layers/conv/conv2d_small_cin.h"
 #include "tests/test_util.h"
 #ifdef MINIDL_WITH_CUDA
 #include "core/cuda/profiler_events.h"

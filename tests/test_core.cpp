@@ -9,8 +9,8 @@
 #include "core/tensor.h"
 #include "core/tensor_ops.h"
 #include "layers/registry.h"
-#include "layers/residual.h"
-#include "layers/sequential.h"
+#include "layers/containers/residual.h"
+#include "layers/containers/sequential.h"
 #include "test_util.h"
 
 using namespace minidl;

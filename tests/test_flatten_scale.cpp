@@ -2,9 +2,9 @@
 // factories; both on CUDA.
 #include "core/autograd.h"
 #include "core/error.h"
-#include "layers/flatten.h"
+#include "layers/containers/flatten.h"
 #include "layers/registry.h"
-#include "layers/scale.h"
+#include "layers/containers/scale.h"
 #include "test_util.h"
 
 using namespace minidl;

@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "core/init.h"
 #include "core/settings.h"
-#include "layers/linear.h"
+#include "layers/linear/linear.h"
 #include "layers/registry.h"
 #include "tests/test_util.h"
 

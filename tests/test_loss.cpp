@@ -7,7 +7,7 @@
 #include "core/autograd.h"
 #include "core/error.h"
 #include "core/tensor_ops.h"
-#include "layers/loss.h"
+#include "layers/loss/loss.h"
 #include "test_util.h"
 
 using namespace minidl;

@@ -1,5 +1,5 @@
 // Normalization layers on the GPU. The fast kernels (norm_forward.cu, norm_backward.cu) are held
-// against the float64 oracle (norm_reference.cu) and the CPU path on ragged shapes and on every
+// against the float64 oracle (bench/norm_reference.cu) and the CPU path on ragged shapes and on every
 // shape of ANCHORS.md, in forward and backward, with and without the fused ReLU and the affine
 // parts; plus accuracy at |mean| >> std, bit-identical reruns, NaN/Inf propagation, a batch of
 // one, eval mode, misaligned pointers (the scalar path) and the autograd ops on CUDA tensors.

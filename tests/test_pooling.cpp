@@ -14,7 +14,7 @@
 #include "core/autograd.h"
 #include "core/error.h"
 #include "core/philox.h"
-#include "layers/pooling.h"
+#include "layers/pool/pooling.h"
 #include "layers/registry.h"
 #include "test_util.h"
 

@@ -11,12 +11,12 @@
 #include <memory>
 #include <thread>
 
-#include "apps/lib/profile_report.h"
+#include "train/profile_report.h"
 #include "core/autograd.h"
 #include "core/error.h"
-#include "core/profiler.h"
+#include "train/profiler.h"
 #include "core/tensor_ops.h"
-#include "layers/loss.h"
+#include "layers/loss/loss.h"
 #include "layers/registry.h"
 #include "test_util.h"
 #ifdef MINIDL_WITH_CUDA

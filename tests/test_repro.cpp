@@ -5,8 +5,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "apps/lib/repro_command.h"
-#include "apps/lib/run_log.h"
+#include "train/repro_command.h"
+#include "train/run_log.h"
 #include "core/safetensors.h"
 #include "test_util.h"
 

@@ -13,7 +13,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "apps/lib/parity.h"
+#include "bench/parity.h"
 #include "core/error.h"
 #include "test_util.h"
 

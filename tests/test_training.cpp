@@ -4,8 +4,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "apps/lib/checkpoint.h"
-#include "apps/lib/trainer.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "test_util.h"

@@ -4,7 +4,7 @@
 //   *_cpu                 the CPU path (norm_cpu.cpp): OpenMP over groups, float64 sums;
 //   *_cuda                the fast GPU path (norm_forward.cu, norm_backward.cu);
 //   *_reference_cuda      a one-block-per-group, two-pass, float64 GPU oracle that the tests and
-//                         the benchmark hold the fast path against (norm_reference.cu).
+//                         the benchmark hold the fast path against (bench/norm_reference.cu).
 // Plain C++ (no CUDA headers), so .cpp files can call every launcher.
 #pragma once
 #include <cstdint>

@@ -1,0 +1,214 @@
+// `minidl parity`: runs one layer (forward + backward) or one training step of a whole model on
+// tensors from a safetensors file and writes every result PyTorch can be compared against.
+#include "bench/parity.h"
+
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "train/config.h"
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/safetensors.h"
+#include "core/settings.h"
+#include "layers/loss/loss.h"
+#include "layers/module.h"
+#include "layers/registry.h"
+#include "optim/optimizer.h"
+
+namespace minidl {
+namespace {
+
+using Named = std::vector<std::pair<std::string, Tensor>>;
+
+const char* kUsage =
+    "usage: minidl parity --spec LAYER_JSON --in IN.safetensors --out OUT.safetensors\n"
+    "                     [--device cpu|cuda] [--train|--eval] [--no-tf32]\n"
+    "       minidl parity --config CONFIG.json --in IN.safetensors --out OUT.safetensors\n"
+    "                     [--device cpu|cuda] [--no-tf32]\n"
+    "LAYER_JSON is a file or the JSON text itself; see bench/parity.h and docs/parity.md.";
+
+struct ParityArgs {
+  std::string spec, config, in, out, device = "cpu";
+  bool train = true;
+  bool mode_given = false;
+  bool no_tf32 = false;
+  bool help = false;
+};
+
+ParityArgs parse_args(const std::vector<std::string>& args) {
+  ParityArgs a;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& w = args[i];
+    auto value = [&]() -> std::string {
+      MINIDL_CHECK(i + 1 < args.size(), "minidl parity: ", w, " needs a value\n", kUsage);
+      return args[++i];
+    };
+    if (w == "--spec") a.spec = value();
+    else if (w == "--config") a.config = value();
+    else if (w == "--in") a.in = value();
+    else if (w == "--out") a.out = value();
+    else if (w == "--device") a.device = value();
+    else if (w == "--train" || w == "--eval") { a.train = w == "--train"; a.mode_given = true; }
+    else if (w == "--no-tf32") a.no_tf32 = true;
+    else if (w == "--help" || w == "-h") a.help = true;
+    else fail(str("minidl parity: unknown argument '", w, "'\n", kUsage));
+  }
+  if (a.help) return a;
+  MINIDL_CHECK(a.spec.empty() != a.config.empty(),
+               "minidl parity: give exactly one of --spec (one layer) and --config (a model)\n", kUsage);
+  MINIDL_CHECK(!a.in.empty() && !a.out.empty(), "minidl parity: --in and --out are required\n", kUsage);
+  MINIDL_CHECK(a.config.empty() || !a.mode_given,
+               "minidl parity: --train/--eval apply to --spec only (a model step always trains)");
+  return a;
+}
+
+nlohmann::json read_spec(const std::string& spec) {
+  const size_t first = spec.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && spec[first] == '{') {
+    nlohmann::json j = nlohmann::json::parse(spec, nullptr, /*allow_exceptions=*/false);
+    MINIDL_CHECK(!j.is_discarded(), "minidl parity: --spec text is not valid JSON: ", spec);
+    return j;
+  }
+  return read_json_file(spec);
+}
+
+// Loads the module's parameters and buffers from `in`, which must hold all of them; any tensor
+// of `in` that is neither a state tensor nor one of `inputs` is an error, so a misspelt name
+// cannot silently leave a layer at its random init.
+void load_state(Module& m, const SafeTensors& in, const std::set<std::string>& inputs,
+                const std::string& in_path) {
+  std::set<std::string> names;
+  std::string known;
+  for (const auto& [name, t] : m.state_dict()) {
+    names.insert(name);
+    known += (known.empty() ? "" : ", ") + name;
+  }
+  Named state;
+  for (const auto& [name, t] : in.tensors) {
+    if (names.count(name)) state.emplace_back(name, t);
+    else
+      MINIDL_CHECK(inputs.count(name), "minidl parity: '", in_path, "' has tensor '", name,
+                   "', which is neither an input nor a parameter or buffer of the model (",
+                   known.empty() ? "it has none" : known, ")");
+  }
+  m.load_state_dict(state);
+}
+
+// Parameters with the type of the module that owns them, as the optimizer factory wants them.
+std::vector<NamedParam> named_params(Module& model) {
+  std::map<std::string, std::string> type_at;
+  for (const auto& [path, m] : model.named_modules()) type_at[path] = m->type_name();
+  std::vector<NamedParam> out;
+  for (const auto& [name, t] : model.named_parameters()) {
+    const size_t dot = name.rfind('.');
+    const std::string owner = dot == std::string::npos ? "" : name.substr(0, dot);
+    MINIDL_ASSERT(type_at.count(owner));
+    out.push_back({name, t, type_at[owner]});
+  }
+  return out;
+}
+
+int run_layer(const ParityArgs& a, Device device) {
+  const nlohmann::json spec = read_spec(a.spec);
+  std::shared_ptr<Module> layer = build_layer(spec, "spec");
+  layer->assign_paths();
+  const SafeTensors in = load_safetensors(a.in);
+  load_state(*layer, in, {"input", "grad_output"}, a.in);
+  layer->to(device);
+  layer->train(a.train);
+
+  Tensor x = find_tensor(in, "input", a.in).to(device);
+  x.set_requires_grad(true);
+  Tensor y = (*layer)(x);
+  const Tensor dy = find_tensor(in, "grad_output", a.in).to(device);
+  MINIDL_CHECK(dy.shape() == y.shape(), "minidl parity: '", a.in, "' grad_output has shape ",
+               shape_str(dy.shape()), " but the layer's output has shape ", shape_str(y.shape()));
+  autograd::backward(y, dy);
+
+  Named out{{"output", y.detach()}};
+  MINIDL_CHECK(x.grad().defined(), "minidl parity: no gradient reached the input");
+  out.emplace_back("grad_input", x.grad());
+  for (const auto& [name, p] : layer->named_parameters()) {
+    MINIDL_CHECK(p.grad().defined(), "minidl parity: no gradient reached parameter '", name, "'");
+    out.emplace_back("grad." + name, p.grad());
+  }
+  for (const auto& [name, b] : layer->named_buffers()) out.emplace_back("buffer." + name, b);
+  save_safetensors(a.out, out,
+                   {{"minidl_parity", "layer"},
+                    {"spec", spec.dump()},
+                    {"device", device.str()},
+                    {"mode", a.train ? "train" : "eval"},
+                    {"allow_tf32", compute_settings().allow_tf32 ? "true" : "false"}});
+  std::cout << "minidl parity: " << layer->describe() << " on " << device.str() << " ("
+            << (a.train ? "train" : "eval") << "): input " << shape_str(x.shape()) << " -> output "
+            << shape_str(y.shape()) << ", wrote " << out.size() << " tensors to " << a.out << "\n";
+  return 0;
+}
+
+int run_model(const ParityArgs& a, Device device) {
+  const TrainConfig cfg = parse_train_config(read_json_file(a.config));
+  MINIDL_CHECK(cfg.model.is_object() && cfg.model.contains("layers"), "minidl parity: '", a.config,
+               "' has no model.layers");
+  compute_settings().deterministic = cfg.deterministic;
+  compute_settings().allow_tf32 = cfg.allow_tf32 && !a.no_tf32;
+
+  std::shared_ptr<Module> model = build_sequential(cfg.model["layers"], "model.layers");
+  model->assign_paths();
+  const SafeTensors in = load_safetensors(a.in);
+  load_state(*model, in, {"input", "labels"}, a.in);
+  model->to(device);
+  model->train(true);
+  std::unique_ptr<Optimizer> optimizer = make_optimizer(cfg.optimizer, named_params(*model), "optimizer");
+  optimizer->to(device);
+
+  const Tensor x = find_tensor(in, "input", a.in).to(device);
+  const Tensor labels = find_tensor(in, "labels", a.in);
+  MINIDL_CHECK(labels.dtype() == DType::Int32, "minidl parity: '", a.in,
+               "' labels must be int32, got ", dtype_name(labels.dtype()));
+  const Tensor logits = (*model)(x);
+  const Tensor loss = cross_entropy(logits, labels.to(device), static_cast<float>(cfg.label_smoothing));
+  loss.backward();
+
+  Named out{{"loss", loss.detach()}, {"output", logits.detach()}};
+  // Gradients are copied before the step, which may update them in place (weight decay).
+  for (const auto& [name, p] : model->named_parameters()) {
+    MINIDL_CHECK(p.grad().defined(), "minidl parity: no gradient reached parameter '", name, "'");
+    out.emplace_back("grad." + name, p.grad().clone());
+  }
+  const double lr = optimizer->base_lr();
+  optimizer->step(lr);
+  for (const auto& [name, p] : model->named_parameters()) out.emplace_back("param." + name, p.detach());
+  for (const auto& [name, b] : model->named_buffers()) out.emplace_back("buffer." + name, b);
+  save_safetensors(a.out, out,
+                   {{"minidl_parity", "model"},
+                    {"config", a.config},
+                    {"device", device.str()},
+                    {"lr", str(lr)},
+                    {"allow_tf32", compute_settings().allow_tf32 ? "true" : "false"}});
+  std::cout << "minidl parity: model of " << model->children().size() << " layers on " << device.str()
+            << ", batch " << x.size(0) << ": loss " << loss.item() << ", one " << cfg.optimizer.value("type", "")
+            << " step at lr " << lr << ", wrote " << out.size() << " tensors to " << a.out << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int parity_main(const std::vector<std::string>& args) {
+  const ParityArgs a = parse_args(args);
+  if (a.help) {
+    std::cout << kUsage << "\n";
+    return 0;
+  }
+  const Device device = parse_device(a.device);
+  compute_settings().deterministic = true;
+  compute_settings().allow_tf32 = !a.no_tf32;
+  return a.spec.empty() ? run_model(a, device) : run_layer(a, device);
+}
+
+}  // namespace minidl

@@ -1,0 +1,93 @@
+// ReLU and GELU ops (one autograd node each) and their modules and factories.
+#include "layers/activation/activation.h"
+
+#include "core/autograd.h"
+#include "core/error.h"
+#include "layers/registry.h"
+
+namespace minidl {
+
+namespace {
+
+void check_float(const Tensor& x, const char* what) {
+  MINIDL_CHECK(x.defined(), what, ": input is undefined");
+  MINIDL_CHECK(x.dtype() == DType::Float32, what, ": expects a float32 input, got ", x.str());
+}
+
+const char* approximate_name(GeluApproximate a) { return a == GeluApproximate::Tanh ? "tanh" : "none"; }
+
+}  // namespace
+
+Tensor relu(const Tensor& x) {
+  check_float(x, "relu");
+  Tensor y = Tensor::empty_like(x);
+  if (x.is_cuda()) {
+#ifdef MINIDL_WITH_CUDA
+    kernels::relu_forward_cuda(x.data<float>(), y.data<float>(), x.numel());
+#endif
+  } else {
+    kernels::relu_forward_cpu(x.data<float>(), y.data<float>(), x.numel());
+  }
+  if (autograd::needs_grad({x})) {
+    // The mask comes from the output (a detached handle: capturing y itself would be a cycle).
+    autograd::record(y, "relu", {x}, [saved = y.detach()](const Tensor& dy) -> std::vector<Tensor> {
+      Tensor dx = Tensor::empty_like(dy);
+      if (dy.is_cuda()) {
+#ifdef MINIDL_WITH_CUDA
+        kernels::relu_backward_cuda(dy.data<float>(), saved.data<float>(), dx.data<float>(), dy.numel());
+#endif
+      } else {
+        kernels::relu_backward_cpu(dy.data<float>(), saved.data<float>(), dx.data<float>(), dy.numel());
+      }
+      return {dx};
+    });
+  }
+  return y;
+}
+
+Tensor gelu(const Tensor& x, GeluApproximate approximate) {
+  check_float(x, "gelu");
+  Tensor y = Tensor::empty_like(x);
+  if (x.is_cuda()) {
+#ifdef MINIDL_WITH_CUDA
+    kernels::gelu_forward_cuda(x.data<float>(), y.data<float>(), x.numel(), approximate);
+#endif
+  } else {
+    kernels::gelu_forward_cpu(x.data<float>(), y.data<float>(), x.numel(), approximate);
+  }
+  if (autograd::needs_grad({x})) {
+    autograd::record(y, "gelu", {x}, [saved = x.detach(), approximate](const Tensor& dy) -> std::vector<Tensor> {
+      Tensor dx = Tensor::empty_like(dy);
+      if (dy.is_cuda()) {
+#ifdef MINIDL_WITH_CUDA
+        kernels::gelu_backward_cuda(dy.data<float>(), saved.data<float>(), dx.data<float>(), dy.numel(), approximate);
+#endif
+      } else {
+        kernels::gelu_backward_cpu(dy.data<float>(), saved.data<float>(), dx.data<float>(), dy.numel(), approximate);
+      }
+      return {dx};
+    });
+  }
+  return y;
+}
+
+std::string GELU::describe() const {
+  return approximate_ == GeluApproximate::Tanh ? "GELU(approximate='tanh')" : "GELU";
+}
+
+nlohmann::json GELU::to_json() const { return {{"type", "GELU"}, {"approximate", approximate_name(approximate_)}}; }
+
+std::shared_ptr<Module> make_relu(LayerArgs& args) {
+  args.finish();
+  return std::make_shared<ReLU>();
+}
+
+std::shared_ptr<Module> make_gelu(LayerArgs& args) {
+  const std::string a = args.get_string("approximate", "none");
+  MINIDL_CHECK(a == "none" || a == "tanh", args.key_path("approximate"), ": expected \"none\" or \"tanh\", got \"",
+               a, "\"");
+  args.finish();
+  return std::make_shared<GELU>(a == "tanh" ? GeluApproximate::Tanh : GeluApproximate::None);
+}
+
+}  // namespace minidl

@@ -1,0 +1,34 @@
+#include "layers/containers/flatten.h"
+
+#include "core/error.h"
+#include "layers/registry.h"
+
+namespace minidl {
+
+Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
+  MINIDL_CHECK(x.defined(), "flatten: input is undefined");
+  const int64_t n = x.dim();
+  const int64_t s = start_dim < 0 ? start_dim + n : start_dim;
+  const int64_t e = end_dim < 0 ? end_dim + n : end_dim;
+  MINIDL_CHECK(s >= 0 && s < n && e >= 0 && e < n && s <= e, "flatten: start_dim ", start_dim, " and end_dim ",
+               end_dim, " do not select a range of dims of an input of shape ", shape_str(x.shape()));
+  Shape out(x.shape().begin(), x.shape().begin() + s);
+  int64_t merged = 1;
+  for (int64_t d = s; d <= e; ++d) merged *= x.size(d);
+  out.push_back(merged);
+  out.insert(out.end(), x.shape().begin() + e + 1, x.shape().end());
+  return x.reshape(out);
+}
+
+nlohmann::json Flatten::to_json() const {
+  return {{"type", "Flatten"}, {"start_dim", start_dim_}, {"end_dim", end_dim_}};
+}
+
+std::shared_ptr<Module> make_flatten(LayerArgs& args) {
+  const int64_t start_dim = args.get_int("start_dim", 1);
+  const int64_t end_dim = args.get_int("end_dim", -1);
+  args.finish();
+  return std::make_shared<Flatten>(start_dim, end_dim);
+}
+
+}  // namespace minidl

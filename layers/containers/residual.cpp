@@ -1,0 +1,36 @@
+#include "layers/containers/residual.h"
+
+#include "core/error.h"
+#include "core/tensor_ops.h"
+#include "layers/registry.h"
+
+namespace minidl {
+
+Residual::Residual(std::vector<std::shared_ptr<Module>> body) {
+  for (size_t i = 0; i < body.size(); ++i) register_module(std::to_string(i), std::move(body[i]));
+}
+
+Tensor Residual::forward(const Tensor& x) {
+  Tensor y = x;
+  for (const auto& kv : children()) y = (*kv.second)(y);
+  MINIDL_CHECK(y.shape() == x.shape(), "Residual '", path(), "': body output ", shape_str(y.shape()),
+               " does not match its input ", shape_str(x.shape()));
+  return add(x, y);
+}
+
+nlohmann::json Residual::to_json() const {
+  nlohmann::json body = nlohmann::json::array();
+  for (const auto& kv : children()) body.push_back(kv.second->to_json());
+  return {{"type", "Residual"}, {"body", body}};
+}
+
+std::shared_ptr<Module> make_residual(LayerArgs& args) {
+  const nlohmann::json& body = args.get_json("body");
+  const std::string path = args.key_path("body");
+  MINIDL_CHECK(body.is_array() && !body.empty(), path, ": expected a non-empty list of layers");
+  std::vector<std::shared_ptr<Module>> layers;
+  for (size_t i = 0; i < body.size(); ++i) layers.push_back(build_layer(body[i], str(path, "[", i, "]")));
+  return std::make_shared<Residual>(std::move(layers));
+}
+
+}  // namespace minidl

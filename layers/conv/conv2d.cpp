@@ -1,0 +1,170 @@
+// The conv2d op (one autograd node: forward, and a backward that computes only the gradients
+// its inputs need), the Conv2d module and its factory.
+#include "layers/conv/conv2d.h"
+
+#include <cmath>
+
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/init.h"
+#include "layers/conv/conv2d_kernels.h"
+#include "layers/registry.h"
+
+namespace minidl {
+
+namespace {
+
+std::string size_str(Size2d s) { return s.square() ? std::to_string(s.h) : str(s.h, "x", s.w); }
+
+nlohmann::json size_json(Size2d s) {
+  if (s.square()) return s.h;
+  return nlohmann::json::array({s.h, s.w});
+}
+
+// Validates the operands (errors name the shapes) and returns the problem.
+Conv2dShape conv2d_shape(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d stride,
+                         Size2d padding) {
+  check_rank(x, 4, "conv2d input (N, C, H, W)");
+  check_rank(weight, 4, "conv2d weight (O, C, kh, kw)");
+  check_same_device(x, weight, "conv2d input and weight");
+  MINIDL_CHECK(x.size(1) == weight.size(1), "conv2d: input ", shape_str(x.shape()), " has ", x.size(1),
+               " channels but weight ", shape_str(weight.shape()), " expects ", weight.size(1));
+  if (bias.defined()) {
+    check_rank(bias, 1, "conv2d bias (O)");
+    check_same_device(x, bias, "conv2d input and bias");
+    MINIDL_CHECK(bias.size(0) == weight.size(0), "conv2d: bias ", shape_str(bias.shape()), " does not match the ",
+                 weight.size(0), " output channels of weight ", shape_str(weight.shape()));
+  }
+  MINIDL_CHECK(stride.h >= 1 && stride.w >= 1, "conv2d: stride must be >= 1, got ", size_str(stride));
+  MINIDL_CHECK(padding.h >= 0 && padding.w >= 0, "conv2d: padding must be >= 0, got ", size_str(padding));
+  Conv2dShape s{x.size(0), x.size(1), x.size(2),  x.size(3), weight.size(0), weight.size(2),
+                weight.size(3), stride.h, stride.w, padding.h, padding.w};
+  MINIDL_CHECK(s.o >= 1 && s.c >= 1, "conv2d: weight ", shape_str(weight.shape()), " has no channels");
+  MINIDL_CHECK(s.kh >= 1 && s.kw >= 1 && s.h + 2 * s.ph >= s.kh && s.w + 2 * s.pw >= s.kw, "conv2d: input ",
+               shape_str(x.shape()), " padded by ", size_str(padding), " is smaller than the kernel ", s.kh, "x", s.kw);
+  return s;
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d stride, Size2d padding) {
+  const Conv2dShape s = conv2d_shape(x, weight, bias, stride, padding);
+  Tensor y = Tensor::empty({s.n, s.o, s.oh(), s.ow()}, DType::Float32, x.device());
+  const float* b = bias.defined() ? bias.data<float>() : nullptr;
+  if (x.is_cuda()) {
+#ifdef MINIDL_WITH_CUDA
+    kernels::conv2d_forward_cuda(s, x.data<float>(), weight.data<float>(), b, y.data<float>());
+#endif
+  } else {
+    kernels::conv2d_forward_cpu(s, x.data<float>(), weight.data<float>(), b, y.data<float>());
+  }
+  std::vector<Tensor> inputs{x, weight};
+  if (bias.defined()) inputs.push_back(bias);
+  if (autograd::needs_grad(inputs)) {
+    // Which gradients to compute is fixed now: the first layer's input needs none, and skipping
+    // its backward-data GEMM is a third of that layer's backward.
+    const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
+    const bool need_b = bias.defined() && bias.requires_grad(), has_bias = bias.defined();
+    autograd::record(
+        y, "conv2d", std::move(inputs),
+        [s, xs = x.detach(), ws = weight.detach(), need_x, need_w, need_b, has_bias](
+            const Tensor& dy) -> std::vector<Tensor> {
+          const Device dev = dy.device();
+          Tensor dx = need_x ? Tensor::empty(xs.shape(), DType::Float32, dev) : Tensor();
+          Tensor dw = need_w ? Tensor::empty(ws.shape(), DType::Float32, dev) : Tensor();
+          Tensor db = need_b ? Tensor::empty({s.o}, DType::Float32, dev) : Tensor();
+          float* pdx = need_x ? dx.data<float>() : nullptr;
+          float* pdw = need_w ? dw.data<float>() : nullptr;
+          float* pdb = need_b ? db.data<float>() : nullptr;
+          if (dev.is_cuda()) {
+#ifdef MINIDL_WITH_CUDA
+            if (pdx) kernels::conv2d_backward_data_cuda(s, dy.data<float>(), ws.data<float>(), pdx);
+            if (pdw) kernels::conv2d_backward_filter_cuda(s, xs.data<float>(), dy.data<float>(), pdw);
+            if (pdb) kernels::conv2d_backward_bias_cuda(s, dy.data<float>(), pdb);
+#endif
+          } else {
+            kernels::conv2d_backward_cpu(s, xs.data<float>(), ws.data<float>(), dy.data<float>(), pdx, pdw, pdb);
+          }
+          std::vector<Tensor> grads{dx, dw};
+          if (has_bias) grads.push_back(db);
+          return grads;
+        });
+  }
+  return y;
+}
+
+Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2d kernel_size, Size2d stride, Size2d padding,
+               bool with_bias)
+    : in_channels_(in_channels),
+      out_channels_(out_channels),
+      kernel_(kernel_size),
+      stride_(stride),
+      padding_(padding) {
+  MINIDL_CHECK(in_channels >= 1 && out_channels >= 1, "Conv2d: in_channels and out_channels must be >= 1, got ",
+               in_channels, " and ", out_channels);
+  MINIDL_CHECK(kernel_.h >= 1 && kernel_.w >= 1, "Conv2d: kernel_size must be >= 1, got ", size_str(kernel_));
+  MINIDL_CHECK(stride_.h >= 1 && stride_.w >= 1, "Conv2d: stride must be >= 1, got ", size_str(stride_));
+  MINIDL_CHECK(padding_.h >= 0 && padding_.w >= 0, "Conv2d: padding must be >= 0, got ", size_str(padding_));
+  // PyTorch: kaiming_uniform_(a=sqrt(5)) for the weight and U(-1/sqrt(fan_in), ..) for the bias,
+  // both of which come to the same bound.
+  const float bound = 1.f / std::sqrt(static_cast<float>(in_channels * kernel_.h * kernel_.w));
+  weight = Tensor::empty({out_channels, in_channels, kernel_.h, kernel_.w});
+  init_uniform_(weight, bound);
+  register_parameter("weight", &weight);
+  if (with_bias) {
+    bias = Tensor::empty({out_channels});
+    init_uniform_(bias, bound);
+    register_parameter("bias", &bias);
+  }
+}
+
+Tensor Conv2d::forward(const Tensor& x) {
+  const std::string who = label();
+  MINIDL_CHECK(x.defined() && x.dim() == 4 && x.size(1) == in_channels_, who, ": expected input (N, ", in_channels_,
+               ", H, W), got ", x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
+  return conv2d(x, weight, bias, stride_, padding_);
+}
+
+std::string Conv2d::describe() const {
+  std::string d = str("Conv2d ", in_channels_, "->", out_channels_, " k", size_str(kernel_));
+  if (stride_.h != 1 || stride_.w != 1) d += str(" s", size_str(stride_));
+  return d;
+}
+
+nlohmann::json Conv2d::to_json() const {
+  return {{"type", "Conv2d"},           {"in_channels", in_channels_}, {"out_channels", out_channels_},
+          {"kernel_size", size_json(kernel_)}, {"stride", size_json(stride_)},  {"padding", size_json(padding_)},
+          {"bias", bias.defined()}};
+}
+
+namespace {
+
+// An int or a list of one or two ints, as PyTorch's int-or-tuple arguments.
+Size2d get_size2d(LayerArgs& args, const std::string& key) {
+  const std::vector<int64_t> v = args.get_ints(key);
+  MINIDL_CHECK(v.size() <= 2, args.key_path(key), ": expected an integer or a list of two, got ", v.size(),
+               " values");
+  return v.size() == 1 ? Size2d(v[0]) : Size2d(v[0], v[1]);
+}
+
+}  // namespace
+
+std::shared_ptr<Module> make_conv2d(LayerArgs& args) {
+  const int64_t in_channels = args.get_int("in_channels");
+  const int64_t out_channels = args.get_int("out_channels");
+  MINIDL_CHECK(in_channels >= 1, args.key_path("in_channels"), ": must be >= 1, got ", in_channels);
+  MINIDL_CHECK(out_channels >= 1, args.key_path("out_channels"), ": must be >= 1, got ", out_channels);
+  const Size2d kernel = get_size2d(args, "kernel_size");
+  MINIDL_CHECK(kernel.h >= 1 && kernel.w >= 1, args.key_path("kernel_size"), ": must be >= 1, got ",
+               size_str(kernel));
+  const Size2d stride = args.has("stride") ? get_size2d(args, "stride") : Size2d(1);
+  MINIDL_CHECK(stride.h >= 1 && stride.w >= 1, args.key_path("stride"), ": must be >= 1, got ", size_str(stride));
+  const Size2d padding = args.has("padding") ? get_size2d(args, "padding") : Size2d(0);
+  MINIDL_CHECK(padding.h >= 0 && padding.w >= 0, args.key_path("padding"), ": must be >= 0, got ",
+               size_str(padding));
+  const bool bias = args.get_bool("bias", true);
+  args.finish();
+  return std::make_shared<Conv2d>(in_channels, out_channels, kernel, stride, padding, bias);
+}
+
+}  // namespace minidl

@@ -1,0 +1,397 @@
+// Conv2d on the GPU through cuDNN's legacy API, plus our own deterministic bias-gradient
+// reduction.
+//
+// Plans: cuDNN's descriptors and the algorithm for each direction (forward, backward-data,
+// backward-filter) are made once per problem and cached under (shape, stride, padding, TF32,
+// deterministic), so a training step does no descriptor setup and no algorithm search. The
+// algorithm of a direction is chosen on its first call:
+//  - deterministic mode (the default): cuDNN's heuristic ranking (Get_v7), first algorithm that
+//    cuDNN reports CUDNN_DETERMINISTIC. The heuristic is a pure function of the problem and the
+//    device, so two runs pick the same algorithm and give the same bits; a timed search would
+//    pick by noisy timings and could pick differently run to run.
+//  - otherwise: a timed search (FindEx) over all algorithms, fastest wins, as PyTorch with
+//    torch.backends.cudnn.benchmark = True.
+// Either way only algorithms whose workspace fits max_workspace() (1 GiB) are taken.
+//
+// TF32: CUDNN_DEFAULT_MATH lets cuDNN use TF32 tensor cores for float32 (PyTorch's default,
+// torch.backends.cudnn.allow_tf32 = True); CUDNN_FMA_MATH forbids it. Each direction has its own
+// convolution descriptor, since each carries the math type of its own chosen algorithm.
+//
+// Workspaces come from the caching allocator, so after the first step none costs a cudaMalloc.
+//
+// Few input channels (c * kh * kw <= 32, stride 1: a first layer on RGB images): forward and
+// backward-filter go to our direct kernels (layers/conv/conv2d_small_cin_cuda.cu) in every mode. They
+// are deterministic and full fp32, so they satisfy any setting, and run near the memory floor
+// where cuDNN is 8-20x above it. Backward-data of such layers stays with cuDNN.
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/cuda/runtime.h"
+#include "core/error.h"
+#include "core/settings.h"
+#include "layers/conv/conv2d_kernels.h"
+#include "layers/conv/conv2d_small_cin.h"
+
+namespace minidl::kernels {
+namespace {
+
+struct PlanKey {
+  int64_t n, c, h, w, o, kh, kw, sh, sw, ph, pw;
+  bool tf32, deterministic;
+  auto tie() const { return std::tie(n, c, h, w, o, kh, kw, sh, sw, ph, pw, tf32, deterministic); }
+  bool operator<(const PlanKey& k) const { return tie() < k.tie(); }
+};
+
+// The algorithm of one direction, chosen on its first call.
+template <class Algo>
+struct Choice {
+  bool ready = false;
+  Algo algo{};
+  size_t workspace = 0;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+};
+
+struct Plan {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr, bias = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  Choice<cudnnConvolutionFwdAlgo_t> fwd;
+  Choice<cudnnConvolutionBwdDataAlgo_t> bwd_data;
+  Choice<cudnnConvolutionBwdFilterAlgo_t> bwd_filter;
+};
+
+// Plans live for the whole process (never destroyed, like the cuDNN handle they were made with).
+std::mutex g_mu;
+std::map<PlanKey, Plan*>& plans() {
+  static auto* m = new std::map<PlanKey, Plan*>();
+  return *m;
+}
+
+// Largest workspace an algorithm may use (and the size of the buffer a timed search runs in):
+// 1 GiB, or 1/16 of the device's memory on small GPUs. One fixed size means the search buffer is
+// one block of the caching allocator, reused by every search.
+size_t max_workspace() {
+  return std::min<size_t>(size_t(1) << 30, cuda::props().totalGlobalMem / 16);
+}
+
+int checked_int(int64_t v, const char* what) {
+  MINIDL_CHECK(v <= INT32_MAX, "conv2d on CUDA: ", what, " = ", v, " exceeds cuDNN's 32-bit limit");
+  return static_cast<int>(v);
+}
+
+cudnnConvolutionDescriptor_t make_conv_desc(const Conv2dShape& s, bool tf32) {
+  cudnnConvolutionDescriptor_t d;
+  MINIDL_CUDA_CHECK(cudnnCreateConvolutionDescriptor(&d));
+  MINIDL_CUDA_CHECK(cudnnSetConvolution2dDescriptor(d, static_cast<int>(s.ph), static_cast<int>(s.pw),
+                                                    static_cast<int>(s.sh), static_cast<int>(s.sw), 1, 1,
+                                                    CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  MINIDL_CUDA_CHECK(cudnnSetConvolutionMathType(d, tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+  return d;
+}
+
+Plan* make_plan(const Conv2dShape& s, bool tf32) {
+  checked_int(s.n * s.c * s.h * s.w, "input elements");
+  checked_int(s.n * s.o * s.oh() * s.ow(), "output elements");
+  auto* p = new Plan();
+  MINIDL_CUDA_CHECK(cudnnCreateTensorDescriptor(&p->x));
+  MINIDL_CUDA_CHECK(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, static_cast<int>(s.n),
+                                               static_cast<int>(s.c), static_cast<int>(s.h), static_cast<int>(s.w)));
+  MINIDL_CUDA_CHECK(cudnnCreateFilterDescriptor(&p->w));
+  MINIDL_CUDA_CHECK(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, static_cast<int>(s.o),
+                                               static_cast<int>(s.c), static_cast<int>(s.kh),
+                                               static_cast<int>(s.kw)));
+  p->fwd.conv = make_conv_desc(s, tf32);
+  p->bwd_data.conv = make_conv_desc(s, tf32);
+  p->bwd_filter.conv = make_conv_desc(s, tf32);
+  int n, c, h, w;
+  MINIDL_CUDA_CHECK(cudnnGetConvolution2dForwardOutputDim(p->fwd.conv, p->x, p->w, &n, &c, &h, &w));
+  MINIDL_ASSERT(n == s.n && c == s.o && h == s.oh() && w == s.ow());
+  MINIDL_CUDA_CHECK(cudnnCreateTensorDescriptor(&p->y));
+  MINIDL_CUDA_CHECK(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w));
+  MINIDL_CUDA_CHECK(cudnnCreateTensorDescriptor(&p->bias));
+  MINIDL_CUDA_CHECK(cudnnSetTensor4dDescriptor(p->bias, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, c, 1, 1));
+  return p;
+}
+
+// The cached plan for s under the current settings (made on first use). Called with g_mu held.
+Plan& plan_for(const Conv2dShape& s, PlanKey* key_out = nullptr) {
+  const ComputeSettings& cs = compute_settings();
+  const PlanKey key{s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.sh, s.sw, s.ph, s.pw, cs.allow_tf32, cs.deterministic};
+  if (key_out) *key_out = key;
+  auto it = plans().find(key);
+  if (it == plans().end()) it = plans().emplace(key, make_plan(s, key.tf32)).first;
+  return *it->second;
+}
+
+bool is_tensor_op(cudnnMathType_t m) {
+  return m == CUDNN_TENSOR_OP_MATH || m == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+}
+
+// Takes the first usable entry of a ranked list (heuristic rank, or measured time: best first):
+// cuDNN reports it ran (or would run) successfully, deterministic when asked, no TF32 when TF32 is
+// off, and its workspace under the math type it will run with fits max_workspace(). Sets that
+// math type on the direction's descriptor (FMA whenever TF32 is off).
+template <class Algo, class Perf, class SizeFn>
+void adopt_best(Choice<Algo>& choice, const std::vector<Perf>& perf, int count, const PlanKey& key,
+                const char* direction, SizeFn workspace_size) {
+  for (int i = 0; i < count; ++i) {
+    const Perf& p = perf[i];
+    if (p.status != CUDNN_STATUS_SUCCESS) continue;
+    if (key.deterministic && p.determinism != CUDNN_DETERMINISTIC) continue;
+    if (!key.tf32 && is_tensor_op(p.mathType)) continue;
+    const cudnnMathType_t math = key.tf32 ? p.mathType : CUDNN_FMA_MATH;
+    MINIDL_CUDA_CHECK(cudnnSetConvolutionMathType(choice.conv, math));
+    size_t bytes = 0;
+    if (workspace_size(p.algo, &bytes) != CUDNN_STATUS_SUCCESS || bytes > max_workspace()) continue;
+    choice.algo = p.algo;
+    choice.math = math;
+    choice.workspace = bytes;
+    choice.ready = true;
+    return;
+  }
+  fail(str("conv2d on CUDA: cuDNN offers no ", key.deterministic ? "deterministic " : "", direction,
+           " algorithm for input (", key.n, ", ", key.c, ", ", key.h, ", ", key.w, "), weight (", key.o, ", ",
+           key.c, ", ", key.kh, ", ", key.kw, ") within a ", max_workspace() >> 20, " MiB workspace",
+           key.deterministic ? " (set \"deterministic\": false to allow the others)" : ""));
+}
+
+std::shared_ptr<void> workspace(size_t bytes) {
+  return bytes ? allocate(bytes, Device::cuda()) : std::shared_ptr<void>();
+}
+
+void choose_forward(Plan& p, const PlanKey& key, const float* x, const float* w, float* y) {
+  cudnnHandle_t h = cuda::cudnn();
+  int max_count = 0, count = 0;
+  MINIDL_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max_count));
+  std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(max_count);
+  if (key.deterministic) {
+    MINIDL_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(h, p.x, p.w, p.fwd.conv, p.y, max_count, &count,
+                                                             perf.data()));
+  } else {
+    auto ws = workspace(max_workspace());
+    MINIDL_CUDA_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, p.x, x, p.w, w, p.fwd.conv, p.y, y, max_count,
+                                                             &count, perf.data(), ws.get(), max_workspace()));
+  }
+  adopt_best(p.fwd, perf, count, key, "forward", [&](cudnnConvolutionFwdAlgo_t a, size_t* bytes) {
+    return cudnnGetConvolutionForwardWorkspaceSize(h, p.x, p.w, p.fwd.conv, p.y, a, bytes);
+  });
+}
+
+void choose_backward_data(Plan& p, const PlanKey& key, const float* dy, const float* w, float* dx) {
+  cudnnHandle_t h = cuda::cudnn();
+  int max_count = 0, count = 0;
+  MINIDL_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max_count));
+  std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(max_count);
+  if (key.deterministic) {
+    MINIDL_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p.w, p.y, p.bwd_data.conv, p.x, max_count,
+                                                                  &count, perf.data()));
+  } else {
+    auto ws = workspace(max_workspace());
+    MINIDL_CUDA_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(h, p.w, w, p.y, dy, p.bwd_data.conv, p.x, dx,
+                                                                  max_count, &count, perf.data(), ws.get(),
+                                                                  max_workspace()));
+  }
+  adopt_best(p.bwd_data, perf, count, key, "backward-data", [&](cudnnConvolutionBwdDataAlgo_t a, size_t* bytes) {
+    return cudnnGetConvolutionBackwardDataWorkspaceSize(h, p.w, p.y, p.bwd_data.conv, p.x, a, bytes);
+  });
+}
+
+void choose_backward_filter(Plan& p, const PlanKey& key, const float* x, const float* dy, float* dw) {
+  cudnnHandle_t h = cuda::cudnn();
+  int max_count = 0, count = 0;
+  MINIDL_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max_count));
+  std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(max_count);
+  if (key.deterministic) {
+    MINIDL_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p.x, p.y, p.bwd_filter.conv, p.w, max_count,
+                                                                    &count, perf.data()));
+  } else {
+    auto ws = workspace(max_workspace());
+    MINIDL_CUDA_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(h, p.x, x, p.y, dy, p.bwd_filter.conv, p.w, dw,
+                                                                    max_count, &count, perf.data(), ws.get(),
+                                                                    max_workspace()));
+  }
+  adopt_best(p.bwd_filter, perf, count, key, "backward-filter",
+             [&](cudnnConvolutionBwdFilterAlgo_t a, size_t* bytes) {
+               return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p.x, p.y, p.bwd_filter.conv, p.w, a, bytes);
+             });
+}
+
+const char* fwd_name(cudnnConvolutionFwdAlgo_t a) {
+  switch (a) {
+    case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM: return "IMPLICIT_GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM: return "IMPLICIT_PRECOMP_GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_GEMM: return "GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_DIRECT: return "DIRECT";
+    case CUDNN_CONVOLUTION_FWD_ALGO_FFT: return "FFT";
+    case CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING: return "FFT_TILING";
+    case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD: return "WINOGRAD";
+    case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED: return "WINOGRAD_NONFUSED";
+    default: return "?";
+  }
+}
+
+const char* bwd_data_name(cudnnConvolutionBwdDataAlgo_t a) {
+  switch (a) {
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_0: return "ALGO_0";
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_1: return "ALGO_1";
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT: return "FFT";
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING: return "FFT_TILING";
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD: return "WINOGRAD";
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED: return "WINOGRAD_NONFUSED";
+    default: return "?";
+  }
+}
+
+const char* bwd_filter_name(cudnnConvolutionBwdFilterAlgo_t a) {
+  switch (a) {
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0: return "ALGO_0";
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1: return "ALGO_1";
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT: return "FFT";
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3: return "ALGO_3";
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED: return "WINOGRAD_NONFUSED";
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING: return "FFT_TILING";
+    default: return "?";
+  }
+}
+
+const char* math_name(cudnnMathType_t m) {
+  switch (m) {
+    case CUDNN_DEFAULT_MATH: return "default";
+    case CUDNN_TENSOR_OP_MATH: return "tensor_op";
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return "tensor_op_conv";
+    case CUDNN_FMA_MATH: return "fma";
+    default: return "?";
+  }
+}
+
+template <class Algo>
+std::string choice_str(const Choice<Algo>& c, const char* (*name)(Algo)) {
+  if (!c.ready) return "-";
+  return str(name(c.algo), " ", math_name(c.math),
+             c.workspace ? str(" ws ", (c.workspace + (1 << 20) - 1) >> 20, "MiB") : std::string());
+}
+
+// Bias gradient, pass 1. dy viewed as (n, o, hw); block (ch, s) sums channel ch over slice s of
+// its n*hw elements (contiguous runs of hw, so a warp reads consecutive addresses) and writes one
+// partial: no atomics, a fixed summation order, the same bits every run.
+constexpr int kBiasBlock = 256;
+
+__global__ void bias_grad_partials_kernel(const float* __restrict__ dy, int64_t n, int64_t o, int64_t hw,
+                                          int64_t slices, float* __restrict__ partials) {
+  const int64_t ch = blockIdx.x, s = blockIdx.y, total = n * hw;
+  const int64_t per = (total + slices - 1) / slices;
+  const int64_t begin = s * per, end = min(total, begin + per);
+  float acc = 0.f;
+  for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) {
+    const int64_t img = j / hw;
+    acc += dy[(img * o + ch) * hw + (j - img * hw)];
+  }
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, off);
+  __shared__ float warp_sums[kBiasBlock / 32];
+  if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float sum = 0.f;
+    for (int wi = 0; wi < kBiasBlock / 32; ++wi) sum += warp_sums[wi];
+    partials[s * o + ch] = sum;
+  }
+}
+
+// Pass 2: db[ch] = the partials of ch added in slice order.
+__global__ void bias_grad_finalize_kernel(const float* __restrict__ partials, int64_t o, int64_t slices,
+                                          float* __restrict__ db) {
+  const int64_t ch = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (ch >= o) return;
+  float sum = 0.f;
+  for (int64_t s = 0; s < slices; ++s) sum += partials[s * o + ch];
+  db[ch] = sum;
+}
+
+}  // namespace
+
+void conv2d_forward_cuda(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y) {
+  if (s.n == 0) return;
+  if (conv2d_small_cin_applies(s)) return conv2d_small_cin_forward_cuda(s, x, w, b, y);
+  std::lock_guard<std::mutex> lock(g_mu);
+  PlanKey key;
+  Plan& p = plan_for(s, &key);
+  if (!p.fwd.ready) choose_forward(p, key, x, w, y);
+  auto ws = workspace(p.fwd.workspace);
+  const float one = 1.f, zero = 0.f;
+  MINIDL_CUDA_CHECK(cudnnConvolutionForward(cuda::cudnn(), &one, p.x, x, p.w, w, p.fwd.conv, p.fwd.algo, ws.get(),
+                                            p.fwd.workspace, &zero, p.y, y));
+  // Bias broadcast over (n, h, w): an elementwise add, deterministic.
+  if (b) MINIDL_CUDA_CHECK(cudnnAddTensor(cuda::cudnn(), &one, p.bias, b, &one, p.y, y));
+}
+
+void conv2d_backward_data_cuda(const Conv2dShape& s, const float* dy, const float* w, float* dx) {
+  if (s.n == 0) return;
+  std::lock_guard<std::mutex> lock(g_mu);
+  PlanKey key;
+  Plan& p = plan_for(s, &key);
+  if (!p.bwd_data.ready) choose_backward_data(p, key, dy, w, dx);
+  auto ws = workspace(p.bwd_data.workspace);
+  const float one = 1.f, zero = 0.f;
+  MINIDL_CUDA_CHECK(cudnnConvolutionBackwardData(cuda::cudnn(), &one, p.w, w, p.y, dy, p.bwd_data.conv,
+                                                 p.bwd_data.algo, ws.get(), p.bwd_data.workspace, &zero, p.x, dx));
+}
+
+void conv2d_backward_filter_cuda(const Conv2dShape& s, const float* x, const float* dy, float* dw) {
+  if (conv2d_small_cin_applies(s)) return conv2d_small_cin_backward_filter_cuda(s, x, dy, dw);
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (s.n == 0) {
+    MINIDL_CUDA_CHECK(cudaMemsetAsync(dw, 0, sizeof(float) * s.o * s.c * s.kh * s.kw, cuda::stream()));
+    return;
+  }
+  PlanKey key;
+  Plan& p = plan_for(s, &key);
+  if (!p.bwd_filter.ready) choose_backward_filter(p, key, x, dy, dw);
+  auto ws = workspace(p.bwd_filter.workspace);
+  const float one = 1.f, zero = 0.f;
+  MINIDL_CUDA_CHECK(cudnnConvolutionBackwardFilter(cuda::cudnn(), &one, p.x, x, p.y, dy, p.bwd_filter.conv,
+                                                   p.bwd_filter.algo, ws.get(), p.bwd_filter.workspace, &zero, p.w,
+                                                   dw));
+}
+
+void conv2d_backward_bias_cuda(const Conv2dShape& s, const float* dy, float* db) {
+  const int64_t hw = s.oh() * s.ow(), total = s.n * hw;
+  // Enough blocks to fill every resident slot once, but no slice shorter than one block's width.
+  const int64_t by_device = std::max<int64_t>(1, cuda::resident_blocks(kBiasBlock) / std::max<int64_t>(s.o, 1));
+  const int64_t by_size = std::max<int64_t>(1, (total + kBiasBlock - 1) / kBiasBlock);
+  const int64_t slices = std::min<int64_t>({by_device, by_size, 65535});
+  auto partials = allocate(sizeof(float) * slices * s.o, Device::cuda());
+  float* part = static_cast<float*>(partials.get());
+  bias_grad_partials_kernel<<<dim3(static_cast<unsigned>(s.o), static_cast<unsigned>(slices)), kBiasBlock, 0,
+                              cuda::stream()>>>(dy, s.n, s.o, hw, slices, part);
+  MINIDL_LAUNCH_CHECK();
+  const int threads = 256;
+  bias_grad_finalize_kernel<<<static_cast<unsigned>((s.o + threads - 1) / threads), threads, 0, cuda::stream()>>>(
+      part, s.o, slices, db);
+  MINIDL_LAUNCH_CHECK();
+}
+
+size_t conv2d_cuda_plan_count() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return plans().size();
+}
+
+std::string conv2d_cuda_algorithms(const Conv2dShape& s) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  const ComputeSettings& cs = compute_settings();
+  auto it = plans().find({s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.sh, s.sw, s.ph, s.pw, cs.allow_tf32, cs.deterministic});
+  if (conv2d_small_cin_applies(s)) {
+    const std::string bwd_data = it == plans().end() ? "-" : choice_str(it->second->bwd_data, bwd_data_name);
+    return str("fwd small_cin fma | bwd_data ", bwd_data, " | bwd_filter small_cin fma");
+  }
+  if (it == plans().end()) return "";
+  const Plan& p = *it->second;
+  return str("fwd ", choice_str(p.fwd, fwd_name), " | bwd_data ", choice_str(p.bwd_data, bwd_data_name),
+             " | bwd_filter ", choice_str(p.bwd_filter, bwd_filter_name));
+}
+
+}  // namespace minidl::kernels

@@ -1,0 +1,59 @@
+// Raw 2-D convolution launchers over contiguous float32 NCHW tensors: the CPU path
+// (layers/conv/conv2d_cpu.cpp, im2col + Eigen GEMM) and the CUDA path (layers/conv/conv2d_cuda.cu, cuDNN).
+// Plain C++ (no CUDA headers), so layers/conv/conv2d.cpp, the tests and the benchmark can call them.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace minidl {
+
+// One convolution problem: input (n, c, h, w), weight (o, c, kh, kw), stride (sh, sw), zero
+// padding (ph, pw), output (n, o, oh, ow). Cross-correlation, as in PyTorch.
+struct Conv2dShape {
+  int64_t n, c, h, w, o, kh, kw, sh, sw, ph, pw;
+  int64_t oh() const { return (h + 2 * ph - kh) / sh + 1; }
+  int64_t ow() const { return (w + 2 * pw - kw) / sw + 1; }
+  // 2 * multiply-adds: the work of the forward pass, and equally of backward-data and of
+  // backward-filter (each is one GEMM of the same three sizes).
+  double flops() const { return 2.0 * n * o * oh() * ow() * c * kh * kw; }
+};
+
+namespace kernels {
+
+// How the CPU path splits a batch: `chunks` GEMMs of `images_per_chunk` images each (one
+// im2col buffer per chunk), and `slots` fixed partial sums for the weight and bias gradients.
+// Depends on the shape only, never on the thread count, so results are the same bits whatever
+// OMP_NUM_THREADS is.
+struct Conv2dCpuPartition {
+  int64_t images_per_chunk, chunks, slots;
+};
+Conv2dCpuPartition conv2d_cpu_partition(const Conv2dShape& s);
+
+// y = conv(x, w) + b; b may be null.
+void conv2d_forward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y);
+// The gradients that are non-null (dx, dw, db) from one pass over the batch (one im2col per chunk
+// serves both the data and the filter GEMM). Each is overwritten, not accumulated into.
+void conv2d_backward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* dy,
+                         float* dx, float* dw, float* db);
+
+#ifdef MINIDL_WITH_CUDA
+// cuDNN; the algorithm for each direction is chosen on first use of a shape and cached (see
+// conv2d_cuda.cu). All on minidl::cuda::stream().
+void conv2d_forward_cuda(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y);
+void conv2d_backward_data_cuda(const Conv2dShape& s, const float* dy, const float* w, float* dx);
+void conv2d_backward_filter_cuda(const Conv2dShape& s, const float* x, const float* dy, float* dw);
+// db[o] = sum over n, oh, ow of dy: a deterministic two-pass reduction (no atomics).
+void conv2d_backward_bias_cuda(const Conv2dShape& s, const float* dy, float* db);
+
+// Plans (descriptors + chosen algorithms) cached so far; one per shape and math setting.
+size_t conv2d_cuda_plan_count();
+// The algorithms chosen for this shape under the current settings, e.g.
+// "fwd IMPLICIT_PRECOMP_GEMM tensor_op | bwd_data ALGO_1 default ws 3MiB | bwd_filter -"
+// ("-" for a direction not run yet; empty when no plan exists). Shapes that take the small-C_in
+// kernels (conv2d_small_cin.h) always report "fwd small_cin fma" and "bwd_filter small_cin fma".
+std::string conv2d_cuda_algorithms(const Conv2dShape& s);
+#endif
+
+}  // namespace kernels
+}  // namespace minidl

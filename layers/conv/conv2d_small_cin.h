@@ -1,0 +1,27 @@
+// Direct CUDA kernels for convolutions with few input channels (layers/conv/conv2d_small_cin_cuda.cu):
+// forward and weight gradient of a network's first layer (Conv2d 3->64 k3 on RGB images), where
+// cuDNN's implicit GEMM runs 8-20x above the memory floor because its reduction dimension
+// (c * kh * kw = 27) is far too short for its tiles. Plain C++ (no CUDA headers).
+#pragma once
+#include "layers/conv/conv2d_kernels.h"
+
+namespace minidl::kernels {
+
+// Largest patch (c * kh * kw) the kernels hold in registers.
+constexpr int64_t kConv2dSmallCinMaxPatch = 32;
+
+// Whether the small-input-channel kernels serve this problem: stride 1 and a patch of at most
+// kConv2dSmallCinMaxPatch values (any padding, any number of output channels).
+inline bool conv2d_small_cin_applies(const Conv2dShape& s) {
+  return s.sh == 1 && s.sw == 1 && s.c * s.kh * s.kw <= kConv2dSmallCinMaxPatch;
+}
+
+#ifdef MINIDL_WITH_CUDA
+// y = conv(x, w) + b (b may be null), full fp32 FMAs (no TF32), on minidl::cuda::stream().
+void conv2d_small_cin_forward_cuda(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y);
+// dw = the weight gradient, overwritten; per-block partials plus a finalize kernel in a fixed
+// order (no atomics), so the same bits every run on a given GPU.
+void conv2d_small_cin_backward_filter_cuda(const Conv2dShape& s, const float* x, const float* dy, float* dw);
+#endif
+
+}  // namespace minidl::kernels

@@ -1,0 +1,112 @@
+// The linear op (one autograd node computing only the gradients its inputs need), the Linear
+// module and its factory.
+#include "layers/linear/linear.h"
+
+#include <cmath>
+
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/init.h"
+#include "layers/linear/linear_kernels.h"
+#include "layers/registry.h"
+
+namespace minidl {
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  MINIDL_CHECK(x.defined() && x.dtype() == DType::Float32 && x.dim() >= 1,
+               "linear: expects a float32 input (..., in_features), got ", x.defined() ? x.str() : "undefined");
+  check_rank(weight, 2, "linear weight (out_features, in_features)");
+  check_same_device(x, weight, "linear input and weight");
+  const int64_t in = weight.size(1), out = weight.size(0);
+  MINIDL_CHECK(in >= 1 && out >= 1, "linear: weight ", shape_str(weight.shape()), " has no features");
+  MINIDL_CHECK(x.size(-1) == in, "linear: input ", shape_str(x.shape()), " has ", x.size(-1),
+               " features in its last dimension but weight ", shape_str(weight.shape()), " expects ", in);
+  if (bias.defined()) {
+    check_rank(bias, 1, "linear bias (out_features)");
+    check_same_device(x, bias, "linear input and bias");
+    MINIDL_CHECK(bias.size(0) == out, "linear: bias ", shape_str(bias.shape()), " does not match the ", out,
+                 " outputs of weight ", shape_str(weight.shape()));
+  }
+  const int64_t rows = x.numel() / in;
+  Shape y_shape = x.shape();
+  y_shape.back() = out;
+  Tensor y = Tensor::empty(y_shape, DType::Float32, x.device());
+  const float* b = bias.defined() ? bias.data<float>() : nullptr;
+  if (x.is_cuda()) {
+#ifdef MINIDL_WITH_CUDA
+    kernels::linear_forward_cuda(rows, in, out, x.data<float>(), weight.data<float>(), b, y.data<float>());
+#endif
+  } else {
+    kernels::linear_forward_cpu(rows, in, out, x.data<float>(), weight.data<float>(), b, y.data<float>());
+  }
+  std::vector<Tensor> inputs{x, weight};
+  if (bias.defined()) inputs.push_back(bias);
+  if (autograd::needs_grad(inputs)) {
+    const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
+    const bool need_b = bias.defined() && bias.requires_grad(), has_bias = bias.defined();
+    autograd::record(
+        y, "linear", std::move(inputs),
+        [rows, in, out, xs = x.detach(), ws = weight.detach(), need_x, need_w, need_b, has_bias](
+            const Tensor& dy) -> std::vector<Tensor> {
+          const Device dev = dy.device();
+          Tensor dx = need_x ? Tensor::empty(xs.shape(), DType::Float32, dev) : Tensor();
+          Tensor dw = need_w ? Tensor::empty(ws.shape(), DType::Float32, dev) : Tensor();
+          Tensor db = need_b ? Tensor::empty({out}, DType::Float32, dev) : Tensor();
+          if (dev.is_cuda()) {
+#ifdef MINIDL_WITH_CUDA
+            if (need_x) kernels::linear_backward_data_cuda(rows, in, out, dy.data<float>(), ws.data<float>(), dx.data<float>());
+            if (need_w) kernels::linear_backward_weight_cuda(rows, in, out, xs.data<float>(), dy.data<float>(), dw.data<float>());
+            if (need_b) kernels::linear_backward_bias_cuda(rows, out, dy.data<float>(), db.data<float>());
+#endif
+          } else {
+            if (need_x) kernels::linear_backward_data_cpu(rows, in, out, dy.data<float>(), ws.data<float>(), dx.data<float>());
+            if (need_w) kernels::linear_backward_weight_cpu(rows, in, out, xs.data<float>(), dy.data<float>(), dw.data<float>());
+            if (need_b) kernels::linear_backward_bias_cpu(rows, out, dy.data<float>(), db.data<float>());
+          }
+          std::vector<Tensor> grads{dx, dw};
+          if (has_bias) grads.push_back(db);
+          return grads;
+        });
+  }
+  return y;
+}
+
+Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias)
+    : in_features_(in_features), out_features_(out_features) {
+  MINIDL_CHECK(in_features >= 1 && out_features >= 1, "Linear: in_features and out_features must be >= 1, got ",
+               in_features, " and ", out_features);
+  const float bound = 1.f / std::sqrt(static_cast<float>(in_features));
+  weight = Tensor::empty({out_features, in_features});
+  init_uniform_(weight, bound);
+  register_parameter("weight", &weight);
+  if (with_bias) {
+    bias = Tensor::empty({out_features});
+    init_uniform_(bias, bound);
+    register_parameter("bias", &bias);
+  }
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  const std::string who = label();
+  MINIDL_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == in_features_, who, ": expected input (..., ",
+               in_features_, "), got ", x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
+  return linear(x, weight, bias);
+}
+
+std::string Linear::describe() const { return str("Linear ", in_features_, "->", out_features_); }
+
+nlohmann::json Linear::to_json() const {
+  return {{"type", "Linear"}, {"in_features", in_features_}, {"out_features", out_features_}, {"bias", bias.defined()}};
+}
+
+std::shared_ptr<Module> make_linear(LayerArgs& args) {
+  const int64_t in_features = args.get_int("in_features");
+  const int64_t out_features = args.get_int("out_features");
+  MINIDL_CHECK(in_features >= 1, args.key_path("in_features"), ": must be >= 1, got ", in_features);
+  MINIDL_CHECK(out_features >= 1, args.key_path("out_features"), ": must be >= 1, got ", out_features);
+  const bool bias = args.get_bool("bias", true);
+  args.finish();
+  return std::make_shared<Linear>(in_features, out_features, bias);
+}
+
+}  // namespace minidl

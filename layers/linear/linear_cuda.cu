@@ -1,0 +1,124 @@
+// Linear on the GPU: the three GEMMs through cuBLAS SGEMM in full fp32, the bias add and the bias
+// gradient as our own kernels.
+//
+// Full fp32: PyTorch leaves TF32 off for matmuls (torch.backends.cuda.matmul.allow_tf32 = False),
+// so the handle's math mode is set to CUBLAS_DEFAULT_MATH before each call (the handle is shared;
+// this keeps another user's mode from leaking into Linear). cuBLAS is deterministic on one stream.
+//
+// cuBLAS is column-major: a row-major (r, c) matrix is its column-major (c, r) transpose, so
+// every row-major product C = A * B is issued as C^T = B^T * A^T with the operands swapped.
+#include <algorithm>
+
+#include "core/allocator.h"
+#include "core/cuda/runtime.h"
+#include "core/error.h"
+#include "layers/linear/linear_kernels.h"
+
+namespace minidl::kernels {
+namespace {
+
+int checked_int(int64_t v, const char* what) {
+  MINIDL_CHECK(v <= INT32_MAX, "linear on CUDA: ", what, " = ", v, " exceeds cuBLAS's 32-bit limit");
+  return static_cast<int>(v);
+}
+
+// C (m x n, col-major, ldc = m) = op(A) * op(B) with beta = 0.
+void sgemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float* c) {
+  const float one = 1.f, zero = 0.f;
+  cublasHandle_t h = cuda::cublas();
+  MINIDL_CUDA_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+  MINIDL_CUDA_CHECK(cublasSgemm(h, ta, tb, checked_int(m, "m"), checked_int(n, "n"), checked_int(k, "k"), &one, a,
+                                checked_int(lda, "lda"), b, checked_int(ldb, "ldb"), &zero, c, checked_int(m, "ldc")));
+}
+
+// y[i, j] += b[j] over a row-major (rows, out) matrix; grid-stride, one element per step.
+__global__ void bias_add_kernel(float* __restrict__ y, const float* __restrict__ b, int64_t rows, int64_t out) {
+  const int64_t n = rows * out;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[i] += b[i % out];
+}
+
+// Bias gradient, pass 1: column sums of dy (rows, out). A block is 32 columns wide (a warp reads
+// 32 consecutive floats of a row) and kRowsPerBlock threads tall; block (cx, s) covers rows slice s,
+// its thread rows stride through it, then the block adds its thread rows in a fixed order and
+// writes one partial per column.
+constexpr int kRowsPerBlock = 8;
+
+__global__ void bias_grad_partials_kernel(const float* __restrict__ dy, int64_t rows, int64_t out, int64_t slices,
+                                          float* __restrict__ partials) {
+  const int64_t col = blockIdx.x * 32 + threadIdx.x, s = blockIdx.y;
+  const int64_t per = (rows + slices - 1) / slices;
+  const int64_t begin = s * per, end = min(rows, begin + per);
+  float acc = 0.f;
+  if (col < out)
+    for (int64_t r = begin + threadIdx.y; r < end; r += kRowsPerBlock) acc += dy[r * out + col];
+  __shared__ float sums[kRowsPerBlock][33];
+  sums[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && col < out) {
+    float total = 0.f;
+    for (int i = 0; i < kRowsPerBlock; ++i) total += sums[i][threadIdx.x];
+    partials[s * out + col] = total;
+  }
+}
+
+// Pass 2: db[j] = the partials of column j added in slice order.
+__global__ void bias_grad_finalize_kernel(const float* __restrict__ partials, int64_t out, int64_t slices,
+                                          float* __restrict__ db) {
+  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (j >= out) return;
+  float total = 0.f;
+  for (int64_t s = 0; s < slices; ++s) total += partials[s * out + j];
+  db[j] = total;
+}
+
+}  // namespace
+
+void linear_forward_cuda(int64_t rows, int64_t in, int64_t out, const float* x, const float* w, const float* b,
+                         float* y) {
+  if (rows == 0) return;
+  // y^T (out x rows) = W (out x in) * x^T: w is W^T column-major (ld in), x is x^T (ld in).
+  sgemm(CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, w, in, x, in, y);
+  if (b) {
+    const int threads = 256;
+    const int64_t blocks = std::min<int64_t>((rows * out + threads - 1) / threads, cuda::resident_blocks(threads));
+    bias_add_kernel<<<static_cast<unsigned>(blocks), threads, 0, cuda::stream()>>>(y, b, rows, out);
+    MINIDL_LAUNCH_CHECK();
+  }
+}
+
+void linear_backward_data_cuda(int64_t rows, int64_t in, int64_t out, const float* dy, const float* w, float* dx) {
+  if (rows == 0) return;
+  // dx^T (in x rows) = W^T (in x out) * dy^T: w is W^T column-major (ld in), dy is dy^T (ld out).
+  sgemm(CUBLAS_OP_N, CUBLAS_OP_N, in, rows, out, w, in, dy, out, dx);
+}
+
+void linear_backward_weight_cuda(int64_t rows, int64_t in, int64_t out, const float* x, const float* dy, float* dw) {
+  if (rows == 0) {
+    MINIDL_CUDA_CHECK(cudaMemsetAsync(dw, 0, sizeof(float) * in * out, cuda::stream()));
+    return;
+  }
+  // dW^T (in x out) = x^T (in x rows) * dy (rows x out): x is x^T (ld in), dy is dy^T (ld out).
+  sgemm(CUBLAS_OP_N, CUBLAS_OP_T, in, out, rows, x, in, dy, out, dw);
+}
+
+void linear_backward_bias_cuda(int64_t rows, int64_t out, const float* dy, float* db) {
+  const int64_t col_blocks = (out + 31) / 32;
+  // Fill every resident slot once, but give each slice at least a block's height of rows.
+  const int64_t by_device = std::max<int64_t>(1, cuda::resident_blocks(32 * kRowsPerBlock) / col_blocks);
+  const int64_t by_size = std::max<int64_t>(1, (rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  const int64_t slices = std::min<int64_t>({by_device, by_size, 65535});
+  auto partials = allocate(sizeof(float) * slices * out, Device::cuda());
+  float* part = static_cast<float*>(partials.get());
+  bias_grad_partials_kernel<<<dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(slices)),
+                              dim3(32, kRowsPerBlock), 0, cuda::stream()>>>(dy, rows, out, slices, part);
+  MINIDL_LAUNCH_CHECK();
+  const int threads = 256;
+  bias_grad_finalize_kernel<<<static_cast<unsigned>((out + threads - 1) / threads), threads, 0, cuda::stream()>>>(
+      part, out, slices, db);
+  MINIDL_LAUNCH_CHECK();
+}
+
+}  // namespace minidl::kernels

@@ -1,0 +1,111 @@
+// Cross-entropy (one autograd node, gradient computed in the forward) and the evaluation helpers.
+#include "layers/loss/loss.h"
+
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/autograd.h"
+#include "core/error.h"
+
+namespace minidl {
+
+namespace {
+
+void check_inputs(const Tensor& logits, const Tensor& labels, const char* what) {
+  check_rank(logits, 2, str(what, " logits"));
+  MINIDL_CHECK(logits.size(0) > 0 && logits.size(1) > 0, what, ": logits of shape ", shape_str(logits.shape()),
+               " are empty (expected (N, K) with N, K >= 1)");
+  MINIDL_CHECK(labels.defined() && labels.dtype() == DType::Int32 && labels.dim() == 1, what,
+               ": labels must be a 1-d int32 tensor, got ", labels.str());
+  MINIDL_CHECK(labels.size(0) == logits.size(0), what, ": ", labels.size(0), " labels for ", logits.size(0),
+               " rows of logits");
+  check_same_device(logits, labels, what);
+}
+
+// CPU labels are checked up front, before any thread runs (a throw cannot leave an OpenMP loop).
+void check_labels_cpu(const Tensor& labels, int64_t classes, const char* what) {
+  const int32_t* l = labels.data<int32_t>();
+  for (int64_t i = 0; i < labels.numel(); ++i)
+    MINIDL_CHECK(l[i] >= 0 && l[i] < classes, what, ": labels[", i, "] = ", l[i], " is out of range for ", classes,
+                 " classes");
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing) {
+  check_inputs(logits, labels, "cross_entropy");
+  MINIDL_CHECK(label_smoothing >= 0.f && label_smoothing <= 1.f,
+               "cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
+  const int64_t rows = logits.size(0), classes = logits.size(1);
+  const bool grad = autograd::needs_grad({logits});
+  Tensor loss = Tensor::empty({1}, DType::Float32, logits.device());
+  Tensor dlogits = grad ? Tensor::empty_like(logits) : Tensor();
+  float* d = grad ? dlogits.data<float>() : nullptr;
+  if (logits.is_cuda()) {
+#ifdef MINIDL_WITH_CUDA
+    kernels::raise_flagged_label_error();
+    Tensor row_loss = Tensor::empty({rows}, DType::Float32, logits.device());
+    kernels::cross_entropy_forward_cuda(logits.data<float>(), labels.data<int32_t>(), rows, classes, label_smoothing,
+                                        row_loss.data<float>(), loss.data<float>(), d);
+#endif
+  } else {
+    check_labels_cpu(labels, classes, "cross_entropy");
+    kernels::cross_entropy_forward_cpu(logits.data<float>(), labels.data<int32_t>(), rows, classes, label_smoothing,
+                                       loss.data<float>(), d);
+  }
+  if (grad) {
+    autograd::record(loss, "cross_entropy", {logits}, [dlogits](const Tensor& g) -> std::vector<Tensor> {
+      Tensor dx = Tensor::empty_like(dlogits);
+      if (dlogits.is_cuda()) {
+#ifdef MINIDL_WITH_CUDA
+        kernels::scale_by_device_scalar_cuda(dlogits.data<float>(), g.data<float>(), dx.data<float>(), dx.numel());
+#endif
+      } else {
+        const float s = g.item();
+        const float* src = dlogits.data<float>();
+        float* dst = dx.data<float>();
+        for (int64_t i = 0; i < dx.numel(); ++i) dst[i] = src[i] * s;
+      }
+      return {dx};
+    });
+  }
+  return loss;
+}
+
+Tensor argmax_rows(const Tensor& logits) {
+  check_rank(logits, 2, "argmax_rows logits");
+  MINIDL_CHECK(logits.size(1) > 0, "argmax_rows: logits of shape ", shape_str(logits.shape()), " have no columns");
+  Tensor out = Tensor::empty({logits.size(0)}, DType::Int32, logits.device());
+  if (logits.size(0) == 0) return out;
+  if (logits.is_cuda()) {
+#ifdef MINIDL_WITH_CUDA
+    kernels::raise_flagged_label_error();
+    kernels::argmax_rows_cuda(logits.data<float>(), logits.size(0), logits.size(1), out.data<int32_t>());
+#endif
+  } else {
+    kernels::argmax_rows_cpu(logits.data<float>(), logits.size(0), logits.size(1), out.data<int32_t>());
+  }
+  return out;
+}
+
+int64_t count_correct(const Tensor& logits, const Tensor& labels) {
+  check_inputs(logits, labels, "count_correct");
+  const int64_t rows = logits.size(0), classes = logits.size(1);
+  if (logits.is_cuda()) {
+#ifdef MINIDL_WITH_CUDA
+    kernels::raise_flagged_label_error();
+    Tensor scratch = Tensor::empty({rows}, DType::Int32, logits.device());
+    std::shared_ptr<void> count = allocate(sizeof(int64_t), logits.device());
+    kernels::count_correct_cuda(logits.data<float>(), labels.data<int32_t>(), rows, classes,
+                                scratch.data<int32_t>(), static_cast<int64_t*>(count.get()));
+    int64_t result = 0;
+    copy_bytes(&result, Device::cpu(), count.get(), logits.device(), sizeof(int64_t));  // waits for the kernels
+    kernels::raise_flagged_label_error();
+    return result;
+#endif
+  }
+  check_labels_cpu(labels, classes, "count_correct");
+  return kernels::count_correct_cpu(logits.data<float>(), labels.data<int32_t>(), rows, classes);
+}
+
+}  // namespace minidl

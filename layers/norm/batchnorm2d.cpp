@@ -1,0 +1,65 @@
+// The BatchNorm2d module and its factory; the op is batch_norm (layers/norm/norm.h).
+#include "layers/norm/batchnorm2d.h"
+
+#include "core/error.h"
+#include "layers/norm/norm.h"
+#include "layers/registry.h"
+
+namespace minidl {
+
+BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum, bool weight, bool bias, bool relu)
+    : num_features_(num_features), eps_(eps), momentum_(momentum), relu_(relu) {
+  MINIDL_CHECK(num_features >= 1, "BatchNorm2d: num_features must be >= 1, got ", num_features);
+  MINIDL_CHECK(eps >= 0, "BatchNorm2d: eps must be >= 0, got ", eps);
+  MINIDL_CHECK(momentum >= 0 && momentum <= 1, "BatchNorm2d: momentum must be in [0, 1], got ", momentum);
+  if (weight) {
+    this->weight = Tensor::full({num_features}, 1.f);
+    register_parameter("weight", &this->weight);
+  }
+  if (bias) {
+    this->bias = Tensor::zeros({num_features});
+    register_parameter("bias", &this->bias);
+  }
+  running_mean = Tensor::zeros({num_features});
+  running_var = Tensor::full({num_features}, 1.f);
+  register_buffer("running_mean", &running_mean);
+  register_buffer("running_var", &running_var);
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  MINIDL_CHECK(x.defined() && x.dim() == 4 && x.size(1) == num_features_,
+               label(), ": expected input (N, ",
+               num_features_, ", H, W), got ", x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
+  return batch_norm(x, running_mean, running_var, weight, bias, is_training(), momentum_, eps_, relu_);
+}
+
+std::string BatchNorm2d::describe() const { return str("BatchNorm2d ", num_features_, relu_ ? " +ReLU" : ""); }
+
+nlohmann::json BatchNorm2d::to_json() const {
+  nlohmann::json j = {{"type", "BatchNorm2d"}, {"num_features", num_features_}, {"eps", eps_}, {"momentum", momentum_}};
+  if (weight.defined() == bias.defined()) {
+    j["affine"] = weight.defined();
+  } else {
+    j["weight"] = weight.defined();
+    j["bias"] = bias.defined();
+  }
+  j["relu"] = relu_;
+  return j;
+}
+
+std::shared_ptr<Module> make_batchnorm2d(LayerArgs& args) {
+  const int64_t num_features = args.get_int("num_features");
+  MINIDL_CHECK(num_features >= 1, args.key_path("num_features"), ": must be >= 1, got ", num_features);
+  const double eps = args.get_float("eps", 1e-5);
+  MINIDL_CHECK(eps >= 0, args.key_path("eps"), ": must be >= 0, got ", eps);
+  const double momentum = args.get_float("momentum", 0.1);
+  MINIDL_CHECK(momentum >= 0 && momentum <= 1, args.key_path("momentum"), ": must be in [0, 1], got ", momentum);
+  const bool affine = args.get_bool("affine", true);
+  const bool weight = args.get_bool("weight", affine);
+  const bool bias = args.get_bool("bias", affine);
+  const bool relu = args.get_bool("relu", false);
+  args.finish();
+  return std::make_shared<BatchNorm2d>(num_features, eps, momentum, weight, bias, relu);
+}
+
+}  // namespace minidl

@@ -1,0 +1,54 @@
+// The GroupNorm module and its factory; the op is group_norm (layers/norm/norm.h).
+#include "layers/norm/groupnorm.h"
+
+#include "core/error.h"
+#include "layers/norm/norm.h"
+#include "layers/registry.h"
+
+namespace minidl {
+
+GroupNorm::GroupNorm(int64_t num_groups, int64_t num_channels, double eps, bool affine, bool relu)
+    : num_groups_(num_groups), num_channels_(num_channels), eps_(eps), relu_(relu) {
+  MINIDL_CHECK(num_groups >= 1 && num_channels >= 1 && num_channels % num_groups == 0,
+               "GroupNorm: num_channels (", num_channels, ") must be a positive multiple of num_groups (", num_groups,
+               ")");
+  MINIDL_CHECK(eps >= 0, "GroupNorm: eps must be >= 0, got ", eps);
+  if (affine) {
+    weight = Tensor::full({num_channels}, 1.f);
+    bias = Tensor::zeros({num_channels});
+    register_parameter("weight", &weight);
+    register_parameter("bias", &bias);
+  }
+}
+
+Tensor GroupNorm::forward(const Tensor& x) {
+  MINIDL_CHECK(x.defined() && x.dim() >= 2 && x.size(1) == num_channels_,
+               label(), ": expected input (N, ",
+               num_channels_, ", *), got ", x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
+  return group_norm(x, num_groups_, weight, bias, eps_, relu_);
+}
+
+std::string GroupNorm::describe() const {
+  return str("GroupNorm ", num_groups_, "x", num_channels_, relu_ ? " +ReLU" : "");
+}
+
+nlohmann::json GroupNorm::to_json() const {
+  return {{"type", "GroupNorm"}, {"num_groups", num_groups_}, {"num_channels", num_channels_},
+          {"eps", eps_},         {"affine", weight.defined()},  {"relu", relu_}};
+}
+
+std::shared_ptr<Module> make_groupnorm(LayerArgs& args) {
+  const int64_t num_groups = args.get_int("num_groups");
+  const int64_t num_channels = args.get_int("num_channels");
+  MINIDL_CHECK(num_groups >= 1, args.key_path("num_groups"), ": must be >= 1, got ", num_groups);
+  MINIDL_CHECK(num_channels >= 1 && num_channels % num_groups == 0, args.key_path("num_channels"),
+               ": must be a positive multiple of num_groups (", num_groups, "), got ", num_channels);
+  const double eps = args.get_float("eps", 1e-5);
+  MINIDL_CHECK(eps >= 0, args.key_path("eps"), ": must be >= 0, got ", eps);
+  const bool affine = args.get_bool("affine", true);
+  const bool relu = args.get_bool("relu", false);
+  args.finish();
+  return std::make_shared<GroupNorm>(num_groups, num_channels, eps, affine, relu);
+}
+
+}  // namespace minidl

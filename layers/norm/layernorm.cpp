@@ -1,0 +1,59 @@
+// The LayerNorm module and its factory; the op is layer_norm (layers/norm/norm.h).
+#include "layers/norm/layernorm.h"
+
+#include "core/error.h"
+#include "layers/norm/norm.h"
+#include "layers/registry.h"
+
+namespace minidl {
+
+LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool elementwise_affine, bool relu)
+    : normalized_shape_(std::move(normalized_shape)), eps_(eps), relu_(relu) {
+  MINIDL_CHECK(!normalized_shape_.empty(), "LayerNorm: normalized_shape must not be empty");
+  for (int64_t d : normalized_shape_)
+    MINIDL_CHECK(d >= 1, "LayerNorm: normalized_shape dims must be >= 1, got ", shape_str(normalized_shape_));
+  MINIDL_CHECK(eps >= 0, "LayerNorm: eps must be >= 0, got ", eps);
+  if (elementwise_affine) {
+    weight = Tensor::full(normalized_shape_, 1.f);
+    bias = Tensor::zeros(normalized_shape_);
+    register_parameter("weight", &weight);
+    register_parameter("bias", &bias);
+  }
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+  const int64_t k = static_cast<int64_t>(normalized_shape_.size());
+  MINIDL_CHECK(x.defined() && x.dim() >= k && Shape(x.shape().end() - k, x.shape().end()) == normalized_shape_,
+               label(), ": expected input (..., ",
+               shape_str(normalized_shape_), "), got ",
+               x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
+  return layer_norm(x, normalized_shape_, weight, bias, eps_, relu_);
+}
+
+std::string LayerNorm::describe() const {
+  std::string dims;
+  for (int64_t d : normalized_shape_) dims += (dims.empty() ? "" : ",") + std::to_string(d);
+  return str("LayerNorm (", dims, ")", relu_ ? " +ReLU" : "");
+}
+
+nlohmann::json LayerNorm::to_json() const {
+  return {{"type", "LayerNorm"},
+          {"normalized_shape", normalized_shape_},
+          {"eps", eps_},
+          {"elementwise_affine", weight.defined()},
+          {"relu", relu_}};
+}
+
+std::shared_ptr<Module> make_layernorm(LayerArgs& args) {
+  const Shape normalized_shape = args.get_ints("normalized_shape");
+  for (int64_t d : normalized_shape)
+    MINIDL_CHECK(d >= 1, args.key_path("normalized_shape"), ": dims must be >= 1, got ", shape_str(normalized_shape));
+  const double eps = args.get_float("eps", 1e-5);
+  MINIDL_CHECK(eps >= 0, args.key_path("eps"), ": must be >= 0, got ", eps);
+  const bool elementwise_affine = args.get_bool("elementwise_affine", true);
+  const bool relu = args.get_bool("relu", false);
+  args.finish();
+  return std::make_shared<LayerNorm>(normalized_shape, eps, elementwise_affine, relu);
+}
+
+}  // namespace minidl

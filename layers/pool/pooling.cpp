@@ -1,0 +1,190 @@
+// MaxPool2d and global pool ops (one autograd node each), their modules and factories.
+#include "layers/pool/pooling.h"
+
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/error.h"
+#include "layers/registry.h"
+
+namespace minidl {
+
+namespace {
+
+void check_geometry(const Pool2dGeometry& g, const std::string& what) {
+  MINIDL_CHECK(g.kernel_h > 0 && g.kernel_w > 0, what, ": kernel_size must be positive, got (", g.kernel_h, ", ",
+               g.kernel_w, ")");
+  MINIDL_CHECK(g.stride_h > 0 && g.stride_w > 0, what, ": stride must be positive, got (", g.stride_h, ", ",
+               g.stride_w, ")");
+  MINIDL_CHECK(g.pad_h >= 0 && g.pad_w >= 0 && 2 * g.pad_h <= g.kernel_h && 2 * g.pad_w <= g.kernel_w, what,
+               ": padding must be between 0 and half the kernel size, got (", g.pad_h, ", ", g.pad_w,
+               ") for kernel_size (", g.kernel_h, ", ", g.kernel_w, ")");
+}
+
+// (N, C) planes of an NCHW input, after checking it.
+int64_t planes_of(const Tensor& x, const char* what) {
+  check_rank(x, 4, what);
+  return x.size(0) * x.size(1);
+}
+
+// An int or [a, b] as in PyTorch's _pair.
+std::vector<int64_t> pair_arg(LayerArgs& args, const std::string& key, int64_t fallback) {
+  std::vector<int64_t> v = args.has(key) ? args.get_ints(key) : std::vector<int64_t>{fallback};
+  MINIDL_CHECK(v.size() == 1 || v.size() == 2, args.key_path(key), ": expected an integer or a list of two, got ",
+               v.size(), " values");
+  if (v.size() == 1) v.push_back(v[0]);
+  return v;
+}
+
+nlohmann::json pair_json(int64_t a, int64_t b) { return a == b ? nlohmann::json(a) : nlohmann::json({a, b}); }
+
+}  // namespace
+
+Tensor max_pool2d(const Tensor& x, const Pool2dGeometry& g) {
+  const int64_t planes = planes_of(x, "max_pool2d");
+  check_geometry(g, "max_pool2d");
+  const int64_t H = x.size(2), W = x.size(3);
+  const int64_t OH = (H + 2 * g.pad_h - g.kernel_h) / g.stride_h + 1;
+  const int64_t OW = (W + 2 * g.pad_w - g.kernel_w) / g.stride_w + 1;
+  MINIDL_CHECK(H + 2 * g.pad_h >= g.kernel_h && W + 2 * g.pad_w >= g.kernel_w, "max_pool2d: input ",
+               shape_str(x.shape()), " is smaller than the kernel (", g.kernel_h, ", ", g.kernel_w,
+               ") with padding (", g.pad_h, ", ", g.pad_w, ")");
+  const kernels::Pool2dShape s{planes, H, W, OH, OW};
+  Tensor y = Tensor::empty({x.size(0), x.size(1), OH, OW}, DType::Float32, x.device());
+  const bool grad = autograd::needs_grad({x});
+  const DType index = kernels::max_pool2d_argmax_dtype(g);
+  Tensor argmax = grad ? Tensor::empty(y.shape(), index, x.device()) : Tensor();
+  // `a` is a typed null when no backward will follow: the overload still follows the dtype.
+  auto forward = [&](auto* a) {
+    if (x.is_cuda()) {
+#ifdef MINIDL_WITH_CUDA
+      kernels::max_pool2d_forward_cuda(x.data<float>(), y.data<float>(), a, s, g);
+#endif
+    } else {
+      kernels::max_pool2d_forward_cpu(x.data<float>(), y.data<float>(), a, s, g);
+    }
+  };
+  if (index == DType::UInt8)
+    forward(grad ? argmax.data<uint8_t>() : static_cast<uint8_t*>(nullptr));
+  else
+    forward(grad ? argmax.data<int32_t>() : static_cast<int32_t*>(nullptr));
+  if (grad) {
+    const Shape in_shape = x.shape();
+    autograd::record(y, "max_pool2d", {x}, [argmax, in_shape, s, g](const Tensor& dy) -> std::vector<Tensor> {
+      Tensor dx = Tensor::empty(in_shape, DType::Float32, dy.device());
+      auto backward = [&](const auto* a) {
+        if (dy.is_cuda()) {
+#ifdef MINIDL_WITH_CUDA
+          kernels::max_pool2d_backward_cuda(dy.data<float>(), a, dx.data<float>(), s, g);
+#endif
+        } else {
+          kernels::max_pool2d_backward_cpu(dy.data<float>(), a, dx.data<float>(), s, g);
+        }
+      };
+      if (argmax.dtype() == DType::UInt8)
+        backward(argmax.data<uint8_t>());
+      else
+        backward(argmax.data<int32_t>());
+      return {dx};
+    });
+  }
+  return y;
+}
+
+Tensor global_avg_pool2d(const Tensor& x) {
+  const int64_t planes = planes_of(x, "global_avg_pool2d");
+  const int64_t hw = x.size(2) * x.size(3);
+  MINIDL_CHECK(hw > 0, "global_avg_pool2d: empty planes in input ", shape_str(x.shape()));
+  Tensor y = Tensor::empty({x.size(0), x.size(1)}, DType::Float32, x.device());
+  if (x.is_cuda()) {
+#ifdef MINIDL_WITH_CUDA
+    kernels::global_avg_pool2d_forward_cuda(x.data<float>(), y.data<float>(), planes, hw);
+#endif
+  } else {
+    kernels::global_avg_pool2d_forward_cpu(x.data<float>(), y.data<float>(), planes, hw);
+  }
+  if (autograd::needs_grad({x})) {
+    const Shape in_shape = x.shape();
+    autograd::record(y, "global_avg_pool2d", {x}, [in_shape, planes, hw](const Tensor& dy) -> std::vector<Tensor> {
+      Tensor dx = Tensor::empty(in_shape, DType::Float32, dy.device());
+      if (dy.is_cuda()) {
+#ifdef MINIDL_WITH_CUDA
+        kernels::global_avg_pool2d_backward_cuda(dy.data<float>(), dx.data<float>(), planes, hw);
+#endif
+      } else {
+        kernels::global_avg_pool2d_backward_cpu(dy.data<float>(), dx.data<float>(), planes, hw);
+      }
+      return {dx};
+    });
+  }
+  return y;
+}
+
+Tensor global_max_pool2d(const Tensor& x) {
+  const int64_t planes = planes_of(x, "global_max_pool2d");
+  const int64_t hw = x.size(2) * x.size(3);
+  MINIDL_CHECK(hw > 0, "global_max_pool2d: empty planes in input ", shape_str(x.shape()));
+  Tensor y = Tensor::empty({x.size(0), x.size(1)}, DType::Float32, x.device());
+  const bool grad = autograd::needs_grad({x});
+  Tensor argmax = grad ? Tensor::empty(y.shape(), DType::Int32, x.device()) : Tensor();
+  int32_t* a = grad ? argmax.data<int32_t>() : nullptr;
+  if (x.is_cuda()) {
+#ifdef MINIDL_WITH_CUDA
+    kernels::global_max_pool2d_forward_cuda(x.data<float>(), y.data<float>(), a, planes, hw);
+#endif
+  } else {
+    kernels::global_max_pool2d_forward_cpu(x.data<float>(), y.data<float>(), a, planes, hw);
+  }
+  if (grad) {
+    const Shape in_shape = x.shape();
+    autograd::record(y, "global_max_pool2d", {x}, [argmax, in_shape, planes, hw](const Tensor& dy) -> std::vector<Tensor> {
+      Tensor dx = Tensor::empty(in_shape, DType::Float32, dy.device());
+      if (dy.is_cuda()) {
+#ifdef MINIDL_WITH_CUDA
+        kernels::global_max_pool2d_backward_cuda(dy.data<float>(), argmax.data<int32_t>(), dx.data<float>(), planes, hw);
+#endif
+      } else {
+        kernels::global_max_pool2d_backward_cpu(dy.data<float>(), argmax.data<int32_t>(), dx.data<float>(), planes, hw);
+      }
+      return {dx};
+    });
+  }
+  return y;
+}
+
+std::string MaxPool2d::describe() const {
+  auto pair = [](int64_t a, int64_t b) { return a == b ? str(a) : str("(", a, ", ", b, ")"); };
+  return str("MaxPool2d(kernel_size=", pair(g_.kernel_h, g_.kernel_w), ", stride=", pair(g_.stride_h, g_.stride_w),
+             ", padding=", pair(g_.pad_h, g_.pad_w), ")");
+}
+
+nlohmann::json MaxPool2d::to_json() const {
+  return {{"type", "MaxPool2d"},
+          {"kernel_size", pair_json(g_.kernel_h, g_.kernel_w)},
+          {"stride", pair_json(g_.stride_h, g_.stride_w)},
+          {"padding", pair_json(g_.pad_h, g_.pad_w)}};
+}
+
+std::shared_ptr<Module> make_maxpool2d(LayerArgs& args) {
+  MINIDL_CHECK(args.has("kernel_size"), args.key_path("kernel_size"), ": required key is missing");
+  const std::vector<int64_t> k = pair_arg(args, "kernel_size", 0);
+  const std::vector<int64_t> s = pair_arg(args, "stride", 0);
+  const std::vector<int64_t> p = pair_arg(args, "padding", 0);
+  const bool default_stride = !args.has("stride");
+  const Pool2dGeometry g{k[0], k[1], default_stride ? k[0] : s[0], default_stride ? k[1] : s[1], p[0], p[1]};
+  check_geometry(g, args.path());
+  args.finish();
+  return std::make_shared<MaxPool2d>(g);
+}
+
+std::shared_ptr<Module> make_global_avg_pool2d(LayerArgs& args) {
+  args.finish();
+  return std::make_shared<GlobalAvgPool2d>();
+}
+
+std::shared_ptr<Module> make_global_max_pool2d(LayerArgs& args) {
+  args.finish();
+  return std::make_shared<GlobalMaxPool2d>();
+}
+
+}  // namespace minidl

@@ -1,0 +1,102 @@
+#include "train/profile_command.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+
+#include "train/profile_report.h"
+#include "train/run_log.h"
+#include "train/trainer.h"
+#include "core/error.h"
+
+namespace minidl {
+
+StepProfiler::StepProfiler(Device device, int64_t warmup, int64_t measure)
+    : device_(device), profiler_(device), warmup_(warmup), measure_(measure) {
+  MINIDL_CHECK(measure >= 1 && warmup >= 0, "profile: need at least one measured step");
+}
+
+void StepProfiler::before_step() {
+  if (step_ < warmup_ + measure_) {
+    if (step_ == 0) profiler_.install();
+    phase_ = Phase::Profiled;
+    profiler_.begin_step(step_ >= warmup_);
+  } else if (step_ < warmup_ + 2 * measure_) {
+    phase_ = Phase::Timed;
+    synchronize(device_);
+    t0_ = std::chrono::steady_clock::now();
+  } else {
+    phase_ = Phase::Off;
+  }
+}
+
+void StepProfiler::after_step() {
+  if (phase_ == Phase::Profiled) {
+    profiler_.end_step();
+    if (step_ + 1 == warmup_ + measure_) profiler_.uninstall();
+  } else if (phase_ == Phase::Timed) {
+    synchronize(device_);
+    unprofiled_ms_.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count());
+  }
+  phase_ = Phase::Off;
+  ++step_;
+}
+
+ProfileSection StepProfiler::section(const char* name) {
+  return phase_ == Phase::Profiled ? profiler_.section(name) : ProfileSection();
+}
+
+void StepProfiler::finish(RunLog& log, const std::string& dir) {
+  if (profiler_.installed()) profiler_.uninstall();
+  if (profiler_.measured_steps() == 0) {
+    log.line("profile: the epoch was too short to measure any step");
+    return;
+  }
+  std::optional<double> unprofiled;
+  if (!unprofiled_ms_.empty()) {
+    std::vector<double> v = unprofiled_ms_;
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    unprofiled = v[v.size() / 2];
+  }
+  const ProfileReport report = profiler_.report();
+  log.line(format_profile_table(report, unprofiled));
+  write_profile_json(report, dir + "/profile.json", unprofiled);
+  write_chrome_trace(report, dir + "/trace.json");
+  log.line(str("profile: wrote ", dir, "/profile.json and ", dir, "/trace.json (open in Perfetto or chrome://tracing)"));
+}
+
+int profile_command(const ProfileOptions& options) {
+  TrainConfig config = load_train_config(options.config_path, options.overrides, options.device, "");
+  const std::string dir = options.output_dir.empty() ? config.output_dir + "-profile" : options.output_dir;
+  std::filesystem::create_directories(dir);
+  const Device device = setup_compute(config);
+  Trainer trainer(config, device);
+  RunLog log(dir);
+  log.line(str("minidl profile: ", device.str(), ", ", options.warmup, " warm-up steps, ", options.steps,
+               " measured steps, then ", options.steps, " unprofiled steps for the wall time"));
+  StepProfiler sp(device, options.warmup, options.steps);
+  Loader& loader = trainer.train_loader();
+  int64_t epoch = 0, step = 0;
+  loader.start_epoch(epoch);
+  while (!sp.done()) {
+    sp.before_step();
+    Batch batch;
+    bool have;
+    {
+      ProfileSection s = sp.section("data");
+      have = loader.next(batch);
+    }
+    if (!have) {
+      // Only reached between steps' data fetches; restart the epoch and fetch again.
+      loader.start_epoch(++epoch);
+      ProfileSection s = sp.section("data");
+      MINIDL_CHECK(loader.next(batch), "profile: the training set gives no batch");
+    }
+    trainer.train_step(batch, step++, sp.active());
+    sp.after_step();
+  }
+  sp.finish(log, dir);
+  return 0;
+}
+
+}  // namespace minidl

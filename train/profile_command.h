@@ -1,0 +1,54 @@
+// `minidl profile` and `minidl train --profile`: warm-up steps, then measured steps under the
+// profiler (train/profiler.h), then as many unprofiled steps timed on their own (a synchronize
+// before and after each) so the table shows the profiler's own cost beside the real step time.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "train/profiler.h"
+
+namespace minidl {
+
+class RunLog;
+
+struct ProfileOptions {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  std::string device;
+  int64_t steps = 20;
+  int64_t warmup = 5;
+  std::string output_dir;  // default: the config's output.dir + "-profile"
+};
+
+int profile_command(const ProfileOptions& options);
+
+// Drives a Profiler over consecutive training steps: steps [0, warmup) are profiled but not
+// kept, [warmup, warmup + measure) are kept, the next `measure` are timed unprofiled, and later
+// steps run untouched. The caller brackets each step with before_step/after_step and passes
+// active() to the trainer.
+class StepProfiler {
+ public:
+  StepProfiler(Device device, int64_t warmup, int64_t measure);
+  void before_step();
+  void after_step();
+  Profiler* active() { return phase_ == Phase::Profiled ? &profiler_ : nullptr; }
+  ProfileSection section(const char* name);
+  bool done() const { return step_ >= warmup_ + 2 * measure_; }
+  // Prints the table and writes profile.json and trace.json into `dir`.
+  void finish(RunLog& log, const std::string& dir);
+
+ private:
+  enum class Phase { Profiled, Timed, Off };
+  Device device_;
+  Profiler profiler_;
+  int64_t warmup_, measure_;
+  int64_t step_ = 0;
+  Phase phase_ = Phase::Off;
+  std::chrono::steady_clock::time_point t0_;
+  std::vector<double> unprofiled_ms_;
+};
+
+}  // namespace minidl

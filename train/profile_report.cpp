@@ -1,0 +1,186 @@
+#include "train/profile_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "core/error.h"
+
+namespace minidl {
+
+namespace {
+
+const char* kind_name(RowKind k) {
+  switch (k) {
+    case RowKind::Module: return "module";
+    case RowKind::Section: return "section";
+    case RowKind::Autograd: return "autograd";
+    case RowKind::Other: return "other";
+  }
+  return "other";
+}
+
+// The row's share of the step: GPU time on CUDA (what bounds a GPU step once the host runs
+// ahead), host time on the CPU (where the host does the work).
+double row_time(const ProfileReport& r, const ProfileRow& row) {
+  return r.gpu_timed ? row.gpu_ms() : row.host_ms();
+}
+
+double share(const ProfileReport& r, const ProfileRow& row) {
+  double total = row_time(r, r.total);
+  return total > 0 ? row_time(r, row) / total : 0.0;
+}
+
+std::string fixed(double v, int decimals = 3) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
+std::string pad_left(const std::string& s, size_t width) {
+  return s.size() >= width ? s : std::string(width - s.size(), ' ') + s;
+}
+
+std::string pad_right(const std::string& s, size_t width) {
+  return s.size() >= width ? s : s + std::string(width - s.size(), ' ');
+}
+
+// "-" where a row has nothing in that direction (a container's backward, a section's), so an
+// empty cell is not mistaken for a measured 0.000.
+std::string cell(double ms, bool empty) { return pad_left(empty ? "-" : fixed(ms), 11); }
+
+std::string table_line(const ProfileReport& r, const ProfileRow& row, size_t name_width,
+                       const std::string& label) {
+  bool no_fwd = row.fwd_calls == 0 && row.fwd_host_ms == 0 && row.fwd_gpu_ms == 0;
+  bool no_bwd = row.bwd_calls == 0 && row.bwd_host_ms == 0 && row.bwd_gpu_ms == 0;
+  std::string line = pad_right(label, name_width);
+  if (r.gpu_timed) line += cell(row.fwd_gpu_ms, no_fwd);
+  line += cell(row.fwd_host_ms, no_fwd);
+  if (r.gpu_timed) line += cell(row.bwd_gpu_ms, no_bwd);
+  line += cell(row.bwd_host_ms, no_bwd);
+  line += pad_left(fixed(100.0 * share(r, row), 1) + "%", 10);
+  return line + "\n";
+}
+
+nlohmann::json row_json(const ProfileReport& r, const ProfileRow& row) {
+  nlohmann::json j;
+  j["name"] = row.name;
+  j["kind"] = kind_name(row.kind);
+  j["type"] = row.type;
+  if (row.kind == RowKind::Module) {
+    j["path"] = row.path;
+    j["depth"] = row.depth;
+    j["module_id"] = row.module_id;
+  }
+  j["fwd_calls"] = row.fwd_calls;
+  j["bwd_calls"] = row.bwd_calls;
+  j["fwd_host_ms"] = row.fwd_host_ms;
+  j["bwd_host_ms"] = row.bwd_host_ms;
+  if (r.gpu_timed) {
+    j["fwd_gpu_ms"] = row.fwd_gpu_ms;
+    j["bwd_gpu_ms"] = row.bwd_gpu_ms;
+  }
+  j["share"] = share(r, row);
+  return j;
+}
+
+// Microseconds rounded to whole nanoseconds, the clocks' resolution: shorter files, no noise digits.
+double to_ns(double us) { return std::round(us * 1000.0) / 1000.0; }
+
+void write_text(const std::string& path, const std::string& text, const char* what) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  MINIDL_CHECK(out.good(), "cannot open '", path, "' to write the ", what);
+  out << text;
+  out.close();
+  MINIDL_CHECK(out.good(), "failed writing the ", what, " to '", path, "'");
+}
+
+}  // namespace
+
+std::string format_profile_table(const ProfileReport& r, std::optional<double> unprofiled_step_ms) {
+  size_t name_width = 6;
+  for (const ProfileRow& row : r.rows)
+    name_width = std::max(name_width, 2 * static_cast<size_t>(row.depth) + row.name.size());
+  name_width += 2;
+
+  std::string s = str("Per-layer profile on ", r.device.str(), ": median of ", r.measured_steps,
+                      " measured step", r.measured_steps == 1 ? "" : "s",
+                      ", ms per step; each row's own time (a module's excludes its children's)\n");
+  std::string header = pad_right("module", name_width);
+  if (r.gpu_timed) header += pad_left("fwd GPU", 11);
+  header += pad_left("fwd host", 11);
+  if (r.gpu_timed) header += pad_left("bwd GPU", 11);
+  header += pad_left("bwd host", 11);
+  header += pad_left(r.gpu_timed ? "GPU share" : "share", 10);
+  s += header + "\n";
+  const std::string rule(header.size(), '-');
+  s += rule + "\n";
+  for (const ProfileRow& row : r.rows)
+    s += table_line(r, row, name_width, std::string(2 * static_cast<size_t>(row.depth), ' ') + row.name);
+  s += rule + "\n";
+  s += table_line(r, r.total, name_width, "total");
+
+  if (r.gpu_timed)
+    s += str("step: GPU ", fixed(r.step_gpu_ms), " ms (CUDA events, first to last boundary); ");
+  else
+    s += "step: ";
+  s += str("wall ", fixed(r.step_wall_ms), " ms profiled, of which ", fixed(r.overhead_host_ms),
+           " ms inside the profiler's hooks (in no row)\n");
+  if (unprofiled_step_ms) {
+    double u = *unprofiled_step_ms;
+    s += str("unprofiled step: wall ", fixed(u), " ms");
+    if (u > 0) s += str(" (profiling adds ", fixed(100.0 * (r.step_wall_ms - u) / u, 1), "%)");
+    s += "\n";
+  } else {
+    s += "unprofiled step: not measured\n";
+  }
+  return s;
+}
+
+nlohmann::json profile_json(const ProfileReport& r, std::optional<double> unprofiled_step_ms) {
+  nlohmann::json j;
+  j["device"] = r.device.str();
+  j["measured_steps"] = r.measured_steps;
+  j["statistic"] = "median over measured steps, ms per step, exclusive time per row";
+  j["rows"] = nlohmann::json::array();
+  for (const ProfileRow& row : r.rows) j["rows"].push_back(row_json(r, row));
+  j["total"] = row_json(r, r.total);
+  nlohmann::json step;
+  if (r.gpu_timed) step["gpu_ms"] = r.step_gpu_ms;
+  step["wall_ms"] = r.step_wall_ms;
+  step["profiler_hooks_host_ms"] = r.overhead_host_ms;
+  step["unprofiled_wall_ms"] = unprofiled_step_ms ? nlohmann::json(*unprofiled_step_ms) : nlohmann::json();
+  j["step"] = step;
+  return j;
+}
+
+nlohmann::json chrome_trace_json(const ProfileReport& r) {
+  constexpr int kPid = 1, kHostTid = 1, kGpuTid = 2;
+  nlohmann::json events = nlohmann::json::array();
+  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", kPid},
+                    {"args", {{"name", "minidl " + r.device.str()}}}});
+  events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", kPid}, {"tid", kHostTid},
+                    {"args", {{"name", "host (steady_clock)"}}}});
+  if (r.gpu_timed)
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", kPid}, {"tid", kGpuTid},
+                      {"args", {{"name", "GPU stream (CUDA events)"}}}});
+  for (const TraceEvent& e : r.trace) {
+    nlohmann::json x = {{"name", e.name}, {"cat", e.category}, {"ph", "X"}, {"ts", to_ns(e.ts_us)},
+                        {"dur", to_ns(e.dur_us)}, {"pid", kPid}, {"tid", e.gpu ? kGpuTid : kHostTid}};
+    if (!e.op.empty()) x["args"] = {{"op", e.op}};
+    events.push_back(std::move(x));
+  }
+  return {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
+}
+
+void write_profile_json(const ProfileReport& r, const std::string& path,
+                        std::optional<double> unprofiled_step_ms) {
+  write_text(path, profile_json(r, unprofiled_step_ms).dump(2) + "\n", "profile JSON");
+}
+
+void write_chrome_trace(const ProfileReport& r, const std::string& path) {
+  write_text(path, chrome_trace_json(r).dump() + "\n", "Chrome trace");
+}
+
+}  // namespace minidl

@@ -1,0 +1,418 @@
+#include "train/profiler.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "core/error.h"
+
+namespace minidl {
+
+namespace {
+
+Profiler* g_installed = nullptr;
+
+double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : 0.5 * (v[h - 1] + v[h]);
+}
+
+int kind_rank(RowKind k) {
+  switch (k) {
+    case RowKind::Module: return 0;
+    case RowKind::Section: return 1;
+    case RowKind::Autograd: return 2;
+    case RowKind::Other: return 3;
+  }
+  return 3;
+}
+
+// Nodes recorded inside a section carry this id instead of a module's (module ids are >= 0 and
+// -1 means "no module"), so their backward is attributed back to the section: the loss's node
+// runs in backward long after its section closed.
+int section_module_id(int row) { return -2 - row; }
+int row_of_section_module_id(int id) { return -2 - id; }
+
+}  // namespace
+
+// May throw (a CUDA error surfacing at the closing event) so that it reaches the trainer's error
+// handling like any other; during unwinding that ends the process, as any error would then.
+ProfileSection::~ProfileSection() noexcept(false) {
+  if (profiler_) profiler_->close_section(row_, previous_module_id_, step_);
+}
+
+Profiler::Profiler(Device device) : device_(device), gpu_(device.is_cuda()) {
+  MINIDL_CHECK(!gpu_ || built_with_cuda(), "Profiler: device ", device.str(),
+               " needs a minidl built with CUDA");
+}
+
+Profiler::~Profiler() { uninstall(); }
+
+void Profiler::install() {
+  MINIDL_CHECK(g_installed == nullptr || g_installed == this,
+               "Profiler::install: another profiler is installed; uninstall it first");
+  set_forward_observer(this);
+  autograd::set_backward_observer(this);
+  g_installed = this;
+  installed_ = true;
+}
+
+void Profiler::uninstall() {
+  if (!installed_) return;
+  set_forward_observer(nullptr);
+  autograd::set_backward_observer(nullptr);
+  g_installed = nullptr;
+  installed_ = false;
+}
+
+void Profiler::begin_step(bool measure) {
+  MINIDL_CHECK(installed_, "Profiler::begin_step: install() the profiler first");
+  MINIDL_CHECK(!in_step_, "Profiler::begin_step: the previous step was not ended (call end_step)");
+  Clock::time_point t = Clock::now();
+  boundaries_.clear();
+  stack_.clear();
+  frames_.clear();
+  in_step_ = true;
+  measure_ = measure;
+  in_backward_ = false;
+  ++step_index_;
+  add_boundary(t);
+}
+
+void Profiler::end_step() {
+  MINIDL_CHECK(in_step_, "Profiler::end_step: no step is open (call begin_step first)");
+  Clock::time_point t = Clock::now();
+  if (!stack_.empty()) {
+    const Frame& f = stack_.back();
+    std::string open = rows_[f.row].name + (f.backward ? " backward" : "");
+    cancel_step();
+    fail(str("Profiler::end_step: '", open, "' is still open; end the step after every module call "
+             "and section"));
+  }
+  in_step_ = false;
+  add_boundary(t, /*last=*/true);
+  const size_t n = boundaries_.size();
+#ifdef MINIDL_WITH_CUDA
+  if (gpu_) events_.read_ms(n, gpu_ms_);
+#endif
+  // Up to here, past the wait for the last event: comparable to an unprofiled step timed from its
+  // start to a synchronize after it.
+  const Clock::time_point done = Clock::now();
+  if (!measure_) return;
+
+  StepTimes s;
+  s.rows.assign(rows_.size(), RowTimes{});
+  for (size_t k = 0; k + 1 < n; ++k) {
+    const Boundary& b = boundaries_[k];
+    double host = ms_between(b.leave, boundaries_[k + 1].enter);
+    double gpu = gpu_ ? gpu_ms_[k + 1] - gpu_ms_[k] : 0.0;
+    RowTimes& r = s.rows[b.row];
+    (b.backward ? r.bwd_host : r.fwd_host) += host;
+    (b.backward ? r.bwd_gpu : r.fwd_gpu) += gpu;
+  }
+  for (const Boundary& b : boundaries_) s.overhead_ms += ms_between(b.enter, b.leave);
+  for (const Frame& f : frames_) ++(f.backward ? s.rows[f.row].bwd_calls : s.rows[f.row].fwd_calls);
+  s.gpu_ms = gpu_ ? gpu_ms_[n - 1] : 0.0;
+  s.wall_ms = ms_between(boundaries_[0].enter, done);
+  steps_.push_back(std::move(s));
+  last_boundaries_ = boundaries_;
+  last_frames_ = frames_;
+  last_gpu_ms_ = gpu_ms_;
+}
+
+void Profiler::cancel_step() {
+  if (!in_step_) return;
+  in_step_ = false;
+#ifdef MINIDL_WITH_CUDA
+  for (size_t i = 0; i < stack_.size(); ++i) cuda::nvtx_pop();
+#endif
+  stack_.clear();
+}
+
+void Profiler::discard() {
+  steps_.clear();
+  last_boundaries_.clear();
+  last_frames_.clear();
+  last_gpu_ms_.clear();
+}
+
+ProfileSection Profiler::section(const char* name) {
+  if (!in_step_) return ProfileSection();
+  Clock::time_point t = Clock::now();
+  in_backward_ = false;
+  int row = section_row(name);
+  int previous = autograd::current_module_id();
+  autograd::set_current_module_id(section_module_id(row));
+  open_frame(row, false, -1, t);
+  return ProfileSection(this, row, previous, step_index_);
+}
+
+void Profiler::close_section(int row, int previous_module_id, int64_t step) {
+  // The module id is restored even when the step already ended (or failed) inside the section,
+  // so later nodes are not tagged with the section.
+  autograd::set_current_module_id(previous_module_id);
+  if (!in_step_ || step != step_index_) return;
+  close_frame(row, false, Clock::now());
+}
+
+void Profiler::enter(const Module& m) {
+  if (!in_step_) return;
+  Clock::time_point t = Clock::now();
+  in_backward_ = false;
+  open_frame(module_row(m.id(), &m), false, -1, t);
+}
+
+void Profiler::exit(const Module& m) {
+  if (!in_step_) return;
+  Clock::time_point t = Clock::now();
+  int id = m.id();
+  // A module entered before begin_step has no frame to close.
+  if (id >= 0 && id < static_cast<int>(row_of_module_.size()) && row_of_module_[id] >= 0)
+    close_frame(row_of_module_[id], false, t);
+}
+
+void Profiler::before_node(const autograd::Node& node) {
+  if (!in_step_) return;
+  Clock::time_point t = Clock::now();
+  // The gap that ends at the first node is the engine's prologue (ordering the tape, seeding the
+  // gradient): autograd's, not the trainer's.
+  if (stack_.empty() && !boundaries_.empty() && boundaries_.back().row == other_row_) {
+    boundaries_.back().row = untracked_row(RowKind::Autograd);
+    boundaries_.back().backward = true;
+  }
+  in_backward_ = true;
+  open_frame(node_row(node.module_id), true, op_index(node.name), t);
+}
+
+void Profiler::after_node(const autograd::Node& node) {
+  if (!in_step_) return;
+  Clock::time_point t = Clock::now();
+  close_frame(node_row(node.module_id), true, t);
+}
+
+void Profiler::open_frame(int row, bool backward, int op, Clock::time_point t) {
+  Frame f;
+  f.row = row;
+  f.backward = backward;
+  f.open = boundaries_.size();
+  f.op = op;
+  stack_.push_back(f);
+#ifdef MINIDL_WITH_CUDA
+  cuda::nvtx_push(backward ? bwd_labels_[row].c_str() : fwd_labels_[row].c_str());
+#endif
+  add_boundary(t);
+}
+
+bool Profiler::close_frame(int row, bool backward, Clock::time_point t) {
+  if (stack_.empty() || stack_.back().row != row || stack_.back().backward != backward) return false;
+  Frame f = stack_.back();
+  stack_.pop_back();
+  f.close = boundaries_.size();
+  frames_.push_back(f);
+#ifdef MINIDL_WITH_CUDA
+  cuda::nvtx_pop();
+#endif
+  add_boundary(t);
+  return true;
+}
+
+void Profiler::add_boundary(Clock::time_point enter, bool last) {
+  Boundary b;
+  b.enter = enter;
+  if (!last) {
+    if (!stack_.empty()) {
+      b.row = stack_.back().row;
+      b.backward = stack_.back().backward;
+    } else if (in_backward_) {
+      b.row = untracked_row(RowKind::Autograd);
+      b.backward = true;
+    } else {
+      b.row = untracked_row(RowKind::Other);
+    }
+  }
+#ifdef MINIDL_WITH_CUDA
+  if (gpu_) events_.record(boundaries_.size());
+#endif
+  boundaries_.push_back(b);
+  boundaries_.back().leave = Clock::now();
+}
+
+int Profiler::add_row(ProfileRow row) {
+  fwd_labels_.push_back(row.name);
+  bwd_labels_.push_back(row.name + " backward");
+  rows_.push_back(std::move(row));
+  return static_cast<int>(rows_.size()) - 1;
+}
+
+int Profiler::module_row(int id, const Module* m) {
+  MINIDL_ASSERT(id >= 0);
+  if (id >= static_cast<int>(row_of_module_.size())) row_of_module_.resize(id + 1, -1);
+  if (row_of_module_[id] >= 0) return row_of_module_[id];
+  ProfileRow r;
+  r.kind = RowKind::Module;
+  r.module_id = id;
+  if (m) {
+    r.path = m->path();
+    r.type = m->type_name();
+    std::string d = m->describe();
+    r.name = r.path.empty() ? d : r.path + " " + d;
+    r.depth = r.path.empty() ? 0 : 1 + static_cast<int>(std::count(r.path.begin(), r.path.end(), '.'));
+  } else {
+    r.type = "?";
+    r.name = str("module #", id);
+  }
+  int row = add_row(std::move(r));
+  row_of_module_[id] = row;
+  return row;
+}
+
+int Profiler::node_row(int module_id) {
+  if (module_id >= 0) {
+    if (module_id < static_cast<int>(row_of_module_.size()) && row_of_module_[module_id] >= 0)
+      return row_of_module_[module_id];
+    return module_row(module_id, module_by_id(module_id));
+  }
+  int section = row_of_section_module_id(module_id);
+  if (module_id <= -2 && section < static_cast<int>(rows_.size()) &&
+      rows_[section].kind == RowKind::Section)
+    return section;
+  return untracked_row(RowKind::Autograd);
+}
+
+int Profiler::section_row(const char* name) {
+  for (size_t i = 0; i < rows_.size(); ++i)
+    if (rows_[i].kind == RowKind::Section && rows_[i].name == name) return static_cast<int>(i);
+  ProfileRow r;
+  r.kind = RowKind::Section;
+  r.name = name;
+  r.type = "section";
+  return add_row(std::move(r));
+}
+
+int Profiler::untracked_row(RowKind kind) {
+  int& cached = kind == RowKind::Autograd ? autograd_row_ : other_row_;
+  if (cached < 0) {
+    ProfileRow r;
+    r.kind = kind;
+    r.name = kind == RowKind::Autograd ? "autograd" : "other";
+    r.type = r.name;
+    cached = add_row(std::move(r));
+  }
+  return cached;
+}
+
+int Profiler::op_index(const std::string& name) {
+  for (size_t i = 0; i < op_names_.size(); ++i)
+    if (op_names_[i] == name) return static_cast<int>(i);
+  op_names_.push_back(name);
+  return static_cast<int>(op_names_.size()) - 1;
+}
+
+ProfileReport Profiler::report() const {
+  MINIDL_CHECK(!steps_.empty(), "Profiler::report: no measured steps (every step so far was "
+                                "begin_step(false) or discarded)");
+  ProfileReport r;
+  r.device = device_;
+  r.gpu_timed = gpu_;
+  r.measured_steps = static_cast<int64_t>(steps_.size());
+
+  std::vector<int> order(rows_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return kind_rank(rows_[a].kind) < kind_rank(rows_[b].kind);
+  });
+
+  r.total.name = "total";
+  r.total.type = "total";
+  for (int i : order) {
+    std::vector<double> fg, fh, bg, bh, fc, bc;
+    for (const StepTimes& s : steps_) {
+      RowTimes t = i < static_cast<int>(s.rows.size()) ? s.rows[i] : RowTimes{};
+      fg.push_back(t.fwd_gpu);
+      fh.push_back(t.fwd_host);
+      bg.push_back(t.bwd_gpu);
+      bh.push_back(t.bwd_host);
+      fc.push_back(static_cast<double>(t.fwd_calls));
+      bc.push_back(static_cast<double>(t.bwd_calls));
+    }
+    ProfileRow row = rows_[i];
+    row.fwd_gpu_ms = median(fg);
+    row.fwd_host_ms = median(fh);
+    row.bwd_gpu_ms = median(bg);
+    row.bwd_host_ms = median(bh);
+    row.fwd_calls = static_cast<int64_t>(median(fc) + 0.5);
+    row.bwd_calls = static_cast<int64_t>(median(bc) + 0.5);
+    r.total.fwd_gpu_ms += row.fwd_gpu_ms;
+    r.total.fwd_host_ms += row.fwd_host_ms;
+    r.total.bwd_gpu_ms += row.bwd_gpu_ms;
+    r.total.bwd_host_ms += row.bwd_host_ms;
+    r.total.fwd_calls += row.fwd_calls;
+    r.total.bwd_calls += row.bwd_calls;
+    r.rows.push_back(std::move(row));
+  }
+
+  std::vector<double> gpu, wall, overhead;
+  for (const StepTimes& s : steps_) {
+    gpu.push_back(s.gpu_ms);
+    wall.push_back(s.wall_ms);
+    overhead.push_back(s.overhead_ms);
+  }
+  r.step_gpu_ms = median(gpu);
+  r.step_wall_ms = median(wall);
+  r.overhead_host_ms = median(overhead);
+  r.trace = build_trace();
+  return r;
+}
+
+std::vector<TraceEvent> Profiler::build_trace() const {
+  const std::vector<Boundary>& b = last_boundaries_;
+  const size_t n = b.size();
+  std::vector<TraceEvent> events;
+  if (n < 2) return events;
+  auto host_us = [&](Clock::time_point t) {
+    return std::chrono::duration<double, std::micro>(t - b[0].leave).count();
+  };
+  // A span opens when its opening hook has finished and closes when its closing hook starts, so
+  // the profiler's own time lies between spans, as it lies outside the rows.
+  auto span = [&](const std::string& name, const char* category, size_t open, size_t close,
+                  const std::string& op) {
+    TraceEvent e;
+    e.name = name;
+    e.category = category;
+    e.op = op;
+    e.ts_us = host_us(b[open].leave);
+    e.dur_us = host_us(b[close].enter) - e.ts_us;
+    events.push_back(e);
+    if (gpu_) {
+      e.gpu = true;
+      e.ts_us = 1000.0 * last_gpu_ms_[open];
+      e.dur_us = 1000.0 * (last_gpu_ms_[close] - last_gpu_ms_[open]);
+      events.push_back(e);
+    }
+  };
+  span("step", "step", 0, n - 1, "");
+  for (const Frame& f : last_frames_) {
+    const ProfileRow& row = rows_[f.row];
+    const char* category = f.backward ? "backward" : row.kind == RowKind::Section ? "section" : "forward";
+    span(f.backward ? bwd_labels_[f.row] : fwd_labels_[f.row], category, f.open, f.close,
+         f.op >= 0 ? op_names_[f.op] : "");
+  }
+  for (size_t k = 0; k + 1 < n; ++k) {
+    const ProfileRow& row = rows_[b[k].row];
+    if (row.kind == RowKind::Autograd || row.kind == RowKind::Other)
+      span(row.name, row.kind == RowKind::Autograd ? "autograd" : "other", k, k + 1, "");
+  }
+  return events;
+}
+
+ProfileSection profile_section(const char* name) {
+  if (!g_installed) return ProfileSection();
+  return g_installed->section(name);
+}
+
+}  // namespace minidl

@@ -1,0 +1,91 @@
+#include "train/run_log.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <sstream>
+#include <vector>
+
+#include "core/error.h"
+
+namespace minidl {
+
+namespace {
+std::ofstream open_append(const std::string& path) {
+  std::ofstream f(path, std::ios::app);
+  MINIDL_CHECK(f.good(), "cannot open '", path, "' for writing");
+  return f;
+}
+}  // namespace
+
+RunLog::RunLog(const std::string& dir)
+    : log_(open_append(dir + "/log.txt")),
+      metrics_(open_append(dir + "/metrics.jsonl")),
+      steps_(open_append(dir + "/steps.jsonl")),
+      tty_(isatty(STDERR_FILENO) != 0) {}
+
+void RunLog::line(const std::string& text) {
+  end_progress();
+  std::cout << text << std::endl;
+  log_ << text << std::endl;
+}
+
+void RunLog::metrics(const nlohmann::json& record) { metrics_ << record.dump() << std::endl; }
+
+void RunLog::step(int64_t step, int64_t epoch, float loss) {
+  nlohmann::json r = {{"step", step}, {"epoch", epoch}, {"loss", loss}, {"loss_bits", float_bits_hex(loss)}};
+  steps_ << r.dump() << '\n';
+}
+
+void RunLog::progress(int64_t epoch, int64_t epochs, int64_t done, int64_t total, double seconds) {
+  if (!tty_ || total <= 0) return;
+  constexpr int kWidth = 30;
+  const int filled = static_cast<int>(kWidth * done / total);
+  std::fprintf(stderr, "\repoch %lld/%lld [%s%s] %lld/%lld %.1fs", static_cast<long long>(epoch),
+               static_cast<long long>(epochs), std::string(filled, '#').c_str(),
+               std::string(kWidth - filled, '.').c_str(), static_cast<long long>(done),
+               static_cast<long long>(total), seconds);
+  std::fflush(stderr);
+  progress_open_ = true;
+}
+
+void RunLog::end_progress() {
+  steps_.flush();
+  if (!progress_open_) return;
+  std::fprintf(stderr, "\r\033[K");
+  std::fflush(stderr);
+  progress_open_ = false;
+}
+
+void truncate_jsonl(const std::string& path, const std::string& key, int64_t limit) {
+  std::ifstream in(path);
+  if (!in.good()) return;
+  std::vector<std::string> keep;
+  std::string text;
+  while (std::getline(in, text)) {
+    if (text.empty()) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::parse_error&) {
+      break;  // a torn last line from a crash: drop it and everything after
+    }
+    if (j.contains(key) && j[key].is_number_integer() && j[key].get<int64_t>() < limit) keep.push_back(text);
+  }
+  in.close();
+  std::ofstream out(path, std::ios::trunc);
+  for (const auto& k : keep) out << k << '\n';
+  MINIDL_CHECK(out.good(), "cannot rewrite '", path, "'");
+}
+
+std::string float_bits_hex(float v) {
+  uint32_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08x", bits);
+  return buf;
+}
+
+}  // namespace minidl
