@@ -136,7 +136,7 @@ int bench_cpu(int repeat, std::ofstream* csv) {
 
 #ifdef MINIDL_WITH_CUDA
 // H200 SXM ceilings for the floor: datasheet TF32 tensor-core and fp32 FMA rates (dense), and the
-// device-to-device copy bandwidth measured in docs ANCHORS.md.
+// device-to-device copy bandwidth measured in docs/perf/anchors.md.
 constexpr double kH200Tf32 = 494.7e12, kH200Fp32 = 66.9e12, kH200Bytes = 4.19e12;
 
 // Stream time per call from CUDA events around `calls` back-to-back calls (launch gaps included,
@@ -187,8 +187,7 @@ int bench_cuda(int repeat, std::ofstream* csv) {
     const float *px = x.data<float>(), *pw = w.data<float>(), *pdy = dy.data<float>();
     float *py = y.data<float>(), *pdx = dx.data<float>(), *pdw = dw.data<float>();
     for (int si = 0; si < 4; ++si) {
-      compute_settings().allow_tf32 = settings[si].first;
-      compute_settings().deterministic = settings[si].second;
+      set_compute_settings({settings[si].second, settings[si].first});
       Result& r = results[si][li];
       r.fwd = time_cuda_ms([&] { kernels::conv2d_forward_cuda(s, px, pw, nullptr, py); }, repeat);
       r.bd = time_cuda_ms([&] { kernels::conv2d_backward_data_cuda(s, pdy, pw, pdx); }, repeat);
@@ -196,7 +195,7 @@ int bench_cuda(int repeat, std::ofstream* csv) {
       r.algos = kernels::conv2d_cuda_algorithms(s);
     }
   }
-  compute_settings() = saved;
+  set_compute_settings(saved);
 
   std::printf("bench conv: cuDNN, batch 512, ResNet-9 shapes; per call: median of %d spans of 20 calls\n", repeat);
   double step_ms[4], floor_ms[4];
@@ -229,7 +228,7 @@ int bench_cuda(int repeat, std::ofstream* csv) {
   for (int si = 0; si < 4; ++si)
     std::printf("  TF32 %-3s deterministic %-3s: %7.2f ms = %5.2fx the floor (%.2f ms)\n", settings[si].first ? "on" : "off",
                 settings[si].second ? "on" : "off", step_ms[si], step_ms[si] / floor_ms[si], floor_ms[si]);
-  std::printf("PyTorch anchor (ANCHORS.md, TF32 on): 6.6 ms of convolutions per step, 1.3 ms of it NCHW<->NHWC "
+  std::printf("PyTorch anchor (docs/perf/anchors.md, TF32 on): 6.6 ms of convolutions per step, 1.3 ms of it NCHW<->NHWC "
               "conversion\n");
   return 0;
 }

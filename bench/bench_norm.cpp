@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/philox.h"
 #include "core/tensor.h"
+#include "bench/norm_reference.h"
 #include "layers/norm/norm_kernels.h"
 #ifdef MINIDL_WITH_CUDA
 #include "core/cuda/profiler_events.h"
@@ -25,10 +26,10 @@ namespace {
 using norm::NormKind;
 using norm::NormLayout;
 
-constexpr double kAnchorBandwidth = 4.19e12;  // ANCHORS.md: the H200's 1 GiB copy, bytes/s
+constexpr double kAnchorBandwidth = 4.19e12;  // docs/perf/anchors.md: the H200's 1 GiB copy, bytes/s
 const char* const kLayerNames[3] = {"BatchNorm2d", "GroupNorm", "LayerNorm"};
 
-// PyTorch on the H200 (ANCHORS.md), ms: forward and backward of BatchNorm2d, GroupNorm, LayerNorm.
+// PyTorch on the H200 (docs/perf/anchors.md), ms: forward and backward of BatchNorm2d, GroupNorm, LayerNorm.
 struct Anchor {
   int64_t n, c, h, w;
   double fwd[3], bwd[3];
@@ -84,7 +85,7 @@ std::vector<float> normal_values(int64_t n, uint64_t seed, double mean, double s
 }
 
 struct Timing {
-  double call_ms = 0;  // events around one call, synchronized: how ANCHORS.md times PyTorch
+  double call_ms = 0;  // events around one call, synchronized: how docs/perf/anchors.md times PyTorch
   double b2b_ms = 0;   // per call within `reps` back-to-back calls: GPU time when the host keeps up
 };
 
@@ -276,7 +277,7 @@ nlohmann::json to_json(const Result& r) {
 // Geometric means over the large shapes and the task's targets, per layer.
 nlohmann::json summarize(const std::vector<Result>& results) {
   nlohmann::json out = nlohmann::json::object();
-  std::printf("\ngeometric means over the 8 large shapes, and the targets (times: one call, as ANCHORS.md)\n");
+  std::printf("\ngeometric means over the 8 large shapes, and the targets (times: one call, as docs/perf/anchors.md)\n");
   for (int k = 0; k < 3; ++k) {
     std::vector<double> ff, bf, fs, bs;
     bool never_slower = true, floor_fwd = true, floor_bwd = true;
@@ -328,11 +329,11 @@ int bench_norm_main(const std::vector<std::string>& args) {
   MINIDL_CHECK(cuda_available(), "bench norm: needs a CUDA GPU (this build or machine has none)");
 
   const double bandwidth = copy_bandwidth(o);
-  std::printf("device copy bandwidth (1 GiB D2D, read + write): %.2f TB/s (ANCHORS.md: %.2f TB/s)\n", bandwidth / 1e12,
+  std::printf("device copy bandwidth (1 GiB D2D, read + write): %.2f TB/s (docs/perf/anchors.md: %.2f TB/s)\n", bandwidth / 1e12,
               kAnchorBandwidth / 1e12);
   std::printf("floor: forward 2x, backward 3x the tensor's bytes at that bandwidth. ms = CUDA events around one call "
               "(median of %d after %d warm-ups), b2b = per call back to back;\nbackward is timed on its own (PyTorch's: "
-              "(fwd+bwd) - fwd). x floor = ms / floor; vs = PyTorch (ANCHORS.md) / ms.\n\n",
+              "(fwd+bwd) - fwd). x floor = ms / floor; vs = PyTorch (docs/perf/anchors.md) / ms.\n\n",
               o.reps, o.warmup);
   std::printf("%-11s %-18s %6s | %8s %8s %6s %7s %6s | %8s %8s %6s %7s %6s | %s | %s\n", "layer", "shape", "MB",
               "fwd ms", "b2b", "floor", "PyTorch", "vs", "bwd ms", "b2b", "floor", "PyTorch", "vs", "launches", "oracle");

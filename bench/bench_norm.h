@@ -1,10 +1,10 @@
 // `minidl bench norm`: the fast normalization kernels (layers/norm) against the DRAM floor and
-// against PyTorch's figures in ANCHORS.md, on the H200 they were measured on.
+// against PyTorch's figures in docs/perf/anchors.md, on the H200 they were measured on.
 //   1. measures the device copy bandwidth (1 GiB device-to-device, CUDA events);
-//   2. for BatchNorm2d(C), GroupNorm(32 or 1, C) and LayerNorm([C, H, W]) on every ANCHORS.md
+//   2. for BatchNorm2d(C), GroupNorm(32 or 1, C) and LayerNorm([C, H, W]) on every docs/perf/anchors.md
 //      shape (and LayerNorm over the last dim at the transformer shapes): checks the fast path
 //      against the float64 oracle once, then times forward (training) and backward on its own,
-//      CUDA events around each call as ANCHORS.md times PyTorch (median of --reps after
+//      CUDA events around each call as docs/perf/anchors.md times PyTorch (median of --reps after
 //      --warmup calls), plus the back-to-back rate of the same calls (GPU time without the host);
 //   3. prints ms, ratio to the floor (2x / 3x the tensor's bytes over the measured bandwidth),
 //      kernel launches per call, PyTorch's figure and our speed-up, the geometric means over the

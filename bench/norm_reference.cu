@@ -6,7 +6,7 @@
 #include "core/allocator.h"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
-#include "layers/norm/norm_kernels.h"
+#include "bench/norm_reference.h"
 #include "layers/norm/norm_math.h"
 
 namespace minidl::norm {

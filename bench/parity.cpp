@@ -155,8 +155,7 @@ int run_model(const ParityArgs& a, Device device) {
   const TrainConfig cfg = parse_train_config(read_json_file(a.config));
   MINIDL_CHECK(cfg.model.is_object() && cfg.model.contains("layers"), "minidl parity: '", a.config,
                "' has no model.layers");
-  compute_settings().deterministic = cfg.deterministic;
-  compute_settings().allow_tf32 = cfg.allow_tf32 && !a.no_tf32;
+  set_compute_settings({cfg.deterministic, cfg.allow_tf32 && !a.no_tf32});
 
   std::shared_ptr<Module> model = build_sequential(cfg.model["layers"], "model.layers");
   model->assign_paths();
@@ -206,8 +205,7 @@ int parity_main(const std::vector<std::string>& args) {
     return 0;
   }
   const Device device = parse_device(a.device);
-  compute_settings().deterministic = true;
-  compute_settings().allow_tf32 = !a.no_tf32;
+  set_compute_settings({true, !a.no_tf32});
   return a.spec.empty() ? run_model(a, device) : run_layer(a, device);
 }
 

@@ -1,7 +1,6 @@
 #include "core/device.h"
 
 #include "core/error.h"
-#include "core/settings.h"
 #ifdef MINIDL_WITH_CUDA
 #include "core/cuda/device_memory.h"
 #endif
@@ -41,11 +40,6 @@ void synchronize(Device device) {
 #else
   (void)device;
 #endif
-}
-
-ComputeSettings& compute_settings() {
-  static ComputeSettings s;
-  return s;
 }
 
 }  // namespace minidl

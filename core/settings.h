@@ -1,4 +1,6 @@
-// Process-wide compute switches, set once from the config before training.
+// Process-wide compute switches. Ops read them; only the command setup sets them (the trainer
+// from the run config, parity and the benchmarks from their options, tests in a guard), always
+// through set_compute_settings, so who changed them is one grep away.
 #pragma once
 
 namespace minidl {
@@ -13,6 +15,7 @@ struct ComputeSettings {
   bool allow_tf32 = true;
 };
 
-ComputeSettings& compute_settings();
+const ComputeSettings& compute_settings();
+void set_compute_settings(const ComputeSettings& settings);
 
 }  // namespace minidl

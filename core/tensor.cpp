@@ -5,6 +5,7 @@
 
 #include "core/allocator.h"
 #include "core/autograd.h"
+#include "core/dispatch.h"
 #include "core/error.h"
 #include "core/tensor_ops.h"
 
@@ -160,13 +161,9 @@ void Tensor::copy_(const Tensor& src) {
 
 void Tensor::fill_(float value) {
   MINIDL_CHECK(dtype() == DType::Float32, "fill_ needs a float32 tensor, got ", str());
-  if (is_cuda()) {
-#ifdef MINIDL_WITH_CUDA
-    kernels::fill_cuda(data<float>(), value, numel());
-#endif
-  } else {
-    kernels::fill_cpu(data<float>(), value, numel());
-  }
+  dispatch(
+      device(), "fill", [&] { kernels::fill_cpu(data<float>(), value, numel()); },
+      [&] { kernels::fill_cuda(data<float>(), value, numel()); });
 }
 
 void Tensor::zero_() {

@@ -1,6 +1,7 @@
 #include "core/tensor_ops.h"
 
 #include "core/autograd.h"
+#include "core/dispatch.h"
 #include "core/error.h"
 
 namespace minidl {
@@ -18,13 +19,9 @@ void check_float_pair(const Tensor& a, const Tensor& b, const char* what) {
 // y = a*x + b*z on the tensors' device (z may be null when b == 0).
 void axpby(Tensor& y, float a, const Tensor& x, float b, const Tensor* z) {
   const float* zp = z ? z->data<float>() : nullptr;
-  if (y.is_cuda()) {
-#ifdef MINIDL_WITH_CUDA
-    kernels::axpby_cuda(y.data<float>(), a, x.data<float>(), b, zp, y.numel());
-#endif
-  } else {
-    kernels::axpby_cpu(y.data<float>(), a, x.data<float>(), b, zp, y.numel());
-  }
+  dispatch(
+      y.device(), "axpby", [&] { kernels::axpby_cpu(y.data<float>(), a, x.data<float>(), b, zp, y.numel()); },
+      [&] { kernels::axpby_cuda(y.data<float>(), a, x.data<float>(), b, zp, y.numel()); });
 }
 
 }  // namespace

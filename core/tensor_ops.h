@@ -13,10 +13,8 @@ namespace kernels {
 // Raw launchers used by the ops above (n elements, contiguous float32).
 void fill_cpu(float* y, float v, int64_t n);
 void axpby_cpu(float* y, float a, const float* x, float b, const float* z, int64_t n);  // y = a*x + b*z
-#ifdef MINIDL_WITH_CUDA
 void fill_cuda(float* y, float v, int64_t n);
 void axpby_cuda(float* y, float a, const float* x, float b, const float* z, int64_t n);
-#endif
 }  // namespace kernels
 
 }  // namespace minidl

@@ -89,9 +89,7 @@ MINIDL_HD float augment_pixel(const uint8_t* image, const ImageDraw& d, const Au
 // The draws use the dataset index, so a batch does not depend on which batch holds the image.
 void augment_batch_cpu(const uint8_t* images, const int32_t* labels, const int32_t* indices,
                        int64_t batch, const AugmentParams& p, float* out, int32_t* out_labels);
-#ifdef MINIDL_WITH_CUDA
 void augment_batch_cuda(const uint8_t* images, const int32_t* labels, const int32_t* indices,
                         int64_t batch, const AugmentParams& p, float* out, int32_t* out_labels);
-#endif
 
 }  // namespace minidl::kernels

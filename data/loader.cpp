@@ -4,6 +4,7 @@
 #include <numeric>
 #include <utility>
 
+#include "core/dispatch.h"
 #include "core/error.h"
 #include "core/philox.h"
 
@@ -84,15 +85,16 @@ bool Loader::next(Batch& out) {
   out.images = Tensor::empty({b, kCifarChannels, kCifarHeight, kCifarWidth}, DType::Float32, device_);
   out.labels = Tensor::empty({b}, DType::Int32, device_);
   const int32_t* indices = order_.data<int32_t>() + position_;
-  if (device_.is_cuda()) {
-#ifdef MINIDL_WITH_CUDA
-    kernels::augment_batch_cuda(images_.data<uint8_t>(), labels_.data<int32_t>(), indices, b,
-                                params_, out.images.data<float>(), out.labels.data<int32_t>());
-#endif
-  } else {
-    kernels::augment_batch_cpu(images_.data<uint8_t>(), labels_.data<int32_t>(), indices, b,
-                               params_, out.images.data<float>(), out.labels.data<int32_t>());
-  }
+  dispatch(
+      device_, "augment_batch",
+      [&] {
+        kernels::augment_batch_cpu(images_.data<uint8_t>(), labels_.data<int32_t>(), indices, b,
+                                   params_, out.images.data<float>(), out.labels.data<int32_t>());
+      },
+      [&] {
+        kernels::augment_batch_cuda(images_.data<uint8_t>(), labels_.data<int32_t>(), indices, b,
+                                    params_, out.images.data<float>(), out.labels.data<int32_t>());
+      });
   position_ += b;
   return true;
 }

@@ -1,7 +1,7 @@
 #include "data/options.h"
 
 #include "core/error.h"
-#include "layers/registry.h"
+#include "core/json_args.h"
 
 namespace minidl {
 
@@ -22,7 +22,7 @@ std::array<double, 3> read_triple(const nlohmann::json& j, const std::string& ke
 
 AugmentOptions AugmentOptions::from_json(const nlohmann::json& j, const std::string& path) {
   MINIDL_CHECK(j.is_object(), path, ": expected an object, got ", j.dump());
-  LayerArgs args(j, path);
+  JsonArgs args(j, path);
   AugmentOptions o;
   o.crop_padding = static_cast<int>(args.get_int("crop_padding", o.crop_padding));
   o.padding_mode = args.get_string("padding_mode", o.padding_mode);
@@ -52,7 +52,7 @@ nlohmann::json AugmentOptions::to_json() const {
 
 DataOptions DataOptions::from_json(const nlohmann::json& j, const std::string& path) {
   MINIDL_CHECK(j.is_object(), path, ": expected an object, got ", j.dump());
-  LayerArgs args(j, path);
+  JsonArgs args(j, path);
   DataOptions o;
   o.dir = args.get_string("dir", o.dir);
   o.train_limit = args.get_int("train_limit", o.train_limit);

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "core/dispatch.h"
 #include "core/error.h"
 
 namespace minidl {
@@ -33,15 +34,16 @@ Tensor flip_translate(const Tensor& batch, bool flip, int dy, int dx) {
                ") needs |dy| < H = ", h, " and |dx| < W = ", w, " for reflect padding");
   Tensor out = Tensor::empty_like(batch);
   const int64_t planes = batch.size(0) * batch.size(1);
-  if (batch.is_cuda()) {
-#ifdef MINIDL_WITH_CUDA
-    kernels::flip_translate_cuda(batch.data<float>(), out.data<float>(), planes,
-                                 static_cast<int>(h), static_cast<int>(w), flip, dy, dx);
-#endif
-  } else {
-    kernels::flip_translate_cpu(batch.data<float>(), out.data<float>(), planes,
-                                static_cast<int>(h), static_cast<int>(w), flip, dy, dx);
-  }
+  dispatch(
+      batch.device(), "flip_translate",
+      [&] {
+        kernels::flip_translate_cpu(batch.data<float>(), out.data<float>(), planes,
+                                    static_cast<int>(h), static_cast<int>(w), flip, dy, dx);
+      },
+      [&] {
+        kernels::flip_translate_cuda(batch.data<float>(), out.data<float>(), planes,
+                                     static_cast<int>(h), static_cast<int>(w), flip, dy, dx);
+      });
   return out;
 }
 

@@ -20,10 +20,8 @@ Tensor flip_translate(const Tensor& batch, bool flip, int dy, int dx);
 namespace kernels {
 void flip_translate_cpu(const float* in, float* out, int64_t planes, int h, int w, bool flip,
                         int dy, int dx);
-#ifdef MINIDL_WITH_CUDA
 void flip_translate_cuda(const float* in, float* out, int64_t planes, int h, int w, bool flip,
                          int dy, int dx);
-#endif
 
 // Reflection of an index that fell at most n - 1 places outside [0, n).
 #if defined(__CUDACC__)

@@ -31,84 +31,7 @@ const std::map<std::string, Factory>& factories() {
   return table;
 }
 
-const char* json_type(const nlohmann::json& j) { return j.type_name(); }
-
 }  // namespace
-
-LayerArgs::LayerArgs(const nlohmann::json& spec, std::string path) : spec_(spec), path_(std::move(path)) {
-  MINIDL_CHECK(spec_.is_object(), path_, ": a layer must be a JSON object, got ", json_type(spec_));
-  used_.insert("type");
-}
-
-bool LayerArgs::has(const std::string& key) const { return spec_.contains(key); }
-
-const nlohmann::json& LayerArgs::at(const std::string& key) {
-  used_.insert(key);
-  MINIDL_CHECK(spec_.contains(key), key_path(key), ": required key is missing");
-  return spec_.at(key);
-}
-
-int64_t LayerArgs::get_int(const std::string& key) {
-  const nlohmann::json& v = at(key);
-  MINIDL_CHECK(v.is_number_integer(), key_path(key), ": expected an integer, got ", json_type(v));
-  return v.get<int64_t>();
-}
-
-int64_t LayerArgs::get_int(const std::string& key, int64_t fallback) {
-  used_.insert(key);
-  return has(key) ? get_int(key) : fallback;
-}
-
-double LayerArgs::get_float(const std::string& key) {
-  const nlohmann::json& v = at(key);
-  MINIDL_CHECK(v.is_number(), key_path(key), ": expected a number, got ", json_type(v));
-  return v.get<double>();
-}
-
-double LayerArgs::get_float(const std::string& key, double fallback) {
-  used_.insert(key);
-  return has(key) ? get_float(key) : fallback;
-}
-
-bool LayerArgs::get_bool(const std::string& key, bool fallback) {
-  used_.insert(key);
-  if (!has(key)) return fallback;
-  const nlohmann::json& v = at(key);
-  MINIDL_CHECK(v.is_boolean(), key_path(key), ": expected true or false, got ", json_type(v));
-  return v.get<bool>();
-}
-
-std::string LayerArgs::get_string(const std::string& key, const std::string& fallback) {
-  used_.insert(key);
-  if (!has(key)) return fallback;
-  const nlohmann::json& v = at(key);
-  MINIDL_CHECK(v.is_string(), key_path(key), ": expected a string, got ", json_type(v));
-  return v.get<std::string>();
-}
-
-std::vector<int64_t> LayerArgs::get_ints(const std::string& key) {
-  const nlohmann::json& v = at(key);
-  if (v.is_number_integer()) return {v.get<int64_t>()};
-  MINIDL_CHECK(v.is_array() && !v.empty(), key_path(key), ": expected an integer or a list of integers, got ",
-               json_type(v));
-  std::vector<int64_t> out;
-  for (const auto& e : v) {
-    MINIDL_CHECK(e.is_number_integer(), key_path(key), ": expected integers in the list, got ", json_type(e));
-    out.push_back(e.get<int64_t>());
-  }
-  return out;
-}
-
-const nlohmann::json& LayerArgs::get_json(const std::string& key) { return at(key); }
-
-void LayerArgs::finish() const {
-  for (const auto& kv : spec_.items()) {
-    if (used_.count(kv.key())) continue;
-    std::string known;
-    for (const auto& k : used_) known += (known.empty() ? "" : ", ") + k;
-    fail(str(key_path(kv.key()), ": unknown key (known: ", known, ")"));
-  }
-}
 
 std::vector<std::string> layer_types() {
   std::vector<std::string> out;
@@ -127,6 +50,7 @@ std::shared_ptr<Module> build_layer(const nlohmann::json& spec, const std::strin
     fail(str(path, ".type: unknown layer '", type, "' (known: ", known, ")"));
   }
   LayerArgs args(spec, path);
+  args.get_string("type", type);
   std::shared_ptr<Module> m = it->second(args);
   args.finish();
   return m;

@@ -2,8 +2,9 @@
 
 #include <cmath>
 
+#include "core/dispatch.h"
 #include "core/error.h"
-#include "layers/registry.h"
+#include "core/json_args.h"
 #include "optim/update_kernels.h"
 
 namespace minidl {
@@ -17,7 +18,7 @@ void adamw_step_cpu(const AdamwTensor& t, const AdamwHyper& h) {
 
 }  // namespace kernels
 
-AdamwOptions AdamwOptions::read(LayerArgs& args) {
+AdamwOptions AdamwOptions::read(JsonArgs& args) {
   AdamwOptions o;
   o.lr = args.get_float("lr", o.lr);
   if (args.has("betas")) {
@@ -64,13 +65,9 @@ void AdamW::step(double lr) {
                        static_cast<float>(group_lr / (1 - std::pow(options_.beta1, step))),
                        static_cast<float>(std::sqrt(1 - std::pow(options_.beta2, step)))});
   }
-  if (device.is_cuda()) {
-#ifdef MINIDL_WITH_CUDA
-    kernels::adamw_step_cuda(tensors, hyper);
-#endif
-  } else {
-    for (const kernels::AdamwTensor& t : tensors) kernels::adamw_step_cpu(t, hyper);
-  }
+  dispatch(
+      device, "adamw_step", [&] { for (const kernels::AdamwTensor& t : tensors) kernels::adamw_step_cpu(t, hyper); },
+      [&] { kernels::adamw_step_cuda(tensors, hyper); });
 }
 
 nlohmann::json AdamW::to_json() const {

@@ -18,7 +18,7 @@ struct AdamwOptions {
   double weight_decay = 1e-2;
   std::vector<ParamGroup> groups;
 
-  static AdamwOptions read(LayerArgs& args);
+  static AdamwOptions read(JsonArgs& args);
 };
 
 class AdamW : public GroupedOptimizer {

@@ -1,7 +1,7 @@
 #include "optim/optimizer.h"
 
 #include "core/error.h"
-#include "layers/registry.h"
+#include "core/json_args.h"
 #include "optim/adamw.h"
 #include "optim/sgd.h"
 
@@ -18,7 +18,7 @@ std::unique_ptr<Optimizer> make_optimizer(const nlohmann::json& config, std::vec
                                           const std::string& path) {
   MINIDL_CHECK(config.is_object(), path, ": expected an object with \"type\" (\"SGD\" or \"AdamW\"), got ",
                config.dump());
-  LayerArgs args(config, path);
+  JsonArgs args(config, path);
   const std::string type = args.get_string("type", "");
   std::unique_ptr<Optimizer> opt;
   if (type == "SGD") {

@@ -1,7 +1,7 @@
 #include "optim/param_groups.h"
 
 #include "core/error.h"
-#include "layers/registry.h"
+#include "core/json_args.h"
 
 namespace minidl {
 
@@ -45,7 +45,7 @@ bool ParamGroup::matches(const NamedParam& p) const {
 
 ParamGroup ParamGroup::from_json(const nlohmann::json& j, const std::string& path) {
   MINIDL_CHECK(j.is_object(), path, ": expected a group object, got ", j.dump());
-  LayerArgs args(j, path);
+  JsonArgs args(j, path);
   ParamGroup g;
   g.match = args.get_string("match", "");
   g.module_type = args.get_string("module_type", "");
@@ -69,7 +69,7 @@ nlohmann::json ParamGroup::to_json() const {
   return j;
 }
 
-std::vector<ParamGroup> read_param_groups(LayerArgs& args) {
+std::vector<ParamGroup> read_param_groups(JsonArgs& args) {
   std::vector<ParamGroup> groups;
   if (!args.has("groups")) return groups;
   const nlohmann::json& list = args.get_json("groups");

@@ -21,7 +21,7 @@
 
 namespace minidl {
 
-class LayerArgs;
+class JsonArgs;
 
 struct ParamGroup {
   std::string match;        // empty: any name
@@ -38,7 +38,7 @@ struct ParamGroup {
 bool param_name_matches(const std::string& pattern, const std::string& name);
 
 // Reads the optional "groups" list of an optimizer config.
-std::vector<ParamGroup> read_param_groups(LayerArgs& args);
+std::vector<ParamGroup> read_param_groups(JsonArgs& args);
 
 // Index of the first group matching p, or -1 for the optimizer's own settings.
 int find_param_group(const std::vector<ParamGroup>& groups, const NamedParam& p);

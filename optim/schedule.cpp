@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "layers/registry.h"
+#include "core/json_args.h"
 #include "optim/optimizer.h"
 
 namespace minidl {
@@ -113,7 +113,7 @@ class PiecewiseLinearSchedule : public LrSchedule {
   std::vector<double> epochs_, factors_;
 };
 
-std::vector<double> read_numbers(LayerArgs& args, const std::string& key) {
+std::vector<double> read_numbers(JsonArgs& args, const std::string& key) {
   const nlohmann::json& j = args.get_json(key);
   MINIDL_CHECK(j.is_array() && !j.empty(), args.key_path(key), ": expected a non-empty list of numbers, got ",
                j.dump());
@@ -129,7 +129,7 @@ std::vector<double> read_numbers(LayerArgs& args, const std::string& key) {
 
 std::unique_ptr<LrSchedule> make_schedule(const nlohmann::json& config, const std::string& path) {
   MINIDL_CHECK(config.is_object(), path, ": expected an object with \"type\", got ", config.dump());
-  LayerArgs args(config, path);
+  JsonArgs args(config, path);
   const std::string type = args.get_string("type", "");
   std::unique_ptr<LrSchedule> s;
   if (type == "constant") {

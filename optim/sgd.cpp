@@ -1,7 +1,8 @@
 #include "optim/sgd.h"
 
+#include "core/dispatch.h"
 #include "core/error.h"
-#include "layers/registry.h"
+#include "core/json_args.h"
 #include "optim/update_kernels.h"
 
 namespace minidl {
@@ -15,7 +16,7 @@ void sgd_step_cpu(const SgdTensor& t, const SgdHyper& h) {
 
 }  // namespace kernels
 
-SgdOptions SgdOptions::read(LayerArgs& args) {
+SgdOptions SgdOptions::read(JsonArgs& args) {
   SgdOptions o;
   o.lr = args.get_float("lr", o.lr);
   o.momentum = args.get_float("momentum", o.momentum);
@@ -53,13 +54,9 @@ void SGD::step(double lr) {
                        static_cast<float>(lr * e.lr_scale), static_cast<float>(e.weight_decay)});
     ++e.steps;
   }
-  if (device.is_cuda()) {
-#ifdef MINIDL_WITH_CUDA
-    kernels::sgd_step_cuda(tensors, hyper);
-#endif
-  } else {
-    for (const kernels::SgdTensor& t : tensors) kernels::sgd_step_cpu(t, hyper);
-  }
+  dispatch(
+      device, "sgd_step", [&] { for (const kernels::SgdTensor& t : tensors) kernels::sgd_step_cpu(t, hyper); },
+      [&] { kernels::sgd_step_cuda(tensors, hyper); });
 }
 
 nlohmann::json SGD::to_json() const {

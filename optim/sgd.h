@@ -18,7 +18,7 @@ struct SgdOptions {
   std::vector<ParamGroup> groups;
 
   // Reads the keys after "type"; `args` is then finished by the caller.
-  static SgdOptions read(LayerArgs& args);
+  static SgdOptions read(JsonArgs& args);
 };
 
 class SGD : public GroupedOptimizer {

@@ -92,10 +92,8 @@ MINIDL_HD void adamw_update(const AdamwTensor& t, const AdamwHyper& h, int64_t i
 
 void sgd_step_cpu(const SgdTensor& t, const SgdHyper& h);
 void adamw_step_cpu(const AdamwTensor& t, const AdamwHyper& h);
-#ifdef MINIDL_WITH_CUDA
 // Every tensor in as few launches as the kernel-argument limit allows (a multi-tensor apply).
 void sgd_step_cuda(const std::vector<SgdTensor>& tensors, const SgdHyper& h);
 void adamw_step_cuda(const std::vector<AdamwTensor>& tensors, const AdamwHyper& h);
-#endif
 
 }  // namespace minidl::kernels

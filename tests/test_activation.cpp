@@ -153,7 +153,7 @@ TEST_CASE("relu and gelu on CUDA match the CPU", "[activation][cuda]") {
 #ifdef MINIDL_WITH_CUDA
 // Run with: minidl_tests "[bench]". Elementwise kernels should run at the DRAM floor: forward
 // reads x and writes y, backward reads dy and the saved tensor and writes dx (4.19 TB/s: the
-// H200 copy bandwidth in ANCHORS.md). Checked against the CPU first.
+// H200 copy bandwidth in docs/perf/anchors.md). Checked against the CPU first.
 TEST_CASE("bench: relu and gelu against the DRAM floor", "[.bench][activation][cuda]") {
   MINIDL_REQUIRE_CUDA();
   constexpr double kBandwidth = 4.19e12;

@@ -133,10 +133,10 @@ struct OmpThreads {
 struct SettingsGuard {
   ComputeSettings saved = compute_settings();
   SettingsGuard(bool tf32, bool deterministic) {
-    compute_settings().allow_tf32 = tf32;
-    compute_settings().deterministic = deterministic;
+    set_compute_settings({compute_settings().deterministic, tf32});
+    set_compute_settings({deterministic, compute_settings().allow_tf32});
   }
-  ~SettingsGuard() { compute_settings() = saved; }
+  ~SettingsGuard() { set_compute_settings(saved); }
 };
 
 }  // namespace
@@ -383,7 +383,7 @@ TEST_CASE("conv2d CUDA caches one plan per shape and math setting", "[conv2d][cu
   run_conv(s, true, Device::cuda(), 92);
   CHECK(kernels::conv2d_cuda_plan_count() == before + 1);  // second call, same shape: no new plan
   CHECK(kernels::conv2d_cuda_algorithms(s) == algos);
-  compute_settings().allow_tf32 = false;
+  set_compute_settings({compute_settings().deterministic, false});
   run_conv(s, true, Device::cuda(), 93);
   CHECK(kernels::conv2d_cuda_plan_count() == before + 2);  // another math setting: its own plan
   const std::string fma = kernels::conv2d_cuda_algorithms(s);

@@ -23,7 +23,7 @@ using namespace minidl::test;
 
 namespace {
 
-std::string label(const Conv2dShape& s) {
+[[maybe_unused]] std::string label(const Conv2dShape& s) {
   return str("x (", s.n, ", ", s.c, ", ", s.h, ", ", s.w, ") w (", s.o, ", ", s.c, ", ", s.kh, ", ", s.kw, ") p ", s.ph,
              "x", s.pw);
 }
@@ -63,7 +63,7 @@ const Conv2dShape kShapes[] = {
 
 struct SettingsGuard {
   ComputeSettings saved = compute_settings();
-  ~SettingsGuard() { compute_settings() = saved; }
+  ~SettingsGuard() { set_compute_settings(saved); }
 };
 
 #ifdef MINIDL_WITH_CUDA
@@ -139,8 +139,8 @@ TEST_CASE("conv2d small-channel CUDA gives the same bits on repeated runs, in ev
     SettingsGuard g;
     for (bool tf32 : {false, true})
       for (bool det : {false, true}) {
-        compute_settings().allow_tf32 = tf32;
-        compute_settings().deterministic = det;
+        set_compute_settings({compute_settings().deterministic, tf32});
+        set_compute_settings({det, compute_settings().allow_tf32});
         const Outputs again = run_cuda(s, x, w, &b, dy);
         INFO("tf32 " << tf32 << " deterministic " << det);
         CHECK(again.y == first.y);  // NaN != NaN, so an unwritten element fails here too
@@ -181,7 +181,7 @@ TEST_CASE("conv2d small-channel CUDA through the op matches the CPU op", "[conv2
 // Run with: minidl_tests "[bench][conv2d]". ResNet-9's first layer (512, 3, 32, 32) -> 64, k3 p1,
 // no bias, forward and weight gradient (the only backward a first layer runs). Floors: the
 // forward writes y and reads x, the weight gradient reads dy and x, at the H200's 4.19 TB/s copy
-// bandwidth (ANCHORS.md): ~0.034 ms each. cuDNN's deterministic TF32 pick took 0.27 and 0.69 ms.
+// bandwidth (docs/perf/anchors.md): ~0.034 ms each. cuDNN's deterministic TF32 pick took 0.27 and 0.69 ms.
 TEST_CASE("bench: small-channel conv2d at ResNet-9's first layer against the memory floor",
           "[.bench][conv2d][cuda]") {
   MINIDL_REQUIRE_CUDA();

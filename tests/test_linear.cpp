@@ -61,7 +61,7 @@ void require_close_scaled(const std::vector<float>& got, const std::vector<float
 
 struct SettingsGuard {
   ComputeSettings saved = compute_settings();
-  ~SettingsGuard() { compute_settings() = saved; }
+  ~SettingsGuard() { set_compute_settings(saved); }
 };
 
 struct OmpThreads {
@@ -194,7 +194,7 @@ TEST_CASE("linear CUDA matches CPU in full fp32, whatever the convolution TF32 s
   const SettingsGuard guard;
   const std::vector<std::pair<Shape, int64_t>> problems = {{{513, 777}, 10}, {{3, 5, 641}, 33}, {{1, 1024}, 1000}};
   for (bool tf32 : {true, false}) {
-    compute_settings().allow_tf32 = tf32;
+    set_compute_settings({compute_settings().deterministic, tf32});
     for (const auto& [x_shape, out] : problems) {
       for (bool with_bias : {true, false}) {
         const std::string what = str(shape_str(x_shape), "->", out, with_bias ? " bias" : "", tf32 ? " tf32 on" : "");

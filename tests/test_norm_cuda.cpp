@@ -1,6 +1,6 @@
 // Normalization layers on the GPU. The fast kernels (norm_forward.cu, norm_backward.cu) are held
 // against the float64 oracle (bench/norm_reference.cu) and the CPU path on ragged shapes and on every
-// shape of ANCHORS.md, in forward and backward, with and without the fused ReLU and the affine
+// shape of docs/perf/anchors.md, in forward and backward, with and without the fused ReLU and the affine
 // parts; plus accuracy at |mean| >> std, bit-identical reruns, NaN/Inf propagation, a batch of
 // one, eval mode, misaligned pointers (the scalar path) and the autograd ops on CUDA tensors.
 // Each case prints one line with its worst errors, so a passing run still shows the margins.
@@ -18,6 +18,7 @@
 #include "core/autograd.h"
 #include "core/error.h"
 #include "core/philox.h"
+#include "bench/norm_reference.h"
 #include "layers/norm/norm.h"
 #include "layers/norm/norm_kernels.h"
 #include "test_util.h"
@@ -206,7 +207,7 @@ Case layer_norm_case(int64_t rows, int64_t d, const std::string& shape, bool rel
   return c;
 }
 
-// The three layers as ANCHORS.md times them: BatchNorm2d(C), GroupNorm(32 or 1), LayerNorm([C,H,W]).
+// The three layers as docs/perf/anchors.md times them: BatchNorm2d(C), GroupNorm(32 or 1), LayerNorm([C,H,W]).
 std::vector<Case> anchor_cases(int64_t n, int64_t c, int64_t h, int64_t w) {
   return {batch_norm_case(n, c, h, w), group_norm_case(n, c, h, w, c % 32 == 0 ? 32 : 1),
           layer_norm_case(n, c * h * w, str("[", c, ",", h, ",", w, "] x", n))};
@@ -275,12 +276,12 @@ TEST_CASE("fast norm kernels match the float64 oracle and the CPU on ragged shap
   }
 }
 
-TEST_CASE("fast norm kernels match the float64 oracle on every ANCHORS.md shape", "[norm][cuda]") {
+TEST_CASE("fast norm kernels match the float64 oracle on every docs/perf/anchors.md shape", "[norm][cuda]") {
   MINIDL_REQUIRE_CUDA();
   const int64_t shapes[][4] = {{512, 64, 32, 32}, {512, 128, 16, 16}, {512, 256, 8, 8}, {512, 512, 4, 4},
                                {1024, 24, 31, 31}, {1024, 64, 16, 16}, {1024, 256, 8, 8}, {1024, 256, 4, 4},
                                {3, 37, 41, 40}};
-  std::printf("norm [cuda]: fast kernels vs the float64 oracle on the ANCHORS.md shapes\n");
+  std::printf("norm [cuda]: fast kernels vs the float64 oracle on the docs/perf/anchors.md shapes\n");
   uint64_t seed = 500;
   for (const auto& s : shapes) {
     for (const Case& k : anchor_cases(s[0], s[1], s[2], s[3])) {

@@ -450,7 +450,7 @@ double time_ms(F&& f, int reps = 50) {
 // returns forward + backward ms. Floors: the forward reads x and writes y and the argmax (1 byte),
 // the backward reads dy and the argmax and writes dx, at the H200 copy bandwidth.
 double bench_max_pool(const Shape& shape, const Pool2dGeometry& g, const char* label) {
-  constexpr double kBandwidth = 4.19e12;  // bytes/s, docs ANCHORS.md (1 GiB device-to-device copy)
+  constexpr double kBandwidth = 4.19e12;  // bytes/s, docs/perf/anchors.md (1 GiB device-to-device copy)
   const kernels::Pool2dShape s = pool_shape(shape, g);
   const Shape out{shape[0], shape[1], s.OH, s.OW};
   const std::vector<float> xv = tie_prone_values(shape_numel(shape), 50, false);

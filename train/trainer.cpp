@@ -52,8 +52,7 @@ std::string data_dir_for(const DataOptions& data) {
 }  // namespace
 
 Device setup_compute(const TrainConfig& config) {
-  compute_settings().deterministic = config.deterministic;
-  compute_settings().allow_tf32 = config.allow_tf32;
+  set_compute_settings({config.deterministic, config.allow_tf32});
   return parse_device(config.device);
 }
 

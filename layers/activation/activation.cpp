@@ -2,6 +2,7 @@
 #include "layers/activation/activation.h"
 
 #include "core/autograd.h"
+#include "core/dispatch.h"
 #include "core/error.h"
 #include "layers/registry.h"
 
@@ -21,24 +22,21 @@ const char* approximate_name(GeluApproximate a) { return a == GeluApproximate::T
 Tensor relu(const Tensor& x) {
   check_float(x, "relu");
   Tensor y = Tensor::empty_like(x);
-  if (x.is_cuda()) {
-#ifdef MINIDL_WITH_CUDA
-    kernels::relu_forward_cuda(x.data<float>(), y.data<float>(), x.numel());
-#endif
-  } else {
-    kernels::relu_forward_cpu(x.data<float>(), y.data<float>(), x.numel());
-  }
+  dispatch(
+      x.device(), "relu_forward", [&] { kernels::relu_forward_cpu(x.data<float>(), y.data<float>(), x.numel()); },
+      [&] { kernels::relu_forward_cuda(x.data<float>(), y.data<float>(), x.numel()); });
   if (autograd::needs_grad({x})) {
     // The mask comes from the output (a detached handle: capturing y itself would be a cycle).
     autograd::record(y, "relu", {x}, [saved = y.detach()](const Tensor& dy) -> std::vector<Tensor> {
       Tensor dx = Tensor::empty_like(dy);
-      if (dy.is_cuda()) {
-#ifdef MINIDL_WITH_CUDA
-        kernels::relu_backward_cuda(dy.data<float>(), saved.data<float>(), dx.data<float>(), dy.numel());
-#endif
-      } else {
-        kernels::relu_backward_cpu(dy.data<float>(), saved.data<float>(), dx.data<float>(), dy.numel());
-      }
+      dispatch(
+          dy.device(), "relu_backward",
+          [&] {
+            kernels::relu_backward_cpu(dy.data<float>(), saved.data<float>(), dx.data<float>(), dy.numel());
+          },
+          [&] {
+            kernels::relu_backward_cuda(dy.data<float>(), saved.data<float>(), dx.data<float>(), dy.numel());
+          });
       return {dx};
     });
   }
@@ -48,23 +46,25 @@ Tensor relu(const Tensor& x) {
 Tensor gelu(const Tensor& x, GeluApproximate approximate) {
   check_float(x, "gelu");
   Tensor y = Tensor::empty_like(x);
-  if (x.is_cuda()) {
-#ifdef MINIDL_WITH_CUDA
-    kernels::gelu_forward_cuda(x.data<float>(), y.data<float>(), x.numel(), approximate);
-#endif
-  } else {
-    kernels::gelu_forward_cpu(x.data<float>(), y.data<float>(), x.numel(), approximate);
-  }
+  dispatch(
+      x.device(), "gelu_forward",
+      [&] {
+        kernels::gelu_forward_cpu(x.data<float>(), y.data<float>(), x.numel(), approximate);
+      },
+      [&] {
+        kernels::gelu_forward_cuda(x.data<float>(), y.data<float>(), x.numel(), approximate);
+      });
   if (autograd::needs_grad({x})) {
     autograd::record(y, "gelu", {x}, [saved = x.detach(), approximate](const Tensor& dy) -> std::vector<Tensor> {
       Tensor dx = Tensor::empty_like(dy);
-      if (dy.is_cuda()) {
-#ifdef MINIDL_WITH_CUDA
-        kernels::gelu_backward_cuda(dy.data<float>(), saved.data<float>(), dx.data<float>(), dy.numel(), approximate);
-#endif
-      } else {
-        kernels::gelu_backward_cpu(dy.data<float>(), saved.data<float>(), dx.data<float>(), dy.numel(), approximate);
-      }
+      dispatch(
+          dy.device(), "gelu_backward",
+          [&] {
+            kernels::gelu_backward_cpu(dy.data<float>(), saved.data<float>(), dx.data<float>(), dy.numel(), approximate);
+          },
+          [&] {
+            kernels::gelu_backward_cuda(dy.data<float>(), saved.data<float>(), dx.data<float>(), dy.numel(), approximate);
+          });
       return {dx};
     });
   }

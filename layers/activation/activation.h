@@ -10,11 +10,10 @@
 #include <cstdint>
 #include <string>
 
+#include "layers/activation/activation_kernels.h"
 #include "layers/module.h"
 
 namespace minidl {
-
-enum class GeluApproximate { None, Tanh };  // "none": exact (erf) form; "tanh": the tanh formula
 
 Tensor relu(const Tensor& x);                                             // any shape, float32
 Tensor gelu(const Tensor& x, GeluApproximate approximate = GeluApproximate::None);
@@ -37,20 +36,5 @@ class GELU : public Module {
  private:
   GeluApproximate approximate_;
 };
-
-namespace kernels {
-// Raw launchers over n contiguous floats. Backward: dx from dy and the saved tensor (ReLU's
-// output y, GELU's input x).
-void relu_forward_cpu(const float* x, float* y, int64_t n);
-void relu_backward_cpu(const float* dy, const float* y, float* dx, int64_t n);
-void gelu_forward_cpu(const float* x, float* y, int64_t n, GeluApproximate approximate);
-void gelu_backward_cpu(const float* dy, const float* x, float* dx, int64_t n, GeluApproximate approximate);
-#ifdef MINIDL_WITH_CUDA
-void relu_forward_cuda(const float* x, float* y, int64_t n);
-void relu_backward_cuda(const float* dy, const float* y, float* dx, int64_t n);
-void gelu_forward_cuda(const float* x, float* y, int64_t n, GeluApproximate approximate);
-void gelu_backward_cuda(const float* dy, const float* x, float* dx, int64_t n, GeluApproximate approximate);
-#endif
-}  // namespace kernels
 
 }  // namespace minidl

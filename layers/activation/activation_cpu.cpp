@@ -3,7 +3,7 @@
 // same bits). The formulas are PyTorch's (aten/src/ATen/native/cpu/Activation.cpp).
 #include <cmath>
 
-#include "layers/activation/activation.h"
+#include "layers/activation/activation_kernels.h"
 
 namespace minidl::kernels {
 

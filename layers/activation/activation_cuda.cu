@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "core/cuda/runtime.h"
-#include "layers/activation/activation.h"
+#include "layers/activation/activation_kernels.h"
 
 namespace minidl::kernels {
 

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/autograd.h"
+#include "core/dispatch.h"
 #include "core/error.h"
 #include "core/init.h"
 #include "layers/conv/conv2d_kernels.h"
@@ -51,13 +52,14 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d 
   const Conv2dShape s = conv2d_shape(x, weight, bias, stride, padding);
   Tensor y = Tensor::empty({s.n, s.o, s.oh(), s.ow()}, DType::Float32, x.device());
   const float* b = bias.defined() ? bias.data<float>() : nullptr;
-  if (x.is_cuda()) {
-#ifdef MINIDL_WITH_CUDA
-    kernels::conv2d_forward_cuda(s, x.data<float>(), weight.data<float>(), b, y.data<float>());
-#endif
-  } else {
-    kernels::conv2d_forward_cpu(s, x.data<float>(), weight.data<float>(), b, y.data<float>());
-  }
+  dispatch(
+      x.device(), "conv2d_forward",
+      [&] {
+        kernels::conv2d_forward_cpu(s, x.data<float>(), weight.data<float>(), b, y.data<float>());
+      },
+      [&] {
+        kernels::conv2d_forward_cuda(s, x.data<float>(), weight.data<float>(), b, y.data<float>());
+      });
   std::vector<Tensor> inputs{x, weight};
   if (bias.defined()) inputs.push_back(bias);
   if (autograd::needs_grad(inputs)) {
@@ -76,15 +78,16 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d 
           float* pdx = need_x ? dx.data<float>() : nullptr;
           float* pdw = need_w ? dw.data<float>() : nullptr;
           float* pdb = need_b ? db.data<float>() : nullptr;
-          if (dev.is_cuda()) {
-#ifdef MINIDL_WITH_CUDA
-            if (pdx) kernels::conv2d_backward_data_cuda(s, dy.data<float>(), ws.data<float>(), pdx);
-            if (pdw) kernels::conv2d_backward_filter_cuda(s, xs.data<float>(), dy.data<float>(), pdw);
-            if (pdb) kernels::conv2d_backward_bias_cuda(s, dy.data<float>(), pdb);
-#endif
-          } else {
-            kernels::conv2d_backward_cpu(s, xs.data<float>(), ws.data<float>(), dy.data<float>(), pdx, pdw, pdb);
-          }
+          dispatch(
+              dev, "conv2d_backward",
+              [&] {
+                kernels::conv2d_backward_cpu(s, xs.data<float>(), ws.data<float>(), dy.data<float>(), pdx, pdw, pdb);
+              },
+              [&] {
+                if (pdx) kernels::conv2d_backward_data_cuda(s, dy.data<float>(), ws.data<float>(), pdx);
+                if (pdw) kernels::conv2d_backward_filter_cuda(s, xs.data<float>(), dy.data<float>(), pdw);
+                if (pdb) kernels::conv2d_backward_bias_cuda(s, dy.data<float>(), pdb);
+              });
           std::vector<Tensor> grads{dx, dw};
           if (has_bias) grads.push_back(db);
           return grads;

@@ -37,7 +37,6 @@ void conv2d_forward_cpu(const Conv2dShape& s, const float* x, const float* w, co
 void conv2d_backward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* dy,
                          float* dx, float* dw, float* db);
 
-#ifdef MINIDL_WITH_CUDA
 // cuDNN; the algorithm for each direction is chosen on first use of a shape and cached (see
 // conv2d_cuda.cu). All on minidl::cuda::stream().
 void conv2d_forward_cuda(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y);
@@ -53,7 +52,6 @@ size_t conv2d_cuda_plan_count();
 // ("-" for a direction not run yet; empty when no plan exists). Shapes that take the small-C_in
 // kernels (conv2d_small_cin.h) always report "fwd small_cin fma" and "bwd_filter small_cin fma".
 std::string conv2d_cuda_algorithms(const Conv2dShape& s);
-#endif
 
 }  // namespace kernels
 }  // namespace minidl

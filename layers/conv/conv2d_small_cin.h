@@ -16,12 +16,10 @@ inline bool conv2d_small_cin_applies(const Conv2dShape& s) {
   return s.sh == 1 && s.sw == 1 && s.c * s.kh * s.kw <= kConv2dSmallCinMaxPatch;
 }
 
-#ifdef MINIDL_WITH_CUDA
 // y = conv(x, w) + b (b may be null), full fp32 FMAs (no TF32), on minidl::cuda::stream().
 void conv2d_small_cin_forward_cuda(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y);
 // dw = the weight gradient, overwritten; per-block partials plus a finalize kernel in a fixed
 // order (no atomics), so the same bits every run on a given GPU.
 void conv2d_small_cin_backward_filter_cuda(const Conv2dShape& s, const float* x, const float* dy, float* dw);
-#endif
 
 }  // namespace minidl::kernels

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/autograd.h"
+#include "core/dispatch.h"
 #include "core/error.h"
 #include "core/init.h"
 #include "layers/linear/linear_kernels.h"
@@ -32,13 +33,14 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   y_shape.back() = out;
   Tensor y = Tensor::empty(y_shape, DType::Float32, x.device());
   const float* b = bias.defined() ? bias.data<float>() : nullptr;
-  if (x.is_cuda()) {
-#ifdef MINIDL_WITH_CUDA
-    kernels::linear_forward_cuda(rows, in, out, x.data<float>(), weight.data<float>(), b, y.data<float>());
-#endif
-  } else {
-    kernels::linear_forward_cpu(rows, in, out, x.data<float>(), weight.data<float>(), b, y.data<float>());
-  }
+  dispatch(
+      x.device(), "linear_forward",
+      [&] {
+        kernels::linear_forward_cpu(rows, in, out, x.data<float>(), weight.data<float>(), b, y.data<float>());
+      },
+      [&] {
+        kernels::linear_forward_cuda(rows, in, out, x.data<float>(), weight.data<float>(), b, y.data<float>());
+      });
   std::vector<Tensor> inputs{x, weight};
   if (bias.defined()) inputs.push_back(bias);
   if (autograd::needs_grad(inputs)) {
@@ -52,17 +54,18 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
           Tensor dx = need_x ? Tensor::empty(xs.shape(), DType::Float32, dev) : Tensor();
           Tensor dw = need_w ? Tensor::empty(ws.shape(), DType::Float32, dev) : Tensor();
           Tensor db = need_b ? Tensor::empty({out}, DType::Float32, dev) : Tensor();
-          if (dev.is_cuda()) {
-#ifdef MINIDL_WITH_CUDA
-            if (need_x) kernels::linear_backward_data_cuda(rows, in, out, dy.data<float>(), ws.data<float>(), dx.data<float>());
-            if (need_w) kernels::linear_backward_weight_cuda(rows, in, out, xs.data<float>(), dy.data<float>(), dw.data<float>());
-            if (need_b) kernels::linear_backward_bias_cuda(rows, out, dy.data<float>(), db.data<float>());
-#endif
-          } else {
-            if (need_x) kernels::linear_backward_data_cpu(rows, in, out, dy.data<float>(), ws.data<float>(), dx.data<float>());
-            if (need_w) kernels::linear_backward_weight_cpu(rows, in, out, xs.data<float>(), dy.data<float>(), dw.data<float>());
-            if (need_b) kernels::linear_backward_bias_cpu(rows, out, dy.data<float>(), db.data<float>());
-          }
+          dispatch(
+              dev, "linear_backward_data",
+              [&] {
+                if (need_x) kernels::linear_backward_data_cpu(rows, in, out, dy.data<float>(), ws.data<float>(), dx.data<float>());
+                if (need_w) kernels::linear_backward_weight_cpu(rows, in, out, xs.data<float>(), dy.data<float>(), dw.data<float>());
+                if (need_b) kernels::linear_backward_bias_cpu(rows, out, dy.data<float>(), db.data<float>());
+              },
+              [&] {
+                if (need_x) kernels::linear_backward_data_cuda(rows, in, out, dy.data<float>(), ws.data<float>(), dx.data<float>());
+                if (need_w) kernels::linear_backward_weight_cuda(rows, in, out, xs.data<float>(), dy.data<float>(), dw.data<float>());
+                if (need_b) kernels::linear_backward_bias_cuda(rows, out, dy.data<float>(), db.data<float>());
+              });
           std::vector<Tensor> grads{dx, dw};
           if (has_bias) grads.push_back(db);
           return grads;

@@ -16,13 +16,11 @@ void linear_backward_weight_cpu(int64_t rows, int64_t in, int64_t out, const flo
 // db[j] = sum over rows of dy[:, j]
 void linear_backward_bias_cpu(int64_t rows, int64_t out, const float* dy, float* db);
 
-#ifdef MINIDL_WITH_CUDA
 void linear_forward_cuda(int64_t rows, int64_t in, int64_t out, const float* x, const float* w, const float* b,
                          float* y);
 void linear_backward_data_cuda(int64_t rows, int64_t in, int64_t out, const float* dy, const float* w, float* dx);
 void linear_backward_weight_cuda(int64_t rows, int64_t in, int64_t out, const float* x, const float* dy, float* dw);
 // Deterministic two-pass column sum (per-block partials, then a fixed-order finalize; no atomics).
 void linear_backward_bias_cuda(int64_t rows, int64_t out, const float* dy, float* db);
-#endif
 
 }  // namespace minidl::kernels

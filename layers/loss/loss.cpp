@@ -5,7 +5,9 @@
 
 #include "core/allocator.h"
 #include "core/autograd.h"
+#include "core/dispatch.h"
 #include "core/error.h"
+#include "layers/loss/loss_kernels.h"
 
 namespace minidl {
 
@@ -41,31 +43,33 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smo
   Tensor loss = Tensor::empty({1}, DType::Float32, logits.device());
   Tensor dlogits = grad ? Tensor::empty_like(logits) : Tensor();
   float* d = grad ? dlogits.data<float>() : nullptr;
-  if (logits.is_cuda()) {
-#ifdef MINIDL_WITH_CUDA
-    kernels::raise_flagged_label_error();
-    Tensor row_loss = Tensor::empty({rows}, DType::Float32, logits.device());
-    kernels::cross_entropy_forward_cuda(logits.data<float>(), labels.data<int32_t>(), rows, classes, label_smoothing,
-                                        row_loss.data<float>(), loss.data<float>(), d);
-#endif
-  } else {
-    check_labels_cpu(labels, classes, "cross_entropy");
-    kernels::cross_entropy_forward_cpu(logits.data<float>(), labels.data<int32_t>(), rows, classes, label_smoothing,
-                                       loss.data<float>(), d);
-  }
+  dispatch(
+      logits.device(), "cross_entropy_forward",
+      [&] {
+        check_labels_cpu(labels, classes, "cross_entropy");
+        kernels::cross_entropy_forward_cpu(logits.data<float>(), labels.data<int32_t>(), rows, classes, label_smoothing,
+                                           loss.data<float>(), d);
+      },
+      [&] {
+        kernels::raise_flagged_label_error();
+        Tensor row_loss = Tensor::empty({rows}, DType::Float32, logits.device());
+        kernels::cross_entropy_forward_cuda(logits.data<float>(), labels.data<int32_t>(), rows, classes, label_smoothing,
+                                            row_loss.data<float>(), loss.data<float>(), d);
+      });
   if (grad) {
     autograd::record(loss, "cross_entropy", {logits}, [dlogits](const Tensor& g) -> std::vector<Tensor> {
       Tensor dx = Tensor::empty_like(dlogits);
-      if (dlogits.is_cuda()) {
-#ifdef MINIDL_WITH_CUDA
-        kernels::scale_by_device_scalar_cuda(dlogits.data<float>(), g.data<float>(), dx.data<float>(), dx.numel());
-#endif
-      } else {
-        const float s = g.item();
-        const float* src = dlogits.data<float>();
-        float* dst = dx.data<float>();
-        for (int64_t i = 0; i < dx.numel(); ++i) dst[i] = src[i] * s;
-      }
+      dispatch(
+          dlogits.device(), "cross_entropy_backward",
+          [&] {
+            const float s = g.item();
+            const float* src = dlogits.data<float>();
+            float* dst = dx.data<float>();
+            for (int64_t i = 0; i < dx.numel(); ++i) dst[i] = src[i] * s;
+          },
+          [&] {
+            kernels::scale_by_device_scalar_cuda(dlogits.data<float>(), g.data<float>(), dx.data<float>(), dx.numel());
+          });
       return {dx};
     });
   }
@@ -77,35 +81,38 @@ Tensor argmax_rows(const Tensor& logits) {
   MINIDL_CHECK(logits.size(1) > 0, "argmax_rows: logits of shape ", shape_str(logits.shape()), " have no columns");
   Tensor out = Tensor::empty({logits.size(0)}, DType::Int32, logits.device());
   if (logits.size(0) == 0) return out;
-  if (logits.is_cuda()) {
-#ifdef MINIDL_WITH_CUDA
-    kernels::raise_flagged_label_error();
-    kernels::argmax_rows_cuda(logits.data<float>(), logits.size(0), logits.size(1), out.data<int32_t>());
-#endif
-  } else {
-    kernels::argmax_rows_cpu(logits.data<float>(), logits.size(0), logits.size(1), out.data<int32_t>());
-  }
+  dispatch(
+      logits.device(), "argmax_rows",
+      [&] {
+        kernels::argmax_rows_cpu(logits.data<float>(), logits.size(0), logits.size(1), out.data<int32_t>());
+      },
+      [&] {
+        kernels::raise_flagged_label_error();
+        kernels::argmax_rows_cuda(logits.data<float>(), logits.size(0), logits.size(1), out.data<int32_t>());
+      });
   return out;
 }
 
 int64_t count_correct(const Tensor& logits, const Tensor& labels) {
   check_inputs(logits, labels, "count_correct");
   const int64_t rows = logits.size(0), classes = logits.size(1);
-  if (logits.is_cuda()) {
-#ifdef MINIDL_WITH_CUDA
-    kernels::raise_flagged_label_error();
-    Tensor scratch = Tensor::empty({rows}, DType::Int32, logits.device());
-    std::shared_ptr<void> count = allocate(sizeof(int64_t), logits.device());
-    kernels::count_correct_cuda(logits.data<float>(), labels.data<int32_t>(), rows, classes,
-                                scratch.data<int32_t>(), static_cast<int64_t*>(count.get()));
-    int64_t result = 0;
-    copy_bytes(&result, Device::cpu(), count.get(), logits.device(), sizeof(int64_t));  // waits for the kernels
-    kernels::raise_flagged_label_error();
-    return result;
-#endif
-  }
-  check_labels_cpu(labels, classes, "count_correct");
-  return kernels::count_correct_cpu(logits.data<float>(), labels.data<int32_t>(), rows, classes);
+  return dispatch(
+      logits.device(), "count_correct",
+      [&] {
+        check_labels_cpu(labels, classes, "count_correct");
+        return kernels::count_correct_cpu(logits.data<float>(), labels.data<int32_t>(), rows, classes);
+      },
+      [&] {
+        kernels::raise_flagged_label_error();
+        Tensor scratch = Tensor::empty({rows}, DType::Int32, logits.device());
+        std::shared_ptr<void> count = allocate(sizeof(int64_t), logits.device());
+        kernels::count_correct_cuda(logits.data<float>(), labels.data<int32_t>(), rows, classes,
+                                    scratch.data<int32_t>(), static_cast<int64_t*>(count.get()));
+        int64_t result = 0;
+        copy_bytes(&result, Device::cpu(), count.get(), logits.device(), sizeof(int64_t));  // waits for the kernels
+        kernels::raise_flagged_label_error();
+        return result;
+      });
 }
 
 }  // namespace minidl

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "layers/loss/loss.h"
+#include "layers/loss/loss_kernels.h"
 
 namespace minidl::kernels {
 

@@ -17,7 +17,7 @@
 
 #include "core/cuda/runtime.h"
 #include "core/error.h"
-#include "layers/loss/loss.h"
+#include "layers/loss/loss_kernels.h"
 
 namespace minidl::kernels {
 

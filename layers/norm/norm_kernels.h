@@ -4,7 +4,7 @@
 //   *_cpu                 the CPU path (norm_cpu.cpp): OpenMP over groups, float64 sums;
 //   *_cuda                the fast GPU path (norm_forward.cu, norm_backward.cu);
 //   *_reference_cuda      a one-block-per-group, two-pass, float64 GPU oracle that the tests and
-//                         the benchmark hold the fast path against (bench/norm_reference.cu).
+//                         the benchmark hold the fast path against (bench/norm_reference.h).
 // Plain C++ (no CUDA headers), so .cpp files can call every launcher.
 #pragma once
 #include <cstdint>
@@ -84,16 +84,8 @@ struct NormBackward {
 void forward_cpu(const NormLayout& layout, const NormForward& args);
 void backward_cpu(const NormLayout& layout, const NormBackward& args);
 
-#ifdef MINIDL_WITH_CUDA
 // The fast path. Returns the number of kernels launched (the benchmark prints it).
 int forward_cuda(const NormLayout& layout, const NormForward& args);
 int backward_cuda(const NormLayout& layout, const NormBackward& args);
-
-// The oracle. Backward recomputes the batch statistics from x in float64 with `eps` (args.mean and
-// args.rstd are read only when !training) and takes the ReLU mask from y, the output of the
-// forward under test, so both sides mask the same elements.
-void forward_reference_cuda(const NormLayout& layout, const NormForward& args);
-void backward_reference_cuda(const NormLayout& layout, const NormBackward& args, const float* y, double eps);
-#endif
 
 }  // namespace minidl::norm

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/autograd.h"
+#include "core/dispatch.h"
 #include "core/error.h"
 #include "layers/norm/norm.h"
 #include "layers/norm/norm_kernels.h"
@@ -62,13 +63,7 @@ Tensor normalize(const char* op, const NormLayout& layout, const Tensor& x, cons
   a.momentum = o.momentum;
   a.eps = o.eps;
   a.relu = o.relu;
-  if (dev.is_cuda()) {
-#ifdef MINIDL_WITH_CUDA
-    norm::forward_cuda(layout, a);
-#endif
-  } else {
-    norm::forward_cpu(layout, a);
-  }
+  dispatch(dev, "forward", [&] { norm::forward_cpu(layout, a); }, [&] { norm::forward_cuda(layout, a); });
 
   std::vector<Tensor> inputs{x};
   if (weight.defined()) inputs.push_back(weight);
@@ -94,13 +89,9 @@ Tensor normalize(const char* op, const NormLayout& layout, const Tensor& x, cons
         b.dx = dx.data<float>();
         b.dweight = mut_ptr(dw);
         b.dbias = mut_ptr(db);
-        if (dy.is_cuda()) {
-#ifdef MINIDL_WITH_CUDA
-          norm::backward_cuda(layout, b);
-#endif
-        } else {
-          norm::backward_cpu(layout, b);
-        }
+        dispatch(
+            dy.device(), "backward", [&] { norm::backward_cpu(layout, b); },
+            [&] { norm::backward_cuda(layout, b); });
         std::vector<Tensor> grads{dx};
         if (dw.defined()) grads.push_back(dw);
         if (db.defined()) grads.push_back(db);

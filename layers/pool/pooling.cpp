@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/autograd.h"
+#include "core/dispatch.h"
 #include "core/error.h"
 #include "layers/registry.h"
 
@@ -56,13 +57,14 @@ Tensor max_pool2d(const Tensor& x, const Pool2dGeometry& g) {
   Tensor argmax = grad ? Tensor::empty(y.shape(), index, x.device()) : Tensor();
   // `a` is a typed null when no backward will follow: the overload still follows the dtype.
   auto forward = [&](auto* a) {
-    if (x.is_cuda()) {
-#ifdef MINIDL_WITH_CUDA
-      kernels::max_pool2d_forward_cuda(x.data<float>(), y.data<float>(), a, s, g);
-#endif
-    } else {
-      kernels::max_pool2d_forward_cpu(x.data<float>(), y.data<float>(), a, s, g);
-    }
+    dispatch(
+        x.device(), "max_pool2d_forward",
+        [&] {
+          kernels::max_pool2d_forward_cpu(x.data<float>(), y.data<float>(), a, s, g);
+        },
+        [&] {
+          kernels::max_pool2d_forward_cuda(x.data<float>(), y.data<float>(), a, s, g);
+        });
   };
   if (index == DType::UInt8)
     forward(grad ? argmax.data<uint8_t>() : static_cast<uint8_t*>(nullptr));
@@ -73,13 +75,14 @@ Tensor max_pool2d(const Tensor& x, const Pool2dGeometry& g) {
     autograd::record(y, "max_pool2d", {x}, [argmax, in_shape, s, g](const Tensor& dy) -> std::vector<Tensor> {
       Tensor dx = Tensor::empty(in_shape, DType::Float32, dy.device());
       auto backward = [&](const auto* a) {
-        if (dy.is_cuda()) {
-#ifdef MINIDL_WITH_CUDA
-          kernels::max_pool2d_backward_cuda(dy.data<float>(), a, dx.data<float>(), s, g);
-#endif
-        } else {
-          kernels::max_pool2d_backward_cpu(dy.data<float>(), a, dx.data<float>(), s, g);
-        }
+        dispatch(
+            dy.device(), "max_pool2d_backward",
+            [&] {
+              kernels::max_pool2d_backward_cpu(dy.data<float>(), a, dx.data<float>(), s, g);
+            },
+            [&] {
+              kernels::max_pool2d_backward_cuda(dy.data<float>(), a, dx.data<float>(), s, g);
+            });
       };
       if (argmax.dtype() == DType::UInt8)
         backward(argmax.data<uint8_t>());
@@ -96,24 +99,26 @@ Tensor global_avg_pool2d(const Tensor& x) {
   const int64_t hw = x.size(2) * x.size(3);
   MINIDL_CHECK(hw > 0, "global_avg_pool2d: empty planes in input ", shape_str(x.shape()));
   Tensor y = Tensor::empty({x.size(0), x.size(1)}, DType::Float32, x.device());
-  if (x.is_cuda()) {
-#ifdef MINIDL_WITH_CUDA
-    kernels::global_avg_pool2d_forward_cuda(x.data<float>(), y.data<float>(), planes, hw);
-#endif
-  } else {
-    kernels::global_avg_pool2d_forward_cpu(x.data<float>(), y.data<float>(), planes, hw);
-  }
+  dispatch(
+      x.device(), "global_avg_pool2d_forward",
+      [&] {
+        kernels::global_avg_pool2d_forward_cpu(x.data<float>(), y.data<float>(), planes, hw);
+      },
+      [&] {
+        kernels::global_avg_pool2d_forward_cuda(x.data<float>(), y.data<float>(), planes, hw);
+      });
   if (autograd::needs_grad({x})) {
     const Shape in_shape = x.shape();
     autograd::record(y, "global_avg_pool2d", {x}, [in_shape, planes, hw](const Tensor& dy) -> std::vector<Tensor> {
       Tensor dx = Tensor::empty(in_shape, DType::Float32, dy.device());
-      if (dy.is_cuda()) {
-#ifdef MINIDL_WITH_CUDA
-        kernels::global_avg_pool2d_backward_cuda(dy.data<float>(), dx.data<float>(), planes, hw);
-#endif
-      } else {
-        kernels::global_avg_pool2d_backward_cpu(dy.data<float>(), dx.data<float>(), planes, hw);
-      }
+      dispatch(
+          dy.device(), "global_avg_pool2d_backward",
+          [&] {
+            kernels::global_avg_pool2d_backward_cpu(dy.data<float>(), dx.data<float>(), planes, hw);
+          },
+          [&] {
+            kernels::global_avg_pool2d_backward_cuda(dy.data<float>(), dx.data<float>(), planes, hw);
+          });
       return {dx};
     });
   }
@@ -128,24 +133,26 @@ Tensor global_max_pool2d(const Tensor& x) {
   const bool grad = autograd::needs_grad({x});
   Tensor argmax = grad ? Tensor::empty(y.shape(), DType::Int32, x.device()) : Tensor();
   int32_t* a = grad ? argmax.data<int32_t>() : nullptr;
-  if (x.is_cuda()) {
-#ifdef MINIDL_WITH_CUDA
-    kernels::global_max_pool2d_forward_cuda(x.data<float>(), y.data<float>(), a, planes, hw);
-#endif
-  } else {
-    kernels::global_max_pool2d_forward_cpu(x.data<float>(), y.data<float>(), a, planes, hw);
-  }
+  dispatch(
+      x.device(), "global_max_pool2d_forward",
+      [&] {
+        kernels::global_max_pool2d_forward_cpu(x.data<float>(), y.data<float>(), a, planes, hw);
+      },
+      [&] {
+        kernels::global_max_pool2d_forward_cuda(x.data<float>(), y.data<float>(), a, planes, hw);
+      });
   if (grad) {
     const Shape in_shape = x.shape();
     autograd::record(y, "global_max_pool2d", {x}, [argmax, in_shape, planes, hw](const Tensor& dy) -> std::vector<Tensor> {
       Tensor dx = Tensor::empty(in_shape, DType::Float32, dy.device());
-      if (dy.is_cuda()) {
-#ifdef MINIDL_WITH_CUDA
-        kernels::global_max_pool2d_backward_cuda(dy.data<float>(), argmax.data<int32_t>(), dx.data<float>(), planes, hw);
-#endif
-      } else {
-        kernels::global_max_pool2d_backward_cpu(dy.data<float>(), argmax.data<int32_t>(), dx.data<float>(), planes, hw);
-      }
+      dispatch(
+          dy.device(), "global_max_pool2d_backward",
+          [&] {
+            kernels::global_max_pool2d_backward_cpu(dy.data<float>(), argmax.data<int32_t>(), dx.data<float>(), planes, hw);
+          },
+          [&] {
+            kernels::global_max_pool2d_backward_cuda(dy.data<float>(), argmax.data<int32_t>(), dx.data<float>(), planes, hw);
+          });
       return {dx};
     });
   }

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <limits>
 
-#include "layers/pool/pooling.h"
+#include "layers/pool/pooling_kernels.h"
 
 namespace minidl::kernels {
 

@@ -40,7 +40,7 @@
 
 #include "core/cuda/runtime.h"
 #include "core/error.h"
-#include "layers/pool/pooling.h"
+#include "layers/pool/pooling_kernels.h"
 
 namespace minidl::kernels {
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch's normalization layers at the ANCHORS.md shapes, measured the way ANCHORS.md measured
+"""PyTorch's normalization layers at the docs/perf/anchors.md shapes, measured the way docs/perf/anchors.md measured
 them, so `minidl bench norm` can be set beside figures from the same machine and run
 (scripts/gpu/norm.sh does that).
 

@@ -19,7 +19,17 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.used --format=csv,no
 data=/tmp/cifar10
 bash "$root/.devshare/tools/prepare-cifar10.sh" "$data" >/dev/null
 export MINIDL_DATA_DIR=$data CIFAR10_DIR=$data
-run() { echo "== $*"; local t0=$SECONDS; "$@"; echo "== rc=$? in $((SECONDS - t0)) s"; }
+# Every command that fails is listed in $out/FAILED (run is called inside pipelines, so a shell
+# variable would not survive); the script exits 1 when the list is not empty.
+rm -f "$out/FAILED"
+run() {
+  echo "== $*"
+  local t0=$SECONDS rc=0
+  "$@" || rc=$?
+  echo "== rc=$rc in $((SECONDS - t0)) s"
+  [ "$rc" -eq 0 ] || echo "rc=$rc: $*" >> "$out/FAILED"
+  return "$rc"
+}
 for stage in $stages; do
   case $stage in
     tests)
@@ -53,3 +63,8 @@ for stage in $stages; do
       } 2>&1 | tee "$out/repro.log" | grep -E "repro:|resume check|==|training:" ;;
   esac
 done
+if [ -s "$out/FAILED" ]; then
+  echo "check_all.sh: failed:"
+  cat "$out/FAILED"
+  exit 1
+fi

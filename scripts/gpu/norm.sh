@@ -2,7 +2,7 @@
 # Normalization speed on the GPU, minidl beside PyTorch, in one device run.
 #   scripts/gpu/norm.sh MINIDL_BINARY OUT_DIR
 # Runs `minidl bench norm` (checks the fast kernels against the float64 oracle, then times them
-# against the DRAM floor and ANCHORS.md) and scripts/bench/torch_norm.py (PyTorch on this GPU, now),
+# against the DRAM floor and docs/perf/anchors.md) and scripts/bench/torch_norm.py (PyTorch on this GPU, now),
 # keeps both outputs and JSONs in OUT_DIR, then prints one table: per layer and shape, both times
 # and torch/minidl from this run (above 1: minidl is faster), and per layer the geometric means
 # over the eight large shapes against the targets (3x for BatchNorm2d and GroupNorm, 2x for
@@ -17,7 +17,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,
 echo "== minidl bench norm"
 "$bin" bench norm --json "$out/norm_minidl.json" | tee "$out/norm_minidl.txt"
 if ! python3 -c "import torch" 2>/dev/null; then
-  echo "norm.sh: PyTorch is not importable here: no same-run comparison (ANCHORS.md figures are above)"
+  echo "norm.sh: PyTorch is not importable here: no same-run comparison (docs/perf/anchors.md figures are above)"
   exit 1
 fi
 echo "== scripts/bench/torch_norm.py"

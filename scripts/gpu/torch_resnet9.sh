@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The PyTorch reference for ResNet-9 on the GPU machine (scripts/torch/resnet9.py): step time
 # (cuDNN heuristics, then cudnn.benchmark), a torch.profiler breakdown, and a full training run
-# of the config, each written as JSON into OUT_DIR, then a summary next to ANCHORS.md's figures.
+# of the config, each written as JSON into OUT_DIR, then a summary next to docs/perf/anchors.md's figures.
 # usage: scripts/gpu/torch_resnet9.sh OUT_DIR [DATA_DIR] [CONFIG]
 #   DATA_DIR: decoded CIFAR-10 (default: what scripts/data.sh finds or makes under build/)
 #   CONFIG:   default configs/resnet9.json
@@ -22,7 +22,7 @@ out, name = sys.argv[1], sys.argv[2]
 t = json.load(open(f"{out}/{name}_time_profile.json"))
 b = json.load(open(f"{out}/{name}_time_benchmark.json"))
 r = json.load(open(f"{out}/{name}_train.json"))["train"]
-print(f"summary {name} (ANCHORS.md, BatchNorm ResNet-9: 13.6 ms/step, 37,500 images/s, 6.79 GB, "
+print(f"summary {name} (docs/perf/anchors.md, BatchNorm ResNet-9: 13.6 ms/step, 37,500 images/s, 6.79 GB, "
       "91.05% / 91.62% TTA, 46 s):")
 for label, res in (("heuristics", t["time"]), ("benchmark", b["time"])):
     print(f"  step ({label}): {res['ms_per_step']:.2f} ms, {res['images_per_s']:.0f} images/s, "

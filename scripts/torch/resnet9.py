@@ -6,7 +6,7 @@ parity check), so it is exactly the network minidl trains, under the same parame
 recipe follows the config: SGD (Nesterov, weight decay) on the mean cross-entropy with label
 smoothing, the piecewise-linear lr schedule per step, batch_size, epochs; TF32 for convolutions
 as config["allow_tf32"]. Lr 0.4 with weight decay 5e-4 on the MEAN loss equals the DAWNBench
-formulation of ANCHORS.md (lr 0.4/512, weight decay 5e-4*512 on the SUMMED loss).
+formulation of docs/perf/anchors.md (lr 0.4/512, weight decay 5e-4*512 on the SUMMED loss).
 
 Data: the decoded binary CIFAR-10 (data_batch_1..5.bin, test_batch.bin) loaded once into GPU
 memory, normalized with config["data"] mean/std (CIFAR-10's by default). Augmentation runs on the
@@ -226,7 +226,7 @@ def profile_steps(args, config, model, opt, base_lr, smoothing, device, steps=10
         return v if v is not None else getattr(e, "self_cuda_time_total", 0)
 
     # Each kernel's time counts once, as self time of the CPU op that launched it (so cuDNN's
-    # NCHW<->NHWC conversion kernels count under convolution, as in ANCHORS.md).
+    # NCHW<->NHWC conversion kernels count under convolution, as in docs/perf/anchors.md).
     per_cat = {c: 0.0 for c in CATEGORIES}
     per_op = {}
     kernel_total = 0.0

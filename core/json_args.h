@@ -1,0 +1,45 @@
+// The one strict reader of JSON arguments: layer specs, optimizers, schedules, data options and
+// the run config all read their keys through it. Keys come with defaults and type checks, every
+// error names the full key path ("model.layers[3].kernel_size", "optimizer.betas"), and finish()
+// rejects any key nobody read, so a typo is an error instead of a silently ignored setting.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace minidl {
+
+class JsonArgs {
+ public:
+  // `path` is where the object sits in the config ("" for the top level, named "config").
+  JsonArgs(const nlohmann::json& object, std::string path);
+
+  int64_t get_int(const std::string& key);
+  int64_t get_int(const std::string& key, int64_t fallback);
+  uint64_t get_uint(const std::string& key, uint64_t fallback);
+  double get_float(const std::string& key);
+  double get_float(const std::string& key, double fallback);
+  bool get_bool(const std::string& key, bool fallback);
+  std::string get_string(const std::string& key, const std::string& fallback);
+  std::vector<int64_t> get_ints(const std::string& key);  // a number or a list of numbers
+  const nlohmann::json& get_json(const std::string& key);
+  // A nested object; an empty one when it is absent and not required.
+  const nlohmann::json& get_object(const std::string& key, bool required);
+  bool has(const std::string& key) const;
+
+  const std::string& path() const { return path_; }
+  std::string where() const { return path_.empty() ? "config" : path_; }
+  std::string key_path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  // Errors naming the first key nobody read.
+  void finish() const;
+
+ private:
+  const nlohmann::json& at(const std::string& key);
+  const nlohmann::json& object_;
+  std::string path_;
+  std::set<std::string> used_;
+};
+
+}  // namespace minidl

@@ -1,0 +1,30 @@
+// Launchers of the loss kernels (loss_cpu.cpp, loss_cuda.cu): plain C++, no tensors and no JSON,
+// so nvcc compiles only this with the kernels.
+#pragma once
+#include <cstdint>
+
+namespace minidl {
+
+namespace kernels {
+// logits (rows, classes) and labels (rows) contiguous; the CPU kernels expect labels already
+// checked (loss.cpp does it before any thread starts). dlogits (rows, classes) may be null when
+// no backward follows. *loss receives the mean loss.
+void cross_entropy_forward_cpu(const float* logits, const int32_t* labels, int64_t rows, int64_t classes,
+                               float label_smoothing, float* loss, float* dlogits);
+void argmax_rows_cpu(const float* logits, int64_t rows, int64_t classes, int32_t* out);
+int64_t count_correct_cpu(const float* logits, const int32_t* labels, int64_t rows, int64_t classes);
+// The CUDA kernels check the labels themselves and flag a bad one (see above). row_loss: scratch
+// of `rows` floats; *loss (device) receives the mean.
+void cross_entropy_forward_cuda(const float* logits, const int32_t* labels, int64_t rows, int64_t classes,
+                                float label_smoothing, float* row_loss, float* loss, float* dlogits);
+// dx = d * g[0] over n elements, g on the device (the loss gradient never comes to the host).
+void scale_by_device_scalar_cuda(const float* d, const float* g, float* dx, int64_t n);
+void argmax_rows_cuda(const float* logits, int64_t rows, int64_t classes, int32_t* out);
+// *count (device) = rows whose argmax (computed into argmax_scratch, `rows` ints) equals the label.
+void count_correct_cuda(const float* logits, const int32_t* labels, int64_t rows, int64_t classes,
+                        int32_t* argmax_scratch, int64_t* count);
+// Throws the Error for the first bad label a CUDA kernel has flagged since the last call, if any.
+void raise_flagged_label_error();
+}  // namespace kernels
+
+}  // namespace minidl
