@@ -19,6 +19,7 @@
 #include "layers/loss/loss.h"
 #include "layers/module.h"
 #include "layers/registry.h"
+#include "optim/named_params.h"
 #include "optim/optimizer.h"
 
 namespace minidl {
@@ -100,20 +101,6 @@ void load_state(Module& m, const SafeTensors& in, const std::set<std::string>& i
   m.load_state_dict(state);
 }
 
-// Parameters with the type of the module that owns them, as the optimizer factory wants them.
-std::vector<NamedParam> named_params(Module& model) {
-  std::map<std::string, std::string> type_at;
-  for (const auto& [path, m] : model.named_modules()) type_at[path] = m->type_name();
-  std::vector<NamedParam> out;
-  for (const auto& [name, t] : model.named_parameters()) {
-    const size_t dot = name.rfind('.');
-    const std::string owner = dot == std::string::npos ? "" : name.substr(0, dot);
-    MINIDL_ASSERT(type_at.count(owner));
-    out.push_back({name, t, type_at[owner]});
-  }
-  return out;
-}
-
 int run_layer(const ParityArgs& a, Device device) {
   const nlohmann::json spec = read_spec(a.spec);
   std::shared_ptr<Module> layer = build_layer(spec, "spec");
@@ -163,7 +150,7 @@ int run_model(const ParityArgs& a, Device device) {
   load_state(*model, in, {"input", "labels"}, a.in);
   model->to(device);
   model->train(true);
-  std::unique_ptr<Optimizer> optimizer = make_optimizer(cfg.optimizer, named_params(*model), "optimizer");
+  std::unique_ptr<Optimizer> optimizer = make_optimizer(cfg.optimizer, named_parameters(*model), "optimizer");
   optimizer->to(device);
 
   const Tensor x = find_tensor(in, "input", a.in).to(device);

@@ -13,9 +13,11 @@ namespace minidl {
 namespace {
 constexpr size_t kCpuAlignment = 64;
 
+#ifndef MINIDL_WITH_CUDA
 [[noreturn]] void no_cuda() {
   fail("this minidl was built without CUDA: rebuild on a machine with the CUDA toolkit and cuDNN");
 }
+#endif
 }  // namespace
 
 std::shared_ptr<void> allocate(size_t bytes, Device device) {

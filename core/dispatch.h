@@ -20,6 +20,7 @@ template <class Cpu, class Cuda>
 decltype(auto) dispatch(Device device, const char* op, Cpu&& cpu, Cuda&& cuda) {
   if (!device.is_cuda()) return std::forward<Cpu>(cpu)();
 #ifdef MINIDL_WITH_CUDA
+  (void)op;
   return std::forward<Cuda>(cuda)();
 #else
   (void)cuda;

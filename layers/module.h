@@ -16,6 +16,10 @@ namespace minidl {
 class Module {
  public:
   virtual ~Module();
+  // A module keeps pointers to its own member tensors (register_parameter): a copy would point
+  // into the original, so modules are shared by pointer and never copied.
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
 
   // Runs forward() with the module's id set for autograd tagging and profiler hooks around it.
   Tensor operator()(const Tensor& x);

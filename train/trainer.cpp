@@ -23,23 +23,11 @@
 #include "data/tta.h"
 #include "layers/registry.h"
 #include "layers/containers/sequential.h"
+#include "optim/named_params.h"
 
 namespace minidl {
 
 namespace {
-
-// The module type that owns each parameter ("3.weight" -> type of module "3").
-std::vector<NamedParam> named_params(Module& model) {
-  std::vector<NamedParam> out;
-  std::map<std::string, std::string> type_of;
-  for (auto& [path, m] : model.named_modules()) type_of[path] = m->type_name();
-  for (auto& [name, t] : model.named_parameters()) {
-    const size_t dot = name.rfind('.');
-    const std::string owner = dot == std::string::npos ? "" : name.substr(0, dot);
-    out.push_back({name, t, type_of[owner]});
-  }
-  return out;
-}
 
 std::string data_dir_for(const DataOptions& data) {
   if (!data.dir.empty()) return data.dir;
@@ -71,7 +59,7 @@ Trainer::Trainer(const TrainConfig& config, Device device)
   model_ = build_sequential(config.model.at("layers"), "model.layers");
   model_->assign_paths();
   model_->to(device_);
-  optimizer_ = make_optimizer(config.optimizer, named_params(*model_), "optimizer");
+  optimizer_ = make_optimizer(config.optimizer, named_parameters(*model_), "optimizer");
   optimizer_->to(device_);
   schedule_ = make_schedule(config.schedule, "schedule");
 
