@@ -13,6 +13,7 @@
 #include "train/checkpoint.h"
 #include "train/run_log.h"
 #include "core/allocator.h"
+#include "core/device.h"
 #include "core/autograd.h"
 #include "core/error.h"
 #include "core/init.h"
@@ -37,6 +38,11 @@ std::string data_dir_for(const DataOptions& data) {
   return env;
 }
 
+// Eager steps before a capture: the first step makes cuDNN choose its algorithms and cuBLAS set
+// up, and fills the allocator's cache; the second runs as every later step will.
+constexpr int kTrainGraphWarmup = 2;
+constexpr int kEvalGraphWarmup = 1;
+
 }  // namespace
 
 Device setup_compute(const TrainConfig& config) {
@@ -54,7 +60,10 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
 }
 
 Trainer::Trainer(const TrainConfig& config, Device device)
-    : config_(config), device_(device), data_options_(DataOptions::from_json(config.data, "data")) {
+    : config_(config),
+      device_(device),
+      data_options_(DataOptions::from_json(config.data, "data")),
+      train_graph_("training step", config.cuda_graph && device.is_cuda(), kTrainGraphWarmup) {
   set_init_seed(config.seed);
   model_ = build_sequential(config.model.at("layers"), "model.layers");
   model_->assign_paths();
@@ -83,48 +92,101 @@ nlohmann::json Trainer::resolved_config() const {
   return j;
 }
 
-Trainer::StepOutput Trainer::train_step(const Batch& batch, int64_t step, Profiler* profiler) {
-  const double lr = optimizer_->base_lr() * schedule_->factor(step, steps_per_epoch(), total_steps());
+double Trainer::lr_at(int64_t step) const {
+  return optimizer_->base_lr() * schedule_->factor(step, steps_per_epoch(), total_steps());
+}
+
+bool Trainer::train_step(int64_t step, StepRecord* record, Profiler* profiler) {
+  if (!train_loader_->advance()) return false;
+  const double lr = lr_at(step);
+  if (profiler) {
+    device_step(false, lr, profiler);
+  } else {
+    // A replay runs apply() with the table of this prepare(); an eager step prepares after its
+    // backward, as Optimizer::step does. Either way the same scalars reach the same kernels.
+    const bool graphed = train_graph_.next_run_graphed();
+    if (graphed) optimizer_->prepare(lr);
+    // A failed capture ran the backward on the host only: the gradients it summed into were never
+    // computed, so zero them again before the eager run.
+    train_graph_.run([&] { device_step(graphed, lr, nullptr); }, [&] { optimizer_->zero_grad(); });
+  }
+  copy_bytes_async(&record->loss, Device::cpu(), step_loss_.raw_data(), device_, sizeof(float));
+  copy_bytes_async(&record->correct, Device::cpu(), step_correct_.raw_data(), device_, sizeof(int32_t));
+  return true;
+}
+
+void Trainer::device_step(bool prepared, double lr, Profiler* profiler) {
+  Batch batch;
+  {
+    ProfileSection s = profiler ? profiler->section("data") : ProfileSection();
+    train_loader_->emit(batch);
+  }
   Tensor logits = (*model_)(batch.images);
-  StepOutput out;
-  out.lr = lr;
+  Tensor loss;
   {
     ProfileSection s = profiler ? profiler->section("loss") : ProfileSection();
-    out.loss = cross_entropy(logits, batch.labels, static_cast<float>(config_.label_smoothing));
-    out.predictions = argmax_rows(logits.detach());
+    loss = cross_entropy(logits, batch.labels, static_cast<float>(config_.label_smoothing));
+    step_correct_ = correct_predictions(logits.detach(), batch.labels);
   }
-  out.loss.backward();
+  loss.backward();
   {
     ProfileSection s = profiler ? profiler->section("optimizer") : ProfileSection();
-    optimizer_->step(lr);
+    if (!prepared) optimizer_->prepare(lr);
+    optimizer_->apply();
     optimizer_->zero_grad();
   }
-  out.loss = out.loss.detach();
-  return out;
+  step_loss_ = loss.detach();
+}
+
+void Trainer::device_eval(const std::string& tta) {
+  Batch batch;
+  test_loader_->emit(batch);
+  Tensor logits = (*model_)(batch.images);
+  eval_correct_ = correct_predictions(logits, batch.labels);
+  if (tta == "none") return;
+  Tensor sum = add(logits, (*model_)(hflip(batch.images)));
+  if (tta == "flip_translate") {
+    // airbench's TTA: the image and its mirror, each also translated by one pixel up-left and
+    // down-right (reflect padding).
+    for (int d : {-1, 1})
+      for (bool flip : {false, true}) sum = add(sum, (*model_)(flip_translate(batch.images, flip, d, d)));
+  }
+  eval_tta_correct_ = correct_predictions(sum, batch.labels);
 }
 
 Trainer::EvalResult Trainer::evaluate(const std::string& tta) {
   autograd::NoGradGuard no_grad;
   model_->eval();
-  int64_t correct = 0, correct_tta = 0, seen = 0;
-  test_loader_->start_epoch(0);
-  Batch batch;
-  while (test_loader_->next(batch)) {
-    Tensor logits = (*model_)(batch.images);
-    correct += count_correct(logits, batch.labels);
-    if (tta != "none") {
-      Tensor sum = add(logits, (*model_)(hflip(batch.images)));
-      if (tta == "flip_translate") {
-        // airbench's TTA: the image and its mirror, each also translated by one pixel up-left and
-        // down-right (reflect padding).
-        for (int d : {-1, 1})
-          for (bool flip : {false, true}) sum = add(sum, (*model_)(flip_translate(batch.images, flip, d, d)));
-      }
-      correct_tta += count_correct(sum, batch.labels);
-    }
-    seen += batch.labels.numel();
+  Loader& loader = *test_loader_;
+  const int64_t batches = loader.batches_per_epoch();
+  if (!eval_counts_) eval_counts_ = allocate_pinned(static_cast<size_t>(2 * batches) * sizeof(int32_t));
+  // One graph per TTA mode: the forward passes it replays depend on it.
+  if (!eval_graph_ || eval_graph_tta_ != tta) {
+    eval_graph_ = std::make_unique<StepGraph>("evaluation batch", config_.cuda_graph && device_.is_cuda(),
+                                              kEvalGraphWarmup);
+    eval_graph_tta_ = tta;
   }
+  int32_t* counts = static_cast<int32_t*>(eval_counts_.get());
+  loader.start_epoch(0);
+  int64_t seen = 0;
+  for (int64_t b = 0; loader.advance(); ++b) {
+    // The last, shorter batch runs eagerly: a graph holds the shapes of its capture.
+    if (loader.current_batch_size() == loader.options().batch_size)
+      eval_graph_->run([&] { device_eval(tta); }, [] {});
+    else
+      device_eval(tta);
+    copy_bytes_async(counts + 2 * b, Device::cpu(), eval_correct_.raw_data(), device_, sizeof(int32_t));
+    if (tta != "none")
+      copy_bytes_async(counts + 2 * b + 1, Device::cpu(), eval_tta_correct_.raw_data(), device_, sizeof(int32_t));
+    seen += loader.current_batch_size();
+  }
+  synchronize(device_);
   model_->train();
+  int64_t correct = 0, correct_tta = 0;
+  for (int64_t b = 0; b < batches; ++b) {
+    correct += counts[2 * b];
+    if (tta != "none") correct_tta += counts[2 * b + 1];
+  }
   EvalResult r;
   r.acc = 100.0 * static_cast<double>(correct) / static_cast<double>(seen);
   if (tta != "none") r.tta_acc = 100.0 * static_cast<double>(correct_tta) / static_cast<double>(seen);
