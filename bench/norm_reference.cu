@@ -4,6 +4,7 @@
 // order. It is slow on purpose: nothing here is clever, so the tests and the benchmark can hold
 // the fast kernels (norm_forward.cu, norm_backward.cu) against it on shapes too large for the CPU.
 #include "core/allocator.h"
+#include "core/cuda/kernel_helpers.cuh"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "bench/norm_reference.h"
@@ -161,10 +162,7 @@ __global__ void reference_affine_kernel(const Layout l, const NormBackward a, co
   }
 }
 
-unsigned grid_for(int64_t blocks) {
-  const int64_t cap = cuda::resident_blocks(kBlock);
-  return static_cast<unsigned>(blocks < cap ? blocks : cap);
-}
+unsigned grid_for(int64_t blocks) { return static_cast<unsigned>(cuda::grid_blocks(blocks, kBlock)); }
 
 }  // namespace
 

@@ -1,5 +1,6 @@
 #include "core/init.h"
 
+#include <cmath>
 #include <vector>
 
 #include "core/error.h"
@@ -26,6 +27,12 @@ void init_uniform_(Tensor& t, float bound) {
     v[i] = (2.f * u - 1.f) * bound;
   }
   t.copy_(Tensor::from_vector(v, t.shape()));
+}
+
+void init_fan_in_uniform_(Tensor& weight, Tensor* bias, int64_t fan_in) {
+  const float bound = 1.f / std::sqrt(static_cast<float>(fan_in));
+  init_uniform_(weight, bound);
+  if (bias) init_uniform_(*bias, bound);
 }
 
 }  // namespace minidl

@@ -12,5 +12,9 @@ namespace minidl {
 void set_init_seed(uint64_t seed);
 // Fills t (any device) with U(-bound, bound) drawn on the host.
 void init_uniform_(Tensor& t, float bound);
+// PyTorch's default for a layer with `fan_in` inputs per output (Conv2d, Linear):
+// kaiming_uniform_(a=sqrt(5)) for the weight and U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for the bias
+// (bias may be null), which come to the same bound; the weight draws first.
+void init_fan_in_uniform_(Tensor& weight, Tensor* bias, int64_t fan_in);
 
 }  // namespace minidl

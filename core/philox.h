@@ -5,11 +5,7 @@
 #pragma once
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define MINIDL_HD __host__ __device__ __forceinline__
-#else
-#define MINIDL_HD inline
-#endif
+#include "core/host_device.h"
 
 namespace minidl {
 

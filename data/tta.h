@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 
+#include "core/host_device.h"
 #include "core/tensor.h"
 
 namespace minidl {
@@ -24,10 +25,7 @@ void flip_translate_cuda(const float* in, float* out, int64_t planes, int h, int
                          int dy, int dx);
 
 // Reflection of an index that fell at most n - 1 places outside [0, n).
-#if defined(__CUDACC__)
-__host__ __device__
-#endif
-inline int reflect_index(int i, int n) {
+MINIDL_HD int reflect_index(int i, int n) {
   return i < 0 ? -i : (i >= n ? 2 * (n - 1) - i : i);
 }
 }  // namespace kernels

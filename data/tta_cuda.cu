@@ -2,6 +2,7 @@
 // the reads of a warp stay within one or two rows of the source plane.
 #include <algorithm>
 
+#include "core/cuda/kernel_helpers.cuh"
 #include "core/cuda/runtime.h"
 #include "data/tta.h"
 
@@ -31,8 +32,7 @@ void flip_translate_cuda(const float* in, float* out, int64_t planes, int h, int
                          int dy, int dx) {
   const int64_t total = planes * h * w;
   if (total == 0) return;
-  const int64_t needed = (total + kTtaBlock - 1) / kTtaBlock;
-  const int grid = static_cast<int>(std::min<int64_t>(needed, cuda::resident_blocks(kTtaBlock)));
+  const int grid = cuda::grid_blocks(cuda::ceil_div(total, kTtaBlock), kTtaBlock);
   flip_translate_kernel<<<grid, kTtaBlock, 0, cuda::stream()>>>(in, out, total, h, w, flip, dy, dx);
   MINIDL_LAUNCH_CHECK();
 }

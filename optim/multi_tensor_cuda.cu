@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/cuda/kernel_helpers.cuh"
 #include "core/cuda/runtime.h"
 #include "optim/update_kernels.h"
 
@@ -61,8 +62,7 @@ void launch_multi_tensor(const std::vector<T>& tensors, const H& hyper, const fl
       largest = std::max(largest, list.tensors[k].n);
     }
     if (largest == 0) continue;
-    const int64_t needed = (largest + kUpdateBlock - 1) / kUpdateBlock;
-    const int grid = static_cast<int>(std::min<int64_t>(needed, cuda::resident_blocks(kUpdateBlock)));
+    const int grid = cuda::grid_blocks(cuda::ceil_div(largest, kUpdateBlock), kUpdateBlock);
     multi_tensor_update_kernel<T, H><<<grid, kUpdateBlock, 0, cuda::stream()>>>(list, scalars);
     MINIDL_LAUNCH_CHECK();
   }

@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/philox.h"  // MINIDL_HD
+#include "core/host_device.h"
 
 namespace minidl::kernels {
 

@@ -1,7 +1,9 @@
 #include "core/cuda/runtime.h"
 
 #include <cstring>
+#include <map>
 #include <mutex>
+#include <utility>
 
 #include "core/cuda/device_memory.h"
 #include "core/error.h"
@@ -64,6 +66,20 @@ int resident_blocks(int block_size) {
   int per_sm = p.maxThreadsPerMultiProcessor / block_size;
   if (per_sm < 1) per_sm = 1;
   return p.multiProcessorCount * per_sm;
+}
+
+int resident_blocks_of(const void* kernel, int block_size) {
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, int> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_pair(kernel, block_size);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  int per_sm = 0;
+  MINIDL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, block_size, 0));
+  const int blocks = (per_sm > 0 ? per_sm : 1) * props().multiProcessorCount;
+  cache.emplace(key, blocks);
+  return blocks;
 }
 
 void synchronize() { MINIDL_CUDA_CHECK(cudaStreamSynchronize(stream())); }

@@ -24,6 +24,9 @@ const cudaDeviceProp& props();
 // Blocks of `block_size` threads that fill every resident slot of the chip once
 // (SMs * max threads per SM / block_size). Grids are sized from this, never a constant.
 int resident_blocks(int block_size);
+// The same at `kernel`'s own occupancy (its registers and static shared memory decide how many
+// blocks fit on an SM), asked of the driver once per kernel and block size.
+int resident_blocks_of(const void* kernel, int block_size);
 
 // Waits for all queued work and turns an asynchronous kernel fault into an Error.
 void synchronize();

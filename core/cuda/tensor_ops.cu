@@ -1,5 +1,6 @@
 // CUDA side of core/tensor_ops.h: fill and y = a*x + b*z. Grid-stride loops over a grid that
 // fills the chip once; these are memory-bound, so the only goal is coalesced full-width access.
+#include "core/cuda/kernel_helpers.cuh"
 #include "core/cuda/runtime.h"
 #include "core/tensor_ops.h"
 
@@ -23,11 +24,7 @@ __global__ void axpby_kernel(float* y, float a, const float* x, float b, const f
 
 constexpr int kBlock = 256;
 
-int grid_for(int64_t n) {
-  const int64_t needed = (n + kBlock - 1) / kBlock;
-  const int64_t cap = cuda::resident_blocks(kBlock);
-  return static_cast<int>(needed < cap ? (needed > 0 ? needed : 1) : cap);
-}
+int grid_for(int64_t n) { return cuda::grid_blocks(cuda::ceil_div(n, kBlock), kBlock); }
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 // view, go one float at a time. Grid-stride loops over a grid that fills the chip once.
 #include <cstdint>
 
+#include "core/cuda/kernel_helpers.cuh"
 #include "core/cuda/runtime.h"
 #include "layers/activation/activation_kernels.h"
 
@@ -74,11 +75,7 @@ __global__ void map2_kernel(const float* __restrict__ a, const float* __restrict
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Blocks for `work` items per thread-slot, at least one, at most one resident wave.
-int grid_for(int64_t work) {
-  const int64_t needed = (work + kBlock - 1) / kBlock;
-  const int64_t cap = cuda::resident_blocks(kBlock);
-  return static_cast<int>(needed < 1 ? 1 : (needed < cap ? needed : cap));
-}
+int grid_for(int64_t work) { return cuda::grid_blocks(cuda::ceil_div(work, kBlock), kBlock); }
 
 template <class Op>
 void launch_map1(const float* a, float* out, int64_t n, Op op) {

@@ -2,8 +2,6 @@
 // its inputs need), the Conv2d module and its factory.
 #include "layers/conv/conv2d.h"
 
-#include <cmath>
-
 #include "core/autograd.h"
 #include "core/dispatch.h"
 #include "core/error.h"
@@ -108,17 +106,11 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2d kernel_size, Si
   MINIDL_CHECK(kernel_.h >= 1 && kernel_.w >= 1, "Conv2d: kernel_size must be >= 1, got ", size_str(kernel_));
   MINIDL_CHECK(stride_.h >= 1 && stride_.w >= 1, "Conv2d: stride must be >= 1, got ", size_str(stride_));
   MINIDL_CHECK(padding_.h >= 0 && padding_.w >= 0, "Conv2d: padding must be >= 0, got ", size_str(padding_));
-  // PyTorch: kaiming_uniform_(a=sqrt(5)) for the weight and U(-1/sqrt(fan_in), ..) for the bias,
-  // both of which come to the same bound.
-  const float bound = 1.f / std::sqrt(static_cast<float>(in_channels * kernel_.h * kernel_.w));
   weight = Tensor::empty({out_channels, in_channels, kernel_.h, kernel_.w});
-  init_uniform_(weight, bound);
+  if (with_bias) bias = Tensor::empty({out_channels});
+  init_fan_in_uniform_(weight, with_bias ? &bias : nullptr, in_channels * kernel_.h * kernel_.w);
   register_parameter("weight", &weight);
-  if (with_bias) {
-    bias = Tensor::empty({out_channels});
-    init_uniform_(bias, bound);
-    register_parameter("bias", &bias);
-  }
+  if (with_bias) register_parameter("bias", &bias);
 }
 
 Tensor Conv2d::forward(const Tensor& x) {

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/cuda/kernel_helpers.cuh"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "core/settings.h"
@@ -291,7 +292,7 @@ __global__ void bias_grad_partials_kernel(const float* __restrict__ dy, int64_t 
     const int64_t img = j / hw;
     acc += dy[(img * o + ch) * hw + (j - img * hw)];
   }
-  for (int off = 16; off > 0; off >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, off);
+  acc = cuda::warp_sum(acc);
   __shared__ float warp_sums[kBiasBlock / 32];
   if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x >> 5] = acc;
   __syncthreads();
@@ -300,16 +301,6 @@ __global__ void bias_grad_partials_kernel(const float* __restrict__ dy, int64_t 
     for (int wi = 0; wi < kBiasBlock / 32; ++wi) sum += warp_sums[wi];
     partials[s * o + ch] = sum;
   }
-}
-
-// Pass 2: db[ch] = the partials of ch added in slice order.
-__global__ void bias_grad_finalize_kernel(const float* __restrict__ partials, int64_t o, int64_t slices,
-                                          float* __restrict__ db) {
-  const int64_t ch = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (ch >= o) return;
-  float sum = 0.f;
-  for (int64_t s = 0; s < slices; ++s) sum += partials[s * o + ch];
-  db[ch] = sum;
 }
 
 }  // namespace
@@ -369,10 +360,7 @@ void conv2d_backward_bias_cuda(const Conv2dShape& s, const float* dy, float* db)
   bias_grad_partials_kernel<<<dim3(static_cast<unsigned>(s.o), static_cast<unsigned>(slices)), kBiasBlock, 0,
                               cuda::stream()>>>(dy, s.n, s.o, hw, slices, part);
   MINIDL_LAUNCH_CHECK();
-  const int threads = 256;
-  bias_grad_finalize_kernel<<<static_cast<unsigned>((s.o + threads - 1) / threads), threads, 0, cuda::stream()>>>(
-      part, s.o, slices, db);
-  MINIDL_LAUNCH_CHECK();
+  cuda::sum_partials_by_column(part, slices, s.o, db);
 }
 
 size_t conv2d_cuda_plan_count() {

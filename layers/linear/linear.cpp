@@ -2,8 +2,6 @@
 // module and its factory.
 #include "layers/linear/linear.h"
 
-#include <cmath>
-
 #include "core/autograd.h"
 #include "core/dispatch.h"
 #include "core/error.h"
@@ -78,15 +76,11 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias)
     : in_features_(in_features), out_features_(out_features) {
   MINIDL_CHECK(in_features >= 1 && out_features >= 1, "Linear: in_features and out_features must be >= 1, got ",
                in_features, " and ", out_features);
-  const float bound = 1.f / std::sqrt(static_cast<float>(in_features));
   weight = Tensor::empty({out_features, in_features});
-  init_uniform_(weight, bound);
+  if (with_bias) bias = Tensor::empty({out_features});
+  init_fan_in_uniform_(weight, with_bias ? &bias : nullptr, in_features);
   register_parameter("weight", &weight);
-  if (with_bias) {
-    bias = Tensor::empty({out_features});
-    init_uniform_(bias, bound);
-    register_parameter("bias", &bias);
-  }
+  if (with_bias) register_parameter("bias", &bias);
 }
 
 Tensor Linear::forward(const Tensor& x) {

@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "core/allocator.h"
+#include "core/cuda/kernel_helpers.cuh"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "layers/linear/linear_kernels.h"
@@ -64,16 +65,6 @@ __global__ void bias_grad_partials_kernel(const float* __restrict__ dy, int64_t 
   }
 }
 
-// Pass 2: db[j] = the partials of column j added in slice order.
-__global__ void bias_grad_finalize_kernel(const float* __restrict__ partials, int64_t out, int64_t slices,
-                                          float* __restrict__ db) {
-  const int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (j >= out) return;
-  float total = 0.f;
-  for (int64_t s = 0; s < slices; ++s) total += partials[s * out + j];
-  db[j] = total;
-}
-
 }  // namespace
 
 void linear_forward_cuda(int64_t rows, int64_t in, int64_t out, const float* x, const float* w, const float* b,
@@ -115,10 +106,7 @@ void linear_backward_bias_cuda(int64_t rows, int64_t out, const float* dy, float
   bias_grad_partials_kernel<<<dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(slices)),
                               dim3(32, kRowsPerBlock), 0, cuda::stream()>>>(dy, rows, out, slices, part);
   MINIDL_LAUNCH_CHECK();
-  const int threads = 256;
-  bias_grad_finalize_kernel<<<static_cast<unsigned>((out + threads - 1) / threads), threads, 0, cuda::stream()>>>(
-      part, out, slices, db);
-  MINIDL_LAUNCH_CHECK();
+  cuda::sum_partials_by_column(part, slices, out, db);
 }
 
 }  // namespace minidl::kernels

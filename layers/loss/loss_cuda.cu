@@ -15,6 +15,7 @@
 // once, not device memory.
 #include <cstdint>
 
+#include "core/cuda/kernel_helpers.cuh"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "layers/loss/loss_kernels.h"
@@ -45,11 +46,6 @@ LabelStatus* label_status() {
   return status;
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int off = kWarp / 2; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
-  return v;
-}
-
 __device__ __forceinline__ float warp_max(float v) {
   for (int off = kWarp / 2; off > 0; off /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
   return v;
@@ -75,8 +71,8 @@ __global__ void cross_entropy_rows_kernel(const float* __restrict__ logits, cons
       sum_exp += expf(v - m);
       sum_x += v;
     }
-    sum_exp = warp_sum(sum_exp);
-    sum_x = warp_sum(sum_x);
+    sum_exp = cuda::warp_sum(sum_exp);
+    sum_x = cuda::warp_sum(sum_x);
     const float lse = m + logf(sum_exp);
     const float x_label = bad ? NAN : __ldg(x + label);
     if (lane == 0)
@@ -194,10 +190,7 @@ __global__ void count_correct_kernel(const int32_t* __restrict__ argmax, const i
 }
 
 int grid_for_rows(int64_t rows) {
-  const int64_t rows_per_block = kBlock / kWarp;
-  const int64_t needed = (rows + rows_per_block - 1) / rows_per_block;
-  const int64_t cap = cuda::resident_blocks(kBlock);
-  return static_cast<int>(needed < 1 ? 1 : (needed < cap ? needed : cap));
+  return cuda::grid_blocks(cuda::ceil_div(rows, kBlock / kWarp), kBlock);
 }
 
 void check_sizes(int64_t rows, int64_t classes, const char* what) {
@@ -221,9 +214,8 @@ void cross_entropy_forward_cuda(const float* logits, const int32_t* labels, int6
 
 void scale_by_device_scalar_cuda(const float* d, const float* g, float* dx, int64_t n) {
   if (n == 0) return;
-  const int64_t needed = (n + kBlock - 1) / kBlock;
-  const int64_t cap = cuda::resident_blocks(kBlock);
-  scale_by_device_scalar_kernel<<<static_cast<int>(needed < cap ? needed : cap), kBlock, 0, cuda::stream()>>>(d, g, dx, n);
+  scale_by_device_scalar_kernel<<<cuda::grid_blocks(cuda::ceil_div(n, kBlock), kBlock), kBlock, 0, cuda::stream()>>>(
+      d, g, dx, n);
   MINIDL_LAUNCH_CHECK();
 }
 

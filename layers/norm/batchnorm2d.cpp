@@ -10,7 +10,6 @@ namespace minidl {
 BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum, bool weight, bool bias, bool relu)
     : num_features_(num_features), eps_(eps), momentum_(momentum), relu_(relu) {
   MINIDL_CHECK(num_features >= 1, "BatchNorm2d: num_features must be >= 1, got ", num_features);
-  MINIDL_CHECK(eps >= 0, "BatchNorm2d: eps must be >= 0, got ", eps);
   MINIDL_CHECK(momentum >= 0 && momentum <= 1, "BatchNorm2d: momentum must be in [0, 1], got ", momentum);
   if (weight) {
     this->weight = Tensor::full({num_features}, 1.f);

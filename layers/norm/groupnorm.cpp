@@ -12,7 +12,6 @@ GroupNorm::GroupNorm(int64_t num_groups, int64_t num_channels, double eps, bool 
   MINIDL_CHECK(num_groups >= 1 && num_channels >= 1 && num_channels % num_groups == 0,
                "GroupNorm: num_channels (", num_channels, ") must be a positive multiple of num_groups (", num_groups,
                ")");
-  MINIDL_CHECK(eps >= 0, "GroupNorm: eps must be >= 0, got ", eps);
   if (affine) {
     weight = Tensor::full({num_channels}, 1.f);
     bias = Tensor::zeros({num_channels});

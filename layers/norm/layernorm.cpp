@@ -12,7 +12,6 @@ LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool elementwise_affine
   MINIDL_CHECK(!normalized_shape_.empty(), "LayerNorm: normalized_shape must not be empty");
   for (int64_t d : normalized_shape_)
     MINIDL_CHECK(d >= 1, "LayerNorm: normalized_shape dims must be >= 1, got ", shape_str(normalized_shape_));
-  MINIDL_CHECK(eps >= 0, "LayerNorm: eps must be >= 0, got ", eps);
   if (elementwise_affine) {
     weight = Tensor::full(normalized_shape_, 1.f);
     bias = Tensor::zeros(normalized_shape_);

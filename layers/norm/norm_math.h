@@ -5,34 +5,30 @@
 #pragma once
 #include <cmath>
 
-#if defined(__CUDACC__)
-#define MINIDL_NORM_HD __host__ __device__ __forceinline__
-#else
-#define MINIDL_NORM_HD inline
-#endif
+#include "core/host_device.h"
 
 namespace minidl::norm {
 
 // weight[f] * rstd, the factor that multiplies (x - mean); rstd alone when there is no weight.
-MINIDL_NORM_HD float feature_scale(const float* weight, long long f, float rstd) {
+MINIDL_HD float feature_scale(const float* weight, long long f, float rstd) {
   return weight ? weight[f] * rstd : rstd;
 }
 
-MINIDL_NORM_HD float feature_shift(const float* bias, long long f) { return bias ? bias[f] : 0.f; }
+MINIDL_HD float feature_shift(const float* bias, long long f) { return bias ? bias[f] : 0.f; }
 
 // y = (x - mean) * scale + shift with one rounding for the multiply-add. The centered form keeps
 // its accuracy when |mean| >> std, where x * scale + (shift - mean * scale) would cancel.
-MINIDL_NORM_HD float normalized(float x, float mean, float scale, float shift) { return fmaf(x - mean, scale, shift); }
+MINIDL_HD float normalized(float x, float mean, float scale, float shift) { return fmaf(x - mean, scale, shift); }
 
 // ReLU as a separate torch.relu would do it: NaN fails the comparison and passes through.
-MINIDL_NORM_HD float relu_forward(float y) { return y <= 0.f ? 0.f : y; }
+MINIDL_HD float relu_forward(float y) { return y <= 0.f ? 0.f : y; }
 
 // ReLU's backward on its output y: dy passes unless y <= 0, so a NaN output keeps its gradient.
-MINIDL_NORM_HD float relu_backward(float dy, float y) { return y <= 0.f ? 0.f : dy; }
+MINIDL_HD float relu_backward(float dy, float y) { return y <= 0.f ? 0.f : dy; }
 
 // dx = g * scale + (x - mean) * k1 + k2, where g is dy after the ReLU mask and k1, k2 are the
 // per-group terms of the backward through the statistics (0 when they were constants).
-MINIDL_NORM_HD float input_grad(float g, float centered, float scale, float k1, float k2) {
+MINIDL_HD float input_grad(float g, float centered, float scale, float k1, float k2) {
   return fmaf(g, scale, fmaf(centered, k1, k2));
 }
 

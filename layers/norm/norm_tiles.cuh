@@ -23,9 +23,8 @@
 // stay a few percent of the tensor.
 #pragma once
 #include <cstdint>
-#include <mutex>
-#include <unordered_map>
 
+#include "core/cuda/kernel_helpers.cuh"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "layers/norm/norm_kernels.h"
@@ -127,17 +126,8 @@ __device__ __forceinline__ void store_slots(float* __restrict__ p, int lane, int
   }
 }
 
-// Butterfly sums over the warp; every lane ends with a sum (lane 0's is the one used).
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ double warp_sum(double v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
+using cuda::ceil_div;
+using cuda::warp_sum;
 
 // Combines the column sums (a, b) of the block's kWarps warps and writes one pair per bin of the
 // unit's tile to partials[2][slice_groups][bins]. Fixed order throughout: warps 0..7 per column,
@@ -307,22 +297,8 @@ __device__ __forceinline__ void warp_sum_entries(const double* __restrict__ p, i
 
 inline bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-// Blocks of kBlock threads of `kernel` that fit on the chip at once (its own occupancy, which
-// depends on its registers and shared memory), cached per kernel.
-inline int resident_blocks_of(const void* kernel) {
-  static std::mutex mu;
-  static std::unordered_map<const void*, int> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = cache.find(kernel);
-  if (it != cache.end()) return it->second;
-  int per_sm = 0;
-  MINIDL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kBlock, 0));
-  const int blocks = (per_sm > 0 ? per_sm : 1) * cuda::props().multiProcessorCount;
-  cache.emplace(kernel, blocks);
-  return blocks;
-}
-
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// Blocks of kBlock threads of `kernel` that fit on the chip at once (its own occupancy).
+inline int resident_blocks_of(const void* kernel) { return cuda::resident_blocks_of(kernel, kBlock); }
 
 // Splits each run of `block` columns into the fewest tiles of at most kTileMax columns, each a
 // whole number of `quantum` columns, as even as possible.
@@ -435,8 +411,7 @@ void launch_map(const Geometry& g, const Op& op, const float* x, const float* dy
 // Grid of kBlock-thread blocks for `warps` warps of work: enough blocks for all of them, at most
 // one resident wave (the kernels stride over the rest).
 inline unsigned grid_for_warps(int64_t warps) {
-  const int64_t needed = ceil_div(warps, kWarps), cap = cuda::resident_blocks(kBlock);
-  return static_cast<unsigned>(needed < 1 ? 1 : (needed < cap ? needed : cap));
+  return static_cast<unsigned>(cuda::grid_blocks(ceil_div(warps, kWarps), kBlock));
 }
 
 }  // namespace minidl::norm::tiles

@@ -34,10 +34,9 @@
 // strided elements in order, then the group combines with a fixed xor-shuffle tree: fixed order,
 // same bits every run.
 #include <cstdint>
-#include <mutex>
 #include <type_traits>
-#include <unordered_map>
 
+#include "core/cuda/kernel_helpers.cuh"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "layers/pool/pooling_kernels.h"
@@ -339,22 +338,8 @@ K2Params make_k2_params(const Pool2dShape& s, int v) {
 // loops run as one even wave.
 template <class Kernel>
 int grid_for(Kernel kernel, int64_t threads) {
-  static std::mutex mu;
-  static std::unordered_map<const void*, int> resident;
-  const void* key = reinterpret_cast<const void*>(kernel);
-  int cap;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = resident.find(key);
-    if (it == resident.end()) {
-      int per_sm = 0;
-      MINIDL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, key, kBlock, 0));
-      it = resident.emplace(key, (per_sm > 0 ? per_sm : 1) * cuda::props().multiProcessorCount).first;
-    }
-    cap = it->second;
-  }
-  const int64_t needed = (threads + kBlock - 1) / kBlock;
-  return static_cast<int>(needed < 1 ? 1 : (needed < cap ? needed : cap));
+  return cuda::clamp_grid(cuda::ceil_div(threads, kBlock),
+                          cuda::resident_blocks_of(reinterpret_cast<const void*>(kernel), kBlock));
 }
 
 template <class Kernel, class... Args>
@@ -417,9 +402,7 @@ int group_size(int64_t hw) {
 // Blocks for the group-per-plane kernels: each warp serves kWarp / group planes per step.
 int grid_for_planes(int64_t planes, int group) {
   const int64_t planes_per_block = static_cast<int64_t>(kBlock / kWarp) * (kWarp / group);
-  const int64_t needed = (planes + planes_per_block - 1) / planes_per_block;
-  const int64_t cap = cuda::resident_blocks(kBlock);
-  return static_cast<int>(needed < 1 ? 1 : (needed < cap ? needed : cap));
+  return cuda::grid_blocks(cuda::ceil_div(planes, planes_per_block), kBlock);
 }
 
 // Does (va, ia) win over (vb, ib)? The total order that PyTorch's sequential scan realizes: any
