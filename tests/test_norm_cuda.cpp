@@ -225,6 +225,51 @@ std::vector<Case> anchor_cases(int64_t n, int64_t c, int64_t h, int64_t w) {
           layer_norm_case(n, c * h * w, str("[", c, ",", h, ",", w, "] x", n))};
 }
 
+// float64 two-pass mean and biased variance of every group of x.
+void float64_moments(const NormLayout& l, const std::vector<float>& x, std::vector<double>& mean,
+                     std::vector<double>& var) {
+  const int64_t groups = l.groups(), m = l.group_size();
+  mean.assign(static_cast<size_t>(groups), 0.0);
+  var.assign(static_cast<size_t>(groups), 0.0);
+  auto group = [&](int64_t i) { return l.kind == NormKind::Channel ? i % l.width() / l.plane : i / l.segment; };
+  for (int64_t i = 0; i < l.numel(); ++i) mean[group(i)] += x[i];
+  for (double& v : mean) v /= static_cast<double>(m);
+  for (int64_t i = 0; i < l.numel(); ++i) var[group(i)] += (x[i] - mean[group(i)]) * (x[i] - mean[group(i)]);
+  for (double& v : var) v /= static_cast<double>(m);
+}
+
+// The options away from the defaults: affine parts off, together and one at a time (GroupNorm's
+// single group of 60680 elements fits only a cluster), eval mode (running statistics), momentum
+// and eps away from the defaults in training.
+std::vector<Case> option_cases() {
+  std::vector<Case> cases;
+  Case c = batch_norm_case(3, 37, 41, 40, true);
+  c.weight = false;
+  c.name += " bias only";
+  cases.push_back(c);
+  c = batch_norm_case(3, 37, 41, 40);
+  c.bias = false;
+  c.name += " weight only";
+  cases.push_back(c);
+  c = group_norm_case(3, 37, 41, 40, 1, true);
+  c.weight = c.bias = false;
+  c.name += " no affine";
+  cases.push_back(c);
+  c = layer_norm_case(3, 37 * 41 * 40, "[37,41,40] x3 no affine");
+  c.weight = c.bias = false;
+  cases.push_back(c);
+  c = batch_norm_case(3, 37, 41, 40, true);
+  c.training = false;
+  c.name += " eval";
+  cases.push_back(c);
+  c = batch_norm_case(4, 33, 17, 15);
+  c.momentum = 0.37;
+  c.eps = 1e-3;
+  c.name += " momentum 0.37 eps 1e-3";
+  cases.push_back(c);
+  return cases;
+}
+
 }  // namespace
 
 TEST_CASE("fast norm kernels match the float64 oracle and the CPU on ragged shapes", "[norm][cuda]") {
@@ -249,32 +294,7 @@ TEST_CASE("fast norm kernels match the float64 oracle and the CPU on ragged shap
   cases.push_back(batch_norm_case(1, 37, 41, 40, true));
   cases.push_back(group_norm_case(1, 37, 41, 40, 1));
   cases.push_back(layer_norm_case(1, 37 * 41 * 40, "[37,41,40] x1"));
-  // Affine parts off, together and one at a time.
-  Case c = batch_norm_case(3, 37, 41, 40, true);
-  c.weight = false;
-  c.name += " bias only";
-  cases.push_back(c);
-  c = batch_norm_case(3, 37, 41, 40);
-  c.bias = false;
-  c.name += " weight only";
-  cases.push_back(c);
-  c = group_norm_case(3, 37, 41, 40, 1, true);
-  c.weight = c.bias = false;
-  c.name += " no affine";
-  cases.push_back(c);
-  c = layer_norm_case(3, 37 * 41 * 40, "[37,41,40] x3 no affine");
-  c.weight = c.bias = false;
-  cases.push_back(c);
-  // Eval mode (running statistics), with momentum and eps away from the defaults in training.
-  c = batch_norm_case(3, 37, 41, 40, true);
-  c.training = false;
-  c.name += " eval";
-  cases.push_back(c);
-  c = batch_norm_case(4, 33, 17, 15);
-  c.momentum = 0.37;
-  c.eps = 1e-3;
-  c.name += " momentum 0.37 eps 1e-3";
-  cases.push_back(c);
+  for (const Case& c : option_cases()) cases.push_back(c);
 
   std::printf("norm [cuda]: fast kernels vs the float64 oracle and vs the CPU (worst relative errors)\n");
   uint64_t seed = 100;
@@ -326,16 +346,9 @@ TEST_CASE("fast norm statistics are accurate at mean 1e4, std 1e-2", "[norm][cud
     const Inputs in = make_inputs(k, seed += 10, 1e4, 1e-2);
     const Outputs fast = run(k, Impl::Fast, in);
     const NormLayout& l = k.layout;
-    // float64 two-pass statistics of every group, from the same float inputs.
     const int64_t groups = l.groups(), m = l.group_size();
-    std::vector<double> mean(groups, 0.0), var(groups, 0.0);
-    auto group = [&](int64_t i) {
-      return l.kind == NormKind::Channel ? i % l.width() / l.plane : i / l.segment;
-    };
-    for (int64_t i = 0; i < l.numel(); ++i) mean[group(i)] += in.x[i];
-    for (double& v : mean) v /= static_cast<double>(m);
-    for (int64_t i = 0; i < l.numel(); ++i) var[group(i)] += (in.x[i] - mean[group(i)]) * (in.x[i] - mean[group(i)]);
-    for (double& v : var) v /= static_cast<double>(m);
+    std::vector<double> mean, var;
+    float64_moments(l, in.x, mean, var);
     double mean_err = 0, var_err = 0, running_err = 0;
     for (int64_t g = 0; g < groups; ++g) {
       mean_err = std::max(mean_err, std::fabs(fast.mean[g] - mean[g]) / std::fabs(mean[g]));
@@ -541,30 +554,7 @@ std::vector<Case> path_cases() {
   cases.push_back(without_affine_grads(layer_norm_case(5 * 19, 63, "[7,9] x95")));
   cases.push_back(without_affine_grads(layer_norm_case(64, 768, "[768] x64")));
   cases.push_back(layer_norm_case(64, 768, "[768] x64"));
-  Case c = batch_norm_case(3, 37, 41, 40, true);
-  c.weight = false;
-  c.name += " bias only";
-  cases.push_back(c);
-  c = batch_norm_case(3, 37, 41, 40);
-  c.bias = false;
-  c.name += " weight only";
-  cases.push_back(c);
-  c = group_norm_case(3, 37, 41, 40, 1, true);  // groups of 60680: clusters only
-  c.weight = c.bias = false;
-  c.name += " no affine";
-  cases.push_back(c);
-  c = layer_norm_case(3, 37 * 41 * 40, "[37,41,40] x3 no affine");
-  c.weight = c.bias = false;
-  cases.push_back(c);
-  c = batch_norm_case(3, 37, 41, 40, true);
-  c.training = false;
-  c.name += " eval";
-  cases.push_back(c);
-  c = batch_norm_case(4, 33, 17, 15);
-  c.momentum = 0.37;
-  c.eps = 1e-3;
-  c.name += " momentum 0.37 eps 1e-3";
-  cases.push_back(c);
+  for (const Case& c : option_cases()) cases.push_back(c);
   return cases;
 }
 
@@ -676,14 +666,9 @@ TEST_CASE("single-read paths keep the statistics accurate at mean 1e4, std 1e-2"
       const Outputs fast = run(k, Impl::Fast, in);
       check_ran(k, fast);
       const NormLayout& l = k.layout;
-      // float64 two-pass statistics of every group from the same float inputs.
-      const int64_t groups = l.groups(), m = l.group_size();
-      std::vector<double> mean(groups, 0.0), var(groups, 0.0);
-      auto group = [&](int64_t i) { return l.kind == NormKind::Channel ? i % l.width() / l.plane : i / l.segment; };
-      for (int64_t i = 0; i < l.numel(); ++i) mean[group(i)] += in.x[i];
-      for (double& v : mean) v /= static_cast<double>(m);
-      for (int64_t i = 0; i < l.numel(); ++i) var[group(i)] += (in.x[i] - mean[group(i)]) * (in.x[i] - mean[group(i)]);
-      for (double& v : var) v /= static_cast<double>(m);
+      const int64_t groups = l.groups();
+      std::vector<double> mean, var;
+      float64_moments(l, in.x, mean, var);
       double mean_err = 0, var_err = 0;
       for (int64_t g = 0; g < groups; ++g) {
         mean_err = std::max(mean_err, std::fabs(fast.mean[g] - mean[g]) / std::fabs(mean[g]));

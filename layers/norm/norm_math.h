@@ -51,12 +51,14 @@ MINIDL_NORM_HD Moments shifted_moments(double s1, double s2, float k, double m) 
 MINIDL_NORM_HD float inverse_std(double var, double eps) { return static_cast<float>(1.0 / sqrt(var + eps)); }
 
 // PyTorch's running-statistics update: r = (1 - momentum) r + momentum * batch value, the
-// variance taken unbiased (var * m / (m - 1)).
+// variance taken unbiased (var * m / (m - 1)). The multiply-add is written out: it is the
+// contraction the GPU's three-launch finalize has always had (nvcc's -fmad), whichever kernel
+// inlines this, so the running statistics keep their bits.
 MINIDL_NORM_HD void update_running(float& running_mean, float& running_var, const Moments& s, double m,
                                    double momentum) {
   const double unbiased = m > 1 ? s.var * m / (m - 1) : s.var;
-  running_mean = static_cast<float>((1 - momentum) * running_mean + momentum * s.mean);
-  running_var = static_cast<float>((1 - momentum) * running_var + momentum * unbiased);
+  running_mean = static_cast<float>(fma(1 - momentum, static_cast<double>(running_mean), momentum * s.mean));
+  running_var = static_cast<float>(fma(1 - momentum, static_cast<double>(running_var), momentum * unbiased));
 }
 
 // k1, k2 of input_grad for a group of m elements, rstd its saved inverse std, from
