@@ -589,8 +589,9 @@ TEST_CASE("every norm path matches the float64 oracle and the CPU on ragged and 
 TEST_CASE("every norm path matches the oracle on the docs/perf/anchors.md shapes where it fits", "[norm][cuda]") {
   MINIDL_REQUIRE_CUDA();
   std::printf("norm [cuda]: each single-read path forced on the docs/perf/anchors.md shapes that fit it\n");
-  const int64_t shapes[][4] = {{512, 64, 32, 32}, {512, 256, 8, 8}, {512, 512, 4, 4}, {1024, 24, 31, 31},
-                               {1024, 256, 4, 4}};
+  // The 16.8-33.6 MB shapes, where every group fits every cluster size (the larger shapes run on
+  // their automatic paths in the test above).
+  const int64_t shapes[][4] = {{512, 256, 8, 8}, {512, 512, 4, 4}, {1024, 256, 4, 4}};
   uint64_t seed = 3500;
   for (const PathChoice& p : kPaths) {
     if (p.path == norm::NormPath::ThreeLaunch) continue;  // the anchors test above covers Auto
@@ -620,9 +621,10 @@ TEST_CASE("every norm path gives the same bits on every run, whatever ran in bet
     for (size_t i = 0; i < cases.size(); ++i) {
       Case k = cases[i];
       if (!on_path(k, p)) continue;
-      // A neighbouring shape on another path runs between the two runs of k.
+      // A neighbouring shape on another path (on Auto where that path does not fit it) runs
+      // between the two runs of k.
       Case other = cases[(i + 1) % cases.size()];
-      on_path(other, kPaths[(&p - kPaths + 1) % std::size(kPaths)]);
+      if (!on_path(other, kPaths[(&p - kPaths + 1) % std::size(kPaths)])) other = cases[(i + 1) % cases.size()];
       const Inputs in = make_inputs(k, seed += 10), other_in = make_inputs(other, seed += 10);
       const Outputs a = run(k, Impl::Fast, in);
       run(other, Impl::Fast, other_in);

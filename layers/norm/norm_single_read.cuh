@@ -172,7 +172,6 @@ struct Plan {
   bool vec = false;
   size_t smem = 0;  // dynamic shared memory per CTA
   Geometry g;
-  const char* why_not = nullptr;  // when path is ThreeLaunch: why no single-read path applies
 };
 
 // Dynamic shared memory a CTA may take: the opt-in limit less the static buffers of group_sum and
@@ -202,7 +201,6 @@ Plan plan_single(const NormLayout& l, int arrays, bool aligned, NormPath want, i
   if (!allowed) {
     MINIDL_CHECK(want == NormPath::Auto, "normalization ", pass, ": the ", norm_path_name(want),
                  " path does not cover this pass (", why, ")");
-    p.why_not = why;
     return p;
   }
   const int64_t m = l.group_size();
@@ -213,7 +211,8 @@ Plan plan_single(const NormLayout& l, int arrays, bool aligned, NormPath want, i
   p.g.segments_per_row = static_cast<int32_t>(l.kind == NormKind::Segment ? l.segments_per_row() : 1);
   p.vec = aligned && (l.kind == NormKind::Channel ? l.plane % 4 == 0 : l.segment % 4 == 0);
   const int kv = p.vec ? 4 : 1;
-  const size_t cap = shared_capacity(), half = cap / 2;
+  // Two CTAs of `half` (plus their static buffers and the 1 KB the runtime keeps per CTA) fit an SM.
+  const size_t cap = shared_capacity(), half = cap / 2 - 2048;
   auto chunk_of = [&](int cluster) { return tiles::ceil_div(tiles::ceil_div(m, cluster), 4) * 4; };
   auto bytes_of = [&](int cluster) { return static_cast<size_t>(chunk_of(cluster)) * 4 * arrays; };
   // Enough threads that each has ~8 accesses, a power of two in [kMinThreads, kMaxThreads].
@@ -249,10 +248,7 @@ Plan plan_single(const NormLayout& l, int arrays, bool aligned, NormPath want, i
       if (bytes_of(c) <= half && runs(c)) pick = c;
     for (int c = 1; c <= kMaxCluster && !pick; c *= 2)
       if (runs(c)) pick = c;
-    if (!pick) {
-      p.why_not = "the group does not fit a cluster";
-      return p;
-    }
+    if (!pick) return p;
   }
   p.path = pick == 1 ? NormPath::Block : NormPath::Cluster;
   p.cluster = pick;

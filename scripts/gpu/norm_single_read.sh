@@ -35,11 +35,11 @@ stage() {  # stage NAME LOG CMD...: runs CMD, output to LOG and to a filtered vi
 stage tests "$out/tests.log" timeout 100 "$bin/minidl_tests" "[norm][cuda]"
 grep -E "^norm \[cuda\]|FAILED|REQUIRE|CHECK\(|with expansion|test cases|All tests passed" "$out/tests.log" | tail -40
 
-stage bench "$out/bench.log" timeout 110 bash "$root/scripts/gpu/norm.sh" "$bin/minidl" "$out/norm"
+stage bench "$out/bench.log" timeout 100 bash "$root/scripts/gpu/norm.sh" "$bin/minidl" "$out/norm"
 sed -n '/^layer /,$p' "$out/norm/norm_minidl.txt" 2>/dev/null
 grep -A40 "== side by side" "$out/bench.log" | tail -40
 
-stage baseline "$out/baseline.log" timeout 45 "$bin/minidl" bench norm --path 3-launch --reps 20 --warmup 5 \
+stage baseline "$out/baseline.log" timeout 35 "$bin/minidl" bench norm --path 3-launch --reps 20 --warmup 5 \
   --json "$out/norm_3launch.json"
 
 echo
