@@ -225,6 +225,22 @@ std::vector<Case> anchor_cases(int64_t n, int64_t c, int64_t h, int64_t w) {
           layer_norm_case(n, c * h * w, str("[", c, ",", h, ",", w, "] x", n))};
 }
 
+// Two runs of case k gave the same bits in every output.
+void check_same_bits(const Case& k, const Outputs& a, const Outputs& b) {
+  auto same = [](const std::vector<float>& u, const std::vector<float>& v) {
+    return u.size() == v.size() && std::memcmp(u.data(), v.data(), u.size() * sizeof(float)) == 0;
+  };
+  INFO(k.name << ": two runs differ in some output");
+  CHECK(same(a.y, b.y));
+  CHECK(same(a.mean, b.mean));
+  CHECK(same(a.rstd, b.rstd));
+  CHECK(same(a.running_mean, b.running_mean));
+  CHECK(same(a.running_var, b.running_var));
+  CHECK(same(a.dx, b.dx));
+  CHECK(same(a.dweight, b.dweight));
+  CHECK(same(a.dbias, b.dbias));
+}
+
 // float64 two-pass mean and biased variance of every group of x.
 void float64_moments(const NormLayout& l, const std::vector<float>& x, std::vector<double>& mean,
                      std::vector<double>& var) {
@@ -376,19 +392,7 @@ TEST_CASE("fast norm kernels give the same bits on every run", "[norm][cuda]") {
   uint64_t seed = 1300;
   for (const Case& k : cases) {
     const Inputs in = make_inputs(k, seed += 10);
-    const Outputs a = run(k, Impl::Fast, in), b = run(k, Impl::Fast, in);
-    auto same = [](const std::vector<float>& u, const std::vector<float>& v) {
-      return u.size() == v.size() && std::memcmp(u.data(), v.data(), u.size() * sizeof(float)) == 0;
-    };
-    INFO(k.name << ": two runs differ in some output");
-    CHECK(same(a.y, b.y));
-    CHECK(same(a.mean, b.mean));
-    CHECK(same(a.rstd, b.rstd));
-    CHECK(same(a.running_mean, b.running_mean));
-    CHECK(same(a.running_var, b.running_var));
-    CHECK(same(a.dx, b.dx));
-    CHECK(same(a.dweight, b.dweight));
-    CHECK(same(a.dbias, b.dbias));
+    check_same_bits(k, run(k, Impl::Fast, in), run(k, Impl::Fast, in));
   }
 }
 
@@ -613,9 +617,6 @@ TEST_CASE("every norm path gives the same bits on every run, whatever ran in bet
                                    without_affine_grads(group_norm_case(3, 37, 41, 40, 37, true)),
                                    without_affine_grads(layer_norm_case(33, 1000, "[1000] x33")),
                                    without_affine_grads(layer_norm_case(3, 37 * 41 * 40, "[37,41,40] x3"))};
-  auto same = [](const std::vector<float>& u, const std::vector<float>& v) {
-    return u.size() == v.size() && std::memcmp(u.data(), v.data(), u.size() * sizeof(float)) == 0;
-  };
   uint64_t seed = 4000;
   for (const PathChoice& p : kPaths) {
     for (size_t i = 0; i < cases.size(); ++i) {
@@ -628,16 +629,7 @@ TEST_CASE("every norm path gives the same bits on every run, whatever ran in bet
       const Inputs in = make_inputs(k, seed += 10), other_in = make_inputs(other, seed += 10);
       const Outputs a = run(k, Impl::Fast, in);
       run(other, Impl::Fast, other_in);
-      const Outputs b = run(k, Impl::Fast, in);
-      INFO(k.name << ": two runs differ in some output");
-      CHECK(same(a.y, b.y));
-      CHECK(same(a.mean, b.mean));
-      CHECK(same(a.rstd, b.rstd));
-      CHECK(same(a.running_mean, b.running_mean));
-      CHECK(same(a.running_var, b.running_var));
-      CHECK(same(a.dx, b.dx));
-      CHECK(same(a.dweight, b.dweight));
-      CHECK(same(a.dbias, b.dbias));
+      check_same_bits(k, a, run(k, Impl::Fast, in));
     }
   }
 }
