@@ -57,7 +57,20 @@ struct Options {
   std::string json;
   int reps = 50;
   int warmup = 10;
+  norm::NormPath path = norm::NormPath::Auto;  // --path: every shape on this path where it can run
 };
+
+norm::NormPath parse_path(const std::string& s) {
+  for (norm::NormPath p : {norm::NormPath::Auto, norm::NormPath::Block, norm::NormPath::Cluster,
+                           norm::NormPath::ThreeLaunch})
+    if (s == norm::norm_path_name(p)) return p;
+  fail(str("bench norm: --path must be auto, block, cluster or 3-launch, got '", s, "'"));
+}
+
+// "block", "cluster x4", "3-launch": what a pass ran.
+std::string run_name(const norm::NormRun& r) {
+  return r.path == norm::NormPath::Cluster ? str("cluster x", r.cluster) : std::string(norm::norm_path_name(r.path));
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -143,7 +156,7 @@ struct Result {
   bool large = false;
   int64_t bytes = 0;
   Timing fwd, bwd;
-  int fwd_launches = 0, bwd_launches = 0;
+  norm::NormRun fwd_run, bwd_run;
   double floor_fwd_ms = 0, floor_bwd_ms = 0;
   double torch_fwd_ms = 0, torch_bwd_ms = 0;
   double fwd_error = 0, bwd_error = 0;
@@ -169,8 +182,11 @@ struct Problem {
     running_var = Tensor::full({f}, 1.f, gpu);
   }
 
+  norm::NormPath fwd_path = norm::NormPath::Auto, bwd_path = norm::NormPath::Auto;
+
   norm::NormForward forward_args() const {
     norm::NormForward a;
+    a.path = fwd_path;
     a.x = x.data<float>();
     a.weight = weight.data<float>();
     a.bias = bias.data<float>();
@@ -186,6 +202,7 @@ struct Problem {
 
   norm::NormBackward backward_args() const {
     norm::NormBackward b;
+    b.path = bwd_path;
     b.x = x.data<float>();
     b.dy = dy.data<float>();
     b.weight = weight.data<float>();
@@ -224,6 +241,21 @@ void validate(Problem& p, Result& r) {
   r.valid = r.fwd_error <= 2e-6 && r.bwd_error <= 2e-5;
 }
 
+// Puts each pass of `p` on `path` where that path can run it, on Auto where it cannot.
+void force_path(Problem& p, norm::NormPath path) {
+  auto runs = [&](auto&& plan) {
+    try {
+      plan();
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  };
+  p.fwd_path = p.bwd_path = path;
+  if (!runs([&] { norm::plan_forward_cuda(p.layout, p.forward_args()); })) p.fwd_path = norm::NormPath::Auto;
+  if (!runs([&] { norm::plan_backward_cuda(p.layout, p.backward_args()); })) p.bwd_path = norm::NormPath::Auto;
+}
+
 Result measure(const std::string& layer, const std::string& shape, const NormLayout& l, double torch_fwd,
                double torch_bwd, bool large, double bandwidth, const Options& o, uint64_t seed) {
   Result r;
@@ -236,20 +268,24 @@ Result measure(const std::string& layer, const std::string& shape, const NormLay
   r.torch_fwd_ms = torch_fwd;
   r.torch_bwd_ms = torch_bwd;
   Problem p(l, seed);
+  force_path(p, o.path);
   validate(p, r);
   const norm::NormForward fa = p.forward_args();
   const norm::NormBackward ba = p.backward_args();
-  r.fwd = time_calls([&] { r.fwd_launches = norm::forward_cuda(l, fa); }, o);
-  r.bwd = time_calls([&] { r.bwd_launches = norm::backward_cuda(l, ba); }, o);
+  r.fwd = time_calls([&] { r.fwd_run = norm::forward_cuda(l, fa); }, o);
+  r.bwd = time_calls([&] { r.bwd_run = norm::backward_cuda(l, ba); }, o);
   return r;
 }
 
+// bw = the floor's bytes over the time, as a fraction of the measured copy bandwidth (floor / ms).
 void print_row(const Result& r) {
-  std::printf("%-11s %-18s %6.1f | %8.4f %8.4f %5.2fx %7.4f %5.2fx | %8.4f %8.4f %5.2fx %7.4f %5.2fx | %d+%d | %s\n",
+  std::printf("%-11s %-18s %6.1f | %8.4f %8.4f %5.2fx %3.0f%% %7.4f %5.2fx | %8.4f %8.4f %5.2fx %3.0f%% %7.4f %5.2fx | "
+              "%-10s %-10s | %s\n",
               r.layer.c_str(), r.shape.c_str(), static_cast<double>(r.bytes) / 1e6, r.fwd.call_ms, r.fwd.b2b_ms,
-              r.fwd.call_ms / r.floor_fwd_ms, r.torch_fwd_ms, r.torch_fwd_ms / r.fwd.call_ms, r.bwd.call_ms,
-              r.bwd.b2b_ms, r.bwd.call_ms / r.floor_bwd_ms, r.torch_bwd_ms, r.torch_bwd_ms / r.bwd.call_ms,
-              r.fwd_launches, r.bwd_launches,
+              r.fwd.call_ms / r.floor_fwd_ms, 100 * r.floor_fwd_ms / r.fwd.call_ms, r.torch_fwd_ms,
+              r.torch_fwd_ms / r.fwd.call_ms, r.bwd.call_ms, r.bwd.b2b_ms, r.bwd.call_ms / r.floor_bwd_ms,
+              100 * r.floor_bwd_ms / r.bwd.call_ms, r.torch_bwd_ms, r.torch_bwd_ms / r.bwd.call_ms,
+              run_name(r.fwd_run).c_str(), run_name(r.bwd_run).c_str(),
               r.valid ? "ok" : str("MISMATCH (fwd ", r.fwd_error, ", bwd ", r.bwd_error, ")").c_str());
   std::fflush(stdout);
 }
@@ -265,8 +301,12 @@ nlohmann::json to_json(const Result& r) {
           {"bwd_b2b_ms", r.bwd.b2b_ms},
           {"floor_fwd_ms", r.floor_fwd_ms},
           {"floor_bwd_ms", r.floor_bwd_ms},
-          {"fwd_launches", r.fwd_launches},
-          {"bwd_launches", r.bwd_launches},
+          {"fwd_launches", r.fwd_run.launches},
+          {"bwd_launches", r.bwd_run.launches},
+          {"fwd_path", run_name(r.fwd_run)},
+          {"bwd_path", run_name(r.bwd_run)},
+          {"fwd_bandwidth_fraction", r.floor_fwd_ms / r.fwd.call_ms},
+          {"bwd_bandwidth_fraction", r.floor_bwd_ms / r.bwd.call_ms},
           {"anchor_torch_fwd_ms", r.torch_fwd_ms},
           {"anchor_torch_bwd_ms", r.torch_bwd_ms},
           {"fwd_error", r.fwd_error},
@@ -274,40 +314,49 @@ nlohmann::json to_json(const Result& r) {
           {"valid", r.valid}};
 }
 
-// Geometric means over the large shapes and the task's targets, per layer.
+// Geometric means over the large shapes and the targets of issue 12, per layer:
+//  - forward >= 3.5x PyTorch for BatchNorm2d and GroupNorm, >= 2.5x for LayerNorm (geometric mean);
+//  - on every large shape a single-read pass ran: forward <= 1.25x, backward <= 1.4x the floor;
+//  - slower than PyTorch at no shape; tensors under 1 MB at most 8 us per call;
+//  - LayerNorm over the last dim at >= 85% of the copy bandwidth, forward and backward.
 nlohmann::json summarize(const std::vector<Result>& results) {
   nlohmann::json out = nlohmann::json::object();
+  auto mark = [](bool ok) { return ok ? "met" : "MISSED"; };
   std::printf("\ngeometric means over the 8 large shapes, and the targets (times: one call, as docs/perf/anchors.md)\n");
   for (int k = 0; k < 3; ++k) {
     std::vector<double> ff, bf, fs, bs;
-    bool never_slower = true, floor_fwd = true, floor_bwd = true;
+    bool never_slower = true, floor_fwd = true, floor_bwd = true, small = true;
     for (const Result& r : results) {
       if (r.layer != kLayerNames[k]) continue;
       never_slower = never_slower && r.fwd.call_ms <= r.torch_fwd_ms && r.bwd.call_ms <= r.torch_bwd_ms;
-      if (r.bytes >= 32'000'000) {
-        floor_fwd = floor_fwd && r.fwd.call_ms <= 1.6 * r.floor_fwd_ms;
-        floor_bwd = floor_bwd && r.bwd.call_ms <= 1.8 * r.floor_bwd_ms;
-      }
+      if (r.bytes < 1'000'000) small = small && r.fwd.call_ms <= 0.008 && r.bwd.call_ms <= 0.008;
       if (!r.large) continue;
+      if (r.fwd_run.path != norm::NormPath::ThreeLaunch) floor_fwd = floor_fwd && r.fwd.call_ms <= 1.25 * r.floor_fwd_ms;
+      if (r.bwd_run.path != norm::NormPath::ThreeLaunch) floor_bwd = floor_bwd && r.bwd.call_ms <= 1.4 * r.floor_bwd_ms;
       ff.push_back(r.fwd.call_ms / r.floor_fwd_ms);
       bf.push_back(r.bwd.call_ms / r.floor_bwd_ms);
       fs.push_back(r.torch_fwd_ms / r.fwd.call_ms);
       bs.push_back(r.torch_bwd_ms / r.bwd.call_ms);
     }
-    const double target = k == 2 ? 2.0 : 3.0;
-    const double gfs = geomean(fs), gbs = geomean(bs), met = target * (1 - 1e-9);  // exp(log(3)) < 3
-    std::printf("%-11s fwd %.2fx floor, %.2fx faster than PyTorch (target %.0fx: %s) | bwd %.2fx floor, %.2fx faster "
-                "(target %.0fx: %s)\n",
-                kLayerNames[k], geomean(ff), gfs, target, gfs >= met ? "met" : "MISSED", geomean(bf), gbs, target,
-                gbs >= met ? "met" : "MISSED");
-    std::printf("%-11s never slower than PyTorch: %s | shapes >= 32 MB within 1.6x (fwd) / 1.8x (bwd) of the floor: "
-                "%s / %s\n",
-                "", never_slower ? "met" : "MISSED", floor_fwd ? "met" : "MISSED", floor_bwd ? "met" : "MISSED");
-    out[kLayerNames[k]] = {{"fwd_x_floor", geomean(ff)},  {"bwd_x_floor", geomean(bf)},
-                           {"fwd_speedup", gfs},          {"bwd_speedup", gbs},
-                           {"speedup_target", target},    {"never_slower", never_slower},
-                           {"fwd_floor_target_met", floor_fwd}, {"bwd_floor_target_met", floor_bwd}};
+    const double target = k == 2 ? 2.5 : 3.5;
+    const double gfs = geomean(fs), gbs = geomean(bs), met = target * (1 - 1e-9);  // exp(log(x)) may round below x
+    std::printf("%-11s fwd %.2fx floor, %.2fx faster than PyTorch (target %.1fx: %s) | bwd %.2fx floor, %.2fx faster\n",
+                kLayerNames[k], geomean(ff), gfs, target, mark(gfs >= met), geomean(bf), gbs);
+    std::printf("%-11s never slower than PyTorch: %s | single-read large shapes within 1.25x (fwd) / 1.4x (bwd) of the "
+                "floor: %s / %s | under 1 MB within 8 us: %s\n",
+                "", mark(never_slower), mark(floor_fwd), mark(floor_bwd), mark(small));
+    out[kLayerNames[k]] = {{"fwd_x_floor", geomean(ff)},      {"bwd_x_floor", geomean(bf)},
+                           {"fwd_speedup", gfs},              {"bwd_speedup", gbs},
+                           {"fwd_speedup_target", target},    {"never_slower", never_slower},
+                           {"fwd_floor_target_met", floor_fwd}, {"bwd_floor_target_met", floor_bwd},
+                           {"small_target_met", small}};
   }
+  bool last_dim = true;
+  for (const Result& r : results)
+    if (r.shape.find("last") != std::string::npos)
+      last_dim = last_dim && r.floor_fwd_ms >= 0.85 * r.fwd.call_ms && r.floor_bwd_ms >= 0.85 * r.bwd.call_ms;
+  std::printf("LayerNorm over the last dim at >= 85%% of the copy bandwidth, forward and backward: %s\n", mark(last_dim));
+  out["layer_norm_last_dim_target_met"] = last_dim;
   return out;
 }
 
@@ -323,7 +372,8 @@ int bench_norm_main(const std::vector<std::string>& args) {
     if (args[i] == "--json") o.json = value();
     else if (args[i] == "--reps") o.reps = std::stoi(value());
     else if (args[i] == "--warmup") o.warmup = std::stoi(value());
-    else fail(str("bench norm: unknown option '", args[i], "' (--json FILE, --reps N, --warmup N)"));
+    else if (args[i] == "--path") o.path = parse_path(value());
+    else fail(str("bench norm: unknown option '", args[i], "' (--json FILE, --reps N, --warmup N, --path P)"));
   }
   MINIDL_CHECK(o.reps >= 1 && o.warmup >= 0, "bench norm: --reps must be >= 1 and --warmup >= 0");
   MINIDL_CHECK(cuda_available(), "bench norm: needs a CUDA GPU (this build or machine has none)");
@@ -335,8 +385,13 @@ int bench_norm_main(const std::vector<std::string>& args) {
               "(median of %d after %d warm-ups), b2b = per call back to back;\nbackward is timed on its own (PyTorch's: "
               "(fwd+bwd) - fwd). x floor = ms / floor; vs = PyTorch (docs/perf/anchors.md) / ms.\n\n",
               o.reps, o.warmup);
-  std::printf("%-11s %-18s %6s | %8s %8s %6s %7s %6s | %8s %8s %6s %7s %6s | %s | %s\n", "layer", "shape", "MB",
-              "fwd ms", "b2b", "floor", "PyTorch", "vs", "bwd ms", "b2b", "floor", "PyTorch", "vs", "launches", "oracle");
+  std::printf("path: %s (auto: one CTA or one cluster per group where it fits, else 3 launches; fwd/bwd path "
+              "columns say which ran, cluster xN = N CTAs per group; a pass the forced path cannot run takes auto); bw = floor / ms, the fraction of the copy "
+              "bandwidth reached\n\n",
+              norm::norm_path_name(o.path));
+  std::printf("%-11s %-18s %6s | %8s %8s %6s %4s %7s %6s | %8s %8s %6s %4s %7s %6s | %-10s %-10s | %s\n", "layer",
+              "shape", "MB", "fwd ms", "b2b", "floor", "bw", "PyTorch", "vs", "bwd ms", "b2b", "floor", "bw", "PyTorch",
+              "vs", "fwd path", "bwd path", "oracle");
   std::vector<Result> results;
   uint64_t seed = 7;
   for (const Anchor& a : kAnchors) {
@@ -345,8 +400,8 @@ int bench_norm_main(const std::vector<std::string>& args) {
     const NormLayout layouts[3] = {NormLayout::batch_norm(a.n, a.c, hw), NormLayout::group_norm(a.n, a.c, hw, groups),
                                    NormLayout::layer_norm(a.n, a.c * hw)};
     for (int k = 0; k < 3; ++k) {
-      results.push_back(measure(kLayerNames[k], shape, layouts[k], a.fwd[k], a.bwd[k], a.large, bandwidth, o, seed += 10));
-      if (k == 1) results.back().shape += str(" G", groups);
+      const std::string name = k == 1 ? str(shape, " G", groups) : shape;
+      results.push_back(measure(kLayerNames[k], name, layouts[k], a.fwd[k], a.bwd[k], a.large, bandwidth, o, seed += 10));
       print_row(results.back());
     }
   }

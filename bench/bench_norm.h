@@ -6,10 +6,12 @@
 //      against the float64 oracle once, then times forward (training) and backward on its own,
 //      CUDA events around each call as docs/perf/anchors.md times PyTorch (median of --reps after
 //      --warmup calls), plus the back-to-back rate of the same calls (GPU time without the host);
-//   3. prints ms, ratio to the floor (2x / 3x the tensor's bytes over the measured bandwidth),
-//      kernel launches per call, PyTorch's figure and our speed-up, the geometric means over the
+//   3. prints ms, ratio to the floor (2x / 3x the tensor's bytes over the measured bandwidth) and
+//      its inverse, the fraction of the copy bandwidth reached, the path each pass took (block,
+//      cluster xN, 3-launch: layers/norm/norm_kernels.h), PyTorch's figure and our speed-up, the geometric means over the
 //      eight large shapes and whether each target of the task is met.
-// Options: --json FILE (every number, for scripts/gpu/norm.sh), --reps N (50), --warmup N (10).
+// Options: --json FILE (every number, for scripts/gpu/norm.sh), --reps N (50), --warmup N (10),
+// --path auto|block|cluster|3-launch (every pass on that path where it can run it, else auto).
 // Exit status 1 when a fast result disagrees with the oracle.
 #pragma once
 #include <string>

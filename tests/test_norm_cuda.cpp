@@ -1,8 +1,11 @@
-// Normalization layers on the GPU. The fast kernels (norm_forward.cu, norm_backward.cu) are held
-// against the float64 oracle (bench/norm_reference.cu) and the CPU path on ragged shapes and on every
-// shape of docs/perf/anchors.md, in forward and backward, with and without the fused ReLU and the affine
-// parts; plus accuracy at |mean| >> std, bit-identical reruns, NaN/Inf propagation, a batch of
-// one, eval mode, misaligned pointers (the scalar path) and the autograd ops on CUDA tensors.
+// Normalization layers on the GPU. The fast kernels (norm_forward.cu, norm_backward.cu and the
+// single-read norm_single_*.cu) are held against the float64 oracle (bench/norm_reference.cu) and
+// the CPU path on ragged shapes and on every shape of docs/perf/anchors.md, in forward and backward,
+// with and without the fused ReLU and the affine parts; plus accuracy at |mean| >> std,
+// bit-identical reruns, NaN/Inf propagation, a batch of one, eval mode, misaligned pointers (the
+// scalar path) and the autograd ops on CUDA tensors. Every path (Block, Cluster of 2-16 CTAs,
+// ThreeLaunch) is forced through NormForward/NormBackward::path and checked the same way, and the
+// automatic choice is checked on representative shapes.
 // Each case prints one line with its worst errors, so a passing run still shows the margins.
 // Compiled only in CUDA builds (the launchers it calls exist only there).
 #ifdef MINIDL_WITH_CUDA
@@ -12,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <string>
 
@@ -35,7 +39,10 @@ struct Case {
   std::string name;
   NormLayout layout;
   bool weight = true, bias = true, relu = false, training = true;
+  bool affine_grads = true;  // backward asks for dweight/dbias (where weight/bias exist)
   double eps = 1e-5, momentum = 0.1;
+  norm::NormPath fwd_path = norm::NormPath::Auto, bwd_path = norm::NormPath::Auto;
+  int cluster = 0;  // with a Cluster path: CTAs per group
 };
 
 struct Inputs {
@@ -44,6 +51,7 @@ struct Inputs {
 
 struct Outputs {
   std::vector<float> y, mean, rstd, running_mean, running_var, dx, dweight, dbias;
+  norm::NormRun fwd_run, bwd_run;  // what the fast path ran
 };
 
 // U(mean - 1.73 std, mean + 1.73 std) from the counter RNG, four values per Philox call and in
@@ -114,7 +122,10 @@ Outputs run(const Case& c, Impl impl, const Inputs& in, const std::vector<float>
   a.momentum = c.momentum;
   a.eps = c.eps;
   a.relu = c.relu;
-  if (impl == Impl::Fast) norm::forward_cuda(l, a);
+  a.path = c.fwd_path;
+  a.cluster = c.fwd_path == norm::NormPath::Cluster ? c.cluster : 0;
+  Outputs o;
+  if (impl == Impl::Fast) o.fwd_run = norm::forward_cuda(l, a);
   if (impl == Impl::Oracle) norm::forward_reference_cuda(l, a);
   if (impl == Impl::Cpu) norm::forward_cpu(l, a);
 
@@ -128,13 +139,14 @@ Outputs run(const Case& c, Impl impl, const Inputs& in, const std::vector<float>
   b.training = c.training;
   b.relu = c.relu;
   b.dx = buffer({}, n);
-  b.dweight = c.weight ? buffer({}, f) : nullptr;
-  b.dbias = c.bias ? buffer({}, f) : nullptr;
-  if (impl == Impl::Fast) norm::backward_cuda(l, b);
+  b.dweight = c.weight && c.affine_grads ? buffer({}, f) : nullptr;
+  b.dbias = c.bias && c.affine_grads ? buffer({}, f) : nullptr;
+  b.path = c.bwd_path;
+  b.cluster = c.bwd_path == norm::NormPath::Cluster ? c.cluster : 0;
+  if (impl == Impl::Fast) o.bwd_run = norm::backward_cuda(l, b);
   if (impl == Impl::Oracle) norm::backward_reference_cuda(l, b, buffer(mask_y, n), c.eps);
   if (impl == Impl::Cpu) norm::backward_cpu(l, b);
 
-  Outputs o;
   o.y = download(a.y, n);
   o.mean = download(a.mean, groups);
   o.rstd = download(a.rstd, groups);
@@ -213,6 +225,67 @@ std::vector<Case> anchor_cases(int64_t n, int64_t c, int64_t h, int64_t w) {
           layer_norm_case(n, c * h * w, str("[", c, ",", h, ",", w, "] x", n))};
 }
 
+// Two runs of case k gave the same bits in every output.
+void check_same_bits(const Case& k, const Outputs& a, const Outputs& b) {
+  auto same = [](const std::vector<float>& u, const std::vector<float>& v) {
+    return u.size() == v.size() && std::memcmp(u.data(), v.data(), u.size() * sizeof(float)) == 0;
+  };
+  INFO(k.name << ": two runs differ in some output");
+  CHECK(same(a.y, b.y));
+  CHECK(same(a.mean, b.mean));
+  CHECK(same(a.rstd, b.rstd));
+  CHECK(same(a.running_mean, b.running_mean));
+  CHECK(same(a.running_var, b.running_var));
+  CHECK(same(a.dx, b.dx));
+  CHECK(same(a.dweight, b.dweight));
+  CHECK(same(a.dbias, b.dbias));
+}
+
+// float64 two-pass mean and biased variance of every group of x.
+void float64_moments(const NormLayout& l, const std::vector<float>& x, std::vector<double>& mean,
+                     std::vector<double>& var) {
+  const int64_t groups = l.groups(), m = l.group_size();
+  mean.assign(static_cast<size_t>(groups), 0.0);
+  var.assign(static_cast<size_t>(groups), 0.0);
+  auto group = [&](int64_t i) { return l.kind == NormKind::Channel ? i % l.width() / l.plane : i / l.segment; };
+  for (int64_t i = 0; i < l.numel(); ++i) mean[group(i)] += x[i];
+  for (double& v : mean) v /= static_cast<double>(m);
+  for (int64_t i = 0; i < l.numel(); ++i) var[group(i)] += (x[i] - mean[group(i)]) * (x[i] - mean[group(i)]);
+  for (double& v : var) v /= static_cast<double>(m);
+}
+
+// The options away from the defaults: affine parts off, together and one at a time (GroupNorm's
+// single group of 60680 elements fits only a cluster), eval mode (running statistics), momentum
+// and eps away from the defaults in training.
+std::vector<Case> option_cases() {
+  std::vector<Case> cases;
+  Case c = batch_norm_case(3, 37, 41, 40, true);
+  c.weight = false;
+  c.name += " bias only";
+  cases.push_back(c);
+  c = batch_norm_case(3, 37, 41, 40);
+  c.bias = false;
+  c.name += " weight only";
+  cases.push_back(c);
+  c = group_norm_case(3, 37, 41, 40, 1, true);
+  c.weight = c.bias = false;
+  c.name += " no affine";
+  cases.push_back(c);
+  c = layer_norm_case(3, 37 * 41 * 40, "[37,41,40] x3 no affine");
+  c.weight = c.bias = false;
+  cases.push_back(c);
+  c = batch_norm_case(3, 37, 41, 40, true);
+  c.training = false;
+  c.name += " eval";
+  cases.push_back(c);
+  c = batch_norm_case(4, 33, 17, 15);
+  c.momentum = 0.37;
+  c.eps = 1e-3;
+  c.name += " momentum 0.37 eps 1e-3";
+  cases.push_back(c);
+  return cases;
+}
+
 }  // namespace
 
 TEST_CASE("fast norm kernels match the float64 oracle and the CPU on ragged shapes", "[norm][cuda]") {
@@ -237,32 +310,7 @@ TEST_CASE("fast norm kernels match the float64 oracle and the CPU on ragged shap
   cases.push_back(batch_norm_case(1, 37, 41, 40, true));
   cases.push_back(group_norm_case(1, 37, 41, 40, 1));
   cases.push_back(layer_norm_case(1, 37 * 41 * 40, "[37,41,40] x1"));
-  // Affine parts off, together and one at a time.
-  Case c = batch_norm_case(3, 37, 41, 40, true);
-  c.weight = false;
-  c.name += " bias only";
-  cases.push_back(c);
-  c = batch_norm_case(3, 37, 41, 40);
-  c.bias = false;
-  c.name += " weight only";
-  cases.push_back(c);
-  c = group_norm_case(3, 37, 41, 40, 1, true);
-  c.weight = c.bias = false;
-  c.name += " no affine";
-  cases.push_back(c);
-  c = layer_norm_case(3, 37 * 41 * 40, "[37,41,40] x3 no affine");
-  c.weight = c.bias = false;
-  cases.push_back(c);
-  // Eval mode (running statistics), with momentum and eps away from the defaults in training.
-  c = batch_norm_case(3, 37, 41, 40, true);
-  c.training = false;
-  c.name += " eval";
-  cases.push_back(c);
-  c = batch_norm_case(4, 33, 17, 15);
-  c.momentum = 0.37;
-  c.eps = 1e-3;
-  c.name += " momentum 0.37 eps 1e-3";
-  cases.push_back(c);
+  for (const Case& c : option_cases()) cases.push_back(c);
 
   std::printf("norm [cuda]: fast kernels vs the float64 oracle and vs the CPU (worst relative errors)\n");
   uint64_t seed = 100;
@@ -314,16 +362,9 @@ TEST_CASE("fast norm statistics are accurate at mean 1e4, std 1e-2", "[norm][cud
     const Inputs in = make_inputs(k, seed += 10, 1e4, 1e-2);
     const Outputs fast = run(k, Impl::Fast, in);
     const NormLayout& l = k.layout;
-    // float64 two-pass statistics of every group, from the same float inputs.
     const int64_t groups = l.groups(), m = l.group_size();
-    std::vector<double> mean(groups, 0.0), var(groups, 0.0);
-    auto group = [&](int64_t i) {
-      return l.kind == NormKind::Channel ? i % l.width() / l.plane : i / l.segment;
-    };
-    for (int64_t i = 0; i < l.numel(); ++i) mean[group(i)] += in.x[i];
-    for (double& v : mean) v /= static_cast<double>(m);
-    for (int64_t i = 0; i < l.numel(); ++i) var[group(i)] += (in.x[i] - mean[group(i)]) * (in.x[i] - mean[group(i)]);
-    for (double& v : var) v /= static_cast<double>(m);
+    std::vector<double> mean, var;
+    float64_moments(l, in.x, mean, var);
     double mean_err = 0, var_err = 0, running_err = 0;
     for (int64_t g = 0; g < groups; ++g) {
       mean_err = std::max(mean_err, std::fabs(fast.mean[g] - mean[g]) / std::fabs(mean[g]));
@@ -351,60 +392,53 @@ TEST_CASE("fast norm kernels give the same bits on every run", "[norm][cuda]") {
   uint64_t seed = 1300;
   for (const Case& k : cases) {
     const Inputs in = make_inputs(k, seed += 10);
-    const Outputs a = run(k, Impl::Fast, in), b = run(k, Impl::Fast, in);
-    auto same = [](const std::vector<float>& u, const std::vector<float>& v) {
-      return u.size() == v.size() && std::memcmp(u.data(), v.data(), u.size() * sizeof(float)) == 0;
-    };
-    INFO(k.name << ": two runs differ in some output");
-    CHECK(same(a.y, b.y));
-    CHECK(same(a.mean, b.mean));
-    CHECK(same(a.rstd, b.rstd));
-    CHECK(same(a.running_mean, b.running_mean));
-    CHECK(same(a.running_var, b.running_var));
-    CHECK(same(a.dx, b.dx));
-    CHECK(same(a.dweight, b.dweight));
-    CHECK(same(a.dbias, b.dbias));
+    check_same_bits(k, run(k, Impl::Fast, in), run(k, Impl::Fast, in));
+  }
+}
+
+// NaN in x, -Inf in x and Inf in dy of case k (one at a time, with and without the fused ReLU)
+// reach the same outputs as in the oracle, and the fused ReLU does not flush a NaN to 0.
+static void check_nonfinite(Case k, uint64_t& seed) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  for (bool relu : {false, true}) {
+    for (int where = 0; where < 3; ++where) {  // NaN in x, Inf in x, Inf in dy
+      k.relu = relu;
+      Inputs in = make_inputs(k, seed += 10);
+      const int64_t at = 1 * k.layout.width() + 5 * 41 * 40 + 77;  // sample 1, channel 5
+      if (where == 0) in.x[at] = nan;
+      if (where == 1) in.x[at] = -inf;
+      if (where == 2) {
+        in.dy[at] = inf;
+        in.x[at] = 1e3f;  // y > 0 there, so the ReLU passes the Inf on
+      }
+      const Outputs fast = run(k, Impl::Fast, in), oracle = run(k, Impl::Oracle, in, fast.y);
+      INFO(k.name << (relu ? " +relu" : "") << ", bad value " << (where == 0 ? "NaN in x" : where == 1 ? "-Inf in x" : "Inf in dy"));
+      // The same elements must be non-finite. (NaN or Inf may differ where x is within a
+      // rounding of the mean: 0 * Inf there is NaN on one side and the other sees +-Inf.)
+      int64_t nonfinite = 0;
+      auto same_pattern = [&](const std::vector<float>& u, const std::vector<float>& v) {
+        for (size_t i = 0; i < u.size(); ++i) {
+          if (std::isfinite(u[i]) != std::isfinite(v[i])) return false;
+          nonfinite += !std::isfinite(u[i]);
+        }
+        return true;
+      };
+      CHECK(same_pattern(fast.y, oracle.y));
+      CHECK(same_pattern(fast.dx, oracle.dx));
+      CHECK(same_pattern(fast.dweight, oracle.dweight));
+      CHECK(same_pattern(fast.dbias, oracle.dbias));
+      CHECK(nonfinite > 0);  // the bad value did reach the outputs
+      if (where < 2) CHECK(std::isnan(fast.y[at]));  // not flushed to 0 by the fused ReLU
+    }
   }
 }
 
 TEST_CASE("NaN and Inf propagate through the fast kernels like through the oracle", "[norm][cuda]") {
   MINIDL_REQUIRE_CUDA();
-  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   uint64_t seed = 1700;
-  for (Case k : {batch_norm_case(3, 37, 41, 40), group_norm_case(3, 37, 41, 40, 37),
-                 layer_norm_case(3, 37 * 41 * 40, "[37,41,40] x3")}) {
-    for (bool relu : {false, true}) {
-      for (int where = 0; where < 3; ++where) {  // NaN in x, Inf in x, Inf in dy
-        k.relu = relu;
-        Inputs in = make_inputs(k, seed += 10);
-        const int64_t at = 1 * k.layout.width() + 5 * 41 * 40 + 77;  // sample 1, channel 5
-        if (where == 0) in.x[at] = nan;
-        if (where == 1) in.x[at] = -inf;
-        if (where == 2) {
-          in.dy[at] = inf;
-          in.x[at] = 1e3f;  // y > 0 there, so the ReLU passes the Inf on
-        }
-        const Outputs fast = run(k, Impl::Fast, in), oracle = run(k, Impl::Oracle, in, fast.y);
-        INFO(k.name << (relu ? " +relu" : "") << ", bad value " << (where == 0 ? "NaN in x" : where == 1 ? "-Inf in x" : "Inf in dy"));
-        // The same elements must be non-finite. (NaN or Inf may differ where x is within a
-        // rounding of the mean: 0 * Inf there is NaN on one side and the other sees +-Inf.)
-        int64_t nonfinite = 0;
-        auto same_pattern = [&](const std::vector<float>& u, const std::vector<float>& v) {
-          for (size_t i = 0; i < u.size(); ++i) {
-            if (std::isfinite(u[i]) != std::isfinite(v[i])) return false;
-            nonfinite += !std::isfinite(u[i]);
-          }
-          return true;
-        };
-        CHECK(same_pattern(fast.y, oracle.y));
-        CHECK(same_pattern(fast.dx, oracle.dx));
-        CHECK(same_pattern(fast.dweight, oracle.dweight));
-        CHECK(same_pattern(fast.dbias, oracle.dbias));
-        CHECK(nonfinite > 0);  // the bad value did reach the outputs
-        if (where < 2) CHECK(std::isnan(fast.y[at]));  // not flushed to 0 by the fused ReLU
-      }
-    }
-  }
+  for (const Case& k : {batch_norm_case(3, 37, 41, 40), group_norm_case(3, 37, 41, 40, 37),
+                        layer_norm_case(3, 37 * 41 * 40, "[37,41,40] x3")})
+    check_nonfinite(k, seed);
 }
 
 TEST_CASE("autograd norm ops on CUDA tensors match the CPU", "[norm][cuda]") {
@@ -437,6 +471,280 @@ TEST_CASE("autograd norm ops on CUDA tensors match the CPU", "[norm][cuda]") {
       CHECK(error(results[1][k], results[0][k]) <= 2e-5);
     }
   }
+}
+
+// ---- every path, forced ----
+
+namespace {
+
+struct PathChoice {
+  norm::NormPath path;
+  int cluster;
+  const char* name;
+};
+const PathChoice kPaths[] = {{norm::NormPath::Block, 0, "block"},         {norm::NormPath::Cluster, 2, "cluster x2"},
+                             {norm::NormPath::Cluster, 4, "cluster x4"},  {norm::NormPath::Cluster, 8, "cluster x8"},
+                             {norm::NormPath::Cluster, 16, "cluster x16"}, {norm::NormPath::ThreeLaunch, 0, "3-launch"}};
+
+// Any aligned non-null pointer: the planners only test pointers for null and alignment.
+float* const kSomeBuffer = reinterpret_cast<float*>(uintptr_t{256});
+
+// k with both passes forced onto p, except the passes p does not cover, which stay on Auto: the
+// eval forward and, on the single-read paths, GroupNorm/LayerNorm weight/bias gradients. False
+// when the group does not fit p (the planner refuses it), so the case is skipped on p.
+bool on_path(Case& k, const PathChoice& p) {
+  const bool single = p.path != norm::NormPath::ThreeLaunch;
+  k.name += str(" [", p.name, "]");
+  k.cluster = p.cluster;
+  k.fwd_path = k.training || !single ? p.path : norm::NormPath::Auto;
+  const bool segment_affine = k.layout.kind == NormKind::Segment && k.affine_grads && (k.weight || k.bias);
+  k.bwd_path = single && segment_affine ? norm::NormPath::Auto : p.path;
+  try {
+    norm::NormForward a;
+    a.training = k.training;
+    a.path = k.fwd_path;
+    a.cluster = k.fwd_path == norm::NormPath::Cluster ? k.cluster : 0;
+    norm::plan_forward_cuda(k.layout, a);
+    norm::NormBackward b;
+    b.training = k.training;
+    b.dweight = k.weight && k.affine_grads ? kSomeBuffer : nullptr;
+    b.dbias = k.bias && k.affine_grads ? kSomeBuffer : nullptr;
+    b.path = k.bwd_path;
+    b.cluster = k.bwd_path == norm::NormPath::Cluster ? k.cluster : 0;
+    norm::plan_backward_cuda(k.layout, b);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// The fast run took the forced paths (and cluster sizes).
+void check_ran(const Case& k, const Outputs& o) {
+  INFO(k.name << ": ran forward on " << norm::norm_path_name(o.fwd_run.path) << " x" << o.fwd_run.cluster
+              << ", backward on " << norm::norm_path_name(o.bwd_run.path) << " x" << o.bwd_run.cluster);
+  if (k.fwd_path != norm::NormPath::Auto) CHECK(o.fwd_run.path == k.fwd_path);
+  if (k.bwd_path != norm::NormPath::Auto) CHECK(o.bwd_run.path == k.bwd_path);
+  if (k.fwd_path == norm::NormPath::Cluster) CHECK(o.fwd_run.cluster == k.cluster);
+  if (k.bwd_path == norm::NormPath::Cluster) CHECK(o.bwd_run.cluster == k.cluster);
+  if (k.fwd_path == norm::NormPath::Block || k.fwd_path == norm::NormPath::Cluster) CHECK(o.fwd_run.launches == 1);
+  if (k.bwd_path == norm::NormPath::Block || k.bwd_path == norm::NormPath::Cluster) CHECK(o.bwd_run.launches == 1);
+}
+
+Case without_affine_grads(Case c) {
+  c.affine_grads = false;
+  c.name += " (no dw/db)";
+  return c;
+}
+
+// Ragged shapes for the paths: scalar and float4 groups, planes that straddle a float4, groups
+// smaller than a cluster's CTAs (ranks with nothing to hold), one element per plane, eval, the
+// affine parts off, GroupNorm/LayerNorm with and without weight/bias gradients.
+std::vector<Case> path_cases() {
+  std::vector<Case> cases;
+  for (bool relu : {false, true}) {
+    cases.push_back(batch_norm_case(3, 37, 41, 40, relu));
+    cases.push_back(without_affine_grads(group_norm_case(3, 37, 41, 40, 37, relu)));
+    cases.push_back(without_affine_grads(layer_norm_case(3 * 37 * 41, 40, "[40] x4551", relu)));
+  }
+  cases.push_back(batch_norm_case(5, 19, 7, 9));       // planes of 63: scalar
+  cases.push_back(batch_norm_case(7, 3, 1, 1));        // 7 elements per group
+  cases.push_back(batch_norm_case(9, 300, 2, 3, true));
+  cases.push_back(batch_norm_case(1, 37, 41, 40, true));
+  cases.push_back(group_norm_case(3, 37, 41, 40, 37));  // weight/bias gradients: backward on Auto
+  cases.push_back(without_affine_grads(group_norm_case(5, 12, 7, 9, 4)));        // segments of 189
+  cases.push_back(without_affine_grads(group_norm_case(3, 64, 5, 5, 32, true)));  // segments of 50
+  cases.push_back(without_affine_grads(group_norm_case(2, 8, 33, 35, 2)));  // float4 across planes of 1155
+  cases.push_back(without_affine_grads(layer_norm_case(33, 1000, "[1000] x33", true)));
+  cases.push_back(without_affine_grads(layer_norm_case(5 * 19, 63, "[7,9] x95")));
+  cases.push_back(without_affine_grads(layer_norm_case(64, 768, "[768] x64")));
+  cases.push_back(layer_norm_case(64, 768, "[768] x64"));
+  for (const Case& c : option_cases()) cases.push_back(c);
+  return cases;
+}
+
+}  // namespace
+
+TEST_CASE("every norm path matches the float64 oracle and the CPU on ragged and misaligned shapes", "[norm][cuda]") {
+  MINIDL_REQUIRE_CUDA();
+  std::printf("norm [cuda]: each path forced, vs the float64 oracle and vs the CPU (worst relative errors)\n");
+  uint64_t seed = 3000;
+  for (const PathChoice& p : kPaths) {
+    int ran = 0;
+    for (Case k : path_cases()) {
+      if (!on_path(k, p)) {
+        std::printf("  %-58s does not fit: skipped\n", k.name.c_str());
+        continue;
+      }
+      ++ran;
+      const Inputs in = make_inputs(k, seed += 10);
+      const Outputs fast = run(k, Impl::Fast, in);
+      check_ran(k, fast);
+      compare(k.name + " vs oracle", fast, run(k, Impl::Oracle, in, fast.y));
+      compare(k.name + " vs cpu", fast, run(k, Impl::Cpu, in));
+      const Outputs misaligned = run(k, Impl::Fast, in, {}, true);
+      check_ran(k, misaligned);
+      compare(k.name + " misaligned vs oracle", misaligned, run(k, Impl::Oracle, in, misaligned.y, true));
+    }
+    INFO("path " << p.name << " ran " << ran << " cases");
+    CHECK(ran >= 20);  // only the clusters-only groups may not fit one CTA
+  }
+}
+
+TEST_CASE("every norm path matches the oracle on the docs/perf/anchors.md shapes where it fits", "[norm][cuda]") {
+  MINIDL_REQUIRE_CUDA();
+  std::printf("norm [cuda]: each single-read path forced on the docs/perf/anchors.md shapes that fit it\n");
+  // The 16.8-33.6 MB shapes, where every group fits every cluster size (the larger shapes run on
+  // their automatic paths in the test above).
+  const int64_t shapes[][4] = {{512, 256, 8, 8}, {512, 512, 4, 4}, {1024, 256, 4, 4}};
+  uint64_t seed = 3500;
+  for (const PathChoice& p : kPaths) {
+    if (p.path == norm::NormPath::ThreeLaunch) continue;  // the anchors test above covers Auto
+    for (const auto& sh : shapes) {
+      for (Case k : anchor_cases(sh[0], sh[1], sh[2], sh[3])) {
+        if (!on_path(k, p)) continue;
+        const Inputs in = make_inputs(k, seed += 10);
+        const Outputs fast = run(k, Impl::Fast, in);
+        check_ran(k, fast);
+        compare(k.name, fast, run(k, Impl::Oracle, in, fast.y));
+      }
+    }
+  }
+}
+
+TEST_CASE("every norm path gives the same bits on every run, whatever ran in between", "[norm][cuda]") {
+  MINIDL_REQUIRE_CUDA();
+  const std::vector<Case> cases = {batch_norm_case(3, 37, 41, 40, true),
+                                   without_affine_grads(group_norm_case(3, 37, 41, 40, 37, true)),
+                                   without_affine_grads(layer_norm_case(33, 1000, "[1000] x33")),
+                                   without_affine_grads(layer_norm_case(3, 37 * 41 * 40, "[37,41,40] x3"))};
+  uint64_t seed = 4000;
+  for (const PathChoice& p : kPaths) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      Case k = cases[i];
+      if (!on_path(k, p)) continue;
+      // A neighbouring shape on another path (on Auto where that path does not fit it) runs
+      // between the two runs of k.
+      Case other = cases[(i + 1) % cases.size()];
+      if (!on_path(other, kPaths[(&p - kPaths + 1) % std::size(kPaths)])) other = cases[(i + 1) % cases.size()];
+      const Inputs in = make_inputs(k, seed += 10), other_in = make_inputs(other, seed += 10);
+      const Outputs a = run(k, Impl::Fast, in);
+      run(other, Impl::Fast, other_in);
+      check_same_bits(k, a, run(k, Impl::Fast, in));
+    }
+  }
+}
+
+TEST_CASE("NaN and Inf propagate through every norm path like through the oracle", "[norm][cuda]") {
+  MINIDL_REQUIRE_CUDA();
+  uint64_t seed = 4500;
+  for (const PathChoice& p : kPaths) {
+    for (Case k : {batch_norm_case(3, 37, 41, 40), without_affine_grads(group_norm_case(3, 37, 41, 40, 37)),
+                   group_norm_case(3, 37, 41, 40, 37), without_affine_grads(layer_norm_case(3, 37 * 41 * 40, "[37,41,40] x3"))}) {
+      if (on_path(k, p)) check_nonfinite(k, seed);
+    }
+  }
+}
+
+TEST_CASE("single-read paths keep the statistics accurate at mean 1e4, std 1e-2", "[norm][cuda]") {
+  MINIDL_REQUIRE_CUDA();
+  uint64_t seed = 5000;
+  for (const PathChoice& p : kPaths) {
+    if (p.path == norm::NormPath::ThreeLaunch) continue;
+    for (Case k : {batch_norm_case(3, 37, 41, 40), group_norm_case(3, 37, 41, 40, 1),
+                   layer_norm_case(8192, 768, "[768] x8192"), batch_norm_case(512, 64, 4, 4)}) {
+      k.eps = 0;
+      k.momentum = 1;
+      k.weight = k.bias = false;
+      if (!on_path(k, p)) continue;
+      const Inputs in = make_inputs(k, seed += 10, 1e4, 1e-2);
+      const Outputs fast = run(k, Impl::Fast, in);
+      check_ran(k, fast);
+      const NormLayout& l = k.layout;
+      const int64_t groups = l.groups();
+      std::vector<double> mean, var;
+      float64_moments(l, in.x, mean, var);
+      double mean_err = 0, var_err = 0;
+      for (int64_t g = 0; g < groups; ++g) {
+        mean_err = std::max(mean_err, std::fabs(fast.mean[g] - mean[g]) / std::fabs(mean[g]));
+        var_err = std::max(var_err, std::fabs(1.0 / (static_cast<double>(fast.rstd[g]) * fast.rstd[g]) - var[g]) / var[g]);
+      }
+      std::printf("  %-52s mean %.1e  var %.1e\n", k.name.c_str(), mean_err, var_err);
+      INFO(k.name << ": mean error " << mean_err << ", variance error " << var_err << " (both must be <= 1e-5)");
+      CHECK(mean_err <= 1e-5);
+      CHECK(var_err <= 1e-5);
+    }
+  }
+}
+
+TEST_CASE("the automatic norm path choice picks the expected path for representative shapes", "[norm][cuda]") {
+  MINIDL_REQUIRE_CUDA();
+  struct Expect {
+    std::string name;
+    NormLayout layout;
+    bool training, affine_grads;
+    norm::NormPath fwd, bwd;
+    int fwd_cluster, bwd_cluster;  // expected CTAs per group (0: any; Block 1, ThreeLaunch 0)
+  };
+  using P = norm::NormPath;
+  // Shared memory per CTA on the H200: 227 KB opt-in less 2 KB; Auto wants a group's part within
+  // half of that (two CTAs per SM) before it takes a larger one.
+  const std::vector<Expect> expects = {
+      {"BatchNorm2d (512,512,4,4): 32 KB channel", NormLayout::batch_norm(512, 512, 16), true, true, P::Block, P::Block, 1, 1},
+      {"BatchNorm2d (512,64,32,32): 2 MB channel", NormLayout::batch_norm(512, 64, 1024), true, true, P::Cluster,
+       P::ThreeLaunch, 16, 0},
+      {"BatchNorm2d (1024,24,31,31): 3.9 MB channel", NormLayout::batch_norm(1024, 24, 961), true, true,
+       P::ThreeLaunch, P::ThreeLaunch, 0, 0},
+      {"BatchNorm2d (512,256,8,8) eval: 128 KB channel", NormLayout::batch_norm(512, 256, 64), false, true,
+       P::ThreeLaunch, P::Cluster, 0, 4},
+      {"GroupNorm(32) (512,64,32,32)", NormLayout::group_norm(512, 64, 1024, 32), true, true, P::Block, P::ThreeLaunch,
+       1, 0},
+      {"GroupNorm(32) (512,64,32,32) no dw/db", NormLayout::group_norm(512, 64, 1024, 32), true, false, P::Block,
+       P::Block, 1, 1},
+      {"LayerNorm [64,32,32]: 256 KB rows", NormLayout::layer_norm(512, 65536), true, false, P::Cluster, P::Cluster, 4,
+       8},
+      {"LayerNorm [768] x8192", NormLayout::layer_norm(8192, 768), true, true, P::Block, P::ThreeLaunch, 1, 0},
+      {"LayerNorm [768] x8192 no dw/db", NormLayout::layer_norm(8192, 768), true, false, P::Block, P::Block, 1, 1},
+      {"BatchNorm2d (3,37,41,40)", NormLayout::batch_norm(3, 37, 1640), true, true, P::Block, P::Block, 1, 1},
+  };
+  for (const Expect& e : expects) {
+    norm::NormForward a;
+    a.training = e.training;
+    norm::NormBackward b;
+    b.training = e.training;
+    b.dweight = b.dbias = e.affine_grads ? kSomeBuffer : nullptr;
+    const norm::NormRun f = norm::plan_forward_cuda(e.layout, a), g = norm::plan_backward_cuda(e.layout, b);
+    std::printf("  %-44s forward %s x%d, backward %s x%d\n", e.name.c_str(), norm::norm_path_name(f.path), f.cluster,
+                norm::norm_path_name(g.path), g.cluster);
+    INFO(e.name << ": forward " << norm::norm_path_name(f.path) << " x" << f.cluster << ", backward "
+                << norm::norm_path_name(g.path) << " x" << g.cluster);
+    CHECK(f.path == e.fwd);
+    CHECK(g.path == e.bwd);
+    if (e.fwd_cluster) CHECK(f.cluster == e.fwd_cluster);
+    if (e.bwd_cluster) CHECK(g.cluster == e.bwd_cluster);
+  }
+}
+
+TEST_CASE("forcing a norm path that cannot run a pass is a clear error", "[norm][cuda]") {
+  MINIDL_REQUIRE_CUDA();
+  norm::NormForward a;
+  a.path = norm::NormPath::Block;
+  CHECK_THROWS_WITH(norm::plan_forward_cuda(NormLayout::batch_norm(1024, 24, 961), a),
+                    Catch::Matchers::Contains("does not fit one CTA"));
+  a.path = norm::NormPath::Cluster;
+  CHECK_THROWS_WITH(norm::plan_forward_cuda(NormLayout::batch_norm(1024, 24, 961), a),
+                    Catch::Matchers::Contains("does not fit a cluster"));
+  a.cluster = 3;
+  CHECK_THROWS_WITH(norm::plan_forward_cuda(NormLayout::batch_norm(8, 4, 16), a),
+                    Catch::Matchers::Contains("must be 2, 4, 8 or 16"));
+  a.cluster = 0;
+  a.training = false;
+  CHECK_THROWS_WITH(norm::plan_forward_cuda(NormLayout::batch_norm(8, 4, 16), a),
+                    Catch::Matchers::Contains("eval mode"));
+  norm::NormBackward b;
+  b.path = norm::NormPath::Block;
+  b.dweight = kSomeBuffer;
+  CHECK_THROWS_WITH(norm::plan_backward_cuda(NormLayout::layer_norm(64, 768), b),
+                    Catch::Matchers::Contains("weight and bias gradients"));
 }
 
 #endif  // MINIDL_WITH_CUDA

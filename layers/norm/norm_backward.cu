@@ -1,5 +1,6 @@
-// The fast backward of BatchNorm2d, GroupNorm and LayerNorm: three launches, x and dy read
-// twice, dx written once.
+// The fast backward of BatchNorm2d, GroupNorm and LayerNorm. Where a group fits one CTA or one
+// cluster (and, for GroupNorm/LayerNorm, no weight/bias gradient is wanted), the single-read
+// kernel (norm_single_backward.cu); otherwise three launches, x and dy read twice, dx written once:
 //  1. grad_sums: g = dy after the fused ReLU's mask (y recomputed from x and the saved mean and
 //                rstd with the forward's formula, so the same bits: no saved y to read), then
 //                BatchNorm: per channel A = sum g, B = sum g*(x - mean) (column sums);
@@ -16,6 +17,7 @@
 // CPU reference: norm_cpu.cpp; float64 oracle: bench/norm_reference.cu.
 #include "core/allocator.h"
 #include "layers/norm/norm_params.cuh"
+#include "layers/norm/norm_single_read.cuh"
 
 namespace minidl::norm {
 
@@ -153,11 +155,7 @@ __global__ void __launch_bounds__(tiles::kBlock) finalize_grads_kernel(const Fin
           a.row_partials, a.g.rows * tiles_in_row, tiles_per_segment,
           [&](int64_t e) { return r * tiles_in_row + s * tiles_per_segment + e; }, sa, sb);
     }
-    if (lane == 0) {
-      const double r = a.rstd[grp];
-      a.k1[grp] = a.training ? static_cast<float>(-r * r * r * w * sb / m) : 0.f;
-      a.k2[grp] = a.training ? static_cast<float>(-r * w * sa / m) : 0.f;
-    }
+    if (lane == 0) statistics_grad(a.rstd[grp], w, sa, sb, m, a.training, a.k1[grp], a.k2[grp]);
   }
 }
 
@@ -177,7 +175,18 @@ Geometry segment_grad_sums(const NormLayout& l, const NormBackward& b, bool alig
 
 }  // namespace
 
-int backward_cuda(const NormLayout& l, const NormBackward& b) {
+NormRun plan_backward_cuda(const NormLayout& l, const NormBackward& b) {
+  const single::Plan p = single::plan_backward(l, b);
+  if (p.path != NormPath::ThreeLaunch) return {p.path, p.cluster, p.threads, 1};
+  return {NormPath::ThreeLaunch, 0, tiles::kBlock, 3};
+}
+
+NormRun backward_cuda(const NormLayout& l, const NormBackward& b) {
+  const single::Plan plan = single::plan_backward(l, b);
+  if (plan.path != NormPath::ThreeLaunch) {
+    single::run_backward(plan, l, b);
+    return {plan.path, plan.cluster, plan.threads, 1};
+  }
   const Device dev = Device::cuda();
   const int64_t groups = l.groups();
   const bool affine_grads = b.dweight || b.dbias;
@@ -227,7 +236,7 @@ int backward_cuda(const NormLayout& l, const NormBackward& b) {
     const Geometry g = tiles::plan_map<SegmentInputGrad>(tiles::make_tiles(l, l.segment, 0, dx_aligned));
     tiles::launch_map(g, op, b.x, b.dy, b.dx);
   }
-  return 3;
+  return {NormPath::ThreeLaunch, 0, tiles::kBlock, 3};
 }
 
 }  // namespace minidl::norm

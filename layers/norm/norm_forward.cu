@@ -1,4 +1,5 @@
-// The fast forward of BatchNorm2d, GroupNorm and LayerNorm: three launches.
+// The fast forward of BatchNorm2d, GroupNorm and LayerNorm. Where a group fits one CTA or one
+// cluster, the single-read kernel (norm_single_forward.cu); otherwise, and in eval, three launches:
 //  1. stats:    one read of x. Each warp sums d = x - K and d*d over its tile and slice
 //               (norm_tiles.cuh), K one sample of the group (BatchNorm: x[0, c, 0, 0];
 //               GroupNorm/LayerNorm: the segment's first element). Shifting by a sample of the
@@ -15,6 +16,7 @@
 // The CPU reference of every formula is norm_cpu.cpp; bench/norm_reference.cu is the float64 oracle.
 #include "core/allocator.h"
 #include "layers/norm/norm_params.cuh"
+#include "layers/norm/norm_single_read.cuh"
 
 namespace minidl::norm {
 
@@ -117,17 +119,10 @@ __global__ void __launch_bounds__(tiles::kBlock) finalize_stats_kernel(const Fin
       k = a.x[grp * a.segment];
     }
     if (lane == 0) {
-      const double dm = s1 / m;
-      double var = s2 / m - dm * dm;
-      if (var < 0) var = 0;  // rounding only; a NaN stays NaN
-      const double mean = k + dm;
-      a.mean[grp] = static_cast<float>(mean);
-      a.rstd[grp] = static_cast<float>(1.0 / sqrt(var + a.eps));
-      if (a.running_mean) {
-        const double unbiased = m > 1 ? var * m / (m - 1) : var;
-        a.running_mean[grp] = static_cast<float>((1 - a.momentum) * a.running_mean[grp] + a.momentum * mean);
-        a.running_var[grp] = static_cast<float>((1 - a.momentum) * a.running_var[grp] + a.momentum * unbiased);
-      }
+      const Moments s = shifted_moments(s1, s2, k, m);
+      a.mean[grp] = static_cast<float>(s.mean);
+      a.rstd[grp] = inverse_std(s.var, a.eps);
+      if (a.running_mean) update_running(a.running_mean[grp], a.running_var[grp], s, m, a.momentum);
     }
   }
 }
@@ -147,9 +142,20 @@ double* as_doubles(const std::shared_ptr<void>& p) { return static_cast<double*>
 
 }  // namespace
 
-int forward_cuda(const NormLayout& l, const NormForward& a) {
+NormRun plan_forward_cuda(const NormLayout& l, const NormForward& a) {
+  const single::Plan p = single::plan_forward(l, a);
+  if (p.path != NormPath::ThreeLaunch) return {p.path, p.cluster, p.threads, 1};
+  return {NormPath::ThreeLaunch, 0, tiles::kBlock, a.training ? 3 : 2};
+}
+
+NormRun forward_cuda(const NormLayout& l, const NormForward& a) {
   MINIDL_CHECK(a.training || (l.kind == NormKind::Channel && a.running_mean && a.running_var),
                "normalization: eval mode needs a BatchNorm layout and running statistics");
+  const single::Plan plan = single::plan_forward(l, a);
+  if (plan.path != NormPath::ThreeLaunch) {
+    single::run_forward(plan, l, a);
+    return {plan.path, plan.cluster, plan.threads, 1};
+  }
   const Device dev = Device::cuda();
   const int64_t groups = l.groups();
   if (a.training) {
@@ -200,7 +206,7 @@ int forward_cuda(const NormLayout& l, const NormForward& a) {
     const Geometry g = tiles::plan_map<SegmentApply>(tiles::make_tiles(l, l.segment, 0, aligned));
     tiles::launch_map(g, op, a.x, nullptr, a.y);
   }
-  return a.training ? 3 : 2;
+  return {NormPath::ThreeLaunch, 0, tiles::kBlock, a.training ? 3 : 2};
 }
 
 }  // namespace minidl::norm

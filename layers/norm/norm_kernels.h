@@ -2,7 +2,9 @@
 // (NormLayout), the arguments of a forward and a backward pass, and the raw launchers of the
 // three implementations:
 //   *_cpu                 the CPU path (norm_cpu.cpp): OpenMP over groups, float64 sums;
-//   *_cuda                the fast GPU path (norm_forward.cu, norm_backward.cu);
+//   *_cuda                the fast GPU path: a single-read kernel where a group fits one CTA or
+//                         one thread-block cluster (norm_single_*.cu), else three launches
+//                         (norm_forward.cu, norm_backward.cu); chosen by size at run time;
 //   *_reference_cuda      a one-block-per-group, two-pass, float64 GPU oracle that the tests and
 //                         the benchmark hold the fast path against (bench/norm_reference.h).
 // Plain C++ (no CUDA headers), so .cpp files can call every launcher.
@@ -45,6 +47,29 @@ struct NormLayout {
   int64_t group_size() const { return kind == NormKind::Channel ? rows * plane : segment; }
 };
 
+// Which implementation of the fast GPU path runs a pass (plan_*_cuda says which one Auto picks).
+//   Block        one kernel; each group is held in one CTA's shared memory between its statistics
+//                and its apply (x read once, y written once);
+//   Cluster      one kernel; each group is split over a thread-block cluster of 2-16 CTAs (sm_90)
+//                that reduce through distributed shared memory, each holding its part;
+//   ThreeLaunch  reduction pass, finalize, elementwise pass (norm_forward.cu, norm_backward.cu):
+//                any size, and the only path for eval forward and for GroupNorm/LayerNorm
+//                backward with weight/bias gradients.
+// Auto picks Block or Cluster where the group fits, else ThreeLaunch. Forcing a path that cannot
+// run the pass (too large a group, or a case it does not cover) is an error naming the reason.
+// The choice depends only on the layout, the pass's options and the device: the same shape takes
+// the same path, and each path's results are bit-identical run to run.
+enum class NormPath : unsigned char { Auto, Block, Cluster, ThreeLaunch };
+const char* norm_path_name(NormPath path);
+
+// What a fast pass ran (or, from plan_*_cuda, would run).
+struct NormRun {
+  NormPath path = NormPath::ThreeLaunch;
+  int cluster = 1;   // CTAs per group (Block: 1; ThreeLaunch: 0)
+  int threads = 0;   // per CTA of the single-read kernel
+  int launches = 0;  // kernels launched
+};
+
 // One forward pass. All pointers on the launcher's device; weight/bias null when that affine part
 // is off (scale 1, shift 0). Writes y and the per-group statistics that backward uses.
 struct NormForward {
@@ -63,6 +88,8 @@ struct NormForward {
   double momentum = 0.1;
   double eps = 1e-5;
   bool relu = false;  // y = max(y, 0) fused, NaN kept (y <= 0 ? 0 : y)
+  NormPath path = NormPath::Auto;  // fast GPU path only; tests and the benchmark force one
+  int cluster = 0;  // path Cluster: CTAs per group (2, 4, 8 or 16); 0: the smallest that fits
 };
 
 // One backward pass, from what the forward saved (x, its mean and rstd) and dy.
@@ -79,13 +106,19 @@ struct NormBackward {
   float* dx = nullptr;
   float* dweight = nullptr;  // [features] or null: not wanted
   float* dbias = nullptr;    // [features] or null
+  NormPath path = NormPath::Auto;  // fast GPU path only
+  int cluster = 0;                 // as NormForward::cluster
 };
 
 void forward_cpu(const NormLayout& layout, const NormForward& args);
 void backward_cpu(const NormLayout& layout, const NormBackward& args);
 
-// The fast path. Returns the number of kernels launched (the benchmark prints it).
-int forward_cuda(const NormLayout& layout, const NormForward& args);
-int backward_cuda(const NormLayout& layout, const NormBackward& args);
+// The fast path: runs the pass on args.path (Auto: chosen by size) and says what ran.
+NormRun forward_cuda(const NormLayout& layout, const NormForward& args);
+NormRun backward_cuda(const NormLayout& layout, const NormBackward& args);
+// What forward_cuda/backward_cuda would run for these arguments, without running it (pointers are
+// only tested for null and 16-byte alignment). Fails as they would on a path that cannot run.
+NormRun plan_forward_cuda(const NormLayout& layout, const NormForward& args);
+NormRun plan_backward_cuda(const NormLayout& layout, const NormBackward& args);
 
 }  // namespace minidl::norm

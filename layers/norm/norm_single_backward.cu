@@ -1,0 +1,154 @@
+// The single-read backward of BatchNorm2d, GroupNorm and LayerNorm: one launch, x and dy read
+// once, dx written once. Per group (norm_single_read.cuh for the split and the reduction order):
+//  1. load the CTA's part of x and dy; g = dy after the fused ReLU's mask (y recomputed from x
+//     and the saved statistics with the forward's operations, as the three-launch grad_sums
+//     does); keep x and g in shared memory and sum, with the three-launch path's float terms,
+//       BatchNorm:          A = sum g,   B = sum g*(x - mean);
+//       GroupNorm/LayerNorm SA = sum w*g, SB = sum w*g*(x - mean);
+//  2. reduce over the CTA and the cluster (float64, fixed order); k1, k2 of dx with the
+//     three-launch finalize's formula (norm_math.h); BatchNorm's rank 0 stores dweight, dbias;
+//  3. dx = g*scale + (x - mean)*k1 + k2 from shared memory.
+// GroupNorm/LayerNorm weight and bias gradients sum over every row, across groups: that pass is
+// not single-read yet (plan_backward leaves it to the three-launch path).
+#include "layers/norm/norm_single_read.cuh"
+
+namespace minidl::norm {
+
+namespace {
+
+using single::Geometry;
+
+template <NormKind kKind, int kV, bool kCluster>
+__global__ void __launch_bounds__(single::kMaxThreads) single_backward_kernel(const Geometry g, const NormBackward b) {
+  extern __shared__ float4 held_storage[];
+  float* held_x = reinterpret_cast<float*>(held_storage);
+  float* held_g = held_x + g.chunk;
+  const single::Place at = single::place_of<kCluster, kV>(g);
+  const int threads = blockDim.x;
+  const double m = static_cast<double>(g.group_size);
+  for (int64_t grp = at.cluster; grp < g.groups; grp += at.clusters) {
+    const float mean = b.mean[grp], rstd = b.rstd[grp];
+    float scale = 0.f, shift = 0.f;
+    if constexpr (kKind == NormKind::Channel) {
+      scale = feature_scale(b.weight, grp, rstd);
+      shift = feature_shift(b.bias, grp);
+    }
+    double sa = 0, sb = 0;
+    for (int i0 = threadIdx.x; i0 < at.access; i0 += threads * single::kUnroll) {
+      float xv[single::kUnroll][kV], dv[single::kUnroll][kV];
+#pragma unroll
+      for (int u = 0; u < single::kUnroll; ++u) {
+        const int i = i0 + u * threads;
+        if (i < at.access) {
+          const int64_t off = single::element_offset<kKind>(g, grp, at.k0 + i * kV);
+          single::load_access<kV>(b.x + off, xv[u]);
+          single::load_access<kV>(b.dy + off, dv[u]);
+        }
+      }
+      float fa = 0.f, fb = 0.f;
+#pragma unroll
+      for (int u = 0; u < single::kUnroll; ++u) {
+        const int i = i0 + u * threads;
+        if (i < at.access) {
+          if constexpr (kKind == NormKind::Channel) {
+#pragma unroll
+            for (int e = 0; e < kV; ++e) {
+              const float x = xv[u][e];
+              const float gv = b.relu ? relu_backward(dv[u][e], normalized(x, mean, scale, shift)) : dv[u][e];
+              fa += gv;
+              fb += gv * (x - mean);
+              dv[u][e] = gv;
+            }
+          } else {
+            single::FeatureCursor f = single::feature_cursor(g, grp, at.k0 + i * kV);
+#pragma unroll
+            for (int e = 0; e < kV; ++e) {
+              const float x = xv[u][e], w = b.weight ? b.weight[f.f] : 1.f;
+              const float centered = x - mean;
+              const float gv =
+                  b.relu ? relu_backward(dv[u][e], normalized(x, mean, w * rstd, feature_shift(b.bias, f.f))) : dv[u][e];
+              const float wg = w * gv;
+              fa += wg;
+              fb += wg * centered;
+              dv[u][e] = gv;
+              f.next();
+            }
+          }
+          single::store_access<kV>(held_x + i * kV, xv[u]);
+          single::store_access<kV>(held_g + i * kV, dv[u]);
+        }
+      }
+      sa += fa;
+      sb += fb;
+    }
+    single::group_sum<kCluster>(sa, sb);
+    double w = 1;
+    if constexpr (kKind == NormKind::Channel) {
+      if (b.weight) w = b.weight[grp];
+      if (at.rank == 0 && threadIdx.x == 0) {
+        if (b.dweight) b.dweight[grp] = static_cast<float>(sb * rstd);
+        if (b.dbias) b.dbias[grp] = static_cast<float>(sa);
+      }
+    }
+    float k1, k2;
+    statistics_grad(rstd, w, sa, sb, m, b.training, k1, k2);
+    for (int i = threadIdx.x; i < at.access; i += threads) {
+      const int32_t kk = at.k0 + i * kV;
+      float xv[kV], gv[kV], dx[kV];
+      single::load_access<kV>(held_x + i * kV, xv);
+      single::load_access<kV>(held_g + i * kV, gv);
+      if constexpr (kKind == NormKind::Channel) {
+#pragma unroll
+        for (int e = 0; e < kV; ++e) dx[e] = input_grad(gv[e], xv[e] - mean, scale, k1, k2);
+      } else {
+        single::FeatureCursor f = single::feature_cursor(g, grp, kk);
+#pragma unroll
+        for (int e = 0; e < kV; ++e) {
+          const float w_f = b.weight ? b.weight[f.f] : 1.f;
+          dx[e] = input_grad(gv[e], xv[e] - mean, w_f * rstd, k1, k2);
+          f.next();
+        }
+      }
+      single::store_access<kV>(b.dx + single::element_offset<kKind>(g, grp, kk), dx);
+    }
+  }
+}
+
+template <NormKind kKind, int kV, bool kCluster>
+const void* backward_kernel() {
+  return reinterpret_cast<const void*>(single_backward_kernel<kKind, kV, kCluster>);
+}
+
+const void* backward_kernel_of(NormKind kind, bool vec, bool cluster) {
+  if (kind == NormKind::Channel) {
+    if (vec) return cluster ? backward_kernel<NormKind::Channel, 4, true>() : backward_kernel<NormKind::Channel, 4, false>();
+    return cluster ? backward_kernel<NormKind::Channel, 1, true>() : backward_kernel<NormKind::Channel, 1, false>();
+  }
+  if (vec) return cluster ? backward_kernel<NormKind::Segment, 4, true>() : backward_kernel<NormKind::Segment, 4, false>();
+  return cluster ? backward_kernel<NormKind::Segment, 1, true>() : backward_kernel<NormKind::Segment, 1, false>();
+}
+
+}  // namespace
+
+namespace single {
+
+Plan plan_backward(const NormLayout& l, const NormBackward& b) {
+  const bool aligned = tiles::aligned16(b.x) && tiles::aligned16(b.dy) && tiles::aligned16(b.dx);
+  const bool covered = l.kind == NormKind::Channel || (!b.dweight && !b.dbias);
+  return plan_single(l, 2, aligned, b.path, b.cluster, covered,
+                     "GroupNorm/LayerNorm weight and bias gradients sum across groups",
+                     [&](int cluster, int threads, size_t smem, bool vec) {
+                       return resident_of(backward_kernel_of(l.kind, vec, cluster > 1), cluster, threads, smem);
+                     });
+}
+
+void run_backward(const Plan& p, const NormLayout& l, const NormBackward& b) {
+  Geometry g = p.g;
+  NormBackward args = b;
+  void* params[] = {&g, &args};
+  launch_plan(backward_kernel_of(l.kind, p.vec, p.cluster > 1), p, params);
+}
+
+}  // namespace single
+
+}  // namespace minidl::norm

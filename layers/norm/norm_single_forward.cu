@@ -1,0 +1,127 @@
+// The single-read forward of BatchNorm2d, GroupNorm and LayerNorm (training): one launch, x read
+// once, y written once. Per group (norm_single_read.cuh for the split and the reduction order):
+//  1. load the CTA's part of the group into shared memory, summing d = x - K and d*d on the way
+//     (K the group's first element, as the three-launch path shifts);
+//  2. reduce the sums over the CTA and the cluster (float64, fixed order), form mean and
+//     rstd = 1/sqrt(var + eps) with the three-launch finalize's formulas (norm_math.h); rank 0
+//     stores them and updates BatchNorm's running statistics;
+//  3. y = fmaf(x - mean, scale, shift) from shared memory, the fused ReLU after (NaN kept).
+#include "layers/norm/norm_single_read.cuh"
+
+namespace minidl::norm {
+
+namespace {
+
+using single::Geometry;
+
+template <NormKind kKind, int kV, bool kCluster>
+__global__ void __launch_bounds__(single::kMaxThreads) single_forward_kernel(const Geometry g, const NormForward a) {
+  extern __shared__ float4 held_storage[];
+  float* held = reinterpret_cast<float*>(held_storage);
+  const single::Place at = single::place_of<kCluster, kV>(g);
+  const int threads = blockDim.x;
+  const double m = static_cast<double>(g.group_size);
+  for (int64_t grp = at.cluster; grp < g.groups; grp += at.clusters) {
+    const float k = a.x[single::element_offset<kKind>(g, grp, 0)];
+    double s1 = 0, s2 = 0;
+    for (int i0 = threadIdx.x; i0 < at.access; i0 += threads * single::kUnroll) {
+      float v[single::kUnroll][kV];
+#pragma unroll
+      for (int u = 0; u < single::kUnroll; ++u) {
+        const int i = i0 + u * threads;
+        if (i < at.access) single::load_access<kV>(a.x + single::element_offset<kKind>(g, grp, at.k0 + i * kV), v[u]);
+      }
+      float f1 = 0.f, f2 = 0.f;
+#pragma unroll
+      for (int u = 0; u < single::kUnroll; ++u) {
+        const int i = i0 + u * threads;
+        if (i < at.access) {
+#pragma unroll
+          for (int e = 0; e < kV; ++e) {
+            const float d = v[u][e] - k;
+            f1 += d;
+            f2 += d * d;
+          }
+          single::store_access<kV>(held + i * kV, v[u]);
+        }
+      }
+      s1 += f1;
+      s2 += f2;
+    }
+    single::group_sum<kCluster>(s1, s2);
+    const Moments s = shifted_moments(s1, s2, k, m);
+    const float mean = static_cast<float>(s.mean), rstd = inverse_std(s.var, a.eps);
+    if (at.rank == 0 && threadIdx.x == 0) {
+      a.mean[grp] = mean;
+      a.rstd[grp] = rstd;
+      if constexpr (kKind == NormKind::Channel) {
+        if (a.running_mean) update_running(a.running_mean[grp], a.running_var[grp], s, m, a.momentum);
+      }
+    }
+    // Channel: one scale and shift for the whole group; Segment: per element's feature.
+    float scale = 0.f, shift = 0.f;
+    if constexpr (kKind == NormKind::Channel) {
+      scale = feature_scale(a.weight, grp, rstd);
+      shift = feature_shift(a.bias, grp);
+    }
+    for (int i = threadIdx.x; i < at.access; i += threads) {
+      const int32_t kk = at.k0 + i * kV;
+      float v[kV];
+      single::load_access<kV>(held + i * kV, v);
+      if constexpr (kKind == NormKind::Channel) {
+#pragma unroll
+        for (int e = 0; e < kV; ++e) {
+          const float y = normalized(v[e], mean, scale, shift);
+          v[e] = a.relu ? relu_forward(y) : y;
+        }
+      } else {
+        single::FeatureCursor f = single::feature_cursor(g, grp, kk);
+#pragma unroll
+        for (int e = 0; e < kV; ++e) {
+          const float w = a.weight ? a.weight[f.f] : 1.f;
+          const float y = normalized(v[e], mean, w * rstd, feature_shift(a.bias, f.f));
+          v[e] = a.relu ? relu_forward(y) : y;
+          f.next();
+        }
+      }
+      single::store_access<kV>(a.y + single::element_offset<kKind>(g, grp, kk), v);
+    }
+  }
+}
+
+template <NormKind kKind, int kV, bool kCluster>
+const void* forward_kernel() {
+  return reinterpret_cast<const void*>(single_forward_kernel<kKind, kV, kCluster>);
+}
+
+const void* forward_kernel_of(NormKind kind, bool vec, bool cluster) {
+  if (kind == NormKind::Channel) {
+    if (vec) return cluster ? forward_kernel<NormKind::Channel, 4, true>() : forward_kernel<NormKind::Channel, 4, false>();
+    return cluster ? forward_kernel<NormKind::Channel, 1, true>() : forward_kernel<NormKind::Channel, 1, false>();
+  }
+  if (vec) return cluster ? forward_kernel<NormKind::Segment, 4, true>() : forward_kernel<NormKind::Segment, 4, false>();
+  return cluster ? forward_kernel<NormKind::Segment, 1, true>() : forward_kernel<NormKind::Segment, 1, false>();
+}
+
+}  // namespace
+
+namespace single {
+
+Plan plan_forward(const NormLayout& l, const NormForward& a) {
+  const bool aligned = tiles::aligned16(a.x) && tiles::aligned16(a.y);
+  return plan_single(l, 1, aligned, a.path, a.cluster, a.training, "eval mode normalizes with the running statistics",
+                     [&](int cluster, int threads, size_t smem, bool vec) {
+                       return resident_of(forward_kernel_of(l.kind, vec, cluster > 1), cluster, threads, smem);
+                     });
+}
+
+void run_forward(const Plan& p, const NormLayout& l, const NormForward& a) {
+  Geometry g = p.g;
+  NormForward args = a;
+  void* params[] = {&g, &args};
+  launch_plan(forward_kernel_of(l.kind, p.vec, p.cluster > 1), p, params);
+}
+
+}  // namespace single
+
+}  // namespace minidl::norm
