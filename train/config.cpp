@@ -68,6 +68,7 @@ TrainConfig parse_train_config(const json& config) {
   c.deterministic = top.get_bool("deterministic", c.deterministic);
   c.allow_tf32 = top.get_bool("allow_tf32", c.allow_tf32);
   c.cuda_graph = top.get_bool("cuda_graph", c.cuda_graph);
+  c.norm_single_read = top.get_bool("norm_single_read", c.norm_single_read);
   c.device = top.get_string("device", c.device);
   c.epochs = top.get_int("epochs", c.epochs);
   c.batch_size = top.get_int("batch_size", c.batch_size);
@@ -111,6 +112,7 @@ json TrainConfig::to_json() const {
           {"deterministic", deterministic},
           {"allow_tf32", allow_tf32},
           {"cuda_graph", cuda_graph},
+          {"norm_single_read", norm_single_read},
           {"device", device},
           {"epochs", epochs},
           {"batch_size", batch_size},

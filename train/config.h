@@ -14,6 +14,7 @@ struct TrainConfig {
   bool deterministic = true;
   bool allow_tf32 = true;
   bool cuda_graph = false;  // on a GPU, replay each training and evaluation step as one CUDA graph
+  bool norm_single_read = false;  // on a GPU, the single-read normalization kernels (core/settings.h)
   std::string device = "auto";
   int64_t epochs = 1;
   int64_t batch_size = 128;

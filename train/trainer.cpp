@@ -46,7 +46,7 @@ constexpr int kEvalGraphWarmup = 1;
 }  // namespace
 
 Device setup_compute(const TrainConfig& config) {
-  set_compute_settings({config.deterministic, config.allow_tf32});
+  set_compute_settings({config.deterministic, config.allow_tf32, config.norm_single_read});
   return parse_device(config.device);
 }
 

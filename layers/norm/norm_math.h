@@ -37,20 +37,20 @@ MINIDL_HD float input_grad(float g, float centered, float scale, float k1, float
 struct Moments {
   double mean, var;
 };
-MINIDL_NORM_HD Moments shifted_moments(double s1, double s2, float k, double m) {
+MINIDL_HD Moments shifted_moments(double s1, double s2, float k, double m) {
   const double dm = s1 / m;
   double var = s2 / m - dm * dm;
   if (var < 0) var = 0;  // rounding only; a NaN stays NaN
   return {k + dm, var};
 }
 
-MINIDL_NORM_HD float inverse_std(double var, double eps) { return static_cast<float>(1.0 / sqrt(var + eps)); }
+MINIDL_HD float inverse_std(double var, double eps) { return static_cast<float>(1.0 / sqrt(var + eps)); }
 
 // PyTorch's running-statistics update: r = (1 - momentum) r + momentum * batch value, the
 // variance taken unbiased (var * m / (m - 1)). The multiply-add is written out: it is the
 // contraction the GPU's three-launch finalize has always had (nvcc's -fmad), whichever kernel
 // inlines this, so the running statistics keep their bits.
-MINIDL_NORM_HD void update_running(float& running_mean, float& running_var, const Moments& s, double m,
+MINIDL_HD void update_running(float& running_mean, float& running_var, const Moments& s, double m,
                                    double momentum) {
   const double unbiased = m > 1 ? s.var * m / (m - 1) : s.var;
   running_mean = static_cast<float>(fma(1 - momentum, static_cast<double>(running_mean), momentum * s.mean));
@@ -61,7 +61,7 @@ MINIDL_NORM_HD void update_running(float& running_mean, float& running_var, cons
 // BatchNorm: sa = sum g, sb = sum g*(x - mean), w the channel's weight (1 without one);
 // GroupNorm/LayerNorm: sa = sum w*g, sb = sum w*g*(x - mean) per element, w = 1.
 // Both 0 when the statistics were constants.
-MINIDL_NORM_HD void statistics_grad(double rstd, double w, double sa, double sb, double m, bool training, float& k1,
+MINIDL_HD void statistics_grad(double rstd, double w, double sa, double sb, double m, bool training, float& k1,
                                     float& k2) {
   k1 = training ? static_cast<float>(-rstd * rstd * rstd * w * sb / m) : 0.f;
   k2 = training ? static_cast<float>(-rstd * w * sa / m) : 0.f;

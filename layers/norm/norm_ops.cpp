@@ -9,6 +9,7 @@
 #include "core/autograd.h"
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "core/settings.h"
 #include "layers/norm/norm.h"
 #include "layers/norm/norm_kernels.h"
 
@@ -43,6 +44,12 @@ struct Options {
   bool relu = false;
 };
 
+// The GPU path the layers' passes take: chosen by size among the single-read kernels and the
+// three-launch ones, or the three-launch kernels only (core/settings.h says why).
+norm::NormPath path_setting() {
+  return compute_settings().norm_single_read ? norm::NormPath::Auto : norm::NormPath::ThreeLaunch;
+}
+
 // Runs the forward and, when any of x, weight, bias needs a gradient, records the node.
 Tensor normalize(const char* op, const NormLayout& layout, const Tensor& x, const Tensor& weight, const Tensor& bias,
                  const Tensor& running_mean, const Tensor& running_var, const Options& o) {
@@ -63,6 +70,7 @@ Tensor normalize(const char* op, const NormLayout& layout, const Tensor& x, cons
   a.momentum = o.momentum;
   a.eps = o.eps;
   a.relu = o.relu;
+  a.path = path_setting();
   dispatch(dev, "forward", [&] { norm::forward_cpu(layout, a); }, [&] { norm::forward_cuda(layout, a); });
 
   std::vector<Tensor> inputs{x};
@@ -89,6 +97,7 @@ Tensor normalize(const char* op, const NormLayout& layout, const Tensor& x, cons
         b.dx = dx.data<float>();
         b.dweight = mut_ptr(dw);
         b.dbias = mut_ptr(db);
+        b.path = path_setting();
         dispatch(
             dy.device(), "backward", [&] { norm::backward_cpu(layout, b); },
             [&] { norm::backward_cuda(layout, b); });
