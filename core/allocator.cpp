@@ -36,7 +36,11 @@ std::shared_ptr<void> allocate(size_t bytes, Device device) {
 #endif
 }
 
-void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+namespace {
+
+// The one copy routine behind copy_bytes and copy_bytes_async: CPU to CPU is a memcpy; anything
+// touching a GPU goes to the CUDA copy of the right direction (waiting or not).
+void copy_between(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes, bool wait) {
   if (bytes == 0) return;
   if (dst_device.is_cpu() && src_device.is_cpu()) {
     std::memcpy(dst, src, bytes);
@@ -44,30 +48,25 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
   }
 #ifdef MINIDL_WITH_CUDA
   using K = cuda::CopyKind;
-  K kind = dst_device.is_cpu() ? K::DeviceToHost
-           : src_device.is_cpu() ? K::HostToDevice
-                                 : K::DeviceToDevice;
-  cuda::copy(dst, src, bytes, kind);
+  const K kind = dst_device.is_cpu() ? K::DeviceToHost : src_device.is_cpu() ? K::HostToDevice : K::DeviceToDevice;
+  if (wait)
+    cuda::copy(dst, src, bytes, kind);
+  else
+    cuda::copy_async(dst, src, bytes, kind);
 #else
+  (void)wait;
   no_cuda();
 #endif
 }
 
+}  // namespace
+
+void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+  copy_between(dst, dst_device, src, src_device, bytes, true);
+}
+
 void copy_bytes_async(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
-  if (bytes == 0) return;
-  if (dst_device.is_cpu() && src_device.is_cpu()) {
-    std::memcpy(dst, src, bytes);
-    return;
-  }
-#ifdef MINIDL_WITH_CUDA
-  using K = cuda::CopyKind;
-  K kind = dst_device.is_cpu() ? K::DeviceToHost
-           : src_device.is_cpu() ? K::HostToDevice
-                                 : K::DeviceToDevice;
-  cuda::copy_async(dst, src, bytes, kind);
-#else
-  no_cuda();
-#endif
+  copy_between(dst, dst_device, src, src_device, bytes, false);
 }
 
 std::shared_ptr<void> allocate_pinned(size_t bytes) {
