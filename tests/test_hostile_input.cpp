@@ -30,7 +30,7 @@ using nlohmann::json;
 namespace {
 
 std::string temp_dir(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / "minidl_test_hostile" / name;
+  const fs::path p = fs::temp_directory_path() / ("minidl_test_hostile." + std::to_string(getpid())) / name;
   fs::remove_all(p);
   fs::create_directories(p);
   return p.string();

@@ -10,6 +10,7 @@
 #include <map>
 
 #include "train/checkpoint.h"
+#include "train/run_folder.h"
 #include "train/trainer.h"
 #include "core/error.h"
 #include "core/safetensors.h"
@@ -22,7 +23,10 @@ using nlohmann::json;
 
 namespace {
 
-std::string test_root() { return (fs::temp_directory_path() / "minidl_test_runs").string(); }
+// Per process: other checkouts may run the same tests on this machine at the same time.
+std::string test_root() {
+  return (fs::temp_directory_path() / ("minidl_test_runs." + std::to_string(getpid()))).string();
+}
 
 // A tiny net on 512 training images: 8 steps of 64 per epoch.
 std::string write_config(const std::string& dir, const std::string& extra_scale = "0.125") {
@@ -279,6 +283,12 @@ TEST_CASE("fresh run: a non-empty folder is refused unless --overwrite", "[train
   REQUIRE(steps.size() == 16);  // steps 0..15 once, not 0..3 twice
   for (size_t i = 0; i < steps.size(); ++i) REQUIRE(steps[i]["step"] == static_cast<int64_t>(i));
   REQUIRE(slurp(run + "/notes.txt") == "mine");  // only the run's own files are replaced
+
+  // Two runs never write into one folder at the same time.
+  fs::create_directories(root + "/busy");
+  const RunFolderLock other(root + "/busy");
+  REQUIRE_THROWS_WITH(train_command(options_for(config, root + "/busy")),
+                      Catch::Contains("is in use by another minidl process"));
 }
 
 TEST_CASE("signals: SIGINT/SIGTERM checkpoint at a step boundary and the resumed run is bit-exact",

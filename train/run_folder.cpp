@@ -1,6 +1,12 @@
 #include "train/run_folder.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 
@@ -37,12 +43,31 @@ void check_fresh_run_folder(const std::string& dir, bool overwrite) {
            "pass --overwrite to replace ", has_checkpoint ? "it" : "its run files", ", or choose another --output"));
 }
 
-std::vector<std::string> prepare_fresh_run_folder(const std::string& dir, bool overwrite) {
+RunFolderLock::RunFolderLock(const std::string& dir) {
+  fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  MINIDL_CHECK(fd_ >= 0, "cannot open run folder '", dir, "': ", std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd_);
+    fd_ = -1;
+    fail(str("run folder '", dir, "' is in use by another minidl process",
+             err == EWOULDBLOCK ? "" : str(" (flock: ", std::strerror(err), ")")));
+  }
+}
+
+RunFolderLock::~RunFolderLock() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void create_run_folder(const std::string& dir) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   MINIDL_CHECK(!ec, "cannot create output folder '", dir, "': ", ec.message());
+}
+
+std::vector<std::string> remove_run_files(const std::string& dir) {
   std::vector<std::string> removed;
-  if (!overwrite) return removed;
+  std::error_code ec;
   for (const std::string& name : run_file_names()) {
     const fs::path p = fs::path(dir) / name;
     if (fs::remove(p, ec)) removed.push_back(name);

@@ -131,6 +131,9 @@ int train_command(const TrainOptions& options) {
   const Device device = setup_compute(config);
   Trainer trainer(config, device);
   const int64_t steps_per_epoch = trainer.steps_per_epoch();
+  // The folder is locked before anything in it changes.
+  if (!resume) create_run_folder(run_dir);
+  const RunFolderLock lock(run_dir);
   std::vector<std::string> replaced;
   if (resume) {
     const std::string ckpt = run_dir + "/" + kCheckpoint;
@@ -141,7 +144,7 @@ int train_command(const TrainOptions& options) {
     if (epochs_raised)
       write_file_atomic(run_dir + "/config.json", trainer.resolved_config().dump(2) + "\n", "run config");
   } else {
-    replaced = prepare_fresh_run_folder(run_dir, options.overwrite);
+    if (options.overwrite) replaced = remove_run_files(run_dir);
     write_file_atomic(run_dir + "/config.json", trainer.resolved_config().dump(2) + "\n", "run config");
   }
   const std::vector<std::string> stale = remove_stale_temp_files(run_dir);
