@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <iostream>
 #include <sstream>
 
 #include "train/checkpoint.h"
@@ -131,6 +132,10 @@ int train_command(const TrainOptions& options) {
   const Device device = setup_compute(config);
   Trainer trainer(config, device);
   const int64_t steps_per_epoch = trainer.steps_per_epoch();
+  if (const int sig = StopSignals::received()) {
+    std::cerr << "minidl: stopped by " << signal_name(sig) << " before the run started; nothing was written" << std::endl;
+    return 128 + sig;
+  }
   // The folder is locked before anything in it changes.
   if (!resume) create_run_folder(run_dir);
   const RunFolderLock lock(run_dir);
@@ -225,7 +230,8 @@ int train_command(const TrainOptions& options) {
         }
         if (const int sig = StopSignals::received()) {
           if (!flush()) return 3;
-          std::string saved = str("the checkpoint at step ", step, " is current");
+          std::string saved = step == 0 ? std::string("no step was trained, nothing to save")
+                                        : str("the checkpoint at step ", step, " is current");
           if (step != checkpointed_step) {
             CheckpointInfo info = sums;
             info.epoch = epoch;
