@@ -2,6 +2,7 @@
 // message and a non-zero exit code.
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <limits>
 #include <new>
 #include <stdexcept>
 
@@ -39,7 +40,7 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--resume", train.resume_dir, "continue the run in this folder from its checkpoint");
   train_cmd->add_flag("--overwrite", train.overwrite, "replace the run files in a non-empty output folder");
   train_cmd->add_option("--max-steps", train.max_steps, "stop after this many steps in total")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));
   train_cmd->add_flag("--profile", train.profile, "print a per-layer time breakdown of the first epoch");
 
   ProfileOptions prof;

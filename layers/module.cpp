@@ -51,7 +51,8 @@ Tensor Module::operator()(const Tensor& x) {
   } catch (const Error& e) {
     // Name the layer: "Conv2d 3->64 k3 at '0': out of host memory ...".
     autograd::set_current_module_id(outer);
-    throw LayerError(str(label(), ": ", e.what()));
+    const std::string what = e.what(), me = label();
+    throw LayerError(what.rfind(me, 0) == 0 ? what : str(me, ": ", what));
   } catch (...) {
     autograd::set_current_module_id(outer);
     throw;
