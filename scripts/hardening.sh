@@ -24,7 +24,7 @@ export ASAN_SYMBOLIZER_PATH=$(command -v llvm-symbolizer || command -v llvm-symb
 build_asan() {
   CC=clang CXX=clang++ cmake -S "$root" -B "$asan" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g -O1" \
     -DMINIDL_CUDA=OFF -DMINIDL_SANITIZE=address,undefined -DMINIDL_FUZZ=ON >/dev/null
-  cmake --build "$asan" -j "$(nproc)"
+  cmake --build "$asan" -j "$(nproc)" --target minidl_tests fuzz_config fuzz_safetensors
 }
 
 stage_sanitize() {
