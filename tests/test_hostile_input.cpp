@@ -178,6 +178,9 @@ TEST_CASE("config integers: range-checked, never wrapped", "[hostile]") {
   m = error_of([&] { apply_override(c, std::string("output.dir=\xff\xfe", 13)); });
   require_clean_message(m);
   REQUIRE_THAT(m, Catch::Contains("not valid UTF-8"));
+  // Found by fuzz_config: a key that is not UTF-8 (its seed is in tests/fuzz/corpus/config).
+  m = error_of([&] { apply_override(c, std::string("model.layers.0.o\x8ct=8", 21)); });
+  REQUIRE_THAT(m, Catch::Contains("not valid UTF-8"));
   // A --set value that is not JSON is a string: 1e999 then fails as a string, not an overflow.
   m = error_of([&] { parse_train_config(config_with("loss.label_smoothing=1e999")); });
   REQUIRE_THAT(m, Catch::Contains("loss.label_smoothing: expected a number, got string"));

@@ -20,15 +20,13 @@ void apply_override(json& config, const std::string& assignment) {
   const std::string quoted = str("--set '", text_excerpt(assignment), "'");
   MINIDL_CHECK(eq != std::string::npos && eq > 0, quoted, ": expected key.path=value");
   const std::string path = assignment.substr(0, eq), text = assignment.substr(eq + 1);
-  json value;
-  if (!try_parse_json_limited(text, quoted, &value)) {
-    value = text;
-    try {
-      (void)value.dump();  // config.json and checkpoints hold it: it must be valid UTF-8
-    } catch (const json::exception&) {
-      fail(str(quoted, ": the value is not valid UTF-8 text"));
-    }
+  try {
+    (void)json(assignment).dump();  // config.json and checkpoints hold keys and values: UTF-8 only
+  } catch (const json::exception&) {
+    fail(str(quoted, ": not valid UTF-8 text"));
   }
+  json value;
+  if (!try_parse_json_limited(text, quoted, &value)) value = text;
   json* node = &config;
   std::string walked;
   size_t start = 0;
