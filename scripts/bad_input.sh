@@ -52,7 +52,7 @@ expect_error() {
 expect_rc() {  # expect_rc NAME EXPECTED_RC COMMAND...
   local name=$1 want=$2
   shift 2
-  timeout 300 "$@" >"$work/out" 2>"$work/err"
+  timeout 600 "$@" >"$work/out" 2>"$work/err"
   local rc=$?
   if [ "$rc" -ne "$want" ]; then
     fail "$name: exit code $rc, expected $want"; tail -3 "$work/err"
@@ -189,8 +189,8 @@ fi
 # 3. Signals: stop at a step boundary with a checkpoint, resume; stale temp files are removed.
 for sig in INT TERM; do
   dir="$work/sig_$sig"
-  "${train[@]}" --config "$root/configs/quick_cpu.json" --set "data.dir=$data" --set data.train_limit=4096 \
-    --set epochs=2 --set output.progress=false --output "$dir" >"$work/out_$sig" 2>&1 &
+  "${train[@]}" --config "$root/configs/quick_cpu.json" --set "data.dir=$data" --set data.train_limit=2048 \
+    --set epochs=1 --set output.progress=false --output "$dir" >"$work/out_$sig" 2>&1 &
   pid=$!
   for _ in $(seq 600); do grep -q "minidl train:" "$dir/log.txt" 2>/dev/null && break; sleep 0.1; done
   sleep 3
