@@ -2,6 +2,9 @@
 // message and a non-zero exit code.
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <limits>
+#include <new>
+#include <stdexcept>
 
 #include "bench/bench_conv.h"
 #include "bench/bench_norm.h"
@@ -35,7 +38,9 @@ int main(int argc, char** argv) {
   add_config_options(train_cmd, train.config_path, train.overrides, train.device);
   train_cmd->add_option("--output", train.output_dir, "run folder (default: the config's output.dir)");
   train_cmd->add_option("--resume", train.resume_dir, "continue the run in this folder from its checkpoint");
-  train_cmd->add_option("--max-steps", train.max_steps, "stop after this many steps in total");
+  train_cmd->add_flag("--overwrite", train.overwrite, "replace the run files in a non-empty output folder");
+  train_cmd->add_option("--max-steps", train.max_steps, "stop after this many steps in total")
+      ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));
   train_cmd->add_flag("--profile", train.profile, "print a per-layer time breakdown of the first epoch");
 
   ProfileOptions prof;
@@ -88,6 +93,12 @@ int main(int argc, char** argv) {
     if (*parity_cmd) return parity_main(parity_cmd->remaining());
   } catch (const Error& e) {
     std::cerr << "minidl: error: " << e.what() << std::endl;
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "minidl: error: out of memory (a size in the config or input is too large?)" << std::endl;
+    return 1;
+  } catch (const std::length_error& e) {
+    std::cerr << "minidl: error: a size is too large (" << e.what() << ")" << std::endl;
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "minidl: unexpected error: " << e.what() << std::endl;

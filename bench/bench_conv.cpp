@@ -51,27 +51,32 @@ std::string shape_label(const Conv2dShape& s) {
 
 // --- CPU ------------------------------------------------------------------------------------
 
-// Peak float32 rate of `threads` cores: 12 independent chains of 256-bit FMAs per thread, enough
-// to keep two FMA pipes with a 4-cycle latency full, so the loop runs at the FMA issue rate.
+// 12 independent chains of 256-bit FMAs, enough to keep two FMA pipes with a 4-cycle latency
+// full, so the loop runs at the FMA issue rate. Compiled for AVX2+FMA whatever the build's
+// -march (a Debug or x86-64 build has neither enabled); only called where the CPU has both.
+__attribute__((target("avx2,fma"))) float fma_chains(int64_t iters) {
+  __m256 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(0.001f * i);
+  const __m256 m = _mm256_set1_ps(0.99999f), c = _mm256_set1_ps(1e-5f);
+  for (int64_t k = 0; k < iters; ++k)
+    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], m, c);
+  __m256 sum = acc[0];
+  for (int i = 1; i < 12; ++i) sum = _mm256_add_ps(sum, acc[i]);
+  float lanes[8];
+  _mm256_storeu_ps(lanes, sum);
+  return lanes[0];
+}
+
+// Peak float32 rate of `threads` cores running fma_chains; 0 on a CPU without AVX2 and FMA.
 double fma_peak_gflops(int threads) {
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return 0;
   const int64_t iters = 50'000'000;
   double best = 0;
   for (int rep = 0; rep < 3; ++rep) {
     float sink = 0;
     const auto t0 = Clock::now();
 #pragma omp parallel num_threads(threads) reduction(+ : sink)
-    {
-      __m256 acc[12];
-      for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(0.001f * i);
-      const __m256 m = _mm256_set1_ps(0.99999f), c = _mm256_set1_ps(1e-5f);
-      for (int64_t k = 0; k < iters; ++k)
-        for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], m, c);
-      __m256 sum = acc[0];
-      for (int i = 1; i < 12; ++i) sum = _mm256_add_ps(sum, acc[i]);
-      float lanes[8];
-      _mm256_storeu_ps(lanes, sum);
-      sink += lanes[0];
-    }
+    sink += fma_chains(iters);
     const double s = seconds_since(t0);
     MINIDL_ASSERT(sink == sink);  // keeps the chains alive
     best = std::max(best, threads * static_cast<double>(iters) * 12 * 16 / s / 1e9);

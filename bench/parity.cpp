@@ -14,6 +14,7 @@
 #include "train/config.h"
 #include "core/autograd.h"
 #include "core/error.h"
+#include "core/json_limits.h"
 #include "core/safetensors.h"
 #include "core/settings.h"
 #include "layers/loss/loss.h"
@@ -72,9 +73,7 @@ ParityArgs parse_args(const std::vector<std::string>& args) {
 nlohmann::json read_spec(const std::string& spec) {
   const size_t first = spec.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && spec[first] == '{') {
-    nlohmann::json j = nlohmann::json::parse(spec, nullptr, /*allow_exceptions=*/false);
-    MINIDL_CHECK(!j.is_discarded(), "minidl parity: --spec text is not valid JSON: ", spec);
-    return j;
+    return parse_json_limited(spec, "minidl parity: --spec text");
   }
   return read_json_file(spec);
 }

@@ -1,5 +1,7 @@
 #include "core/allocator.h"
 
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -12,6 +14,20 @@ namespace minidl {
 
 namespace {
 constexpr size_t kCpuAlignment = 64;
+// Allocations from this size up are checked against the memory the system has left.
+constexpr size_t kCheckedAllocationBytes = size_t{256} << 20;
+
+// MemAvailable from /proc/meminfo (what can be allocated without swapping); 0 when unknown.
+uint64_t available_host_bytes() {
+  FILE* f = std::fopen("/proc/meminfo", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  unsigned long long kb = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+  std::fclose(f);
+  return static_cast<uint64_t>(kb) * 1024;
+}
 
 #ifndef MINIDL_WITH_CUDA
 [[noreturn]] void no_cuda() {
@@ -22,6 +38,15 @@ constexpr size_t kCpuAlignment = 64;
 
 std::shared_ptr<void> allocate(size_t bytes, Device device) {
   if (device.is_cpu()) {
+    // Linux overcommits: a too-large allocation succeeds and the process is killed later, when the
+    // pages are touched. Refuse it here instead, with the size in the message.
+    if (bytes >= kCheckedAllocationBytes) {
+      const uint64_t available = available_host_bytes();
+      MINIDL_CHECK(available == 0 || bytes <= available, "out of host memory: a tensor of ",
+                   static_cast<double>(bytes) / 1e9, " GB does not fit in the ", static_cast<double>(available) / 1e9,
+                   " GB available");
+    }
+    MINIDL_CHECK(bytes <= SIZE_MAX - kCpuAlignment, "out of host memory allocating ", bytes, " bytes");
     size_t rounded = (bytes + kCpuAlignment - 1) / kCpuAlignment * kCpuAlignment;
     if (rounded == 0) rounded = kCpuAlignment;
     void* p = std::aligned_alloc(kCpuAlignment, rounded);

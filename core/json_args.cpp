@@ -1,6 +1,9 @@
 #include "core/json_args.h"
 
+#include <cmath>
+
 #include "core/error.h"
+#include "core/json_limits.h"
 
 namespace minidl {
 
@@ -16,10 +19,31 @@ const nlohmann::json& JsonArgs::at(const std::string& key) {
   return object_.at(key);
 }
 
+namespace {
+
+// An integer that fits int64 (nlohmann keeps values above INT64_MAX as unsigned: those would wrap).
+bool is_int64(const nlohmann::json& v) {
+  return v.is_number_integer() &&
+         (!v.is_number_unsigned() || v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX));
+}
+
+std::string describe(const nlohmann::json& v) {
+  return v.is_number() ? json_excerpt(v) : std::string(v.type_name());
+}
+
+}  // namespace
+
 int64_t JsonArgs::get_int(const std::string& key) {
   const nlohmann::json& v = at(key);
-  MINIDL_CHECK(v.is_number_integer(), key_path(key), ": expected an integer, got ", v.type_name());
+  MINIDL_CHECK(is_int64(v), key_path(key), ": expected an integer",
+               v.is_number_integer() ? " that fits in 64 bits" : "", ", got ", describe(v));
   return v.get<int64_t>();
+}
+
+int64_t JsonArgs::get_int(const std::string& key, int64_t fallback, int64_t lo, int64_t hi) {
+  const int64_t v = get_int(key, fallback);
+  MINIDL_CHECK(v >= lo && v <= hi, key_path(key), ": expected an integer in ", lo, "..", hi, ", got ", v);
+  return v;
 }
 
 int64_t JsonArgs::get_int(const std::string& key, int64_t fallback) {
@@ -31,14 +55,16 @@ uint64_t JsonArgs::get_uint(const std::string& key, uint64_t fallback) {
   used_.insert(key);
   if (!has(key)) return fallback;
   const nlohmann::json& v = at(key);
-  MINIDL_CHECK(v.is_number_unsigned(), key_path(key), ": expected a non-negative integer, got ", v.dump());
+  MINIDL_CHECK(v.is_number_unsigned(), key_path(key), ": expected a non-negative integer, got ", describe(v));
   return v.get<uint64_t>();
 }
 
 double JsonArgs::get_float(const std::string& key) {
   const nlohmann::json& v = at(key);
   MINIDL_CHECK(v.is_number(), key_path(key), ": expected a number, got ", v.type_name());
-  return v.get<double>();
+  const double d = v.get<double>();
+  MINIDL_CHECK(std::isfinite(d), key_path(key), ": expected a finite number, got ", d);
+  return d;
 }
 
 double JsonArgs::get_float(const std::string& key, double fallback) {
@@ -64,12 +90,12 @@ std::string JsonArgs::get_string(const std::string& key, const std::string& fall
 
 std::vector<int64_t> JsonArgs::get_ints(const std::string& key) {
   const nlohmann::json& v = at(key);
-  if (v.is_number_integer()) return {v.get<int64_t>()};
+  if (v.is_number_integer()) return {get_int(key)};
   MINIDL_CHECK(v.is_array() && !v.empty(), key_path(key), ": expected an integer or a list of integers, got ",
                v.type_name());
   std::vector<int64_t> out;
   for (const auto& e : v) {
-    MINIDL_CHECK(e.is_number_integer(), key_path(key), ": expected integers in the list, got ", e.type_name());
+    MINIDL_CHECK(is_int64(e), key_path(key), ": expected integers (64-bit) in the list, got ", describe(e));
     out.push_back(e.get<int64_t>());
   }
   return out;
@@ -94,7 +120,7 @@ void JsonArgs::finish() const {
     if (used_.count(kv.key())) continue;
     std::string known;
     for (const auto& k : used_) known += (known.empty() ? "" : ", ") + k;
-    fail(str(key_path(kv.key()), ": unknown key (known: ", known, ")"));
+    fail(str(key_path(text_excerpt(kv.key())), ": unknown key (known: ", known, ")"));
   }
 }
 

@@ -2,6 +2,8 @@
 // the run config all read their keys through it. Keys come with defaults and type checks, every
 // error names the full key path ("model.layers[3].kernel_size", "optimizer.betas"), and finish()
 // rejects any key nobody read, so a typo is an error instead of a silently ignored setting.
+// Integers never wrap: a value outside int64 (or below 0 for get_uint) is an error, and values
+// quoted in messages are short excerpts (core/json_limits.h).
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -18,6 +20,8 @@ class JsonArgs {
 
   int64_t get_int(const std::string& key);
   int64_t get_int(const std::string& key, int64_t fallback);
+  // An integer in [lo, hi]; anything outside (or past int64) is an error naming the key and range.
+  int64_t get_int(const std::string& key, int64_t fallback, int64_t lo, int64_t hi);
   uint64_t get_uint(const std::string& key, uint64_t fallback);
   double get_float(const std::string& key);
   double get_float(const std::string& key, double fallback);

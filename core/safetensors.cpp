@@ -5,19 +5,19 @@
 // loading garbage. The host is assumed little-endian (x86-64, AArch64), like the format.
 #include "core/safetensors.h"
 
-#include <fcntl.h>
-#include <unistd.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/json_limits.h"
 
 namespace minidl {
 namespace {
@@ -69,14 +69,14 @@ struct Header {
 uint64_t json_u64(const ordered_json& v, const std::string& what, const std::string& path) {
   MINIDL_CHECK(v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0),
                "safetensors file '", path, "': ", what, " must be a non-negative integer, got ",
-               v.dump());
+               json_excerpt(v));
   return v.get<uint64_t>();
 }
 
 Entry parse_entry(const std::string& name, const ordered_json& v, uint64_t data_size,
                   const std::string& path) {
-  const std::string where = "safetensors file '" + path + "': tensor '" + name + "'";
-  MINIDL_CHECK(v.is_object(), where, " must be an object, got ", v.dump());
+  const std::string where = "safetensors file '" + path + "': tensor '" + text_excerpt(name) + "'";
+  MINIDL_CHECK(v.is_object(), where, " must be an object, got ", json_excerpt(v));
   MINIDL_CHECK(v.contains("dtype") && v["dtype"].is_string(), where, " has no string \"dtype\"");
   MINIDL_CHECK(v.contains("shape") && v["shape"].is_array(), where, " has no \"shape\" list");
   MINIDL_CHECK(v.contains("data_offsets") && v["data_offsets"].is_array() &&
@@ -85,18 +85,24 @@ Entry parse_entry(const std::string& name, const ordered_json& v, uint64_t data_
   Entry e;
   e.name = name;
   const std::string dt = v["dtype"].get<std::string>();
-  MINIDL_CHECK(parse_dtype(dt, &e.dtype), where, " has unknown or unsupported dtype '", dt,
+  MINIDL_CHECK(parse_dtype(dt, &e.dtype), where, " has unknown or unsupported dtype '", text_excerpt(dt),
                "' (minidl reads F32, I32 and U8)");
   // Byte count with an overflow guard: any product past the data size is already an error.
   uint64_t numel = 1;
   for (const auto& d : v["shape"]) {
-    const uint64_t n = json_u64(d, "tensor '" + name + "' shape entry", path);
+    const uint64_t n = json_u64(d, "tensor '" + text_excerpt(name) + "' shape entry", path);
+    MINIDL_CHECK(n <= static_cast<uint64_t>(INT64_MAX), where, " has shape entry ", n, " beyond 64-bit sizes");
     e.shape.push_back(static_cast<int64_t>(n));
     if (n != 0 && numel > (data_size + 1) / n) numel = data_size + 1;
     else numel *= n;
   }
-  e.begin = json_u64(v["data_offsets"][0], "tensor '" + name + "' data_offsets[0]", path);
-  e.end = json_u64(v["data_offsets"][1], "tensor '" + name + "' data_offsets[1]", path);
+  // Strides multiply the trailing entries even when another one is 0: all must fit in int64.
+  int64_t stride = 1;
+  for (size_t i = e.shape.size(); i-- > 0;)
+    MINIDL_CHECK(!__builtin_mul_overflow(stride, e.shape[i], &stride), where, " has shape ",
+                 shape_str(e.shape), " whose size overflows 64 bits");
+  e.begin = json_u64(v["data_offsets"][0], "tensor '" + text_excerpt(name) + "' data_offsets[0]", path);
+  e.end = json_u64(v["data_offsets"][1], "tensor '" + text_excerpt(name) + "' data_offsets[1]", path);
   MINIDL_CHECK(e.begin <= e.end, where, " has data_offsets [", e.begin, ", ", e.end,
                "] with begin after end");
   MINIDL_CHECK(e.end <= data_size, where, " has data_offsets [", e.begin, ", ", e.end,
@@ -124,9 +130,10 @@ Header read_header(FILE* f, uint64_t file_size, const std::string& path) {
   std::string text(n, '\0');
   MINIDL_CHECK(std::fread(text.data(), 1, n, f) == n, "safetensors file '", path,
                "': cannot read the ", n, "-byte header: ", errno_text());
+  check_json_text_depth(text, str("safetensors file '", path, "': header"));
   ordered_json j = ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
   MINIDL_CHECK(!j.is_discarded() && j.is_object(), "safetensors file '", path,
-               "': header is not a JSON object (", n, " bytes starting '", text.substr(0, 40),
+               "': header is not a JSON object (", n, " bytes starting '", text_excerpt(text, 40),
                "')");
 
   Header h;
@@ -138,7 +145,7 @@ Header read_header(FILE* f, uint64_t file_size, const std::string& path) {
                    "': __metadata__ must be an object of strings");
       for (const auto& m : item.value().items()) {
         MINIDL_CHECK(m.value().is_string(), "safetensors file '", path, "': __metadata__ key '",
-                     m.key(), "' must map to a string, got ", m.value().dump());
+                     text_excerpt(m.key()), "' must map to a string, got ", json_excerpt(m.value()));
         h.metadata[m.key()] = m.value().get<std::string>();
       }
       continue;
@@ -154,11 +161,11 @@ Header read_header(FILE* f, uint64_t file_size, const std::string& path) {
   uint64_t at = 0;
   const Entry* prev = nullptr;
   for (const Entry& e : h.entries) {
-    MINIDL_CHECK(e.begin >= at, "safetensors file '", path, "': tensor '", e.name,
+    MINIDL_CHECK(e.begin >= at, "safetensors file '", path, "': tensor '", text_excerpt(e.name),
                  "' (bytes ", e.begin, "..", e.end, ") overlaps tensor '",
-                 prev ? prev->name : "", "' (bytes ", prev ? prev->begin : 0, "..", at, ")");
+                 prev ? text_excerpt(prev->name) : "", "' (bytes ", prev ? prev->begin : 0, "..", at, ")");
     MINIDL_CHECK(e.begin == at, "safetensors file '", path, "': data bytes ", at, "..", e.begin,
-                 " belong to no tensor (hole before tensor '", e.name, "')");
+                 " belong to no tensor (hole before tensor '", text_excerpt(e.name), "')");
     at = e.end;
     prev = &e;
   }
@@ -171,6 +178,9 @@ Header read_header(FILE* f, uint64_t file_size, const std::string& path) {
 File open_for_read(const std::string& path, uint64_t* size) {
   File f(std::fopen(path.c_str(), "rb"));
   MINIDL_CHECK(f != nullptr, "cannot open safetensors file '", path, "': ", errno_text());
+  struct stat st {};
+  MINIDL_CHECK(::fstat(::fileno(f.get()), &st) == 0 && S_ISREG(st.st_mode), "safetensors file '", path,
+               "' is ", S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
   MINIDL_CHECK(std::fseek(f.get(), 0, SEEK_END) == 0, "cannot seek in '", path, "': ", errno_text());
   const long end = std::ftell(f.get());
   MINIDL_CHECK(end >= 0, "cannot read the size of '", path, "': ", errno_text());
@@ -211,67 +221,23 @@ std::string serialize_header(const std::vector<std::pair<std::string, Tensor>>& 
   return text;
 }
 
-// Removes the temporary file unless the write reached the rename.
-struct TempFile {
-  std::string path;
-  bool keep = false;
-  ~TempFile() {
-    if (!keep) std::remove(path.c_str());
-  }
-};
-
-void fsync_directory_of(const std::string& path) {
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  MINIDL_CHECK(fd >= 0, "save_safetensors '", path, "': cannot open directory '", dir,
-               "' to fsync it: ", errno_text());
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  // Some filesystems cannot fsync a directory (EINVAL): the rename is then as durable as it gets.
-  MINIDL_CHECK(rc == 0 || err == EINVAL, "save_safetensors '", path, "': fsync of directory '",
-               dir, "' failed: ", std::strerror(err));
-}
-
 }  // namespace
 
 void save_safetensors(const std::string& path,
                       const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata) {
   const std::string header = serialize_header(tensors, metadata, path);
-  TempFile tmp{path + ".tmp." + std::to_string(::getpid())};
-  {
-    File f(std::fopen(tmp.path.c_str(), "wb"));
-    if (f == nullptr) {
-      const std::string why = errno_text();
-      tmp.keep = true;  // not ours: whatever is there stays
-      fail(str("cannot write safetensors file '", path, "': cannot create '", tmp.path, "': ", why));
-    }
-    auto put = [&](const void* p, size_t n) {
-      MINIDL_CHECK(n == 0 || std::fwrite(p, 1, n, f.get()) == n, "cannot write safetensors file '",
-                   path, "': write to '", tmp.path, "' failed: ", errno_text());
-    };
-    uint8_t len_bytes[8];
-    uint64_t n = header.size();
-    for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<uint8_t>(n >> (8 * i));
-    put(len_bytes, 8);
-    put(header.data(), header.size());
-    for (const auto& entry : tensors) {
-      const Tensor host = entry.second.cpu();
-      put(host.raw_data(), host.nbytes());
-    }
-    MINIDL_CHECK(std::fflush(f.get()) == 0 && ::fsync(::fileno(f.get())) == 0,
-                 "cannot write safetensors file '", path, "': flushing '", tmp.path,
-                 "' failed: ", errno_text());
-    FILE* raw = f.release();
-    MINIDL_CHECK(std::fclose(raw) == 0, "cannot write safetensors file '", path, "': closing '",
-                 tmp.path, "' failed: ", errno_text());
+  AtomicFile f(path, "safetensors file");
+  uint8_t len_bytes[8];
+  const uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<uint8_t>(n >> (8 * i));
+  f.write(len_bytes, 8);
+  f.write(header.data(), header.size());
+  for (const auto& entry : tensors) {
+    const Tensor host = entry.second.cpu();
+    f.write(host.raw_data(), host.nbytes());
   }
-  MINIDL_CHECK(std::rename(tmp.path.c_str(), path.c_str()) == 0, "cannot write safetensors file '",
-               path, "': renaming '", tmp.path, "' over it failed: ", errno_text());
-  tmp.keep = true;
-  fsync_directory_of(path);
+  f.commit();
 }
 
 SafeTensors load_safetensors(const std::string& path) {

@@ -23,9 +23,8 @@ struct SafeTensors {
   std::map<std::string, std::string> metadata;
 };
 
-// Writes `tensors` (any device; copied to the host) in the given order. Atomic: the bytes go to
-// "path.tmp.<pid>", which is flushed and fsync'ed, renamed over `path`, and the directory is
-// fsync'ed, so a crash leaves either the old file or the complete new one, never a torn one.
+// Writes `tensors` (any device; copied to the host) in the given order, atomically
+// (core/atomic_file.h): a crash leaves either the old file or the complete new one.
 void save_safetensors(const std::string& path,
                       const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});

@@ -5,6 +5,7 @@
 
 #include "core/allocator.h"
 #include "core/autograd.h"
+#include "core/checked_math.h"
 #include "core/dispatch.h"
 #include "core/error.h"
 #include "core/tensor_ops.h"
@@ -20,8 +21,11 @@ std::string shape_str(const Shape& s) {
 }
 
 int64_t shape_numel(const Shape& s) {
+  // A zero anywhere makes the count 0, whatever the other entries multiply to.
+  for (int64_t d : s)
+    if (d == 0) return 0;
   int64_t n = 1;
-  for (int64_t d : s) n *= d;
+  for (int64_t d : s) n = checked_mul(n, d, "tensor element count");
   return n;
 }
 
@@ -32,7 +36,7 @@ std::vector<int64_t> contiguous_strides(const Shape& shape) {
   int64_t s = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     st[i] = s;
-    s *= shape[i];
+    s = checked_mul(s, shape[i], "tensor strides");
   }
   return st;
 }
@@ -51,7 +55,8 @@ Tensor from_values(const std::vector<T>& values, const Shape& shape, Device devi
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (int64_t d : shape) MINIDL_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = allocate(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), device);
+  const int64_t bytes = checked_mul(shape_numel(shape), static_cast<int64_t>(dtype_size(dtype)), "tensor bytes");
+  impl->storage = allocate(static_cast<size_t>(bytes), device);
   impl->shape = shape;
   impl->strides = contiguous_strides(shape);
   impl->dtype = dtype;

@@ -21,6 +21,10 @@ const char* const kTestFile = "test_batch.bin";
 // Reads the raw records of one file into `raw`, checked: the file opens, its size is exactly
 // `records` records and every label is a class index.
 void read_records(const std::string& path, int64_t records, std::vector<uint8_t>& raw) {
+  std::error_code ec;
+  // A folder opens as a stream too, and then reports a size of 2^63 - 1.
+  MINIDL_CHECK(!std::filesystem::exists(path, ec) || std::filesystem::is_regular_file(path, ec), "CIFAR-10: '",
+               path, "' is not a regular file");
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   MINIDL_CHECK(in.good(), "CIFAR-10: cannot open '", path, "' (missing file?)");
   const int64_t bytes = static_cast<int64_t>(in.tellg());

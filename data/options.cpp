@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/json_args.h"
+#include "core/json_limits.h"
 
 namespace minidl {
 
@@ -9,10 +10,10 @@ namespace {
 
 std::array<double, 3> read_triple(const nlohmann::json& j, const std::string& key_path) {
   MINIDL_CHECK(j.is_array() && j.size() == 3, key_path, ": expected a list of 3 numbers (R, G, B), got ",
-               j.dump());
+               json_excerpt(j));
   std::array<double, 3> v{};
   for (size_t c = 0; c < 3; ++c) {
-    MINIDL_CHECK(j[c].is_number(), key_path, "[", c, "]: expected a number, got ", j[c].dump());
+    MINIDL_CHECK(j[c].is_number(), key_path, "[", c, "]: expected a number, got ", json_excerpt(j[c]));
     v[c] = j[c].get<double>();
   }
   return v;
@@ -21,14 +22,14 @@ std::array<double, 3> read_triple(const nlohmann::json& j, const std::string& ke
 }  // namespace
 
 AugmentOptions AugmentOptions::from_json(const nlohmann::json& j, const std::string& path) {
-  MINIDL_CHECK(j.is_object(), path, ": expected an object, got ", j.dump());
+  MINIDL_CHECK(j.is_object(), path, ": expected an object, got ", json_excerpt(j));
   JsonArgs args(j, path);
   AugmentOptions o;
-  o.crop_padding = static_cast<int>(args.get_int("crop_padding", o.crop_padding));
+  o.crop_padding = static_cast<int>(args.get_int("crop_padding", o.crop_padding, 0, 31));
   o.padding_mode = args.get_string("padding_mode", o.padding_mode);
   o.flip = args.get_bool("flip", o.flip);
   o.flip_mode = args.get_string("flip_mode", o.flip_mode);
-  o.cutout = static_cast<int>(args.get_int("cutout", o.cutout));
+  o.cutout = static_cast<int>(args.get_int("cutout", o.cutout, 0, 32));
   args.finish();
   o.validate(path);
   return o;
@@ -51,7 +52,7 @@ nlohmann::json AugmentOptions::to_json() const {
 }
 
 DataOptions DataOptions::from_json(const nlohmann::json& j, const std::string& path) {
-  MINIDL_CHECK(j.is_object(), path, ": expected an object, got ", j.dump());
+  MINIDL_CHECK(j.is_object(), path, ": expected an object, got ", json_excerpt(j));
   JsonArgs args(j, path);
   DataOptions o;
   o.dir = args.get_string("dir", o.dir);

@@ -4,6 +4,7 @@
 
 #include "core/autograd.h"
 #include "core/error.h"
+#include "core/json_limits.h"
 
 namespace minidl {
 
@@ -14,6 +15,12 @@ std::vector<const Module*>& module_table() {
   static std::vector<const Module*> table;
   return table;
 }
+
+// An error already prefixed with the innermost module that saw it (outer modules pass it on).
+class LayerError : public Error {
+ public:
+  using Error::Error;
+};
 
 std::string join(const std::string& prefix, const std::string& name) {
   return prefix.empty() ? name : prefix + "." + name;
@@ -38,6 +45,14 @@ Tensor Module::operator()(const Tensor& x) {
   Tensor y;
   try {
     y = forward(x);
+  } catch (const LayerError&) {
+    autograd::set_current_module_id(outer);
+    throw;
+  } catch (const Error& e) {
+    // Name the layer: "Conv2d 3->64 k3 at '0': out of host memory ...".
+    autograd::set_current_module_id(outer);
+    const std::string what = e.what(), me = label();
+    throw LayerError(what.rfind(me, 0) == 0 ? what : str(me, ": ", what));
   } catch (...) {
     autograd::set_current_module_id(outer);
     throw;
@@ -99,7 +114,7 @@ void Module::load_state_dict(const std::vector<std::pair<std::string, Tensor>>& 
   for (const auto& kv : mine) expected.insert(kv.first);
   std::set<std::string> given;
   for (const auto& [name, t] : state) {
-    MINIDL_CHECK(expected.count(name), "state dict has an unexpected tensor '", name, "'");
+    MINIDL_CHECK(expected.count(name), "state dict has an unexpected tensor '", text_excerpt(name), "'");
     given.insert(name);
   }
   for (auto& [name, dst] : mine) {

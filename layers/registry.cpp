@@ -33,6 +33,15 @@ const std::map<std::string, Factory>& factories() {
 
 }  // namespace
 
+void check_weight_size(const LayerArgs& args, const Shape& shape) {
+  int64_t n = 1;
+  bool overflow = false;
+  for (int64_t d : shape) overflow = overflow || __builtin_mul_overflow(n, d, &n);
+  MINIDL_CHECK(!overflow && n <= kMaxLayerParameters, args.where(), ": a weight of shape ", shape_str(shape),
+               " has ", overflow ? std::string("more than 2^63") : std::to_string(n), " elements, more than the ",
+               kMaxLayerParameters, " one layer may have");
+}
+
 std::vector<std::string> layer_types() {
   std::vector<std::string> out;
   for (const auto& kv : factories()) out.push_back(kv.first);
@@ -51,9 +60,15 @@ std::shared_ptr<Module> build_layer(const nlohmann::json& spec, const std::strin
   }
   LayerArgs args(spec, path);
   args.get_string("type", type);
-  std::shared_ptr<Module> m = it->second(args);
-  args.finish();
-  return m;
+  try {
+    std::shared_ptr<Module> m = it->second(args);
+    args.finish();
+    return m;
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    if (what.rfind(path, 0) == 0) throw;  // names the layer already
+    fail(str(path, " (", type, "): ", what));
+  }
 }
 
 }  // namespace minidl

@@ -17,7 +17,16 @@ namespace minidl {
 // Layer factories read their spec with the core JSON reader.
 using LayerArgs = JsonArgs;
 
-// Builds one layer (and, for containers, its children) from its spec at `path`.
+// Bounds the factories check before anything is allocated, so no size computed from a spec can
+// overflow and a mistyped size fails at once, naming its key, instead of taking all memory.
+constexpr int64_t kMaxFeatures = int64_t{1} << 31;        // channels or features of one layer
+constexpr int64_t kMaxWindow = int64_t{1} << 16;           // kernel, stride and padding, in pixels
+constexpr int64_t kMaxLayerParameters = int64_t{1} << 31;  // elements of one weight (8 GiB of fp32)
+// Errors naming the layer when a weight of `shape` would hold more than kMaxLayerParameters.
+void check_weight_size(const LayerArgs& args, const Shape& shape);
+
+// Builds one layer (and, for containers, its children) from its spec at `path`. Any error while
+// building it (an allocation too large, say) names `path`.
 std::shared_ptr<Module> build_layer(const nlohmann::json& spec, const std::string& path);
 // Builds a Sequential from a JSON list of layer specs.
 std::shared_ptr<Module> build_sequential(const nlohmann::json& list, const std::string& path);

@@ -5,6 +5,7 @@
 
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "core/json_limits.h"
 #include "core/json_args.h"
 #include "optim/update_kernels.h"
 
@@ -25,7 +26,7 @@ AdamwOptions AdamwOptions::read(JsonArgs& args) {
   if (args.has("betas")) {
     const nlohmann::json& b = args.get_json("betas");
     MINIDL_CHECK(b.is_array() && b.size() == 2 && b[0].is_number() && b[1].is_number(),
-                 args.key_path("betas"), ": expected two numbers [beta1, beta2], got ", b.dump());
+                 args.key_path("betas"), ": expected two numbers [beta1, beta2], got ", json_excerpt(b));
     o.beta1 = b[0].get<double>();
     o.beta2 = b[1].get<double>();
   }

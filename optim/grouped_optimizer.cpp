@@ -5,6 +5,7 @@
 
 #include "core/allocator.h"
 #include "core/error.h"
+#include "core/json_limits.h"
 
 namespace minidl {
 
@@ -36,7 +37,7 @@ GroupedOptimizer::GroupedOptimizer(std::string type, std::vector<NamedParam> par
     entries_.push_back(std::move(e));
   }
   for (size_t g = 0; g < groups_.size(); ++g)
-    MINIDL_CHECK(group_used[g], path, ".groups[", g, "] ", groups_[g].to_json().dump(),
+    MINIDL_CHECK(group_used[g], path, ".groups[", g, "] ", json_excerpt(groups_[g].to_json()),
                  " matches no parameter (or only parameters an earlier group took)");
   scalars_host_.assign(params_.size() * static_cast<size_t>(scalar_width_), 0.f);
   scalars_ = Tensor::zeros({static_cast<int64_t>(scalars_host_.size())}, DType::Float32,
@@ -94,7 +95,7 @@ nlohmann::json GroupedOptimizer::state_scalars() const {
 void GroupedOptimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& tensors,
                                   const nlohmann::json& scalars) {
   MINIDL_CHECK(scalars.is_object() && scalars.value("type", "") == type_, type_,
-               ": the saved optimizer state is not ", type_, " state: ", scalars.dump());
+               ": the saved optimizer state is not ", type_, " state: ", json_excerpt(scalars));
   const nlohmann::json& steps = scalars.at("steps");
   MINIDL_CHECK(steps.is_object() && steps.size() == params_.size(), type_, ": the saved state has ",
                steps.size(), " parameters, this optimizer has ", params_.size());

@@ -1,6 +1,7 @@
 #include "optim/optimizer.h"
 
 #include "core/error.h"
+#include "core/json_limits.h"
 #include "core/json_args.h"
 #include "optim/adamw.h"
 #include "optim/sgd.h"
@@ -17,7 +18,7 @@ void Optimizer::zero_grad() {
 std::unique_ptr<Optimizer> make_optimizer(const nlohmann::json& config, std::vector<NamedParam> params,
                                           const std::string& path) {
   MINIDL_CHECK(config.is_object(), path, ": expected an object with \"type\" (\"SGD\" or \"AdamW\"), got ",
-               config.dump());
+               json_excerpt(config));
   JsonArgs args(config, path);
   const std::string type = args.get_string("type", "");
   std::unique_ptr<Optimizer> opt;

@@ -1,6 +1,7 @@
 #include "optim/param_groups.h"
 
 #include "core/error.h"
+#include "core/json_limits.h"
 #include "core/json_args.h"
 
 namespace minidl {
@@ -44,7 +45,7 @@ bool ParamGroup::matches(const NamedParam& p) const {
 }
 
 ParamGroup ParamGroup::from_json(const nlohmann::json& j, const std::string& path) {
-  MINIDL_CHECK(j.is_object(), path, ": expected a group object, got ", j.dump());
+  MINIDL_CHECK(j.is_object(), path, ": expected a group object, got ", json_excerpt(j));
   JsonArgs args(j, path);
   ParamGroup g;
   g.match = args.get_string("match", "");
@@ -74,7 +75,7 @@ std::vector<ParamGroup> read_param_groups(JsonArgs& args) {
   if (!args.has("groups")) return groups;
   const nlohmann::json& list = args.get_json("groups");
   const std::string path = args.key_path("groups");
-  MINIDL_CHECK(list.is_array(), path, ": expected a list of group objects, got ", list.dump());
+  MINIDL_CHECK(list.is_array(), path, ": expected a list of group objects, got ", json_excerpt(list));
   for (size_t i = 0; i < list.size(); ++i)
     groups.push_back(ParamGroup::from_json(list[i], str(path, "[", i, "]")));
   return groups;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/json_limits.h"
 #include "core/json_args.h"
 #include "optim/optimizer.h"
 
@@ -116,10 +117,10 @@ class PiecewiseLinearSchedule : public LrSchedule {
 std::vector<double> read_numbers(JsonArgs& args, const std::string& key) {
   const nlohmann::json& j = args.get_json(key);
   MINIDL_CHECK(j.is_array() && !j.empty(), args.key_path(key), ": expected a non-empty list of numbers, got ",
-               j.dump());
+               json_excerpt(j));
   std::vector<double> v;
   for (size_t i = 0; i < j.size(); ++i) {
-    MINIDL_CHECK(j[i].is_number(), args.key_path(key), "[", i, "]: expected a number, got ", j[i].dump());
+    MINIDL_CHECK(j[i].is_number(), args.key_path(key), "[", i, "]: expected a number, got ", json_excerpt(j[i]));
     v.push_back(j[i].get<double>());
   }
   return v;
@@ -128,7 +129,7 @@ std::vector<double> read_numbers(JsonArgs& args, const std::string& key) {
 }  // namespace
 
 std::unique_ptr<LrSchedule> make_schedule(const nlohmann::json& config, const std::string& path) {
-  MINIDL_CHECK(config.is_object(), path, ": expected an object with \"type\", got ", config.dump());
+  MINIDL_CHECK(config.is_object(), path, ": expected an object with \"type\", got ", json_excerpt(config));
   JsonArgs args(config, path);
   const std::string type = args.get_string("type", "");
   std::unique_ptr<LrSchedule> s;

@@ -47,7 +47,7 @@ TEST_CASE("config errors name the key path", "[config]") {
   REQUIRE_THROWS_WITH(parse_train_config(j), Catch::Contains("model: required section is missing"));
   j = minimal();
   j["batch_size"] = 0;
-  REQUIRE_THROWS_WITH(parse_train_config(j), Catch::Contains("batch_size: must be at least 1"));
+  REQUIRE_THROWS_WITH(parse_train_config(j), Catch::Contains("batch_size: expected an integer in 1..1000000, got 0"));
 }
 
 TEST_CASE("config overrides (--set) reach values, list items and nested keys", "[config]") {

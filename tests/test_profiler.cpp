@@ -178,7 +178,10 @@ void train_step(Profiler& p, Module& net, Device device, int64_t batch, int64_t 
 
 // What the brief asks of every report of the tiny net, on any device.
 void require_tiny_net_rows(const ProfileReport& r, Module& net) {
-  for (auto& [path, m] : net.named_modules()) {
+  for (auto& named : net.named_modules()) {
+    // Plain variables, not a structured binding: C++17 lambdas cannot capture those (clang).
+    const std::string path = named.first;
+    Module* m = named.second;
     INFO("module '" << path << "' " << m->describe());
     int found = static_cast<int>(std::count_if(r.rows.begin(), r.rows.end(), [&](const ProfileRow& row) {
       return row.kind == RowKind::Module && row.module_id == m->id();

@@ -1,13 +1,20 @@
 // End-to-end training on the CPU with the real data: the loss falls, two runs give the same bits,
 // a resumed run equals an uninterrupted one, a NaN loss stops the run, a corrupt checkpoint is
 // refused with a message naming it.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "train/checkpoint.h"
+#include "train/run_folder.h"
 #include "train/trainer.h"
 #include "core/error.h"
 #include "core/safetensors.h"
+#include "layers/module.h"
 #include "test_util.h"
 
 using namespace minidl;
@@ -16,7 +23,10 @@ using nlohmann::json;
 
 namespace {
 
-std::string test_root() { return (fs::temp_directory_path() / "minidl_test_runs").string(); }
+// Per process: other checkouts may run the same tests on this machine at the same time.
+std::string test_root() {
+  return (fs::temp_directory_path() / ("minidl_test_runs." + std::to_string(getpid()))).string();
+}
 
 // A tiny net on 512 training images: 8 steps of 64 per epoch.
 std::string write_config(const std::string& dir, const std::string& extra_scale = "0.125") {
@@ -88,7 +98,7 @@ TEST_CASE("training: the loss falls and every record is written", "[training]") 
   REQUIRE(fs::exists(root + "/run/summary.json"));
   REQUIRE(read_checkpoint_info(root + "/run/checkpoint.safetensors").epoch == 2);
   REQUIRE_THROWS_WITH(train_command(options_for(root + "/config.in.json", root + "/run")),
-                      Catch::Contains("already holds a run"));
+                      Catch::Contains("is not empty") && Catch::Contains("--resume"));
 }
 
 TEST_CASE("training: two runs and a resumed run give the same bits", "[training][repro]") {
@@ -138,4 +148,192 @@ TEST_CASE("training: a corrupt checkpoint is refused, naming the file", "[traini
   TrainOptions missing;
   missing.resume_dir = root + "/nowhere";
   REQUIRE_THROWS_WITH(train_command(missing), Catch::Contains("nothing to resume"));
+}
+
+// ---- Interrupted runs and refused resumes (issue 13) ----
+
+namespace {
+
+// Every file in a run folder with its bytes: a refused command must leave them all as they were.
+std::map<std::string, std::string> snapshot(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::directory_iterator(dir)) files[e.path().filename().string()] = slurp(e.path().string());
+  return files;
+}
+
+// Sends `sig` to this process as the `at`-th training step's forward starts (counting the root
+// module's forwards in training mode, so evaluation passes do not count).
+struct SignalAtStep : ForwardObserver {
+  SignalAtStep(int sig, int at) : sig_(sig), at_(at) { set_forward_observer(this); }
+  ~SignalAtStep() override { set_forward_observer(nullptr); }
+  void enter(const Module& m) override {
+    if (m.path().empty() && m.is_training() && ++seen_ == at_) ::raise(sig_);
+  }
+  void exit(const Module&) override {}
+  int sig_, at_, seen_ = 0;
+};
+
+TrainOptions resume_of(const std::string& dir) {
+  TrainOptions o;
+  o.resume_dir = dir;
+  return o;
+}
+
+// Rewrites one metadata value of a checkpoint (tensors kept).
+void set_checkpoint_metadata(const std::string& path, const std::string& key, const std::string& value) {
+  SafeTensors st = load_safetensors(path);
+  st.metadata[key] = value;
+  save_safetensors(path, st.tensors, st.metadata);
+}
+
+pid_t dead_pid() {
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  waitpid(child, nullptr, 0);
+  return child;
+}
+
+}  // namespace
+
+TEST_CASE("resume: a finished run is refused unless --set epochs=N raises the count", "[training][resume]") {
+  MINIDL_REQUIRE_DATA();
+  const std::string root = test_root() + "/finished";
+  fs::remove_all(root);
+  const std::string run = root + "/run";
+  REQUIRE(train_command(options_for(write_config(root), run)) == 0);
+  const auto before = snapshot(run);
+  REQUIRE_THROWS_WITH(train_command(resume_of(run)),
+                      Catch::Contains("the run is finished") && Catch::Contains("--set epochs=N with N > 2"));
+  TrainOptions same = resume_of(run);
+  same.overrides = {"epochs=2"};
+  REQUIRE_THROWS_WITH(train_command(same), Catch::Contains("--set epochs=2 is not more than the 2 epochs"));
+  REQUIRE(snapshot(run) == before);  // summary.json and the logs untouched
+
+  TrainOptions longer = resume_of(run);
+  longer.overrides = {"epochs=3"};
+  REQUIRE(train_command(longer) == 0);
+  REQUIRE(read_lines(run + "/metrics.jsonl").size() == 3);
+  REQUIRE(read_lines(run + "/steps.jsonl").size() == 24);
+  REQUIRE(json::parse(slurp(run + "/config.json"))["epochs"] == 3);
+  REQUIRE(read_checkpoint_info(run + "/checkpoint.safetensors").epoch == 3);
+}
+
+TEST_CASE("resume: other options are refused and a bad checkpoint changes nothing", "[training][resume]") {
+  MINIDL_REQUIRE_DATA();
+  const std::string root = test_root() + "/refused";
+  fs::remove_all(root);
+  const std::string run = root + "/run", ckpt = run + "/checkpoint.safetensors";
+  TrainOptions first = options_for(write_config(root), run);
+  first.max_steps = 8;
+  REQUIRE(train_command(first) == 0);
+  auto before = snapshot(run);
+
+  TrainOptions o = resume_of(run);
+  o.config_path = root + "/config.in.json";
+  REQUIRE_THROWS_WITH(train_command(o), Catch::Contains("--config cannot be combined with --resume"));
+  o = resume_of(run);
+  o.output_dir = root + "/elsewhere";
+  REQUIRE_THROWS_WITH(train_command(o), Catch::Contains("--output cannot be combined with --resume"));
+  o = resume_of(run);
+  o.overrides = {"epochs=3", "optimizer.lr=1"};
+  REQUIRE_THROWS_WITH(train_command(o), Catch::Contains("--set optimizer.lr=... cannot change a run being resumed"));
+  o = resume_of(run);
+  o.max_steps = 5;
+  REQUIRE_THROWS_WITH(train_command(o), Catch::Contains("--max-steps 5 is already reached"));
+  REQUIRE(snapshot(run) == before);
+
+  // Parseable but invalid metadata: refused before metrics.jsonl or steps.jsonl is touched.
+  const std::string good = slurp(ckpt);
+  for (const auto& [key, value] : std::vector<std::pair<std::string, std::string>>{
+           {"epoch", "-5"}, {"step", "-100"}, {"step", "5"}, {"epoch", "1xyz"}, {"config", "[1,2]"}}) {
+    INFO(key << " = " << value);
+    std::ofstream(ckpt, std::ios::binary) << good;
+    set_checkpoint_metadata(ckpt, key, value);
+    before = snapshot(run);
+    REQUIRE_THROWS_WITH(train_command(resume_of(run)), Catch::Contains("checkpoint '" + ckpt + "'"));
+    REQUIRE(snapshot(run) == before);
+  }
+
+  // A valid resume removes the temp files of killed writers.
+  std::ofstream(ckpt, std::ios::binary) << good;
+  const std::string stale = run + "/checkpoint.safetensors.tmp." + std::to_string(dead_pid());
+  std::ofstream(stale) << "torn";
+  REQUIRE(train_command(resume_of(run)) == 0);
+  REQUIRE_FALSE(fs::exists(stale));
+  REQUIRE_THAT(slurp(run + "/log.txt"), Catch::Contains("removed temporary files left by killed runs"));
+}
+
+TEST_CASE("fresh run: a non-empty folder is refused unless --overwrite", "[training]") {
+  MINIDL_REQUIRE_DATA();
+  const std::string root = test_root() + "/nonempty";
+  fs::remove_all(root);
+  const std::string run = root + "/run", config = write_config(root);
+  TrainOptions failed = options_for(config, run);
+  failed.max_steps = 4;  // a run that stopped before its first checkpoint
+  REQUIRE(train_command(failed) == 0);
+  std::ofstream(run + "/notes.txt") << "mine";
+  const auto before = snapshot(run);
+  REQUIRE_THROWS_WITH(train_command(options_for(config, run)),
+                      Catch::Contains("is not empty") && Catch::Contains("--overwrite"));
+  REQUIRE(snapshot(run) == before);
+  TrainOptions again = options_for(config, run);
+  again.overwrite = true;
+  REQUIRE(train_command(again) == 0);
+  const auto steps = read_lines(run + "/steps.jsonl");
+  REQUIRE(steps.size() == 16);  // steps 0..15 once, not 0..3 twice
+  for (size_t i = 0; i < steps.size(); ++i) REQUIRE(steps[i]["step"] == static_cast<int64_t>(i));
+  REQUIRE(slurp(run + "/notes.txt") == "mine");  // only the run's own files are replaced
+
+  // Two runs never write into one folder at the same time.
+  fs::create_directories(root + "/busy");
+  const RunFolderLock other(root + "/busy");
+  REQUIRE_THROWS_WITH(train_command(options_for(config, root + "/busy")),
+                      Catch::Contains("is in use by another minidl process"));
+}
+
+TEST_CASE("signals: SIGINT/SIGTERM checkpoint at a step boundary and the resumed run is bit-exact",
+          "[training][resume]") {
+  MINIDL_REQUIRE_DATA();
+  const std::string root = test_root() + "/signals";
+  fs::remove_all(root);
+  const std::string config = write_config(root), a = root + "/a", b = root + "/b";
+  REQUIRE(train_command(options_for(config, a)) == 0);
+  {
+    SignalAtStep at(SIGINT, 5);  // during step 4 (0-based): stops after 5 steps, mid-epoch 1
+    REQUIRE(train_command(options_for(config, b)) == 130);
+  }
+  CheckpointInfo info = read_checkpoint_info(b + "/checkpoint.safetensors");
+  REQUIRE(info.epoch == 0);
+  REQUIRE(info.step == 5);
+  REQUIRE(info.epoch_seen == 5 * 64);
+  REQUIRE_THAT(slurp(b + "/log.txt"), Catch::Contains("stopped by SIGINT after step 5 (epoch 1, step 5 of 8)"));
+  {
+    SignalAtStep at(SIGTERM, 6);  // steps 5..10: stops after step 11, mid-epoch 2
+    REQUIRE(train_command(resume_of(b)) == 143);
+  }
+  REQUIRE(read_checkpoint_info(b + "/checkpoint.safetensors").step == 11);
+  REQUIRE(train_command(resume_of(b)) == 0);
+  for (const auto& e : fs::directory_iterator(b))
+    REQUIRE(e.path().filename().string().find(".tmp.") == std::string::npos);
+
+  REQUIRE(slurp(a + "/steps.jsonl") == slurp(b + "/steps.jsonl"));
+  REQUIRE(safetensors_payload_sha256(a + "/model.safetensors") == safetensors_payload_sha256(b + "/model.safetensors"));
+  const auto ma = read_lines(a + "/metrics.jsonl"), mb = read_lines(b + "/metrics.jsonl");
+  REQUIRE(ma.size() == 2);
+  REQUIRE(mb.size() == 2);
+  for (size_t e = 0; e < 2; ++e)
+    for (const char* key : {"epoch", "step", "train_loss", "train_acc", "test_acc", "test_acc_tta", "lr"})
+      REQUIRE(ma[e][key] == mb[e][key]);
+}
+
+TEST_CASE("training: a fatal error after the run starts is written to log.txt", "[training]") {
+  MINIDL_REQUIRE_DATA();
+  const std::string root = test_root() + "/fatal";
+  fs::remove_all(root);
+  const std::string config = write_config(root);
+  json c = json::parse(slurp(config));
+  c["model"]["layers"][1]["num_features"] = 9;  // the conv before it has 8 channels
+  std::ofstream(config) << c.dump();
+  REQUIRE_THROWS_WITH(train_command(options_for(config, root + "/run")), Catch::Contains("BatchNorm2d 9"));
+  REQUIRE_THAT(slurp(root + "/run/log.txt"), Catch::Contains("error: BatchNorm2d 9"));
 }

@@ -1,6 +1,14 @@
 #include "train/checkpoint.h"
 
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
 #include "core/error.h"
+#include "core/json_limits.h"
+#include "train/config.h"
 #include "core/safetensors.h"
 
 namespace minidl {
@@ -10,22 +18,56 @@ namespace {
 constexpr const char* kFormat = "minidl-checkpoint-1";
 constexpr const char* kOptimizerPrefix = "optimizer.";
 
+// A whole decimal integer in [lo, hi]: "1xyz", "", "+-3" and values past int64 are errors.
+int64_t metadata_int(const std::string& text, const std::string& key, int64_t lo, int64_t hi,
+                     const std::string& path) {
+  int64_t v = 0;
+  const char* end = text.data() + text.size();
+  const auto r = std::from_chars(text.data(), end, v);
+  MINIDL_CHECK(r.ec == std::errc() && r.ptr == end && !text.empty(), "checkpoint '", path, "': metadata '", key,
+               "' is '", text_excerpt(text), "', expected an integer");
+  MINIDL_CHECK(v >= lo && v <= hi, "checkpoint '", path, "': metadata '", key, "' is ", v, ", expected ", lo,
+               "..", hi);
+  return v;
+}
+
+// A double written by save_checkpoint with 17 significant digits (exact round trip).
+double metadata_double(const std::string& text, const std::string& key, const std::string& path) {
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text.c_str(), &end);
+  MINIDL_CHECK(!text.empty() && end == text.c_str() + text.size() && errno == 0 && std::isfinite(v) && v >= 0,
+               "checkpoint '", path, "': metadata '", key, "' is '", text_excerpt(text),
+               "', expected a finite non-negative number");
+  return v;
+}
+
+std::string exact(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
 CheckpointInfo info_from_metadata(const std::map<std::string, std::string>& meta, const std::string& path) {
   auto get = [&](const std::string& key) -> const std::string& {
     auto it = meta.find(key);
     MINIDL_CHECK(it != meta.end(), "checkpoint '", path, "': metadata has no '", key, "' (not a minidl checkpoint?)");
     return it->second;
   };
-  MINIDL_CHECK(get("format") == kFormat, "checkpoint '", path, "': format '", get("format"), "', expected ", kFormat);
+  MINIDL_CHECK(get("format") == kFormat, "checkpoint '", path, "': format '", text_excerpt(get("format")),
+               "', expected ", kFormat);
   CheckpointInfo info;
-  try {
-    info.epoch = std::stoll(get("epoch"));
-    info.step = std::stoll(get("step"));
-    info.config = nlohmann::json::parse(get("config"));
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    fail(str("checkpoint '", path, "': unreadable metadata (", e.what(), ")"));
+  info.epoch = metadata_int(get("epoch"), "epoch", 0, kMaxEpochs, path);
+  info.step = metadata_int(get("step"), "step", 0, INT64_MAX, path);
+  info.config = parse_json_limited(get("config"), str("checkpoint '", path, "': metadata 'config'"));
+  MINIDL_CHECK(info.config.is_object(), "checkpoint '", path, "': metadata 'config' is a JSON ",
+               info.config.type_name(), ", expected an object");
+  // Written by checkpoints taken inside an epoch (older checkpoints are all at epoch ends).
+  if (meta.count("epoch_seen")) {
+    info.epoch_seen = metadata_int(get("epoch_seen"), "epoch_seen", 0, INT64_MAX, path);
+    info.epoch_correct = metadata_int(get("epoch_correct"), "epoch_correct", 0, info.epoch_seen, path);
+    info.epoch_loss_sum = metadata_double(get("epoch_loss_sum"), "epoch_loss_sum", path);
+    info.epoch_seconds = metadata_double(get("epoch_seconds"), "epoch_seconds", path);
   }
   return info;
 }
@@ -40,7 +82,11 @@ void save_checkpoint(const std::string& path, const Module& model, const Optimiz
                                           {"epoch", std::to_string(info.epoch)},
                                           {"step", std::to_string(info.step)},
                                           {"config", info.config.dump()},
-                                          {"optimizer", optimizer.state_scalars().dump()}};
+                                          {"optimizer", optimizer.state_scalars().dump()},
+                                          {"epoch_seen", std::to_string(info.epoch_seen)},
+                                          {"epoch_correct", std::to_string(info.epoch_correct)},
+                                          {"epoch_loss_sum", exact(info.epoch_loss_sum)},
+                                          {"epoch_seconds", exact(info.epoch_seconds)}};
   save_safetensors(path, tensors, meta);
 }
 
@@ -57,12 +103,9 @@ CheckpointInfo load_checkpoint(const std::string& path, Module& model, Optimizer
     if (name.compare(0, prefix.size(), prefix) == 0) opt.push_back({name.substr(prefix.size()), t});
     else weights.push_back({name, t});
   }
-  nlohmann::json scalars;
-  try {
-    scalars = nlohmann::json::parse(st.metadata.at("optimizer"));
-  } catch (const std::exception&) {
-    fail(str("checkpoint '", path, "': missing or unreadable optimizer metadata"));
-  }
+  auto it = st.metadata.find("optimizer");
+  MINIDL_CHECK(it != st.metadata.end(), "checkpoint '", path, "': metadata has no 'optimizer'");
+  const nlohmann::json scalars = parse_json_limited(it->second, str("checkpoint '", path, "': metadata 'optimizer'"));
   try {
     model.load_state_dict(weights);
     optimizer.load_state(opt, scalars);

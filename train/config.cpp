@@ -1,54 +1,52 @@
 #include "train/config.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "core/error.h"
 #include "core/json_args.h"
+#include "core/json_limits.h"
 
 namespace minidl {
 
 using nlohmann::json;
 
 json read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  MINIDL_CHECK(in.good(), "cannot open config file '", path, "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  try {
-    return json::parse(ss.str());
-  } catch (const json::parse_error& e) {
-    fail(str("config file '", path, "' is not valid JSON: ", e.what()));
-  }
+  const std::string what = str("config file '", path, "'");
+  json j = parse_json_limited(read_file_limited(path, "config file"), what);
+  MINIDL_CHECK(j.is_object(), what, ": expected a JSON object {...} at the top level, got ", j.type_name());
+  return j;
 }
 
 void apply_override(json& config, const std::string& assignment) {
   const size_t eq = assignment.find('=');
-  MINIDL_CHECK(eq != std::string::npos && eq > 0, "--set '", assignment, "': expected key.path=value");
+  const std::string quoted = str("--set '", text_excerpt(assignment), "'");
+  MINIDL_CHECK(eq != std::string::npos && eq > 0, quoted, ": expected key.path=value");
   const std::string path = assignment.substr(0, eq), text = assignment.substr(eq + 1);
-  json value;
   try {
-    value = json::parse(text);
-  } catch (const json::parse_error&) {
-    value = text;
+    (void)json(assignment).dump();  // config.json and checkpoints hold keys and values: UTF-8 only
+  } catch (const json::exception&) {
+    fail(str(quoted, ": not valid UTF-8 text"));
   }
+  json value;
+  if (!try_parse_json_limited(text, quoted, &value)) value = text;
   json* node = &config;
   std::string walked;
   size_t start = 0;
-  while (true) {
+  for (int depth = 1;; ++depth) {
+    MINIDL_CHECK(depth <= kMaxJsonDepth, quoted, ": the key path has more than ", kMaxJsonDepth, " parts");
     const size_t dot = path.find('.', start);
     const std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
-    MINIDL_CHECK(!key.empty(), "--set '", assignment, "': empty key in the path");
-    walked += (walked.empty() ? "" : ".") + key;
+    MINIDL_CHECK(!key.empty(), quoted, ": empty key in the path");
+    walked += (walked.empty() ? "" : ".") + text_excerpt(key);
     json* next = nullptr;
     if (node->is_array()) {
-      MINIDL_CHECK(key.find_first_not_of("0123456789") == std::string::npos, "--set '", assignment, "': '",
-                   walked, "' indexes a list and needs a number");
-      const size_t idx = std::stoul(key);
-      MINIDL_CHECK(idx < node->size(), "--set '", assignment, "': '", walked, "' is past the end of the list");
+      MINIDL_CHECK(key.find_first_not_of("0123456789") == std::string::npos, quoted, ": '", walked,
+                   "' indexes a list and needs a number");
+      // More digits than any list has items: past the end (and no overflow parsing it).
+      const size_t idx = key.size() <= 9 ? std::stoul(key) : node->size();
+      MINIDL_CHECK(idx < node->size(), quoted, ": '", walked, "' is past the end of the list (", node->size(),
+                   " items)");
       next = &(*node)[idx];
     } else {
-      MINIDL_CHECK(node->is_object() || node->is_null(), "--set '", assignment, "': '", walked,
+      MINIDL_CHECK(node->is_object() || node->is_null(), quoted, ": '", walked,
                    "' is inside a value that is not an object");
       next = &(*node)[key];
     }
@@ -62,6 +60,8 @@ void apply_override(json& config, const std::string& assignment) {
 }
 
 TrainConfig parse_train_config(const json& config) {
+  // Before anything copies or prints the tree (both recurse once per level).
+  check_json_depth(config, "config");
   TrainConfig c;
   JsonArgs top(config, "");
   c.seed = top.get_uint("seed", c.seed);
@@ -70,10 +70,8 @@ TrainConfig parse_train_config(const json& config) {
   c.cuda_graph = top.get_bool("cuda_graph", c.cuda_graph);
   c.norm_single_read = top.get_bool("norm_single_read", c.norm_single_read);
   c.device = top.get_string("device", c.device);
-  c.epochs = top.get_int("epochs", c.epochs);
-  c.batch_size = top.get_int("batch_size", c.batch_size);
-  MINIDL_CHECK(c.epochs >= 1, "epochs: must be at least 1, got ", c.epochs);
-  MINIDL_CHECK(c.batch_size >= 1, "batch_size: must be at least 1, got ", c.batch_size);
+  c.epochs = top.get_int("epochs", c.epochs, 1, kMaxEpochs);
+  c.batch_size = top.get_int("batch_size", c.batch_size, 1, kMaxBatchSize);
   c.data = top.get_object("data", false);
 
   JsonArgs model(top.get_object("model", true), "model");
@@ -95,8 +93,7 @@ TrainConfig parse_train_config(const json& config) {
   c.tta = eval.get_string("tta", c.tta);
   MINIDL_CHECK(c.tta == "none" || c.tta == "flip" || c.tta == "flip_translate",
                "eval.tta: expected \"none\", \"flip\" or \"flip_translate\", got \"", c.tta, "\"");
-  c.eval_batch_size = eval.get_int("batch_size", c.eval_batch_size);
-  MINIDL_CHECK(c.eval_batch_size >= 1, "eval.batch_size: must be at least 1");
+  c.eval_batch_size = eval.get_int("batch_size", c.eval_batch_size, 1, kMaxBatchSize);
   eval.finish();
 
   JsonArgs out(top.get_object("output", false), "output");

@@ -9,6 +9,10 @@
 
 namespace minidl {
 
+// Bounds on the run's counts (far beyond any CIFAR-10 run) so step counts cannot overflow.
+constexpr int64_t kMaxEpochs = 1000000;
+constexpr int64_t kMaxBatchSize = 1000000;
+
 struct TrainConfig {
   uint64_t seed = 0;
   bool deterministic = true;
@@ -32,7 +36,8 @@ struct TrainConfig {
   nlohmann::json to_json() const;
 };
 
-// Reads a JSON file, naming the file and the parse error position on failure.
+// Reads a JSON config file (at most 16 MiB, nested at most 64 deep: core/json_limits.h) holding
+// an object, naming the file and the parse error position on failure.
 nlohmann::json read_json_file(const std::string& path);
 // Applies "a.b.c=value" (value parsed as JSON, else taken as a string); list items by index
 // ("model.layers.1.relu=true"). Errors name the override.

@@ -10,6 +10,7 @@
 
 #include "train/trainer.h"
 #include "core/error.h"
+#include "core/json_limits.h"
 #include "core/safetensors.h"
 
 namespace minidl {
@@ -40,10 +41,14 @@ std::vector<std::pair<int64_t, std::string>> read_step_bits(const std::string& p
   MINIDL_CHECK(in.good(), "repro: cannot read ", path);
   std::vector<std::pair<int64_t, std::string>> out;
   std::string line;
-  while (std::getline(in, line)) {
+  for (int64_t n = 1; std::getline(in, line); ++n) {
     if (line.empty()) continue;
-    auto j = nlohmann::json::parse(line);
-    out.push_back({j.at("step").get<int64_t>(), j.at("loss_bits").get<std::string>()});
+    const std::string where = str("repro: ", path, " line ", n);
+    const nlohmann::json j = parse_json_limited(line, where);
+    MINIDL_CHECK(j.is_object() && j.contains("step") && j["step"].is_number_integer() && j.contains("loss_bits") &&
+                     j["loss_bits"].is_string(),
+                 where, ": expected {\"step\": N, \"loss_bits\": \"...\", ...}");
+    out.push_back({j["step"].get<int64_t>(), j["loss_bits"].get<std::string>()});
   }
   return out;
 }

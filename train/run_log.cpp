@@ -2,13 +2,16 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <sstream>
 #include <vector>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/json_limits.h"
 
 namespace minidl {
 
@@ -21,18 +24,35 @@ std::ofstream open_append(const std::string& path) {
 }  // namespace
 
 RunLog::RunLog(const std::string& dir)
-    : log_(open_append(dir + "/log.txt")),
+    : dir_(dir),
+      log_(open_append(dir + "/log.txt")),
       metrics_(open_append(dir + "/metrics.jsonl")),
       steps_(open_append(dir + "/steps.jsonl")),
       tty_(isatty(STDERR_FILENO) != 0) {}
+
+void RunLog::check(std::ofstream& f, const char* name) {
+  if (f.good()) return;
+  const int err = errno;
+  f.clear();  // so a later error() can still try to say why
+  fail(str("cannot write '", dir_, "/", name, "': ", err ? std::strerror(err) : "write failed"));
+}
 
 void RunLog::line(const std::string& text) {
   end_progress();
   std::cout << text << std::endl;
   log_ << text << std::endl;
+  check(log_, "log.txt");
 }
 
-void RunLog::metrics(const nlohmann::json& record) { metrics_ << record.dump() << std::endl; }
+void RunLog::error(const std::string& text) {
+  end_progress_quietly();
+  log_ << "error: " << text << std::endl;
+}
+
+void RunLog::metrics(const nlohmann::json& record) {
+  metrics_ << record.dump() << std::endl;
+  check(metrics_, "metrics.jsonl");
+}
 
 void RunLog::step(int64_t step, int64_t epoch, float loss) {
   nlohmann::json r = {{"step", step}, {"epoch", epoch}, {"loss", loss}, {"loss_bits", float_bits_hex(loss)}};
@@ -53,6 +73,11 @@ void RunLog::progress(int64_t epoch, int64_t epochs, int64_t done, int64_t total
 
 void RunLog::end_progress() {
   steps_.flush();
+  check(steps_, "steps.jsonl");
+  end_progress_quietly();
+}
+
+void RunLog::end_progress_quietly() {
   if (!progress_open_) return;
   std::fprintf(stderr, "\r\033[K");
   std::fflush(stderr);
@@ -60,24 +85,29 @@ void RunLog::end_progress() {
 }
 
 void truncate_jsonl(const std::string& path, const std::string& key, int64_t limit) {
-  std::ifstream in(path);
-  if (!in.good()) return;
+  if (!std::ifstream(path).good()) return;
+  // Bounded and regular-file-only, like every file minidl reads (a 1 GiB steps.jsonl is 10M steps).
+  const std::string text = read_file_limited(path, "run log", size_t{1} << 30);
+  std::istringstream in(text);
   std::vector<std::string> keep;
-  std::string text;
-  while (std::getline(in, text)) {
-    if (text.empty()) continue;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
     nlohmann::json j;
+    // A torn last line from a crash (or one nested too deep to be ours): drop it and all after.
+    bool ok;
     try {
-      j = nlohmann::json::parse(text);
-    } catch (const nlohmann::json::parse_error&) {
-      break;  // a torn last line from a crash: drop it and everything after
+      ok = try_parse_json_limited(line, path, &j);
+    } catch (const Error&) {
+      ok = false;
     }
-    if (j.contains(key) && j[key].is_number_integer() && j[key].get<int64_t>() < limit) keep.push_back(text);
+    if (!ok) break;
+    if (j.is_object() && j.contains(key) && j[key].is_number_integer() && j[key].get<int64_t>() < limit)
+      keep.push_back(line);
   }
-  in.close();
-  std::ofstream out(path, std::ios::trunc);
-  for (const auto& k : keep) out << k << '\n';
-  MINIDL_CHECK(out.good(), "cannot rewrite '", path, "'");
+  std::string out;
+  for (const auto& k : keep) out += k + '\n';
+  write_file_atomic(path, out, "run log");
 }
 
 std::string float_bits_hex(float v) {

@@ -1,6 +1,7 @@
 // What a run writes as it goes: human lines to stdout and log.txt, JSON lines to metrics.jsonl
 // (one per epoch) and steps.jsonl (one per step, the loss with its exact bits for `minidl repro`).
-// Every line is flushed when written, so a crash loses nothing that was printed.
+// Every line is flushed when written, so a crash loses nothing that was printed, and a failed
+// write (a full disk) is an error naming the file, not a silently shorter log.
 #pragma once
 #include <cstdint>
 #include <fstream>
@@ -14,13 +15,17 @@ class RunLog {
   // Opens the files in `dir` for appending (the folder must exist).
   explicit RunLog(const std::string& dir);
   void line(const std::string& text);                 // stdout + log.txt
+  void error(const std::string& text);                // log.txt only ("error: ..."; stderr is the caller's)
   void metrics(const nlohmann::json& record);         // metrics.jsonl
   void step(int64_t step, int64_t epoch, float loss);  // steps.jsonl
   // A progress bar on stderr, redrawn in place when stderr is a terminal (no-op otherwise).
   void progress(int64_t epoch, int64_t epochs, int64_t done, int64_t total, double seconds);
-  void end_progress();
+  void end_progress();  // also flushes steps.jsonl
 
  private:
+  void check(std::ofstream& f, const char* name);
+  void end_progress_quietly();  // clears the bar without flushing or checking
+  std::string dir_;
   std::ofstream log_, metrics_, steps_;
   bool tty_;
   bool progress_open_ = false;

@@ -2,14 +2,20 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <iostream>
 #include <sstream>
 
 #include "train/checkpoint.h"
 #include "train/profile_command.h"
+#include "train/run_folder.h"
 #include "train/run_log.h"
+#include "train/stop_signal.h"
 #include "train/trainer.h"
 #include "core/allocator.h"
+#include "core/atomic_file.h"
+#include "core/checked_math.h"
 #include "core/error.h"
+#include "core/json_limits.h"
 #include "core/safetensors.h"
 #include "core/settings.h"
 
@@ -23,6 +29,12 @@ namespace {
 constexpr const char* kCheckpoint = "checkpoint.safetensors";
 constexpr const char* kWeights = "model.safetensors";
 
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 std::string fixed(double v, int digits) {
@@ -33,172 +45,276 @@ std::string fixed(double v, int digits) {
   return os.str();
 }
 
-void write_text_atomic(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << text;
-    MINIDL_CHECK(f.good(), "cannot write '", tmp, "'");
+// --resume continues the run as it was configured; the one setting it takes is a larger epoch
+// count (--set epochs=N, to train longer), besides --device. Anything else would silently make
+// the resumed run differ from the one its logs describe, so it is refused. `*raised` tells
+// whether the epoch count changed.
+TrainConfig resume_config(const TrainOptions& o, const CheckpointInfo& info, const std::string& run_dir,
+                          bool* raised) {
+  const std::string where = str("--resume ", run_dir);
+  MINIDL_CHECK(o.config_path.empty(), where, ": --config cannot be combined with --resume (the run's config is ",
+               "in its checkpoint; use --set epochs=N to train longer)");
+  MINIDL_CHECK(o.output_dir.empty(), where, ": --output cannot be combined with --resume (the run continues in ",
+               "its own folder)");
+  MINIDL_CHECK(!o.overwrite, where, ": --overwrite cannot be combined with --resume");
+  nlohmann::json j = info.config;
+  for (const std::string& assignment : o.overrides) {
+    const std::string key = assignment.substr(0, assignment.find('='));
+    MINIDL_CHECK(key == "epochs", where, ": --set ", text_excerpt(key), "=... cannot change a run being resumed ",
+                 "(only --set epochs=N is allowed, to train longer)");
+    apply_override(j, assignment);
   }
-  fs::rename(tmp, path);
+  const int64_t before = parse_train_config(info.config).epochs;
+  TrainConfig c = parse_train_config(j);
+  if (!o.device.empty()) c.device = o.device;
+  c.output_dir = run_dir;
+  *raised = c.epochs != before;
+  if (o.overrides.empty())
+    MINIDL_CHECK(info.epoch < c.epochs, where, ": the run is finished (its checkpoint is at the end of epoch ",
+                 info.epoch, " of ", c.epochs, "); to train it further pass --set epochs=N with N > ", info.epoch);
+  else
+    MINIDL_CHECK(info.epoch < c.epochs, where, ": --set epochs=", c.epochs, " is not more than the ", info.epoch,
+                 " epochs the run has done");
+  MINIDL_CHECK(o.max_steps == 0 || o.max_steps > info.step, where, ": --max-steps ", o.max_steps,
+               " is already reached (the checkpoint is at step ", info.step, ")");
+  return c;
+}
+
+// The checkpoint's position must be a step of its epoch at this run's steps per epoch, and the
+// partial epoch's sums must fit in the steps taken.
+void check_resume_position(const CheckpointInfo& info, int64_t steps_per_epoch, int64_t batch_size,
+                           const std::string& ckpt) {
+  const int64_t epoch_start = checked_mul(info.epoch, steps_per_epoch, "checkpoint position");
+  MINIDL_CHECK(info.step >= epoch_start && info.step - epoch_start < steps_per_epoch, "checkpoint '", ckpt,
+               "': step ", info.step, " is not a step of epoch ", info.epoch + 1, " (steps ", epoch_start, "..",
+               epoch_start + steps_per_epoch - 1, " at ", steps_per_epoch, " steps per epoch)");
+  const int64_t in_epoch = info.step - epoch_start;
+  MINIDL_CHECK(info.epoch_seen <= checked_mul(in_epoch, batch_size, "checkpoint position") &&
+                   (in_epoch == 0) == (info.epoch_seen == 0),
+               "checkpoint '", ckpt, "': ", info.epoch_seen, " images seen in the epoch do not match its ", in_epoch,
+               " steps of ", batch_size);
 }
 
 }  // namespace
 
 int train_command(const TrainOptions& options) {
+  MINIDL_CHECK(options.max_steps >= 0, "--max-steps: must be >= 0 (0: no limit), got ", options.max_steps);
+  const bool resume = !options.resume_dir.empty();
+  // Everything is read and checked (config, checkpoint, data, model) before the run folder is
+  // touched: a refused input changes nothing on disk.
   TrainConfig config;
   std::string run_dir;
-  if (!options.resume_dir.empty()) {
+  CheckpointInfo start;  // where the run starts: the checkpoint's position on --resume
+  bool epochs_raised = false;
+  if (resume) {
     run_dir = options.resume_dir;
     const std::string ckpt = run_dir + "/" + kCheckpoint;
     MINIDL_CHECK(fs::exists(ckpt), "--resume ", run_dir, ": no ", kCheckpoint, " there (nothing to resume)");
-    nlohmann::json j = read_checkpoint_info(ckpt).config;
-    if (!options.device.empty()) j["device"] = options.device;
-    j["output"]["dir"] = run_dir;
-    config = parse_train_config(j);
+    start = read_checkpoint_info(ckpt);
+    config = resume_config(options, start, run_dir, &epochs_raised);
   } else {
     MINIDL_CHECK(!options.config_path.empty(), "train: --config FILE is required (or --resume RUN_DIR)");
     config = load_train_config(options.config_path, options.overrides, options.device, options.output_dir);
     run_dir = config.output_dir;
-    MINIDL_CHECK(!fs::exists(run_dir + "/" + kCheckpoint), "output folder '", run_dir,
-                 "' already holds a run: pass --resume ", run_dir, " to continue it, or choose another output.dir");
-    fs::create_directories(run_dir);
+    check_fresh_run_folder(run_dir, options.overwrite);
   }
+  // From here a signal stops the run at the next step boundary instead of killing it.
+  StopSignals signals;
 
   const Device device = setup_compute(config);
   Trainer trainer(config, device);
-  int64_t start_epoch = 0, step = 0;
-  if (!options.resume_dir.empty()) {
-    CheckpointInfo info = load_checkpoint(run_dir + "/" + kCheckpoint, trainer.model(), trainer.optimizer());
-    start_epoch = info.epoch;
-    step = info.step;
-    truncate_jsonl(run_dir + "/metrics.jsonl", "epoch", start_epoch + 1);
-    truncate_jsonl(run_dir + "/steps.jsonl", "step", step);
-  } else {
-    write_text_atomic(run_dir + "/config.json", trainer.resolved_config().dump(2) + "\n");
-  }
-  RunLog log(run_dir);
-
-  int64_t params = 0;
-  for (auto& kv : trainer.model().named_parameters()) params += kv.second.numel();
-  log.line(str("minidl train: ", device.str(), ", ", params, " parameters, ", trainer.steps_per_epoch(),
-               " steps/epoch of ", config.batch_size, ", ", config.epochs, " epochs, seed ", config.seed, ", ",
-               config.deterministic ? "deterministic (same config and seed give the same bits)"
-                                    : "NOT deterministic (cuDNN may pick non-deterministic algorithms)",
-               device.is_cuda() ? (config.allow_tf32 ? ", TF32 convolutions" : ", fp32 convolutions") : "",
-               ", run folder ", run_dir));
-  if (start_epoch > 0) log.line(str("resumed after epoch ", start_epoch, " (step ", step, ")"));
-
-  reset_peak_device_memory();
-  // One record per step of an epoch, written by the GPU as the steps finish (pinned memory).
-  const std::shared_ptr<void> record_memory =
-      allocate_pinned(static_cast<size_t>(trainer.steps_per_epoch()) * sizeof(Trainer::StepRecord));
-  auto* records = static_cast<Trainer::StepRecord*>(record_memory.get());
-  double train_seconds = 0, last_test = 0, last_tta = -1;
-  int64_t trained_images = 0;
   const int64_t steps_per_epoch = trainer.steps_per_epoch();
-  bool stopped_early = false;     // --max-steps ended an epoch part-way (no checkpoint for it)
-  bool stopped_at_limit = false;  // --max-steps reached: no further epoch starts
-  for (int64_t epoch = start_epoch; epoch < config.epochs && !stopped_at_limit; ++epoch) {
-    const bool profile_now = options.profile && epoch == start_epoch;
-    // --profile: 5 warm-up and 20 measured steps (fewer in a short epoch) at the start of the run.
-    std::unique_ptr<StepProfiler> profiler;
-    if (profile_now) {
-      const int64_t measure = std::max<int64_t>(1, std::min<int64_t>(20, (steps_per_epoch - 1) / 3));
-      profiler = std::make_unique<StepProfiler>(device, std::min<int64_t>(5, measure), measure);
-    }
-    trainer.train_loader().start_epoch(epoch);
-    int64_t done = 0;  // steps of this epoch so far
-    const auto t0 = Clock::now();
-    while (true) {
-      if (options.max_steps > 0 && step >= options.max_steps) {
-        stopped_early = done < steps_per_epoch;
-        break;
-      }
-      if (profiler) profiler->before_step();
-      if (!trainer.train_step(step, &records[done], profiler ? profiler->active() : nullptr)) break;
-      if (profiler) profiler->after_step();
-      ++done;
-      ++step;
-      log.progress(epoch + 1, config.epochs, done, steps_per_epoch, since(t0));
-    }
-    if (done == 0) break;
-    // The epoch's records come to the host once, here (this is also the epoch's synchronization).
-    synchronize(device);
-    const double lr = trainer.lr_at(step - 1);
-    if (epoch == start_epoch) log.line(str("training step: ", trainer.step_mode()));
-    double loss_sum = 0;
-    int64_t correct = 0;
-    const int64_t first_step = step - done;
-    for (int64_t i = 0; i < done; ++i) {
-      const float loss = records[i].loss;
-      log.step(first_step + i, epoch, loss);
-      if (!std::isfinite(loss)) {
-        log.line(str("error: the loss is ", loss, " at step ", first_step + i, " (epoch ",
-                     epoch + 1, "); stopping. The last good checkpoint is ", run_dir, "/", kCheckpoint,
-                     epoch > 0 ? str(" (after epoch ", epoch, ")") : std::string(" (none was written yet)")));
-        return 3;
-      }
-      loss_sum += loss;
-      correct += records[i].correct;
-    }
-    const int64_t seen = done * config.batch_size;
-    const double epoch_seconds = since(t0);
-    train_seconds += epoch_seconds;
-    trained_images += seen;
-    if (profiler) profiler->finish(log, run_dir);
-
-    const auto e0 = Clock::now();
-    const Trainer::EvalResult eval = trainer.evaluate(config.tta);
-    last_test = eval.acc;
-    last_tta = eval.tta_acc;
-    const double eval_seconds = since(e0);
-    nlohmann::json record = {{"epoch", epoch + 1},
-                             {"step", step},
-                             {"train_loss", loss_sum / static_cast<double>(done)},
-                             {"train_acc", 100.0 * static_cast<double>(correct) / static_cast<double>(seen)},
-                             {"test_acc", last_test},
-                             {"lr", lr},
-                             {"seconds", epoch_seconds},
-                             {"eval_seconds", eval_seconds},
-                             {"images_per_s", static_cast<double>(seen) / epoch_seconds}};
-    if (last_tta >= 0) record["test_acc_tta"] = last_tta;
-    log.metrics(record);
-    log.line(str("epoch ", epoch + 1, "/", config.epochs, "  loss ", fixed(record["train_loss"], 4), "  train ",
-                 fixed(record["train_acc"], 2), "%  test ", fixed(last_test, 2), "%",
-                 last_tta >= 0 ? str("  test+", config.tta, " ", fixed(last_tta, 2), "%") : std::string(),
-                 "  lr ", fixed(lr, 4), "  ", fixed(epoch_seconds, 1), "s (", fixed(record["images_per_s"], 0),
-                 " img/s)  eval ", fixed(eval_seconds, 1), "s"));
-    if (options.max_steps > 0 && step >= options.max_steps) stopped_at_limit = true;
-    if (!stopped_early) {
-      CheckpointInfo info;
-      info.epoch = epoch + 1;
-      info.step = step;
-      info.config = trainer.resolved_config();
-      save_checkpoint(run_dir + "/" + kCheckpoint, trainer.model(), trainer.optimizer(), info);
-    }
-    save_safetensors(run_dir + "/" + kWeights, trainer.model().state_dict(), {{"format", "pt"}});
+  if (const int sig = StopSignals::received()) {
+    std::cerr << "minidl: stopped by " << signal_name(sig) << " before the run started; nothing was written" << std::endl;
+    return 128 + sig;
   }
+  // The folder is locked before anything in it changes.
+  if (!resume) create_run_folder(run_dir);
+  const RunFolderLock lock(run_dir);
+  std::vector<std::string> replaced;
+  if (resume) {
+    const std::string ckpt = run_dir + "/" + kCheckpoint;
+    check_resume_position(start, steps_per_epoch, config.batch_size, ckpt);
+    load_checkpoint(ckpt, trainer.model(), trainer.optimizer());
+    truncate_jsonl(run_dir + "/metrics.jsonl", "epoch", start.epoch + 1);
+    truncate_jsonl(run_dir + "/steps.jsonl", "step", start.step);
+    if (epochs_raised)
+      write_file_atomic(run_dir + "/config.json", trainer.resolved_config().dump(2) + "\n", "run config");
+  } else {
+    if (options.overwrite) replaced = remove_run_files(run_dir);
+    write_file_atomic(run_dir + "/config.json", trainer.resolved_config().dump(2) + "\n", "run config");
+  }
+  const std::vector<std::string> stale = remove_stale_temp_files(run_dir);
+  RunLog log(run_dir);
+  // The run itself; any error from here on is written to log.txt as well as the terminal.
+  auto run = [&]() -> int {
+    if (!replaced.empty()) log.line(str("--overwrite: removed the earlier run's ", join(replaced)));
+    if (!stale.empty()) log.line(str("removed temporary files left by killed runs: ", join(stale)));
+    int64_t params = 0;
+    for (auto& kv : trainer.model().named_parameters()) params += kv.second.numel();
+    log.line(str("minidl train: ", device.str(), ", ", params, " parameters, ", steps_per_epoch,
+                 " steps/epoch of ", config.batch_size, ", ", config.epochs, " epochs, seed ", config.seed, ", ",
+                 config.deterministic ? "deterministic (same config and seed give the same bits)"
+                                      : "NOT deterministic (cuDNN may pick non-deterministic algorithms)",
+                 device.is_cuda() ? (config.allow_tf32 ? ", TF32 convolutions" : ", fp32 convolutions") : "",
+                 ", run folder ", run_dir));
+    const int64_t start_epoch = start.epoch;
+    int64_t step = start.step;
+    const int64_t resumed_in_epoch = step - start_epoch * steps_per_epoch;
+    if (resume)
+      log.line(str("resumed at step ", step, " (", start_epoch, " epochs done",
+                   resumed_in_epoch > 0 ? str(" and ", resumed_in_epoch, " steps of epoch ", start_epoch + 1) : "", ")",
+                   epochs_raised ? str("; epochs raised to ", config.epochs) : std::string()));
 
-  const DeviceMemoryStats mem = device_memory_stats();
-  nlohmann::json summary = {{"test_acc", last_test},
-                            {"train_seconds", train_seconds},
-                            {"images_per_s", train_seconds > 0 ? trained_images / train_seconds : 0.0},
-                            {"steps", step},
-                            {"device", device.str()},
-                            {"deterministic", config.deterministic},
-                            {"peak_device_bytes", mem.peak_bytes}};
-  if (last_tta >= 0) summary["test_acc_tta"] = last_tta;
-  write_text_atomic(run_dir + "/summary.json", summary.dump(2) + "\n");
-  log.line(str("done: test ", fixed(last_test, 2), "%",
-               last_tta >= 0 ? str(" (", config.tta, " TTA ", fixed(last_tta, 2), "%)") : std::string(), ", ", step,
-               " steps, training ", fixed(train_seconds, 1), "s",
-               start_epoch < config.epochs ? str(" (", fixed(train_seconds / std::max<int64_t>(1, config.epochs - start_epoch), 1),
-                                                 "s/epoch)") : std::string(),
-               ", ", fixed(summary["images_per_s"], 0), " img/s",
-               device.is_cuda() ? str(", peak device memory ", fixed(mem.peak_bytes / 1e9, 2), " GB") : std::string(),
-               stopped_at_limit ? str(" [stopped at --max-steps ", options.max_steps, "]") : std::string()));
-  return 0;
+    reset_peak_device_memory();
+    // One record per step of an epoch, written by the GPU as the steps finish (pinned memory).
+    const std::shared_ptr<void> record_memory =
+        allocate_pinned(static_cast<size_t>(steps_per_epoch) * sizeof(Trainer::StepRecord));
+    auto* records = static_cast<Trainer::StepRecord*>(record_memory.get());
+    double train_seconds = 0, last_test = 0, last_tta = -1;
+    int64_t trained_images = 0, checkpointed_step = start.step;
+    bool stopped_early = false;     // --max-steps ended an epoch part-way (no checkpoint for it)
+    bool stopped_at_limit = false;  // --max-steps reached: no further epoch starts
+    for (int64_t epoch = start_epoch; epoch < config.epochs && !stopped_at_limit; ++epoch) {
+      const bool profile_now = options.profile && epoch == start_epoch;
+      // --profile: 5 warm-up and 20 measured steps (fewer in a short epoch) at the start of the run.
+      std::unique_ptr<StepProfiler> profiler;
+      if (profile_now) {
+        const int64_t measure = std::max<int64_t>(1, std::min<int64_t>(20, (steps_per_epoch - 1) / 3));
+        profiler = std::make_unique<StepProfiler>(device, std::min<int64_t>(5, measure), measure);
+      }
+      Loader& loader = trainer.train_loader();
+      loader.start_epoch(epoch);
+      // A checkpoint written inside this epoch (on a signal): its batches were trained on already,
+      // and its sums carry on, so the epoch ends as if it had not been stopped.
+      CheckpointInfo sums;
+      if (epoch == start_epoch) {
+        sums = start;
+        for (int64_t i = start_epoch * steps_per_epoch; i < start.step; ++i)
+          MINIDL_CHECK(loader.advance(), "data loader: epoch ", epoch + 1, " ended before the checkpoint's step");
+      }
+      const auto t0 = Clock::now();
+      const int64_t epoch_first = step;  // the first step of this epoch that this process runs
+      int64_t flushed = 0;               // records of this epoch already read
+      // The records of the steps run since the last flush come to the host (this is also the
+      // synchronization), go to steps.jsonl and into the epoch's sums; false on a NaN or
+      // infinite loss.
+      auto flush = [&]() {
+        synchronize(device);
+        for (; epoch_first + flushed < step; ++flushed) {
+          const int64_t s = epoch_first + flushed;
+          const float loss = records[flushed].loss;
+          log.step(s, epoch, loss);
+          if (!std::isfinite(loss)) {
+            log.line(str("error: the loss is ", loss, " at step ", s, " (epoch ", epoch + 1,
+                         "); stopping. The last good checkpoint is ", run_dir, "/", kCheckpoint,
+                         epoch > 0 ? str(" (after epoch ", epoch, ")") : std::string(" (none was written yet)")));
+            return false;
+          }
+          sums.epoch_loss_sum += loss;
+          sums.epoch_correct += records[flushed].correct;
+          sums.epoch_seen += config.batch_size;
+        }
+        return true;
+      };
+      while (true) {
+        if (options.max_steps > 0 && step >= options.max_steps) {
+          stopped_early = step - epoch * steps_per_epoch < steps_per_epoch;
+          break;
+        }
+        if (const int sig = StopSignals::received()) {
+          if (!flush()) return 3;
+          std::string saved = step == 0 ? std::string("no step was trained, nothing to save")
+                                        : str("the checkpoint at step ", step, " is current");
+          if (step != checkpointed_step) {
+            CheckpointInfo info = sums;
+            info.epoch = epoch;
+            info.step = step;
+            info.epoch_seconds += since(t0);
+            info.config = trainer.resolved_config();
+            save_checkpoint(run_dir + "/" + kCheckpoint, trainer.model(), trainer.optimizer(), info);
+            saved = str("wrote ", run_dir, "/", kCheckpoint, " at step ", step);
+          }
+          log.line(str("stopped by ", signal_name(sig), " after step ", step, " (epoch ", epoch + 1, ", step ",
+                       step - epoch * steps_per_epoch, " of ", steps_per_epoch, "): ", saved,
+                       "; continue with: minidl train --resume ", run_dir));
+          return 128 + sig;
+        }
+        if (profiler) profiler->before_step();
+        if (!trainer.train_step(step, &records[step - epoch_first], profiler ? profiler->active() : nullptr)) break;
+        if (profiler) profiler->after_step();
+        ++step;
+        log.progress(epoch + 1, config.epochs, step - epoch * steps_per_epoch, steps_per_epoch, since(t0));
+      }
+      const int64_t epoch_steps = step - epoch * steps_per_epoch;
+      if (step == epoch_first) break;
+      const int64_t seen_before = sums.epoch_seen;
+      if (!flush()) return 3;
+      const double lr = trainer.lr_at(step - 1);
+      if (epoch == start_epoch) log.line(str("training step: ", trainer.step_mode()));
+      const double epoch_seconds = sums.epoch_seconds + since(t0);
+      train_seconds += since(t0);
+      trained_images += sums.epoch_seen - seen_before;
+      if (profiler) profiler->finish(log, run_dir);
+
+      const auto e0 = Clock::now();
+      const Trainer::EvalResult eval = trainer.evaluate(config.tta);
+      last_test = eval.acc;
+      last_tta = eval.tta_acc;
+      const double eval_seconds = since(e0);
+      const double seen = static_cast<double>(sums.epoch_seen);
+      nlohmann::json record = {{"epoch", epoch + 1},
+                               {"step", step},
+                               {"train_loss", sums.epoch_loss_sum / static_cast<double>(epoch_steps)},
+                               {"train_acc", 100.0 * static_cast<double>(sums.epoch_correct) / seen},
+                               {"test_acc", last_test},
+                               {"lr", lr},
+                               {"seconds", epoch_seconds},
+                               {"eval_seconds", eval_seconds},
+                               {"images_per_s", seen / epoch_seconds}};
+      if (last_tta >= 0) record["test_acc_tta"] = last_tta;
+      log.metrics(record);
+      log.line(str("epoch ", epoch + 1, "/", config.epochs, "  loss ", fixed(record["train_loss"], 4), "  train ",
+                   fixed(record["train_acc"], 2), "%  test ", fixed(last_test, 2), "%",
+                   last_tta >= 0 ? str("  test+", config.tta, " ", fixed(last_tta, 2), "%") : std::string(),
+                   "  lr ", fixed(lr, 4), "  ", fixed(epoch_seconds, 1), "s (", fixed(record["images_per_s"], 0),
+                   " img/s)  eval ", fixed(eval_seconds, 1), "s"));
+      if (options.max_steps > 0 && step >= options.max_steps) stopped_at_limit = true;
+      if (!stopped_early) {
+        CheckpointInfo info;
+        info.epoch = epoch + 1;
+        info.step = step;
+        info.config = trainer.resolved_config();
+        save_checkpoint(run_dir + "/" + kCheckpoint, trainer.model(), trainer.optimizer(), info);
+        checkpointed_step = step;
+      }
+      save_safetensors(run_dir + "/" + kWeights, trainer.model().state_dict(), {{"format", "pt"}});
+    }
+    const DeviceMemoryStats mem = device_memory_stats();
+    nlohmann::json summary = {{"test_acc", last_test},
+                              {"train_seconds", train_seconds},
+                              {"images_per_s", train_seconds > 0 ? trained_images / train_seconds : 0.0},
+                              {"steps", step},
+                              {"device", device.str()},
+                              {"deterministic", config.deterministic},
+                              {"peak_device_bytes", mem.peak_bytes}};
+    if (last_tta >= 0) summary["test_acc_tta"] = last_tta;
+    write_file_atomic(run_dir + "/summary.json", summary.dump(2) + "\n", "run summary");
+    log.line(str("done: test ", fixed(last_test, 2), "%",
+                 last_tta >= 0 ? str(" (", config.tta, " TTA ", fixed(last_tta, 2), "%)") : std::string(), ", ", step,
+                 " steps, training ", fixed(train_seconds, 1), "s",
+                 str(" (", fixed(train_seconds / std::max<int64_t>(1, config.epochs - start_epoch), 1), "s/epoch)"),
+                 ", ", fixed(summary["images_per_s"], 0), " img/s",
+                 device.is_cuda() ? str(", peak device memory ", fixed(mem.peak_bytes / 1e9, 2), " GB") : std::string(),
+                 stopped_at_limit ? str(" [stopped at --max-steps ", options.max_steps, "]") : std::string()));
+    return 0;
+  };
+  try {
+    return run();
+  } catch (const std::exception& e) {
+    log.error(e.what());  // fatal errors reach log.txt too, not only the terminal
+    throw;
+  }
 }
 
 }  // namespace minidl

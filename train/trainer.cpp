@@ -15,6 +15,7 @@
 #include "core/allocator.h"
 #include "core/device.h"
 #include "core/autograd.h"
+#include "core/checked_math.h"
 #include "core/error.h"
 #include "core/init.h"
 #include "train/profiler.h"
@@ -54,9 +55,10 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
                               const std::string& device, const std::string& output_dir) {
   nlohmann::json j = read_json_file(path);
   for (const std::string& o : overrides) apply_override(j, o);
-  if (!device.empty()) j["device"] = device;
-  if (!output_dir.empty()) j["output"]["dir"] = output_dir;
-  return parse_train_config(j);
+  TrainConfig c = parse_train_config(j);
+  if (!device.empty()) c.device = device;
+  if (!output_dir.empty()) c.output_dir = output_dir;
+  return c;
 }
 
 Trainer::Trainer(const TrainConfig& config, Device device)
@@ -81,6 +83,7 @@ Trainer::Trainer(const TrainConfig& config, Device device)
                train_set_.size(), " training images: no full batch to train on");
   test_loader_ = std::make_unique<Loader>(test_set_, LoaderOptions::evaluation(data_options_, config.eval_batch_size),
                                           device_);
+  total_steps_ = checked_mul(train_loader_->batches_per_epoch(), config.epochs, "total steps (steps per epoch * epochs)");
 }
 
 nlohmann::json Trainer::resolved_config() const {

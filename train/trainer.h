@@ -55,7 +55,7 @@ class Trainer {
   Optimizer& optimizer() { return *optimizer_; }
   Loader& train_loader() { return *train_loader_; }
   int64_t steps_per_epoch() const { return train_loader_->batches_per_epoch(); }
-  int64_t total_steps() const { return steps_per_epoch() * config_.epochs; }
+  int64_t total_steps() const { return total_steps_; }
   const TrainConfig& config() const { return config_; }
   Device device() const { return device_; }
   // The config with every component's own resolved view (what config.json holds).
@@ -71,6 +71,7 @@ class Trainer {
   Dataset train_set_, test_set_;
   std::unique_ptr<Loader> train_loader_;
   std::unique_ptr<Loader> test_loader_;
+  int64_t total_steps_ = 0;
 
   // The device half of a training step (everything after the uploads), and of an evaluation
   // batch; what a CUDA graph captures.
@@ -90,6 +91,7 @@ struct TrainOptions {
   std::string device;                   // "" = the config's
   std::string output_dir;               // "" = the config's output.dir
   std::string resume_dir;               // continue the run in this folder
+  bool overwrite = false;               // a fresh run may replace the run files in its folder
   int64_t max_steps = 0;                // > 0: stop after this many global steps (repro, smoke tests)
   bool profile = false;                 // print a per-layer breakdown after the first epoch
 };
@@ -97,7 +99,8 @@ struct TrainOptions {
 // `minidl train`: returns the process exit code.
 int train_command(const TrainOptions& options);
 
-// Loads a config file, applies overrides and command-line device/output, and parses it.
+// Loads a config file, applies overrides and command-line device/output, and parses it; the
+// overridden tree is depth-checked (core/json_limits.h) before anything copies it.
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides,
                               const std::string& device, const std::string& output_dir);
 

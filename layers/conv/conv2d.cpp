@@ -147,18 +147,22 @@ Size2d get_size2d(LayerArgs& args, const std::string& key) {
 std::shared_ptr<Module> make_conv2d(LayerArgs& args) {
   const int64_t in_channels = args.get_int("in_channels");
   const int64_t out_channels = args.get_int("out_channels");
-  MINIDL_CHECK(in_channels >= 1, args.key_path("in_channels"), ": must be >= 1, got ", in_channels);
-  MINIDL_CHECK(out_channels >= 1, args.key_path("out_channels"), ": must be >= 1, got ", out_channels);
+  MINIDL_CHECK(in_channels >= 1 && in_channels <= kMaxFeatures, args.key_path("in_channels"),
+               ": must be in 1..", kMaxFeatures, ", got ", in_channels);
+  MINIDL_CHECK(out_channels >= 1 && out_channels <= kMaxFeatures, args.key_path("out_channels"),
+               ": must be in 1..", kMaxFeatures, ", got ", out_channels);
   const Size2d kernel = get_size2d(args, "kernel_size");
-  MINIDL_CHECK(kernel.h >= 1 && kernel.w >= 1, args.key_path("kernel_size"), ": must be >= 1, got ",
-               size_str(kernel));
+  MINIDL_CHECK(kernel.h >= 1 && kernel.w >= 1 && kernel.h <= kMaxWindow && kernel.w <= kMaxWindow,
+               args.key_path("kernel_size"), ": must be in 1..", kMaxWindow, ", got ", size_str(kernel));
   const Size2d stride = args.has("stride") ? get_size2d(args, "stride") : Size2d(1);
-  MINIDL_CHECK(stride.h >= 1 && stride.w >= 1, args.key_path("stride"), ": must be >= 1, got ", size_str(stride));
+  MINIDL_CHECK(stride.h >= 1 && stride.w >= 1 && stride.h <= kMaxWindow && stride.w <= kMaxWindow,
+               args.key_path("stride"), ": must be in 1..", kMaxWindow, ", got ", size_str(stride));
   const Size2d padding = args.has("padding") ? get_size2d(args, "padding") : Size2d(0);
-  MINIDL_CHECK(padding.h >= 0 && padding.w >= 0, args.key_path("padding"), ": must be >= 0, got ",
-               size_str(padding));
+  MINIDL_CHECK(padding.h >= 0 && padding.w >= 0 && padding.h <= kMaxWindow && padding.w <= kMaxWindow,
+               args.key_path("padding"), ": must be in 0..", kMaxWindow, ", got ", size_str(padding));
   const bool bias = args.get_bool("bias", true);
   args.finish();
+  check_weight_size(args, {out_channels, in_channels, kernel.h, kernel.w});
   return std::make_shared<Conv2d>(in_channels, out_channels, kernel, stride, padding, bias);
 }
 

@@ -99,10 +99,13 @@ nlohmann::json Linear::to_json() const {
 std::shared_ptr<Module> make_linear(LayerArgs& args) {
   const int64_t in_features = args.get_int("in_features");
   const int64_t out_features = args.get_int("out_features");
-  MINIDL_CHECK(in_features >= 1, args.key_path("in_features"), ": must be >= 1, got ", in_features);
-  MINIDL_CHECK(out_features >= 1, args.key_path("out_features"), ": must be >= 1, got ", out_features);
+  MINIDL_CHECK(in_features >= 1 && in_features <= kMaxFeatures, args.key_path("in_features"), ": must be in 1..",
+               kMaxFeatures, ", got ", in_features);
+  MINIDL_CHECK(out_features >= 1 && out_features <= kMaxFeatures, args.key_path("out_features"),
+               ": must be in 1..", kMaxFeatures, ", got ", out_features);
   const bool bias = args.get_bool("bias", true);
   args.finish();
+  check_weight_size(args, {out_features, in_features});
   return std::make_shared<Linear>(in_features, out_features, bias);
 }
 

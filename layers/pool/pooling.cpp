@@ -34,6 +34,8 @@ std::vector<int64_t> pair_arg(LayerArgs& args, const std::string& key, int64_t f
   MINIDL_CHECK(v.size() == 1 || v.size() == 2, args.key_path(key), ": expected an integer or a list of two, got ",
                v.size(), " values");
   if (v.size() == 1) v.push_back(v[0]);
+  for (int64_t x : v)
+    MINIDL_CHECK(x >= 0 && x <= kMaxWindow, args.key_path(key), ": must be in 0..", kMaxWindow, ", got ", x);
   return v;
 }
 

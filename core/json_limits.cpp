@@ -1,0 +1,135 @@
+#include "core/json_limits.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "core/error.h"
+
+namespace minidl {
+
+namespace {
+
+struct FileCloser {
+  void operator()(FILE* f) const { std::fclose(f); }
+};
+
+[[noreturn]] void too_deep(const std::string& what, const std::string& where) {
+  fail(str(what, ": JSON nested more than ", kMaxJsonDepth, " levels deep", where));
+}
+
+}  // namespace
+
+std::string read_file_limited(const std::string& path, const std::string& what, size_t limit) {
+  struct stat st {};
+  MINIDL_CHECK(::stat(path.c_str(), &st) == 0, "cannot open ", what, " '", path, "': ", std::strerror(errno));
+  MINIDL_CHECK(!S_ISDIR(st.st_mode), what, " '", path, "' is a directory, not a file");
+  MINIDL_CHECK(S_ISREG(st.st_mode), what, " '", path, "' is not a regular file");
+  MINIDL_CHECK(static_cast<uint64_t>(st.st_size) <= limit, what, " '", path, "' is ", st.st_size,
+               " bytes, larger than the ", limit, "-byte limit");
+  std::unique_ptr<FILE, FileCloser> f(std::fopen(path.c_str(), "rb"));
+  MINIDL_CHECK(f != nullptr, "cannot open ", what, " '", path, "': ", std::strerror(errno));
+  // Read one byte past the limit: a file that grew after stat() is still refused.
+  std::string text;
+  char buf[1 << 16];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f.get())) > 0) {
+    text.append(buf, n);
+    MINIDL_CHECK(text.size() <= limit, what, " '", path, "' is larger than the ", limit, "-byte limit");
+  }
+  MINIDL_CHECK(!std::ferror(f.get()), "cannot read ", what, " '", path, "': ", std::strerror(errno));
+  return text;
+}
+
+void check_json_text_depth(const std::string& text, const std::string& what) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  size_t line = 1, column = 0;
+  for (const char c : text) {
+    ++column;
+    if (c == '\n') {
+      ++line;
+      column = 0;
+    }
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) too_deep(what, str(" (at line ", line, ", column ", column, ")"));
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+}
+
+void check_json_depth(const nlohmann::json& value, const std::string& what) {
+  std::vector<std::pair<const nlohmann::json*, int>> stack{{&value, 1}};
+  while (!stack.empty()) {
+    const auto [v, depth] = stack.back();
+    stack.pop_back();
+    if (!v->is_structured()) continue;
+    if (depth > kMaxJsonDepth) too_deep(what, "");
+    for (const auto& child : *v) stack.push_back({&child, depth + 1});
+  }
+}
+
+bool try_parse_json_limited(const std::string& text, const std::string& what, nlohmann::json* out) {
+  MINIDL_CHECK(text.size() <= kMaxJsonBytes, what, ": ", text.size(), " bytes of JSON, larger than the ",
+               kMaxJsonBytes, "-byte limit");
+  check_json_text_depth(text, what);
+  *out = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return !out->is_discarded();
+}
+
+nlohmann::json parse_json_limited(const std::string& text, const std::string& what) {
+  MINIDL_CHECK(text.size() <= kMaxJsonBytes, what, ": ", text.size(), " bytes of JSON, larger than the ",
+               kMaxJsonBytes, "-byte limit");
+  check_json_text_depth(text, what);
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    // e.what() is "[json.exception.parse_error.101] parse error at line 1, ...": drop the tag,
+    // and keep the quoted text near the error short and printable.
+    std::string why = e.what();
+    const size_t tag = why.find("] ");
+    if (why.rfind("[json.exception.", 0) == 0 && tag != std::string::npos) why = why.substr(tag + 2);
+    fail(str(what, " is not valid JSON: ", text_excerpt(why, 160)));
+  }
+}
+
+std::string text_excerpt(const std::string& text, size_t max_chars) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (const char ch : text) {
+    if (out.size() >= max_chars) {
+      out += "...";
+      break;
+    }
+    const auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+std::string json_excerpt(const nlohmann::json& value) {
+  // Invalid UTF-8 in a string would make dump() throw: replace it instead.
+  return text_excerpt(value.dump(-1, ' ', /*ensure_ascii=*/true, nlohmann::json::error_handler_t::replace));
+}
+
+}  // namespace minidl

@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# The bad-input suite (issue 13, docs/reliability.md): every hostile or careless input found so
+# far, run through the real `minidl train` command. Each refused case must exit non-zero (never
+# by a signal), print one line "minidl: error: ..." of printable ASCII naming the problem, and
+# leave the run folder byte for byte as it was. Interrupted runs must stop at a step boundary
+# with a checkpoint, exit 130 (SIGINT) or 143 (SIGTERM), and resume.
+# usage: scripts/bad_input.sh MINIDL_BINARY CIFAR10_DIR
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+minidl=$(realpath "${1:?usage: bad_input.sh MINIDL_BINARY CIFAR10_DIR}")
+data=${2:?usage: bad_input.sh MINIDL_BINARY CIFAR10_DIR}
+work=$(mktemp -d /tmp/minidl_bad_input.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+passed=0
+failed=0
+
+fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
+
+# A hash of every file (name and bytes) under a folder; "absent" when it does not exist.
+snapshot() {
+  [ -d "$1" ] || { echo absent; return; }
+  (cd "$1" && find . -type f -print0 | sort -z | xargs -0 -r sha256sum | sha256sum)
+}
+
+# expect_error NAME PATTERN WATCHED_DIR -- COMMAND...
+expect_error() {
+  local name=$1 pattern=$2 dir=$3
+  shift 4
+  local before rc lines
+  before=$(snapshot "$dir")
+  timeout 120 "$@" >"$work/out" 2>"$work/err"
+  rc=$?
+  lines=$(wc -l <"$work/err")
+  if [ "$rc" -eq 0 ] || [ "$rc" -ge 124 ]; then
+    fail "$name: exit code $rc (expected an error exit, not success, a timeout or a signal)"
+  elif [ "$lines" -ne 1 ]; then
+    fail "$name: $lines lines on stderr (expected one):"; head -5 "$work/err"
+  elif LC_ALL=C grep -q '[^ -~]' "$work/err"; then
+    fail "$name: non-printable bytes in the message"
+  elif ! grep -q "^minidl: error: " "$work/err" || grep -q "unexpected error" "$work/err"; then
+    fail "$name: not a minidl error: $(cat "$work/err")"
+  elif ! grep -qE -- "$pattern" "$work/err"; then
+    fail "$name: message does not match /$pattern/: $(cat "$work/err")"
+  elif [ "$(snapshot "$dir")" != "$before" ]; then
+    fail "$name: the folder $dir changed"
+  else
+    passed=$((passed + 1))
+    echo "ok   $name: $(cut -c1-150 "$work/err")"
+  fi
+}
+
+expect_rc() {  # expect_rc NAME EXPECTED_RC COMMAND...
+  local name=$1 want=$2
+  shift 2
+  timeout 600 "$@" >"$work/out" 2>"$work/err"
+  local rc=$?
+  if [ "$rc" -ne "$want" ]; then
+    fail "$name: exit code $rc, expected $want"; tail -3 "$work/err"
+  else
+    passed=$((passed + 1)); echo "ok   $name: exit $rc"
+  fi
+}
+
+nested() {  # nested DEPTH OPEN CLOSE INNER
+  python3 -c "import sys; d=int(sys.argv[1]); sys.stdout.write(sys.argv[2]*d + sys.argv[4] + sys.argv[3]*d)" "$@"
+}
+
+# Rewrites one metadata value of a safetensors file (tensors kept).
+set_metadata() {  # set_metadata FILE KEY VALUE_FILE
+  python3 - "$@" <<'PY'
+import json, struct, sys
+path, key, value_file = sys.argv[1:4]
+raw = open(path, 'rb').read()
+n = struct.unpack('<Q', raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+header['__metadata__'][key] = open(value_file).read()
+text = json.dumps(header).encode()
+text += b' ' * ((8 - len(text) % 8) % 8)
+open(path, 'wb').write(struct.pack('<Q', len(text)) + text + raw[8 + n:])
+PY
+}
+
+train=("$minidl" train)
+small=(--set "data.dir=$data" --set data.train_limit=512 --set epochs=1 --set output.progress=false)
+run="$work/run"
+
+echo "bad_input: making a finished run to attack"
+expect_rc "setup: a 1-epoch run" 0 "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --output "$run"
+cp "$run/checkpoint.safetensors" "$work/good.safetensors"
+restore() { cp "$work/good.safetensors" "$run/checkpoint.safetensors"; }
+
+# 1. Deep nesting: config, --set value, checkpoint config.
+python3 - "$work" "$root/configs/quick_cpu.json" <<'PY'
+import json, sys
+w = sys.argv[1]
+base = json.load(open(sys.argv[2]))
+text = json.dumps(base)
+open(w + '/deep_mean.json', 'w').write(text[:-1] + ', "data": {"mean": ' + '[' * 100000 + '1' + ']' * 100000 + '}}')
+open(w + '/deep_layer.json', 'w').write('{"model": {"layers": [' + '{"a":' * 1000000 + '1' + '}' * 1000000 + ']}}')
+PY
+expect_error "1 deep data.mean" "nested more than 64" "$run" -- "${train[@]}" --config "$work/deep_mean.json" --output "$work/x"
+expect_error "1 deep layer" "nested more than 64" "$run" -- "${train[@]}" --config "$work/deep_layer.json" --output "$work/x"
+# (60k levels: one argument may hold at most 128 KiB)
+expect_error "1 deep --set" "nested more than 64" "$run" -- "${train[@]}" --config "$root/configs/quick_cpu.json" \
+  --set "data.mean=$(nested 60000 '[' ']' 1)" --output "$work/x"
+nested 100000 '[' ']' 1 >"$work/deep_value"
+set_metadata "$run/checkpoint.safetensors" config "$work/deep_value"
+expect_error "1 deep checkpoint config" "nested more than 64" "$run" -- "${train[@]}" --resume "$run" --set epochs=2
+restore
+
+# 2. A finished run.
+expect_error "2 resume a finished run" "the run is finished.*--set epochs=N" "$run" -- "${train[@]}" --resume "$run"
+
+# 4. --resume with --config / --set / --output.
+expect_error "4 resume --config" "--config cannot be combined with --resume" "$run" -- \
+  "${train[@]}" --resume "$run" --config "$root/configs/quick_cpu.json"
+expect_error "4 resume --output" "--output cannot be combined with --resume" "$run" -- \
+  "${train[@]}" --resume "$run" --output "$work/y"
+expect_error "4 resume --set lr" "--set optimizer.lr=... cannot change" "$run" -- \
+  "${train[@]}" --resume "$run" --set optimizer.lr=1
+
+# 5. Sizes: a huge layer fails before allocating, /dev/zero and folders are not configs.
+start=$(date +%s)
+expect_error "5 out_channels 1e8" "model.layers\[0\]: a weight of shape \(100000000" "$run" -- \
+  "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --set model.layers.0.out_channels=100000000 --output "$work/x"
+[ $(( $(date +%s) - start )) -le 30 ] || fail "5 out_channels 1e8: took more than 30 s"
+expect_error "5 --config /dev/zero" "not a regular file" "$run" -- "${train[@]}" --config /dev/zero --output "$work/x"
+expect_error "5 --config a folder" "is a directory" "$run" -- "${train[@]}" --config "$work" --output "$work/x"
+
+# 6. Parseable but invalid checkpoint metadata: refused before any log is touched.
+for kv in "epoch=-5" "step=-100" "epoch=1xyz" "step=3" "config=[1,2]"; do
+  printf '%s' "${kv#*=}" >"$work/value"
+  set_metadata "$run/checkpoint.safetensors" "${kv%%=*}" "$work/value"
+  expect_error "6 checkpoint ${kv}" "checkpoint '.*checkpoint.safetensors'" "$run" -- "${train[@]}" --resume "$run" --set epochs=2
+  restore
+done
+printf '\x30\x00\x00\x00\x00\x00\x00\x00\x01\x02\xff\xfe garbage header \x1b[31m red \x00\x00 and more bytes....' \
+  >"$run/checkpoint.safetensors"
+expect_error "8 garbage safetensors header" "header is not a JSON object" "$run" -- "${train[@]}" --resume "$run" --set epochs=2
+restore
+
+# 7. Sizes that would overflow.
+expect_error "7 Conv2d out_channels 2^62" "must be in 1\.\.2147483648" "$run" -- "${train[@]}" --config "$root/configs/quick_cpu.json" \
+  --set model.layers.0.out_channels=4611686018427387904 --output "$work/x"
+expect_error "7 epochs near INT64_MAX" "epochs: expected an integer in 1\.\.1000000" "$run" -- \
+  "${train[@]}" --config "$root/configs/quick_cpu.json" --set epochs=9223372036854775807 --output "$work/x"
+
+# 8. Library exceptions become messages naming the file and key.
+printf '{"optimizer": {"type": "SGD", "lr": 1e999}}' >"$work/lr.json"
+expect_error "8 lr 1e999" "lr.json' is not valid JSON: number overflow" "$run" -- "${train[@]}" --config "$work/lr.json" --output "$work/x"
+expect_error "8 list index 1e23" "past the end of the list" "$run" -- "${train[@]}" --config "$root/configs/quick_cpu.json" \
+  --set model.layers.99999999999999999999999=1 --output "$work/x"
+mkdir -p "$work/data_dir"
+for f in "$data"/*; do ln -s "$f" "$work/data_dir/"; done
+rm "$work/data_dir/data_batch_1.bin" && mkdir "$work/data_dir/data_batch_1.bin"
+expect_error "8 data file is a folder" "data_batch_1.bin" "$run" -- "${train[@]}" --config "$root/configs/quick_cpu.json" \
+  --set "data.dir=$work/data_dir" --output "$work/x"
+grep -q 9223372036854775807 "$work/err" && fail "8 data file is a folder: prints a bogus size"
+expect_error "8 huge value quoted short" "expected a list of layers" "$run" -- "${train[@]}" --config "$root/configs/quick_cpu.json" \
+  --set "model.layers=$(python3 -c 'print("z" * 100000)')" --output "$work/x"
+
+# 9. Values that used to wrap or be accepted.
+expect_error "9 crop_padding 2^32+1" "crop_padding: expected an integer in 0\.\.31, got 4294967297" "$run" -- \
+  "${train[@]}" --config "$root/configs/quick_cpu.json" --set data.augment.crop_padding=4294967297 --output "$work/x"
+expect_error "9 seed -1" "seed: expected a non-negative integer, got -1" "$run" -- \
+  "${train[@]}" --config "$root/configs/quick_cpu.json" --set seed=-1 --output "$work/x"
+printf '[1, 2]' >"$work/list.json"
+expect_error "9 non-object config" "list.json': expected a JSON object" "$run" -- \
+  "${train[@]}" --config "$work/list.json" --set epochs=1 --output "$work/x"
+timeout 60 "${train[@]}" --config "$root/configs/quick_cpu.json" --max-steps -5 --output "$work/x" >"$work/out" 2>"$work/err"
+rc=$?
+if [ "$rc" -ne 0 ] && grep -q -- "--max-steps" "$work/err" && [ ! -e "$work/x" ]; then
+  passed=$((passed + 1)); echo "ok   9 --max-steps -5: $(head -1 "$work/err")"
+else
+  fail "9 --max-steps -5: exit $rc, $(head -1 "$work/err")"
+fi
+
+# 10. A fresh run into a used folder; fatal errors reach log.txt.
+expect_error "10 fresh run into a used folder" "is not empty.*--overwrite" "$run" -- \
+  "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --output "$run"
+timeout 120 "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --set model.layers.1.num_features=7 \
+  --output "$work/fatal" >"$work/out" 2>"$work/err"
+if [ $? -eq 1 ] && grep -q "^error: " "$work/fatal/log.txt" && grep -q "^minidl: error: " "$work/err"; then
+  passed=$((passed + 1)); echo "ok   10 fatal error in log.txt: $(grep '^error: ' "$work/fatal/log.txt" | cut -c1-120)"
+else
+  fail "10 fatal error in log.txt: $(cat "$work/err")"
+fi
+
+# 3. Signals: stop at a step boundary with a checkpoint, resume; stale temp files are removed.
+for sig in INT TERM; do
+  dir="$work/sig_$sig"
+  "${train[@]}" --config "$root/configs/quick_cpu.json" --set "data.dir=$data" --set data.train_limit=2048 \
+    --set epochs=1 --set output.progress=false --output "$dir" >"$work/out_$sig" 2>&1 &
+  pid=$!
+  for _ in $(seq 600); do grep -q "minidl train:" "$dir/log.txt" 2>/dev/null && break; sleep 0.1; done
+  sleep 3
+  kill -"$sig" "$pid"
+  wait "$pid"
+  rc=$?
+  want=$([ "$sig" = INT ] && echo 130 || echo 143)
+  if [ "$rc" -ne "$want" ]; then
+    fail "3 SIG$sig: exit $rc, expected $want"; tail -3 "$work/out_$sig"
+  elif ! grep -q "stopped by SIG$sig after step" "$dir/log.txt" || [ ! -f "$dir/checkpoint.safetensors" ]; then
+    fail "3 SIG$sig: no message or no checkpoint"; tail -3 "$dir/log.txt"
+  elif ls "$dir" | grep -q '\.tmp\.'; then
+    fail "3 SIG$sig: temp files left: $(ls "$dir")"
+  else
+    passed=$((passed + 1)); echo "ok   3 SIG$sig: exit $rc, $(grep 'stopped by' "$dir/log.txt" | cut -c1-110)"
+  fi
+done
+dead=$(sh -c 'echo $$')
+touch "$work/sig_INT/checkpoint.safetensors.tmp.$dead" "$work/sig_INT/model.safetensors.tmp.$dead"
+expect_rc "3 resume after SIGINT" 0 "${train[@]}" --resume "$work/sig_INT"
+if ls "$work/sig_INT" | grep -q '\.tmp\.'; then
+  fail "3 stale temp files of a dead process were not removed"
+elif ! grep -q "removed temporary files left by killed runs" "$work/sig_INT/log.txt"; then
+  fail "3 stale temp files: no log line"
+else
+  passed=$((passed + 1)); echo "ok   3 stale temp files removed"
+fi
+
+echo "bad_input: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

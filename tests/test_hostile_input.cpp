@@ -1,0 +1,311 @@
+// Hostile and careless input to the readers (issue 13): JSON nested or sized past the limits,
+// integers that would wrap, library exceptions, binary bytes and huge values in messages,
+// checkpoint metadata out of range, safetensors shapes whose sizes overflow, layers too large to
+// allocate, and atomic files with the clean-up of what killed writers leave. Each case must
+// throw one minidl::Error with a short, printable message naming what is wrong.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/json_args.h"
+#include "core/json_limits.h"
+#include "core/safetensors.h"
+#include "core/tensor.h"
+#include "data/options.h"
+#include "layers/registry.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "train/run_log.h"
+#include "test_util.h"
+
+using namespace minidl;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string temp_dir(const std::string& name) {
+  const fs::path p = fs::temp_directory_path() / ("minidl_test_hostile." + std::to_string(getpid())) / name;
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+std::string write_file(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+std::string nested(const std::string& open, const std::string& close, int depth, const std::string& inner = "1") {
+  std::string s;
+  for (int i = 0; i < depth; ++i) s += open;
+  s += inner;
+  for (int i = 0; i < depth; ++i) s += close;
+  return s;
+}
+
+// The message of the Error `f` throws (fails the test when it throws anything else or nothing).
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  FAIL("no minidl::Error thrown");
+  return "";
+}
+
+// One line of printable ASCII, short enough to read.
+void require_clean_message(const std::string& m, size_t max_len = 400) {
+  INFO(m);
+  REQUIRE(!m.empty());
+  REQUIRE(m.size() <= max_len);
+  for (const char c : m) REQUIRE((c >= 0x20 && c < 0x7f));
+}
+
+const char* kConfig = R"({"epochs": 2, "model": {"layers": [{"type": "ReLU"}]}, "optimizer": {"type": "SGD"}})";
+
+}  // namespace
+
+TEST_CASE("json limits: deep nesting is refused before anything recurses", "[hostile]") {
+  const std::string deep = nested("[", "]", 100000);
+  std::string m = error_of([&] { parse_json_limited(deep, "x"); });
+  require_clean_message(m);
+  REQUIRE_THAT(m, Catch::Contains("nested more than 64"));
+  // 64 levels are fine; strings holding brackets do not count.
+  REQUIRE_NOTHROW(parse_json_limited(nested("[", "]", 64), "x"));
+  REQUIRE_NOTHROW(parse_json_limited("[\"" + std::string(100, '[') + "\"]", "x"));
+
+  const std::string dir = temp_dir("deep");
+  // 100k levels in data.mean and 1M in a layer: both read as config files.
+  json c = json::parse(kConfig);
+  std::string text = c.dump();
+  text.insert(text.size() - 1, ", \"data\": {\"mean\": " + nested("[", "]", 100000) + "}");
+  m = error_of([&] { read_json_file(write_file(dir + "/mean.json", text)); });
+  REQUIRE_THAT(m, Catch::Contains("mean.json") && Catch::Contains("nested more than 64"));
+  text = R"({"model": {"layers": [)" + nested("{\"a\":", "}", 1000000) + "]}}";
+  m = error_of([&] { read_json_file(write_file(dir + "/layer.json", text)); });
+  REQUIRE_THAT(m, Catch::Contains("nested more than 64"));
+
+  // --set: a deep value, a deep key path, and a tree made deep by overrides.
+  json cfg = json::parse(kConfig);
+  m = error_of([&] { apply_override(cfg, "data.mean=" + nested("[", "]", 100000)); });
+  REQUIRE_THAT(m, Catch::Contains("--set") && Catch::Contains("nested more than 64"));
+  std::string path = "a";
+  for (int i = 0; i < 200; ++i) path += ".a";
+  m = error_of([&] { apply_override(cfg, path + "=1"); });
+  require_clean_message(m, 200);
+  REQUIRE_THAT(m, Catch::Contains("more than 64 parts"));
+  // 62 levels each, but 66 once placed under data.y.z.w.v.u.
+  json tree = json::parse(kConfig);
+  apply_override(tree, "data.x=" + nested("[", "]", 60));
+  apply_override(tree, "data.y.z.w.v.u=" + nested("[", "]", 60));
+  m = error_of([&] { parse_train_config(tree); });
+  REQUIRE_THAT(m, Catch::Contains("config: JSON nested more than 64"));
+}
+
+TEST_CASE("json limits: files are bounded, regular, and objects", "[hostile]") {
+  const std::string dir = temp_dir("files");
+  std::string m = error_of([] { read_json_file("/dev/zero"); });
+  require_clean_message(m);
+  REQUIRE_THAT(m, Catch::Contains("/dev/zero") && Catch::Contains("not a regular file"));
+  m = error_of([&] { read_json_file(dir); });
+  REQUIRE_THAT(m, Catch::Contains("is a directory"));
+  m = error_of([&] { read_json_file(dir + "/missing.json"); });
+  REQUIRE_THAT(m, Catch::Contains("cannot open config file") && Catch::Contains("missing.json"));
+  const std::string big = dir + "/big.json";
+  {
+    std::ofstream f(big);
+    f << "[" << std::string(kMaxJsonBytes, ' ') << "]";
+  }
+  m = error_of([&] { read_json_file(big); });
+  REQUIRE_THAT(m, Catch::Contains("larger than the 16777216-byte limit"));
+  m = error_of([&] { read_json_file(write_file(dir + "/list.json", "[1, 2]")); });
+  REQUIRE_THAT(m, Catch::Contains("list.json") && Catch::Contains("expected a JSON object"));
+  // nlohmann's number overflow: the file named, no "[json.exception" tag.
+  m = error_of([&] { read_json_file(write_file(dir + "/lr.json", R"({"optimizer": {"lr": 1e999}})")); });
+  require_clean_message(m);
+  REQUIRE_THAT(m, Catch::Contains("lr.json") && Catch::Contains("number overflow"));
+  REQUIRE_THAT(m, !Catch::Contains("json.exception"));
+  // Binary garbage: quoted as \xNN, never raw.
+  m = error_of([&] { read_json_file(write_file(dir + "/bin.json", std::string("\x01\xff\xfe{garbage", 11))); });
+  require_clean_message(m);
+}
+
+TEST_CASE("json limits: excerpts are short and printable", "[hostile]") {
+  REQUIRE(text_excerpt(std::string("a\x01\xff", 3)) == "a\\x01\\xff");
+  const std::string e = json_excerpt(json(std::string(10000, 'x')));
+  REQUIRE(e.size() <= 64);
+  REQUIRE_THAT(e, Catch::EndsWith("..."));
+  REQUIRE_NOTHROW(json_excerpt(json(std::string("\xff\xfe", 2))));  // invalid UTF-8 does not throw
+  // A huge value in a wrong place is quoted, not dumped.
+  json spec = {{"type", "Sequential"}, {"layers", json(std::string(100000, 'z'))}};
+  const std::string m = error_of([&] { build_layer(spec, "model.layers[0]"); });
+  require_clean_message(m);
+}
+
+TEST_CASE("config integers: range-checked, never wrapped", "[hostile]") {
+  auto config_with = [](const std::string& assignment) {
+    json c = json::parse(kConfig);
+    apply_override(c, assignment);
+    return c;
+  };
+  std::string m = error_of([&] { parse_train_config(config_with("seed=-1")); });
+  REQUIRE_THAT(m, Catch::Contains("seed: expected a non-negative integer, got -1"));
+  m = error_of([&] { parse_train_config(config_with("epochs=18446744073709551615")); });
+  REQUIRE_THAT(m, Catch::Contains("epochs: expected an integer that fits in 64 bits"));
+  m = error_of([&] { parse_train_config(config_with("epochs=9223372036854775807")); });
+  REQUIRE_THAT(m, Catch::Contains("epochs: expected an integer in 1..1000000"));
+  m = error_of([&] { parse_train_config(config_with("batch_size=0")); });
+  REQUIRE_THAT(m, Catch::Contains("batch_size: expected an integer in 1..1000000, got 0"));
+  m = error_of([] { DataOptions::from_json(json::parse(R"({"augment": {"crop_padding": 4294967297}})"), "data"); });
+  REQUIRE_THAT(m, Catch::Contains("data.augment.crop_padding: expected an integer in 0..31, got 4294967297"));
+  m = error_of([] { DataOptions::from_json(json::parse(R"({"augment": {"cutout": -4294967296}})"), "data"); });
+  REQUIRE_THAT(m, Catch::Contains("data.augment.cutout: expected an integer in 0..32"));
+  // A list index too long for any list is "past the end", not std::stoul's exception.
+  json c = json::parse(kConfig);
+  m = error_of([&] { apply_override(c, "model.layers.99999999999999999999999=1"); });
+  REQUIRE_THAT(m, Catch::Contains("past the end of the list (1 items)"));
+  m = error_of([&] { apply_override(c, "model.layers.x=1"); });
+  REQUIRE_THAT(m, Catch::Contains("needs a number"));
+  // A string that is not UTF-8 could never be written back to config.json.
+  m = error_of([&] { apply_override(c, std::string("output.dir=\xff\xfe", 13)); });
+  require_clean_message(m);
+  REQUIRE_THAT(m, Catch::Contains("not valid UTF-8"));
+  // Found by fuzz_config: a key that is not UTF-8 (its seed is in tests/fuzz/corpus/config).
+  m = error_of([&] { apply_override(c, std::string("model.layers.0.o\x8ct=8", 21)); });
+  REQUIRE_THAT(m, Catch::Contains("not valid UTF-8"));
+  // A --set value that is not JSON is a string: 1e999 then fails as a string, not an overflow.
+  m = error_of([&] { parse_train_config(config_with("loss.label_smoothing=1e999")); });
+  REQUIRE_THAT(m, Catch::Contains("loss.label_smoothing: expected a number, got string"));
+}
+
+TEST_CASE("layers: sizes are bounded before anything is allocated", "[hostile]") {
+  auto build = [](const std::string& text) { return build_layer(json::parse(text), "model.layers[0]"); };
+  std::string m = error_of([&] {
+    build(R"({"type": "Conv2d", "in_channels": 3, "out_channels": 100000000, "kernel_size": 3})");
+  });
+  REQUIRE_THAT(m, Catch::Contains("model.layers[0]: a weight of shape (100000000, 3, 3, 3) has 2700000000 elements"));
+  m = error_of([&] { build(R"({"type": "Linear", "in_features": 4611686018427387904, "out_features": 4})"); });
+  REQUIRE_THAT(m, Catch::Contains("model.layers[0].in_features: must be in 1..2147483648"));
+  m = error_of([&] {
+    build(R"({"type": "Conv2d", "in_channels": 3, "out_channels": 8, "kernel_size": 3, "padding": 4611686018427387904})");
+  });
+  REQUIRE_THAT(m, Catch::Contains("model.layers[0].padding: must be in 0..65536"));
+  m = error_of([&] { build(R"({"type": "MaxPool2d", "kernel_size": 2, "stride": 4611686018427387904})"); });
+  REQUIRE_THAT(m, Catch::Contains("model.layers[0].stride: must be in 0..65536"));
+  // No per-type bound: the allocation itself is refused, naming the layer.
+  m = error_of([&] { build(R"({"type": "BatchNorm2d", "num_features": 4611686018427387904})"); });
+  require_clean_message(m);
+  REQUIRE_THAT(m, Catch::StartsWith("model.layers[0] (BatchNorm2d): "));
+  m = error_of([&] { build(R"({"type": "BatchNorm2d", "num_features": 1000000000000})"); });
+  REQUIRE_THAT(m, Catch::StartsWith("model.layers[0] (BatchNorm2d): out of host memory: a tensor of 4000 GB"));
+}
+
+TEST_CASE("tensor sizes: checked arithmetic, no signed overflow", "[hostile]") {
+  REQUIRE(shape_numel({int64_t{1} << 62, 4, 0}) == 0);
+  std::string m = error_of([] { shape_numel({int64_t{1} << 62, 4}); });
+  REQUIRE_THAT(m, Catch::Contains("overflows 64 bits"));
+  m = error_of([] { Tensor::empty({int64_t{1} << 40, int64_t{1} << 40}); });
+  REQUIRE_THAT(m, Catch::Contains("overflows 64 bits"));
+  m = error_of([] { Tensor::empty({int64_t{1} << 61}); });  // 2^61 floats: bytes overflow
+  REQUIRE_THAT(m, Catch::Contains("tensor bytes"));
+}
+
+TEST_CASE("safetensors: shapes past 64 bits, directories and garbage headers", "[hostile]") {
+  const std::string dir = temp_dir("safetensors");
+  auto file_with_header = [&](const std::string& name, const std::string& header) {
+    std::string bytes(8, '\0');
+    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+    return write_file(dir + "/" + name, bytes + header);
+  };
+  std::string m = error_of([&] {
+    load_safetensors(file_with_header("big.st", R"({"t": {"dtype": "F32", "shape": [9223372036854775808], "data_offsets": [0, 0]}})"));
+  });
+  REQUIRE_THAT(m, Catch::Contains("beyond 64-bit sizes"));
+  m = error_of([&] {
+    load_safetensors(file_with_header("strides.st", R"({"t": {"dtype": "F32", "shape": [0, 4611686018427387904, 4], "data_offsets": [0, 0]}})"));
+  });
+  REQUIRE_THAT(m, Catch::Contains("overflows 64 bits"));
+  // A zero anywhere is an empty tensor, however large the other entries.
+  SafeTensors st = load_safetensors(
+      file_with_header("empty.st", R"({"t": {"dtype": "F32", "shape": [4611686018427387904, 4, 0], "data_offsets": [0, 0]}})"));
+  REQUIRE(st.tensors.at(0).second.numel() == 0);
+  m = error_of([&] { load_safetensors(file_with_header("deep.st", "{\"__metadata__\": " + nested("[", "]", 100000) + "}")); });
+  REQUIRE_THAT(m, Catch::Contains("nested more than 64"));
+  m = error_of([&] { load_safetensors(file_with_header("bin.st", std::string("\x01\x02\xff\xfe garbage", 13))); });
+  require_clean_message(m);
+  m = error_of([&] { load_safetensors(dir); });
+  REQUIRE_THAT(m, Catch::Contains("is a directory"));
+  m = error_of([&] { load_safetensors(file_with_header("name.st", "{\"" + std::string(5000, 'n') + "\": 5}")); });
+  require_clean_message(m);
+}
+
+TEST_CASE("checkpoint metadata: every field range-checked", "[hostile]") {
+  const std::string dir = temp_dir("checkpoint");
+  auto with = [&](const std::string& key, const std::string& value) {
+    std::map<std::string, std::string> meta{{"format", "minidl-checkpoint-1"}, {"epoch", "1"}, {"step", "8"},
+                                            {"config", kConfig}, {"optimizer", "{}"}};
+    meta[key] = value;
+    const std::string path = dir + "/" + key + ".safetensors";
+    save_safetensors(path, {}, meta);
+    return error_of([&] { read_checkpoint_info(path); });
+  };
+  REQUIRE_THAT(with("epoch", "-5"), Catch::Contains("metadata 'epoch' is -5, expected 0..1000000"));
+  REQUIRE_THAT(with("step", "-100"), Catch::Contains("metadata 'step' is -100"));
+  REQUIRE_THAT(with("epoch", "1xyz"), Catch::Contains("metadata 'epoch' is '1xyz', expected an integer"));
+  REQUIRE_THAT(with("step", "99999999999999999999999"), Catch::Contains("expected an integer"));
+  REQUIRE_THAT(with("config", "[1,2]"), Catch::Contains("metadata 'config' is a JSON array, expected an object"));
+  REQUIRE_THAT(with("config", nested("[", "]", 100000)), Catch::Contains("nested more than 64"));
+  REQUIRE_THAT(with("config", "{not json"), Catch::Contains("metadata 'config' is not valid JSON"));
+  REQUIRE_THAT(with("epoch_seen", "5"), Catch::Contains("metadata has no 'epoch_correct'"));
+  const std::string m = with("format", std::string("\x01\x1b[31m", 6) + std::string(1000, 'f'));
+  require_clean_message(m);
+}
+
+TEST_CASE("atomic files: no temp file left behind; stale ones of dead processes removed", "[hostile]") {
+  const std::string dir = temp_dir("atomic");
+  write_file_atomic(dir + "/a.txt", "hello", "test file");
+  REQUIRE(std::ifstream(dir + "/a.txt").good());
+  {
+    AtomicFile f(dir + "/b.txt", "test file");
+    f.write("x", 1);
+    REQUIRE(fs::exists(f.temp_path()));
+  }  // not committed: the temp file goes, b.txt never appears
+  REQUIRE_FALSE(fs::exists(dir + "/b.txt"));
+  REQUIRE(std::distance(fs::directory_iterator(dir), fs::directory_iterator()) == 1);
+
+  // A pid that is certainly dead: a child that has exited and been reaped.
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  REQUIRE(child > 0);
+  waitpid(child, nullptr, 0);
+  const std::string dead = "checkpoint.safetensors.tmp." + std::to_string(child);
+  const std::string mine = "model.safetensors.tmp." + std::to_string(getpid());
+  const std::string init = "model.safetensors.tmp.1";  // pid 1 always runs
+  for (const auto& n : {dead, mine, init, std::string("notes.tmp.txt")}) write_file(dir + "/" + n, "x");
+  const std::vector<std::string> removed = remove_stale_temp_files(dir);
+  REQUIRE(removed == std::vector<std::string>{dead});
+  REQUIRE_FALSE(fs::exists(dir + "/" + dead));
+  REQUIRE(fs::exists(dir + "/" + mine));
+  REQUIRE(fs::exists(dir + "/" + init));
+  REQUIRE(fs::exists(dir + "/notes.tmp.txt"));
+}
+
+TEST_CASE("run log: a failed write (full disk) is an error naming the file", "[hostile]") {
+  const std::string dir = temp_dir("full");
+  fs::create_symlink("/dev/full", dir + "/metrics.jsonl");
+  RunLog log(dir);
+  const std::string m = error_of([&] { log.metrics({{"epoch", 1}}); });
+  REQUIRE_THAT(m, Catch::Contains("metrics.jsonl") && Catch::Contains("No space left on device"));
+  // truncate_jsonl reads only bounded regular files (/dev/zero would never end).
+  fs::create_symlink("/dev/zero", dir + "/steps_zero.jsonl");
+  REQUIRE_THAT(error_of([&] { truncate_jsonl(dir + "/steps_zero.jsonl", "step", 1); }),
+               Catch::Contains("not a regular file"));
+}
