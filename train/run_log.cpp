@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "train/tensorboard.h"
 
 namespace minidl {
 
@@ -21,10 +22,17 @@ std::ofstream open_append(const std::string& path) {
 }  // namespace
 
 RunLog::RunLog(const std::string& dir)
-    : log_(open_append(dir + "/log.txt")),
+    : dir_(dir),
+      log_(open_append(dir + "/log.txt")),
       metrics_(open_append(dir + "/metrics.jsonl")),
       steps_(open_append(dir + "/steps.jsonl")),
       tty_(isatty(STDERR_FILENO) != 0) {}
+
+RunLog::~RunLog() = default;
+
+void RunLog::enable_tensorboard(int64_t start_step) {
+  tensorboard_ = std::make_unique<TensorBoardWriter>(dir_, start_step);
+}
 
 void RunLog::line(const std::string& text) {
   end_progress();
@@ -32,11 +40,21 @@ void RunLog::line(const std::string& text) {
   log_ << text << std::endl;
 }
 
-void RunLog::metrics(const nlohmann::json& record) { metrics_ << record.dump() << std::endl; }
+void RunLog::metrics(const nlohmann::json& record) {
+  metrics_ << record.dump() << std::endl;
+  if (tensorboard_ && record.contains("step") && record["step"].is_number_integer()) {
+    for (const auto& [tag, value] : tensorboard_epoch_scalars(record, steps_since_metrics_))
+      tensorboard_->scalar(tag, record["step"].get<int64_t>(), static_cast<float>(value));
+    tensorboard_->flush();
+  }
+  steps_since_metrics_ = 0;
+}
 
 void RunLog::step(int64_t step, int64_t epoch, float loss) {
   nlohmann::json r = {{"step", step}, {"epoch", epoch}, {"loss", loss}, {"loss_bits", float_bits_hex(loss)}};
   steps_ << r.dump() << '\n';
+  if (tensorboard_) tensorboard_->scalar(kTensorBoardLossTag, step, loss);
+  ++steps_since_metrics_;
 }
 
 void RunLog::progress(int64_t epoch, int64_t epochs, int64_t done, int64_t total, double seconds) {

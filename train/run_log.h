@@ -4,15 +4,23 @@
 #pragma once
 #include <cstdint>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
 namespace minidl {
 
+class TensorBoardWriter;
+
 class RunLog {
  public:
   // Opens the files in `dir` for appending (the folder must exist).
   explicit RunLog(const std::string& dir);
+  ~RunLog();
+  // From now on also writes TensorBoard scalars (train/tensorboard.h) into the folder: every
+  // step's loss, and each metrics record's values at its step. `start_step`: the first step this
+  // process trains (a resume's checkpoint step).
+  void enable_tensorboard(int64_t start_step);
   void line(const std::string& text);                 // stdout + log.txt
   void metrics(const nlohmann::json& record);         // metrics.jsonl
   void step(int64_t step, int64_t epoch, float loss);  // steps.jsonl
@@ -21,7 +29,10 @@ class RunLog {
   void end_progress();
 
  private:
+  std::string dir_;
   std::ofstream log_, metrics_, steps_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
+  int64_t steps_since_metrics_ = 0;  // step() calls since the last metrics(): the epoch's steps
   bool tty_;
   bool progress_open_ = false;
 };

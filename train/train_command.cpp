@@ -86,6 +86,7 @@ int train_command(const TrainOptions& options) {
     write_text_atomic(run_dir + "/config.json", trainer.resolved_config().dump(2) + "\n");
   }
   RunLog log(run_dir);
+  if (config.tensorboard) log.enable_tensorboard(step);
 
   int64_t params = 0;
   for (auto& kv : trainer.model().named_parameters()) params += kv.second.numel();
