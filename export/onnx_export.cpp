@@ -269,20 +269,6 @@ void set_shape(onnx::ValueInfoProto* v, const std::vector<int64_t>& dims) {
 }  // namespace
 
 std::string onnx_model_bytes(Module& model, const OnnxExportOptions& options) {
-  // One forward pass on a zero image in eval mode: checks that the model takes the input shape
-  // and gives the logits' width.
-  int64_t classes;
-  {
-    autograd::NoGradGuard no_grad;
-    const bool was_training = model.is_training();
-    model.eval();
-    Device device = model.state_dict().empty() ? Device::cpu() : model.state_dict().front().second.device();
-    Tensor logits = model(Tensor::zeros({1, options.channels, options.height, options.width}, DType::Float32, device));
-    model.train(was_training);
-    MINIDL_CHECK(logits.dim() == 2, "export: the model gives ", shape_str(logits.shape()),
-                 " for one image; ONNX export expects (batch, classes) logits");
-    classes = logits.size(1);
-  }
   onnx::ModelProto proto;
   proto.set_ir_version(8);  // the IR version of opset 17 (onnx 1.12 to 1.13)
   proto.set_producer_name("minidl");
@@ -302,6 +288,20 @@ std::string onnx_model_bytes(Module& model, const OnnxExportOptions& options) {
   g->mutable_input(0)->set_name("input");
   Exporter exporter(g);
   const std::string out = exporter.emit(model, "input");
+  // One forward pass on a zero image in eval mode: checks that the model takes the input shape
+  // and gives the logits' width.
+  int64_t classes;
+  {
+    autograd::NoGradGuard no_grad;
+    const bool was_training = model.is_training();
+    model.eval();
+    Device device = model.state_dict().empty() ? Device::cpu() : model.state_dict().front().second.device();
+    Tensor logits = model(Tensor::zeros({1, options.channels, options.height, options.width}, DType::Float32, device));
+    model.train(was_training);
+    MINIDL_CHECK(logits.dim() == 2, "export: the model gives ", shape_str(logits.shape()),
+                 " for one image; ONNX export expects (batch, classes) logits");
+    classes = logits.size(1);
+  }
   // Name the graph's output "logits": rename the last node's output, or add an Identity when
   // the model is the identity.
   if (g->node_size() > 0 && g->node(g->node_size() - 1).output(0) == out) {

@@ -182,8 +182,10 @@ def main():
         raise InputError(f"--labels: {len(labels)} names for {len(args.folders)} folders")
     runs, profiles = [], []
     for folder, label in zip(args.folders, labels):
-        has_run = os.path.exists(os.path.join(folder, "metrics.jsonl"))
+        metrics = os.path.join(folder, "metrics.jsonl")
         has_profile = os.path.exists(os.path.join(folder, "profile.json"))
+        # `minidl profile` leaves an empty metrics.jsonl beside its profile.json.
+        has_run = os.path.exists(metrics) and (os.path.getsize(metrics) > 0 or not has_profile)
         if not (has_run or has_profile):
             raise InputError(f"{folder}: neither metrics.jsonl (a run) nor profile.json (a profile) is there")
         if has_run:

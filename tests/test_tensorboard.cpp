@@ -1,8 +1,10 @@
 // TensorBoard event files: the CRC-32C and TFRecord framing, a write/read round trip with our
 // reader, corruption caught by the CRCs, and a real training run whose event file holds every
 // step's loss (bit for bit) and every epoch's metrics.
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "train/config.h"
 #include "train/run_log.h"
