@@ -95,7 +95,7 @@ def training_chart(runs, out):
         loss_e.plot(epochs, run.col("train_loss"), color=c, marker="o", markersize=3, label=f"{run.label} train loss")
         loss_t.plot(run.wall, run.col("train_loss"), color=c, marker="o", markersize=3, label=run.label)
         for ax, x in ((acc_e, epochs), (acc_t, run.wall)):
-            ax.plot(x, run.col("train_acc"), color=c, linestyle="-", label=f"{run.label} train")
+            ax.plot(x, run.col("train_acc"), color=c, linestyle="-", marker="s", markersize=3, label=f"{run.label} train")
             ax.plot(x, run.col("test_acc"), color=c, linestyle="--", marker="o", markersize=3, label=f"{run.label} test")
             if all(v is not None for v in run.col("test_acc_tta")):
                 ax.plot(x, run.col("test_acc_tta"), color=c, linestyle=":", marker="^", markersize=3,

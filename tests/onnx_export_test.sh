@@ -8,14 +8,9 @@
 # the data.
 set -euo pipefail
 minidl=$1 python=$2 src=$3 data=$4
-if ! "$python" -c "import onnx, numpy" 2>/dev/null; then
-  echo "SKIPPED: $python cannot import onnx and numpy (apt-get install python3-onnx python3-numpy)"
-  exit 4
-fi
-if [ ! -f "$data/test_batch.bin" ]; then
-  echo "SKIPPED: no decoded CIFAR-10 at $data (scripts/test.sh decodes it)"
-  exit 4
-fi
+source "$src/tests/script_checks.sh"
+require_python_modules "$python" onnx,numpy "python3-onnx python3-numpy"
+require_data "$data"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 for cfg in "$src"/tests/onnx/*.json; do

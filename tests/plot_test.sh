@@ -5,14 +5,9 @@
 # Exit 4 (ctest: skipped) without python3-matplotlib or the data.
 set -euo pipefail
 minidl=$1 python=$2 src=$3 data=$4
-if ! "$python" -c "import matplotlib" 2>/dev/null; then
-  echo "SKIPPED: $python cannot import matplotlib (apt-get install python3-matplotlib)"
-  exit 4
-fi
-if [ ! -f "$data/test_batch.bin" ]; then
-  echo "SKIPPED: no decoded CIFAR-10 at $data (scripts/test.sh decodes it)"
-  exit 4
-fi
+source "$src/tests/script_checks.sh"
+require_python_modules "$python" matplotlib "python3-matplotlib"
+require_data "$data"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cfg=$src/tests/onnx/all_layers_a.json
