@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Charts of minidl runs and profiles, as PNG and SVG (matplotlib, no display needed).
 
-    scripts/plot.py RUN_OR_PROFILE_DIR... [--out DIR] [--labels A,B,...]
+    scripts/plot.py RUN_OR_PROFILE_DIR... [--out DIR] [--labels A,B,...] [--dpi N]
 
 Each folder is a run folder (`minidl train`: metrics.jsonl, steps.jsonl) or a profile folder
 (`minidl profile --output`, or a run trained with --profile: profile.json); a run folder with a
@@ -80,6 +80,9 @@ class Run:
 
     def col(self, key):
         return [r.get(key) for r in self.metrics]
+
+
+DPI = 110  # of the PNGs; --dpi
 
 
 def training_chart(runs, out):
@@ -165,7 +168,7 @@ def save(fig, out, name):
     paths = []
     for ext in ("png", "svg"):
         path = os.path.join(out, f"{name}.{ext}")
-        fig.savefig(path, dpi=110 if ext == "png" else None)
+        fig.savefig(path, dpi=DPI if ext == "png" else None)
         paths.append(path)
     plt.close(fig)
     return paths
@@ -176,7 +179,10 @@ def main():
     p.add_argument("folders", nargs="+")
     p.add_argument("--out", help="folder for the charts (default: the first folder)")
     p.add_argument("--labels", help="comma-separated names for the folders (default: their names)")
+    p.add_argument("--dpi", type=int, default=110, help="PNG resolution (default 110)")
     args = p.parse_args()
+    global DPI
+    DPI = args.dpi
     labels = args.labels.split(",") if args.labels else [os.path.basename(os.path.normpath(f)) for f in args.folders]
     if len(labels) != len(args.folders):
         raise InputError(f"--labels: {len(labels)} names for {len(args.folders)} folders")
