@@ -43,8 +43,11 @@ void RunLog::line(const std::string& text) {
 void RunLog::metrics(const nlohmann::json& record) {
   metrics_ << record.dump() << std::endl;
   if (tensorboard_ && record.contains("step") && record["step"].is_number_integer()) {
+    // At the epoch's last step (record["step"] counts the steps done): a resume from this
+    // epoch's checkpoint starts at record["step"], and TensorBoard keeps what came before it.
+    const int64_t last_step = record["step"].get<int64_t>() - 1;
     for (const auto& [tag, value] : tensorboard_epoch_scalars(record, steps_since_metrics_))
-      tensorboard_->scalar(tag, record["step"].get<int64_t>(), static_cast<float>(value));
+      tensorboard_->scalar(tag, last_step, static_cast<float>(value));
     tensorboard_->flush();
   }
   steps_since_metrics_ = 0;

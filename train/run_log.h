@@ -19,7 +19,8 @@ class RunLog {
   ~RunLog();
   // From now on also writes TensorBoard scalars (train/tensorboard.h) into the folder: every
   // step's loss, and each metrics record's values at its step. `start_step`: the first step this
-  // process trains (a resume's checkpoint step).
+  // process trains (a resume's checkpoint step). Epoch scalars go at the epoch's last step
+  // (the metrics record's "step" - 1, that step's index in steps.jsonl).
   void enable_tensorboard(int64_t start_step);
   void line(const std::string& text);                 // stdout + log.txt
   void metrics(const nlohmann::json& record);         // metrics.jsonl

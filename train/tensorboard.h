@@ -38,7 +38,8 @@ class TensorBoardWriter {
   std::ofstream out_;
 };
 
-// The scalars an epoch's metrics.jsonl record becomes (tag, value), at the record's "step":
+// The scalars an epoch's metrics.jsonl record becomes (tag, value), logged by RunLog at the
+// epoch's last step (the record's "step" - 1):
 // accuracy/{train,test,test_tta}, epoch/train_loss, lr, throughput/images_per_s, time/epoch_s,
 // time/eval_s, time/step_ms (the epoch's seconds over `steps` steps) and epoch. Keys a record
 // lacks (test_acc_tta without TTA) give no scalar.

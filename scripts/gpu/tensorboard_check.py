@@ -5,7 +5,7 @@ and checks every scalar against the run's steps.jsonl and metrics.jsonl.
     scripts/gpu/tensorboard_check.py RUN_DIR
 
 train/loss at every step must hold the loss's exact float32 bits (steps.jsonl "loss_bits"); each
-epoch's scalars (at the record's "step") must equal float32 of metrics.jsonl's values, with the
+epoch's scalars (at the epoch's last step, the record's "step" - 1) must equal float32 of metrics.jsonl's values, with the
 tag names of train/tensorboard.cpp; no other tag and no extra event may be present. Exits 1 on
 any mismatch, naming it.
 """
@@ -46,8 +46,8 @@ def main():
     for m in metrics:
         for key, tag in EPOCH_TAGS.items():
             if key in m:
-                want.setdefault(tag, {})[m["step"]] = ("value", np.float32(m[key]))
-        want.setdefault("time/step_ms", {})[m["step"]] = ("value", np.float32(1000.0 * m["seconds"] / (m["step"] - prev_step)))
+                want.setdefault(tag, {})[m["step"] - 1] = ("value", np.float32(m[key]))
+        want.setdefault("time/step_ms", {})[m["step"] - 1] = ("value", np.float32(1000.0 * m["seconds"] / (m["step"] - prev_step)))
         prev_step = m["step"]
     bad = []
     if set(got) != set(want):
