@@ -1,4 +1,4 @@
-// The minidl command: train, profile, repro, bench, parity. Every error reaches here as one
+// The minidl command: train, profile, repro, export, bench, parity. Every error reaches here as one
 // message and a non-zero exit code.
 #include <CLI/CLI.hpp>
 #include <iostream>
@@ -10,6 +10,7 @@
 #include "bench/bench_norm.h"
 #include "bench/bench_train.h"
 #include "bench/parity.h"
+#include "export/export_command.h"
 #include "train/profile_command.h"
 #include "train/repro_command.h"
 #include "train/trainer.h"
@@ -58,6 +59,18 @@ int main(int argc, char** argv) {
                         "override for run B only, e.g. cuda_graph=false: graphed A against eager B (repeatable)");
   repro_cmd->add_option("--output", repro.output_dir, "folder for the two runs");
 
+  ExportOptions exp;
+  auto* export_cmd = app.add_subcommand("export", "write a trained run's model as ONNX (eval mode, opset 17)");
+  export_cmd->add_option("--run", exp.run_dir, "run folder: its config.json and model.safetensors");
+  export_cmd->add_option("--config", exp.config_path, "or a config: its model as initialised (untrained)");
+  export_cmd->add_option("--set", exp.overrides, "override a config value (with --config): key.path=value");
+  export_cmd->add_option("--onnx", exp.onnx_path, "the ONNX file to write")->required();
+  export_cmd->add_option("--logits", exp.logits_path,
+                         "also write minidl's eval logits on the test set (with images, labels) to this safetensors file");
+  export_cmd->add_option("--limit", exp.limit, "--logits on the first N test images (default: all)");
+  export_cmd->add_option("--device", exp.device, "device for --logits: cpu, cuda or auto (default: the config's)");
+  export_cmd->add_option("--data-dir", exp.data_dir, "CIFAR-10 folder for --logits (default: the config's data.dir)");
+
   // bench and parity hand everything after their name to their own parsers.
   auto* bench_cmd = app.add_subcommand("bench", "benchmarks: train (images/s), norm (kernels), conv (GEMM rates)");
   bench_cmd->footer("usage: minidl bench train|norm|conv [options]");
@@ -76,6 +89,7 @@ int main(int argc, char** argv) {
     if (*train_cmd) return train_command(train);
     if (*prof_cmd) return profile_command(prof);
     if (*repro_cmd) return repro_command(repro);
+    if (*export_cmd) return export_command(exp);
     if (*bench_cmd) {
       std::vector<std::string> rest = bench_cmd->remaining();
       if (rest.empty()) {

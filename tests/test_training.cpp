@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "layers/module.h"
+#include "json_lines.h"
 #include "test_util.h"
 
 using namespace minidl;
@@ -62,14 +63,6 @@ TrainOptions options_for(const std::string& config, const std::string& out) {
   return o;
 }
 
-std::vector<json> read_lines(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<json> out;
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) out.push_back(json::parse(line));
-  return out;
-}
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -83,13 +76,13 @@ TEST_CASE("training: the loss falls and every record is written", "[training]") 
   const std::string root = test_root() + "/falls";
   fs::remove_all(root);
   REQUIRE(train_command(options_for(write_config(root), root + "/run")) == 0);
-  auto steps = read_lines(root + "/run/steps.jsonl");
+  auto steps = test::read_json_lines(root + "/run/steps.jsonl");
   REQUIRE(steps.size() == 16);
   double first = 0, last = 0;
   for (int i = 0; i < 4; ++i) first += steps[i]["loss"].get<double>();
   for (int i = 12; i < 16; ++i) last += steps[i]["loss"].get<double>();
   REQUIRE(last < first);
-  auto metrics = read_lines(root + "/run/metrics.jsonl");
+  auto metrics = test::read_json_lines(root + "/run/metrics.jsonl");
   REQUIRE(metrics.size() == 2);
   REQUIRE(metrics[1]["test_acc"].get<double>() > 0.0);
   REQUIRE(metrics[1]["test_acc"].get<double>() <= 100.0);
@@ -130,7 +123,7 @@ TEST_CASE("training: a NaN loss stops the run with exit code 3", "[training]") {
   fs::remove_all(root);
   REQUIRE(train_command(options_for(write_config(root, "1e39"), root + "/run")) == 3);
   REQUIRE_FALSE(fs::exists(root + "/run/checkpoint.safetensors"));
-  REQUIRE(read_lines(root + "/run/metrics.jsonl").empty());
+  REQUIRE(test::read_json_lines(root + "/run/metrics.jsonl").empty());
 }
 
 TEST_CASE("training: a corrupt checkpoint is refused, naming the file", "[training]") {

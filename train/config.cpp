@@ -100,6 +100,10 @@ TrainConfig parse_train_config(const json& config) {
   c.output_dir = out.get_string("dir", c.output_dir);
   c.progress = out.get_bool("progress", c.progress);
   out.finish();
+
+  JsonArgs log(top.get_object("log", false), "log");
+  c.tensorboard = log.get_bool("tensorboard", c.tensorboard);
+  log.finish();
   top.finish();
   return c;
 }
@@ -119,7 +123,8 @@ json TrainConfig::to_json() const {
           {"optimizer", optimizer},
           {"schedule", schedule},
           {"eval", {{"tta", tta}, {"batch_size", eval_batch_size}}},
-          {"output", {{"dir", output_dir}, {"progress", progress}}}};
+          {"output", {{"dir", output_dir}, {"progress", progress}}},
+          {"log", {{"tensorboard", tensorboard}}}};
 }
 
 }  // namespace minidl

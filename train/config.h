@@ -31,6 +31,7 @@ struct TrainConfig {
   int64_t eval_batch_size = 1000;
   std::string output_dir = "runs/run";
   bool progress = true;                                  // a progress bar on a terminal
+  bool tensorboard = false;                              // log.tensorboard: event files in the run folder
 
   // The config as JSON with every default filled in (what config.json in a run folder holds).
   nlohmann::json to_json() const;

@@ -12,6 +12,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/json_limits.h"
+#include "train/tensorboard.h"
 
 namespace minidl {
 
@@ -37,6 +38,12 @@ void RunLog::check(std::ofstream& f, const char* name) {
   fail(str("cannot write '", dir_, "/", name, "': ", err ? std::strerror(err) : "write failed"));
 }
 
+RunLog::~RunLog() = default;
+
+void RunLog::enable_tensorboard(int64_t start_step) {
+  tensorboard_ = std::make_unique<TensorBoardWriter>(dir_, start_step);
+}
+
 void RunLog::line(const std::string& text) {
   end_progress();
   std::cout << text << std::endl;
@@ -52,11 +59,22 @@ void RunLog::error(const std::string& text) {
 void RunLog::metrics(const nlohmann::json& record) {
   metrics_ << record.dump() << std::endl;
   check(metrics_, "metrics.jsonl");
+  if (tensorboard_ && record.contains("step") && record["step"].is_number_integer()) {
+    // At the epoch's last step (record["step"] counts the steps done): a resume from this
+    // epoch's checkpoint starts at record["step"], and TensorBoard keeps what came before it.
+    const int64_t last_step = record["step"].get<int64_t>() - 1;
+    for (const auto& [tag, value] : tensorboard_epoch_scalars(record, steps_since_metrics_))
+      tensorboard_->scalar(tag, last_step, static_cast<float>(value));
+    tensorboard_->flush();
+  }
+  steps_since_metrics_ = 0;
 }
 
 void RunLog::step(int64_t step, int64_t epoch, float loss) {
   nlohmann::json r = {{"step", step}, {"epoch", epoch}, {"loss", loss}, {"loss_bits", float_bits_hex(loss)}};
   steps_ << r.dump() << '\n';
+  if (tensorboard_) tensorboard_->scalar(kTensorBoardLossTag, step, loss);
+  ++steps_since_metrics_;
 }
 
 void RunLog::progress(int64_t epoch, int64_t epochs, int64_t done, int64_t total, double seconds) {

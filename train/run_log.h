@@ -5,15 +5,24 @@
 #pragma once
 #include <cstdint>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
 namespace minidl {
 
+class TensorBoardWriter;
+
 class RunLog {
  public:
   // Opens the files in `dir` for appending (the folder must exist).
   explicit RunLog(const std::string& dir);
+  ~RunLog();
+  // From now on also writes TensorBoard scalars (train/tensorboard.h) into the folder: every
+  // step's loss, and each metrics record's values at its step. `start_step`: the first step this
+  // process trains (a resume's checkpoint step). Epoch scalars go at the epoch's last step
+  // (the metrics record's "step" - 1, that step's index in steps.jsonl).
+  void enable_tensorboard(int64_t start_step);
   void line(const std::string& text);                 // stdout + log.txt
   void error(const std::string& text);                // log.txt only ("error: ..."; stderr is the caller's)
   void metrics(const nlohmann::json& record);         // metrics.jsonl
@@ -27,6 +36,8 @@ class RunLog {
   void end_progress_quietly();  // clears the bar without flushing or checking
   std::string dir_;
   std::ofstream log_, metrics_, steps_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
+  int64_t steps_since_metrics_ = 0;  // step() calls since the last metrics(): the epoch's steps
   bool tty_;
   bool progress_open_ = false;
 };

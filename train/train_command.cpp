@@ -146,6 +146,7 @@ int train_command(const TrainOptions& options) {
   }
   const std::vector<std::string> stale = remove_stale_temp_files(run_dir);
   RunLog log(run_dir);
+  if (config.tensorboard) log.enable_tensorboard(start.step);
   // The run itself; any error from here on is written to log.txt as well as the terminal.
   auto run = [&]() -> int {
     if (!replaced.empty()) log.line(str("--overwrite: removed the earlier run's ", join(replaced)));

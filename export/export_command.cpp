@@ -1,0 +1,112 @@
+#include "export/export_command.h"
+
+#include <filesystem>
+#include <iostream>
+
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/init.h"
+#include "core/safetensors.h"
+#include "data/cifar10.h"
+#include "data/loader.h"
+#include "data/options.h"
+#include "export/onnx_export.h"
+#include "layers/loss/loss.h"
+#include "layers/registry.h"
+#include "train/config.h"
+#include "train/trainer.h"
+
+namespace minidl {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// minidl's eval-mode logits on the first `limit` test images, saved with the images (as the
+// model sees them: normalized) and the labels. Returns the accuracy in percent.
+double write_reference(Module& model, const TrainConfig& config, const std::string& data_dir, int64_t limit,
+                       Device device, const std::string& path) {
+  DataOptions data = DataOptions::from_json(config.data, "data");
+  if (!data_dir.empty()) data.dir = data_dir;
+  MINIDL_CHECK(!data.dir.empty(), "export --logits: the run's data.dir is empty; pass --data-dir CIFAR10_DIR");
+  const Dataset test = load_cifar10(data.dir, Split::Test, limit);
+  Loader loader(test, LoaderOptions::evaluation(data, config.eval_batch_size), device);
+  autograd::NoGradGuard no_grad;
+  model.eval();
+  std::vector<float> images, logits;
+  std::vector<int32_t> labels;
+  int64_t correct = 0, classes = 0;
+  loader.start_epoch(0);
+  Batch batch;
+  while (loader.next(batch)) {
+    const Tensor out = model(batch.images);
+    correct += count_correct(out, batch.labels);
+    classes = out.size(1);
+    const std::vector<float> im = batch.images.to_vector(), lo = out.to_vector();
+    const std::vector<int32_t> la = batch.labels.values<int32_t>();
+    images.insert(images.end(), im.begin(), im.end());
+    logits.insert(logits.end(), lo.begin(), lo.end());
+    labels.insert(labels.end(), la.begin(), la.end());
+  }
+  const int64_t n = static_cast<int64_t>(labels.size());
+  const double acc = 100.0 * static_cast<double>(correct) / static_cast<double>(n);
+  save_safetensors(path,
+                   {{"images", Tensor::from_vector(images, {n, 3, 32, 32})},
+                    {"labels", Tensor::from_vector(labels, {n})},
+                    {"logits", Tensor::from_vector(logits, {n, classes})}},
+                   {{"device", device.str()}, {"accuracy", str(acc)}});
+  return acc;
+}
+
+}  // namespace
+
+int export_command(const ExportOptions& options) {
+  MINIDL_CHECK(options.run_dir.empty() != options.config_path.empty(),
+               "export: pass exactly one of --run RUN_DIR (a trained run) or --config FILE (a fresh model)");
+  MINIDL_CHECK(!options.onnx_path.empty(), "export: --onnx FILE is required");
+  MINIDL_CHECK(options.overrides.empty() || !options.config_path.empty(),
+               "export: --set goes with --config (a run's config is what it trained with)");
+  nlohmann::json j;
+  std::string weights;
+  if (!options.run_dir.empty()) {
+    const std::string config_file = options.run_dir + "/config.json";
+    weights = options.run_dir + "/model.safetensors";
+    MINIDL_CHECK(fs::exists(config_file), "export --run ", options.run_dir, ": no config.json there (not a run folder)");
+    MINIDL_CHECK(fs::exists(weights), "export --run ", options.run_dir,
+                 ": no model.safetensors there (the run has not finished an epoch)");
+    j = read_json_file(config_file);
+  } else {
+    j = read_json_file(options.config_path);
+    for (const std::string& o : options.overrides) apply_override(j, o);
+  }
+  if (!options.device.empty()) j["device"] = options.device;
+  const TrainConfig config = parse_train_config(j);
+  const Device device = setup_compute(config);
+
+  set_init_seed(config.seed);
+  std::shared_ptr<Module> model = build_sequential(config.model.at("layers"), "model.layers");
+  model->assign_paths();
+  if (!weights.empty()) model->load_state_dict(load_safetensors(weights).tensors);
+  model->to(device);
+
+  OnnxExportOptions onnx;
+  const DataOptions data = DataOptions::from_json(config.data, "data");
+  onnx.metadata = {
+      {"minidl.source", weights.empty() ? str("config ", options.config_path, " (initialised, untrained)") : weights},
+      {"minidl.input", "float32 (batch, 3, 32, 32): RGB in [0, 1], minus mean, over std, per channel"},
+      {"minidl.mean", nlohmann::json(data.normalize.mean).dump()},
+      {"minidl.std", nlohmann::json(data.normalize.std).dump()},
+      {"minidl.model", config.model.dump()}};
+  export_onnx(*model, options.onnx_path, onnx);
+  std::cout << "minidl export: wrote " << options.onnx_path << " (" << fs::file_size(options.onnx_path)
+            << " bytes, opset 17) from " << onnx.metadata["minidl.source"] << std::endl;
+  if (!options.logits_path.empty()) {
+    MINIDL_CHECK(options.limit >= 0, "export: --limit must be >= 0, got ", options.limit);
+    const double acc = write_reference(*model, config, options.data_dir, options.limit, device, options.logits_path);
+    std::cout << "minidl export: wrote " << options.logits_path << " (minidl's eval logits on " << device.str()
+              << "): test accuracy " << acc << "%" << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace minidl

@@ -1,0 +1,329 @@
+#include "export/onnx_export.h"
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <set>
+
+#include "core/autograd.h"
+#include "core/error.h"
+#include "layers/activation/activation.h"
+#include "layers/containers/flatten.h"
+#include "layers/containers/residual.h"
+#include "layers/containers/scale.h"
+#include "layers/containers/sequential.h"
+#include "layers/conv/conv2d.h"
+#include "layers/linear/linear.h"
+#include "layers/norm/batchnorm2d.h"
+#include "layers/norm/groupnorm.h"
+#include "layers/norm/layernorm.h"
+#include "onnx/onnx.pb.h"
+
+namespace minidl {
+
+namespace {
+
+constexpr int64_t kOpset = 17;  // LayerNormalization's first opset; what Debian's onnx 1.12 checks
+
+// (h, w) from an int or a list of one or two ints, as the layers print their sizes.
+std::pair<int64_t, int64_t> size_pair(const nlohmann::json& j) {
+  if (j.is_number_integer()) return {j.get<int64_t>(), j.get<int64_t>()};
+  if (j.is_array() && j.size() == 1) return {j[0].get<int64_t>(), j[0].get<int64_t>()};
+  MINIDL_CHECK(j.is_array() && j.size() == 2, "export: expected a size as an int or two ints, got ", j.dump());
+  return {j[0].get<int64_t>(), j[1].get<int64_t>()};
+}
+
+// Builds one ONNX graph: nodes with unique value names, and initializers.
+class GraphBuilder {
+ public:
+  explicit GraphBuilder(onnx::GraphProto* g) : g_(g) {}
+
+  // Adds `op` on `inputs`; returns the node (its one output is named "<scope>/<op>_<n>").
+  onnx::NodeProto* node(const std::string& op, const std::vector<std::string>& inputs, const std::string& scope) {
+    onnx::NodeProto* n = g_->add_node();
+    n->set_op_type(op);
+    const std::string name = str(scope.empty() ? "model" : scope, "/", op, "_", counter_++);
+    n->set_name(name);
+    for (const auto& i : inputs) n->add_input(i);
+    n->add_output(name);
+    return n;
+  }
+  std::string add(const std::string& op, const std::vector<std::string>& inputs, const std::string& scope) {
+    return node(op, inputs, scope)->output(0);
+  }
+
+  // A float32 initializer from a tensor (any device), with `dims` (default: its own shape).
+  std::string weight(const std::string& name, const Tensor& t, std::vector<int64_t> dims = {}) {
+    MINIDL_CHECK(t.dtype() == DType::Float32, "export: '", name, "' is ", dtype_name(t.dtype()),
+                 "; only float32 weights export");
+    if (dims.empty()) dims = t.shape();
+    MINIDL_CHECK(shape_numel(dims) == t.numel(), "export: '", name, "': ", t.numel(), " values for dims ",
+                 shape_str(dims));
+    return floats(name, t.to_vector(), dims);
+  }
+  std::string floats(const std::string& name, const std::vector<float>& values, const std::vector<int64_t>& dims) {
+    MINIDL_CHECK(names_.insert(name).second, "export: two initializers named '", name, "'");
+    onnx::TensorProto* t = g_->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::FLOAT);
+    for (int64_t d : dims) t->add_dims(d);
+    // raw_data is little-endian; so is every machine minidl builds for (x86-64, aarch64).
+    t->set_raw_data(std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
+    return name;
+  }
+  std::string int64s(const std::string& name, const std::vector<int64_t>& values) {
+    MINIDL_CHECK(names_.insert(name).second, "export: two initializers named '", name, "'");
+    onnx::TensorProto* t = g_->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::INT64);
+    t->add_dims(static_cast<int64_t>(values.size()));
+    for (int64_t v : values) t->add_int64_data(v);
+    return name;
+  }
+  // A float scalar shared by every node that uses the same value.
+  std::string scalar(float value) {
+    uint32_t bits;
+    std::memcpy(&bits, &value, sizeof bits);
+    const std::string name = str("const/", value, "/", bits);
+    if (!names_.count(name)) floats(name, {value}, {});
+    return name;
+  }
+
+ private:
+  onnx::GraphProto* g_;
+  int64_t counter_ = 0;
+  std::set<std::string> names_;
+};
+
+void attr(onnx::NodeProto* n, const std::string& name, int64_t v) {
+  onnx::AttributeProto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INT);
+  a->set_i(v);
+}
+void attr(onnx::NodeProto* n, const std::string& name, float v) {
+  onnx::AttributeProto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::FLOAT);
+  a->set_f(v);
+}
+void attr(onnx::NodeProto* n, const std::string& name, const std::vector<int64_t>& v) {
+  onnx::AttributeProto* a = n->add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::INTS);
+  for (int64_t x : v) a->add_ints(x);
+}
+
+std::string param_name(const Module& m, const std::string& local) {
+  return m.path().empty() ? local : m.path() + "." + local;
+}
+
+class Exporter {
+ public:
+  explicit Exporter(onnx::GraphProto* g) : b_(g) {}
+
+  // Emits `m` applied to the value `x`; returns the output value.
+  std::string emit(const Module& m, const std::string& x) {
+    const std::string type = m.type_name();
+    const nlohmann::json spec = m.to_json();
+    const std::string& scope = m.path();
+    if (type == "Sequential") {
+      std::string y = x;
+      for (const auto& kv : m.children()) y = emit(*kv.second, y);
+      return y;
+    }
+    if (type == "Residual") {
+      std::string y = x;
+      for (const auto& kv : m.children()) y = emit(*kv.second, y);
+      return b_.add("Add", {x, y}, scope);
+    }
+    if (type == "Conv2d") return conv(dynamic_cast<const Conv2d&>(m), x);
+    if (type == "Linear") {
+      const auto& l = dynamic_cast<const Linear&>(m);
+      std::vector<std::string> in = {x, b_.weight(param_name(m, "weight"), l.weight)};
+      if (l.bias.defined()) in.push_back(b_.weight(param_name(m, "bias"), l.bias));
+      onnx::NodeProto* n = b_.node("Gemm", in, scope);
+      attr(n, "transB", int64_t{1});
+      return n->output(0);
+    }
+    if (type == "BatchNorm2d") return relu_if(spec, batch_norm(dynamic_cast<const BatchNorm2d&>(m), x), scope);
+    if (type == "GroupNorm") return relu_if(spec, group_norm(dynamic_cast<const GroupNorm&>(m), spec, x), scope);
+    if (type == "LayerNorm") return relu_if(spec, layer_norm(dynamic_cast<const LayerNorm&>(m), spec, x), scope);
+    if (type == "ReLU") return b_.add("Relu", {x}, scope);
+    if (type == "GELU") return gelu(spec.at("approximate").get<std::string>() == "tanh", x, scope);
+    if (type == "MaxPool2d") {
+      const auto [kh, kw] = size_pair(spec.at("kernel_size"));
+      const auto [sh, sw] = size_pair(spec.at("stride"));
+      const auto [ph, pw] = size_pair(spec.at("padding"));
+      onnx::NodeProto* n = b_.node("MaxPool", {x}, scope);
+      attr(n, "kernel_shape", std::vector<int64_t>{kh, kw});
+      attr(n, "strides", std::vector<int64_t>{sh, sw});
+      attr(n, "pads", std::vector<int64_t>{ph, pw, ph, pw});
+      return n->output(0);
+    }
+    if (type == "GlobalAvgPool2d" || type == "GlobalMaxPool2d") {
+      // ONNX keeps the 1x1 spatial dims; minidl's pools return (N, C).
+      const std::string p = b_.add(type == "GlobalAvgPool2d" ? "GlobalAveragePool" : "GlobalMaxPool", {x}, scope);
+      onnx::NodeProto* n = b_.node("Flatten", {p}, scope);
+      attr(n, "axis", int64_t{1});
+      return n->output(0);
+    }
+    if (type == "Flatten") {
+      const int64_t start = spec.at("start_dim").get<int64_t>(), end = spec.at("end_dim").get<int64_t>();
+      MINIDL_CHECK(start == 1 && end == -1, "export: ", m.label(), ": Flatten(start_dim=", start, ", end_dim=", end,
+                   ") has no ONNX export; only start_dim=1, end_dim=-1 (ONNX Flatten makes 2-D) does");
+      onnx::NodeProto* n = b_.node("Flatten", {x}, scope);
+      attr(n, "axis", int64_t{1});
+      return n->output(0);
+    }
+    if (type == "Scale") return b_.add("Mul", {x, b_.scalar(dynamic_cast<const Scale&>(m).value())}, scope);
+    fail(str("export: ", m.label(), ": layer type '", type, "' has no ONNX export"));
+  }
+
+ private:
+  std::string conv(const Conv2d& c, const std::string& x) {
+    std::vector<std::string> in = {x, b_.weight(param_name(c, "weight"), c.weight)};
+    if (c.bias.defined()) in.push_back(b_.weight(param_name(c, "bias"), c.bias));
+    onnx::NodeProto* n = b_.node("Conv", in, c.path());
+    attr(n, "kernel_shape", std::vector<int64_t>{c.kernel_size().h, c.kernel_size().w});
+    attr(n, "strides", std::vector<int64_t>{c.stride().h, c.stride().w});
+    attr(n, "pads", std::vector<int64_t>{c.padding().h, c.padding().w, c.padding().h, c.padding().w});
+    return n->output(0);
+  }
+
+  // The affine weight, or `fill` when the layer has none, as an initializer of `numel` values.
+  std::string affine(const Module& m, const Tensor& t, const char* local, float fill, const std::vector<int64_t>& dims) {
+    if (t.defined()) return b_.weight(param_name(m, local), t, dims);
+    return b_.floats(str(param_name(m, local), "/", fill == 0 ? "zeros" : "ones"),
+                     std::vector<float>(static_cast<size_t>(shape_numel(dims)), fill), dims);
+  }
+
+  std::string batch_norm(const BatchNorm2d& bn, const std::string& x) {
+    const std::vector<int64_t> c = {bn.num_features()};
+    onnx::NodeProto* n = b_.node("BatchNormalization",
+                                 {x, affine(bn, bn.weight, "weight", 1.f, c), affine(bn, bn.bias, "bias", 0.f, c),
+                                  b_.weight(param_name(bn, "running_mean"), bn.running_mean),
+                                  b_.weight(param_name(bn, "running_var"), bn.running_var)},
+                                 bn.path());
+    attr(n, "epsilon", static_cast<float>(bn.eps()));
+    return n->output(0);
+  }
+
+  std::string group_norm(const GroupNorm& gn, const nlohmann::json& spec, const std::string& x) {
+    const std::string& scope = gn.path();
+    const int64_t g = gn.num_groups(), c = gn.num_channels();
+    // (N, C, H, W) -> (N, G, C/G*H*W): InstanceNormalization then normalizes each (n, group).
+    const std::string grouped = b_.add("Reshape", {x, b_.int64s(scope + "/groups", {0, g, -1})}, scope);
+    onnx::NodeProto* in = b_.node("InstanceNormalization",
+                                  {grouped, b_.floats(scope + "/group_scale", std::vector<float>(g, 1.f), {g}),
+                                   b_.floats(scope + "/group_bias", std::vector<float>(g, 0.f), {g})},
+                                  scope);
+    attr(in, "epsilon", static_cast<float>(spec.at("eps").get<double>()));
+    std::string y = b_.add("Reshape", {in->output(0), b_.add("Shape", {x}, scope)}, scope);
+    if (gn.weight.defined()) y = b_.add("Mul", {y, b_.weight(param_name(gn, "weight"), gn.weight, {c, 1, 1})}, scope);
+    if (gn.bias.defined()) y = b_.add("Add", {y, b_.weight(param_name(gn, "bias"), gn.bias, {c, 1, 1})}, scope);
+    return y;
+  }
+
+  std::string layer_norm(const LayerNorm& ln, const nlohmann::json& spec, const std::string& x) {
+    const Shape& shape = ln.normalized_shape();
+    onnx::NodeProto* n = b_.node(
+        "LayerNormalization",
+        {x, affine(ln, ln.weight, "weight", 1.f, shape), affine(ln, ln.bias, "bias", 0.f, shape)}, ln.path());
+    attr(n, "axis", -static_cast<int64_t>(shape.size()));
+    attr(n, "epsilon", static_cast<float>(spec.at("eps").get<double>()));
+    return n->output(0);
+  }
+
+  std::string relu_if(const nlohmann::json& spec, const std::string& y, const std::string& scope) {
+    return spec.value("relu", false) ? b_.add("Relu", {y}, scope) : y;
+  }
+
+  // GELU from opset-17 ops: x/2 (1 + erf(x/sqrt 2)), or with approximate="tanh"
+  // x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the formulas PyTorch's GELU computes.
+  std::string gelu(bool tanh_form, const std::string& x, const std::string& scope) {
+    std::string inner;
+    if (tanh_form) {
+      const std::string cube = b_.add("Mul", {x, b_.add("Mul", {x, x}, scope)}, scope);
+      const std::string sum = b_.add("Add", {x, b_.add("Mul", {cube, b_.scalar(0.044715f)}, scope)}, scope);
+      inner = b_.add("Tanh", {b_.add("Mul", {sum, b_.scalar(static_cast<float>(std::sqrt(2.0 / M_PI)))}, scope)}, scope);
+    } else {
+      inner = b_.add("Erf", {b_.add("Mul", {x, b_.scalar(static_cast<float>(M_SQRT1_2))}, scope)}, scope);
+    }
+    const std::string one_plus = b_.add("Add", {inner, b_.scalar(1.f)}, scope);
+    return b_.add("Mul", {b_.add("Mul", {x, b_.scalar(0.5f)}, scope), one_plus}, scope);
+  }
+
+  GraphBuilder b_;
+};
+
+void set_shape(onnx::ValueInfoProto* v, const std::vector<int64_t>& dims) {
+  onnx::TypeProto_Tensor* t = v->mutable_type()->mutable_tensor_type();
+  t->set_elem_type(onnx::TensorProto::FLOAT);
+  onnx::TensorShapeProto* s = t->mutable_shape();
+  s->add_dim()->set_dim_param("batch");
+  for (int64_t d : dims) s->add_dim()->set_dim_value(d);
+}
+
+}  // namespace
+
+std::string onnx_model_bytes(Module& model, const OnnxExportOptions& options) {
+  onnx::ModelProto proto;
+  proto.set_ir_version(8);  // the IR version of opset 17 (onnx 1.12 to 1.13)
+  proto.set_producer_name("minidl");
+  proto.set_producer_version("0.1");
+  proto.set_doc_string("minidl model in eval mode: input = normalized images (batch, C, H, W), output = logits");
+  onnx::OperatorSetIdProto* opset = proto.add_opset_import();
+  opset->set_domain("");
+  opset->set_version(kOpset);
+  for (const auto& [k, v] : options.metadata) {
+    onnx::StringStringEntryProto* e = proto.add_metadata_props();
+    e->set_key(k);
+    e->set_value(v);
+  }
+  onnx::GraphProto* g = proto.mutable_graph();
+  g->set_name("minidl");
+  set_shape(g->add_input(), {options.channels, options.height, options.width});
+  g->mutable_input(0)->set_name("input");
+  Exporter exporter(g);
+  const std::string out = exporter.emit(model, "input");
+  // One forward pass on a zero image in eval mode: checks that the model takes the input shape
+  // and gives the logits' width.
+  int64_t classes;
+  {
+    autograd::NoGradGuard no_grad;
+    const bool was_training = model.is_training();
+    model.eval();
+    Device device = model.state_dict().empty() ? Device::cpu() : model.state_dict().front().second.device();
+    Tensor logits = model(Tensor::zeros({1, options.channels, options.height, options.width}, DType::Float32, device));
+    model.train(was_training);
+    MINIDL_CHECK(logits.dim() == 2, "export: the model gives ", shape_str(logits.shape()),
+                 " for one image; ONNX export expects (batch, classes) logits");
+    classes = logits.size(1);
+  }
+  // Name the graph's output "logits": rename the last node's output, or add an Identity when
+  // the model is the identity.
+  if (g->node_size() > 0 && g->node(g->node_size() - 1).output(0) == out) {
+    g->mutable_node(g->node_size() - 1)->set_output(0, "logits");
+  } else {
+    onnx::NodeProto* n = g->add_node();
+    n->set_op_type("Identity");
+    n->set_name("model/Identity");
+    n->add_input(out);
+    n->add_output("logits");
+  }
+  set_shape(g->add_output(), {classes});
+  g->mutable_output(0)->set_name("logits");
+  return proto.SerializeAsString();
+}
+
+void export_onnx(Module& model, const std::string& path, const OnnxExportOptions& options) {
+  const std::string bytes = onnx_model_bytes(model, options);
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  MINIDL_CHECK(f.good(), "export: cannot open '", path, "' for writing");
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  MINIDL_CHECK(f.good(), "export: cannot write '", path, "'");
+}
+
+}  // namespace minidl

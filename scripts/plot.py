@@ -1,0 +1,219 @@
+#!/usr/bin/env python3
+"""Charts of minidl runs and profiles, as PNG and SVG (matplotlib, no display needed).
+
+    scripts/plot.py RUN_OR_PROFILE_DIR... [--out DIR] [--labels A,B,...] [--dpi N]
+
+Each folder is a run folder (`minidl train`: metrics.jsonl, steps.jsonl) or a profile folder
+(`minidl profile --output`, or a run trained with --profile: profile.json); a run folder with a
+profile.json is both. Writes into --out (default: the first folder):
+
+  training.png / .svg   one chart per quantity, every run on each (colour = run):
+                        loss against epoch (per-step loss faint, epoch mean solid), accuracy
+                        against epoch (train solid, test dashed, test with TTA dotted), the
+                        learning rate and images/s against epoch, loss and accuracy against wall
+                        time (training plus evaluation seconds, summed over epochs)
+  profile.png / .svg    per profile, each module's own time per step as stacked bars: forward and
+                        backward, GPU and host side by side (host only for a CPU profile);
+                        profile_<label>.png for each when there are several profiles
+
+Labels default to the folder names. Exits 2 with a message naming the folder when one holds
+neither metrics.jsonl nor profile.json, or a file is not what minidl writes.
+"""
+import argparse
+import json
+import os
+import sys
+
+try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+except ImportError:
+    print("plot.py: matplotlib is not installed (apt-get install python3-matplotlib)", file=sys.stderr)
+    sys.exit(3)
+
+
+class InputError(Exception):
+    pass
+
+
+def read_jsonl(path):
+    with open(path) as f:
+        lines = [(n, line) for n, line in enumerate(f, 1) if line.strip()]
+    rows = []
+    for i, (n, line) in enumerate(lines):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if i == len(lines) - 1:
+                break  # a torn last line: the run was stopped mid-write
+            raise InputError(f"{path}:{n}: not a JSON line ({e})")
+    return rows
+
+
+def need(row, key, path):
+    if key not in row:
+        raise InputError(f"{path}: a record without '{key}': {row}")
+    return row[key]
+
+
+class Run:
+    def __init__(self, folder, label):
+        self.label = label
+        mpath = os.path.join(folder, "metrics.jsonl")
+        self.metrics = read_jsonl(mpath)
+        if not self.metrics:
+            raise InputError(f"{mpath}: no epoch finished yet (the file is empty)")
+        for key in ("epoch", "step", "train_loss", "train_acc", "test_acc", "lr", "seconds", "images_per_s"):
+            for r in self.metrics:
+                need(r, key, mpath)
+        spath = os.path.join(folder, "steps.jsonl")
+        self.steps = read_jsonl(spath) if os.path.exists(spath) else []
+        # Steps per epoch from the records (the first epoch of a resumed run starts at its step).
+        first = self.metrics[0]
+        self.steps_per_epoch = first["step"] / first["epoch"] if first["epoch"] else 1
+        wall = 0.0
+        self.wall = []
+        for r in self.metrics:
+            wall += r["seconds"] + r.get("eval_seconds", 0.0)
+            self.wall.append(wall)
+
+    def col(self, key):
+        return [r.get(key) for r in self.metrics]
+
+
+DPI = 110  # of the PNGs; --dpi
+
+
+def training_chart(runs, out):
+    fig, axes = plt.subplots(2, 3, figsize=(16, 9))
+    (loss_e, acc_e, lr_e), (loss_t, acc_t, ips_e) = axes
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, run in enumerate(runs):
+        c = colours[i % len(colours)]
+        epochs = run.col("epoch")
+        if run.steps:
+            x = [(s["step"] + 1) / run.steps_per_epoch for s in run.steps]
+            loss_e.plot(x, [s["loss"] for s in run.steps], color=c, alpha=0.25, linewidth=0.6)
+        loss_e.plot(epochs, run.col("train_loss"), color=c, marker="o", markersize=3, label=f"{run.label} train loss")
+        loss_t.plot(run.wall, run.col("train_loss"), color=c, marker="o", markersize=3, label=run.label)
+        for ax, x in ((acc_e, epochs), (acc_t, run.wall)):
+            ax.plot(x, run.col("train_acc"), color=c, linestyle="-", marker="s", markersize=3, label=f"{run.label} train")
+            ax.plot(x, run.col("test_acc"), color=c, linestyle="--", marker="o", markersize=3, label=f"{run.label} test")
+            if all(v is not None for v in run.col("test_acc_tta")):
+                ax.plot(x, run.col("test_acc_tta"), color=c, linestyle=":", marker="^", markersize=3,
+                        label=f"{run.label} test + TTA")
+        lr_e.plot(epochs, run.col("lr"), color=c, marker="o", markersize=3, label=run.label)
+        ips_e.plot(epochs, run.col("images_per_s"), color=c, marker="o", markersize=3, label=run.label)
+    for ax, title, xl, yl in (
+            (loss_e, "training loss (faint: every step)", "epoch", "loss"),
+            (acc_e, "accuracy", "epoch", "accuracy (%)"),
+            (lr_e, "learning rate (at each epoch's last step)", "epoch", "lr"),
+            (loss_t, "training loss against wall time", "wall time (s, training + evaluation)", "loss"),
+            (acc_t, "accuracy against wall time", "wall time (s, training + evaluation)", "accuracy (%)"),
+            (ips_e, "training throughput", "epoch", "images/s")):
+        ax.set_title(title)
+        ax.set_xlabel(xl)
+        ax.set_ylabel(yl)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle("minidl: " + ", ".join(r.label for r in runs))
+    fig.tight_layout()
+    return save(fig, out, "training")
+
+
+def load_profile(folder):
+    path = os.path.join(folder, "profile.json")
+    with open(path) as f:
+        try:
+            p = json.load(f)
+        except json.JSONDecodeError as e:
+            raise InputError(f"{path}: not JSON ({e})")
+    if not isinstance(p.get("rows"), list) or not p["rows"]:
+        raise InputError(f"{path}: no 'rows' list (not a minidl profile)")
+    for r in p["rows"]:
+        for key in ("name", "fwd_host_ms", "bwd_host_ms"):
+            need(r, key, path)
+    return p
+
+
+def profile_chart(profile, label, out, name):
+    rows = profile["rows"]
+    gpu = all("fwd_gpu_ms" in r for r in rows)
+    sides = (("GPU", "gpu"), ("host", "host")) if gpu else (("host", "host"),)
+    names = [r["name"] for r in rows]
+    fig, axes = plt.subplots(1, len(sides), figsize=(7 * len(sides), 0.28 * len(rows) + 1.8), sharey=True, squeeze=False)
+    for ax, (title, key) in zip(axes[0], sides):
+        fwd = [r[f"fwd_{key}_ms"] for r in rows]
+        bwd = [r[f"bwd_{key}_ms"] for r in rows]
+        y = range(len(rows))
+        ax.barh(y, fwd, color="#4c72b0", label="forward")
+        ax.barh(y, bwd, left=fwd, color="#dd8452", label="backward")
+        ax.set_yticks(list(y))
+        ax.set_yticklabels(names, fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel(f"{title} ms per step (each row's own time)")
+        total = profile.get("total", {})
+        t = total.get(f"fwd_{key}_ms", 0) + total.get(f"bwd_{key}_ms", 0)
+        ax.set_title(f"{title} time: {t:.3f} ms per step in all")
+        ax.grid(axis="x", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"minidl profile {label} on {profile.get('device', '?')}: "
+                 f"median of {profile.get('measured_steps', '?')} steps")
+    fig.tight_layout()
+    return save(fig, out, name)
+
+
+def save(fig, out, name):
+    paths = []
+    for ext in ("png", "svg"):
+        path = os.path.join(out, f"{name}.{ext}")
+        fig.savefig(path, dpi=DPI if ext == "png" else None)
+        paths.append(path)
+    plt.close(fig)
+    return paths
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("folders", nargs="+")
+    p.add_argument("--out", help="folder for the charts (default: the first folder)")
+    p.add_argument("--labels", help="comma-separated names for the folders (default: their names)")
+    p.add_argument("--dpi", type=int, default=110, help="PNG resolution (default 110)")
+    args = p.parse_args()
+    global DPI
+    DPI = args.dpi
+    labels = args.labels.split(",") if args.labels else [os.path.basename(os.path.normpath(f)) for f in args.folders]
+    if len(labels) != len(args.folders):
+        raise InputError(f"--labels: {len(labels)} names for {len(args.folders)} folders")
+    runs, profiles = [], []
+    for folder, label in zip(args.folders, labels):
+        metrics = os.path.join(folder, "metrics.jsonl")
+        has_profile = os.path.exists(os.path.join(folder, "profile.json"))
+        # `minidl profile` leaves an empty metrics.jsonl beside its profile.json.
+        has_run = os.path.exists(metrics) and (os.path.getsize(metrics) > 0 or not has_profile)
+        if not (has_run or has_profile):
+            raise InputError(f"{folder}: neither metrics.jsonl (a run) nor profile.json (a profile) is there")
+        if has_run:
+            runs.append(Run(folder, label))
+        if has_profile:
+            profiles.append((load_profile(folder), label))
+    out = args.out or args.folders[0]
+    os.makedirs(out, exist_ok=True)
+    written = training_chart(runs, out) if runs else []
+    for profile, label in profiles:
+        written += profile_chart(profile, label, out, "profile" if len(profiles) == 1 else f"profile_{label}")
+    for path in written:
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except InputError as e:
+        print(f"plot.py: {e}", file=sys.stderr)
+        sys.exit(2)
+    except OSError as e:
+        print(f"plot.py: {e}", file=sys.stderr)
+        sys.exit(2)

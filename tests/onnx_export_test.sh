@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# ctest onnx_export: every model config exports, python3-onnx's checker accepts the file, and a
+# float64 numpy evaluator of the graph (scripts/onnx/onnx_eval.py) gives minidl's eval logits.
+#   tests/onnx_export_test.sh MINIDL PYTHON3 SOURCE_DIR DATA_DIR
+# tests/onnx/*.json (every layer type, options included) are trained for one short epoch first,
+# so BatchNorm's running statistics are real, then exported with --run; configs/*.json are
+# exported with --config (initialised weights). Exit 4 (ctest: skipped) without python3-onnx or
+# the data.
+set -euo pipefail
+minidl=$1 python=$2 src=$3 data=$4
+source "$src/tests/script_checks.sh"
+require_python_modules "$python" onnx,numpy "python3-onnx python3-numpy"
+require_data "$data"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+for cfg in "$src"/tests/onnx/*.json; do
+  name=$(basename "$cfg" .json)
+  "$minidl" train --config "$cfg" --set data.dir="$data" --output "$work/$name" >/dev/null
+  "$minidl" export --run "$work/$name" --onnx "$work/$name.onnx" --logits "$work/$name.ref" --limit 64
+  "$python" "$src/scripts/onnx/onnx_eval.py" "$work/$name.onnx" --logits "$work/$name.ref"
+done
+for cfg in "$src"/configs/*.json; do
+  name=$(basename "$cfg" .json)
+  "$minidl" export --config "$cfg" --onnx "$work/$name.onnx" --logits "$work/$name.ref" --limit 4 --data-dir "$data"
+  "$python" "$src/scripts/onnx/onnx_eval.py" "$work/$name.onnx" --logits "$work/$name.ref"
+done
+# A layer that cannot export: one clear message naming it, and a non-zero exit.
+if "$minidl" export --config "$src/tests/onnx/all_layers_b.json" --set model.layers.7.start_dim=2 \
+    --onnx "$work/bad.onnx" 2> "$work/bad.err"; then
+  echo "FAIL: a Flatten(start_dim=2) exported"
+  exit 1
+fi
+grep -q "Flatten(start_dim=2, end_dim=-1) has no ONNX export" "$work/bad.err" || { cat "$work/bad.err"; exit 1; }
+cat "$work/bad.err"
+echo "onnx_export: ok"

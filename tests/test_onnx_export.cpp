@@ -1,0 +1,112 @@
+// ONNX export from C++: every layer type is covered by a model the onnx_export ctest checks
+// numerically, the graph's interface and initializers (parsed back with the same ONNX classes),
+// and the refusals. The numbers themselves are checked by tests/onnx_export_test.sh (checker and
+// a numpy evaluator against minidl's logits).
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "export/onnx_export.h"
+#include "layers/registry.h"
+#include "onnx/onnx.pb.h"
+#include "train/config.h"
+#include "test_util.h"
+
+using namespace minidl;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+void collect_types(const json& layers, std::set<std::string>& out) {
+  for (const json& l : layers) {
+    out.insert(l.at("type").get<std::string>());
+    for (const char* key : {"body", "layers"})
+      if (l.contains(key)) collect_types(l[key], out);
+  }
+}
+
+std::vector<std::string> exported_configs() {
+  std::vector<std::string> out;
+  for (const char* dir : {"/tests/onnx", "/configs"})
+    for (const auto& e : fs::directory_iterator(std::string(MINIDL_SOURCE_DIR) + dir))
+      if (e.path().extension() == ".json") out.push_back(e.path().string());
+  return out;
+}
+
+std::shared_ptr<Module> model_of(const std::string& config) {
+  auto m = build_sequential(read_json_file(config).at("model").at("layers"), "model.layers");
+  m->assign_paths();
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("onnx: every layer type appears in a model the onnx_export test checks", "[onnx]") {
+  std::set<std::string> used;
+  for (const std::string& c : exported_configs()) collect_types(read_json_file(c).at("model").at("layers"), used);
+  for (const std::string& type : layer_types()) {
+    INFO("layer type " << type << ": add it to a tests/onnx/*.json model (or refuse it in export/onnx_export.cpp "
+                              "and test the message)");
+    REQUIRE(used.count(type) == 1);
+  }
+}
+
+TEST_CASE("onnx: the graph's interface, opset and initializers", "[onnx]") {
+  for (const std::string& config : exported_configs()) {
+    INFO(config);
+    std::shared_ptr<Module> model = model_of(config);
+    onnx::ModelProto proto;
+    REQUIRE(proto.ParseFromString(onnx_model_bytes(*model, {})));
+    REQUIRE(proto.ir_version() == 8);
+    REQUIRE(proto.opset_import_size() == 1);
+    REQUIRE(proto.opset_import(0).version() == 17);
+    const onnx::GraphProto& g = proto.graph();
+    REQUIRE(g.input_size() == 1);
+    REQUIRE(g.input(0).name() == "input");
+    const auto& in_shape = g.input(0).type().tensor_type().shape();
+    REQUIRE(in_shape.dim(0).dim_param() == "batch");
+    REQUIRE(in_shape.dim(1).dim_value() == 3);
+    REQUIRE(g.output_size() == 1);
+    REQUIRE(g.output(0).name() == "logits");
+    REQUIRE(g.output(0).type().tensor_type().shape().dim(1).dim_value() == 10);
+    REQUIRE(g.node(g.node_size() - 1).output(0) == "logits");
+    // Every state_dict tensor is an initializer under its PyTorch name, with its values.
+    std::map<std::string, const onnx::TensorProto*> inits;
+    for (const auto& t : g.initializer()) inits[t.name()] = &t;
+    for (const auto& [name, tensor] : model->state_dict()) {
+      INFO(name);
+      REQUIRE(inits.count(name) == 1);
+      const std::string& raw = inits[name]->raw_data();
+      REQUIRE(raw.size() == tensor.nbytes());
+      const std::vector<float> v = tensor.to_vector();
+      REQUIRE(std::memcmp(raw.data(), v.data(), raw.size()) == 0);
+    }
+    // Nodes use only values defined before them (ONNX wants topological order).
+    std::set<std::string> defined = {"input"};
+    for (const auto& t : g.initializer()) defined.insert(t.name());
+    for (const auto& n : g.node()) {
+      for (const auto& i : n.input()) REQUIRE(defined.count(i) == 1);
+      for (const auto& o : n.output()) REQUIRE(defined.insert(o).second);
+    }
+  }
+}
+
+TEST_CASE("onnx: what cannot export is refused, naming the layer", "[onnx]") {
+  auto flatten = build_sequential(json::parse(R"([
+      {"type": "Conv2d", "in_channels": 3, "out_channels": 2, "kernel_size": 1},
+      {"type": "Flatten", "start_dim": 2}])"), "model.layers");
+  flatten->assign_paths();
+  REQUIRE_THROWS_WITH(onnx_model_bytes(*flatten, {}),
+                      Catch::Contains("Flatten at '1': Flatten(start_dim=2, end_dim=-1) has no ONNX export"));
+  auto maps = build_sequential(json::parse(R"([{"type": "Conv2d", "in_channels": 3, "out_channels": 2, "kernel_size": 1}])"),
+                               "model.layers");
+  maps->assign_paths();
+  REQUIRE_THROWS_WITH(onnx_model_bytes(*maps, {}), Catch::Contains("expects (batch, classes) logits"));
+  test::TempDir dir("onnx");
+  std::shared_ptr<Module> good = model_of(std::string(MINIDL_SOURCE_DIR) + "/tests/onnx/all_layers_a.json");
+  REQUIRE_THROWS_WITH(export_onnx(*good, dir.file("no/such/dir/m.onnx"), {}), Catch::Contains("cannot open") &&
+                                                                              Catch::Contains("m.onnx"));
+}
