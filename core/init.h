@@ -12,5 +12,11 @@ namespace minidl {
 void set_init_seed(uint64_t seed);
 // Fills t (any device) with U(-bound, bound) drawn on the host.
 void init_uniform_(Tensor& t, float bound);
+// torch.nn.init.dirac_ on the first min(O, C) filters of a conv weight (O, C, kh, kw): filter o
+// becomes the identity on input channel o (1 at the kernel's center, 0 elsewhere), so the layer
+// starts as an implicit residual; filters o >= C keep their values (airbench: dirac_(w[:C])).
+void init_dirac_(Tensor& w);
+// Scales t so its (unbiased, as torch.std) standard deviation is 1, computed in double.
+void init_unit_std_(Tensor& t);
 
 }  // namespace minidl

@@ -28,7 +28,8 @@ class Optimizer {
   virtual double base_lr() const = 0;  // the config's "lr"
   // Drops every parameter's gradient (PyTorch's set_to_none): the next backward hands each
   // parameter its fresh gradient tensor without an extra pass. Never modify a grad in place.
-  void zero_grad();
+  // Wrappers (Lookahead, Muon with its optimizer for the rest) forward it to what they hold.
+  virtual void zero_grad();
   // State tensors under stable names ("momentum_buffer.layer1.0.weight") plus scalar state;
   // load_state restores both exactly (bit-identical resume) and errors on any mismatch.
   virtual std::vector<std::pair<std::string, Tensor>> state_tensors() const = 0;
@@ -43,7 +44,7 @@ class Optimizer {
   std::vector<NamedParam> params_;
 };
 
-// Builds "SGD" or "AdamW" from its config object at key path `path` (unknown keys are errors).
+// Builds "SGD", "AdamW" or "Muon" (optim/muon.h) from its config object at key path `path` (unknown keys are errors).
 std::unique_ptr<Optimizer> make_optimizer(const nlohmann::json& config, std::vector<NamedParam> params,
                                           const std::string& path);
 

@@ -1,5 +1,6 @@
 #include "train/config.h"
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -68,9 +69,9 @@ TrainConfig parse_train_config(const json& config) {
   c.deterministic = top.get_bool("deterministic", c.deterministic);
   c.allow_tf32 = top.get_bool("allow_tf32", c.allow_tf32);
   c.device = top.get_string("device", c.device);
-  c.epochs = top.get_int("epochs", c.epochs);
+  c.epochs = top.get_float("epochs", c.epochs);
   c.batch_size = top.get_int("batch_size", c.batch_size);
-  MINIDL_CHECK(c.epochs >= 1, "epochs: must be at least 1, got ", c.epochs);
+  MINIDL_CHECK(c.epochs > 0 && c.epochs <= 1e6, "epochs: must be > 0 (fractions allowed), got ", c.epochs);
   MINIDL_CHECK(c.batch_size >= 1, "batch_size: must be at least 1, got ", c.batch_size);
   c.data = top.get_object("data", false);
 
@@ -88,11 +89,18 @@ TrainConfig parse_train_config(const json& config) {
 
   c.optimizer = top.get_object("optimizer", true);
   if (top.has("schedule")) c.schedule = top.get_object("schedule", false);
+  for (const char* key : {"init", "freeze"}) {
+    if (!top.has(key)) continue;
+    const json& list = top.get_json(key);
+    MINIDL_CHECK(list.is_array(), key, ": expected a list of rule objects, got ", list.dump());
+    (std::string(key) == "init" ? c.init : c.freeze) = list;
+  }
+  if (top.has("lookahead")) c.lookahead = top.get_object("lookahead", false);
 
   JsonArgs eval(top.get_object("eval", false), "eval");
   c.tta = eval.get_string("tta", c.tta);
-  MINIDL_CHECK(c.tta == "none" || c.tta == "flip" || c.tta == "flip_translate",
-               "eval.tta: expected \"none\", \"flip\" or \"flip_translate\", got \"", c.tta, "\"");
+  MINIDL_CHECK(c.tta == "none" || c.tta == "flip" || c.tta == "flip_translate" || c.tta == "airbench",
+               "eval.tta: expected \"none\", \"flip\", \"flip_translate\" or \"airbench\", got \"", c.tta, "\"");
   c.eval_batch_size = eval.get_int("batch_size", c.eval_batch_size);
   MINIDL_CHECK(c.eval_batch_size >= 1, "eval.batch_size: must be at least 1");
   eval.finish();
@@ -106,11 +114,13 @@ TrainConfig parse_train_config(const json& config) {
 }
 
 json TrainConfig::to_json() const {
-  return {{"seed", seed},
+  // Whole epochs print as integers, as they were written.
+  const json epochs_json = epochs == std::floor(epochs) ? json(static_cast<int64_t>(epochs)) : json(epochs);
+  json j = {{"seed", seed},
           {"deterministic", deterministic},
           {"allow_tf32", allow_tf32},
           {"device", device},
-          {"epochs", epochs},
+          {"epochs", epochs_json},
           {"batch_size", batch_size},
           {"data", data},
           {"model", model},
@@ -119,6 +129,10 @@ json TrainConfig::to_json() const {
           {"schedule", schedule},
           {"eval", {{"tta", tta}, {"batch_size", eval_batch_size}}},
           {"output", {{"dir", output_dir}, {"progress", progress}}}};
+  if (!init.empty()) j["init"] = init;
+  if (!freeze.empty()) j["freeze"] = freeze;
+  if (!lookahead.is_null()) j["lookahead"] = lookahead;
+  return j;
 }
 
 }  // namespace minidl

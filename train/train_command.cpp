@@ -123,6 +123,7 @@ int train_command(const TrainOptions& options) {
         stopped_early = static_cast<int64_t>(outputs.size()) < steps_per_epoch;
         break;
       }
+      if (step >= trainer.total_steps()) break;  // a fractional last epoch ends part-way
       if (profiler) profiler->before_step();
       bool have;
       {
@@ -205,7 +206,7 @@ int train_command(const TrainOptions& options) {
   log.line(str("done: test ", fixed(last_test, 2), "%",
                last_tta >= 0 ? str(" (", config.tta, " TTA ", fixed(last_tta, 2), "%)") : std::string(), ", ", step,
                " steps, training ", fixed(train_seconds, 1), "s",
-               start_epoch < config.epochs ? str(" (", fixed(train_seconds / std::max<int64_t>(1, config.epochs - start_epoch), 1),
+               start_epoch < config.epochs ? str(" (", fixed(train_seconds / std::max(1.0, config.epochs - start_epoch), 1),
                                                  "s/epoch)") : std::string(),
                ", ", fixed(summary["images_per_s"], 0), " img/s",
                device.is_cuda() ? str(", peak device memory ", fixed(mem.peak_bytes / 1e9, 2), " GB") : std::string(),
