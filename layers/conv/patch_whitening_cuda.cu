@@ -49,7 +49,7 @@ __global__ void patch_moments_partial(const float* __restrict__ x, PatchGeometry
   }
   const int per_image = g.oh * g.ow;
   for (int64_t base = first; base < last; base += kThreads) {
-    const int count = static_cast<int>(min<int64_t>(kThreads, last - base));
+    const int count = static_cast<int>(last - base < kThreads ? last - base : kThreads);
     if (threadIdx.x < count) {
       const int64_t q = base + threadIdx.x;
       const int64_t img = q / per_image;
