@@ -50,6 +50,8 @@ int main(int argc, char** argv) {
   auto* repro_cmd = app.add_subcommand("repro", "train twice in separate processes and compare the bits");
   add_config_options(repro_cmd, repro.config_path, repro.overrides, repro.device)->required();
   repro_cmd->add_option("--steps", repro.steps, "steps per run (0: the whole config)");
+  repro_cmd->add_option("--set-b", repro.overrides_b,
+                        "override for run B only, e.g. cuda_graph=false: graphed A against eager B (repeatable)");
   repro_cmd->add_option("--output", repro.output_dir, "folder for the two runs");
 
   // bench and parity hand everything after their name to their own parsers.

@@ -1,5 +1,6 @@
 #include "bench/bench_train.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -7,6 +8,9 @@
 #include "train/trainer.h"
 #include "core/allocator.h"
 #include "core/error.h"
+#ifdef MINIDL_WITH_CUDA
+#include "core/cuda/profiler_events.h"
+#endif
 
 namespace minidl {
 
@@ -26,38 +30,59 @@ int bench_train_main(const std::vector<std::string>& args) {
     else if (args[i] == "--warmup") warmup = std::stoll(value());
     else fail(str("bench train: unknown option '", args[i], "' (--config, --device, --set, --steps, --warmup)"));
   }
+  MINIDL_CHECK(steps >= 1 && warmup >= 0, "bench train: --steps must be >= 1 and --warmup >= 0");
   TrainConfig config = load_train_config(config_path, overrides, device, "");
   const Device dev = setup_compute(config);
   Trainer trainer(config, dev);
   Loader& loader = trainer.train_loader();
-  MINIDL_CHECK(loader.batches_per_epoch() >= warmup + steps, "bench train: the epoch has only ",
-               loader.batches_per_epoch(), " steps; ask for fewer");
-  loader.start_epoch(0);
-  Batch batch;
+  int64_t epoch = 0, step = 0;
+  loader.start_epoch(epoch);
+  const std::shared_ptr<void> record = allocate_pinned(sizeof(Trainer::StepRecord));
+  auto* rec = static_cast<Trainer::StepRecord*>(record.get());
+  auto run_steps = [&](int64_t n) {
+    for (int64_t s = 0; s < n; ++s, ++step) {
+      if (trainer.train_step(step, rec)) continue;
+      loader.start_epoch(++epoch);
+      MINIDL_CHECK(trainer.train_step(step, rec), "bench train: the training set gives no batch");
+    }
+  };
   using Clock = std::chrono::steady_clock;
-  for (int64_t s = 0; s < warmup; ++s) {
-    loader.next(batch);
-    trainer.train_step(batch, s);
-  }
+  run_steps(warmup);
   synchronize(dev);
   reset_peak_device_memory();
   const auto t0 = Clock::now();
-  for (int64_t s = 0; s < steps; ++s) {
-    loader.next(batch);
-    trainer.train_step(batch, warmup + s);
-  }
+  run_steps(steps);
   synchronize(dev);
   const double train_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  const double wall_ms = 1e3 * train_s / static_cast<double>(steps);
+  // The GPU's own time per step: the same number of steps again, queued behind a stall long
+  // enough for the host to have launched them all before the GPU gets to them.
+  double gpu_ms = 0;
+#ifdef MINIDL_WITH_CUDA
+  if (dev.is_cuda()) {
+    cuda::TimingEvents events;
+    cuda::stall_stream(std::max(50.0, 3 * wall_ms * static_cast<double>(steps)));
+    events.record(0);
+    run_steps(steps);
+    events.record(1);
+    std::vector<double> ms;
+    events.read_ms(2, ms);
+    gpu_ms = ms[1] / static_cast<double>(steps);
+  }
+#endif
   const auto e0 = Clock::now();
   const double acc = trainer.evaluate("none").acc;
   const double eval_s = std::chrono::duration<double>(Clock::now() - e0).count();
   const double train_ips = static_cast<double>(steps * config.batch_size) / train_s;
-  std::printf("bench train: %s on %s, batch %lld\n", config_path.c_str(), dev.str().c_str(),
-              static_cast<long long>(config.batch_size));
-  std::printf("  training:   %.2f ms/step, %.0f images/s (%lld steps after %lld warm-up)\n", 1e3 * train_s / steps,
-              train_ips, static_cast<long long>(steps), static_cast<long long>(warmup));
+  std::printf("bench train: %s on %s, batch %lld, training step: %s\n", config_path.c_str(), dev.str().c_str(),
+              static_cast<long long>(config.batch_size), trainer.step_mode().c_str());
+  std::printf("  training:   %.2f ms/step, %.0f images/s (%lld steps after %lld warm-up)\n", wall_ms, train_ips,
+              static_cast<long long>(steps), static_cast<long long>(warmup));
+  if (gpu_ms > 0)
+    std::printf("  GPU time:   %.2f ms/step (steps queued ahead of the GPU); wall / GPU = %.3f\n", gpu_ms,
+                wall_ms / gpu_ms);
   std::printf("  evaluation: %.0f images/s (10000 test images in %.2f s; accuracy %.2f%% after %lld steps)\n",
-              10000.0 / eval_s, eval_s, acc, static_cast<long long>(warmup + steps));
+              10000.0 / eval_s, eval_s, acc, static_cast<long long>(step));
   if (dev.is_cuda())
     std::printf("  peak device memory during training steps: %.2f GB\n", device_memory_stats().peak_bytes / 1e9);
   return 0;

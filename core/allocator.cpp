@@ -53,6 +53,52 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
 #endif
 }
 
+void copy_bytes_async(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
+  if (bytes == 0) return;
+  if (dst_device.is_cpu() && src_device.is_cpu()) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+#ifdef MINIDL_WITH_CUDA
+  using K = cuda::CopyKind;
+  K kind = dst_device.is_cpu() ? K::DeviceToHost
+           : src_device.is_cpu() ? K::HostToDevice
+                                 : K::DeviceToDevice;
+  cuda::copy_async(dst, src, bytes, kind);
+#else
+  no_cuda();
+#endif
+}
+
+std::shared_ptr<void> allocate_pinned(size_t bytes) {
+#ifdef MINIDL_WITH_CUDA
+  if (cuda_available()) return std::shared_ptr<void>(cuda::pinned_malloc(bytes), [](void* p) { cuda::pinned_free(p); });
+#endif
+  return allocate(bytes, Device::cpu());
+}
+
+GraphMemoryPool::GraphMemoryPool() {
+#ifdef MINIDL_WITH_CUDA
+  id_ = cuda::create_pool();
+#else
+  no_cuda();
+#endif
+}
+
+GraphMemoryPool::~GraphMemoryPool() {
+#ifdef MINIDL_WITH_CUDA
+  cuda::release_pool(id_);
+#endif
+}
+
+void set_capture_pool(const GraphMemoryPool* pool) {
+#ifdef MINIDL_WITH_CUDA
+  cuda::set_active_pool(pool ? pool->id() : -1);
+#else
+  (void)pool;
+#endif
+}
+
 DeviceMemoryStats device_memory_stats() {
 #ifdef MINIDL_WITH_CUDA
   if (cuda_available()) return cuda::cached_stats();

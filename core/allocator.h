@@ -15,6 +15,18 @@ std::shared_ptr<void> allocate(size_t bytes, Device device);
 // are in place when the destination or source is the host).
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
 
+// Queues the copy on the stream and returns without waiting, so a training step can move its small
+// per-step values (a batch cursor, the learning rates, the loss) without a synchronization. A host
+// source may be reused as soon as the call returns: up to 4 KiB it is staged through pinned
+// memory; a larger one waits for its copy, like copy_bytes. A host destination is written when
+// the stream reaches the copy: it must be pinned (allocate_pinned) and read only after a
+// synchronize. Between two CPU buffers it is a memcpy.
+void copy_bytes_async(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes);
+
+// Page-locked host memory (cudaHostAlloc) where CUDA is present, so device-to-host copies into it
+// are truly asynchronous; plain aligned host memory otherwise.
+std::shared_ptr<void> allocate_pinned(size_t bytes);
+
 struct DeviceMemoryStats {
   size_t current_bytes = 0;   // handed out to tensors and buffers now
   size_t peak_bytes = 0;      // the most ever handed out at once
@@ -23,5 +35,23 @@ struct DeviceMemoryStats {
 };
 DeviceMemoryStats device_memory_stats();
 void reset_peak_device_memory();
+
+// A graph-private memory pool (core/cuda_graph.h): while it is the capture pool, every device
+// block handed out or given back belongs to it, and no block of it is handed to anything else
+// until it is released, so the addresses a captured graph replays stay its own.
+class GraphMemoryPool {
+ public:
+  GraphMemoryPool();
+  ~GraphMemoryPool();  // gives the pool's blocks back to the shared cache
+  GraphMemoryPool(const GraphMemoryPool&) = delete;
+  GraphMemoryPool& operator=(const GraphMemoryPool&) = delete;
+  int id() const { return id_; }
+
+ private:
+  int id_;
+};
+// Routes every device allocation and free to `pool` (nullptr: the shared cache again); CudaGraph
+// sets it around a capture.
+void set_capture_pool(const GraphMemoryPool* pool);
 
 }  // namespace minidl

@@ -5,8 +5,10 @@
 
 namespace minidl::kernels {
 
-void augment_batch_cpu(const uint8_t* images, const int32_t* labels, const int32_t* indices,
-                       int64_t batch, const AugmentParams& p, float* out, int32_t* out_labels) {
+void augment_batch_cpu(const uint8_t* images, const int32_t* labels, const int32_t* order,
+                       int64_t batch, const BatchCursor* cursor, float* out, int32_t* out_labels) {
+  const AugmentParams& p = cursor->params;
+  const int32_t* indices = order + cursor->position;
 #pragma omp parallel for schedule(static)
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t index = indices[b];

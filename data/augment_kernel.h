@@ -85,11 +85,21 @@ MINIDL_HD float augment_pixel(const uint8_t* image, const ImageDraw& d, const Au
   return fmaf(static_cast<float>(v), p.scale[c], p.shift[c]);
 }
 
-// out[b] = augment(images[indices[b]]) as float (B, 3, 32, 32); out_labels[b] = labels[indices[b]].
+// Where a batch comes from: the epoch's draw parameters and the batch's first position in the
+// epoch's order. The loader writes it to memory on the batch's device before each batch, and the
+// kernels read it from there: a CUDA graph replays its captured kernel arguments, so the values
+// that change every step cannot be arguments.
+struct BatchCursor {
+  AugmentParams params;
+  int64_t position = 0;
+};
+
+// out[b] = augment(images[order[position + b]]) as float (B, 3, 32, 32), out_labels[b] its label,
+// with `cursor` (in the memory of the device that runs the kernel) giving params and position.
 // The draws use the dataset index, so a batch does not depend on which batch holds the image.
-void augment_batch_cpu(const uint8_t* images, const int32_t* labels, const int32_t* indices,
-                       int64_t batch, const AugmentParams& p, float* out, int32_t* out_labels);
-void augment_batch_cuda(const uint8_t* images, const int32_t* labels, const int32_t* indices,
-                        int64_t batch, const AugmentParams& p, float* out, int32_t* out_labels);
+void augment_batch_cpu(const uint8_t* images, const int32_t* labels, const int32_t* order,
+                       int64_t batch, const BatchCursor* cursor, float* out, int32_t* out_labels);
+void augment_batch_cuda(const uint8_t* images, const int32_t* labels, const int32_t* order,
+                        int64_t batch, const BatchCursor* cursor, float* out, int32_t* out_labels);
 
 }  // namespace minidl::kernels

@@ -4,6 +4,7 @@
 #include <numeric>
 #include <utility>
 
+#include "core/allocator.h"
 #include "core/dispatch.h"
 #include "core/error.h"
 #include "core/philox.h"
@@ -57,11 +58,10 @@ Loader::Loader(const Dataset& data, LoaderOptions options, Device device)
                " images, and drop_last leaves no batch");
   images_ = data.images.to(device_);
   labels_ = data.labels.to(device_);
-  if (!options_.shuffle) {
-    std::vector<int32_t> identity(static_cast<size_t>(size_));
-    std::iota(identity.begin(), identity.end(), 0);
-    order_ = Tensor::from_vector(identity, {size_}, device_);
-  }
+  std::vector<int32_t> identity(static_cast<size_t>(size_));
+  std::iota(identity.begin(), identity.end(), 0);
+  order_ = Tensor::from_vector(identity, {size_}, device_);
+  cursor_ = Tensor::zeros({static_cast<int64_t>(sizeof(kernels::BatchCursor))}, DType::UInt8, device_);
 }
 
 int64_t Loader::batches_per_epoch() const {
@@ -72,30 +72,48 @@ int64_t Loader::batches_per_epoch() const {
 void Loader::start_epoch(int64_t epoch) {
   params_ = augment_params(options_.normalize, options_.augment ? &*options_.augment : nullptr,
                            options_.seed, epoch);
-  if (options_.shuffle)
-    order_ = Tensor::from_vector(epoch_permutation(options_.seed, epoch, size_), {size_}, device_);
+  if (options_.shuffle) {
+    // Into the same storage: a captured graph holds the address of order_.
+    const std::vector<int32_t> order = epoch_permutation(options_.seed, epoch, size_);
+    copy_bytes_async(order_.raw_data(), device_, order.data(), Device::cpu(), order.size() * sizeof(int32_t));
+  }
   epoch_ = epoch;
   position_ = 0;
+  current_batch_ = 0;
 }
 
-bool Loader::next(Batch& out) {
+bool Loader::advance() {
   MINIDL_CHECK(epoch_ >= 0, "data loader: call start_epoch() before next()");
   const int64_t b = std::min(options_.batch_size, size_ - position_);
   if (b <= 0 || (options_.drop_last && b < options_.batch_size)) return false;
+  const kernels::BatchCursor cursor{params_, position_};
+  copy_bytes_async(cursor_.raw_data(), device_, &cursor, Device::cpu(), sizeof(cursor));
+  current_batch_ = b;
+  position_ += b;
+  return true;
+}
+
+void Loader::emit(Batch& out) const {
+  MINIDL_CHECK(current_batch_ > 0, "data loader: emit() needs a successful advance() first");
+  const int64_t b = current_batch_;
   out.images = Tensor::empty({b, kCifarChannels, kCifarHeight, kCifarWidth}, DType::Float32, device_);
   out.labels = Tensor::empty({b}, DType::Int32, device_);
-  const int32_t* indices = order_.data<int32_t>() + position_;
+  const auto* cursor = static_cast<const kernels::BatchCursor*>(cursor_.raw_data());
   dispatch(
       device_, "augment_batch",
       [&] {
-        kernels::augment_batch_cpu(images_.data<uint8_t>(), labels_.data<int32_t>(), indices, b,
-                                   params_, out.images.data<float>(), out.labels.data<int32_t>());
+        kernels::augment_batch_cpu(images_.data<uint8_t>(), labels_.data<int32_t>(), order_.data<int32_t>(), b,
+                                   cursor, out.images.data<float>(), out.labels.data<int32_t>());
       },
       [&] {
-        kernels::augment_batch_cuda(images_.data<uint8_t>(), labels_.data<int32_t>(), indices, b,
-                                    params_, out.images.data<float>(), out.labels.data<int32_t>());
+        kernels::augment_batch_cuda(images_.data<uint8_t>(), labels_.data<int32_t>(), order_.data<int32_t>(), b,
+                                    cursor, out.images.data<float>(), out.labels.data<int32_t>());
       });
-  position_ += b;
+}
+
+bool Loader::next(Batch& out) {
+  if (!advance()) return false;
+  emit(out);
   return true;
 }
 

@@ -1,7 +1,10 @@
 // Batches for training and evaluation. Training: a fresh permutation every epoch (a pure function
 // of seed and epoch), augmentation, full batches only (drop_last). Evaluation: the dataset in
 // order, normalization only, the last partial batch kept. On a GPU the uint8 images live on the
-// device and one kernel makes each float batch, so the host only uploads the epoch's order.
+// device and one kernel makes each float batch, so the host only uploads the epoch's order and,
+// before each batch, a 64-byte cursor (kernels::BatchCursor). A batch is two halves: advance()
+// (host: moves and uploads the cursor) and emit() (device: the batch kernel, reading the cursor),
+// so a CUDA graph can capture emit() once and replay it after each advance().
 //
 //   Loader train(data, LoaderOptions::training(options, 512, seed), device);
 //   for (int64_t e = 0; e < epochs; ++e) {
@@ -49,8 +52,16 @@ class Loader {
 
   // Rewinds to the first batch of `epoch` (0-based), which fixes its order and its draws.
   void start_epoch(int64_t epoch);
-  // The next batch of the epoch (fresh tensors); false when the epoch is over.
+  // The next batch of the epoch (fresh tensors); false when the epoch is over. advance() and then
+  // emit().
   bool next(Batch& out);
+  // Moves the cursor to the next batch and queues its upload; false (and nothing queued) when the
+  // epoch is over.
+  bool advance();
+  // Queues the batch the cursor points at (fresh tensors of the cursor's batch size).
+  void emit(Batch& out) const;
+  // Images in the batch advance() moved to (the last one of an evaluation may be short).
+  int64_t current_batch_size() const { return current_batch_; }
 
  private:
   LoaderOptions options_;
@@ -58,10 +69,12 @@ class Loader {
   int64_t size_;
   Tensor images_;  // uint8 (N, 3, 32, 32) on device_
   Tensor labels_;  // int32 (N) on device_
-  Tensor order_;   // int32 (N) on device_: dataset indices in this epoch's order
+  Tensor order_;   // int32 (N) on device_: this epoch's order, rewritten in place each epoch
+  Tensor cursor_;  // one kernels::BatchCursor on device_, rewritten before each batch
   kernels::AugmentParams params_;
   int64_t epoch_ = -1;
-  int64_t position_ = 0;
+  int64_t position_ = 0;        // where the next advance() starts
+  int64_t current_batch_ = 0;   // size of the batch the cursor points at
 };
 
 // The order of epoch `epoch`: Fisher-Yates where the swap partner of position i is drawn from

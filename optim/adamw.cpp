@@ -1,5 +1,6 @@
 #include "optim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/dispatch.h"
@@ -42,10 +43,26 @@ AdamwOptions AdamwOptions::read(JsonArgs& args) {
 
 AdamW::AdamW(std::vector<NamedParam> params, AdamwOptions options, const std::string& path)
     : GroupedOptimizer("AdamW", std::move(params), options.groups, options.weight_decay,
-                       {"exp_avg", "exp_avg_sq"}, path),
+                       {"exp_avg", "exp_avg_sq"}, kernels::kAdamwScalars, path),
       options_(std::move(options)) {}
 
-void AdamW::step(double lr) {
+// As SGD::prepare: a row for every parameter; the bias corrections use the step count this
+// update gives the parameter.
+void AdamW::prepare(double lr) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Entry& e = entries_[i];
+    if (params_[i].tensor.grad().defined()) ++e.steps;
+    const double step = static_cast<double>(std::max<int64_t>(e.steps, 1));
+    const double group_lr = lr * e.lr_scale;
+    float* row = scalar_row(i);
+    row[0] = static_cast<float>(1 - group_lr * e.weight_decay);
+    row[1] = static_cast<float>(group_lr / (1 - std::pow(options_.beta1, step)));
+    row[2] = static_cast<float>(std::sqrt(1 - std::pow(options_.beta2, step)));
+  }
+  upload_scalars();
+}
+
+void AdamW::apply() {
   const std::vector<size_t> active = params_with_grad();
   if (active.empty()) return;
   const Device device = params_device();
@@ -55,19 +72,15 @@ void AdamW::step(double lr) {
                                   static_cast<float>(options_.eps)};
   std::vector<kernels::AdamwTensor> tensors;
   for (size_t i : active) {
-    Entry& e = entries_[i];
     const Tensor& p = params_[i].tensor;
-    const double step = static_cast<double>(++e.steps);
-    const double group_lr = lr * e.lr_scale;
-    tensors.push_back({p.data<float>(), p.grad().data<float>(), e.slots[0].data<float>(),
-                       e.slots[1].data<float>(), p.numel(),
-                       static_cast<float>(1 - group_lr * e.weight_decay),
-                       static_cast<float>(group_lr / (1 - std::pow(options_.beta1, step))),
-                       static_cast<float>(std::sqrt(1 - std::pow(options_.beta2, step)))});
+    const float* row = scalar_row(i);
+    tensors.push_back({p.data<float>(), p.grad().data<float>(), entries_[i].slots[0].data<float>(),
+                       entries_[i].slots[1].data<float>(), p.numel(), row[0], row[1], row[2],
+                       static_cast<int32_t>(i)});
   }
   dispatch(
       device, "adamw_step", [&] { for (const kernels::AdamwTensor& t : tensors) kernels::adamw_step_cpu(t, hyper); },
-      [&] { kernels::adamw_step_cuda(tensors, hyper); });
+      [&] { kernels::adamw_step_cuda(tensors, hyper, scalar_table()); });
 }
 
 nlohmann::json AdamW::to_json() const {

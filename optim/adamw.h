@@ -24,7 +24,8 @@ struct AdamwOptions {
 class AdamW : public GroupedOptimizer {
  public:
   AdamW(std::vector<NamedParam> params, AdamwOptions options, const std::string& path = "optimizer");
-  void step(double lr) override;
+  void prepare(double lr) override;
+  void apply() override;
   double base_lr() const override { return options_.lr; }
   nlohmann::json to_json() const override;
 

@@ -3,14 +3,17 @@
 #include <map>
 #include <set>
 
+#include "core/allocator.h"
 #include "core/error.h"
 
 namespace minidl {
 
 GroupedOptimizer::GroupedOptimizer(std::string type, std::vector<NamedParam> params,
                                    std::vector<ParamGroup> groups, double weight_decay,
-                                   std::vector<std::string> slot_names, const std::string& path)
-    : type_(std::move(type)), groups_(std::move(groups)), slot_names_(std::move(slot_names)) {
+                                   std::vector<std::string> slot_names, int scalar_width,
+                                   const std::string& path)
+    : type_(std::move(type)), groups_(std::move(groups)), slot_names_(std::move(slot_names)),
+      scalar_width_(scalar_width) {
   params_ = std::move(params);
   std::set<std::string> names;
   std::vector<bool> group_used(groups_.size(), false);
@@ -35,6 +38,14 @@ GroupedOptimizer::GroupedOptimizer(std::string type, std::vector<NamedParam> par
   for (size_t g = 0; g < groups_.size(); ++g)
     MINIDL_CHECK(group_used[g], path, ".groups[", g, "] ", groups_[g].to_json().dump(),
                  " matches no parameter (or only parameters an earlier group took)");
+  scalars_host_.assign(params_.size() * static_cast<size_t>(scalar_width_), 0.f);
+  scalars_ = Tensor::zeros({static_cast<int64_t>(scalars_host_.size())}, DType::Float32,
+                           params_.empty() ? Device::cpu() : params_[0].tensor.device());
+}
+
+void GroupedOptimizer::upload_scalars() {
+  copy_bytes_async(scalars_.raw_data(), scalars_.device(), scalars_host_.data(), Device::cpu(),
+                   scalars_host_.size() * sizeof(float));
 }
 
 std::vector<size_t> GroupedOptimizer::params_with_grad() const {
@@ -129,6 +140,7 @@ void GroupedOptimizer::to(Device device) {
                  "then build the optimizer)");
   for (Entry& e : entries_)
     for (Tensor& s : e.slots) s = s.to(device);
+  scalars_ = scalars_.to(device);
 }
 
 }  // namespace minidl

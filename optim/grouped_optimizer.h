@@ -1,7 +1,8 @@
 // What SGD and AdamW share: each parameter's group settings (lr scale, weight decay), its step
 // count, and its state tensors ("slots": momentum_buffer; exp_avg, exp_avg_sq), allocated at
 // construction on the parameters' device. State is saved under "<slot>.<parameter name>", the
-// step counts as scalars, and restored exactly.
+// step counts as scalars, and restored exactly. It also keeps the table of per-step scalars that
+// prepare() fills and apply() reads (one row of `scalar_width` floats per parameter).
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
@@ -31,7 +32,15 @@ class GroupedOptimizer : public Optimizer {
 
   // `path` is the config path, for errors (e.g. a group that matches no parameter).
   GroupedOptimizer(std::string type, std::vector<NamedParam> params, std::vector<ParamGroup> groups,
-                   double weight_decay, std::vector<std::string> slot_names, const std::string& path);
+                   double weight_decay, std::vector<std::string> slot_names, int scalar_width,
+                   const std::string& path);
+
+  // Row `i` of the host copy of the scalar table.
+  float* scalar_row(size_t i) { return scalars_host_.data() + i * static_cast<size_t>(scalar_width_); }
+  // Queues the copy of the host table to the device table (prepare() ends with it).
+  void upload_scalars();
+  // The device table, for the CUDA kernels (the host table on the CPU).
+  const float* scalar_table() const { return scalars_.data<float>(); }
 
   // Indices of the parameters that have a gradient now, after checking it fits the parameter.
   std::vector<size_t> params_with_grad() const;
@@ -43,6 +52,11 @@ class GroupedOptimizer : public Optimizer {
   std::vector<ParamGroup> groups_;
   std::vector<Entry> entries_;  // parallel to params_
   std::vector<std::string> slot_names_;
+
+ private:
+  int scalar_width_;
+  std::vector<float> scalars_host_;
+  Tensor scalars_;
 };
 
 }  // namespace minidl

@@ -73,25 +73,28 @@ Lookahead::Lookahead(std::unique_ptr<Optimizer> inner, std::vector<std::pair<std
   }
 }
 
-void Lookahead::copy_back() {
-  for (size_t i = 0; i < model_.size(); ++i) model_[i].second.copy_(average_[i]);
-}
-
-void Lookahead::step(double lr) {
-  inner_->step(lr);
+// The host decides what this step does (a pure function of the step count); apply() does it.
+void Lookahead::prepare(double lr) {
+  inner_->prepare(lr);
   const int64_t s = ++steps_;
   const int64_t epoch = (s - 1) / steps_per_epoch_;
+  action_ = Action{};
   if (static_cast<double>(epoch) >= options_.start_epochs && s % options_.every_n_steps == 0) {
-    if (!started_) {
-      for (size_t i = 0; i < model_.size(); ++i) average_[i].copy_(model_[i].second);
-      started_ = true;
-    } else {
-      const float rho = static_cast<float>(options_.decay(s, total_steps_));
-      for (size_t i = 0; i < model_.size(); ++i) blend_(average_[i], model_[i].second, rho);
-      copy_back();
-    }
+    action_.take = !started_;
+    action_.blend = started_;
+    action_.rho = static_cast<float>(options_.decay(s, total_steps_));
+    started_ = true;
   }
-  if (started_ && (s % steps_per_epoch_ == 0 || s == total_steps_)) copy_back();
+  action_.copy_back = action_.blend || (started_ && (s % steps_per_epoch_ == 0 || s == total_steps_));
+}
+
+void Lookahead::apply() {
+  inner_->apply();
+  for (size_t i = 0; i < model_.size(); ++i) {
+    if (action_.take) average_[i].copy_(model_[i].second);
+    if (action_.blend) blend_(average_[i], model_[i].second, action_.rho);
+    if (action_.copy_back) model_[i].second.copy_(average_[i]);
+  }
 }
 
 std::vector<std::pair<std::string, Tensor>> Lookahead::state_tensors() const {

@@ -8,8 +8,9 @@
 //   avg = lerp(avg, model, 1 - rho),  model = avg
 // (little averaging early, strong at the end). At every epoch end (s a multiple of the steps per
 // epoch, or s = total_steps) the model is set to the average once more. Every decision is a pure
-// function of s. The average and s are optimizer state, saved in checkpoints ("lookahead.<name>"),
-// so a resumed run continues bit for bit.
+// function of s, made in prepare(); apply() queues the work. The steps differ in their device
+// work, so a trainer with lookahead runs them eagerly (no CUDA graph). The average and s are
+// optimizer state, saved in checkpoints ("lookahead.<name>"), so a resumed run continues bit for bit.
 #pragma once
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -39,7 +40,8 @@ class Lookahead : public Optimizer {
   Lookahead(std::unique_ptr<Optimizer> inner, std::vector<std::pair<std::string, Tensor>> averaged,
             LookaheadOptions options, int64_t steps_per_epoch, int64_t total_steps);
 
-  void step(double lr) override;
+  void prepare(double lr) override;
+  void apply() override;
   double base_lr() const override { return inner_->base_lr(); }
   void zero_grad() override { inner_->zero_grad(); }
   std::vector<std::pair<std::string, Tensor>> state_tensors() const override;
@@ -50,8 +52,6 @@ class Lookahead : public Optimizer {
   const LookaheadOptions& options() const { return options_; }
 
  private:
-  void copy_back();
-
   std::unique_ptr<Optimizer> inner_;
   std::vector<std::pair<std::string, Tensor>> model_;    // the model's tensors
   std::vector<Tensor> average_;                          // parallel to model_
@@ -59,6 +59,13 @@ class Lookahead : public Optimizer {
   int64_t steps_per_epoch_, total_steps_;
   int64_t steps_ = 0;    // updates so far
   bool started_ = false;  // the average has been taken
+  // What apply() does after the inner update, set by prepare(): take the average, blend the model
+  // into it, copy it back into the model.
+  struct Action {
+    bool take = false, blend = false, copy_back = false;
+    float rho = 0;
+  };
+  Action action_;
 };
 
 }  // namespace minidl

@@ -1,7 +1,8 @@
 // GPU side of optim/update_kernels.h: one launch updates up to kTensorsPerLaunch parameter
 // tensors (a multi-tensor apply, as in PyTorch's fused optimizers): a step of a ResNet costs a
 // launch or two instead of one per tensor. The tensor table travels as a kernel argument (no
-// host-to-device copy, no allocation), which is what bounds its size.
+// host-to-device copy, no allocation), which is what bounds its size; the per-step scalars come
+// from the optimizer's device table (update_kernels.h says why).
 #include <algorithm>
 #include <vector>
 
@@ -37,10 +38,11 @@ __device__ __forceinline__ void update(const AdamwTensor& t, const AdamwHyper& h
 // different blocks instead of all queueing on block 0; each block's span stays contiguous, so
 // accesses still coalesce. Every element is updated by exactly one thread: no races, no atomics.
 template <class T, class H>
-__global__ void multi_tensor_update_kernel(TensorList<T, H> list) {
+__global__ void multi_tensor_update_kernel(TensorList<T, H> list, const float* __restrict__ scalars) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int k = 0; k < list.count; ++k) {
-    const T& t = list.tensors[k];
+    T t = list.tensors[k];
+    load_scalars(t, scalars);
     const int64_t block = (blockIdx.x + k) % gridDim.x;
     for (int64_t i = block * blockDim.x + threadIdx.x; i < t.n; i += stride)
       update(t, list.hyper, i);
@@ -48,7 +50,7 @@ __global__ void multi_tensor_update_kernel(TensorList<T, H> list) {
 }
 
 template <class T, class H>
-void launch_multi_tensor(const std::vector<T>& tensors, const H& hyper) {
+void launch_multi_tensor(const std::vector<T>& tensors, const H& hyper, const float* scalars) {
   for (size_t first = 0; first < tensors.size(); first += kTensorsPerLaunch) {
     TensorList<T, H> list{};
     list.hyper = hyper;
@@ -61,19 +63,19 @@ void launch_multi_tensor(const std::vector<T>& tensors, const H& hyper) {
     if (largest == 0) continue;
     const int64_t needed = (largest + kUpdateBlock - 1) / kUpdateBlock;
     const int grid = static_cast<int>(std::min<int64_t>(needed, cuda::resident_blocks(kUpdateBlock)));
-    multi_tensor_update_kernel<T, H><<<grid, kUpdateBlock, 0, cuda::stream()>>>(list);
+    multi_tensor_update_kernel<T, H><<<grid, kUpdateBlock, 0, cuda::stream()>>>(list, scalars);
     MINIDL_LAUNCH_CHECK();
   }
 }
 
 }  // namespace
 
-void sgd_step_cuda(const std::vector<SgdTensor>& tensors, const SgdHyper& h) {
-  launch_multi_tensor(tensors, h);
+void sgd_step_cuda(const std::vector<SgdTensor>& tensors, const SgdHyper& h, const float* scalars) {
+  launch_multi_tensor(tensors, h, scalars);
 }
 
-void adamw_step_cuda(const std::vector<AdamwTensor>& tensors, const AdamwHyper& h) {
-  launch_multi_tensor(tensors, h);
+void adamw_step_cuda(const std::vector<AdamwTensor>& tensors, const AdamwHyper& h, const float* scalars) {
+  launch_multi_tensor(tensors, h, scalars);
 }
 
 }  // namespace minidl::kernels

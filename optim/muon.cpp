@@ -38,7 +38,7 @@ MuonOptions MuonOptions::read(JsonArgs& args) {
 
 Muon::Muon(std::vector<NamedParam> filters, MuonOptions options, std::unique_ptr<Optimizer> rest,
            const std::string& path)
-    : GroupedOptimizer("Muon", std::move(filters), {}, 0.0, {"momentum_buffer"}, path),
+    : GroupedOptimizer("Muon", std::move(filters), {}, 0.0, {"momentum_buffer"}, 1, path),
       options_(options),
       rest_(std::move(rest)) {
   for (const NamedParam& p : params_)
@@ -46,31 +46,41 @@ Muon::Muon(std::vector<NamedParam> filters, MuonOptions options, std::unique_ptr
                  shape_str(p.tensor.shape()));
 }
 
-void Muon::step(double lr) {
-  if (rest_) rest_->step(options_.lr > 0 ? lr * rest_->base_lr() / options_.lr : 0.0);
+// The lr goes through the scalar table, so a replayed CUDA graph reads each step's value.
+void Muon::prepare(double lr) {
+  if (rest_) rest_->prepare(options_.lr > 0 ? lr * rest_->base_lr() / options_.lr : 0.0);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    scalar_row(i)[0] = static_cast<float>(lr);
+    if (params_[i].tensor.grad().defined()) ++entries_[i].steps;
+  }
+  upload_scalars();
+}
+
+void Muon::apply() {
+  if (rest_) rest_->apply();
   for (size_t i : params_with_grad()) {
     Entry& e = entries_[i];
     Tensor& p = params_[i].tensor;
     const Tensor g = p.grad();
     const int64_t rows = p.size(0), n = p.numel();
     Tensor u = Tensor::empty_like(p), x = Tensor::empty_like(p);
-    const float m = static_cast<float>(options_.momentum), step_lr = static_cast<float>(lr);
+    const float m = static_cast<float>(options_.momentum);
     const float target = std::sqrt(static_cast<float>(rows));
     const int nesterov = options_.nesterov ? 1 : 0, normalize = options_.normalize_weights ? 1 : 0;
     float* buf = e.slots[0].data<float>();
+    const float* lr = scalar_table() + i;
     dispatch(
         p.device(), "muon_step",
         [&] {
           kernels::muon_momentum_cpu(g.data<float>(), buf, u.data<float>(), n, m, nesterov);
           kernels::newton_schulz_cpu(u.data<float>(), x.data<float>(), rows, n / rows, options_.ns);
-          kernels::muon_apply_cpu(p.data<float>(), x.data<float>(), n, target, normalize, step_lr);
+          kernels::muon_apply_cpu(p.data<float>(), x.data<float>(), n, target, normalize, lr);
         },
         [&] {
           kernels::muon_momentum_cuda(g.data<float>(), buf, u.data<float>(), n, m, nesterov);
           kernels::newton_schulz_cuda(u.data<float>(), x.data<float>(), rows, n / rows, options_.ns);
-          kernels::muon_apply_cuda(p.data<float>(), x.data<float>(), n, target, normalize, step_lr);
+          kernels::muon_apply_cuda(p.data<float>(), x.data<float>(), n, target, normalize, lr);
         });
-    ++e.steps;
   }
 }
 

@@ -34,7 +34,8 @@ class Muon : public GroupedOptimizer {
   // `filters`: the 4-D parameters; `rest`: the optimizer of the others (may be null when none).
   Muon(std::vector<NamedParam> filters, MuonOptions options, std::unique_ptr<Optimizer> rest,
        const std::string& path = "optimizer");
-  void step(double lr) override;
+  void prepare(double lr) override;
+  void apply() override;
   double base_lr() const override { return options_.lr; }
   void zero_grad() override;
   std::vector<std::pair<std::string, Tensor>> state_tensors() const override;

@@ -40,9 +40,10 @@ void newton_schulz_cpu(const float* g, float* out, int64_t rows, int64_t cols, c
     O = X;
 }
 
-void muon_apply_cpu(float* p, const float* x, int64_t n, float target_norm, int normalize, float lr) {
+void muon_apply_cpu(float* p, const float* x, int64_t n, float target_norm, int normalize, const float* lr) {
   const float scale = normalize ? static_cast<float>(target_norm / std::sqrt(sum_squares(p, n))) : 1.f;
-  for (int64_t i = 0; i < n; ++i) p[i] = fmaf(-lr, x[i], p[i] * scale);
+  const float step = *lr;
+  for (int64_t i = 0; i < n; ++i) p[i] = fmaf(-step, x[i], p[i] * scale);
 }
 
 }  // namespace minidl::kernels

@@ -52,8 +52,9 @@ __global__ void normalize_kernel(const float* __restrict__ x, float* __restrict_
 
 // p = p * (target / sqrt(ss)) - lr * x (no rescale when normalize is 0).
 __global__ void apply_kernel(float* __restrict__ p, const float* __restrict__ x, int64_t n,
-                             const double* __restrict__ ss, float target, int normalize, float lr) {
+                             const double* __restrict__ ss, float target, int normalize, const float* __restrict__ lr_ptr) {
   const float scale = normalize ? static_cast<float>(target / sqrt(ss[0])) : 1.f;
+  const float lr = *lr_ptr;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     p[i] = fmaf(-lr, x[i], p[i] * scale);
@@ -124,7 +125,7 @@ void newton_schulz_cuda(const float* g, float* out, int64_t rows, int64_t cols, 
   if (x != out) copy_async(out, x, n);
 }
 
-void muon_apply_cuda(float* p, const float* x, int64_t n, float target_norm, int normalize, float lr) {
+void muon_apply_cuda(float* p, const float* x, int64_t n, float target_norm, int normalize, const float* lr) {
   std::shared_ptr<void> ss_buf = allocate(sizeof(double), Device::cuda());
   double* ss = static_cast<double*>(ss_buf.get());
   if (normalize) {

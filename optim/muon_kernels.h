@@ -32,8 +32,8 @@ void newton_schulz_cpu(const float* g, float* out, int64_t rows, int64_t cols, c
 void newton_schulz_cuda(const float* g, float* out, int64_t rows, int64_t cols, const NewtonSchulz& ns);
 
 // p = p * target_norm / ||p||_F (airbench's Muon keeps each filter bank at norm sqrt(out_channels)),
-// then p -= lr * x.
-void muon_apply_cpu(float* p, const float* x, int64_t n, float target_norm, int normalize, float lr);
-void muon_apply_cuda(float* p, const float* x, int64_t n, float target_norm, int normalize, float lr);
+// then p -= lr * x, with lr read from memory on the tensors' device (the optimizer's scalar table).
+void muon_apply_cpu(float* p, const float* x, int64_t n, float target_norm, int normalize, const float* lr);
+void muon_apply_cuda(float* p, const float* x, int64_t n, float target_norm, int normalize, const float* lr);
 
 }  // namespace minidl::kernels

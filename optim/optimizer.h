@@ -24,11 +24,23 @@ class Optimizer {
   // One update of every parameter that has a gradient, at learning rate `lr` for the default
   // group (the trainer passes base_lr() times the schedule's factor; each group scales it by its
   // own lr_scale). Runs on the parameters' device. Not recorded by autograd.
-  virtual void step(double lr) = 0;
+  void step(double lr) {
+    prepare(lr);
+    apply();
+  }
+  // The host half of step(): the step counts of the parameters that have a gradient, and every
+  // parameter's scalars for this step (its group's lr, weight decay, bias corrections), written to
+  // a table on the parameters' device.
+  virtual void prepare(double lr) = 0;
+  // The device half: the update kernels, reading the table of the last prepare(). It only queues
+  // work and changes no host state, so a CUDA graph can capture it once and replay it after each
+  // later prepare() (train/step_graph.h).
+  virtual void apply() = 0;
   virtual double base_lr() const = 0;  // the config's "lr"
-  // Drops every parameter's gradient (PyTorch's set_to_none): the next backward hands each
-  // parameter its fresh gradient tensor without an extra pass. Never modify a grad in place.
-  // Wrappers (Lookahead, Muon with its optimizer for the rest) forward it to what they hold.
+  // Zeroes every parameter's gradient in place (PyTorch's zero_grad(set_to_none=False)): the
+  // gradient tensors stay defined, so the next backward sums into fresh tensors and the set of
+  // parameters with a gradient is the same every step. Wrappers (Lookahead, Muon with its
+  // optimizer for the rest) forward it to what they hold.
   virtual void zero_grad();
   // State tensors under stable names ("momentum_buffer.layer1.0.weight") plus scalar state;
   // load_state restores both exactly (bit-identical resume) and errors on any mismatch.

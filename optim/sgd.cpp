@@ -37,26 +37,40 @@ SGD::SGD(std::vector<NamedParam> params, SgdOptions options, const std::string& 
     : GroupedOptimizer("SGD", std::move(params), options.groups, options.weight_decay,
                        options.momentum != 0 ? std::vector<std::string>{"momentum_buffer"}
                                              : std::vector<std::string>{},
-                       path),
+                       kernels::kSgdScalars, path),
       options_(std::move(options)) {}
 
-void SGD::step(double lr) {
+// Every parameter gets its row. The step count goes up for the parameters that have a gradient
+// now: step() runs after the backward, and a graphed step's prepare() runs before the replay,
+// when the gradients of the earlier steps are still defined (zero_grad zeroes them in place), so
+// both count the same parameters that apply() updates.
+void SGD::prepare(double lr) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Entry& e = entries_[i];
+    float* row = scalar_row(i);
+    row[0] = static_cast<float>(lr * e.lr_scale);
+    row[1] = static_cast<float>(e.weight_decay);
+    if (params_[i].tensor.grad().defined()) ++e.steps;
+  }
+  upload_scalars();
+}
+
+void SGD::apply() {
   const std::vector<size_t> active = params_with_grad();
   if (active.empty()) return;
   const Device device = params_device();
   const kernels::SgdHyper hyper{static_cast<float>(options_.momentum), options_.nesterov ? 1 : 0};
   std::vector<kernels::SgdTensor> tensors;
   for (size_t i : active) {
-    Entry& e = entries_[i];
     const Tensor& p = params_[i].tensor;
+    const float* row = scalar_row(i);
     tensors.push_back({p.data<float>(), p.grad().data<float>(),
-                       e.slots.empty() ? nullptr : e.slots[0].data<float>(), p.numel(),
-                       static_cast<float>(lr * e.lr_scale), static_cast<float>(e.weight_decay)});
-    ++e.steps;
+                       entries_[i].slots.empty() ? nullptr : entries_[i].slots[0].data<float>(), p.numel(),
+                       row[0], row[1], static_cast<int32_t>(i)});
   }
   dispatch(
       device, "sgd_step", [&] { for (const kernels::SgdTensor& t : tensors) kernels::sgd_step_cpu(t, hyper); },
-      [&] { kernels::sgd_step_cuda(tensors, hyper); });
+      [&] { kernels::sgd_step_cuda(tensors, hyper, scalar_table()); });
 }
 
 nlohmann::json SGD::to_json() const {

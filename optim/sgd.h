@@ -24,7 +24,8 @@ struct SgdOptions {
 class SGD : public GroupedOptimizer {
  public:
   SGD(std::vector<NamedParam> params, SgdOptions options, const std::string& path = "optimizer");
-  void step(double lr) override;
+  void prepare(double lr) override;
+  void apply() override;
   double base_lr() const override { return options_.lr; }
   nlohmann::json to_json() const override;
 

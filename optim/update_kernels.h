@@ -4,6 +4,10 @@
 // intrinsics on the GPU (nvcc runs with -fmad=true, which would otherwise be free to fuse a*b+c
 // differently from the CPU build's -ffp-contract=off). Host code computes the per-tensor scalars
 // (lr, bias corrections) in double and rounds them to float once, as PyTorch does.
+//
+// On the GPU the scalars of a step do not travel in the kernel arguments but in a device table,
+// one row per parameter (`slot`), written by the optimizer's prepare() before the step: a CUDA
+// graph replays the arguments of its capture, so only the table can change from step to step.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -37,7 +41,9 @@ struct SgdTensor {
   int64_t n;
   float lr;            // the group's lr for this step
   float weight_decay;
+  int32_t slot;        // row of the scalar table: [lr, weight_decay]
 };
+constexpr int kSgdScalars = 2;
 
 struct SgdHyper {
   float momentum;
@@ -68,7 +74,9 @@ struct AdamwTensor {
   float decay;                  // 1 - lr * weight_decay
   float step_size;              // lr / (1 - beta1^step)
   float bias_correction2_sqrt;  // sqrt(1 - beta2^step)
+  int32_t slot;                 // row of the scalar table: [decay, step_size, bias_correction2_sqrt]
 };
+constexpr int kAdamwScalars = 3;
 
 struct AdamwHyper {
   float one_minus_beta1;
@@ -90,10 +98,22 @@ MINIDL_HD void adamw_update(const AdamwTensor& t, const AdamwHyper& h, int64_t i
   t.param[i] = fmaf(-t.step_size, div_rn(m, denom), p);
 }
 
+// The scalar fields of a tensor from its row of the table.
+MINIDL_HD void load_scalars(SgdTensor& t, const float* table) {
+  t.lr = table[t.slot * kSgdScalars];
+  t.weight_decay = table[t.slot * kSgdScalars + 1];
+}
+MINIDL_HD void load_scalars(AdamwTensor& t, const float* table) {
+  t.decay = table[t.slot * kAdamwScalars];
+  t.step_size = table[t.slot * kAdamwScalars + 1];
+  t.bias_correction2_sqrt = table[t.slot * kAdamwScalars + 2];
+}
+
 void sgd_step_cpu(const SgdTensor& t, const SgdHyper& h);
 void adamw_step_cpu(const AdamwTensor& t, const AdamwHyper& h);
-// Every tensor in as few launches as the kernel-argument limit allows (a multi-tensor apply).
-void sgd_step_cuda(const std::vector<SgdTensor>& tensors, const SgdHyper& h);
-void adamw_step_cuda(const std::vector<AdamwTensor>& tensors, const AdamwHyper& h);
+// Every tensor in as few launches as the kernel-argument limit allows (a multi-tensor apply); the
+// scalar fields come from `scalars`, the device table.
+void sgd_step_cuda(const std::vector<SgdTensor>& tensors, const SgdHyper& h, const float* scalars);
+void adamw_step_cuda(const std::vector<AdamwTensor>& tensors, const AdamwHyper& h, const float* scalars);
 
 }  // namespace minidl::kernels

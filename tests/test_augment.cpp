@@ -87,8 +87,9 @@ TEST_CASE("augmented batches match the reference for every padding, flip and cut
           const kernels::AugmentParams params = augment_params(norm, &a, 5, 3);
           std::vector<float> out(static_cast<size_t>(b * kCifarImageBytes));
           std::vector<int32_t> labels(static_cast<size_t>(b));
+          const kernels::BatchCursor cursor{params, 0};
           kernels::augment_batch_cpu(data.images.data<uint8_t>(), data.labels.data<int32_t>(),
-                                     indices.data(), b, params, out.data(), labels.data());
+                                     indices.data(), b, &cursor, out.data(), labels.data());
           for (int64_t k = 0; k < b; ++k) {
             const kernels::ImageDraw d = kernels::draw_image_augment(params, indices[k]);
             if (!flip) REQUIRE(d.flip == 0);

@@ -68,6 +68,7 @@ TrainConfig parse_train_config(const json& config) {
   c.seed = top.get_uint("seed", c.seed);
   c.deterministic = top.get_bool("deterministic", c.deterministic);
   c.allow_tf32 = top.get_bool("allow_tf32", c.allow_tf32);
+  c.cuda_graph = top.get_bool("cuda_graph", c.cuda_graph);
   c.device = top.get_string("device", c.device);
   c.epochs = top.get_float("epochs", c.epochs);
   c.batch_size = top.get_int("batch_size", c.batch_size);
@@ -119,6 +120,7 @@ json TrainConfig::to_json() const {
   json j = {{"seed", seed},
           {"deterministic", deterministic},
           {"allow_tf32", allow_tf32},
+          {"cuda_graph", cuda_graph},
           {"device", device},
           {"epochs", epochs_json},
           {"batch_size", batch_size},

@@ -13,6 +13,7 @@ struct TrainConfig {
   uint64_t seed = 0;
   bool deterministic = true;
   bool allow_tf32 = true;
+  bool cuda_graph = false;  // on a GPU, replay each training and evaluation step as one CUDA graph
   std::string device = "auto";
   double epochs = 1;        // may be fractional (9.9): the run takes ceil(epochs * steps per epoch) steps
   int64_t batch_size = 128;

@@ -7,6 +7,7 @@
 #include "train/profile_report.h"
 #include "train/run_log.h"
 #include "train/trainer.h"
+#include "core/allocator.h"
 #include "core/error.h"
 
 namespace minidl {
@@ -76,25 +77,21 @@ int profile_command(const ProfileOptions& options) {
                " measured steps, then ", options.steps, " unprofiled steps for the wall time"));
   StepProfiler sp(device, options.warmup, options.steps);
   Loader& loader = trainer.train_loader();
+  const std::shared_ptr<void> record = allocate_pinned(sizeof(Trainer::StepRecord));
+  auto* rec = static_cast<Trainer::StepRecord*>(record.get());
   int64_t epoch = 0, step = 0;
   loader.start_epoch(epoch);
   while (!sp.done()) {
     sp.before_step();
-    Batch batch;
-    bool have;
-    {
-      ProfileSection s = sp.section("data");
-      have = loader.next(batch);
-    }
-    if (!have) {
-      // Only reached between steps' data fetches; restart the epoch and fetch again.
+    if (!trainer.train_step(step, rec, sp.active())) {
       loader.start_epoch(++epoch);
-      ProfileSection s = sp.section("data");
-      MINIDL_CHECK(loader.next(batch), "profile: the training set gives no batch");
+      MINIDL_CHECK(trainer.train_step(step, rec, sp.active()), "profile: the training set gives no batch");
     }
-    trainer.train_step(batch, step++, sp.active());
+    ++step;
     sp.after_step();
   }
+  log.line(str("profile: the profiled steps ran eagerly (per-layer times need the layers' boundaries); the ",
+               "unprofiled steps ran as: ", trainer.step_mode()));
   sp.finish(log, dir);
   return 0;
 }

@@ -52,6 +52,11 @@ std::vector<std::pair<int64_t, std::string>> read_step_bits(const std::string& p
 
 int repro_command(const ReproOptions& options) {
   const TrainConfig config = load_train_config(options.config_path, options.overrides, options.device, "");
+  {
+    std::vector<std::string> b = options.overrides;
+    b.insert(b.end(), options.overrides_b.begin(), options.overrides_b.end());
+    load_train_config(options.config_path, b, options.device, "");  // run B's config errors come now
+  }
   const std::string out = options.output_dir.empty() ? config.output_dir + "-repro" : options.output_dir;
   const std::string self = fs::canonical("/proc/self/exe").string();
   std::string dirs[2] = {out + "/run_a", out + "/run_b"};
@@ -59,6 +64,8 @@ int repro_command(const ReproOptions& options) {
     fs::remove_all(dirs[r]);
     std::vector<std::string> args = {self, "train", "--config", options.config_path, "--output", dirs[r]};
     for (const auto& o : options.overrides) args.insert(args.end(), {"--set", o});
+    if (r == 1)
+      for (const auto& o : options.overrides_b) args.insert(args.end(), {"--set", o});
     if (!options.device.empty()) args.insert(args.end(), {"--device", options.device});
     if (options.steps > 0) args.insert(args.end(), {"--max-steps", std::to_string(options.steps)});
     std::cout << "repro: run " << (r ? "B" : "A") << " -> " << dirs[r] << std::endl;

@@ -1,5 +1,6 @@
 // `minidl repro`: trains the same config twice in separate processes and compares every step's
-// loss bit for bit and the final weights' SHA-256. Exit 0 only when both match.
+// loss bit for bit and the final weights' SHA-256. Exit 0 only when both match. --set-b changes
+// run B only, for settings that promise the same bits (cuda_graph).
 #pragma once
 #include <cstdint>
 #include <ostream>
@@ -11,6 +12,8 @@ namespace minidl {
 struct ReproOptions {
   std::string config_path;
   std::vector<std::string> overrides;
+  std::vector<std::string> overrides_b;  // applied to run B only, e.g. cuda_graph=false to compare
+                                         // a graphed run with an eager one
   std::string device;
   int64_t steps = 0;       // 0: the whole config
   std::string output_dir;  // default: the config's output.dir + "-repro"

@@ -43,14 +43,6 @@ void write_text_atomic(const std::string& path, const std::string& text) {
   fs::rename(tmp, path);
 }
 
-// Sums a host copy of per-step predictions against labels.
-int64_t count_matches(const Tensor& predictions, const Tensor& labels) {
-  std::vector<int32_t> p = predictions.values<int32_t>(), l = labels.values<int32_t>();
-  int64_t n = 0;
-  for (size_t i = 0; i < p.size(); ++i) n += p[i] == l[i];
-  return n;
-}
-
 }  // namespace
 
 int train_command(const TrainOptions& options) {
@@ -98,6 +90,10 @@ int train_command(const TrainOptions& options) {
   if (start_epoch > 0) log.line(str("resumed after epoch ", start_epoch, " (step ", step, ")"));
 
   reset_peak_device_memory();
+  // One record per step of an epoch, written by the GPU as the steps finish (pinned memory).
+  const std::shared_ptr<void> record_memory =
+      allocate_pinned(static_cast<size_t>(trainer.steps_per_epoch()) * sizeof(Trainer::StepRecord));
+  auto* records = static_cast<Trainer::StepRecord*>(record_memory.get());
   double train_seconds = 0, last_test = 0, last_tta = -1;
   int64_t trained_images = 0;
   const int64_t steps_per_epoch = trainer.steps_per_epoch();
@@ -111,51 +107,43 @@ int train_command(const TrainOptions& options) {
       const int64_t measure = std::max<int64_t>(1, std::min<int64_t>(20, (steps_per_epoch - 1) / 3));
       profiler = std::make_unique<StepProfiler>(device, std::min<int64_t>(5, measure), measure);
     }
-    Loader& loader = trainer.train_loader();
-    loader.start_epoch(epoch);
-    std::vector<Trainer::StepOutput> outputs;
-    std::vector<Tensor> labels;
+    trainer.train_loader().start_epoch(epoch);
+    int64_t done = 0;  // steps of this epoch so far
     const auto t0 = Clock::now();
-    Batch batch;
-    double lr = 0;
     while (true) {
       if (options.max_steps > 0 && step >= options.max_steps) {
-        stopped_early = static_cast<int64_t>(outputs.size()) < steps_per_epoch;
+        stopped_early = done < steps_per_epoch;
         break;
       }
       if (step >= trainer.total_steps()) break;  // a fractional last epoch ends part-way
       if (profiler) profiler->before_step();
-      bool have;
-      {
-        ProfileSection s = profiler ? profiler->section("data") : ProfileSection();
-        have = loader.next(batch);
-      }
-      if (!have) break;
-      outputs.push_back(trainer.train_step(batch, step, profiler ? profiler->active() : nullptr));
+      if (!trainer.train_step(step, &records[done], profiler ? profiler->active() : nullptr)) break;
       if (profiler) profiler->after_step();
-      labels.push_back(batch.labels);
-      lr = outputs.back().lr;
+      ++done;
       ++step;
-      log.progress(epoch + 1, config.epochs, static_cast<int64_t>(outputs.size()), steps_per_epoch, since(t0));
+      log.progress(epoch + 1, config.epochs, done, steps_per_epoch, since(t0));
     }
-    if (outputs.empty()) break;
-    // The epoch's losses come to the host once, here (this is also the epoch's synchronization).
+    if (done == 0) break;
+    // The epoch's records come to the host once, here (this is also the epoch's synchronization).
+    synchronize(device);
+    const double lr = trainer.lr_at(step - 1);
+    if (epoch == start_epoch) log.line(str("training step: ", trainer.step_mode()));
     double loss_sum = 0;
-    int64_t correct = 0, seen = 0;
-    const int64_t first_step = step - static_cast<int64_t>(outputs.size());
-    for (size_t i = 0; i < outputs.size(); ++i) {
-      const float loss = outputs[i].loss.item();
-      log.step(first_step + static_cast<int64_t>(i), epoch, loss);
+    int64_t correct = 0;
+    const int64_t first_step = step - done;
+    for (int64_t i = 0; i < done; ++i) {
+      const float loss = records[i].loss;
+      log.step(first_step + i, epoch, loss);
       if (!std::isfinite(loss)) {
-        log.line(str("error: the loss is ", loss, " at step ", first_step + static_cast<int64_t>(i), " (epoch ",
+        log.line(str("error: the loss is ", loss, " at step ", first_step + i, " (epoch ",
                      epoch + 1, "); stopping. The last good checkpoint is ", run_dir, "/", kCheckpoint,
                      epoch > 0 ? str(" (after epoch ", epoch, ")") : std::string(" (none was written yet)")));
         return 3;
       }
       loss_sum += loss;
-      correct += count_matches(outputs[i].predictions, labels[i]);
-      seen += labels[i].numel();
+      correct += records[i].correct;
     }
+    const int64_t seen = done * config.batch_size;
     const double epoch_seconds = since(t0);
     train_seconds += epoch_seconds;
     trained_images += seen;
@@ -168,7 +156,7 @@ int train_command(const TrainOptions& options) {
     const double eval_seconds = since(e0);
     nlohmann::json record = {{"epoch", epoch + 1},
                              {"step", step},
-                             {"train_loss", loss_sum / static_cast<double>(outputs.size())},
+                             {"train_loss", loss_sum / static_cast<double>(done)},
                              {"train_acc", 100.0 * static_cast<double>(correct) / static_cast<double>(seen)},
                              {"test_acc", last_test},
                              {"lr", lr},

@@ -13,6 +13,7 @@
 #include "train/checkpoint.h"
 #include "train/run_log.h"
 #include "core/allocator.h"
+#include "core/device.h"
 #include "core/autograd.h"
 #include "core/error.h"
 #include "core/init.h"
@@ -35,6 +36,21 @@ std::string data_dir_for(const DataOptions& data) {
   MINIDL_CHECK(env && *env, "data.dir: no CIFAR-10 folder given; set data.dir in the config, pass --set "
                "data.dir=PATH, or set CIFAR10_DIR (scripts/data.sh makes one)");
   return env;
+}
+
+// Eager steps before a capture: the first step makes cuDNN choose its algorithms and cuBLAS set
+// up, and fills the allocator's cache; the second runs as every later step will.
+constexpr int kTrainGraphWarmup = 2;
+constexpr int kEvalGraphWarmup = 1;
+
+// Whether every training step runs the same device work, as a CUDA graph replay needs: not with
+// lookahead (it averages on some steps only) or a parameter that freezes part-way (its gradient
+// and update disappear then).
+bool step_is_static(const TrainConfig& config) {
+  if (!config.lookahead.is_null()) return false;
+  for (const nlohmann::json& rule : config.freeze)
+    if (rule.is_object() && rule.value("from_epoch", 0.0) != 0.0) return false;
+  return true;
 }
 
 }  // namespace
@@ -70,7 +86,11 @@ Trainer::Trainer(const TrainConfig& config, Device device)
     : Trainer(config, device, load_split(config, Split::Train), load_split(config, Split::Test)) {}
 
 Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Dataset test_set)
-    : config_(config), device_(device), data_options_(DataOptions::from_json(config.data, "data")) {
+    : config_(config),
+      device_(device),
+      data_options_(DataOptions::from_json(config.data, "data")),
+      train_graph_("training step", config.cuda_graph && device.is_cuda() && step_is_static(config),
+                   kTrainGraphWarmup) {
   set_init_seed(config.seed);
   model_ = build_sequential(config.model.at("layers"), "model.layers");
   model_->assign_paths();
@@ -120,49 +140,102 @@ nlohmann::json Trainer::resolved_config() const {
   return j;
 }
 
-Trainer::StepOutput Trainer::train_step(const Batch& batch, int64_t step, Profiler* profiler) {
+double Trainer::lr_at(int64_t step) const {
+  return optimizer_->base_lr() * schedule_->factor(step, steps_per_epoch(), total_steps());
+}
+
+bool Trainer::train_step(int64_t step, StepRecord* record, Profiler* profiler) {
+  if (!train_loader_->advance()) return false;
   freeze_.apply(step);
-  const double lr = optimizer_->base_lr() * schedule_->factor(step, steps_per_epoch(), total_steps());
+  const double lr = lr_at(step);
+  if (profiler) {
+    device_step(false, lr, profiler);
+  } else {
+    // A replay runs apply() with the table of this prepare(); an eager step prepares after its
+    // backward, as Optimizer::step does. Either way the same scalars reach the same kernels.
+    const bool graphed = train_graph_.next_run_graphed();
+    if (graphed) optimizer_->prepare(lr);
+    // A failed capture ran the backward on the host only: the gradients it summed into were never
+    // computed, so zero them again before the eager run.
+    train_graph_.run([&] { device_step(graphed, lr, nullptr); }, [&] { optimizer_->zero_grad(); });
+  }
+  copy_bytes_async(&record->loss, Device::cpu(), step_loss_.raw_data(), device_, sizeof(float));
+  copy_bytes_async(&record->correct, Device::cpu(), step_correct_.raw_data(), device_, sizeof(int32_t));
+  return true;
+}
+
+void Trainer::device_step(bool prepared, double lr, Profiler* profiler) {
+  Batch batch;
+  {
+    ProfileSection s = profiler ? profiler->section("data") : ProfileSection();
+    train_loader_->emit(batch);
+  }
   Tensor logits = (*model_)(batch.images);
-  StepOutput out;
-  out.lr = lr;
+  Tensor loss;
   {
     ProfileSection s = profiler ? profiler->section("loss") : ProfileSection();
-    out.loss = cross_entropy(logits, batch.labels, static_cast<float>(config_.label_smoothing));
-    out.predictions = argmax_rows(logits.detach());
+    loss = cross_entropy(logits, batch.labels, static_cast<float>(config_.label_smoothing));
+    step_correct_ = correct_predictions(logits.detach(), batch.labels);
   }
-  out.loss.backward();
+  loss.backward();
   {
     ProfileSection s = profiler ? profiler->section("optimizer") : ProfileSection();
-    optimizer_->step(lr);
+    if (!prepared) optimizer_->prepare(lr);
+    optimizer_->apply();
     optimizer_->zero_grad();
   }
-  out.loss = out.loss.detach();
-  return out;
+  step_loss_ = loss.detach();
+}
+
+void Trainer::device_eval(const std::string& tta) {
+  Batch batch;
+  test_loader_->emit(batch);
+  Tensor logits = (*model_)(batch.images);
+  eval_correct_ = correct_predictions(logits, batch.labels);
+  const std::vector<TtaView> views = tta_views(tta);
+  if (views.size() == 1) return;
+  // The weighted sum of every view's logits (x * 1.0f is exact: weights of 1 add plainly).
+  Tensor sum = mul(logits, views[0].weight);
+  for (size_t v = 1; v < views.size(); ++v) {
+    const TtaView& view = views[v];
+    sum = add(sum, mul((*model_)(flip_translate(batch.images, view.flip, view.dy, view.dx)), view.weight));
+  }
+  eval_tta_correct_ = correct_predictions(sum, batch.labels);
 }
 
 Trainer::EvalResult Trainer::evaluate(const std::string& tta) {
   autograd::NoGradGuard no_grad;
   model_->eval();
-  const std::vector<TtaView> views = tta_views(tta);
-  int64_t correct = 0, correct_tta = 0, seen = 0;
-  test_loader_->start_epoch(0);
-  Batch batch;
-  while (test_loader_->next(batch)) {
-    Tensor logits = (*model_)(batch.images);
-    correct += count_correct(logits, batch.labels);
-    if (views.size() > 1) {
-      // The weighted sum of every view's logits (x * 1.0f is exact: weights of 1 add plainly).
-      Tensor sum = mul(logits, views[0].weight);
-      for (size_t v = 1; v < views.size(); ++v) {
-        const TtaView& view = views[v];
-        sum = add(sum, mul((*model_)(flip_translate(batch.images, view.flip, view.dy, view.dx)), view.weight));
-      }
-      correct_tta += count_correct(sum, batch.labels);
-    }
-    seen += batch.labels.numel();
+  Loader& loader = *test_loader_;
+  const int64_t batches = loader.batches_per_epoch();
+  if (!eval_counts_) eval_counts_ = allocate_pinned(static_cast<size_t>(2 * batches) * sizeof(int32_t));
+  // One graph per TTA mode: the forward passes it replays depend on it.
+  if (!eval_graph_ || eval_graph_tta_ != tta) {
+    eval_graph_ = std::make_unique<StepGraph>("evaluation batch", config_.cuda_graph && device_.is_cuda(),
+                                              kEvalGraphWarmup);
+    eval_graph_tta_ = tta;
   }
+  int32_t* counts = static_cast<int32_t*>(eval_counts_.get());
+  loader.start_epoch(0);
+  int64_t seen = 0;
+  for (int64_t b = 0; loader.advance(); ++b) {
+    // The last, shorter batch runs eagerly: a graph holds the shapes of its capture.
+    if (loader.current_batch_size() == loader.options().batch_size)
+      eval_graph_->run([&] { device_eval(tta); }, [] {});
+    else
+      device_eval(tta);
+    copy_bytes_async(counts + 2 * b, Device::cpu(), eval_correct_.raw_data(), device_, sizeof(int32_t));
+    if (tta != "none")
+      copy_bytes_async(counts + 2 * b + 1, Device::cpu(), eval_tta_correct_.raw_data(), device_, sizeof(int32_t));
+    seen += loader.current_batch_size();
+  }
+  synchronize(device_);
   model_->train();
+  int64_t correct = 0, correct_tta = 0;
+  for (int64_t b = 0; b < batches; ++b) {
+    correct += counts[2 * b];
+    if (tta != "none") correct_tta += counts[2 * b + 1];
+  }
   EvalResult r;
   r.acc = 100.0 * static_cast<double>(correct) / static_cast<double>(seen);
   if (tta != "none") r.tta_acc = 100.0 * static_cast<double>(correct_tta) / static_cast<double>(seen);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "train/config.h"
+#include "train/step_graph.h"
 #include "core/tensor.h"
 #include "data/cifar10.h"
 #include "data/loader.h"
@@ -30,22 +31,32 @@ class Trainer {
   // Uses data sets already loaded (on the host or on `device`): the benchmark loads them once.
   Trainer(const TrainConfig& config, Device device, Dataset train_set, Dataset test_set);
 
-  // One training step on a batch at global step `step`. Nothing is synchronized: the loss and the
-  // predicted classes stay on the device until the epoch ends. With a profiler, the loss and
-  // the update are sections of their own.
-  struct StepOutput {
-    Tensor loss;         // one element
-    Tensor predictions;  // int32 (batch), argmax of the logits
-    double lr = 0;
+  // What the host reads of one training step once the GPU is done with it (after
+  // synchronize(device())): its loss and how many of its images the model classified correctly.
+  struct StepRecord {
+    float loss;
+    int32_t correct;
   };
-  StepOutput train_step(const Batch& batch, int64_t step, Profiler* profiler = nullptr);
+  // One training step at global step `step`: the next batch of train_loader() (false, and nothing
+  // done, when the epoch has none left), the schedule's lr, forward, loss, backward, update.
+  // Nothing waits for the GPU: the step's record is queued into *record, which must be pinned
+  // host memory (allocate_pinned) read after a synchronize. With cuda_graph on a GPU, the device
+  // work of steps after the warm-up is one CUDA graph replay; the bits are those of the eager step.
+  // With a profiler the step runs eagerly (per-layer times need the layers' boundaries), and the
+  // loss, update and data are sections of their own.
+  bool train_step(int64_t step, StepRecord* record, Profiler* profiler = nullptr);
+  // The learning rate of the default group at `step` (base lr times the schedule).
+  double lr_at(int64_t step) const;
   // Test accuracy (percent) in eval mode, plain and with the given test-time augmentation (the
-  // same forward passes serve both; tta_acc < 0 when tta is "none").
+  // same forward passes serve both; tta_acc < 0 when tta is "none"). Full batches replay a CUDA
+  // graph as training steps do; the host waits for the GPU once, at the end.
   struct EvalResult {
     double acc = 0;
     double tta_acc = -1;
   };
   EvalResult evaluate(const std::string& tta);
+  // How the training step runs now: "CUDA graph", "eager", or why the capture failed.
+  std::string step_mode() const { return train_graph_.mode(); }
 
   Module& model() { return *model_; }
   Optimizer& optimizer() { return *optimizer_; }
@@ -72,6 +83,17 @@ class Trainer {
   Dataset train_set_, test_set_;
   std::unique_ptr<Loader> train_loader_;
   std::unique_ptr<Loader> test_loader_;
+
+  // The device half of a training step (everything after the uploads), and of an evaluation
+  // batch; what a CUDA graph captures.
+  void device_step(bool prepared, double lr, Profiler* profiler);
+  void device_eval(const std::string& tta);
+  StepGraph train_graph_;
+  std::unique_ptr<StepGraph> eval_graph_;
+  std::string eval_graph_tta_;
+  Tensor step_loss_, step_correct_;     // the last training step's results, on the device
+  Tensor eval_correct_, eval_tta_correct_;  // the last evaluation batch's counts
+  std::shared_ptr<void> eval_counts_;   // pinned: two int32 counts per test batch
 };
 
 struct TrainOptions {

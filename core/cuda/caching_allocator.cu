@@ -25,19 +25,22 @@ size_t size_class(size_t bytes) {
   return (bytes + r - 1) / r * r;
 }
 
+// Blocks belong to the shared cache (pool -1) or to one graph-private pool. While a pool is
+// active (a CUDA graph capture), malloc serves from that pool's free blocks, then adopts a free
+// block of the shared cache, then asks the driver; free gives every block back to the active
+// pool, even one that was allocated before the capture: a captured graph replays every address it
+// touched, so none of them may serve anything else while the graph lives. Releasing a pool (the
+// graph is gone) hands its blocks back to the shared cache.
 class CachingAllocator {
  public:
   void* malloc(size_t bytes) {
     const size_t cls = size_class(bytes);
     std::lock_guard<std::mutex> lock(mu_);
-    void* ptr = nullptr;
-    auto it = free_.find(cls);
-    if (it != free_.end() && !it->second.empty()) {
-      ptr = it->second.back();
-      it->second.pop_back();
-    } else {
+    void* ptr = take_free(active_, cls);
+    if (!ptr && active_ != kShared) ptr = take_free(kShared, cls);
+    if (!ptr) {
       cudaError_t err = cudaMalloc(&ptr, cls);
-      if (err == cudaErrorMemoryAllocation) {
+      if (err == cudaErrorMemoryAllocation && active_ == kShared) {
         (void)cudaGetLastError();
         release_locked();
         err = cudaMalloc(&ptr, cls);
@@ -50,7 +53,7 @@ class CachingAllocator {
       stats_.reserved_bytes += cls;
       ++stats_.device_mallocs;
     }
-    in_use_[ptr] = cls;
+    in_use_[ptr] = {cls, active_};
     stats_.current_bytes += cls;
     if (stats_.current_bytes > stats_.peak_bytes) stats_.peak_bytes = stats_.current_bytes;
     return ptr;
@@ -61,9 +64,36 @@ class CachingAllocator {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = in_use_.find(ptr);
     MINIDL_ASSERT(it != in_use_.end());
-    stats_.current_bytes -= it->second;
-    free_[it->second].push_back(ptr);
+    const Block b = it->second;
+    stats_.current_bytes -= b.cls;
+    const int owner = active_ != kShared ? active_ : b.pool;
+    free_[owner][b.cls].push_back(ptr);
     in_use_.erase(it);
+  }
+
+  int create_pool() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return next_pool_++;
+  }
+
+  void release_pool(int pool) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (active_ == pool) active_ = kShared;
+    auto it = free_.find(pool);
+    if (it != free_.end()) {
+      for (auto& [cls, ptrs] : it->second) {
+        auto& shared = free_[kShared][cls];
+        shared.insert(shared.end(), ptrs.begin(), ptrs.end());
+      }
+      free_.erase(it);
+    }
+    for (auto& [ptr, block] : in_use_)
+      if (block.pool == pool) block.pool = kShared;
+  }
+
+  void set_active_pool(int pool) {
+    std::lock_guard<std::mutex> lock(mu_);
+    active_ = pool;
   }
 
   DeviceMemoryStats stats() {
@@ -75,21 +105,40 @@ class CachingAllocator {
     stats_.peak_bytes = stats_.current_bytes;
   }
  private:
+  static constexpr int kShared = -1;
+  struct Block {
+    size_t cls;
+    int pool;
+  };
+
+  void* take_free(int pool, size_t cls) {
+    auto p = free_.find(pool);
+    if (p == free_.end()) return nullptr;
+    auto it = p->second.find(cls);
+    if (it == p->second.end() || it->second.empty()) return nullptr;
+    void* ptr = it->second.back();
+    it->second.pop_back();
+    return ptr;
+  }
+
+  // Only the shared cache is given back to the driver: a graph pool's blocks are its graph's.
   void release_locked() {
     MINIDL_CUDA_CHECK(cudaStreamSynchronize(stream()));
-    for (auto& [cls, ptrs] : free_) {
+    for (auto& [cls, ptrs] : free_[kShared]) {
       for (void* p : ptrs) {
         MINIDL_CUDA_CHECK(cudaFree(p));
         stats_.reserved_bytes -= cls;
       }
     }
-    free_.clear();
+    free_[kShared].clear();
   }
 
   std::mutex mu_;
-  std::map<size_t, std::vector<void*>> free_;
-  std::unordered_map<void*, size_t> in_use_;
+  std::map<int, std::map<size_t, std::vector<void*>>> free_;  // pool -> size class -> blocks
+  std::unordered_map<void*, Block> in_use_;
   DeviceMemoryStats stats_;
+  int active_ = kShared;
+  int next_pool_ = 0;
 };
 
 // Never destroyed: tensors held in static storage may be freed after main returns.
@@ -104,5 +153,8 @@ void* cached_malloc(size_t bytes) { return allocator().malloc(bytes); }
 void cached_free(void* ptr) { allocator().free(ptr); }
 DeviceMemoryStats cached_stats() { return allocator().stats(); }
 void reset_cached_peak() { allocator().reset_peak(); }
+int create_pool() { return allocator().create_pool(); }
+void release_pool(int pool) { allocator().release_pool(pool); }
+void set_active_pool(int pool) { allocator().set_active_pool(pool); }
 
 }  // namespace minidl::cuda

@@ -16,5 +16,12 @@ DeviceMemoryStats cached_stats();
 void reset_cached_peak();
 enum class CopyKind { HostToDevice, DeviceToHost, DeviceToDevice };
 void copy(void* dst, const void* src, size_t bytes, CopyKind kind);
+void copy_async(void* dst, const void* src, size_t bytes, CopyKind kind);
+void* pinned_malloc(size_t bytes);
+void pinned_free(void* ptr);
+// Graph-private pools of the caching allocator (see GraphMemoryPool in core/allocator.h).
+int create_pool();
+void release_pool(int pool);
+void set_active_pool(int pool);  // -1: the shared cache
 
 }  // namespace minidl::cuda

@@ -12,7 +12,22 @@ namespace minidl::cuda {
 
 namespace {
 cudaEvent_t as_event(void* e) { return static_cast<cudaEvent_t>(e); }
+
+// One thread spins on the global timer (nanoseconds) until `ns` have passed.
+__global__ void stall_kernel(unsigned long long ns) {
+  unsigned long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+}
 }  // namespace
+
+void stall_stream(double milliseconds) {
+  stall_kernel<<<1, 1, 0, stream()>>>(static_cast<unsigned long long>(milliseconds * 1e6));
+  MINIDL_LAUNCH_CHECK();
+}
 
 TimingEvents::~TimingEvents() {
   // A destructor must not throw; a failure here can only mean the context is already gone at

@@ -28,6 +28,11 @@ class TimingEvents {
   std::vector<void*> events_;  // cudaEvent_t, kept opaque so this header needs no CUDA include
 };
 
+// Queues a kernel that keeps the stream busy for about `milliseconds`. A benchmark queues it,
+// then the work it measures: the host has queued that work by the time the GPU reaches it, so
+// events around it give the GPU's own time, without the gaps of a host that launches too slowly.
+void stall_stream(double milliseconds);
+
 // NVTX ranges for Nsight Systems; no-ops when the toolkit has no NVTX3 (MINIDL_WITH_NVTX unset).
 void nvtx_push(const char* name);
 void nvtx_pop();

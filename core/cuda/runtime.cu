@@ -1,5 +1,6 @@
 #include "core/cuda/runtime.h"
 
+#include <cstring>
 #include <mutex>
 
 #include "core/cuda/device_memory.h"
@@ -86,6 +87,75 @@ void copy(void* dst, const void* src, size_t bytes, CopyKind kind) {
   MINIDL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, k, stream()));
   // A host buffer may be freed or read as soon as we return: wait for copies that touch it.
   if (kind != CopyKind::DeviceToDevice) synchronize();
+}
+
+namespace {
+
+// Host-to-device copies of a few bytes (a batch cursor, an optimizer's scalar table) go through a
+// ring of pinned slots: the caller's buffer may be reused as soon as the call returns, and the
+// copy itself is truly asynchronous (a copy from pageable memory may wait for the stream, or, on a
+// system where the GPU reads pageable memory, read it late). Slot k is rewritten only once the
+// event recorded behind its previous copy has completed, which with 64 slots almost never waits.
+class UploadRing {
+ public:
+  static constexpr size_t kSlotBytes = 4096;
+
+  UploadRing() {
+    MINIDL_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&memory_), kSlotBytes * kSlots, cudaHostAllocDefault));
+    for (cudaEvent_t& e : events_) MINIDL_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
+
+  void upload(void* dst, const void* src, size_t bytes) {
+    const int k = next_;
+    next_ = (next_ + 1) % kSlots;
+    if (used_[k]) MINIDL_CUDA_CHECK(cudaEventSynchronize(events_[k]));
+    char* slot = memory_ + static_cast<size_t>(k) * kSlotBytes;
+    std::memcpy(slot, src, bytes);
+    MINIDL_CUDA_CHECK(cudaMemcpyAsync(dst, slot, bytes, cudaMemcpyHostToDevice, stream()));
+    MINIDL_CUDA_CHECK(cudaEventRecord(events_[k], stream()));
+    used_[k] = true;
+  }
+
+ private:
+  static constexpr int kSlots = 64;
+  char* memory_ = nullptr;
+  cudaEvent_t events_[kSlots] = {};
+  bool used_[kSlots] = {};
+  int next_ = 0;
+};
+
+// Never destroyed, like the runtime.
+UploadRing& upload_ring() {
+  static UploadRing* r = new UploadRing();
+  return *r;
+}
+
+}  // namespace
+
+void copy_async(void* dst, const void* src, size_t bytes, CopyKind kind) {
+  if (bytes == 0) return;
+  if (kind == CopyKind::HostToDevice) {
+    if (bytes <= UploadRing::kSlotBytes)
+      upload_ring().upload(dst, src, bytes);
+    else
+      copy(dst, src, bytes, kind);  // larger uploads (an epoch's order) wait; they are rare
+    return;
+  }
+  // To the host: the destination is pinned memory (the caller's promise), so this is truly
+  // asynchronous; device to device is stream work anyway.
+  MINIDL_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes,
+                                    kind == CopyKind::DeviceToHost ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice,
+                                    stream()));
+}
+
+void* pinned_malloc(size_t bytes) {
+  void* p = nullptr;
+  MINIDL_CUDA_CHECK(cudaHostAlloc(&p, bytes == 0 ? 1 : bytes, cudaHostAllocDefault));
+  return p;
+}
+
+void pinned_free(void* ptr) {
+  if (ptr) MINIDL_CUDA_CHECK(cudaFreeHost(ptr));
 }
 
 }  // namespace minidl::cuda

@@ -93,26 +93,31 @@ Tensor argmax_rows(const Tensor& logits) {
   return out;
 }
 
-int64_t count_correct(const Tensor& logits, const Tensor& labels) {
+Tensor correct_predictions(const Tensor& logits, const Tensor& labels) {
   check_inputs(logits, labels, "count_correct");
   const int64_t rows = logits.size(0), classes = logits.size(1);
-  return dispatch(
+  Tensor count = Tensor::empty({1}, DType::Int32, logits.device());
+  dispatch(
       logits.device(), "count_correct",
       [&] {
         check_labels_cpu(labels, classes, "count_correct");
-        return kernels::count_correct_cpu(logits.data<float>(), labels.data<int32_t>(), rows, classes);
+        *count.data<int32_t>() = static_cast<int32_t>(
+            kernels::count_correct_cpu(logits.data<float>(), labels.data<int32_t>(), rows, classes));
       },
       [&] {
         kernels::raise_flagged_label_error();
         Tensor scratch = Tensor::empty({rows}, DType::Int32, logits.device());
-        std::shared_ptr<void> count = allocate(sizeof(int64_t), logits.device());
         kernels::count_correct_cuda(logits.data<float>(), labels.data<int32_t>(), rows, classes,
-                                    scratch.data<int32_t>(), static_cast<int64_t*>(count.get()));
-        int64_t result = 0;
-        copy_bytes(&result, Device::cpu(), count.get(), logits.device(), sizeof(int64_t));  // waits for the kernels
-        kernels::raise_flagged_label_error();
-        return result;
+                                    scratch.data<int32_t>(), count.data<int32_t>());
       });
+  return count;
+}
+
+int64_t count_correct(const Tensor& logits, const Tensor& labels) {
+  const int64_t result = correct_predictions(logits, labels).values<int32_t>()[0];  // waits for the kernels
+  // Through dispatch, so a CPU-only build has no reference to the CUDA-only function.
+  dispatch(logits.device(), "count_correct", [] {}, [] { kernels::raise_flagged_label_error(); });
+  return result;
 }
 
 }  // namespace minidl

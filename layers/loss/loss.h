@@ -26,6 +26,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smo
 // Rows whose argmax (the first maximum; a NaN counts as the maximum, as torch.argmax) equals the
 // label. Waits for the result.
 int64_t count_correct(const Tensor& logits, const Tensor& labels);
+// The same count as an int32 tensor of one element on the logits' device, without waiting (a
+// training step keeps it on the device; a CUDA graph can capture it).
+Tensor correct_predictions(const Tensor& logits, const Tensor& labels);
 
 // int32 (N): the argmax of each row, as above.
 Tensor argmax_rows(const Tensor& logits);

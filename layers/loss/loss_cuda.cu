@@ -178,7 +178,7 @@ __global__ void argmax_rows_kernel(const float* __restrict__ logits, int rows, i
 
 // One block: *count = rows with argmax == label (integers: any order gives the same count).
 __global__ void count_correct_kernel(const int32_t* __restrict__ argmax, const int32_t* __restrict__ labels, int rows,
-                                     int classes, int64_t* __restrict__ count, LabelStatus* status) {
+                                     int classes, int32_t* __restrict__ count, LabelStatus* status) {
   __shared__ int partial[kReduceBlock];
   int correct = 0;
   for (int i = threadIdx.x; i < rows; i += blockDim.x) correct += argmax[i] == labels[i];
@@ -235,7 +235,7 @@ void argmax_rows_cuda(const float* logits, int64_t rows, int64_t classes, int32_
 }
 
 void count_correct_cuda(const float* logits, const int32_t* labels, int64_t rows, int64_t classes,
-                        int32_t* argmax_scratch, int64_t* count) {
+                        int32_t* argmax_scratch, int32_t* count) {
   argmax_rows_cuda(logits, rows, classes, argmax_scratch);
   count_correct_kernel<<<1, kReduceBlock, 0, cuda::stream()>>>(argmax_scratch, labels, static_cast<int>(rows),
                                                                static_cast<int>(classes), count,

@@ -22,7 +22,7 @@ void scale_by_device_scalar_cuda(const float* d, const float* g, float* dx, int6
 void argmax_rows_cuda(const float* logits, int64_t rows, int64_t classes, int32_t* out);
 // *count (device) = rows whose argmax (computed into argmax_scratch, `rows` ints) equals the label.
 void count_correct_cuda(const float* logits, const int32_t* labels, int64_t rows, int64_t classes,
-                        int32_t* argmax_scratch, int64_t* count);
+                        int32_t* argmax_scratch, int32_t* count);
 // Throws the Error for the first bad label a CUDA kernel has flagged since the last call, if any.
 void raise_flagged_label_error();
 }  // namespace kernels

@@ -7,6 +7,7 @@
 #   bench   train/profile benchmarks of ResNet-9, norm and conv benchmarks beside PyTorch, parity
 #   train   the three ResNet-9 configs trained to the end, PyTorch's BatchNorm run beside
 #   repro   minidl repro and a resume check on the GPU
+#   graph   CUDA graph tests, graphed-vs-eager bit identity and step times (scripts/gpu/graph.sh)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${1:?usage: check_all.sh BIN_DIR OUT_DIR [STAGES]}
@@ -51,6 +52,9 @@ for stage in $stages; do
     torchtrain)
       run timeout 300 python3 "$root/scripts/torch/resnet9.py" --config "$root/configs/resnet9.json" --data "$data" \
         --epochs 0 --out /tmp/torch_train.json 2>&1 | tee "$out/torch_train.log" | tail -5 ;;
+    graph)
+      run bash "$root/scripts/gpu/graph.sh" "$bin" "$out/graph" 2>&1 | tee "$out/graph.log" |
+        grep -E "repro:|graphed resume|training:|GPU time|torch |FAILED|test cases" ;;
     repro)
       {
         run timeout 200 "$bin/minidl" repro --config "$root/configs/resnet9.json" --device cuda --steps 200 --output /tmp/repro

@@ -316,6 +316,9 @@ def main():
     ap.add_argument("--benchmark", action="store_true", help="torch.backends.cudnn.benchmark = True")
     ap.add_argument("--seed", type=int, default=None, help="default: the config's seed")
     ap.add_argument("--device", default="cuda", help="cuda (the reference), or cpu for a smoke test")
+    ap.add_argument("--batch-size", type=int, default=None, help="default: the config's batch_size")
+    ap.add_argument("--compile", choices=("none", "default", "reduce-overhead"), default="none",
+                    help="time torch.compile(model, mode=...) (reduce-overhead: with CUDA graphs)")
     args = ap.parse_args()
     device = args.device
     if device == "cuda" and not torch.cuda.is_available():
@@ -323,6 +326,8 @@ def main():
     with open(args.config) as f:
         config = json.load(f)
     args.seed = config.get("seed", 0) if args.seed is None else args.seed
+    if args.batch_size:
+        config["batch_size"] = args.batch_size
     torch.backends.cudnn.allow_tf32 = bool(config.get("allow_tf32", True))
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.deterministic = bool(config.get("deterministic", False))
@@ -342,7 +347,10 @@ def main():
     print(f"# PyTorch {torch.__version__} on {result['device']}, cuDNN {result['cudnn']}; {args.config}: "
           f"{result['parameters']} parameters; settings {result['settings']}", flush=True)
     if args.time_steps:
-        result["time"] = time_steps(args, config, model, opt, base_lr, smoothing, device)
+        timed = model if args.compile == "none" else torch.compile(
+            model, mode=None if args.compile == "default" else args.compile)
+        result["settings"]["compile"] = args.compile
+        result["time"] = time_steps(args, config, timed, opt, base_lr, smoothing, device)
     if args.profile:
         result["profile"] = profile_steps(args, config, model, opt, base_lr, smoothing, device)
     if args.epochs is not None:

@@ -1,0 +1,209 @@
+// CUDA graphs: a captured graph replays with the values written before each replay; its memory
+// is its own until it is dropped; a capture that synchronizes fails, names the call and runs
+// nothing; StepGraph falls back to eager steps; and whole training runs give the same bits
+// graphed and eager (BatchNorm + SGD, and GroupNorm + LayerNorm + GELU + AdamW), also resumed.
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "core/allocator.h"
+#include "core/cuda_graph.h"
+#include "core/safetensors.h"
+#include "core/tensor_ops.h"
+#include "train/checkpoint.h"
+#include "train/step_graph.h"
+#include "train/trainer.h"
+#include "test_util.h"
+
+using namespace minidl;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+void upload(Tensor& dst, float value) {
+  const std::vector<float> v(static_cast<size_t>(dst.numel()), value);
+  copy_bytes_async(dst.raw_data(), dst.device(), v.data(), Device::cpu(), v.size() * sizeof(float));
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// A small net on 512 training images, 8 steps of 64 per epoch, on the GPU. `norm` picks the
+// variant: BatchNorm2d with ReLU and SGD, or GroupNorm, LayerNorm and GELU with AdamW.
+std::string write_config(const std::string& dir, const std::string& norm) {
+  fs::create_directories(dir);
+  json c = json::parse(R"({
+    "seed": 5, "device": "cuda", "epochs": 2, "batch_size": 64,
+    "data": {"train_limit": 512, "augment": {"crop_padding": 2, "flip": true, "cutout": 4}},
+    "loss": {"label_smoothing": 0.1},
+    "schedule": {"type": "piecewise_linear", "epochs": [0, 1, 2], "factors": [0.5, 1, 0.2]},
+    "eval": {"tta": "flip_translate", "batch_size": 3000},
+    "output": {"progress": false}
+  })");
+  c["data"]["dir"] = test::data_dir();
+  if (norm == "batchnorm") {
+    c["model"]["layers"] = json::parse(R"([
+      {"type": "Conv2d", "in_channels": 3, "out_channels": 16, "kernel_size": 3, "padding": 1, "bias": false},
+      {"type": "BatchNorm2d", "num_features": 16, "relu": true},
+      {"type": "MaxPool2d", "kernel_size": 2},
+      {"type": "Residual", "body": [
+        {"type": "Conv2d", "in_channels": 16, "out_channels": 16, "kernel_size": 3, "padding": 1, "bias": false},
+        {"type": "BatchNorm2d", "num_features": 16, "relu": true}]},
+      {"type": "MaxPool2d", "kernel_size": 4},
+      {"type": "GlobalMaxPool2d"},
+      {"type": "Linear", "in_features": 16, "out_features": 10, "bias": false},
+      {"type": "Scale", "value": 0.125}])");
+    c["optimizer"] = json::parse(R"({"type": "SGD", "lr": 0.05, "momentum": 0.9, "nesterov": true,
+                                     "weight_decay": 5e-4})");
+  } else {
+    c["model"]["layers"] = json::parse(R"([
+      {"type": "Conv2d", "in_channels": 3, "out_channels": 16, "kernel_size": 3, "padding": 1},
+      {"type": "GroupNorm", "num_groups": 4, "num_channels": 16},
+      {"type": "GELU"},
+      {"type": "MaxPool2d", "kernel_size": 2},
+      {"type": "Conv2d", "in_channels": 16, "out_channels": 16, "kernel_size": 3, "padding": 1},
+      {"type": "LayerNorm", "normalized_shape": [16, 16, 16], "relu": true},
+      {"type": "GlobalAvgPool2d"},
+      {"type": "Linear", "in_features": 16, "out_features": 10}])");
+    c["optimizer"] = json::parse(R"({"type": "AdamW", "lr": 0.003, "weight_decay": 0.01})");
+  }
+  const std::string path = dir + "/config.in.json";
+  std::ofstream(path) << c.dump(2);
+  return path;
+}
+
+int train(const std::string& config, const std::string& out, bool graph, int64_t max_steps = 0) {
+  TrainOptions o;
+  o.config_path = config;
+  o.output_dir = out;
+  o.overrides = {graph ? "cuda_graph=true" : "cuda_graph=false"};
+  o.max_steps = max_steps;
+  return train_command(o);
+}
+
+}  // namespace
+
+TEST_CASE("a CUDA graph replays its work with the values written before each replay", "[cuda][graph]") {
+  MINIDL_REQUIRE_CUDA();
+  Tensor x = Tensor::zeros({1000}, DType::Float32, Device::cuda());
+  Tensor y;
+  CudaGraph graph;
+  REQUIRE(graph.capture([&] { y = add(mul(x, 2.f), x); }) == "");
+  REQUIRE(graph.captured());
+  const size_t mallocs = device_memory_stats().device_mallocs;
+  for (int r = 1; r <= 3; ++r) {
+    upload(x, static_cast<float>(r));
+    graph.replay();
+    REQUIRE(y.to_vector() == std::vector<float>(1000, 3.f * static_cast<float>(r)));
+  }
+  REQUIRE(device_memory_stats().device_mallocs == mallocs);
+}
+
+TEST_CASE("a CUDA graph's memory serves nothing else until the graph is dropped", "[cuda][graph]") {
+  MINIDL_REQUIRE_CUDA();
+  Tensor x = Tensor::full({4096}, 1.f, Device::cuda());
+  Tensor y;
+  void* scratch = nullptr;
+  CudaGraph graph;
+  REQUIRE(graph.capture([&] {
+            Tensor t = mul(x, 3.f);  // freed inside the capture: back to the graph's pool
+            scratch = t.raw_data();
+            y = add(t, x);
+          }) == "");
+  std::vector<Tensor> eager;
+  std::set<void*> seen;
+  for (int i = 0; i < 8; ++i) {
+    eager.push_back(Tensor::empty({4096}, DType::Float32, Device::cuda()));
+    seen.insert(eager.back().raw_data());
+  }
+  REQUIRE(seen.count(scratch) == 0);
+  REQUIRE(seen.count(y.raw_data()) == 0);
+  graph.replay();
+  REQUIRE(y.to_vector() == std::vector<float>(4096, 4.f));
+  graph.reset();
+  bool reused = false;
+  for (int i = 0; i < 8 && !reused; ++i) {
+    eager.push_back(Tensor::empty({4096}, DType::Float32, Device::cuda()));
+    reused = eager.back().raw_data() == scratch;
+  }
+  REQUIRE(reused);
+}
+
+TEST_CASE("a capture that synchronizes with the host fails, names the call, and runs nothing", "[cuda][graph]") {
+  MINIDL_REQUIRE_CUDA();
+  Tensor x = Tensor::full({256}, 2.f, Device::cuda());
+  Tensor y = Tensor::zeros({256}, DType::Float32, Device::cuda());
+  CudaGraph graph;
+  const std::string why = graph.capture([&] {
+    axpy_(y, 1.f, x);
+    (void)y.to_vector();  // a host copy: cannot be part of a graph
+  });
+  INFO(why);
+  REQUIRE_THAT(why, Catch::Contains("CUDA error") && Catch::Contains("runtime.cu"));
+  REQUIRE_FALSE(graph.captured());
+  REQUIRE(y.to_vector() == std::vector<float>(256, 0.f));  // the captured axpy never ran
+  axpy_(y, 1.f, x);                                         // and eager work is unaffected
+  REQUIRE(y.to_vector() == std::vector<float>(256, 2.f));
+}
+
+TEST_CASE("StepGraph warms up, replays, and falls back to eager steps when the capture fails", "[cuda][graph]") {
+  MINIDL_REQUIRE_CUDA();
+  Tensor x = Tensor::full({64}, 1.f, Device::cuda());
+  Tensor acc = Tensor::zeros({64}, DType::Float32, Device::cuda());
+  int host_runs = 0;
+  StepGraph good("test step", true, 1);
+  for (int i = 0; i < 4; ++i) good.run([&] { ++host_runs; axpy_(acc, 1.f, x); }, [] {});
+  REQUIRE(good.mode() == "CUDA graph");
+  REQUIRE(host_runs == 2);  // the warm-up call and the capture; the replays run no host code
+  REQUIRE(acc.to_vector() == std::vector<float>(64, 4.f));
+
+  int discarded = 0;
+  host_runs = 0;
+  StepGraph bad("test step", true, 1);
+  for (int i = 0; i < 3; ++i)
+    bad.run([&] { ++host_runs; axpy_(acc, 1.f, x); (void)acc.to_vector(); }, [&] { ++discarded; });
+  REQUIRE_THAT(bad.mode(), Catch::Contains("capture failed"));
+  REQUIRE(discarded == 1);
+  REQUIRE(host_runs == 4);  // warm-up, the failed capture, its eager rerun, one more eager step
+  REQUIRE(acc.to_vector() == std::vector<float>(64, 7.f));
+}
+
+TEST_CASE("graphed training gives the bits of eager training, and a graphed resume too", "[cuda][graph][training]") {
+  MINIDL_REQUIRE_CUDA();
+  MINIDL_REQUIRE_DATA();
+  for (const std::string norm : {"batchnorm", "groupnorm_layernorm_gelu"}) {
+    INFO(norm);
+    test::TempDir tmp("graph_" + norm);
+    const std::string dir = tmp.path.string();
+    const std::string config = write_config(dir, norm);
+    REQUIRE(train(config, dir + "/eager", false) == 0);
+    REQUIRE(train(config, dir + "/graph", true) == 0);
+    REQUIRE(train(config, dir + "/half", true, 8) == 0);
+    TrainOptions resume;
+    resume.resume_dir = dir + "/half";
+    REQUIRE(train_command(resume) == 0);
+
+    const std::string steps = slurp(dir + "/eager/steps.jsonl");
+    REQUIRE(!steps.empty());
+    REQUIRE(steps == slurp(dir + "/graph/steps.jsonl"));
+    REQUIRE(steps == slurp(dir + "/half/steps.jsonl"));
+    const std::string hash = safetensors_payload_sha256(dir + "/eager/model.safetensors");
+    REQUIRE(hash == safetensors_payload_sha256(dir + "/graph/model.safetensors"));
+    REQUIRE(hash == safetensors_payload_sha256(dir + "/half/model.safetensors"));
+    const std::string log = slurp(dir + "/graph/log.txt");
+    REQUIRE_THAT(log, Catch::Contains("training step: CUDA graph"));
+    REQUIRE_THAT(slurp(dir + "/eager/log.txt"), Catch::Contains("training step: eager"));
+    // Evaluation (graphed on full batches, eager on the last short one) counts the same.
+    std::ifstream me(dir + "/eager/metrics.jsonl"), mg(dir + "/graph/metrics.jsonl");
+    std::string le, lg;
+    while (std::getline(me, le) && std::getline(mg, lg)) {
+      const json a = json::parse(le), b = json::parse(lg);
+      REQUIRE(a["test_acc"] == b["test_acc"]);
+      REQUIRE(a["test_acc_tta"] == b["test_acc_tta"]);
+      REQUIRE(a["train_acc"] == b["train_acc"]);
+    }
+  }
+}
