@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "core/error.h"
 #include "core/init.h"
@@ -32,9 +33,18 @@ std::vector<const NamedParam*> matching(const ParamGroup& selector, const std::v
   return out;
 }
 
-const nlohmann::json& rule_list(const nlohmann::json& rules, const std::string& path) {
+// Calls body(args, selector, where) for each rule object of the list at `path`, in order; the body
+// reads the rule's own keys and finishes `args`.
+void for_each_rule(const nlohmann::json& rules, const std::string& path,
+                   const std::function<void(JsonArgs&, const ParamGroup&, const std::string&)>& body) {
   MINIDL_CHECK(rules.is_array(), path, ": expected a list of rule objects, got ", rules.dump());
-  return rules;
+  for (size_t r = 0; r < rules.size(); ++r) {
+    const std::string where = str(path, "[", r, "]");
+    MINIDL_CHECK(rules[r].is_object(), where, ": expected a rule object, got ", rules[r].dump());
+    JsonArgs args(rules[r], where);
+    const ParamGroup selector = read_selector(args);
+    body(args, selector, where);
+  }
 }
 
 void init_patch_whitening(const NamedParam& p, double eps, int64_t images, const ImageSource& source,
@@ -56,12 +66,7 @@ void init_patch_whitening(const NamedParam& p, double eps, int64_t images, const
 
 void apply_init_rules(const nlohmann::json& rules, const std::vector<NamedParam>& params, const ImageSource& images,
                       const std::string& path) {
-  const nlohmann::json& list = rule_list(rules, path);
-  for (size_t r = 0; r < list.size(); ++r) {
-    const std::string where = str(path, "[", r, "]");
-    MINIDL_CHECK(list[r].is_object(), where, ": expected a rule object, got ", list[r].dump());
-    JsonArgs args(list[r], where);
-    const ParamGroup selector = read_selector(args);
+  for_each_rule(rules, path, [&](JsonArgs& args, const ParamGroup& selector, const std::string& where) {
     const std::string type = args.get_string("type", "");
     double eps = 0;
     int64_t count = 0;
@@ -89,17 +94,12 @@ void apply_init_rules(const nlohmann::json& rules, const std::vector<NamedParam>
         init_unit_std_(t);
       }
     }
-  }
+  });
 }
 
 FreezeRules::FreezeRules(const nlohmann::json& rules, const std::vector<NamedParam>& params, int64_t steps_per_epoch,
                          const std::string& path) {
-  const nlohmann::json& list = rule_list(rules, path);
-  for (size_t r = 0; r < list.size(); ++r) {
-    const std::string where = str(path, "[", r, "]");
-    MINIDL_CHECK(list[r].is_object(), where, ": expected a rule object, got ", list[r].dump());
-    JsonArgs args(list[r], where);
-    const ParamGroup selector = read_selector(args);
+  for_each_rule(rules, path, [&](JsonArgs& args, const ParamGroup& selector, const std::string& where) {
     const double from_epoch = args.get_float("from_epoch", 0.0);
     MINIDL_CHECK(from_epoch >= 0, args.key_path("from_epoch"), ": expected >= 0, got ", from_epoch);
     args.finish();
@@ -113,7 +113,7 @@ FreezeRules::FreezeRules(const nlohmann::json& rules, const std::vector<NamedPar
       else
         entries_.push_back({p->tensor, from_step});
     }
-  }
+  });
 }
 
 void FreezeRules::apply(int64_t step) {

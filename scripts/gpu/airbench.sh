@@ -25,14 +25,7 @@ if [ -z "${CIFAR10_DIR:-}" ]; then
 fi
 export CIFAR10_DIR MINIDL_DATA_DIR=$CIFAR10_DIR
 
-run() {
-  echo "== $*"
-  local t0=$SECONDS rc=0
-  "$@" || rc=$?
-  echo "== rc=$rc in $((SECONDS - t0)) s"
-  [ "$rc" -eq 0 ] || echo "rc=$rc: $*" >> "$out/FAILED"
-  return "$rc"
-}
+source "$root/scripts/gpu/run_stage.sh"
 
 run timeout 120 "$bin/minidl_tests" "[whitening][cuda],[lookahead][cuda],[muon][cuda]" 2>&1 |
   tee "$out/cuda_tests.log" | grep -E "passed|failed|FAILED|SKIPPED" | tail -5
