@@ -1,5 +1,6 @@
 #include "core/init.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -33,6 +34,33 @@ void init_fan_in_uniform_(Tensor& weight, Tensor* bias, int64_t fan_in) {
   const float bound = 1.f / std::sqrt(static_cast<float>(fan_in));
   init_uniform_(weight, bound);
   if (bias) init_uniform_(*bias, bound);
+}
+
+void init_dirac_(Tensor& w) {
+  MINIDL_CHECK(w.dtype() == DType::Float32 && w.dim() == 4, "init_dirac_: expects a float32 conv weight (O, C, kh, kw), got ",
+               w.str());
+  const int64_t o = w.size(0), c = w.size(1), kh = w.size(2), kw = w.size(3);
+  std::vector<float> v = w.to_vector();
+  for (int64_t f = 0; f < std::min(o, c); ++f) {
+    float* filter = v.data() + f * c * kh * kw;
+    std::fill(filter, filter + c * kh * kw, 0.f);
+    filter[(f * kh + kh / 2) * kw + kw / 2] = 1.f;
+  }
+  w.copy_(Tensor::from_vector(v, w.shape()));
+}
+
+void init_unit_std_(Tensor& t) {
+  MINIDL_CHECK(t.dtype() == DType::Float32 && t.numel() >= 2, "init_unit_std_: expects a float32 tensor of at least 2 "
+               "elements, got ", t.str());
+  std::vector<float> v = t.to_vector();
+  double sum = 0, sq = 0;
+  for (float x : v) sum += x;
+  const double mean = sum / static_cast<double>(v.size());
+  for (float x : v) sq += (x - mean) * (x - mean);
+  const double sd = std::sqrt(sq / static_cast<double>(v.size() - 1));
+  MINIDL_CHECK(sd > 0, "init_unit_std_: ", t.str(), " is constant (standard deviation 0)");
+  for (float& x : v) x = static_cast<float>(x / sd);
+  t.copy_(Tensor::from_vector(v, t.shape()));
 }
 
 }  // namespace minidl

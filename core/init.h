@@ -16,5 +16,11 @@ void init_uniform_(Tensor& t, float bound);
 // kaiming_uniform_(a=sqrt(5)) for the weight and U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for the bias
 // (bias may be null), which come to the same bound; the weight draws first.
 void init_fan_in_uniform_(Tensor& weight, Tensor* bias, int64_t fan_in);
+// torch.nn.init.dirac_ on the first min(O, C) filters of a conv weight (O, C, kh, kw): filter o
+// becomes the identity on input channel o (1 at the kernel's center, 0 elsewhere), so the layer
+// starts as an implicit residual; filters o >= C keep their values (airbench: dirac_(w[:C])).
+void init_dirac_(Tensor& w);
+// Scales t so its (unbiased, as torch.std) standard deviation is 1, computed in double.
+void init_unit_std_(Tensor& t);
 
 }  // namespace minidl

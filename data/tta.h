@@ -3,6 +3,8 @@
 // only: the ops are not recorded by autograd.
 #pragma once
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "core/host_device.h"
 #include "core/tensor.h"
@@ -17,6 +19,22 @@ Tensor hflip(const Tensor& batch);
 //   out[n, c, y, x] = m[n, c, reflect(y - dy), reflect(x - dx)], m = flip ? hflip(in) : in.
 // Needs |dy| < H and |dx| < W.
 Tensor flip_translate(const Tensor& batch, bool flip, int dy, int dx);
+
+// One view of test-time augmentation: flip_translate(batch, flip, dy, dx), its logits weighted.
+struct TtaView {
+  bool flip;
+  int dy, dx;
+  float weight;
+};
+
+// The views of a TTA mode, the plain image first (errors name `mode` when unknown):
+//   "none"            the image
+//   "flip"            the image and its mirror, weights 1
+//   "flip_translate"  those and, for d = -1 and 1, the image and its mirror shifted by (d, d), weights 1
+//   "airbench"        airbench's tta_level 2: 0.25 each for the image and its mirror, and 0.125 each
+//                     for the image shifted by one pixel down-right and up-left, and the mirrors of
+//                     those two (translate first, then mirror, as airbench does)
+std::vector<TtaView> tta_views(const std::string& mode);
 
 namespace kernels {
 void flip_translate_cpu(const float* in, float* out, int64_t planes, int h, int w, bool flip,

@@ -4,6 +4,7 @@
 #include "core/json_limits.h"
 #include "core/json_args.h"
 #include "optim/adamw.h"
+#include "optim/muon.h"
 #include "optim/sgd.h"
 
 namespace minidl {
@@ -17,7 +18,7 @@ void Optimizer::zero_grad() {
 
 std::unique_ptr<Optimizer> make_optimizer(const nlohmann::json& config, std::vector<NamedParam> params,
                                           const std::string& path) {
-  MINIDL_CHECK(config.is_object(), path, ": expected an object with \"type\" (\"SGD\" or \"AdamW\"), got ",
+  MINIDL_CHECK(config.is_object(), path, ": expected an object with \"type\" (\"SGD\", \"AdamW\" or \"Muon\"), got ",
                json_excerpt(config));
   JsonArgs args(config, path);
   const std::string type = args.get_string("type", "");
@@ -30,8 +31,10 @@ std::unique_ptr<Optimizer> make_optimizer(const nlohmann::json& config, std::vec
     AdamwOptions o = AdamwOptions::read(args);
     args.finish();
     opt = std::make_unique<AdamW>(std::move(params), std::move(o), path);
+  } else if (type == "Muon") {
+    opt = make_muon(args, std::move(params), path);
   } else {
-    fail(str(args.key_path("type"), ": unknown optimizer \"", type, "\" (expected \"SGD\" or \"AdamW\")"));
+    fail(str(args.key_path("type"), ": unknown optimizer \"", type, "\" (expected \"SGD\", \"AdamW\" or \"Muon\")"));
   }
   return opt;
 }

@@ -39,8 +39,9 @@ class Optimizer {
   virtual double base_lr() const = 0;  // the config's "lr"
   // Zeroes every parameter's gradient in place (PyTorch's zero_grad(set_to_none=False)): the
   // gradient tensors stay defined, so the next backward sums into fresh tensors and the set of
-  // parameters with a gradient is the same every step.
-  void zero_grad();
+  // parameters with a gradient is the same every step. Wrappers (Lookahead, Muon with its
+  // optimizer for the rest) forward it to what they hold.
+  virtual void zero_grad();
   // State tensors under stable names ("momentum_buffer.layer1.0.weight") plus scalar state;
   // load_state restores both exactly (bit-identical resume) and errors on any mismatch.
   virtual std::vector<std::pair<std::string, Tensor>> state_tensors() const = 0;
@@ -55,7 +56,7 @@ class Optimizer {
   std::vector<NamedParam> params_;
 };
 
-// Builds "SGD" or "AdamW" from its config object at key path `path` (unknown keys are errors).
+// Builds "SGD", "AdamW" or "Muon" (optim/muon.h) from its config object at key path `path` (unknown keys are errors).
 std::unique_ptr<Optimizer> make_optimizer(const nlohmann::json& config, std::vector<NamedParam> params,
                                           const std::string& path);
 

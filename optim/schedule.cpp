@@ -8,6 +8,8 @@
 //                                               e / warmup_epochs, then 1 -> 0 over the rest
 //   piecewise_linear {"epochs": [0, 5, 24], "factors": [0, 1, 0]}
 //                                               linear between the points, flat outside (np.interp)
+//                    {"fractions": [0, 0.23, 1], "factors": [0.2, 1, 0.07]}
+//                                               the same with points in t (airbench's triangle)
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -92,11 +94,12 @@ class WarmupSchedule : public LrSchedule {
 
 class PiecewiseLinearSchedule : public LrSchedule {
  public:
-  PiecewiseLinearSchedule(std::vector<double> epochs, std::vector<double> factors)
-      : epochs_(std::move(epochs)), factors_(std::move(factors)) {}
+  // `points` are epochs, or fractions of the run when `in_fractions`.
+  PiecewiseLinearSchedule(std::vector<double> points, std::vector<double> factors, bool in_fractions)
+      : epochs_(std::move(points)), factors_(std::move(factors)), fractions_(in_fractions) {}
   double factor(int64_t step, int64_t spe, int64_t total) const override {
     check_steps(step, spe, total);
-    const double e = static_cast<double>(step) / spe;
+    const double e = static_cast<double>(step) / static_cast<double>(fractions_ ? total : spe);
     if (e <= epochs_.front()) return factors_.front();
     for (size_t k = 1; k < epochs_.size(); ++k) {
       if (e <= epochs_[k]) {
@@ -107,11 +110,12 @@ class PiecewiseLinearSchedule : public LrSchedule {
     return factors_.back();
   }
   nlohmann::json to_json() const override {
-    return {{"type", "piecewise_linear"}, {"epochs", epochs_}, {"factors", factors_}};
+    return {{"type", "piecewise_linear"}, {fractions_ ? "fractions" : "epochs", epochs_}, {"factors", factors_}};
   }
 
  private:
   std::vector<double> epochs_, factors_;
+  bool fractions_;
 };
 
 std::vector<double> read_numbers(JsonArgs& args, const std::string& key) {
@@ -154,14 +158,18 @@ std::unique_ptr<LrSchedule> make_schedule(const nlohmann::json& config, const st
                  ": expected \"linear\" or \"cosine\", got \"", decay, "\"");
     s = std::make_unique<WarmupSchedule>(warmup, decay);
   } else if (type == "piecewise_linear") {
-    std::vector<double> epochs = read_numbers(args, "epochs");
+    const bool fractions = args.has("fractions");
+    MINIDL_CHECK(!(fractions && args.has("epochs")), path,
+                 ": give the points as \"epochs\" or as \"fractions\" of the run, not both");
+    const std::string key = fractions ? "fractions" : "epochs";
+    std::vector<double> epochs = read_numbers(args, key);
     std::vector<double> factors = read_numbers(args, "factors");
-    MINIDL_CHECK(epochs.size() == factors.size(), path, ": \"epochs\" has ", epochs.size(),
+    MINIDL_CHECK(epochs.size() == factors.size(), path, ": \"", key, "\" has ", epochs.size(),
                  " points but \"factors\" has ", factors.size());
     for (size_t k = 1; k < epochs.size(); ++k)
-      MINIDL_CHECK(epochs[k] > epochs[k - 1], args.key_path("epochs"),
-                   ": expected strictly increasing epochs, got ", epochs[k - 1], " then ", epochs[k]);
-    s = std::make_unique<PiecewiseLinearSchedule>(std::move(epochs), std::move(factors));
+      MINIDL_CHECK(epochs[k] > epochs[k - 1], args.key_path(key), ": expected strictly increasing ", key, ", got ",
+                   epochs[k - 1], " then ", epochs[k]);
+    s = std::make_unique<PiecewiseLinearSchedule>(std::move(epochs), std::move(factors), fractions);
   } else {
     fail(str(args.key_path("type"), ": unknown schedule \"", type,
              "\" (expected constant, step, cosine, warmup or piecewise_linear)"));

@@ -32,7 +32,7 @@ TEST_CASE("config parses with defaults and prints itself back", "[config]") {
 TEST_CASE("config errors name the key path", "[config]") {
   json j = minimal();
   j["epochs"] = "ten";
-  REQUIRE_THROWS_WITH(parse_train_config(j), Catch::Contains("epochs: expected an integer"));
+  REQUIRE_THROWS_WITH(parse_train_config(j), Catch::Contains("epochs: expected a number"));
   j = minimal();
   j["epoch"] = 3;
   REQUIRE_THROWS_WITH(parse_train_config(j), Catch::Contains("epoch: unknown key"));

@@ -1,5 +1,7 @@
 #include "train/config.h"
 
+#include <cmath>
+
 #include "core/error.h"
 #include "core/json_args.h"
 #include "core/json_limits.h"
@@ -70,7 +72,9 @@ TrainConfig parse_train_config(const json& config) {
   c.cuda_graph = top.get_bool("cuda_graph", c.cuda_graph);
   c.norm_single_read = top.get_bool("norm_single_read", c.norm_single_read);
   c.device = top.get_string("device", c.device);
-  c.epochs = top.get_int("epochs", c.epochs, 1, kMaxEpochs);
+  c.epochs = top.get_float("epochs", c.epochs);
+  MINIDL_CHECK(std::isfinite(c.epochs) && c.epochs > 0 && c.epochs <= static_cast<double>(kMaxEpochs),
+               top.key_path("epochs"), ": must be > 0 (fractions allowed) and at most ", kMaxEpochs, ", got ", c.epochs);
   c.batch_size = top.get_int("batch_size", c.batch_size, 1, kMaxBatchSize);
   c.data = top.get_object("data", false);
 
@@ -88,11 +92,18 @@ TrainConfig parse_train_config(const json& config) {
 
   c.optimizer = top.get_object("optimizer", true);
   if (top.has("schedule")) c.schedule = top.get_object("schedule", false);
+  for (const char* key : {"init", "freeze"}) {
+    if (!top.has(key)) continue;
+    const json& list = top.get_json(key);
+    MINIDL_CHECK(list.is_array(), key, ": expected a list of rule objects, got ", list.dump());
+    (std::string(key) == "init" ? c.init : c.freeze) = list;
+  }
+  if (top.has("lookahead")) c.lookahead = top.get_object("lookahead", false);
 
   JsonArgs eval(top.get_object("eval", false), "eval");
   c.tta = eval.get_string("tta", c.tta);
-  MINIDL_CHECK(c.tta == "none" || c.tta == "flip" || c.tta == "flip_translate",
-               "eval.tta: expected \"none\", \"flip\" or \"flip_translate\", got \"", c.tta, "\"");
+  MINIDL_CHECK(c.tta == "none" || c.tta == "flip" || c.tta == "flip_translate" || c.tta == "airbench",
+               "eval.tta: expected \"none\", \"flip\", \"flip_translate\" or \"airbench\", got \"", c.tta, "\"");
   c.eval_batch_size = eval.get_int("batch_size", c.eval_batch_size, 1, kMaxBatchSize);
   eval.finish();
 
@@ -109,13 +120,15 @@ TrainConfig parse_train_config(const json& config) {
 }
 
 json TrainConfig::to_json() const {
-  return {{"seed", seed},
+  // Whole epochs print as integers, as they were written.
+  const json epochs_json = epochs == std::floor(epochs) ? json(static_cast<int64_t>(epochs)) : json(epochs);
+  json j = {{"seed", seed},
           {"deterministic", deterministic},
           {"allow_tf32", allow_tf32},
           {"cuda_graph", cuda_graph},
           {"norm_single_read", norm_single_read},
           {"device", device},
-          {"epochs", epochs},
+          {"epochs", epochs_json},
           {"batch_size", batch_size},
           {"data", data},
           {"model", model},
@@ -125,6 +138,10 @@ json TrainConfig::to_json() const {
           {"eval", {{"tta", tta}, {"batch_size", eval_batch_size}}},
           {"output", {{"dir", output_dir}, {"progress", progress}}},
           {"log", {{"tensorboard", tensorboard}}}};
+  if (!init.empty()) j["init"] = init;
+  if (!freeze.empty()) j["freeze"] = freeze;
+  if (!lookahead.is_null()) j["lookahead"] = lookahead;
+  return j;
 }
 
 }  // namespace minidl

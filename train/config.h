@@ -20,14 +20,17 @@ struct TrainConfig {
   bool cuda_graph = false;  // on a GPU, replay each training and evaluation step as one CUDA graph
   bool norm_single_read = false;  // on a GPU, the single-read normalization kernels (core/settings.h)
   std::string device = "auto";
-  int64_t epochs = 1;
+  double epochs = 1;        // may be fractional (9.9): the run takes ceil(epochs * steps per epoch) steps
   int64_t batch_size = 128;
   nlohmann::json data = nlohmann::json::object();       // data/ options (parsed there)
   nlohmann::json model;                                  // {"layers": [...]}
   double label_smoothing = 0.0;
   nlohmann::json optimizer;                              // optim/ factory input
   nlohmann::json schedule = {{"type", "constant"}};      // optim/ factory input
-  std::string tta = "none";                              // "none", "flip", "flip_translate"
+  nlohmann::json init = nlohmann::json::array();         // parameter init rules (train/param_rules.h)
+  nlohmann::json freeze = nlohmann::json::array();       // parameter freeze rules (train/param_rules.h)
+  nlohmann::json lookahead;                              // null: off; else optim/lookahead.h options
+  std::string tta = "none";                              // data/tta.h: "none", "flip", "flip_translate", "airbench"
   int64_t eval_batch_size = 1000;
   std::string output_dir = "runs/run";
   bool progress = true;                                  // a progress bar on a terminal

@@ -223,6 +223,7 @@ int train_command(const TrainOptions& options) {
           stopped_early = step - epoch * steps_per_epoch < steps_per_epoch;
           break;
         }
+        if (step >= trainer.total_steps()) break;  // a fractional last epoch ends part-way
         if (const int sig = StopSignals::received()) {
           if (!flush()) return 3;
           std::string saved = step == 0 ? std::string("no step was trained, nothing to save")
@@ -304,7 +305,7 @@ int train_command(const TrainOptions& options) {
     log.line(str("done: test ", fixed(last_test, 2), "%",
                  last_tta >= 0 ? str(" (", config.tta, " TTA ", fixed(last_tta, 2), "%)") : std::string(), ", ", step,
                  " steps, training ", fixed(train_seconds, 1), "s",
-                 str(" (", fixed(train_seconds / std::max<int64_t>(1, config.epochs - start_epoch), 1), "s/epoch)"),
+                 str(" (", fixed(train_seconds / std::max(1.0, config.epochs - static_cast<double>(start_epoch)), 1), "s/epoch)"),
                  ", ", fixed(summary["images_per_s"], 0), " img/s",
                  device.is_cuda() ? str(", peak device memory ", fixed(mem.peak_bytes / 1e9, 2), " GB") : std::string(),
                  stopped_at_limit ? str(" [stopped at --max-steps ", options.max_steps, "]") : std::string()));

@@ -15,7 +15,6 @@
 #include "core/allocator.h"
 #include "core/device.h"
 #include "core/autograd.h"
-#include "core/checked_math.h"
 #include "core/error.h"
 #include "core/init.h"
 #include "train/profiler.h"
@@ -44,6 +43,16 @@ std::string data_dir_for(const DataOptions& data) {
 constexpr int kTrainGraphWarmup = 2;
 constexpr int kEvalGraphWarmup = 1;
 
+// Whether every training step runs the same device work, as a CUDA graph replay needs: not with
+// lookahead (it averages on some steps only) or a parameter that freezes part-way (its gradient
+// and update disappear then).
+bool step_is_static(const TrainConfig& config) {
+  if (!config.lookahead.is_null()) return false;
+  for (const nlohmann::json& rule : config.freeze)
+    if (rule.is_object() && rule.value("from_epoch", 0.0) != 0.0) return false;
+  return true;
+}
+
 }  // namespace
 
 Device setup_compute(const TrainConfig& config) {
@@ -61,29 +70,69 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   return c;
 }
 
+namespace {
+
+Dataset load_split(const TrainConfig& config, Split split) {
+  const DataOptions data = DataOptions::from_json(config.data, "data");
+  return load_cifar10(data_dir_for(data), split, split == Split::Train ? data.train_limit : 0);
+}
+
+}  // namespace
+
+std::pair<Dataset, Dataset> load_datasets(const TrainConfig& config) {
+  return {load_split(config, Split::Train), load_split(config, Split::Test)};
+}
+
 Trainer::Trainer(const TrainConfig& config, Device device)
+    : Trainer(config, device, load_split(config, Split::Train), load_split(config, Split::Test)) {}
+
+Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Dataset test_set)
     : config_(config),
       device_(device),
       data_options_(DataOptions::from_json(config.data, "data")),
-      train_graph_("training step", config.cuda_graph && device.is_cuda(), kTrainGraphWarmup) {
+      train_graph_("training step", config.cuda_graph && device.is_cuda() && step_is_static(config),
+                   kTrainGraphWarmup) {
   set_init_seed(config.seed);
   model_ = build_sequential(config.model.at("layers"), "model.layers");
   model_->assign_paths();
   model_->to(device_);
-  optimizer_ = make_optimizer(config.optimizer, named_parameters(*model_), "optimizer");
-  optimizer_->to(device_);
-  schedule_ = make_schedule(config.schedule, "schedule");
 
-  const std::string dir = data_dir_for(data_options_);
-  train_set_ = load_cifar10(dir, Split::Train, data_options_.train_limit);
-  test_set_ = load_cifar10(dir, Split::Test);
+  train_set_ = std::move(train_set);
+  test_set_ = std::move(test_set);
   train_loader_ = std::make_unique<Loader>(
       train_set_, LoaderOptions::training(data_options_, config.batch_size, config.seed), device_);
   MINIDL_CHECK(train_loader_->batches_per_epoch() > 0, "batch_size ", config.batch_size, " is larger than the ",
                train_set_.size(), " training images: no full batch to train on");
   test_loader_ = std::make_unique<Loader>(test_set_, LoaderOptions::evaluation(data_options_, config.eval_batch_size),
                                           device_);
-  total_steps_ = checked_mul(train_loader_->batches_per_epoch(), config.epochs, "total steps (steps per epoch * epochs)");
+  // ceil(epochs * steps per epoch): a fractional last epoch (9.9) stops part-way through.
+  const double total = std::ceil(static_cast<double>(train_loader_->batches_per_epoch()) * config.epochs);
+  MINIDL_CHECK(total < 9.0e15, "total steps (steps per epoch * epochs) = ", total, " is too large");
+  total_steps_ = static_cast<int64_t>(total);
+
+  const std::vector<NamedParam> params = named_parameters(*model_);
+  apply_init_rules(config.init, params, [&](int64_t n) {
+    // The first n training images, normalized and not augmented, as one batch.
+    Loader first(train_set_, LoaderOptions::evaluation(data_options_, std::min(n, train_set_.size())), device_);
+    first.start_epoch(0);
+    Batch b;
+    first.next(b);
+    return b.images;
+  });
+  freeze_ = FreezeRules(config.freeze, params, steps_per_epoch());
+  optimizer_ = make_optimizer(config.optimizer, params, "optimizer");
+  optimizer_->to(device_);
+  if (!config.lookahead.is_null()) {
+    std::vector<std::pair<std::string, Tensor>> averaged;
+    for (auto& [name, t] : model_->state_dict())
+      if (t.dtype() == DType::Float32) averaged.emplace_back(name, t);
+    auto la = std::make_unique<Lookahead>(std::move(optimizer_), std::move(averaged),
+                                          LookaheadOptions::from_json(config.lookahead, "lookahead"),
+                                          steps_per_epoch(), total_steps());
+    lookahead_ = la.get();
+    optimizer_ = std::move(la);
+  }
+  schedule_ = make_schedule(config.schedule, "schedule");
 }
 
 nlohmann::json Trainer::resolved_config() const {
@@ -92,6 +141,7 @@ nlohmann::json Trainer::resolved_config() const {
   j["optimizer"] = optimizer_->to_json();
   j["schedule"] = schedule_->to_json();
   j["data"] = data_options_.to_json();
+  if (lookahead_) j["lookahead"] = lookahead_->options().to_json();
   return j;
 }
 
@@ -101,6 +151,7 @@ double Trainer::lr_at(int64_t step) const {
 
 bool Trainer::train_step(int64_t step, StepRecord* record, Profiler* profiler) {
   if (!train_loader_->advance()) return false;
+  freeze_.apply(step);
   const double lr = lr_at(step);
   if (profiler) {
     device_step(false, lr, profiler);
@@ -146,13 +197,13 @@ void Trainer::device_eval(const std::string& tta) {
   test_loader_->emit(batch);
   Tensor logits = (*model_)(batch.images);
   eval_correct_ = correct_predictions(logits, batch.labels);
-  if (tta == "none") return;
-  Tensor sum = add(logits, (*model_)(hflip(batch.images)));
-  if (tta == "flip_translate") {
-    // airbench's TTA: the image and its mirror, each also translated by one pixel up-left and
-    // down-right (reflect padding).
-    for (int d : {-1, 1})
-      for (bool flip : {false, true}) sum = add(sum, (*model_)(flip_translate(batch.images, flip, d, d)));
+  const std::vector<TtaView> views = tta_views(tta);
+  if (views.size() == 1) return;
+  // The weighted sum of every view's logits (x * 1.0f is exact: weights of 1 add plainly).
+  Tensor sum = mul(logits, views[0].weight);
+  for (size_t v = 1; v < views.size(); ++v) {
+    const TtaView& view = views[v];
+    sum = add(sum, mul((*model_)(flip_translate(batch.images, view.flip, view.dy, view.dx)), view.weight));
   }
   eval_tta_correct_ = correct_predictions(sum, batch.labels);
 }

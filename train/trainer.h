@@ -2,9 +2,11 @@
 // of steps (forward, loss, backward, update), evaluates, logs metrics, writes checkpoints and
 // resumes from them bit for bit.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "train/config.h"
@@ -14,7 +16,9 @@
 #include "data/loader.h"
 #include "data/options.h"
 #include "layers/module.h"
+#include "optim/lookahead.h"
 #include "optim/optimizer.h"
+#include "train/param_rules.h"
 
 namespace minidl {
 
@@ -22,7 +26,10 @@ class Profiler;
 
 class Trainer {
  public:
+  // Reads the data set from data.dir (or CIFAR10_DIR).
   Trainer(const TrainConfig& config, Device device);
+  // Uses data sets already loaded (on the host or on `device`): the benchmark loads them once.
+  Trainer(const TrainConfig& config, Device device, Dataset train_set, Dataset test_set);
 
   // What the host reads of one training step once the GPU is done with it (after
   // synchronize(device())): its loss and how many of its images the model classified correctly.
@@ -55,6 +62,7 @@ class Trainer {
   Optimizer& optimizer() { return *optimizer_; }
   Loader& train_loader() { return *train_loader_; }
   int64_t steps_per_epoch() const { return train_loader_->batches_per_epoch(); }
+  // ceil(epochs * steps per epoch): a fractional last epoch (9.9) stops part-way through.
   int64_t total_steps() const { return total_steps_; }
   const TrainConfig& config() const { return config_; }
   Device device() const { return device_; }
@@ -68,6 +76,8 @@ class Trainer {
   std::shared_ptr<Module> model_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
+  FreezeRules freeze_;
+  const Lookahead* lookahead_ = nullptr;  // inside optimizer_, when the config has "lookahead"
   Dataset train_set_, test_set_;
   std::unique_ptr<Loader> train_loader_;
   std::unique_ptr<Loader> test_loader_;
@@ -98,6 +108,9 @@ struct TrainOptions {
 
 // `minidl train`: returns the process exit code.
 int train_command(const TrainOptions& options);
+
+// Loads the training and test sets a config names (data.dir or CIFAR10_DIR, data.train_limit).
+std::pair<Dataset, Dataset> load_datasets(const TrainConfig& config);
 
 // Loads a config file, applies overrides and command-line device/output, and parses it; the
 // overridden tree is depth-checked (core/json_limits.h) before anything copies it.

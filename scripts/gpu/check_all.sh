@@ -20,17 +20,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.used --format=csv,no
 data=/tmp/cifar10
 bash "$root/.devshare/tools/prepare-cifar10.sh" "$data" >/dev/null
 export MINIDL_DATA_DIR=$data CIFAR10_DIR=$data
-# Every command that fails is listed in $out/FAILED (run is called inside pipelines, so a shell
-# variable would not survive); the script exits 1 when the list is not empty.
 rm -f "$out/FAILED"
-run() {
-  echo "== $*"
-  local t0=$SECONDS rc=0
-  "$@" || rc=$?
-  echo "== rc=$rc in $((SECONDS - t0)) s"
-  [ "$rc" -eq 0 ] || echo "rc=$rc: $*" >> "$out/FAILED"
-  return "$rc"
-}
+source "$root/scripts/gpu/run_stage.sh"
 for stage in $stages; do
   case $stage in
     tests)

@@ -254,16 +254,20 @@ def set_lr(optimizer, lr):
         g["lr"] = lr * g["lr_scale"]
 
 
-def schedule_factor(config, step, steps_per_epoch):
+def schedule_factor(config, step, steps_per_epoch, total_steps=None):
     """The lr factor at global step `step` (0-based): "constant", or "piecewise_linear" with
-    "epochs" and "factors" interpolated at the fractional epoch step / steps_per_epoch."""
+    "epochs" and "factors" interpolated at the fractional epoch step / steps_per_epoch (or with
+    "fractions" of the run, at step / total_steps)."""
     s = config.get("schedule", {"type": "constant"})
     kind = s.get("type")
     if kind == "constant":
         return 1.0
     if kind == "piecewise_linear":
-        xs, ys = s["epochs"], s["factors"]
-        t = step / steps_per_epoch
+        if "fractions" in s:
+            xs, t = s["fractions"], step / total_steps
+        else:
+            xs, t = s["epochs"], step / steps_per_epoch
+        ys = s["factors"]
         if t <= xs[0]:
             return float(ys[0])
         for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):

@@ -1,0 +1,34 @@
+// `minidl bench accuracy`: time to accuracy, as airbench measures it. N independent runs of a
+// config (seeds 0..N-1) in one process; each run is timed from the data sitting in device memory
+// to the final test accuracy with TTA: building the model, data-dependent init (patch whitening),
+// every training step and the one evaluation at the end. A first, warm-up run (seed 0: cuDNN plan
+// search, allocator growth) is reported apart; its weights must equal those of the timed seed-0
+// run bit for bit when the config is deterministic (else the benchmark fails).
+//   minidl bench accuracy --config configs/airbench94.json --runs 10 --device cuda [--json out.json]
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "data/cifar10.h"
+#include "train/config.h"
+
+namespace minidl {
+
+struct AccuracyRun {
+  uint64_t seed = 0;
+  double test_acc = 0;  // percent, plain
+  double tta_acc = -1;  // percent, with the config's eval.tta (-1: none)
+  double seconds = 0;   // wall time, synchronized at both ends
+  int64_t steps = 0;
+  std::string weights_sha256;  // of the final state dict (parameters and buffers, in order)
+};
+
+// One run of `config` with its seed on `device` over data sets already loaded (host or device);
+// `max_steps` > 0 stops training early (tests).
+AccuracyRun run_for_accuracy(const TrainConfig& config, Device device, const Dataset& train, const Dataset& test,
+                             int64_t max_steps = 0);
+
+int bench_accuracy_main(const std::vector<std::string>& args);
+
+}  // namespace minidl

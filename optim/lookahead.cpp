@@ -1,0 +1,144 @@
+#include "optim/lookahead.h"
+
+#include <cmath>
+
+#include "core/dispatch.h"
+#include "core/error.h"
+#include "core/json_args.h"
+#include "optim/lookahead_kernels.h"
+
+namespace minidl {
+
+namespace {
+
+constexpr const char* kPrefix = "lookahead.";
+
+// avg = lerp(avg, x, 1 - rho), elementwise, on the tensors' device.
+void blend_(Tensor& avg, const Tensor& x, float rho) {
+  const int64_t n = avg.numel();
+  const float w = 1.f - rho;
+  dispatch(
+      avg.device(), "lookahead", [&] { kernels::lerp_cpu(avg.data<float>(), x.data<float>(), w, n); },
+      [&] { kernels::lerp_cuda(avg.data<float>(), x.data<float>(), w, n); });
+}
+
+}  // namespace
+
+namespace kernels {
+
+void lerp_cpu(float* avg, const float* x, float w, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) lerp_update(avg, x, w, i);
+}
+
+}  // namespace kernels
+
+LookaheadOptions LookaheadOptions::from_json(const nlohmann::json& j, const std::string& path) {
+  MINIDL_CHECK(j.is_object(), path, ": expected an object, got ", j.dump());
+  JsonArgs args(j, path);
+  LookaheadOptions o;
+  o.start_epochs = args.get_float("start_epochs", o.start_epochs);
+  o.every_n_steps = args.get_int("every_n_steps", o.every_n_steps);
+  o.decay_base = args.get_float("decay_base", o.decay_base);
+  o.decay_pow = args.get_float("decay_pow", o.decay_pow);
+  args.finish();
+  MINIDL_CHECK(o.start_epochs >= 0, args.key_path("start_epochs"), ": expected >= 0, got ", o.start_epochs);
+  MINIDL_CHECK(o.every_n_steps >= 1, args.key_path("every_n_steps"), ": expected >= 1, got ", o.every_n_steps);
+  MINIDL_CHECK(o.decay_base >= 0 && o.decay_base <= 1, args.key_path("decay_base"), ": expected 0..1, got ",
+               o.decay_base);
+  MINIDL_CHECK(o.decay_pow >= 0, args.key_path("decay_pow"), ": expected >= 0, got ", o.decay_pow);
+  return o;
+}
+
+nlohmann::json LookaheadOptions::to_json() const {
+  return {{"start_epochs", start_epochs}, {"every_n_steps", every_n_steps}, {"decay_base", decay_base},
+          {"decay_pow", decay_pow}};
+}
+
+double LookaheadOptions::decay(int64_t s, int64_t total_steps) const {
+  return std::pow(decay_base, static_cast<double>(every_n_steps)) *
+         std::pow(static_cast<double>(s) / static_cast<double>(total_steps), decay_pow);
+}
+
+Lookahead::Lookahead(std::unique_ptr<Optimizer> inner, std::vector<std::pair<std::string, Tensor>> averaged,
+                     LookaheadOptions options, int64_t steps_per_epoch, int64_t total_steps)
+    : inner_(std::move(inner)),
+      model_(std::move(averaged)),
+      options_(options),
+      steps_per_epoch_(steps_per_epoch),
+      total_steps_(total_steps) {
+  MINIDL_CHECK(steps_per_epoch_ > 0 && total_steps_ > 0, "lookahead: needs positive step counts");
+  for (const auto& [name, t] : model_) {
+    MINIDL_CHECK(t.defined() && t.dtype() == DType::Float32, "lookahead: '", name, "' is not a float32 tensor");
+    average_.push_back(Tensor::zeros(t.shape(), DType::Float32, t.device()));
+  }
+}
+
+// The host decides what this step does (a pure function of the step count); apply() does it.
+void Lookahead::prepare(double lr) {
+  inner_->prepare(lr);
+  const int64_t s = ++steps_;
+  const int64_t epoch = (s - 1) / steps_per_epoch_;
+  action_ = Action{};
+  if (static_cast<double>(epoch) >= options_.start_epochs && s % options_.every_n_steps == 0) {
+    action_.take = !started_;
+    action_.blend = started_;
+    action_.rho = static_cast<float>(options_.decay(s, total_steps_));
+    started_ = true;
+  }
+  action_.copy_back = action_.blend || (started_ && (s % steps_per_epoch_ == 0 || s == total_steps_));
+}
+
+void Lookahead::apply() {
+  inner_->apply();
+  for (size_t i = 0; i < model_.size(); ++i) {
+    if (action_.take) average_[i].copy_(model_[i].second);
+    if (action_.blend) blend_(average_[i], model_[i].second, action_.rho);
+    if (action_.copy_back) model_[i].second.copy_(average_[i]);
+  }
+}
+
+std::vector<std::pair<std::string, Tensor>> Lookahead::state_tensors() const {
+  std::vector<std::pair<std::string, Tensor>> out = inner_->state_tensors();
+  for (size_t i = 0; i < model_.size(); ++i) out.emplace_back(kPrefix + model_[i].first, average_[i]);
+  return out;
+}
+
+nlohmann::json Lookahead::state_scalars() const {
+  return {{"type", "Lookahead"}, {"steps", steps_}, {"started", started_}, {"inner", inner_->state_scalars()}};
+}
+
+void Lookahead::load_state(const std::vector<std::pair<std::string, Tensor>>& tensors, const nlohmann::json& scalars) {
+  MINIDL_CHECK(scalars.is_object() && scalars.value("type", "") == "Lookahead" && scalars.contains("inner") &&
+                   scalars.contains("steps") && scalars["steps"].is_number_integer() && scalars.contains("started") &&
+                   scalars["started"].is_boolean(),
+               "lookahead: the saved optimizer state has no lookahead average (was the run made without "
+               "\"lookahead\"?): ", scalars.dump());
+  std::vector<std::pair<std::string, Tensor>> inner;
+  std::vector<const Tensor*> found(model_.size(), nullptr);
+  for (const auto& [name, t] : tensors) {
+    if (name.rfind(kPrefix, 0) != 0) {
+      inner.emplace_back(name, t);
+      continue;
+    }
+    const std::string target = name.substr(std::string(kPrefix).size());
+    size_t i = 0;
+    while (i < model_.size() && model_[i].first != target) ++i;
+    MINIDL_CHECK(i < model_.size(), "lookahead: state tensor '", name, "' names no model tensor");
+    MINIDL_CHECK(t.defined() && t.dtype() == DType::Float32 && t.shape() == model_[i].second.shape(),
+                 "lookahead: state tensor '", name, "' does not have the shape ", shape_str(model_[i].second.shape()));
+    found[i] = &t;
+  }
+  for (size_t i = 0; i < model_.size(); ++i)
+    MINIDL_CHECK(found[i], "lookahead: the saved state has no average of '", model_[i].first, "'");
+  inner_->load_state(inner, scalars["inner"]);
+  for (size_t i = 0; i < model_.size(); ++i) average_[i].copy_(*found[i]);
+  steps_ = scalars["steps"].get<int64_t>();
+  started_ = scalars["started"].get<bool>();
+}
+
+void Lookahead::to(Device device) {
+  inner_->to(device);
+  for (Tensor& a : average_) a = a.to(device);
+}
+
+}  // namespace minidl

@@ -1,0 +1,49 @@
+// CPU Muon kernels: Eigen float GEMMs for Newton-Schulz, norms summed in double in index order.
+#include <Eigen/Dense>
+#include <cmath>
+
+#include "optim/muon_kernels.h"
+
+namespace minidl::kernels {
+
+namespace {
+
+using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+double sum_squares(const float* x, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  return s;
+}
+
+}  // namespace
+
+void muon_momentum_cpu(const float* g, float* buf, float* u, int64_t n, float momentum, int nesterov) {
+  for (int64_t i = 0; i < n; ++i) muon_momentum(g, buf, u, momentum, nesterov, i);
+}
+
+void newton_schulz_cpu(const float* g, float* out, int64_t rows, int64_t cols, const NewtonSchulz& ns) {
+  const float scale = static_cast<float>(1.0 / (std::sqrt(sum_squares(g, rows * cols)) + ns.eps));
+  Eigen::Map<const RowMatrix> G(g, rows, cols);
+  // Work on the wide orientation (fewer rows than columns), as airbench does.
+  const bool tall = rows > cols;
+  RowMatrix X = tall ? RowMatrix(G.transpose() * scale) : RowMatrix(G * scale);
+  for (int s = 0; s < ns.steps; ++s) {
+    const RowMatrix A = X * X.transpose();
+    const RowMatrix B = ns.b * A + ns.c * (A * A);
+    X = ns.a * X + B * X;
+  }
+  Eigen::Map<RowMatrix> O(out, rows, cols);
+  if (tall)
+    O = X.transpose();
+  else
+    O = X;
+}
+
+void muon_apply_cpu(float* p, const float* x, int64_t n, float target_norm, int normalize, const float* lr) {
+  const float scale = normalize ? static_cast<float>(target_norm / std::sqrt(sum_squares(p, n))) : 1.f;
+  const float step = *lr;
+  for (int64_t i = 0; i < n; ++i) p[i] = fmaf(-step, x[i], p[i] * scale);
+}
+
+}  // namespace minidl::kernels

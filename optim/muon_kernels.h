@@ -1,0 +1,39 @@
+// Raw Muon launchers (optim/muon.h): the momentum update and the Newton-Schulz orthogonalization
+// of one (rows, cols) row-major float32 matrix. fp32 throughout (minidl has no bf16 tensors yet;
+// airbench runs the iteration in bf16): Eigen GEMMs on the CPU, cuBLAS SGEMM in full fp32 (no
+// TF32) on the GPU, norms summed in double in a fixed order. Deterministic on each device; the two
+// devices agree to rounding (different GEMM summation orders).
+#pragma once
+#include <cstdint>
+
+#include "core/philox.h"  // MINIDL_HD
+
+namespace minidl::kernels {
+
+struct NewtonSchulz {
+  int steps = 3;
+  float a = 3.4445f, b = -4.7750f, c = 2.0315f;  // the quintic's coefficients
+  float eps = 1e-7f;                             // X0 = G / (||G||_F + eps)
+};
+
+// buf = momentum * buf + g; u = nesterov ? g + momentum * buf : buf.
+MINIDL_HD void muon_momentum(const float* g, float* buf, float* u, float momentum, int nesterov, int64_t i) {
+  const float b = fmaf(momentum, buf[i], g[i]);
+  buf[i] = b;
+  u[i] = nesterov ? fmaf(momentum, b, g[i]) : b;
+}
+
+void muon_momentum_cpu(const float* g, float* buf, float* u, int64_t n, float momentum, int nesterov);
+void muon_momentum_cuda(const float* g, float* buf, float* u, int64_t n, float momentum, int nesterov);
+
+// out = the Newton-Schulz iterate of g (rows, cols): X = g / (||g|| + eps), then `steps` times
+// A = X X^T, B = b A + c A A, X = a X + B X (on the transpose when rows > cols). out may not alias g.
+void newton_schulz_cpu(const float* g, float* out, int64_t rows, int64_t cols, const NewtonSchulz& ns);
+void newton_schulz_cuda(const float* g, float* out, int64_t rows, int64_t cols, const NewtonSchulz& ns);
+
+// p = p * target_norm / ||p||_F (airbench's Muon keeps each filter bank at norm sqrt(out_channels)),
+// then p -= lr * x, with lr read from memory on the tensors' device (the optimizer's scalar table).
+void muon_apply_cpu(float* p, const float* x, int64_t n, float target_norm, int normalize, const float* lr);
+void muon_apply_cuda(float* p, const float* x, int64_t n, float target_norm, int normalize, const float* lr);
+
+}  // namespace minidl::kernels

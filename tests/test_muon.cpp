@@ -1,0 +1,172 @@
+// Muon: Newton-Schulz against a float64 implementation of the same iteration (wide and tall
+// matrices), the orthogonalizing effect, one full step (momentum, weight normalization, update)
+// against float64, the split into filters and the "rest" optimizer, state round trip, config
+// errors, and the CUDA path against the CPU.
+#include <Eigen/Dense>
+#include <cmath>
+#include <vector>
+
+#include "core/dispatch.h"
+#include "core/error.h"
+#include "optim/muon.h"
+#include "test_util.h"
+
+using namespace minidl;
+using nlohmann::json;
+
+namespace {
+
+using MatD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+MatD reference_ns(const std::vector<float>& g, int64_t rows, int64_t cols, const kernels::NewtonSchulz& ns) {
+  MatD X(rows, cols);
+  for (int64_t i = 0; i < rows * cols; ++i) X.data()[i] = g[i];
+  X /= X.norm() + ns.eps;
+  const bool tall = rows > cols;
+  if (tall) X.transposeInPlace();
+  for (int s = 0; s < ns.steps; ++s) {
+    const MatD A = X * X.transpose();
+    const MatD B = ns.b * A + ns.c * A * A;
+    X = ns.a * X + B * X;
+  }
+  if (tall) X.transposeInPlace();
+  return X;
+}
+
+std::vector<double> flat(const MatD& m) { return std::vector<double>(m.data(), m.data() + m.size()); }
+
+}  // namespace
+
+TEST_CASE("Newton-Schulz matches float64 and orthogonalizes", "[muon]") {
+  kernels::NewtonSchulz ns;
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{16, 72}, {40, 9}, {8, 8}}) {
+    const std::vector<float> g = test::random_values(rows * cols, 21 + rows);
+    std::vector<float> out(g.size());
+    kernels::newton_schulz_cpu(g.data(), out.data(), rows, cols, ns);
+    test::require_close(out, flat(reference_ns(g, rows, cols, ns)), 1e-4, 1e-5, "NS vs float64");
+    // Singular values pushed from a spread towards 1: airbench's coefficients give roughly 0.5..1.5 after 5 steps.
+    kernels::NewtonSchulz five = ns;
+    five.steps = 5;
+    kernels::newton_schulz_cpu(g.data(), out.data(), rows, cols, five);
+    MatD X(rows, cols);
+    for (size_t i = 0; i < out.size(); ++i) X.data()[i] = out[i];
+    const Eigen::VectorXd sv = Eigen::JacobiSVD<MatD>(X).singularValues();
+    for (int i = 0; i < sv.size(); ++i) {
+      INFO(rows << "x" << cols << " singular value " << sv(i));
+      REQUIRE(sv(i) > 0.4);
+      REQUIRE(sv(i) < 1.6);
+    }
+  }
+}
+
+TEST_CASE("Muon step: momentum, weight normalization and the orthogonalized update", "[muon]") {
+  Tensor w = test::random_tensor({4, 2, 3, 3}, 5), bias = test::random_tensor({4}, 6);
+  w.set_requires_grad(true);
+  bias.set_requires_grad(true);
+  const std::vector<NamedParam> params = {{"0.weight", w, "Conv2d"}, {"0.bias", bias, "Conv2d"}};
+  auto opt = make_optimizer(json::parse(R"({"type": "Muon", "lr": 0.2, "momentum": 0.6, "nesterov": true,
+                                            "normalize_weights": true, "ns_steps": 2,
+                                            "rest": {"type": "SGD", "lr": 0.1}})"),
+                            params, "optimizer");
+  REQUIRE(opt->to_json()["rest"]["type"] == "SGD");
+  const std::vector<float> w0 = w.to_vector();
+  std::vector<double> buf(72, 0.0), p(w0.begin(), w0.end());
+  const std::vector<float> b0 = bias.to_vector();
+  kernels::NewtonSchulz ns;
+  ns.steps = 2;
+  for (int s = 0; s < 3; ++s) {
+    const std::vector<float> g = test::random_values(72, 40 + s);
+    w.set_grad(Tensor::from_vector(g, w.shape()));
+    bias.set_grad(Tensor::full({4}, 1.f));
+    const double factor = 0.5;  // the schedule: rest's lr moves with Muon's
+    opt->step(0.2 * factor);
+    opt->zero_grad();
+    std::vector<float> u(72);
+    for (size_t i = 0; i < 72; ++i) {
+      buf[i] = 0.6 * buf[i] + g[i];
+      u[i] = static_cast<float>(g[i] + 0.6 * buf[i]);
+    }
+    double norm = 0;
+    for (double v : p) norm += v * v;
+    norm = std::sqrt(norm);
+    const std::vector<double> x = flat(reference_ns(u, 4, 18, ns));
+    for (size_t i = 0; i < 72; ++i) p[i] = p[i] * 2.0 / norm - 0.2 * factor * x[i];  // sqrt(4) = 2
+    test::require_close(w.to_vector(), p, 1e-4, 1e-5, "Muon step vs float64");
+    for (size_t i = 0; i < 4; ++i) REQUIRE(bias.to_vector()[i] == Approx(b0[i] - 0.05 * (s + 1)).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("Muon state round-trips and the config is checked", "[muon]") {
+  auto build = [](Tensor& w, Tensor& b) {
+    w = test::random_tensor({3, 1, 2, 2}, 1);
+    b = test::random_tensor({3}, 2);
+    w.set_requires_grad(true);
+    b.set_requires_grad(true);
+    return make_optimizer(json::parse(R"({"type": "Muon", "lr": 0.1, "rest": {"type": "SGD", "lr": 0.1, "momentum": 0.9}})"),
+                          {{"w", w, "Conv2d"}, {"b", b, "Conv2d"}}, "optimizer");
+  };
+  Tensor wa, ba, wb, bb;
+  auto a = build(wa, ba);
+  auto b = build(wb, bb);
+  for (int s = 0; s < 4; ++s) {
+    wa.set_grad(test::random_tensor({3, 1, 2, 2}, 10 + s));
+    ba.set_grad(test::random_tensor({3}, 20 + s));
+    a->step(0.1);
+  }
+  wb.copy_(wa);
+  bb.copy_(ba);
+  b->load_state(a->state_tensors(), a->state_scalars());
+  for (int s = 4; s < 8; ++s) {
+    for (Tensor* t : {&wa, &wb}) t->set_grad(test::random_tensor({3, 1, 2, 2}, 10 + s));
+    for (Tensor* t : {&ba, &bb}) t->set_grad(test::random_tensor({3}, 20 + s));
+    a->step(0.1);
+    b->step(0.1);
+  }
+  REQUIRE(wa.to_vector() == wb.to_vector());
+  REQUIRE(ba.to_vector() == bb.to_vector());
+
+  Tensor w = Tensor::zeros({2, 2, 1, 1}), v = Tensor::zeros({2});
+  const std::vector<NamedParam> ps = {{"w", w, "Conv2d"}, {"v", v, "Linear"}};
+  REQUIRE_THROWS_WITH(make_optimizer(json::parse(R"({"type": "Muon"})"), ps, "optimizer"),
+                      Catch::Contains("optimizer.rest") && Catch::Contains("'v'"));
+  REQUIRE_THROWS_WITH(make_optimizer(json::parse(R"({"type": "Muon", "ns_coefficients": [1, 2]})"), ps, "optimizer"),
+                      Catch::Contains("optimizer.ns_coefficients"));
+  REQUIRE_THROWS_WITH(make_optimizer(json::parse(R"({"type": "Muon", "momentum": 1.5, "rest": {"type": "SGD"}})"), ps,
+                                     "optimizer"),
+                      Catch::Contains("optimizer.momentum"));
+  REQUIRE_THROWS_WITH(make_optimizer(json::parse(R"({"type": "Muon", "rest": {"type": "Muon"}})"), ps, "optimizer"),
+                      Catch::Contains("cannot be Muon"));
+}
+
+TEST_CASE("Muon on CUDA matches the CPU", "[muon][cuda]") {
+  MINIDL_REQUIRE_CUDA();
+  kernels::NewtonSchulz ns;
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{64, 576}, {300, 20}}) {
+    const std::vector<float> g = test::random_values(rows * cols, 3);
+    std::vector<float> cpu(g.size());
+    kernels::newton_schulz_cpu(g.data(), cpu.data(), rows, cols, ns);
+    const Tensor gg = Tensor::from_vector(g, {rows, cols}, Device::cuda());
+    Tensor out = Tensor::empty({rows, cols}, DType::Float32, Device::cuda()), again = Tensor::empty_like(out);
+    for (Tensor* t : {&out, &again})
+      dispatch(Device::cuda(), "newton_schulz", [] {},
+               [&] { kernels::newton_schulz_cuda(gg.data<float>(), t->data<float>(), rows, cols, ns); });
+    REQUIRE(out.to_vector() == again.to_vector());  // deterministic
+    test::require_close(out.to_vector(), cpu, 1e-4, 1e-5, "NS cuda vs cpu");
+  }
+  std::vector<std::vector<float>> results;
+  for (Device d : {Device::cpu(), Device::cuda()}) {
+    Tensor w = test::random_tensor({8, 4, 3, 3}, 4, -1.f, 1.f, d), b = test::random_tensor({8}, 5, -1.f, 1.f, d);
+    w.set_requires_grad(true);
+    b.set_requires_grad(true);
+    auto opt = make_optimizer(json::parse(R"({"type": "Muon", "lr": 0.1, "normalize_weights": true,
+                                              "rest": {"type": "SGD", "lr": 0.1, "momentum": 0.9}})"),
+                              {{"w", w, "Conv2d"}, {"b", b, "Conv2d"}}, "optimizer");
+    for (int s = 0; s < 3; ++s) {
+      w.set_grad(test::random_tensor({8, 4, 3, 3}, 30 + s, -1.f, 1.f, d));
+      b.set_grad(test::random_tensor({8}, 40 + s, -1.f, 1.f, d));
+      opt->step(0.1);
+    }
+    results.push_back(w.to_vector());
+  }
+  test::require_close(results[1], results[0], 1e-4, 1e-5, "Muon steps cuda vs cpu");
+}
