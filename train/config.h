@@ -15,6 +15,8 @@ struct TrainConfig {
   bool allow_tf32 = true;
   bool cuda_graph = false;  // on a GPU, replay each training and evaluation step as one CUDA graph
   bool norm_single_read = false;  // on a GPU, the single-read normalization kernels (core/settings.h)
+  std::string precision = "fp32";             // "fp32" only today (train/precision.h)
+  std::string memory_format = "contiguous";   // "contiguous" only today
   std::string device = "auto";
   int64_t epochs = 1;
   int64_t batch_size = 128;
