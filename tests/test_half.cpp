@@ -308,7 +308,7 @@ TEST_CASE("gradients flow through to(dtype), rounded as the forward pass rounds"
 TEST_CASE("every layer refuses a half input with a message naming its dtype", "[half]") {
   const char* specs[] = {
       R"({"type": "Conv2d", "in_channels": 2, "out_channels": 2, "kernel_size": 1})",
-      R"({"type": "Linear", "in_features": 4, "out_features": 2})",
+      R"({"type": "Linear", "in_features": 1, "out_features": 2})",
       R"({"type": "BatchNorm2d", "num_features": 2})",
       R"({"type": "GroupNorm", "num_groups": 1, "num_channels": 2})",
       R"({"type": "LayerNorm", "normalized_shape": [2, 2, 1]})",
