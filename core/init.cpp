@@ -20,7 +20,7 @@ void set_init_seed(uint64_t seed) {
 }
 
 void init_uniform_(Tensor& t, float bound) {
-  MINIDL_CHECK(t.dtype() == DType::Float32, "init_uniform_: expects float32");
+  MINIDL_CHECK(t.dtype() == DType::Float32, "init_uniform_: expects float32, got ", t.str());
   const uint64_t ordinal = g_ordinal++;
   std::vector<float> v(static_cast<size_t>(t.numel()));
   for (size_t i = 0; i < v.size(); ++i) {

@@ -33,6 +33,8 @@ const char* safetensors_dtype(DType t) {
     case DType::Float32: return "F32";
     case DType::Int32: return "I32";
     case DType::UInt8: return "U8";
+    case DType::BFloat16: return "BF16";
+    case DType::Float16: return "F16";
   }
   return "?";
 }
@@ -41,6 +43,8 @@ bool parse_dtype(const std::string& s, DType* out) {
   if (s == "F32") *out = DType::Float32;
   else if (s == "I32") *out = DType::Int32;
   else if (s == "U8") *out = DType::UInt8;
+  else if (s == "BF16") *out = DType::BFloat16;
+  else if (s == "F16") *out = DType::Float16;
   else return false;
   return true;
 }
@@ -86,7 +90,7 @@ Entry parse_entry(const std::string& name, const ordered_json& v, uint64_t data_
   e.name = name;
   const std::string dt = v["dtype"].get<std::string>();
   MINIDL_CHECK(parse_dtype(dt, &e.dtype), where, " has unknown or unsupported dtype '", text_excerpt(dt),
-               "' (minidl reads F32, I32 and U8)");
+               "' (minidl reads F32, BF16, F16, I32 and U8)");
   // Byte count with an overflow guard: any product past the data size is already an error.
   uint64_t numel = 1;
   for (const auto& d : v["shape"]) {

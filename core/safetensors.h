@@ -1,10 +1,11 @@
 // safetensors files: the checkpoint and interchange format (weights, buffers, optimizer state),
 // readable by PyTorch's `safetensors` package, so a model trained here loads there and back.
 // Layout: an 8-byte little-endian header length N, N bytes of JSON
-//   {"name": {"dtype": "F32"|"I32"|"U8", "shape": [...], "data_offsets": [begin, end]}, ...,
+//   {"name": {"dtype": "F32"|"BF16"|"F16"|"I32"|"U8", "shape": [...], "data_offsets": [begin, end]}, ...,
 //    "__metadata__": {"key": "value", ...}}
 // padded with spaces so the data starts 8-byte aligned, then the tensors' bytes packed in order
-// (offsets are relative to the data start). Also SHA-256, which `minidl repro` uses to compare
+// (offsets are relative to the data start), each element little-endian (BF16 and F16: the 2-byte
+// bit pattern, as PyTorch writes them). Also SHA-256, which `minidl repro` uses to compare
 // the final weights of two runs.
 #pragma once
 #include <cstddef>

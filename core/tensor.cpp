@@ -79,6 +79,8 @@ Tensor Tensor::full(const Shape& shape, float value, Device device) {
 Tensor Tensor::from_vector(const std::vector<float>& v, const Shape& s, Device d) { return from_values(v, s, d); }
 Tensor Tensor::from_vector(const std::vector<int32_t>& v, const Shape& s, Device d) { return from_values(v, s, d); }
 Tensor Tensor::from_vector(const std::vector<uint8_t>& v, const Shape& s, Device d) { return from_values(v, s, d); }
+Tensor Tensor::from_vector(const std::vector<bf16>& v, const Shape& s, Device d) { return from_values(v, s, d); }
+Tensor Tensor::from_vector(const std::vector<fp16>& v, const Shape& s, Device d) { return from_values(v, s, d); }
 
 int64_t Tensor::size(int64_t d) const {
   const int64_t n = dim();
@@ -103,6 +105,8 @@ T* Tensor::data() const {
 template float* Tensor::data<float>() const;
 template int32_t* Tensor::data<int32_t>() const;
 template uint8_t* Tensor::data<uint8_t>() const;
+template bf16* Tensor::data<bf16>() const;
+template fp16* Tensor::data<fp16>() const;
 
 Tensor Tensor::to(Device device) const {
   if (device == this->device()) return *this;
@@ -190,8 +194,14 @@ std::vector<T> Tensor::values() const {
 template std::vector<float> Tensor::values<float>() const;
 template std::vector<int32_t> Tensor::values<int32_t>() const;
 template std::vector<uint8_t> Tensor::values<uint8_t>() const;
+template std::vector<bf16> Tensor::values<bf16>() const;
+template std::vector<fp16> Tensor::values<fp16>() const;
 
-std::vector<float> Tensor::to_vector() const { return values<float>(); }
+std::vector<float> Tensor::to_vector() const {
+  if (dtype() == DType::Float32) return values<float>();
+  MINIDL_CHECK(is_floating(dtype()), "to_vector() needs a floating tensor, got ", str());
+  return detach().cpu().to(DType::Float32).values<float>();
+}
 
 float Tensor::item() const {
   MINIDL_CHECK(numel() == 1, "item() of a tensor with ", numel(), " elements");
@@ -199,7 +209,7 @@ float Tensor::item() const {
 }
 
 Tensor& Tensor::set_requires_grad(bool on) {
-  MINIDL_CHECK(!on || dtype() == DType::Float32, "only float32 tensors can require grad");
+  MINIDL_CHECK(!on || dtype() == DType::Float32, "only float32 tensors can require grad, got ", str());
   impl_->requires_grad = on;
   return *this;
 }

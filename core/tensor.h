@@ -45,6 +45,8 @@ class Tensor {
   static Tensor from_vector(const std::vector<float>& values, const Shape& shape, Device device = Device::cpu());
   static Tensor from_vector(const std::vector<int32_t>& values, const Shape& shape, Device device = Device::cpu());
   static Tensor from_vector(const std::vector<uint8_t>& values, const Shape& shape, Device device = Device::cpu());
+  static Tensor from_vector(const std::vector<bf16>& values, const Shape& shape, Device device = Device::cpu());
+  static Tensor from_vector(const std::vector<fp16>& values, const Shape& shape, Device device = Device::cpu());
   static Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.dtype(), t.device()); }
   static Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype(), t.device()); }
 
@@ -66,6 +68,10 @@ class Tensor {
   void* raw_data() const;
 
   Tensor to(Device device) const;  // same tensor when already there
+  // A copy converted to another floating dtype (float32, bfloat16, float16) on the same device,
+  // rounded to nearest even (core/half_types.h); the same tensor when already of that dtype.
+  // Gradients flow through it (cast back to this tensor's dtype), as with PyTorch's .to(dtype).
+  Tensor to(DType dtype) const;
   Tensor cpu() const { return to(Device::cpu()); }
   Tensor clone() const;            // new storage, same values, no autograd history
   Tensor detach() const;           // shares storage, no autograd history
@@ -76,9 +82,9 @@ class Tensor {
   void copy_(const Tensor& src);   // same shape and dtype, any devices
   void fill_(float value);
   void zero_();
-  std::vector<float> to_vector() const;  // float32 values, brought to the host
-  template <class T> std::vector<T> values() const;
-  float item() const;                    // one-element float tensor
+  std::vector<float> to_vector() const;  // float values (of float32, bfloat16, float16), on the host
+  template <class T> std::vector<T> values() const;  // the stored elements of type T, on the host
+  float item() const;                    // one-element floating tensor
 
   // Autograd.
   bool requires_grad() const { return impl_->requires_grad; }

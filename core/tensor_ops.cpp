@@ -10,7 +10,8 @@ namespace {
 
 void check_float_pair(const Tensor& a, const Tensor& b, const char* what) {
   MINIDL_CHECK(a.defined() && b.defined(), what, ": undefined tensor");
-  MINIDL_CHECK(a.dtype() == DType::Float32 && b.dtype() == DType::Float32, what, ": expects float32");
+  MINIDL_CHECK(a.dtype() == DType::Float32 && b.dtype() == DType::Float32, what, ": expects float32, got ",
+               a.str(), " and ", b.str());
   MINIDL_CHECK(a.shape() == b.shape(), what, ": shapes ", shape_str(a.shape()), " and ",
                shape_str(b.shape()), " differ");
   check_same_device(a, b, what);
@@ -56,7 +57,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& x, float s) {
-  MINIDL_CHECK(x.defined() && x.dtype() == DType::Float32, "mul: expects a float32 tensor");
+  MINIDL_CHECK(x.defined() && x.dtype() == DType::Float32, "mul: expects a float32 tensor, got ", x.str());
   Tensor y = Tensor::empty_like(x);
   axpby(y, s, x, 0.f, nullptr);
   if (autograd::needs_grad({x})) {

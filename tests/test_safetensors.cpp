@@ -82,7 +82,9 @@ std::vector<std::pair<std::string, Tensor>> sample_tensors() {
           {"image", Tensor::from_vector(std::vector<uint8_t>{0, 1, 127, 128, 254, 255}, {2, 3})},
           {"scalar", Tensor::from_vector(std::vector<float>{-0.f}, {})},
           {"empty", Tensor::empty({0, 4})},
-          {"z.bias", test::random_tensor({7}, 2)}};
+          {"z.bias", test::random_tensor({7}, 2)},
+          {"half.bf16", test::random_tensor({2, 3}, 4).to(DType::BFloat16)},
+          {"half.fp16", test::random_tensor({3, 2}, 5).to(DType::Float16)}};
 }
 
 }  // namespace
@@ -140,6 +142,42 @@ TEST_CASE("safetensors reads a file laid out like the Python package's", "[safet
   CHECK(st.metadata.at("format") == "pt");
 }
 
+TEST_CASE("safetensors writes and reads BF16 and F16 as PyTorch does: 2-byte little-endian bit patterns",
+          "[safetensors][half]") {
+  // 1, -2, 0.5 and the largest finite value of each format, whose bit patterns are fixed by the
+  // formats: bf16 is float32's top half, fp16 is IEEE binary16.
+  TempDir dir;
+  const std::string path = dir.file("halves.safetensors");
+  const Tensor b = Tensor::from_vector(std::vector<float>{1.f, -2.f, 0.5f, 3.3895314e38f}, {4}).to(DType::BFloat16);
+  const Tensor h = Tensor::from_vector(std::vector<float>{1.f, -2.f, 0.5f, 65504.f}, {2, 2}).to(DType::Float16);
+  save_safetensors(path, {{"b", b}, {"h", h}});
+  std::string header = R"({"b":{"dtype":"BF16","shape":[4],"data_offsets":[0,8]},)"
+                       R"("h":{"dtype":"F16","shape":[2,2],"data_offsets":[8,16]}})";
+  header.append((8 - header.size() % 8) % 8, ' ');
+  const char data[] = "\x80\x3f\x00\xc0\x00\x3f\x7f\x7f"   // bf16 3f80 c000 3f00 7f7f
+                      "\x00\x3c\x00\xc0\x00\x38\xff\x7b";  // fp16 3c00 c000 3800 7bff
+  CHECK(read_bytes(path) == le64(header.size()) + header + std::string(data, 16));
+
+  // A file as the Python package writes it (keys sorted, __metadata__ first) loads with the
+  // dtypes and values it holds.
+  const std::string py = dir.file("py_halves.safetensors");
+  std::string py_header = R"({"__metadata__":{"format":"pt"},"b":{"dtype":"BF16","shape":[4],"data_offsets":[0,8]},)"
+                          R"("h":{"dtype":"F16","shape":[2,2],"data_offsets":[8,16]}})";
+  py_header.append((8 - py_header.size() % 8) % 8, ' ');
+  write_bytes(py, le64(py_header.size()) + py_header + std::string(data, 16));
+  const SafeTensors st = load_safetensors(py);
+  REQUIRE(st.tensors.size() == 2);
+  CHECK(st.tensors[0].second.dtype() == DType::BFloat16);
+  CHECK(st.tensors[0].second.to_vector() == std::vector<float>{1.f, -2.f, 0.5f, 3.3895314e38f});
+  CHECK(st.tensors[1].second.dtype() == DType::Float16);
+  CHECK(st.tensors[1].second.shape() == Shape{2, 2});
+  CHECK(st.tensors[1].second.to_vector() == std::vector<float>{1.f, -2.f, 0.5f, 65504.f});
+
+  // A half tensor whose byte count does not match its shape is named like any other.
+  write_bytes(py, file_bytes(R"({"a":{"dtype":"BF16","shape":[3],"data_offsets":[0,8]}})", 8));
+  require_load_error(py, "needs 6 bytes");
+}
+
 TEST_CASE("safetensors reader names the file and the problem for every corruption", "[safetensors]") {
   TempDir dir;
   const std::string f32x4 = R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})";
@@ -163,8 +201,8 @@ TEST_CASE("safetensors reader names the file and the problem for every corruptio
   require_load_error(p, "not a JSON object");
 
   p = dir.file("dtype.safetensors");
-  write_bytes(p, file_bytes(R"({"a":{"dtype":"F16","shape":[4],"data_offsets":[0,8]}})", 8));
-  require_load_error(p, "unsupported dtype 'F16'");
+  write_bytes(p, file_bytes(R"({"a":{"dtype":"F64","shape":[4],"data_offsets":[0,32]}})", 32));
+  require_load_error(p, "unsupported dtype 'F64'");
 
   p = dir.file("out_of_range.safetensors");
   write_bytes(p, file_bytes(f32x4, 12));

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/json_args.h"
 #include "core/json_limits.h"
+#include "train/precision.h"
 
 namespace minidl {
 
@@ -71,6 +72,9 @@ TrainConfig parse_train_config(const json& config) {
   c.allow_tf32 = top.get_bool("allow_tf32", c.allow_tf32);
   c.cuda_graph = top.get_bool("cuda_graph", c.cuda_graph);
   c.norm_single_read = top.get_bool("norm_single_read", c.norm_single_read);
+  c.precision = top.get_string("precision", c.precision);
+  c.memory_format = top.get_string("memory_format", c.memory_format);
+  check_precision(c.precision, c.memory_format);
   c.device = top.get_string("device", c.device);
   c.epochs = top.get_float("epochs", c.epochs);
   MINIDL_CHECK(std::isfinite(c.epochs) && c.epochs > 0 && c.epochs <= static_cast<double>(kMaxEpochs),
@@ -127,6 +131,8 @@ json TrainConfig::to_json() const {
           {"allow_tf32", allow_tf32},
           {"cuda_graph", cuda_graph},
           {"norm_single_read", norm_single_read},
+          {"precision", precision},
+          {"memory_format", memory_format},
           {"device", device},
           {"epochs", epochs_json},
           {"batch_size", batch_size},

@@ -19,6 +19,8 @@ struct TrainConfig {
   bool allow_tf32 = true;
   bool cuda_graph = false;  // on a GPU, replay each training and evaluation step as one CUDA graph
   bool norm_single_read = false;  // on a GPU, the single-read normalization kernels (core/settings.h)
+  std::string precision = "fp32";             // "fp32" only today (train/precision.h)
+  std::string memory_format = "contiguous";   // "contiguous" only today
   std::string device = "auto";
   double epochs = 1;        // may be fractional (9.9): the run takes ceil(epochs * steps per epoch) steps
   int64_t batch_size = 128;

@@ -8,6 +8,7 @@
 #   train   the three ResNet-9 configs trained to the end, PyTorch's BatchNorm run beside
 #   repro   minidl repro and a resume check on the GPU
 #   graph   CUDA graph tests, graphed-vs-eager bit identity and step times (scripts/gpu/graph.sh)
+#   half    the [half] tests and bf16/fp16 safetensors against PyTorch (half_safetensors.sh)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${1:?usage: check_all.sh BIN_DIR OUT_DIR [STAGES]}
@@ -46,6 +47,9 @@ for stage in $stages; do
     graph)
       run bash "$root/scripts/gpu/graph.sh" "$bin" "$out/graph" 2>&1 | tee "$out/graph.log" |
         grep -E "repro:|graphed resume|training:|GPU time|torch |FAILED|test cases" ;;
+    half)
+      run timeout 300 bash "$root/scripts/gpu/half_safetensors.sh" "$bin" "$out/half" 2>&1 | tee "$out/half.log" |
+        grep -E "^==|half_safetensors|test cases|FAILED" | tail -30 ;;
     repro)
       {
         run timeout 200 "$bin/minidl" repro --config "$root/configs/resnet9.json" --device cuda --steps 200 --output /tmp/repro

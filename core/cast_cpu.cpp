@@ -1,0 +1,24 @@
+// CPU side of core/cast_kernels.h: one conversion per element, threaded on large tensors.
+#include "core/cast_kernels.h"
+
+namespace minidl::kernels {
+
+namespace {
+template <class From, class To>
+void cast_loop(const From* x, To* y, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) y[i] = from_float<To>(to_float(x[i]));
+}
+}  // namespace
+
+void cast_cpu(const void* x, DType from, void* y, DType to, int64_t n) {
+  visit_floating(from, "cast", [&](auto a) {
+    visit_floating(to, "cast", [&](auto b) {
+      using From = decltype(a);
+      using To = decltype(b);
+      cast_loop(static_cast<const From*>(x), static_cast<To*>(y), n);
+    });
+  });
+}
+
+}  // namespace minidl::kernels
