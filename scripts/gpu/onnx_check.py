@@ -5,11 +5,12 @@
                               [--metrics RUN/metrics.jsonl]
 
 Both references come from `minidl export --logits` (images, labels, minidl's logits). Checks:
-onnx.checker; onnxruntime on the CPU (fp32) against minidl on the CPU (tight: 1e-4 + 1e-4|x|);
-onnxruntime (CUDA provider when present) on the whole --gpu-ref set against minidl on the GPU
-(TF32 convolutions on both sides, so a looser 5e-2 + 5e-2|x|, and argmax agreement >= 99.5%);
-and the ONNX model's test accuracy against minidl's and against the run's last metrics.jsonl
-test_acc (within 0.1 points). Exits 1 when any check fails.
+onnx.checker; onnxruntime on the CPU (fp32) against minidl on the CPU (1e-4 + 1e-4|x| per
+logit, argmax agreement >= 99.9%, test accuracy within 0.05 points); onnxruntime (CUDA provider
+when present) against minidl on the GPU (TF32 convolutions on both sides, different algorithms:
+5e-2 + 5e-2|x|, agreement >= 99.5%, accuracy within 0.2 points); and minidl's export-time GPU
+accuracy against the run's last metrics.jsonl test_acc (the same computation: equal). Exits 1
+when any check fails.
 """
 import argparse
 import json
@@ -41,30 +42,45 @@ def main():
     onnx.checker.check_model(model, full_check=True)
     print(f"{a.model}: onnx {onnx.__version__} checker ok; onnxruntime {ort.__version__}")
 
+    def accuracy(logits, labels):
+        return float(np.mean(np.asarray(logits).argmax(1) == labels)) * 100
+
+    def agreement(x, y):
+        return float(np.mean(np.asarray(x).argmax(1) == np.asarray(y).argmax(1))) * 100
+
+    # fp32 against fp32: onnxruntime's CPU provider against minidl on the CPU.
     cpu_ref, _ = read_safetensors(a.cpu_ref)
     cpu = ort.InferenceSession(a.model, providers=["CPUExecutionProvider"])
-    ok &= compare("onnxruntime CPU vs minidl CPU", run(cpu, cpu_ref["images"]), cpu_ref["logits"],
-                  cpu_ref["labels"], 1e-4, 1e-4)
+    got_cpu = run(cpu, cpu_ref["images"])
+    ok &= compare("onnxruntime CPU vs minidl CPU", got_cpu, cpu_ref["logits"], cpu_ref["labels"], 1e-4, 1e-4)
+    acc_cpu, acc_minidl_cpu = accuracy(got_cpu, cpu_ref["labels"]), accuracy(cpu_ref["logits"], cpu_ref["labels"])
+    if agreement(got_cpu, cpu_ref["logits"]) < 99.9 or abs(acc_cpu - acc_minidl_cpu) > 0.05:
+        print(f"FAIL: CPU accuracy ONNX {acc_cpu:.2f}% vs minidl {acc_minidl_cpu:.2f}%")
+        ok = False
 
+    # On the GPU both sides use TF32 convolutions (different algorithms): looser.
     gpu_ref, meta = read_safetensors(a.gpu_ref)
     providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in ort.get_available_providers()]
     gpu = ort.InferenceSession(a.model, providers=providers)
     got = run(gpu, gpu_ref["images"])
     name = f"onnxruntime {gpu.get_providers()[0]} vs minidl {meta.get('device', '?')}"
     ok &= compare(name, got, gpu_ref["logits"], gpu_ref["labels"], 5e-2, 5e-2)
-    agree = float(np.mean(got.argmax(1) == gpu_ref["logits"].argmax(1))) * 100
-    acc_onnx = float(np.mean(got.argmax(1) == gpu_ref["labels"])) * 100
-    acc_minidl = float(np.mean(gpu_ref["logits"].argmax(1) == gpu_ref["labels"])) * 100
-    if agree < 99.5:
-        print(f"FAIL: argmax agreement {agree:.2f}% < 99.5%")
+    agree = agreement(got, gpu_ref["logits"])
+    acc_onnx, acc_minidl = accuracy(got, gpu_ref["labels"]), accuracy(gpu_ref["logits"], gpu_ref["labels"])
+    if agree < 99.5 or abs(acc_onnx - acc_minidl) > 0.2:
+        print(f"FAIL: GPU argmax agreement {agree:.2f}%, accuracy ONNX {acc_onnx:.2f}% vs minidl {acc_minidl:.2f}%")
         ok = False
-    line = f"test accuracy on {len(got)} images: ONNX {acc_onnx:.2f}%, minidl eval {acc_minidl:.2f}%"
-    ok &= abs(acc_onnx - acc_minidl) <= 0.1
+    line = (f"test accuracy: ONNX on the CPU {acc_cpu:.2f}% = minidl CPU {acc_minidl_cpu:.2f}% "
+            f"({len(got_cpu)} images); ONNX {gpu.get_providers()[0]} {acc_onnx:.2f}%, minidl {meta.get('device', '?')} "
+            f"{acc_minidl:.2f}% ({len(got)} images)")
     if a.metrics:
         with open(a.metrics) as f:
             last = [json.loads(x) for x in f if x.strip()][-1]
-        line += f", the run's metrics.jsonl (epoch {last['epoch']}) {last['test_acc']:.2f}%"
-        ok &= abs(acc_onnx - last["test_acc"]) <= 0.1
+        line += f"; the run's metrics.jsonl (epoch {last['epoch']}) {last['test_acc']:.2f}%"
+        # The same weights, batches and device as the run's own last evaluation: the same figure.
+        if len(got) == 10000 and abs(acc_minidl - last["test_acc"]) > 0.005:
+            print("FAIL: minidl's export-time evaluation differs from the run's metrics.jsonl")
+            ok = False
     print(("ok: " if ok else "FAIL: ") + line)
     return 0 if ok else 1
 

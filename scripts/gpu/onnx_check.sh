@@ -22,7 +22,7 @@ for cfg in $configs; do
   if "$bin/minidl" train --config "$root/configs/$cfg.json" --device cuda --set data.dir=$data --output "$run" \
        > "$out/$cfg.train.log" 2>&1 &&
      "$bin/minidl" export --run "$run" --onnx "$out/$cfg.onnx" --logits "$out/$cfg.cuda.ref" --device cuda --data-dir $data &&
-     "$bin/minidl" export --run "$run" --onnx "$out/$cfg.onnx" --logits "$out/$cfg.cpu.ref" --device cpu --limit 1000 --data-dir $data &&
+     "$bin/minidl" export --run "$run" --onnx "$out/$cfg.onnx" --logits "$out/$cfg.cpu.ref" --device cpu --data-dir $data &&
      python3 "$root/scripts/gpu/onnx_check.py" "$out/$cfg.onnx" --gpu-ref "$out/$cfg.cuda.ref" \
        --cpu-ref "$out/$cfg.cpu.ref" --metrics "$run/metrics.jsonl" | tee "$out/$cfg.check.log"; then
     summary+=("$cfg: $(tail -1 "$out/$cfg.check.log")")
