@@ -205,8 +205,8 @@ TEST_CASE("resume: a finished run is refused unless --set epochs=N raises the co
   TrainOptions longer = resume_of(run);
   longer.overrides = {"epochs=3"};
   REQUIRE(train_command(longer) == 0);
-  REQUIRE(read_lines(run + "/metrics.jsonl").size() == 3);
-  REQUIRE(read_lines(run + "/steps.jsonl").size() == 24);
+  REQUIRE(test::read_json_lines(run + "/metrics.jsonl").size() == 3);
+  REQUIRE(test::read_json_lines(run + "/steps.jsonl").size() == 24);
   REQUIRE(json::parse(slurp(run + "/config.json"))["epochs"] == 3);
   REQUIRE(read_checkpoint_info(run + "/checkpoint.safetensors").epoch == 3);
 }
@@ -272,7 +272,7 @@ TEST_CASE("fresh run: a non-empty folder is refused unless --overwrite", "[train
   TrainOptions again = options_for(config, run);
   again.overwrite = true;
   REQUIRE(train_command(again) == 0);
-  const auto steps = read_lines(run + "/steps.jsonl");
+  const auto steps = test::read_json_lines(run + "/steps.jsonl");
   REQUIRE(steps.size() == 16);  // steps 0..15 once, not 0..3 twice
   for (size_t i = 0; i < steps.size(); ++i) REQUIRE(steps[i]["step"] == static_cast<int64_t>(i));
   REQUIRE(slurp(run + "/notes.txt") == "mine");  // only the run's own files are replaced
@@ -311,7 +311,7 @@ TEST_CASE("signals: SIGINT/SIGTERM checkpoint at a step boundary and the resumed
 
   REQUIRE(slurp(a + "/steps.jsonl") == slurp(b + "/steps.jsonl"));
   REQUIRE(safetensors_payload_sha256(a + "/model.safetensors") == safetensors_payload_sha256(b + "/model.safetensors"));
-  const auto ma = read_lines(a + "/metrics.jsonl"), mb = read_lines(b + "/metrics.jsonl");
+  const auto ma = test::read_json_lines(a + "/metrics.jsonl"), mb = test::read_json_lines(b + "/metrics.jsonl");
   REQUIRE(ma.size() == 2);
   REQUIRE(mb.size() == 2);
   for (size_t e = 0; e < 2; ++e)
