@@ -158,10 +158,12 @@ TEST_CASE("config integers: range-checked, never wrapped", "[hostile]") {
   };
   std::string m = error_of([&] { parse_train_config(config_with("seed=-1")); });
   REQUIRE_THAT(m, Catch::Contains("seed: expected a non-negative integer, got -1"));
-  m = error_of([&] { parse_train_config(config_with("epochs=18446744073709551615")); });
-  REQUIRE_THAT(m, Catch::Contains("epochs: expected an integer that fits in 64 bits"));
-  m = error_of([&] { parse_train_config(config_with("epochs=9223372036854775807")); });
-  REQUIRE_THAT(m, Catch::Contains("epochs: expected an integer in 1..1000000"));
+  // epochs may be fractional (9.9), so it is a number range-checked as one.
+  for (const char* e : {"epochs=18446744073709551615", "epochs=9223372036854775807", "epochs=0", "epochs=-1.5"}) {
+    m = error_of([&] { parse_train_config(config_with(e)); });
+    REQUIRE_THAT(m, Catch::Contains("epochs: must be > 0 (fractions allowed) and at most 1000000"));
+  }
+  REQUIRE(parse_train_config(config_with("epochs=9.9")).epochs == 9.9);
   m = error_of([&] { parse_train_config(config_with("batch_size=0")); });
   REQUIRE_THAT(m, Catch::Contains("batch_size: expected an integer in 1..1000000, got 0"));
   m = error_of([] { DataOptions::from_json(json::parse(R"({"augment": {"crop_padding": 4294967297}})"), "data"); });
