@@ -141,7 +141,8 @@ TEST_CASE("Muon state round-trips and the config is checked", "[muon]") {
 TEST_CASE("Muon on CUDA matches the CPU", "[muon][cuda]") {
   MINIDL_REQUIRE_CUDA();
   kernels::NewtonSchulz ns;
-  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{64, 576}, {300, 20}}) {
+  for (const std::pair<int64_t, int64_t>& shape : {std::pair<int64_t, int64_t>{64, 576}, {300, 20}}) {
+    const int64_t rows = shape.first, cols = shape.second;  // lambdas below capture them (not bindings: clang)
     const std::vector<float> g = test::random_values(rows * cols, 3);
     std::vector<float> cpu(g.size());
     kernels::newton_schulz_cpu(g.data(), cpu.data(), rows, cols, ns);
