@@ -10,11 +10,8 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${1:?usage: graph.sh BIN_DIR OUT_DIR}
 out=${2:?usage: graph.sh BIN_DIR OUT_DIR}
 mkdir -p "$out"
-failed=0
-run() {
-  echo "== $*"
-  "$@" || { echo "== FAILED (rc=$?): $*"; failed=1; }
-}
+rm -f "$out/FAILED"
+source "$root/scripts/gpu/run_stage.sh"
 run timeout 300 "$bin/minidl_tests" "[graph]"
 for cfg in resnet9 resnet9_groupnorm resnet9_layernorm; do
   run timeout 200 "$bin/minidl" repro --config "$root/configs/$cfg.json" --device cuda --steps 200 \
@@ -29,7 +26,7 @@ if cmp -s /tmp/graph_full/steps.jsonl /tmp/graph_half/steps.jsonl &&
    cmp -s /tmp/graph_full/model.safetensors /tmp/graph_half/model.safetensors; then
   echo "graphed resume: steps and weights identical"
 else
-  echo "graphed resume: DIFFERENT"; failed=1
+  echo "graphed resume: DIFFERENT"; echo "graphed resume differs" >> "$out/FAILED"
 fi
 for bs in 512 128; do
   for g in true false; do
@@ -42,4 +39,8 @@ for bs in 512 128; do
       2>&1 | grep -E "^time:" | sed "s/^/torch $bs $mode: /"
   done
 done
-exit $failed
+if [ -s "$out/FAILED" ]; then
+  echo "graph.sh: failed:"
+  cat "$out/FAILED"
+  exit 1
+fi
