@@ -13,15 +13,30 @@ thread_local bool g_grad_enabled = true;
 thread_local int g_current_module = -1;
 BackwardObserver* g_observer = nullptr;
 
-// Sums g into the slot. The first gradient is taken as is (no copy); later ones make a new sum
-// rather than adding in place, because a backward function may return the same storage for two
-// inputs (add, reshape) and an in-place add would corrupt the other one.
+// Sums g into a pending gradient of an inner node. The first gradient is taken as is (no copy);
+// later ones make a new sum rather than adding in place, because a backward function may return
+// the same storage for two inputs (add, reshape) and an in-place add would corrupt the other one.
 void accumulate(std::shared_ptr<TensorImpl>& slot, const Tensor& g) {
   if (!slot) {
     slot = g.impl_ptr();
     return;
   }
   slot = add(Tensor(slot), g).impl_ptr();
+}
+
+// Sums g into a leaf's .grad, which owns its storage: the first gradient is copied (it may share
+// storage with another input's, as above) and later ones are added in place, as PyTorch does. So a
+// parameter's gradient keeps its address from step to step, which a CUDA graph of the step needs:
+// the graph's kernels read and write the addresses of its capture. (A new sum per step would leave
+// the graph reading the previous step's gradient from a block it freed during the capture, which
+// the graph's own temporaries then overwrite.) g + grad and grad + g are the same bits.
+void accumulate_leaf(std::shared_ptr<TensorImpl>& slot, const Tensor& g) {
+  if (!slot) {
+    slot = g.clone().impl_ptr();
+    return;
+  }
+  Tensor grad(slot);
+  axpy_(grad, 1.f, g);
 }
 }  // namespace
 
@@ -53,7 +68,7 @@ void backward(const Tensor& root, const Tensor& grad) {
   MINIDL_CHECK(grad.shape() == root.shape(), "backward(): gradient shape ", shape_str(grad.shape()),
                " does not match ", shape_str(root.shape()));
   if (!root.grad_fn()) {
-    accumulate(root.impl()->grad, grad.clone());
+    accumulate_leaf(root.impl()->grad, grad);
     return;
   }
   // Reverse topological order by an iterative post-order DFS: a node runs only after every node
@@ -104,7 +119,7 @@ void backward(const Tensor& root, const Tensor& grad) {
       if (in.grad_fn())
         accumulate(pending[in.grad_fn().get()], grads[i]);
       else
-        accumulate(in.impl()->grad, grads[i]);
+        accumulate_leaf(in.impl()->grad, grads[i]);
     }
     // Free the tape as we go: saved tensors and inputs are not needed again.
     node->backward = nullptr;

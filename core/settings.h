@@ -14,10 +14,10 @@ struct ComputeSettings {
   // stay in full fp32, also as in PyTorch.
   bool allow_tf32 = true;
   // Let the normalization layers pick their single-read GPU kernels (one CTA or a thread-block
-  // cluster per group, docs/perf/norm.md) where a group fits on the chip. Off, every pass runs
-  // the three-launch kernels. Off by default until those kernels have been checked on the H200;
-  // the bits of a GPU run depend on it (the single-read kernels sum in another fixed order).
-  bool norm_single_read = false;
+  // cluster per group, docs/perf/norm.md) where a group fits on the chip and the H200 measured
+  // them faster. Off, every pass runs the three-launch kernels of round 1 (and gives its bits:
+  // the single-read kernels sum in another fixed order, as deterministic).
+  bool norm_single_read = true;
 };
 
 const ComputeSettings& compute_settings();

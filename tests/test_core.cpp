@@ -55,6 +55,27 @@ TEST_CASE("autograd accumulates through shared inputs and frees the tape", "[cor
   REQUIRE(x.grad().to_vector() == std::vector<float>{10.5f, 10.5f, 10.5f});
 }
 
+TEST_CASE("a leaf's gradient owns its storage and keeps its address from step to step", "[core][autograd]") {
+  // What a CUDA graph of the training step relies on: its update kernels read the gradient at the
+  // address of the capture, so accumulation must write there rather than into a new sum.
+  Tensor a = Tensor::from_vector(std::vector<float>{1, 2}, {2}).set_requires_grad(true);
+  Tensor b = Tensor::from_vector(std::vector<float>{3, 4}, {2}).set_requires_grad(true);
+  Tensor g = Tensor::from_vector(std::vector<float>{1, 1}, {2});
+  autograd::backward(add(a, b), g);  // add's backward returns one storage for both inputs
+  const void* a_storage = a.grad().raw_data();
+  REQUIRE(a_storage != b.grad().raw_data());
+  REQUIRE(a_storage != g.raw_data());
+  autograd::backward(add(a, b), g);
+  REQUIRE(a.grad().raw_data() == a_storage);
+  REQUIRE(a.grad().to_vector() == std::vector<float>{2, 2});
+  REQUIRE(b.grad().to_vector() == std::vector<float>{2, 2});
+  a.grad().zero_();
+  autograd::backward(mul(a, 3.f), g);
+  REQUIRE(a.grad().raw_data() == a_storage);
+  REQUIRE(a.grad().to_vector() == std::vector<float>{3, 3});
+  REQUIRE(b.grad().to_vector() == std::vector<float>{2, 2});
+}
+
 TEST_CASE("gradients through reshape and the residual add", "[core][autograd]") {
   test::gradcheck([](const Tensor& x) { return add(x.reshape({6}), mul(x, 3.f).reshape({6})); },
                   test::random_tensor({2, 3}, 1));

@@ -15,6 +15,10 @@
 #include "train/trainer.h"
 #include "test_util.h"
 
+#ifdef MINIDL_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
 using namespace minidl;
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -147,6 +151,33 @@ TEST_CASE("a capture that synchronizes with the host fails, names the call, and 
   REQUIRE(y.to_vector() == std::vector<float>(256, 0.f));  // the captured axpy never ran
   axpy_(y, 1.f, x);                                         // and eager work is unaffected
   REQUIRE(y.to_vector() == std::vector<float>(256, 2.f));
+}
+
+TEST_CASE("a capture in which a library allocates device memory of its own fails", "[cuda][graph]") {
+  MINIDL_REQUIRE_CUDA();
+#ifdef MINIDL_WITH_CUDA
+  // As cuDNN 9's cudnnAddTensor may do: a cudaMalloc (and cudaFree) behind the caller's back. A
+  // graph replaying into that memory after it was freed would compute wrong results; the
+  // thread-local capture refuses the call and the capture fails, even if the library swallows
+  // the error.
+  Tensor x = Tensor::full({256}, 2.f, Device::cuda());
+  Tensor y = Tensor::zeros({256}, DType::Float32, Device::cuda());
+  CudaGraph graph;
+  cudaError_t inside = cudaSuccess;
+  const std::string why = graph.capture([&] {
+    axpy_(y, 1.f, x);
+    void* scratch = nullptr;
+    inside = cudaMalloc(&scratch, 1 << 20);
+    if (inside == cudaSuccess) (void)cudaFree(scratch);
+  });
+  INFO(why);
+  REQUIRE(inside != cudaSuccess);
+  REQUIRE_THAT(why, Catch::Contains("cudaStreamEndCapture"));
+  REQUIRE_FALSE(graph.captured());
+  REQUIRE(y.to_vector() == std::vector<float>(256, 0.f));
+  axpy_(y, 1.f, x);
+  REQUIRE(y.to_vector() == std::vector<float>(256, 2.f));
+#endif
 }
 
 TEST_CASE("StepGraph warms up, replays, and falls back to eager steps when the capture fails", "[cuda][graph]") {

@@ -18,7 +18,7 @@ struct TrainConfig {
   bool deterministic = true;
   bool allow_tf32 = true;
   bool cuda_graph = false;  // on a GPU, replay each training and evaluation step as one CUDA graph
-  bool norm_single_read = false;  // on a GPU, the single-read normalization kernels (core/settings.h)
+  bool norm_single_read = true;   // on a GPU, the single-read normalization kernels (core/settings.h)
   std::string precision = "fp32";             // "fp32" only today (train/precision.h)
   std::string memory_format = "contiguous";   // "contiguous" only today
   std::string device = "auto";

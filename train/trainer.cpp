@@ -192,20 +192,22 @@ void Trainer::device_step(bool prepared, double lr, Profiler* profiler) {
   step_loss_ = loss.detach();
 }
 
-void Trainer::device_eval(const std::string& tta) {
+Trainer::EvalCounts Trainer::device_eval(const std::string& tta) {
   Batch batch;
   test_loader_->emit(batch);
   Tensor logits = (*model_)(batch.images);
-  eval_correct_ = correct_predictions(logits, batch.labels);
+  EvalCounts counts;
+  counts.correct = correct_predictions(logits, batch.labels);
   const std::vector<TtaView> views = tta_views(tta);
-  if (views.size() == 1) return;
+  if (views.size() == 1) return counts;
   // The weighted sum of every view's logits (x * 1.0f is exact: weights of 1 add plainly).
   Tensor sum = mul(logits, views[0].weight);
   for (size_t v = 1; v < views.size(); ++v) {
     const TtaView& view = views[v];
     sum = add(sum, mul((*model_)(flip_translate(batch.images, view.flip, view.dy, view.dx)), view.weight));
   }
-  eval_tta_correct_ = correct_predictions(sum, batch.labels);
+  counts.tta_correct = correct_predictions(sum, batch.labels);
+  return counts;
 }
 
 Trainer::EvalResult Trainer::evaluate(const std::string& tta) {
@@ -225,13 +227,17 @@ Trainer::EvalResult Trainer::evaluate(const std::string& tta) {
   int64_t seen = 0;
   for (int64_t b = 0; loader.advance(); ++b) {
     // The last, shorter batch runs eagerly: a graph holds the shapes of its capture.
-    if (loader.current_batch_size() == loader.options().batch_size)
-      eval_graph_->run([&] { device_eval(tta); }, [] {});
-    else
-      device_eval(tta);
-    copy_bytes_async(counts + 2 * b, Device::cpu(), eval_correct_.raw_data(), device_, sizeof(int32_t));
+    EvalCounts batch_counts;
+    if (loader.current_batch_size() == loader.options().batch_size) {
+      eval_graph_->run([&] { eval_graph_counts_ = device_eval(tta); }, [] {});
+      batch_counts = eval_graph_counts_;
+    } else {
+      batch_counts = device_eval(tta);
+    }
+    copy_bytes_async(counts + 2 * b, Device::cpu(), batch_counts.correct.raw_data(), device_, sizeof(int32_t));
     if (tta != "none")
-      copy_bytes_async(counts + 2 * b + 1, Device::cpu(), eval_tta_correct_.raw_data(), device_, sizeof(int32_t));
+      copy_bytes_async(counts + 2 * b + 1, Device::cpu(), batch_counts.tta_correct.raw_data(), device_,
+                       sizeof(int32_t));
     seen += loader.current_batch_size();
   }
   synchronize(device_);

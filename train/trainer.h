@@ -86,12 +86,17 @@ class Trainer {
   // The device half of a training step (everything after the uploads), and of an evaluation
   // batch; what a CUDA graph captures.
   void device_step(bool prepared, double lr, Profiler* profiler);
-  void device_eval(const std::string& tta);
+  struct EvalCounts {
+    Tensor correct, tta_correct;  // int32 scalars on the device; tta_correct is empty without TTA
+  };
+  EvalCounts device_eval(const std::string& tta);
   StepGraph train_graph_;
   std::unique_ptr<StepGraph> eval_graph_;
   std::string eval_graph_tta_;
   Tensor step_loss_, step_correct_;     // the last training step's results, on the device
-  Tensor eval_correct_, eval_tta_correct_;  // the last evaluation batch's counts
+  // The counts the evaluation graph writes on each replay: those of the call it captured. A last,
+  // shorter batch runs eagerly into tensors of its own, so these stay the graph's.
+  EvalCounts eval_graph_counts_;
   std::shared_ptr<void> eval_counts_;   // pinned: two int32 counts per test batch
 };
 

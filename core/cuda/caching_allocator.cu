@@ -31,6 +31,17 @@ size_t size_class(size_t bytes) {
 // pool, even one that was allocated before the capture: a captured graph replays every address it
 // touched, so none of them may serve anything else while the graph lives. Releasing a pool (the
 // graph is gone) hands its blocks back to the shared cache.
+// cudaMalloc, also inside a CUDA graph capture: there the capture runs in thread-local mode,
+// which refuses cudaMalloc (graph_capture.cu says why), so this one call relaxes it. The block is
+// not stream work, and the graph pool keeps it while the graph lives.
+cudaError_t driver_malloc(void** ptr, size_t bytes) {
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  MINIDL_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+  const cudaError_t err = cudaMalloc(ptr, bytes);
+  MINIDL_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+  return err;
+}
+
 class CachingAllocator {
  public:
   void* malloc(size_t bytes) {
@@ -39,11 +50,11 @@ class CachingAllocator {
     void* ptr = take_free(active_, cls);
     if (!ptr && active_ != kShared) ptr = take_free(kShared, cls);
     if (!ptr) {
-      cudaError_t err = cudaMalloc(&ptr, cls);
+      cudaError_t err = driver_malloc(&ptr, cls);
       if (err == cudaErrorMemoryAllocation && active_ == kShared) {
         (void)cudaGetLastError();
         release_locked();
-        err = cudaMalloc(&ptr, cls);
+        err = driver_malloc(&ptr, cls);
       }
       if (err != cudaSuccess) {
         (void)cudaGetLastError();

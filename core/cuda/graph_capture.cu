@@ -1,9 +1,12 @@
-// CUDA graph capture on minidl's one stream. Relaxed mode, because a capture may need the
-// caching allocator to take a new block from the driver (cudaMalloc is not stream work and is
-// safe here: the graph pool keeps the block). What cannot be captured still fails loudly: a
-// synchronization of the capturing stream (Tensor::item, a host copy) returns
-// cudaErrorStreamCaptureUnsupported, which the checked call turns into an Error naming the call
-// and its file and line; that Error becomes the reason the capture failed.
+// CUDA graph capture on minidl's one stream, in thread-local mode: while this thread captures,
+// a call that is unsafe in a capture fails it. That catches what would otherwise give a graph
+// that replays wrongly: a library that allocates or frees device memory of its own inside the
+// step (the graph would replay into memory handed back to the driver or to someone else), and a
+// synchronization of the stream (Tensor::item, a host copy), which returns
+// cudaErrorStreamCaptureUnsupported. The checked call turns the failure into an Error naming the
+// call and its file and line; that Error becomes the reason the capture failed. The one
+// allocation allowed is the caching allocator's own cudaMalloc (caching_allocator.cu): the graph
+// pool keeps that block for as long as the graph lives.
 #include <exception>
 
 #include "core/cuda/graph_capture.h"
@@ -14,7 +17,7 @@ namespace minidl::cuda {
 
 void* capture_graph(const std::function<void()>& body, std::string* why) {
   why->clear();
-  MINIDL_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeRelaxed));
+  MINIDL_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
   try {
     body();
   } catch (const std::exception& e) {

@@ -55,7 +55,8 @@ struct NormLayout {
 //   ThreeLaunch  reduction pass, finalize, elementwise pass (norm_forward.cu, norm_backward.cu):
 //                any size, and the only path for eval forward and for GroupNorm/LayerNorm
 //                backward with weight/bias gradients.
-// Auto picks Block or Cluster where the group fits, else ThreeLaunch. Forcing a path that cannot
+// Auto picks Block or Cluster where the group fits and the H200 measured them faster, else
+// ThreeLaunch (plan_single in norm_single_read.cuh holds the rule). Forcing a path that cannot
 // run the pass (too large a group, or a case it does not cover) is an error naming the reason.
 // The choice depends only on the layout, the pass's options and the device: the same shape takes
 // the same path, and each path's results are bit-identical run to run.

@@ -187,7 +187,14 @@ inline size_t shared_capacity() {
 //
 // Auto: one CTA when the group fits in half a CTA's shared memory (two CTAs per SM overlap one's
 // reduction with the other's loads); else the smallest cluster whose CTAs fit in that half; else
-// one CTA or the smallest cluster that fits at all; else ThreeLaunch.
+// one CTA or the smallest cluster that fits at all; else ThreeLaunch. Where the H200 measured the
+// single-read kernels slower than the three-launch ones (docs/perf/norm.md, "Auto's rule"), Auto
+// keeps ThreeLaunch: BatchNorm tensors above kChannelSingleReadMax elements (a channel strided over
+// the batch gives one group too little parallelism for a cluster to beat 132 SMs of partials), and
+// GroupNorm/LayerNorm groups below kSegmentSingleReadMin elements (one CTA per tiny group idles).
+constexpr int64_t kChannelSingleReadMax = int64_t{1} << 20;
+constexpr int64_t kSegmentSingleReadMin = 256;
+
 template <class Resident>
 Plan plan_single(const NormLayout& l, int arrays, bool aligned, NormPath want, int want_cluster, bool allowed,
                  const char* why, Resident&& resident) {
@@ -204,6 +211,11 @@ Plan plan_single(const NormLayout& l, int arrays, bool aligned, NormPath want, i
     return p;
   }
   const int64_t m = l.group_size();
+  if (want == NormPath::Auto && (l.kind == NormKind::Channel ? l.numel() > kChannelSingleReadMax
+                                                             : m < kSegmentSingleReadMin))
+    return p;
+  // Auto gives a BatchNorm channel one CTA or none (clusters lost at every measured shape).
+  const int auto_max_cluster = l.kind == NormKind::Channel ? 1 : kMaxCluster;
   p.g.width = l.width();
   p.g.groups = l.groups();
   p.g.plane = static_cast<int32_t>(l.plane);
@@ -244,9 +256,9 @@ Plan plan_single(const NormLayout& l, int arrays, bool aligned, NormPath want, i
                  kMaxCluster, " CTAs (", bytes_of(kMaxCluster), " bytes of shared memory per CTA, at most ", cap,
                  ")");
   } else {
-    for (int c = 1; c <= kMaxCluster && !pick; c *= 2)
+    for (int c = 1; c <= auto_max_cluster && !pick; c *= 2)
       if (bytes_of(c) <= half && runs(c)) pick = c;
-    for (int c = 1; c <= kMaxCluster && !pick; c *= 2)
+    for (int c = 1; c <= auto_max_cluster && !pick; c *= 2)
       if (runs(c)) pick = c;
     if (!pick) return p;
   }
