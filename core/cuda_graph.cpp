@@ -12,7 +12,7 @@ CudaGraph::~CudaGraph() { reset(); }
 std::string CudaGraph::capture(const std::function<void()>& body) {
   reset();
 #ifdef MINIDL_WITH_CUDA
-  pool_ = std::make_unique<GraphMemoryPool>();
+  pool_ = shared_pool_ ? shared_pool_ : std::make_shared<GraphMemoryPool>();
   std::string why;
   set_capture_pool(pool_.get());
   exec_ = cuda::capture_graph(body, &why);

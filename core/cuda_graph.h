@@ -23,6 +23,10 @@ namespace minidl {
 class CudaGraph {
  public:
   CudaGraph() = default;
+  // Captures into `pool`, which other graphs may share: graphs that never run at the same time
+  // (the kinds of one training step, replayed one after another on one stream) can reuse each
+  // other's temporaries, as PyTorch's graphs sharing a pool handle do.
+  explicit CudaGraph(std::shared_ptr<GraphMemoryPool> pool) : shared_pool_(std::move(pool)) {}
   ~CudaGraph();
   CudaGraph(const CudaGraph&) = delete;
   CudaGraph& operator=(const CudaGraph&) = delete;
@@ -40,7 +44,8 @@ class CudaGraph {
 
  private:
   void* exec_ = nullptr;  // cudaGraphExec_t
-  std::unique_ptr<GraphMemoryPool> pool_;
+  std::shared_ptr<GraphMemoryPool> shared_pool_;  // given at construction, or null: a pool of its own
+  std::shared_ptr<GraphMemoryPool> pool_;         // the pool of the captured graph
 };
 
 }  // namespace minidl

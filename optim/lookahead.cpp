@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/allocator.h"
 #include "core/dispatch.h"
 #include "core/error.h"
 #include "core/json_args.h"
@@ -13,21 +14,23 @@ namespace {
 
 constexpr const char* kPrefix = "lookahead.";
 
-// avg = lerp(avg, x, 1 - rho), elementwise, on the tensors' device.
-void blend_(Tensor& avg, const Tensor& x, float rho) {
+// avg = lerp(avg, x, w), elementwise, on the tensors' device; w (= 1 - rho) is read from `weight`,
+// a one-element tensor on the same device, when the work runs.
+void blend_(Tensor& avg, const Tensor& x, const Tensor& weight) {
   const int64_t n = avg.numel();
-  const float w = 1.f - rho;
   dispatch(
-      avg.device(), "lookahead", [&] { kernels::lerp_cpu(avg.data<float>(), x.data<float>(), w, n); },
-      [&] { kernels::lerp_cuda(avg.data<float>(), x.data<float>(), w, n); });
+      avg.device(), "lookahead",
+      [&] { kernels::lerp_cpu(avg.data<float>(), x.data<float>(), weight.data<float>(), n); },
+      [&] { kernels::lerp_cuda(avg.data<float>(), x.data<float>(), weight.data<float>(), n); });
 }
 
 }  // namespace
 
 namespace kernels {
 
-void lerp_cpu(float* avg, const float* x, float w, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) lerp_update(avg, x, w, i);
+void lerp_cpu(float* avg, const float* x, const float* w, int64_t n) {
+  const float weight = *w;
+  for (int64_t i = 0; i < n; ++i) lerp_update(avg, x, weight, i);
 }
 
 }  // namespace kernels
@@ -67,32 +70,49 @@ Lookahead::Lookahead(std::unique_ptr<Optimizer> inner, std::vector<std::pair<std
       steps_per_epoch_(steps_per_epoch),
       total_steps_(total_steps) {
   MINIDL_CHECK(steps_per_epoch_ > 0 && total_steps_ > 0, "lookahead: needs positive step counts");
+  MINIDL_CHECK(!model_.empty(), "lookahead: the model has no float32 tensor to average");
   for (const auto& [name, t] : model_) {
     MINIDL_CHECK(t.defined() && t.dtype() == DType::Float32, "lookahead: '", name, "' is not a float32 tensor");
     average_.push_back(Tensor::zeros(t.shape(), DType::Float32, t.device()));
   }
+  blend_weight_ = Tensor::zeros({1}, DType::Float32, model_.front().second.device());
+}
+
+Lookahead::Action Lookahead::action_for(int64_t s) const {
+  const int64_t epoch = (s - 1) / steps_per_epoch_;
+  Action a;
+  bool started = started_;
+  if (static_cast<double>(epoch) >= options_.start_epochs && s % options_.every_n_steps == 0) {
+    a.take = !started;
+    a.blend = started;
+    a.rho = static_cast<float>(options_.decay(s, total_steps_));
+    started = true;
+  }
+  a.copy_back = a.blend || (started && (s % steps_per_epoch_ == 0 || s == total_steps_));
+  return a;
+}
+
+int Lookahead::next_kind() const {
+  const Action a = action_for(steps_ + 1);
+  return (a.take ? 1 : 0) | (a.blend ? 2 : 0) | (a.copy_back ? 4 : 0);
 }
 
 // The host decides what this step does (a pure function of the step count); apply() does it.
 void Lookahead::prepare(double lr) {
   inner_->prepare(lr);
-  const int64_t s = ++steps_;
-  const int64_t epoch = (s - 1) / steps_per_epoch_;
-  action_ = Action{};
-  if (static_cast<double>(epoch) >= options_.start_epochs && s % options_.every_n_steps == 0) {
-    action_.take = !started_;
-    action_.blend = started_;
-    action_.rho = static_cast<float>(options_.decay(s, total_steps_));
-    started_ = true;
+  action_ = action_for(++steps_);
+  started_ = started_ || action_.take || action_.blend;
+  if (action_.blend) {
+    const float w = 1.f - action_.rho;
+    copy_bytes_async(blend_weight_.raw_data(), blend_weight_.device(), &w, Device::cpu(), sizeof(float));
   }
-  action_.copy_back = action_.blend || (started_ && (s % steps_per_epoch_ == 0 || s == total_steps_));
 }
 
 void Lookahead::apply() {
   inner_->apply();
   for (size_t i = 0; i < model_.size(); ++i) {
     if (action_.take) average_[i].copy_(model_[i].second);
-    if (action_.blend) blend_(average_[i], model_[i].second, action_.rho);
+    if (action_.blend) blend_(average_[i], model_[i].second, blend_weight_);
     if (action_.copy_back) model_[i].second.copy_(average_[i]);
   }
 }
@@ -139,6 +159,7 @@ void Lookahead::load_state(const std::vector<std::pair<std::string, Tensor>>& te
 void Lookahead::to(Device device) {
   inner_->to(device);
   for (Tensor& a : average_) a = a.to(device);
+  blend_weight_ = blend_weight_.to(device);
 }
 
 }  // namespace minidl

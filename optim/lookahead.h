@@ -8,9 +8,11 @@
 //   avg = lerp(avg, model, 1 - rho),  model = avg
 // (little averaging early, strong at the end). At every epoch end (s a multiple of the steps per
 // epoch, or s = total_steps) the model is set to the average once more. Every decision is a pure
-// function of s, made in prepare(); apply() queues the work. The steps differ in their device
-// work, so a trainer with lookahead runs them eagerly (no CUDA graph). The average and s are
-// optimizer state, saved in checkpoints ("lookahead.<name>"), so a resumed run continues bit for bit.
+// function of s, made in prepare(); apply() queues the work, reading 1 - rho from device memory
+// that prepare() writes. So the steps come in a few kinds (next_kind()) that differ in their
+// device work, and a CUDA graph of one kind replays for every step of that kind. The average and
+// s are optimizer state, saved in checkpoints ("lookahead.<name>"), so a resumed run continues
+// bit for bit.
 #pragma once
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -50,6 +52,9 @@ class Lookahead : public Optimizer {
   void to(Device device) override;
   nlohmann::json to_json() const override { return inner_->to_json(); }
   const LookaheadOptions& options() const { return options_; }
+  // The kind of the next step's device work (what the next prepare() will decide): a bit each for
+  // taking the average, blending into it and copying it back; 0 for a plain update.
+  int next_kind() const;
 
  private:
   std::unique_ptr<Optimizer> inner_;
@@ -66,6 +71,8 @@ class Lookahead : public Optimizer {
     float rho = 0;
   };
   Action action_;
+  Action action_for(int64_t s) const;  // what update s (1-based) does, given started_ before it
+  Tensor blend_weight_;                // [1] on the device: 1 - rho of the step prepared last
 };
 
 }  // namespace minidl

@@ -10,7 +10,9 @@ namespace minidl::kernels {
 
 MINIDL_HD void lerp_update(float* avg, const float* x, float w, int64_t i) { avg[i] = fmaf(w, x[i] - avg[i], avg[i]); }
 
-void lerp_cpu(float* avg, const float* x, float w, int64_t n);
-void lerp_cuda(float* avg, const float* x, float w, int64_t n);
+// w points to the weight in the memory of the tensors' device (a CUDA graph replays the pointer;
+// the host rewrites the value before each step).
+void lerp_cpu(float* avg, const float* x, const float* w, int64_t n);
+void lerp_cuda(float* avg, const float* x, const float* w, int64_t n);
 
 }  // namespace minidl::kernels

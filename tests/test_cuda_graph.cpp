@@ -1,7 +1,9 @@
 // CUDA graphs: a captured graph replays with the values written before each replay; its memory
-// is its own until it is dropped; a capture that synchronizes fails, names the call and runs
-// nothing; StepGraph falls back to eager steps; and whole training runs give the same bits
-// graphed and eager (BatchNorm + SGD, and GroupNorm + LayerNorm + GELU + AdamW), also resumed.
+// is its own until it is dropped; a capture that synchronizes or allocates behind the allocator's
+// back fails, names the call and runs nothing; StepGraph falls back to eager steps; a step's
+// persistent tensors keep their addresses; and whole training runs give the same bits graphed and
+// eager (BatchNorm + SGD; GroupNorm + LayerNorm + GELU + AdamW; lookahead and a part-way freeze,
+// steps of several kinds), also resumed.
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -36,7 +38,9 @@ std::string slurp(const std::string& path) {
 }
 
 // A small net on 512 training images, 8 steps of 64 per epoch, on the GPU. `norm` picks the
-// variant: BatchNorm2d with ReLU and SGD, or GroupNorm, LayerNorm and GELU with AdamW.
+// variant: BatchNorm2d with ReLU and SGD; the same with a Linear bias, lookahead every 2 steps and
+// that bias frozen from epoch 1 (steps of several kinds, each its own graph); or GroupNorm,
+// LayerNorm and GELU with AdamW.
 std::string write_config(const std::string& dir, const std::string& norm) {
   fs::create_directories(dir);
   json c = json::parse(R"({
@@ -48,7 +52,7 @@ std::string write_config(const std::string& dir, const std::string& norm) {
     "output": {"progress": false}
   })");
   c["data"]["dir"] = test::data_dir();
-  if (norm == "batchnorm") {
+  if (norm == "batchnorm" || norm == "batchnorm_lookahead_freeze") {
     c["model"]["layers"] = json::parse(R"([
       {"type": "Conv2d", "in_channels": 3, "out_channels": 16, "kernel_size": 3, "padding": 1, "bias": false},
       {"type": "BatchNorm2d", "num_features": 16, "relu": true},
@@ -62,6 +66,11 @@ std::string write_config(const std::string& dir, const std::string& norm) {
       {"type": "Scale", "value": 0.125}])");
     c["optimizer"] = json::parse(R"({"type": "SGD", "lr": 0.05, "momentum": 0.9, "nesterov": true,
                                      "weight_decay": 5e-4})");
+    if (norm == "batchnorm_lookahead_freeze") {
+      c["model"]["layers"][6]["bias"] = true;
+      c["lookahead"] = json::parse(R"({"start_epochs": 0, "every_n_steps": 2})");
+      c["freeze"] = json::parse(R"([{"match": "6.bias", "from_epoch": 1}])");
+    }
   } else {
     c["model"]["layers"] = json::parse(R"([
       {"type": "Conv2d", "in_channels": 3, "out_channels": 16, "kernel_size": 3, "padding": 1},
@@ -209,7 +218,7 @@ TEST_CASE("a training step's persistent tensors keep their addresses from step t
   // same tensors: the GroupNorm/LayerNorm net has biases, whose gradients once moved every step.
   MINIDL_REQUIRE_DATA();
   test::TempDir tmp("minidl_graph_addresses");
-  for (const std::string norm : {"batchnorm", "groupnorm_layernorm_gelu"}) {
+  for (const std::string norm : {"batchnorm", "groupnorm_layernorm_gelu", "batchnorm_lookahead_freeze"}) {
     INFO(norm);
     std::ifstream in(write_config(tmp.path.string() + "/" + norm, norm));
     json c = json::parse(in);
@@ -240,7 +249,7 @@ TEST_CASE("a training step's persistent tensors keep their addresses from step t
 TEST_CASE("graphed training gives the bits of eager training, and a graphed resume too", "[cuda][graph][training]") {
   MINIDL_REQUIRE_CUDA();
   MINIDL_REQUIRE_DATA();
-  for (const std::string norm : {"batchnorm", "groupnorm_layernorm_gelu"}) {
+  for (const std::string norm : {"batchnorm", "groupnorm_layernorm_gelu", "batchnorm_lookahead_freeze"}) {
     INFO(norm);
     test::TempDir tmp("graph_" + norm);
     const std::string dir = tmp.path.string();
@@ -261,6 +270,7 @@ TEST_CASE("graphed training gives the bits of eager training, and a graphed resu
     REQUIRE(hash == safetensors_payload_sha256(dir + "/half/model.safetensors"));
     const std::string log = slurp(dir + "/graph/log.txt");
     REQUIRE_THAT(log, Catch::Contains("training step: CUDA graph"));
+    if (norm == "batchnorm_lookahead_freeze") REQUIRE_THAT(log, Catch::Contains("kinds of step)"));
     REQUIRE_THAT(slurp(dir + "/eager/log.txt"), Catch::Contains("training step: eager"));
     // Evaluation (graphed on full batches, eager on the last short one) counts the same.
     std::ifstream me(dir + "/eager/metrics.jsonl"), mg(dir + "/graph/metrics.jsonl");

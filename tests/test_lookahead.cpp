@@ -58,6 +58,32 @@ TEST_CASE("lookahead follows airbench's schedule", "[lookahead]") {
   for (float v : frozen.to_vector()) REQUIRE(v == 0.7f);  // exact: lerp of equal values
 }
 
+TEST_CASE("lookahead names the kind of each step's device work before it runs", "[lookahead][graph]") {
+  // The trainer keys its CUDA graphs on next_kind(): it must say, before prepare(), what that
+  // prepare() then decides (take 1, blend 2, copy back 4), also after a state round trip.
+  Tensor w = Tensor::full({2}, 1.f);
+  w.set_requires_grad(true);
+  std::vector<NamedParam> params = {{"w", w, "Linear"}};
+  const LookaheadOptions o = LookaheadOptions::from_json(json::parse(R"({"start_epochs": 1, "every_n_steps": 3})"),
+                                                         "lookahead");
+  Lookahead la(plain_sgd(params), {{"w", w}}, o, 4, 12);
+  // steps 1-4: epoch 0; 6: the first due step takes the average; 8: an epoch end copies it back;
+  // 9, 12: due steps blend and copy back.
+  const std::vector<int> expected = {0, 0, 0, 0, 0, 1, 0, 4, 6, 0, 0, 6};
+  std::vector<int> kinds;
+  for (int64_t s = 1; s <= 12; ++s) {
+    kinds.push_back(la.next_kind());
+    set_unit_grads(params);
+    la.step(0.5);
+    if (s == 7) {
+      Lookahead resumed(plain_sgd(params), {{"w", w}}, o, 4, 12);
+      resumed.load_state(la.state_tensors(), la.state_scalars());
+      REQUIRE(resumed.next_kind() == la.next_kind());
+    }
+  }
+  REQUIRE(kinds == expected);
+}
+
 TEST_CASE("lookahead state round-trips bit for bit", "[lookahead]") {
   auto make = [](Tensor& w, std::vector<NamedParam>& params) {
     w = test::random_tensor({5}, 8);

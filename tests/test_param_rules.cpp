@@ -98,6 +98,7 @@ TEST_CASE("freeze rules: a parameter stops training at its step, losing its grad
     REQUIRE_FALSE(p[0].tensor.requires_grad());
     REQUIRE_FALSE(p[2].tensor.requires_grad());
     REQUIRE(p[1].tensor.requires_grad() == (step < 6));  // ceil(1.5 * 4) = 6
+    REQUIRE(rules.phase(step) == (step < 6 ? 2 : 3));     // what the trainer keys its graphs on
     // What backward would do: a gradient for each parameter that requires one.
     for (NamedParam& q : p)
       if (q.tensor.requires_grad()) q.tensor.set_grad(Tensor::full(q.tensor.shape(), 1.f));

@@ -116,6 +116,12 @@ FreezeRules::FreezeRules(const nlohmann::json& rules, const std::vector<NamedPar
   });
 }
 
+int FreezeRules::phase(int64_t step) const {
+  int frozen = 0;
+  for (const Entry& e : entries_) frozen += step >= e.from_step ? 1 : 0;
+  return frozen;
+}
+
 void FreezeRules::apply(int64_t step) {
   for (Entry& e : entries_) {
     const bool train = step < e.from_step;

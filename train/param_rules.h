@@ -43,6 +43,9 @@ class FreezeRules {
   // training also loses its gradient, so optimizers skip it from then on (PyTorch: requires_grad
   // False with grads set to None).
   void apply(int64_t step);
+  // How many ruled parameters are frozen at `step`: steps with the same phase train the same
+  // parameters (the phase only grows), so they run the same device work.
+  int phase(int64_t step) const;
   bool empty() const { return entries_.empty(); }
 
  private:

@@ -4,8 +4,8 @@
 
 namespace minidl {
 
-StepGraph::StepGraph(std::string what, bool enabled, int warmup_calls)
-    : what_(std::move(what)), enabled_(enabled), warmup_left_(warmup_calls) {}
+StepGraph::StepGraph(std::string what, bool enabled, int warmup_calls, std::shared_ptr<GraphMemoryPool> pool)
+    : what_(std::move(what)), enabled_(enabled), warmup_left_(warmup_calls), graph_(std::move(pool)) {}
 
 bool StepGraph::next_run_graphed() const { return enabled_ && failure_.empty() && warmup_left_ == 0; }
 

@@ -5,6 +5,7 @@
 // runs eagerly from then on.
 #pragma once
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "core/cuda_graph.h"
@@ -13,8 +14,10 @@ namespace minidl {
 
 class StepGraph {
  public:
-  // `what` names the step in messages ("training step"); `enabled` false: always eager.
-  StepGraph(std::string what, bool enabled, int warmup_calls);
+  // `what` names the step in messages ("training step"); `enabled` false: always eager. `pool`:
+  // the graph memory pool to capture into, shared with graphs that never run at the same time
+  // (null: a pool of its own).
+  StepGraph(std::string what, bool enabled, int warmup_calls, std::shared_ptr<GraphMemoryPool> pool = nullptr);
 
   // True when the next run() replays the graph (capturing it first if needed) rather than running
   // the body eagerly: the caller then does the step's host work (uploads) before run().

@@ -43,16 +43,6 @@ std::string data_dir_for(const DataOptions& data) {
 constexpr int kTrainGraphWarmup = 2;
 constexpr int kEvalGraphWarmup = 1;
 
-// Whether every training step runs the same device work, as a CUDA graph replay needs: not with
-// lookahead (it averages on some steps only) or a parameter that freezes part-way (its gradient
-// and update disappear then).
-bool step_is_static(const TrainConfig& config) {
-  if (!config.lookahead.is_null()) return false;
-  for (const nlohmann::json& rule : config.freeze)
-    if (rule.is_object() && rule.value("from_epoch", 0.0) != 0.0) return false;
-  return true;
-}
-
 }  // namespace
 
 Device setup_compute(const TrainConfig& config) {
@@ -90,8 +80,7 @@ Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Da
     : config_(config),
       device_(device),
       data_options_(DataOptions::from_json(config.data, "data")),
-      train_graph_("training step", config.cuda_graph && device.is_cuda() && step_is_static(config),
-                   kTrainGraphWarmup) {
+      train_graph_pool_(config.cuda_graph && device.is_cuda() ? std::make_shared<GraphMemoryPool>() : nullptr) {
   set_init_seed(config.seed);
   model_ = build_sequential(config.model.at("layers"), "model.layers");
   model_->assign_paths();
@@ -153,34 +142,64 @@ bool Trainer::train_step(int64_t step, StepRecord* record, Profiler* profiler) {
   if (!train_loader_->advance()) return false;
   freeze_.apply(step);
   const double lr = lr_at(step);
+  StepResults results;
   if (profiler) {
-    device_step(false, lr, profiler);
+    results = device_step(false, lr, profiler);
   } else {
+    const int kind = step_kind(step);
+    StepGraph& graph = train_graph(kind);
     // A replay runs apply() with the table of this prepare(); an eager step prepares after its
     // backward, as Optimizer::step does. Either way the same scalars reach the same kernels.
-    const bool graphed = train_graph_.next_run_graphed();
+    const bool graphed = graph.next_run_graphed();
     if (graphed) optimizer_->prepare(lr);
     // A failed capture ran the backward on the host only: the gradients it summed into were never
     // computed, so zero them again before the eager run.
-    train_graph_.run([&] { device_step(graphed, lr, nullptr); }, [&] { optimizer_->zero_grad(); });
+    StepResults& kind_results = step_results_[kind];
+    graph.run([&] { kind_results = device_step(graphed, lr, nullptr); }, [&] { optimizer_->zero_grad(); });
+    results = kind_results;
   }
-  copy_bytes_async(&record->loss, Device::cpu(), step_loss_.raw_data(), device_, sizeof(float));
-  copy_bytes_async(&record->correct, Device::cpu(), step_correct_.raw_data(), device_, sizeof(int32_t));
+  copy_bytes_async(&record->loss, Device::cpu(), results.loss.raw_data(), device_, sizeof(float));
+  copy_bytes_async(&record->correct, Device::cpu(), results.correct.raw_data(), device_, sizeof(int32_t));
   return true;
 }
 
-void Trainer::device_step(bool prepared, double lr, Profiler* profiler) {
+int Trainer::step_kind(int64_t step) const {
+  return freeze_.phase(step) * 8 + (lookahead_ ? lookahead_->next_kind() : 0);
+}
+
+StepGraph& Trainer::train_graph(int kind) {
+  auto it = train_graphs_.find(kind);
+  if (it == train_graphs_.end())
+    it = train_graphs_
+             .try_emplace(kind, "training step", config_.cuda_graph && device_.is_cuda(), kTrainGraphWarmup,
+                          train_graph_pool_)
+             .first;
+  return it->second;
+}
+
+std::string Trainer::step_mode() const {
+  int captured = 0;
+  for (const auto& [kind, graph] : train_graphs_) {
+    if (graph.mode().rfind("eager (", 0) == 0) return graph.mode();
+    captured += graph.graphed() ? 1 : 0;
+  }
+  if (captured == 0) return "eager";
+  return captured == 1 ? "CUDA graph" : str("CUDA graph (", captured, " kinds of step)");
+}
+
+Trainer::StepResults Trainer::device_step(bool prepared, double lr, Profiler* profiler) {
   Batch batch;
   {
     ProfileSection s = profiler ? profiler->section("data") : ProfileSection();
     train_loader_->emit(batch);
   }
   Tensor logits = (*model_)(batch.images);
+  StepResults results;
   Tensor loss;
   {
     ProfileSection s = profiler ? profiler->section("loss") : ProfileSection();
     loss = cross_entropy(logits, batch.labels, static_cast<float>(config_.label_smoothing));
-    step_correct_ = correct_predictions(logits.detach(), batch.labels);
+    results.correct = correct_predictions(logits.detach(), batch.labels);
   }
   loss.backward();
   {
@@ -189,7 +208,8 @@ void Trainer::device_step(bool prepared, double lr, Profiler* profiler) {
     optimizer_->apply();
     optimizer_->zero_grad();
   }
-  step_loss_ = loss.detach();
+  results.loss = loss.detach();
+  return results;
 }
 
 Trainer::EvalCounts Trainer::device_eval(const std::string& tta) {

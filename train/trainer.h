@@ -4,6 +4,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -55,8 +56,9 @@ class Trainer {
     double tta_acc = -1;
   };
   EvalResult evaluate(const std::string& tta);
-  // How the training step runs now: "CUDA graph", "eager", or why the capture failed.
-  std::string step_mode() const { return train_graph_.mode(); }
+  // How the training step runs now: "CUDA graph" (with how many kinds of step when several are
+  // captured), "eager", or why a capture failed.
+  std::string step_mode() const;
 
   Module& model() { return *model_; }
   Optimizer& optimizer() { return *optimizer_; }
@@ -84,16 +86,26 @@ class Trainer {
   int64_t total_steps_ = 0;
 
   // The device half of a training step (everything after the uploads), and of an evaluation
-  // batch; what a CUDA graph captures.
-  void device_step(bool prepared, double lr, Profiler* profiler);
+  // batch; what a CUDA graph captures. A step's results: its loss and correct count, on the device.
+  struct StepResults {
+    Tensor loss, correct;
+  };
+  StepResults device_step(bool prepared, double lr, Profiler* profiler);
   struct EvalCounts {
     Tensor correct, tta_correct;  // int32 scalars on the device; tta_correct is empty without TTA
   };
   EvalCounts device_eval(const std::string& tta);
-  StepGraph train_graph_;
+  // The training step as CUDA graphs, one per kind of step (step_kind): steps differ in their
+  // device work where lookahead averages and once a freeze rule has switched a parameter off.
+  // The kinds share one memory pool, as they never run at the same time; each keeps the result
+  // tensors of its capture, which its replays write.
+  int step_kind(int64_t step) const;
+  StepGraph& train_graph(int kind);
+  std::shared_ptr<GraphMemoryPool> train_graph_pool_;
+  std::map<int, StepGraph> train_graphs_;
+  std::map<int, StepResults> step_results_;
   std::unique_ptr<StepGraph> eval_graph_;
   std::string eval_graph_tta_;
-  Tensor step_loss_, step_correct_;     // the last training step's results, on the device
   // The counts the evaluation graph writes on each replay: those of the call it captured. A last,
   // shorter batch runs eagerly into tensors of its own, so these stay the graph's.
   EvalCounts eval_graph_counts_;
