@@ -334,6 +334,12 @@ TEST_CASE("profiler: tiny net on the CPU, table, JSON and trace files", "[profil
   REQUIRE(table.find("\ntotal") != std::string::npos);
   REQUIRE(table.find("unprofiled step: wall 1.250 ms") != std::string::npos);
   REQUIRE(format_profile_table(r).find("unprofiled step: not measured") != std::string::npos);
+  REQUIRE(table.find("graphed step") == std::string::npos);
+  const std::string graphed = format_profile_table(r, 1.25, 0.5);
+  REQUIRE(graphed.find("graphed step: wall 0.500 ms (one CUDA graph replay, 2.50x the unprofiled eager step)") !=
+          std::string::npos);
+  REQUIRE(profile_json(r, 1.25, 0.5).at("step").at("graphed_wall_ms") == 0.5);
+  REQUIRE(profile_json(r, 1.25).at("step").at("graphed_wall_ms").is_null());
 
   // The files parse back to the same numbers.
   const std::string json_path = temp_path("profile.json"), trace_path = temp_path("trace.json");

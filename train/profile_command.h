@@ -1,10 +1,12 @@
 // `minidl profile` and `minidl train --profile`: warm-up steps, then measured steps under the
 // profiler (train/profiler.h), then as many unprofiled steps timed on their own (a synchronize
 // before and after each) so the table shows the profiler's own cost beside the real step time.
+// On a GPU `minidl profile` then times as many steps replayed as CUDA graphs, the same way.
 #pragma once
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,8 +39,9 @@ class StepProfiler {
   Profiler* active() { return phase_ == Phase::Profiled ? &profiler_ : nullptr; }
   ProfileSection section(const char* name);
   bool done() const { return step_ >= warmup_ + 2 * measure_; }
-  // Prints the table and writes profile.json and trace.json into `dir`.
-  void finish(RunLog& log, const std::string& dir);
+  // Prints the table and writes profile.json and trace.json into `dir`; `graphed_ms`: the wall
+  // time of a graphed step, timed the same way, to show beside the eager one.
+  void finish(RunLog& log, const std::string& dir, std::optional<double> graphed_ms = std::nullopt);
 
  private:
   enum class Phase { Profiled, Timed, Off };

@@ -98,7 +98,8 @@ void write_text(const std::string& path, const std::string& text, const char* wh
 
 }  // namespace
 
-std::string format_profile_table(const ProfileReport& r, std::optional<double> unprofiled_step_ms) {
+std::string format_profile_table(const ProfileReport& r, std::optional<double> unprofiled_step_ms,
+                                 std::optional<double> graphed_step_ms) {
   size_t name_width = 6;
   for (const ProfileRow& row : r.rows)
     name_width = std::max(name_width, 2 * static_cast<size_t>(row.depth) + row.name.size());
@@ -135,10 +136,17 @@ std::string format_profile_table(const ProfileReport& r, std::optional<double> u
   } else {
     s += "unprofiled step: not measured\n";
   }
+  if (graphed_step_ms) {
+    s += str("graphed step: wall ", fixed(*graphed_step_ms), " ms (one CUDA graph replay");
+    if (unprofiled_step_ms && *graphed_step_ms > 0)
+      s += str(", ", fixed(*unprofiled_step_ms / *graphed_step_ms, 2), "x the unprofiled eager step");
+    s += ")\n";
+  }
   return s;
 }
 
-nlohmann::json profile_json(const ProfileReport& r, std::optional<double> unprofiled_step_ms) {
+nlohmann::json profile_json(const ProfileReport& r, std::optional<double> unprofiled_step_ms,
+                            std::optional<double> graphed_step_ms) {
   nlohmann::json j;
   j["device"] = r.device.str();
   j["measured_steps"] = r.measured_steps;
@@ -151,6 +159,7 @@ nlohmann::json profile_json(const ProfileReport& r, std::optional<double> unprof
   step["wall_ms"] = r.step_wall_ms;
   step["profiler_hooks_host_ms"] = r.overhead_host_ms;
   step["unprofiled_wall_ms"] = unprofiled_step_ms ? nlohmann::json(*unprofiled_step_ms) : nlohmann::json();
+  step["graphed_wall_ms"] = graphed_step_ms ? nlohmann::json(*graphed_step_ms) : nlohmann::json();
   j["step"] = step;
   return j;
 }
@@ -174,9 +183,9 @@ nlohmann::json chrome_trace_json(const ProfileReport& r) {
   return {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
 }
 
-void write_profile_json(const ProfileReport& r, const std::string& path,
-                        std::optional<double> unprofiled_step_ms) {
-  write_text(path, profile_json(r, unprofiled_step_ms).dump(2) + "\n", "profile JSON");
+void write_profile_json(const ProfileReport& r, const std::string& path, std::optional<double> unprofiled_step_ms,
+                        std::optional<double> graphed_step_ms) {
+  write_text(path, profile_json(r, unprofiled_step_ms, graphed_step_ms).dump(2) + "\n", "profile JSON");
 }
 
 void write_chrome_trace(const ProfileReport& r, const std::string& path) {

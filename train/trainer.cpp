@@ -80,7 +80,7 @@ Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Da
     : config_(config),
       device_(device),
       data_options_(DataOptions::from_json(config.data, "data")),
-      train_graph_pool_(config.cuda_graph && device.is_cuda() ? std::make_shared<GraphMemoryPool>() : nullptr) {
+      cuda_graphs_(config.cuda_graph && device.is_cuda()) {
   set_init_seed(config.seed);
   model_ = build_sequential(config.model.at("layers"), "model.layers");
   model_->assign_paths();
@@ -143,7 +143,7 @@ bool Trainer::train_step(int64_t step, StepRecord* record, Profiler* profiler) {
   freeze_.apply(step);
   const double lr = lr_at(step);
   StepResults results;
-  if (profiler) {
+  if (profiler || !cuda_graphs_) {
     results = device_step(false, lr, profiler);
   } else {
     const int kind = step_kind(step);
@@ -169,11 +169,10 @@ int Trainer::step_kind(int64_t step) const {
 
 StepGraph& Trainer::train_graph(int kind) {
   auto it = train_graphs_.find(kind);
-  if (it == train_graphs_.end())
-    it = train_graphs_
-             .try_emplace(kind, "training step", config_.cuda_graph && device_.is_cuda(), kTrainGraphWarmup,
-                          train_graph_pool_)
-             .first;
+  if (it == train_graphs_.end()) {
+    if (!train_graph_pool_) train_graph_pool_ = std::make_shared<GraphMemoryPool>();
+    it = train_graphs_.try_emplace(kind, "training step", true, kTrainGraphWarmup, train_graph_pool_).first;
+  }
   return it->second;
 }
 

@@ -59,6 +59,9 @@ class Trainer {
   // How the training step runs now: "CUDA graph" (with how many kinds of step when several are
   // captured), "eager", or why a capture failed.
   std::string step_mode() const;
+  // On a GPU, whether later steps (without a profiler) may run as CUDA graphs; the config's
+  // cuda_graph at first. minidl profile times eager steps with it off, then graphed ones.
+  void set_cuda_graphs(bool on) { cuda_graphs_ = on && device_.is_cuda(); }
 
   Module& model() { return *model_; }
   Optimizer& optimizer() { return *optimizer_; }
@@ -101,7 +104,8 @@ class Trainer {
   // tensors of its capture, which its replays write.
   int step_kind(int64_t step) const;
   StepGraph& train_graph(int kind);
-  std::shared_ptr<GraphMemoryPool> train_graph_pool_;
+  bool cuda_graphs_;
+  std::shared_ptr<GraphMemoryPool> train_graph_pool_;  // made with the first graph
   std::map<int, StepGraph> train_graphs_;
   std::map<int, StepResults> step_results_;
   std::unique_ptr<StepGraph> eval_graph_;
