@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # CUDA graph checks and benchmarks for the lent H200 (docs/perf/cuda_graph.md), in one device run:
-# the [graph] tests, graphed-against-eager bit identity on ResNet-9 and on the GroupNorm and
-# LayerNorm configs (minidl repro --set-b cuda_graph=false), a graphed resume, and the step's wall
-# and GPU time graphed and eager at batch 512 and 128 beside PyTorch eager and torch.compile.
+# the [graph] tests (nets with biases, lookahead and a part-way freeze among them),
+# graphed-against-eager bit identity on ResNet-9, the GroupNorm and LayerNorm configs and
+# airbench94 (steps of several kinds; minidl repro --set-b cuda_graph=false), a graphed resume,
+# the profile's graphed step, and the step's wall and GPU time graphed and eager at batch 512 and
+# 128 beside PyTorch eager and torch.compile.
 #   scripts/gpu/graph.sh BIN_DIR OUT_DIR     (BIN_DIR: minidl and minidl_tests built here, sm_90)
 # Needs CIFAR10_DIR and MINIDL_DATA_DIR (check_all.sh sets them). Exits 1 when a stage fails.
 set -uo pipefail
@@ -13,7 +15,7 @@ mkdir -p "$out"
 rm -f "$out/FAILED"
 source "$root/scripts/gpu/run_stage.sh"
 run timeout 300 "$bin/minidl_tests" "[graph]"
-for cfg in resnet9 resnet9_groupnorm resnet9_layernorm; do
+for cfg in resnet9 resnet9_groupnorm resnet9_layernorm airbench94; do
   run timeout 200 "$bin/minidl" repro --config "$root/configs/$cfg.json" --device cuda --steps 200 \
     --set cuda_graph=true --set-b cuda_graph=false --output "/tmp/graph_repro_$cfg"
 done
@@ -22,6 +24,8 @@ run timeout 100 "$bin/minidl" train --config "$root/configs/resnet9.json" --devi
 run timeout 100 "$bin/minidl" train --config "$root/configs/resnet9.json" --device cuda --set epochs=4 \
   --set cuda_graph=true --max-steps 194 --output /tmp/graph_half
 run timeout 100 "$bin/minidl" train --resume /tmp/graph_half
+run timeout 100 "$bin/minidl" profile --config "$root/configs/resnet9.json" --device cuda --steps 10 --output /tmp/graph_prof 2>&1 |
+  grep -E "profile:|step:|graphed step"
 if cmp -s /tmp/graph_full/steps.jsonl /tmp/graph_half/steps.jsonl &&
    cmp -s /tmp/graph_full/model.safetensors /tmp/graph_half/model.safetensors; then
   echo "graphed resume: steps and weights identical"
