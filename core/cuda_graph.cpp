@@ -15,7 +15,14 @@ std::string CudaGraph::capture(const std::function<void()>& body) {
   pool_ = shared_pool_ ? shared_pool_ : std::make_shared<GraphMemoryPool>();
   std::string why;
   set_capture_pool(pool_.get());
-  exec_ = cuda::capture_graph(body, &why);
+  try {
+    exec_ = cuda::capture_graph(body, &why);
+  } catch (...) {
+    // Never leave the pool active: later eager allocations would share the graphs' memory.
+    set_capture_pool(nullptr);
+    pool_.reset();
+    throw;
+  }
   set_capture_pool(nullptr);
   if (!exec_) pool_.reset();
   return why;

@@ -151,6 +151,13 @@ TEST_CASE("airbench config: a resumed run equals an uninterrupted one", "[traini
   TrainOptions resume;
   resume.resume_dir = (root / "b").string();
   REQUIRE(train_command(resume) == 0);
+  {
+    // A fractional epoch count resumes as it was: not "raised" (2.5 once read back as 2).
+    std::ifstream log(root / "b" / "log.txt");
+    const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+    REQUIRE(text.find("resumed at step 4") != std::string::npos);
+    REQUIRE(text.find("epochs raised") == std::string::npos);
+  }
   REQUIRE(read_checkpoint_info((root / "a" / "checkpoint.safetensors").string()).step == 10);  // ceil(4 * 2.5)
   REQUIRE(safetensors_payload_sha256((root / "a" / "model.safetensors").string()) ==
           safetensors_payload_sha256((root / "b" / "model.safetensors").string()));

@@ -162,6 +162,19 @@ TEST_CASE("a capture that synchronizes with the host fails, names the call, and 
   REQUIRE(y.to_vector() == std::vector<float>(256, 2.f));
 }
 
+TEST_CASE("a capture that uploads from the host fails and names why", "[cuda][graph]") {
+  MINIDL_REQUIRE_CUDA();
+  // A replay would read the upload's staging slot after later uploads rewrote it.
+  Tensor y = Tensor::zeros({16}, DType::Float32, Device::cuda());
+  CudaGraph graph;
+  const std::string why = graph.capture([&] { upload(y, 3.f); });
+  INFO(why);
+  REQUIRE_THAT(why, Catch::Contains("host-to-device copy inside a CUDA graph capture"));
+  REQUIRE_FALSE(graph.captured());
+  upload(y, 3.f);
+  REQUIRE(y.to_vector() == std::vector<float>(16, 3.f));
+}
+
 TEST_CASE("a capture in which a library allocates device memory of its own fails", "[cuda][graph]") {
   MINIDL_REQUIRE_CUDA();
 #ifdef MINIDL_WITH_CUDA

@@ -64,7 +64,7 @@ TrainConfig resume_config(const TrainOptions& o, const CheckpointInfo& info, con
                  "(only --set epochs=N is allowed, to train longer)");
     apply_override(j, assignment);
   }
-  const int64_t before = parse_train_config(info.config).epochs;
+  const double before = parse_train_config(info.config).epochs;
   TrainConfig c = parse_train_config(j);
   if (!o.device.empty()) c.device = o.device;
   c.output_dir = run_dir;

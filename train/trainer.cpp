@@ -42,6 +42,9 @@ std::string data_dir_for(const DataOptions& data) {
 // up, and fills the allocator's cache; the second runs as every later step will.
 constexpr int kTrainGraphWarmup = 2;
 constexpr int kEvalGraphWarmup = 1;
+// A kind of training step (Trainer::step_kind): Lookahead::next_kind's 3 bits, the freeze phase
+// above them.
+constexpr int kKindsPerPhase = 8;
 
 }  // namespace
 
@@ -164,12 +167,20 @@ bool Trainer::train_step(int64_t step, StepRecord* record, Profiler* profiler) {
 }
 
 int Trainer::step_kind(int64_t step) const {
-  return freeze_.phase(step) * 8 + (lookahead_ ? lookahead_->next_kind() : 0);
+  return freeze_.phase(step) * kKindsPerPhase + (lookahead_ ? lookahead_->next_kind() : 0);
 }
 
 StepGraph& Trainer::train_graph(int kind) {
   auto it = train_graphs_.find(kind);
   if (it == train_graphs_.end()) {
+    for (auto g = train_graphs_.begin(); g != train_graphs_.end();) {
+      if (g->first / kKindsPerPhase != kind / kKindsPerPhase) {
+        step_results_.erase(g->first);
+        g = train_graphs_.erase(g);
+      } else {
+        ++g;
+      }
+    }
     if (!train_graph_pool_) train_graph_pool_ = std::make_shared<GraphMemoryPool>();
     it = train_graphs_.try_emplace(kind, "training step", true, kTrainGraphWarmup, train_graph_pool_).first;
   }

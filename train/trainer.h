@@ -101,7 +101,8 @@ class Trainer {
   // The training step as CUDA graphs, one per kind of step (step_kind): steps differ in their
   // device work where lookahead averages and once a freeze rule has switched a parameter off.
   // The kinds share one memory pool, as they never run at the same time; each keeps the result
-  // tensors of its capture, which its replays write.
+  // tensors of its capture, which its replays write. When the freeze phase changes, the graphs of
+  // other phases are dropped: they point at gradients the freeze rules have just released.
   int step_kind(int64_t step) const;
   StepGraph& train_graph(int kind);
   bool cuda_graphs_;

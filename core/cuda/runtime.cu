@@ -151,6 +151,13 @@ UploadRing& upload_ring() {
 void copy_async(void* dst, const void* src, size_t bytes, CopyKind kind) {
   if (bytes == 0) return;
   if (kind == CopyKind::HostToDevice) {
+    // A graph would replay the copy from its staging slot, which later uploads rewrite: refused
+    // inside a capture, so the capture fails and the step runs eagerly (graph_capture.cu).
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    MINIDL_CUDA_CHECK(cudaStreamIsCapturing(stream(), &capturing));
+    MINIDL_CHECK(capturing == cudaStreamCaptureStatusNone,
+                 "a host-to-device copy inside a CUDA graph capture (a replay would read its staging buffer after "
+                 "later uploads rewrote it): upload before the captured step");
     if (bytes <= UploadRing::kSlotBytes)
       upload_ring().upload(dst, src, bytes);
     else
