@@ -2,7 +2,7 @@
 # CUDA graph checks and benchmarks for the lent H200 (docs/perf/cuda_graph.md), in one device run:
 # the [graph] tests (nets with biases, lookahead and a part-way freeze among them),
 # graphed-against-eager bit identity on ResNet-9, the GroupNorm and LayerNorm configs and
-# airbench94 (steps of several kinds; minidl repro --set-b cuda_graph=false), a graphed resume,
+# both airbench configs (steps of several kinds, Muon; minidl repro --set-b cuda_graph=false), a graphed resume,
 # the profile's graphed step, and the step's wall and GPU time graphed and eager at batch 512 and
 # 128 beside PyTorch eager and torch.compile.
 #   scripts/gpu/graph.sh BIN_DIR OUT_DIR     (BIN_DIR: minidl and minidl_tests built here, sm_90)
@@ -15,7 +15,7 @@ mkdir -p "$out"
 rm -f "$out/FAILED"
 source "$root/scripts/gpu/run_stage.sh"
 run timeout 300 "$bin/minidl_tests" "[graph]"
-for cfg in resnet9 resnet9_groupnorm resnet9_layernorm airbench94; do
+for cfg in resnet9 resnet9_groupnorm resnet9_layernorm airbench94 airbench94_muon; do
   run timeout 200 "$bin/minidl" repro --config "$root/configs/$cfg.json" --device cuda --steps 200 \
     --set cuda_graph=true --set-b cuda_graph=false --output "/tmp/graph_repro_$cfg"
 done
