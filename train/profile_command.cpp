@@ -12,6 +12,15 @@
 
 namespace minidl {
 
+namespace {
+
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
 StepProfiler::StepProfiler(Device device, int64_t warmup, int64_t measure)
     : device_(device), profiler_(device), warmup_(warmup), measure_(measure) {
   MINIDL_CHECK(measure >= 1 && warmup >= 0, "profile: need at least one measured step");
@@ -54,11 +63,7 @@ void StepProfiler::finish(RunLog& log, const std::string& dir, std::optional<dou
     return;
   }
   std::optional<double> unprofiled;
-  if (!unprofiled_ms_.empty()) {
-    std::vector<double> v = unprofiled_ms_;
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    unprofiled = v[v.size() / 2];
-  }
+  if (!unprofiled_ms_.empty()) unprofiled = median(unprofiled_ms_);
   const ProfileReport report = profiler_.report();
   log.line(format_profile_table(report, unprofiled, graphed_ms));
   write_profile_json(report, dir + "/profile.json", unprofiled, graphed_ms);
@@ -111,8 +116,7 @@ int profile_command(const ProfileOptions& options) {
       if (i >= kGraphWarmupCalls)
         ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     }
-    std::nth_element(ms.begin(), ms.begin() + static_cast<std::ptrdiff_t>(ms.size() / 2), ms.end());
-    if (trainer.step_mode().rfind("CUDA graph", 0) == 0) graphed_ms = ms[ms.size() / 2];
+    if (trainer.steps_graphed()) graphed_ms = median(ms);
     log.line(str("profile: the profiled and the unprofiled steps ran eagerly (per-layer times need the layers' ",
                  "boundaries); then ", options.steps, " more steps ran as: ", trainer.step_mode()));
   } else {

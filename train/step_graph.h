@@ -28,6 +28,7 @@ class StepGraph {
   // "CUDA graph", "eager", or "eager (the CUDA graph capture failed: ...)".
   std::string mode() const;
   bool graphed() const { return graph_.captured(); }
+  bool failed() const { return !failure_.empty(); }  // the capture failed: eager from then on
 
  private:
   std::string what_;

@@ -187,12 +187,23 @@ StepGraph& Trainer::train_graph(int kind) {
   return it->second;
 }
 
-std::string Trainer::step_mode() const {
+int Trainer::captured_graphs() const {
   int captured = 0;
-  for (const auto& [kind, graph] : train_graphs_) {
-    if (graph.mode().rfind("eager (", 0) == 0) return graph.mode();
-    captured += graph.graphed() ? 1 : 0;
-  }
+  for (const auto& [kind, graph] : train_graphs_) captured += graph.graphed() ? 1 : 0;
+  return captured;
+}
+
+const StepGraph* Trainer::failed_graph() const {
+  for (const auto& [kind, graph] : train_graphs_)
+    if (graph.failed()) return &graph;
+  return nullptr;
+}
+
+bool Trainer::steps_graphed() const { return !failed_graph() && captured_graphs() > 0; }
+
+std::string Trainer::step_mode() const {
+  if (const StepGraph* failed = failed_graph()) return failed->mode();
+  const int captured = captured_graphs();
   if (captured == 0) return "eager";
   return captured == 1 ? "CUDA graph" : str("CUDA graph (", captured, " kinds of step)");
 }

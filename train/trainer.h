@@ -59,6 +59,8 @@ class Trainer {
   // How the training step runs now: "CUDA graph" (with how many kinds of step when several are
   // captured), "eager", or why a capture failed.
   std::string step_mode() const;
+  // True when every kind of step run so far replays a CUDA graph (none failed, some captured).
+  bool steps_graphed() const;
   // On a GPU, whether later steps (without a profiler) may run as CUDA graphs; the config's
   // cuda_graph at first. minidl profile times eager steps with it off, then graphed ones.
   void set_cuda_graphs(bool on) { cuda_graphs_ = on && device_.is_cuda(); }
@@ -105,6 +107,8 @@ class Trainer {
   // other phases are dropped: they point at gradients the freeze rules have just released.
   int step_kind(int64_t step) const;
   StepGraph& train_graph(int kind);
+  int captured_graphs() const;
+  const StepGraph* failed_graph() const;  // a kind whose capture failed, or null
   bool cuda_graphs_;
   std::shared_ptr<GraphMemoryPool> train_graph_pool_;  // made with the first graph
   std::map<int, StepGraph> train_graphs_;

@@ -1,6 +1,6 @@
-// What many kernels share: grid sizing from the device, ceil_div, warp reductions, and the
-// fixed-order sum of per-slice partials that the deterministic reductions (bias gradients) end
-// with. Included only by .cu files.
+// What many kernels share: grid sizing from the device, ceil_div, warp reductions, the bias add
+// of Conv2d and Linear, and the fixed-order sum of per-slice partials that the deterministic
+// reductions (bias gradients) end with. Included only by .cu files.
 #pragma once
 #include <cstdint>
 
@@ -36,5 +36,9 @@ __device__ __forceinline__ double warp_sum(double v) {
 // slice order: the second pass of a deterministic column reduction (no atomics, same bits every
 // run).
 void sum_partials_by_column(const float* partials, int64_t slices, int64_t cols, float* out);
+
+// y += b[channel] over y viewed as (outer, channels, inner): Conv2d's NCHW output (inner = H*W)
+// and Linear's (rows, out) (inner = 1). One add per element, so the bits are those of y + b.
+void add_channel_bias(float* y, const float* b, int64_t outer, int64_t channels, int64_t inner);
 
 }  // namespace minidl::cuda

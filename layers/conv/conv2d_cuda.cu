@@ -301,25 +301,6 @@ __global__ void bias_grad_partials_kernel(const float* __restrict__ dy, int64_t 
   }
 }
 
-// Bias broadcast over (n, h, w), y += b[channel]: our own kernel rather than cudnnAddTensor,
-// which in cuDNN 9 may allocate scratch memory of its own inside a CUDA graph capture (the graph
-// then replays into memory that was freed; docs/perf/cuda_graph.md). One add per element, so the
-// bits are those of y + b whoever computes it.
-__global__ void channel_bias_add_kernel(float* __restrict__ y, const float* __restrict__ b, int64_t total, int64_t o,
-                                        int64_t hw) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    y[i] += b[(i / hw) % o];
-}
-
-void add_channel_bias(const Conv2dShape& s, const float* b, float* y) {
-  constexpr int kThreads = 256;
-  const int64_t hw = s.oh() * s.ow(), total = s.n * s.o * hw;
-  channel_bias_add_kernel<<<static_cast<unsigned>(cuda::grid_blocks(cuda::ceil_div(total, kThreads), kThreads)),
-                            kThreads, 0, cuda::stream()>>>(y, b, total, s.o, hw);
-  MINIDL_LAUNCH_CHECK();
-}
-
 }  // namespace
 
 void conv2d_forward_cuda(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y) {
@@ -333,7 +314,7 @@ void conv2d_forward_cuda(const Conv2dShape& s, const float* x, const float* w, c
   const float one = 1.f, zero = 0.f;
   MINIDL_CUDA_CHECK(cudnnConvolutionForward(cuda::cudnn(), &one, p.x, x, p.w, w, p.fwd.conv, p.fwd.algo, ws.get(),
                                             p.fwd.workspace, &zero, p.y, y));
-  if (b) add_channel_bias(s, b, y);
+  if (b) cuda::add_channel_bias(y, b, s.n, s.o, s.oh() * s.ow());
 }
 
 void conv2d_backward_data_cuda(const Conv2dShape& s, const float* dy, const float* w, float* dx) {

@@ -33,14 +33,6 @@ void sgemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int
                                 checked_int(lda, "lda"), b, checked_int(ldb, "ldb"), &zero, c, checked_int(m, "ldc")));
 }
 
-// y[i, j] += b[j] over a row-major (rows, out) matrix; grid-stride, one element per step.
-__global__ void bias_add_kernel(float* __restrict__ y, const float* __restrict__ b, int64_t rows, int64_t out) {
-  const int64_t n = rows * out;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    y[i] += b[i % out];
-}
-
 // Bias gradient, pass 1: column sums of dy (rows, out). A block is 32 columns wide (a warp reads
 // 32 consecutive floats of a row) and kRowsPerBlock threads tall; block (cx, s) covers rows slice s,
 // its thread rows stride through it, then the block adds its thread rows in a fixed order and
@@ -72,12 +64,7 @@ void linear_forward_cuda(int64_t rows, int64_t in, int64_t out, const float* x, 
   if (rows == 0) return;
   // y^T (out x rows) = W (out x in) * x^T: w is W^T column-major (ld in), x is x^T (ld in).
   sgemm(CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, w, in, x, in, y);
-  if (b) {
-    const int threads = 256;
-    const int64_t blocks = std::min<int64_t>((rows * out + threads - 1) / threads, cuda::resident_blocks(threads));
-    bias_add_kernel<<<static_cast<unsigned>(blocks), threads, 0, cuda::stream()>>>(y, b, rows, out);
-    MINIDL_LAUNCH_CHECK();
-  }
+  if (b) cuda::add_channel_bias(y, b, rows, out, 1);
 }
 
 void linear_backward_data_cuda(int64_t rows, int64_t in, int64_t out, const float* dy, const float* w, float* dx) {
