@@ -36,6 +36,8 @@ inline const char* dtype_name(DType t) {
 
 // The floating-point types: float32 and the two 16-bit storage types.
 inline bool is_floating(DType t) { return t == DType::Float32 || t == DType::BFloat16 || t == DType::Float16; }
+// The two 16-bit storage types (bfloat16, float16).
+inline bool is_half(DType t) { return t == DType::BFloat16 || t == DType::Float16; }
 
 template <class T> struct DTypeOf;
 template <> struct DTypeOf<float> { static constexpr DType value = DType::Float32; };

@@ -230,6 +230,12 @@ void check_rank(const Tensor& t, int64_t rank, const std::string& what) {
   MINIDL_CHECK(t.dim() == rank, what, ": expects a ", rank, "-d input, got shape ", shape_str(t.shape()));
 }
 
+void check_floating_rank(const Tensor& t, int64_t rank, const std::string& what) {
+  MINIDL_CHECK(t.defined(), what, ": input is undefined");
+  MINIDL_CHECK(is_floating(t.dtype()), what, ": expects float32, bfloat16 or float16, got ", dtype_name(t.dtype()));
+  MINIDL_CHECK(t.dim() == rank, what, ": expects a ", rank, "-d input, got shape ", shape_str(t.shape()));
+}
+
 void check_same_device(const Tensor& a, const Tensor& b, const std::string& what) {
   MINIDL_CHECK(a.device() == b.device(), what, ": tensors on different devices (", a.device().str(),
                " and ", b.device().str(), ")");

@@ -106,6 +106,8 @@ class Tensor {
 
 // Errors out naming `what` unless t is a defined float32 tensor of the given rank.
 void check_rank(const Tensor& t, int64_t rank, const std::string& what);
+// The same for a tensor of any floating dtype (float32, bfloat16, float16).
+void check_floating_rank(const Tensor& t, int64_t rank, const std::string& what);
 void check_same_device(const Tensor& a, const Tensor& b, const std::string& what);
 
 }  // namespace minidl

@@ -3,6 +3,7 @@
 #include "core/autograd.h"
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "core/storage_rounding.h"
 
 namespace minidl {
 
@@ -47,6 +48,10 @@ void axpby_cpu(float* y, float a, const float* x, float b, const float* z, int64
 }  // namespace kernels
 
 Tensor add(const Tensor& a, const Tensor& b) {
+  if (holds_half(a) || holds_half(b)) {
+    MINIDL_CHECK(a.dtype() == b.dtype(), "add: dtypes differ: ", a.str(), " and ", b.str());
+    return add(as_float32(a), as_float32(b)).to(a.dtype());
+  }
   check_float_pair(a, b, "add");
   Tensor y = Tensor::empty_like(a);
   axpby(y, 1.f, a, 1.f, &b);
@@ -57,6 +62,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& x, float s) {
+  if (holds_half(x)) return mul(as_float32(x), s).to(x.dtype());
   MINIDL_CHECK(x.defined() && x.dtype() == DType::Float32, "mul: expects a float32 tensor, got ", x.str());
   Tensor y = Tensor::empty_like(x);
   axpby(y, s, x, 0.f, nullptr);

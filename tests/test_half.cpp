@@ -1,7 +1,7 @@
 // bfloat16 and float16: the conversions of core/half_types.h (exhaustive over all 65536 patterns
 // one way, against a float64 reference with explicit round-to-nearest-even the other way, on
 // ties, subnormals, the largest finite values, inf and NaN), Tensor::to(DType) and what a half
-// tensor does elsewhere (values, printing, autograd, a clear error from every layer), the CUDA
+// tensor does elsewhere (values, printing, autograd; the layers are in test_low_precision.cpp), the CUDA
 // conversion against the CPU bits, and safetensors files against PyTorch's (run by
 // scripts/gpu/half_safetensors.sh).
 #include <cfloat>
@@ -17,7 +17,6 @@
 #include "core/safetensors.h"
 #include "core/tensor.h"
 #include "core/tensor_ops.h"
-#include "layers/registry.h"
 #include "test_util.h"
 
 using namespace minidl;
@@ -305,31 +304,9 @@ TEST_CASE("gradients flow through to(dtype), rounded as the forward pass rounds"
                       Contains("only float32 tensors can require grad") && Contains("float16"));
 }
 
-TEST_CASE("every layer refuses a half input with a message naming its dtype", "[half]") {
-  const char* specs[] = {
-      R"({"type": "Conv2d", "in_channels": 2, "out_channels": 2, "kernel_size": 1})",
-      R"({"type": "Linear", "in_features": 1, "out_features": 2})",
-      R"({"type": "BatchNorm2d", "num_features": 2})",
-      R"({"type": "GroupNorm", "num_groups": 1, "num_channels": 2})",
-      R"({"type": "LayerNorm", "normalized_shape": [2, 2, 1]})",
-      R"({"type": "ReLU"})",
-      R"({"type": "GELU"})",
-      R"({"type": "MaxPool2d", "kernel_size": 2})",
-      R"({"type": "GlobalAvgPool2d"})",
-      R"({"type": "GlobalMaxPool2d"})",
-      R"({"type": "Scale", "value": 2})",
-      R"({"type": "Residual", "body": [{"type": "ReLU"}]})",
-  };
-  for (DType d : {DType::BFloat16, DType::Float16}) {
-    const Tensor x = Tensor::zeros({1, 2, 2, 1}, d);
-    for (const char* spec : specs) {
-      INFO(spec << " on " << dtype_name(d));
-      auto layer = build_layer(nlohmann::json::parse(spec), "layer");
-      REQUIRE_THROWS_WITH((*layer)(x), Contains(dtype_name(d)));
-    }
-    CHECK_THROWS_WITH(add(x, x), Contains(dtype_name(d)));
+TEST_CASE("fill_ refuses a half tensor, naming its dtype", "[half]") {
+  for (DType d : {DType::BFloat16, DType::Float16})
     CHECK_THROWS_WITH(Tensor::zeros({2}, d).fill_(1.f), Contains(dtype_name(d)));
-  }
 }
 
 TEST_CASE("CUDA to(dtype) gives the CPU's bits", "[half][cuda]") {

@@ -69,6 +69,11 @@ CheckpointInfo info_from_metadata(const std::map<std::string, std::string>& meta
     info.epoch_loss_sum = metadata_double(get("epoch_loss_sum"), "epoch_loss_sum", path);
     info.epoch_seconds = metadata_double(get("epoch_seconds"), "epoch_seconds", path);
   }
+  if (meta.count("grad_scaler")) {
+    info.grad_scaler = parse_json_limited(get("grad_scaler"), str("checkpoint '", path, "': metadata 'grad_scaler'"));
+    MINIDL_CHECK(info.grad_scaler.is_object(), "checkpoint '", path, "': metadata 'grad_scaler' is a JSON ",
+                 info.grad_scaler.type_name(), ", expected an object");
+  }
   return info;
 }
 
@@ -87,6 +92,7 @@ void save_checkpoint(const std::string& path, const Module& model, const Optimiz
                                           {"epoch_correct", std::to_string(info.epoch_correct)},
                                           {"epoch_loss_sum", exact(info.epoch_loss_sum)},
                                           {"epoch_seconds", exact(info.epoch_seconds)}};
+  if (!info.grad_scaler.is_null()) meta["grad_scaler"] = info.grad_scaler.dump();
   save_safetensors(path, tensors, meta);
 }
 

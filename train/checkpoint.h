@@ -24,6 +24,8 @@ struct CheckpointInfo {
   int64_t epoch_correct = 0;
   double epoch_loss_sum = 0;
   double epoch_seconds = 0;
+  // A float16 run's loss-scaler state (optim/grad_scaler.h), null otherwise.
+  nlohmann::json grad_scaler;
 };
 
 void save_checkpoint(const std::string& path, const Module& model, const Optimizer& optimizer,

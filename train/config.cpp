@@ -103,6 +103,11 @@ TrainConfig parse_train_config(const json& config) {
     (std::string(key) == "init" ? c.init : c.freeze) = list;
   }
   if (top.has("lookahead")) c.lookahead = top.get_object("lookahead", false);
+  if (top.has("grad_scaler")) {
+    c.grad_scaler = top.get_object("grad_scaler", false);
+    MINIDL_CHECK(c.precision == "fp16", "grad_scaler: loss scaling is for precision \"fp16\" only, this config's "
+                 "precision is \"", c.precision, "\" (bfloat16 and float32 have float32's range and need none)");
+  }
 
   JsonArgs eval(top.get_object("eval", false), "eval");
   c.tta = eval.get_string("tta", c.tta);
@@ -147,6 +152,7 @@ json TrainConfig::to_json() const {
   if (!init.empty()) j["init"] = init;
   if (!freeze.empty()) j["freeze"] = freeze;
   if (!lookahead.is_null()) j["lookahead"] = lookahead;
+  if (!grad_scaler.is_null()) j["grad_scaler"] = grad_scaler;
   return j;
 }
 

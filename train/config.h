@@ -17,9 +17,9 @@ struct TrainConfig {
   uint64_t seed = 0;
   bool deterministic = true;
   bool allow_tf32 = true;
-  bool cuda_graph = false;  // on a GPU, replay each training and evaluation step as one CUDA graph
+  bool cuda_graph = true;   // on a GPU, replay each training and evaluation step as one CUDA graph
   bool norm_single_read = true;   // on a GPU, the single-read normalization kernels (core/settings.h)
-  std::string precision = "fp32";             // "fp32" only today (train/precision.h)
+  std::string precision = "fp32";             // "fp32", "bf16" or "fp16" (train/precision.h)
   std::string memory_format = "contiguous";   // "contiguous" only today
   std::string device = "auto";
   double epochs = 1;        // may be fractional (9.9): the run takes ceil(epochs * steps per epoch) steps
@@ -32,6 +32,7 @@ struct TrainConfig {
   nlohmann::json init = nlohmann::json::array();         // parameter init rules (train/param_rules.h)
   nlohmann::json freeze = nlohmann::json::array();       // parameter freeze rules (train/param_rules.h)
   nlohmann::json lookahead;                              // null: off; else optim/lookahead.h options
+  nlohmann::json grad_scaler;                            // null: defaults; fp16 only (optim/grad_scaler.h)
   std::string tta = "none";                              // data/tta.h: "none", "flip", "flip_translate", "airbench"
   int64_t eval_batch_size = 1000;
   std::string output_dir = "runs/run";

@@ -135,7 +135,7 @@ int train_command(const TrainOptions& options) {
   if (resume) {
     const std::string ckpt = run_dir + "/" + kCheckpoint;
     check_resume_position(start, steps_per_epoch, config.batch_size, ckpt);
-    load_checkpoint(ckpt, trainer.model(), trainer.optimizer());
+    trainer.load_grad_scaler_state(load_checkpoint(ckpt, trainer.model(), trainer.optimizer()).grad_scaler, ckpt);
     truncate_jsonl(run_dir + "/metrics.jsonl", "epoch", start.epoch + 1);
     truncate_jsonl(run_dir + "/steps.jsonl", "step", start.step);
     if (epochs_raised)
@@ -234,6 +234,7 @@ int train_command(const TrainOptions& options) {
             info.step = step;
             info.epoch_seconds += since(t0);
             info.config = trainer.resolved_config();
+            info.grad_scaler = trainer.grad_scaler_state();
             save_checkpoint(run_dir + "/" + kCheckpoint, trainer.model(), trainer.optimizer(), info);
             saved = str("wrote ", run_dir, "/", kCheckpoint, " at step ", step);
           }
@@ -275,6 +276,10 @@ int train_command(const TrainOptions& options) {
                                {"eval_seconds", eval_seconds},
                                {"images_per_s", seen / epoch_seconds}};
       if (last_tta >= 0) record["test_acc_tta"] = last_tta;
+      if (const GradScaler* scaler = trainer.grad_scaler()) {
+        record["loss_scale"] = scaler->scale();
+        record["skipped_steps"] = scaler->skipped_steps();
+      }
       log.metrics(record);
       log.line(str("epoch ", epoch + 1, "/", config.epochs, "  loss ", fixed(record["train_loss"], 4), "  train ",
                    fixed(record["train_acc"], 2), "%  test ", fixed(last_test, 2), "%",
@@ -287,6 +292,7 @@ int train_command(const TrainOptions& options) {
         info.epoch = epoch + 1;
         info.step = step;
         info.config = trainer.resolved_config();
+        info.grad_scaler = trainer.grad_scaler_state();
         save_checkpoint(run_dir + "/" + kCheckpoint, trainer.model(), trainer.optimizer(), info);
         checkpointed_step = step;
       }

@@ -25,6 +25,7 @@
 #include "layers/registry.h"
 #include "layers/containers/sequential.h"
 #include "optim/named_params.h"
+#include "train/precision.h"
 
 namespace minidl {
 
@@ -83,7 +84,15 @@ Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Da
     : config_(config),
       device_(device),
       data_options_(DataOptions::from_json(config.data, "data")),
-      cuda_graphs_(config.cuda_graph && device.is_cuda()) {
+      cuda_graphs_(false) {
+  activation_dtype_ = minidl::activation_dtype(config.precision);
+  if (activation_dtype_ == DType::Float16) {
+    grad_scaler_ = std::make_unique<GradScaler>(
+        config.grad_scaler.is_null() ? GradScalerOptions()
+                                     : GradScalerOptions::from_json(config.grad_scaler, "grad_scaler"),
+        device);
+  }
+  set_cuda_graphs(config.cuda_graph);
   set_init_seed(config.seed);
   model_ = build_sequential(config.model.at("layers"), "model.layers");
   model_->assign_paths();
@@ -134,6 +143,7 @@ nlohmann::json Trainer::resolved_config() const {
   j["schedule"] = schedule_->to_json();
   j["data"] = data_options_.to_json();
   if (lookahead_) j["lookahead"] = lookahead_->options().to_json();
+  if (grad_scaler_) j["grad_scaler"] = grad_scaler_->options().to_json();
   return j;
 }
 
@@ -203,6 +213,8 @@ bool Trainer::steps_graphed() const { return !failed_graph() && captured_graphs(
 
 std::string Trainer::step_mode() const {
   if (const StepGraph* failed = failed_graph()) return failed->mode();
+  if (grad_scaler_ && config_.cuda_graph && device_.is_cuda())
+    return "eager (float16 loss scaling reads its inf/NaN flag on the host each step)";
   const int captured = captured_graphs();
   if (captured == 0) return "eager";
   return captured == 1 ? "CUDA graph" : str("CUDA graph (", captured, " kinds of step)");
@@ -214,7 +226,7 @@ Trainer::StepResults Trainer::device_step(bool prepared, double lr, Profiler* pr
     ProfileSection s = profiler ? profiler->section("data") : ProfileSection();
     train_loader_->emit(batch);
   }
-  Tensor logits = (*model_)(batch.images);
+  Tensor logits = forward(batch.images);
   StepResults results;
   Tensor loss;
   {
@@ -222,21 +234,57 @@ Trainer::StepResults Trainer::device_step(bool prepared, double lr, Profiler* pr
     loss = cross_entropy(logits, batch.labels, static_cast<float>(config_.label_smoothing));
     results.correct = correct_predictions(logits.detach(), batch.labels);
   }
-  loss.backward();
-  {
-    ProfileSection s = profiler ? profiler->section("optimizer") : ProfileSection();
-    if (!prepared) optimizer_->prepare(lr);
-    optimizer_->apply();
-    optimizer_->zero_grad();
-  }
+  backward_and_update(loss, prepared, lr, profiler);
   results.loss = loss.detach();
   return results;
+}
+
+nlohmann::json Trainer::grad_scaler_state() const {
+  return grad_scaler_ ? grad_scaler_->state() : nlohmann::json();
+}
+
+void Trainer::load_grad_scaler_state(const nlohmann::json& state, const std::string& where) {
+  if (!grad_scaler_) {
+    MINIDL_CHECK(state.is_null(), "checkpoint '", where, "' holds loss-scaler state but this run's precision is \"",
+                 config_.precision, "\"");
+    return;
+  }
+  MINIDL_CHECK(!state.is_null(), "checkpoint '", where,
+               "' has no loss-scaler state (metadata 'grad_scaler'), which a precision \"fp16\" run needs");
+  try {
+    grad_scaler_->load_state(state);
+  } catch (const Error& e) {
+    fail(str("checkpoint '", where, "': ", e.what()));
+  }
+}
+
+Tensor Trainer::forward(const Tensor& images) { return (*model_)(images.to(activation_dtype_)); }
+
+void Trainer::backward_and_update(const Tensor& loss, bool prepared, double lr, Profiler* profiler) {
+  if (grad_scaler_)
+    autograd::backward(loss, grad_scaler_->backward_seed());
+  else
+    loss.backward();
+  ProfileSection s = profiler ? profiler->section("optimizer") : ProfileSection();
+  bool skip = false;
+  if (grad_scaler_) {
+    std::vector<Tensor> grads;
+    for (const NamedParam& p : named_parameters(*model_))
+      if (p.tensor.grad().defined()) grads.push_back(p.tensor.grad());
+    skip = grad_scaler_->unscale(grads);
+    grad_scaler_->update(skip);
+  }
+  if (!skip) {
+    if (!prepared) optimizer_->prepare(lr);
+    optimizer_->apply();
+  }
+  optimizer_->zero_grad();
 }
 
 Trainer::EvalCounts Trainer::device_eval(const std::string& tta) {
   Batch batch;
   test_loader_->emit(batch);
-  Tensor logits = (*model_)(batch.images);
+  Tensor logits = forward(batch.images).to(DType::Float32);
   EvalCounts counts;
   counts.correct = correct_predictions(logits, batch.labels);
   const std::vector<TtaView> views = tta_views(tta);
@@ -245,7 +293,8 @@ Trainer::EvalCounts Trainer::device_eval(const std::string& tta) {
   Tensor sum = mul(logits, views[0].weight);
   for (size_t v = 1; v < views.size(); ++v) {
     const TtaView& view = views[v];
-    sum = add(sum, mul((*model_)(flip_translate(batch.images, view.flip, view.dy, view.dx)), view.weight));
+    sum = add(sum, mul(forward(flip_translate(batch.images, view.flip, view.dy, view.dx)).to(DType::Float32),
+                       view.weight));
   }
   counts.tta_correct = correct_predictions(sum, batch.labels);
   return counts;

@@ -17,6 +17,7 @@
 #include "data/loader.h"
 #include "data/options.h"
 #include "layers/module.h"
+#include "optim/grad_scaler.h"
 #include "optim/lookahead.h"
 #include "optim/optimizer.h"
 #include "train/param_rules.h"
@@ -63,7 +64,16 @@ class Trainer {
   bool steps_graphed() const;
   // On a GPU, whether later steps (without a profiler) may run as CUDA graphs; the config's
   // cuda_graph at first. minidl profile times eager steps with it off, then graphed ones.
-  void set_cuda_graphs(bool on) { cuda_graphs_ = on && device_.is_cuda(); }
+  // float16 steps stay eager (optim/grad_scaler.h says why).
+  void set_cuda_graphs(bool on) { cuda_graphs_ = on && device_.is_cuda() && !grad_scaler_; }
+  // The dtype of the activations: float32, or the config's bf16/fp16 (train/precision.h).
+  DType activation_dtype() const { return activation_dtype_; }
+  // The loss scaler of a float16 run (null otherwise).
+  GradScaler* grad_scaler() { return grad_scaler_.get(); }
+  // The scaler's state for a checkpoint (null without one), and its restore: a float16 run needs
+  // the state its checkpoint (`where`) holds, any other run none.
+  nlohmann::json grad_scaler_state() const;
+  void load_grad_scaler_state(const nlohmann::json& state, const std::string& where);
 
   Module& model() { return *model_; }
   Optimizer& optimizer() { return *optimizer_; }
@@ -89,6 +99,8 @@ class Trainer {
   std::unique_ptr<Loader> train_loader_;
   std::unique_ptr<Loader> test_loader_;
   int64_t total_steps_ = 0;
+  DType activation_dtype_ = DType::Float32;
+  std::unique_ptr<GradScaler> grad_scaler_;
 
   // The device half of a training step (everything after the uploads), and of an evaluation
   // batch; what a CUDA graph captures. A step's results: its loss and correct count, on the device.
@@ -96,6 +108,11 @@ class Trainer {
     Tensor loss, correct;
   };
   StepResults device_step(bool prepared, double lr, Profiler* profiler);
+  // Backward from the loss and the update: plain, or, with a loss scaler, from the scaled loss and
+  // skipped when the unscaled gradients hold an inf or NaN.
+  void backward_and_update(const Tensor& loss, bool prepared, double lr, Profiler* profiler);
+  // The model's output for a batch of float32 images, which are cast to the activation dtype first.
+  Tensor forward(const Tensor& images);
   struct EvalCounts {
     Tensor correct, tta_correct;  // int32 scalars on the device; tta_correct is empty without TTA
   };

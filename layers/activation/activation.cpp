@@ -4,6 +4,7 @@
 #include "core/autograd.h"
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "core/storage_rounding.h"
 #include "layers/registry.h"
 
 namespace minidl {
@@ -20,6 +21,7 @@ const char* approximate_name(GeluApproximate a) { return a == GeluApproximate::T
 }  // namespace
 
 Tensor relu(const Tensor& x) {
+  if (holds_half(x)) return relu(as_float32(x)).to(x.dtype());
   check_float(x, "relu");
   Tensor y = Tensor::empty_like(x);
   dispatch(
@@ -44,6 +46,7 @@ Tensor relu(const Tensor& x) {
 }
 
 Tensor gelu(const Tensor& x, GeluApproximate approximate) {
+  if (holds_half(x)) return gelu(as_float32(x), approximate).to(x.dtype());
   check_float(x, "gelu");
   Tensor y = Tensor::empty_like(x);
   dispatch(

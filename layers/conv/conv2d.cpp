@@ -5,6 +5,7 @@
 #include "core/autograd.h"
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "core/storage_rounding.h"
 #include "core/init.h"
 #include "layers/conv/conv2d_kernels.h"
 #include "layers/registry.h"
@@ -23,13 +24,13 @@ nlohmann::json size_json(Size2d s) {
 // Validates the operands (errors name the shapes) and returns the problem.
 Conv2dShape conv2d_shape(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d stride,
                          Size2d padding) {
-  check_rank(x, 4, "conv2d input (N, C, H, W)");
-  check_rank(weight, 4, "conv2d weight (O, C, kh, kw)");
+  check_floating_rank(x, 4, "conv2d input (N, C, H, W)");
+  check_floating_rank(weight, 4, "conv2d weight (O, C, kh, kw)");
   check_same_device(x, weight, "conv2d input and weight");
   MINIDL_CHECK(x.size(1) == weight.size(1), "conv2d: input ", shape_str(x.shape()), " has ", x.size(1),
                " channels but weight ", shape_str(weight.shape()), " expects ", weight.size(1));
   if (bias.defined()) {
-    check_rank(bias, 1, "conv2d bias (O)");
+    check_floating_rank(bias, 1, "conv2d bias (O)");
     check_same_device(x, bias, "conv2d input and bias");
     MINIDL_CHECK(bias.size(0) == weight.size(0), "conv2d: bias ", shape_str(bias.shape()), " does not match the ",
                  weight.size(0), " output channels of weight ", shape_str(weight.shape()));
@@ -44,10 +45,55 @@ Conv2dShape conv2d_shape(const Tensor& x, const Tensor& weight, const Tensor& bi
   return s;
 }
 
+// A half convolution without bias on the GPU: cuDNN reads and writes the half tensors and
+// accumulates in float32. One autograd node, as the float32 op.
+Tensor conv2d_half_cuda(const Conv2dShape& s, const Tensor& x, const Tensor& weight) {
+  const DType t = x.dtype();
+  const auto gpu_only = [] { fail("conv2d: the half-precision cuDNN path runs on CUDA tensors only"); };
+  Tensor y = Tensor::empty({s.n, s.o, s.oh(), s.ow()}, t, x.device());
+  dispatch(x.device(), "conv2d_forward", gpu_only,
+           [&] { kernels::conv2d_forward_half_cuda(s, t, x.raw_data(), weight.raw_data(), y.raw_data()); });
+  if (autograd::needs_grad({x, weight})) {
+    const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
+    autograd::record(y, "conv2d", {x, weight},
+                     [s, t, gpu_only, xs = x.detach(), ws = weight.detach(), need_x, need_w](
+                         const Tensor& dy_in) -> std::vector<Tensor> {
+                       const Tensor dy = dy_in.to(t);
+                       Tensor dx = need_x ? Tensor::empty(xs.shape(), t, dy.device()) : Tensor();
+                       Tensor dw = need_w ? Tensor::empty(ws.shape(), t, dy.device()) : Tensor();
+                       dispatch(dy.device(), "conv2d_backward", gpu_only, [&] {
+                         if (need_x)
+                           kernels::conv2d_backward_data_half_cuda(s, t, dy.raw_data(), ws.raw_data(), dx.raw_data());
+                         if (need_w)
+                           kernels::conv2d_backward_filter_half_cuda(s, t, xs.raw_data(), dy.raw_data(),
+                                                                     dw.raw_data());
+                       });
+                       return {dx, dw};
+                     });
+  }
+  return y;
+}
+
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d stride, Size2d padding) {
+  if (holds_half(x)) {
+    MINIDL_CHECK(weight.defined() && weight.dtype() == x.dtype() && (!bias.defined() || bias.dtype() == x.dtype()),
+                 "conv2d: a ", dtype_name(x.dtype()), " input needs a weight and bias of that dtype, got ",
+                 weight.str(), bias.defined() ? " and " + bias.str() : std::string());
+    const Conv2dShape s = conv2d_shape(x, weight, bias, stride, padding);
+    // cuDNN's half engines where they apply (no bias, not a small-C_in first layer), else storage-rounded.
+    const bool native = x.is_cuda() && !bias.defined() &&
+                        dispatch(x.device(), "conv2d", [] { return false; },
+                                 [&] { return kernels::conv2d_half_cuda_applies(s); });
+    if (native) return conv2d_half_cuda(s, x, weight);
+    return conv2d(as_float32(x), as_float32(weight), as_float32(bias), stride, padding).to(x.dtype());
+  }
   const Conv2dShape s = conv2d_shape(x, weight, bias, stride, padding);
+  MINIDL_CHECK(x.dtype() == DType::Float32 && weight.dtype() == DType::Float32 &&
+                   (!bias.defined() || bias.dtype() == DType::Float32),
+               "conv2d: a float32 input needs a float32 weight and bias, got ", weight.str(),
+               bias.defined() ? " and " + bias.str() : std::string());
   Tensor y = Tensor::empty({s.n, s.o, s.oh(), s.ow()}, DType::Float32, x.device());
   const float* b = bias.defined() ? bias.data<float>() : nullptr;
   dispatch(
@@ -117,7 +163,7 @@ Tensor Conv2d::forward(const Tensor& x) {
   const std::string who = label();
   MINIDL_CHECK(x.defined() && x.dim() == 4 && x.size(1) == in_channels_, who, ": expected input (N, ", in_channels_,
                ", H, W), got ", x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
-  return conv2d(x, weight, bias, stride_, padding_);
+  return conv2d(x, in_dtype_of(weight, x), in_dtype_of(bias, x), stride_, padding_);
 }
 
 std::string Conv2d::describe() const {

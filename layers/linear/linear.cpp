@@ -5,6 +5,7 @@
 #include "core/autograd.h"
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "core/storage_rounding.h"
 #include "core/init.h"
 #include "layers/linear/linear_kernels.h"
 #include "layers/registry.h"
@@ -12,6 +13,12 @@
 namespace minidl {
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (holds_half(x)) {
+    MINIDL_CHECK(weight.defined() && weight.dtype() == x.dtype() && (!bias.defined() || bias.dtype() == x.dtype()),
+                 "linear: a ", dtype_name(x.dtype()), " input needs a weight and bias of that dtype, got ",
+                 weight.str(), bias.defined() ? " and " + bias.str() : std::string());
+    return linear(as_float32(x), as_float32(weight), as_float32(bias)).to(x.dtype());
+  }
   MINIDL_CHECK(x.defined() && x.dtype() == DType::Float32 && x.dim() >= 1,
                "linear: expects a float32 input (..., in_features), got ", x.defined() ? x.str() : "undefined");
   check_rank(weight, 2, "linear weight (out_features, in_features)");
@@ -87,7 +94,7 @@ Tensor Linear::forward(const Tensor& x) {
   const std::string who = label();
   MINIDL_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == in_features_, who, ": expected input (..., ",
                in_features_, "), got ", x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
-  return linear(x, weight, bias);
+  return linear(x, in_dtype_of(weight, x), in_dtype_of(bias, x));
 }
 
 std::string Linear::describe() const { return str("Linear ", in_features_, "->", out_features_); }

@@ -7,6 +7,7 @@
 #include "core/autograd.h"
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "core/storage_rounding.h"
 #include "layers/loss/loss_kernels.h"
 
 namespace minidl {
@@ -35,6 +36,8 @@ void check_labels_cpu(const Tensor& labels, int64_t classes, const char* what) {
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing) {
+  // Low-precision logits are widened: the loss and its softmax are float32 (autocast's rule).
+  if (holds_half(logits)) return cross_entropy(as_float32(logits), labels, label_smoothing);
   check_inputs(logits, labels, "cross_entropy");
   MINIDL_CHECK(label_smoothing >= 0.f && label_smoothing <= 1.f,
                "cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
@@ -77,6 +80,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smo
 }
 
 Tensor argmax_rows(const Tensor& logits) {
+  if (holds_half(logits)) return argmax_rows(as_float32(logits));
   check_rank(logits, 2, "argmax_rows logits");
   MINIDL_CHECK(logits.size(1) > 0, "argmax_rows: logits of shape ", shape_str(logits.shape()), " have no columns");
   Tensor out = Tensor::empty({logits.size(0)}, DType::Int32, logits.device());
@@ -94,6 +98,7 @@ Tensor argmax_rows(const Tensor& logits) {
 }
 
 Tensor correct_predictions(const Tensor& logits, const Tensor& labels) {
+  if (holds_half(logits)) return correct_predictions(as_float32(logits), labels);
   check_inputs(logits, labels, "count_correct");
   const int64_t rows = logits.size(0), classes = logits.size(1);
   Tensor count = Tensor::empty({1}, DType::Int32, logits.device());

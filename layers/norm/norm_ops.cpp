@@ -10,6 +10,7 @@
 #include "core/dispatch.h"
 #include "core/error.h"
 #include "core/settings.h"
+#include "core/storage_rounding.h"
 #include "layers/norm/norm.h"
 #include "layers/norm/norm_kernels.h"
 
@@ -21,7 +22,7 @@ using norm::NormLayout;
 
 void check_input(const Tensor& x, const char* op) {
   MINIDL_CHECK(x.defined(), op, ": input is undefined");
-  MINIDL_CHECK(x.dtype() == DType::Float32, op, ": expects a float32 input, got ", x.str());
+  MINIDL_CHECK(is_floating(x.dtype()), op, ": expects a float32, bfloat16 or float16 input, got ", x.str());
   MINIDL_CHECK(x.numel() > 0, op, ": input ", shape_str(x.shape()), " is empty");
 }
 
@@ -53,6 +54,9 @@ norm::NormPath path_setting() {
 // Runs the forward and, when any of x, weight, bias needs a gradient, records the node.
 Tensor normalize(const char* op, const NormLayout& layout, const Tensor& x, const Tensor& weight, const Tensor& bias,
                  const Tensor& running_mean, const Tensor& running_var, const Options& o) {
+  // A half input: float32 statistics and parameters, half output (autocast's rule).
+  if (holds_half(x))
+    return normalize(op, layout, as_float32(x), weight, bias, running_mean, running_var, o).to(x.dtype());
   const Device dev = x.device();
   Tensor y = Tensor::empty_like(x);
   Tensor mean = Tensor::empty({layout.groups()}, DType::Float32, dev);

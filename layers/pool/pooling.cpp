@@ -6,6 +6,7 @@
 #include "core/autograd.h"
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "core/storage_rounding.h"
 #include "layers/registry.h"
 
 namespace minidl {
@@ -44,6 +45,7 @@ nlohmann::json pair_json(int64_t a, int64_t b) { return a == b ? nlohmann::json(
 }  // namespace
 
 Tensor max_pool2d(const Tensor& x, const Pool2dGeometry& g) {
+  if (holds_half(x)) return max_pool2d(as_float32(x), g).to(x.dtype());
   const int64_t planes = planes_of(x, "max_pool2d");
   check_geometry(g, "max_pool2d");
   const int64_t H = x.size(2), W = x.size(3);
@@ -97,6 +99,7 @@ Tensor max_pool2d(const Tensor& x, const Pool2dGeometry& g) {
 }
 
 Tensor global_avg_pool2d(const Tensor& x) {
+  if (holds_half(x)) return global_avg_pool2d(as_float32(x)).to(x.dtype());
   const int64_t planes = planes_of(x, "global_avg_pool2d");
   const int64_t hw = x.size(2) * x.size(3);
   MINIDL_CHECK(hw > 0, "global_avg_pool2d: empty planes in input ", shape_str(x.shape()));
@@ -128,6 +131,7 @@ Tensor global_avg_pool2d(const Tensor& x) {
 }
 
 Tensor global_max_pool2d(const Tensor& x) {
+  if (holds_half(x)) return global_max_pool2d(as_float32(x)).to(x.dtype());
   const int64_t planes = planes_of(x, "global_max_pool2d");
   const int64_t hw = x.size(2) * x.size(3);
   MINIDL_CHECK(hw > 0, "global_max_pool2d: empty planes in input ", shape_str(x.shape()));

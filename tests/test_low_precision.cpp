@@ -1,0 +1,352 @@
+// precision "bf16" and "fp16": every layer runs a half input storage-rounded (the float32 op on
+// the rounded input, its output rounded once; gradients through the same casts), Conv2d and
+// Linear cast their float32 weights and send float32 gradients back, the loss scaler's rule and
+// state (PyTorch GradScaler), and training runs in both types on the CPU: the same bits twice and
+// after a resume, skipped float16 steps on overflow.
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/safetensors.h"
+#include "core/settings.h"
+#include "core/tensor.h"
+#include "core/tensor_ops.h"
+#include "layers/conv/conv2d.h"
+#include "layers/registry.h"
+#include "optim/grad_scaler.h"
+#include "train/checkpoint.h"
+#include "train/config.h"
+#include "train/trainer.h"
+#include "json_lines.h"
+#include "test_util.h"
+
+using namespace minidl;
+using Catch::Matchers::Contains;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+// The stored 16-bit patterns of a half tensor.
+std::vector<uint16_t> half_bits(const Tensor& t) {
+  std::vector<uint16_t> out;
+  if (t.dtype() == DType::BFloat16)
+    for (bf16 v : t.values<bf16>()) out.push_back(v.bits);
+  else
+    for (fp16 v : t.values<fp16>()) out.push_back(v.bits);
+  return out;
+}
+
+// Rounds every float32 parameter of `layer` to `d` in place, so that running the layer in float32
+// on half-valued inputs rounds nothing the half run does not round.
+void round_parameters(Module& layer, DType d) {
+  for (auto& [name, p] : layer.named_parameters()) p.copy_(p.to(d).to(DType::Float32));
+}
+
+void clear_grads(Module& layer) {
+  for (auto& [name, p] : layer.named_parameters()) p.set_grad(Tensor());
+}
+
+}  // namespace
+
+TEST_CASE("every layer runs a half input storage-rounded: float32 inside, rounded once, gradients alike",
+          "[half][precision]") {
+  struct Case {
+    const char* spec;
+    Shape shape;
+    bool casts_weights;  // Conv2d and Linear: their weight gradients pass through the half type
+  };
+  const Case cases[] = {
+      {R"({"type": "Conv2d", "in_channels": 2, "out_channels": 3, "kernel_size": 3, "padding": 1})", {2, 2, 5, 4}, true},
+      {R"({"type": "Linear", "in_features": 4, "out_features": 3})", {2, 2, 5, 4}, true},
+      {R"({"type": "BatchNorm2d", "num_features": 2, "relu": true})", {2, 2, 5, 4}, false},
+      {R"({"type": "GroupNorm", "num_groups": 1, "num_channels": 2})", {2, 2, 5, 4}, false},
+      {R"({"type": "LayerNorm", "normalized_shape": [5, 4]})", {2, 2, 5, 4}, false},
+      {R"({"type": "ReLU"})", {2, 2, 5, 4}, false},
+      {R"({"type": "GELU"})", {2, 2, 5, 4}, false},
+      {R"({"type": "MaxPool2d", "kernel_size": 2})", {2, 2, 5, 4}, false},
+      {R"({"type": "GlobalAvgPool2d"})", {2, 2, 5, 4}, false},
+      {R"({"type": "GlobalMaxPool2d"})", {2, 2, 5, 4}, false},
+      {R"({"type": "Flatten"})", {2, 2, 5, 4}, false},
+      {R"({"type": "Scale", "value": 0.3})", {2, 2, 5, 4}, false},
+      // A body whose output needs no rounding (ReLU of a half value is one), so the residual's one
+      // rounding is the add's, as in the float32 reference.
+      {R"({"type": "Residual", "body": [{"type": "ReLU"}]})", {2, 2, 5, 4}, false},
+  };
+  for (DType d : {DType::BFloat16, DType::Float16}) {
+    for (const Case& c : cases) {
+      INFO(c.spec << " in " << dtype_name(d));
+      auto layer = build_layer(json::parse(c.spec), "layer");
+      round_parameters(*layer, d);
+      const Tensor x0 = test::random_tensor(c.shape, 11, -3.f, 3.f);
+      const Tensor dy_values = test::random_tensor((*layer)(x0.detach()).shape(), 12);
+
+      // The half run: the input rounded to d, the layer on it, the gradient seeded in d.
+      Tensor xa = x0.clone();
+      xa.set_requires_grad(true);
+      const Tensor ya = (*layer)(xa.to(d));
+      REQUIRE(ya.dtype() == d);
+      clear_grads(*layer);
+      autograd::backward(ya, dy_values.to(d));
+      std::vector<std::vector<float>> grads_a;
+      for (auto& [name, p] : layer->named_parameters()) grads_a.push_back(p.grad().to_vector());
+
+      // The reference: the float32 layer on the rounded input, its output and gradient rounded.
+      Tensor xb = x0.clone();
+      xb.set_requires_grad(true);
+      const Tensor yb = (*layer)(xb.to(d).to(DType::Float32)).to(d);
+      clear_grads(*layer);
+      autograd::backward(yb, dy_values.to(d));
+      REQUIRE(half_bits(ya) == half_bits(yb));
+      REQUIRE(xa.grad().to_vector() == xb.grad().to_vector());
+      size_t i = 0;
+      for (auto& [name, p] : layer->named_parameters()) {
+        INFO("gradient of " << name);
+        REQUIRE(p.grad().dtype() == DType::Float32);
+        const std::vector<float> want = c.casts_weights ? p.grad().to(d).to_vector() : p.grad().to_vector();
+        REQUIRE(grads_a[i++] == want);
+      }
+    }
+  }
+}
+
+TEST_CASE("half ops check their operands", "[half][precision]") {
+  const Tensor x = Tensor::zeros({1, 2, 3, 3}, DType::BFloat16);
+  CHECK_THROWS_WITH(add(x, Tensor::zeros({1, 2, 3, 3}, DType::Float16)), Contains("add: dtypes differ"));
+  CHECK_THROWS_WITH(add(x, Tensor::zeros({1, 2, 3, 3})), Contains("add: dtypes differ"));
+  auto conv = build_layer(json::parse(R"({"type": "Conv2d", "in_channels": 2, "out_channels": 2, "kernel_size": 1})"),
+                          "layer");
+  // The module casts its weight; the op itself wants one dtype for all its operands.
+  CHECK((*conv)(x).dtype() == DType::BFloat16);
+}
+
+TEST_CASE("grad scaler: PyTorch GradScaler's growth and backoff rule", "[precision][grad_scaler]") {
+  GradScalerOptions o;
+  o.growth_interval = 3;
+  GradScaler s(o, Device::cpu());
+  CHECK(s.scale() == 65536.f);
+  CHECK(s.backward_seed().to_vector() == std::vector<float>{65536.f});
+  s.update(false);
+  s.update(false);
+  CHECK(s.scale() == 65536.f);
+  CHECK(s.growth_tracker() == 2);
+  s.update(false);  // the third clean step in a row grows the scale
+  CHECK(s.scale() == 131072.f);
+  CHECK(s.growth_tracker() == 0);
+  s.update(false);
+  s.update(true);  // an overflow halves it and restarts the count
+  CHECK(s.scale() == 65536.f);
+  CHECK(s.growth_tracker() == 0);
+  CHECK(s.skipped_steps() == 1);
+
+  GradScalerOptions big;
+  big.init_scale = 3e38;
+  big.growth_interval = 1;
+  GradScaler at_max(big, Device::cpu());
+  at_max.update(false);  // 6e38 is not a finite float32: the scale stays
+  CHECK(at_max.scale() == 3e38f);
+}
+
+TEST_CASE("grad scaler: unscale multiplies by 1/scale and flags inf and NaN", "[precision][grad_scaler]") {
+  GradScaler s(GradScalerOptions(), Device::cpu());
+  Tensor a = Tensor::from_vector(std::vector<float>{65536.f, -3.f, 0.f}, {3});
+  Tensor b = Tensor::from_vector(std::vector<float>{1.f, 2.f}, {2});
+  CHECK_FALSE(s.unscale({a, b}));
+  CHECK(a.to_vector() == std::vector<float>{1.f, -3.f / 65536.f, 0.f});
+  CHECK(b.to_vector() == std::vector<float>{1.f / 65536.f, 2.f / 65536.f});
+  for (float bad : {INFINITY, -INFINITY, NAN}) {
+    Tensor c = Tensor::from_vector(std::vector<float>{1.f, bad}, {2});
+    CHECK(s.unscale({b, c}));
+    CHECK_FALSE(s.unscale({b}));  // the flag is cleared for every call
+  }
+}
+
+TEST_CASE("grad scaler: options and state are checked", "[precision][grad_scaler][config]") {
+  CHECK_THROWS_WITH(GradScalerOptions::from_json(json::parse(R"({"init_scal": 1})"), "grad_scaler"),
+                    Contains("grad_scaler.init_scal: unknown key"));
+  CHECK_THROWS_WITH(GradScalerOptions::from_json(json::parse(R"({"init_scale": 1e39})"), "grad_scaler"),
+                    Contains("grad_scaler.init_scale: expected a positive float32 value"));
+  CHECK_THROWS_WITH(GradScalerOptions::from_json(json::parse(R"({"backoff_factor": 1})"), "grad_scaler"),
+                    Contains("grad_scaler.backoff_factor"));
+  CHECK_THROWS_WITH(GradScalerOptions::from_json(json::parse(R"({"growth_interval": 0})"), "grad_scaler"),
+                    Contains("grad_scaler.growth_interval"));
+  const GradScalerOptions o = GradScalerOptions::from_json(json::parse(R"({"growth_interval": 7})"), "grad_scaler");
+  CHECK(GradScalerOptions::from_json(o.to_json(), "x").to_json() == o.to_json());
+
+  GradScaler s(o, Device::cpu());
+  s.update(true);
+  s.update(false);
+  GradScaler t(o, Device::cpu());
+  t.load_state(s.state());
+  CHECK(t.state() == s.state());
+  CHECK(t.scale() == 32768.f);
+  CHECK_THROWS_WITH(t.load_state(json::parse(R"({"scale": -1, "growth_tracker": 0, "skipped_steps": 0})")),
+                    Contains("scale must be finite and positive"));
+  CHECK_THROWS_WITH(t.load_state(json::parse(R"({"scale": 2, "growth_tracker": 7, "skipped_steps": 0})")),
+                    Contains("growth_tracker must be in 0..6"));
+  CHECK_THROWS_WITH(t.load_state(json::parse(R"({"scale": 2})")), Contains("grad_scaler state: expected"));
+}
+
+namespace {
+
+std::string test_root() {
+  return (fs::temp_directory_path() / ("minidl_test_precision." + std::to_string(getpid()))).string();
+}
+
+// A small net with every layer kind of the GPU configs, 6 steps of 64 per epoch.
+std::string write_config(const std::string& dir, const json& extra) {
+  fs::create_directories(dir);
+  json c = json::parse(R"({
+    "seed": 5, "device": "cpu", "epochs": 2, "batch_size": 64,
+    "data": {"train_limit": 384, "augment": {"crop_padding": 2, "flip": true}},
+    "model": {"layers": [
+      {"type": "Conv2d", "in_channels": 3, "out_channels": 8, "kernel_size": 3, "padding": 1, "bias": true},
+      {"type": "BatchNorm2d", "num_features": 8, "relu": true},
+      {"type": "MaxPool2d", "kernel_size": 2},
+      {"type": "Residual", "body": [{"type": "Conv2d", "in_channels": 8, "out_channels": 8, "kernel_size": 3,
+                                     "padding": 1, "bias": false},
+                                    {"type": "GroupNorm", "num_groups": 2, "num_channels": 8}, {"type": "GELU"}]},
+      {"type": "MaxPool2d", "kernel_size": 4},
+      {"type": "Flatten"},
+      {"type": "Linear", "in_features": 128, "out_features": 10},
+      {"type": "Scale", "value": 0.5}]},
+    "loss": {"label_smoothing": 0.1},
+    "optimizer": {"type": "SGD", "lr": 0.05, "momentum": 0.9, "nesterov": true, "weight_decay": 5e-4},
+    "eval": {"tta": "none", "batch_size": 2500},
+    "output": {"progress": false}
+  })");
+  c["data"]["dir"] = test::data_dir();
+  c.update(extra);
+  const std::string path = dir + "/config.in.json";
+  std::ofstream(path) << c.dump(2);
+  return path;
+}
+
+TrainOptions run_options(const std::string& config, const std::string& out, int64_t max_steps = 0) {
+  TrainOptions o;
+  o.config_path = config;
+  o.output_dir = out;
+  o.max_steps = max_steps;
+  return o;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Trains `config` three ways (twice, and stopped after epoch 1 then resumed) and requires the same
+// steps and weights; returns the weights' hash.
+std::string require_repeatable(const std::string& config, const std::string& root) {
+  REQUIRE(train_command(run_options(config, root + "/a")) == 0);
+  REQUIRE(train_command(run_options(config, root + "/b")) == 0);
+  REQUIRE(train_command(run_options(config, root + "/c", 6)) == 0);
+  TrainOptions resume;
+  resume.resume_dir = root + "/c";
+  REQUIRE(train_command(resume) == 0);
+  const std::string steps = slurp(root + "/a/steps.jsonl");
+  REQUIRE(steps == slurp(root + "/b/steps.jsonl"));
+  REQUIRE(steps == slurp(root + "/c/steps.jsonl"));
+  const auto ma = test::read_json_lines(root + "/a/metrics.jsonl"), mc = test::read_json_lines(root + "/c/metrics.jsonl");
+  REQUIRE(ma.size() == mc.size());
+  for (size_t e = 0; e < ma.size(); ++e)
+    for (const char* key : {"train_loss", "train_acc", "test_acc", "loss_scale", "skipped_steps"})
+      REQUIRE(ma[e].value(key, json()) == mc[e].value(key, json()));
+  const std::string hash = safetensors_payload_sha256(root + "/a/model.safetensors");
+  REQUIRE(hash == safetensors_payload_sha256(root + "/b/model.safetensors"));
+  REQUIRE(hash == safetensors_payload_sha256(root + "/c/model.safetensors"));
+  return hash;
+}
+
+}  // namespace
+
+TEST_CASE("training in bf16 and fp16: the same bits twice and after a resume, not fp32's", "[training][precision]") {
+  MINIDL_REQUIRE_DATA();
+  const std::string root = test_root() + "/repeat";
+  fs::remove_all(root);
+  const std::string fp32 = require_repeatable(write_config(root + "/fp32", json::object()), root + "/fp32");
+  const std::string bf16 = require_repeatable(write_config(root + "/bf16", {{"precision", "bf16"}}), root + "/bf16");
+  const std::string fp16 = require_repeatable(write_config(root + "/fp16", {{"precision", "fp16"}}), root + "/fp16");
+  CHECK(bf16 != fp32);
+  CHECK(fp16 != fp32);
+  CHECK(fp16 != bf16);
+  // The weights stay float32 masters, whatever the activations' type.
+  for (const auto& [name, t] : load_safetensors(root + "/bf16/a/model.safetensors").tensors)
+    CHECK(t.dtype() == DType::Float32);
+  const auto metrics = test::read_json_lines(root + "/fp16/a/metrics.jsonl");
+  REQUIRE(metrics.size() == 2);
+  CHECK(metrics[1]["loss_scale"].get<double>() == 65536.0);
+  CHECK(metrics[1]["skipped_steps"].get<int64_t>() == 0);
+  CHECK(read_checkpoint_info(root + "/fp16/a/checkpoint.safetensors").grad_scaler.at("scale") == 65536.0);
+  CHECK(read_checkpoint_info(root + "/bf16/a/checkpoint.safetensors").grad_scaler.is_null());
+  const json resolved = json::parse(slurp(root + "/fp16/a/config.json"));
+  CHECK(resolved.at("precision") == "fp16");
+  CHECK(resolved.at("grad_scaler").at("growth_interval") == 2000);
+}
+
+TEST_CASE("training in fp16: overflowing steps are skipped and the scale backs off", "[training][precision]") {
+  MINIDL_REQUIRE_DATA();
+  const std::string root = test_root() + "/overflow";
+  fs::remove_all(root);
+  // 2^120 times any gradient overflows float16's 65504: every step is skipped until the scale
+  // has halved below 2^16 or so (about 105 halvings), far more steps than the run has.
+  const std::string config =
+      write_config(root, {{"precision", "fp16"}, {"epochs", 1}, {"grad_scaler", {{"init_scale", 1.329228e36}}}});
+  TrainConfig c = load_train_config(config, {}, "", root + "/run");
+  Trainer trainer(c, Device::cpu());
+  const std::vector<float> before = trainer.model().state_dict().front().second.to_vector();
+  const std::shared_ptr<void> record = allocate_pinned(sizeof(Trainer::StepRecord));
+  trainer.train_loader().start_epoch(0);
+  for (int64_t step = 0; step < 6; ++step)
+    REQUIRE(trainer.train_step(step, static_cast<Trainer::StepRecord*>(record.get())));
+  REQUIRE(trainer.grad_scaler()->skipped_steps() == 6);
+  CHECK(trainer.grad_scaler()->scale() == static_cast<float>(1.329228e36 / 64));
+  // No update happened: the first weight is unchanged.
+  CHECK(trainer.model().state_dict().front().second.to_vector() == before);
+}
+
+TEST_CASE("precision: grad_scaler is for fp16 only, and a checkpoint must match the precision", "[config][precision]") {
+  json j = json::parse(R"({"model": {"layers": [{"type": "Flatten"}]}, "optimizer": {"type": "SGD", "lr": 0.1},
+                           "precision": "bf16", "grad_scaler": {}})");
+  CHECK_THROWS_WITH(parse_train_config(j), Contains("grad_scaler: loss scaling is for precision \"fp16\" only"));
+  j["precision"] = "fp16";
+  CHECK(parse_train_config(j).to_json().at("grad_scaler") == json::object());
+}
+
+TEST_CASE("CUDA half convolutions: cuDNN's half engines match the storage-rounded float32 op", "[half][precision][cuda]") {
+  MINIDL_REQUIRE_CUDA();
+  // TF32 off: the reference's float32 convolution then multiplies the half values exactly, as the
+  // half engines do, and the two differ only in float32 summation order before the one rounding.
+  const ComputeSettings saved = compute_settings();
+  ComputeSettings exact = saved;
+  exact.allow_tf32 = false;
+  set_compute_settings(exact);
+  const Device gpu = Device::cuda();
+  for (DType d : {DType::BFloat16, DType::Float16}) {
+    INFO(dtype_name(d));
+    // One unit in the last place of the type, relative: what a different summation order can move
+    // a rounded result by.
+    const double ulp = d == DType::BFloat16 ? std::ldexp(1.0, -7) : std::ldexp(1.0, -10);
+    const Tensor x0 = test::random_tensor({16, 32, 12, 12}, 21, -1.f, 1.f, gpu);
+    const Tensor w0 = test::random_tensor({48, 32, 3, 3}, 22, -0.1f, 0.1f, gpu);
+    const Tensor dy = test::random_tensor({16, 48, 12, 12}, 23, -1.f, 1.f, gpu).to(d);
+    Tensor xa = x0.clone(), wa = w0.clone(), xb = x0.clone(), wb = w0.clone();
+    for (Tensor* t : {&xa, &wa, &xb, &wb}) t->set_requires_grad(true);
+    const Tensor ya = conv2d(xa.to(d), wa.to(d), Tensor(), Size2d(1), Size2d(1));
+    const Tensor yb =
+        conv2d(xb.to(d).to(DType::Float32), wb.to(d).to(DType::Float32), Tensor(), Size2d(1), Size2d(1)).to(d);
+    REQUIRE(ya.dtype() == d);
+    test::require_close(ya.to_vector(), yb.to_vector(), ulp, 1e-5, "y");
+    autograd::backward(ya, dy);
+    autograd::backward(yb, dy);
+    test::require_close(xa.grad().to_vector(), xb.grad().to_vector(), ulp, 1e-5, "dx");
+    test::require_close(wa.grad().to_vector(), wb.grad().to_vector(), ulp, 1e-4, "dw");
+    // The same bits on a second call (the cuDNN algorithms are the deterministic ones).
+    REQUIRE(half_bits(conv2d(xa.detach().to(d), wa.detach().to(d), Tensor(), Size2d(1), Size2d(1))) == half_bits(ya));
+  }
+  set_compute_settings(saved);
+}
