@@ -4,7 +4,7 @@
 //
 //   dispatch(x.device(), "relu",
 //            [&] { kernels::relu_forward_cpu(x.data<float>(), y.data<float>(), n); },
-//            [&] { kernels::relu_forward_cuda(x.data<float>(), y.data<float>(), n); });
+//            [&] { kernels::relu_forward_cuda(x.dtype(), x.raw_data(), y.raw_data(), n); });
 //
 // The CUDA launchers are declared in every build (the *_kernels.h headers); in a CPU-only build the
 // CUDA lambda is never called, so nothing refers to their missing definitions.

@@ -11,19 +11,24 @@ namespace {
 
 void check_float_pair(const Tensor& a, const Tensor& b, const char* what) {
   MINIDL_CHECK(a.defined() && b.defined(), what, ": undefined tensor");
-  MINIDL_CHECK(a.dtype() == DType::Float32 && b.dtype() == DType::Float32, what, ": expects float32, got ",
-               a.str(), " and ", b.str());
+  MINIDL_CHECK(is_floating(a.dtype()) && a.dtype() == b.dtype(), what,
+               ": expects two float32, bfloat16 or float16 tensors of one dtype, got ", a.str(), " and ", b.str());
   MINIDL_CHECK(a.shape() == b.shape(), what, ": shapes ", shape_str(a.shape()), " and ",
                shape_str(b.shape()), " differ");
   check_same_device(a, b, what);
 }
 
-// y = a*x + b*z on the tensors' device (z may be null when b == 0).
+// y = a*x + b*z on the tensors' device (z may be null when b == 0). The CPU takes float32 only
+// (its callers widen half tensors first).
 void axpby(Tensor& y, float a, const Tensor& x, float b, const Tensor* z) {
-  const float* zp = z ? z->data<float>() : nullptr;
   dispatch(
-      y.device(), "axpby", [&] { kernels::axpby_cpu(y.data<float>(), a, x.data<float>(), b, zp, y.numel()); },
-      [&] { kernels::axpby_cuda(y.data<float>(), a, x.data<float>(), b, zp, y.numel()); });
+      y.device(), "axpby",
+      [&] {
+        kernels::axpby_cpu(y.data<float>(), a, x.data<float>(), b, z ? z->data<float>() : nullptr, y.numel());
+      },
+      [&] {
+        kernels::axpby_cuda(y.dtype(), y.raw_data(), a, x.raw_data(), b, z ? z->raw_data() : nullptr, y.numel());
+      });
 }
 
 }  // namespace
@@ -50,7 +55,8 @@ void axpby_cpu(float* y, float a, const float* x, float b, const float* z, int64
 Tensor add(const Tensor& a, const Tensor& b) {
   if (holds_half(a) || holds_half(b)) {
     MINIDL_CHECK(a.dtype() == b.dtype(), "add: dtypes differ: ", a.str(), " and ", b.str());
-    return add(as_float32(a), as_float32(b)).to(a.dtype());
+    // The GPU adds half tensors in place of storage (elementwise.cuh); the CPU widens them.
+    if (!a.is_cuda()) return add(as_float32(a), as_float32(b)).to(a.dtype());
   }
   check_float_pair(a, b, "add");
   Tensor y = Tensor::empty_like(a);
@@ -62,8 +68,9 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& x, float s) {
-  if (holds_half(x)) return mul(as_float32(x), s).to(x.dtype());
-  MINIDL_CHECK(x.defined() && x.dtype() == DType::Float32, "mul: expects a float32 tensor, got ", x.str());
+  if (holds_half(x) && !x.is_cuda()) return mul(as_float32(x), s).to(x.dtype());
+  MINIDL_CHECK(x.defined() && is_floating(x.dtype()), "mul: expects a float32, bfloat16 or float16 tensor, got ",
+               x.str());
   Tensor y = Tensor::empty_like(x);
   axpby(y, s, x, 0.f, nullptr);
   if (autograd::needs_grad({x})) {
@@ -74,6 +81,7 @@ Tensor mul(const Tensor& x, float s) {
 
 void axpy_(Tensor& dst, float alpha, const Tensor& src) {
   check_float_pair(dst, src, "axpy_");
+  MINIDL_CHECK(dst.dtype() == DType::Float32, "axpy_: accumulates float32 tensors only, got ", dst.str());
   axpby(dst, alpha, src, 1.f, &dst);
 }
 

@@ -10,11 +10,12 @@ Tensor mul(const Tensor& x, float s);              // x * s; differentiable
 void axpy_(Tensor& dst, float alpha, const Tensor& src);  // dst += alpha * src; not recorded
 
 namespace kernels {
-// Raw launchers used by the ops above (n elements, contiguous float32).
+// Raw launchers used by the ops above (n contiguous elements: float32 on the CPU; float32,
+// bfloat16 or float16 of `dtype` on CUDA, computed in float32).
 void fill_cpu(float* y, float v, int64_t n);
 void axpby_cpu(float* y, float a, const float* x, float b, const float* z, int64_t n);  // y = a*x + b*z
 void fill_cuda(float* y, float v, int64_t n);
-void axpby_cuda(float* y, float a, const float* x, float b, const float* z, int64_t n);
+void axpby_cuda(DType dtype, void* y, float a, const void* x, float b, const void* z, int64_t n);
 }  // namespace kernels
 
 }  // namespace minidl

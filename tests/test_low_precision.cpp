@@ -4,6 +4,7 @@
 // state (PyTorch GradScaler), and training runs in both types on the CPU: the same bits twice and
 // after a resume, skipped float16 steps on overflow.
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -15,7 +16,7 @@
 #include "core/settings.h"
 #include "core/tensor.h"
 #include "core/tensor_ops.h"
-#include "layers/conv/conv2d.h"
+#include "layers/activation/activation.h"
 #include "layers/registry.h"
 #include "optim/grad_scaler.h"
 #include "train/checkpoint.h"
@@ -317,36 +318,98 @@ TEST_CASE("precision: grad_scaler is for fp16 only, and a checkpoint must match 
   CHECK(parse_train_config(j).to_json().at("grad_scaler") == json::object());
 }
 
-TEST_CASE("CUDA half convolutions: cuDNN's half engines match the storage-rounded float32 op", "[half][precision][cuda]") {
+TEST_CASE("CUDA half elementwise kernels give the storage-rounded float32 op's bits", "[half][precision][cuda]") {
   MINIDL_REQUIRE_CUDA();
-  // TF32 off: the reference's float32 convolution then multiplies the half values exactly, as the
-  // half engines do, and the two differ only in float32 summation order before the one rounding.
-  const ComputeSettings saved = compute_settings();
-  ComputeSettings exact = saved;
-  exact.allow_tf32 = false;
-  set_compute_settings(exact);
   const Device gpu = Device::cuda();
+  using Op = std::function<Tensor(const Tensor&)>;
+  const std::vector<std::pair<const char*, Op>> ops = {
+      {"relu", [](const Tensor& x) { return relu(x); }},
+      {"gelu", [](const Tensor& x) { return gelu(x, GeluApproximate::None); }},
+      {"gelu tanh", [](const Tensor& x) { return gelu(x, GeluApproximate::Tanh); }},
+      {"mul", [](const Tensor& x) { return mul(x, 0.37f); }},
+      // relu of a half value needs no rounding: the add's is the only one, as in the reference.
+      {"add", [](const Tensor& x) { return add(x, relu(x)); }},
+  };
+  // An odd length, so the 8-element packs leave a tail the scalar loop takes.
+  for (int64_t n : {int64_t(8 * 1000), int64_t(100003)}) {
+    for (DType d : {DType::BFloat16, DType::Float16}) {
+      for (const auto& [name, op] : ops) {
+        INFO(name << " in " << dtype_name(d) << ", n = " << n);
+        const Tensor x0 = test::random_tensor({n}, 31, -4.f, 4.f, gpu);
+        const Tensor dy = test::random_tensor({n}, 32, -1.f, 1.f, gpu).to(d);
+        Tensor xa = x0.clone(), xb = x0.clone();
+        xa.set_requires_grad(true);
+        xb.set_requires_grad(true);
+        const Tensor ya = op(xa.to(d));
+        const Tensor yb = op(xb.to(d).to(DType::Float32)).to(d);
+        REQUIRE(ya.dtype() == d);
+        REQUIRE(half_bits(ya) == half_bits(yb));
+        autograd::backward(ya, dy);
+        autograd::backward(yb, dy);
+        REQUIRE(xa.grad().to_vector() == xb.grad().to_vector());
+      }
+    }
+  }
+}
+
+TEST_CASE("CUDA half normalization kernels match the storage-rounded float32 layers", "[half][precision][cuda][norm]") {
+  MINIDL_REQUIRE_CUDA();
+  // The reference runs the float32 three-launch kernels on the widened input: the same formulas
+  // and slots; only the slicing (from each kernel's occupancy) may group the float sums otherwise,
+  // so outputs agree to one unit in the last place of the half type.
+  const ComputeSettings saved = compute_settings();
+  ComputeSettings three = saved;
+  three.norm_single_read = false;
+  set_compute_settings(three);
+  const Device gpu = Device::cuda();
+  struct Case {
+    const char* spec;
+    Shape shape;
+  };
+  const Case cases[] = {
+      {R"({"type": "BatchNorm2d", "num_features": 64, "relu": true})", {32, 64, 16, 16}},
+      {R"({"type": "BatchNorm2d", "num_features": 5, "relu": true})", {3, 5, 9, 7}},
+      {R"({"type": "BatchNorm2d", "num_features": 8})", {4, 8, 32, 32}},
+      {R"({"type": "GroupNorm", "num_groups": 4, "num_channels": 32})", {8, 32, 8, 8}},
+      {R"({"type": "GroupNorm", "num_groups": 3, "num_channels": 6, "relu": true})", {3, 6, 5, 7}},
+      {R"({"type": "LayerNorm", "normalized_shape": [768]})", {64, 768}},
+      {R"({"type": "LayerNorm", "normalized_shape": [10, 7]})", {6, 10, 7}},
+  };
   for (DType d : {DType::BFloat16, DType::Float16}) {
-    INFO(dtype_name(d));
-    // One unit in the last place of the type, relative: what a different summation order can move
-    // a rounded result by.
     const double ulp = d == DType::BFloat16 ? std::ldexp(1.0, -7) : std::ldexp(1.0, -10);
-    const Tensor x0 = test::random_tensor({16, 32, 12, 12}, 21, -1.f, 1.f, gpu);
-    const Tensor w0 = test::random_tensor({48, 32, 3, 3}, 22, -0.1f, 0.1f, gpu);
-    const Tensor dy = test::random_tensor({16, 48, 12, 12}, 23, -1.f, 1.f, gpu).to(d);
-    Tensor xa = x0.clone(), wa = w0.clone(), xb = x0.clone(), wb = w0.clone();
-    for (Tensor* t : {&xa, &wa, &xb, &wb}) t->set_requires_grad(true);
-    const Tensor ya = conv2d(xa.to(d), wa.to(d), Tensor(), Size2d(1), Size2d(1));
-    const Tensor yb =
-        conv2d(xb.to(d).to(DType::Float32), wb.to(d).to(DType::Float32), Tensor(), Size2d(1), Size2d(1)).to(d);
-    REQUIRE(ya.dtype() == d);
-    test::require_close(ya.to_vector(), yb.to_vector(), ulp, 1e-5, "y");
-    autograd::backward(ya, dy);
-    autograd::backward(yb, dy);
-    test::require_close(xa.grad().to_vector(), xb.grad().to_vector(), ulp, 1e-5, "dx");
-    test::require_close(wa.grad().to_vector(), wb.grad().to_vector(), ulp, 1e-4, "dw");
-    // The same bits on a second call (the cuDNN algorithms are the deterministic ones).
-    REQUIRE(half_bits(conv2d(xa.detach().to(d), wa.detach().to(d), Tensor(), Size2d(1), Size2d(1))) == half_bits(ya));
+    for (const Case& c : cases) {
+      INFO(c.spec << " " << shape_str(c.shape) << " in " << dtype_name(d));
+      auto layer = build_layer(json::parse(c.spec), "layer");
+      layer->to(gpu);
+      for (auto& [name, p] : layer->named_parameters())
+        p.copy_(test::random_tensor(p.shape(), 41, 0.5f, 1.5f, gpu));
+      const Tensor x0 = test::random_tensor(c.shape, 42, -2.f, 3.f, gpu);
+      const Tensor dy = test::random_tensor(c.shape, 43, -1.f, 1.f, gpu).to(d);
+      Tensor xa = x0.clone(), xb = x0.clone();
+      xa.set_requires_grad(true);
+      xb.set_requires_grad(true);
+      const Tensor ya = (*layer)(xa.to(d));
+      clear_grads(*layer);
+      autograd::backward(ya, dy);
+      std::vector<std::vector<float>> grads_a;
+      for (auto& [name, p] : layer->named_parameters()) grads_a.push_back(p.grad().to_vector());
+      const Tensor yb = (*layer)(xb.to(d).to(DType::Float32)).to(d);
+      clear_grads(*layer);
+      autograd::backward(yb, dy);
+      REQUIRE(ya.dtype() == d);
+      test::require_close(ya.to_vector(), yb.to_vector(), ulp, 1e-6, "y");
+      test::require_close(xa.grad().to_vector(), xb.grad().to_vector(), ulp, 1e-5, "dx");
+      size_t i = 0;
+      for (auto& [name, p] : layer->named_parameters())
+        test::require_close(grads_a[i++], p.grad().to_vector(), 1e-5, 1e-5, "gradient of " + name);
+      // Eval mode (BatchNorm: the running statistics): the same agreement.
+      layer->eval();
+      {
+        autograd::NoGradGuard no_grad;
+        test::require_close((*layer)(x0.to(d)).to_vector(), (*layer)(x0.to(d).to(DType::Float32)).to(d).to_vector(),
+                            ulp, 1e-6, "eval y");
+      }
+    }
   }
   set_compute_settings(saved);
 }

@@ -1,5 +1,8 @@
-// CUDA side of core/tensor_ops.h: fill and y = a*x + b*z. Grid-stride loops over a grid that
-// fills the chip once; these are memory-bound, so the only goal is coalesced full-width access.
+// CUDA side of core/tensor_ops.h: fill and y = a*x + b*z (float32, bfloat16 or float16 storage,
+// float32 arithmetic: core/cuda/elementwise.cuh). Grid-stride loops over a grid that fills the
+// chip once; these are memory-bound, so the only goal is coalesced full-width access.
+#include "core/cast_kernels.h"
+#include "core/cuda/elementwise.cuh"
 #include "core/cuda/kernel_helpers.cuh"
 #include "core/cuda/runtime.h"
 #include "core/tensor_ops.h"
@@ -15,12 +18,14 @@ __global__ void fill_kernel(float* __restrict__ y, float v, int64_t n) {
 
 // __fmul_rn keeps a*x + b*z as two rounded products and a rounded sum (no FMA contraction), so
 // the GPU gives the CPU's bits.
-__global__ void axpby_kernel(float* y, float a, const float* x, float b, const float* z, int64_t n) {
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    const float ax = __fmul_rn(a, x[i]);
-    y[i] = z ? __fadd_rn(ax, __fmul_rn(b, z[i])) : ax;
-  }
-}
+struct Axpby {
+  float a, b;
+  __device__ float operator()(float x, float z) const { return __fadd_rn(__fmul_rn(a, x), __fmul_rn(b, z)); }
+};
+struct Scale {
+  float a;
+  __device__ float operator()(float x) const { return __fmul_rn(a, x); }
+};
 
 constexpr int kBlock = 256;
 
@@ -34,10 +39,14 @@ void fill_cuda(float* y, float v, int64_t n) {
   MINIDL_LAUNCH_CHECK();
 }
 
-void axpby_cuda(float* y, float a, const float* x, float b, const float* z, int64_t n) {
-  if (n == 0) return;
-  axpby_kernel<<<grid_for(n), kBlock, 0, cuda::stream()>>>(y, a, x, b, z, n);
-  MINIDL_LAUNCH_CHECK();
+void axpby_cuda(DType dtype, void* y, float a, const void* x, float b, const void* z, int64_t n) {
+  visit_floating(dtype, "axpby", [&](auto tag) {
+    using T = decltype(tag);
+    if (z)
+      cuda::launch_map2(static_cast<const T*>(x), static_cast<const T*>(z), static_cast<T*>(y), n, Axpby{a, b});
+    else
+      cuda::launch_map1(static_cast<const T*>(x), static_cast<T*>(y), n, Scale{a});
+  });
 }
 
 }  // namespace minidl::kernels

@@ -13,7 +13,7 @@ namespace {
 
 void check_float(const Tensor& x, const char* what) {
   MINIDL_CHECK(x.defined(), what, ": input is undefined");
-  MINIDL_CHECK(x.dtype() == DType::Float32, what, ": expects a float32 input, got ", x.str());
+  MINIDL_CHECK(is_floating(x.dtype()), what, ": expects a float32, bfloat16 or float16 input, got ", x.str());
 }
 
 const char* approximate_name(GeluApproximate a) { return a == GeluApproximate::Tanh ? "tanh" : "none"; }
@@ -21,15 +21,17 @@ const char* approximate_name(GeluApproximate a) { return a == GeluApproximate::T
 }  // namespace
 
 Tensor relu(const Tensor& x) {
-  if (holds_half(x)) return relu(as_float32(x)).to(x.dtype());
+  // Half tensors: the GPU kernels read and write them; the CPU runs storage-rounded.
+  if (holds_half(x) && !x.is_cuda()) return relu(as_float32(x)).to(x.dtype());
   check_float(x, "relu");
   Tensor y = Tensor::empty_like(x);
   dispatch(
       x.device(), "relu_forward", [&] { kernels::relu_forward_cpu(x.data<float>(), y.data<float>(), x.numel()); },
-      [&] { kernels::relu_forward_cuda(x.data<float>(), y.data<float>(), x.numel()); });
+      [&] { kernels::relu_forward_cuda(x.dtype(), x.raw_data(), y.raw_data(), x.numel()); });
   if (autograd::needs_grad({x})) {
     // The mask comes from the output (a detached handle: capturing y itself would be a cycle).
-    autograd::record(y, "relu", {x}, [saved = y.detach()](const Tensor& dy) -> std::vector<Tensor> {
+    autograd::record(y, "relu", {x}, [saved = y.detach()](const Tensor& dy_in) -> std::vector<Tensor> {
+      const Tensor dy = dy_in.to(saved.dtype());
       Tensor dx = Tensor::empty_like(dy);
       dispatch(
           dy.device(), "relu_backward",
@@ -37,7 +39,7 @@ Tensor relu(const Tensor& x) {
             kernels::relu_backward_cpu(dy.data<float>(), saved.data<float>(), dx.data<float>(), dy.numel());
           },
           [&] {
-            kernels::relu_backward_cuda(dy.data<float>(), saved.data<float>(), dx.data<float>(), dy.numel());
+            kernels::relu_backward_cuda(dy.dtype(), dy.raw_data(), saved.raw_data(), dx.raw_data(), dy.numel());
           });
       return {dx};
     });
@@ -46,7 +48,7 @@ Tensor relu(const Tensor& x) {
 }
 
 Tensor gelu(const Tensor& x, GeluApproximate approximate) {
-  if (holds_half(x)) return gelu(as_float32(x), approximate).to(x.dtype());
+  if (holds_half(x) && !x.is_cuda()) return gelu(as_float32(x), approximate).to(x.dtype());
   check_float(x, "gelu");
   Tensor y = Tensor::empty_like(x);
   dispatch(
@@ -55,10 +57,11 @@ Tensor gelu(const Tensor& x, GeluApproximate approximate) {
         kernels::gelu_forward_cpu(x.data<float>(), y.data<float>(), x.numel(), approximate);
       },
       [&] {
-        kernels::gelu_forward_cuda(x.data<float>(), y.data<float>(), x.numel(), approximate);
+        kernels::gelu_forward_cuda(x.dtype(), x.raw_data(), y.raw_data(), x.numel(), approximate);
       });
   if (autograd::needs_grad({x})) {
-    autograd::record(y, "gelu", {x}, [saved = x.detach(), approximate](const Tensor& dy) -> std::vector<Tensor> {
+    autograd::record(y, "gelu", {x}, [saved = x.detach(), approximate](const Tensor& dy_in) -> std::vector<Tensor> {
+      const Tensor dy = dy_in.to(saved.dtype());
       Tensor dx = Tensor::empty_like(dy);
       dispatch(
           dy.device(), "gelu_backward",
@@ -66,7 +69,8 @@ Tensor gelu(const Tensor& x, GeluApproximate approximate) {
             kernels::gelu_backward_cpu(dy.data<float>(), saved.data<float>(), dx.data<float>(), dy.numel(), approximate);
           },
           [&] {
-            kernels::gelu_backward_cuda(dy.data<float>(), saved.data<float>(), dx.data<float>(), dy.numel(), approximate);
+            kernels::gelu_backward_cuda(dy.dtype(), dy.raw_data(), saved.raw_data(), dx.raw_data(), dy.numel(),
+                                        approximate);
           });
       return {dx};
     });

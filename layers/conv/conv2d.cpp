@@ -45,35 +45,6 @@ Conv2dShape conv2d_shape(const Tensor& x, const Tensor& weight, const Tensor& bi
   return s;
 }
 
-// A half convolution without bias on the GPU: cuDNN reads and writes the half tensors and
-// accumulates in float32. One autograd node, as the float32 op.
-Tensor conv2d_half_cuda(const Conv2dShape& s, const Tensor& x, const Tensor& weight) {
-  const DType t = x.dtype();
-  const auto gpu_only = [] { fail("conv2d: the half-precision cuDNN path runs on CUDA tensors only"); };
-  Tensor y = Tensor::empty({s.n, s.o, s.oh(), s.ow()}, t, x.device());
-  dispatch(x.device(), "conv2d_forward", gpu_only,
-           [&] { kernels::conv2d_forward_half_cuda(s, t, x.raw_data(), weight.raw_data(), y.raw_data()); });
-  if (autograd::needs_grad({x, weight})) {
-    const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
-    autograd::record(y, "conv2d", {x, weight},
-                     [s, t, gpu_only, xs = x.detach(), ws = weight.detach(), need_x, need_w](
-                         const Tensor& dy_in) -> std::vector<Tensor> {
-                       const Tensor dy = dy_in.to(t);
-                       Tensor dx = need_x ? Tensor::empty(xs.shape(), t, dy.device()) : Tensor();
-                       Tensor dw = need_w ? Tensor::empty(ws.shape(), t, dy.device()) : Tensor();
-                       dispatch(dy.device(), "conv2d_backward", gpu_only, [&] {
-                         if (need_x)
-                           kernels::conv2d_backward_data_half_cuda(s, t, dy.raw_data(), ws.raw_data(), dx.raw_data());
-                         if (need_w)
-                           kernels::conv2d_backward_filter_half_cuda(s, t, xs.raw_data(), dy.raw_data(),
-                                                                     dw.raw_data());
-                       });
-                       return {dx, dw};
-                     });
-  }
-  return y;
-}
-
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d stride, Size2d padding) {
@@ -81,12 +52,10 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d 
     MINIDL_CHECK(weight.defined() && weight.dtype() == x.dtype() && (!bias.defined() || bias.dtype() == x.dtype()),
                  "conv2d: a ", dtype_name(x.dtype()), " input needs a weight and bias of that dtype, got ",
                  weight.str(), bias.defined() ? " and " + bias.str() : std::string());
-    const Conv2dShape s = conv2d_shape(x, weight, bias, stride, padding);
-    // cuDNN's half engines where they apply (no bias, not a small-C_in first layer), else storage-rounded.
-    const bool native = x.is_cuda() && !bias.defined() &&
-                        dispatch(x.device(), "conv2d", [] { return false; },
-                                 [&] { return kernels::conv2d_half_cuda_applies(s); });
-    if (native) return conv2d_half_cuda(s, x, weight);
+    // Storage-rounded on every device: the float32 (TF32 on the GPU) convolution of the widened
+    // operands multiplies half values exactly (8 or 11 significant bits fit TF32's 11) and
+    // accumulates in float32, as a half engine would. cuDNN's own NCHW bf16/fp16 engines were
+    // 3-40x slower on the H200 (docs/perf/precision.md); its fast half engines want NHWC.
     return conv2d(as_float32(x), as_float32(weight), as_float32(bias), stride, padding).to(x.dtype());
   }
   const Conv2dShape s = conv2d_shape(x, weight, bias, stride, padding);

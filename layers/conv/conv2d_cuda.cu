@@ -44,21 +44,9 @@ namespace {
 struct PlanKey {
   int64_t n, c, h, w, o, kh, kw, sh, sw, ph, pw;
   bool tf32, deterministic;
-  DType dtype;  // of x, w, y: float32, or bfloat16/float16 with float32 accumulation
-  auto tie() const { return std::tie(n, c, h, w, o, kh, kw, sh, sw, ph, pw, tf32, deterministic, dtype); }
+  auto tie() const { return std::tie(n, c, h, w, o, kh, kw, sh, sw, ph, pw, tf32, deterministic); }
   bool operator<(const PlanKey& k) const { return tie() < k.tie(); }
-  // Tensor cores: always for half tensors (their products are exact in float32), for float32 only
-  // with TF32 allowed.
-  bool tensor_ops() const { return tf32 || dtype != DType::Float32; }
 };
-
-cudnnDataType_t cudnn_type(DType d) {
-  switch (d) {
-    case DType::BFloat16: return CUDNN_DATA_BFLOAT16;
-    case DType::Float16: return CUDNN_DATA_HALF;
-    default: return CUDNN_DATA_FLOAT;
-  }
-}
 
 // The algorithm of one direction, chosen on its first call.
 template <class Algo>
@@ -97,53 +85,45 @@ int checked_int(int64_t v, const char* what) {
   return static_cast<int>(v);
 }
 
-// The compute type is float32 for every dtype: half tensors accumulate in float32 (cuDNN's
-// PSEUDO_HALF / PSEUDO_BFLOAT16 configurations), as PyTorch's autocast convolutions do.
-cudnnConvolutionDescriptor_t make_conv_desc(const Conv2dShape& s, bool tensor_ops) {
+cudnnConvolutionDescriptor_t make_conv_desc(const Conv2dShape& s, bool tf32) {
   cudnnConvolutionDescriptor_t d;
   MINIDL_CUDA_CHECK(cudnnCreateConvolutionDescriptor(&d));
   MINIDL_CUDA_CHECK(cudnnSetConvolution2dDescriptor(d, static_cast<int>(s.ph), static_cast<int>(s.pw),
                                                     static_cast<int>(s.sh), static_cast<int>(s.sw), 1, 1,
                                                     CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-  MINIDL_CUDA_CHECK(cudnnSetConvolutionMathType(d, tensor_ops ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+  MINIDL_CUDA_CHECK(cudnnSetConvolutionMathType(d, tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
   return d;
 }
 
-Plan* make_plan(const Conv2dShape& s, const PlanKey& key) {
-  const cudnnDataType_t type = cudnn_type(key.dtype);
+Plan* make_plan(const Conv2dShape& s, bool tf32) {
   checked_int(s.n * s.c * s.h * s.w, "input elements");
   checked_int(s.n * s.o * s.oh() * s.ow(), "output elements");
   auto* p = new Plan();
   MINIDL_CUDA_CHECK(cudnnCreateTensorDescriptor(&p->x));
-  MINIDL_CUDA_CHECK(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, type, static_cast<int>(s.n),
+  MINIDL_CUDA_CHECK(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, static_cast<int>(s.n),
                                                static_cast<int>(s.c), static_cast<int>(s.h), static_cast<int>(s.w)));
   MINIDL_CUDA_CHECK(cudnnCreateFilterDescriptor(&p->w));
-  MINIDL_CUDA_CHECK(cudnnSetFilter4dDescriptor(p->w, type, CUDNN_TENSOR_NCHW, static_cast<int>(s.o),
+  MINIDL_CUDA_CHECK(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, static_cast<int>(s.o),
                                                static_cast<int>(s.c), static_cast<int>(s.kh),
                                                static_cast<int>(s.kw)));
-  p->fwd.conv = make_conv_desc(s, key.tensor_ops());
-  p->bwd_data.conv = make_conv_desc(s, key.tensor_ops());
-  p->bwd_filter.conv = make_conv_desc(s, key.tensor_ops());
+  p->fwd.conv = make_conv_desc(s, tf32);
+  p->bwd_data.conv = make_conv_desc(s, tf32);
+  p->bwd_filter.conv = make_conv_desc(s, tf32);
   int n, c, h, w;
   MINIDL_CUDA_CHECK(cudnnGetConvolution2dForwardOutputDim(p->fwd.conv, p->x, p->w, &n, &c, &h, &w));
   MINIDL_ASSERT(n == s.n && c == s.o && h == s.oh() && w == s.ow());
   MINIDL_CUDA_CHECK(cudnnCreateTensorDescriptor(&p->y));
-  MINIDL_CUDA_CHECK(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, type, n, c, h, w));
+  MINIDL_CUDA_CHECK(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w));
   return p;
 }
 
-PlanKey key_for(const Conv2dShape& s, DType dtype) {
+// The cached plan for s under the current settings (made on first use). Called with g_mu held.
+Plan& plan_for(const Conv2dShape& s, PlanKey* key_out = nullptr) {
   const ComputeSettings& cs = compute_settings();
-  return {s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.sh, s.sw, s.ph, s.pw, cs.allow_tf32, cs.deterministic, dtype};
-}
-
-// The cached plan for s in `dtype` under the current settings (made on first use). Called with
-// g_mu held.
-Plan& plan_for(const Conv2dShape& s, DType dtype, PlanKey* key_out) {
-  const PlanKey key = key_for(s, dtype);
-  *key_out = key;
+  const PlanKey key{s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.sh, s.sw, s.ph, s.pw, cs.allow_tf32, cs.deterministic};
+  if (key_out) *key_out = key;
   auto it = plans().find(key);
-  if (it == plans().end()) it = plans().emplace(key, make_plan(s, key)).first;
+  if (it == plans().end()) it = plans().emplace(key, make_plan(s, key.tf32)).first;
   return *it->second;
 }
 
@@ -162,8 +142,8 @@ void adopt_best(Choice<Algo>& choice, const std::vector<Perf>& perf, int count, 
     const Perf& p = perf[i];
     if (p.status != CUDNN_STATUS_SUCCESS) continue;
     if (key.deterministic && p.determinism != CUDNN_DETERMINISTIC) continue;
-    if (!key.tensor_ops() && is_tensor_op(p.mathType)) continue;
-    const cudnnMathType_t math = key.tensor_ops() ? p.mathType : CUDNN_FMA_MATH;
+    if (!key.tf32 && is_tensor_op(p.mathType)) continue;
+    const cudnnMathType_t math = key.tf32 ? p.mathType : CUDNN_FMA_MATH;
     MINIDL_CUDA_CHECK(cudnnSetConvolutionMathType(choice.conv, math));
     size_t bytes = 0;
     if (workspace_size(p.algo, &bytes) != CUDNN_STATUS_SUCCESS || bytes > max_workspace()) continue;
@@ -174,7 +154,7 @@ void adopt_best(Choice<Algo>& choice, const std::vector<Perf>& perf, int count, 
     return;
   }
   fail(str("conv2d on CUDA: cuDNN offers no ", key.deterministic ? "deterministic " : "", direction,
-           " algorithm for ", dtype_name(key.dtype), " input (", key.n, ", ", key.c, ", ", key.h, ", ", key.w, "), weight (", key.o, ", ",
+           " algorithm for input (", key.n, ", ", key.c, ", ", key.h, ", ", key.w, "), weight (", key.o, ", ",
            key.c, ", ", key.kh, ", ", key.kw, ") within a ", max_workspace() >> 20, " MiB workspace",
            key.deterministic ? " (set \"deterministic\": false to allow the others)" : ""));
 }
@@ -183,7 +163,7 @@ std::shared_ptr<void> workspace(size_t bytes) {
   return bytes ? allocate(bytes, Device::cuda()) : std::shared_ptr<void>();
 }
 
-void choose_forward(Plan& p, const PlanKey& key, const void* x, const void* w, void* y) {
+void choose_forward(Plan& p, const PlanKey& key, const float* x, const float* w, float* y) {
   cudnnHandle_t h = cuda::cudnn();
   int max_count = 0, count = 0;
   MINIDL_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max_count));
@@ -201,7 +181,7 @@ void choose_forward(Plan& p, const PlanKey& key, const void* x, const void* w, v
   });
 }
 
-void choose_backward_data(Plan& p, const PlanKey& key, const void* dy, const void* w, void* dx) {
+void choose_backward_data(Plan& p, const PlanKey& key, const float* dy, const float* w, float* dx) {
   cudnnHandle_t h = cuda::cudnn();
   int max_count = 0, count = 0;
   MINIDL_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max_count));
@@ -220,7 +200,7 @@ void choose_backward_data(Plan& p, const PlanKey& key, const void* dy, const voi
   });
 }
 
-void choose_backward_filter(Plan& p, const PlanKey& key, const void* x, const void* dy, void* dw) {
+void choose_backward_filter(Plan& p, const PlanKey& key, const float* x, const float* dy, float* dw) {
   cudnnHandle_t h = cuda::cudnn();
   int max_count = 0, count = 0;
   MINIDL_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max_count));
@@ -321,23 +301,27 @@ __global__ void bias_grad_partials_kernel(const float* __restrict__ dy, int64_t 
   }
 }
 
-// The cuDNN calls of the three directions, in any dtype (alpha and beta are float32, the compute
-// type). n == 0 is handled by the callers.
-void cudnn_forward(const Conv2dShape& s, DType dtype, const void* x, const void* w, void* y) {
+}  // namespace
+
+void conv2d_forward_cuda(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y) {
+  if (s.n == 0) return;
+  if (conv2d_small_cin_applies(s)) return conv2d_small_cin_forward_cuda(s, x, w, b, y);
   std::lock_guard<std::mutex> lock(g_mu);
   PlanKey key;
-  Plan& p = plan_for(s, dtype, &key);
+  Plan& p = plan_for(s, &key);
   if (!p.fwd.ready) choose_forward(p, key, x, w, y);
   auto ws = workspace(p.fwd.workspace);
   const float one = 1.f, zero = 0.f;
   MINIDL_CUDA_CHECK(cudnnConvolutionForward(cuda::cudnn(), &one, p.x, x, p.w, w, p.fwd.conv, p.fwd.algo, ws.get(),
                                             p.fwd.workspace, &zero, p.y, y));
+  if (b) cuda::add_channel_bias(y, b, s.n, s.o, s.oh() * s.ow());
 }
 
-void cudnn_backward_data(const Conv2dShape& s, DType dtype, const void* dy, const void* w, void* dx) {
+void conv2d_backward_data_cuda(const Conv2dShape& s, const float* dy, const float* w, float* dx) {
+  if (s.n == 0) return;
   std::lock_guard<std::mutex> lock(g_mu);
   PlanKey key;
-  Plan& p = plan_for(s, dtype, &key);
+  Plan& p = plan_for(s, &key);
   if (!p.bwd_data.ready) choose_backward_data(p, key, dy, w, dx);
   auto ws = workspace(p.bwd_data.workspace);
   const float one = 1.f, zero = 0.f;
@@ -345,60 +329,21 @@ void cudnn_backward_data(const Conv2dShape& s, DType dtype, const void* dy, cons
                                                  p.bwd_data.algo, ws.get(), p.bwd_data.workspace, &zero, p.x, dx));
 }
 
-void cudnn_backward_filter(const Conv2dShape& s, DType dtype, const void* x, const void* dy, void* dw) {
+void conv2d_backward_filter_cuda(const Conv2dShape& s, const float* x, const float* dy, float* dw) {
+  if (conv2d_small_cin_applies(s)) return conv2d_small_cin_backward_filter_cuda(s, x, dy, dw);
   std::lock_guard<std::mutex> lock(g_mu);
+  if (s.n == 0) {
+    MINIDL_CUDA_CHECK(cudaMemsetAsync(dw, 0, sizeof(float) * s.o * s.c * s.kh * s.kw, cuda::stream()));
+    return;
+  }
   PlanKey key;
-  Plan& p = plan_for(s, dtype, &key);
+  Plan& p = plan_for(s, &key);
   if (!p.bwd_filter.ready) choose_backward_filter(p, key, x, dy, dw);
   auto ws = workspace(p.bwd_filter.workspace);
   const float one = 1.f, zero = 0.f;
   MINIDL_CUDA_CHECK(cudnnConvolutionBackwardFilter(cuda::cudnn(), &one, p.x, x, p.y, dy, p.bwd_filter.conv,
                                                    p.bwd_filter.algo, ws.get(), p.bwd_filter.workspace, &zero, p.w,
                                                    dw));
-}
-
-void zero_weight_grad(const Conv2dShape& s, DType dtype, void* dw) {
-  MINIDL_CUDA_CHECK(cudaMemsetAsync(dw, 0, dtype_size(dtype) * s.o * s.c * s.kh * s.kw, cuda::stream()));
-}
-
-}  // namespace
-
-void conv2d_forward_cuda(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y) {
-  if (s.n == 0) return;
-  if (conv2d_small_cin_applies(s)) return conv2d_small_cin_forward_cuda(s, x, w, b, y);
-  cudnn_forward(s, DType::Float32, x, w, y);
-  if (b) cuda::add_channel_bias(y, b, s.n, s.o, s.oh() * s.ow());
-}
-
-void conv2d_backward_data_cuda(const Conv2dShape& s, const float* dy, const float* w, float* dx) {
-  if (s.n == 0) return;
-  cudnn_backward_data(s, DType::Float32, dy, w, dx);
-}
-
-void conv2d_backward_filter_cuda(const Conv2dShape& s, const float* x, const float* dy, float* dw) {
-  if (conv2d_small_cin_applies(s)) return conv2d_small_cin_backward_filter_cuda(s, x, dy, dw);
-  if (s.n == 0) return zero_weight_grad(s, DType::Float32, dw);
-  cudnn_backward_filter(s, DType::Float32, x, dy, dw);
-}
-
-bool conv2d_half_cuda_applies(const Conv2dShape& s) { return !conv2d_small_cin_applies(s); }
-
-void conv2d_forward_half_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* w, void* y) {
-  MINIDL_ASSERT(is_half(dtype) && conv2d_half_cuda_applies(s));
-  if (s.n == 0) return;
-  cudnn_forward(s, dtype, x, w, y);
-}
-
-void conv2d_backward_data_half_cuda(const Conv2dShape& s, DType dtype, const void* dy, const void* w, void* dx) {
-  MINIDL_ASSERT(is_half(dtype));
-  if (s.n == 0) return;
-  cudnn_backward_data(s, dtype, dy, w, dx);
-}
-
-void conv2d_backward_filter_half_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* dy, void* dw) {
-  MINIDL_ASSERT(is_half(dtype));
-  if (s.n == 0) return zero_weight_grad(s, dtype, dw);
-  cudnn_backward_filter(s, dtype, x, dy, dw);
 }
 
 void conv2d_backward_bias_cuda(const Conv2dShape& s, const float* dy, float* db) {
@@ -422,7 +367,8 @@ size_t conv2d_cuda_plan_count() {
 
 std::string conv2d_cuda_algorithms(const Conv2dShape& s) {
   std::lock_guard<std::mutex> lock(g_mu);
-  auto it = plans().find(key_for(s, DType::Float32));
+  const ComputeSettings& cs = compute_settings();
+  auto it = plans().find({s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.sh, s.sw, s.ph, s.pw, cs.allow_tf32, cs.deterministic});
   if (conv2d_small_cin_applies(s)) {
     const std::string bwd_data = it == plans().end() ? "-" : choice_str(it->second->bwd_data, bwd_data_name);
     return str("fwd small_cin fma | bwd_data ", bwd_data, " | bwd_filter small_cin fma");

@@ -6,8 +6,6 @@
 #include <cstdint>
 #include <string>
 
-#include "core/dtype.h"
-
 namespace minidl {
 
 // One convolution problem: input (n, c, h, w), weight (o, c, kh, kw), stride (sh, sw), zero
@@ -44,14 +42,6 @@ void conv2d_backward_cpu(const Conv2dShape& s, const float* x, const float* w, c
 void conv2d_forward_cuda(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y);
 void conv2d_backward_data_cuda(const Conv2dShape& s, const float* dy, const float* w, float* dx);
 void conv2d_backward_filter_cuda(const Conv2dShape& s, const float* x, const float* dy, float* dw);
-// bfloat16/float16 x, w and y (or dy, dx, dw) with float32 accumulation, through cuDNN's
-// tensor-core engines, the same algorithm choice as float32 (deterministic by default). No bias:
-// a half Conv2d with a bias, and the small-C_in shapes, whose direct kernels are float32, run
-// storage-rounded (core/storage_rounding.h); conv2d_half_cuda_applies says which is which.
-bool conv2d_half_cuda_applies(const Conv2dShape& s);
-void conv2d_forward_half_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* w, void* y);
-void conv2d_backward_data_half_cuda(const Conv2dShape& s, DType dtype, const void* dy, const void* w, void* dx);
-void conv2d_backward_filter_half_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* dy, void* dw);
 // db[o] = sum over n, oh, ow of dy: a deterministic two-pass reduction (no atomics).
 void conv2d_backward_bias_cuda(const Conv2dShape& s, const float* dy, float* db);
 

@@ -16,6 +16,7 @@
 //                dy that grad_sums read last).
 // CPU reference: norm_cpu.cpp; float64 oracle: bench/norm_reference.cu.
 #include "core/allocator.h"
+#include "core/cast_kernels.h"
 #include "layers/norm/norm_params.cuh"
 #include "layers/norm/norm_single_read.cuh"
 
@@ -161,32 +162,22 @@ __global__ void __launch_bounds__(tiles::kBlock) finalize_grads_kernel(const Fin
 
 double* as_doubles(const std::shared_ptr<void>& p) { return static_cast<double*>(p.get()); }
 
-template <bool kAffine>
-Geometry segment_grad_sums(const NormLayout& l, const NormBackward& b, bool aligned, std::shared_ptr<void>& col,
-                           std::shared_ptr<void>& row) {
+template <bool kAffine, class T>
+Geometry segment_grad_sums(const NormLayout& l, const NormBackward& b, const T* x, const T* dy, bool aligned,
+                           std::shared_ptr<void>& col, std::shared_ptr<void>& row) {
   using Op = SegmentGrad<kAffine>;
   const Op op{segment_params(l, b.mean, b.rstd, b.weight, b.bias, b.relu)};
-  const Geometry g = tiles::plan_reduce<Op>(tiles::make_tiles(l, l.segment, kAffine ? l.plane : 0, aligned));
+  const Geometry g = tiles::plan_reduce<Op, T>(tiles::make_tiles(l, l.segment, kAffine ? l.plane : 0, aligned));
   row = allocate(2 * g.rows * g.tiles * sizeof(double), Device::cuda());
   if (kAffine) col = allocate(2 * g.slice_groups * g.bins * sizeof(double), Device::cuda());
-  tiles::launch_reduce(g, op, b.x, b.dy, kAffine ? as_doubles(col) : nullptr, as_doubles(row));
+  tiles::launch_reduce(g, op, x, dy, kAffine ? as_doubles(col) : nullptr, as_doubles(row));
   return g;
 }
 
-}  // namespace
-
-NormRun plan_backward_cuda(const NormLayout& l, const NormBackward& b) {
-  const single::Plan p = single::plan_backward(l, b);
-  if (p.path != NormPath::ThreeLaunch) return {p.path, p.cluster, p.threads, 1};
-  return {NormPath::ThreeLaunch, 0, tiles::kBlock, 3};
-}
-
-NormRun backward_cuda(const NormLayout& l, const NormBackward& b) {
-  const single::Plan plan = single::plan_backward(l, b);
-  if (plan.path != NormPath::ThreeLaunch) {
-    single::run_backward(plan, l, b);
-    return {plan.path, plan.cluster, plan.threads, 1};
-  }
+// The three launches over x, dy and dx of storage type T (statistics, parameters and their
+// gradients float32).
+template <class T>
+NormRun three_launch_backward(const NormLayout& l, const NormBackward& b, const T* x, const T* dy, T* dx) {
   const Device dev = Device::cuda();
   const int64_t groups = l.groups();
   const bool affine_grads = b.dweight || b.dbias;
@@ -208,16 +199,16 @@ NormRun backward_cuda(const NormLayout& l, const NormBackward& b) {
   f.dbias = b.dbias;
   f.k1 = k1;
   f.k2 = k2;
-  const bool aligned = tiles::aligned16(b.x) && tiles::aligned16(b.dy);
+  const bool aligned = tiles::aligned16(x) && tiles::aligned16(dy);
   if (l.kind == NormKind::Channel) {
     const ChannelGrad op{channel_params(l, b.mean, b.rstd, b.weight, b.bias, b.relu)};
-    f.g = tiles::plan_reduce<ChannelGrad>(tiles::make_tiles(l, l.width(), l.plane, aligned));
+    f.g = tiles::plan_reduce<ChannelGrad, T>(tiles::make_tiles(l, l.width(), l.plane, aligned));
     col = allocate(2 * f.g.slice_groups * f.g.bins * sizeof(double), dev);
-    tiles::launch_reduce(f.g, op, b.x, b.dy, as_doubles(col), nullptr);
+    tiles::launch_reduce(f.g, op, x, dy, as_doubles(col), nullptr);
   } else if (affine_grads) {
-    f.g = segment_grad_sums<true>(l, b, aligned, col, row);
+    f.g = segment_grad_sums<true>(l, b, x, dy, aligned, col, row);
   } else {
-    f.g = segment_grad_sums<false>(l, b, aligned, col, row);
+    f.g = segment_grad_sums<false>(l, b, x, dy, aligned, col, row);
   }
   f.col_partials = col ? as_doubles(col) : nullptr;
   f.row_partials = row ? as_doubles(row) : nullptr;
@@ -225,18 +216,47 @@ NormRun backward_cuda(const NormLayout& l, const NormBackward& b) {
   finalize_grads_kernel<<<tiles::grid_for_warps(items), tiles::kBlock, 0, cuda::stream()>>>(f);
   MINIDL_LAUNCH_CHECK();
 
-  const bool dx_aligned = aligned && tiles::aligned16(b.dx);
+  const bool dx_aligned = aligned && tiles::aligned16(dx);
   if (l.kind == NormKind::Channel) {
     const ChannelInputGrad op{b.mean, b.rstd, b.weight, b.bias, k1, k2, static_cast<int32_t>(l.plane), b.relu};
-    const Geometry g = tiles::plan_map<ChannelInputGrad>(tiles::make_tiles(l, l.width(), 0, dx_aligned));
-    tiles::launch_map(g, op, b.x, b.dy, b.dx);
+    const Geometry g = tiles::plan_map<ChannelInputGrad, T>(tiles::make_tiles(l, l.width(), 0, dx_aligned));
+    tiles::launch_map(g, op, x, dy, dx);
   } else {
     const SegmentInputGrad op{b.mean, b.rstd, b.weight, b.bias, k1, k2, static_cast<int32_t>(l.plane),
                               static_cast<int32_t>(l.segment), l.segments_per_row(), b.relu};
-    const Geometry g = tiles::plan_map<SegmentInputGrad>(tiles::make_tiles(l, l.segment, 0, dx_aligned));
-    tiles::launch_map(g, op, b.x, b.dy, b.dx);
+    const Geometry g = tiles::plan_map<SegmentInputGrad, T>(tiles::make_tiles(l, l.segment, 0, dx_aligned));
+    tiles::launch_map(g, op, x, dy, dx);
   }
   return {NormPath::ThreeLaunch, 0, tiles::kBlock, 3};
+}
+
+}  // namespace
+
+NormRun plan_backward_cuda(const NormLayout& l, const NormBackward& b) {
+  const single::Plan p = single::plan_backward(l, b);
+  if (p.path != NormPath::ThreeLaunch) return {p.path, p.cluster, p.threads, 1};
+  return {NormPath::ThreeLaunch, 0, tiles::kBlock, 3};
+}
+
+NormRun backward_cuda(const NormLayout& l, const NormBackward& b) {
+  const single::Plan plan = single::plan_backward(l, b);
+  if (plan.path != NormPath::ThreeLaunch) {
+    single::run_backward(plan, l, b);
+    return {plan.path, plan.cluster, plan.threads, 1};
+  }
+  return three_launch_backward(l, b, b.x, b.dy, b.dx);
+}
+
+NormRun backward_half_cuda(const NormLayout& l, const NormBackward& b, DType dtype, const void* x, const void* dy,
+                           void* dx) {
+  MINIDL_ASSERT(is_half(dtype) && b.x == nullptr && b.dy == nullptr && b.dx == nullptr);
+  NormRun run;
+  visit_floating(dtype, "normalization", [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, float>)
+      run = three_launch_backward(l, b, static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<T*>(dx));
+  });
+  return run;
 }
 
 }  // namespace minidl::norm

@@ -15,6 +15,7 @@
 //               starts on what the stats pass read last and still finds in L2.
 // The CPU reference of every formula is norm_cpu.cpp; bench/norm_reference.cu is the float64 oracle.
 #include "core/allocator.h"
+#include "core/cast_kernels.h"
 #include "layers/norm/norm_params.cuh"
 #include "layers/norm/norm_single_read.cuh"
 
@@ -27,16 +28,18 @@ using tiles::Unit;
 
 // ---- the passes, as Ops of the tile traversal (see reduce_kernel/map_kernel) ----
 
-// BatchNorm stats: per-column sums of d = x - K, K = the channel's first element (row 0).
+// BatchNorm stats: per-column sums of d = x - K, K = the channel's first element (row 0). T is
+// the storage type of x (float32, or a half type with half I/O).
+template <class T>
 struct ChannelStats {
   static constexpr bool kGrad = false, kRowSums = false, kColSums = true;
-  const float* x;
+  const T* x;
   int32_t plane;
   struct Col {
     float k;
   };
   struct Row {};
-  __device__ Col column(int c) const { return {x[c / plane * plane]}; }
+  __device__ Col column(int c) const { return {to_float(x[c / plane * plane])}; }
   __device__ Row row(int64_t, const Unit&) const { return {}; }
   __device__ void element(float v, float, const Col& col, const Row&, float&, float&, float& ca, float& cb) const {
     const float d = v - col.k;
@@ -47,9 +50,10 @@ struct ChannelStats {
 
 // GroupNorm/LayerNorm stats: per-row sums of d = x - K over the tile, K = the segment's first
 // element (every tile lies inside one segment).
+template <class T>
 struct SegmentStats {
   static constexpr bool kGrad = false, kRowSums = true, kColSums = false;
-  const float* x;
+  const T* x;
   int64_t width;
   int32_t segment;
   struct Col {};
@@ -57,7 +61,7 @@ struct SegmentStats {
     float k;
   };
   __device__ Col column(int) const { return {}; }
-  __device__ Row row(int64_t r, const Unit& u) const { return {x[r * width + u.col0 / segment * segment]}; }
+  __device__ Row row(int64_t r, const Unit& u) const { return {to_float(x[r * width + u.col0 / segment * segment])}; }
   __device__ void element(float v, float, const Col&, const Row& row, float& ra, float& rb, float&, float&) const {
     const float d = v - row.k;
     ra += d;
@@ -85,19 +89,21 @@ struct SegmentApply : SegmentParams {
 
 // ---- finalize ----
 
+template <class T>
 struct FinalizeStats {
   NormKind kind;
   int64_t groups, group_size, plane, segment, segments_per_row;
   Geometry g;                  // of the stats pass
   const double* col_partials;  // Channel
   const double* row_partials;  // Segment
-  const float* x;              // for K
+  const T* x;                  // for K
   float *mean, *rstd, *running_mean, *running_var;
   double eps, momentum;
 };
 
 // One warp per group: its partials in a fixed order, then lane 0 forms the statistics.
-__global__ void __launch_bounds__(tiles::kBlock) finalize_stats_kernel(const FinalizeStats a) {
+template <class T>
+__global__ void __launch_bounds__(tiles::kBlock) finalize_stats_kernel(const FinalizeStats<T> a) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * tiles::kWarps;
   const double m = static_cast<double>(a.group_size);
@@ -109,14 +115,14 @@ __global__ void __launch_bounds__(tiles::kBlock) finalize_stats_kernel(const Fin
       tiles::warp_sum_entries(
           a.col_partials, a.g.slice_groups * bins, a.g.slice_groups * per,
           [&](int64_t e) { return e / per * bins + grp * per + e % per; }, s1, s2);
-      k = a.x[grp * a.plane];
+      k = to_float(a.x[grp * a.plane]);
     } else {
       const int64_t r = grp / a.segments_per_row, s = grp % a.segments_per_row;
       const int64_t per = a.g.tiles / a.segments_per_row, tiles_in_row = a.g.tiles;
       tiles::warp_sum_entries(
           a.row_partials, a.g.rows * tiles_in_row, per, [&](int64_t e) { return r * tiles_in_row + s * per + e; }, s1,
           s2);
-      k = a.x[grp * a.segment];
+      k = to_float(a.x[grp * a.segment]);
     }
     if (lane == 0) {
       const Moments s = shifted_moments(s1, s2, k, m);
@@ -140,6 +146,70 @@ __global__ void eval_stats_kernel(int64_t features, const float* __restrict__ ru
 
 double* as_doubles(const std::shared_ptr<void>& p) { return static_cast<double*>(p.get()); }
 
+// The three launches over x and y of storage type T (statistics and parameters float32).
+template <class T>
+NormRun three_launch_forward(const NormLayout& l, const NormForward& a, const T* x, T* y) {
+  const Device dev = Device::cuda();
+  const int64_t groups = l.groups();
+  const T* none = nullptr;
+  if (a.training) {
+    FinalizeStats<T> f{};
+    f.kind = l.kind;
+    f.groups = groups;
+    f.group_size = l.group_size();
+    f.plane = l.plane;
+    f.segment = l.segment;
+    f.segments_per_row = l.segments_per_row();
+    f.x = x;
+    f.mean = a.mean;
+    f.rstd = a.rstd;
+    f.running_mean = a.running_mean;
+    f.running_var = a.running_var;
+    f.eps = a.eps;
+    f.momentum = a.momentum;
+    std::shared_ptr<void> partials;
+    if (l.kind == NormKind::Channel) {
+      using Op = ChannelStats<T>;
+      const Op op{x, static_cast<int32_t>(l.plane)};
+      f.g = tiles::plan_reduce<Op, T>(tiles::make_tiles(l, l.width(), l.plane, tiles::aligned16(x)));
+      partials = allocate(2 * f.g.slice_groups * f.g.bins * sizeof(double), dev);
+      f.col_partials = as_doubles(partials);
+      tiles::launch_reduce(f.g, op, x, none, as_doubles(partials), nullptr);
+    } else {
+      using Op = SegmentStats<T>;
+      const Op op{x, l.width(), static_cast<int32_t>(l.segment)};
+      f.g = tiles::plan_reduce<Op, T>(tiles::make_tiles(l, l.segment, 0, tiles::aligned16(x)));
+      partials = allocate(2 * f.g.rows * f.g.tiles * sizeof(double), dev);
+      f.row_partials = as_doubles(partials);
+      tiles::launch_reduce(f.g, op, x, none, nullptr, as_doubles(partials));
+    }
+    finalize_stats_kernel<T><<<tiles::grid_for_warps(groups), tiles::kBlock, 0, cuda::stream()>>>(f);
+    MINIDL_LAUNCH_CHECK();
+  } else {
+    const unsigned grid = tiles::grid_for_warps(tiles::ceil_div(groups, 32));  // a thread per channel
+    eval_stats_kernel<<<grid, tiles::kBlock, 0, cuda::stream()>>>(groups, a.running_mean, a.running_var, a.eps,
+                                                                   a.mean, a.rstd);
+    MINIDL_LAUNCH_CHECK();
+  }
+
+  const bool aligned = tiles::aligned16(x) && tiles::aligned16(y);
+  if (l.kind == NormKind::Channel) {
+    const ChannelApply op{channel_params(l, a.mean, a.rstd, a.weight, a.bias, a.relu)};
+    const Geometry g = tiles::plan_map<ChannelApply, T>(tiles::make_tiles(l, l.width(), 0, aligned));
+    tiles::launch_map(g, op, x, none, y);
+  } else {
+    const SegmentApply op{segment_params(l, a.mean, a.rstd, a.weight, a.bias, a.relu)};
+    const Geometry g = tiles::plan_map<SegmentApply, T>(tiles::make_tiles(l, l.segment, 0, aligned));
+    tiles::launch_map(g, op, x, none, y);
+  }
+  return {NormPath::ThreeLaunch, 0, tiles::kBlock, a.training ? 3 : 2};
+}
+
+void check_eval_layout(const NormLayout& l, const NormForward& a) {
+  MINIDL_CHECK(a.training || (l.kind == NormKind::Channel && a.running_mean && a.running_var),
+               "normalization: eval mode needs a BatchNorm layout and running statistics");
+}
+
 }  // namespace
 
 NormRun plan_forward_cuda(const NormLayout& l, const NormForward& a) {
@@ -149,64 +219,25 @@ NormRun plan_forward_cuda(const NormLayout& l, const NormForward& a) {
 }
 
 NormRun forward_cuda(const NormLayout& l, const NormForward& a) {
-  MINIDL_CHECK(a.training || (l.kind == NormKind::Channel && a.running_mean && a.running_var),
-               "normalization: eval mode needs a BatchNorm layout and running statistics");
+  check_eval_layout(l, a);
   const single::Plan plan = single::plan_forward(l, a);
   if (plan.path != NormPath::ThreeLaunch) {
     single::run_forward(plan, l, a);
     return {plan.path, plan.cluster, plan.threads, 1};
   }
-  const Device dev = Device::cuda();
-  const int64_t groups = l.groups();
-  if (a.training) {
-    FinalizeStats f{};
-    f.kind = l.kind;
-    f.groups = groups;
-    f.group_size = l.group_size();
-    f.plane = l.plane;
-    f.segment = l.segment;
-    f.segments_per_row = l.segments_per_row();
-    f.x = a.x;
-    f.mean = a.mean;
-    f.rstd = a.rstd;
-    f.running_mean = a.running_mean;
-    f.running_var = a.running_var;
-    f.eps = a.eps;
-    f.momentum = a.momentum;
-    std::shared_ptr<void> partials;
-    if (l.kind == NormKind::Channel) {
-      const ChannelStats op{a.x, static_cast<int32_t>(l.plane)};
-      f.g = tiles::plan_reduce<ChannelStats>(tiles::make_tiles(l, l.width(), l.plane, tiles::aligned16(a.x)));
-      partials = allocate(2 * f.g.slice_groups * f.g.bins * sizeof(double), dev);
-      f.col_partials = as_doubles(partials);
-      tiles::launch_reduce(f.g, op, a.x, nullptr, as_doubles(partials), nullptr);
-    } else {
-      const SegmentStats op{a.x, l.width(), static_cast<int32_t>(l.segment)};
-      f.g = tiles::plan_reduce<SegmentStats>(tiles::make_tiles(l, l.segment, 0, tiles::aligned16(a.x)));
-      partials = allocate(2 * f.g.rows * f.g.tiles * sizeof(double), dev);
-      f.row_partials = as_doubles(partials);
-      tiles::launch_reduce(f.g, op, a.x, nullptr, nullptr, as_doubles(partials));
-    }
-    finalize_stats_kernel<<<tiles::grid_for_warps(groups), tiles::kBlock, 0, cuda::stream()>>>(f);
-    MINIDL_LAUNCH_CHECK();
-  } else {
-    const unsigned grid = tiles::grid_for_warps(tiles::ceil_div(groups, 32));  // a thread per channel
-    eval_stats_kernel<<<grid, tiles::kBlock, 0, cuda::stream()>>>(groups, a.running_mean, a.running_var, a.eps,
-                                                                   a.mean, a.rstd);
-    MINIDL_LAUNCH_CHECK();
-  }
+  return three_launch_forward(l, a, a.x, a.y);
+}
 
-  const bool aligned = tiles::aligned16(a.x) && tiles::aligned16(a.y);
-  if (l.kind == NormKind::Channel) {
-    const ChannelApply op{channel_params(l, a.mean, a.rstd, a.weight, a.bias, a.relu)};
-    const Geometry g = tiles::plan_map<ChannelApply>(tiles::make_tiles(l, l.width(), 0, aligned));
-    tiles::launch_map(g, op, a.x, nullptr, a.y);
-  } else {
-    const SegmentApply op{segment_params(l, a.mean, a.rstd, a.weight, a.bias, a.relu)};
-    const Geometry g = tiles::plan_map<SegmentApply>(tiles::make_tiles(l, l.segment, 0, aligned));
-    tiles::launch_map(g, op, a.x, nullptr, a.y);
-  }
-  return {NormPath::ThreeLaunch, 0, tiles::kBlock, a.training ? 3 : 2};
+NormRun forward_half_cuda(const NormLayout& l, const NormForward& a, DType dtype, const void* x, void* y) {
+  check_eval_layout(l, a);
+  MINIDL_ASSERT(is_half(dtype) && a.x == nullptr && a.y == nullptr);
+  NormRun run;
+  visit_floating(dtype, "normalization", [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (!std::is_same_v<T, float>)
+      run = three_launch_forward(l, a, static_cast<const T*>(x), static_cast<T*>(y));
+  });
+  return run;
 }
 
 }  // namespace minidl::norm

@@ -11,6 +11,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace minidl::norm {
 
 // Which elements share one mean and variance (a "group").
@@ -117,6 +119,13 @@ void backward_cpu(const NormLayout& layout, const NormBackward& args);
 // The fast path: runs the pass on args.path (Auto: chosen by size) and says what ran.
 NormRun forward_cuda(const NormLayout& layout, const NormForward& args);
 NormRun backward_cuda(const NormLayout& layout, const NormBackward& args);
+// bfloat16/float16 x and y (dy and dx) of `dtype`, with float32 statistics, parameters and
+// parameter gradients (autocast's rule): the three-launch kernels reading and writing the half
+// type (norm_tiles.cuh), the args' own x/y/dy/dx left null. The single-read kernels are float32
+// only, so a half pass always takes three launches.
+NormRun forward_half_cuda(const NormLayout& layout, const NormForward& args, DType dtype, const void* x, void* y);
+NormRun backward_half_cuda(const NormLayout& layout, const NormBackward& args, DType dtype, const void* x,
+                           const void* dy, void* dx);
 // What forward_cuda/backward_cuda would run for these arguments, without running it (pointers are
 // only tested for null and 16-byte alignment). Fails as they would on a path that cannot run.
 NormRun plan_forward_cuda(const NormLayout& layout, const NormForward& args);

@@ -54,18 +54,20 @@ norm::NormPath path_setting() {
 // Runs the forward and, when any of x, weight, bias needs a gradient, records the node.
 Tensor normalize(const char* op, const NormLayout& layout, const Tensor& x, const Tensor& weight, const Tensor& bias,
                  const Tensor& running_mean, const Tensor& running_var, const Options& o) {
-  // A half input: float32 statistics and parameters, half output (autocast's rule).
-  if (holds_half(x))
+  // A half input: float32 statistics and parameters, half output (autocast's rule). The GPU
+  // kernels read and write the half type; the CPU runs storage-rounded.
+  if (holds_half(x) && !x.is_cuda())
     return normalize(op, layout, as_float32(x), weight, bias, running_mean, running_var, o).to(x.dtype());
+  const bool half = holds_half(x);
   const Device dev = x.device();
   Tensor y = Tensor::empty_like(x);
   Tensor mean = Tensor::empty({layout.groups()}, DType::Float32, dev);
   Tensor rstd = Tensor::empty({layout.groups()}, DType::Float32, dev);
   norm::NormForward a;
-  a.x = x.data<float>();
+  a.x = half ? nullptr : x.data<float>();
   a.weight = ptr(weight);
   a.bias = ptr(bias);
-  a.y = y.data<float>();
+  a.y = half ? nullptr : y.data<float>();
   a.mean = mean.data<float>();
   a.rstd = rstd.data<float>();
   a.running_mean = mut_ptr(running_mean);
@@ -75,7 +77,13 @@ Tensor normalize(const char* op, const NormLayout& layout, const Tensor& x, cons
   a.eps = o.eps;
   a.relu = o.relu;
   a.path = path_setting();
-  dispatch(dev, "forward", [&] { norm::forward_cpu(layout, a); }, [&] { norm::forward_cuda(layout, a); });
+  dispatch(dev, "forward", [&] { norm::forward_cpu(layout, a); },
+           [&] {
+             if (half)
+               norm::forward_half_cuda(layout, a, x.dtype(), x.raw_data(), y.raw_data());
+             else
+               norm::forward_cuda(layout, a);
+           });
 
   std::vector<Tensor> inputs{x};
   if (weight.defined()) inputs.push_back(weight);
@@ -84,27 +92,34 @@ Tensor normalize(const char* op, const NormLayout& layout, const Tensor& x, cons
   autograd::record(
       y, op, std::move(inputs),
       [layout, o, xs = x.detach(), ws = detached(weight), bs = detached(bias), mean, rstd](
-          const Tensor& dy) -> std::vector<Tensor> {
+          const Tensor& dy_in) -> std::vector<Tensor> {
+        const Tensor dy = dy_in.to(xs.dtype());
+        const bool half = holds_half(xs);
         MINIDL_ASSERT(dy.shape() == xs.shape() && dy.device() == xs.device());
         Tensor dx = Tensor::empty_like(xs);
         Tensor dw = ws.defined() ? Tensor::empty_like(ws) : Tensor();
         Tensor db = bs.defined() ? Tensor::empty_like(bs) : Tensor();
         norm::NormBackward b;
-        b.x = xs.data<float>();
-        b.dy = dy.data<float>();
+        b.x = half ? nullptr : xs.data<float>();
+        b.dy = half ? nullptr : dy.data<float>();
         b.weight = ptr(ws);
         b.bias = ptr(bs);
         b.mean = mean.data<float>();
         b.rstd = rstd.data<float>();
         b.training = o.training;
         b.relu = o.relu;
-        b.dx = dx.data<float>();
+        b.dx = half ? nullptr : dx.data<float>();
         b.dweight = mut_ptr(dw);
         b.dbias = mut_ptr(db);
         b.path = path_setting();
         dispatch(
             dy.device(), "backward", [&] { norm::backward_cpu(layout, b); },
-            [&] { norm::backward_cuda(layout, b); });
+            [&] {
+              if (half)
+                norm::backward_half_cuda(layout, b, xs.dtype(), xs.raw_data(), dy.raw_data(), dx.raw_data());
+              else
+                norm::backward_cuda(layout, b);
+            });
         std::vector<Tensor> grads{dx};
         if (dw.defined()) grads.push_back(dw);
         if (db.defined()) grads.push_back(db);

@@ -23,8 +23,10 @@
 // stay a few percent of the tensor.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include "core/cuda/kernel_helpers.cuh"
+#include "core/half_types.h"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "layers/norm/norm_kernels.h"
@@ -93,9 +95,34 @@ __host__ __device__ __forceinline__ int slot_col(int lane, int m) {
   return kVec ? 4 * (lane + 32 * (m / 4)) + (m % 4) : lane + 32 * m;
 }
 
-template <bool kVec>
-__device__ __forceinline__ void load_slots(const float* __restrict__ p, int lane, int cols, float (&v)[kSlots]) {
-  if constexpr (kVec) {
+// Four consecutive half values: the 8-byte access of a vector slot group in bfloat16/float16.
+template <class T>
+struct alignas(8) Quad {
+  T v[4];
+};
+
+// The lane's kSlots values of a row, widened to float (exact for the half types). x and dy are
+// float32 or, with half I/O (forward_half_cuda), bfloat16/float16: the same slots, so every
+// column sum and its order are the same; a vector slot group is then 8 bytes instead of 16.
+template <bool kVec, class T>
+__device__ __forceinline__ void load_slots(const T* __restrict__ p, int lane, int cols, float (&v)[kSlots]) {
+  if constexpr (kVec && !std::is_same_v<T, float>) {
+#pragma unroll
+    for (int j = 0; j < kSlots / 4; ++j) {
+      const int c = 4 * (lane + 32 * j);
+      if (c < cols) {
+        const Quad<T> q = *reinterpret_cast<const Quad<T>*>(p + c);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) v[4 * j + e] = to_float(q.v[e]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) v[4 * j + e] = 0.f;
+      }
+    }
+  } else if constexpr (!std::is_same_v<T, float>) {
+#pragma unroll
+    for (int m = 0; m < kSlots; ++m) v[m] = lane + 32 * m < cols ? to_float(p[lane + 32 * m]) : 0.f;
+  } else if constexpr (kVec) {
 #pragma unroll
     for (int j = 0; j < kSlots / 4; ++j) {
       const int c = 4 * (lane + 32 * j);
@@ -111,9 +138,25 @@ __device__ __forceinline__ void load_slots(const float* __restrict__ p, int lane
   }
 }
 
-template <bool kVec>
-__device__ __forceinline__ void store_slots(float* __restrict__ p, int lane, int cols, const float (&v)[kSlots]) {
-  if constexpr (kVec) {
+// The lane's kSlots results, rounded once to T (core/half_types.h) when T is a half type.
+template <bool kVec, class T>
+__device__ __forceinline__ void store_slots(T* __restrict__ p, int lane, int cols, const float (&v)[kSlots]) {
+  if constexpr (kVec && !std::is_same_v<T, float>) {
+#pragma unroll
+    for (int j = 0; j < kSlots / 4; ++j) {
+      const int c = 4 * (lane + 32 * j);
+      if (c < cols) {
+        Quad<T> q;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) q.v[e] = from_float<T>(v[4 * j + e]);
+        *reinterpret_cast<Quad<T>*>(p + c) = q;
+      }
+    }
+  } else if constexpr (!std::is_same_v<T, float>) {
+#pragma unroll
+    for (int m = 0; m < kSlots; ++m)
+      if (lane + 32 * m < cols) p[lane + 32 * m] = from_float<T>(v[m]);
+  } else if constexpr (kVec) {
 #pragma unroll
     for (int j = 0; j < kSlots / 4; ++j) {
       const int c = 4 * (lane + 32 * j);
@@ -191,9 +234,9 @@ __device__ void store_column_sums(const Geometry& g, const Unit& u, const float 
 // xv, dv are the lane's kSlots values of x and dy in row r. The loads of kDepth rows are all
 // issued before any is used: 4 rows of x, or 2 rows of x and dy, i.e. 4 KB in flight per warp,
 // which is what keeps DRAM busy even at a quarter of full occupancy.
-template <bool kVec, bool kGrad, bool kBackwards, class Pass>
-__device__ __forceinline__ void for_each_row(const Geometry& g, const Unit& u, const float* __restrict__ x,
-                                             const float* __restrict__ dy, int lane, Pass&& pass) {
+template <bool kVec, bool kGrad, bool kBackwards, class T, class Pass>
+__device__ __forceinline__ void for_each_row(const Geometry& g, const Unit& u, const T* __restrict__ x,
+                                             const T* __restrict__ dy, int lane, Pass&& pass) {
   constexpr int kDepth = kGrad ? 2 : 4;
   const int64_t n = u.r1 - u.r0;
   for (int64_t i = 0; i < n; i += kDepth) {
@@ -218,9 +261,9 @@ __device__ __forceinline__ void for_each_row(const Geometry& g, const Unit& u, c
 //   Row row(int64_t r, const Unit&)   per-row values;
 //   void element(x, dy, const Col&, const Row&, float& ra, float& rb, float& ca, float& cb) const
 //     adding the element's contribution to the row sums (ra, rb) and column sums (ca, cb).
-template <class Op, bool kVec>
-__global__ void __launch_bounds__(kBlock) reduce_kernel(const Geometry g, const Op op, const float* __restrict__ x,
-                                                       const float* __restrict__ dy, double* __restrict__ col_partials,
+template <class Op, bool kVec, class T>
+__global__ void __launch_bounds__(kBlock) reduce_kernel(const Geometry g, const Op op, const T* __restrict__ x,
+                                                       const T* __restrict__ dy, double* __restrict__ col_partials,
                                                        double* __restrict__ row_partials) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   for (int64_t u = blockIdx.x; u < g.units; u += gridDim.x) {
@@ -256,9 +299,9 @@ __global__ void __launch_bounds__(kBlock) reduce_kernel(const Geometry g, const 
 // An elementwise pass out = op(x, dy): the same tiles, with per-column and per-row values loaded
 // as above. It walks everything backwards (units, and rows within a slice): the reduction pass
 // before it read x (and dy) forwards, so the rows it read last, still in L2, come first here.
-template <class Op, bool kVec>
-__global__ void __launch_bounds__(kBlock) map_kernel(const Geometry g, const Op op, const float* __restrict__ x,
-                                                    const float* __restrict__ dy, float* __restrict__ out) {
+template <class Op, bool kVec, class T>
+__global__ void __launch_bounds__(kBlock) map_kernel(const Geometry g, const Op op, const T* __restrict__ x,
+                                                    const T* __restrict__ dy, T* __restrict__ out) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   for (int64_t u = blockIdx.x; u < g.units; u += gridDim.x) {
     const Unit unit = unit_of(g, g.units - 1 - u, warp);
@@ -357,15 +400,16 @@ inline void set_slices(Geometry& g, int resident_blocks) {
   g.units = g.slice_groups * g.tiles;
 }
 
-template <class Op>
+template <class Op, class T>
 const void* reduce_kernel_of(bool vec) {
-  return vec ? reinterpret_cast<const void*>(reduce_kernel<Op, true>)
-             : reinterpret_cast<const void*>(reduce_kernel<Op, false>);
+  return vec ? reinterpret_cast<const void*>(reduce_kernel<Op, true, T>)
+             : reinterpret_cast<const void*>(reduce_kernel<Op, false, T>);
 }
 
-template <class Op>
+template <class Op, class T>
 const void* map_kernel_of(bool vec) {
-  return vec ? reinterpret_cast<const void*>(map_kernel<Op, true>) : reinterpret_cast<const void*>(map_kernel<Op, false>);
+  return vec ? reinterpret_cast<const void*>(map_kernel<Op, true, T>)
+             : reinterpret_cast<const void*>(map_kernel<Op, false, T>);
 }
 
 inline unsigned grid_of(const Geometry& g, const void* kernel) {
@@ -373,37 +417,38 @@ inline unsigned grid_of(const Geometry& g, const void* kernel) {
   return static_cast<unsigned>(g.units < resident ? g.units : resident);
 }
 
-// Completes `g` with the slices that fill the chip for the pass Op (a reduction or a map).
-template <class Op>
+// Completes `g` with the slices that fill the chip for the pass Op (a reduction or a map) over
+// tensors of T.
+template <class Op, class T>
 Geometry plan_reduce(Geometry g) {
-  set_slices(g, resident_blocks_of(reduce_kernel_of<Op>(g.vec)));
+  set_slices(g, resident_blocks_of(reduce_kernel_of<Op, T>(g.vec)));
   return g;
 }
-template <class Op>
+template <class Op, class T>
 Geometry plan_map(Geometry g) {
-  set_slices(g, resident_blocks_of(map_kernel_of<Op>(g.vec)));
+  set_slices(g, resident_blocks_of(map_kernel_of<Op, T>(g.vec)));
   return g;
 }
 
-template <class Op>
-void launch_reduce(const Geometry& g, const Op& op, const float* x, const float* dy, double* col_partials,
+template <class Op, class T>
+void launch_reduce(const Geometry& g, const Op& op, const T* x, const T* dy, double* col_partials,
                    double* row_partials) {
-  const unsigned grid = grid_of(g, reduce_kernel_of<Op>(g.vec));
+  const unsigned grid = grid_of(g, reduce_kernel_of<Op, T>(g.vec));
   if (g.vec) {
-    reduce_kernel<Op, true><<<grid, kBlock, 0, cuda::stream()>>>(g, op, x, dy, col_partials, row_partials);
+    reduce_kernel<Op, true, T><<<grid, kBlock, 0, cuda::stream()>>>(g, op, x, dy, col_partials, row_partials);
   } else {
-    reduce_kernel<Op, false><<<grid, kBlock, 0, cuda::stream()>>>(g, op, x, dy, col_partials, row_partials);
+    reduce_kernel<Op, false, T><<<grid, kBlock, 0, cuda::stream()>>>(g, op, x, dy, col_partials, row_partials);
   }
   MINIDL_LAUNCH_CHECK();
 }
 
-template <class Op>
-void launch_map(const Geometry& g, const Op& op, const float* x, const float* dy, float* out) {
-  const unsigned grid = grid_of(g, map_kernel_of<Op>(g.vec));
+template <class Op, class T>
+void launch_map(const Geometry& g, const Op& op, const T* x, const T* dy, T* out) {
+  const unsigned grid = grid_of(g, map_kernel_of<Op, T>(g.vec));
   if (g.vec) {
-    map_kernel<Op, true><<<grid, kBlock, 0, cuda::stream()>>>(g, op, x, dy, out);
+    map_kernel<Op, true, T><<<grid, kBlock, 0, cuda::stream()>>>(g, op, x, dy, out);
   } else {
-    map_kernel<Op, false><<<grid, kBlock, 0, cuda::stream()>>>(g, op, x, dy, out);
+    map_kernel<Op, false, T><<<grid, kBlock, 0, cuda::stream()>>>(g, op, x, dy, out);
   }
   MINIDL_LAUNCH_CHECK();
 }

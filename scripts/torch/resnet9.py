@@ -106,12 +106,25 @@ def augment(x, aug, gen, chunk=10000):
     return out
 
 
+# --amp / --channels-last: PyTorch's own advice for speed (torch.autocast, GradScaler for fp16,
+# channels_last model and inputs); main() sets these once.
+AMP = {"dtype": None, "scaler": None, "channels_last": False}
+
+
 def train_step(model, opt, x, y, smoothing):
-    out = model(x)
-    loss = F.cross_entropy(out, y, label_smoothing=smoothing)
+    if AMP["channels_last"]:
+        x = x.contiguous(memory_format=torch.channels_last)
+    with torch.autocast("cuda", dtype=AMP["dtype"], enabled=AMP["dtype"] is not None):
+        out = model(x)
+        loss = F.cross_entropy(out, y, label_smoothing=smoothing)
     opt.zero_grad(set_to_none=True)
-    loss.backward()
-    opt.step()
+    if AMP["scaler"] is not None:
+        AMP["scaler"].scale(loss).backward()
+        AMP["scaler"].step(opt)
+        AMP["scaler"].update()
+    else:
+        loss.backward()
+        opt.step()
     return loss, out
 
 
@@ -317,6 +330,9 @@ def main():
     ap.add_argument("--seed", type=int, default=None, help="default: the config's seed")
     ap.add_argument("--device", default="cuda", help="cuda (the reference), or cpu for a smoke test")
     ap.add_argument("--batch-size", type=int, default=None, help="default: the config's batch_size")
+    ap.add_argument("--amp", choices=("none", "bf16", "fp16"), default="none",
+                    help="torch.autocast in this dtype (fp16 with a GradScaler)")
+    ap.add_argument("--channels-last", action="store_true", help="model and inputs in torch.channels_last")
     ap.add_argument("--compile", choices=("none", "default", "reduce-overhead"), default="none",
                     help="time torch.compile(model, mode=...) (reduce-overhead: with CUDA graphs)")
     args = ap.parse_args()
@@ -334,6 +350,11 @@ def main():
     torch.backends.cudnn.benchmark = args.benchmark
     torch.manual_seed(args.seed)
     model = mfj.build_model(config).to(device)
+    if args.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    AMP["channels_last"] = args.channels_last
+    AMP["dtype"] = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}[args.amp]
+    AMP["scaler"] = torch.amp.GradScaler("cuda") if args.amp == "fp16" else None
     opt, base_lr = mfj.build_optimizer(config, model)
     smoothing = config.get("loss", {}).get("label_smoothing", 0.0)
     result = {"config": os.path.abspath(args.config), "torch": torch.__version__,
@@ -341,7 +362,9 @@ def main():
               "cudnn": torch.backends.cudnn.version(),
               "settings": {"allow_tf32_conv": torch.backends.cudnn.allow_tf32, "allow_tf32_matmul": False,
                            "cudnn_deterministic": torch.backends.cudnn.deterministic,
-                           "cudnn_benchmark": args.benchmark, "dtype": "float32", "memory_format": "NCHW",
+                           "cudnn_benchmark": args.benchmark,
+                           "dtype": "float32" if args.amp == "none" else f"float32 + autocast {args.amp}",
+                           "memory_format": "channels_last" if args.channels_last else "NCHW",
                            "seed": args.seed},
               "parameters": sum(p.numel() for p in model.parameters())}
     print(f"# PyTorch {torch.__version__} on {result['device']}, cuDNN {result['cudnn']}; {args.config}: "
