@@ -139,6 +139,24 @@ printf '\x30\x00\x00\x00\x00\x00\x00\x00\x01\x02\xff\xfe garbage header \x1b[31m
 expect_error "8 garbage safetensors header" "header is not a JSON object" "$run" -- "${train[@]}" --resume "$run" --set epochs=2
 restore
 
+# 11. Precision: unknown values, what is not built, a loss scaler where none belongs, a checkpoint's
+# loss-scaler state that does not fit the run.
+expect_error "11 precision fp8" 'precision: expected "fp32", "bf16" or "fp16", got "fp8"' "$run" -- \
+  "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --set precision=fp8 --output "$work/x"
+expect_error "11 channels_last" 'memory_format: "channels_last" is not supported yet' "$run" -- \
+  "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --set memory_format=channels_last --output "$work/x"
+expect_error "11 grad_scaler in bf16" 'grad_scaler: loss scaling is for precision "fp16" only' "$run" -- \
+  "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --set precision=bf16 \
+  --set grad_scaler.init_scale=1024 --output "$work/x"
+expect_error "11 grad_scaler init_scale -1" "grad_scaler.init_scale: expected a positive float32 value" "$run" -- \
+  "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --set precision=fp16 \
+  --set grad_scaler.init_scale=-1 --output "$work/x"
+printf '{"scale": 1024, "growth_tracker": 0, "skipped_steps": 0}' >"$work/value"
+set_metadata "$run/checkpoint.safetensors" grad_scaler "$work/value"
+expect_error "11 checkpoint grad_scaler in an fp32 run" "holds loss-scaler state but this run's precision" "$run" -- \
+  "${train[@]}" --resume "$run" --set epochs=2
+restore
+
 # 7. Sizes that would overflow.
 expect_error "7 Conv2d out_channels 2^62" "must be in 1\.\.2147483648" "$run" -- "${train[@]}" --config "$root/configs/quick_cpu.json" \
   "${small[@]}" --set model.layers.0.out_channels=4611686018427387904 --output "$work/x"

@@ -9,6 +9,8 @@
 #   repro   minidl repro and a resume check on the GPU
 #   graph   CUDA graph tests, graphed-vs-eager bit identity and step times (scripts/gpu/graph.sh)
 #   half    the [half] tests and bf16/fp16 safetensors against PyTorch (half_safetensors.sh)
+#   precision  bf16/fp16 training (docs/perf/precision.md): the half GPU kernels' tests, repro
+#           (bf16 graphed against eager, fp16), step times beside PyTorch autocast + channels_last
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${1:?usage: check_all.sh BIN_DIR OUT_DIR [STAGES]}
@@ -50,6 +52,22 @@ for stage in $stages; do
     half)
       run timeout 300 bash "$root/scripts/gpu/half_safetensors.sh" "$bin" "$out/half" 2>&1 | tee "$out/half.log" |
         grep -E "^==|half_safetensors|test cases|FAILED" | tail -30 ;;
+    precision)
+      {
+        run timeout 150 "$bin/minidl_tests" "[precision][cuda]"
+        run timeout 90 "$bin/minidl" repro --config "$root/configs/resnet9.json" --device cuda --steps 200 \
+          --set precision=bf16 --set-b cuda_graph=false --output /tmp/repro_bf16
+        run timeout 90 "$bin/minidl" repro --config "$root/configs/resnet9.json" --device cuda --steps 200 \
+          --set precision=fp16 --output /tmp/repro_fp16
+        for p in fp32 bf16 fp16; do
+          run timeout 60 "$bin/minidl" bench train --config "$root/configs/resnet9.json" --device cuda --steps 50 \
+            --set precision=$p
+        done
+        for m in "--amp bf16 --channels-last" "--amp fp16 --channels-last" "--channels-last"; do
+          run timeout 100 python3 "$root/scripts/torch/resnet9.py" --config "$root/configs/resnet9.json" --data "$data" \
+            --time-steps 50 --benchmark $m --out /tmp/torch_amp.json
+        done
+      } 2>&1 | tee "$out/precision.log" | grep -E "test cases|All tests|repro:|training:|GPU time|^time:|FAILED" ;;
     repro)
       {
         run timeout 200 "$bin/minidl" repro --config "$root/configs/resnet9.json" --device cuda --steps 200 --output /tmp/repro
