@@ -54,8 +54,9 @@ void axpby_cpu(float* y, float a, const float* x, float b, const float* z, int64
 
 Tensor add(const Tensor& a, const Tensor& b) {
   if (holds_half(a) || holds_half(b)) {
-    MINIDL_CHECK(a.dtype() == b.dtype(), "add: dtypes differ: ", a.str(), " and ", b.str());
-    // The GPU adds half tensors in place of storage (elementwise.cuh); the CPU widens them.
+    // Two types meet: float32 wins (PyTorch's promotion; bfloat16 + float16 is float32 too).
+    if (a.dtype() != b.dtype()) return add(as_float32(a), as_float32(b));
+    // The GPU adds half tensors in their storage type (elementwise.cuh); the CPU widens them.
     if (!a.is_cuda()) return add(as_float32(a), as_float32(b)).to(a.dtype());
   }
   check_float_pair(a, b, "add");

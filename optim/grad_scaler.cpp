@@ -1,5 +1,6 @@
 #include "optim/grad_scaler.h"
 
+#include <cfloat>
 #include <cmath>
 
 #include "core/allocator.h"
@@ -11,9 +12,17 @@
 
 namespace minidl {
 
+namespace {
+
+// A scale whose reciprocal is finite and nonzero: normal, positive, finite (a subnormal or zero
+// scale would make 1/scale infinite and the unscaled gradients inf or NaN unflagged).
+bool usable_scale(float s) { return std::isfinite(s) && s >= FLT_MIN; }
+
+}  // namespace
+
 namespace kernels {
 
-void unscale_cpu(float* g, float inv_scale, int32_t* found_inf, int64_t n) {
+void unscale_cpu(float* g, float inv_scale, float* found_inf, int64_t n) {
   for (int64_t i = 0; i < n; ++i) unscale_update(g, inv_scale, found_inf, i);
 }
 
@@ -28,8 +37,8 @@ GradScalerOptions GradScalerOptions::from_json(const nlohmann::json& j, const st
   o.backoff_factor = args.get_float("backoff_factor", o.backoff_factor);
   o.growth_interval = args.get_int("growth_interval", o.growth_interval);
   args.finish();
-  MINIDL_CHECK(std::isfinite(static_cast<float>(o.init_scale)) && o.init_scale > 0, args.key_path("init_scale"),
-               ": expected a positive float32 value, got ", o.init_scale);
+  MINIDL_CHECK(usable_scale(static_cast<float>(o.init_scale)), args.key_path("init_scale"),
+               ": expected a normal positive float32 value (", FLT_MIN, " to ", FLT_MAX, "), got ", o.init_scale);
   MINIDL_CHECK(o.growth_factor > 1 && std::isfinite(o.growth_factor), args.key_path("growth_factor"),
                ": expected > 1, got ", o.growth_factor);
   MINIDL_CHECK(o.backoff_factor > 0 && o.backoff_factor < 1, args.key_path("backoff_factor"),
@@ -49,15 +58,15 @@ GradScaler::GradScaler(GradScalerOptions options, Device device)
     : options_(options),
       device_(device),
       scale_(static_cast<float>(options.init_scale)),
-      found_inf_(Tensor::zeros({1}, DType::Int32, device)),
-      found_host_(allocate_pinned(sizeof(int32_t))) {}
+      found_inf_(Tensor::zeros({1}, DType::Float32, device)),
+      found_host_(allocate_pinned(sizeof(float))) {}
 
 Tensor GradScaler::backward_seed() const { return Tensor::full({1}, scale_, device_); }
 
 bool GradScaler::unscale(const std::vector<Tensor>& grads) {
   const float inv_scale = static_cast<float>(1.0 / static_cast<double>(scale_));
-  found_inf_.zero_();
-  int32_t* flag = found_inf_.data<int32_t>();
+  found_inf_.fill_(0.f);  // a kernel on the stream: no wait for the backward
+  float* flag = found_inf_.data<float>();
   for (const Tensor& g : grads) {
     MINIDL_CHECK(g.defined() && g.dtype() == DType::Float32 && g.device() == device_,
                  "grad_scaler: expected float32 gradients on ", device_.str(), ", got ", g.str());
@@ -65,15 +74,18 @@ bool GradScaler::unscale(const std::vector<Tensor>& grads) {
         device_, "unscale", [&] { kernels::unscale_cpu(g.data<float>(), inv_scale, flag, g.numel()); },
         [&] { kernels::unscale_cuda(g.data<float>(), inv_scale, flag, g.numel()); });
   }
-  int32_t* host = static_cast<int32_t*>(found_host_.get());
-  copy_bytes_async(host, Device::cpu(), flag, device_, sizeof(int32_t));
+  float* host = static_cast<float*>(found_host_.get());
+  copy_bytes_async(host, Device::cpu(), flag, device_, sizeof(float));
   synchronize(device_);
-  return *host != 0;
+  return *host != 0.f;
 }
 
 void GradScaler::update(bool found_inf) {
   if (found_inf) {
-    scale_ = static_cast<float>(scale_ * options_.backoff_factor);
+    // Backing off stops at the smallest normal float (1/scale stays finite); PyTorch would go on
+    // into subnormals and zero, where the unscaled gradients become inf or NaN.
+    const float backed_off = static_cast<float>(scale_ * options_.backoff_factor);
+    if (usable_scale(backed_off)) scale_ = backed_off;
     growth_tracker_ = 0;
     ++skipped_steps_;
     return;
@@ -95,7 +107,7 @@ void GradScaler::load_state(const nlohmann::json& s) {
                "grad_scaler state: expected {\"scale\", \"growth_tracker\", \"skipped_steps\"}, got ", s.dump());
   const float scale = s["scale"].get<float>();
   const int64_t tracker = s["growth_tracker"].get<int64_t>(), skipped = s["skipped_steps"].get<int64_t>();
-  MINIDL_CHECK(std::isfinite(scale) && scale > 0, "grad_scaler state: scale must be finite and positive, got ",
+  MINIDL_CHECK(usable_scale(scale), "grad_scaler state: scale must be a normal positive float32 value, got ",
                s["scale"].dump());
   MINIDL_CHECK(tracker >= 0 && tracker < options_.growth_interval && skipped >= 0,
                "grad_scaler state: growth_tracker must be in 0..", options_.growth_interval - 1,

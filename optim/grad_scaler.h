@@ -61,7 +61,7 @@ class GradScaler {
   float scale_;
   int64_t growth_tracker_ = 0;
   int64_t skipped_steps_ = 0;
-  Tensor found_inf_;                 // int32 flag on the device
+  Tensor found_inf_;                 // the flag (0 or 1) on the device
   std::shared_ptr<void> found_host_;  // pinned copy of it
 };
 

@@ -19,14 +19,14 @@ MINIDL_HD bool is_finite_float(float v) {
 #endif
 }
 
-MINIDL_HD void unscale_update(float* g, float inv_scale, int32_t* found_inf, int64_t i) {
+MINIDL_HD void unscale_update(float* g, float inv_scale, float* found_inf, int64_t i) {
   const float v = g[i];
-  if (!is_finite_float(v)) *found_inf = 1;
+  if (!is_finite_float(v)) *found_inf = 1.f;
   g[i] = v * inv_scale;
 }
 
 // found_inf is in the memory of g's device and is only ever set to 1 here (the caller zeroes it).
-void unscale_cpu(float* g, float inv_scale, int32_t* found_inf, int64_t n);
-void unscale_cuda(float* g, float inv_scale, int32_t* found_inf, int64_t n);
+void unscale_cpu(float* g, float inv_scale, float* found_inf, int64_t n);
+void unscale_cuda(float* g, float inv_scale, float* found_inf, int64_t n);
 
 }  // namespace minidl::kernels

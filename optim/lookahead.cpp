@@ -100,6 +100,21 @@ int Lookahead::next_kind() const {
 // The host decides what this step does (a pure function of the step count); apply() does it.
 void Lookahead::prepare(double lr) {
   inner_->prepare(lr);
+  prepare_average();
+}
+
+void Lookahead::apply() {
+  inner_->apply();
+  apply_average();
+}
+
+void Lookahead::skip_update(double lr) {
+  inner_->skip_update(lr);
+  prepare_average();
+  apply_average();
+}
+
+void Lookahead::prepare_average() {
   action_ = action_for(++steps_);
   started_ = started_ || action_.take || action_.blend;
   if (action_.blend) {
@@ -108,8 +123,7 @@ void Lookahead::prepare(double lr) {
   }
 }
 
-void Lookahead::apply() {
-  inner_->apply();
+void Lookahead::apply_average() {
   for (size_t i = 0; i < model_.size(); ++i) {
     if (action_.take) average_[i].copy_(model_[i].second);
     if (action_.blend) blend_(average_[i], model_[i].second, blend_weight_);

@@ -44,6 +44,8 @@ class Lookahead : public Optimizer {
 
   void prepare(double lr) override;
   void apply() override;
+  // The inner update is skipped; the averaging of this step (take, blend, copy back) still runs.
+  void skip_update(double lr) override;
   double base_lr() const override { return inner_->base_lr(); }
   void zero_grad() override { inner_->zero_grad(); }
   std::vector<std::pair<std::string, Tensor>> state_tensors() const override;
@@ -62,10 +64,12 @@ class Lookahead : public Optimizer {
   std::vector<Tensor> average_;                          // parallel to model_
   LookaheadOptions options_;
   int64_t steps_per_epoch_, total_steps_;
-  int64_t steps_ = 0;    // updates so far
+  int64_t steps_ = 0;    // training steps so far (skipped updates included)
   bool started_ = false;  // the average has been taken
   // What apply() does after the inner update, set by prepare(): take the average, blend the model
   // into it, copy it back into the model.
+  void prepare_average();  // the host half of this step's averaging
+  void apply_average();    // its device half
   struct Action {
     bool take = false, blend = false, copy_back = false;
     float rho = 0;

@@ -148,7 +148,7 @@ expect_error "11 channels_last" 'memory_format: "channels_last" is not supported
 expect_error "11 grad_scaler in bf16" 'grad_scaler: loss scaling is for precision "fp16" only' "$run" -- \
   "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --set precision=bf16 \
   --set grad_scaler.init_scale=1024 --output "$work/x"
-expect_error "11 grad_scaler init_scale -1" "grad_scaler.init_scale: expected a positive float32 value" "$run" -- \
+expect_error "11 grad_scaler init_scale -1" "grad_scaler.init_scale: expected a normal positive float32 value" "$run" -- \
   "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --set precision=fp16 \
   --set grad_scaler.init_scale=-1 --output "$work/x"
 printf '{"scale": 1024, "growth_tracker": 0, "skipped_steps": 0}' >"$work/value"

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/error.h"
 #include "core/safetensors.h"
@@ -17,6 +18,7 @@
 #include "core/tensor.h"
 #include "core/tensor_ops.h"
 #include "layers/activation/activation.h"
+#include "layers/conv/conv2d.h"
 #include "layers/registry.h"
 #include "optim/grad_scaler.h"
 #include "train/checkpoint.h"
@@ -117,12 +119,49 @@ TEST_CASE("every layer runs a half input storage-rounded: float32 inside, rounde
 
 TEST_CASE("half ops check their operands", "[half][precision]") {
   const Tensor x = Tensor::zeros({1, 2, 3, 3}, DType::BFloat16);
-  CHECK_THROWS_WITH(add(x, Tensor::zeros({1, 2, 3, 3}, DType::Float16)), Contains("add: dtypes differ"));
-  CHECK_THROWS_WITH(add(x, Tensor::zeros({1, 2, 3, 3})), Contains("add: dtypes differ"));
+  CHECK_THROWS_WITH(add(x, Tensor::zeros({1, 2, 3, 2}, DType::Float16)), Contains("add: shapes"));
   auto conv = build_layer(json::parse(R"({"type": "Conv2d", "in_channels": 2, "out_channels": 2, "kernel_size": 1})"),
                           "layer");
   // The module casts its weight; the op itself wants one dtype for all its operands.
   CHECK((*conv)(x).dtype() == DType::BFloat16);
+  CHECK_THROWS_WITH(conv2d(x, Tensor::zeros({2, 2, 1, 1}), Tensor(), Size2d(1), Size2d(0)),
+                    Contains("conv2d: a bfloat16 input needs a weight and bias of that dtype"));
+  CHECK_THROWS_WITH(conv2d(Tensor::zeros({1, 2, 3, 3}), Tensor::zeros({2, 2, 1, 1}, DType::BFloat16), Tensor(),
+                           Size2d(1), Size2d(0)),
+                    Contains("conv2d: a float32 input needs a float32 weight and bias"));
+}
+
+TEST_CASE("autocast: Conv2d and Linear in the autocast type, GroupNorm and LayerNorm in float32, add promotes",
+          "[half][precision]") {
+  const Tensor x = test::random_tensor({2, 4, 6, 6}, 51, -2.f, 2.f);
+  auto conv = build_layer(json::parse(R"({"type": "Conv2d", "in_channels": 4, "out_channels": 4, "kernel_size": 3,
+                                          "padding": 1, "bias": true})"), "conv");
+  auto linear = build_layer(json::parse(R"({"type": "Linear", "in_features": 6, "out_features": 3})"), "linear");
+  auto bn = build_layer(json::parse(R"({"type": "BatchNorm2d", "num_features": 4})"), "bn");
+  auto gn = build_layer(json::parse(R"({"type": "GroupNorm", "num_groups": 2, "num_channels": 4})"), "gn");
+  auto ln = build_layer(json::parse(R"({"type": "LayerNorm", "normalized_shape": [6, 6]})"), "ln");
+  CHECK(autocast_dtype() == DType::Float32);
+  CHECK((*conv)(x).dtype() == DType::Float32);  // no scope: nothing is cast
+  for (DType d : {DType::BFloat16, DType::Float16}) {
+    INFO(dtype_name(d));
+    const AutocastGuard autocast(d);
+    CHECK(autocast_dtype() == d);
+    const Tensor y = (*conv)(x);  // a float32 input is cast too
+    REQUIRE(y.dtype() == d);
+    const Conv2d& c = dynamic_cast<const Conv2d&>(*conv);
+    CHECK(half_bits(y) == half_bits(conv2d(x.to(d), c.weight.to(d), c.bias.to(d), Size2d(1), Size2d(1))));
+    CHECK((*linear)(x).dtype() == d);
+    CHECK((*bn)(y).dtype() == d);
+    CHECK((*gn)(y).dtype() == DType::Float32);
+    CHECK((*ln)(y).dtype() == DType::Float32);
+    CHECK((*gn)(y).to_vector() == (*gn)(y.to(DType::Float32)).to_vector());
+    CHECK(relu(y).dtype() == d);
+    const Tensor sum = add(y, x);  // half + float32 is float32
+    CHECK(sum.dtype() == DType::Float32);
+    CHECK(sum.to_vector() == add(y.to(DType::Float32), x).to_vector());
+    CHECK(add(y, y).dtype() == d);
+  }
+  CHECK(autocast_dtype() == DType::Float32);  // the guard restores the state
 }
 
 TEST_CASE("grad scaler: PyTorch GradScaler's growth and backoff rule", "[precision][grad_scaler]") {
@@ -170,7 +209,10 @@ TEST_CASE("grad scaler: options and state are checked", "[precision][grad_scaler
   CHECK_THROWS_WITH(GradScalerOptions::from_json(json::parse(R"({"init_scal": 1})"), "grad_scaler"),
                     Contains("grad_scaler.init_scal: unknown key"));
   CHECK_THROWS_WITH(GradScalerOptions::from_json(json::parse(R"({"init_scale": 1e39})"), "grad_scaler"),
-                    Contains("grad_scaler.init_scale: expected a positive float32 value"));
+                    Contains("grad_scaler.init_scale: expected a normal positive float32 value"));
+  // A subnormal scale would make 1/scale infinite.
+  CHECK_THROWS_WITH(GradScalerOptions::from_json(json::parse(R"({"init_scale": 1e-39})"), "grad_scaler"),
+                    Contains("grad_scaler.init_scale: expected a normal positive float32 value"));
   CHECK_THROWS_WITH(GradScalerOptions::from_json(json::parse(R"({"backoff_factor": 1})"), "grad_scaler"),
                     Contains("grad_scaler.backoff_factor"));
   CHECK_THROWS_WITH(GradScalerOptions::from_json(json::parse(R"({"growth_interval": 0})"), "grad_scaler"),
@@ -186,7 +228,7 @@ TEST_CASE("grad scaler: options and state are checked", "[precision][grad_scaler
   CHECK(t.state() == s.state());
   CHECK(t.scale() == 32768.f);
   CHECK_THROWS_WITH(t.load_state(json::parse(R"({"scale": -1, "growth_tracker": 0, "skipped_steps": 0})")),
-                    Contains("scale must be finite and positive"));
+                    Contains("scale must be a normal positive float32 value"));
   CHECK_THROWS_WITH(t.load_state(json::parse(R"({"scale": 2, "growth_tracker": 7, "skipped_steps": 0})")),
                     Contains("growth_tracker must be in 0..6"));
   CHECK_THROWS_WITH(t.load_state(json::parse(R"({"scale": 2})")), Contains("grad_scaler state: expected"));
@@ -271,7 +313,10 @@ TEST_CASE("training in bf16 and fp16: the same bits twice and after a resume, no
   fs::remove_all(root);
   const std::string fp32 = require_repeatable(write_config(root + "/fp32", json::object()), root + "/fp32");
   const std::string bf16 = require_repeatable(write_config(root + "/bf16", {{"precision", "bf16"}}), root + "/bf16");
-  const std::string fp16 = require_repeatable(write_config(root + "/fp16", {{"precision", "fp16"}}), root + "/fp16");
+  // The scale grows every 4 clean steps, so the resume at step 6 must restore a grown scale and a
+  // clean-step count of 2 to end with the uninterrupted run's bits.
+  const std::string fp16 = require_repeatable(
+      write_config(root + "/fp16", {{"precision", "fp16"}, {"grad_scaler", {{"growth_interval", 4}}}}), root + "/fp16");
   CHECK(bf16 != fp32);
   CHECK(fp16 != fp32);
   CHECK(fp16 != bf16);
@@ -280,13 +325,15 @@ TEST_CASE("training in bf16 and fp16: the same bits twice and after a resume, no
     CHECK(t.dtype() == DType::Float32);
   const auto metrics = test::read_json_lines(root + "/fp16/a/metrics.jsonl");
   REQUIRE(metrics.size() == 2);
-  CHECK(metrics[1]["loss_scale"].get<double>() == 65536.0);
+  CHECK(metrics[0]["loss_scale"].get<double>() == 65536.0 * 2);  // grown after step 4
+  CHECK(metrics[1]["loss_scale"].get<double>() == 65536.0 * 8);  // and after steps 8 and 12
   CHECK(metrics[1]["skipped_steps"].get<int64_t>() == 0);
-  CHECK(read_checkpoint_info(root + "/fp16/a/checkpoint.safetensors").grad_scaler.at("scale") == 65536.0);
+  CHECK(read_checkpoint_info(root + "/fp16/c/checkpoint.safetensors").grad_scaler.at("scale") == 65536.0 * 8);
   CHECK(read_checkpoint_info(root + "/bf16/a/checkpoint.safetensors").grad_scaler.is_null());
   const json resolved = json::parse(slurp(root + "/fp16/a/config.json"));
   CHECK(resolved.at("precision") == "fp16");
-  CHECK(resolved.at("grad_scaler").at("growth_interval") == 2000);
+  CHECK(resolved.at("grad_scaler").at("growth_interval") == 4);
+  CHECK(resolved.at("grad_scaler").at("init_scale") == 65536.0);
 }
 
 TEST_CASE("training in fp16: overflowing steps are skipped and the scale backs off", "[training][precision]") {
@@ -295,8 +342,12 @@ TEST_CASE("training in fp16: overflowing steps are skipped and the scale backs o
   fs::remove_all(root);
   // 2^120 times any gradient overflows float16's 65504: every step is skipped until the scale
   // has halved below 2^16 or so (about 105 halvings), far more steps than the run has.
+  // With lookahead: its averaging follows the training steps, skipped updates included.
   const std::string config =
-      write_config(root, {{"precision", "fp16"}, {"epochs", 1}, {"grad_scaler", {{"init_scale", 1.329228e36}}}});
+      write_config(root, {{"precision", "fp16"},
+                          {"epochs", 1},
+                          {"grad_scaler", {{"init_scale", 1.329228e36}}},
+                          {"lookahead", {{"every_n_steps", 2}, {"start_epochs", 0}}}});
   TrainConfig c = load_train_config(config, {}, "", root + "/run");
   Trainer trainer(c, Device::cpu());
   const std::vector<float> before = trainer.model().state_dict().front().second.to_vector();
@@ -306,8 +357,9 @@ TEST_CASE("training in fp16: overflowing steps are skipped and the scale backs o
     REQUIRE(trainer.train_step(step, static_cast<Trainer::StepRecord*>(record.get())));
   REQUIRE(trainer.grad_scaler()->skipped_steps() == 6);
   CHECK(trainer.grad_scaler()->scale() == static_cast<float>(1.329228e36 / 64));
-  // No update happened: the first weight is unchanged.
+  // No update happened: the first weight is unchanged; lookahead counted all 6 steps.
   CHECK(trainer.model().state_dict().front().second.to_vector() == before);
+  CHECK(trainer.optimizer().state_scalars().at("steps") == 6);
 }
 
 TEST_CASE("precision: grad_scaler is for fp16 only, and a checkpoint must match the precision", "[config][precision]") {

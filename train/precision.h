@@ -2,7 +2,7 @@
 // layout ("memory_format": "contiguous" | "channels_last"), PyTorch autocast's and
 // torch.channels_last's choices (docs/precision.md). "bf16" and "fp16" run the activations in
 // that type with float32 statistics, loss, optimizer and master weights; "fp16" adds dynamic loss
-// scaling (train/grad_scaler.h). "channels_last" is refused when the config is read: the NHWC
+// scaling (optim/grad_scaler.h). "channels_last" is refused when the config is read: the NHWC
 // kernels do not exist yet.
 #pragma once
 #include <string>

@@ -14,6 +14,7 @@
 #include "train/run_log.h"
 #include "core/allocator.h"
 #include "core/device.h"
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/error.h"
 #include "core/init.h"
@@ -258,7 +259,10 @@ void Trainer::load_grad_scaler_state(const nlohmann::json& state, const std::str
   }
 }
 
-Tensor Trainer::forward(const Tensor& images) { return (*model_)(images.to(activation_dtype_)); }
+Tensor Trainer::forward(const Tensor& images) {
+  const AutocastGuard autocast(activation_dtype_);
+  return (*model_)(images);
+}
 
 void Trainer::backward_and_update(const Tensor& loss, bool prepared, double lr, Profiler* profiler) {
   if (grad_scaler_)
@@ -274,7 +278,9 @@ void Trainer::backward_and_update(const Tensor& loss, bool prepared, double lr, 
     skip = grad_scaler_->unscale(grads);
     grad_scaler_->update(skip);
   }
-  if (!skip) {
+  if (skip) {
+    optimizer_->skip_update(lr);
+  } else {
     if (!prepared) optimizer_->prepare(lr);
     optimizer_->apply();
   }

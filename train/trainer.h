@@ -111,7 +111,8 @@ class Trainer {
   // Backward from the loss and the update: plain, or, with a loss scaler, from the scaled loss and
   // skipped when the unscaled gradients hold an inf or NaN.
   void backward_and_update(const Tensor& loss, bool prepared, double lr, Profiler* profiler);
-  // The model's output for a batch of float32 images, which are cast to the activation dtype first.
+  // The model's output for a batch of float32 images, under autocast in the activation dtype
+  // (core/autocast.h; none for fp32).
   Tensor forward(const Tensor& images);
   struct EvalCounts {
     Tensor correct, tta_correct;  // int32 scalars on the device; tta_correct is empty without TTA

@@ -2,6 +2,7 @@
 // its inputs need), the Conv2d module and its factory.
 #include "layers/conv/conv2d.h"
 
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/dispatch.h"
 #include "core/error.h"
@@ -132,6 +133,10 @@ Tensor Conv2d::forward(const Tensor& x) {
   const std::string who = label();
   MINIDL_CHECK(x.defined() && x.dim() == 4 && x.size(1) == in_channels_, who, ": expected input (N, ", in_channels_,
                ", H, W), got ", x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
+  if (autocast_active()) {
+    const DType t = autocast_dtype();
+    return conv2d(x.to(t), weight.to(t), bias.defined() ? bias.to(t) : bias, stride_, padding_);
+  }
   return conv2d(x, in_dtype_of(weight, x), in_dtype_of(bias, x), stride_, padding_);
 }
 

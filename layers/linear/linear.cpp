@@ -4,6 +4,7 @@
 
 #include "core/autograd.h"
 #include "core/dispatch.h"
+#include "core/autocast.h"
 #include "core/error.h"
 #include "core/storage_rounding.h"
 #include "core/init.h"
@@ -94,6 +95,10 @@ Tensor Linear::forward(const Tensor& x) {
   const std::string who = label();
   MINIDL_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == in_features_, who, ": expected input (..., ",
                in_features_, "), got ", x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
+  if (autocast_active()) {
+    const DType t = autocast_dtype();
+    return linear(x.to(t), weight.to(t), bias.defined() ? bias.to(t) : bias);
+  }
   return linear(x, in_dtype_of(weight, x), in_dtype_of(bias, x));
 }
 

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/dispatch.h"
 #include "core/error.h"
@@ -151,6 +152,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
 
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps,
                   bool relu) {
+  // Under autocast GroupNorm is a float32 op: a half input is widened and the output stays float32.
+  if (holds_half(x) && autocast_active()) return group_norm(as_float32(x), num_groups, weight, bias, eps, relu);
   check_input(x, "group_norm");
   MINIDL_CHECK(x.dim() >= 2, "group_norm: expected input (N, C, *), got ", shape_str(x.shape()));
   const int64_t n = x.size(0), c = x.size(1), hw = x.numel() / (n * c);
@@ -168,6 +171,8 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias, double eps,
                   bool relu) {
+  // Under autocast LayerNorm is a float32 op, as GroupNorm.
+  if (holds_half(x) && autocast_active()) return layer_norm(as_float32(x), normalized_shape, weight, bias, eps, relu);
   check_input(x, "layer_norm");
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
   const Shape trailing(x.shape().end() - std::min(k, x.dim()), x.shape().end());
