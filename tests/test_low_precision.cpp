@@ -307,7 +307,7 @@ std::string require_repeatable(const std::string& config, const std::string& roo
 
 }  // namespace
 
-TEST_CASE("training in bf16 and fp16: the same bits twice and after a resume, not fp32's", "[training][precision]") {
+TEST_CASE("training: bf16 and fp16 give the same bits twice and after a resume, not fp32's", "[training][precision]") {
   MINIDL_REQUIRE_DATA();
   const std::string root = test_root() + "/repeat";
   fs::remove_all(root);
@@ -336,7 +336,7 @@ TEST_CASE("training in bf16 and fp16: the same bits twice and after a resume, no
   CHECK(resolved.at("grad_scaler").at("init_scale") == 65536.0);
 }
 
-TEST_CASE("training in fp16: overflowing steps are skipped and the scale backs off", "[training][precision]") {
+TEST_CASE("training: fp16 steps that overflow are skipped and the scale backs off", "[training][precision]") {
   MINIDL_REQUIRE_DATA();
   const std::string root = test_root() + "/overflow";
   fs::remove_all(root);
