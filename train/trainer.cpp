@@ -113,6 +113,7 @@ Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Da
   total_steps_ = static_cast<int64_t>(total);
 
   const std::vector<NamedParam> params = named_parameters(*model_);
+  for (const NamedParam& p : params) parameters_.push_back(p.tensor);
   apply_init_rules(config.init, params, [&](int64_t n) {
     // The first n training images, normalized and not augmented, as one batch.
     Loader first(train_set_, LoaderOptions::evaluation(data_options_, std::min(n, train_set_.size())), device_);
@@ -273,8 +274,8 @@ void Trainer::backward_and_update(const Tensor& loss, bool prepared, double lr, 
   bool skip = false;
   if (grad_scaler_) {
     std::vector<Tensor> grads;
-    for (const NamedParam& p : named_parameters(*model_))
-      if (p.tensor.grad().defined()) grads.push_back(p.tensor.grad());
+    for (const Tensor& p : parameters_)
+      if (p.grad().defined()) grads.push_back(p.grad());
     skip = grad_scaler_->unscale(grads);
     grad_scaler_->update(skip);
   }

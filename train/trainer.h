@@ -101,6 +101,7 @@ class Trainer {
   int64_t total_steps_ = 0;
   DType activation_dtype_ = DType::Float32;
   std::unique_ptr<GradScaler> grad_scaler_;
+  std::vector<Tensor> parameters_;  // the model's parameters, whose gradients the scaler unscales
 
   // The device half of a training step (everything after the uploads), and of an evaluation
   // batch; what a CUDA graph captures. A step's results: its loss and correct count, on the device.
