@@ -67,8 +67,11 @@ void backward(const Tensor& root, const Tensor& grad) {
                "backward(): the tensor does not require grad (no parameter or input needs a gradient)");
   MINIDL_CHECK(grad.shape() == root.shape(), "backward(): gradient shape ", shape_str(grad.shape()),
                " does not match ", shape_str(root.shape()));
+  // Every gradient is kept in its tensor's memory format (the seed too), so a backward function
+  // reads dy in the layout of the output it made.
+  const Tensor seed = grad.memory_format() == root.memory_format() ? grad : grad.detach().to(root.memory_format());
   if (!root.grad_fn()) {
-    accumulate_leaf(root.impl()->grad, grad);
+    accumulate_leaf(root.impl()->grad, seed);
     return;
   }
   // Reverse topological order by an iterative post-order DFS: a node runs only after every node
@@ -89,7 +92,7 @@ void backward(const Tensor& root, const Tensor& grad) {
     }
   }
   std::unordered_map<Node*, std::shared_ptr<TensorImpl>> pending;
-  pending[root.grad_fn().get()] = grad.impl_ptr();
+  pending[root.grad_fn().get()] = seed.impl_ptr();
   // Keep every node alive until the walk ends even if its output tensor is released meanwhile.
   std::vector<std::shared_ptr<Node>> keep_alive;
   keep_alive.push_back(root.grad_fn());
@@ -116,6 +119,7 @@ void backward(const Tensor& root, const Tensor& grad) {
       if (!grads[i].defined() || !in.defined() || !in.requires_grad()) continue;
       MINIDL_CHECK(grads[i].shape() == in.shape(), "autograd: op '", node->name, "' returned a gradient of shape ",
                    shape_str(grads[i].shape()), " for an input of shape ", shape_str(in.shape()));
+      if (grads[i].memory_format() != in.memory_format()) grads[i] = grads[i].to(in.memory_format());
       if (in.grad_fn())
         accumulate(pending[in.grad_fn().get()], grads[i]);
       else

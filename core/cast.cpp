@@ -11,7 +11,7 @@ Tensor Tensor::to(DType dtype) const {
   if (dtype == this->dtype()) return *this;
   MINIDL_CHECK(is_floating(this->dtype()) && is_floating(dtype), "to(", dtype_name(dtype), ") of ", str(),
                ": minidl converts between float32, bfloat16 and float16 only");
-  Tensor y = empty(shape(), dtype, device());
+  Tensor y = empty(shape(), dtype, device(), memory_format());
   dispatch(
       device(), "to(dtype)",
       [&] { kernels::cast_cpu(raw_data(), this->dtype(), y.raw_data(), dtype, numel()); },

@@ -41,6 +41,12 @@ std::vector<int64_t> contiguous_strides(const Shape& shape) {
   return st;
 }
 
+// (H*W*C, 1, W*C, C) for a logical (N, C, H, W) shape.
+std::vector<int64_t> channels_last_strides(const Shape& s) {
+  const int64_t c = s[1], wc = checked_mul(s[3], c, "tensor strides");
+  return {checked_mul(s[2], wc, "tensor strides"), 1, wc, c};
+}
+
 template <class T>
 Tensor from_values(const std::vector<T>& values, const Shape& shape, Device device) {
   MINIDL_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "from_vector: ",
@@ -52,13 +58,19 @@ Tensor from_values(const std::vector<T>& values, const Shape& shape, Device devi
 
 }  // namespace
 
-Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
+const char* memory_format_name(MemoryFormat f) {
+  return f == MemoryFormat::ChannelsLast ? "channels_last" : "contiguous";
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, MemoryFormat format) {
   for (int64_t d : shape) MINIDL_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
+  MINIDL_CHECK(format == MemoryFormat::Contiguous || shape.size() == 4,
+               "channels_last needs a 4-d (N, C, H, W) shape, got ", shape_str(shape));
   auto impl = std::make_shared<TensorImpl>();
   const int64_t bytes = checked_mul(shape_numel(shape), static_cast<int64_t>(dtype_size(dtype)), "tensor bytes");
   impl->storage = allocate(static_cast<size_t>(bytes), device);
   impl->shape = shape;
-  impl->strides = contiguous_strides(shape);
+  impl->strides = format == MemoryFormat::ChannelsLast ? channels_last_strides(shape) : contiguous_strides(shape);
   impl->dtype = dtype;
   impl->device = device;
   return Tensor(std::move(impl));
@@ -68,6 +80,12 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
   Tensor t = empty(shape, dtype, device);
   t.zero_();
   return t;
+}
+
+Tensor Tensor::zeros_like(const Tensor& t) {
+  Tensor z = empty_like(t);
+  z.zero_();
+  return z;
 }
 
 Tensor Tensor::full(const Shape& shape, float value, Device device) {
@@ -91,6 +109,12 @@ int64_t Tensor::size(int64_t d) const {
 
 bool Tensor::is_contiguous() const { return impl_->strides == contiguous_strides(impl_->shape); }
 
+MemoryFormat Tensor::memory_format() const {
+  if (dim() == 4 && !is_contiguous() && impl_->strides == channels_last_strides(impl_->shape))
+    return MemoryFormat::ChannelsLast;
+  return MemoryFormat::Contiguous;
+}
+
 void* Tensor::raw_data() const {
   return static_cast<char*>(impl_->storage.get()) + impl_->offset * static_cast<int64_t>(dtype_size(impl_->dtype));
 }
@@ -110,13 +134,13 @@ template fp16* Tensor::data<fp16>() const;
 
 Tensor Tensor::to(Device device) const {
   if (device == this->device()) return *this;
-  Tensor t = empty(shape(), dtype(), device);
+  Tensor t = empty(shape(), dtype(), device, memory_format());
   copy_bytes(t.raw_data(), device, raw_data(), this->device(), nbytes());
   return t;
 }
 
 Tensor Tensor::clone() const {
-  Tensor t = empty(shape(), dtype(), device());
+  Tensor t = empty_like(*this);
   copy_bytes(t.raw_data(), device(), raw_data(), device(), nbytes());
   return t;
 }
@@ -150,6 +174,9 @@ Tensor Tensor::reshape(const Shape& new_shape) const {
   }
   MINIDL_CHECK(shape_numel(s) == numel(), "cannot reshape ", shape_str(shape()), " (", numel(),
                " elements) to ", shape_str(new_shape));
+  // Channels-last memory is in the shape's row-major order already when C or H*W is 1 (a global
+  // pool's (N, C, 1, 1)); otherwise the elements are reordered first (an autograd op).
+  if (is_channels_last() && size(1) != 1 && size(2) * size(3) != 1) return contiguous().reshape(s);
   Tensor out = detach();
   out.impl_->shape = s;
   out.impl_->strides = contiguous_strides(s);
@@ -165,6 +192,11 @@ Tensor Tensor::reshape(const Shape& new_shape) const {
 void Tensor::copy_(const Tensor& src) {
   MINIDL_CHECK(src.shape() == shape() && src.dtype() == dtype(), "copy_: source ", src.str(),
                " does not match destination ", str());
+  if (src.memory_format() != memory_format()) {
+    const Tensor same_order = src.detach().to(device()).to(memory_format());
+    copy_bytes(raw_data(), device(), same_order.raw_data(), device(), nbytes());
+    return;
+  }
   copy_bytes(raw_data(), device(), src.raw_data(), src.device(), nbytes());
 }
 
@@ -187,6 +219,7 @@ void Tensor::zero_() {
 template <class T>
 std::vector<T> Tensor::values() const {
   MINIDL_CHECK(dtype() == DTypeOf<T>::value, "values<", dtype_name(DTypeOf<T>::value), "> of ", str());
+  if (is_channels_last()) return detach().contiguous().values<T>();
   std::vector<T> v(static_cast<size_t>(numel()));
   copy_bytes(v.data(), Device::cpu(), raw_data(), device(), nbytes());
   return v;
@@ -221,7 +254,8 @@ void Tensor::backward() const {
 
 std::string Tensor::str() const {
   if (!defined()) return "Tensor[undefined]";
-  return minidl::str("Tensor[", dtype_name(dtype()), ", ", device().str(), ", ", shape_str(shape()), "]");
+  return minidl::str("Tensor[", dtype_name(dtype()), ", ", device().str(), ", ", shape_str(shape()),
+                     is_channels_last() ? ", channels_last]" : "]");
 }
 
 void check_rank(const Tensor& t, int64_t rank, const std::string& what) {

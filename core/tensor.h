@@ -1,7 +1,8 @@
 // Tensor: a cheap handle (shared_ptr) to a TensorImpl that holds shared storage plus shape,
 // strides, offset, dtype and device, and the autograd fields (requires_grad, grad, grad_fn).
-// Copying a Tensor shares everything; clone() copies the data. Ops take contiguous inputs (and
-// views share storage through reshape(), the only view op, so every tensor is contiguous).
+// Copying a Tensor shares everything; clone() copies the data. Views share storage through
+// reshape(), the only view op. A tensor's elements lie in one of two orders (MemoryFormat): the
+// row-major order of its shape, or, for a 4-d (N, C, H, W) tensor, channels-last.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -21,6 +22,17 @@ namespace autograd {
 struct Node;
 }
 
+// How the elements of a tensor lie in memory. The shape is always the logical one, (N, C, H, W)
+// for images, as in PyTorch:
+//   Contiguous    row-major in the shape's order (NCHW), strides (C*H*W, H*W, W, 1);
+//   ChannelsLast  4-d only: NHWC, strides (H*W*C, 1, W*C, C) (torch.channels_last). cuDNN's
+//                 tensor-core convolutions want this order, and elementwise ops do not care.
+// Ops that read a layout (convolution, normalization, pooling) say which formats they take;
+// elementwise ops keep their input's format (empty_like), and reshape() of a channels-last
+// tensor reorders to the shape's row-major order first, as PyTorch's does.
+enum class MemoryFormat : unsigned char { Contiguous, ChannelsLast };
+const char* memory_format_name(MemoryFormat f);  // "contiguous", "channels_last"
+
 struct TensorImpl {
   std::shared_ptr<void> storage;  // owns the bytes (host or device)
   Shape shape;
@@ -39,7 +51,8 @@ class Tensor {
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
   // Factories. Contents of empty() are undefined.
-  static Tensor empty(const Shape& shape, DType dtype = DType::Float32, Device device = Device::cpu());
+  static Tensor empty(const Shape& shape, DType dtype = DType::Float32, Device device = Device::cpu(),
+                      MemoryFormat format = MemoryFormat::Contiguous);
   static Tensor zeros(const Shape& shape, DType dtype = DType::Float32, Device device = Device::cpu());
   static Tensor full(const Shape& shape, float value, Device device = Device::cpu());
   static Tensor from_vector(const std::vector<float>& values, const Shape& shape, Device device = Device::cpu());
@@ -47,8 +60,9 @@ class Tensor {
   static Tensor from_vector(const std::vector<uint8_t>& values, const Shape& shape, Device device = Device::cpu());
   static Tensor from_vector(const std::vector<bf16>& values, const Shape& shape, Device device = Device::cpu());
   static Tensor from_vector(const std::vector<fp16>& values, const Shape& shape, Device device = Device::cpu());
-  static Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.dtype(), t.device()); }
-  static Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype(), t.device()); }
+  // Same shape, dtype, device and memory format as t.
+  static Tensor empty_like(const Tensor& t) { return empty(t.shape(), t.dtype(), t.device(), t.memory_format()); }
+  static Tensor zeros_like(const Tensor& t);
 
   bool defined() const { return impl_ != nullptr; }
   const Shape& shape() const { return impl_->shape; }
@@ -62,6 +76,8 @@ class Tensor {
   Device device() const { return impl_->device; }
   bool is_cuda() const { return impl_->device.is_cuda(); }
   bool is_contiguous() const;
+  MemoryFormat memory_format() const;  // ChannelsLast for a 4-d NHWC tensor, else Contiguous
+  bool is_channels_last() const { return memory_format() == MemoryFormat::ChannelsLast; }
 
   // Typed pointer to the first element (checks the dtype).
   template <class T> T* data() const;
@@ -72,6 +88,12 @@ class Tensor {
   // rounded to nearest even (core/half_types.h); the same tensor when already of that dtype.
   // Gradients flow through it (cast back to this tensor's dtype), as with PyTorch's .to(dtype).
   Tensor to(DType dtype) const;
+  // A copy in another memory format (the same tensor when already in it); with a dtype too, the
+  // conversion and the reordering are one pass (core/layout.cpp). Gradients flow back through
+  // the inverse reordering, as with PyTorch's .to(memory_format=...).
+  Tensor to(MemoryFormat format) const { return to(dtype(), format); }
+  Tensor to(DType dtype, MemoryFormat format) const;
+  Tensor contiguous() const { return to(MemoryFormat::Contiguous); }
   Tensor cpu() const { return to(Device::cpu()); }
   Tensor clone() const;            // new storage, same values, no autograd history
   Tensor detach() const;           // shares storage, no autograd history
@@ -79,11 +101,12 @@ class Tensor {
   // Gradients flow through it.
   Tensor reshape(const Shape& shape) const;
 
-  void copy_(const Tensor& src);   // same shape and dtype, any devices
+  void copy_(const Tensor& src);   // same shape and dtype, any devices and memory formats
   void fill_(float value);
   void zero_();
-  std::vector<float> to_vector() const;  // float values (of float32, bfloat16, float16), on the host
-  template <class T> std::vector<T> values() const;  // the stored elements of type T, on the host
+  // The elements on the host in the shape's row-major order (NCHW for a channels-last tensor too).
+  std::vector<float> to_vector() const;  // float values (of float32, bfloat16, float16)
+  template <class T> std::vector<T> values() const;  // the elements as stored type T
   float item() const;                    // one-element floating tensor
 
   // Autograd.
@@ -98,7 +121,7 @@ class Tensor {
   TensorImpl* impl() const { return impl_.get(); }
   const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
   bool same(const Tensor& o) const { return impl_ == o.impl_; }
-  std::string str() const;  // "Tensor[float32, cuda:0, (2, 3)]"
+  std::string str() const;  // "Tensor[float32, cuda:0, (2, 3)]", ", channels_last" when it is
 
  private:
   std::shared_ptr<TensorImpl> impl_;

@@ -15,6 +15,8 @@ void check_float_pair(const Tensor& a, const Tensor& b, const char* what) {
                ": expects two float32, bfloat16 or float16 tensors of one dtype, got ", a.str(), " and ", b.str());
   MINIDL_CHECK(a.shape() == b.shape(), what, ": shapes ", shape_str(a.shape()), " and ",
                shape_str(b.shape()), " differ");
+  MINIDL_CHECK(a.memory_format() == b.memory_format(), what, ": memory formats ", memory_format_name(a.memory_format()),
+               " and ", memory_format_name(b.memory_format()), " differ");
   check_same_device(a, b, what);
 }
 
@@ -53,6 +55,10 @@ void axpby_cpu(float* y, float a, const float* x, float b, const float* z, int64
 }  // namespace kernels
 
 Tensor add(const Tensor& a, const Tensor& b) {
+  // Two memory formats meet: the sum takes a's (b is reordered; its gradient goes back through the
+  // reordering).
+  if (a.defined() && b.defined() && a.memory_format() != b.memory_format() && a.shape() == b.shape())
+    return add(a, b.to(a.memory_format()));
   if (holds_half(a) || holds_half(b)) {
     // Two types meet: float32 wins (PyTorch's promotion; bfloat16 + float16 is float32 too).
     if (a.dtype() != b.dtype()) return add(as_float32(a), as_float32(b));
@@ -81,6 +87,8 @@ Tensor mul(const Tensor& x, float s) {
 }
 
 void axpy_(Tensor& dst, float alpha, const Tensor& src) {
+  if (dst.defined() && src.defined() && src.memory_format() != dst.memory_format() && dst.shape() == src.shape())
+    return axpy_(dst, alpha, src.detach().to(dst.memory_format()));
   check_float_pair(dst, src, "axpy_");
   MINIDL_CHECK(dst.dtype() == DType::Float32, "axpy_: accumulates float32 tensors only, got ", dst.str());
   axpby(dst, alpha, src, 1.f, &dst);

@@ -139,12 +139,12 @@ printf '\x30\x00\x00\x00\x00\x00\x00\x00\x01\x02\xff\xfe garbage header \x1b[31m
 expect_error "8 garbage safetensors header" "header is not a JSON object" "$run" -- "${train[@]}" --resume "$run" --set epochs=2
 restore
 
-# 11. Precision: unknown values, what is not built, a loss scaler where none belongs, a checkpoint's
+# 11. Precision: unknown values, a loss scaler where none belongs, a checkpoint's
 # loss-scaler state that does not fit the run.
 expect_error "11 precision fp8" 'precision: expected "fp32", "bf16" or "fp16", got "fp8"' "$run" -- \
   "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --set precision=fp8 --output "$work/x"
-expect_error "11 channels_last" 'memory_format: "channels_last" is not supported yet' "$run" -- \
-  "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --set memory_format=channels_last --output "$work/x"
+expect_error "11 memory_format nhwc" 'memory_format: expected "contiguous" or "channels_last", got "nhwc"' "$run" -- \
+  "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --set memory_format=nhwc --output "$work/x"
 expect_error "11 grad_scaler in bf16" 'grad_scaler: loss scaling is for precision "fp16" only' "$run" -- \
   "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --set precision=bf16 \
   --set grad_scaler.init_scale=1024 --output "$work/x"

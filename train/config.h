@@ -20,7 +20,7 @@ struct TrainConfig {
   bool cuda_graph = true;   // on a GPU, replay each training and evaluation step as one CUDA graph
   bool norm_single_read = true;   // on a GPU, the single-read normalization kernels (core/settings.h)
   std::string precision = "fp32";             // "fp32", "bf16" or "fp16" (train/precision.h)
-  std::string memory_format = "contiguous";   // "contiguous" only today
+  std::string memory_format = "contiguous";   // "contiguous" (NCHW) or "channels_last" (NHWC)
   std::string device = "auto";
   double epochs = 1;        // may be fractional (9.9): the run takes ceil(epochs * steps per epoch) steps
   int64_t batch_size = 128;

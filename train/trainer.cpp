@@ -87,6 +87,7 @@ Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Da
       data_options_(DataOptions::from_json(config.data, "data")),
       cuda_graphs_(false) {
   activation_dtype_ = minidl::activation_dtype(config.precision);
+  activation_format_ = minidl::activation_format(config.memory_format);
   if (activation_dtype_ == DType::Float16) {
     grad_scaler_ = std::make_unique<GradScaler>(
         config.grad_scaler.is_null() ? GradScalerOptions()
@@ -262,7 +263,7 @@ void Trainer::load_grad_scaler_state(const nlohmann::json& state, const std::str
 
 Tensor Trainer::forward(const Tensor& images) {
   const AutocastGuard autocast(activation_dtype_);
-  return (*model_)(images);
+  return (*model_)(images.to(activation_format_));
 }
 
 void Trainer::backward_and_update(const Tensor& loss, bool prepared, double lr, Profiler* profiler) {

@@ -68,6 +68,8 @@ class Trainer {
   void set_cuda_graphs(bool on) { cuda_graphs_ = on && device_.is_cuda() && !grad_scaler_; }
   // The dtype of the activations: float32, or the config's bf16/fp16 (train/precision.h).
   DType activation_dtype() const { return activation_dtype_; }
+  // The layout of the activations: NCHW, or the config's channels_last.
+  MemoryFormat activation_format() const { return activation_format_; }
   // The loss scaler of a float16 run (null otherwise).
   GradScaler* grad_scaler() { return grad_scaler_.get(); }
   // The scaler's state for a checkpoint (null without one), and its restore: a float16 run needs
@@ -100,6 +102,7 @@ class Trainer {
   std::unique_ptr<Loader> test_loader_;
   int64_t total_steps_ = 0;
   DType activation_dtype_ = DType::Float32;
+  MemoryFormat activation_format_ = MemoryFormat::Contiguous;  // the config's memory_format
   std::unique_ptr<GradScaler> grad_scaler_;
   std::vector<Tensor> parameters_;  // the model's parameters, whose gradients the scaler unscales
 

@@ -46,9 +46,53 @@ Conv2dShape conv2d_shape(const Tensor& x, const Tensor& weight, const Tensor& bi
   return s;
 }
 
+// A channels-last input on CUDA: cuDNN's NHWC engines in x's dtype, the weight reordered to
+// channels-last (KRSC) if it is not, output channels-last. x, weight and bias share one dtype.
+Tensor conv2d_channels_last_cuda(const Tensor& x, const Tensor& weight_in, const Tensor& bias, Size2d stride,
+                                 Size2d padding) {
+  const Tensor weight = weight_in.defined() ? weight_in.to(MemoryFormat::ChannelsLast) : weight_in;
+  const Conv2dShape s = conv2d_shape(x, weight, bias, stride, padding);
+  const DType t = x.dtype();
+  MINIDL_CHECK(weight.dtype() == t && (!bias.defined() || bias.dtype() == t), "conv2d: a ", dtype_name(t),
+               " input needs a weight and bias of that dtype, got ", weight.str(),
+               bias.defined() ? " and " + bias.str() : std::string());
+  Tensor y = Tensor::empty({s.n, s.o, s.oh(), s.ow()}, t, x.device(), MemoryFormat::ChannelsLast);
+  kernels::conv2d_nhwc_forward_cuda(s, t, x.raw_data(), weight.raw_data(), bias.defined() ? bias.raw_data() : nullptr,
+                                    y.raw_data());
+  std::vector<Tensor> inputs{x, weight};
+  if (bias.defined()) inputs.push_back(bias);
+  if (!autograd::needs_grad(inputs)) return y;
+  const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
+  const bool need_b = bias.defined() && bias.requires_grad(), has_bias = bias.defined();
+  autograd::record(
+      y, "conv2d", std::move(inputs),
+      [s, t, xs = x.detach(), ws = weight.detach(), need_x, need_w, need_b, has_bias](
+          const Tensor& dy_in) -> std::vector<Tensor> {
+        const Tensor dy = dy_in.to(t, MemoryFormat::ChannelsLast);
+        Tensor dx = need_x ? Tensor::empty_like(xs) : Tensor();
+        Tensor dw = need_w ? Tensor::empty_like(ws) : Tensor();
+        Tensor db = need_b ? Tensor::empty({s.o}, t, dy.device()) : Tensor();
+        if (need_x) kernels::conv2d_nhwc_backward_data_cuda(s, t, dy.raw_data(), ws.raw_data(), dx.raw_data());
+        if (need_w) kernels::conv2d_nhwc_backward_filter_cuda(s, t, xs.raw_data(), dy.raw_data(), dw.raw_data());
+        if (need_b) kernels::conv2d_nhwc_backward_bias_cuda(t, dy.raw_data(), db.raw_data(), s.n * s.oh() * s.ow(), s.o);
+        std::vector<Tensor> grads{dx, dw};
+        if (has_bias) grads.push_back(db);
+        return grads;
+      });
+  return y;
+}
+
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d stride, Size2d padding) {
+  if (x.defined() && x.is_channels_last())
+    return dispatch(
+        x.device(), "conv2d",
+        [&] {  // the CPU convolves NCHW: reordered around it (the bits of a contiguous input)
+          return conv2d(x.contiguous(), weight.defined() ? weight.contiguous() : weight, bias, stride, padding)
+              .to(MemoryFormat::ChannelsLast);
+        },
+        [&] { return conv2d_channels_last_cuda(x, weight, bias, stride, padding); });
   if (holds_half(x)) {
     MINIDL_CHECK(weight.defined() && weight.dtype() == x.dtype() && (!bias.defined() || bias.dtype() == x.dtype()),
                  "conv2d: a ", dtype_name(x.dtype()), " input needs a weight and bias of that dtype, got ",
@@ -133,11 +177,14 @@ Tensor Conv2d::forward(const Tensor& x) {
   const std::string who = label();
   MINIDL_CHECK(x.defined() && x.dim() == 4 && x.size(1) == in_channels_, who, ": expected input (N, ", in_channels_,
                ", H, W), got ", x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
+  // A channels-last input meets a channels-last weight: the float32 master reordered (and cast,
+  // under autocast) in one pass each step; its gradient comes back through the same op.
+  const MemoryFormat wf = x.memory_format();
   if (autocast_active()) {
     const DType t = autocast_dtype();
-    return conv2d(x.to(t), weight.to(t), bias.defined() ? bias.to(t) : bias, stride_, padding_);
+    return conv2d(x.to(t), weight.to(t, wf), bias.defined() ? bias.to(t) : bias, stride_, padding_);
   }
-  return conv2d(x, in_dtype_of(weight, x), in_dtype_of(bias, x), stride_, padding_);
+  return conv2d(x, weight.to(x.dtype(), wf), in_dtype_of(bias, x), stride_, padding_);
 }
 
 std::string Conv2d::describe() const {

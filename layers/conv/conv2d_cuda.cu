@@ -41,10 +41,20 @@
 namespace minidl::kernels {
 namespace {
 
+// The operands' storage: float32 NCHW (the default path), or channels-last (NHWC tensors, KRSC
+// filter) of float32, bfloat16 or float16, the layout of cuDNN's tensor-core engines.
+struct Operands {
+  DType dtype = DType::Float32;
+  bool nhwc = false;
+};
+constexpr Operands kNchwFloat{};
+
 struct PlanKey {
   int64_t n, c, h, w, o, kh, kw, sh, sw, ph, pw;
   bool tf32, deterministic;
-  auto tie() const { return std::tie(n, c, h, w, o, kh, kw, sh, sw, ph, pw, tf32, deterministic); }
+  DType dtype;
+  bool nhwc;
+  auto tie() const { return std::tie(n, c, h, w, o, kh, kw, sh, sw, ph, pw, tf32, deterministic, dtype, nhwc); }
   bool operator<(const PlanKey& k) const { return tie() < k.tie(); }
 };
 
@@ -95,17 +105,26 @@ cudnnConvolutionDescriptor_t make_conv_desc(const Conv2dShape& s, bool tf32) {
   return d;
 }
 
-Plan* make_plan(const Conv2dShape& s, bool tf32) {
+cudnnDataType_t cudnn_type(DType t) {
+  switch (t) {
+    case DType::BFloat16: return CUDNN_DATA_BFLOAT16;
+    case DType::Float16: return CUDNN_DATA_HALF;
+    default: return CUDNN_DATA_FLOAT;
+  }
+}
+
+Plan* make_plan(const Conv2dShape& s, bool tf32, Operands ops) {
   checked_int(s.n * s.c * s.h * s.w, "input elements");
   checked_int(s.n * s.o * s.oh() * s.ow(), "output elements");
+  const cudnnTensorFormat_t format = ops.nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+  const cudnnDataType_t type = cudnn_type(ops.dtype);
   auto* p = new Plan();
   MINIDL_CUDA_CHECK(cudnnCreateTensorDescriptor(&p->x));
-  MINIDL_CUDA_CHECK(cudnnSetTensor4dDescriptor(p->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, static_cast<int>(s.n),
-                                               static_cast<int>(s.c), static_cast<int>(s.h), static_cast<int>(s.w)));
+  MINIDL_CUDA_CHECK(cudnnSetTensor4dDescriptor(p->x, format, type, static_cast<int>(s.n), static_cast<int>(s.c),
+                                               static_cast<int>(s.h), static_cast<int>(s.w)));
   MINIDL_CUDA_CHECK(cudnnCreateFilterDescriptor(&p->w));
-  MINIDL_CUDA_CHECK(cudnnSetFilter4dDescriptor(p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, static_cast<int>(s.o),
-                                               static_cast<int>(s.c), static_cast<int>(s.kh),
-                                               static_cast<int>(s.kw)));
+  MINIDL_CUDA_CHECK(cudnnSetFilter4dDescriptor(p->w, type, format, static_cast<int>(s.o), static_cast<int>(s.c),
+                                               static_cast<int>(s.kh), static_cast<int>(s.kw)));
   p->fwd.conv = make_conv_desc(s, tf32);
   p->bwd_data.conv = make_conv_desc(s, tf32);
   p->bwd_filter.conv = make_conv_desc(s, tf32);
@@ -113,17 +132,22 @@ Plan* make_plan(const Conv2dShape& s, bool tf32) {
   MINIDL_CUDA_CHECK(cudnnGetConvolution2dForwardOutputDim(p->fwd.conv, p->x, p->w, &n, &c, &h, &w));
   MINIDL_ASSERT(n == s.n && c == s.o && h == s.oh() && w == s.ow());
   MINIDL_CUDA_CHECK(cudnnCreateTensorDescriptor(&p->y));
-  MINIDL_CUDA_CHECK(cudnnSetTensor4dDescriptor(p->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w));
+  MINIDL_CUDA_CHECK(cudnnSetTensor4dDescriptor(p->y, format, type, n, c, h, w));
   return p;
 }
 
 // The cached plan for s under the current settings (made on first use). Called with g_mu held.
-Plan& plan_for(const Conv2dShape& s, PlanKey* key_out = nullptr) {
+PlanKey key_for(const Conv2dShape& s, Operands ops) {
   const ComputeSettings& cs = compute_settings();
-  const PlanKey key{s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.sh, s.sw, s.ph, s.pw, cs.allow_tf32, cs.deterministic};
-  if (key_out) *key_out = key;
+  return {s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.sh, s.sw, s.ph, s.pw, cs.allow_tf32, cs.deterministic,
+          ops.dtype, ops.nhwc};
+}
+
+Plan& plan_for(const Conv2dShape& s, Operands ops, PlanKey* key_out) {
+  const PlanKey key = key_for(s, ops);
+  *key_out = key;
   auto it = plans().find(key);
-  if (it == plans().end()) it = plans().emplace(key, make_plan(s, key.tf32)).first;
+  if (it == plans().end()) it = plans().emplace(key, make_plan(s, key.tf32, ops)).first;
   return *it->second;
 }
 
@@ -134,7 +158,9 @@ bool is_tensor_op(cudnnMathType_t m) {
 // Takes the first usable entry of a ranked list (heuristic rank, or measured time: best first):
 // cuDNN reports it ran (or would run) successfully, deterministic when asked, no TF32 when TF32 is
 // off, and its workspace under the math type it will run with fits max_workspace(). Sets that
-// math type on the direction's descriptor (FMA whenever TF32 is off).
+// math type on the direction's descriptor (FMA whenever TF32 is off). allow_tf32 is about float32
+// operands only: bfloat16/float16 ones take the tensor cores (with float32 accumulation) always,
+// as PyTorch's do.
 template <class Algo, class Perf, class SizeFn>
 void adopt_best(Choice<Algo>& choice, const std::vector<Perf>& perf, int count, const PlanKey& key,
                 const char* direction, SizeFn workspace_size) {
@@ -142,8 +168,9 @@ void adopt_best(Choice<Algo>& choice, const std::vector<Perf>& perf, int count, 
     const Perf& p = perf[i];
     if (p.status != CUDNN_STATUS_SUCCESS) continue;
     if (key.deterministic && p.determinism != CUDNN_DETERMINISTIC) continue;
-    if (!key.tf32 && is_tensor_op(p.mathType)) continue;
-    const cudnnMathType_t math = key.tf32 ? p.mathType : CUDNN_FMA_MATH;
+    const bool exact_float32 = !key.tf32 && key.dtype == DType::Float32;
+    if (exact_float32 && is_tensor_op(p.mathType)) continue;
+    const cudnnMathType_t math = exact_float32 ? CUDNN_FMA_MATH : p.mathType;
     MINIDL_CUDA_CHECK(cudnnSetConvolutionMathType(choice.conv, math));
     size_t bytes = 0;
     if (workspace_size(p.algo, &bytes) != CUDNN_STATUS_SUCCESS || bytes > max_workspace()) continue;
@@ -154,7 +181,7 @@ void adopt_best(Choice<Algo>& choice, const std::vector<Perf>& perf, int count, 
     return;
   }
   fail(str("conv2d on CUDA: cuDNN offers no ", key.deterministic ? "deterministic " : "", direction,
-           " algorithm for input (", key.n, ", ", key.c, ", ", key.h, ", ", key.w, "), weight (", key.o, ", ",
+           " algorithm for ", dtype_name(key.dtype), key.nhwc ? " channels_last" : "", " input (", key.n, ", ", key.c, ", ", key.h, ", ", key.w, "), weight (", key.o, ", ",
            key.c, ", ", key.kh, ", ", key.kw, ") within a ", max_workspace() >> 20, " MiB workspace",
            key.deterministic ? " (set \"deterministic\": false to allow the others)" : ""));
 }
@@ -163,7 +190,7 @@ std::shared_ptr<void> workspace(size_t bytes) {
   return bytes ? allocate(bytes, Device::cuda()) : std::shared_ptr<void>();
 }
 
-void choose_forward(Plan& p, const PlanKey& key, const float* x, const float* w, float* y) {
+void choose_forward(Plan& p, const PlanKey& key, const void* x, const void* w, void* y) {
   cudnnHandle_t h = cuda::cudnn();
   int max_count = 0, count = 0;
   MINIDL_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max_count));
@@ -181,7 +208,7 @@ void choose_forward(Plan& p, const PlanKey& key, const float* x, const float* w,
   });
 }
 
-void choose_backward_data(Plan& p, const PlanKey& key, const float* dy, const float* w, float* dx) {
+void choose_backward_data(Plan& p, const PlanKey& key, const void* dy, const void* w, void* dx) {
   cudnnHandle_t h = cuda::cudnn();
   int max_count = 0, count = 0;
   MINIDL_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max_count));
@@ -200,7 +227,7 @@ void choose_backward_data(Plan& p, const PlanKey& key, const float* dy, const fl
   });
 }
 
-void choose_backward_filter(Plan& p, const PlanKey& key, const float* x, const float* dy, float* dw) {
+void choose_backward_filter(Plan& p, const PlanKey& key, const void* x, const void* dy, void* dw) {
   cudnnHandle_t h = cuda::cudnn();
   int max_count = 0, count = 0;
   MINIDL_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max_count));
@@ -301,27 +328,22 @@ __global__ void bias_grad_partials_kernel(const float* __restrict__ dy, int64_t 
   }
 }
 
-}  // namespace
-
-void conv2d_forward_cuda(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y) {
-  if (s.n == 0) return;
-  if (conv2d_small_cin_applies(s)) return conv2d_small_cin_forward_cuda(s, x, w, b, y);
+// The three cuDNN directions on operands of any kind (conv2d_*_cuda and conv2d_nhwc_*_cuda).
+void run_forward(const Conv2dShape& s, Operands ops, const void* x, const void* w, void* y) {
   std::lock_guard<std::mutex> lock(g_mu);
   PlanKey key;
-  Plan& p = plan_for(s, &key);
+  Plan& p = plan_for(s, ops, &key);
   if (!p.fwd.ready) choose_forward(p, key, x, w, y);
   auto ws = workspace(p.fwd.workspace);
   const float one = 1.f, zero = 0.f;
   MINIDL_CUDA_CHECK(cudnnConvolutionForward(cuda::cudnn(), &one, p.x, x, p.w, w, p.fwd.conv, p.fwd.algo, ws.get(),
                                             p.fwd.workspace, &zero, p.y, y));
-  if (b) cuda::add_channel_bias(y, b, s.n, s.o, s.oh() * s.ow());
 }
 
-void conv2d_backward_data_cuda(const Conv2dShape& s, const float* dy, const float* w, float* dx) {
-  if (s.n == 0) return;
+void run_backward_data(const Conv2dShape& s, Operands ops, const void* dy, const void* w, void* dx) {
   std::lock_guard<std::mutex> lock(g_mu);
   PlanKey key;
-  Plan& p = plan_for(s, &key);
+  Plan& p = plan_for(s, ops, &key);
   if (!p.bwd_data.ready) choose_backward_data(p, key, dy, w, dx);
   auto ws = workspace(p.bwd_data.workspace);
   const float one = 1.f, zero = 0.f;
@@ -329,21 +351,56 @@ void conv2d_backward_data_cuda(const Conv2dShape& s, const float* dy, const floa
                                                  p.bwd_data.algo, ws.get(), p.bwd_data.workspace, &zero, p.x, dx));
 }
 
-void conv2d_backward_filter_cuda(const Conv2dShape& s, const float* x, const float* dy, float* dw) {
-  if (conv2d_small_cin_applies(s)) return conv2d_small_cin_backward_filter_cuda(s, x, dy, dw);
-  std::lock_guard<std::mutex> lock(g_mu);
+void run_backward_filter(const Conv2dShape& s, Operands ops, const void* x, const void* dy, void* dw) {
   if (s.n == 0) {
-    MINIDL_CUDA_CHECK(cudaMemsetAsync(dw, 0, sizeof(float) * s.o * s.c * s.kh * s.kw, cuda::stream()));
+    MINIDL_CUDA_CHECK(
+        cudaMemsetAsync(dw, 0, dtype_size(ops.dtype) * s.o * s.c * s.kh * s.kw, cuda::stream()));
     return;
   }
+  std::lock_guard<std::mutex> lock(g_mu);
   PlanKey key;
-  Plan& p = plan_for(s, &key);
+  Plan& p = plan_for(s, ops, &key);
   if (!p.bwd_filter.ready) choose_backward_filter(p, key, x, dy, dw);
   auto ws = workspace(p.bwd_filter.workspace);
   const float one = 1.f, zero = 0.f;
   MINIDL_CUDA_CHECK(cudnnConvolutionBackwardFilter(cuda::cudnn(), &one, p.x, x, p.y, dy, p.bwd_filter.conv,
                                                    p.bwd_filter.algo, ws.get(), p.bwd_filter.workspace, &zero, p.w,
                                                    dw));
+}
+
+}  // namespace
+
+void conv2d_forward_cuda(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y) {
+  if (s.n == 0) return;
+  if (conv2d_small_cin_applies(s)) return conv2d_small_cin_forward_cuda(s, x, w, b, y);
+  run_forward(s, kNchwFloat, x, w, y);
+  if (b) cuda::add_channel_bias(y, b, s.n, s.o, s.oh() * s.ow());
+}
+
+void conv2d_backward_data_cuda(const Conv2dShape& s, const float* dy, const float* w, float* dx) {
+  if (s.n == 0) return;
+  run_backward_data(s, kNchwFloat, dy, w, dx);
+}
+
+void conv2d_backward_filter_cuda(const Conv2dShape& s, const float* x, const float* dy, float* dw) {
+  if (conv2d_small_cin_applies(s)) return conv2d_small_cin_backward_filter_cuda(s, x, dy, dw);
+  run_backward_filter(s, kNchwFloat, x, dy, dw);
+}
+
+void conv2d_nhwc_forward_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* w, const void* b,
+                              void* y) {
+  if (s.n == 0) return;
+  run_forward(s, {dtype, true}, x, w, y);
+  if (b) conv2d_nhwc_add_bias_cuda(dtype, y, b, s.n * s.oh() * s.ow(), s.o);
+}
+
+void conv2d_nhwc_backward_data_cuda(const Conv2dShape& s, DType dtype, const void* dy, const void* w, void* dx) {
+  if (s.n == 0) return;
+  run_backward_data(s, {dtype, true}, dy, w, dx);
+}
+
+void conv2d_nhwc_backward_filter_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* dy, void* dw) {
+  run_backward_filter(s, {dtype, true}, x, dy, dw);
 }
 
 void conv2d_backward_bias_cuda(const Conv2dShape& s, const float* dy, float* db) {
@@ -365,18 +422,29 @@ size_t conv2d_cuda_plan_count() {
   return plans().size();
 }
 
+namespace {
+
+std::string plan_algorithms(const Plan& p) {
+  return str("fwd ", choice_str(p.fwd, fwd_name), " | bwd_data ", choice_str(p.bwd_data, bwd_data_name),
+             " | bwd_filter ", choice_str(p.bwd_filter, bwd_filter_name));
+}
+
+}  // namespace
+
 std::string conv2d_cuda_algorithms(const Conv2dShape& s) {
   std::lock_guard<std::mutex> lock(g_mu);
-  const ComputeSettings& cs = compute_settings();
-  auto it = plans().find({s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.sh, s.sw, s.ph, s.pw, cs.allow_tf32, cs.deterministic});
+  auto it = plans().find(key_for(s, kNchwFloat));
   if (conv2d_small_cin_applies(s)) {
     const std::string bwd_data = it == plans().end() ? "-" : choice_str(it->second->bwd_data, bwd_data_name);
     return str("fwd small_cin fma | bwd_data ", bwd_data, " | bwd_filter small_cin fma");
   }
-  if (it == plans().end()) return "";
-  const Plan& p = *it->second;
-  return str("fwd ", choice_str(p.fwd, fwd_name), " | bwd_data ", choice_str(p.bwd_data, bwd_data_name),
-             " | bwd_filter ", choice_str(p.bwd_filter, bwd_filter_name));
+  return it == plans().end() ? "" : plan_algorithms(*it->second);
+}
+
+std::string conv2d_nhwc_cuda_algorithms(const Conv2dShape& s, DType dtype) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  auto it = plans().find(key_for(s, {dtype, true}));
+  return it == plans().end() ? "" : plan_algorithms(*it->second);
 }
 
 }  // namespace minidl::kernels

@@ -1,10 +1,13 @@
 // Raw 2-D convolution launchers over contiguous float32 NCHW tensors: the CPU path
-// (layers/conv/conv2d_cpu.cpp, im2col + Eigen GEMM) and the CUDA path (layers/conv/conv2d_cuda.cu, cuDNN).
+// (layers/conv/conv2d_cpu.cpp, im2col + Eigen GEMM) and the CUDA path (layers/conv/conv2d_cuda.cu, cuDNN);
+// and, on CUDA only, over channels-last tensors of float32, bfloat16 or float16.
 // Plain C++ (no CUDA headers), so layers/conv/conv2d.cpp, the tests and the benchmark can call them.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <string>
+
+#include "core/dtype.h"
 
 namespace minidl {
 
@@ -45,13 +48,27 @@ void conv2d_backward_filter_cuda(const Conv2dShape& s, const float* x, const flo
 // db[o] = sum over n, oh, ow of dy: a deterministic two-pass reduction (no atomics).
 void conv2d_backward_bias_cuda(const Conv2dShape& s, const float* dy, float* db);
 
-// Plans (descriptors + chosen algorithms) cached so far; one per shape and math setting.
+// Channels-last operands of `dtype` (Float32, BFloat16, Float16): x (n, h, w, c), weight
+// (o, kh, kw, c), i.e. a channels-last (O, C, kh, kw) tensor, y (n, oh, ow, o); cuDNN's NHWC
+// engines, tensor cores with float32 accumulation (TF32 for float32 as allow_tf32 says). The
+// bias b (o) is of `dtype` too; db is written in `dtype` from float32 sums.
+void conv2d_nhwc_forward_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* w, const void* b, void* y);
+void conv2d_nhwc_backward_data_cuda(const Conv2dShape& s, DType dtype, const void* dy, const void* w, void* dx);
+void conv2d_nhwc_backward_filter_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* dy, void* dw);
+// y[r][c] += b[c] over y [rows][channels] (conv2d_nhwc_bias_cuda.cu), and db[c] = sum over r of
+// dy[r][c], deterministic (fixed-order partials, no atomics).
+void conv2d_nhwc_add_bias_cuda(DType dtype, void* y, const void* b, int64_t rows, int64_t channels);
+void conv2d_nhwc_backward_bias_cuda(DType dtype, const void* dy, void* db, int64_t rows, int64_t channels);
+
+// Plans (descriptors + chosen algorithms) cached so far; one per shape, operand kind and math setting.
 size_t conv2d_cuda_plan_count();
 // The algorithms chosen for this shape under the current settings, e.g.
 // "fwd IMPLICIT_PRECOMP_GEMM tensor_op | bwd_data ALGO_1 default ws 3MiB | bwd_filter -"
 // ("-" for a direction not run yet; empty when no plan exists). Shapes that take the small-C_in
 // kernels (conv2d_small_cin.h) always report "fwd small_cin fma" and "bwd_filter small_cin fma".
 std::string conv2d_cuda_algorithms(const Conv2dShape& s);
+// The same for the channels-last operands of `dtype`.
+std::string conv2d_nhwc_cuda_algorithms(const Conv2dShape& s, DType dtype);
 
 }  // namespace kernels
 }  // namespace minidl

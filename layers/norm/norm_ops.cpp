@@ -94,7 +94,7 @@ Tensor normalize(const char* op, const NormLayout& layout, const Tensor& x, cons
       y, op, std::move(inputs),
       [layout, o, xs = x.detach(), ws = detached(weight), bs = detached(bias), mean, rstd](
           const Tensor& dy_in) -> std::vector<Tensor> {
-        const Tensor dy = dy_in.to(xs.dtype());
+        const Tensor dy = dy_in.to(xs.dtype(), xs.memory_format());
         const bool half = holds_half(xs);
         MINIDL_ASSERT(dy.shape() == xs.shape() && dy.device() == xs.device());
         Tensor dx = Tensor::empty_like(xs);
@@ -146,14 +146,19 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   MINIDL_CHECK(!training || n * hw > 1, "batch_norm: expected more than 1 value per channel when training, got input ",
                shape_str(x.shape()));
   MINIDL_CHECK(eps >= 0, "batch_norm: eps must be >= 0, got ", eps);
-  return normalize("batch_norm", NormLayout::batch_norm(n, c, hw), x, weight, bias, running_mean, running_var,
-                   {training, momentum, eps, relu});
+  // Channels-last x is [N*H*W][C]: each channel is a column, the layout of BatchNorm1d, which the
+  // same kernels run (a plane of 1), reading and writing x in place of any transpose.
+  const NormLayout layout = x.is_channels_last() ? NormLayout::batch_norm(n * hw, c, 1) : NormLayout::batch_norm(n, c, hw);
+  return normalize("batch_norm", layout, x, weight, bias, running_mean, running_var, {training, momentum, eps, relu});
 }
 
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps,
                   bool relu) {
   // Under autocast GroupNorm is a float32 op: a half input is widened and the output stays float32.
   if (holds_half(x) && autocast_active()) return group_norm(as_float32(x), num_groups, weight, bias, eps, relu);
+  // A group is a strided set of channel runs in channels-last memory: normalized in NCHW order.
+  if (x.defined() && x.is_channels_last())
+    return group_norm(x.contiguous(), num_groups, weight, bias, eps, relu).to(MemoryFormat::ChannelsLast);
   check_input(x, "group_norm");
   MINIDL_CHECK(x.dim() >= 2, "group_norm: expected input (N, C, *), got ", shape_str(x.shape()));
   const int64_t n = x.size(0), c = x.size(1), hw = x.numel() / (n * c);
@@ -173,6 +178,9 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
                   bool relu) {
   // Under autocast LayerNorm is a float32 op, as GroupNorm.
   if (holds_half(x) && autocast_active()) return layer_norm(as_float32(x), normalized_shape, weight, bias, eps, relu);
+  // The affine entries are per (C, H, W) element, in NCHW order: normalized in that order.
+  if (x.defined() && x.is_channels_last())
+    return layer_norm(x.contiguous(), normalized_shape, weight, bias, eps, relu).to(MemoryFormat::ChannelsLast);
   check_input(x, "layer_norm");
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
   const Shape trailing(x.shape().end() - std::min(k, x.dim()), x.shape().end());

@@ -1,6 +1,7 @@
 // MaxPool2d and global pool ops (one autograd node each), their modules and factories.
 #include "layers/pool/pooling.h"
 
+#include <utility>
 #include <vector>
 
 #include "core/autograd.h"
@@ -42,18 +43,105 @@ std::vector<int64_t> pair_arg(LayerArgs& args, const std::string& key, int64_t f
 
 nlohmann::json pair_json(int64_t a, int64_t b) { return a == b ? nlohmann::json(a) : nlohmann::json({a, b}); }
 
-}  // namespace
-
-Tensor max_pool2d(const Tensor& x, const Pool2dGeometry& g) {
-  if (holds_half(x)) return max_pool2d(as_float32(x), g).to(x.dtype());
-  const int64_t planes = planes_of(x, "max_pool2d");
+// The output size (OH, OW) of max_pool2d on x, after checking both.
+std::pair<int64_t, int64_t> pooled_size(const Tensor& x, const Pool2dGeometry& g) {
   check_geometry(g, "max_pool2d");
   const int64_t H = x.size(2), W = x.size(3);
-  const int64_t OH = (H + 2 * g.pad_h - g.kernel_h) / g.stride_h + 1;
-  const int64_t OW = (W + 2 * g.pad_w - g.kernel_w) / g.stride_w + 1;
   MINIDL_CHECK(H + 2 * g.pad_h >= g.kernel_h && W + 2 * g.pad_w >= g.kernel_w, "max_pool2d: input ",
                shape_str(x.shape()), " is smaller than the kernel (", g.kernel_h, ", ", g.kernel_w,
                ") with padding (", g.pad_h, ", ", g.pad_w, ")");
+  return {(H + 2 * g.pad_h - g.kernel_h) / g.stride_h + 1, (W + 2 * g.pad_w - g.kernel_w) / g.stride_w + 1};
+}
+
+void check_floating_4d(const Tensor& x, const char* what) {
+  MINIDL_CHECK(x.defined() && is_floating(x.dtype()) && x.dim() == 4, what,
+               ": expects a 4-d float32, bfloat16 or float16 input (N, C, H, W), got ", x.str());
+}
+
+// Channels-last on CUDA: the NHWC kernels (pooling_nhwc_cuda.cu) in x's dtype; argmax is
+// [N][OH][OW][C] like y.
+Tensor max_pool2d_channels_last_cuda(const Tensor& x, const Pool2dGeometry& g) {
+  check_floating_4d(x, "max_pool2d");
+  const auto [OH, OW] = pooled_size(x, g);
+  const DType t = x.dtype();
+  const kernels::Pool2dNhwcShape s{x.size(0), x.size(1), x.size(2), x.size(3), OH, OW};
+  Tensor y = Tensor::empty({s.n, s.c, OH, OW}, t, x.device(), MemoryFormat::ChannelsLast);
+  const bool grad = autograd::needs_grad({x});
+  const DType index = kernels::max_pool2d_argmax_dtype(g);
+  Tensor argmax = grad ? Tensor::empty({s.n, OH, OW, s.c}, index, x.device()) : Tensor();
+  if (index == DType::UInt8)
+    kernels::max_pool2d_nhwc_forward_cuda(t, x.raw_data(), y.raw_data(),
+                                          grad ? argmax.data<uint8_t>() : static_cast<uint8_t*>(nullptr), s, g);
+  else
+    kernels::max_pool2d_nhwc_forward_cuda(t, x.raw_data(), y.raw_data(),
+                                          grad ? argmax.data<int32_t>() : static_cast<int32_t*>(nullptr), s, g);
+  if (grad) {
+    const Shape in_shape = x.shape();
+    autograd::record(y, "max_pool2d", {x}, [argmax, in_shape, s, g, t](const Tensor& dy_in) -> std::vector<Tensor> {
+      const Tensor dy = dy_in.to(t, MemoryFormat::ChannelsLast);
+      Tensor dx = Tensor::empty(in_shape, t, dy.device(), MemoryFormat::ChannelsLast);
+      if (argmax.dtype() == DType::UInt8)
+        kernels::max_pool2d_nhwc_backward_cuda(t, dy.raw_data(), argmax.data<uint8_t>(), dx.raw_data(), s, g);
+      else
+        kernels::max_pool2d_nhwc_backward_cuda(t, dy.raw_data(), argmax.data<int32_t>(), dx.raw_data(), s, g);
+      return {dx};
+    });
+  }
+  return y;
+}
+
+Tensor global_avg_pool2d_channels_last_cuda(const Tensor& x) {
+  check_floating_4d(x, "global_avg_pool2d");
+  const int64_t n = x.size(0), c = x.size(1), hw = x.size(2) * x.size(3);
+  MINIDL_CHECK(hw > 0, "global_avg_pool2d: empty planes in input ", shape_str(x.shape()));
+  const DType t = x.dtype();
+  Tensor y = Tensor::empty({n, c}, t, x.device());
+  kernels::global_avg_pool2d_nhwc_forward_cuda(t, x.raw_data(), y.raw_data(), n, hw, c);
+  if (autograd::needs_grad({x})) {
+    const Shape in_shape = x.shape();
+    autograd::record(y, "global_avg_pool2d", {x}, [in_shape, n, hw, c, t](const Tensor& dy_in) -> std::vector<Tensor> {
+      const Tensor dy = dy_in.to(t);
+      Tensor dx = Tensor::empty(in_shape, t, dy.device(), MemoryFormat::ChannelsLast);
+      kernels::global_avg_pool2d_nhwc_backward_cuda(t, dy.raw_data(), dx.raw_data(), n, hw, c);
+      return {dx};
+    });
+  }
+  return y;
+}
+
+Tensor global_max_pool2d_channels_last_cuda(const Tensor& x) {
+  check_floating_4d(x, "global_max_pool2d");
+  const int64_t n = x.size(0), c = x.size(1), hw = x.size(2) * x.size(3);
+  MINIDL_CHECK(hw > 0, "global_max_pool2d: empty planes in input ", shape_str(x.shape()));
+  const DType t = x.dtype();
+  Tensor y = Tensor::empty({n, c}, t, x.device());
+  const bool grad = autograd::needs_grad({x});
+  Tensor argmax = grad ? Tensor::empty({n, c}, DType::Int32, x.device()) : Tensor();
+  kernels::global_max_pool2d_nhwc_forward_cuda(t, x.raw_data(), y.raw_data(), grad ? argmax.data<int32_t>() : nullptr,
+                                               n, hw, c);
+  if (grad) {
+    const Shape in_shape = x.shape();
+    autograd::record(y, "global_max_pool2d", {x}, [argmax, in_shape, n, hw, c, t](const Tensor& dy_in) -> std::vector<Tensor> {
+      const Tensor dy = dy_in.to(t);
+      Tensor dx = Tensor::empty(in_shape, t, dy.device(), MemoryFormat::ChannelsLast);
+      kernels::global_max_pool2d_nhwc_backward_cuda(t, dy.raw_data(), argmax.data<int32_t>(), dx.raw_data(), n, hw, c);
+      return {dx};
+    });
+  }
+  return y;
+}
+
+}  // namespace
+
+Tensor max_pool2d(const Tensor& x, const Pool2dGeometry& g) {
+  if (x.defined() && x.is_channels_last())  // the CPU pools NCHW: reordered around it
+    return dispatch(
+        x.device(), "max_pool2d", [&] { return max_pool2d(x.contiguous(), g).to(MemoryFormat::ChannelsLast); },
+        [&] { return max_pool2d_channels_last_cuda(x, g); });
+  if (holds_half(x)) return max_pool2d(as_float32(x), g).to(x.dtype());
+  const int64_t planes = planes_of(x, "max_pool2d");
+  const auto [OH, OW] = pooled_size(x, g);
+  const int64_t H = x.size(2), W = x.size(3);
   const kernels::Pool2dShape s{planes, H, W, OH, OW};
   Tensor y = Tensor::empty({x.size(0), x.size(1), OH, OW}, DType::Float32, x.device());
   const bool grad = autograd::needs_grad({x});
@@ -99,6 +187,10 @@ Tensor max_pool2d(const Tensor& x, const Pool2dGeometry& g) {
 }
 
 Tensor global_avg_pool2d(const Tensor& x) {
+  if (x.defined() && x.is_channels_last())
+    return dispatch(
+        x.device(), "global_avg_pool2d", [&] { return global_avg_pool2d(x.contiguous()); },
+        [&] { return global_avg_pool2d_channels_last_cuda(x); });
   if (holds_half(x)) return global_avg_pool2d(as_float32(x)).to(x.dtype());
   const int64_t planes = planes_of(x, "global_avg_pool2d");
   const int64_t hw = x.size(2) * x.size(3);
@@ -131,6 +223,10 @@ Tensor global_avg_pool2d(const Tensor& x) {
 }
 
 Tensor global_max_pool2d(const Tensor& x) {
+  if (x.defined() && x.is_channels_last())
+    return dispatch(
+        x.device(), "global_max_pool2d", [&] { return global_max_pool2d(x.contiguous()); },
+        [&] { return global_max_pool2d_channels_last_cuda(x); });
   if (holds_half(x)) return global_max_pool2d(as_float32(x)).to(x.dtype());
   const int64_t planes = planes_of(x, "global_max_pool2d");
   const int64_t hw = x.size(2) * x.size(3);
