@@ -95,13 +95,13 @@ int checked_int(int64_t v, const char* what) {
   return static_cast<int>(v);
 }
 
-cudnnConvolutionDescriptor_t make_conv_desc(const Conv2dShape& s, bool tf32) {
+cudnnConvolutionDescriptor_t make_conv_desc(const Conv2dShape& s, cudnnMathType_t math) {
   cudnnConvolutionDescriptor_t d;
   MINIDL_CUDA_CHECK(cudnnCreateConvolutionDescriptor(&d));
   MINIDL_CUDA_CHECK(cudnnSetConvolution2dDescriptor(d, static_cast<int>(s.ph), static_cast<int>(s.pw),
                                                     static_cast<int>(s.sh), static_cast<int>(s.sw), 1, 1,
                                                     CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-  MINIDL_CUDA_CHECK(cudnnSetConvolutionMathType(d, tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH));
+  MINIDL_CUDA_CHECK(cudnnSetConvolutionMathType(d, math));
   return d;
 }
 
@@ -125,9 +125,13 @@ Plan* make_plan(const Conv2dShape& s, bool tf32, Operands ops) {
   MINIDL_CUDA_CHECK(cudnnCreateFilterDescriptor(&p->w));
   MINIDL_CUDA_CHECK(cudnnSetFilter4dDescriptor(p->w, type, format, static_cast<int>(s.o), static_cast<int>(s.c),
                                                static_cast<int>(s.kh), static_cast<int>(s.kw)));
-  p->fwd.conv = make_conv_desc(s, tf32);
-  p->bwd_data.conv = make_conv_desc(s, tf32);
-  p->bwd_filter.conv = make_conv_desc(s, tf32);
+  // Half operands ask for tensor cores from the start: the heuristics rank under the
+  // descriptor's math type.
+  const cudnnMathType_t math =
+      is_half(ops.dtype) ? CUDNN_TENSOR_OP_MATH : (tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH);
+  p->fwd.conv = make_conv_desc(s, math);
+  p->bwd_data.conv = make_conv_desc(s, math);
+  p->bwd_filter.conv = make_conv_desc(s, math);
   int n, c, h, w;
   MINIDL_CUDA_CHECK(cudnnGetConvolution2dForwardOutputDim(p->fwd.conv, p->x, p->w, &n, &c, &h, &w));
   MINIDL_ASSERT(n == s.n && c == s.o && h == s.oh() && w == s.ow());
@@ -164,9 +168,12 @@ bool is_tensor_op(cudnnMathType_t m) {
 template <class Algo, class Perf, class SizeFn>
 void adopt_best(Choice<Algo>& choice, const std::vector<Perf>& perf, int count, const PlanKey& key,
                 const char* direction, SizeFn workspace_size) {
+  // Half operands: the tensor-core entries first (pass 0), any other only when none fits.
+  for (int pass = is_half(key.dtype) ? 0 : 1; pass < 2; ++pass)
   for (int i = 0; i < count; ++i) {
     const Perf& p = perf[i];
     if (p.status != CUDNN_STATUS_SUCCESS) continue;
+    if (pass == 0 && !is_tensor_op(p.mathType)) continue;
     if (key.deterministic && p.determinism != CUDNN_DETERMINISTIC) continue;
     const bool exact_float32 = !key.tf32 && key.dtype == DType::Float32;
     if (exact_float32 && is_tensor_op(p.mathType)) continue;
