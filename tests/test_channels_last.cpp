@@ -4,6 +4,7 @@
 // kernels, or runs BatchNorm as [N*H*W][C]) and on the GPU (cuDNN's NHWC engines and the NHWC
 // norm and pooling kernels) in float32, bfloat16 and float16.
 #include <cmath>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,8 @@
 #include "core/tensor.h"
 #include "core/tensor_ops.h"
 #include "layers/registry.h"
+#include "train/trainer.h"
+#include "json_lines.h"
 #include "test_util.h"
 
 using namespace minidl;
@@ -297,4 +300,42 @@ TEST_CASE("CUDA channels_last forward and backward repeat their bits", "[layout]
     };
     CHECK(run() == run());
   }
+}
+
+TEST_CASE("training: channels_last on the CPU repeats its bits and tracks the contiguous run", "[training][layout]") {
+  MINIDL_REQUIRE_DATA();
+  test::TempDir dir("channels_last");
+  json c = json::parse(R"({
+    "seed": 3, "device": "cpu", "epochs": 1, "batch_size": 64,
+    "data": {"train_limit": 256, "augment": {"crop_padding": 2, "flip": true}},
+    "model": {"layers": [
+      {"type": "Conv2d", "in_channels": 3, "out_channels": 8, "kernel_size": 3, "padding": 1, "bias": false},
+      {"type": "BatchNorm2d", "num_features": 8, "relu": true},
+      {"type": "MaxPool2d", "kernel_size": 2},
+      {"type": "Residual", "body": [{"type": "Conv2d", "in_channels": 8, "out_channels": 8, "kernel_size": 3,
+                                     "padding": 1, "bias": false},
+                                    {"type": "BatchNorm2d", "num_features": 8, "relu": true}]},
+      {"type": "GlobalMaxPool2d"},
+      {"type": "Linear", "in_features": 8, "out_features": 10}]},
+    "optimizer": {"type": "SGD", "lr": 0.05, "momentum": 0.9},
+    "eval": {"tta": "none", "batch_size": 2500},
+    "output": {"progress": false}
+  })");
+  c["data"]["dir"] = test::data_dir();
+  auto train = [&](const std::string& name, const std::string& format) {
+    c["memory_format"] = format;
+    const std::string config = dir.file(name + ".json");
+    std::ofstream(config) << c.dump();
+    TrainOptions o;
+    o.config_path = config;
+    o.output_dir = dir.file(name);
+    REQUIRE(train_command(o) == 0);
+    return test::read_json_lines(dir.file(name) + "/steps.jsonl");
+  };
+  const auto a = train("a", "channels_last"), b = train("b", "channels_last"), nchw = train("c", "contiguous");
+  REQUIRE(a.size() == 4);
+  REQUIRE(a == b);
+  // BatchNorm's sums run in another order in NHWC, so the runs agree to rounding, not bit for bit.
+  for (size_t i = 0; i < a.size(); ++i)
+    CHECK(a[i]["loss"].get<double>() == Approx(nchw[i]["loss"].get<double>()).epsilon(1e-3));
 }
