@@ -39,25 +39,20 @@
 #include "core/cuda/kernel_helpers.cuh"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
+#include "layers/pool/pooling_index.cuh"
 #include "layers/pool/pooling_kernels.h"
 
 namespace minidl::kernels {
 
 namespace {
 
-constexpr int kBlock = 256;
+using pool_index::covering_windows;
+using pool_index::FastDiv;
+using pool_index::kBlock;
+using pool_index::launch;
 constexpr int kWarp = 32;
 constexpr int kUnroll = 2;  // units of work whose loads a k2 thread issues before using any
 
-// n / d for 0 <= n < 2^31 by multiply-high (Granlund & Montgomery; as PyTorch's IntDivider).
-struct FastDiv {
-  uint32_t d, magic, shift;
-  explicit FastDiv(uint32_t divisor) : d(divisor), magic(0), shift(0) {
-    while (shift < 32 && (uint64_t{1} << shift) < divisor) ++shift;
-    magic = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << shift) - divisor)) / divisor + 1);
-  }
-  __device__ __forceinline__ uint32_t div(uint32_t n) const { return (__umulhi(n, magic) + n) >> shift; }
-};
 
 // ---- any geometry ----
 
@@ -93,12 +88,6 @@ __global__ void max_pool2d_forward_kernel(const float* __restrict__ x, float* __
   }
 }
 
-// [lo, hi): the windows along one axis whose span [o*s - pad, o*s - pad + k) covers input i.
-__device__ __forceinline__ void covering_windows(int i, int k, int pad, int out, const FastDiv& s, int* lo, int* hi) {
-  const int first = i + pad - k + 1;
-  *lo = first <= 0 ? 0 : static_cast<int>(s.div(static_cast<uint32_t>(first) + s.d - 1));
-  *hi = min(static_cast<int>(s.div(static_cast<uint32_t>(i + pad))) + 1, out);
-}
 
 template <class Index>
 __global__ void max_pool2d_backward_gather_kernel(const float* __restrict__ dy, const Index* __restrict__ argmax,
@@ -333,20 +322,6 @@ K2Params make_k2_params(const Pool2dShape& s, int v) {
           static_cast<int>(s.W), static_cast<int>(s.OH)};
 }
 
-// Blocks of kBlock threads for `threads` threads, at most as many as are resident at once at this
-// kernel's own occupancy (its registers decide it; asked once per kernel), so the grid-stride
-// loops run as one even wave.
-template <class Kernel>
-int grid_for(Kernel kernel, int64_t threads) {
-  return cuda::clamp_grid(cuda::ceil_div(threads, kBlock),
-                          cuda::resident_blocks_of(reinterpret_cast<const void*>(kernel), kBlock));
-}
-
-template <class Kernel, class... Args>
-void launch(Kernel kernel, int64_t threads, Args... args) {
-  kernel<<<grid_for(kernel, threads), kBlock, 0, cuda::stream()>>>(args...);
-  MINIDL_LAUNCH_CHECK();
-}
 
 template <class Index>
 void forward_cuda(const float* x, float* y, Index* argmax, const Pool2dShape& s, const Pool2dGeometry& g) {

@@ -42,24 +42,19 @@
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "core/half_types.h"
+#include "layers/pool/pooling_index.cuh"
 #include "layers/pool/pooling_kernels.h"
 
 namespace minidl::kernels {
 
 namespace {
 
-constexpr int kBlock = 256;
+using pool_index::covering_windows;
+using pool_index::FastDiv;
+using pool_index::kBlock;
+using pool_index::launch;
 constexpr int kGlobalUnroll = 4;  // unrolled pixels of the global forwards: loads in flight per thread
 
-// n / d for 0 <= n < 2^31 by multiply-high (Granlund & Montgomery), as in pooling_cuda.cu.
-struct FastDiv {
-  uint32_t d, magic, shift;
-  explicit FastDiv(uint32_t divisor) : d(divisor), magic(0), shift(0) {
-    while (shift < 32 && (uint64_t{1} << shift) < divisor) ++shift;
-    magic = static_cast<uint32_t>(((uint64_t{1} << 32) * ((uint64_t{1} << shift) - divisor)) / divisor + 1);
-  }
-  __device__ __forceinline__ uint32_t div(uint32_t n) const { return (__umulhi(n, magic) + n) >> shift; }
-};
 
 // ---- a thread's V channels ----
 
@@ -178,12 +173,6 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
-// [lo, hi): the windows along one axis whose span [o*s - pad, o*s - pad + k) covers input i.
-__device__ __forceinline__ void covering_windows(int i, int k, int pad, int out, const FastDiv& s, int* lo, int* hi) {
-  const int first = i + pad - k + 1;
-  *lo = first <= 0 ? 0 : static_cast<int>(s.div(static_cast<uint32_t>(first) + s.d - 1));
-  *hi = min(static_cast<int>(s.div(static_cast<uint32_t>(i + pad))) + 1, out);
-}
 
 template <class T, int V, class Index>
 __global__ void __launch_bounds__(kBlock)
@@ -342,19 +331,6 @@ void check_elements(int64_t elements, const char* what) {
 
 uint32_t u32(int64_t v) { return static_cast<uint32_t>(v); }
 
-// Blocks of kBlock threads for `threads` threads, at most one resident wave at this kernel's own
-// occupancy, so that the grid-stride loops run as one even wave (as in pooling_cuda.cu).
-template <class Kernel>
-int grid_for(Kernel kernel, int64_t threads) {
-  return cuda::clamp_grid(cuda::ceil_div(threads, kBlock),
-                          cuda::resident_blocks_of(reinterpret_cast<const void*>(kernel), kBlock));
-}
-
-template <class Kernel, class... Args>
-void launch(Kernel kernel, int64_t threads, Args... args) {
-  kernel<<<grid_for(kernel, threads), kBlock, 0, cuda::stream()>>>(args...);
-  MINIDL_LAUNCH_CHECK();
-}
 
 // Parameters of a max-pool launch whose threads walk the output plane (forward) or the input
 // plane (backward), V channels each.
