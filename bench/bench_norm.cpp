@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/allocator.h"
@@ -13,6 +14,7 @@
 #include "core/philox.h"
 #include "core/tensor.h"
 #include "bench/norm_reference.h"
+#include "core/layout_kernels.h"
 #include "layers/norm/norm_kernels.h"
 #ifdef MINIDL_WITH_CUDA
 #include "core/cuda/profiler_events.h"
@@ -58,7 +60,38 @@ struct Options {
   int reps = 50;
   int warmup = 10;
   norm::NormPath path = norm::NormPath::Auto;  // --path: every shape on this path where it can run
+  DType dtype = DType::Float32;                // --dtype: of x, y, dy, dx (statistics stay float32)
+  bool channels_last = false;                  // --memory-format channels_last: NHWC activations
+  std::string torch_json;                      // --torch: PyTorch's figures of this mode, same run
+  // The mode of docs/perf/anchors.md (float32 NCHW), whose figures are built in.
+  bool anchor_mode() const { return dtype == DType::Float32 && !channels_last; }
 };
+
+DType parse_dtype(const std::string& s) {
+  if (s == "fp32" || s == "float32") return DType::Float32;
+  if (s == "bf16" || s == "bfloat16") return DType::BFloat16;
+  if (s == "fp16" || s == "float16") return DType::Float16;
+  fail(str("bench norm: --dtype must be fp32, bf16 or fp16, got '", s, "'"));
+}
+
+// PyTorch's figures from scripts/bench/torch_norm.py --json, by (layer, shape).
+std::map<std::pair<std::string, std::string>, std::pair<double, double>> read_torch_json(const std::string& path) {
+  std::ifstream f(path);
+  MINIDL_CHECK(f.good(), "bench norm: cannot read --torch ", path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    fail(str("bench norm: --torch ", path, " is not JSON: ", e.what()));
+  }
+  MINIDL_CHECK(j.contains("results") && j["results"].is_array(), "bench norm: --torch ", path,
+               " has no \"results\" array (write it with scripts/bench/torch_norm.py --json)");
+  std::map<std::pair<std::string, std::string>, std::pair<double, double>> out;
+  for (const auto& r : j["results"])
+    out[{r.at("layer").get<std::string>(), r.at("shape").get<std::string>()}] = {r.at("fwd_ms").get<double>(),
+                                                                                 r.at("bwd_ms").get<double>()};
+  return out;
+}
 
 norm::NormPath parse_path(const std::string& s) {
   for (norm::NormPath p : {norm::NormPath::Auto, norm::NormPath::Block, norm::NormPath::Cluster,
@@ -133,8 +166,10 @@ Timing time_calls(const std::function<void()>& fn, const Options& o) {
 double copy_bandwidth(const Options& o) {
   const size_t bytes = size_t{1} << 30;
   std::shared_ptr<void> src = allocate(bytes, Device::cuda()), dst = allocate(bytes, Device::cuda());
-  const Timing t = time_calls([&] { copy_bytes(dst.get(), Device::cuda(), src.get(), Device::cuda(), bytes); },
-                              {o.json, std::max(10, o.reps / 5), 3});
+  Options copies = o;
+  copies.reps = std::max(10, o.reps / 5);
+  copies.warmup = 3;
+  const Timing t = time_calls([&] { copy_bytes(dst.get(), Device::cuda(), src.get(), Device::cuda(), bytes); }, copies);
   return 2.0 * static_cast<double>(bytes) / (t.call_ms * 1e-3);
 }
 
@@ -163,23 +198,54 @@ struct Result {
   bool valid = false;
 };
 
-// The buffers of one layer on one shape, on the GPU.
+// How a layer's kernels see an activation of one shape in one mode, as the layer ops do
+// (layers/norm/norm_ops.cpp): in channels-last memory BatchNorm2d is [N*H*W][C] (which the
+// kernels fold into tiles of whole rows), LayerNorm([C,H,W]) keeps its rows (its weight and bias
+// taken in (H, W, C) order), and GroupNorm, whose groups are strided there, is reordered to NCHW
+// before its kernels and back after them. `reorder` says the last: (batch, C, H*W) > 0.
+struct Subject {
+  NormLayout layout;
+  int64_t reorder_n = 0, reorder_c = 0, reorder_hw = 0;
+};
+
+// The buffers of one layer on one shape, on the GPU: x, dy, y, dx of the mode's dtype in the
+// kernels' order (and, when reordered, the NHWC tensors the layer is given and returns).
 struct Problem {
   NormLayout layout;
+  DType dtype = DType::Float32;
+  Subject subject;
   Tensor x, dy, weight, bias, y, mean, rstd, running_mean, running_var, dx, dweight, dbias;
+  Tensor x_nhwc, dy_nhwc, y_nhwc, dx_nhwc;  // reorder only
 
-  Problem(const NormLayout& l, uint64_t seed) : layout(l) {
+  Problem(const Subject& sub, DType d, uint64_t seed) : layout(sub.layout), dtype(d), subject(sub) {
     const Device gpu = Device::cuda();
-    const int64_t n = l.numel(), f = l.features, g = l.groups();
-    x = Tensor::from_vector(normal_values(n, seed, 5.0, 3.0), {n}, gpu);
-    dy = Tensor::from_vector(normal_values(n, seed + 1, 0.0, 1.0), {n}, gpu);
+    const int64_t n = layout.numel(), f = layout.features, g = layout.groups();
+    x = Tensor::from_vector(normal_values(n, seed, 5.0, 3.0), {n}, gpu).to(d);
+    dy = Tensor::from_vector(normal_values(n, seed + 1, 0.0, 1.0), {n}, gpu).to(d);
     weight = Tensor::from_vector(normal_values(f, seed + 2, 1.0, 0.2), {f}, gpu);
     bias = Tensor::from_vector(normal_values(f, seed + 3, 0.0, 0.2), {f}, gpu);
-    for (Tensor* t : {&y, &dx}) *t = Tensor::empty({n}, DType::Float32, gpu);
+    for (Tensor* t : {&y, &dx}) *t = Tensor::empty({n}, d, gpu);
     for (Tensor* t : {&mean, &rstd}) *t = Tensor::empty({g}, DType::Float32, gpu);
     for (Tensor* t : {&dweight, &dbias}) *t = Tensor::empty({f}, DType::Float32, gpu);
     running_mean = Tensor::zeros({f}, DType::Float32, gpu);
     running_var = Tensor::full({f}, 1.f, gpu);
+    if (sub.reorder_n > 0) {
+      for (Tensor* t : {&x_nhwc, &dy_nhwc, &y_nhwc, &dx_nhwc}) *t = Tensor::empty({n}, d, gpu);
+      to_nhwc(x, x_nhwc);
+      to_nhwc(dy, dy_nhwc);
+    }
+  }
+
+  bool half() const { return dtype != DType::Float32; }
+  float* f32(const Tensor& t) const { return half() ? nullptr : t.data<float>(); }
+
+  void to_nchw(const Tensor& from, const Tensor& to) const {
+    kernels::transpose_cast_cuda(from.raw_data(), dtype, to.raw_data(), dtype, subject.reorder_n, subject.reorder_hw,
+                                 subject.reorder_c);
+  }
+  void to_nhwc(const Tensor& from, const Tensor& to) const {
+    kernels::transpose_cast_cuda(from.raw_data(), dtype, to.raw_data(), dtype, subject.reorder_n, subject.reorder_c,
+                                 subject.reorder_hw);
   }
 
   norm::NormPath fwd_path = norm::NormPath::Auto, bwd_path = norm::NormPath::Auto;
@@ -187,10 +253,10 @@ struct Problem {
   norm::NormForward forward_args() const {
     norm::NormForward a;
     a.path = fwd_path;
-    a.x = x.data<float>();
+    a.x = f32(x);
     a.weight = weight.data<float>();
     a.bias = bias.data<float>();
-    a.y = y.data<float>();
+    a.y = f32(y);
     a.mean = mean.data<float>();
     a.rstd = rstd.data<float>();
     if (layout.kind == NormKind::Channel) {
@@ -203,42 +269,77 @@ struct Problem {
   norm::NormBackward backward_args() const {
     norm::NormBackward b;
     b.path = bwd_path;
-    b.x = x.data<float>();
-    b.dy = dy.data<float>();
+    b.x = f32(x);
+    b.dy = f32(dy);
     b.weight = weight.data<float>();
     b.bias = bias.data<float>();
     b.mean = mean.data<float>();
     b.rstd = rstd.data<float>();
-    b.dx = dx.data<float>();
+    b.dx = f32(dx);
     b.dweight = dweight.data<float>();
     b.dbias = dbias.data<float>();
     return b;
   }
+
+  // The layer's forward: what it is given to what it returns (the reorders included).
+  norm::NormRun forward(const norm::NormForward& a) const {
+    if (subject.reorder_n > 0) to_nchw(x_nhwc, x);
+    norm::NormRun run = half() ? norm::forward_half_cuda(layout, a, dtype, x.raw_data(), y.raw_data())
+                               : norm::forward_cuda(layout, a);
+    if (subject.reorder_n > 0) {
+      to_nhwc(y, y_nhwc);
+      run.launches += 2;
+    }
+    return run;
+  }
+  norm::NormRun backward(const norm::NormBackward& b) const {
+    if (subject.reorder_n > 0) to_nchw(dy_nhwc, dy);
+    norm::NormRun run = half() ? norm::backward_half_cuda(layout, b, dtype, x.raw_data(), dy.raw_data(), dx.raw_data())
+                               : norm::backward_cuda(layout, b);
+    if (subject.reorder_n > 0) {
+      to_nhwc(dx, dx_nhwc);
+      run.launches += 2;
+    }
+    return run;
+  }
 };
 
-// Fast forward and backward once, the oracle on copies of the outputs, the worst errors.
+std::vector<float> float_values(const Tensor& t) { return t.to(DType::Float32).to_vector(); }
+
+// Fast forward and backward once, the float64 oracle on float32 copies of the same inputs (a half
+// input widens exactly), the worst errors. y and dx of a half type are rounded once: they may
+// differ from the oracle by half a unit in the last place of that type (2^-8 bf16, 2^-11 fp16
+// relative), on top of the float32 tolerances of tests/test_norm_cuda.cpp.
 void validate(Problem& p, Result& r) {
-  norm::forward_cuda(p.layout, p.forward_args());
-  norm::backward_cuda(p.layout, p.backward_args());
-  const std::vector<float> y = p.y.to_vector(), mean = p.mean.to_vector(), rstd = p.rstd.to_vector();
-  const std::vector<float> dx = p.dx.to_vector(), dw = p.dweight.to_vector(), db = p.dbias.to_vector();
-  Problem ref = p;  // same inputs; outputs and running statistics in fresh buffers
-  ref.y = Tensor::empty_like(p.y);
+  p.forward(p.forward_args());
+  p.backward(p.backward_args());
+  if (p.subject.reorder_n > 0) {  // the layer's outputs, back in the kernels' order
+    p.to_nchw(p.y_nhwc, p.y);
+    p.to_nchw(p.dx_nhwc, p.dx);
+  }
+  const std::vector<float> y = float_values(p.y), mean = p.mean.to_vector(), rstd = p.rstd.to_vector();
+  const std::vector<float> dx = float_values(p.dx), dw = p.dweight.to_vector(), db = p.dbias.to_vector();
+  Problem ref = p;  // same inputs, widened to float32; outputs and running statistics in fresh buffers
+  ref.dtype = DType::Float32;
+  ref.x = p.x.to(DType::Float32);
+  ref.dy = p.dy.to(DType::Float32);
+  ref.y = Tensor::empty_like(ref.x);
   ref.mean = Tensor::empty_like(p.mean);
   ref.rstd = Tensor::empty_like(p.rstd);
-  ref.dx = Tensor::empty_like(p.dx);
+  ref.dx = Tensor::empty_like(ref.x);
   ref.dweight = Tensor::empty_like(p.dweight);
   ref.dbias = Tensor::empty_like(p.dbias);
   ref.running_mean = Tensor::zeros_like(p.running_mean);
   ref.running_var = Tensor::full(p.running_var.shape(), 1.f, Device::cuda());
   norm::forward_reference_cuda(ref.layout, ref.forward_args());
-  norm::backward_reference_cuda(ref.layout, ref.backward_args(), p.y.data<float>(), 1e-5);
-  r.fwd_error = std::max({rel_error(y, ref.y.to_vector()), rel_error(mean, ref.mean.to_vector()),
-                          rel_error(rstd, ref.rstd.to_vector())});
-  r.bwd_error = std::max({rel_error(dx, ref.dx.to_vector()), rel_error(dw, ref.dweight.to_vector()),
-                          rel_error(db, ref.dbias.to_vector())});
-  // The tolerances of tests/test_norm_cuda.cpp.
-  r.valid = r.fwd_error <= 2e-6 && r.bwd_error <= 2e-5;
+  norm::backward_reference_cuda(ref.layout, ref.backward_args(), ref.y.data<float>(), 1e-5);
+  const double rounding = p.dtype == DType::BFloat16 ? 0x1p-8 : p.dtype == DType::Float16 ? 0x1p-11 : 0;
+  const double y_error = rel_error(y, ref.y.to_vector()), dx_error = rel_error(dx, ref.dx.to_vector());
+  r.fwd_error = std::max({y_error, rel_error(mean, ref.mean.to_vector()), rel_error(rstd, ref.rstd.to_vector())});
+  r.bwd_error = std::max({dx_error, rel_error(dw, ref.dweight.to_vector()), rel_error(db, ref.dbias.to_vector())});
+  r.valid = std::max(rel_error(mean, ref.mean.to_vector()), rel_error(rstd, ref.rstd.to_vector())) <= 2e-6 &&
+            y_error <= rounding + 2e-6 && dx_error <= 2 * rounding + 2e-5 &&
+            std::max(rel_error(dw, ref.dweight.to_vector()), rel_error(db, ref.dbias.to_vector())) <= 2e-5;
 }
 
 // Puts each pass of `p` on `path` where that path can run it, on Auto where it cannot.
@@ -256,24 +357,24 @@ void force_path(Problem& p, norm::NormPath path) {
   if (!runs([&] { norm::plan_backward_cuda(p.layout, p.backward_args()); })) p.bwd_path = norm::NormPath::Auto;
 }
 
-Result measure(const std::string& layer, const std::string& shape, const NormLayout& l, double torch_fwd,
+Result measure(const std::string& layer, const std::string& shape, const Subject& sub, double torch_fwd,
                double torch_bwd, bool large, double bandwidth, const Options& o, uint64_t seed) {
   Result r;
   r.layer = layer;
   r.shape = shape;
   r.large = large;
-  r.bytes = l.numel() * 4;
+  r.bytes = sub.layout.numel() * static_cast<int64_t>(dtype_size(o.dtype));
   r.floor_fwd_ms = 2.0 * static_cast<double>(r.bytes) / bandwidth * 1e3;
   r.floor_bwd_ms = 3.0 * static_cast<double>(r.bytes) / bandwidth * 1e3;
   r.torch_fwd_ms = torch_fwd;
   r.torch_bwd_ms = torch_bwd;
-  Problem p(l, seed);
+  Problem p(sub, o.dtype, seed);
   force_path(p, o.path);
   validate(p, r);
   const norm::NormForward fa = p.forward_args();
   const norm::NormBackward ba = p.backward_args();
-  r.fwd = time_calls([&] { r.fwd_run = norm::forward_cuda(l, fa); }, o);
-  r.bwd = time_calls([&] { r.bwd_run = norm::backward_cuda(l, ba); }, o);
+  r.fwd = time_calls([&] { r.fwd_run = p.forward(fa); }, o);
+  r.bwd = time_calls([&] { r.bwd_run = p.backward(ba); }, o);
   return r;
 }
 
@@ -360,6 +461,69 @@ nlohmann::json summarize(const std::vector<Result>& results) {
   return out;
 }
 
+// The targets of issue 9 for a bfloat16/float16 or channels-last run, against PyTorch's figures of
+// the same mode (--torch), per layer: geometric means over the large shapes >= 3x, forward and
+// backward each; slower at no shape; on tensors of 16 MB and more forward <= 1.6x and backward
+// <= 1.8x the floor (the floor of the mode's bytes: 2 per element in a half type).
+nlohmann::json summarize_mode(const std::vector<Result>& results) {
+  nlohmann::json out = nlohmann::json::object();
+  auto mark = [](bool ok) { return ok ? "met" : "MISSED"; };
+  std::printf("\ngeometric means over the 8 large shapes against PyTorch in the same mode (--torch), and the targets\n");
+  for (int k = 0; k < 3; ++k) {
+    std::vector<double> ff, bf, fs, bs;
+    bool never_slower = true, floors = true, have_torch = true;
+    for (const Result& r : results) {
+      if (r.layer != kLayerNames[k]) continue;
+      have_torch = have_torch && r.torch_fwd_ms > 0;
+      never_slower = never_slower && r.fwd.call_ms <= r.torch_fwd_ms && r.bwd.call_ms <= r.torch_bwd_ms;
+      if (r.bytes >= 16'000'000)
+        floors = floors && r.fwd.call_ms <= 1.6 * r.floor_fwd_ms && r.bwd.call_ms <= 1.8 * r.floor_bwd_ms;
+      if (!r.large) continue;
+      ff.push_back(r.fwd.call_ms / r.floor_fwd_ms);
+      bf.push_back(r.bwd.call_ms / r.floor_bwd_ms);
+      fs.push_back(r.torch_fwd_ms / r.fwd.call_ms);
+      bs.push_back(r.torch_bwd_ms / r.bwd.call_ms);
+    }
+    const double gfs = geomean(fs), gbs = geomean(bs), met = 3.0 * (1 - 1e-9);
+    if (have_torch)
+      std::printf("%-11s fwd %.2fx floor, %.2fx PyTorch | bwd %.2fx floor, %.2fx PyTorch | >= 3x both: %s | never "
+                  "slower: %s | >= 16 MB within 1.6x / 1.8x of the floor: %s\n",
+                  kLayerNames[k], geomean(ff), gfs, geomean(bf), gbs, mark(gfs >= met && gbs >= met),
+                  mark(never_slower), mark(floors));
+    else
+      std::printf("%-11s fwd %.2fx floor | bwd %.2fx floor | >= 16 MB within 1.6x / 1.8x of the floor: %s | no "
+                  "PyTorch figures (--torch)\n",
+                  kLayerNames[k], geomean(ff), geomean(bf), mark(floors));
+    out[kLayerNames[k]] = {{"fwd_x_floor", geomean(ff)}, {"bwd_x_floor", geomean(bf)}, {"floor_target_met", floors}};
+    if (have_torch) {
+      out[kLayerNames[k]]["fwd_speedup"] = gfs;
+      out[kLayerNames[k]]["bwd_speedup"] = gbs;
+      out[kLayerNames[k]]["speedup_target_met"] = gfs >= met && gbs >= met;
+      out[kLayerNames[k]]["never_slower"] = never_slower;
+    }
+  }
+  return out;
+}
+
+// How layer k sees the (N, C, H, W) activation of anchor a (Subject).
+Subject subject_of(int k, const Anchor& a, int64_t groups, bool channels_last) {
+  const int64_t hw = a.h * a.w;
+  Subject s;
+  if (k == 0) {
+    s.layout = channels_last ? NormLayout::batch_norm(a.n * hw, a.c, 1) : NormLayout::batch_norm(a.n, a.c, hw);
+  } else if (k == 1) {
+    s.layout = NormLayout::group_norm(a.n, a.c, hw, groups);
+    if (channels_last) {
+      s.reorder_n = a.n;
+      s.reorder_c = a.c;
+      s.reorder_hw = hw;
+    }
+  } else {
+    s.layout = NormLayout::layer_norm(a.n, a.c * hw);
+  }
+  return s;
+}
+
 }  // namespace
 
 int bench_norm_main(const std::vector<std::string>& args) {
@@ -373,7 +537,15 @@ int bench_norm_main(const std::vector<std::string>& args) {
     else if (args[i] == "--reps") o.reps = std::stoi(value());
     else if (args[i] == "--warmup") o.warmup = std::stoi(value());
     else if (args[i] == "--path") o.path = parse_path(value());
-    else fail(str("bench norm: unknown option '", args[i], "' (--json FILE, --reps N, --warmup N, --path P)"));
+    else if (args[i] == "--dtype") o.dtype = parse_dtype(value());
+    else if (args[i] == "--memory-format") {
+      const std::string f = value();
+      MINIDL_CHECK(f == "contiguous" || f == "channels_last", "bench norm: --memory-format must be contiguous or "
+                   "channels_last, got '", f, "'");
+      o.channels_last = f == "channels_last";
+    } else if (args[i] == "--torch") o.torch_json = value();
+    else fail(str("bench norm: unknown option '", args[i], "' (--json FILE, --reps N, --warmup N, --path P, --dtype D, "
+                  "--memory-format F, --torch FILE)"));
   }
   MINIDL_CHECK(o.reps >= 1 && o.warmup >= 0, "bench norm: --reps must be >= 1 and --warmup >= 0");
   MINIDL_CHECK(cuda_available(), "bench norm: needs a CUDA GPU (this build or machine has none)");
@@ -392,30 +564,49 @@ int bench_norm_main(const std::vector<std::string>& args) {
   std::printf("%-11s %-18s %6s | %8s %8s %6s %4s %7s %6s | %8s %8s %6s %4s %7s %6s | %-10s %-10s | %s\n", "layer",
               "shape", "MB", "fwd ms", "b2b", "floor", "bw", "PyTorch", "vs", "bwd ms", "b2b", "floor", "bw", "PyTorch",
               "vs", "fwd path", "bwd path", "oracle");
+  // PyTorch's figures: docs/perf/anchors.md in its mode (float32 NCHW), else --torch (same mode,
+  // same run), else none (the ratios print as 0).
+  std::map<std::pair<std::string, std::string>, std::pair<double, double>> torch;
+  if (!o.torch_json.empty()) torch = read_torch_json(o.torch_json);
+  auto torch_ms = [&](const std::string& layer, const std::string& shape, double anchor_fwd, double anchor_bwd) {
+    if (o.torch_json.empty()) return o.anchor_mode() ? std::make_pair(anchor_fwd, anchor_bwd) : std::make_pair(0.0, 0.0);
+    const auto it = torch.find({layer, shape});
+    return it == torch.end() ? std::make_pair(0.0, 0.0) : it->second;
+  };
+  std::printf("mode: %s, %s (%s)\n\n", dtype_name(o.dtype), o.channels_last ? "channels_last" : "contiguous",
+              o.torch_json.empty() ? (o.anchor_mode() ? "PyTorch: docs/perf/anchors.md" : "no PyTorch figures")
+                                   : str("PyTorch: ", o.torch_json).c_str());
   std::vector<Result> results;
   uint64_t seed = 7;
   for (const Anchor& a : kAnchors) {
     const std::string shape = str("(", a.n, ",", a.c, ",", a.h, ",", a.w, ")");
-    const int64_t hw = a.h * a.w, groups = a.c % 32 == 0 ? 32 : 1;
-    const NormLayout layouts[3] = {NormLayout::batch_norm(a.n, a.c, hw), NormLayout::group_norm(a.n, a.c, hw, groups),
-                                   NormLayout::layer_norm(a.n, a.c * hw)};
+    const int64_t groups = a.c % 32 == 0 ? 32 : 1;
     for (int k = 0; k < 3; ++k) {
       const std::string name = k == 1 ? str(shape, " G", groups) : shape;
-      results.push_back(measure(kLayerNames[k], name, layouts[k], a.fwd[k], a.bwd[k], a.large, bandwidth, o, seed += 10));
+      const auto [tf, tb] = torch_ms(kLayerNames[k], name, a.fwd[k], a.bwd[k]);
+      results.push_back(measure(kLayerNames[k], name, subject_of(k, a, groups, o.channels_last), tf, tb, a.large,
+                                bandwidth, o, seed += 10));
       print_row(results.back());
     }
   }
   for (const TransformerAnchor& a : kTransformerAnchors) {
-    results.push_back(measure("LayerNorm", str("(", a.rows, ",", a.d, ") last"), NormLayout::layer_norm(a.rows, a.d),
-                              a.fwd, a.bwd, false, bandwidth, o, seed += 10));
+    const std::string name = str("(", a.rows, ",", a.d, ") last");
+    const auto [tf, tb] = torch_ms("LayerNorm", name, a.fwd, a.bwd);
+    results.push_back(measure("LayerNorm", name, Subject{NormLayout::layer_norm(a.rows, a.d)}, tf, tb, false, bandwidth,
+                              o, seed += 10));
     print_row(results.back());
   }
-  nlohmann::json summary = summarize(results);
+  nlohmann::json summary = o.anchor_mode() && o.torch_json.empty() ? summarize(results) : summarize_mode(results);
   bool valid = true;
   for (const Result& r : results) valid = valid && r.valid;
   if (!o.json.empty()) {
-    nlohmann::json j = {{"bandwidth_bytes_per_s", bandwidth}, {"reps", o.reps}, {"warmup", o.warmup},
-                        {"summary", summary},                  {"all_valid", valid}};
+    nlohmann::json j = {{"bandwidth_bytes_per_s", bandwidth},
+                        {"reps", o.reps},
+                        {"warmup", o.warmup},
+                        {"dtype", dtype_name(o.dtype)},
+                        {"memory_format", o.channels_last ? "channels_last" : "contiguous"},
+                        {"summary", summary},
+                        {"all_valid", valid}};
     for (const Result& r : results) j["results"].push_back(to_json(r));
     std::ofstream f(o.json);
     MINIDL_CHECK(f.good(), "bench norm: cannot write ", o.json);

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "train/config.h"
+#include "train/precision.h"
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/error.h"
 #include "core/json_limits.h"
@@ -20,6 +22,7 @@
 #include "layers/loss/loss.h"
 #include "layers/module.h"
 #include "layers/registry.h"
+#include "optim/grad_scaler.h"
 #include "optim/named_params.h"
 #include "optim/optimizer.h"
 
@@ -31,12 +34,14 @@ using Named = std::vector<std::pair<std::string, Tensor>>;
 const char* kUsage =
     "usage: minidl parity --spec LAYER_JSON --in IN.safetensors --out OUT.safetensors\n"
     "                     [--device cpu|cuda] [--train|--eval] [--no-tf32]\n"
+    "                     [--precision fp32|bf16|fp16] [--memory-format contiguous|channels_last]\n"
     "       minidl parity --config CONFIG.json --in IN.safetensors --out OUT.safetensors\n"
-    "                     [--device cpu|cuda] [--no-tf32]\n"
+    "                     [--device cpu|cuda] [--no-tf32] [--precision P] [--memory-format F]\n"
     "LAYER_JSON is a file or the JSON text itself; see bench/parity.h and docs/parity.md.";
 
 struct ParityArgs {
   std::string spec, config, in, out, device = "cpu";
+  std::string precision, memory_format;  // empty: fp32 contiguous for a layer, the config's for a model
   bool train = true;
   bool mode_given = false;
   bool no_tf32 = false;
@@ -58,6 +63,8 @@ ParityArgs parse_args(const std::vector<std::string>& args) {
     else if (w == "--device") a.device = value();
     else if (w == "--train" || w == "--eval") { a.train = w == "--train"; a.mode_given = true; }
     else if (w == "--no-tf32") a.no_tf32 = true;
+    else if (w == "--precision") a.precision = value();
+    else if (w == "--memory-format") a.memory_format = value();
     else if (w == "--help" || w == "-h") a.help = true;
     else fail(str("minidl parity: unknown argument '", w, "'\n", kUsage));
   }
@@ -67,6 +74,7 @@ ParityArgs parse_args(const std::vector<std::string>& args) {
   MINIDL_CHECK(!a.in.empty() && !a.out.empty(), "minidl parity: --in and --out are required\n", kUsage);
   MINIDL_CHECK(a.config.empty() || !a.mode_given,
                "minidl parity: --train/--eval apply to --spec only (a model step always trains)");
+  check_precision(a.precision.empty() ? "fp32" : a.precision, a.memory_format.empty() ? "contiguous" : a.memory_format);
   return a;
 }
 
@@ -100,6 +108,10 @@ void load_state(Module& m, const SafeTensors& in, const std::set<std::string>& i
   m.load_state_dict(state);
 }
 
+// What the file holds of a result: float32 in (N, C, H, W) order, whatever type and layout it
+// had (numpy reads neither bfloat16 nor strides).
+Tensor as_float32_contiguous(const Tensor& t) { return t.to(DType::Float32, MemoryFormat::Contiguous); }
+
 int run_layer(const ParityArgs& a, Device device) {
   const nlohmann::json spec = read_spec(a.spec);
   std::shared_ptr<Module> layer = build_layer(spec, "spec");
@@ -109,13 +121,21 @@ int run_layer(const ParityArgs& a, Device device) {
   layer->to(device);
   layer->train(a.train);
 
+  // The input is float32 (the leaf whose gradient is reported); the layer sees it in the memory
+  // format asked for, under autocast for bf16/fp16 as the trainer runs a model (core/autocast.h).
+  const DType dtype = activation_dtype(a.precision.empty() ? "fp32" : a.precision);
+  const MemoryFormat format = activation_format(a.memory_format.empty() ? "contiguous" : a.memory_format);
   Tensor x = find_tensor(in, "input", a.in).to(device);
   x.set_requires_grad(true);
-  Tensor y = (*layer)(x);
+  Tensor y;
+  {
+    const AutocastGuard autocast(dtype);
+    y = (*layer)(x.dim() == 4 ? x.to(format) : x);
+  }
   const Tensor dy = find_tensor(in, "grad_output", a.in).to(device);
   MINIDL_CHECK(dy.shape() == y.shape(), "minidl parity: '", a.in, "' grad_output has shape ",
                shape_str(dy.shape()), " but the layer's output has shape ", shape_str(y.shape()));
-  autograd::backward(y, dy);
+  autograd::backward(y, dy.to(y.dtype()));
 
   Named out{{"output", y.detach()}};
   MINIDL_CHECK(x.grad().defined(), "minidl parity: no gradient reached the input");
@@ -125,11 +145,14 @@ int run_layer(const ParityArgs& a, Device device) {
     out.emplace_back("grad." + name, p.grad());
   }
   for (const auto& [name, b] : layer->named_buffers()) out.emplace_back("buffer." + name, b);
+  for (auto& [name, t] : out) t = as_float32_contiguous(t);
   save_safetensors(a.out, out,
                    {{"minidl_parity", "layer"},
                     {"spec", spec.dump()},
                     {"device", device.str()},
                     {"mode", a.train ? "train" : "eval"},
+                    {"precision", a.precision.empty() ? "fp32" : a.precision},
+                    {"memory_format", a.memory_format.empty() ? "contiguous" : a.memory_format},
                     {"allow_tf32", compute_settings().allow_tf32 ? "true" : "false"}});
   std::cout << "minidl parity: " << layer->describe() << " on " << device.str() << " ("
             << (a.train ? "train" : "eval") << "): input " << shape_str(x.shape()) << " -> output "
@@ -138,7 +161,9 @@ int run_layer(const ParityArgs& a, Device device) {
 }
 
 int run_model(const ParityArgs& a, Device device) {
-  const TrainConfig cfg = parse_train_config(read_json_file(a.config));
+  TrainConfig cfg = parse_train_config(read_json_file(a.config));
+  if (!a.precision.empty()) cfg.precision = a.precision;
+  if (!a.memory_format.empty()) cfg.memory_format = a.memory_format;
   MINIDL_CHECK(cfg.model.is_object() && cfg.model.contains("layers"), "minidl parity: '", a.config,
                "' has no model.layers");
   set_compute_settings({cfg.deterministic, cfg.allow_tf32 && !a.no_tf32});
@@ -156,9 +181,29 @@ int run_model(const ParityArgs& a, Device device) {
   const Tensor labels = find_tensor(in, "labels", a.in);
   MINIDL_CHECK(labels.dtype() == DType::Int32, "minidl parity: '", a.in,
                "' labels must be int32, got ", dtype_name(labels.dtype()));
-  const Tensor logits = (*model)(x);
+  // The trainer's step (train/trainer.cpp): the forward under autocast in the run's memory format,
+  // and for fp16 a backward from the loss scale with the gradients unscaled before the update.
+  Tensor logits;
+  {
+    const AutocastGuard autocast(activation_dtype(cfg.precision));
+    logits = (*model)(x.to(activation_format(cfg.memory_format)));
+  }
   const Tensor loss = cross_entropy(logits, labels.to(device), static_cast<float>(cfg.label_smoothing));
-  loss.backward();
+  bool skipped = false;
+  if (cfg.precision == "fp16") {
+    GradScaler scaler(cfg.grad_scaler.is_null() ? GradScalerOptions()
+                                                : GradScalerOptions::from_json(cfg.grad_scaler, "grad_scaler"),
+                      device);
+    autograd::backward(loss, scaler.backward_seed());
+    std::vector<Tensor> grads;
+    for (const auto& [name, p] : model->named_parameters())
+      if (p.grad().defined()) grads.push_back(p.grad());
+    skipped = scaler.unscale(grads);
+  } else {
+    loss.backward();
+  }
+  MINIDL_CHECK(!skipped, "minidl parity: the fp16 step's gradients hold an inf or NaN at the initial loss scale, so "
+               "the trainer would skip it; nothing to compare");
 
   Named out{{"loss", loss.detach()}, {"output", logits.detach()}};
   // Gradients are copied before the step, which may update them in place (weight decay).
@@ -170,9 +215,12 @@ int run_model(const ParityArgs& a, Device device) {
   optimizer->step(lr);
   for (const auto& [name, p] : model->named_parameters()) out.emplace_back("param." + name, p.detach());
   for (const auto& [name, b] : model->named_buffers()) out.emplace_back("buffer." + name, b);
+  for (auto& [name, t] : out) t = as_float32_contiguous(t);
   save_safetensors(a.out, out,
                    {{"minidl_parity", "model"},
                     {"config", a.config},
+                    {"precision", cfg.precision},
+                    {"memory_format", cfg.memory_format},
                     {"device", device.str()},
                     {"lr", str(lr)},
                     {"allow_tf32", compute_settings().allow_tf32 ? "true" : "false"}});

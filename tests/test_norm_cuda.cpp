@@ -204,6 +204,15 @@ Case batch_norm_case(int64_t n, int64_t ch, int64_t h, int64_t w, bool relu = fa
   c.relu = relu;
   return c;
 }
+// BatchNorm2d on a channels-last (N, H, W, C) tensor: [N*H*W][C], one element per plane, which
+// the three-launch kernels fold into rows of k*C columns where C is narrower than a tile.
+Case channels_last_batch_norm_case(int64_t n, int64_t ch, int64_t h, int64_t w, bool relu = false) {
+  Case c;
+  c.name = str("BatchNorm2d NHWC (", n, ",", ch, ",", h, ",", w, ")", relu ? " +relu" : "");
+  c.layout = NormLayout::batch_norm(n * h * w, ch, 1);
+  c.relu = relu;
+  return c;
+}
 Case group_norm_case(int64_t n, int64_t ch, int64_t h, int64_t w, int64_t groups, bool relu = false) {
   Case c;
   c.name = str("GroupNorm(", groups, ") (", n, ",", ch, ",", h, ",", w, ")", relu ? " +relu" : "");
@@ -300,6 +309,9 @@ TEST_CASE("fast norm kernels match the float64 oracle and the CPU on ragged shap
   }
   cases.push_back(batch_norm_case(5, 19, 7, 9));
   cases.push_back(batch_norm_case(7, 3, 1, 1));  // one element per plane
+  cases.push_back(channels_last_batch_norm_case(64, 37, 41, 40, true));  // 104960 rows folded by 4: 148 columns
+  cases.push_back(channels_last_batch_norm_case(128, 64, 16, 16));        // folded by 4: 256 columns
+  cases.push_back(channels_last_batch_norm_case(33, 96, 5, 7));          // 1155 rows: fold 1 (none divides)
   cases.push_back(batch_norm_case(9, 300, 2, 3, true));
   cases.push_back(group_norm_case(5, 12, 7, 9, 4));  // segments of 189: odd, scalar loads
   cases.push_back(group_norm_case(3, 64, 5, 5, 32, true));
@@ -332,7 +344,9 @@ TEST_CASE("fast norm kernels match the float64 oracle on every docs/perf/anchors
   std::printf("norm [cuda]: fast kernels vs the float64 oracle on the docs/perf/anchors.md shapes\n");
   uint64_t seed = 500;
   for (const auto& s : shapes) {
-    for (const Case& k : anchor_cases(s[0], s[1], s[2], s[3])) {
+    std::vector<Case> cases = anchor_cases(s[0], s[1], s[2], s[3]);
+    cases.push_back(channels_last_batch_norm_case(s[0], s[1], s[2], s[3], true));
+    for (const Case& k : cases) {
       const Inputs in = make_inputs(k, seed += 10);
       const Outputs fast = run(k, Impl::Fast, in);
       compare(k.name, fast, run(k, Impl::Oracle, in, fast.y));
@@ -548,6 +562,7 @@ std::vector<Case> path_cases() {
   }
   cases.push_back(batch_norm_case(5, 19, 7, 9));       // planes of 63: scalar
   cases.push_back(batch_norm_case(7, 3, 1, 1));        // 7 elements per group
+  cases.push_back(channels_last_batch_norm_case(3, 37, 41, 40, true));  // folded by 4 on three launches
   cases.push_back(batch_norm_case(9, 300, 2, 3, true));
   cases.push_back(batch_norm_case(1, 37, 41, 40, true));
   cases.push_back(group_norm_case(3, 37, 41, 40, 37));  // weight/bias gradients: backward on Auto

@@ -399,6 +399,35 @@ TEST_CASE("minidl parity runs one layer from safetensors and writes output and g
   CHECK_THROWS_WITH(parity_main({"--spec", spec, "--in", in, "--out", out, "--bogus"}), Contains("--bogus"));
 }
 
+TEST_CASE("minidl parity runs a layer in bf16 channels_last and writes float32 NCHW results",
+          "[safetensors][parity][precision]") {
+  TempDir dir;
+  const Tensor w = test::random_tensor({4, 3, 3, 3}, 31, -0.5f, 0.5f), b = test::random_tensor({4}, 32);
+  const Tensor x = test::random_tensor({2, 3, 5, 6}, 33), dy = test::random_tensor({2, 4, 5, 6}, 34);
+  const std::string in = dir.file("in.safetensors"), out = dir.file("out.safetensors");
+  const std::string fp32_out = dir.file("fp32.safetensors");
+  save_safetensors(in, {{"input", x}, {"grad_output", dy}, {"weight", w}, {"bias", b}});
+  const std::string spec = R"({"type": "Conv2d", "in_channels": 3, "out_channels": 4, "kernel_size": 3, "padding": 1})";
+  REQUIRE(parity_main({"--spec", spec, "--in", in, "--out", fp32_out}) == 0);
+  REQUIRE(parity_main({"--spec", spec, "--in", in, "--out", out, "--precision", "bf16", "--memory-format",
+                       "channels_last"}) == 0);
+  const SafeTensors half = load_safetensors(out), full = load_safetensors(fp32_out);
+  CHECK(half.metadata.at("precision") == "bf16");
+  CHECK(half.metadata.at("memory_format") == "channels_last");
+  // Under autocast the convolution runs on the input and weight rounded to bf16 (8 significant
+  // bits) and rounds its results once: within a few bf16 units of the float32 layer, not equal.
+  for (const char* name : {"output", "grad_input", "grad.weight", "grad.bias"}) {
+    const Tensor h = find_tensor(half, name, out), f = find_tensor(full, name, fp32_out);
+    REQUIRE(h.dtype() == DType::Float32);
+    REQUIRE(h.is_contiguous());
+    const std::vector<float> hv = h.to_vector(), fv = f.to_vector();
+    test::require_close(hv, std::vector<double>(fv.begin(), fv.end()), 4 * std::ldexp(1.0, -8), 2e-2, name);
+    CHECK(hv != fv);
+  }
+  CHECK_THROWS_WITH(parity_main({"--spec", spec, "--in", in, "--out", out, "--memory-format", "nhwc"}),
+                    Contains("memory_format"));
+}
+
 TEST_CASE("minidl parity does one training step of a config's model", "[safetensors][parity]") {
   // Flatten -> Linear(12, 3, no bias), cross-entropy with smoothing, plain SGD: every output has
   // a short float64 reference.

@@ -3,8 +3,9 @@
 // torch.channels_last's choices (docs/precision.md). "bf16" and "fp16" run the activations in
 // that type with float32 statistics, loss, optimizer and master weights; "fp16" adds dynamic loss
 // scaling (optim/grad_scaler.h). "channels_last" gives the model NHWC activations from its input
-// on: convolutions, BatchNorm and the pools run NHWC kernels on the GPU; the CPU (and GroupNorm,
-// LayerNorm anywhere) reorders around its NCHW kernels, the same values.
+// on: convolutions, BatchNorm and the pools run NHWC kernels on the GPU, LayerNorm over (C, H, W)
+// runs on the NHWC memory everywhere; the CPU (and GroupNorm anywhere) reorders around its NCHW
+// kernels, the same values.
 #pragma once
 #include <string>
 

@@ -60,14 +60,14 @@ struct SegmentGrad : SegmentParams {
 struct ChannelInputGrad {
   static constexpr bool kGrad = true;
   const float *mean, *rstd, *weight, *bias, *k1, *k2;
-  int32_t plane;
+  int32_t plane, channels;  // as ChannelParams
   bool relu;
   struct Col {
     float mean, scale, shift, k1, k2;
   };
   struct Row {};
   __device__ Col column(int c) const {
-    const int f = c / plane;
+    const int f = c / plane % channels;
     return {mean[f], feature_scale(weight, f, rstd[f]), feature_shift(bias, f), k1[f], k2[f]};
   }
   __device__ Row row(int64_t, const Unit&) const { return {}; }
@@ -110,16 +110,31 @@ struct FinalizeGrads {
   int64_t groups, features, group_size, segments_per_row;
   bool training;
   Geometry g;                  // of the grad_sums pass
+  tiles::ChannelPartials channel_partials;  // Channel: where a channel's partials are
   const double* col_partials;  // Channel: the group sums; Segment: the feature sums (or null)
   const double* row_partials;  // Segment: the group sums
   const float *rstd, *weight;
   float *dweight, *dbias, *k1, *k2;
 };
 
-// Warps [0, groups): k1, k2 of a group (and BatchNorm's dweight, dbias); warps [groups, groups +
-// features), Segment kinds with affine gradients only: dweight, dbias of a feature.
+// BatchNorm's dweight, dbias, k1 and k2 of channel grp from its sums A, B.
+__device__ void finish_channel_grads(const FinalizeGrads& a, int64_t grp, double sa, double sb) {
+  if (a.dweight) a.dweight[grp] = static_cast<float>(sb * a.rstd[grp]);
+  if (a.dbias) a.dbias[grp] = static_cast<float>(sa);
+  statistics_grad(a.rstd[grp], a.weight ? a.weight[grp] : 1.0, sa, sb, static_cast<double>(a.group_size), a.training,
+                  a.k1[grp], a.k2[grp]);
+}
+
+// Warps [0, groups): k1, k2 of a group (and BatchNorm's dweight, dbias; one block per channel
+// where ChannelPartials::block says so); warps [groups, groups + features), Segment kinds with
+// affine gradients only: dweight, dbias of a feature.
 __global__ void __launch_bounds__(tiles::kBlock) finalize_grads_kernel(const FinalizeGrads a) {
   const int lane = threadIdx.x & 31;
+  if (a.kind == NormKind::Channel && a.channel_partials.block) {
+    tiles::finalize_channels_by_block(a.channel_partials, a.g, a.col_partials, a.groups,
+                                      [&](int64_t c, double sa, double sb) { finish_channel_grads(a, c, sa, sb); });
+    return;
+  }
   const int64_t warps = static_cast<int64_t>(gridDim.x) * tiles::kWarps;
   const bool feature_items = a.kind == NormKind::Segment && (a.dweight || a.dbias);
   const int64_t items = a.groups + (feature_items ? a.features : 0);
@@ -139,24 +154,19 @@ __global__ void __launch_bounds__(tiles::kBlock) finalize_grads_kernel(const Fin
       continue;
     }
     const int64_t grp = item;
-    double w = 1;
     if (a.kind == NormKind::Channel) {
+      const tiles::ChannelPartials& p = a.channel_partials;
       tiles::warp_sum_entries(
-          a.col_partials, col_stride, a.g.slice_groups * per,
-          [&](int64_t e) { return e / per * bins + grp * per + e % per; }, sa, sb);
-      if (a.weight) w = a.weight[grp];
-      if (lane == 0) {
-        if (a.dweight) a.dweight[grp] = static_cast<float>(sb * a.rstd[grp]);
-        if (a.dbias) a.dbias[grp] = static_cast<float>(sa);
-      }
-    } else {
-      const int64_t r = grp / a.segments_per_row, s = grp % a.segments_per_row;
-      const int64_t tiles_per_segment = a.g.tiles / a.segments_per_row, tiles_in_row = a.g.tiles;
-      tiles::warp_sum_entries(
-          a.row_partials, a.g.rows * tiles_in_row, tiles_per_segment,
-          [&](int64_t e) { return r * tiles_in_row + s * tiles_per_segment + e; }, sa, sb);
+          a.col_partials, col_stride, p.count(a.g), [&](int64_t e) { return p.index(grp, e); }, sa, sb);
+      if (lane == 0) finish_channel_grads(a, grp, sa, sb);
+      continue;
     }
-    if (lane == 0) statistics_grad(a.rstd[grp], w, sa, sb, m, a.training, a.k1[grp], a.k2[grp]);
+    const int64_t r = grp / a.segments_per_row, s = grp % a.segments_per_row;
+    const int64_t tiles_per_segment = a.g.tiles / a.segments_per_row, tiles_in_row = a.g.tiles;
+    tiles::warp_sum_entries(
+        a.row_partials, a.g.rows * tiles_in_row, tiles_per_segment,
+        [&](int64_t e) { return r * tiles_in_row + s * tiles_per_segment + e; }, sa, sb);
+    if (lane == 0) statistics_grad(a.rstd[grp], 1.0, sa, sb, m, a.training, a.k1[grp], a.k2[grp]);
   }
 }
 
@@ -202,7 +212,10 @@ NormRun three_launch_backward(const NormLayout& l, const NormBackward& b, const 
   const bool aligned = tiles::aligned16(x) && tiles::aligned16(dy);
   if (l.kind == NormKind::Channel) {
     const ChannelGrad op{channel_params(l, b.mean, b.rstd, b.weight, b.bias, b.relu)};
-    f.g = tiles::plan_reduce<ChannelGrad, T>(tiles::make_tiles(l, l.width(), l.plane, aligned));
+    const int64_t fold = tiles::channel_fold(l);
+    const NormLayout lt = tiles::folded(l, fold);
+    f.g = tiles::plan_reduce<ChannelGrad, T>(tiles::make_tiles(lt, lt.width(), lt.plane, aligned));
+    f.channel_partials = tiles::ChannelPartials::of(f.g, fold, l);
     col = allocate(2 * f.g.slice_groups * f.g.bins * sizeof(double), dev);
     tiles::launch_reduce(f.g, op, x, dy, as_doubles(col), nullptr);
   } else if (affine_grads) {
@@ -213,13 +226,16 @@ NormRun three_launch_backward(const NormLayout& l, const NormBackward& b, const 
   f.col_partials = col ? as_doubles(col) : nullptr;
   f.row_partials = row ? as_doubles(row) : nullptr;
   const int64_t items = groups + (l.kind == NormKind::Segment && affine_grads ? l.features : 0);
-  finalize_grads_kernel<<<tiles::grid_for_warps(items), tiles::kBlock, 0, cuda::stream()>>>(f);
+  const int64_t finalize_warps = f.channel_partials.block ? groups * tiles::kWarps : items;
+  finalize_grads_kernel<<<tiles::grid_for_warps(finalize_warps), tiles::kBlock, 0, cuda::stream()>>>(f);
   MINIDL_LAUNCH_CHECK();
 
   const bool dx_aligned = aligned && tiles::aligned16(dx);
   if (l.kind == NormKind::Channel) {
-    const ChannelInputGrad op{b.mean, b.rstd, b.weight, b.bias, k1, k2, static_cast<int32_t>(l.plane), b.relu};
-    const Geometry g = tiles::plan_map<ChannelInputGrad, T>(tiles::make_tiles(l, l.width(), 0, dx_aligned));
+    const ChannelInputGrad op{b.mean, b.rstd, b.weight, b.bias, k1, k2, static_cast<int32_t>(l.plane),
+                              static_cast<int32_t>(l.features), b.relu};
+    const NormLayout lt = tiles::folded(l, tiles::channel_fold(l));
+    const Geometry g = tiles::plan_map<ChannelInputGrad, T>(tiles::make_tiles(lt, lt.width(), 0, dx_aligned));
     tiles::launch_map(g, op, x, dy, dx);
   } else {
     const SegmentInputGrad op{b.mean, b.rstd, b.weight, b.bias, k1, k2, static_cast<int32_t>(l.plane),

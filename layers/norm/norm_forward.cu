@@ -28,18 +28,19 @@ using tiles::Unit;
 
 // ---- the passes, as Ops of the tile traversal (see reduce_kernel/map_kernel) ----
 
-// BatchNorm stats: per-column sums of d = x - K, K = the channel's first element (row 0). T is
-// the storage type of x (float32, or a half type with half I/O).
+// BatchNorm stats: per-column sums of d = x - K, K = the channel's first element (row 0), the
+// same K for every virtual column of a channel in a folded layout (so their sums add). T is the
+// storage type of x (float32, or a half type with half I/O).
 template <class T>
 struct ChannelStats {
   static constexpr bool kGrad = false, kRowSums = false, kColSums = true;
   const T* x;
-  int32_t plane;
+  int32_t plane, channels;
   struct Col {
     float k;
   };
   struct Row {};
-  __device__ Col column(int c) const { return {to_float(x[c / plane * plane])}; }
+  __device__ Col column(int c) const { return {to_float(x[c / plane % channels * plane])}; }
   __device__ Row row(int64_t, const Unit&) const { return {}; }
   __device__ void element(float v, float, const Col& col, const Row&, float&, float&, float& ca, float& cb) const {
     const float d = v - col.k;
@@ -94,6 +95,7 @@ struct FinalizeStats {
   NormKind kind;
   int64_t groups, group_size, plane, segment, segments_per_row;
   Geometry g;                  // of the stats pass
+  tiles::ChannelPartials channel_partials;  // Channel: where a channel's partials are
   const double* col_partials;  // Channel
   const double* row_partials;  // Segment
   const T* x;                  // for K
@@ -101,20 +103,37 @@ struct FinalizeStats {
   double eps, momentum;
 };
 
-// One warp per group: its partials in a fixed order, then lane 0 forms the statistics.
+// Mean, rstd and the running statistics of group grp from its sums.
+template <class T>
+__device__ void finish_stats(const FinalizeStats<T>& a, int64_t grp, double s1, double s2, float k) {
+  const double m = static_cast<double>(a.group_size);
+  const Moments s = shifted_moments(s1, s2, k, m);
+  a.mean[grp] = static_cast<float>(s.mean);
+  a.rstd[grp] = inverse_std(s.var, a.eps);
+  if (a.running_mean) update_running(a.running_mean[grp], a.running_var[grp], s, m, a.momentum);
+}
+
+// One warp per group (one block per channel where ChannelPartials::block says so): its partials
+// in a fixed order, then one thread forms the statistics.
 template <class T>
 __global__ void __launch_bounds__(tiles::kBlock) finalize_stats_kernel(const FinalizeStats<T> a) {
   const int lane = threadIdx.x & 31;
+  if (a.kind == NormKind::Channel && a.channel_partials.block) {
+    tiles::finalize_channels_by_block(a.channel_partials, a.g, a.col_partials, a.groups,
+                                      [&](int64_t c, double s1, double s2) {
+                                        finish_stats(a, c, s1, s2, to_float(a.x[c * a.plane]));
+                                      });
+    return;
+  }
   const int64_t warps = static_cast<int64_t>(gridDim.x) * tiles::kWarps;
-  const double m = static_cast<double>(a.group_size);
   for (int64_t grp = blockIdx.x * int64_t{tiles::kWarps} + (threadIdx.x >> 5); grp < a.groups; grp += warps) {
     double s1, s2;
     float k;
     if (a.kind == NormKind::Channel) {
-      const int64_t per = a.g.bins_per_feature(), bins = a.g.bins;
+      const tiles::ChannelPartials& p = a.channel_partials;
       tiles::warp_sum_entries(
-          a.col_partials, a.g.slice_groups * bins, a.g.slice_groups * per,
-          [&](int64_t e) { return e / per * bins + grp * per + e % per; }, s1, s2);
+          a.col_partials, a.g.slice_groups * a.g.bins, p.count(a.g), [&](int64_t e) { return p.index(grp, e); }, s1,
+          s2);
       k = to_float(a.x[grp * a.plane]);
     } else {
       const int64_t r = grp / a.segments_per_row, s = grp % a.segments_per_row;
@@ -124,12 +143,7 @@ __global__ void __launch_bounds__(tiles::kBlock) finalize_stats_kernel(const Fin
           s2);
       k = to_float(a.x[grp * a.segment]);
     }
-    if (lane == 0) {
-      const Moments s = shifted_moments(s1, s2, k, m);
-      a.mean[grp] = static_cast<float>(s.mean);
-      a.rstd[grp] = inverse_std(s.var, a.eps);
-      if (a.running_mean) update_running(a.running_mean[grp], a.running_var[grp], s, m, a.momentum);
-    }
+    if (lane == 0) finish_stats(a, grp, s1, s2, k);
   }
 }
 
@@ -170,8 +184,11 @@ NormRun three_launch_forward(const NormLayout& l, const NormForward& a, const T*
     std::shared_ptr<void> partials;
     if (l.kind == NormKind::Channel) {
       using Op = ChannelStats<T>;
-      const Op op{x, static_cast<int32_t>(l.plane)};
-      f.g = tiles::plan_reduce<Op, T>(tiles::make_tiles(l, l.width(), l.plane, tiles::aligned16(x)));
+      const Op op{x, static_cast<int32_t>(l.plane), static_cast<int32_t>(l.features)};
+      const int64_t fold = tiles::channel_fold(l);
+      const NormLayout lt = tiles::folded(l, fold);
+      f.g = tiles::plan_reduce<Op, T>(tiles::make_tiles(lt, lt.width(), lt.plane, tiles::aligned16(x)));
+      f.channel_partials = tiles::ChannelPartials::of(f.g, fold, l);
       partials = allocate(2 * f.g.slice_groups * f.g.bins * sizeof(double), dev);
       f.col_partials = as_doubles(partials);
       tiles::launch_reduce(f.g, op, x, none, as_doubles(partials), nullptr);
@@ -183,7 +200,8 @@ NormRun three_launch_forward(const NormLayout& l, const NormForward& a, const T*
       f.row_partials = as_doubles(partials);
       tiles::launch_reduce(f.g, op, x, none, nullptr, as_doubles(partials));
     }
-    finalize_stats_kernel<T><<<tiles::grid_for_warps(groups), tiles::kBlock, 0, cuda::stream()>>>(f);
+    const int64_t finalize_warps = f.channel_partials.block ? groups * tiles::kWarps : groups;
+    finalize_stats_kernel<T><<<tiles::grid_for_warps(finalize_warps), tiles::kBlock, 0, cuda::stream()>>>(f);
     MINIDL_LAUNCH_CHECK();
   } else {
     const unsigned grid = tiles::grid_for_warps(tiles::ceil_div(groups, 32));  // a thread per channel
@@ -195,7 +213,8 @@ NormRun three_launch_forward(const NormLayout& l, const NormForward& a, const T*
   const bool aligned = tiles::aligned16(x) && tiles::aligned16(y);
   if (l.kind == NormKind::Channel) {
     const ChannelApply op{channel_params(l, a.mean, a.rstd, a.weight, a.bias, a.relu)};
-    const Geometry g = tiles::plan_map<ChannelApply, T>(tiles::make_tiles(l, l.width(), 0, aligned));
+    const NormLayout lt = tiles::folded(l, tiles::channel_fold(l));
+    const Geometry g = tiles::plan_map<ChannelApply, T>(tiles::make_tiles(lt, lt.width(), 0, aligned));
     tiles::launch_map(g, op, x, none, y);
   } else {
     const SegmentApply op{segment_params(l, a.mean, a.rstd, a.weight, a.bias, a.relu)};

@@ -178,9 +178,6 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
                   bool relu) {
   // Under autocast LayerNorm is a float32 op, as GroupNorm.
   if (holds_half(x) && autocast_active()) return layer_norm(as_float32(x), normalized_shape, weight, bias, eps, relu);
-  // The affine entries are per (C, H, W) element, in NCHW order: normalized in that order.
-  if (x.defined() && x.is_channels_last())
-    return layer_norm(x.contiguous(), normalized_shape, weight, bias, eps, relu).to(MemoryFormat::ChannelsLast);
   check_input(x, "layer_norm");
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
   const Shape trailing(x.shape().end() - std::min(k, x.dim()), x.shape().end());
@@ -193,7 +190,18 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   Options o;
   o.eps = eps;
   o.relu = relu;
-  return normalize("layer_norm", NormLayout::layer_norm(x.numel() / d, d), x, weight, bias, Tensor(), Tensor(), o);
+  const NormLayout layout = NormLayout::layer_norm(x.numel() / d, d);
+  if (x.is_channels_last()) {
+    // Over (C, H, W) a sample is one group whatever the order of its elements, so the kernels run
+    // on the channels-last memory as it is, with weight and bias reordered to (H, W, C) to match
+    // (their gradients come back through the same reorder). Over fewer dims a group is strided
+    // there: normalized in NCHW order.
+    if (k != 3) return layer_norm(x.contiguous(), normalized_shape, weight, bias, eps, relu).to(MemoryFormat::ChannelsLast);
+    const Shape param{1, x.size(1), x.size(2), x.size(3)};
+    auto reordered = [&](const Tensor& p) { return p.defined() ? p.reshape(param).to(MemoryFormat::ChannelsLast) : p; };
+    return normalize("layer_norm", layout, x, reordered(weight), reordered(bias), Tensor(), Tensor(), o);
+  }
+  return normalize("layer_norm", layout, x, weight, bias, Tensor(), Tensor(), o);
 }
 
 }  // namespace minidl

@@ -7,16 +7,18 @@
 
 namespace minidl::norm {
 
+// Column c of the tiles is channel c / plane % channels: the modulo maps the virtual columns of a
+// folded layout (tiles::channel_fold) to their channel and is the identity otherwise.
 struct ChannelParams {
   const float *mean, *rstd, *weight, *bias;
-  int32_t plane;
+  int32_t plane, channels;
   bool relu;
   struct Col {
     float mean, scale, shift;
   };
   struct Row {};
   __device__ Col column(int c) const {
-    const int f = c / plane;
+    const int f = c / plane % channels;
     return {mean[f], feature_scale(weight, f, rstd[f]), feature_shift(bias, f)};
   }
   __device__ Row row(int64_t, const tiles::Unit&) const { return {}; }
@@ -46,7 +48,7 @@ struct SegmentParams {
 
 inline ChannelParams channel_params(const NormLayout& l, const float* mean, const float* rstd, const float* weight,
                                     const float* bias, bool relu) {
-  return {mean, rstd, weight, bias, static_cast<int32_t>(l.plane), relu};
+  return {mean, rstd, weight, bias, static_cast<int32_t>(l.plane), static_cast<int32_t>(l.features), relu};
 }
 
 inline SegmentParams segment_params(const NormLayout& l, const float* mean, const float* rstd, const float* weight,

@@ -230,13 +230,70 @@ __device__ void store_column_sums(const Geometry& g, const Unit& u, const float 
   __syncthreads();  // the next unit reuses `sums`
 }
 
+// The rows of a half tensor in flight, packed (see for_each_row).
+template <class T>
+__device__ __forceinline__ void widen_quad(uint2 q, float* v) {
+  v[0] = to_float(T{static_cast<uint16_t>(q.x & 0xffffu)});
+  v[1] = to_float(T{static_cast<uint16_t>(q.x >> 16)});
+  v[2] = to_float(T{static_cast<uint16_t>(q.y & 0xffffu)});
+  v[3] = to_float(T{static_cast<uint16_t>(q.y >> 16)});
+}
+
+template <class T>
+__device__ __forceinline__ void load_packed(const T* __restrict__ p, int lane, int cols, uint2 (&q)[kSlots / 4]) {
+#pragma unroll
+  for (int j = 0; j < kSlots / 4; ++j) {
+    const int c = 4 * (lane + 32 * j);
+    q[j] = c < cols ? *reinterpret_cast<const uint2*>(p + c) : make_uint2(0u, 0u);
+  }
+}
+
+template <bool kGrad, bool kBackwards, class T, class Pass>
+__device__ __forceinline__ void for_each_packed_row(const Geometry& g, const Unit& u, const T* __restrict__ x,
+                                                    const T* __restrict__ dy, int lane, Pass&& pass) {
+  constexpr int kDepth = kGrad ? 4 : 8;
+  const int64_t n = u.r1 - u.r0;
+  for (int64_t i = 0; i < n; i += kDepth) {
+    uint2 xq[kDepth][kSlots / 4], dq[kDepth][kSlots / 4];
+#pragma unroll
+    for (int k = 0; k < kDepth; ++k) {
+      if (i + k < n) {
+        const int64_t off = (kBackwards ? u.r1 - 1 - (i + k) : u.r0 + i + k) * g.width + u.col0;
+        load_packed(x + off, lane, u.cols, xq[k]);
+        if constexpr (kGrad) load_packed(dy + off, lane, u.cols, dq[k]);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kDepth; ++k) {
+      if (i + k < n) {
+        float xv[kSlots], dv[kSlots] = {};
+#pragma unroll
+        for (int j = 0; j < kSlots / 4; ++j) {
+          widen_quad<T>(xq[k][j], xv + 4 * j);
+          if constexpr (kGrad) widen_quad<T>(dq[k][j], dv + 4 * j);
+        }
+        pass(kBackwards ? u.r1 - 1 - (i + k) : u.r0 + i + k, xv, dv);
+      }
+    }
+  }
+}
+
 // Calls pass(r, xv, dv) for every row r of the warp's slice (in reverse when kBackwards), where
 // xv, dv are the lane's kSlots values of x and dy in row r. The loads of kDepth rows are all
 // issued before any is used: 4 rows of x, or 2 rows of x and dy, i.e. 4 KB in flight per warp,
-// which is what keeps DRAM busy even at a quarter of full occupancy.
+// which is what keeps DRAM busy even at a quarter of full occupancy. With half I/O and vector
+// slots (for_each_packed_row) the rows in flight stay packed, two values to a 32-bit register,
+// and are widened row by row as they are passed: twice as many rows for the same 4 KB and half
+// the registers of widened floats. Widening everything on load took 122-128 registers, two blocks
+// per SM, and ran at 20-30% of the DRAM bandwidth (docs/perf/norm.md, "bf16 channels-last"). The
+// rows are passed in order either way, so the depth never changes a sum.
 template <bool kVec, bool kGrad, bool kBackwards, class T, class Pass>
 __device__ __forceinline__ void for_each_row(const Geometry& g, const Unit& u, const T* __restrict__ x,
                                              const T* __restrict__ dy, int lane, Pass&& pass) {
+  if constexpr (kVec && !std::is_same_v<T, float>) {
+    for_each_packed_row<kGrad, kBackwards>(g, u, x, dy, lane, pass);
+    return;
+  }
   constexpr int kDepth = kGrad ? 2 : 4;
   const int64_t n = u.r1 - u.r0;
   for (int64_t i = 0; i < n; i += kDepth) {
@@ -336,6 +393,39 @@ __device__ __forceinline__ void warp_sum_entries(const double* __restrict__ p, i
   b = warp_sum(b);
 }
 
+// The same sum over a whole block for a group with hundreds of partials (a channels-last
+// BatchNorm has one per slice group, i.e. per resident block of its reduction pass), which one
+// warp would walk serially at L2 latency: entries thread-strided, each warp's butterfly, then the
+// kWarps warp sums in warp order, a fixed order again. Every thread gets the result; the whole
+// block must reach it.
+template <class Index>
+__device__ __forceinline__ void block_sum_entries(const double* __restrict__ p, int64_t stride, int64_t n,
+                                                  Index index, double& a, double& b) {
+  __shared__ double warp_sums[2][kWarps];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  double x = 0, y = 0;
+  for (int64_t e = threadIdx.x; e < n; e += kBlock) {
+    const int64_t i = index(e);
+    x += p[i];
+    y += p[stride + i];
+  }
+  x = warp_sum(x);
+  y = warp_sum(y);
+  if (lane == 0) {
+    warp_sums[0][warp] = x;
+    warp_sums[1][warp] = y;
+  }
+  __syncthreads();
+  a = 0;
+  b = 0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    a += warp_sums[0][w];
+    b += warp_sums[1][w];
+  }
+  __syncthreads();  // the next group reuses warp_sums
+}
+
 // ---- host side ----
 
 inline bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -382,6 +472,57 @@ inline Geometry make_tiles(const NormLayout& l, int64_t tile_block, int64_t bin_
   }
   g.vec = aligned && g.width % 4 == 0 && g.tile_block % 4 == 0 && g.tile_width % 4 == 0;
   return g;
+}
+
+// BatchNorm over [rows][C] with one element per plane (channels-last activations, BatchNorm1d)
+// and C narrower than a tile: a warp would hold only C columns, e.g. 64 of its 256 slots, and
+// issue 128-byte loads. Instead k consecutive rows are seen as one row of k*C columns (a *fold*):
+// virtual column v is channel v % C, its shift K and parameters those of the channel, and the
+// finalize adds the k columns of a channel after the slice groups. k is the largest fold that
+// fits a tile, divides the rows and keeps 16-byte alignment; 1 (no fold) otherwise.
+inline int64_t channel_fold(const NormLayout& l) {
+  if (l.kind != NormKind::Channel || l.plane != 1) return 1;
+  for (int64_t k = kTileMax / l.features; k > 1; --k)
+    if (l.rows % k == 0 && (k * l.features) % 4 == 0) return k;
+  return 1;
+}
+
+inline NormLayout folded(const NormLayout& l, int64_t fold) {
+  return fold == 1 ? l : NormLayout::batch_norm(l.rows / fold, l.features * fold, 1);
+}
+
+// The column partials of channel c, in the fixed order of every Channel finalize: slice group,
+// then fold, then the tiles a wide plane is split over. Entry e of the count() entries (fewer
+// than 2^32: the partials are a small fraction of a tensor of fewer than 2^31 columns per row and
+// as many partials per column as slice groups, so 32-bit division is enough, and much cheaper).
+// block: one block per channel in the finalize (block_sum_entries) instead of one warp, for the
+// one-element planes (channels-last, BatchNorm1d), whose slice groups number in the hundreds; the
+// NCHW layouts keep the warp, and with it their bits.
+struct ChannelPartials {
+  int64_t fold, channels, per, bins;  // per: bins per virtual feature; bins: per slice group
+  bool block;
+  __host__ __device__ static ChannelPartials of(const Geometry& g, int64_t fold, const NormLayout& l) {
+    return {fold, l.features, g.bins_per_feature(), g.bins, l.plane == 1};
+  }
+  __host__ __device__ int64_t count(const Geometry& g) const { return g.slice_groups * fold * per; }
+  __host__ __device__ int64_t index(int64_t c, int64_t e) const {
+    const uint32_t u = static_cast<uint32_t>(e), f = static_cast<uint32_t>(fold), q = static_cast<uint32_t>(per);
+    return static_cast<int64_t>(u / (f * q)) * bins + (static_cast<int64_t>(u / q % f) * channels + c) * per + u % q;
+  }
+};
+
+// The finalize of a Channel pass whose ChannelPartials::block is set: block b sums the partials
+// of channels b, b + gridDim.x, ... (block_sum_entries) and its thread 0 calls finish(c, a, b)
+// with the channel's two sums.
+template <class Finish>
+__device__ __forceinline__ void finalize_channels_by_block(const ChannelPartials& p, const Geometry& g,
+                                                           const double* __restrict__ partials, int64_t channels,
+                                                           Finish&& finish) {
+  for (int64_t c = blockIdx.x; c < channels; c += gridDim.x) {
+    double a, b;
+    block_sum_entries(partials, g.slice_groups * g.bins, p.count(g), [&](int64_t e) { return p.index(c, e); }, a, b);
+    if (threadIdx.x == 0) finish(c, a, b);
+  }
 }
 
 // Slices for one wave: as many slice groups per tile as keep every resident block busy with one

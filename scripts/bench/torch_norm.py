@@ -4,8 +4,12 @@ them, so `minidl bench norm` can be set beside figures from the same machine and
 (scripts/gpu/norm.sh does that).
 
 nn.BatchNorm2d(C), nn.GroupNorm(32, C) (1 group when C is not a multiple of 32) and
-nn.LayerNorm([C, H, W]) in training mode, fp32 NCHW, x ~ N(5, 3^2); plus nn.LayerNorm(D) over the
-last dim at the transformer shapes. Each module call is timed with CUDA events around it (a
+nn.LayerNorm([C, H, W]) in training mode, x ~ N(5, 3^2); plus nn.LayerNorm(D) over the last dim at
+the transformer shapes. fp32 NCHW by default (docs/perf/anchors.md's mode); --dtype bf16|fp16 runs
+x, dy and the layers' I/O in that type (the parameters stay fp32, as under autocast, where
+PyTorch's norm kernels take half input with fp32 weights; a layer that refuses mixed types runs
+with its parameters in the half type, and the JSON says which) and --channels-last gives the 4-d x and
+dy in torch.channels_last, as `minidl bench norm --dtype D --memory-format channels_last` runs. Each module call is timed with CUDA events around it (a
 synchronize after each), median of --reps after --warmup calls; backward = (forward + backward)
 - forward, both medians of such calls.
 """
@@ -37,9 +41,14 @@ def time_ms(fn, reps, warmup):
     return statistics.median(times)
 
 
-def measure(module, shape, reps, warmup, gen):
-    x = (torch.randn(shape, device="cuda", generator=gen) * 3 + 5).requires_grad_(True)
-    dy = torch.randn(shape, device="cuda", generator=gen)
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def measure(module, shape, reps, warmup, gen, dtype, channels_last):
+    fmt = torch.channels_last if channels_last and len(shape) == 4 else torch.contiguous_format
+    x = (torch.randn(shape, device="cuda", generator=gen) * 3 + 5).to(dtype=dtype, memory_format=fmt)
+    x.requires_grad_(True)
+    dy = torch.randn(shape, device="cuda", generator=gen).to(dtype=dtype, memory_format=fmt)
 
     def forward():
         module(x)
@@ -52,15 +61,31 @@ def measure(module, shape, reps, warmup, gen):
     return fwd, both - fwd
 
 
+def measure_layer(module, shape, args, gen, dtype):
+    """fwd ms, bwd ms and the parameters' dtype: fp32 where the layer takes a half input with them."""
+    module = module.cuda().train()
+    try:
+        return (*measure(module, shape, args.reps, args.warmup, gen, dtype, args.channels_last), "fp32")
+    except RuntimeError:
+        if dtype == torch.float32:
+            raise
+        module = module.to(dtype)
+        return (*measure(module, shape, args.reps, args.warmup, gen, dtype, args.channels_last), args.dtype)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", help="write every measurement here")
     parser.add_argument("--reps", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
+    parser.add_argument("--channels-last", action="store_true")
     args = parser.parse_args()
+    dtype = DTYPES[args.dtype]
     if not torch.cuda.is_available():
         sys.exit("torch_norm.py: no CUDA device visible to PyTorch")
     print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name()}; "
+          f"{args.dtype}, {'channels_last' if args.channels_last else 'contiguous'}; "
           f"median of {args.reps} calls after {args.warmup} warm-ups, backward = (fwd+bwd) - fwd")
     print(f"{'layer':11s} {'shape':22s} {'fwd ms':>8s} {'bwd ms':>8s}")
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -70,21 +95,20 @@ def main():
         layers = [("BatchNorm2d", nn.BatchNorm2d(c)), ("GroupNorm", nn.GroupNorm(groups, c)),
                   ("LayerNorm", nn.LayerNorm([c, h, w]))]
         for name, module in layers:
-            module = module.cuda().train()
-            fwd, bwd = measure(module, (n, c, h, w), args.reps, args.warmup, gen)
+            fwd, bwd, params = measure_layer(module, (n, c, h, w), args, gen, dtype)
             shape = f"({n},{c},{h},{w})" + (f" G{groups}" if name == "GroupNorm" else "")
-            results.append({"layer": name, "shape": shape, "fwd_ms": fwd, "bwd_ms": bwd})
+            results.append({"layer": name, "shape": shape, "fwd_ms": fwd, "bwd_ms": bwd, "params": params})
             print(f"{name:11s} {shape:22s} {fwd:8.4f} {bwd:8.4f}", flush=True)
     for rows, d in TRANSFORMER:
-        module = nn.LayerNorm(d).cuda().train()
-        fwd, bwd = measure(module, (rows, d), args.reps, args.warmup, gen)
+        fwd, bwd, params = measure_layer(nn.LayerNorm(d), (rows, d), args, gen, dtype)
         shape = f"({rows},{d}) last"
-        results.append({"layer": "LayerNorm", "shape": shape, "fwd_ms": fwd, "bwd_ms": bwd})
+        results.append({"layer": "LayerNorm", "shape": shape, "fwd_ms": fwd, "bwd_ms": bwd, "params": params})
         print(f"{'LayerNorm':11s} {shape:22s} {fwd:8.4f} {bwd:8.4f}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(), "reps": args.reps,
-                       "warmup": args.warmup, "results": results}, f, indent=2)
+                       "warmup": args.warmup, "dtype": args.dtype, "channels_last": args.channels_last,
+                       "results": results}, f, indent=2)
         print(f"wrote {args.json}")
 
 

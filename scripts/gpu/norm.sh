@@ -1,33 +1,55 @@
 #!/usr/bin/env bash
 # Normalization speed on the GPU, minidl beside PyTorch, in one device run.
-#   scripts/gpu/norm.sh MINIDL_BINARY OUT_DIR
+#   scripts/gpu/norm.sh MINIDL_BINARY OUT_DIR [--dtype bf16|fp16] [--memory-format channels_last]
 # Runs `minidl bench norm` (checks the fast kernels against the float64 oracle, then times them
 # against the DRAM floor and docs/perf/anchors.md) and scripts/bench/torch_norm.py (PyTorch on this GPU, now),
 # keeps both outputs and JSONs in OUT_DIR, then prints one table: per layer and shape, both times
 # and torch/minidl from this run (above 1: minidl is faster), and per layer the geometric means
 # over the eight large shapes against the forward targets of issue 12 (3.5x for BatchNorm2d and
 # GroupNorm, 2.5x for LayerNorm, slower at no shape), and the path each pass took. Exits non-zero if minidl's oracle check or either benchmark fails.
+# With --dtype/--memory-format both sides run in that mode (file names get a suffix, e.g.
+# norm_minidl_bf16_channels_last.json), minidl is given PyTorch's figures (--torch) and the
+# targets are issue 9's: >= 3x PyTorch in geometric mean, forward and backward.
 set -euo pipefail
-bin=${1:?usage: norm.sh MINIDL_BINARY OUT_DIR}
-out=${2:?usage: norm.sh MINIDL_BINARY OUT_DIR}
+bin=${1:?usage: norm.sh MINIDL_BINARY OUT_DIR [--dtype D] [--memory-format F]}
+out=${2:?usage: norm.sh MINIDL_BINARY OUT_DIR [--dtype D] [--memory-format F]}
+shift 2
+dtype=fp32 format=contiguous
+while [ $# -gt 0 ]; do
+  case $1 in
+    --dtype) dtype=${2:?--dtype needs a value}; shift 2 ;;
+    --memory-format) format=${2:?--memory-format needs a value}; shift 2 ;;
+    *) echo "norm.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
 root=$(cd "$(dirname "$0")/../.." && pwd)
 mkdir -p "$out"
+suffix="" torch_args=() mode_args=()
+if [ "$dtype" != fp32 ] || [ "$format" != contiguous ]; then
+  suffix="_${dtype}_${format}"
+  torch_args=(--dtype "$dtype")
+  [ "$format" = channels_last ] && torch_args+=(--channels-last)
+  mode_args=(--dtype "$dtype" --memory-format "$format" --torch "$out/norm_torch$suffix.json")
+fi
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader || true
-echo "== minidl bench norm"
-"$bin" bench norm --json "$out/norm_minidl.json" | tee "$out/norm_minidl.txt"
 if ! python3 -c "import torch" 2>/dev/null; then
-  echo "norm.sh: PyTorch is not importable here: no same-run comparison (docs/perf/anchors.md figures are above)"
+  if [ -n "$suffix" ]; then echo "norm.sh: PyTorch is not importable here: no figures of this mode to compare" >&2; exit 1; fi
+  echo "== minidl bench norm (PyTorch is not importable here: docs/perf/anchors.md figures only)"
+  "$bin" bench norm --json "$out/norm_minidl.json" | tee "$out/norm_minidl.txt"
   exit 1
 fi
-echo "== scripts/bench/torch_norm.py"
-python3 "$root/scripts/bench/torch_norm.py" --json "$out/norm_torch.json" | tee "$out/norm_torch.txt"
+echo "== scripts/bench/torch_norm.py ${torch_args[*]}"
+python3 "$root/scripts/bench/torch_norm.py" "${torch_args[@]}" --json "$out/norm_torch$suffix.json" | tee "$out/norm_torch$suffix.txt"
+echo "== minidl bench norm ${mode_args[*]}"
+"$bin" bench norm "${mode_args[@]}" --json "$out/norm_minidl$suffix.json" | tee "$out/norm_minidl$suffix.txt"
 
 echo "== side by side (ms per call, CUDA events around one call; torch/minidl > 1 means minidl is faster)"
-python3 - "$out/norm_minidl.json" "$out/norm_torch.json" <<'PY'
+python3 - "$out/norm_minidl$suffix.json" "$out/norm_torch$suffix.json" <<'PY'
 import json, math, sys
 
 ours = json.load(open(sys.argv[1]))
+anchor_mode = ours.get("dtype", "float32") == "float32" and ours.get("memory_format", "contiguous") == "contiguous"
 torch = {(r["layer"], r["shape"]): r for r in json.load(open(sys.argv[2]))["results"]}
 print(f"{'layer':11s} {'shape':22s} | {'minidl':>8s} {'torch':>8s} {'ratio':>6s} | {'minidl':>8s} {'torch':>8s} "
       f"{'ratio':>6s} | {'x floor fwd/bwd':>15s} | path fwd/bwd")
@@ -50,11 +72,16 @@ def geomean(v):
     return math.exp(sum(math.log(e) for e in v) / len(v)) if v else float("nan")
 
 print("\ngeometric mean over the eight large shapes of torch/minidl, measured in this run")
-for layer, target in (("BatchNorm2d", 3.5), ("GroupNorm", 3.5), ("LayerNorm", 2.5)):
+targets = (("BatchNorm2d", 3.5), ("GroupNorm", 3.5), ("LayerNorm", 2.5)) if anchor_mode else \
+    (("BatchNorm2d", 3.0), ("GroupNorm", 3.0), ("LayerNorm", 3.0))
+for layer, target in targets:
     v = ratios.get(layer, [])
     gf, gb = geomean([f for f, _ in v]), geomean([b for _, b in v])
     ok = lambda g: "met" if g >= target * (1 - 1e-9) else "MISSED"
-    print(f"{layer:11s} forward {gf:5.2f}x ({ok(gf)}, target {target:.1f}x), backward {gb:5.2f}x")
+    if anchor_mode:
+        print(f"{layer:11s} forward {gf:5.2f}x ({ok(gf)}, target {target:.1f}x), backward {gb:5.2f}x")
+    else:
+        print(f"{layer:11s} forward {gf:5.2f}x ({ok(gf)}), backward {gb:5.2f}x ({ok(gb)}); target {target:.1f}x each")
 print("oracle check:", "ok" if ours["all_valid"] else "FAILED")
 sys.exit(0 if ours["all_valid"] else 1)
 PY

@@ -10,6 +10,13 @@ Prints one line per tensor compared, then a summary; exits 1 if any check fails.
 
 usage: parity.py --minidl build/minidl --out OUTDIR [--config configs/resnet9.json]
                  [--devices cpu,cuda] [--batch 32] [--only SUBSTRING]
+                 [--amp bf16|fp16] [--channels-last]
+
+--amp runs PyTorch under torch.autocast (with GradScaler's initial scale for the fp16 step) and
+minidl with --precision; --channels-last gives both the 4-d activations in NHWC. The tolerances
+then follow docs/parity.md: one unit in the last place of the half type, 2^(1-p), for a single
+layer; for the whole step twice PyTorch's own distance between its mixed-precision and its
+float32 step, per tensor (never below the float32 tolerances).
 Needs torch, numpy and safetensors (the GPU machine has them).
 """
 import argparse
@@ -67,6 +74,20 @@ LAYER_CASES = [
 ]
 
 NORM_TYPES = ("BatchNorm2d", "GroupNorm", "LayerNorm")
+AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+# Significant bits of each half type: one ulp is at most 2^(1-p) of a value.
+SIGNIFICANT_BITS = {"bf16": 8, "fp16": 11}
+
+
+def half_ulp_tol(amp):
+    """A single layer's tolerance in a half type: both sides round the same inputs once to the half
+    type and their float32 sums differ by ~1e-6 relative, so each element rounds to the same value
+    or to the neighbouring one: at most one ulp, 2^(1-p) of the element, hence of the norm too."""
+    return 2.0 ** (1 - SIGNIFICANT_BITS[amp])
+
+
+def to_torch_format(t, channels_last):
+    return t.contiguous(memory_format=torch.channels_last) if channels_last and t.dim() == 4 else t
 
 
 def rel_err(got, want):
@@ -150,23 +171,32 @@ def compare(report, check, device, want, got, tol):
         report.line(check, device, name, rel_err(g, w), tol)
 
 
-def torch_layer(spec, state, x, mode, device, rng):
-    """Runs the layer in PyTorch; grad_output is drawn from rng once the output shape is known.
-    Returns the reference tensors and grad_output."""
+def torch_layer(spec, state, x, mode, device, rng, amp="", channels_last=False):
+    """Runs the layer in PyTorch (under autocast when amp is bf16/fp16); grad_output is drawn from
+    rng once the output shape is known. Returns the reference tensors and grad_output."""
     m = mfj.build_layer(spec).float()
     load_into(m, state)
     m.to(device).train(mode == "train")
+    if channels_last:
+        m.to(memory_format=torch.channels_last)
     xt = torch.from_numpy(x).to(device).requires_grad_(True)
-    y = m(xt)
+    with torch.autocast(device_type=device, dtype=AMP_DTYPES.get(amp, torch.float32), enabled=bool(amp)):
+        y = m(to_torch_format(xt, channels_last))
     dy = rng.normal(0.0, 1.0, tuple(y.shape)).astype(np.float32)
-    y.backward(torch.from_numpy(dy).to(device))
+    y.backward(torch.from_numpy(dy).to(device).to(y.dtype))
     ref = {"output": y, "grad_input": xt.grad}
     for name, p in m.named_parameters():
         ref["grad." + name] = p.grad
     for name, b in m.named_buffers():
         if not name.endswith("num_batches_tracked"):
             ref["buffer." + name] = b
-    return {k: v.detach().cpu().numpy() for k, v in ref.items()}, dy
+    return {k: v.detach().float().cpu().contiguous().numpy() for k, v in ref.items()}, dy
+
+
+def mode_args(args):
+    """minidl parity's options for the precision and memory format of this run."""
+    return (["--precision", args.amp] if args.amp else []) + \
+        (["--memory-format", "channels_last"] if args.channels_last else [])
 
 
 def layer_checks(args, report, torch_device):
@@ -177,7 +207,7 @@ def layer_checks(args, report, torch_device):
         tag = f"layer{i:02d}"
         state = random_state(mfj.build_layer(spec), rng)
         x = rng.normal(mean, std, shape).astype(np.float32)
-        want, dy = torch_layer(spec, state, x, mode, torch_device, rng)
+        want, dy = torch_layer(spec, state, x, mode, torch_device, rng, args.amp, args.channels_last)
         in_path = os.path.join(args.out, f"{tag}_in.safetensors")
         spec_path = os.path.join(args.out, f"{tag}_spec.json")
         save_file({"input": x, "grad_output": dy, **state}, in_path)
@@ -185,12 +215,13 @@ def layer_checks(args, report, torch_device):
             json.dump(spec, f)
         for device in args.devices:
             got, why = run_minidl(args, ["--spec", spec_path, "--in", in_path, "--device", device,
-                                          "--train" if mode == "train" else "--eval", "--no-tf32"],
+                                          "--train" if mode == "train" else "--eval", "--no-tf32",
+                                          *mode_args(args)],
                                    os.path.join(args.out, f"{tag}_{device}_out.safetensors"))
             if got is None:
                 report.fail(check, device, why)
                 continue
-            compare(report, check, device, want, got, LAYER_TOL)
+            compare(report, check, device, want, got, half_ulp_tol(args.amp) if args.amp else LAYER_TOL)
 
 
 def count_near_ties(config, state, x, margin):
@@ -232,9 +263,11 @@ def count_near_ties(config, state, x, margin):
     return count[0]
 
 
-def torch_step(config, state, x, labels, device, channels_last=False):
-    """One training step in PyTorch float32 at the optimizer's base lr (the schedule is ignored,
-    as in `minidl parity`). Returns the tensors `minidl parity --config` writes."""
+def torch_step(config, state, x, labels, device, channels_last=False, amp=""):
+    """One training step in PyTorch at the optimizer's base lr (the schedule is ignored, as in
+    `minidl parity`): float32, or under autocast (fp16 with GradScaler's initial scale, the
+    gradients unscaled before they are recorded). Returns the tensors `minidl parity --config`
+    writes."""
     model = mfj.build_model(config).float()
     load_into(model, state)
     model.to(device).train()
@@ -243,14 +276,17 @@ def torch_step(config, state, x, labels, device, channels_last=False):
         model.to(memory_format=torch.channels_last)
         xt = xt.contiguous(memory_format=torch.channels_last)
     opt, lr = mfj.build_optimizer(config, model)
-    logits = model(xt)
+    with torch.autocast(device_type=device, dtype=AMP_DTYPES.get(amp, torch.float32), enabled=bool(amp)):
+        logits = model(xt)
     smoothing = config.get("loss", {}).get("label_smoothing", 0.0)
-    loss = F.cross_entropy(logits, torch.from_numpy(labels).long().to(device), label_smoothing=smoothing)
-    loss.backward()
+    loss = F.cross_entropy(logits.float(), torch.from_numpy(labels).long().to(device), label_smoothing=smoothing)
+    scaler = torch.amp.GradScaler(device, init_scale=65536.0, enabled=amp == "fp16")
+    scaler.scale(loss).backward()
+    scaler.unscale_(opt)
     out = {"loss": loss, "output": logits}
     for name, p in model.named_parameters():
         out["grad." + name] = p.grad.clone()
-    opt.step()
+    scaler.step(opt)
     params = dict(model.named_parameters())
     for name, p in params.items():
         out["param." + name] = p
@@ -284,26 +320,38 @@ def model_check(args, report, torch_device):
     in_path = os.path.join(args.out, "model_in.safetensors")
     save_file({"input": x, "labels": labels, **state}, in_path)
 
-    want, lr, smoothing = torch_step(config, state, x, labels, torch_device)
+    fp32, lr, smoothing = torch_step(config, state, x, labels, torch_device)
     want_cl, _, _ = torch_step(config, state, x, labels, torch_device, channels_last=True)
-    self_noise = max(rel_err(want_cl[k], want[k]) for k in want if k.startswith("grad."))
+    self_noise = max(rel_err(want_cl[k], fp32[k]) for k in fp32 if k.startswith("grad."))
     ties = count_near_ties(config, state, x, NEAR_TIE_MARGIN)
     grad_tol = MODEL_TOL if ties == 0 else FLIP_TOL
     print(f"# {check} ({args.config}): batch {args.batch}, lr {lr}, label_smoothing {smoothing}, "
-          f"PyTorch loss {float(want['loss']):.6f}", flush=True)
+          f"PyTorch loss {float(fp32['loss']):.6f}", flush=True)
     print(f"# the forward has {ties} near-ties (max-pool windows with two values, or ReLU inputs and 0, "
           f"within {NEAR_TIE_MARGIN:.0e} rms): gradients held to {grad_tol:.0e}; PyTorch float32 "
           f"channels_last vs NCHW on this step: worst gradient rel_err {self_noise:.2e}", flush=True)
+    want = fp32
+    tols = {k: grad_tol if k.startswith("grad.") else MODEL_TOL for k in fp32}
+    if args.amp or args.channels_last:
+        # PyTorch's step in this mode is the reference; minidl in the same mode may be as far from it
+        # as twice PyTorch's own distance to its float32 step (if each is no further than that from
+        # the float32 step, the triangle inequality bounds their distance by the sum).
+        want, _, _ = torch_step(config, state, x, labels, torch_device, args.channels_last, args.amp)
+        tols = {k: max(tols[k], 2 * rel_err(want[k], fp32[k])) for k in want}
+        worst = max(tols, key=lambda k: tols[k])
+        print(f"# {args.amp or 'fp32'} {'channels_last' if args.channels_last else 'contiguous'}: PyTorch in this "
+              f"mode against its float32 step, loss {float(want['loss']):.6f}; widest tolerance {tols[worst]:.2e} "
+              f"({worst})", flush=True)
 
     for device in args.devices:
-        got, why = run_minidl(args, ["--config", args.config, "--in", in_path, "--device", device, "--no-tf32"],
+        got, why = run_minidl(args, ["--config", args.config, "--in", in_path, "--device", device, "--no-tf32",
+                                     *mode_args(args)],
                                os.path.join(args.out, f"model_{device}_out.safetensors"))
         if got is None:
             report.fail(check, device, why)
             continue
-        compare(report, check, device, {k: v for k, v in want.items() if not k.startswith("grad.")},
-                got, MODEL_TOL)
-        compare(report, check, device, {k: v for k, v in want.items() if k.startswith("grad.")}, got, grad_tol)
+        for name, w in want.items():
+            compare(report, check, device, {name: w}, got, tols[name])
         # The optimizer alone: PyTorch's step applied to minidl's own gradients must give minidl's
         # update (param after - param before). Smooth, so it keeps the tight tolerance whatever
         # the gradients did, and it sees what param.* hides behind the much larger weights.
@@ -323,6 +371,8 @@ def main():
     ap.add_argument("--devices", default=None, help="minidl devices, default cpu,cuda (cpu without a GPU)")
     ap.add_argument("--batch", type=int, default=32, help="batch of the whole-model step")
     ap.add_argument("--only", default="", help="run only the checks whose name contains this")
+    ap.add_argument("--amp", choices=sorted(AMP_DTYPES), default="", help="torch.autocast / minidl --precision")
+    ap.add_argument("--channels-last", action="store_true", help="NHWC activations on both sides")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     has_cuda = torch.cuda.is_available()
@@ -333,7 +383,8 @@ def main():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.deterministic = True
     print(f"# minidl {args.minidl} on {','.join(args.devices)}; PyTorch {torch.__version__} on {torch_device}"
-          f"{' (' + torch.cuda.get_device_name() + ')' if has_cuda else ''}; TF32 off", flush=True)
+          f"{' (' + torch.cuda.get_device_name() + ')' if has_cuda else ''}; TF32 off; "
+          f"{args.amp or 'fp32'}, {'channels_last' if args.channels_last else 'contiguous'}", flush=True)
 
     report = Report()
     layer_checks(args, report, torch_device)
