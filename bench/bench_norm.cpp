@@ -16,6 +16,7 @@
 #include "bench/norm_reference.h"
 #include "core/layout_kernels.h"
 #include "layers/norm/norm_kernels.h"
+#include "train/precision.h"
 #ifdef MINIDL_WITH_CUDA
 #include "core/cuda/profiler_events.h"
 #endif
@@ -66,13 +67,6 @@ struct Options {
   // The mode of docs/perf/anchors.md (float32 NCHW), whose figures are built in.
   bool anchor_mode() const { return dtype == DType::Float32 && !channels_last; }
 };
-
-DType parse_dtype(const std::string& s) {
-  if (s == "fp32" || s == "float32") return DType::Float32;
-  if (s == "bf16" || s == "bfloat16") return DType::BFloat16;
-  if (s == "fp16" || s == "float16") return DType::Float16;
-  fail(str("bench norm: --dtype must be fp32, bf16 or fp16, got '", s, "'"));
-}
 
 // PyTorch's figures from scripts/bench/torch_norm.py --json, by (layer, shape).
 std::map<std::pair<std::string, std::string>, std::pair<double, double>> read_torch_json(const std::string& path) {
@@ -211,15 +205,14 @@ struct Subject {
 // The buffers of one layer on one shape, on the GPU: x, dy, y, dx of the mode's dtype in the
 // kernels' order (and, when reordered, the NHWC tensors the layer is given and returns).
 struct Problem {
-  NormLayout layout;
-  DType dtype = DType::Float32;
   Subject subject;
+  DType dtype = DType::Float32;
   Tensor x, dy, weight, bias, y, mean, rstd, running_mean, running_var, dx, dweight, dbias;
   Tensor x_nhwc, dy_nhwc, y_nhwc, dx_nhwc;  // reorder only
 
-  Problem(const Subject& sub, DType d, uint64_t seed) : layout(sub.layout), dtype(d), subject(sub) {
+  Problem(const Subject& sub, DType d, uint64_t seed) : subject(sub), dtype(d) {
     const Device gpu = Device::cuda();
-    const int64_t n = layout.numel(), f = layout.features, g = layout.groups();
+    const int64_t n = sub.layout.numel(), f = sub.layout.features, g = sub.layout.groups();
     x = Tensor::from_vector(normal_values(n, seed, 5.0, 3.0), {n}, gpu).to(d);
     dy = Tensor::from_vector(normal_values(n, seed + 1, 0.0, 1.0), {n}, gpu).to(d);
     weight = Tensor::from_vector(normal_values(f, seed + 2, 1.0, 0.2), {f}, gpu);
@@ -259,7 +252,7 @@ struct Problem {
     a.y = f32(y);
     a.mean = mean.data<float>();
     a.rstd = rstd.data<float>();
-    if (layout.kind == NormKind::Channel) {
+    if (subject.layout.kind == NormKind::Channel) {
       a.running_mean = running_mean.data<float>();
       a.running_var = running_var.data<float>();
     }
@@ -284,8 +277,8 @@ struct Problem {
   // The layer's forward: what it is given to what it returns (the reorders included).
   norm::NormRun forward(const norm::NormForward& a) const {
     if (subject.reorder_n > 0) to_nchw(x_nhwc, x);
-    norm::NormRun run = half() ? norm::forward_half_cuda(layout, a, dtype, x.raw_data(), y.raw_data())
-                               : norm::forward_cuda(layout, a);
+    norm::NormRun run = half() ? norm::forward_half_cuda(subject.layout, a, dtype, x.raw_data(), y.raw_data())
+                               : norm::forward_cuda(subject.layout, a);
     if (subject.reorder_n > 0) {
       to_nhwc(y, y_nhwc);
       run.launches += 2;
@@ -294,8 +287,9 @@ struct Problem {
   }
   norm::NormRun backward(const norm::NormBackward& b) const {
     if (subject.reorder_n > 0) to_nchw(dy_nhwc, dy);
-    norm::NormRun run = half() ? norm::backward_half_cuda(layout, b, dtype, x.raw_data(), dy.raw_data(), dx.raw_data())
-                               : norm::backward_cuda(layout, b);
+    norm::NormRun run = half() ? norm::backward_half_cuda(subject.layout, b, dtype, x.raw_data(), dy.raw_data(),
+                                                          dx.raw_data())
+                               : norm::backward_cuda(subject.layout, b);
     if (subject.reorder_n > 0) {
       to_nhwc(dx, dx_nhwc);
       run.launches += 2;
@@ -331,15 +325,15 @@ void validate(Problem& p, Result& r) {
   ref.dbias = Tensor::empty_like(p.dbias);
   ref.running_mean = Tensor::zeros_like(p.running_mean);
   ref.running_var = Tensor::full(p.running_var.shape(), 1.f, Device::cuda());
-  norm::forward_reference_cuda(ref.layout, ref.forward_args());
-  norm::backward_reference_cuda(ref.layout, ref.backward_args(), ref.y.data<float>(), 1e-5);
+  norm::forward_reference_cuda(ref.subject.layout, ref.forward_args());
+  norm::backward_reference_cuda(ref.subject.layout, ref.backward_args(), ref.y.data<float>(), 1e-5);
   const double rounding = p.dtype == DType::BFloat16 ? 0x1p-8 : p.dtype == DType::Float16 ? 0x1p-11 : 0;
   const double y_error = rel_error(y, ref.y.to_vector()), dx_error = rel_error(dx, ref.dx.to_vector());
-  r.fwd_error = std::max({y_error, rel_error(mean, ref.mean.to_vector()), rel_error(rstd, ref.rstd.to_vector())});
-  r.bwd_error = std::max({dx_error, rel_error(dw, ref.dweight.to_vector()), rel_error(db, ref.dbias.to_vector())});
-  r.valid = std::max(rel_error(mean, ref.mean.to_vector()), rel_error(rstd, ref.rstd.to_vector())) <= 2e-6 &&
-            y_error <= rounding + 2e-6 && dx_error <= 2 * rounding + 2e-5 &&
-            std::max(rel_error(dw, ref.dweight.to_vector()), rel_error(db, ref.dbias.to_vector())) <= 2e-5;
+  const double stats_error = std::max(rel_error(mean, ref.mean.to_vector()), rel_error(rstd, ref.rstd.to_vector()));
+  const double params_error = std::max(rel_error(dw, ref.dweight.to_vector()), rel_error(db, ref.dbias.to_vector()));
+  r.fwd_error = std::max(y_error, stats_error);
+  r.bwd_error = std::max(dx_error, params_error);
+  r.valid = stats_error <= 2e-6 && y_error <= rounding + 2e-6 && dx_error <= 2 * rounding + 2e-5 && params_error <= 2e-5;
 }
 
 // Puts each pass of `p` on `path` where that path can run it, on Auto where it cannot.
@@ -353,8 +347,9 @@ void force_path(Problem& p, norm::NormPath path) {
     }
   };
   p.fwd_path = p.bwd_path = path;
-  if (!runs([&] { norm::plan_forward_cuda(p.layout, p.forward_args()); })) p.fwd_path = norm::NormPath::Auto;
-  if (!runs([&] { norm::plan_backward_cuda(p.layout, p.backward_args()); })) p.bwd_path = norm::NormPath::Auto;
+  if (!runs([&] { norm::plan_forward_cuda(p.subject.layout, p.forward_args()); })) p.fwd_path = norm::NormPath::Auto;
+  if (!runs([&] { norm::plan_backward_cuda(p.subject.layout, p.backward_args()); }))
+    p.bwd_path = norm::NormPath::Auto;
 }
 
 Result measure(const std::string& layer, const std::string& shape, const Subject& sub, double torch_fwd,
@@ -537,13 +532,9 @@ int bench_norm_main(const std::vector<std::string>& args) {
     else if (args[i] == "--reps") o.reps = std::stoi(value());
     else if (args[i] == "--warmup") o.warmup = std::stoi(value());
     else if (args[i] == "--path") o.path = parse_path(value());
-    else if (args[i] == "--dtype") o.dtype = parse_dtype(value());
-    else if (args[i] == "--memory-format") {
-      const std::string f = value();
-      MINIDL_CHECK(f == "contiguous" || f == "channels_last", "bench norm: --memory-format must be contiguous or "
-                   "channels_last, got '", f, "'");
-      o.channels_last = f == "channels_last";
-    } else if (args[i] == "--torch") o.torch_json = value();
+    else if (args[i] == "--dtype") o.dtype = activation_dtype(value());  // the config's "precision" names
+    else if (args[i] == "--memory-format") o.channels_last = activation_format(value()) == MemoryFormat::ChannelsLast;
+    else if (args[i] == "--torch") o.torch_json = value();
     else fail(str("bench norm: unknown option '", args[i], "' (--json FILE, --reps N, --warmup N, --path P, --dtype D, "
                   "--memory-format F, --torch FILE)"));
   }

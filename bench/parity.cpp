@@ -41,7 +41,7 @@ const char* kUsage =
 
 struct ParityArgs {
   std::string spec, config, in, out, device = "cpu";
-  std::string precision, memory_format;  // empty: fp32 contiguous for a layer, the config's for a model
+  std::string precision, memory_format;  // a model: empty takes the config's; a layer: fp32, contiguous
   bool train = true;
   bool mode_given = false;
   bool no_tf32 = false;
@@ -74,6 +74,10 @@ ParityArgs parse_args(const std::vector<std::string>& args) {
   MINIDL_CHECK(!a.in.empty() && !a.out.empty(), "minidl parity: --in and --out are required\n", kUsage);
   MINIDL_CHECK(a.config.empty() || !a.mode_given,
                "minidl parity: --train/--eval apply to --spec only (a model step always trains)");
+  if (!a.spec.empty()) {
+    if (a.precision.empty()) a.precision = "fp32";
+    if (a.memory_format.empty()) a.memory_format = "contiguous";
+  }
   check_precision(a.precision.empty() ? "fp32" : a.precision, a.memory_format.empty() ? "contiguous" : a.memory_format);
   return a;
 }
@@ -123,8 +127,8 @@ int run_layer(const ParityArgs& a, Device device) {
 
   // The input is float32 (the leaf whose gradient is reported); the layer sees it in the memory
   // format asked for, under autocast for bf16/fp16 as the trainer runs a model (core/autocast.h).
-  const DType dtype = activation_dtype(a.precision.empty() ? "fp32" : a.precision);
-  const MemoryFormat format = activation_format(a.memory_format.empty() ? "contiguous" : a.memory_format);
+  const DType dtype = activation_dtype(a.precision);
+  const MemoryFormat format = activation_format(a.memory_format);
   Tensor x = find_tensor(in, "input", a.in).to(device);
   x.set_requires_grad(true);
   Tensor y;
@@ -151,8 +155,8 @@ int run_layer(const ParityArgs& a, Device device) {
                     {"spec", spec.dump()},
                     {"device", device.str()},
                     {"mode", a.train ? "train" : "eval"},
-                    {"precision", a.precision.empty() ? "fp32" : a.precision},
-                    {"memory_format", a.memory_format.empty() ? "contiguous" : a.memory_format},
+                    {"precision", a.precision},
+                    {"memory_format", a.memory_format},
                     {"allow_tf32", compute_settings().allow_tf32 ? "true" : "false"}});
   std::cout << "minidl parity: " << layer->describe() << " on " << device.str() << " ("
             << (a.train ? "train" : "eval") << "): input " << shape_str(x.shape()) << " -> output "
@@ -191,9 +195,7 @@ int run_model(const ParityArgs& a, Device device) {
   const Tensor loss = cross_entropy(logits, labels.to(device), static_cast<float>(cfg.label_smoothing));
   bool skipped = false;
   if (cfg.precision == "fp16") {
-    GradScaler scaler(cfg.grad_scaler.is_null() ? GradScalerOptions()
-                                                : GradScalerOptions::from_json(cfg.grad_scaler, "grad_scaler"),
-                      device);
+    GradScaler scaler(GradScalerOptions::from_json(cfg.grad_scaler, "grad_scaler"), device);
     autograd::backward(loss, scaler.backward_seed());
     std::vector<Tensor> grads;
     for (const auto& [name, p] : model->named_parameters())

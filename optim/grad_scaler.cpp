@@ -29,6 +29,7 @@ void unscale_cpu(float* g, float inv_scale, float* found_inf, int64_t n) {
 }  // namespace kernels
 
 GradScalerOptions GradScalerOptions::from_json(const nlohmann::json& j, const std::string& path) {
+  if (j.is_null()) return {};
   MINIDL_CHECK(j.is_object(), path, ": expected an object, got ", j.dump());
   JsonArgs args(j, path);
   GradScalerOptions o;

@@ -27,7 +27,8 @@ struct GradScalerOptions {
   double growth_factor = 2.0;
   double backoff_factor = 0.5;
   int64_t growth_interval = 2000;
-  // The config's "grad_scaler" object (every key optional; unknown keys are errors).
+  // The config's "grad_scaler" object (every key optional; unknown keys are errors); null, the
+  // key left out, gives the defaults.
   static GradScalerOptions from_json(const nlohmann::json& j, const std::string& path);
   nlohmann::json to_json() const;
 };

@@ -89,10 +89,7 @@ Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Da
   activation_dtype_ = minidl::activation_dtype(config.precision);
   activation_format_ = minidl::activation_format(config.memory_format);
   if (activation_dtype_ == DType::Float16) {
-    grad_scaler_ = std::make_unique<GradScaler>(
-        config.grad_scaler.is_null() ? GradScalerOptions()
-                                     : GradScalerOptions::from_json(config.grad_scaler, "grad_scaler"),
-        device);
+    grad_scaler_ = std::make_unique<GradScaler>(GradScalerOptions::from_json(config.grad_scaler, "grad_scaler"), device);
   }
   set_cuda_graphs(config.cuda_graph);
   set_init_seed(config.seed);

@@ -212,10 +212,9 @@ NormRun three_launch_backward(const NormLayout& l, const NormBackward& b, const 
   const bool aligned = tiles::aligned16(x) && tiles::aligned16(dy);
   if (l.kind == NormKind::Channel) {
     const ChannelGrad op{channel_params(l, b.mean, b.rstd, b.weight, b.bias, b.relu)};
-    const int64_t fold = tiles::channel_fold(l);
-    const NormLayout lt = tiles::folded(l, fold);
+    const NormLayout lt = tiles::folded(l);
     f.g = tiles::plan_reduce<ChannelGrad, T>(tiles::make_tiles(lt, lt.width(), lt.plane, aligned));
-    f.channel_partials = tiles::ChannelPartials::of(f.g, fold, l);
+    f.channel_partials = tiles::ChannelPartials::of(f.g, l);
     col = allocate(2 * f.g.slice_groups * f.g.bins * sizeof(double), dev);
     tiles::launch_reduce(f.g, op, x, dy, as_doubles(col), nullptr);
   } else if (affine_grads) {
@@ -234,7 +233,7 @@ NormRun three_launch_backward(const NormLayout& l, const NormBackward& b, const 
   if (l.kind == NormKind::Channel) {
     const ChannelInputGrad op{b.mean, b.rstd, b.weight, b.bias, k1, k2, static_cast<int32_t>(l.plane),
                               static_cast<int32_t>(l.features), b.relu};
-    const NormLayout lt = tiles::folded(l, tiles::channel_fold(l));
+    const NormLayout lt = tiles::folded(l);
     const Geometry g = tiles::plan_map<ChannelInputGrad, T>(tiles::make_tiles(lt, lt.width(), 0, dx_aligned));
     tiles::launch_map(g, op, x, dy, dx);
   } else {

@@ -185,10 +185,9 @@ NormRun three_launch_forward(const NormLayout& l, const NormForward& a, const T*
     if (l.kind == NormKind::Channel) {
       using Op = ChannelStats<T>;
       const Op op{x, static_cast<int32_t>(l.plane), static_cast<int32_t>(l.features)};
-      const int64_t fold = tiles::channel_fold(l);
-      const NormLayout lt = tiles::folded(l, fold);
+      const NormLayout lt = tiles::folded(l);
       f.g = tiles::plan_reduce<Op, T>(tiles::make_tiles(lt, lt.width(), lt.plane, tiles::aligned16(x)));
-      f.channel_partials = tiles::ChannelPartials::of(f.g, fold, l);
+      f.channel_partials = tiles::ChannelPartials::of(f.g, l);
       partials = allocate(2 * f.g.slice_groups * f.g.bins * sizeof(double), dev);
       f.col_partials = as_doubles(partials);
       tiles::launch_reduce(f.g, op, x, none, as_doubles(partials), nullptr);
@@ -213,7 +212,7 @@ NormRun three_launch_forward(const NormLayout& l, const NormForward& a, const T*
   const bool aligned = tiles::aligned16(x) && tiles::aligned16(y);
   if (l.kind == NormKind::Channel) {
     const ChannelApply op{channel_params(l, a.mean, a.rstd, a.weight, a.bias, a.relu)};
-    const NormLayout lt = tiles::folded(l, tiles::channel_fold(l));
+    const NormLayout lt = tiles::folded(l);
     const Geometry g = tiles::plan_map<ChannelApply, T>(tiles::make_tiles(lt, lt.width(), 0, aligned));
     tiles::launch_map(g, op, x, none, y);
   } else {

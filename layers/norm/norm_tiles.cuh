@@ -103,23 +103,12 @@ struct alignas(8) Quad {
 
 // The lane's kSlots values of a row, widened to float (exact for the half types). x and dy are
 // float32 or, with half I/O (forward_half_cuda), bfloat16/float16: the same slots, so every
-// column sum and its order are the same; a vector slot group is then 8 bytes instead of 16.
+// column sum and its order are the same. Half vector slots are loaded packed instead
+// (load_packed, for_each_packed_row): a vector slot group is then 8 bytes instead of 16.
 template <bool kVec, class T>
 __device__ __forceinline__ void load_slots(const T* __restrict__ p, int lane, int cols, float (&v)[kSlots]) {
-  if constexpr (kVec && !std::is_same_v<T, float>) {
-#pragma unroll
-    for (int j = 0; j < kSlots / 4; ++j) {
-      const int c = 4 * (lane + 32 * j);
-      if (c < cols) {
-        const Quad<T> q = *reinterpret_cast<const Quad<T>*>(p + c);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) v[4 * j + e] = to_float(q.v[e]);
-      } else {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) v[4 * j + e] = 0.f;
-      }
-    }
-  } else if constexpr (!std::is_same_v<T, float>) {
+  static_assert(!kVec || std::is_same_v<T, float>, "half vector slots are loaded by load_packed");
+  if constexpr (!std::is_same_v<T, float>) {
 #pragma unroll
     for (int m = 0; m < kSlots; ++m) v[m] = lane + 32 * m < cols ? to_float(p[lane + 32 * m]) : 0.f;
   } else if constexpr (kVec) {
@@ -292,23 +281,23 @@ __device__ __forceinline__ void for_each_row(const Geometry& g, const Unit& u, c
                                              const T* __restrict__ dy, int lane, Pass&& pass) {
   if constexpr (kVec && !std::is_same_v<T, float>) {
     for_each_packed_row<kGrad, kBackwards>(g, u, x, dy, lane, pass);
-    return;
-  }
-  constexpr int kDepth = kGrad ? 2 : 4;
-  const int64_t n = u.r1 - u.r0;
-  for (int64_t i = 0; i < n; i += kDepth) {
-    float xv[kDepth][kSlots], dv[kDepth][kSlots] = {};
+  } else {
+    constexpr int kDepth = kGrad ? 2 : 4;
+    const int64_t n = u.r1 - u.r0;
+    for (int64_t i = 0; i < n; i += kDepth) {
+      float xv[kDepth][kSlots], dv[kDepth][kSlots] = {};
 #pragma unroll
-    for (int k = 0; k < kDepth; ++k) {
-      if (i + k < n) {
-        const int64_t off = (kBackwards ? u.r1 - 1 - (i + k) : u.r0 + i + k) * g.width + u.col0;
-        load_slots<kVec>(x + off, lane, u.cols, xv[k]);
-        if constexpr (kGrad) load_slots<kVec>(dy + off, lane, u.cols, dv[k]);
+      for (int k = 0; k < kDepth; ++k) {
+        if (i + k < n) {
+          const int64_t off = (kBackwards ? u.r1 - 1 - (i + k) : u.r0 + i + k) * g.width + u.col0;
+          load_slots<kVec>(x + off, lane, u.cols, xv[k]);
+          if constexpr (kGrad) load_slots<kVec>(dy + off, lane, u.cols, dv[k]);
+        }
       }
-    }
 #pragma unroll
-    for (int k = 0; k < kDepth; ++k)
-      if (i + k < n) pass(kBackwards ? u.r1 - 1 - (i + k) : u.r0 + i + k, xv[k], dv[k]);
+      for (int k = 0; k < kDepth; ++k)
+        if (i + k < n) pass(kBackwards ? u.r1 - 1 - (i + k) : u.r0 + i + k, xv[k], dv[k]);
+    }
   }
 }
 
@@ -487,7 +476,9 @@ inline int64_t channel_fold(const NormLayout& l) {
   return 1;
 }
 
-inline NormLayout folded(const NormLayout& l, int64_t fold) {
+// The layout the tiles of a Channel pass are cut from: `l` folded by channel_fold(l).
+inline NormLayout folded(const NormLayout& l) {
+  const int64_t fold = channel_fold(l);
   return fold == 1 ? l : NormLayout::batch_norm(l.rows / fold, l.features * fold, 1);
 }
 
@@ -501,8 +492,9 @@ inline NormLayout folded(const NormLayout& l, int64_t fold) {
 struct ChannelPartials {
   int64_t fold, channels, per, bins;  // per: bins per virtual feature; bins: per slice group
   bool block;
-  __host__ __device__ static ChannelPartials of(const Geometry& g, int64_t fold, const NormLayout& l) {
-    return {fold, l.features, g.bins_per_feature(), g.bins, l.plane == 1};
+  // Of a pass over folded(l) cut into g.
+  static ChannelPartials of(const Geometry& g, const NormLayout& l) {
+    return {channel_fold(l), l.features, g.bins_per_feature(), g.bins, l.plane == 1};
   }
   __host__ __device__ int64_t count(const Geometry& g) const { return g.slice_groups * fold * per; }
   __host__ __device__ int64_t index(int64_t c, int64_t e) const {

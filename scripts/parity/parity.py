@@ -90,6 +90,11 @@ def to_torch_format(t, channels_last):
     return t.contiguous(memory_format=torch.channels_last) if channels_last and t.dim() == 4 else t
 
 
+def autocast(device, amp):
+    """torch.autocast in the half type `amp` names; off for "" (float32)."""
+    return torch.autocast(device_type=device, dtype=AMP_DTYPES.get(amp, torch.float32), enabled=bool(amp))
+
+
 def rel_err(got, want):
     """||got - want|| / ||want|| in float64; the plain norm of the difference when want is 0."""
     g, w = got.astype(np.float64).ravel(), want.astype(np.float64).ravel()
@@ -180,7 +185,7 @@ def torch_layer(spec, state, x, mode, device, rng, amp="", channels_last=False):
     if channels_last:
         m.to(memory_format=torch.channels_last)
     xt = torch.from_numpy(x).to(device).requires_grad_(True)
-    with torch.autocast(device_type=device, dtype=AMP_DTYPES.get(amp, torch.float32), enabled=bool(amp)):
+    with autocast(device, amp):
         y = m(to_torch_format(xt, channels_last))
     dy = rng.normal(0.0, 1.0, tuple(y.shape)).astype(np.float32)
     y.backward(torch.from_numpy(dy).to(device).to(y.dtype))
@@ -271,12 +276,11 @@ def torch_step(config, state, x, labels, device, channels_last=False, amp=""):
     model = mfj.build_model(config).float()
     load_into(model, state)
     model.to(device).train()
-    xt = torch.from_numpy(x).to(device)
     if channels_last:
         model.to(memory_format=torch.channels_last)
-        xt = xt.contiguous(memory_format=torch.channels_last)
+    xt = to_torch_format(torch.from_numpy(x).to(device), channels_last)
     opt, lr = mfj.build_optimizer(config, model)
-    with torch.autocast(device_type=device, dtype=AMP_DTYPES.get(amp, torch.float32), enabled=bool(amp)):
+    with autocast(device, amp):
         logits = model(xt)
     smoothing = config.get("loss", {}).get("label_smoothing", 0.0)
     loss = F.cross_entropy(logits.float(), torch.from_numpy(labels).long().to(device), label_smoothing=smoothing)
