@@ -14,7 +14,6 @@
 #include "core/philox.h"
 #include "core/tensor.h"
 #include "bench/norm_reference.h"
-#include "core/layout_kernels.h"
 #include "layers/norm/norm_kernels.h"
 #include "train/precision.h"
 #ifdef MINIDL_WITH_CUDA
@@ -194,21 +193,18 @@ struct Result {
 
 // How a layer's kernels see an activation of one shape in one mode, as the layer ops do
 // (layers/norm/norm_ops.cpp): in channels-last memory BatchNorm2d is [N*H*W][C] (which the
-// kernels fold into tiles of whole rows), LayerNorm([C,H,W]) keeps its rows (its weight and bias
-// taken in (H, W, C) order), and GroupNorm, whose groups are strided there, is reordered to NCHW
-// before its kernels and back after them. `reorder` says the last: (batch, C, H*W) > 0.
+// kernels fold into tiles of whole rows), GroupNorm the ChannelGroup layout of the same matrix,
+// and LayerNorm([C,H,W]) keeps its rows (its weight and bias taken in (H, W, C) order).
 struct Subject {
   NormLayout layout;
-  int64_t reorder_n = 0, reorder_c = 0, reorder_hw = 0;
 };
 
 // The buffers of one layer on one shape, on the GPU: x, dy, y, dx of the mode's dtype in the
-// kernels' order (and, when reordered, the NHWC tensors the layer is given and returns).
+// kernels' order.
 struct Problem {
   Subject subject;
   DType dtype = DType::Float32;
   Tensor x, dy, weight, bias, y, mean, rstd, running_mean, running_var, dx, dweight, dbias;
-  Tensor x_nhwc, dy_nhwc, y_nhwc, dx_nhwc;  // reorder only
 
   Problem(const Subject& sub, DType d, uint64_t seed) : subject(sub), dtype(d) {
     const Device gpu = Device::cuda();
@@ -222,24 +218,10 @@ struct Problem {
     for (Tensor* t : {&dweight, &dbias}) *t = Tensor::empty({f}, DType::Float32, gpu);
     running_mean = Tensor::zeros({f}, DType::Float32, gpu);
     running_var = Tensor::full({f}, 1.f, gpu);
-    if (sub.reorder_n > 0) {
-      for (Tensor* t : {&x_nhwc, &dy_nhwc, &y_nhwc, &dx_nhwc}) *t = Tensor::empty({n}, d, gpu);
-      to_nhwc(x, x_nhwc);
-      to_nhwc(dy, dy_nhwc);
-    }
   }
 
   bool half() const { return dtype != DType::Float32; }
   float* f32(const Tensor& t) const { return half() ? nullptr : t.data<float>(); }
-
-  void to_nchw(const Tensor& from, const Tensor& to) const {
-    kernels::transpose_cast_cuda(from.raw_data(), dtype, to.raw_data(), dtype, subject.reorder_n, subject.reorder_hw,
-                                 subject.reorder_c);
-  }
-  void to_nhwc(const Tensor& from, const Tensor& to) const {
-    kernels::transpose_cast_cuda(from.raw_data(), dtype, to.raw_data(), dtype, subject.reorder_n, subject.reorder_c,
-                                 subject.reorder_hw);
-  }
 
   norm::NormPath fwd_path = norm::NormPath::Auto, bwd_path = norm::NormPath::Auto;
 
@@ -274,27 +256,13 @@ struct Problem {
     return b;
   }
 
-  // The layer's forward: what it is given to what it returns (the reorders included).
   norm::NormRun forward(const norm::NormForward& a) const {
-    if (subject.reorder_n > 0) to_nchw(x_nhwc, x);
-    norm::NormRun run = half() ? norm::forward_half_cuda(subject.layout, a, dtype, x.raw_data(), y.raw_data())
-                               : norm::forward_cuda(subject.layout, a);
-    if (subject.reorder_n > 0) {
-      to_nhwc(y, y_nhwc);
-      run.launches += 2;
-    }
-    return run;
+    return half() ? norm::forward_half_cuda(subject.layout, a, dtype, x.raw_data(), y.raw_data())
+                  : norm::forward_cuda(subject.layout, a);
   }
   norm::NormRun backward(const norm::NormBackward& b) const {
-    if (subject.reorder_n > 0) to_nchw(dy_nhwc, dy);
-    norm::NormRun run = half() ? norm::backward_half_cuda(subject.layout, b, dtype, x.raw_data(), dy.raw_data(),
-                                                          dx.raw_data())
-                               : norm::backward_cuda(subject.layout, b);
-    if (subject.reorder_n > 0) {
-      to_nhwc(dx, dx_nhwc);
-      run.launches += 2;
-    }
-    return run;
+    return half() ? norm::backward_half_cuda(subject.layout, b, dtype, x.raw_data(), dy.raw_data(), dx.raw_data())
+                  : norm::backward_cuda(subject.layout, b);
   }
 };
 
@@ -307,10 +275,6 @@ std::vector<float> float_values(const Tensor& t) { return t.to(DType::Float32).t
 void validate(Problem& p, Result& r) {
   p.forward(p.forward_args());
   p.backward(p.backward_args());
-  if (p.subject.reorder_n > 0) {  // the layer's outputs, back in the kernels' order
-    p.to_nchw(p.y_nhwc, p.y);
-    p.to_nchw(p.dx_nhwc, p.dx);
-  }
   const std::vector<float> y = float_values(p.y), mean = p.mean.to_vector(), rstd = p.rstd.to_vector();
   const std::vector<float> dx = float_values(p.dx), dw = p.dweight.to_vector(), db = p.dbias.to_vector();
   Problem ref = p;  // same inputs, widened to float32; outputs and running statistics in fresh buffers
@@ -507,12 +471,8 @@ Subject subject_of(int k, const Anchor& a, int64_t groups, bool channels_last) {
   if (k == 0) {
     s.layout = channels_last ? NormLayout::batch_norm(a.n * hw, a.c, 1) : NormLayout::batch_norm(a.n, a.c, hw);
   } else if (k == 1) {
-    s.layout = NormLayout::group_norm(a.n, a.c, hw, groups);
-    if (channels_last) {
-      s.reorder_n = a.n;
-      s.reorder_c = a.c;
-      s.reorder_hw = hw;
-    }
+    s.layout = channels_last ? NormLayout::group_norm_channels_last(a.n, a.c, hw, groups)
+                             : NormLayout::group_norm(a.n, a.c, hw, groups);
   } else {
     s.layout = NormLayout::layer_norm(a.n, a.c * hw);
   }

@@ -26,19 +26,28 @@ Layout device_layout(const NormLayout& l) {
   return {l.kind, l.rows, l.width(), l.plane, l.segment, l.groups(), l.group_size(), l.features};
 }
 
-// Flat index of the k-th element of group g, in memory order.
+// Flat index of the k-th element of group g, in memory order. ChannelGroup: a group of sample
+// g / G is `segment` channels at each of its positions.
 __device__ int64_t element_of_group(const Layout& l, int64_t g, int64_t k) {
   if (l.kind == NormKind::Segment) return g * l.segment + k;
+  if (l.kind == NormKind::ChannelGroup) {
+    const int64_t groups_per_row = l.features / l.segment;
+    return g / groups_per_row * l.width + k / l.segment * l.features + g % groups_per_row * l.segment + k % l.segment;
+  }
   return k / l.plane * l.width + g * l.plane + k % l.plane;
 }
 
 // Flat index of the k-th element of feature f (k < rows * plane), in memory order.
 __device__ int64_t element_of_feature(const Layout& l, int64_t f, int64_t k) {
+  if (l.kind == NormKind::ChannelGroup) return k * l.features + f;
   return k / l.plane * l.width + f * l.plane + k % l.plane;
 }
 
-__device__ int64_t feature_of(const Layout& l, int64_t i) { return i % l.width / l.plane; }
+__device__ int64_t feature_of(const Layout& l, int64_t i) {
+  return l.kind == NormKind::ChannelGroup ? i % l.features : i % l.width / l.plane;
+}
 __device__ int64_t group_of(const Layout& l, int64_t i) {
+  if (l.kind == NormKind::ChannelGroup) return i / l.width * (l.features / l.segment) + i % l.features / l.segment;
   return l.kind == NormKind::Channel ? feature_of(l, i) : i / l.segment;
 }
 

@@ -66,6 +66,7 @@ const LayerCase kLayerCases[] = {
     {R"({"type": "BatchNorm2d", "num_features": 8, "relu": true})", {4, 8, 6, 5}},
     {R"({"type": "BatchNorm2d", "num_features": 5})", {3, 5, 7, 3}},
     {R"({"type": "GroupNorm", "num_groups": 2, "num_channels": 8, "relu": true})", {2, 8, 5, 5}},
+    {R"({"type": "GroupNorm", "num_groups": 8, "num_channels": 64})", {3, 64, 4, 6}},
     {R"({"type": "LayerNorm", "normalized_shape": [4, 3, 5]})", {3, 4, 3, 5}},
     {R"({"type": "LayerNorm", "normalized_shape": [5]})", {3, 4, 3, 5}},  // strided groups: reordered
     {R"({"type": "MaxPool2d", "kernel_size": 2})", {2, 8, 8, 6}},
@@ -215,12 +216,13 @@ TEST_CASE("every layer on the CPU gives a channels_last input the contiguous inp
     for (auto& [name, p] : layer->named_parameters()) p.copy_(test::random_tensor(p.shape(), 11, 0.5f, 1.5f));
     const Tensor x = test::random_tensor(c.shape, 12, -2.f, 3.f);
     const Tensor dy = test::random_tensor(output_shape(*layer, x), 13);
-    // BatchNorm sums a channel as a column of [N*H*W][C] instead of N planes, and LayerNorm over
-    // (C, H, W) sums a sample in (H, W, C) order: another float64 summation order, so their
-    // results agree to float32 rounding; every other layer runs the same NCHW kernel on reordered
-    // data and gives the same bits.
+    // BatchNorm sums a channel as a column of [N*H*W][C] instead of N planes, GroupNorm a group
+    // position by position, and LayerNorm over (C, H, W) a sample in (H, W, C) order: another
+    // float64 summation order, so their results agree to float32 rounding; every other layer runs
+    // the same NCHW kernel on reordered data and gives the same bits.
     const std::string spec = c.spec;
     const bool reordered_sums = spec.find("BatchNorm2d") != std::string::npos ||
+                                spec.find("GroupNorm") != std::string::npos ||
                                 spec.find("\"normalized_shape\": [4, 3, 5]") != std::string::npos;
     require_layout_agnostic(*layer, x, dy, DType::Float32, reordered_sums ? 1e-5 : 0, reordered_sums ? 1e-6 : 0,
                             c.spec);

@@ -430,36 +430,42 @@ TEST_CASE("CUDA half normalization kernels match the storage-rounded float32 lay
   for (DType d : {DType::BFloat16, DType::Float16}) {
     const double ulp = d == DType::BFloat16 ? std::ldexp(1.0, -7) : std::ldexp(1.0, -10);
     for (const Case& c : cases) {
-      INFO(c.spec << " " << shape_str(c.shape) << " in " << dtype_name(d));
-      auto layer = build_layer(json::parse(c.spec), "layer");
-      layer->to(gpu);
-      for (auto& [name, p] : layer->named_parameters())
-        p.copy_(test::random_tensor(p.shape(), 41, 0.5f, 1.5f, gpu));
-      const Tensor x0 = test::random_tensor(c.shape, 42, -2.f, 3.f, gpu);
-      const Tensor dy = test::random_tensor(c.shape, 43, -1.f, 1.f, gpu).to(d);
-      Tensor xa = x0.clone(), xb = x0.clone();
-      xa.set_requires_grad(true);
-      xb.set_requires_grad(true);
-      const Tensor ya = (*layer)(xa.to(d));
-      clear_grads(*layer);
-      autograd::backward(ya, dy);
-      std::vector<std::vector<float>> grads_a;
-      for (auto& [name, p] : layer->named_parameters()) grads_a.push_back(p.grad().to_vector());
-      const Tensor yb = (*layer)(xb.to(d).to(DType::Float32)).to(d);
-      clear_grads(*layer);
-      autograd::backward(yb, dy);
-      REQUIRE(ya.dtype() == d);
-      test::require_close(ya.to_vector(), yb.to_vector(), ulp, 1e-6, "y");
-      test::require_close(xa.grad().to_vector(), xb.grad().to_vector(), ulp, 1e-5, "dx");
-      size_t i = 0;
-      for (auto& [name, p] : layer->named_parameters())
-        test::require_close(grads_a[i++], p.grad().to_vector(), 1e-5, 1e-5, "gradient of " + name);
-      // Eval mode (BatchNorm: the running statistics): the same agreement.
-      layer->eval();
-      {
-        autograd::NoGradGuard no_grad;
-        test::require_close((*layer)(x0.to(d)).to_vector(), (*layer)(x0.to(d).to(DType::Float32)).to(d).to_vector(),
-                            ulp, 1e-6, "eval y");
+      // 4-d inputs in both layouts: channels-last BatchNorm and GroupNorm run their own tiles.
+      for (MemoryFormat f : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
+        if (f == MemoryFormat::ChannelsLast && c.shape.size() != 4) continue;
+        INFO(c.spec << " " << shape_str(c.shape) << " in " << dtype_name(d)
+                    << (f == MemoryFormat::ChannelsLast ? ", channels_last" : ""));
+        auto layer = build_layer(json::parse(c.spec), "layer");
+        layer->to(gpu);
+        for (auto& [name, p] : layer->named_parameters())
+          p.copy_(test::random_tensor(p.shape(), 41, 0.5f, 1.5f, gpu));
+        const Tensor x0 = test::random_tensor(c.shape, 42, -2.f, 3.f, gpu);
+        const Tensor dy = test::random_tensor(c.shape, 43, -1.f, 1.f, gpu).to(d, f);
+        Tensor xa = x0.clone(), xb = x0.clone();
+        xa.set_requires_grad(true);
+        xb.set_requires_grad(true);
+        const Tensor ya = (*layer)(xa.to(d, f));
+        clear_grads(*layer);
+        autograd::backward(ya, dy);
+        std::vector<std::vector<float>> grads_a;
+        for (auto& [name, p] : layer->named_parameters()) grads_a.push_back(p.grad().to_vector());
+        const Tensor yb = (*layer)(xb.to(d, f).to(DType::Float32)).to(d);
+        clear_grads(*layer);
+        autograd::backward(yb, dy);
+        REQUIRE(ya.dtype() == d);
+        REQUIRE(ya.memory_format() == f);
+        test::require_close(ya.to_vector(), yb.to_vector(), ulp, 1e-6, "y");
+        test::require_close(xa.grad().to_vector(), xb.grad().to_vector(), ulp, 1e-5, "dx");
+        size_t i = 0;
+        for (auto& [name, p] : layer->named_parameters())
+          test::require_close(grads_a[i++], p.grad().to_vector(), 1e-5, 1e-5, "gradient of " + name);
+        // Eval mode (BatchNorm: the running statistics): the same agreement.
+        layer->eval();
+        {
+          autograd::NoGradGuard no_grad;
+          test::require_close((*layer)(x0.to(d, f)).to_vector(),
+                              (*layer)(x0.to(d, f).to(DType::Float32)).to(d).to_vector(), ulp, 1e-6, "eval y");
+        }
       }
     }
   }

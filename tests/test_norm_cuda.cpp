@@ -220,6 +220,15 @@ Case group_norm_case(int64_t n, int64_t ch, int64_t h, int64_t w, int64_t groups
   c.relu = relu;
   return c;
 }
+// GroupNorm on a channels-last (N, H, W, C) tensor: a group is C/G channels at every position of
+// its sample (ChannelGroup), cut as BatchNorm's [N*H*W][C] with slices that stay in a sample.
+Case channels_last_group_norm_case(int64_t n, int64_t ch, int64_t h, int64_t w, int64_t groups, bool relu = false) {
+  Case c;
+  c.name = str("GroupNorm(", groups, ") NHWC (", n, ",", ch, ",", h, ",", w, ")", relu ? " +relu" : "");
+  c.layout = NormLayout::group_norm_channels_last(n, ch, h * w, groups);
+  c.relu = relu;
+  return c;
+}
 Case layer_norm_case(int64_t rows, int64_t d, const std::string& shape, bool relu = false) {
   Case c;
   c.name = str("LayerNorm ", shape, relu ? " +relu" : "");
@@ -256,7 +265,10 @@ void float64_moments(const NormLayout& l, const std::vector<float>& x, std::vect
   const int64_t groups = l.groups(), m = l.group_size();
   mean.assign(static_cast<size_t>(groups), 0.0);
   var.assign(static_cast<size_t>(groups), 0.0);
-  auto group = [&](int64_t i) { return l.kind == NormKind::Channel ? i % l.width() / l.plane : i / l.segment; };
+  auto group = [&](int64_t i) {
+    if (l.kind == NormKind::ChannelGroup) return i / l.width() * l.segments_per_row() + i % l.features / l.segment;
+    return l.kind == NormKind::Channel ? i % l.width() / l.plane : i / l.segment;
+  };
   for (int64_t i = 0; i < l.numel(); ++i) mean[group(i)] += x[i];
   for (double& v : mean) v /= static_cast<double>(m);
   for (int64_t i = 0; i < l.numel(); ++i) var[group(i)] += (x[i] - mean[group(i)]) * (x[i] - mean[group(i)]);
@@ -279,6 +291,14 @@ std::vector<Case> option_cases() {
   c = group_norm_case(3, 37, 41, 40, 1, true);
   c.weight = c.bias = false;
   c.name += " no affine";
+  cases.push_back(c);
+  c = channels_last_group_norm_case(3, 37, 41, 40, 37, true);
+  c.weight = c.bias = false;
+  c.name += " no affine";
+  cases.push_back(c);
+  c = channels_last_group_norm_case(3, 64, 9, 7, 8);
+  c.bias = false;
+  c.name += " weight only";
   cases.push_back(c);
   c = layer_norm_case(3, 37 * 41 * 40, "[37,41,40] x3 no affine");
   c.weight = c.bias = false;
@@ -312,6 +332,15 @@ TEST_CASE("fast norm kernels match the float64 oracle and the CPU on ragged shap
   cases.push_back(channels_last_batch_norm_case(64, 37, 41, 40, true));  // 104960 rows folded by 4: 148 columns
   cases.push_back(channels_last_batch_norm_case(128, 64, 16, 16));        // folded by 4: 256 columns
   cases.push_back(channels_last_batch_norm_case(33, 96, 5, 7));          // 1155 rows: fold 1 (none divides)
+  for (bool relu : {false, true}) {
+    cases.push_back(channels_last_group_norm_case(3, 37, 41, 40, 1, relu));   // fold 4: 148 columns
+    cases.push_back(channels_last_group_norm_case(3, 37, 41, 40, 37, relu));  // groups of one channel
+  }
+  cases.push_back(channels_last_group_norm_case(5, 64, 8, 8, 32));     // fold 4, groups of 2 channels
+  cases.push_back(channels_last_group_norm_case(4, 96, 5, 7, 8));      // 35 positions: fold 1
+  cases.push_back(channels_last_group_norm_case(2, 600, 3, 5, 3, true));  // groups of 200 channels, rows of 600
+  cases.push_back(channels_last_group_norm_case(2, 1024, 2, 3, 2));     // groups of 512: wider than a tile
+  cases.push_back(channels_last_group_norm_case(1, 24, 31, 31, 6));     // batch of one, odd positions
   cases.push_back(batch_norm_case(9, 300, 2, 3, true));
   cases.push_back(group_norm_case(5, 12, 7, 9, 4));  // segments of 189: odd, scalar loads
   cases.push_back(group_norm_case(3, 64, 5, 5, 32, true));
@@ -346,6 +375,7 @@ TEST_CASE("fast norm kernels match the float64 oracle on every docs/perf/anchors
   for (const auto& s : shapes) {
     std::vector<Case> cases = anchor_cases(s[0], s[1], s[2], s[3]);
     cases.push_back(channels_last_batch_norm_case(s[0], s[1], s[2], s[3], true));
+    cases.push_back(channels_last_group_norm_case(s[0], s[1], s[2], s[3], s[1] % 32 == 0 ? 32 : 1));
     for (const Case& k : cases) {
       const Inputs in = make_inputs(k, seed += 10);
       const Outputs fast = run(k, Impl::Fast, in);
@@ -366,6 +396,8 @@ TEST_CASE("fast norm statistics are accurate at mean 1e4, std 1e-2", "[norm][cud
   // also hands back the unbiased variance itself as running_var.
   std::vector<Case> cases = {batch_norm_case(512, 64, 32, 32), batch_norm_case(3, 37, 41, 40),
                              group_norm_case(64, 64, 32, 32, 32), group_norm_case(3, 37, 41, 40, 1),
+                             channels_last_group_norm_case(64, 64, 32, 32, 32),
+                             channels_last_group_norm_case(3, 37, 41, 40, 1),
                              layer_norm_case(64, 65536, "[64,32,32] x64"), layer_norm_case(8192, 768, "[768] x8192")};
   std::printf("norm [cuda]: statistics at mean 1e4, std 1e-2 vs float64 (worst relative errors)\n");
   uint64_t seed = 900;
@@ -402,6 +434,8 @@ TEST_CASE("fast norm kernels give the same bits on every run", "[norm][cuda]") {
   MINIDL_REQUIRE_CUDA();
   const std::vector<Case> cases = {batch_norm_case(512, 64, 32, 32, true), batch_norm_case(1024, 24, 31, 31),
                                    group_norm_case(512, 512, 4, 4, 32, true),
+                                   channels_last_group_norm_case(512, 64, 32, 32, 32, true),
+                                   channels_last_group_norm_case(3, 37, 41, 40, 1),
                                    layer_norm_case(512, 65536, "[64,32,32] x512"), batch_norm_case(3, 37, 41, 40)};
   uint64_t seed = 1300;
   for (const Case& k : cases) {
@@ -451,6 +485,7 @@ TEST_CASE("NaN and Inf propagate through the fast kernels like through the oracl
   MINIDL_REQUIRE_CUDA();
   uint64_t seed = 1700;
   for (const Case& k : {batch_norm_case(3, 37, 41, 40), group_norm_case(3, 37, 41, 40, 37),
+                        channels_last_group_norm_case(3, 37, 41, 40, 37),
                         layer_norm_case(3, 37 * 41 * 40, "[37,41,40] x3")})
     check_nonfinite(k, seed);
 }
@@ -566,6 +601,7 @@ std::vector<Case> path_cases() {
   cases.push_back(batch_norm_case(9, 300, 2, 3, true));
   cases.push_back(batch_norm_case(1, 37, 41, 40, true));
   cases.push_back(group_norm_case(3, 37, 41, 40, 37));  // weight/bias gradients: backward on Auto
+  cases.push_back(without_affine_grads(channels_last_group_norm_case(3, 37, 41, 40, 37)));  // three launches only
   cases.push_back(without_affine_grads(group_norm_case(5, 12, 7, 9, 4)));        // segments of 189
   cases.push_back(without_affine_grads(group_norm_case(3, 64, 5, 5, 32, true)));  // segments of 50
   cases.push_back(without_affine_grads(group_norm_case(2, 8, 33, 35, 2)));  // float4 across planes of 1155
@@ -728,6 +764,8 @@ TEST_CASE("the automatic norm path choice picks the expected path for representa
        P::ThreeLaunch, P::ThreeLaunch, 0, 0},
       {"GroupNorm(1) (3,37,41,40): 60,680-element groups", NormLayout::group_norm(3, 37, 1640, 1), true, false,
        P::Cluster, P::Cluster, 0, 0},
+      {"GroupNorm(32) NHWC (512,64,32,32)", NormLayout::group_norm_channels_last(512, 64, 1024, 32), true, true,
+       P::ThreeLaunch, P::ThreeLaunch, 0, 0},
   };
   for (const Expect& e : expects) {
     norm::NormForward a;
@@ -768,6 +806,12 @@ TEST_CASE("forcing a norm path that cannot run a pass is a clear error", "[norm]
   b.dweight = kSomeBuffer;
   CHECK_THROWS_WITH(norm::plan_backward_cuda(NormLayout::layer_norm(64, 768), b),
                     Catch::Matchers::Contains("weight and bias gradients"));
+  a.training = true;
+  a.path = norm::NormPath::Block;
+  b.dweight = nullptr;
+  const NormLayout nhwc = NormLayout::group_norm_channels_last(8, 32, 16, 4);
+  CHECK_THROWS_WITH(norm::plan_forward_cuda(nhwc, a), Catch::Matchers::Contains("channels-last GroupNorm"));
+  CHECK_THROWS_WITH(norm::plan_backward_cuda(nhwc, b), Catch::Matchers::Contains("channels-last GroupNorm"));
 }
 
 #endif  // MINIDL_WITH_CUDA

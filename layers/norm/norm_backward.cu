@@ -6,11 +6,14 @@
 //                BatchNorm: per channel A = sum g, B = sum g*(x - mean) (column sums);
 //                GroupNorm/LayerNorm: per (row, segment) SA = sum w*g, SB = sum w*g*(x - mean)
 //                (row sums, w the element's weight) and, when weight/bias want gradients, per
-//                feature sum g and sum g*(x - mean)*rstd (column sums) in the same read.
+//                feature sum g and sum g*(x - mean)*rstd (column sums) in the same read;
+//                GroupNorm on channels-last memory: A and B per (sample, channel), column sums
+//                of tiles that stay inside a sample, as BatchNorm's.
 //  2. finalize:  one warp per group (and per feature for GroupNorm/LayerNorm) reduces the partials
 //                in a fixed order into dweight, dbias and the per-group k1, k2 of
 //                dx = g*scale + (x - mean)*k1 + k2:
-//                  k1 = -rstd^3 * SB / M,  k2 = -rstd * SA / M   (BatchNorm: SA = w*A, SB = w*B),
+//                  k1 = -rstd^3 * SB / M,  k2 = -rstd * SA / M   (BatchNorm: SA = w*A, SB = w*B;
+//                  channels-last GroupNorm: SA, SB = the sums of w*A, w*B over the group's channels),
 //                both 0 when the statistics were constants (BatchNorm eval).
 //  3. dx:        one elementwise pass over the tiles in reverse (L2 still holds the tail of x and
 //                dy that grad_sums read last).
@@ -56,21 +59,19 @@ struct SegmentGrad : SegmentParams {
   }
 };
 
-// BatchNorm dx: everything per column.
-struct ChannelInputGrad {
+// BatchNorm dx (and GroupNorm's on channels-last memory): everything per column, k1 and k2 those
+// of the column's statistics (ChannelParams::statistic).
+struct ChannelInputGrad : ChannelParams {
   static constexpr bool kGrad = true;
-  const float *mean, *rstd, *weight, *bias, *k1, *k2;
-  int32_t plane, channels;  // as ChannelParams
-  bool relu;
+  const float *k1, *k2;
   struct Col {
     float mean, scale, shift, k1, k2;
   };
-  struct Row {};
-  __device__ Col column(int c) const {
-    const int f = c / plane % channels;
-    return {mean[f], feature_scale(weight, f, rstd[f]), feature_shift(bias, f), k1[f], k2[f]};
+  __device__ Col column(int c, const Unit& u) const {
+    const int f = channel(c);
+    const int64_t i = statistic(f, u);
+    return {mean[i], feature_scale(weight, f, rstd[i]), feature_shift(bias, f), k1[i], k2[i]};
   }
-  __device__ Row row(int64_t, const Unit&) const { return {}; }
   __device__ float element(float x, float dy, const Col& col, const Row&) const {
     const float g = relu ? relu_backward(dy, normalized(x, col.mean, col.scale, col.shift)) : dy;
     return input_grad(g, x - col.mean, col.scale, col.k1, col.k2);
@@ -90,7 +91,7 @@ struct SegmentInputGrad {
   struct Row {
     float mean, rstd, k1, k2;
   };
-  __device__ Col column(int c) const {
+  __device__ Col column(int c, const Unit&) const {
     const int f = c / plane;
     return {weight ? weight[f] : 1.f, feature_shift(bias, f)};
   }
@@ -107,11 +108,11 @@ struct SegmentInputGrad {
 
 struct FinalizeGrads {
   NormKind kind;
-  int64_t groups, features, group_size, segments_per_row;
+  int64_t groups, features, group_size, segments_per_row, segment;
   bool training;
   Geometry g;                  // of the grad_sums pass
-  tiles::ChannelPartials channel_partials;  // Channel: where a channel's partials are
-  const double* col_partials;  // Channel: the group sums; Segment: the feature sums (or null)
+  tiles::ChannelPartials channel_partials;  // Channel, ChannelGroup: where a channel's partials are
+  const double* col_partials;  // Channel, ChannelGroup: the channel sums; Segment: the feature sums (or null)
   const double* row_partials;  // Segment: the group sums
   const float *rstd, *weight;
   float *dweight, *dbias, *k1, *k2;
@@ -125,9 +126,46 @@ __device__ void finish_channel_grads(const FinalizeGrads& a, int64_t grp, double
                   a.k1[grp], a.k2[grp]);
 }
 
+// GroupNorm on channels-last memory: the grad_sums pass left A = sum g and B = sum g*(x - mean)
+// per (sample, channel). Group s of sample n takes SA = sum w_c A, SB = sum w_c B over its
+// channels c; feature c takes dbias = sum_n A and dweight = sum_n rstd(n, c) * B. Lanes stride
+// over (channel, entry) or (sample, entry) pairs, a fixed order.
+__device__ void finish_channel_group(const FinalizeGrads& a, int64_t item) {
+  const tiles::ChannelPartials& p = a.channel_partials;
+  const int64_t stride = a.g.slice_groups * a.g.bins, count = p.count(), groups_per_sample = a.segments_per_row;
+  const int lane = threadIdx.x & 31;
+  double sa = 0, sb = 0;
+  if (item < a.groups) {
+    const int64_t n = item / groups_per_sample, c0 = item % groups_per_sample * a.segment;
+    for (int64_t e = lane; e < a.segment * count; e += 32) {
+      const int64_t c = c0 + e / count, i = n * p.sample_stride() + p.index(c, e % count);
+      const double w = a.weight ? a.weight[c] : 1.0;
+      sa += w * a.col_partials[i];
+      sb += w * a.col_partials[stride + i];
+    }
+    sa = cuda::warp_sum(sa);
+    sb = cuda::warp_sum(sb);
+    if (lane == 0) statistics_grad(a.rstd[item], 1.0, sa, sb, static_cast<double>(a.group_size), a.training,
+                                   a.k1[item], a.k2[item]);
+    return;
+  }
+  const int64_t c = item - a.groups, samples = a.groups / groups_per_sample;
+  for (int64_t e = lane; e < samples * count; e += 32) {
+    const int64_t n = e / count, i = n * p.sample_stride() + p.index(c, e % count);
+    sa += a.col_partials[i];
+    sb += a.rstd[n * groups_per_sample + c / a.segment] * a.col_partials[stride + i];
+  }
+  sa = cuda::warp_sum(sa);
+  sb = cuda::warp_sum(sb);
+  if (lane == 0) {
+    if (a.dweight) a.dweight[c] = static_cast<float>(sb);
+    if (a.dbias) a.dbias[c] = static_cast<float>(sa);
+  }
+}
+
 // Warps [0, groups): k1, k2 of a group (and BatchNorm's dweight, dbias; one block per channel
-// where ChannelPartials::block says so); warps [groups, groups + features), Segment kinds with
-// affine gradients only: dweight, dbias of a feature.
+// where ChannelPartials::block says so); warps [groups, groups + features), GroupNorm/LayerNorm
+// with affine gradients only: dweight, dbias of a feature.
 __global__ void __launch_bounds__(tiles::kBlock) finalize_grads_kernel(const FinalizeGrads a) {
   const int lane = threadIdx.x & 31;
   if (a.kind == NormKind::Channel && a.channel_partials.block) {
@@ -136,11 +174,15 @@ __global__ void __launch_bounds__(tiles::kBlock) finalize_grads_kernel(const Fin
     return;
   }
   const int64_t warps = static_cast<int64_t>(gridDim.x) * tiles::kWarps;
-  const bool feature_items = a.kind == NormKind::Segment && (a.dweight || a.dbias);
+  const bool feature_items = a.kind != NormKind::Channel && (a.dweight || a.dbias);
   const int64_t items = a.groups + (feature_items ? a.features : 0);
   const double m = static_cast<double>(a.group_size);
   const int64_t per = a.g.bins_per_feature(), bins = a.g.bins, col_stride = a.g.slice_groups * a.g.bins;
   for (int64_t item = blockIdx.x * int64_t{tiles::kWarps} + (threadIdx.x >> 5); item < items; item += warps) {
+    if (a.kind == NormKind::ChannelGroup) {
+      finish_channel_group(a, item);
+      continue;
+    }
     double sa, sb;
     if (item >= a.groups) {  // a feature of GroupNorm/LayerNorm
       const int64_t f = item - a.groups;
@@ -157,7 +199,7 @@ __global__ void __launch_bounds__(tiles::kBlock) finalize_grads_kernel(const Fin
     if (a.kind == NormKind::Channel) {
       const tiles::ChannelPartials& p = a.channel_partials;
       tiles::warp_sum_entries(
-          a.col_partials, col_stride, p.count(a.g), [&](int64_t e) { return p.index(grp, e); }, sa, sb);
+          a.col_partials, col_stride, p.count(), [&](int64_t e) { return p.index(grp, e); }, sa, sb);
       if (lane == 0) finish_channel_grads(a, grp, sa, sb);
       continue;
     }
@@ -202,6 +244,7 @@ NormRun three_launch_backward(const NormLayout& l, const NormBackward& b, const 
   f.features = l.features;
   f.group_size = l.group_size();
   f.segments_per_row = l.segments_per_row();
+  f.segment = l.segment;
   f.training = b.training;
   f.rstd = b.rstd;
   f.weight = b.weight;
@@ -210,10 +253,9 @@ NormRun three_launch_backward(const NormLayout& l, const NormBackward& b, const 
   f.k1 = k1;
   f.k2 = k2;
   const bool aligned = tiles::aligned16(x) && tiles::aligned16(dy);
-  if (l.kind == NormKind::Channel) {
+  if (l.kind != NormKind::Segment) {  // per-channel bins (ChannelGroup: per sample too)
     const ChannelGrad op{channel_params(l, b.mean, b.rstd, b.weight, b.bias, b.relu)};
-    const NormLayout lt = tiles::folded(l);
-    f.g = tiles::plan_reduce<ChannelGrad, T>(tiles::make_tiles(lt, lt.width(), lt.plane, aligned));
+    f.g = tiles::plan_reduce<ChannelGrad, T>(tiles::channel_tiles(l, tiles::folded(l).plane, aligned));
     f.channel_partials = tiles::ChannelPartials::of(f.g, l);
     col = allocate(2 * f.g.slice_groups * f.g.bins * sizeof(double), dev);
     tiles::launch_reduce(f.g, op, x, dy, as_doubles(col), nullptr);
@@ -224,17 +266,15 @@ NormRun three_launch_backward(const NormLayout& l, const NormBackward& b, const 
   }
   f.col_partials = col ? as_doubles(col) : nullptr;
   f.row_partials = row ? as_doubles(row) : nullptr;
-  const int64_t items = groups + (l.kind == NormKind::Segment && affine_grads ? l.features : 0);
+  const int64_t items = groups + (l.kind != NormKind::Channel && affine_grads ? l.features : 0);
   const int64_t finalize_warps = f.channel_partials.block ? groups * tiles::kWarps : items;
   finalize_grads_kernel<<<tiles::grid_for_warps(finalize_warps), tiles::kBlock, 0, cuda::stream()>>>(f);
   MINIDL_LAUNCH_CHECK();
 
   const bool dx_aligned = aligned && tiles::aligned16(dx);
-  if (l.kind == NormKind::Channel) {
-    const ChannelInputGrad op{b.mean, b.rstd, b.weight, b.bias, k1, k2, static_cast<int32_t>(l.plane),
-                              static_cast<int32_t>(l.features), b.relu};
-    const NormLayout lt = tiles::folded(l);
-    const Geometry g = tiles::plan_map<ChannelInputGrad, T>(tiles::make_tiles(lt, lt.width(), 0, dx_aligned));
+  if (l.kind != NormKind::Segment) {
+    const ChannelInputGrad op{channel_params(l, b.mean, b.rstd, b.weight, b.bias, b.relu), k1, k2};
+    const Geometry g = tiles::plan_map<ChannelInputGrad, T>(tiles::channel_tiles(l, 0, dx_aligned));
     tiles::launch_map(g, op, x, dy, dx);
   } else {
     const SegmentInputGrad op{b.mean, b.rstd, b.weight, b.bias, k1, k2, static_cast<int32_t>(l.plane),

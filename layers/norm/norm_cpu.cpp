@@ -36,10 +36,15 @@ int64_t feature_at(PerElement, int64_t feature, int64_t i) {
   return PerElement::value ? feature + i : feature;
 }
 
-// f(per_element, offset, n, feature, group) for the runs of segment s of row r (Segment kinds).
+// f(per_element, offset, n, feature, group) for the runs of segment s of row r (Segment and
+// ChannelGroup kinds; a ChannelGroup group is one run of `segment` channels per position).
 template <class F>
 void for_each_segment_run(const NormLayout& l, int64_t r, int64_t s, F&& f) {
   const int64_t g = r * l.segments_per_row() + s, base = r * l.width() + s * l.segment;
+  if (l.kind == NormKind::ChannelGroup) {
+    for (int64_t p = 0; p < l.plane; ++p) f(std::true_type{}, base + p * l.features, l.segment, s * l.segment, g);
+    return;
+  }
   if (l.plane == 1) {
     f(std::true_type{}, base, l.segment, s * l.segment, g);
     return;
@@ -53,6 +58,12 @@ template <class F>
 void for_each_row_run(const NormLayout& l, int64_t r, F&& f) {
   if (l.kind == NormKind::Channel) {
     for (int64_t c = 0; c < l.features; ++c) f(std::false_type{}, r * l.width() + c * l.plane, l.plane, c, c);
+  } else if (l.kind == NormKind::ChannelGroup) {
+    const int64_t segments = l.segments_per_row();
+    for (int64_t p = 0; p < l.plane; ++p)
+      for (int64_t s = 0; s < segments; ++s)
+        f(std::true_type{}, r * l.width() + p * l.features + s * l.segment, l.segment, s * l.segment,
+          r * segments + s);
   } else {
     for (int64_t s = 0; s < l.segments_per_row(); ++s) for_each_segment_run(l, r, s, f);
   }
@@ -65,7 +76,7 @@ void group_sums(const NormLayout& l, const Term& term, std::vector<double>& su, 
   const int64_t groups = l.groups();
   su.assign(static_cast<size_t>(groups), 0.0);
   sv.assign(static_cast<size_t>(groups), 0.0);
-  if (l.kind == NormKind::Segment) {
+  if (l.kind != NormKind::Channel) {
     const int64_t segments = l.segments_per_row();
 #pragma omp parallel for schedule(static) if (l.numel() > kParallelMin)
     for (int64_t g = 0; g < groups; ++g) {
@@ -96,6 +107,10 @@ void group_sums(const NormLayout& l, const Term& term, std::vector<double>& su, 
 }
 
 int64_t first_element(const NormLayout& l, int64_t g) {
+  if (l.kind == NormKind::ChannelGroup) {
+    const int64_t segments = l.segments_per_row();
+    return g / segments * l.width() + g % segments * l.segment;
+  }
   return l.kind == NormKind::Channel ? g * l.plane : g * l.segment;
 }
 
@@ -163,30 +178,36 @@ inline float masked_grad(bool relu, float dy, float x, float mean, float scale, 
 }
 
 // dweight[f] = sum g * (x - mean) * rstd and dbias[f] = sum g over every element of feature f,
-// for the Segment kinds (where a feature spans many groups).
+// for the Segment and ChannelGroup kinds (where a feature spans many groups).
 void affine_grads(const NormLayout& l, const NormBackward& a) {
-  const bool relu = a.relu;
+  const bool relu = a.relu, channels_last = l.kind == NormKind::ChannelGroup;
   const int64_t blocks = (l.features + kFeatureBlock - 1) / kFeatureBlock, segments = l.segments_per_row();
+  // Rows of one element per feature: one per row (LayerNorm), or one per position (ChannelGroup).
+  const int64_t positions = channels_last ? l.plane : 1;
 #pragma omp parallel for schedule(static) if (l.numel() > kParallelMin)
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const int64_t f0 = blk * kFeatureBlock, f1 = std::min(l.features, f0 + kFeatureBlock);
     double dw[kFeatureBlock] = {}, db[kFeatureBlock] = {};
     int64_t segment_of[kFeatureBlock];
-    for (int64_t f = f0; f < f1; ++f) segment_of[f - f0] = f * l.plane / l.segment;
+    for (int64_t f = f0; f < f1; ++f) segment_of[f - f0] = channels_last ? f / l.segment : f * l.plane / l.segment;
     for (int64_t r = 0; r < l.rows; ++r) {
-      const float* x = a.x + r * l.width();
-      const float* dy = a.dy + r * l.width();
-      if (l.plane == 1) {  // one element per feature: the loop over features vectorizes
-        for (int64_t f = f0; f < f1; ++f) {
-          const int64_t g = r * segments + segment_of[f - f0];
-          const float mean = a.mean[g], rstd = a.rstd[g];
-          const double gi = masked_grad(relu, dy[f], x[f], mean, feature_scale(a.weight, f, rstd),
-                                        feature_shift(a.bias, f));
-          dw[f - f0] += gi * (static_cast<double>(x[f]) - mean) * rstd;
-          db[f - f0] += gi;
+      if (l.plane == 1 || channels_last) {  // one element per feature: the loop over features vectorizes
+        for (int64_t p = 0; p < positions; ++p) {
+          const float* x = a.x + r * l.width() + p * l.features;
+          const float* dy = a.dy + r * l.width() + p * l.features;
+          for (int64_t f = f0; f < f1; ++f) {
+            const int64_t g = r * segments + segment_of[f - f0];
+            const float mean = a.mean[g], rstd = a.rstd[g];
+            const double gi = masked_grad(relu, dy[f], x[f], mean, feature_scale(a.weight, f, rstd),
+                                          feature_shift(a.bias, f));
+            dw[f - f0] += gi * (static_cast<double>(x[f]) - mean) * rstd;
+            db[f - f0] += gi;
+          }
         }
         continue;
       }
+      const float* x = a.x + r * l.width();
+      const float* dy = a.dy + r * l.width();
       for (int64_t f = f0; f < f1; ++f) {
         const int64_t g = r * segments + segment_of[f - f0];
         const float mean = a.mean[g], rstd = a.rstd[g];
@@ -233,7 +254,7 @@ void forward_cpu(const NormLayout& l, const NormForward& a) {
 void backward_cpu(const NormLayout& l, const NormBackward& a) {
   const int64_t groups = l.groups();
   const double m = static_cast<double>(l.group_size());
-  const bool relu = a.relu, weighted_sums = l.kind == NormKind::Segment && a.weight;
+  const bool relu = a.relu, weighted_sums = l.kind != NormKind::Channel && a.weight;
   std::vector<double> sa, sb;
   group_sums(
       l,
@@ -279,7 +300,7 @@ void backward_cpu(const NormLayout& l, const NormBackward& a) {
       }
     });
   }
-  if (l.kind == NormKind::Segment && (a.dweight || a.dbias)) affine_grads(l, a);
+  if (l.kind != NormKind::Channel && (a.dweight || a.dbias)) affine_grads(l, a);
 }
 
 }  // namespace minidl::norm

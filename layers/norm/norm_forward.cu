@@ -2,7 +2,8 @@
 // cluster, the single-read kernel (norm_single_forward.cu); otherwise, and in eval, three launches:
 //  1. stats:    one read of x. Each warp sums d = x - K and d*d over its tile and slice
 //               (norm_tiles.cuh), K one sample of the group (BatchNorm: x[0, c, 0, 0];
-//               GroupNorm/LayerNorm: the segment's first element). Shifting by a sample of the
+//               GroupNorm/LayerNorm: the segment's first element; GroupNorm on channels-last
+//               memory: the group's first channel at its sample's first position). Shifting by a sample of the
 //               group keeps E[d^2] - E[d]^2 from cancelling when |mean| >> std, at the cost of
 //               one subtraction (Welford would divide per element). Lanes sum in float over a
 //               slice's few rows; everything above that is float64.
@@ -29,18 +30,24 @@ using tiles::Unit;
 // ---- the passes, as Ops of the tile traversal (see reduce_kernel/map_kernel) ----
 
 // BatchNorm stats: per-column sums of d = x - K, K = the channel's first element (row 0), the
-// same K for every virtual column of a channel in a folded layout (so their sums add). T is the
-// storage type of x (float32, or a half type with half I/O).
+// same K for every virtual column of a channel in a folded layout (so their sums add). GroupNorm
+// on channels-last memory: K = the first element of the group in the unit's sample (its first
+// channel at position 0), shared by the group's columns. T is the storage type of x (float32, or a
+// half type with half I/O).
 template <class T>
 struct ChannelStats {
   static constexpr bool kGrad = false, kRowSums = false, kColSums = true;
   const T* x;
-  int32_t plane, channels;
+  int32_t plane, channels, group_channels;
+  int64_t sample_elems;  // ChannelGroup: elements per sample; 0 for BatchNorm
   struct Col {
     float k;
   };
   struct Row {};
-  __device__ Col column(int c) const { return {to_float(x[c / plane % channels * plane])}; }
+  __device__ Col column(int c, const Unit& u) const {
+    const int f = c / plane % channels;
+    return {to_float(x[u.sample * sample_elems + static_cast<int64_t>(f / group_channels * group_channels) * plane])};
+  }
   __device__ Row row(int64_t, const Unit&) const { return {}; }
   __device__ void element(float v, float, const Col& col, const Row&, float&, float&, float& ca, float& cb) const {
     const float d = v - col.k;
@@ -61,7 +68,7 @@ struct SegmentStats {
   struct Row {
     float k;
   };
-  __device__ Col column(int) const { return {}; }
+  __device__ Col column(int, const Unit&) const { return {}; }
   __device__ Row row(int64_t r, const Unit& u) const { return {to_float(x[r * width + u.col0 / segment * segment])}; }
   __device__ void element(float v, float, const Col&, const Row& row, float& ra, float& rb, float&, float&) const {
     const float d = v - row.k;
@@ -93,10 +100,10 @@ struct SegmentApply : SegmentParams {
 template <class T>
 struct FinalizeStats {
   NormKind kind;
-  int64_t groups, group_size, plane, segment, segments_per_row;
+  int64_t groups, group_size, plane, segment, segments_per_row, width;
   Geometry g;                  // of the stats pass
-  tiles::ChannelPartials channel_partials;  // Channel: where a channel's partials are
-  const double* col_partials;  // Channel
+  tiles::ChannelPartials channel_partials;  // Channel, ChannelGroup: where a group's partials are
+  const double* col_partials;  // Channel, ChannelGroup
   const double* row_partials;  // Segment
   const T* x;                  // for K
   float *mean, *rstd, *running_mean, *running_var;
@@ -132,9 +139,15 @@ __global__ void __launch_bounds__(tiles::kBlock) finalize_stats_kernel(const Fin
     if (a.kind == NormKind::Channel) {
       const tiles::ChannelPartials& p = a.channel_partials;
       tiles::warp_sum_entries(
-          a.col_partials, a.g.slice_groups * a.g.bins, p.count(a.g), [&](int64_t e) { return p.index(grp, e); }, s1,
-          s2);
+          a.col_partials, a.g.slice_groups * a.g.bins, p.count(), [&](int64_t e) { return p.index(grp, e); }, s1, s2);
       k = to_float(a.x[grp * a.plane]);
+    } else if (a.kind == NormKind::ChannelGroup) {  // group s of sample n: bin s of each fold
+      const tiles::ChannelPartials& p = a.channel_partials;
+      const int64_t n = grp / a.segments_per_row, s = grp % a.segments_per_row;
+      tiles::warp_sum_entries(
+          a.col_partials, a.g.slice_groups * a.g.bins, p.count(),
+          [&](int64_t e) { return n * p.sample_stride() + p.index(s, e); }, s1, s2);
+      k = to_float(a.x[n * a.width + s * a.segment]);
     } else {
       const int64_t r = grp / a.segments_per_row, s = grp % a.segments_per_row;
       const int64_t per = a.g.tiles / a.segments_per_row, tiles_in_row = a.g.tiles;
@@ -174,6 +187,7 @@ NormRun three_launch_forward(const NormLayout& l, const NormForward& a, const T*
     f.plane = l.plane;
     f.segment = l.segment;
     f.segments_per_row = l.segments_per_row();
+    f.width = l.width();
     f.x = x;
     f.mean = a.mean;
     f.rstd = a.rstd;
@@ -182,11 +196,13 @@ NormRun three_launch_forward(const NormLayout& l, const NormForward& a, const T*
     f.eps = a.eps;
     f.momentum = a.momentum;
     std::shared_ptr<void> partials;
-    if (l.kind == NormKind::Channel) {
+    if (l.kind != NormKind::Segment) {
       using Op = ChannelStats<T>;
-      const Op op{x, static_cast<int32_t>(l.plane), static_cast<int32_t>(l.features)};
-      const NormLayout lt = tiles::folded(l);
-      f.g = tiles::plan_reduce<Op, T>(tiles::make_tiles(lt, lt.width(), lt.plane, tiles::aligned16(x)));
+      const bool groups_last = l.kind == NormKind::ChannelGroup;  // bins: a group's columns of a position
+      const Op op{x, static_cast<int32_t>(groups_last ? 1 : l.plane), static_cast<int32_t>(l.features),
+                  static_cast<int32_t>(groups_last ? l.segment : 1), groups_last ? l.width() : 0};
+      const int64_t bin_plane = groups_last ? l.segment : tiles::folded(l).plane;
+      f.g = tiles::plan_reduce<Op, T>(tiles::channel_tiles(l, bin_plane, tiles::aligned16(x)));
       f.channel_partials = tiles::ChannelPartials::of(f.g, l);
       partials = allocate(2 * f.g.slice_groups * f.g.bins * sizeof(double), dev);
       f.col_partials = as_doubles(partials);
@@ -210,10 +226,9 @@ NormRun three_launch_forward(const NormLayout& l, const NormForward& a, const T*
   }
 
   const bool aligned = tiles::aligned16(x) && tiles::aligned16(y);
-  if (l.kind == NormKind::Channel) {
+  if (l.kind != NormKind::Segment) {
     const ChannelApply op{channel_params(l, a.mean, a.rstd, a.weight, a.bias, a.relu)};
-    const NormLayout lt = tiles::folded(l);
-    const Geometry g = tiles::plan_map<ChannelApply, T>(tiles::make_tiles(lt, lt.width(), 0, aligned));
+    const Geometry g = tiles::plan_map<ChannelApply, T>(tiles::channel_tiles(l, 0, aligned));
     tiles::launch_map(g, op, x, none, y);
   } else {
     const SegmentApply op{segment_params(l, a.mean, a.rstd, a.weight, a.bias, a.relu)};

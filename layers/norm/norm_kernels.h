@@ -19,6 +19,8 @@ namespace minidl::norm {
 enum class NormKind : unsigned char {
   Channel,  // BatchNorm2d: group f = every element of feature (channel) f, over all rows
   Segment,  // GroupNorm, LayerNorm: group (r, s) = the s-th run of `segment` elements of row r
+  ChannelGroup,  // GroupNorm on channels-last memory: group (r, s) = channels [s * segment,
+                 // (s + 1) * segment) at every one of the `plane` positions of sample r
 };
 
 // x is contiguous and seen as [rows][width], width = features * plane: each row is `features`
@@ -27,6 +29,8 @@ enum class NormKind : unsigned char {
 //   GroupNorm (N,C,*), G:    rows N, features C, plane prod(*), segment C/G * plane
 //   LayerNorm (..., D...):   rows = product of the leading dims, features = prod(D...), plane 1,
 //                            segment = width (one group per row; the affine entry is per element)
+//   GroupNorm on channels-last (N,H,W,C) memory, G: rows N, features C, plane H*W, segment C/G:
+//                            a row is `plane` positions of `features` channels each (ChannelGroup)
 struct NormLayout {
   NormKind kind = NormKind::Channel;
   int64_t rows = 0;
@@ -39,14 +43,20 @@ struct NormLayout {
     return {NormKind::Segment, n, c, hw, c / groups * hw};
   }
   static NormLayout layer_norm(int64_t rows, int64_t d) { return {NormKind::Segment, rows, d, 1, d}; }
+  static NormLayout group_norm_channels_last(int64_t n, int64_t c, int64_t hw, int64_t groups) {
+    return {NormKind::ChannelGroup, n, c, hw, c / groups};
+  }
 
   int64_t width() const { return features * plane; }
   int64_t numel() const { return rows * width(); }
-  int64_t segments_per_row() const { return width() / segment; }
+  // Groups per row (ChannelGroup: the G of GroupNorm).
+  int64_t segments_per_row() const { return kind == NormKind::ChannelGroup ? features / segment : width() / segment; }
   // Number of (mean, rstd) pairs: one per channel, or one per (row, segment).
   int64_t groups() const { return kind == NormKind::Channel ? features : rows * segments_per_row(); }
   // Elements per group (the M of the mean and of the unbiased variance M/(M-1)).
-  int64_t group_size() const { return kind == NormKind::Channel ? rows * plane : segment; }
+  int64_t group_size() const {
+    return kind == NormKind::Channel ? rows * plane : kind == NormKind::ChannelGroup ? segment * plane : segment;
+  }
 };
 
 // Which implementation of the fast GPU path runs a pass (plan_*_cuda says which one Auto picks).

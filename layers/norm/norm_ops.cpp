@@ -156,9 +156,6 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
                   bool relu) {
   // Under autocast GroupNorm is a float32 op: a half input is widened and the output stays float32.
   if (holds_half(x) && autocast_active()) return group_norm(as_float32(x), num_groups, weight, bias, eps, relu);
-  // A group is a strided set of channel runs in channels-last memory: normalized in NCHW order.
-  if (x.defined() && x.is_channels_last())
-    return group_norm(x.contiguous(), num_groups, weight, bias, eps, relu).to(MemoryFormat::ChannelsLast);
   check_input(x, "group_norm");
   MINIDL_CHECK(x.dim() >= 2, "group_norm: expected input (N, C, *), got ", shape_str(x.shape()));
   const int64_t n = x.size(0), c = x.size(1), hw = x.numel() / (n * c);
@@ -170,8 +167,11 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
   Options o;
   o.eps = eps;
   o.relu = relu;
-  return normalize("group_norm", NormLayout::group_norm(n, c, hw, num_groups), x, weight, bias, Tensor(), Tensor(),
-                   o);
+  // Channels-last x is [N][H*W][C]: a group is C/G channels at every position of its sample, the
+  // ChannelGroup layout, which the kernels (and the CPU reference) read in place of a transpose.
+  const NormLayout layout = x.is_channels_last() ? NormLayout::group_norm_channels_last(n, c, hw, num_groups)
+                                                 : NormLayout::group_norm(n, c, hw, num_groups);
+  return normalize("group_norm", layout, x, weight, bias, Tensor(), Tensor(), o);
 }
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias, double eps,

@@ -8,18 +8,25 @@
 namespace minidl::norm {
 
 // Column c of the tiles is channel c / plane % channels: the modulo maps the virtual columns of a
-// folded layout (tiles::channel_fold) to their channel and is the identity otherwise.
+// folded layout (tiles::channel_fold) to their channel and is the identity otherwise. The channel's
+// statistics are its own (BatchNorm: group_channels 1, groups_per_sample 0) or, for GroupNorm on
+// channels-last memory, those of group f / group_channels of the unit's sample.
 struct ChannelParams {
   const float *mean, *rstd, *weight, *bias;
-  int32_t plane, channels;
+  int32_t plane, channels, group_channels, groups_per_sample;
   bool relu;
   struct Col {
     float mean, scale, shift;
   };
   struct Row {};
-  __device__ Col column(int c) const {
-    const int f = c / plane % channels;
-    return {mean[f], feature_scale(weight, f, rstd[f]), feature_shift(bias, f)};
+  __device__ int channel(int c) const { return c / plane % channels; }
+  __device__ int64_t statistic(int f, const tiles::Unit& u) const {
+    return u.sample * groups_per_sample + f / group_channels;
+  }
+  __device__ Col column(int c, const tiles::Unit& u) const {
+    const int f = channel(c);
+    const int64_t i = statistic(f, u);
+    return {mean[i], feature_scale(weight, f, rstd[i]), feature_shift(bias, f)};
   }
   __device__ Row row(int64_t, const tiles::Unit&) const { return {}; }
 };
@@ -36,7 +43,7 @@ struct SegmentParams {
   struct Row {
     float mean, rstd;
   };
-  __device__ Col column(int c) const {
+  __device__ Col column(int c, const tiles::Unit&) const {
     const int f = c / plane;
     return {weight ? weight[f] : 1.f, feature_shift(bias, f)};
   }
@@ -46,9 +53,19 @@ struct SegmentParams {
   }
 };
 
+// Of a Channel layout, or of a ChannelGroup one (whose tiles see one channel per column).
 inline ChannelParams channel_params(const NormLayout& l, const float* mean, const float* rstd, const float* weight,
                                     const float* bias, bool relu) {
-  return {mean, rstd, weight, bias, static_cast<int32_t>(l.plane), static_cast<int32_t>(l.features), relu};
+  const bool groups = l.kind == NormKind::ChannelGroup;
+  return {mean,
+          rstd,
+          weight,
+          bias,
+          static_cast<int32_t>(groups ? 1 : l.plane),
+          static_cast<int32_t>(l.features),
+          static_cast<int32_t>(groups ? l.segment : 1),
+          static_cast<int32_t>(groups ? l.segments_per_row() : 0),
+          relu};
 }
 
 inline SegmentParams segment_params(const NormLayout& l, const float* mean, const float* rstd, const float* weight,

@@ -134,9 +134,11 @@ namespace single {
 
 Plan plan_backward(const NormLayout& l, const NormBackward& b) {
   const bool aligned = tiles::aligned16(b.x) && tiles::aligned16(b.dy) && tiles::aligned16(b.dx);
-  const bool covered = l.kind == NormKind::Channel || (!b.dweight && !b.dbias);
+  const bool channels_last_groups = l.kind == NormKind::ChannelGroup;
+  const bool covered = l.kind == NormKind::Channel || (!channels_last_groups && !b.dweight && !b.dbias);
   return plan_single(l, 2, aligned, b.path, b.cluster, covered,
-                     "GroupNorm/LayerNorm weight and bias gradients sum across groups",
+                     channels_last_groups ? "a channels-last GroupNorm group is strided over its sample"
+                                          : "GroupNorm/LayerNorm weight and bias gradients sum across groups",
                      [&](int cluster, int threads, size_t smem, bool vec) {
                        return resident_of(backward_kernel_of(l.kind, vec, cluster > 1), cluster, threads, smem);
                      });

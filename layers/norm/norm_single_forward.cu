@@ -109,7 +109,10 @@ namespace single {
 
 Plan plan_forward(const NormLayout& l, const NormForward& a) {
   const bool aligned = tiles::aligned16(a.x) && tiles::aligned16(a.y);
-  return plan_single(l, 1, aligned, a.path, a.cluster, a.training, "eval mode normalizes with the running statistics",
+  const bool channels_last_groups = l.kind == NormKind::ChannelGroup;
+  return plan_single(l, 1, aligned, a.path, a.cluster, a.training && !channels_last_groups,
+                     channels_last_groups ? "a channels-last GroupNorm group is strided over its sample"
+                                          : "eval mode normalizes with the running statistics",
                      [&](int cluster, int threads, size_t smem, bool vec) {
                        return resident_of(forward_kernel_of(l.kind, vec, cluster > 1), cluster, threads, smem);
                      });

@@ -57,6 +57,11 @@ struct Geometry {
   int32_t bin_plane = 0;
   int64_t bins = 0;             // per slice group
   bool vec = false;             // every tile start is 16-byte aligned: float4 access
+  // Rows split by sample (GroupNorm on channels-last memory, whose statistics are per sample):
+  // every sample_rows consecutive rows are one sample, cut into sample_slice_groups slice groups
+  // of its own, so that no unit (and no partial) mixes two samples. 0: rows are not split so.
+  int64_t sample_rows = 0;
+  int64_t sample_slice_groups = 0;
 
   __host__ __device__ int32_t tile_start(int32_t t) const {
     return (t / tiles_per_block) * tile_block + (t % tiles_per_block) * tile_width;
@@ -73,7 +78,8 @@ struct Geometry {
 struct Unit {
   int32_t tile, col0, cols;  // tile index in the row, its first column, its width
   int64_t slice_group;
-  int64_t r0, r1;            // the warp's rows [r0, r1), empty past the last row
+  int64_t sample;            // with Geometry::sample_rows: the sample the unit lies in; else 0
+  int64_t r0, r1;            // the warp's rows [r0, r1), empty past the last row (or sample)
 };
 
 __host__ __device__ __forceinline__ Unit unit_of(const Geometry& g, int64_t u, int warp) {
@@ -82,9 +88,17 @@ __host__ __device__ __forceinline__ Unit unit_of(const Geometry& g, int64_t u, i
   v.slice_group = u / g.tiles;
   v.col0 = g.tile_start(v.tile);
   v.cols = g.tile_cols(v.tile);
-  const int64_t r0 = (v.slice_group * kWarps + warp) * g.rows_per_slice;
-  v.r0 = r0 < g.rows ? r0 : g.rows;
-  v.r1 = v.r0 + g.rows_per_slice < g.rows ? v.r0 + g.rows_per_slice : g.rows;
+  int64_t first = 0, end = g.rows, slice = v.slice_group * kWarps + warp;
+  v.sample = 0;
+  if (g.sample_rows > 0) {
+    v.sample = v.slice_group / g.sample_slice_groups;
+    first = v.sample * g.sample_rows;
+    end = first + g.sample_rows;
+    slice = v.slice_group % g.sample_slice_groups * kWarps + warp;
+  }
+  const int64_t r0 = first + slice * g.rows_per_slice;
+  v.r0 = r0 < end ? r0 : end;
+  v.r1 = v.r0 + g.rows_per_slice < end ? v.r0 + g.rows_per_slice : end;
   return v;
 }
 
@@ -303,7 +317,8 @@ __device__ __forceinline__ void for_each_row(const Geometry& g, const Unit& u, c
 
 // A reduction pass. Op supplies:
 //   kGrad (reads dy too), kRowSums, kColSums;
-//   Col column(int col) const         per-column values, col relative to the row start;
+//   Col column(int col, const Unit&)  per-column values, col relative to the row start (and,
+//                                     split by sample, of the unit's sample);
 //   Row row(int64_t r, const Unit&)   per-row values;
 //   void element(x, dy, const Col&, const Row&, float& ra, float& rb, float& ca, float& cb) const
 //     adding the element's contribution to the row sums (ra, rb) and column sums (ca, cb).
@@ -319,7 +334,7 @@ __global__ void __launch_bounds__(kBlock) reduce_kernel(const Geometry g, const 
 #pragma unroll
     for (int m = 0; m < kSlots; ++m) {
       valid[m] = slot_col<kVec>(lane, m) < unit.cols;
-      if (valid[m]) col[m] = op.column(unit.col0 + slot_col<kVec>(lane, m));
+      if (valid[m]) col[m] = op.column(unit.col0 + slot_col<kVec>(lane, m), unit);
     }
     float ca[kSlots] = {}, cb[kSlots] = {};
     auto row_pass = [&](int64_t r, const float (&xv)[kSlots], const float (&dv)[kSlots]) {
@@ -354,7 +369,7 @@ __global__ void __launch_bounds__(kBlock) map_kernel(const Geometry g, const Op 
     typename Op::Col col[kSlots] = {};
 #pragma unroll
     for (int m = 0; m < kSlots; ++m)
-      if (slot_col<kVec>(lane, m) < unit.cols) col[m] = op.column(unit.col0 + slot_col<kVec>(lane, m));
+      if (slot_col<kVec>(lane, m) < unit.cols) col[m] = op.column(unit.col0 + slot_col<kVec>(lane, m), unit);
     auto row_pass = [&](int64_t r, const float (&xv)[kSlots], const float (&dv)[kSlots]) {
       const typename Op::Row rp = op.row(r, unit);
       float o[kSlots];
@@ -469,17 +484,35 @@ inline Geometry make_tiles(const NormLayout& l, int64_t tile_block, int64_t bin_
 // virtual column v is channel v % C, its shift K and parameters those of the channel, and the
 // finalize adds the k columns of a channel after the slice groups. k is the largest fold that
 // fits a tile, divides the rows and keeps 16-byte alignment; 1 (no fold) otherwise.
+//
+// GroupNorm on channels-last memory (ChannelGroup) is cut the same way: a sample's positions are
+// rows of C channels, folded k positions to a row where k divides the positions (no folded row
+// mixes two samples), and the per-sample statistics come from slices that stay inside a sample
+// (Geometry::sample_rows).
 inline int64_t channel_fold(const NormLayout& l) {
-  if (l.kind != NormKind::Channel || l.plane != 1) return 1;
+  const bool rows_of_channels = (l.kind == NormKind::Channel && l.plane == 1) || l.kind == NormKind::ChannelGroup;
+  if (!rows_of_channels) return 1;
+  const int64_t rows = l.kind == NormKind::ChannelGroup ? l.plane : l.rows;
   for (int64_t k = kTileMax / l.features; k > 1; --k)
-    if (l.rows % k == 0 && (k * l.features) % 4 == 0) return k;
+    if (rows % k == 0 && (k * l.features) % 4 == 0) return k;
   return 1;
 }
 
-// The layout the tiles of a Channel pass are cut from: `l` folded by channel_fold(l).
+// The layout the tiles of a Channel or ChannelGroup pass are cut from: rows of channels folded by
+// channel_fold(l) (a ChannelGroup tensor seen as the [N*H*W][C] matrix it is in memory).
 inline NormLayout folded(const NormLayout& l) {
   const int64_t fold = channel_fold(l);
+  if (l.kind == NormKind::ChannelGroup) return NormLayout::batch_norm(l.rows * l.plane / fold, l.features * fold, 1);
   return fold == 1 ? l : NormLayout::batch_norm(l.rows / fold, l.features * fold, 1);
+}
+
+// The tiles of a Channel or ChannelGroup pass: folded(l) cut whole rows at a time, bins of
+// bin_plane columns (0: none), and for ChannelGroup the rows split by sample.
+inline Geometry channel_tiles(const NormLayout& l, int64_t bin_plane, bool aligned) {
+  const NormLayout lt = folded(l);
+  Geometry g = make_tiles(lt, lt.width(), bin_plane, aligned);
+  if (l.kind == NormKind::ChannelGroup) g.sample_rows = l.plane / channel_fold(l);
+  return g;
 }
 
 // The column partials of channel c, in the fixed order of every Channel finalize: slice group,
@@ -489,14 +522,22 @@ inline NormLayout folded(const NormLayout& l) {
 // block: one block per channel in the finalize (block_sum_entries) instead of one warp, for the
 // one-element planes (channels-last, BatchNorm1d), whose slice groups number in the hundreds; the
 // NCHW layouts keep the warp, and with it their bits.
+//
+// A ChannelGroup pass has these partials per sample: `slice_groups` is then the sample's, the
+// entries of sample n start at n * sample_stride(), and `channels` counts the bins of one folded
+// position (the G groups of the statistics pass, the C channels of the gradient pass).
 struct ChannelPartials {
   int64_t fold, channels, per, bins;  // per: bins per virtual feature; bins: per slice group
+  int64_t slice_groups;               // summed over per channel (per sample for ChannelGroup)
   bool block;
   // Of a pass over folded(l) cut into g.
   static ChannelPartials of(const Geometry& g, const NormLayout& l) {
-    return {channel_fold(l), l.features, g.bins_per_feature(), g.bins, l.plane == 1};
+    const int64_t fold = channel_fold(l), per = g.bins_per_feature();
+    const int64_t slice_groups = g.sample_rows > 0 ? g.sample_slice_groups : g.slice_groups;
+    return {fold, g.bins / (fold * per), per, g.bins, slice_groups, l.kind == NormKind::Channel && l.plane == 1};
   }
-  __host__ __device__ int64_t count(const Geometry& g) const { return g.slice_groups * fold * per; }
+  __host__ __device__ int64_t count() const { return slice_groups * fold * per; }
+  __host__ __device__ int64_t sample_stride() const { return slice_groups * bins; }
   __host__ __device__ int64_t index(int64_t c, int64_t e) const {
     const uint32_t u = static_cast<uint32_t>(e), f = static_cast<uint32_t>(fold), q = static_cast<uint32_t>(per);
     return static_cast<int64_t>(u / (f * q)) * bins + (static_cast<int64_t>(u / q % f) * channels + c) * per + u % q;
@@ -512,7 +553,7 @@ __device__ __forceinline__ void finalize_channels_by_block(const ChannelPartials
                                                            Finish&& finish) {
   for (int64_t c = blockIdx.x; c < channels; c += gridDim.x) {
     double a, b;
-    block_sum_entries(partials, g.slice_groups * g.bins, p.count(g), [&](int64_t e) { return p.index(c, e); }, a, b);
+    block_sum_entries(partials, g.slice_groups * g.bins, p.count(), [&](int64_t e) { return p.index(c, e); }, a, b);
     if (threadIdx.x == 0) finish(c, a, b);
   }
 }
@@ -521,11 +562,21 @@ __device__ __forceinline__ void finalize_channels_by_block(const ChannelPartials
 // unit (at least one), each warp then taking rows_per_slice rows. With column sums, at most as
 // many slice groups as keep the column partials (2 doubles per bin and slice group) under 1/32 of
 // the tensor's bytes.
+// With sample_rows, the same count spread over the samples, at least one slice group each.
 inline void set_slices(Geometry& g, int resident_blocks) {
   int64_t groups = resident_blocks / g.tiles;
   if (g.bins > 0) {
     const int64_t cap = g.rows * g.width / (128 * g.bins);
     if (groups > cap) groups = cap;
+  }
+  if (g.sample_rows > 0) {
+    const int64_t samples = g.rows / g.sample_rows;
+    const int64_t per_sample = groups / samples < 1 ? 1 : groups / samples;
+    g.rows_per_slice = ceil_div(g.sample_rows, per_sample * kWarps);
+    g.sample_slice_groups = ceil_div(ceil_div(g.sample_rows, g.rows_per_slice), kWarps);
+    g.slice_groups = samples * g.sample_slice_groups;
+    g.units = g.slice_groups * g.tiles;
+    return;
   }
   if (groups < 1) groups = 1;
   g.rows_per_slice = ceil_div(g.rows, groups * kWarps);
