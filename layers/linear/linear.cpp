@@ -13,20 +13,31 @@
 
 namespace minidl {
 
+namespace {
+
+const void* raw_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
+
+}  // namespace
+
+// Float32 operands run the float32 kernels on either device; half operands run GemmEx on CUDA
+// (linear_kernels.h) and, on the CPU, the float32 kernels on the widened operands with the output
+// rounded once (storage rounding: the same values up to the float32 summation order).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  if (holds_half(x)) {
+  const bool half = holds_half(x);
+  if (half) {
     MINIDL_CHECK(weight.defined() && weight.dtype() == x.dtype() && (!bias.defined() || bias.dtype() == x.dtype()),
                  "linear: a ", dtype_name(x.dtype()), " input needs a weight and bias of that dtype, got ",
                  weight.str(), bias.defined() ? " and " + bias.str() : std::string());
-    return linear(as_float32(x), as_float32(weight), as_float32(bias)).to(x.dtype());
+    if (!x.is_cuda()) return linear(as_float32(x), as_float32(weight), as_float32(bias)).to(x.dtype());
+  } else {
+    MINIDL_CHECK(x.defined() && x.dtype() == DType::Float32 && x.dim() >= 1,
+                 "linear: expects a float32 input (..., in_features), got ", x.defined() ? x.str() : "undefined");
   }
-  MINIDL_CHECK(x.defined() && x.dtype() == DType::Float32 && x.dim() >= 1,
-               "linear: expects a float32 input (..., in_features), got ", x.defined() ? x.str() : "undefined");
   check_rank(weight, 2, "linear weight (out_features, in_features)");
   check_same_device(x, weight, "linear input and weight");
   const int64_t in = weight.size(1), out = weight.size(0);
   MINIDL_CHECK(in >= 1 && out >= 1, "linear: weight ", shape_str(weight.shape()), " has no features");
-  MINIDL_CHECK(x.size(-1) == in, "linear: input ", shape_str(x.shape()), " has ", x.size(-1),
+  MINIDL_CHECK(x.dim() >= 1 && x.size(-1) == in, "linear: input ", shape_str(x.shape()), " has ", x.size(-1),
                " features in its last dimension but weight ", shape_str(weight.shape()), " expects ", in);
   if (bias.defined()) {
     check_rank(bias, 1, "linear bias (out_features)");
@@ -34,18 +45,24 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     MINIDL_CHECK(bias.size(0) == out, "linear: bias ", shape_str(bias.shape()), " does not match the ", out,
                  " outputs of weight ", shape_str(weight.shape()));
   }
+  const DType t = x.dtype();
   const int64_t rows = x.numel() / in;
   Shape y_shape = x.shape();
   y_shape.back() = out;
-  Tensor y = Tensor::empty(y_shape, DType::Float32, x.device());
-  const float* b = bias.defined() ? bias.data<float>() : nullptr;
+  Tensor y = Tensor::empty(y_shape, t, x.device());
   dispatch(
       x.device(), "linear_forward",
       [&] {
-        kernels::linear_forward_cpu(rows, in, out, x.data<float>(), weight.data<float>(), b, y.data<float>());
+        kernels::linear_forward_cpu(rows, in, out, x.data<float>(), weight.data<float>(),
+                                    bias.defined() ? bias.data<float>() : nullptr, y.data<float>());
       },
       [&] {
-        kernels::linear_forward_cuda(rows, in, out, x.data<float>(), weight.data<float>(), b, y.data<float>());
+        if (half)
+          kernels::linear_forward_half_cuda(t, rows, in, out, x.raw_data(), weight.raw_data(), raw_or_null(bias),
+                                            y.raw_data());
+        else
+          kernels::linear_forward_cuda(rows, in, out, x.data<float>(), weight.data<float>(),
+                                       bias.defined() ? bias.data<float>() : nullptr, y.data<float>());
       });
   std::vector<Tensor> inputs{x, weight};
   if (bias.defined()) inputs.push_back(bias);
@@ -54,20 +71,27 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     const bool need_b = bias.defined() && bias.requires_grad(), has_bias = bias.defined();
     autograd::record(
         y, "linear", std::move(inputs),
-        [rows, in, out, xs = x.detach(), ws = weight.detach(), need_x, need_w, need_b, has_bias](
-            const Tensor& dy) -> std::vector<Tensor> {
+        [rows, in, out, half, t, xs = x.detach(), ws = weight.detach(), need_x, need_w, need_b, has_bias](
+            const Tensor& dy_in) -> std::vector<Tensor> {
+          const Tensor dy = dy_in.to(t);
           const Device dev = dy.device();
-          Tensor dx = need_x ? Tensor::empty(xs.shape(), DType::Float32, dev) : Tensor();
-          Tensor dw = need_w ? Tensor::empty(ws.shape(), DType::Float32, dev) : Tensor();
-          Tensor db = need_b ? Tensor::empty({out}, DType::Float32, dev) : Tensor();
+          Tensor dx = need_x ? Tensor::empty(xs.shape(), t, dev) : Tensor();
+          Tensor dw = need_w ? Tensor::empty(ws.shape(), t, dev) : Tensor();
+          Tensor db = need_b ? Tensor::empty({out}, t, dev) : Tensor();
           dispatch(
-              dev, "linear_backward_data",
+              dev, "linear_backward",
               [&] {
                 if (need_x) kernels::linear_backward_data_cpu(rows, in, out, dy.data<float>(), ws.data<float>(), dx.data<float>());
                 if (need_w) kernels::linear_backward_weight_cpu(rows, in, out, xs.data<float>(), dy.data<float>(), dw.data<float>());
                 if (need_b) kernels::linear_backward_bias_cpu(rows, out, dy.data<float>(), db.data<float>());
               },
               [&] {
+                if (half) {
+                  if (need_x) kernels::linear_backward_data_half_cuda(t, rows, in, out, dy.raw_data(), ws.raw_data(), dx.raw_data());
+                  if (need_w) kernels::linear_backward_weight_half_cuda(t, rows, in, out, xs.raw_data(), dy.raw_data(), dw.raw_data());
+                  if (need_b) kernels::linear_backward_bias_half_cuda(t, rows, out, dy.raw_data(), db.raw_data());
+                  return;
+                }
                 if (need_x) kernels::linear_backward_data_cuda(rows, in, out, dy.data<float>(), ws.data<float>(), dx.data<float>());
                 if (need_w) kernels::linear_backward_weight_cuda(rows, in, out, xs.data<float>(), dy.data<float>(), dw.data<float>());
                 if (need_b) kernels::linear_backward_bias_cuda(rows, out, dy.data<float>(), db.data<float>());

@@ -1,5 +1,6 @@
-// Linear on the GPU: the three GEMMs through cuBLAS SGEMM in full fp32, the bias add and the bias
-// gradient as our own kernels.
+// Linear on the GPU: the three GEMMs through cuBLAS SGEMM in full fp32 (GemmEx on tensor cores
+// for bf16/fp16 operands, float32 accumulation), the bias add and the bias gradient as our own
+// kernels.
 //
 // Full fp32: PyTorch leaves TF32 off for matmuls (torch.backends.cuda.matmul.allow_tf32 = False),
 // so the handle's math mode is set to CUBLAS_DEFAULT_MATH before each call (the handle is shared;
@@ -10,7 +11,9 @@
 #include <algorithm>
 
 #include "core/allocator.h"
+#include "core/cast_kernels.h"
 #include "core/cuda/kernel_helpers.cuh"
+#include "core/half_types.h"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "layers/linear/linear_kernels.h"
@@ -33,20 +36,40 @@ void sgemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int
                                 checked_int(lda, "lda"), b, checked_int(ldb, "ldb"), &zero, c, checked_int(m, "ldc")));
 }
 
+cudaDataType_t cuda_type(DType t) {
+  MINIDL_CHECK(t == DType::BFloat16 || t == DType::Float16, "linear on CUDA: half GEMMs take bfloat16 or float16, got ",
+               dtype_name(t));
+  return t == DType::BFloat16 ? CUDA_R_16BF : CUDA_R_16F;
+}
+
+// The same product with A and B of the half type `t` and C of `c_type` (t, or float32 where the
+// bias is still to be added), float32 accumulation (CUBLAS_COMPUTE_32F: no reduced-precision
+// reductions, whatever the type). The default math mode lets GemmEx take the tensor cores.
+void gemm_half(DType t, cudaDataType_t c_type, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n,
+               int64_t k, const void* a, int64_t lda, const void* b, int64_t ldb, void* c) {
+  const float one = 1.f, zero = 0.f;
+  cublasHandle_t h = cuda::cublas();
+  MINIDL_CUDA_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+  MINIDL_CUDA_CHECK(cublasGemmEx(h, ta, tb, checked_int(m, "m"), checked_int(n, "n"), checked_int(k, "k"), &one, a,
+                                 cuda_type(t), checked_int(lda, "lda"), b, cuda_type(t), checked_int(ldb, "ldb"), &zero,
+                                 c, c_type, checked_int(m, "ldc"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 // Bias gradient, pass 1: column sums of dy (rows, out). A block is 32 columns wide (a warp reads
 // 32 consecutive floats of a row) and kRowsPerBlock threads tall; block (cx, s) covers rows slice s,
 // its thread rows stride through it, then the block adds its thread rows in a fixed order and
 // writes one partial per column.
 constexpr int kRowsPerBlock = 8;
 
-__global__ void bias_grad_partials_kernel(const float* __restrict__ dy, int64_t rows, int64_t out, int64_t slices,
+template <class T>
+__global__ void bias_grad_partials_kernel(const T* __restrict__ dy, int64_t rows, int64_t out, int64_t slices,
                                           float* __restrict__ partials) {
   const int64_t col = blockIdx.x * 32 + threadIdx.x, s = blockIdx.y;
   const int64_t per = (rows + slices - 1) / slices;
   const int64_t begin = s * per, end = min(rows, begin + per);
   float acc = 0.f;
   if (col < out)
-    for (int64_t r = begin + threadIdx.y; r < end; r += kRowsPerBlock) acc += dy[r * out + col];
+    for (int64_t r = begin + threadIdx.y; r < end; r += kRowsPerBlock) acc += to_float(dy[r * out + col]);
   __shared__ float sums[kRowsPerBlock][33];
   sums[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
@@ -56,6 +79,26 @@ __global__ void bias_grad_partials_kernel(const float* __restrict__ dy, int64_t 
     partials[s * out + col] = total;
   }
 }
+
+// db = the column sums of dy (rows, out) of storage type T, float32 partials over fixed row
+// slices, then a fixed-order finalize (cuda::sum_partials_by_column).
+template <class T>
+void bias_grad(int64_t rows, int64_t out, const T* dy, float* db) {
+  const int64_t col_blocks = (out + 31) / 32;
+  // Fill every resident slot once, but give each slice at least a block's height of rows.
+  const int64_t by_device = std::max<int64_t>(1, cuda::resident_blocks(32 * kRowsPerBlock) / col_blocks);
+  const int64_t by_size = std::max<int64_t>(1, (rows + kRowsPerBlock - 1) / kRowsPerBlock);
+  const int64_t slices = std::min<int64_t>({by_device, by_size, 65535});
+  auto partials = allocate(sizeof(float) * slices * out, Device::cuda());
+  float* part = static_cast<float*>(partials.get());
+  bias_grad_partials_kernel<T><<<dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(slices)),
+                                 dim3(32, kRowsPerBlock), 0, cuda::stream()>>>(dy, rows, out, slices, part);
+  MINIDL_LAUNCH_CHECK();
+  cuda::sum_partials_by_column(part, slices, out, db);
+}
+
+// A float32 buffer of n elements on the device, for a product or a sum still to be rounded.
+std::shared_ptr<void> float_scratch(int64_t n) { return allocate(sizeof(float) * n, Device::cuda()); }
 
 }  // namespace
 
@@ -82,18 +125,49 @@ void linear_backward_weight_cuda(int64_t rows, int64_t in, int64_t out, const fl
   sgemm(CUBLAS_OP_N, CUBLAS_OP_T, in, out, rows, x, in, dy, out, dw);
 }
 
-void linear_backward_bias_cuda(int64_t rows, int64_t out, const float* dy, float* db) {
-  const int64_t col_blocks = (out + 31) / 32;
-  // Fill every resident slot once, but give each slice at least a block's height of rows.
-  const int64_t by_device = std::max<int64_t>(1, cuda::resident_blocks(32 * kRowsPerBlock) / col_blocks);
-  const int64_t by_size = std::max<int64_t>(1, (rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  const int64_t slices = std::min<int64_t>({by_device, by_size, 65535});
-  auto partials = allocate(sizeof(float) * slices * out, Device::cuda());
-  float* part = static_cast<float*>(partials.get());
-  bias_grad_partials_kernel<<<dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(slices)),
-                              dim3(32, kRowsPerBlock), 0, cuda::stream()>>>(dy, rows, out, slices, part);
-  MINIDL_LAUNCH_CHECK();
-  cuda::sum_partials_by_column(part, slices, out, db);
+void linear_backward_bias_cuda(int64_t rows, int64_t out, const float* dy, float* db) { bias_grad(rows, out, dy, db); }
+
+// The half launchers: the float32 linear's operand order (see above), in the half type.
+void linear_forward_half_cuda(DType dtype, int64_t rows, int64_t in, int64_t out, const void* x, const void* w,
+                              const void* b, void* y) {
+  if (rows == 0) return;
+  if (!b) {
+    gemm_half(dtype, cuda_type(dtype), CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, w, in, x, in, y);
+    return;
+  }
+  // The bias joins the float32 product, and the sum is rounded once.
+  auto product = float_scratch(rows * out), bias = float_scratch(out);
+  float* p = static_cast<float*>(product.get());
+  float* bf = static_cast<float*>(bias.get());
+  gemm_half(dtype, CUDA_R_32F, CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, w, in, x, in, p);
+  cast_cuda(b, dtype, bf, DType::Float32, out);
+  cuda::add_channel_bias(p, bf, rows, out, 1);
+  cast_cuda(p, DType::Float32, y, dtype, rows * out);
+}
+
+void linear_backward_data_half_cuda(DType dtype, int64_t rows, int64_t in, int64_t out, const void* dy,
+                                    const void* w, void* dx) {
+  if (rows == 0) return;
+  gemm_half(dtype, cuda_type(dtype), CUBLAS_OP_N, CUBLAS_OP_N, in, rows, out, w, in, dy, out, dx);
+}
+
+void linear_backward_weight_half_cuda(DType dtype, int64_t rows, int64_t in, int64_t out, const void* x,
+                                      const void* dy, void* dw) {
+  if (rows == 0) {
+    MINIDL_CUDA_CHECK(cudaMemsetAsync(dw, 0, dtype_size(dtype) * in * out, cuda::stream()));
+    return;
+  }
+  gemm_half(dtype, cuda_type(dtype), CUBLAS_OP_N, CUBLAS_OP_T, in, out, rows, x, in, dy, out, dw);
+}
+
+void linear_backward_bias_half_cuda(DType dtype, int64_t rows, int64_t out, const void* dy, void* db) {
+  auto sums = float_scratch(out);
+  float* s = static_cast<float*>(sums.get());
+  visit_floating(dtype, "linear bias gradient", [&](auto tag) {
+    using T = decltype(tag);
+    bias_grad(rows, out, static_cast<const T*>(dy), s);
+  });
+  cast_cuda(s, DType::Float32, db, dtype, out);
 }
 
 }  // namespace minidl::kernels

@@ -4,6 +4,8 @@
 #pragma once
 #include <cstdint>
 
+#include "core/dtype.h"
+
 namespace minidl::kernels {
 
 // b may be null.
@@ -22,5 +24,17 @@ void linear_backward_data_cuda(int64_t rows, int64_t in, int64_t out, const floa
 void linear_backward_weight_cuda(int64_t rows, int64_t in, int64_t out, const float* x, const float* dy, float* dw);
 // Deterministic two-pass column sum (per-block partials, then a fixed-order finalize; no atomics).
 void linear_backward_bias_cuda(int64_t rows, int64_t out, const float* dy, float* db);
+
+// The same on CUDA with every operand of `dtype` (bfloat16 or float16; the CPU runs half Linear
+// storage-rounded instead): cuBLAS GemmEx on tensor cores with float32 accumulation, each output
+// rounded once to the half type. The forward adds b (may be null) to the float32 product before
+// that rounding; the bias gradient sums dy in float32 as linear_backward_bias_cuda does.
+void linear_forward_half_cuda(DType dtype, int64_t rows, int64_t in, int64_t out, const void* x, const void* w,
+                              const void* b, void* y);
+void linear_backward_data_half_cuda(DType dtype, int64_t rows, int64_t in, int64_t out, const void* dy,
+                                    const void* w, void* dx);
+void linear_backward_weight_half_cuda(DType dtype, int64_t rows, int64_t in, int64_t out, const void* x,
+                                      const void* dy, void* dw);
+void linear_backward_bias_half_cuda(DType dtype, int64_t rows, int64_t out, const void* dy, void* db);
 
 }  // namespace minidl::kernels
