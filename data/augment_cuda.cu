@@ -1,6 +1,8 @@
-// The GPU side of data/augment_kernel.h: builds the normalized, augmented float batch from the
-// uint8 training set resident on the device, in one launch.
+// The GPU side of data/augment_kernel.h: builds the normalized, augmented batch (float32 or a
+// half type, NCHW or NHWC) from the uint8 training set resident on the device, in one launch.
+#include "core/cast_kernels.h"
 #include "core/cuda/runtime.h"
+#include "core/half_types.h"
 #include "data/augment_kernel.h"
 #include "data/cifar10.h"
 
@@ -11,13 +13,15 @@ namespace {
 constexpr int kAugmentBlock = 256;
 
 // One block per image: the block's threads share one draw (made once, kept in shared memory)
-// and walk the 3072 output floats in order, so each warp writes 128 contiguous bytes while the
-// uint8 reads of a row stay within a few cache lines. Every thread reads the 64-byte cursor
-// itself (one cached line; cheaper than staging it through shared memory with a barrier).
+// and walk the image's 3072 outputs in memory order (NCHW or NHWC), so each warp writes 32
+// consecutive elements while the uint8 reads stay within a few cache lines. Every thread reads
+// the 64-byte cursor itself (one cached line; cheaper than staging it through shared memory with
+// a barrier).
+template <class T, bool kChannelsLast>
 __global__ void augment_batch_kernel(const uint8_t* __restrict__ images,
                                      const int32_t* __restrict__ labels,
                                      const int32_t* __restrict__ order, const BatchCursor* __restrict__ cursor,
-                                     float* __restrict__ out, int32_t* __restrict__ out_labels) {
+                                     T* __restrict__ out, int32_t* __restrict__ out_labels) {
   __shared__ ImageDraw draw;
   const AugmentParams p = cursor->params;
   const int64_t b = blockIdx.x;
@@ -29,20 +33,30 @@ __global__ void augment_batch_kernel(const uint8_t* __restrict__ images,
   __syncthreads();
   const ImageDraw d = draw;
   const uint8_t* image = images + index * kCifarImageBytes;
-  float* dst = out + b * kCifarImageBytes;
+  T* dst = out + b * kCifarImageBytes;
   for (int e = threadIdx.x; e < kCifarImageBytes; e += blockDim.x) {
-    const int c = e >> 10, y = (e >> 5) & 31, x = e & 31;
-    dst[e] = augment_pixel(image, d, p, c, y, x);
+    const int pixel = kChannelsLast ? e / 3 : e & 1023;
+    const int c = kChannelsLast ? e - 3 * pixel : e >> 10, y = pixel >> 5, x = pixel & 31;
+    dst[e] = from_float<T>(augment_pixel(image, d, p, c, y, x));
   }
 }
 
 }  // namespace
 
-void augment_batch_cuda(const uint8_t* images, const int32_t* labels, const int32_t* order,
-                        int64_t batch, const BatchCursor* cursor, float* out, int32_t* out_labels) {
+void augment_batch_cuda(const uint8_t* images, const int32_t* labels, const int32_t* order, int64_t batch,
+                        const BatchCursor* cursor, void* out, DType dtype, bool channels_last, int32_t* out_labels) {
   if (batch == 0) return;
-  augment_batch_kernel<<<static_cast<unsigned>(batch), kAugmentBlock, 0, cuda::stream()>>>(
-      images, labels, order, cursor, out, out_labels);
+  visit_floating(dtype, "augment_batch", [&](auto tag) {
+    using T = decltype(tag);
+    T* dst = static_cast<T*>(out);
+    const unsigned grid = static_cast<unsigned>(batch);
+    if (channels_last)
+      augment_batch_kernel<T, true><<<grid, kAugmentBlock, 0, cuda::stream()>>>(images, labels, order, cursor, dst,
+                                                                                out_labels);
+    else
+      augment_batch_kernel<T, false><<<grid, kAugmentBlock, 0, cuda::stream()>>>(images, labels, order, cursor, dst,
+                                                                                 out_labels);
+  });
   MINIDL_LAUNCH_CHECK();
 }
 

@@ -15,6 +15,7 @@
 #pragma once
 #include <cstdint>
 
+#include "core/dtype.h"
 #include "core/philox.h"
 
 namespace minidl::kernels {
@@ -94,12 +95,20 @@ struct BatchCursor {
   int64_t position = 0;
 };
 
-// out[b] = augment(images[order[position + b]]) as float (B, 3, 32, 32), out_labels[b] its label,
-// with `cursor` (in the memory of the device that runs the kernel) giving params and position.
-// The draws use the dataset index, so a batch does not depend on which batch holds the image.
-void augment_batch_cpu(const uint8_t* images, const int32_t* labels, const int32_t* order,
-                       int64_t batch, const BatchCursor* cursor, float* out, int32_t* out_labels);
-void augment_batch_cuda(const uint8_t* images, const int32_t* labels, const int32_t* order,
-                        int64_t batch, const BatchCursor* cursor, float* out, int32_t* out_labels);
+// Offset of element (c, y, x) in one image of the batch: (3, 32, 32) order, or (32, 32, 3) for a
+// channels-last batch.
+MINIDL_HD int augment_offset(int c, int y, int x, bool channels_last) {
+  return channels_last ? (y * 32 + x) * 3 + c : (c * 32 + y) * 32 + x;
+}
+
+// out[b] = augment(images[order[position + b]]) as a (B, 3, 32, 32) batch of `dtype` (float32,
+// or bfloat16/float16: the float32 value rounded once, as a later cast would) in NCHW or, with
+// channels_last, NHWC memory; out_labels[b] its label, with `cursor` (in the memory of the device
+// that runs the kernel) giving params and position. The draws use the dataset index, so a batch
+// does not depend on which batch holds the image.
+void augment_batch_cpu(const uint8_t* images, const int32_t* labels, const int32_t* order, int64_t batch,
+                       const BatchCursor* cursor, void* out, DType dtype, bool channels_last, int32_t* out_labels);
+void augment_batch_cuda(const uint8_t* images, const int32_t* labels, const int32_t* order, int64_t batch,
+                        const BatchCursor* cursor, void* out, DType dtype, bool channels_last, int32_t* out_labels);
 
 }  // namespace minidl::kernels

@@ -96,18 +96,20 @@ bool Loader::advance() {
 void Loader::emit(Batch& out) const {
   MINIDL_CHECK(current_batch_ > 0, "data loader: emit() needs a successful advance() first");
   const int64_t b = current_batch_;
-  out.images = Tensor::empty({b, kCifarChannels, kCifarHeight, kCifarWidth}, DType::Float32, device_);
+  const DType dtype = options_.dtype;
+  const bool channels_last = options_.format == MemoryFormat::ChannelsLast;
+  out.images = Tensor::empty({b, kCifarChannels, kCifarHeight, kCifarWidth}, dtype, device_, options_.format);
   out.labels = Tensor::empty({b}, DType::Int32, device_);
   const auto* cursor = static_cast<const kernels::BatchCursor*>(cursor_.raw_data());
   dispatch(
       device_, "augment_batch",
       [&] {
         kernels::augment_batch_cpu(images_.data<uint8_t>(), labels_.data<int32_t>(), order_.data<int32_t>(), b,
-                                   cursor, out.images.data<float>(), out.labels.data<int32_t>());
+                                   cursor, out.images.raw_data(), dtype, channels_last, out.labels.data<int32_t>());
       },
       [&] {
         kernels::augment_batch_cuda(images_.data<uint8_t>(), labels_.data<int32_t>(), order_.data<int32_t>(), b,
-                                    cursor, out.images.data<float>(), out.labels.data<int32_t>());
+                                    cursor, out.images.raw_data(), dtype, channels_last, out.labels.data<int32_t>());
       });
 }
 

@@ -31,13 +31,17 @@ struct LoaderOptions {
   uint64_t seed = 0;                     // shuffling and augmentation draws
   Normalization normalize;
   std::optional<AugmentOptions> augment;  // none: normalization only
+  // The batch's storage: float32 NCHW, or the model's activation type and layout where its first
+  // layer would convert the batch to them anyway (Trainer): the same values, one pass fewer.
+  DType dtype = DType::Float32;
+  MemoryFormat format = MemoryFormat::Contiguous;
 
   static LoaderOptions training(const DataOptions& data, int64_t batch_size, uint64_t seed);
   static LoaderOptions evaluation(const DataOptions& data, int64_t batch_size);
 };
 
 struct Batch {
-  Tensor images;  // float32 (B, 3, 32, 32), normalized, on the loader's device
+  Tensor images;  // (B, 3, 32, 32) of LoaderOptions' dtype and format, normalized, on the loader's device
   Tensor labels;  // int32 (B)
 };
 

@@ -89,7 +89,7 @@ TEST_CASE("augmented batches match the reference for every padding, flip and cut
           std::vector<int32_t> labels(static_cast<size_t>(b));
           const kernels::BatchCursor cursor{params, 0};
           kernels::augment_batch_cpu(data.images.data<uint8_t>(), data.labels.data<int32_t>(),
-                                     indices.data(), b, &cursor, out.data(), labels.data());
+                                     indices.data(), b, &cursor, out.data(), DType::Float32, false, labels.data());
           for (int64_t k = 0; k < b; ++k) {
             const kernels::ImageDraw d = kernels::draw_image_augment(params, indices[k]);
             if (!flip) REQUIRE(d.flip == 0);
@@ -102,6 +102,45 @@ TEST_CASE("augmented batches match the reference for every padding, flip and cut
             REQUIRE(labels[k] == indices[k] % 10);
           }
         }
+}
+
+namespace {
+
+// The second batch of epoch 2 of an augmented training loader or a plain evaluation one on
+// `device`, written in (dtype, format).
+Tensor batch_in(const Dataset& data, bool train, DType dtype, MemoryFormat format, const Device& device) {
+  DataOptions opts;
+  opts.augment.crop_padding = 4;
+  opts.augment.flip = true;
+  opts.augment.cutout = 6;
+  LoaderOptions lo = train ? LoaderOptions::training(opts, 20, 9) : LoaderOptions::evaluation(opts, 20);
+  lo.dtype = dtype;
+  lo.format = format;
+  Loader loader(data, lo, device);
+  loader.start_epoch(2);
+  Batch b;
+  REQUIRE(loader.next(b));
+  REQUIRE(loader.next(b));
+  REQUIRE(b.images.dtype() == dtype);
+  REQUIRE(b.images.memory_format() == format);
+  return b.images;
+}
+
+}  // namespace
+
+TEST_CASE("a half or channels-last batch is the float32 batch rounded once and reordered", "[data][augment]") {
+  const Dataset data = random_dataset(60, 23);
+  for (bool train : {true, false}) {
+    const Tensor reference = batch_in(data, train, DType::Float32, MemoryFormat::Contiguous, Device::cpu());
+    for (DType d : {DType::Float32, DType::BFloat16, DType::Float16})
+      for (MemoryFormat f : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
+        INFO(dtype_name(d) << (f == MemoryFormat::ChannelsLast ? " channels_last" : " contiguous")
+                           << (train ? " train" : " eval"));
+        const Tensor got = batch_in(data, train, d, f, Device::cpu());
+        // Widening a half value is exact: equal float vectors are equal half bits.
+        REQUIRE(same_bits(got.to(DType::Float32).to_vector(), reference.to(d).to(DType::Float32).to_vector()));
+      }
+  }
 }
 
 TEST_CASE("augment_pixel on hand-made draws: reflect vs zero padding, mirror, cutout", "[data][augment]") {
@@ -324,6 +363,21 @@ TEST_CASE("GPU batches are bit-identical to CPU batches", "[data][augment][cuda]
         }
       }
     }
+}
+
+TEST_CASE("GPU half and channels-last batches are bit-identical to the CPU's", "[data][augment][cuda]") {
+  MINIDL_REQUIRE_CUDA();
+  const Dataset data = random_dataset(60, 29);
+  for (bool train : {true, false})
+    for (DType d : {DType::Float32, DType::BFloat16, DType::Float16})
+      for (MemoryFormat f : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
+        INFO(dtype_name(d) << (f == MemoryFormat::ChannelsLast ? " channels_last" : " contiguous")
+                           << (train ? " train" : " eval"));
+        const Tensor cpu = batch_in(data, train, d, f, Device::cpu());
+        const Tensor gpu = batch_in(data, train, d, f, Device::cuda());
+        REQUIRE(gpu.is_cuda());
+        REQUIRE(same_bits(gpu.to(DType::Float32).to_vector(), cpu.to(DType::Float32).to_vector()));
+      }
 }
 
 TEST_CASE("hflip and flip_translate on the GPU equal the CPU", "[data][tta][cuda]") {

@@ -48,6 +48,17 @@ constexpr int kEvalGraphWarmup = 1;
 // above them.
 constexpr int kKindsPerPhase = 8;
 
+// The type the training batch is written in: the activation type where the model's first layer
+// is one that autocast runs in it (Conv2d, Linear), which would cast the float32 batch to the
+// same values first; float32 otherwise (a first layer that runs in float32 must see the batch
+// unrounded).
+DType batch_dtype(const Module& model, DType activation) {
+  const auto& layers = model.children();
+  if (layers.empty()) return DType::Float32;
+  const std::string first = layers.front().second->type_name();
+  return first == "Conv2d" || first == "Linear" ? activation : DType::Float32;
+}
+
 }  // namespace
 
 Device setup_compute(const TrainConfig& config) {
@@ -99,8 +110,10 @@ Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Da
 
   train_set_ = std::move(train_set);
   test_set_ = std::move(test_set);
-  train_loader_ = std::make_unique<Loader>(
-      train_set_, LoaderOptions::training(data_options_, config.batch_size, config.seed), device_);
+  LoaderOptions train_options = LoaderOptions::training(data_options_, config.batch_size, config.seed);
+  train_options.dtype = batch_dtype(*model_, activation_dtype_);
+  train_options.format = activation_format_;
+  train_loader_ = std::make_unique<Loader>(train_set_, train_options, device_);
   MINIDL_CHECK(train_loader_->batches_per_epoch() > 0, "batch_size ", config.batch_size, " is larger than the ",
                train_set_.size(), " training images: no full batch to train on");
   test_loader_ = std::make_unique<Loader>(test_set_, LoaderOptions::evaluation(data_options_, config.eval_batch_size),
