@@ -146,6 +146,10 @@ TEST_CASE("linear rejects bad operands with a message naming the shapes", "[line
                       Catch::Contains("(8, 256)") && Catch::Contains("(10, 512)"));
   REQUIRE_THROWS_WITH(linear(Tensor::zeros({8, 512}), w, Tensor::zeros({9})), Catch::Contains("bias (9)"));
   REQUIRE_THROWS_WITH(linear(Tensor::zeros({8, 512}), Tensor::zeros({10, 512, 1}), Tensor()), Catch::Contains("2-d"));
+  REQUIRE_THROWS_WITH(linear(Tensor::zeros({8, 512}), w.to(DType::BFloat16), Tensor()),
+                      Catch::Contains("a float32 input needs a weight and bias of that dtype"));
+  REQUIRE_THROWS_WITH(linear(Tensor::zeros({8, 512}, DType::Float16), w.to(DType::Float16), Tensor::zeros({10})),
+                      Catch::Contains("a float16 input needs a weight and bias of that dtype"));
   Linear fc(512, 10);
   fc.assign_paths("head");
   REQUIRE_THROWS_WITH(fc(Tensor::zeros({8, 256})), Catch::Contains("Linear 512->10") && Catch::Contains("'head'") &&

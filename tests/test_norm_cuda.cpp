@@ -337,10 +337,12 @@ TEST_CASE("fast norm kernels match the float64 oracle and the CPU on ragged shap
     cases.push_back(channels_last_group_norm_case(3, 37, 41, 40, 37, relu));  // groups of one channel
   }
   cases.push_back(channels_last_group_norm_case(5, 64, 8, 8, 32));     // fold 4, groups of 2 channels
-  cases.push_back(channels_last_group_norm_case(4, 96, 5, 7, 8));      // 35 positions: fold 1
+  cases.push_back(channels_last_group_norm_case(4, 96, 5, 7, 8));      // 35 positions: fold 5, rows of 480
   cases.push_back(channels_last_group_norm_case(2, 600, 3, 5, 3, true));  // groups of 200 channels, rows of 600
   cases.push_back(channels_last_group_norm_case(2, 1024, 2, 3, 2));     // groups of 512: wider than a tile
-  cases.push_back(channels_last_group_norm_case(1, 24, 31, 31, 6));     // batch of one, odd positions
+  cases.push_back(channels_last_group_norm_case(1, 24, 31, 31, 6));     // batch of one: fold 31, rows of 744
+  cases.push_back(channels_last_group_norm_case(6, 24, 31, 31, 1, true));  // one group a sample, fold 31
+  cases.push_back(channels_last_group_norm_case(3, 40, 7, 11, 5));     // 77 positions: fold 7, rows of 280
   cases.push_back(batch_norm_case(9, 300, 2, 3, true));
   cases.push_back(group_norm_case(5, 12, 7, 9, 4));  // segments of 189: odd, scalar loads
   cases.push_back(group_norm_case(3, 64, 5, 5, 32, true));

@@ -24,23 +24,21 @@ const void* raw_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : n
 // rounded once (storage rounding: the same values up to the float32 summation order).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const bool half = holds_half(x);
-  if (half) {
-    MINIDL_CHECK(weight.defined() && weight.dtype() == x.dtype() && (!bias.defined() || bias.dtype() == x.dtype()),
-                 "linear: a ", dtype_name(x.dtype()), " input needs a weight and bias of that dtype, got ",
-                 weight.str(), bias.defined() ? " and " + bias.str() : std::string());
-    if (!x.is_cuda()) return linear(as_float32(x), as_float32(weight), as_float32(bias)).to(x.dtype());
-  } else {
-    MINIDL_CHECK(x.defined() && x.dtype() == DType::Float32 && x.dim() >= 1,
-                 "linear: expects a float32 input (..., in_features), got ", x.defined() ? x.str() : "undefined");
-  }
-  check_rank(weight, 2, "linear weight (out_features, in_features)");
+  MINIDL_CHECK(x.defined() && is_floating(x.dtype()) && x.dim() >= 1,
+               "linear: expects a float32, bfloat16 or float16 input (..., in_features), got ",
+               x.defined() ? x.str() : "undefined");
+  MINIDL_CHECK(weight.defined() && weight.dtype() == x.dtype() && (!bias.defined() || bias.dtype() == x.dtype()),
+               "linear: a ", dtype_name(x.dtype()), " input needs a weight and bias of that dtype, got ",
+               weight.defined() ? weight.str() : "no weight", bias.defined() ? " and " + bias.str() : std::string());
+  if (half && !x.is_cuda()) return linear(as_float32(x), as_float32(weight), as_float32(bias)).to(x.dtype());
+  check_floating_rank(weight, 2, "linear weight (out_features, in_features)");
   check_same_device(x, weight, "linear input and weight");
   const int64_t in = weight.size(1), out = weight.size(0);
   MINIDL_CHECK(in >= 1 && out >= 1, "linear: weight ", shape_str(weight.shape()), " has no features");
   MINIDL_CHECK(x.dim() >= 1 && x.size(-1) == in, "linear: input ", shape_str(x.shape()), " has ", x.size(-1),
                " features in its last dimension but weight ", shape_str(weight.shape()), " expects ", in);
   if (bias.defined()) {
-    check_rank(bias, 1, "linear bias (out_features)");
+    check_floating_rank(bias, 1, "linear bias (out_features)");
     check_same_device(x, bias, "linear input and bias");
     MINIDL_CHECK(bias.size(0) == out, "linear: bias ", shape_str(bias.shape()), " does not match the ", out,
                  " outputs of weight ", shape_str(weight.shape()));
