@@ -132,7 +132,7 @@ __device__ void finish_channel_grads(const FinalizeGrads& a, int64_t grp, double
 // over (channel, entry) or (sample, entry) pairs, a fixed order.
 __device__ void finish_channel_group(const FinalizeGrads& a, int64_t item) {
   const tiles::ChannelPartials& p = a.channel_partials;
-  const int64_t stride = a.g.slice_groups * a.g.bins, count = p.count(), groups_per_sample = a.segments_per_row;
+  const int64_t stride = a.g.partial_sets() * a.g.bins, count = p.count(), groups_per_sample = a.segments_per_row;
   const int lane = threadIdx.x & 31;
   double sa = 0, sb = 0;
   if (item < a.groups) {
@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(tiles::kBlock) finalize_grads_kernel(const Fin
   const bool feature_items = a.kind != NormKind::Channel && (a.dweight || a.dbias);
   const int64_t items = a.groups + (feature_items ? a.features : 0);
   const double m = static_cast<double>(a.group_size);
-  const int64_t per = a.g.bins_per_feature(), bins = a.g.bins, col_stride = a.g.slice_groups * a.g.bins;
+  const int64_t per = a.g.bins_per_feature(), bins = a.g.bins, col_stride = a.g.partial_sets() * a.g.bins;
   for (int64_t item = blockIdx.x * int64_t{tiles::kWarps} + (threadIdx.x >> 5); item < items; item += warps) {
     if (a.kind == NormKind::ChannelGroup) {
       finish_channel_group(a, item);
@@ -221,7 +221,7 @@ Geometry segment_grad_sums(const NormLayout& l, const NormBackward& b, const T* 
   const Op op{segment_params(l, b.mean, b.rstd, b.weight, b.bias, b.relu)};
   const Geometry g = tiles::plan_reduce<Op, T>(tiles::make_tiles(l, l.segment, kAffine ? l.plane : 0, aligned));
   row = allocate(2 * g.rows * g.tiles * sizeof(double), Device::cuda());
-  if (kAffine) col = allocate(2 * g.slice_groups * g.bins * sizeof(double), Device::cuda());
+  if (kAffine) col = allocate(2 * g.partial_sets() * g.bins * sizeof(double), Device::cuda());
   tiles::launch_reduce(g, op, x, dy, kAffine ? as_doubles(col) : nullptr, as_doubles(row));
   return g;
 }
@@ -257,7 +257,7 @@ NormRun three_launch_backward(const NormLayout& l, const NormBackward& b, const 
     const ChannelGrad op{channel_params(l, b.mean, b.rstd, b.weight, b.bias, b.relu)};
     f.g = tiles::plan_reduce<ChannelGrad, T>(tiles::channel_tiles(l, tiles::folded(l).plane, aligned));
     f.channel_partials = tiles::ChannelPartials::of(f.g, l);
-    col = allocate(2 * f.g.slice_groups * f.g.bins * sizeof(double), dev);
+    col = allocate(2 * f.g.partial_sets() * f.g.bins * sizeof(double), dev);
     tiles::launch_reduce(f.g, op, x, dy, as_doubles(col), nullptr);
   } else if (affine_grads) {
     f.g = segment_grad_sums<true>(l, b, x, dy, aligned, col, row);

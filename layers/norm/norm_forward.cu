@@ -139,13 +139,13 @@ __global__ void __launch_bounds__(tiles::kBlock) finalize_stats_kernel(const Fin
     if (a.kind == NormKind::Channel) {
       const tiles::ChannelPartials& p = a.channel_partials;
       tiles::warp_sum_entries(
-          a.col_partials, a.g.slice_groups * a.g.bins, p.count(), [&](int64_t e) { return p.index(grp, e); }, s1, s2);
+          a.col_partials, a.g.partial_sets() * a.g.bins, p.count(), [&](int64_t e) { return p.index(grp, e); }, s1, s2);
       k = to_float(a.x[grp * a.plane]);
     } else if (a.kind == NormKind::ChannelGroup) {  // group s of sample n: bin s of each fold
       const tiles::ChannelPartials& p = a.channel_partials;
       const int64_t n = grp / a.segments_per_row, s = grp % a.segments_per_row;
       tiles::warp_sum_entries(
-          a.col_partials, a.g.slice_groups * a.g.bins, p.count(),
+          a.col_partials, a.g.partial_sets() * a.g.bins, p.count(),
           [&](int64_t e) { return n * p.sample_stride() + p.index(s, e); }, s1, s2);
       k = to_float(a.x[n * a.width + s * a.segment]);
     } else {
@@ -204,7 +204,7 @@ NormRun three_launch_forward(const NormLayout& l, const NormForward& a, const T*
       const int64_t bin_plane = groups_last ? l.segment : tiles::folded(l).plane;
       f.g = tiles::plan_reduce<Op, T>(tiles::channel_tiles(l, bin_plane, tiles::aligned16(x)));
       f.channel_partials = tiles::ChannelPartials::of(f.g, l);
-      partials = allocate(2 * f.g.slice_groups * f.g.bins * sizeof(double), dev);
+      partials = allocate(2 * f.g.partial_sets() * f.g.bins * sizeof(double), dev);
       f.col_partials = as_doubles(partials);
       tiles::launch_reduce(f.g, op, x, none, as_doubles(partials), nullptr);
     } else {

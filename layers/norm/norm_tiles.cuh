@@ -62,6 +62,10 @@ struct Geometry {
   // of its own, so that no unit (and no partial) mixes two samples. 0: rows are not split so.
   int64_t sample_rows = 0;
   int64_t sample_slice_groups = 0;
+  // With sample_rows: samples of at most kSampleSliceRowsMax rows take one warp each (a slice is
+  // a sample) and every warp writes its own column partials, one set per slice, instead of the
+  // unit's combined set: a unit is then 8 samples, not 8 slices of one sample 2 rows long.
+  bool warp_samples = false;
 
   __host__ __device__ int32_t tile_start(int32_t t) const {
     return (t / tiles_per_block) * tile_block + (t % tiles_per_block) * tile_width;
@@ -72,6 +76,8 @@ struct Geometry {
   }
   // Bins of feature f (of a column-sum pass): [f * bins_per_feature, (f + 1) * bins_per_feature).
   __host__ __device__ int32_t bins_per_feature() const { return bin_plane > 0 ? 1 : tiles_per_block; }
+  // Sets of `bins` column partials: one per slice group, or one per slice with warp_samples.
+  __host__ __device__ int64_t partial_sets() const { return warp_samples ? slice_groups * kWarps : slice_groups; }
 };
 
 // One warp's share of a unit.
@@ -90,7 +96,12 @@ __host__ __device__ __forceinline__ Unit unit_of(const Geometry& g, int64_t u, i
   v.cols = g.tile_cols(v.tile);
   int64_t first = 0, end = g.rows, slice = v.slice_group * kWarps + warp;
   v.sample = 0;
-  if (g.sample_rows > 0) {
+  if (g.warp_samples) {
+    // rows_per_slice == sample_rows: slice s is sample s. A warp past the last sample has no
+    // rows; it takes the last sample's columns, so that its column values are still in bounds.
+    const int64_t samples = g.rows / g.sample_rows;
+    v.sample = slice < samples ? slice : samples - 1;
+  } else if (g.sample_rows > 0) {
     v.sample = v.slice_group / g.sample_slice_groups;
     first = v.sample * g.sample_rows;
     end = first + g.sample_rows;
@@ -175,8 +186,50 @@ __device__ __forceinline__ void store_slots(T* __restrict__ p, int lane, int col
 using cuda::ceil_div;
 using cuda::warp_sum;
 
+// The bins of one tile's column sums (ca, cb: one double per column, in shared memory) to
+// pa/pb[first + bin]: lane-strided columns and a butterfly per bin, a warp per bin.
+__device__ __forceinline__ void store_bins(const Geometry& g, const Unit& u, const double* ca, const double* cb,
+                                           double* __restrict__ pa, double* __restrict__ pb) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int width = g.bin_plane > 0 ? g.bin_plane : u.cols;
+  const int64_t first = g.bin_plane > 0 ? u.col0 / g.bin_plane : u.tile;
+  for (int bin = warp; bin < u.cols / width; bin += kWarps) {
+    double ta = 0, tb = 0;
+    for (int k = lane; k < width; k += 32) {
+      ta += ca[bin * width + k];
+      tb += cb[bin * width + k];
+    }
+    ta = warp_sum(ta);
+    tb = warp_sum(tb);
+    if (lane == 0) {
+      pa[first + bin] = ta;
+      pb[first + bin] = tb;
+    }
+  }
+}
+
+// warp_samples: each warp's column sums are its own sample's partials, set slice_group * kWarps
+// + w for warp w (warps past the last sample write none). Only reads `sums`.
+__device__ __forceinline__ void store_sample_sums(const Geometry& g, const Unit& u, const double (&sums)[2][kWarps][kTileMax],
+                                  double* __restrict__ partials) {
+  const int c = threadIdx.x;  // kBlock == kTileMax: one thread per column
+  const int64_t samples = g.rows / g.sample_rows, sets = g.partial_sets();
+  for (int w = 0; w < kWarps; ++w) {
+    const int64_t slice = u.slice_group * kWarps + w;
+    if (slice >= samples) break;  // the same for every thread of the block
+    double* pa = partials + slice * g.bins;
+    double* pb = pa + sets * g.bins;
+    if (g.bin_plane != 1) {
+      store_bins(g, u, sums[0][w], sums[1][w], pa, pb);
+    } else if (c < u.cols) {
+      pa[u.col0 + c] = sums[0][w][c];
+      pb[u.col0 + c] = sums[1][w][c];
+    }
+  }
+}
+
 // Combines the column sums (a, b) of the block's kWarps warps and writes one pair per bin of the
-// unit's tile to partials[2][slice_groups][bins]. Fixed order throughout: warps 0..7 per column,
+// unit's tile to partials[2][partial_sets][bins]. Fixed order throughout: warps 0..7 per column,
 // then per bin lane-strided columns and a butterfly. Must be reached by the whole block.
 template <bool kVec>
 __device__ void store_column_sums(const Geometry& g, const Unit& u, const float (&a)[kSlots],
@@ -192,6 +245,11 @@ __device__ void store_column_sums(const Geometry& g, const Unit& u, const float 
     }
   }
   __syncthreads();
+  if (g.warp_samples) {
+    store_sample_sums(g, u, sums, partials);
+    __syncthreads();  // the next unit reuses `sums`
+    return;
+  }
   const int c = threadIdx.x;  // kBlock == kTileMax: one thread per column
   double sa = 0, sb = 0;
   if (c < u.cols) {
@@ -214,21 +272,7 @@ __device__ void store_column_sums(const Geometry& g, const Unit& u, const float 
       sums[1][0][c] = sb;
     }
     __syncthreads();
-    const int width = g.bin_plane > 0 ? g.bin_plane : u.cols;
-    const int64_t first = g.bin_plane > 0 ? u.col0 / g.bin_plane : u.tile;
-    for (int bin = warp; bin < u.cols / width; bin += kWarps) {
-      double ta = 0, tb = 0;
-      for (int k = lane; k < width; k += 32) {
-        ta += sums[0][0][bin * width + k];
-        tb += sums[1][0][bin * width + k];
-      }
-      ta = warp_sum(ta);
-      tb = warp_sum(tb);
-      if (lane == 0) {
-        pa[first + bin] = ta;
-        pb[first + bin] = tb;
-      }
-    }
+    store_bins(g, u, sums[0][0], sums[1][0], pa, pb);
   }
   __syncthreads();  // the next unit reuses `sums`
 }
@@ -542,7 +586,7 @@ struct ChannelPartials {
   // Of a pass over folded(l) cut into g.
   static ChannelPartials of(const Geometry& g, const NormLayout& l) {
     const int64_t fold = channel_fold(l), per = g.bins_per_feature();
-    const int64_t slice_groups = g.sample_rows > 0 ? g.sample_slice_groups : g.slice_groups;
+    const int64_t slice_groups = g.warp_samples ? 1 : g.sample_rows > 0 ? g.sample_slice_groups : g.slice_groups;
     return {fold, g.bins / (fold * per), per, g.bins, slice_groups, l.kind == NormKind::Channel && l.plane == 1};
   }
   __host__ __device__ int64_t count() const { return slice_groups * fold * per; }
@@ -562,7 +606,7 @@ __device__ __forceinline__ void finalize_channels_by_block(const ChannelPartials
                                                            Finish&& finish) {
   for (int64_t c = blockIdx.x; c < channels; c += gridDim.x) {
     double a, b;
-    block_sum_entries(partials, g.slice_groups * g.bins, p.count(), [&](int64_t e) { return p.index(c, e); }, a, b);
+    block_sum_entries(partials, g.partial_sets() * g.bins, p.count(), [&](int64_t e) { return p.index(c, e); }, a, b);
     if (threadIdx.x == 0) finish(c, a, b);
   }
 }
@@ -583,6 +627,14 @@ inline void set_slices(Geometry& g, int resident_blocks) {
   if (g.bins > 0) {
     const int64_t cap = g.rows * g.width / (128 * g.bins);
     if (groups > cap) groups = cap;
+  }
+  if (g.sample_rows > 0 && g.sample_rows <= kSampleSliceRowsMax) {  // a warp per sample
+    g.warp_samples = true;
+    g.rows_per_slice = g.sample_rows;
+    g.sample_slice_groups = 1;
+    g.slice_groups = ceil_div(g.rows / g.sample_rows, kWarps);
+    g.units = g.slice_groups * g.tiles;
+    return;
   }
   if (g.sample_rows > 0) {
     const int64_t samples = g.rows / g.sample_rows;
