@@ -503,12 +503,12 @@ TEST_CASE("CUDA half Linear (GemmEx, float32 accumulation) matches the storage-r
       const Tensor dy = test::random_tensor(y_shape, 53, -1.f, 1.f).to(d);
       auto run = [&](Module& layer, const Device& dev) {
         for (auto& [name, p] : layer.named_parameters()) p.set_grad(Tensor());
-        Tensor x = x0.to(dev).to(d);
+        Tensor x = x0.to(dev).to(d).to(DType::Float32);  // half values, a float32 leaf
         x.set_requires_grad(true);
         Tensor y;
         {
           const AutocastGuard autocast(d);
-          y = layer(x);
+          y = layer(x.to(d));
         }
         REQUIRE(y.dtype() == d);
         autograd::backward(y, dy.to(dev));

@@ -18,6 +18,8 @@
 //  3. dx:        one elementwise pass over the tiles in reverse (L2 still holds the tail of x and
 //                dy that grad_sums read last).
 // CPU reference: norm_cpu.cpp; float64 oracle: bench/norm_reference.cu.
+#include <algorithm>
+
 #include "core/allocator.h"
 #include "core/cast_kernels.h"
 #include "layers/norm/norm_params.cuh"
@@ -127,37 +129,42 @@ __device__ void finish_channel_grads(const FinalizeGrads& a, int64_t grp, double
 }
 
 // GroupNorm on channels-last memory: the grad_sums pass left A = sum g and B = sum g*(x - mean)
-// per (sample, channel). Group s of sample n takes SA = sum w_c A, SB = sum w_c B over its
-// channels c; feature c takes dbias = sum_n A and dweight = sum_n rstd(n, c) * B. Lanes stride
-// over (channel, entry) or (sample, entry) pairs, a fixed order.
-__device__ void finish_channel_group(const FinalizeGrads& a, int64_t item) {
+// per (sample, channel). Group s of sample n (one warp) takes SA = sum w_c A, SB = sum w_c B over
+// its channels c, lanes strided over (channel, entry) pairs; feature c (one block: its entries
+// number samples x folds, 31744 for 1024 samples of 31x31) takes dbias = sum_n A and
+// dweight = sum_n rstd(n, c) * B, threads strided over (sample, entry) pairs. Fixed orders.
+__device__ void finish_channel_group(const FinalizeGrads& a, int64_t grp) {
   const tiles::ChannelPartials& p = a.channel_partials;
-  const int64_t stride = a.g.partial_sets() * a.g.bins, count = p.count(), groups_per_sample = a.segments_per_row;
+  const int64_t stride = a.g.partial_sets() * a.g.bins, count = p.count();
+  const int64_t n = grp / a.segments_per_row, c0 = grp % a.segments_per_row * a.segment;
   const int lane = threadIdx.x & 31;
   double sa = 0, sb = 0;
-  if (item < a.groups) {
-    const int64_t n = item / groups_per_sample, c0 = item % groups_per_sample * a.segment;
-    for (int64_t e = lane; e < a.segment * count; e += 32) {
-      const int64_t c = c0 + e / count, i = n * p.sample_stride() + p.index(c, e % count);
-      const double w = a.weight ? a.weight[c] : 1.0;
-      sa += w * a.col_partials[i];
-      sb += w * a.col_partials[stride + i];
-    }
-    sa = cuda::warp_sum(sa);
-    sb = cuda::warp_sum(sb);
-    if (lane == 0) statistics_grad(a.rstd[item], 1.0, sa, sb, static_cast<double>(a.group_size), a.training,
-                                   a.k1[item], a.k2[item]);
-    return;
-  }
-  const int64_t c = item - a.groups, samples = a.groups / groups_per_sample;
-  for (int64_t e = lane; e < samples * count; e += 32) {
-    const int64_t n = e / count, i = n * p.sample_stride() + p.index(c, e % count);
-    sa += a.col_partials[i];
-    sb += a.rstd[n * groups_per_sample + c / a.segment] * a.col_partials[stride + i];
+  for (int64_t e = lane; e < a.segment * count; e += 32) {
+    const int64_t c = c0 + e / count, i = n * p.sample_stride() + p.index(c, e % count);
+    const double w = a.weight ? a.weight[c] : 1.0;
+    sa += w * a.col_partials[i];
+    sb += w * a.col_partials[stride + i];
   }
   sa = cuda::warp_sum(sa);
   sb = cuda::warp_sum(sb);
-  if (lane == 0) {
+  if (lane == 0)
+    statistics_grad(a.rstd[grp], 1.0, sa, sb, static_cast<double>(a.group_size), a.training, a.k1[grp], a.k2[grp]);
+}
+
+__device__ void finish_channel_group_feature(const FinalizeGrads& a, int64_t c) {
+  const tiles::ChannelPartials& p = a.channel_partials;
+  const int64_t stride = a.g.partial_sets() * a.g.bins, count = p.count();
+  const int64_t samples = a.groups / a.segments_per_row, statistic = c / a.segment;
+  double sa, sb;
+  tiles::block_sum_entries(
+      samples * count,
+      [&](int64_t e, double& x, double& y) {
+        const int64_t n = e / count, i = n * p.sample_stride() + p.index(c, e % count);
+        x += a.col_partials[i];
+        y += a.rstd[n * a.segments_per_row + statistic] * a.col_partials[stride + i];
+      },
+      sa, sb);
+  if (threadIdx.x == 0) {
     if (a.dweight) a.dweight[c] = static_cast<float>(sb);
     if (a.dbias) a.dbias[c] = static_cast<float>(sa);
   }
@@ -174,15 +181,18 @@ __global__ void __launch_bounds__(tiles::kBlock) finalize_grads_kernel(const Fin
     return;
   }
   const int64_t warps = static_cast<int64_t>(gridDim.x) * tiles::kWarps;
-  const bool feature_items = a.kind != NormKind::Channel && (a.dweight || a.dbias);
+  if (a.kind == NormKind::ChannelGroup) {  // groups by warp, then features by block
+    for (int64_t grp = blockIdx.x * int64_t{tiles::kWarps} + (threadIdx.x >> 5); grp < a.groups; grp += warps)
+      finish_channel_group(a, grp);
+    if (a.dweight || a.dbias)
+      for (int64_t c = blockIdx.x; c < a.features; c += gridDim.x) finish_channel_group_feature(a, c);
+    return;
+  }
+  const bool feature_items = a.kind == NormKind::Segment && (a.dweight || a.dbias);
   const int64_t items = a.groups + (feature_items ? a.features : 0);
   const double m = static_cast<double>(a.group_size);
   const int64_t per = a.g.bins_per_feature(), bins = a.g.bins, col_stride = a.g.partial_sets() * a.g.bins;
   for (int64_t item = blockIdx.x * int64_t{tiles::kWarps} + (threadIdx.x >> 5); item < items; item += warps) {
-    if (a.kind == NormKind::ChannelGroup) {
-      finish_channel_group(a, item);
-      continue;
-    }
     double sa, sb;
     if (item >= a.groups) {  // a feature of GroupNorm/LayerNorm
       const int64_t f = item - a.groups;
@@ -266,8 +276,10 @@ NormRun three_launch_backward(const NormLayout& l, const NormBackward& b, const 
   }
   f.col_partials = col ? as_doubles(col) : nullptr;
   f.row_partials = row ? as_doubles(row) : nullptr;
-  const int64_t items = groups + (l.kind != NormKind::Channel && affine_grads ? l.features : 0);
-  const int64_t finalize_warps = f.channel_partials.block ? groups * tiles::kWarps : items;
+  const int64_t items = groups + (l.kind == NormKind::Segment && affine_grads ? l.features : 0);
+  // A warp per item; a block per channel where the channels are summed by block.
+  int64_t finalize_warps = f.channel_partials.block ? groups * tiles::kWarps : items;
+  if (l.kind == NormKind::ChannelGroup) finalize_warps = std::max(groups, affine_grads ? l.features * tiles::kWarps : 0);
   finalize_grads_kernel<<<tiles::grid_for_warps(finalize_warps), tiles::kBlock, 0, cuda::stream()>>>(f);
   MINIDL_LAUNCH_CHECK();
 

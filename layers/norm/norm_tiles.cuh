@@ -443,20 +443,15 @@ __device__ __forceinline__ void warp_sum_entries(const double* __restrict__ p, i
 
 // The same sum over a whole block for a group with hundreds of partials (a channels-last
 // BatchNorm has one per slice group, i.e. per resident block of its reduction pass), which one
-// warp would walk serially at L2 latency: entries thread-strided, each warp's butterfly, then the
-// kWarps warp sums in warp order, a fixed order again. Every thread gets the result; the whole
-// block must reach it.
-template <class Index>
-__device__ __forceinline__ void block_sum_entries(const double* __restrict__ p, int64_t stride, int64_t n,
-                                                  Index index, double& a, double& b) {
+// warp would walk serially at L2 latency: entries e = 0..n-1 thread-strided, add(e, x, y) adding
+// entry e's two terms, each warp's butterfly, then the kWarps warp sums in warp order, a fixed
+// order again. Every thread gets the result; the whole block must reach it.
+template <class Add>
+__device__ __forceinline__ void block_sum_entries(int64_t n, Add add, double& a, double& b) {
   __shared__ double warp_sums[2][kWarps];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   double x = 0, y = 0;
-  for (int64_t e = threadIdx.x; e < n; e += kBlock) {
-    const int64_t i = index(e);
-    x += p[i];
-    y += p[stride + i];
-  }
+  for (int64_t e = threadIdx.x; e < n; e += kBlock) add(e, x, y);
   x = warp_sum(x);
   y = warp_sum(y);
   if (lane == 0) {
@@ -606,7 +601,15 @@ __device__ __forceinline__ void finalize_channels_by_block(const ChannelPartials
                                                            Finish&& finish) {
   for (int64_t c = blockIdx.x; c < channels; c += gridDim.x) {
     double a, b;
-    block_sum_entries(partials, g.partial_sets() * g.bins, p.count(), [&](int64_t e) { return p.index(c, e); }, a, b);
+    const int64_t stride = g.partial_sets() * g.bins;
+    block_sum_entries(
+        p.count(),
+        [&](int64_t e, double& x, double& y) {
+          const int64_t i = p.index(c, e);
+          x += partials[i];
+          y += partials[stride + i];
+        },
+        a, b);
     if (threadIdx.x == 0) finish(c, a, b);
   }
 }
