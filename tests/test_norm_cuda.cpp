@@ -197,44 +197,37 @@ void compare(const std::string& what, const Outputs& got, const Outputs& want, T
   CHECK(daff <= tol.backward);
 }
 
-Case batch_norm_case(int64_t n, int64_t ch, int64_t h, int64_t w, bool relu = false) {
+// A case of `layout` named `name` (" +relu" appended with the fused ReLU), the other options at
+// their defaults.
+Case make_case(const std::string& name, const NormLayout& layout, bool relu) {
   Case c;
-  c.name = str("BatchNorm2d (", n, ",", ch, ",", h, ",", w, ")", relu ? " +relu" : "");
-  c.layout = NormLayout::batch_norm(n, ch, h * w);
+  c.name = name + (relu ? " +relu" : "");
+  c.layout = layout;
   c.relu = relu;
   return c;
+}
+std::string shape_name(int64_t n, int64_t ch, int64_t h, int64_t w) { return str("(", n, ",", ch, ",", h, ",", w, ")"); }
+
+Case batch_norm_case(int64_t n, int64_t ch, int64_t h, int64_t w, bool relu = false) {
+  return make_case("BatchNorm2d " + shape_name(n, ch, h, w), NormLayout::batch_norm(n, ch, h * w), relu);
 }
 // BatchNorm2d on a channels-last (N, H, W, C) tensor: [N*H*W][C], one element per plane, which
 // the three-launch kernels fold into rows of k*C columns where C is narrower than a tile.
 Case channels_last_batch_norm_case(int64_t n, int64_t ch, int64_t h, int64_t w, bool relu = false) {
-  Case c;
-  c.name = str("BatchNorm2d NHWC (", n, ",", ch, ",", h, ",", w, ")", relu ? " +relu" : "");
-  c.layout = NormLayout::batch_norm(n * h * w, ch, 1);
-  c.relu = relu;
-  return c;
+  return make_case("BatchNorm2d NHWC " + shape_name(n, ch, h, w), NormLayout::batch_norm(n * h * w, ch, 1), relu);
 }
 Case group_norm_case(int64_t n, int64_t ch, int64_t h, int64_t w, int64_t groups, bool relu = false) {
-  Case c;
-  c.name = str("GroupNorm(", groups, ") (", n, ",", ch, ",", h, ",", w, ")", relu ? " +relu" : "");
-  c.layout = NormLayout::group_norm(n, ch, h * w, groups);
-  c.relu = relu;
-  return c;
+  return make_case(str("GroupNorm(", groups, ") ", shape_name(n, ch, h, w)),
+                   NormLayout::group_norm(n, ch, h * w, groups), relu);
 }
 // GroupNorm on a channels-last (N, H, W, C) tensor: a group is C/G channels at every position of
 // its sample (ChannelGroup), cut as BatchNorm's [N*H*W][C] with slices that stay in a sample.
 Case channels_last_group_norm_case(int64_t n, int64_t ch, int64_t h, int64_t w, int64_t groups, bool relu = false) {
-  Case c;
-  c.name = str("GroupNorm(", groups, ") NHWC (", n, ",", ch, ",", h, ",", w, ")", relu ? " +relu" : "");
-  c.layout = NormLayout::group_norm_channels_last(n, ch, h * w, groups);
-  c.relu = relu;
-  return c;
+  return make_case(str("GroupNorm(", groups, ") NHWC ", shape_name(n, ch, h, w)),
+                   NormLayout::group_norm_channels_last(n, ch, h * w, groups), relu);
 }
 Case layer_norm_case(int64_t rows, int64_t d, const std::string& shape, bool relu = false) {
-  Case c;
-  c.name = str("LayerNorm ", shape, relu ? " +relu" : "");
-  c.layout = NormLayout::layer_norm(rows, d);
-  c.relu = relu;
-  return c;
+  return make_case("LayerNorm " + shape, NormLayout::layer_norm(rows, d), relu);
 }
 
 // The three layers as docs/perf/anchors.md times them: BatchNorm2d(C), GroupNorm(32 or 1), LayerNorm([C,H,W]).

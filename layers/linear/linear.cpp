@@ -35,7 +35,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   check_same_device(x, weight, "linear input and weight");
   const int64_t in = weight.size(1), out = weight.size(0);
   MINIDL_CHECK(in >= 1 && out >= 1, "linear: weight ", shape_str(weight.shape()), " has no features");
-  MINIDL_CHECK(x.dim() >= 1 && x.size(-1) == in, "linear: input ", shape_str(x.shape()), " has ", x.size(-1),
+  MINIDL_CHECK(x.size(-1) == in, "linear: input ", shape_str(x.shape()), " has ", x.size(-1),
                " features in its last dimension but weight ", shape_str(weight.shape()), " expects ", in);
   if (bias.defined()) {
     check_floating_rank(bias, 1, "linear bias (out_features)");
