@@ -87,10 +87,10 @@ std::map<std::pair<std::string, std::string>, std::pair<double, double>> read_to
 }
 
 norm::NormPath parse_path(const std::string& s) {
-  for (norm::NormPath p : {norm::NormPath::Auto, norm::NormPath::Block, norm::NormPath::Cluster,
+  for (norm::NormPath p : {norm::NormPath::Auto, norm::NormPath::Block, norm::NormPath::Cluster, norm::NormPath::Warp,
                            norm::NormPath::ThreeLaunch})
     if (s == norm::norm_path_name(p)) return p;
-  fail(str("bench norm: --path must be auto, block, cluster or 3-launch, got '", s, "'"));
+  fail(str("bench norm: --path must be auto, block, cluster, warp or 3-launch, got '", s, "'"));
 }
 
 // "block", "cluster x4", "3-launch": what a pass ran.

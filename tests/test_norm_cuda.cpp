@@ -3,7 +3,7 @@
 // the CPU path on ragged shapes and on every shape of docs/perf/anchors.md, in forward and backward,
 // with and without the fused ReLU and the affine parts; plus accuracy at |mean| >> std,
 // bit-identical reruns, NaN/Inf propagation, a batch of one, eval mode, misaligned pointers (the
-// scalar path) and the autograd ops on CUDA tensors. Every path (Block, Cluster of 2-16 CTAs,
+// scalar path) and the autograd ops on CUDA tensors. Every path (Block, Cluster of 2-16 CTAs, Warp,
 // ThreeLaunch) is forced through NormForward/NormBackward::path and checked the same way, and the
 // automatic choice is checked on representative shapes.
 // Each case prints one line with its worst errors, so a passing run still shows the margins.
@@ -308,6 +308,32 @@ std::vector<Case> option_cases() {
   return cases;
 }
 
+// LayerNorm rows for the Warp path's variants: every access count (1, 2, 4, 8, 16 per lane),
+// widths that end inside an access or a warp, the widest it holds (2048), a row narrower than
+// the warp, rows per warp above one (70001 rows of 36: the persistent grid walks them), the
+// weight/bias gradients with each affine part off, and the fused ReLU.
+std::vector<Case> warp_row_cases() {
+  std::vector<Case> cases;
+  cases.push_back(layer_norm_case(9, 3, "[3] x9"));
+  cases.push_back(layer_norm_case(70001, 36, "[36] x70001", true));
+  cases.push_back(layer_norm_case(257, 129, "[129] x257"));
+  cases.push_back(layer_norm_case(100, 384, "[384] x100", true));
+  cases.push_back(layer_norm_case(31, 1000, "[1000] x31"));
+  cases.push_back(layer_norm_case(77, 1600, "[1600] x77", true));
+  cases.push_back(layer_norm_case(40, 2047, "[2047] x40"));
+  cases.push_back(layer_norm_case(24, 2048, "[2048] x24"));
+  Case c = layer_norm_case(500, 768, "[768] x500 weight only", true);
+  c.bias = false;
+  cases.push_back(c);
+  c = layer_norm_case(500, 768, "[768] x500 bias only");
+  c.weight = false;
+  cases.push_back(c);
+  c = layer_norm_case(500, 520, "[520] x500 no affine", true);
+  c.weight = c.bias = false;
+  cases.push_back(c);
+  return cases;
+}
+
 }  // namespace
 
 TEST_CASE("fast norm kernels match the float64 oracle and the CPU on ragged shapes", "[norm][cuda]") {
@@ -528,38 +554,53 @@ struct PathChoice {
 };
 const PathChoice kPaths[] = {{norm::NormPath::Block, 0, "block"},         {norm::NormPath::Cluster, 2, "cluster x2"},
                              {norm::NormPath::Cluster, 4, "cluster x4"},  {norm::NormPath::Cluster, 8, "cluster x8"},
-                             {norm::NormPath::Cluster, 16, "cluster x16"}, {norm::NormPath::ThreeLaunch, 0, "3-launch"}};
+                             {norm::NormPath::Cluster, 16, "cluster x16"}, {norm::NormPath::Warp, 0, "warp"},
+                             {norm::NormPath::ThreeLaunch, 0, "3-launch"}};
 
 // Any aligned non-null pointer: the planners only test pointers for null and alignment.
 float* const kSomeBuffer = reinterpret_cast<float*>(uintptr_t{256});
 
-// k with both passes forced onto p, except the passes p does not cover, which stay on Auto: the
-// eval forward and, on the single-read paths, GroupNorm/LayerNorm weight/bias gradients. False
-// when the group does not fit p (the planner refuses it), so the case is skipped on p.
-bool on_path(Case& k, const PathChoice& p) {
-  const bool single = p.path != norm::NormPath::ThreeLaunch;
-  k.name += str(" [", p.name, "]");
-  k.cluster = p.cluster;
-  k.fwd_path = k.training || !single ? p.path : norm::NormPath::Auto;
-  const bool segment_affine = k.layout.kind == NormKind::Segment && k.affine_grads && (k.weight || k.bias);
-  k.bwd_path = single && segment_affine ? norm::NormPath::Auto : p.path;
+// Whether the planner takes k's forward / backward on their paths (false: it refuses them).
+bool forward_runs(const Case& k) {
+  norm::NormForward a;
+  a.training = k.training;
+  a.path = k.fwd_path;
+  a.cluster = k.fwd_path == norm::NormPath::Cluster ? k.cluster : 0;
   try {
-    norm::NormForward a;
-    a.training = k.training;
-    a.path = k.fwd_path;
-    a.cluster = k.fwd_path == norm::NormPath::Cluster ? k.cluster : 0;
     norm::plan_forward_cuda(k.layout, a);
-    norm::NormBackward b;
-    b.training = k.training;
-    b.dweight = k.weight && k.affine_grads ? kSomeBuffer : nullptr;
-    b.dbias = k.bias && k.affine_grads ? kSomeBuffer : nullptr;
-    b.path = k.bwd_path;
-    b.cluster = k.bwd_path == norm::NormPath::Cluster ? k.cluster : 0;
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+bool backward_runs(const Case& k) {
+  norm::NormBackward b;
+  b.training = k.training;
+  b.dweight = k.weight && k.affine_grads ? kSomeBuffer : nullptr;
+  b.dbias = k.bias && k.affine_grads ? kSomeBuffer : nullptr;
+  b.path = k.bwd_path;
+  b.cluster = k.bwd_path == norm::NormPath::Cluster ? k.cluster : 0;
+  try {
     norm::plan_backward_cuda(k.layout, b);
     return true;
   } catch (const Error&) {
     return false;
   }
+}
+
+// k with both passes forced onto p, except the passes p does not cover, which stay on Auto: the
+// eval forward and the GroupNorm/LayerNorm weight/bias gradients a path does not form (Cluster;
+// Block where a feature spans under 16 elements). False when the group does not fit p (the
+// planner refuses it), so the case is skipped on p.
+bool on_path(Case& k, const PathChoice& p) {
+  const bool single = p.path != norm::NormPath::ThreeLaunch;
+  k.name += str(" [", p.name, "]");
+  k.cluster = p.cluster;
+  k.fwd_path = k.training || !single ? p.path : norm::NormPath::Auto;
+  k.bwd_path = p.path;
+  const bool segment_affine = k.layout.kind == NormKind::Segment && k.affine_grads && (k.weight || k.bias);
+  if (single && segment_affine && !backward_runs(k)) k.bwd_path = norm::NormPath::Auto;
+  return forward_runs(k) && backward_runs(k);
 }
 
 // The fast run took the forced paths (and cluster sizes).
@@ -570,8 +611,12 @@ void check_ran(const Case& k, const Outputs& o) {
   if (k.bwd_path != norm::NormPath::Auto) CHECK(o.bwd_run.path == k.bwd_path);
   if (k.fwd_path == norm::NormPath::Cluster) CHECK(o.fwd_run.cluster == k.cluster);
   if (k.bwd_path == norm::NormPath::Cluster) CHECK(o.bwd_run.cluster == k.cluster);
-  if (k.fwd_path == norm::NormPath::Block || k.fwd_path == norm::NormPath::Cluster) CHECK(o.fwd_run.launches == 1);
-  if (k.bwd_path == norm::NormPath::Block || k.bwd_path == norm::NormPath::Cluster) CHECK(o.bwd_run.launches == 1);
+  if (k.fwd_path != norm::NormPath::Auto && k.fwd_path != norm::NormPath::ThreeLaunch) CHECK(o.fwd_run.launches == 1);
+  // GroupNorm/LayerNorm weight/bias gradients on Block and Warp: a second launch adds the partials.
+  const bool partials = k.layout.kind == NormKind::Segment && !(o.dweight.empty() && o.dbias.empty());
+  if (k.bwd_path == norm::NormPath::Block || k.bwd_path == norm::NormPath::Warp)
+    CHECK(o.bwd_run.launches == (partials ? 2 : 1));
+  if (k.bwd_path == norm::NormPath::Cluster) CHECK(o.bwd_run.launches == 1);
 }
 
 Case without_affine_grads(Case c) {
@@ -600,11 +645,16 @@ std::vector<Case> path_cases() {
   cases.push_back(without_affine_grads(group_norm_case(5, 12, 7, 9, 4)));        // segments of 189
   cases.push_back(without_affine_grads(group_norm_case(3, 64, 5, 5, 32, true)));  // segments of 50
   cases.push_back(without_affine_grads(group_norm_case(2, 8, 33, 35, 2)));  // float4 across planes of 1155
+  // Weight/bias gradients from the Block path's per-(row, channel) partials.
+  cases.push_back(group_norm_case(3, 64, 5, 5, 32, true));  // channels of 25 elements, 2 per group
+  cases.push_back(group_norm_case(2, 8, 33, 35, 2));
+  cases.push_back(group_norm_case(6, 48, 4, 4, 3));  // 16 channels of 16 per group
   cases.push_back(without_affine_grads(layer_norm_case(33, 1000, "[1000] x33", true)));
   cases.push_back(without_affine_grads(layer_norm_case(5 * 19, 63, "[7,9] x95")));
   cases.push_back(without_affine_grads(layer_norm_case(64, 768, "[768] x64")));
   cases.push_back(layer_norm_case(64, 768, "[768] x64"));
   for (const Case& c : option_cases()) cases.push_back(c);
+  for (const Case& c : warp_row_cases()) cases.push_back(c);
   return cases;
 }
 
@@ -632,7 +682,8 @@ TEST_CASE("every norm path matches the float64 oracle and the CPU on ragged and 
       compare(k.name + " misaligned vs oracle", misaligned, run(k, Impl::Oracle, in, misaligned.y, true));
     }
     INFO("path " << p.name << " ran " << ran << " cases");
-    CHECK(ran >= 20);  // only the clusters-only groups may not fit one CTA
+    // Only the clusters-only groups may not fit one CTA; Warp holds only the LayerNorm rows.
+    CHECK(ran >= (p.path == norm::NormPath::Warp ? 15 : 20));
   }
 }
 
@@ -662,7 +713,8 @@ TEST_CASE("every norm path gives the same bits on every run, whatever ran in bet
   const std::vector<Case> cases = {batch_norm_case(3, 37, 41, 40, true),
                                    without_affine_grads(group_norm_case(3, 37, 41, 40, 37, true)),
                                    without_affine_grads(layer_norm_case(33, 1000, "[1000] x33")),
-                                   without_affine_grads(layer_norm_case(3, 37 * 41 * 40, "[37,41,40] x3"))};
+                                   without_affine_grads(layer_norm_case(3, 37 * 41 * 40, "[37,41,40] x3")),
+                                   layer_norm_case(4100, 768, "[768] x4100", true)};
   uint64_t seed = 4000;
   for (const PathChoice& p : kPaths) {
     for (size_t i = 0; i < cases.size(); ++i) {
@@ -685,7 +737,8 @@ TEST_CASE("NaN and Inf propagate through every norm path like through the oracle
   uint64_t seed = 4500;
   for (const PathChoice& p : kPaths) {
     for (Case k : {batch_norm_case(3, 37, 41, 40), without_affine_grads(group_norm_case(3, 37, 41, 40, 37)),
-                   group_norm_case(3, 37, 41, 40, 37), without_affine_grads(layer_norm_case(3, 37 * 41 * 40, "[37,41,40] x3"))}) {
+                   group_norm_case(3, 37, 41, 40, 37), without_affine_grads(layer_norm_case(3, 37 * 41 * 40, "[37,41,40] x3")),
+                   layer_norm_case(33, 1000, "[1000] x33")}) {
       if (on_path(k, p)) check_nonfinite(k, seed);
     }
   }
@@ -746,14 +799,21 @@ TEST_CASE("the automatic norm path choice picks the expected path for representa
        P::ThreeLaunch, 0, 0},
       {"BatchNorm2d (64,32,16,16): 0.5M elements", NormLayout::batch_norm(64, 32, 256), true, true, P::Block,
        P::Block, 1, 1},
-      {"GroupNorm(32) (512,64,32,32)", NormLayout::group_norm(512, 64, 1024, 32), true, true, P::Block, P::ThreeLaunch,
-       1, 0},
+      {"GroupNorm(32) (512,64,32,32)", NormLayout::group_norm(512, 64, 1024, 32), true, true, P::Block, P::Block, 1,
+       1},
+      {"GroupNorm(2) (64,64,3,3): features of 9 elements", NormLayout::group_norm(64, 64, 9, 2), true, true, P::Block,
+       P::ThreeLaunch, 1, 0},
       {"GroupNorm(32) (512,64,32,32) no dw/db", NormLayout::group_norm(512, 64, 1024, 32), true, false, P::Block,
        P::Block, 1, 1},
       {"LayerNorm [64,32,32]: 256 KB rows", NormLayout::layer_norm(512, 65536), true, false, P::Cluster, P::Cluster, 4,
        8},
-      {"LayerNorm [768] x8192", NormLayout::layer_norm(8192, 768), true, true, P::Block, P::ThreeLaunch, 1, 0},
-      {"LayerNorm [768] x8192 no dw/db", NormLayout::layer_norm(8192, 768), true, false, P::Block, P::Block, 1, 1},
+      {"LayerNorm [768] x8192", NormLayout::layer_norm(8192, 768), true, true, P::Warp, P::Warp, 0, 0},
+      {"LayerNorm [768] x8192 no dw/db", NormLayout::layer_norm(8192, 768), true, false, P::Warp, P::Warp, 0, 0},
+      {"LayerNorm [40] x4551", NormLayout::layer_norm(4551, 40), true, true, P::Warp, P::Warp, 0, 0},
+      {"LayerNorm [4096] x512: wider than a warp holds", NormLayout::layer_norm(512, 4096), true, true, P::Block,
+       P::ThreeLaunch, 1, 0},
+      {"GroupNorm(1) (64,8,4,4): LayerNorm-sized groups, features of 16", NormLayout::group_norm(64, 8, 16, 1), true,
+       false, P::ThreeLaunch, P::ThreeLaunch, 0, 0},
       {"BatchNorm2d (3,37,41,40)", NormLayout::batch_norm(3, 37, 1640), true, true, P::Block, P::Block, 1, 1},
       {"GroupNorm(32) (1024,256,4,4): 128-element groups", NormLayout::group_norm(1024, 256, 16, 32), true, false,
        P::ThreeLaunch, P::ThreeLaunch, 0, 0},
@@ -801,7 +861,19 @@ TEST_CASE("forcing a norm path that cannot run a pass is a clear error", "[norm]
   b.dweight = kSomeBuffer;
   CHECK_THROWS_WITH(norm::plan_backward_cuda(NormLayout::layer_norm(64, 768), b),
                     Catch::Matchers::Contains("weight and bias gradients"));
+  b.path = norm::NormPath::Cluster;
+  CHECK_THROWS_WITH(norm::plan_backward_cuda(NormLayout::group_norm(8, 32, 16, 4), b),
+                    Catch::Matchers::Contains("cluster path does not form GroupNorm weight"));
   a.training = true;
+  b.path = norm::NormPath::Warp;
+  CHECK_THROWS_WITH(norm::plan_backward_cuda(NormLayout::layer_norm(64, 4096), b),
+                    Catch::Matchers::Contains("rows of at most 2048"));
+  CHECK_THROWS_WITH(norm::plan_backward_cuda(NormLayout::batch_norm(8, 4, 16), b),
+                    Catch::Matchers::Contains("it is for LayerNorm rows"));
+  a.path = norm::NormPath::Warp;
+  CHECK_THROWS_WITH(norm::plan_forward_cuda(NormLayout::group_norm(8, 32, 16, 4), a),
+                    Catch::Matchers::Contains("it is for LayerNorm rows"));
+  b.path = norm::NormPath::Block;
   a.path = norm::NormPath::Block;
   b.dweight = nullptr;
   const NormLayout nhwc = NormLayout::group_norm_channels_last(8, 32, 16, 4);

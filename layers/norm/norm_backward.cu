@@ -1,6 +1,8 @@
-// The fast backward of BatchNorm2d, GroupNorm and LayerNorm. Where a group fits one CTA or one
-// cluster (and, for GroupNorm/LayerNorm, no weight/bias gradient is wanted), the single-read
-// kernel (norm_single_backward.cu); otherwise three launches, x and dy read twice, dx written once:
+// The fast backward of BatchNorm2d, GroupNorm and LayerNorm. A LayerNorm row of at most 2048
+// elements: one warp per row, weight/bias gradients from per-CTA partials (norm_warp_rows.cu).
+// Where a group fits one CTA or one cluster (GroupNorm weight/bias gradients: one CTA, features
+// of 16 or more elements), the single-read kernel (norm_single_backward.cu); otherwise three
+// launches, x and dy read twice, dx written once:
 //  1. grad_sums: g = dy after the fused ReLU's mask (y recomputed from x and the saved mean and
 //                rstd with the forward's formula, so the same bits: no saved y to read), then
 //                BatchNorm: per channel A = sum g, B = sum g*(x - mean) (column sums);
@@ -24,6 +26,7 @@
 #include "core/cast_kernels.h"
 #include "layers/norm/norm_params.cuh"
 #include "layers/norm/norm_single_read.cuh"
+#include "layers/norm/norm_warp_rows.h"
 
 namespace minidl::norm {
 
@@ -300,16 +303,23 @@ NormRun three_launch_backward(const NormLayout& l, const NormBackward& b, const 
 }  // namespace
 
 NormRun plan_backward_cuda(const NormLayout& l, const NormBackward& b) {
+  const warp_rows::Plan w = warp_rows::plan_backward(l, b, DType::Float32, b.x, b.dy, b.dx);
+  if (w.runs) return w.run();
   const single::Plan p = single::plan_backward(l, b);
-  if (p.path != NormPath::ThreeLaunch) return {p.path, p.cluster, p.threads, 1};
+  if (p.path != NormPath::ThreeLaunch) return {p.path, p.cluster, p.threads, p.launches()};
   return {NormPath::ThreeLaunch, 0, tiles::kBlock, 3};
 }
 
 NormRun backward_cuda(const NormLayout& l, const NormBackward& b) {
+  const warp_rows::Plan w = warp_rows::plan_backward(l, b, DType::Float32, b.x, b.dy, b.dx);
+  if (w.runs) {
+    warp_rows::run_backward(w, l, b, DType::Float32, b.x, b.dy, b.dx);
+    return w.run();
+  }
   const single::Plan plan = single::plan_backward(l, b);
   if (plan.path != NormPath::ThreeLaunch) {
     single::run_backward(plan, l, b);
-    return {plan.path, plan.cluster, plan.threads, 1};
+    return {plan.path, plan.cluster, plan.threads, plan.launches()};
   }
   return three_launch_backward(l, b, b.x, b.dy, b.dx);
 }
@@ -317,6 +327,11 @@ NormRun backward_cuda(const NormLayout& l, const NormBackward& b) {
 NormRun backward_half_cuda(const NormLayout& l, const NormBackward& b, DType dtype, const void* x, const void* dy,
                            void* dx) {
   MINIDL_ASSERT(is_half(dtype) && b.x == nullptr && b.dy == nullptr && b.dx == nullptr);
+  const warp_rows::Plan w = warp_rows::plan_backward(l, b, dtype, x, dy, dx);
+  if (w.runs) {
+    warp_rows::run_backward(w, l, b, dtype, x, dy, dx);
+    return w.run();
+  }
   NormRun run;
   visit_floating(dtype, "normalization", [&](auto tag) {
     using T = decltype(tag);

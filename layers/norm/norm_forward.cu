@@ -1,5 +1,6 @@
-// The fast forward of BatchNorm2d, GroupNorm and LayerNorm. Where a group fits one CTA or one
-// cluster, the single-read kernel (norm_single_forward.cu); otherwise, and in eval, three launches:
+// The fast forward of BatchNorm2d, GroupNorm and LayerNorm. A LayerNorm row of at most 2048
+// elements: one warp per row (norm_warp_rows.cu). Where a group fits one CTA or one cluster, the
+// single-read kernel (norm_single_forward.cu); otherwise, and in eval, three launches:
 //  1. stats:    one read of x. Each warp sums d = x - K and d*d over its tile and slice
 //               (norm_tiles.cuh), K one sample of the group (BatchNorm: x[0, c, 0, 0];
 //               GroupNorm/LayerNorm: the segment's first element; GroupNorm on channels-last
@@ -19,6 +20,7 @@
 #include "core/cast_kernels.h"
 #include "layers/norm/norm_params.cuh"
 #include "layers/norm/norm_single_read.cuh"
+#include "layers/norm/norm_warp_rows.h"
 
 namespace minidl::norm {
 
@@ -246,6 +248,8 @@ void check_eval_layout(const NormLayout& l, const NormForward& a) {
 }  // namespace
 
 NormRun plan_forward_cuda(const NormLayout& l, const NormForward& a) {
+  const warp_rows::Plan w = warp_rows::plan_forward(l, a, DType::Float32, a.x, a.y);
+  if (w.runs) return w.run();
   const single::Plan p = single::plan_forward(l, a);
   if (p.path != NormPath::ThreeLaunch) return {p.path, p.cluster, p.threads, 1};
   return {NormPath::ThreeLaunch, 0, tiles::kBlock, a.training ? 3 : 2};
@@ -253,6 +257,11 @@ NormRun plan_forward_cuda(const NormLayout& l, const NormForward& a) {
 
 NormRun forward_cuda(const NormLayout& l, const NormForward& a) {
   check_eval_layout(l, a);
+  const warp_rows::Plan w = warp_rows::plan_forward(l, a, DType::Float32, a.x, a.y);
+  if (w.runs) {
+    warp_rows::run_forward(w, l, a, DType::Float32, a.x, a.y);
+    return w.run();
+  }
   const single::Plan plan = single::plan_forward(l, a);
   if (plan.path != NormPath::ThreeLaunch) {
     single::run_forward(plan, l, a);
@@ -264,6 +273,11 @@ NormRun forward_cuda(const NormLayout& l, const NormForward& a) {
 NormRun forward_half_cuda(const NormLayout& l, const NormForward& a, DType dtype, const void* x, void* y) {
   check_eval_layout(l, a);
   MINIDL_ASSERT(is_half(dtype) && a.x == nullptr && a.y == nullptr);
+  const warp_rows::Plan w = warp_rows::plan_forward(l, a, dtype, x, y);
+  if (w.runs) {
+    warp_rows::run_forward(w, l, a, dtype, x, y);
+    return w.run();
+  }
   NormRun run;
   visit_floating(dtype, "normalization", [&](auto tag) {
     using T = decltype(tag);

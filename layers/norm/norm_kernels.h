@@ -64,21 +64,24 @@ struct NormLayout {
 //                and its apply (x read once, y written once);
 //   Cluster      one kernel; each group is split over a thread-block cluster of 2-16 CTAs (sm_90)
 //                that reduce through distributed shared memory, each holding its part;
+//   Warp         LayerNorm rows of at most 2048 elements: each row held in one warp's registers,
+//                forward in one kernel, backward (weight/bias gradients too) in one plus a small
+//                sum of per-CTA partials (norm_warp_rows.cu); float32 and half storage;
 //   ThreeLaunch  reduction pass, finalize, elementwise pass (norm_forward.cu, norm_backward.cu):
 //                any size, and the only path for eval forward and for GroupNorm/LayerNorm
-//                backward with weight/bias gradients.
-// Auto picks Block or Cluster where the group fits and the H200 measured them faster, else
-// ThreeLaunch (plan_single in norm_single_read.cuh holds the rule). Forcing a path that cannot
+//                backward with weight/bias gradients on groups the Warp path does not hold.
+// Auto picks Warp where it covers the pass, else Block or Cluster where the group fits and the
+// H200 measured them faster, else ThreeLaunch (plan_single in norm_single_read.cuh holds the rule). Forcing a path that cannot
 // run the pass (too large a group, or a case it does not cover) is an error naming the reason.
 // The choice depends only on the layout, the pass's options and the device: the same shape takes
 // the same path, and each path's results are bit-identical run to run.
-enum class NormPath : unsigned char { Auto, Block, Cluster, ThreeLaunch };
+enum class NormPath : unsigned char { Auto, Block, Cluster, Warp, ThreeLaunch };
 const char* norm_path_name(NormPath path);
 
 // What a fast pass ran (or, from plan_*_cuda, would run).
 struct NormRun {
   NormPath path = NormPath::ThreeLaunch;
-  int cluster = 1;   // CTAs per group (Block: 1; ThreeLaunch: 0)
+  int cluster = 1;   // CTAs per group (Block: 1; Warp, a warp per group, and ThreeLaunch: 0)
   int threads = 0;   // per CTA of the single-read kernel
   int launches = 0;  // kernels launched
 };
@@ -130,9 +133,9 @@ void backward_cpu(const NormLayout& layout, const NormBackward& args);
 NormRun forward_cuda(const NormLayout& layout, const NormForward& args);
 NormRun backward_cuda(const NormLayout& layout, const NormBackward& args);
 // bfloat16/float16 x and y (dy and dx) of `dtype`, with float32 statistics, parameters and
-// parameter gradients (autocast's rule): the three-launch kernels reading and writing the half
-// type (norm_tiles.cuh), the args' own x/y/dy/dx left null. The single-read kernels are float32
-// only, so a half pass always takes three launches.
+// parameter gradients (autocast's rule), the args' own x/y/dy/dx left null: the Warp path where it
+// covers the pass, else the three-launch kernels reading and writing the half type
+// (norm_tiles.cuh); the Block and Cluster kernels are float32 only.
 NormRun forward_half_cuda(const NormLayout& layout, const NormForward& args, DType dtype, const void* x, void* y);
 NormRun backward_half_cuda(const NormLayout& layout, const NormBackward& args, DType dtype, const void* x,
                            const void* dy, void* dx);

@@ -8,8 +8,14 @@
 //  2. reduce over the CTA and the cluster (float64, fixed order); k1, k2 of dx with the
 //     three-launch finalize's formula (norm_math.h); BatchNorm's rank 0 stores dweight, dbias;
 //  3. dx = g*scale + (x - mean)*k1 + k2 from shared memory.
-// GroupNorm/LayerNorm weight and bias gradients sum over every row, across groups: that pass is
-// not single-read yet (plan_backward leaves it to the three-launch path).
+// GroupNorm/LayerNorm weight and bias gradients sum over every row, across groups. On the Block
+// path, where each feature spans at least kAffinePlaneMin elements of a group (GroupNorm: a
+// channel's plane), the CTA also sums g*(x - mean)*rstd and g per feature of its group from the
+// held buffers (a warp per feature, float64) into partials[2][rows][features], and a second
+// launch adds the rows in order (sum_affine_partials): the partials are 2/plane of a tensor.
+// LayerNorm's per-element affine has no such reduction inside a group: its rows of at most 2048
+// take the Warp path (norm_warp_rows.cu), wider ones the three-launch path.
+#include "core/allocator.h"
 #include "layers/norm/norm_single_read.cuh"
 
 namespace minidl::norm {
@@ -19,7 +25,8 @@ namespace {
 using single::Geometry;
 
 template <NormKind kKind, int kV, bool kCluster>
-__global__ void __launch_bounds__(single::kMaxThreads) single_backward_kernel(const Geometry g, const NormBackward b) {
+__global__ void __launch_bounds__(single::kMaxThreads) single_backward_kernel(const Geometry g, const NormBackward b,
+                                                                              float* __restrict__ affine) {
   extern __shared__ float4 held_storage[];
   float* held_x = reinterpret_cast<float*>(held_storage);
   float* held_g = held_x + g.chunk;
@@ -111,6 +118,29 @@ __global__ void __launch_bounds__(single::kMaxThreads) single_backward_kernel(co
       }
       single::store_access<kV>(b.dx + single::element_offset<kKind>(g, grp, kk), dx);
     }
+    if constexpr (kKind == NormKind::Segment && !kCluster) {
+      if (affine) {
+        // The group's features, each `plane` consecutive held elements; a warp per feature.
+        const int32_t per = g.segment / g.plane, features = static_cast<int32_t>(g.width / g.plane);
+        const int64_t row = grp / g.segments_per_row, rows = g.groups / g.segments_per_row;
+        const int32_t f0 = static_cast<int32_t>(grp % g.segments_per_row) * per;
+        const int lane = threadIdx.x & 31;
+        for (int q = threadIdx.x >> 5; q < per; q += threads >> 5) {
+          double dw = 0, db = 0;
+          for (int32_t k = q * g.plane + lane; k < (q + 1) * g.plane; k += 32) {
+            dw += held_g[k] * (held_x[k] - mean) * rstd;
+            db += held_g[k];
+          }
+          dw = tiles::warp_sum(dw);
+          db = tiles::warp_sum(db);
+          if (lane == 0) {
+            affine[row * features + f0 + q] = static_cast<float>(dw);
+            affine[(rows + row) * features + f0 + q] = static_cast<float>(db);
+          }
+        }
+        __syncthreads();  // other threads' held elements were read: the next group rewrites them
+      }
+    }
   }
 }
 
@@ -135,20 +165,30 @@ namespace single {
 Plan plan_backward(const NormLayout& l, const NormBackward& b) {
   const bool aligned = tiles::aligned16(b.x) && tiles::aligned16(b.dy) && tiles::aligned16(b.dx);
   const bool channels_last_groups = l.kind == NormKind::ChannelGroup;
-  const bool covered = l.kind == NormKind::Channel || (!channels_last_groups && !b.dweight && !b.dbias);
-  return plan_single(l, 2, aligned, b.path, b.cluster, covered,
-                     channels_last_groups ? "a channels-last GroupNorm group is strided over its sample"
-                                          : "GroupNorm/LayerNorm weight and bias gradients sum across groups",
-                     [&](int cluster, int threads, size_t smem, bool vec) {
-                       return resident_of(backward_kernel_of(l.kind, vec, cluster > 1), cluster, threads, smem);
-                     });
+  const bool segment_affine = l.kind == NormKind::Segment && (b.dweight || b.dbias);
+  const bool covered = l.kind == NormKind::Channel ||
+                       (!channels_last_groups && (!segment_affine || l.plane >= kAffinePlaneMin));
+  Plan p = plan_single(l, 2, aligned, b.path, b.cluster, covered, segment_affine,
+                       channels_last_groups ? "a channels-last GroupNorm group is strided over its sample"
+                                            : "GroupNorm/LayerNorm weight and bias gradients sum across groups: the "
+                                              "block path forms them where a feature spans 16 or more elements of a "
+                                              "group, the warp path for LayerNorm rows of at most 2048",
+                       [&](int cluster, int threads, size_t smem, bool vec) {
+                         return resident_of(backward_kernel_of(l.kind, vec, cluster > 1), cluster, threads, smem);
+                       });
+  p.affine = segment_affine && p.path == NormPath::Block;
+  return p;
 }
 
 void run_backward(const Plan& p, const NormLayout& l, const NormBackward& b) {
   Geometry g = p.g;
   NormBackward args = b;
-  void* params[] = {&g, &args};
+  std::shared_ptr<void> partials;
+  if (p.affine) partials = allocate(2 * static_cast<size_t>(l.rows) * l.features * sizeof(float), Device::cuda());
+  float* affine = static_cast<float*>(partials.get());
+  void* params[] = {&g, &args, &affine};
   launch_plan(backward_kernel_of(l.kind, p.vec, p.cluster > 1), p, params);
+  if (p.affine) sum_affine_partials(affine, l.rows, l.features, b.dweight, b.dbias);
 }
 
 }  // namespace single

@@ -110,7 +110,7 @@ namespace single {
 Plan plan_forward(const NormLayout& l, const NormForward& a) {
   const bool aligned = tiles::aligned16(a.x) && tiles::aligned16(a.y);
   const bool channels_last_groups = l.kind == NormKind::ChannelGroup;
-  return plan_single(l, 1, aligned, a.path, a.cluster, a.training && !channels_last_groups,
+  return plan_single(l, 1, aligned, a.path, a.cluster, a.training && !channels_last_groups, false,
                      channels_last_groups ? "a channels-last GroupNorm group is strided over its sample"
                                           : "eval mode normalizes with the running statistics",
                      [&](int cluster, int threads, size_t smem, bool vec) {

@@ -14,6 +14,7 @@ const char* norm_path_name(NormPath path) {
     case NormPath::Auto: return "auto";
     case NormPath::Block: return "block";
     case NormPath::Cluster: return "cluster";
+    case NormPath::Warp: return "warp";
     case NormPath::ThreeLaunch: return "3-launch";
   }
   return "?";
@@ -32,7 +33,46 @@ cudaLaunchAttribute cluster_attribute(int cluster) {
   return a;
 }
 
+// dweight[f], dbias[f] = the sets' partials of feature f added in float64 in a fixed order: warp
+// w of the block takes sets w, w + 8, ... for the block's 32 features (one per lane, coalesced),
+// then warp 0 adds the 8 warps' sums in warp order.
+constexpr int kSumWarps = 8;
+
+__global__ void __launch_bounds__(32 * kSumWarps) affine_partials_kernel(const float* __restrict__ partials,
+                                                                       int64_t sets, int64_t features,
+                                                                       float* dweight, float* dbias) {
+  __shared__ double sums[2][kSumWarps][32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t f = static_cast<int64_t>(blockIdx.x) * 32 + lane;
+  double a = 0, c = 0;
+  if (f < features) {
+    for (int64_t p = warp; p < sets; p += kSumWarps) {
+      a += partials[p * features + f];
+      c += partials[(sets + p) * features + f];
+    }
+  }
+  sums[0][warp][lane] = a;
+  sums[1][warp][lane] = c;
+  __syncthreads();
+  if (warp != 0 || f >= features) return;
+  a = 0;
+  c = 0;
+#pragma unroll
+  for (int w = 0; w < kSumWarps; ++w) {
+    a += sums[0][w][lane];
+    c += sums[1][w][lane];
+  }
+  if (dweight) dweight[f] = static_cast<float>(a);
+  if (dbias) dbias[f] = static_cast<float>(c);
+}
+
 }  // namespace
+
+void sum_affine_partials(const float* partials, int64_t sets, int64_t features, float* dweight, float* dbias) {
+  const unsigned grid = static_cast<unsigned>(tiles::ceil_div(features, 32));
+  affine_partials_kernel<<<grid, 32 * kSumWarps, 0, cuda::stream()>>>(partials, sets, features, dweight, dbias);
+  MINIDL_LAUNCH_CHECK();
+}
 
 int resident_of(const void* kernel, int cluster, int threads, size_t smem) {
   static std::mutex mu;

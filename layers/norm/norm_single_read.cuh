@@ -171,7 +171,9 @@ struct Plan {
   int threads = 0;
   bool vec = false;
   size_t smem = 0;  // dynamic shared memory per CTA
+  bool affine = false;  // backward: GroupNorm weight/bias gradients from per-row partials (2 launches)
   Geometry g;
+  int launches() const { return affine ? 2 : 1; }
 };
 
 // Dynamic shared memory a CTA may take: the opt-in limit less the static buffers of group_sum and
@@ -181,8 +183,9 @@ inline size_t shared_capacity() {
 }
 
 // Chooses the path of one pass whose groups hold `arrays` float arrays on chip (1 forward, 2
-// backward). `want` and `want_cluster` are args.path and args.cluster; `allowed` false (with `why`) when the single-read kernels do not
-// cover this pass. resident(cluster, threads, smem, vec) gives the CTAs (cluster 1) or clusters of
+// backward). `want` and `want_cluster` are args.path and args.cluster; `allowed` false (with `why`)
+// when the single-read kernels do not cover this pass, `block_only` when only the Block path does
+// (GroupNorm weight/bias gradients). resident(cluster, threads, smem, vec) gives the CTAs (cluster 1) or clusters of
 // the kernel that fit on the chip at once, 0 when none can run.
 //
 // Auto: one CTA when the group fits in half a CTA's shared memory (two CTAs per SM overlap one's
@@ -194,10 +197,13 @@ inline size_t shared_capacity() {
 // GroupNorm/LayerNorm groups below kSegmentSingleReadMin elements (one CTA per tiny group idles).
 constexpr int64_t kChannelSingleReadMax = int64_t{1} << 20;
 constexpr int64_t kSegmentSingleReadMin = 256;
+// GroupNorm weight/bias gradients on the Block path: per-(row, feature) partials are 2/plane of
+// a tensor, so a feature must span a plane of at least this many elements.
+constexpr int64_t kAffinePlaneMin = 16;
 
 template <class Resident>
 Plan plan_single(const NormLayout& l, int arrays, bool aligned, NormPath want, int want_cluster, bool allowed,
-                 const char* why, Resident&& resident) {
+                 bool block_only, const char* why, Resident&& resident) {
   Plan p;
   const char* pass = arrays == 1 ? "forward" : "backward";
   MINIDL_CHECK(want_cluster == 0 || (want == NormPath::Cluster && (want_cluster == 2 || want_cluster == 4 ||
@@ -210,12 +216,14 @@ Plan plan_single(const NormLayout& l, int arrays, bool aligned, NormPath want, i
                  " path does not cover this pass (", why, ")");
     return p;
   }
+  MINIDL_CHECK(!(block_only && want == NormPath::Cluster), "normalization ", pass,
+               ": the cluster path does not form GroupNorm weight and bias gradients (the block path does)");
   const int64_t m = l.group_size();
   if (want == NormPath::Auto && (l.kind == NormKind::Channel ? l.numel() > kChannelSingleReadMax
                                                              : m < kSegmentSingleReadMin))
     return p;
   // Auto gives a BatchNorm channel one CTA or none (clusters lost at every measured shape).
-  const int auto_max_cluster = l.kind == NormKind::Channel ? 1 : kMaxCluster;
+  const int auto_max_cluster = l.kind == NormKind::Channel || block_only ? 1 : kMaxCluster;
   p.g.width = l.width();
   p.g.groups = l.groups();
   p.g.plane = static_cast<int32_t>(l.plane);
@@ -279,6 +287,12 @@ int resident_of(const void* kernel, int cluster, int threads, size_t smem);
 // Launches `kernel` (arguments `args`, cudaLaunchKernelEx style) on the plan: as many CTAs or
 // clusters as are resident, at most one per group.
 void launch_plan(const void* kernel, const Plan& p, void** args);
+
+// dweight[f] and dbias[f] (either may be null) from per-set float partials[2][sets][features]
+// (the sums of g*(x - mean)*rstd, then of g), added per feature in float64 in set order: the
+// second launch of the backward passes that produce GroupNorm/LayerNorm weight and bias
+// gradients (a set is a CTA of the Warp path, a row of the Block path).
+void sum_affine_partials(const float* partials, int64_t sets, int64_t features, float* dweight, float* dbias);
 
 // The passes (norm_single_forward.cu, norm_single_backward.cu): the plan of a pass for its
 // arguments (path ThreeLaunch when the single-read path does not apply and args.path allows

@@ -2,7 +2,7 @@
 # Issue 12 in one device run (under 4 minutes): the single-read normalization paths.
 #   scripts/gpu/norm_single_read.sh BIN_DIR OUT_DIR
 # BIN_DIR holds minidl and minidl_tests built for sm_90. Stages, each logged in OUT_DIR:
-#   tests     minidl_tests "[norm][cuda]": every path (block, cluster x2..x16, 3-launch) forced
+#   tests     minidl_tests "[norm][cuda]": every path (block, cluster x2..x16, warp, 3-launch) forced
 #             and on auto, against the float64 oracle and the CPU, ragged and misaligned shapes,
 #             bit-identical reruns, NaN/Inf, accuracy at mean 1e4, the automatic choice;
 #   bench     scripts/gpu/norm.sh: `minidl bench norm` on auto (validates before timing, prints the

@@ -1,0 +1,412 @@
+// The Warp path: a LayerNorm row (one group, an affine entry per element) of at most 2048 elements
+// held in one warp's registers between its statistics and its elementwise step. The Block path
+// gives such a row a whole CTA and a trip through shared memory and two block barriers; a 3 KB
+// row of 768 floats is then 64 threads with ~12 accesses each, too few bytes in flight per SM
+// (docs/perf/norm.md measured 47-56% of the copy bandwidth). Here each warp issues its whole row
+// (up to 16 accesses per lane) before it reduces, with shuffles only, and 8-16 warps per SM keep
+// 50-100 KB of loads in flight.
+//
+// Lane l holds accesses j = 0..A-1 of 4 elements each: elements 4(32j + l) .. +3 (one 16-byte
+// float4, or 8 bytes of four halves) where the row is 4-aligned, else elements 32(4j + e) + l
+// (strided scalars, still 128 contiguous bytes per warp load). A is the smallest of 1, 2, 4, 8, 16
+// with 128 A >= width. Warp w of the persistent grid takes rows w, w + warps, ...
+//
+// Forward, per row: sums of d = x - K and d*d (K the row's first element, the shifted one-pass
+// statistics of every path) in float over 4 accesses, then float64, a warp butterfly (every lane
+// the same bits); mean and rstd with the shared formulas (norm_math.h); y = fmaf(x - mean,
+// w * rstd, b), the fused ReLU after; written once.
+// Backward, per row: g = dy after the ReLU's mask (y recomputed with the forward's operations),
+// SA = sum w*g, SB = sum w*g*(x - mean) as above, dx = g*w*rstd + (x - mean)*k1 + k2. The weight
+// and bias gradients sum over every row: each warp adds g*(x - mean)*rstd and g into its own
+// per-element float sums in shared memory (a lane only touches its own slots: no barrier, no
+// atomics); at the end the CTA adds its 8 warps' sums in warp order into partials[2][ctas][width],
+// and a second launch (single::sum_affine_partials) adds the CTAs' partials per feature in
+// float64, in CTA order. Fixed orders
+// throughout: the same bits on every run of a device.
+// References: the CPU path (norm_cpu.cpp) and the float64 oracle (bench/norm_reference.cu), as
+// for every path; tests/test_norm_cuda.cpp forces this one on ragged, misaligned and half inputs.
+#include <type_traits>
+
+#include "core/allocator.h"
+#include "core/cast_kernels.h"
+#include "layers/norm/norm_math.h"
+#include "layers/norm/norm_single_read.cuh"
+#include "layers/norm/norm_warp_rows.h"
+
+namespace minidl::norm::warp_rows {
+
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = 32 * kWarps;
+
+// Row element held in slot e of access j of `lane`.
+template <bool kVec>
+__device__ __forceinline__ int element_of(int lane, int j, int e) {
+  return kVec ? 4 * (32 * j + lane) + e : 32 * (4 * j + e) + lane;
+}
+
+// The lane's accesses of a row of T, widened to float (0 past the row's end).
+template <bool kVec, int kA, class T>
+__device__ __forceinline__ void load_row(const T* __restrict__ p, int lane, int width, float (&v)[kA][4]) {
+#pragma unroll
+  for (int j = 0; j < kA; ++j) {
+    if constexpr (kVec) {
+      const int c = element_of<true>(lane, j, 0);
+      if (c < width) {
+        if constexpr (std::is_same_v<T, float>) {
+          const float4 q = *reinterpret_cast<const float4*>(p + c);
+          v[j][0] = q.x;
+          v[j][1] = q.y;
+          v[j][2] = q.z;
+          v[j][3] = q.w;
+        } else {
+          tiles::widen_quad<T>(*reinterpret_cast<const uint2*>(p + c), v[j]);
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) v[j][e] = 0.f;
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = element_of<false>(lane, j, e);
+        v[j][e] = c < width ? to_float(p[c]) : 0.f;
+      }
+    }
+  }
+}
+
+// The lane's results, each rounded once to T.
+template <bool kVec, int kA, class T>
+__device__ __forceinline__ void store_row(T* __restrict__ p, int lane, int width, const float (&v)[kA][4]) {
+#pragma unroll
+  for (int j = 0; j < kA; ++j) {
+    if constexpr (kVec) {
+      const int c = element_of<true>(lane, j, 0);
+      if (c >= width) continue;
+      if constexpr (std::is_same_v<T, float>) {
+        *reinterpret_cast<float4*>(p + c) = make_float4(v[j][0], v[j][1], v[j][2], v[j][3]);
+      } else {
+        tiles::Quad<T> q;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) q.v[e] = from_float<T>(v[j][e]);
+        *reinterpret_cast<tiles::Quad<T>*>(p + c) = q;
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = element_of<false>(lane, j, e);
+        if (c < width) p[c] = from_float<T>(v[j][e]);
+      }
+    }
+  }
+}
+
+// The affine entries (float32 parameters) of access j: `none` where the parameter is off.
+template <bool kVec>
+__device__ __forceinline__ void load_params(const float* __restrict__ p, int lane, int j, int width, float none,
+                                            float (&v)[4]) {
+  if (!p) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) v[e] = none;
+  } else if constexpr (kVec) {
+    const int c = element_of<true>(lane, j, 0);
+    const float4 q = c < width ? __ldg(reinterpret_cast<const float4*>(p + c)) : make_float4(0.f, 0.f, 0.f, 0.f);
+    v[0] = q.x;
+    v[1] = q.y;
+    v[2] = q.z;
+    v[3] = q.w;
+  } else {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int c = element_of<false>(lane, j, e);
+      v[e] = c < width ? __ldg(p + c) : 0.f;
+    }
+  }
+}
+
+// Float sums over a round of 4 accesses, then into the float64 totals: the rule of every path.
+__device__ __forceinline__ void flush_round(int j, int accesses, float& fa, float& fb, double& a, double& b) {
+  if (j % 4 == 3 || j == accesses - 1) {
+    a += fa;
+    b += fb;
+    fa = fb = 0.f;
+  }
+}
+
+template <bool kVec, int kA, class T>
+__global__ void __launch_bounds__(kThreads) warp_rows_forward_kernel(const T* __restrict__ x, T* __restrict__ y,
+                                                                   const NormForward a, int64_t rows, int width) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
+  const double m = width;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); r < rows; r += warps) {
+    float v[kA][4];
+    load_row<kVec, kA>(x + r * width, lane, width, v);
+    const float k = __shfl_sync(0xffffffffu, v[0][0], 0);  // element 0 in both access patterns
+    double s1 = 0, s2 = 0;
+    float f1 = 0.f, f2 = 0.f;
+#pragma unroll
+    for (int j = 0; j < kA; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (element_of<kVec>(lane, j, e) < width) {
+          const float d = v[j][e] - k;
+          f1 += d;
+          f2 += d * d;
+        }
+      }
+      flush_round(j, kA, f1, f2, s1, s2);
+    }
+    s1 = tiles::warp_sum(s1);
+    s2 = tiles::warp_sum(s2);
+    const Moments s = shifted_moments(s1, s2, k, m);
+    const float mean = static_cast<float>(s.mean), rstd = inverse_std(s.var, a.eps);
+    if (lane == 0) {
+      a.mean[r] = mean;
+      a.rstd[r] = rstd;
+    }
+#pragma unroll
+    for (int j = 0; j < kA; ++j) {
+      float w[4], b[4];
+      load_params<kVec>(a.weight, lane, j, width, 1.f, w);
+      load_params<kVec>(a.bias, lane, j, width, 0.f, b);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float yv = normalized(v[j][e], mean, w[e] * rstd, b[e]);
+        v[j][e] = a.relu ? relu_forward(yv) : yv;
+      }
+    }
+    store_row<kVec, kA>(y + r * width, lane, width, v);
+  }
+}
+
+// `acc` slots of access j (4 floats at element_of(lane, j, 0..3)): one float4 where the slots are
+// consecutive, so the warp's shared memory accesses are conflict-free in both patterns.
+template <bool kVec>
+__device__ __forceinline__ void add_slots(float* __restrict__ acc, int lane, int j, const float (&v)[4]) {
+  if constexpr (kVec) {
+    float4* p = reinterpret_cast<float4*>(acc + element_of<true>(lane, j, 0));
+    const float4 q = *p;
+    *p = make_float4(q.x + v[0], q.y + v[1], q.z + v[2], q.w + v[3]);
+  } else {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[element_of<false>(lane, j, e)] += v[e];
+  }
+}
+
+template <bool kVec, int kA, class T>
+__global__ void __launch_bounds__(kThreads) warp_rows_backward_kernel(const T* __restrict__ x, const T* __restrict__ dy,
+                                                                    T* __restrict__ dx, const NormBackward b,
+                                                                    int64_t rows, int width, bool affine,
+                                                                    float* __restrict__ partials) {
+  constexpr int kCap = 128 * kA;  // slots per warp and array
+  extern __shared__ float4 acc_storage[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float* acc_w = reinterpret_cast<float*>(acc_storage) + warp * 2 * kCap;  // sum g*(x - mean)*rstd
+  float* acc_b = acc_w + kCap;                                             // sum g
+  if (affine) {
+#pragma unroll
+    for (int j = 0; j < kA; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc_w[element_of<kVec>(lane, j, e)] = acc_b[element_of<kVec>(lane, j, e)] = 0.f;
+    }
+  }
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
+  const double m = width;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + warp; r < rows; r += warps) {
+    float xv[kA][4], gv[kA][4];
+    load_row<kVec, kA>(x + r * width, lane, width, xv);
+    load_row<kVec, kA>(dy + r * width, lane, width, gv);
+    const float mean = b.mean[r], rstd = b.rstd[r];
+    double sa = 0, sb = 0;
+    float fa = 0.f, fb = 0.f;
+#pragma unroll
+    for (int j = 0; j < kA; ++j) {
+      float w[4], bias[4] = {0.f, 0.f, 0.f, 0.f}, dw[4], db[4];
+      load_params<kVec>(b.weight, lane, j, width, 1.f, w);
+      if (b.relu) load_params<kVec>(b.bias, lane, j, width, 0.f, bias);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float centered = xv[j][e] - mean;
+        const float g = b.relu ? relu_backward(gv[j][e], normalized(xv[j][e], mean, w[e] * rstd, bias[e])) : gv[j][e];
+        const bool in = element_of<kVec>(lane, j, e) < width;
+        const float wg = in ? w[e] * g : 0.f;
+        fa += wg;
+        fb += wg * centered;
+        gv[j][e] = g;
+        dw[e] = in ? g * centered * rstd : 0.f;
+        db[e] = in ? g : 0.f;
+      }
+      flush_round(j, kA, fa, fb, sa, sb);
+      if (affine) {
+        add_slots<kVec>(acc_w, lane, j, dw);
+        add_slots<kVec>(acc_b, lane, j, db);
+      }
+    }
+    sa = tiles::warp_sum(sa);
+    sb = tiles::warp_sum(sb);
+    float k1, k2;
+    statistics_grad(rstd, 1.0, sa, sb, m, b.training, k1, k2);
+#pragma unroll
+    for (int j = 0; j < kA; ++j) {
+      float w[4];
+      load_params<kVec>(b.weight, lane, j, width, 1.f, w);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) xv[j][e] = input_grad(gv[j][e], xv[j][e] - mean, w[e] * rstd, k1, k2);
+    }
+    store_row<kVec, kA>(dx + r * width, lane, width, xv);
+  }
+  if (!affine) return;
+  __syncthreads();  // every warp's sums are complete
+  const float* all = reinterpret_cast<const float*>(acc_storage);
+  for (int c = threadIdx.x; c < width; c += kThreads) {
+    float sw = 0.f, sbias = 0.f;  // element c sits in slot c in both access patterns
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      sw += all[w * 2 * kCap + c];
+      sbias += all[w * 2 * kCap + kCap + c];
+    }
+    partials[static_cast<int64_t>(blockIdx.x) * width + c] = sw;
+    partials[static_cast<int64_t>(gridDim.x + blockIdx.x) * width + c] = sbias;
+  }
+}
+
+// Calls f(vec, accesses) with both as compile-time constants (std::integral_constant).
+template <class F>
+void with_variant(const Plan& p, F&& f) {
+  auto by_vec = [&](auto accesses) {
+    if (p.vec)
+      f(std::true_type{}, accesses);
+    else
+      f(std::false_type{}, accesses);
+  };
+  switch (p.accesses) {
+    case 1: by_vec(std::integral_constant<int, 1>{}); return;
+    case 2: by_vec(std::integral_constant<int, 2>{}); return;
+    case 4: by_vec(std::integral_constant<int, 4>{}); return;
+    case 8: by_vec(std::integral_constant<int, 8>{}); return;
+    case 16: by_vec(std::integral_constant<int, 16>{}); return;
+  }
+  MINIDL_ASSERT(false);
+}
+
+template <bool kVec, int kA, class T>
+const void* forward_kernel() {
+  return reinterpret_cast<const void*>(warp_rows_forward_kernel<kVec, kA, T>);
+}
+
+template <bool kVec, int kA, class T>
+const void* backward_kernel() {
+  return reinterpret_cast<const void*>(warp_rows_backward_kernel<kVec, kA, T>);
+}
+
+// A vector access is 4 elements: 16 bytes of float (weight and bias are float too), 8 of a half.
+bool aligned_to(const void* p, size_t bytes) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+// What the Warp path needs of a pass, or why it cannot run it (nullptr: it can).
+const char* refusal(const NormLayout& l) {
+  if (l.kind != NormKind::Segment || l.plane != 1 || l.segments_per_row() != 1)
+    return "it is for LayerNorm rows: one group per row, an affine entry per element";
+  if (l.width() > kMaxWidth) return "it holds rows of at most 2048 elements";
+  return nullptr;
+}
+
+// The shape of the plan common to both passes; ctas and smem are filled by the caller.
+Plan shape_of(const NormLayout& l, NormPath want, const char* pass, bool aligned) {
+  Plan p;
+  if (want != NormPath::Auto && want != NormPath::Warp) return p;
+  if (const char* why = refusal(l)) {
+    MINIDL_CHECK(want == NormPath::Auto, "normalization ", pass, ": the warp path does not cover this pass (", why,
+                 "; a group of ", l.group_size(), " elements, ", l.segments_per_row(), " per row, plane ", l.plane,
+                 ")");
+    return p;
+  }
+  p.runs = true;
+  p.vec = aligned && l.width() % 4 == 0;
+  const int64_t needed = tiles::ceil_div(l.width(), 128);
+  p.accesses = 1;
+  while (p.accesses < needed) p.accesses *= 2;
+  return p;
+}
+
+int64_t ctas_of(const void* kernel, size_t smem, int64_t rows) {
+  const int64_t resident = single::resident_of(kernel, 1, kThreads, smem);
+  MINIDL_CHECK(resident > 0, "normalization: the warp-row kernel cannot run with ", smem, " bytes of shared memory");
+  const int64_t wanted = tiles::ceil_div(rows, kWarps);
+  return wanted < resident ? wanted : resident;
+}
+
+}  // namespace
+
+NormRun Plan::run() const { return {NormPath::Warp, 0, kThreads, affine ? 2 : 1}; }
+
+Plan plan_forward(const NormLayout& l, const NormForward& a, DType dtype, const void* x, const void* y) {
+  const size_t access = dtype == DType::Float32 ? 16 : 8;
+  const bool aligned = aligned_to(x, access) && aligned_to(y, access) && aligned_to(a.weight, 16) &&
+                       aligned_to(a.bias, 16);
+  Plan p = shape_of(l, a.path, "forward", aligned);
+  if (!p.runs) return p;
+  visit_floating(dtype, "normalization", [&](auto tag) {
+    using T = decltype(tag);
+    with_variant(p, [&](auto vec, auto accesses) {
+      p.ctas = static_cast<int>(ctas_of(forward_kernel<decltype(vec)::value, decltype(accesses)::value, T>(), 0, l.rows));
+    });
+  });
+  return p;
+}
+
+Plan plan_backward(const NormLayout& l, const NormBackward& b, DType dtype, const void* x, const void* dy,
+                   const void* dx) {
+  const size_t access = dtype == DType::Float32 ? 16 : 8;
+  const bool aligned = aligned_to(x, access) && aligned_to(dy, access) && aligned_to(dx, access) &&
+                       aligned_to(b.weight, 16) && aligned_to(b.bias, 16);
+  Plan p = shape_of(l, b.path, "backward", aligned);
+  if (!p.runs) return p;
+  p.affine = b.dweight || b.dbias;
+  p.smem = p.affine ? static_cast<size_t>(kWarps) * 2 * 128 * p.accesses * sizeof(float) : 0;
+  visit_floating(dtype, "normalization", [&](auto tag) {
+    using T = decltype(tag);
+    with_variant(p, [&](auto vec, auto accesses) {
+      p.ctas = static_cast<int>(
+          ctas_of(backward_kernel<decltype(vec)::value, decltype(accesses)::value, T>(), p.smem, l.rows));
+    });
+  });
+  return p;
+}
+
+void run_forward(const Plan& p, const NormLayout& l, const NormForward& a, DType dtype, const void* x, void* y) {
+  MINIDL_ASSERT(p.runs);
+  const int width = static_cast<int>(l.width());
+  visit_floating(dtype, "normalization", [&](auto tag) {
+    using T = decltype(tag);
+    with_variant(p, [&](auto vec, auto accesses) {
+      warp_rows_forward_kernel<decltype(vec)::value, decltype(accesses)::value, T>
+          <<<p.ctas, kThreads, 0, cuda::stream()>>>(static_cast<const T*>(x), static_cast<T*>(y), a, l.rows, width);
+      MINIDL_LAUNCH_CHECK();
+    });
+  });
+}
+
+void run_backward(const Plan& p, const NormLayout& l, const NormBackward& b, DType dtype, const void* x,
+                  const void* dy, void* dx) {
+  MINIDL_ASSERT(p.runs);
+  const int width = static_cast<int>(l.width());
+  std::shared_ptr<void> partials;
+  if (p.affine) partials = allocate(2 * static_cast<size_t>(p.ctas) * width * sizeof(float), Device::cuda());
+  float* sums = static_cast<float*>(partials.get());
+  visit_floating(dtype, "normalization", [&](auto tag) {
+    using T = decltype(tag);
+    with_variant(p, [&](auto vec, auto accesses) {
+      warp_rows_backward_kernel<decltype(vec)::value, decltype(accesses)::value, T>
+          <<<p.ctas, kThreads, p.smem, cuda::stream()>>>(static_cast<const T*>(x), static_cast<const T*>(dy),
+                                                          static_cast<T*>(dx), b, l.rows, width, p.affine, sums);
+      MINIDL_LAUNCH_CHECK();
+    });
+  });
+  if (!p.affine) return;
+  single::sum_affine_partials(sums, p.ctas, width, b.dweight, b.dbias);
+}
+
+}  // namespace minidl::norm::warp_rows

@@ -1,0 +1,37 @@
+// The Warp path of the normalization kernels (norm_warp_rows.cu): LayerNorm rows of at most
+// kMaxWidth elements, each held in one warp's registers, forward and backward (with the weight and
+// bias gradients) in float32, bfloat16 or float16 storage. norm_forward.cu and norm_backward.cu
+// ask it first; where it does not cover a pass, the Block/Cluster/ThreeLaunch planner decides.
+#pragma once
+#include <cstddef>
+
+#include "layers/norm/norm_kernels.h"
+
+namespace minidl::norm::warp_rows {
+
+// A lane holds at most 16 accesses of 4 elements: 64 floats of x (and 64 of dy backward) in
+// registers, no spill at 8 warps per CTA.
+constexpr int kMaxAccesses = 16;
+constexpr int64_t kMaxWidth = 32 * 4 * kMaxAccesses;
+
+// How one pass runs on the Warp path; `runs` false when it does not (Auto then plans the others).
+struct Plan {
+  bool runs = false;
+  bool vec = false;   // 4 consecutive elements per access (16 bytes of float, 8 of a half type)
+  int accesses = 0;   // per lane: 1, 2, 4, 8 or 16
+  int ctas = 0;       // persistent grid: warp w of the grid takes rows w, w + 8 * ctas, ...
+  size_t smem = 0;    // backward with weight/bias gradients: each warp's per-feature sums
+  bool affine = false;  // backward: dweight or dbias wanted (a second, small launch)
+  NormRun run() const;
+};
+
+// The plans for these arguments and storage type (x/y/dy/dx of `dtype`; args' own float pointers
+// are ignored). A forced Warp path (args.path) that cannot run the pass is an error naming why.
+Plan plan_forward(const NormLayout& l, const NormForward& a, DType dtype, const void* x, const void* y);
+Plan plan_backward(const NormLayout& l, const NormBackward& b, DType dtype, const void* x, const void* dy,
+                   const void* dx);
+void run_forward(const Plan& p, const NormLayout& l, const NormForward& a, DType dtype, const void* x, void* y);
+void run_backward(const Plan& p, const NormLayout& l, const NormBackward& b, DType dtype, const void* x,
+                  const void* dy, void* dx);
+
+}  // namespace minidl::norm::warp_rows
