@@ -10,7 +10,7 @@
 //  3. dx = g*scale + (x - mean)*k1 + k2 from shared memory.
 // GroupNorm/LayerNorm weight and bias gradients sum over every row, across groups. On the Block
 // path, where each feature spans at least kAffinePlaneMin elements of a group (GroupNorm: a
-// channel's plane), the CTA also sums g*(x - mean)*rstd and g per feature of its group from the
+// channel's plane; Auto: kAffinePlaneAuto), the CTA also sums g*(x - mean)*rstd and g per feature of its group from the
 // held buffers (a warp per feature, float64) into partials[2][rows][features], and a second
 // launch adds the rows in order (sum_affine_partials): the partials are 2/plane of a tensor.
 // LayerNorm's per-element affine has no such reduction inside a group: its rows of at most 2048
@@ -166,8 +166,9 @@ Plan plan_backward(const NormLayout& l, const NormBackward& b) {
   const bool aligned = tiles::aligned16(b.x) && tiles::aligned16(b.dy) && tiles::aligned16(b.dx);
   const bool channels_last_groups = l.kind == NormKind::ChannelGroup;
   const bool segment_affine = l.kind == NormKind::Segment && (b.dweight || b.dbias);
+  const int64_t plane_min = b.path == NormPath::Auto ? kAffinePlaneAuto : kAffinePlaneMin;
   const bool covered = l.kind == NormKind::Channel ||
-                       (!channels_last_groups && (!segment_affine || l.plane >= kAffinePlaneMin));
+                       (!channels_last_groups && (!segment_affine || l.plane >= plane_min));
   Plan p = plan_single(l, 2, aligned, b.path, b.cluster, covered, segment_affine,
                        channels_last_groups ? "a channels-last GroupNorm group is strided over its sample"
                                             : "GroupNorm/LayerNorm weight and bias gradients sum across groups: the "

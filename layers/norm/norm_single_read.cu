@@ -34,9 +34,12 @@ cudaLaunchAttribute cluster_attribute(int cluster) {
 }
 
 // dweight[f], dbias[f] = the sets' partials of feature f added in float64 in a fixed order: warp
-// w of the block takes sets w, w + 8, ... for the block's 32 features (one per lane, coalesced),
-// then warp 0 adds the 8 warps' sums in warp order.
-constexpr int kSumWarps = 8;
+// w of the block takes sets w, w + 32, ... for the block's 32 features (one per lane, coalesced),
+// loading kSumUnroll of them before adding them in that order (the loads overlap, the order does
+// not change), then warp 0 adds the 32 warps' sums in warp order. GroupNorm has few features
+// (64 channels: 2 blocks) and many sets (512 rows), so the sets are what is spread.
+constexpr int kSumWarps = 32;
+constexpr int kSumUnroll = 8;
 
 __global__ void __launch_bounds__(32 * kSumWarps) affine_partials_kernel(const float* __restrict__ partials,
                                                                        int64_t sets, int64_t features,
@@ -46,9 +49,19 @@ __global__ void __launch_bounds__(32 * kSumWarps) affine_partials_kernel(const f
   const int64_t f = static_cast<int64_t>(blockIdx.x) * 32 + lane;
   double a = 0, c = 0;
   if (f < features) {
-    for (int64_t p = warp; p < sets; p += kSumWarps) {
-      a += partials[p * features + f];
-      c += partials[(sets + p) * features + f];
+    for (int64_t p0 = warp; p0 < sets; p0 += kSumWarps * kSumUnroll) {
+      float va[kSumUnroll], vc[kSumUnroll];
+#pragma unroll
+      for (int u = 0; u < kSumUnroll; ++u) {
+        const int64_t p = p0 + u * kSumWarps;
+        va[u] = p < sets ? partials[p * features + f] : 0.f;
+        vc[u] = p < sets ? partials[(sets + p) * features + f] : 0.f;
+      }
+#pragma unroll
+      for (int u = 0; u < kSumUnroll; ++u) {
+        a += va[u];
+        c += vc[u];
+      }
     }
   }
   sums[0][warp][lane] = a;

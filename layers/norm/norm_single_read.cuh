@@ -190,7 +190,7 @@ inline size_t shared_capacity() {
 //
 // Auto: one CTA when the group fits in half a CTA's shared memory (two CTAs per SM overlap one's
 // reduction with the other's loads); else the smallest cluster whose CTAs fit in that half; else
-// one CTA or the smallest cluster that fits at all; else ThreeLaunch. Where the H200 measured the
+// one CTA or the smallest cluster that fits at all (not with `block_only`); else ThreeLaunch. Where the H200 measured the
 // single-read kernels slower than the three-launch ones (docs/perf/norm.md, "Auto's rule"), Auto
 // keeps ThreeLaunch: BatchNorm tensors above kChannelSingleReadMax elements (a channel strided over
 // the batch gives one group too little parallelism for a cluster to beat 132 SMs of partials), and
@@ -198,8 +198,11 @@ inline size_t shared_capacity() {
 constexpr int64_t kChannelSingleReadMax = int64_t{1} << 20;
 constexpr int64_t kSegmentSingleReadMin = 256;
 // GroupNorm weight/bias gradients on the Block path: per-(row, feature) partials are 2/plane of
-// a tensor, so a feature must span a plane of at least this many elements.
+// a tensor, so a feature must span a plane of at least kAffinePlaneMin elements; Auto takes the
+// path from kAffinePlaneAuto (the H200 measured planes of 16-64 slower than three launches: a
+// warp per channel idles most lanes there, docs/perf/norm.md).
 constexpr int64_t kAffinePlaneMin = 16;
+constexpr int64_t kAffinePlaneAuto = 256;
 
 template <class Resident>
 Plan plan_single(const NormLayout& l, int arrays, bool aligned, NormPath want, int want_cluster, bool allowed,
@@ -266,7 +269,8 @@ Plan plan_single(const NormLayout& l, int arrays, bool aligned, NormPath want, i
   } else {
     for (int c = 1; c <= auto_max_cluster && !pick; c *= 2)
       if (bytes_of(c) <= half && runs(c)) pick = c;
-    for (int c = 1; c <= auto_max_cluster && !pick; c *= 2)
+    // GroupNorm weight/bias gradients at one CTA per SM measured slower than three launches.
+    for (int c = 1; c <= auto_max_cluster && !pick && !block_only; c *= 2)
       if (runs(c)) pick = c;
     if (!pick) return p;
   }

@@ -136,7 +136,7 @@ __device__ __forceinline__ void flush_round(int j, int accesses, float& fa, floa
 }
 
 template <bool kVec, int kA, class T>
-__global__ void __launch_bounds__(kThreads) warp_rows_forward_kernel(const T* __restrict__ x, T* __restrict__ y,
+__global__ void __launch_bounds__(kThreads, kA >= 16 ? 2 : 3) warp_rows_forward_kernel(const T* __restrict__ x, T* __restrict__ y,
                                                                    const NormForward a, int64_t rows, int width) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
