@@ -427,6 +427,8 @@ TEST_CASE("CUDA half normalization kernels match the storage-rounded float32 lay
       {R"({"type": "LayerNorm", "normalized_shape": [768]})", {64, 768}},
       {R"({"type": "LayerNorm", "normalized_shape": [1600]})", {40, 1600}},
       {R"({"type": "LayerNorm", "normalized_shape": [37]})", {300, 37}},
+      {R"({"type": "LayerNorm", "normalized_shape": [100]})", {50, 100}},
+      {R"({"type": "LayerNorm", "normalized_shape": [2048]})", {9, 2048}},
       {R"({"type": "LayerNorm", "normalized_shape": [10, 7]})", {6, 10, 7}},
   };
   for (DType d : {DType::BFloat16, DType::Float16}) {

@@ -7,13 +7,13 @@
 // 50-100 KB of loads in flight (the forward's launch bounds ask for 3 CTAs per SM, 2 at 16
 // accesses: 128 registers; prefetching the next row instead measured 8% slower at 768 wide).
 //
-// Lane l holds accesses j = 0..A-1 of 4 elements each: elements 4(32j + l) .. +3 (one 16-byte
-// float4, or 8 bytes of four halves) where the row is 4-aligned, else elements 32(4j + e) + l
-// (strided scalars, still 128 contiguous bytes per warp load). A is the smallest of 1, 2, 4, 8, 16
-// with 128 A >= width. Warp w of the persistent grid takes rows w, w + warps, ...
+// Lane l holds accesses j = 0..A-1 of E elements each: elements E(32j + l) .. +E-1, one 16-byte
+// vector (E = 4 floats or 8 halves), where the row is E-aligned, else elements 32(4j + e) + l
+// (E = 4 strided scalars, still contiguous per warp load). A is the smallest of 1, 2, 4, 8, 16
+// with 32 E A >= width. Warp w of the persistent grid takes rows w, w + warps, ...
 //
 // Forward, per row: sums of d = x - K and d*d (K the row's first element, the shifted one-pass
-// statistics of every path) in float over 4 accesses, then float64, a warp butterfly (every lane
+// statistics of every path) in float over 16 elements, then float64, a warp butterfly (every lane
 // the same bits); mean and rstd with the shared formulas (norm_math.h); y = fmaf(x - mean,
 // w * rstd, b), the fused ReLU after; written once.
 // Backward, per row: g = dy after the ReLU's mask (y recomputed with the forward's operations),
@@ -41,19 +41,29 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
 
+// Elements per access: a 16-byte vector of T (4 floats, 8 halves), or 4 strided scalars.
+template <bool kVec, class T>
+constexpr int kElems = kVec ? static_cast<int>(16 / sizeof(T)) : 4;
+
 // Row element held in slot e of access j of `lane`.
-template <bool kVec>
+template <bool kVec, int kE>
 __device__ __forceinline__ int element_of(int lane, int j, int e) {
-  return kVec ? 4 * (32 * j + lane) + e : 32 * (4 * j + e) + lane;
+  return kVec ? kE * (32 * j + lane) + e : 32 * (kE * j + e) + lane;
 }
 
+// Eight halves: one 16-byte store.
+template <class T>
+struct alignas(16) Octet {
+  T v[8];
+};
+
 // The lane's accesses of a row of T, widened to float (0 past the row's end).
-template <bool kVec, int kA, class T>
-__device__ __forceinline__ void load_row(const T* __restrict__ p, int lane, int width, float (&v)[kA][4]) {
+template <bool kVec, int kA, int kE, class T>
+__device__ __forceinline__ void load_row(const T* __restrict__ p, int lane, int width, float (&v)[kA][kE]) {
 #pragma unroll
   for (int j = 0; j < kA; ++j) {
     if constexpr (kVec) {
-      const int c = element_of<true>(lane, j, 0);
+      const int c = element_of<true, kE>(lane, j, 0);
       if (c < width) {
         if constexpr (std::is_same_v<T, float>) {
           const float4 q = *reinterpret_cast<const float4*>(p + c);
@@ -62,16 +72,18 @@ __device__ __forceinline__ void load_row(const T* __restrict__ p, int lane, int 
           v[j][2] = q.z;
           v[j][3] = q.w;
         } else {
-          tiles::widen_quad<T>(*reinterpret_cast<const uint2*>(p + c), v[j]);
+          const uint4 q = *reinterpret_cast<const uint4*>(p + c);
+          tiles::widen_quad<T>(make_uint2(q.x, q.y), v[j]);
+          tiles::widen_quad<T>(make_uint2(q.z, q.w), v[j] + 4);
         }
       } else {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) v[j][e] = 0.f;
+        for (int e = 0; e < kE; ++e) v[j][e] = 0.f;
       }
     } else {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int c = element_of<false>(lane, j, e);
+      for (int e = 0; e < kE; ++e) {
+        const int c = element_of<false, kE>(lane, j, e);
         v[j][e] = c < width ? to_float(p[c]) : 0.f;
       }
     }
@@ -79,25 +91,25 @@ __device__ __forceinline__ void load_row(const T* __restrict__ p, int lane, int 
 }
 
 // The lane's results, each rounded once to T.
-template <bool kVec, int kA, class T>
-__device__ __forceinline__ void store_row(T* __restrict__ p, int lane, int width, const float (&v)[kA][4]) {
+template <bool kVec, int kA, int kE, class T>
+__device__ __forceinline__ void store_row(T* __restrict__ p, int lane, int width, const float (&v)[kA][kE]) {
 #pragma unroll
   for (int j = 0; j < kA; ++j) {
     if constexpr (kVec) {
-      const int c = element_of<true>(lane, j, 0);
+      const int c = element_of<true, kE>(lane, j, 0);
       if (c >= width) continue;
       if constexpr (std::is_same_v<T, float>) {
         *reinterpret_cast<float4*>(p + c) = make_float4(v[j][0], v[j][1], v[j][2], v[j][3]);
       } else {
-        tiles::Quad<T> q;
+        Octet<T> q;
 #pragma unroll
-        for (int e = 0; e < 4; ++e) q.v[e] = from_float<T>(v[j][e]);
-        *reinterpret_cast<tiles::Quad<T>*>(p + c) = q;
+        for (int e = 0; e < 8; ++e) q.v[e] = from_float<T>(v[j][e]);
+        *reinterpret_cast<Octet<T>*>(p + c) = q;
       }
     } else {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int c = element_of<false>(lane, j, e);
+      for (int e = 0; e < kE; ++e) {
+        const int c = element_of<false, kE>(lane, j, e);
         if (c < width) p[c] = from_float<T>(v[j][e]);
       }
     }
@@ -105,31 +117,36 @@ __device__ __forceinline__ void store_row(T* __restrict__ p, int lane, int width
 }
 
 // The affine entries (float32 parameters) of access j: `none` where the parameter is off.
-template <bool kVec>
+template <bool kVec, int kE>
 __device__ __forceinline__ void load_params(const float* __restrict__ p, int lane, int j, int width, float none,
-                                            float (&v)[4]) {
+                                            float (&v)[kE]) {
   if (!p) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) v[e] = none;
+    for (int e = 0; e < kE; ++e) v[e] = none;
   } else if constexpr (kVec) {
-    const int c = element_of<true>(lane, j, 0);
-    const float4 q = c < width ? __ldg(reinterpret_cast<const float4*>(p + c)) : make_float4(0.f, 0.f, 0.f, 0.f);
-    v[0] = q.x;
-    v[1] = q.y;
-    v[2] = q.z;
-    v[3] = q.w;
+    const int c = element_of<true, kE>(lane, j, 0);
+#pragma unroll
+    for (int h = 0; h < kE; h += 4) {
+      const float4 q = c < width ? __ldg(reinterpret_cast<const float4*>(p + c + h)) : make_float4(0.f, 0.f, 0.f, 0.f);
+      v[h] = q.x;
+      v[h + 1] = q.y;
+      v[h + 2] = q.z;
+      v[h + 3] = q.w;
+    }
   } else {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int c = element_of<false>(lane, j, e);
+    for (int e = 0; e < kE; ++e) {
+      const int c = element_of<false, kE>(lane, j, e);
       v[e] = c < width ? __ldg(p + c) : 0.f;
     }
   }
 }
 
-// Float sums over a round of 4 accesses, then into the float64 totals: the rule of every path.
+// Float sums over rounds of 16 elements, then into the float64 totals: the rule of every path.
+template <int kE>
 __device__ __forceinline__ void flush_round(int j, int accesses, float& fa, float& fb, double& a, double& b) {
-  if (j % 4 == 3 || j == accesses - 1) {
+  constexpr int kRound = 16 / kE;  // accesses per round
+  if (j % kRound == kRound - 1 || j == accesses - 1) {
     a += fa;
     b += fb;
     fa = fb = 0.f;
@@ -137,28 +154,29 @@ __device__ __forceinline__ void flush_round(int j, int accesses, float& fa, floa
 }
 
 template <bool kVec, int kA, class T>
-__global__ void __launch_bounds__(kThreads, kA >= 16 ? 2 : 3) warp_rows_forward_kernel(const T* __restrict__ x, T* __restrict__ y,
-                                                                   const NormForward a, int64_t rows, int width) {
+__global__ void __launch_bounds__(kThreads, kA * kElems<kVec, T> >= 64 ? 2 : 3)
+    warp_rows_forward_kernel(const T* __restrict__ x, T* __restrict__ y, const NormForward a, int64_t rows, int width) {
+  constexpr int kE = kElems<kVec, T>;
   const int lane = threadIdx.x & 31;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
   const double m = width;
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); r < rows; r += warps) {
-    float v[kA][4];
-    load_row<kVec, kA>(x + r * width, lane, width, v);
+    float v[kA][kE];
+    load_row<kVec, kA, kE>(x + r * width, lane, width, v);
     const float k = __shfl_sync(0xffffffffu, v[0][0], 0);  // element 0 in both access patterns
     double s1 = 0, s2 = 0;
     float f1 = 0.f, f2 = 0.f;
 #pragma unroll
     for (int j = 0; j < kA; ++j) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        if (element_of<kVec>(lane, j, e) < width) {
+      for (int e = 0; e < kE; ++e) {
+        if (element_of<kVec, kE>(lane, j, e) < width) {
           const float d = v[j][e] - k;
           f1 += d;
           f2 += d * d;
         }
       }
-      flush_round(j, kA, f1, f2, s1, s2);
+      flush_round<kE>(j, kA, f1, f2, s1, s2);
     }
     s1 = tiles::warp_sum(s1);
     s2 = tiles::warp_sum(s2);
@@ -170,30 +188,33 @@ __global__ void __launch_bounds__(kThreads, kA >= 16 ? 2 : 3) warp_rows_forward_
     }
 #pragma unroll
     for (int j = 0; j < kA; ++j) {
-      float w[4], b[4];
-      load_params<kVec>(a.weight, lane, j, width, 1.f, w);
-      load_params<kVec>(a.bias, lane, j, width, 0.f, b);
+      float w[kE], b[kE];
+      load_params<kVec, kE>(a.weight, lane, j, width, 1.f, w);
+      load_params<kVec, kE>(a.bias, lane, j, width, 0.f, b);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
+      for (int e = 0; e < kE; ++e) {
         const float yv = normalized(v[j][e], mean, w[e] * rstd, b[e]);
         v[j][e] = a.relu ? relu_forward(yv) : yv;
       }
     }
-    store_row<kVec, kA>(y + r * width, lane, width, v);
+    store_row<kVec, kA, kE>(y + r * width, lane, width, v);
   }
 }
 
-// `acc` slots of access j (4 floats at element_of(lane, j, 0..3)): one float4 where the slots are
-// consecutive, so the warp's shared memory accesses are conflict-free in both patterns.
-template <bool kVec>
-__device__ __forceinline__ void add_slots(float* __restrict__ acc, int lane, int j, const float (&v)[4]) {
+// `acc` slots of access j (the floats at element_of(lane, j, 0..E-1)): float4s where the slots
+// are consecutive, so the warp's shared memory accesses are conflict-free in both patterns.
+template <bool kVec, int kE>
+__device__ __forceinline__ void add_slots(float* __restrict__ acc, int lane, int j, const float (&v)[kE]) {
   if constexpr (kVec) {
-    float4* p = reinterpret_cast<float4*>(acc + element_of<true>(lane, j, 0));
-    const float4 q = *p;
-    *p = make_float4(q.x + v[0], q.y + v[1], q.z + v[2], q.w + v[3]);
+#pragma unroll
+    for (int h = 0; h < kE; h += 4) {
+      float4* p = reinterpret_cast<float4*>(acc + element_of<true, kE>(lane, j, h));
+      const float4 q = *p;
+      *p = make_float4(q.x + v[h], q.y + v[h + 1], q.z + v[h + 2], q.w + v[h + 3]);
+    }
   } else {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc[element_of<false>(lane, j, e)] += v[e];
+    for (int e = 0; e < kE; ++e) acc[element_of<false, kE>(lane, j, e)] += v[e];
   }
 }
 
@@ -202,7 +223,8 @@ __global__ void __launch_bounds__(kThreads) warp_rows_backward_kernel(const T* _
                                                                     T* __restrict__ dx, const NormBackward b,
                                                                     int64_t rows, int width, bool affine,
                                                                     float* __restrict__ partials) {
-  constexpr int kCap = 128 * kA;  // slots per warp and array
+  constexpr int kE = kElems<kVec, T>;
+  constexpr int kCap = 32 * kE * kA;  // slots per warp and array
   extern __shared__ float4 acc_storage[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   float* acc_w = reinterpret_cast<float*>(acc_storage) + warp * 2 * kCap;  // sum g*(x - mean)*rstd
@@ -211,28 +233,28 @@ __global__ void __launch_bounds__(kThreads) warp_rows_backward_kernel(const T* _
 #pragma unroll
     for (int j = 0; j < kA; ++j) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc_w[element_of<kVec>(lane, j, e)] = acc_b[element_of<kVec>(lane, j, e)] = 0.f;
+      for (int e = 0; e < kE; ++e) acc_w[element_of<kVec, kE>(lane, j, e)] = acc_b[element_of<kVec, kE>(lane, j, e)] = 0.f;
     }
   }
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
   const double m = width;
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + warp; r < rows; r += warps) {
-    float xv[kA][4], gv[kA][4];
-    load_row<kVec, kA>(x + r * width, lane, width, xv);
-    load_row<kVec, kA>(dy + r * width, lane, width, gv);
+    float xv[kA][kE], gv[kA][kE];
+    load_row<kVec, kA, kE>(x + r * width, lane, width, xv);
+    load_row<kVec, kA, kE>(dy + r * width, lane, width, gv);
     const float mean = b.mean[r], rstd = b.rstd[r];
     double sa = 0, sb = 0;
     float fa = 0.f, fb = 0.f;
 #pragma unroll
     for (int j = 0; j < kA; ++j) {
-      float w[4], bias[4] = {0.f, 0.f, 0.f, 0.f}, dw[4], db[4];
-      load_params<kVec>(b.weight, lane, j, width, 1.f, w);
-      if (b.relu) load_params<kVec>(b.bias, lane, j, width, 0.f, bias);
+      float w[kE], bias[kE] = {}, dw[kE], db[kE];
+      load_params<kVec, kE>(b.weight, lane, j, width, 1.f, w);
+      if (b.relu) load_params<kVec, kE>(b.bias, lane, j, width, 0.f, bias);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
+      for (int e = 0; e < kE; ++e) {
         const float centered = xv[j][e] - mean;
         const float g = b.relu ? relu_backward(gv[j][e], normalized(xv[j][e], mean, w[e] * rstd, bias[e])) : gv[j][e];
-        const bool in = element_of<kVec>(lane, j, e) < width;
+        const bool in = element_of<kVec, kE>(lane, j, e) < width;
         const float wg = in ? w[e] * g : 0.f;
         fa += wg;
         fb += wg * centered;
@@ -240,10 +262,10 @@ __global__ void __launch_bounds__(kThreads) warp_rows_backward_kernel(const T* _
         dw[e] = in ? g * centered * rstd : 0.f;
         db[e] = in ? g : 0.f;
       }
-      flush_round(j, kA, fa, fb, sa, sb);
+      flush_round<kE>(j, kA, fa, fb, sa, sb);
       if (affine) {
-        add_slots<kVec>(acc_w, lane, j, dw);
-        add_slots<kVec>(acc_b, lane, j, db);
+        add_slots<kVec, kE>(acc_w, lane, j, dw);
+        add_slots<kVec, kE>(acc_b, lane, j, db);
       }
     }
     sa = tiles::warp_sum(sa);
@@ -252,12 +274,12 @@ __global__ void __launch_bounds__(kThreads) warp_rows_backward_kernel(const T* _
     statistics_grad(rstd, 1.0, sa, sb, m, b.training, k1, k2);
 #pragma unroll
     for (int j = 0; j < kA; ++j) {
-      float w[4];
-      load_params<kVec>(b.weight, lane, j, width, 1.f, w);
+      float w[kE];
+      load_params<kVec, kE>(b.weight, lane, j, width, 1.f, w);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) xv[j][e] = input_grad(gv[j][e], xv[j][e] - mean, w[e] * rstd, k1, k2);
+      for (int e = 0; e < kE; ++e) xv[j][e] = input_grad(gv[j][e], xv[j][e] - mean, w[e] * rstd, k1, k2);
     }
-    store_row<kVec, kA>(dx + r * width, lane, width, xv);
+    store_row<kVec, kA, kE>(dx + r * width, lane, width, xv);
   }
   if (!affine) return;
   __syncthreads();  // every warp's sums are complete
@@ -274,14 +296,22 @@ __global__ void __launch_bounds__(kThreads) warp_rows_backward_kernel(const T* _
   }
 }
 
-// Calls f(vec, accesses) with both as compile-time constants (std::integral_constant).
-template <class F>
+// Calls f(vec, accesses) with both as compile-time constants (std::integral_constant), for the
+// variants that hold at most kMaxLaneElements elements of T per lane (the planner picks no other).
+template <class T, class F>
 void with_variant(const Plan& p, F&& f) {
   auto by_vec = [&](auto accesses) {
+    constexpr int kA = decltype(accesses)::value;
+    auto held = [&](auto vec) {
+      if constexpr (kA * kElems<decltype(vec)::value, T> <= kMaxLaneElements)
+        f(vec, accesses);
+      else
+        MINIDL_ASSERT(false);
+    };
     if (p.vec)
-      f(std::true_type{}, accesses);
+      held(std::true_type{});
     else
-      f(std::false_type{}, accesses);
+      held(std::false_type{});
   };
   switch (p.accesses) {
     case 1: by_vec(std::integral_constant<int, 1>{}); return;
@@ -303,8 +333,6 @@ const void* backward_kernel() {
   return reinterpret_cast<const void*>(warp_rows_backward_kernel<kVec, kA, T>);
 }
 
-// A vector access is 4 elements: 16 bytes of float (weight and bias are float too), 8 of a half.
-bool aligned_to(const void* p, size_t bytes) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
 // What the Warp path needs of a pass, or why it cannot run it (nullptr: it can).
 const char* refusal(const NormLayout& l) {
@@ -314,8 +342,10 @@ const char* refusal(const NormLayout& l) {
   return nullptr;
 }
 
-// The shape of the plan common to both passes; ctas and smem are filled by the caller.
-Plan shape_of(const NormLayout& l, NormPath want, const char* pass, bool aligned) {
+// The shape of the plan common to both passes; ctas and smem are filled by the caller. A vector
+// access is 16 bytes of the storage type (and of the float32 weight and bias: `aligned` says
+// every pointer is 16-byte aligned).
+Plan shape_of(const NormLayout& l, NormPath want, const char* pass, DType dtype, bool aligned) {
   Plan p;
   if (want != NormPath::Auto && want != NormPath::Warp) return p;
   if (const char* why = refusal(l)) {
@@ -325,8 +355,10 @@ Plan shape_of(const NormLayout& l, NormPath want, const char* pass, bool aligned
     return p;
   }
   p.runs = true;
-  p.vec = aligned && l.width() % 4 == 0;
-  const int64_t needed = tiles::ceil_div(l.width(), 128);
+  const int64_t vector_elements = 16 / static_cast<int64_t>(dtype_size(dtype));
+  p.vec = aligned && l.width() % vector_elements == 0;
+  p.elements = static_cast<int>(p.vec ? vector_elements : 4);
+  const int64_t needed = tiles::ceil_div(l.width(), 32 * p.elements);
   p.accesses = 1;
   while (p.accesses < needed) p.accesses *= 2;
   return p;
@@ -344,14 +376,13 @@ int64_t ctas_of(const void* kernel, size_t smem, int64_t rows) {
 NormRun Plan::run() const { return {NormPath::Warp, 0, kThreads, affine ? 2 : 1}; }
 
 Plan plan_forward(const NormLayout& l, const NormForward& a, DType dtype, const void* x, const void* y) {
-  const size_t access = dtype == DType::Float32 ? 16 : 8;
-  const bool aligned = aligned_to(x, access) && aligned_to(y, access) && aligned_to(a.weight, 16) &&
-                       aligned_to(a.bias, 16);
-  Plan p = shape_of(l, a.path, "forward", aligned);
+  using tiles::aligned16;
+  const bool aligned = aligned16(x) && aligned16(y) && aligned16(a.weight) && aligned16(a.bias);
+  Plan p = shape_of(l, a.path, "forward", dtype, aligned);
   if (!p.runs) return p;
   visit_floating(dtype, "normalization", [&](auto tag) {
     using T = decltype(tag);
-    with_variant(p, [&](auto vec, auto accesses) {
+    with_variant<T>(p, [&](auto vec, auto accesses) {
       p.ctas = static_cast<int>(ctas_of(forward_kernel<decltype(vec)::value, decltype(accesses)::value, T>(), 0, l.rows));
     });
   });
@@ -360,16 +391,16 @@ Plan plan_forward(const NormLayout& l, const NormForward& a, DType dtype, const 
 
 Plan plan_backward(const NormLayout& l, const NormBackward& b, DType dtype, const void* x, const void* dy,
                    const void* dx) {
-  const size_t access = dtype == DType::Float32 ? 16 : 8;
-  const bool aligned = aligned_to(x, access) && aligned_to(dy, access) && aligned_to(dx, access) &&
-                       aligned_to(b.weight, 16) && aligned_to(b.bias, 16);
-  Plan p = shape_of(l, b.path, "backward", aligned);
+  using tiles::aligned16;
+  const bool aligned =
+      aligned16(x) && aligned16(dy) && aligned16(dx) && aligned16(b.weight) && aligned16(b.bias);
+  Plan p = shape_of(l, b.path, "backward", dtype, aligned);
   if (!p.runs) return p;
   p.affine = b.dweight || b.dbias;
-  p.smem = p.affine ? static_cast<size_t>(kWarps) * 2 * 128 * p.accesses * sizeof(float) : 0;
+  p.smem = p.affine ? static_cast<size_t>(kWarps) * 2 * 32 * p.elements * p.accesses * sizeof(float) : 0;
   visit_floating(dtype, "normalization", [&](auto tag) {
     using T = decltype(tag);
-    with_variant(p, [&](auto vec, auto accesses) {
+    with_variant<T>(p, [&](auto vec, auto accesses) {
       p.ctas = static_cast<int>(
           ctas_of(backward_kernel<decltype(vec)::value, decltype(accesses)::value, T>(), p.smem, l.rows));
     });
@@ -382,7 +413,7 @@ void run_forward(const Plan& p, const NormLayout& l, const NormForward& a, DType
   const int width = static_cast<int>(l.width());
   visit_floating(dtype, "normalization", [&](auto tag) {
     using T = decltype(tag);
-    with_variant(p, [&](auto vec, auto accesses) {
+    with_variant<T>(p, [&](auto vec, auto accesses) {
       warp_rows_forward_kernel<decltype(vec)::value, decltype(accesses)::value, T>
           <<<p.ctas, kThreads, 0, cuda::stream()>>>(static_cast<const T*>(x), static_cast<T*>(y), a, l.rows, width);
       MINIDL_LAUNCH_CHECK();
@@ -399,7 +430,7 @@ void run_backward(const Plan& p, const NormLayout& l, const NormBackward& b, DTy
   float* sums = static_cast<float*>(partials.get());
   visit_floating(dtype, "normalization", [&](auto tag) {
     using T = decltype(tag);
-    with_variant(p, [&](auto vec, auto accesses) {
+    with_variant<T>(p, [&](auto vec, auto accesses) {
       warp_rows_backward_kernel<decltype(vec)::value, decltype(accesses)::value, T>
           <<<p.ctas, kThreads, p.smem, cuda::stream()>>>(static_cast<const T*>(x), static_cast<const T*>(dy),
                                                           static_cast<T*>(dx), b, l.rows, width, p.affine, sums);

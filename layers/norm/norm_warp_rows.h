@@ -9,15 +9,16 @@
 
 namespace minidl::norm::warp_rows {
 
-// A lane holds at most 16 accesses of 4 elements: 64 floats of x (and 64 of dy backward) in
-// registers, no spill at 8 warps per CTA.
-constexpr int kMaxAccesses = 16;
-constexpr int64_t kMaxWidth = 32 * 4 * kMaxAccesses;
+// A lane holds at most 64 elements (16 accesses of 4 floats, 8 of 8 halves): 64 floats of x (and
+// 64 of dy backward) in registers at 8 warps per CTA.
+constexpr int kMaxLaneElements = 64;
+constexpr int64_t kMaxWidth = 32 * kMaxLaneElements;
 
 // How one pass runs on the Warp path; `runs` false when it does not (Auto then plans the others).
 struct Plan {
   bool runs = false;
-  bool vec = false;   // 4 consecutive elements per access (16 bytes of float, 8 of a half type)
+  bool vec = false;   // 16-byte accesses: 4 consecutive floats or 8 halves
+  int elements = 0;   // per access: 4, or 8 for a half type's vector
   int accesses = 0;   // per lane: 1, 2, 4, 8 or 16
   int ctas = 0;       // persistent grid: warp w of the grid takes rows w, w + 8 * ctas, ...
   size_t smem = 0;    // backward with weight/bias gradients: each warp's per-feature sums
