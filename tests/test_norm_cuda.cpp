@@ -560,18 +560,24 @@ const PathChoice kPaths[] = {{norm::NormPath::Block, 0, "block"},         {norm:
 // Any aligned non-null pointer: the planners only test pointers for null and alignment.
 float* const kSomeBuffer = reinterpret_cast<float*>(uintptr_t{256});
 
-// Whether the planner takes k's forward / backward on their paths (false: it refuses them).
+// Whether `plan` returns (false: the planner refuses the pass).
+template <class Plan>
+bool accepted(Plan&& plan) {
+  try {
+    plan();
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// Whether the planner takes k's forward / backward on their paths.
 bool forward_runs(const Case& k) {
   norm::NormForward a;
   a.training = k.training;
   a.path = k.fwd_path;
   a.cluster = k.fwd_path == norm::NormPath::Cluster ? k.cluster : 0;
-  try {
-    norm::plan_forward_cuda(k.layout, a);
-    return true;
-  } catch (const Error&) {
-    return false;
-  }
+  return accepted([&] { norm::plan_forward_cuda(k.layout, a); });
 }
 bool backward_runs(const Case& k) {
   norm::NormBackward b;
@@ -580,12 +586,7 @@ bool backward_runs(const Case& k) {
   b.dbias = k.bias && k.affine_grads ? kSomeBuffer : nullptr;
   b.path = k.bwd_path;
   b.cluster = k.bwd_path == norm::NormPath::Cluster ? k.cluster : 0;
-  try {
-    norm::plan_backward_cuda(k.layout, b);
-    return true;
-  } catch (const Error&) {
-    return false;
-  }
+  return accepted([&] { norm::plan_backward_cuda(k.layout, b); });
 }
 
 // k with both passes forced onto p, except the passes p does not cover, which stay on Auto: the

@@ -71,8 +71,9 @@ struct NormLayout {
 //                any size, and the only path for eval forward and for GroupNorm/LayerNorm
 //                backward with weight/bias gradients on groups the Warp path does not hold.
 // Auto picks Warp where it covers the pass, else Block or Cluster where the group fits and the
-// H200 measured them faster, else ThreeLaunch (plan_single in norm_single_read.cuh holds the rule). Forcing a path that cannot
-// run the pass (too large a group, or a case it does not cover) is an error naming the reason.
+// H200 measured them faster, else ThreeLaunch (plan_single in norm_single_read.cuh holds the
+// rule). Forcing a path that cannot run the pass (too large a group, or a case it does not
+// cover) is an error naming the reason.
 // The choice depends only on the layout, the pass's options and the device: the same shape takes
 // the same path, and each path's results are bit-identical run to run.
 enum class NormPath : unsigned char { Auto, Block, Cluster, Warp, ThreeLaunch };

@@ -10,9 +10,10 @@
 //  3. dx = g*scale + (x - mean)*k1 + k2 from shared memory.
 // GroupNorm/LayerNorm weight and bias gradients sum over every row, across groups. On the Block
 // path, where each feature spans at least kAffinePlaneMin elements of a group (GroupNorm: a
-// channel's plane; Auto: kAffinePlaneAuto), the CTA also sums g*(x - mean)*rstd and g per feature of its group from the
-// held buffers (a warp per feature, float64) into partials[2][rows][features], and a second
-// launch adds the rows in order (sum_affine_partials): the partials are 2/plane of a tensor.
+// channel's plane; Auto: kAffinePlaneAuto), the CTA also sums g*(x - mean)*rstd and g per
+// feature of its group from the held buffers (a warp per feature, float64) into
+// partials[2][rows][features], and a second launch adds the rows in order
+// (sum_affine_partials): the partials are 2/plane of a tensor.
 // LayerNorm's per-element affine has no such reduction inside a group: its rows of at most 2048
 // take the Warp path (norm_warp_rows.cu), wider ones the three-launch path.
 #include "core/allocator.h"

@@ -171,7 +171,7 @@ struct Plan {
   int threads = 0;
   bool vec = false;
   size_t smem = 0;  // dynamic shared memory per CTA
-  bool affine = false;  // backward: GroupNorm weight/bias gradients from per-row partials (2 launches)
+  bool affine = false;  // backward: GroupNorm weight/bias gradients from per-row partials
   Geometry g;
   int launches() const { return affine ? 2 : 1; }
 };
@@ -185,14 +185,14 @@ inline size_t shared_capacity() {
 // Chooses the path of one pass whose groups hold `arrays` float arrays on chip (1 forward, 2
 // backward). `want` and `want_cluster` are args.path and args.cluster; `allowed` false (with `why`)
 // when the single-read kernels do not cover this pass, `block_only` when only the Block path does
-// (GroupNorm weight/bias gradients). resident(cluster, threads, smem, vec) gives the CTAs (cluster 1) or clusters of
-// the kernel that fit on the chip at once, 0 when none can run.
+// (GroupNorm weight/bias gradients). resident(cluster, threads, smem, vec) gives the CTAs
+// (cluster 1) or clusters of the kernel that fit on the chip at once, 0 when none can run.
 //
 // Auto: one CTA when the group fits in half a CTA's shared memory (two CTAs per SM overlap one's
 // reduction with the other's loads); else the smallest cluster whose CTAs fit in that half; else
-// one CTA or the smallest cluster that fits at all (not with `block_only`); else ThreeLaunch. Where the H200 measured the
-// single-read kernels slower than the three-launch ones (docs/perf/norm.md, "Auto's rule"), Auto
-// keeps ThreeLaunch: BatchNorm tensors above kChannelSingleReadMax elements (a channel strided over
+// one CTA or the smallest cluster that fits at all (not with `block_only`); else ThreeLaunch.
+// Where the H200 measured the single-read kernels slower than the three-launch ones
+// (docs/perf/norm.md, "Auto's rule"), Auto keeps ThreeLaunch: BatchNorm tensors above kChannelSingleReadMax elements (a channel strided over
 // the batch gives one group too little parallelism for a cluster to beat 132 SMs of partials), and
 // GroupNorm/LayerNorm groups below kSegmentSingleReadMin elements (one CTA per tiny group idles).
 constexpr int64_t kChannelSingleReadMax = int64_t{1} << 20;

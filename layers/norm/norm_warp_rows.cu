@@ -22,8 +22,7 @@
 // per-element float sums in shared memory (a lane only touches its own slots: no barrier, no
 // atomics); at the end the CTA adds its 8 warps' sums in warp order into partials[2][ctas][width],
 // and a second launch (single::sum_affine_partials) adds the CTAs' partials per feature in
-// float64, in CTA order. Fixed orders
-// throughout: the same bits on every run of a device.
+// float64, in CTA order. Fixed orders throughout: the same bits on every run of a device.
 // References: the CPU path (norm_cpu.cpp) and the float64 oracle (bench/norm_reference.cu), as
 // for every path; tests/test_norm_cuda.cpp forces this one on ragged, misaligned and half inputs.
 #include <type_traits>
@@ -332,7 +331,6 @@ template <bool kVec, int kA, class T>
 const void* backward_kernel() {
   return reinterpret_cast<const void*>(warp_rows_backward_kernel<kVec, kA, T>);
 }
-
 
 // What the Warp path needs of a pass, or why it cannot run it (nullptr: it can).
 const char* refusal(const NormLayout& l) {
