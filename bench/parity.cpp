@@ -200,7 +200,8 @@ int run_model(const ParityArgs& a, Device device) {
     std::vector<Tensor> grads;
     for (const auto& [name, p] : model->named_parameters())
       if (p.grad().defined()) grads.push_back(p.grad());
-    skipped = scaler.unscale(grads);
+    scaler.unscale(grads);
+    skipped = scaler.found_inf();
   } else {
     loss.backward();
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/allocator.h"
 #include "core/dispatch.h"
 #include "core/error.h"
 #include "core/json_limits.h"
@@ -13,7 +14,8 @@ namespace minidl {
 
 namespace kernels {
 
-void adamw_step_cpu(const AdamwTensor& t, const AdamwHyper& h) {
+void adamw_step_cpu(const AdamwTensor& t, const AdamwHyper& h, const float* skip) {
+  if (skip && *skip != 0.f) return;
 #pragma omp parallel for schedule(static) if (t.n > 65536)
   for (int64_t i = 0; i < t.n; ++i) adamw_update(t, h, i);
 }
@@ -48,25 +50,36 @@ AdamW::AdamW(std::vector<NamedParam> params, AdamwOptions options, const std::st
       options_(std::move(options)) {}
 
 // As SGD::prepare: a row for every parameter; the bias corrections use the step count this
-// update gives the parameter.
+// update gives the parameter. Under a skip flag that count is the device's, so the device forms
+// them (count_steps in apply()) from each parameter's group lr, uploaded here in double.
 void AdamW::prepare(double lr) {
   for (size_t i = 0; i < params_.size(); ++i) {
     Entry& e = entries_[i];
-    if (params_[i].tensor.grad().defined()) ++e.steps;
-    const double step = static_cast<double>(std::max<int64_t>(e.steps, 1));
+    count_step(i);
     const double group_lr = lr * e.lr_scale;
     float* row = scalar_row(i);
     row[0] = static_cast<float>(1 - group_lr * e.weight_decay);
-    row[1] = static_cast<float>(group_lr / (1 - std::pow(options_.beta1, step)));
-    row[2] = static_cast<float>(std::sqrt(1 - std::pow(options_.beta2, step)));
+    if (skip_flag())
+      group_lr_host_[i] = group_lr;
+    else
+      kernels::adamw_bias_corrections(group_lr, options_.beta1, options_.beta2, e.steps, row);
   }
   upload_scalars();
+  if (skip_flag())
+    copy_bytes_async(group_lr_.get(), params_device(), group_lr_host_.data(), Device::cpu(),
+                     group_lr_host_.size() * sizeof(double));
 }
 
 void AdamW::apply() {
   const std::vector<size_t> active = params_with_grad();
   if (active.empty()) return;
   const Device device = params_device();
+  kernels::StepCounts counts{};
+  counts.adamw_table = mutable_scalar_table();
+  counts.lr = static_cast<const double*>(group_lr_.get());
+  counts.beta1 = options_.beta1;
+  counts.beta2 = options_.beta2;
+  count_steps(active, counts);
   const kernels::AdamwHyper hyper{static_cast<float>(1 - options_.beta1),
                                   static_cast<float>(options_.beta2),
                                   static_cast<float>(1 - options_.beta2),
@@ -80,8 +93,26 @@ void AdamW::apply() {
                        static_cast<int32_t>(i)});
   }
   dispatch(
-      device, "adamw_step", [&] { for (const kernels::AdamwTensor& t : tensors) kernels::adamw_step_cpu(t, hyper); },
-      [&] { kernels::adamw_step_cuda(tensors, hyper, scalar_table()); });
+      device, "adamw_step",
+      [&] {
+        // From the table, as the kernel reads it: under a skip flag count_steps wrote its corrections there.
+        for (kernels::AdamwTensor t : tensors) {
+          kernels::load_scalars(t, scalar_table());
+          kernels::adamw_step_cpu(t, hyper, skip_flag());
+        }
+      },
+      [&] { kernels::adamw_step_cuda(tensors, hyper, scalar_table(), skip_flag()); });
+}
+
+void AdamW::set_skip_flag(const float* found_inf) {
+  GroupedOptimizer::set_skip_flag(found_inf);
+  group_lr_host_.assign(params_.size(), 0.0);
+  group_lr_ = allocate(params_.size() * sizeof(double), params_device());
+}
+
+void AdamW::to(Device device) {
+  GroupedOptimizer::to(device);
+  if (group_lr_) group_lr_ = allocate(group_lr_host_.size() * sizeof(double), device);  // rewritten by each prepare()
 }
 
 nlohmann::json AdamW::to_json() const {

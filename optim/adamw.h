@@ -3,6 +3,7 @@
 //   {"type": "AdamW", "lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8, "weight_decay": 0.01,
 //    "groups": [...]}
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,9 +29,14 @@ class AdamW : public GroupedOptimizer {
   void apply() override;
   double base_lr() const override { return options_.lr; }
   nlohmann::json to_json() const override;
+  void set_skip_flag(const float* found_inf) override;
+  void to(Device device) override;
 
  private:
   AdamwOptions options_;
+  // Under a skip flag: each parameter's group lr of this step, on the host and on the device.
+  std::vector<double> group_lr_host_;
+  std::shared_ptr<void> group_lr_;
 };
 
 }  // namespace minidl

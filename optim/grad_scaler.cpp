@@ -3,7 +3,6 @@
 #include <cfloat>
 #include <cmath>
 
-#include "core/allocator.h"
 #include "core/device.h"
 #include "core/dispatch.h"
 #include "core/error.h"
@@ -12,18 +11,12 @@
 
 namespace minidl {
 
-namespace {
-
-// A scale whose reciprocal is finite and nonzero: normal, positive, finite (a subnormal or zero
-// scale would make 1/scale infinite and the unscaled gradients inf or NaN unflagged).
-bool usable_scale(float s) { return std::isfinite(s) && s >= FLT_MIN; }
-
-}  // namespace
-
 namespace kernels {
 
-void unscale_cpu(float* g, float inv_scale, float* found_inf, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) unscale_update(g, inv_scale, found_inf, i);
+void unscale_cpu(const std::vector<UnscaleTensor>& grads, const float* scale, float* found_inf) {
+  const float inv_scale = inverse_scale(*scale);
+  for (const UnscaleTensor& t : grads)
+    for (int64_t i = 0; i < t.n; ++i) unscale_update(t.grad, inv_scale, found_inf, i);
 }
 
 }  // namespace kernels
@@ -38,13 +31,14 @@ GradScalerOptions GradScalerOptions::from_json(const nlohmann::json& j, const st
   o.backoff_factor = args.get_float("backoff_factor", o.backoff_factor);
   o.growth_interval = args.get_int("growth_interval", o.growth_interval);
   args.finish();
-  MINIDL_CHECK(usable_scale(static_cast<float>(o.init_scale)), args.key_path("init_scale"),
+  MINIDL_CHECK(kernels::usable_scale(static_cast<float>(o.init_scale)), args.key_path("init_scale"),
                ": expected a normal positive float32 value (", FLT_MIN, " to ", FLT_MAX, "), got ", o.init_scale);
   MINIDL_CHECK(o.growth_factor > 1 && std::isfinite(o.growth_factor), args.key_path("growth_factor"),
                ": expected > 1, got ", o.growth_factor);
   MINIDL_CHECK(o.backoff_factor > 0 && o.backoff_factor < 1, args.key_path("backoff_factor"),
                ": expected between 0 and 1, got ", o.backoff_factor);
-  MINIDL_CHECK(o.growth_interval >= 1, args.key_path("growth_interval"), ": expected >= 1, got ", o.growth_interval);
+  MINIDL_CHECK(o.growth_interval >= 1 && o.growth_interval <= INT32_MAX, args.key_path("growth_interval"),
+               ": expected 1 to ", INT32_MAX, ", got ", o.growth_interval);
   return o;
 }
 
@@ -58,47 +52,44 @@ nlohmann::json GradScalerOptions::to_json() const {
 GradScaler::GradScaler(GradScalerOptions options, Device device)
     : options_(options),
       device_(device),
-      scale_(static_cast<float>(options.init_scale)),
+      scale_(Tensor::full({1}, static_cast<float>(options.init_scale), device)),
       found_inf_(Tensor::zeros({1}, DType::Float32, device)),
-      found_host_(allocate_pinned(sizeof(float))) {}
+      counts_(Tensor::zeros({2}, DType::Int32, device)) {}
 
-Tensor GradScaler::backward_seed() const { return Tensor::full({1}, scale_, device_); }
+Tensor GradScaler::backward_seed() const { return scale_.clone(); }
 
-bool GradScaler::unscale(const std::vector<Tensor>& grads) {
-  const float inv_scale = static_cast<float>(1.0 / static_cast<double>(scale_));
-  found_inf_.fill_(0.f);  // a kernel on the stream: no wait for the backward
-  float* flag = found_inf_.data<float>();
+void GradScaler::unscale(const std::vector<Tensor>& grads) {
+  std::vector<kernels::UnscaleTensor> list;
   for (const Tensor& g : grads) {
     MINIDL_CHECK(g.defined() && g.dtype() == DType::Float32 && g.device() == device_,
                  "grad_scaler: expected float32 gradients on ", device_.str(), ", got ", g.str());
-    dispatch(
-        device_, "unscale", [&] { kernels::unscale_cpu(g.data<float>(), inv_scale, flag, g.numel()); },
-        [&] { kernels::unscale_cuda(g.data<float>(), inv_scale, flag, g.numel()); });
+    list.push_back({g.data<float>(), g.numel()});
   }
-  float* host = static_cast<float*>(found_host_.get());
-  copy_bytes_async(host, Device::cpu(), flag, device_, sizeof(float));
-  synchronize(device_);
-  return *host != 0.f;
+  found_inf_.fill_(0.f);  // a kernel on the stream: no wait for the backward
+  const float* scale = scale_.data<float>();
+  float* flag = found_inf_.data<float>();
+  dispatch(
+      device_, "unscale", [&] { kernels::unscale_cpu(list, scale, flag); },
+      [&] { kernels::unscale_cuda(list, scale, flag); });
 }
 
-void GradScaler::update(bool found_inf) {
-  if (found_inf) {
-    // Backing off stops at the smallest normal float (1/scale stays finite); PyTorch would go on
-    // into subnormals and zero, where the unscaled gradients become inf or NaN.
-    const float backed_off = static_cast<float>(scale_ * options_.backoff_factor);
-    if (usable_scale(backed_off)) scale_ = backed_off;
-    growth_tracker_ = 0;
-    ++skipped_steps_;
-    return;
-  }
-  if (++growth_tracker_ < options_.growth_interval) return;
-  const float grown = static_cast<float>(scale_ * options_.growth_factor);
-  if (std::isfinite(grown)) scale_ = grown;
-  growth_tracker_ = 0;
+void GradScaler::update() {
+  const kernels::ScalerState state{scale_.data<float>(), found_inf_.data<float>(), counts_.data<int32_t>()};
+  const kernels::ScalerRule rule{options_.growth_factor, options_.backoff_factor,
+                                 static_cast<int32_t>(options_.growth_interval)};
+  dispatch(
+      device_, "update_scale", [&] { kernels::update_scale(state, rule); },
+      [&] { kernels::update_scale_cuda(state, rule); });
 }
+
+bool GradScaler::found_inf() const { return found_inf_.to_vector()[0] != 0.f; }
+float GradScaler::scale() const { return scale_.to_vector()[0]; }
+int64_t GradScaler::growth_tracker() const { return counts_.values<int32_t>()[0]; }
+int64_t GradScaler::skipped_steps() const { return counts_.values<int32_t>()[1]; }
 
 nlohmann::json GradScaler::state() const {
-  return {{"scale", scale_}, {"growth_tracker", growth_tracker_}, {"skipped_steps", skipped_steps_}};
+  const std::vector<int32_t> counts = counts_.values<int32_t>();
+  return {{"scale", scale()}, {"growth_tracker", counts[0]}, {"skipped_steps", counts[1]}};
 }
 
 void GradScaler::load_state(const nlohmann::json& s) {
@@ -108,14 +99,14 @@ void GradScaler::load_state(const nlohmann::json& s) {
                "grad_scaler state: expected {\"scale\", \"growth_tracker\", \"skipped_steps\"}, got ", s.dump());
   const float scale = s["scale"].get<float>();
   const int64_t tracker = s["growth_tracker"].get<int64_t>(), skipped = s["skipped_steps"].get<int64_t>();
-  MINIDL_CHECK(usable_scale(scale), "grad_scaler state: scale must be a normal positive float32 value, got ",
+  MINIDL_CHECK(kernels::usable_scale(scale), "grad_scaler state: scale must be a normal positive float32 value, got ",
                s["scale"].dump());
-  MINIDL_CHECK(tracker >= 0 && tracker < options_.growth_interval && skipped >= 0,
+  MINIDL_CHECK(tracker >= 0 && tracker < options_.growth_interval && skipped >= 0 && skipped <= INT32_MAX,
                "grad_scaler state: growth_tracker must be in 0..", options_.growth_interval - 1,
-               " and skipped_steps >= 0, got ", s.dump());
-  scale_ = scale;
-  growth_tracker_ = tracker;
-  skipped_steps_ = skipped;
+               " and skipped_steps in 0..", INT32_MAX, ", got ", s.dump());
+  scale_.copy_(Tensor::full({1}, scale, Device::cpu()));
+  counts_.copy_(Tensor::from_vector(std::vector<int32_t>{static_cast<int32_t>(tracker), static_cast<int32_t>(skipped)},
+                                    {2}, Device::cpu()));
 }
 
 }  // namespace minidl

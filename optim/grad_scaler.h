@@ -9,11 +9,12 @@
 // does not depend on thread order (optim/grad_scaler_kernels.h). Its state (scale, clean-step
 // count, skipped steps) is saved in checkpoints, so a resumed run continues bit for bit.
 //
-// The skip decision is made on the host, after one read of the flag per step, as PyTorch's
-// GradScaler.step() does; that read is why float16 steps run eagerly, not as CUDA graphs.
+// Everything a step does lives on the device, as with PyTorch's capturable GradScaler: the scale
+// the backward starts from, the flag, the rule, and the skip itself (the optimizer's kernels read
+// the flag, Optimizer::set_skip_flag). No step waits for the host, so float16 steps run as CUDA
+// graphs like the others; the host reads the scale only to log or checkpoint it.
 #pragma once
 #include <cstdint>
-#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -37,19 +38,24 @@ class GradScaler {
  public:
   GradScaler(GradScalerOptions options, Device device);
 
-  // The gradient backward starts from: d(scale * loss)/d(loss), the scale as a one-element float32
-  // tensor on the device.
+  // The gradient backward starts from: d(scale * loss)/d(loss), a one-element float32 tensor on the
+  // device, copied from the scale in stream order (a replayed graph seeds with each step's scale).
   Tensor backward_seed() const;
   // Multiplies each gradient by 1/scale in place (float32, 1/scale rounded once from double, as
-  // PyTorch) and returns whether any held an inf or NaN. Waits for the device.
-  bool unscale(const std::vector<Tensor>& grads);
-  // After the step: on inf/NaN the scale backs off and the clean-step count restarts, else the count
-  // grows and at growth_interval the scale grows (if the grown scale is finite) and the count restarts.
-  void update(bool found_inf);
+  // PyTorch) and raises the device flag when any held an inf or NaN. Only queues work.
+  void unscale(const std::vector<Tensor>& grads);
+  // After the step, on the device: on inf/NaN the scale backs off and the clean-step count
+  // restarts, else the count grows and at growth_interval the scale grows (if the grown scale is
+  // finite) and the count restarts. Only queues work.
+  void update();
+  // The flag of the last unscale (0 or 1) in device memory, for the optimizer's kernels.
+  const float* found_inf_flag() const { return found_inf_.data<float>(); }
 
-  float scale() const { return scale_; }
-  int64_t growth_tracker() const { return growth_tracker_; }
-  int64_t skipped_steps() const { return skipped_steps_; }
+  // Host reads; each waits for the device.
+  bool found_inf() const;
+  float scale() const;
+  int64_t growth_tracker() const;
+  int64_t skipped_steps() const;
   const GradScalerOptions& options() const { return options_; }
 
   // {"scale": ..., "growth_tracker": ..., "skipped_steps": ...}; load_state checks every field.
@@ -59,11 +65,9 @@ class GradScaler {
  private:
   GradScalerOptions options_;
   Device device_;
-  float scale_;
-  int64_t growth_tracker_ = 0;
-  int64_t skipped_steps_ = 0;
-  Tensor found_inf_;                 // the flag (0 or 1) on the device
-  std::shared_ptr<void> found_host_;  // pinned copy of it
+  Tensor scale_;      // float32 [1]
+  Tensor found_inf_;  // float32 [1], 0 or 1
+  Tensor counts_;     // int32 [growth_tracker, skipped_steps]
 };
 
 }  // namespace minidl

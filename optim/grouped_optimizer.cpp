@@ -4,10 +4,19 @@
 #include <set>
 
 #include "core/allocator.h"
+#include "core/dispatch.h"
 #include "core/error.h"
 #include "core/json_limits.h"
 
 namespace minidl {
+
+namespace kernels {
+
+void count_steps_cpu(const StepCounts& c, const std::vector<int32_t>& slots) {
+  for (int32_t slot : slots) count_step(c, slot);
+}
+
+}  // namespace kernels
 
 GroupedOptimizer::GroupedOptimizer(std::string type, std::vector<NamedParam> params,
                                    std::vector<ParamGroup> groups, double weight_decay,
@@ -63,6 +72,32 @@ std::vector<size_t> GroupedOptimizer::params_with_grad() const {
   return out;
 }
 
+void GroupedOptimizer::count_step(size_t i) {
+  if (!skip_flag_ && params_[i].tensor.grad().defined()) ++entries_[i].steps;
+}
+
+void GroupedOptimizer::count_steps(const std::vector<size_t>& active, kernels::StepCounts counts) {
+  if (!skip_flag_) return;
+  counts.steps = steps_device_.data<int32_t>();
+  counts.found_inf = skip_flag_;
+  const std::vector<int32_t> slots(active.begin(), active.end());
+  dispatch(
+      steps_device_.device(), "count_steps", [&] { kernels::count_steps_cpu(counts, slots); },
+      [&] { kernels::count_steps_cuda(counts, slots); });
+}
+
+void GroupedOptimizer::set_skip_flag(const float* found_inf) {
+  MINIDL_CHECK(found_inf, type_, ": set_skip_flag needs a flag");
+  std::vector<int32_t> steps;
+  for (const Entry& e : entries_) {
+    MINIDL_CHECK(e.steps <= INT32_MAX, type_, ": step count ", e.steps, " is beyond the device counter's range");
+    steps.push_back(static_cast<int32_t>(e.steps));
+  }
+  steps_device_ = Tensor::from_vector(steps, {static_cast<int64_t>(steps.size())}, Device::cpu())
+                      .to(params_.empty() ? Device::cpu() : params_[0].tensor.device());
+  skip_flag_ = found_inf;
+}
+
 Device GroupedOptimizer::params_device() const {
   MINIDL_CHECK(!params_.empty(), type_, ": no parameters");
   const Device d = params_[0].tensor.device();
@@ -87,8 +122,14 @@ std::vector<std::pair<std::string, Tensor>> GroupedOptimizer::state_tensors() co
 }
 
 nlohmann::json GroupedOptimizer::state_scalars() const {
+  std::vector<int64_t> counts;
+  for (const Entry& e : entries_) counts.push_back(e.steps);
+  if (skip_flag_) {
+    const std::vector<int32_t> device_counts = steps_device_.values<int32_t>();
+    counts.assign(device_counts.begin(), device_counts.end());
+  }
   nlohmann::json steps = nlohmann::json::object();
-  for (size_t i = 0; i < params_.size(); ++i) steps[params_[i].name] = entries_[i].steps;
+  for (size_t i = 0; i < params_.size(); ++i) steps[params_[i].name] = counts[i];
   return {{"type", type_}, {"steps", steps}};
 }
 
@@ -104,8 +145,10 @@ void GroupedOptimizer::load_state(const std::vector<std::pair<std::string, Tenso
   std::vector<int64_t> new_steps(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     auto it = steps.find(params_[i].name);
-    MINIDL_CHECK(it != steps.end() && it->is_number_integer() && it->get<int64_t>() >= 0, type_,
-                 ": the saved state has no step count for parameter '", params_[i].name, "'");
+    MINIDL_CHECK(it != steps.end() && it->is_number_integer() && it->get<int64_t>() >= 0 &&
+                     it->get<int64_t>() <= INT32_MAX,
+                 type_, ": the saved state has no step count (0 to ", INT32_MAX, ") for parameter '",
+                 params_[i].name, "'");
     new_steps[i] = it->get<int64_t>();
   }
   MINIDL_CHECK(tensors.size() == slot_names_.size() * params_.size(), type_, ": the saved state has ",
@@ -131,6 +174,10 @@ void GroupedOptimizer::load_state(const std::vector<std::pair<std::string, Tenso
     for (size_t s = 0; s < slot_names_.size(); ++s) entries_[i].slots[s].copy_(*found[i][s]);
     entries_[i].steps = new_steps[i];
   }
+  if (skip_flag_) {
+    const std::vector<int32_t> counts(new_steps.begin(), new_steps.end());
+    steps_device_.copy_(Tensor::from_vector(counts, {static_cast<int64_t>(counts.size())}, Device::cpu()));
+  }
 }
 
 void GroupedOptimizer::to(Device device) {
@@ -142,6 +189,7 @@ void GroupedOptimizer::to(Device device) {
   for (Entry& e : entries_)
     for (Tensor& s : e.slots) s = s.to(device);
   scalars_ = scalars_.to(device);
+  if (skip_flag_) steps_device_ = steps_device_.to(device);
 }
 
 }  // namespace minidl

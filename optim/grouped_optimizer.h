@@ -2,7 +2,8 @@
 // count, and its state tensors ("slots": momentum_buffer; exp_avg, exp_avg_sq), allocated at
 // construction on the parameters' device. State is saved under "<slot>.<parameter name>", the
 // step counts as scalars, and restored exactly. It also keeps the table of per-step scalars that
-// prepare() fills and apply() reads (one row of `scalar_width` floats per parameter).
+// prepare() fills and apply() reads (one row of `scalar_width` floats per parameter). Under a skip
+// flag (Optimizer::set_skip_flag) the step counts move to the device, where the flag is.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "optim/optimizer.h"
 #include "optim/param_groups.h"
+#include "optim/update_kernels.h"
 
 namespace minidl {
 
@@ -21,12 +23,13 @@ class GroupedOptimizer : public Optimizer {
   void load_state(const std::vector<std::pair<std::string, Tensor>>& tensors,
                   const nlohmann::json& scalars) override;
   void to(Device device) override;
+  void set_skip_flag(const float* found_inf) override;
 
  protected:
   struct Entry {
     double lr_scale = 1.0;
     double weight_decay = 0.0;
-    int64_t steps = 0;          // updates this parameter has had
+    int64_t steps = 0;          // updates this parameter has had (on the host; see steps_device_)
     std::vector<Tensor> slots;  // one per slot name, zeros at first
   };
 
@@ -41,9 +44,18 @@ class GroupedOptimizer : public Optimizer {
   void upload_scalars();
   // The device table, for the CUDA kernels (the host table on the CPU).
   const float* scalar_table() const { return scalars_.data<float>(); }
+  float* mutable_scalar_table() { return scalars_.data<float>(); }
 
   // Indices of the parameters that have a gradient now, after checking it fits the parameter.
   std::vector<size_t> params_with_grad() const;
+  // prepare()'s count of this step for parameter i, where it has a gradient; a no-op under a skip
+  // flag, where apply() counts on the device (count_steps) once the flag is known.
+  void count_step(size_t i);
+  // Under a skip flag, apply()'s first launch: the device counts of `active` go up by one unless
+  // the flag is set; `counts` carries the AdamW fields of kernels::StepCounts (the rest is filled
+  // in here). Without a flag, nothing.
+  void count_steps(const std::vector<size_t>& active, kernels::StepCounts counts);
+  const float* skip_flag() const { return skip_flag_; }
   // The device all parameters live on (errors when they are spread over devices).
   Device params_device() const;
   nlohmann::json groups_json() const;
@@ -57,6 +69,8 @@ class GroupedOptimizer : public Optimizer {
   int scalar_width_;
   std::vector<float> scalars_host_;
   Tensor scalars_;
+  const float* skip_flag_ = nullptr;
+  Tensor steps_device_;  // int32, one per parameter, under a skip flag (the counts live here then)
 };
 
 }  // namespace minidl

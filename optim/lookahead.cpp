@@ -108,12 +108,6 @@ void Lookahead::apply() {
   apply_average();
 }
 
-void Lookahead::skip_update(double lr) {
-  inner_->skip_update(lr);
-  prepare_average();
-  apply_average();
-}
-
 void Lookahead::prepare_average() {
   action_ = action_for(++steps_);
   started_ = started_ || action_.take || action_.blend;

@@ -44,8 +44,9 @@ class Lookahead : public Optimizer {
 
   void prepare(double lr) override;
   void apply() override;
-  // The inner update is skipped; the averaging of this step (take, blend, copy back) still runs.
-  void skip_update(double lr) override;
+  // The inner optimizer skips on the flag; the averaging of every step (take, blend, copy back)
+  // runs whatever it says.
+  void set_skip_flag(const float* found_inf) override { inner_->set_skip_flag(found_inf); }
   double base_lr() const override { return inner_->base_lr(); }
   void zero_grad() override { inner_->zero_grad(); }
   std::vector<std::pair<std::string, Tensor>> state_tensors() const override;

@@ -38,8 +38,11 @@ __device__ __forceinline__ void update(const AdamwTensor& t, const AdamwHyper& h
 // with the tensor's position, so the many small tensors (biases, norm weights) land on
 // different blocks instead of all queueing on block 0; each block's span stays contiguous, so
 // accesses still coalesce. Every element is updated by exactly one thread: no races, no atomics.
+// A set skip flag (float16 loss scaling found an inf or NaN) ends every thread before it writes.
 template <class T, class H>
-__global__ void multi_tensor_update_kernel(TensorList<T, H> list, const float* __restrict__ scalars) {
+__global__ void multi_tensor_update_kernel(TensorList<T, H> list, const float* __restrict__ scalars,
+                                           const float* __restrict__ skip) {
+  if (skip && *skip != 0.f) return;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int k = 0; k < list.count; ++k) {
     T t = list.tensors[k];
@@ -51,7 +54,7 @@ __global__ void multi_tensor_update_kernel(TensorList<T, H> list, const float* _
 }
 
 template <class T, class H>
-void launch_multi_tensor(const std::vector<T>& tensors, const H& hyper, const float* scalars) {
+void launch_multi_tensor(const std::vector<T>& tensors, const H& hyper, const float* scalars, const float* skip) {
   for (size_t first = 0; first < tensors.size(); first += kTensorsPerLaunch) {
     TensorList<T, H> list{};
     list.hyper = hyper;
@@ -63,19 +66,42 @@ void launch_multi_tensor(const std::vector<T>& tensors, const H& hyper, const fl
     }
     if (largest == 0) continue;
     const int grid = cuda::grid_blocks(cuda::ceil_div(largest, kUpdateBlock), kUpdateBlock);
-    multi_tensor_update_kernel<T, H><<<grid, kUpdateBlock, 0, cuda::stream()>>>(list, scalars);
+    multi_tensor_update_kernel<T, H><<<grid, kUpdateBlock, 0, cuda::stream()>>>(list, scalars, skip);
     MINIDL_LAUNCH_CHECK();
   }
 }
 
-}  // namespace
+constexpr int kCountsPerLaunch = 512;
 
-void sgd_step_cuda(const std::vector<SgdTensor>& tensors, const SgdHyper& h, const float* scalars) {
-  launch_multi_tensor(tensors, h, scalars);
+struct SlotList {
+  int32_t slots[kCountsPerLaunch];
+  int count;
+};
+static_assert(sizeof(SlotList) + sizeof(StepCounts) <= 4096, "step-count slot table too large");
+
+__global__ void count_steps_kernel(StepCounts c, SlotList list) {
+  for (int k = threadIdx.x; k < list.count; k += blockDim.x) count_step(c, list.slots[k]);
 }
 
-void adamw_step_cuda(const std::vector<AdamwTensor>& tensors, const AdamwHyper& h, const float* scalars) {
-  launch_multi_tensor(tensors, h, scalars);
+}  // namespace
+
+void sgd_step_cuda(const std::vector<SgdTensor>& tensors, const SgdHyper& h, const float* scalars, const float* skip) {
+  launch_multi_tensor(tensors, h, scalars, skip);
+}
+
+void adamw_step_cuda(const std::vector<AdamwTensor>& tensors, const AdamwHyper& h, const float* scalars,
+                     const float* skip) {
+  launch_multi_tensor(tensors, h, scalars, skip);
+}
+
+void count_steps_cuda(const StepCounts& c, const std::vector<int32_t>& slots) {
+  for (size_t first = 0; first < slots.size(); first += kCountsPerLaunch) {
+    SlotList list{};
+    list.count = static_cast<int>(std::min<size_t>(kCountsPerLaunch, slots.size() - first));
+    std::copy(slots.begin() + first, slots.begin() + first + list.count, list.slots);
+    count_steps_kernel<<<1, 128, 0, cuda::stream()>>>(c, list);
+    MINIDL_LAUNCH_CHECK();
+  }
 }
 
 }  // namespace minidl::kernels

@@ -51,14 +51,16 @@ void Muon::prepare(double lr) {
   if (rest_) rest_->prepare(options_.lr > 0 ? lr * rest_->base_lr() / options_.lr : 0.0);
   for (size_t i = 0; i < params_.size(); ++i) {
     scalar_row(i)[0] = static_cast<float>(lr);
-    if (params_[i].tensor.grad().defined()) ++entries_[i].steps;
+    count_step(i);
   }
   upload_scalars();
 }
 
 void Muon::apply() {
   if (rest_) rest_->apply();
-  for (size_t i : params_with_grad()) {
+  const std::vector<size_t> active = params_with_grad();
+  count_steps(active, {});
+  for (size_t i : active) {
     Entry& e = entries_[i];
     Tensor& p = params_[i].tensor;
     const Tensor g = p.grad();
@@ -72,14 +74,14 @@ void Muon::apply() {
     dispatch(
         p.device(), "muon_step",
         [&] {
-          kernels::muon_momentum_cpu(g.data<float>(), buf, u.data<float>(), n, m, nesterov);
+          kernels::muon_momentum_cpu(g.data<float>(), buf, u.data<float>(), n, m, nesterov, skip_flag());
           kernels::newton_schulz_cpu(u.data<float>(), x.data<float>(), rows, n / rows, options_.ns);
-          kernels::muon_apply_cpu(p.data<float>(), x.data<float>(), n, target, normalize, lr);
+          kernels::muon_apply_cpu(p.data<float>(), x.data<float>(), n, target, normalize, lr, skip_flag());
         },
         [&] {
-          kernels::muon_momentum_cuda(g.data<float>(), buf, u.data<float>(), n, m, nesterov);
+          kernels::muon_momentum_cuda(g.data<float>(), buf, u.data<float>(), n, m, nesterov, skip_flag());
           kernels::newton_schulz_cuda(u.data<float>(), x.data<float>(), rows, n / rows, options_.ns);
-          kernels::muon_apply_cuda(p.data<float>(), x.data<float>(), n, target, normalize, lr);
+          kernels::muon_apply_cuda(p.data<float>(), x.data<float>(), n, target, normalize, lr, skip_flag());
         });
   }
 }
@@ -116,6 +118,11 @@ void Muon::load_state(const std::vector<std::pair<std::string, Tensor>>& tensors
   mine.erase("rest");
   if (rest_) rest_->load_state(rest, scalars["rest"]);
   GroupedOptimizer::load_state(own, mine);
+}
+
+void Muon::set_skip_flag(const float* found_inf) {
+  GroupedOptimizer::set_skip_flag(found_inf);
+  if (rest_) rest_->set_skip_flag(found_inf);
 }
 
 void Muon::to(Device device) {

@@ -42,6 +42,7 @@ class Muon : public GroupedOptimizer {
   nlohmann::json state_scalars() const override;
   void load_state(const std::vector<std::pair<std::string, Tensor>>& tensors, const nlohmann::json& scalars) override;
   void to(Device device) override;
+  void set_skip_flag(const float* found_inf) override;
   nlohmann::json to_json() const override;
 
  private:

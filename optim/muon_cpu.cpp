@@ -18,7 +18,8 @@ double sum_squares(const float* x, int64_t n) {
 
 }  // namespace
 
-void muon_momentum_cpu(const float* g, float* buf, float* u, int64_t n, float momentum, int nesterov) {
+void muon_momentum_cpu(const float* g, float* buf, float* u, int64_t n, float momentum, int nesterov, const float* skip) {
+  if (skip && *skip != 0.f) return;
   for (int64_t i = 0; i < n; ++i) muon_momentum(g, buf, u, momentum, nesterov, i);
 }
 
@@ -40,7 +41,9 @@ void newton_schulz_cpu(const float* g, float* out, int64_t rows, int64_t cols, c
     O = X;
 }
 
-void muon_apply_cpu(float* p, const float* x, int64_t n, float target_norm, int normalize, const float* lr) {
+void muon_apply_cpu(float* p, const float* x, int64_t n, float target_norm, int normalize, const float* lr,
+                    const float* skip) {
+  if (skip && *skip != 0.f) return;
   const float scale = normalize ? static_cast<float>(target_norm / std::sqrt(sum_squares(p, n))) : 1.f;
   const float step = *lr;
   for (int64_t i = 0; i < n; ++i) p[i] = fmaf(-step, x[i], p[i] * scale);

@@ -21,7 +21,11 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kReduceThreads = 1024;
 
-__global__ void momentum_kernel(const float* g, float* buf, float* u, int64_t n, float m, int nesterov) {
+// A set skip flag ends every thread before it writes (here and in apply_kernel); the
+// Newton-Schulz iterate of a skipped step is formed from its non-finite gradient and dropped.
+__global__ void momentum_kernel(const float* g, float* buf, float* u, int64_t n, float m, int nesterov,
+                                const float* skip) {
+  if (skip && *skip != 0.f) return;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     muon_momentum(g, buf, u, m, nesterov, i);
@@ -52,7 +56,9 @@ __global__ void normalize_kernel(const float* __restrict__ x, float* __restrict_
 
 // p = p * (target / sqrt(ss)) - lr * x (no rescale when normalize is 0).
 __global__ void apply_kernel(float* __restrict__ p, const float* __restrict__ x, int64_t n,
-                             const double* __restrict__ ss, float target, int normalize, const float* __restrict__ lr_ptr) {
+                             const double* __restrict__ ss, float target, int normalize, const float* __restrict__ lr_ptr,
+                             const float* __restrict__ skip) {
+  if (skip && *skip != 0.f) return;
   const float scale = normalize ? static_cast<float>(target / sqrt(ss[0])) : 1.f;
   const float lr = *lr_ptr;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -86,8 +92,9 @@ void copy_async(float* dst, const float* src, int64_t n) {
 
 }  // namespace
 
-void muon_momentum_cuda(const float* g, float* buf, float* u, int64_t n, float momentum, int nesterov) {
-  momentum_kernel<<<grid_for(n), kThreads, 0, cuda::stream()>>>(g, buf, u, n, momentum, nesterov);
+void muon_momentum_cuda(const float* g, float* buf, float* u, int64_t n, float momentum, int nesterov,
+                        const float* skip) {
+  momentum_kernel<<<grid_for(n), kThreads, 0, cuda::stream()>>>(g, buf, u, n, momentum, nesterov, skip);
   MINIDL_LAUNCH_CHECK();
 }
 
@@ -125,14 +132,15 @@ void newton_schulz_cuda(const float* g, float* out, int64_t rows, int64_t cols, 
   if (x != out) copy_async(out, x, n);
 }
 
-void muon_apply_cuda(float* p, const float* x, int64_t n, float target_norm, int normalize, const float* lr) {
+void muon_apply_cuda(float* p, const float* x, int64_t n, float target_norm, int normalize, const float* lr,
+                     const float* skip) {
   std::shared_ptr<void> ss_buf = allocate(sizeof(double), Device::cuda());
   double* ss = static_cast<double*>(ss_buf.get());
   if (normalize) {
     sum_squares_kernel<<<1, kReduceThreads, 0, cuda::stream()>>>(p, n, ss);
     MINIDL_LAUNCH_CHECK();
   }
-  apply_kernel<<<grid_for(n), kThreads, 0, cuda::stream()>>>(p, x, n, ss, target_norm, normalize, lr);
+  apply_kernel<<<grid_for(n), kThreads, 0, cuda::stream()>>>(p, x, n, ss, target_norm, normalize, lr, skip);
   MINIDL_LAUNCH_CHECK();
 }
 

@@ -23,8 +23,10 @@ MINIDL_HD void muon_momentum(const float* g, float* buf, float* u, float momentu
   u[i] = nesterov ? fmaf(momentum, b, g[i]) : b;
 }
 
-void muon_momentum_cpu(const float* g, float* buf, float* u, int64_t n, float momentum, int nesterov);
-void muon_momentum_cuda(const float* g, float* buf, float* u, int64_t n, float momentum, int nesterov);
+// A nonzero *skip (float16 loss scaling found an inf or NaN; null: never) leaves buf as it is.
+void muon_momentum_cpu(const float* g, float* buf, float* u, int64_t n, float momentum, int nesterov, const float* skip);
+void muon_momentum_cuda(const float* g, float* buf, float* u, int64_t n, float momentum, int nesterov,
+                        const float* skip);
 
 // out = the Newton-Schulz iterate of g (rows, cols): X = g / (||g|| + eps), then `steps` times
 // A = X X^T, B = b A + c A A, X = a X + B X (on the transpose when rows > cols). out may not alias g.
@@ -33,7 +35,10 @@ void newton_schulz_cuda(const float* g, float* out, int64_t rows, int64_t cols, 
 
 // p = p * target_norm / ||p||_F (airbench's Muon keeps each filter bank at norm sqrt(out_channels)),
 // then p -= lr * x, with lr read from memory on the tensors' device (the optimizer's scalar table).
-void muon_apply_cpu(float* p, const float* x, int64_t n, float target_norm, int normalize, const float* lr);
-void muon_apply_cuda(float* p, const float* x, int64_t n, float target_norm, int normalize, const float* lr);
+// A nonzero *skip leaves p as it is.
+void muon_apply_cpu(float* p, const float* x, int64_t n, float target_norm, int normalize, const float* lr,
+                    const float* skip);
+void muon_apply_cuda(float* p, const float* x, int64_t n, float target_norm, int normalize, const float* lr,
+                     const float* skip);
 
 }  // namespace minidl::kernels

@@ -36,11 +36,13 @@ class Optimizer {
   // work and changes no host state, so a CUDA graph can capture it once and replay it after each
   // later prepare() (train/step_graph.h).
   virtual void apply() = 0;
-  // A step whose update is skipped (float16 loss scaling found an inf or NaN, optim/grad_scaler.h):
-  // the parameters and their state stay as they are, as with GradScaler.step() not calling the
-  // optimizer. Wrappers that act on the training step's own schedule (Lookahead's averaging) still
-  // take their step, so their schedule stays on the trainer's steps.
-  virtual void skip_update(double lr) { (void)lr; }
+  // Float16 loss scaling (optim/grad_scaler.h): from now on apply()'s kernels read `found_inf`, a
+  // float in the parameters' device memory, and where it is nonzero leave the parameters, their
+  // state and their step counts as they are (GradScaler.step() not calling the optimizer). The
+  // decision is the device's, so a step never waits for the host and a CUDA graph replays it.
+  // Wrappers pass it to what they hold; Lookahead's averaging follows the training steps and still
+  // takes its step on a skipped one.
+  virtual void set_skip_flag(const float* found_inf) = 0;
   virtual double base_lr() const = 0;  // the config's "lr"
   // Zeroes every parameter's gradient in place (PyTorch's zero_grad(set_to_none=False)): the
   // gradient tensors stay defined, so the next backward sums into fresh tensors and the set of

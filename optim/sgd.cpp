@@ -9,7 +9,8 @@ namespace minidl {
 
 namespace kernels {
 
-void sgd_step_cpu(const SgdTensor& t, const SgdHyper& h) {
+void sgd_step_cpu(const SgdTensor& t, const SgdHyper& h, const float* skip) {
+  if (skip && *skip != 0.f) return;
 #pragma omp parallel for schedule(static) if (t.n > 65536)
   for (int64_t i = 0; i < t.n; ++i) sgd_update(t, h, i);
 }
@@ -50,7 +51,7 @@ void SGD::prepare(double lr) {
     float* row = scalar_row(i);
     row[0] = static_cast<float>(lr * e.lr_scale);
     row[1] = static_cast<float>(e.weight_decay);
-    if (params_[i].tensor.grad().defined()) ++e.steps;
+    count_step(i);
   }
   upload_scalars();
 }
@@ -59,6 +60,7 @@ void SGD::apply() {
   const std::vector<size_t> active = params_with_grad();
   if (active.empty()) return;
   const Device device = params_device();
+  count_steps(active, {});
   const kernels::SgdHyper hyper{static_cast<float>(options_.momentum), options_.nesterov ? 1 : 0};
   std::vector<kernels::SgdTensor> tensors;
   for (size_t i : active) {
@@ -69,8 +71,9 @@ void SGD::apply() {
                        row[0], row[1], static_cast<int32_t>(i)});
   }
   dispatch(
-      device, "sgd_step", [&] { for (const kernels::SgdTensor& t : tensors) kernels::sgd_step_cpu(t, hyper); },
-      [&] { kernels::sgd_step_cuda(tensors, hyper, scalar_table()); });
+      device, "sgd_step",
+      [&] { for (const kernels::SgdTensor& t : tensors) kernels::sgd_step_cpu(t, hyper, skip_flag()); },
+      [&] { kernels::sgd_step_cuda(tensors, hyper, scalar_table(), skip_flag()); });
 }
 
 nlohmann::json SGD::to_json() const {

@@ -98,6 +98,34 @@ MINIDL_HD void adamw_update(const AdamwTensor& t, const AdamwHyper& h, int64_t i
   t.param[i] = fmaf(-t.step_size, div_rn(m, denom), p);
 }
 
+// An AdamW row's bias corrections from the group's lr and the parameter's step count (this
+// update's, at least 1), in double and rounded to float once. The host's prepare() and, under a
+// skip flag, the device's step counting (count_step below) both call it.
+MINIDL_HD void adamw_bias_corrections(double lr, double beta1, double beta2, int64_t steps, float* row) {
+  const double step = static_cast<double>(steps < 1 ? 1 : steps);
+  row[1] = static_cast<float>(lr / (1 - pow(beta1, step)));
+  row[2] = static_cast<float>(sqrt(1 - pow(beta2, step)));
+}
+
+// Step counts on the device, for optimizers whose update a device flag may skip (float16 loss
+// scaling, Optimizer::set_skip_flag): a host count could not know whether the step was taken
+// without waiting for the device.
+struct StepCounts {
+  int32_t* steps;          // one per parameter
+  const float* found_inf;  // nonzero: this step is skipped
+  // AdamW: the rows of its scalar table get the bias corrections of the new count (null
+  // otherwise); lr holds each parameter's group lr of this step.
+  float* adamw_table;
+  const double* lr;
+  double beta1, beta2;
+};
+
+MINIDL_HD void count_step(const StepCounts& c, int32_t slot) {
+  if (*c.found_inf != 0.f) return;
+  const int32_t steps = ++c.steps[slot];
+  if (c.adamw_table) adamw_bias_corrections(c.lr[slot], c.beta1, c.beta2, steps, c.adamw_table + slot * kAdamwScalars);
+}
+
 // The scalar fields of a tensor from its row of the table.
 MINIDL_HD void load_scalars(SgdTensor& t, const float* table) {
   t.lr = table[t.slot * kSgdScalars];
@@ -109,11 +137,16 @@ MINIDL_HD void load_scalars(AdamwTensor& t, const float* table) {
   t.bias_correction2_sqrt = table[t.slot * kAdamwScalars + 2];
 }
 
-void sgd_step_cpu(const SgdTensor& t, const SgdHyper& h);
-void adamw_step_cpu(const AdamwTensor& t, const AdamwHyper& h);
+// A nonzero *skip leaves every tensor as it is (null: never skip); skip is in the tensors' memory.
+void sgd_step_cpu(const SgdTensor& t, const SgdHyper& h, const float* skip);
+void adamw_step_cpu(const AdamwTensor& t, const AdamwHyper& h, const float* skip);
 // Every tensor in as few launches as the kernel-argument limit allows (a multi-tensor apply); the
 // scalar fields come from `scalars`, the device table.
-void sgd_step_cuda(const std::vector<SgdTensor>& tensors, const SgdHyper& h, const float* scalars);
-void adamw_step_cuda(const std::vector<AdamwTensor>& tensors, const AdamwHyper& h, const float* scalars);
+void sgd_step_cuda(const std::vector<SgdTensor>& tensors, const SgdHyper& h, const float* scalars, const float* skip);
+void adamw_step_cuda(const std::vector<AdamwTensor>& tensors, const AdamwHyper& h, const float* scalars,
+                     const float* skip);
+// count_step for every slot listed (in the memory of c's device).
+void count_steps_cpu(const StepCounts& c, const std::vector<int32_t>& slots);
+void count_steps_cuda(const StepCounts& c, const std::vector<int32_t>& slots);
 
 }  // namespace minidl::kernels

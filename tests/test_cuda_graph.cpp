@@ -3,7 +3,7 @@
 // back fails, names the call and runs nothing; StepGraph falls back to eager steps; a step's
 // persistent tensors keep their addresses; and whole training runs give the same bits graphed and
 // eager (BatchNorm + SGD; GroupNorm + LayerNorm + GELU + AdamW; lookahead and a part-way freeze,
-// steps of several kinds), also resumed.
+// steps of several kinds; float16 with loss scaling that skips steps), also resumed.
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -40,8 +40,13 @@ std::string slurp(const std::string& path) {
 // A small net on 512 training images, 8 steps of 64 per epoch, on the GPU. `norm` picks the
 // variant: BatchNorm2d with ReLU and SGD; the same with a Linear bias, lookahead every 2 steps and
 // that bias frozen from epoch 1 (steps of several kinds, each its own graph); or GroupNorm,
-// LayerNorm and GELU with AdamW.
-std::string write_config(const std::string& dir, const std::string& norm) {
+// LayerNorm and GELU with AdamW. A "_fp16" suffix trains in float16 channels-last from a loss
+// scale of 2^24, which overflows the first steps' gradients: the scaler skips them on the device.
+std::string write_config(const std::string& dir, std::string norm) {
+  const std::string fp16_suffix = "_fp16";
+  const bool fp16 = norm.size() > fp16_suffix.size() &&
+                    norm.compare(norm.size() - fp16_suffix.size(), fp16_suffix.size(), fp16_suffix) == 0;
+  if (fp16) norm.resize(norm.size() - fp16_suffix.size());
   fs::create_directories(dir);
   json c = json::parse(R"({
     "seed": 5, "device": "cuda", "epochs": 2, "batch_size": 64,
@@ -82,6 +87,11 @@ std::string write_config(const std::string& dir, const std::string& norm) {
       {"type": "GlobalAvgPool2d"},
       {"type": "Linear", "in_features": 16, "out_features": 10}])");
     c["optimizer"] = json::parse(R"({"type": "AdamW", "lr": 0.003, "weight_decay": 0.01})");
+  }
+  if (fp16) {
+    c["precision"] = "fp16";
+    c["memory_format"] = "channels_last";
+    c["grad_scaler"] = json::parse(R"({"init_scale": 16777216, "growth_interval": 4})");
   }
   const std::string path = dir + "/config.in.json";
   std::ofstream(path) << c.dump(2);
@@ -231,7 +241,8 @@ TEST_CASE("a training step's persistent tensors keep their addresses from step t
   // same tensors: the GroupNorm/LayerNorm net has biases, whose gradients once moved every step.
   MINIDL_REQUIRE_DATA();
   test::TempDir tmp("minidl_graph_addresses");
-  for (const std::string norm : {"batchnorm", "groupnorm_layernorm_gelu", "batchnorm_lookahead_freeze"}) {
+  for (const std::string norm : {"batchnorm", "groupnorm_layernorm_gelu", "batchnorm_lookahead_freeze",
+                                 "batchnorm_fp16", "groupnorm_layernorm_gelu_fp16"}) {
     INFO(norm);
     std::ifstream in(write_config(tmp.path.string() + "/" + norm, norm));
     json c = json::parse(in);
@@ -262,7 +273,8 @@ TEST_CASE("a training step's persistent tensors keep their addresses from step t
 TEST_CASE("graphed training gives the bits of eager training, and a graphed resume too", "[cuda][graph][training]") {
   MINIDL_REQUIRE_CUDA();
   MINIDL_REQUIRE_DATA();
-  for (const std::string norm : {"batchnorm", "groupnorm_layernorm_gelu", "batchnorm_lookahead_freeze"}) {
+  for (const std::string norm : {"batchnorm", "groupnorm_layernorm_gelu", "batchnorm_lookahead_freeze",
+                                 "batchnorm_fp16", "groupnorm_layernorm_gelu_fp16"}) {
     INFO(norm);
     test::TempDir tmp("graph_" + norm);
     const std::string dir = tmp.path.string();
@@ -293,6 +305,15 @@ TEST_CASE("graphed training gives the bits of eager training, and a graphed resu
       REQUIRE(a["test_acc"] == b["test_acc"]);
       REQUIRE(a["test_acc_tta"] == b["test_acc_tta"]);
       REQUIRE(a["train_acc"] == b["train_acc"]);
+      REQUIRE(a.value("loss_scale", 0.0) == b.value("loss_scale", 0.0));
+      REQUIRE(a.value("skipped_steps", 0) == b.value("skipped_steps", 0));
+    }
+    if (norm.find("fp16") != std::string::npos) {
+      // Some steps were skipped and some taken, so both sides of the device's decision replayed.
+      const json last = json::parse(lg);
+      INFO(last.dump());
+      REQUIRE(last["skipped_steps"].get<int64_t>() > 0);
+      REQUIRE(last["skipped_steps"].get<int64_t>() < last["step"].get<int64_t>());
     }
   }
 }

@@ -3,6 +3,8 @@
 // Linear cast their float32 weights and send float32 gradients back, the loss scaler's rule and
 // state (PyTorch GradScaler), and training runs in both types on the CPU: the same bits twice and
 // after a resume, skipped float16 steps on overflow.
+#include <cfloat>
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -164,44 +166,92 @@ TEST_CASE("autocast: Conv2d and Linear in the autocast type, GroupNorm and Layer
   CHECK(autocast_dtype() == DType::Float32);  // the guard restores the state
 }
 
-TEST_CASE("grad scaler: PyTorch GradScaler's growth and backoff rule", "[precision][grad_scaler]") {
-  GradScalerOptions o;
-  o.growth_interval = 3;
-  GradScaler s(o, Device::cpu());
-  CHECK(s.scale() == 65536.f);
-  CHECK(s.backward_seed().to_vector() == std::vector<float>{65536.f});
-  s.update(false);
-  s.update(false);
-  CHECK(s.scale() == 65536.f);
-  CHECK(s.growth_tracker() == 2);
-  s.update(false);  // the third clean step in a row grows the scale
-  CHECK(s.scale() == 131072.f);
-  CHECK(s.growth_tracker() == 0);
-  s.update(false);
-  s.update(true);  // an overflow halves it and restarts the count
-  CHECK(s.scale() == 65536.f);
-  CHECK(s.growth_tracker() == 0);
-  CHECK(s.skipped_steps() == 1);
+namespace {
 
-  GradScalerOptions big;
-  big.init_scale = 3e38;
-  big.growth_interval = 1;
-  GradScaler at_max(big, Device::cpu());
-  at_max.update(false);  // 6e38 is not a finite float32: the scale stays
-  CHECK(at_max.scale() == 3e38f);
+// One step of the scaler as the trainer runs it: unscale a gradient (inf where `overflow`), update.
+void scaler_step(GradScaler& s, bool overflow, Device device) {
+  s.unscale({Tensor::from_vector(std::vector<float>{1.f, overflow ? INFINITY : 2.f}, {2}, device)});
+  s.update();
+}
+
+std::vector<Device> scaler_devices() {
+  std::vector<Device> devices{Device::cpu()};
+  if (cuda_available()) devices.push_back(Device::cuda());
+  return devices;
+}
+
+}  // namespace
+
+TEST_CASE("grad scaler: PyTorch GradScaler's growth and backoff rule, on the device", "[precision][grad_scaler]") {
+  for (Device device : scaler_devices()) {
+    INFO(device.str());
+    GradScalerOptions o;
+    o.growth_interval = 3;
+    GradScaler s(o, device);
+    CHECK(s.scale() == 65536.f);
+    CHECK(s.backward_seed().to_vector() == std::vector<float>{65536.f});
+    scaler_step(s, false, device);
+    scaler_step(s, false, device);
+    CHECK(s.scale() == 65536.f);
+    CHECK(s.growth_tracker() == 2);
+    scaler_step(s, false, device);  // the third clean step in a row grows the scale
+    CHECK(s.scale() == 131072.f);
+    CHECK(s.backward_seed().to_vector() == std::vector<float>{131072.f});
+    CHECK(s.growth_tracker() == 0);
+    scaler_step(s, false, device);
+    scaler_step(s, true, device);  // an overflow halves it and restarts the count
+    CHECK(s.scale() == 65536.f);
+    CHECK(s.growth_tracker() == 0);
+    CHECK(s.skipped_steps() == 1);
+
+    GradScalerOptions big;
+    big.init_scale = 3e38;
+    big.growth_interval = 1;
+    GradScaler at_max(big, device);
+    scaler_step(at_max, false, device);  // 6e38 is not a finite float32: the scale stays
+    CHECK(at_max.scale() == 3e38f);
+
+    GradScalerOptions tiny;
+    tiny.init_scale = 2 * static_cast<double>(FLT_MIN);
+    GradScaler at_min(tiny, device);
+    scaler_step(at_min, true, device);
+    scaler_step(at_min, true, device);  // half of FLT_MIN is subnormal: the scale stays at FLT_MIN
+    CHECK(at_min.scale() == FLT_MIN);
+    CHECK(at_min.skipped_steps() == 2);
+  }
 }
 
 TEST_CASE("grad scaler: unscale multiplies by 1/scale and flags inf and NaN", "[precision][grad_scaler]") {
-  GradScaler s(GradScalerOptions(), Device::cpu());
-  Tensor a = Tensor::from_vector(std::vector<float>{65536.f, -3.f, 0.f}, {3});
-  Tensor b = Tensor::from_vector(std::vector<float>{1.f, 2.f}, {2});
-  CHECK_FALSE(s.unscale({a, b}));
-  CHECK(a.to_vector() == std::vector<float>{1.f, -3.f / 65536.f, 0.f});
-  CHECK(b.to_vector() == std::vector<float>{1.f / 65536.f, 2.f / 65536.f});
-  for (float bad : {INFINITY, -INFINITY, NAN}) {
-    Tensor c = Tensor::from_vector(std::vector<float>{1.f, bad}, {2});
-    CHECK(s.unscale({b, c}));
-    CHECK_FALSE(s.unscale({b}));  // the flag is cleared for every call
+  for (Device device : scaler_devices()) {
+    INFO(device.str());
+    GradScaler s(GradScalerOptions(), device);
+    // More gradients than one launch takes (128), of ragged sizes: the list is chunked.
+    std::vector<Tensor> many;
+    for (int i = 0; i < 130; ++i)
+      many.push_back(Tensor::from_vector(test::random_values(1 + 37 * i, i), {1 + 37 * i}, device));
+    std::vector<std::vector<float>> want;
+    for (const Tensor& t : many) {
+      std::vector<float> v = t.to_vector();
+      for (float& x : v) x *= 1.f / 65536.f;
+      want.push_back(v);
+    }
+    s.unscale(many);
+    CHECK_FALSE(s.found_inf());
+    for (size_t i = 0; i < many.size(); ++i) REQUIRE(many[i].to_vector() == want[i]);
+    Tensor a = Tensor::from_vector(std::vector<float>{65536.f, -3.f, 0.f}, {3}, device);
+    Tensor b = Tensor::from_vector(std::vector<float>{1.f, 2.f}, {2}, device);
+    s.unscale({a, b});
+    CHECK_FALSE(s.found_inf());
+    CHECK(a.to_vector() == std::vector<float>{1.f, -3.f / 65536.f, 0.f});
+    CHECK(b.to_vector() == std::vector<float>{1.f / 65536.f, 2.f / 65536.f});
+    for (float bad : {INFINITY, -INFINITY, NAN}) {
+      Tensor c = Tensor::from_vector(std::vector<float>{1.f, bad}, {2}, device);
+      many.back() = c;
+      s.unscale(many);  // the bad value in the last chunk
+      CHECK(s.found_inf());
+      s.unscale({b});  // the flag is cleared for every call
+      CHECK_FALSE(s.found_inf());
+    }
   }
 }
 
@@ -221,8 +271,8 @@ TEST_CASE("grad scaler: options and state are checked", "[precision][grad_scaler
   CHECK(GradScalerOptions::from_json(o.to_json(), "x").to_json() == o.to_json());
 
   GradScaler s(o, Device::cpu());
-  s.update(true);
-  s.update(false);
+  scaler_step(s, true, Device::cpu());
+  scaler_step(s, false, Device::cpu());
   GradScaler t(o, Device::cpu());
   t.load_state(s.state());
   CHECK(t.state() == s.state());
@@ -357,9 +407,12 @@ TEST_CASE("training: fp16 steps that overflow are skipped and the scale backs of
     REQUIRE(trainer.train_step(step, static_cast<Trainer::StepRecord*>(record.get())));
   REQUIRE(trainer.grad_scaler()->skipped_steps() == 6);
   CHECK(trainer.grad_scaler()->scale() == static_cast<float>(1.329228e36 / 64));
-  // No update happened: the first weight is unchanged; lookahead counted all 6 steps.
+  // No update happened: the first weight is unchanged and no parameter counted a step; lookahead
+  // counted all 6 training steps.
   CHECK(trainer.model().state_dict().front().second.to_vector() == before);
-  CHECK(trainer.optimizer().state_scalars().at("steps") == 6);
+  const json scalars = trainer.optimizer().state_scalars();
+  CHECK(scalars.at("steps") == 6);
+  for (const auto& [name, count] : scalars.at("inner").at("steps").items()) CHECK(count == 0);
 }
 
 TEST_CASE("precision: grad_scaler is for fp16 only, and a checkpoint must match the precision", "[config][precision]") {

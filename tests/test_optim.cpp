@@ -2,7 +2,8 @@
 // changing lr against float64 implementations of the torch.optim formulas; parameter groups and
 // their matching rule; parameters without gradients; zero_grad; config round trip and errors;
 // state save/load giving a bit-identical next step; GPU updates bit-identical to the CPU (both
-// run the same per-element code with every rounding pinned down: exact equality is required).
+// run the same per-element code with every rounding pinned down: exact equality is required);
+// a device skip flag (float16 loss scaling) leaving weights, state and step counts as they are.
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -347,4 +348,67 @@ TEST_CASE("optimizer updates on the GPU are bit-identical to the CPU", "[optim][
       REQUIRE(same_bits(opt_gpu->state_tensors()[k].second.to_vector(),
                         opt_cpu->state_tensors()[k].second.to_vector()));
   }
+}
+
+namespace {
+
+void set_flag(Tensor& flag, float value) { flag.copy_(Tensor::full({1}, value, Device::cpu())); }
+
+// One optimizer under a skip flag against one that only sees the steps taken, from the same
+// weights, on `device`: a flagged step changes nothing (weights, state, step counts), a clean one
+// gives the unflagged optimizer's bits, and the flagged state round-trips through a checkpoint.
+void check_skip_flag(const char* text, Device device) {
+  INFO(text << " on " << device.str());
+  const json config = json::parse(text);
+  std::vector<NamedParam> plain = make_params(kSpecs, device), flagged = make_params(kSpecs, device);
+  auto opt_plain = make_optimizer(config, plain, "optimizer");
+  auto opt_flagged = make_optimizer(config, flagged, "optimizer");
+  Tensor flag = Tensor::zeros({1}, DType::Float32, device);
+  opt_flagged->set_skip_flag(flag.data<float>());
+  for (int step = 0; step < 6; ++step) {
+    INFO("step " << step);
+    const bool skipped = step == 1 || step == 4;
+    set_flag(flag, skipped ? 1.f : 0.f);
+    set_grads(flagged, step);
+    const std::vector<float> before = all_values(flagged);
+    opt_flagged->step(lr_at(step));
+    if (skipped) {
+      REQUIRE(same_bits(all_values(flagged), before));
+    } else {
+      set_grads(plain, step);
+      opt_plain->step(lr_at(step));
+      REQUIRE(same_bits(all_values(flagged), all_values(plain)));
+    }
+    REQUIRE(opt_flagged->state_scalars() == opt_plain->state_scalars());
+    for (size_t k = 0; k < opt_plain->state_tensors().size(); ++k)
+      REQUIRE(same_bits(opt_flagged->state_tensors()[k].second.to_vector(),
+                        opt_plain->state_tensors()[k].second.to_vector()));
+  }
+  // The device counts come back from a checkpoint of the unflagged optimizer.
+  std::vector<NamedParam> resumed = make_params(kSpecs, device);
+  for (size_t i = 0; i < resumed.size(); ++i) resumed[i].tensor.copy_(plain[i].tensor);
+  auto opt_resumed = make_optimizer(config, resumed, "optimizer");
+  opt_resumed->set_skip_flag(flag.data<float>());
+  opt_resumed->load_state(opt_plain->state_tensors(), json::parse(opt_plain->state_scalars().dump()));
+  set_flag(flag, 0.f);
+  set_grads(plain, 6);
+  set_grads(resumed, 6);
+  opt_plain->step(lr_at(6));
+  opt_resumed->step(lr_at(6));
+  REQUIRE(same_bits(all_values(resumed), all_values(plain)));
+  REQUIRE(opt_resumed->state_scalars() == opt_plain->state_scalars());
+}
+
+}  // namespace
+
+TEST_CASE("a skip flag skips the update on the device and keeps the step counts of the steps taken", "[optim]") {
+  std::vector<Device> devices{Device::cpu()};
+  if (cuda_available()) devices.push_back(Device::cuda());
+  for (Device device : devices)
+    for (const char* text :
+         {R"({"type": "SGD", "lr": 0.1, "momentum": 0.9, "nesterov": true, "weight_decay": 0.01})",
+          R"({"type": "AdamW", "lr": 0.01, "weight_decay": 0.1, "groups": [{"match": "bias", "lr_scale": 2}]})",
+          R"({"type": "Muon", "lr": 0.05, "momentum": 0.6, "nesterov": true, "normalize_weights": true,
+              "rest": {"type": "AdamW", "lr": 0.01}})"})
+      check_skip_flag(text, device);
 }

@@ -146,6 +146,7 @@ Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Da
     lookahead_ = la.get();
     optimizer_ = std::move(la);
   }
+  if (grad_scaler_) optimizer_->set_skip_flag(grad_scaler_->found_inf_flag());
   schedule_ = make_schedule(config.schedule, "schedule");
 }
 
@@ -226,8 +227,6 @@ bool Trainer::steps_graphed() const { return !failed_graph() && captured_graphs(
 
 std::string Trainer::step_mode() const {
   if (const StepGraph* failed = failed_graph()) return failed->mode();
-  if (grad_scaler_ && config_.cuda_graph && device_.is_cuda())
-    return "eager (float16 loss scaling reads its inf/NaN flag on the host each step)";
   const int captured = captured_graphs();
   if (captured == 0) return "eager";
   return captured == 1 ? "CUDA graph" : str("CUDA graph (", captured, " kinds of step)");
@@ -282,20 +281,16 @@ void Trainer::backward_and_update(const Tensor& loss, bool prepared, double lr, 
   else
     loss.backward();
   ProfileSection s = profiler ? profiler->section("optimizer") : ProfileSection();
-  bool skip = false;
   if (grad_scaler_) {
     std::vector<Tensor> grads;
     for (const Tensor& p : parameters_)
       if (p.grad().defined()) grads.push_back(p.grad());
-    skip = grad_scaler_->unscale(grads);
-    grad_scaler_->update(skip);
+    grad_scaler_->unscale(grads);
   }
-  if (skip) {
-    optimizer_->skip_update(lr);
-  } else {
-    if (!prepared) optimizer_->prepare(lr);
-    optimizer_->apply();
-  }
+  // Under loss scaling the update's kernels read the scaler's flag and skip themselves.
+  if (!prepared) optimizer_->prepare(lr);
+  optimizer_->apply();
+  if (grad_scaler_) grad_scaler_->update();
   optimizer_->zero_grad();
 }
 

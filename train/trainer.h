@@ -64,8 +64,7 @@ class Trainer {
   bool steps_graphed() const;
   // On a GPU, whether later steps (without a profiler) may run as CUDA graphs; the config's
   // cuda_graph at first. minidl profile times eager steps with it off, then graphed ones.
-  // float16 steps stay eager (optim/grad_scaler.h says why).
-  void set_cuda_graphs(bool on) { cuda_graphs_ = on && device_.is_cuda() && !grad_scaler_; }
+  void set_cuda_graphs(bool on) { cuda_graphs_ = on && device_.is_cuda(); }
   // The dtype of the activations: float32, or the config's bf16/fp16 (train/precision.h).
   DType activation_dtype() const { return activation_dtype_; }
   // The layout of the activations: NCHW, or the config's channels_last.
