@@ -888,4 +888,127 @@ TEST_CASE("forcing a norm path that cannot run a pass is a clear error", "[norm]
   CHECK_THROWS_WITH(norm::plan_backward_cuda(nhwc, b), Catch::Matchers::Contains("channels-last GroupNorm"));
 }
 
+namespace {
+
+// One pass of `dtype` storage (float32 or half) on a forced path, every buffer a device tensor.
+struct HalfPass {
+  Tensor y, mean, rstd, running_mean, running_var, dx, dweight, dbias;
+  norm::NormRun fwd, bwd;
+};
+
+// affine_grads false: no weight/bias gradients asked (LayerNorm's per-element ones have no
+// single-read form beyond the Warp path's rows).
+HalfPass run_stored(const NormLayout& l, DType dtype, const Tensor& x, const Tensor& dy, const Tensor& weight,
+                    const Tensor& bias, const Tensor& running_mean, const Tensor& running_var, bool relu,
+                    bool affine_grads, norm::NormPath path) {
+  const bool half = dtype != DType::Float32;
+  HalfPass o;
+  o.y = Tensor::empty_like(x);
+  o.mean = Tensor::empty({l.groups()}, DType::Float32, x.device());
+  o.rstd = Tensor::empty({l.groups()}, DType::Float32, x.device());
+  norm::NormForward a;
+  a.x = half ? nullptr : x.data<float>();
+  a.y = half ? nullptr : o.y.data<float>();
+  a.weight = weight.data<float>();
+  a.bias = bias.data<float>();
+  a.mean = o.mean.data<float>();
+  a.rstd = o.rstd.data<float>();
+  if (running_mean.defined()) {
+    o.running_mean = running_mean.clone();
+    o.running_var = running_var.clone();
+    a.running_mean = o.running_mean.data<float>();
+    a.running_var = o.running_var.data<float>();
+  }
+  a.relu = relu;
+  a.path = path;
+  o.fwd = half ? norm::forward_half_cuda(l, a, dtype, x.raw_data(), o.y.raw_data()) : norm::forward_cuda(l, a);
+  o.dx = Tensor::empty_like(x);
+  o.dweight = Tensor::zeros_like(weight);
+  o.dbias = Tensor::zeros_like(bias);
+  norm::NormBackward b;
+  b.x = a.x;
+  b.dy = half ? nullptr : dy.data<float>();
+  b.dx = half ? nullptr : o.dx.data<float>();
+  b.weight = a.weight;
+  b.bias = a.bias;
+  b.mean = a.mean;
+  b.rstd = a.rstd;
+  b.relu = relu;
+  b.dweight = affine_grads ? o.dweight.data<float>() : nullptr;
+  b.dbias = affine_grads ? o.dbias.data<float>() : nullptr;
+  b.path = path;
+  o.bwd = half ? norm::backward_half_cuda(l, b, dtype, x.raw_data(), dy.raw_data(), o.dx.raw_data())
+               : norm::backward_cuda(l, b);
+  return o;
+}
+
+bool same_floats(const Tensor& a, const Tensor& b) {
+  const std::vector<float> u = a.to_vector(), v = b.to_vector();
+  return u.size() == v.size() && std::memcmp(u.data(), v.data(), u.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+TEST_CASE("half passes on the Block and Cluster paths give the float32 pass's bits on the widened input, rounded once",
+          "[norm][cuda][half]") {
+  MINIDL_REQUIRE_CUDA();
+  const Device gpu = Device::cuda();
+  struct HalfCase {
+    const char* name;
+    NormLayout layout;
+    bool relu;
+  };
+  // Weight/bias gradients are asked where the single-read kernels form them (BatchNorm,
+  // GroupNorm); LayerNorm's backward runs without them.
+  const HalfCase cases[] = {
+      {"BatchNorm2d (8,16,12,12) +ReLU", NormLayout::batch_norm(8, 16, 144), true},  // 16-byte accesses
+      {"BatchNorm2d (3,5,9,7)", NormLayout::batch_norm(3, 5, 63), false},            // scalar accesses
+      {"GroupNorm (4,32,16,16) G4 +ReLU", NormLayout::group_norm(4, 32, 256, 4), true},  // weight grads on Block
+      {"GroupNorm (3,6,5,7) G3", NormLayout::group_norm(3, 6, 35, 3), false},
+      {"LayerNorm 6x4100", NormLayout::layer_norm(6, 4100), false},  // rows wider than the Warp path's
+      {"LayerNorm 5x3001 +ReLU", NormLayout::layer_norm(5, 3001), true},
+  };
+  uint64_t seed = 900;
+  for (const HalfCase& c : cases) {
+    const NormLayout& l = c.layout;
+    const bool channel = l.kind == NormKind::Channel, affine = channel || l.plane > 1;
+    const Tensor weight = Tensor::from_vector(uniform(l.features, seed++, 1.0, 0.3), {l.features}, gpu);
+    const Tensor bias = Tensor::from_vector(uniform(l.features, seed++, 0.0, 0.5), {l.features}, gpu);
+    const Tensor running_mean =
+        channel ? Tensor::from_vector(uniform(l.features, seed++, 5.0, 1.0), {l.features}, gpu) : Tensor();
+    const Tensor running_var =
+        channel ? Tensor::from_vector(uniform(l.features, seed++, 9.0, 2.0), {l.features}, gpu) : Tensor();
+    const Tensor x32 = Tensor::from_vector(uniform(l.numel(), seed++, 2.0, 3.0), {l.numel()}, gpu);
+    const Tensor dy32 = Tensor::from_vector(uniform(l.numel(), seed++, 0.0, 1.0), {l.numel()}, gpu);
+    for (DType d : {DType::BFloat16, DType::Float16}) {
+      const Tensor x = x32.to(d), dy = dy32.to(d);
+      const Tensor xw = x.to(DType::Float32), dyw = dy.to(DType::Float32);
+      for (norm::NormPath path : {norm::NormPath::Block, norm::NormPath::Cluster}) {
+        INFO(c.name << " in " << dtype_name(d) << " on " << norm::norm_path_name(path));
+        HalfPass want;
+        try {
+          want = run_stored(l, DType::Float32, xw, dyw, weight, bias, running_mean, running_var, c.relu, affine, path);
+        } catch (const Error&) {
+          continue;  // the path does not run this case in float32 either (the refusals are tested above)
+        }
+        const HalfPass got = run_stored(l, d, x, dy, weight, bias, running_mean, running_var, c.relu, affine, path);
+        REQUIRE(got.fwd.path == path);
+        REQUIRE(got.fwd.cluster == want.fwd.cluster);
+        REQUIRE(got.bwd.path == want.bwd.path);
+        REQUIRE(got.y.dtype() == d);
+        REQUIRE(same_floats(got.mean, want.mean));
+        REQUIRE(same_floats(got.rstd, want.rstd));
+        if (channel) {
+          REQUIRE(same_floats(got.running_mean, want.running_mean));
+          REQUIRE(same_floats(got.running_var, want.running_var));
+        }
+        REQUIRE(same_floats(got.y, want.y.to(d)));
+        REQUIRE(same_floats(got.dx, want.dx.to(d)));
+        REQUIRE(same_floats(got.dweight, want.dweight));
+        REQUIRE(same_floats(got.dbias, want.dbias));
+      }
+    }
+  }
+}
+
 #endif  // MINIDL_WITH_CUDA

@@ -305,7 +305,7 @@ NormRun three_launch_backward(const NormLayout& l, const NormBackward& b, const 
 NormRun plan_backward_cuda(const NormLayout& l, const NormBackward& b) {
   const warp_rows::Plan w = warp_rows::plan_backward(l, b, DType::Float32, b.x, b.dy, b.dx);
   if (w.runs) return w.run();
-  const single::Plan p = single::plan_backward(l, b);
+  const single::Plan p = single::plan_backward(l, b, DType::Float32, b.x, b.dy, b.dx);
   if (p.path != NormPath::ThreeLaunch) return {p.path, p.cluster, p.threads, p.launches()};
   return {NormPath::ThreeLaunch, 0, tiles::kBlock, 3};
 }
@@ -316,9 +316,9 @@ NormRun backward_cuda(const NormLayout& l, const NormBackward& b) {
     warp_rows::run_backward(w, l, b, DType::Float32, b.x, b.dy, b.dx);
     return w.run();
   }
-  const single::Plan plan = single::plan_backward(l, b);
+  const single::Plan plan = single::plan_backward(l, b, DType::Float32, b.x, b.dy, b.dx);
   if (plan.path != NormPath::ThreeLaunch) {
-    single::run_backward(plan, l, b);
+    single::run_backward(plan, l, b, DType::Float32, b.x, b.dy, b.dx);
     return {plan.path, plan.cluster, plan.threads, plan.launches()};
   }
   return three_launch_backward(l, b, b.x, b.dy, b.dx);
@@ -331,6 +331,11 @@ NormRun backward_half_cuda(const NormLayout& l, const NormBackward& b, DType dty
   if (w.runs) {
     warp_rows::run_backward(w, l, b, dtype, x, dy, dx);
     return w.run();
+  }
+  const single::Plan plan = single::plan_backward(l, b, dtype, x, dy, dx);
+  if (plan.path != NormPath::ThreeLaunch) {
+    single::run_backward(plan, l, b, dtype, x, dy, dx);
+    return {plan.path, plan.cluster, plan.threads, plan.launches()};
   }
   NormRun run;
   visit_floating(dtype, "normalization", [&](auto tag) {

@@ -250,7 +250,7 @@ void check_eval_layout(const NormLayout& l, const NormForward& a) {
 NormRun plan_forward_cuda(const NormLayout& l, const NormForward& a) {
   const warp_rows::Plan w = warp_rows::plan_forward(l, a, DType::Float32, a.x, a.y);
   if (w.runs) return w.run();
-  const single::Plan p = single::plan_forward(l, a);
+  const single::Plan p = single::plan_forward(l, a, DType::Float32, a.x, a.y);
   if (p.path != NormPath::ThreeLaunch) return {p.path, p.cluster, p.threads, 1};
   return {NormPath::ThreeLaunch, 0, tiles::kBlock, a.training ? 3 : 2};
 }
@@ -262,9 +262,9 @@ NormRun forward_cuda(const NormLayout& l, const NormForward& a) {
     warp_rows::run_forward(w, l, a, DType::Float32, a.x, a.y);
     return w.run();
   }
-  const single::Plan plan = single::plan_forward(l, a);
+  const single::Plan plan = single::plan_forward(l, a, DType::Float32, a.x, a.y);
   if (plan.path != NormPath::ThreeLaunch) {
-    single::run_forward(plan, l, a);
+    single::run_forward(plan, l, a, DType::Float32, a.x, a.y);
     return {plan.path, plan.cluster, plan.threads, 1};
   }
   return three_launch_forward(l, a, a.x, a.y);
@@ -277,6 +277,11 @@ NormRun forward_half_cuda(const NormLayout& l, const NormForward& a, DType dtype
   if (w.runs) {
     warp_rows::run_forward(w, l, a, dtype, x, y);
     return w.run();
+  }
+  const single::Plan plan = single::plan_forward(l, a, dtype, x, y);
+  if (plan.path != NormPath::ThreeLaunch) {
+    single::run_forward(plan, l, a, dtype, x, y);
+    return {plan.path, plan.cluster, plan.threads, 1};
   }
   NormRun run;
   visit_floating(dtype, "normalization", [&](auto tag) {

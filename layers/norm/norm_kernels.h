@@ -134,9 +134,9 @@ void backward_cpu(const NormLayout& layout, const NormBackward& args);
 NormRun forward_cuda(const NormLayout& layout, const NormForward& args);
 NormRun backward_cuda(const NormLayout& layout, const NormBackward& args);
 // bfloat16/float16 x and y (dy and dx) of `dtype`, with float32 statistics, parameters and
-// parameter gradients (autocast's rule), the args' own x/y/dy/dx left null: the Warp path where it
-// covers the pass, else the three-launch kernels reading and writing the half type
-// (norm_tiles.cuh); the Block and Cluster kernels are float32 only.
+// parameter gradients (autocast's rule), the args' own x/y/dy/dx left null: the same paths and
+// the same choice as float32 (Warp, Block, Cluster, three launches), each reading and writing the
+// half type and computing in float32 on the widened values.
 NormRun forward_half_cuda(const NormLayout& layout, const NormForward& args, DType dtype, const void* x, void* y);
 NormRun backward_half_cuda(const NormLayout& layout, const NormBackward& args, DType dtype, const void* x,
                            const void* dy, void* dx);

@@ -16,7 +16,9 @@
 // (sum_affine_partials): the partials are 2/plane of a tensor.
 // LayerNorm's per-element affine has no such reduction inside a group: its rows of at most 2048
 // take the Warp path (norm_warp_rows.cu), wider ones the three-launch path.
+// x, dy and dx are float32 or a half type (T); what is held and computed is float32 either way.
 #include "core/allocator.h"
+#include "core/cast_kernels.h"
 #include "layers/norm/norm_single_read.cuh"
 
 namespace minidl::norm {
@@ -25,9 +27,10 @@ namespace {
 
 using single::Geometry;
 
-template <NormKind kKind, int kV, bool kCluster>
-__global__ void __launch_bounds__(single::kMaxThreads) single_backward_kernel(const Geometry g, const NormBackward b,
-                                                                              float* __restrict__ affine) {
+template <class T, NormKind kKind, int kV, bool kCluster>
+__global__ void __launch_bounds__(single::kMaxThreads)
+    single_backward_kernel(const Geometry g, const NormBackward b, float* __restrict__ affine, const T* __restrict__ x,
+                           const T* __restrict__ dy, T* __restrict__ dx_out) {
   extern __shared__ float4 held_storage[];
   float* held_x = reinterpret_cast<float*>(held_storage);
   float* held_g = held_x + g.chunk;
@@ -49,8 +52,8 @@ __global__ void __launch_bounds__(single::kMaxThreads) single_backward_kernel(co
         const int i = i0 + u * threads;
         if (i < at.access) {
           const int64_t off = single::element_offset<kKind>(g, grp, at.k0 + i * kV);
-          single::load_access<kV>(b.x + off, xv[u]);
-          single::load_access<kV>(b.dy + off, dv[u]);
+          single::load_access<kV>(x + off, xv[u]);
+          single::load_access<kV>(dy + off, dv[u]);
         }
       }
       float fa = 0.f, fb = 0.f;
@@ -61,20 +64,20 @@ __global__ void __launch_bounds__(single::kMaxThreads) single_backward_kernel(co
           if constexpr (kKind == NormKind::Channel) {
 #pragma unroll
             for (int e = 0; e < kV; ++e) {
-              const float x = xv[u][e];
-              const float gv = b.relu ? relu_backward(dv[u][e], normalized(x, mean, scale, shift)) : dv[u][e];
+              const float xe = xv[u][e];
+              const float gv = b.relu ? relu_backward(dv[u][e], normalized(xe, mean, scale, shift)) : dv[u][e];
               fa += gv;
-              fb += gv * (x - mean);
+              fb += gv * (xe - mean);
               dv[u][e] = gv;
             }
           } else {
             single::FeatureCursor f = single::feature_cursor(g, grp, at.k0 + i * kV);
 #pragma unroll
             for (int e = 0; e < kV; ++e) {
-              const float x = xv[u][e], w = b.weight ? b.weight[f.f] : 1.f;
-              const float centered = x - mean;
+              const float xe = xv[u][e], w = b.weight ? b.weight[f.f] : 1.f;
+              const float centered = xe - mean;
               const float gv =
-                  b.relu ? relu_backward(dv[u][e], normalized(x, mean, w * rstd, feature_shift(b.bias, f.f))) : dv[u][e];
+                  b.relu ? relu_backward(dv[u][e], normalized(xe, mean, w * rstd, feature_shift(b.bias, f.f))) : dv[u][e];
               const float wg = w * gv;
               fa += wg;
               fb += wg * centered;
@@ -117,7 +120,7 @@ __global__ void __launch_bounds__(single::kMaxThreads) single_backward_kernel(co
           f.next();
         }
       }
-      single::store_access<kV>(b.dx + single::element_offset<kKind>(g, grp, kk), dx);
+      single::store_access<kV>(dx_out + single::element_offset<kKind>(g, grp, kk), dx);
     }
     if constexpr (kKind == NormKind::Segment && !kCluster) {
       if (affine) {
@@ -145,26 +148,36 @@ __global__ void __launch_bounds__(single::kMaxThreads) single_backward_kernel(co
   }
 }
 
-template <NormKind kKind, int kV, bool kCluster>
+template <class T, NormKind kKind, int kV, bool kCluster>
 const void* backward_kernel() {
-  return reinterpret_cast<const void*>(single_backward_kernel<kKind, kV, kCluster>);
+  return reinterpret_cast<const void*>(single_backward_kernel<T, kKind, kV, kCluster>);
 }
 
+template <class T>
 const void* backward_kernel_of(NormKind kind, bool vec, bool cluster) {
   if (kind == NormKind::Channel) {
-    if (vec) return cluster ? backward_kernel<NormKind::Channel, 4, true>() : backward_kernel<NormKind::Channel, 4, false>();
-    return cluster ? backward_kernel<NormKind::Channel, 1, true>() : backward_kernel<NormKind::Channel, 1, false>();
+    if (vec)
+      return cluster ? backward_kernel<T, NormKind::Channel, 4, true>() : backward_kernel<T, NormKind::Channel, 4, false>();
+    return cluster ? backward_kernel<T, NormKind::Channel, 1, true>() : backward_kernel<T, NormKind::Channel, 1, false>();
   }
-  if (vec) return cluster ? backward_kernel<NormKind::Segment, 4, true>() : backward_kernel<NormKind::Segment, 4, false>();
-  return cluster ? backward_kernel<NormKind::Segment, 1, true>() : backward_kernel<NormKind::Segment, 1, false>();
+  if (vec)
+    return cluster ? backward_kernel<T, NormKind::Segment, 4, true>() : backward_kernel<T, NormKind::Segment, 4, false>();
+  return cluster ? backward_kernel<T, NormKind::Segment, 1, true>() : backward_kernel<T, NormKind::Segment, 1, false>();
+}
+
+const void* backward_kernel_of(DType dtype, NormKind kind, bool vec, bool cluster) {
+  const void* kernel = nullptr;
+  visit_floating(dtype, "normalization", [&](auto tag) { kernel = backward_kernel_of<decltype(tag)>(kind, vec, cluster); });
+  return kernel;
 }
 
 }  // namespace
 
 namespace single {
 
-Plan plan_backward(const NormLayout& l, const NormBackward& b) {
-  const bool aligned = tiles::aligned16(b.x) && tiles::aligned16(b.dy) && tiles::aligned16(b.dx);
+Plan plan_backward(const NormLayout& l, const NormBackward& b, DType dtype, const void* x, const void* dy,
+                   const void* dx) {
+  const bool aligned = tiles::aligned16(x) && tiles::aligned16(dy) && tiles::aligned16(dx);
   const bool channels_last_groups = l.kind == NormKind::ChannelGroup;
   const bool segment_affine = l.kind == NormKind::Segment && (b.dweight || b.dbias);
   const int64_t plane_min = b.path == NormPath::Auto ? kAffinePlaneAuto : kAffinePlaneMin;
@@ -176,20 +189,23 @@ Plan plan_backward(const NormLayout& l, const NormBackward& b) {
                                               "block path forms them where a feature spans 16 or more elements of a "
                                               "group, the warp path for LayerNorm rows of at most 2048",
                        [&](int cluster, int threads, size_t smem, bool vec) {
-                         return resident_of(backward_kernel_of(l.kind, vec, cluster > 1), cluster, threads, smem);
+                         return resident_of(backward_kernel_of(dtype, l.kind, vec, cluster > 1), cluster, threads, smem);
                        });
   p.affine = segment_affine && p.path == NormPath::Block;
   return p;
 }
 
-void run_backward(const Plan& p, const NormLayout& l, const NormBackward& b) {
+void run_backward(const Plan& p, const NormLayout& l, const NormBackward& b, DType dtype, const void* x,
+                  const void* dy, void* dx) {
   Geometry g = p.g;
   NormBackward args = b;
   std::shared_ptr<void> partials;
   if (p.affine) partials = allocate(2 * static_cast<size_t>(l.rows) * l.features * sizeof(float), Device::cuda());
   float* affine = static_cast<float*>(partials.get());
-  void* params[] = {&g, &args, &affine};
-  launch_plan(backward_kernel_of(l.kind, p.vec, p.cluster > 1), p, params);
+  const void *xp = x, *dyp = dy;
+  void* dxp = dx;
+  void* params[] = {&g, &args, &affine, &xp, &dyp, &dxp};
+  launch_plan(backward_kernel_of(dtype, l.kind, p.vec, p.cluster > 1), p, params);
   if (p.affine) sum_affine_partials(affine, l.rows, l.features, b.dweight, b.dbias);
 }
 

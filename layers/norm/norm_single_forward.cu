@@ -6,6 +6,8 @@
 //     rstd = 1/sqrt(var + eps) with the three-launch finalize's formulas (norm_math.h); rank 0
 //     stores them and updates BatchNorm's running statistics;
 //  3. y = fmaf(x - mean, scale, shift) from shared memory, the fused ReLU after (NaN kept).
+// x and y are float32 or a half type (T); what is held and computed is float32 either way.
+#include "core/cast_kernels.h"
 #include "layers/norm/norm_single_read.cuh"
 
 namespace minidl::norm {
@@ -14,22 +16,23 @@ namespace {
 
 using single::Geometry;
 
-template <NormKind kKind, int kV, bool kCluster>
-__global__ void __launch_bounds__(single::kMaxThreads) single_forward_kernel(const Geometry g, const NormForward a) {
+template <class T, NormKind kKind, int kV, bool kCluster>
+__global__ void __launch_bounds__(single::kMaxThreads)
+    single_forward_kernel(const Geometry g, const NormForward a, const T* __restrict__ x, T* __restrict__ y) {
   extern __shared__ float4 held_storage[];
   float* held = reinterpret_cast<float*>(held_storage);
   const single::Place at = single::place_of<kCluster, kV>(g);
   const int threads = blockDim.x;
   const double m = static_cast<double>(g.group_size);
   for (int64_t grp = at.cluster; grp < g.groups; grp += at.clusters) {
-    const float k = a.x[single::element_offset<kKind>(g, grp, 0)];
+    const float k = to_float(x[single::element_offset<kKind>(g, grp, 0)]);
     double s1 = 0, s2 = 0;
     for (int i0 = threadIdx.x; i0 < at.access; i0 += threads * single::kUnroll) {
       float v[single::kUnroll][kV];
 #pragma unroll
       for (int u = 0; u < single::kUnroll; ++u) {
         const int i = i0 + u * threads;
-        if (i < at.access) single::load_access<kV>(a.x + single::element_offset<kKind>(g, grp, at.k0 + i * kV), v[u]);
+        if (i < at.access) single::load_access<kV>(x + single::element_offset<kKind>(g, grp, at.k0 + i * kV), v[u]);
       }
       float f1 = 0.f, f2 = 0.f;
 #pragma unroll
@@ -71,58 +74,69 @@ __global__ void __launch_bounds__(single::kMaxThreads) single_forward_kernel(con
       if constexpr (kKind == NormKind::Channel) {
 #pragma unroll
         for (int e = 0; e < kV; ++e) {
-          const float y = normalized(v[e], mean, scale, shift);
-          v[e] = a.relu ? relu_forward(y) : y;
+          const float out = normalized(v[e], mean, scale, shift);
+          v[e] = a.relu ? relu_forward(out) : out;
         }
       } else {
         single::FeatureCursor f = single::feature_cursor(g, grp, kk);
 #pragma unroll
         for (int e = 0; e < kV; ++e) {
           const float w = a.weight ? a.weight[f.f] : 1.f;
-          const float y = normalized(v[e], mean, w * rstd, feature_shift(a.bias, f.f));
-          v[e] = a.relu ? relu_forward(y) : y;
+          const float out = normalized(v[e], mean, w * rstd, feature_shift(a.bias, f.f));
+          v[e] = a.relu ? relu_forward(out) : out;
           f.next();
         }
       }
-      single::store_access<kV>(a.y + single::element_offset<kKind>(g, grp, kk), v);
+      single::store_access<kV>(y + single::element_offset<kKind>(g, grp, kk), v);
     }
   }
 }
 
-template <NormKind kKind, int kV, bool kCluster>
+template <class T, NormKind kKind, int kV, bool kCluster>
 const void* forward_kernel() {
-  return reinterpret_cast<const void*>(single_forward_kernel<kKind, kV, kCluster>);
+  return reinterpret_cast<const void*>(single_forward_kernel<T, kKind, kV, kCluster>);
 }
 
+template <class T>
 const void* forward_kernel_of(NormKind kind, bool vec, bool cluster) {
   if (kind == NormKind::Channel) {
-    if (vec) return cluster ? forward_kernel<NormKind::Channel, 4, true>() : forward_kernel<NormKind::Channel, 4, false>();
-    return cluster ? forward_kernel<NormKind::Channel, 1, true>() : forward_kernel<NormKind::Channel, 1, false>();
+    if (vec)
+      return cluster ? forward_kernel<T, NormKind::Channel, 4, true>() : forward_kernel<T, NormKind::Channel, 4, false>();
+    return cluster ? forward_kernel<T, NormKind::Channel, 1, true>() : forward_kernel<T, NormKind::Channel, 1, false>();
   }
-  if (vec) return cluster ? forward_kernel<NormKind::Segment, 4, true>() : forward_kernel<NormKind::Segment, 4, false>();
-  return cluster ? forward_kernel<NormKind::Segment, 1, true>() : forward_kernel<NormKind::Segment, 1, false>();
+  if (vec)
+    return cluster ? forward_kernel<T, NormKind::Segment, 4, true>() : forward_kernel<T, NormKind::Segment, 4, false>();
+  return cluster ? forward_kernel<T, NormKind::Segment, 1, true>() : forward_kernel<T, NormKind::Segment, 1, false>();
+}
+
+const void* forward_kernel_of(DType dtype, NormKind kind, bool vec, bool cluster) {
+  const void* kernel = nullptr;
+  visit_floating(dtype, "normalization", [&](auto tag) { kernel = forward_kernel_of<decltype(tag)>(kind, vec, cluster); });
+  return kernel;
 }
 
 }  // namespace
 
 namespace single {
 
-Plan plan_forward(const NormLayout& l, const NormForward& a) {
-  const bool aligned = tiles::aligned16(a.x) && tiles::aligned16(a.y);
+Plan plan_forward(const NormLayout& l, const NormForward& a, DType dtype, const void* x, const void* y) {
+  const bool aligned = tiles::aligned16(x) && tiles::aligned16(y);
   const bool channels_last_groups = l.kind == NormKind::ChannelGroup;
   return plan_single(l, 1, aligned, a.path, a.cluster, a.training && !channels_last_groups, false,
                      channels_last_groups ? "a channels-last GroupNorm group is strided over its sample"
                                           : "eval mode normalizes with the running statistics",
                      [&](int cluster, int threads, size_t smem, bool vec) {
-                       return resident_of(forward_kernel_of(l.kind, vec, cluster > 1), cluster, threads, smem);
+                       return resident_of(forward_kernel_of(dtype, l.kind, vec, cluster > 1), cluster, threads, smem);
                      });
 }
 
-void run_forward(const Plan& p, const NormLayout& l, const NormForward& a) {
+void run_forward(const Plan& p, const NormLayout& l, const NormForward& a, DType dtype, const void* x, void* y) {
   Geometry g = p.g;
   NormForward args = a;
-  void* params[] = {&g, &args};
-  launch_plan(forward_kernel_of(l.kind, p.vec, p.cluster > 1), p, params);
+  const void* xp = x;
+  void* yp = y;
+  void* params[] = {&g, &args, &xp, &yp};
+  launch_plan(forward_kernel_of(dtype, l.kind, p.vec, p.cluster > 1), p, params);
 }
 
 }  // namespace single

@@ -23,6 +23,7 @@
 #include <cooperative_groups.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "layers/norm/norm_tiles.cuh"
 
@@ -72,25 +73,38 @@ __device__ __forceinline__ FeatureCursor feature_cursor(const Geometry& g, int64
   return {f, col - f * g.plane, g.plane};
 }
 
-template <int kV>
-__device__ __forceinline__ void load_access(const float* __restrict__ p, float (&v)[kV]) {
-  if constexpr (kV == 4) {
+// One access of kV elements (4: one float4, or 8 bytes of four halves; 1: one element) widened to
+// float, and its store rounded once to the storage type (core/half_types.h). The held buffers in
+// shared memory are float whatever the storage type, so a half pass runs the float32 kernel's
+// arithmetic on the widened values: its results are the float32 pass's on the same values, rounded.
+template <int kV, class T>
+__device__ __forceinline__ void load_access(const T* __restrict__ p, float (&v)[kV]) {
+  if constexpr (kV == 4 && std::is_same_v<T, float>) {
     const float4 q = *reinterpret_cast<const float4*>(p);
     v[0] = q.x;
     v[1] = q.y;
     v[2] = q.z;
     v[3] = q.w;
+  } else if constexpr (kV == 4) {
+    const tiles::Quad<T> q = *reinterpret_cast<const tiles::Quad<T>*>(p);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) v[e] = to_float(q.v[e]);
   } else {
-    v[0] = *p;
+    v[0] = to_float(*p);
   }
 }
 
-template <int kV>
-__device__ __forceinline__ void store_access(float* __restrict__ p, const float (&v)[kV]) {
-  if constexpr (kV == 4) {
+template <int kV, class T>
+__device__ __forceinline__ void store_access(T* __restrict__ p, const float (&v)[kV]) {
+  if constexpr (kV == 4 && std::is_same_v<T, float>) {
     *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  } else if constexpr (kV == 4) {
+    tiles::Quad<T> q;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) q.v[e] = from_float<T>(v[e]);
+    *reinterpret_cast<tiles::Quad<T>*>(p) = q;
   } else {
-    *p = v[0];
+    *p = from_float<T>(v[0]);
   }
 }
 
@@ -300,10 +314,13 @@ void sum_affine_partials(const float* partials, int64_t sets, int64_t features, 
 
 // The passes (norm_single_forward.cu, norm_single_backward.cu): the plan of a pass for its
 // arguments (path ThreeLaunch when the single-read path does not apply and args.path allows
-// that), and its launch on a Block or Cluster plan.
-Plan plan_forward(const NormLayout& l, const NormForward& a);
-void run_forward(const Plan& p, const NormLayout& l, const NormForward& a);
-Plan plan_backward(const NormLayout& l, const NormBackward& b);
-void run_backward(const Plan& p, const NormLayout& l, const NormBackward& b);
+// that), and its launch on a Block or Cluster plan. x and y (dy, dx) are of `dtype`, float32 or a
+// half type (the args' own x/y/dy/dx are not read); statistics and parameters are float32.
+Plan plan_forward(const NormLayout& l, const NormForward& a, DType dtype, const void* x, const void* y);
+void run_forward(const Plan& p, const NormLayout& l, const NormForward& a, DType dtype, const void* x, void* y);
+Plan plan_backward(const NormLayout& l, const NormBackward& b, DType dtype, const void* x, const void* dy,
+                   const void* dx);
+void run_backward(const Plan& p, const NormLayout& l, const NormBackward& b, DType dtype, const void* x,
+                  const void* dy, void* dx);
 
 }  // namespace minidl::norm::single
