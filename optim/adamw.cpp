@@ -65,7 +65,7 @@ void AdamW::prepare(double lr) {
       kernels::adamw_bias_corrections(group_lr, options_.beta1, options_.beta2, e.steps, row);
   }
   upload_scalars();
-  if (skip_flag())
+  if (skip_flag() && !params_.empty())
     copy_bytes_async(group_lr_.get(), params_device(), group_lr_host_.data(), Device::cpu(),
                      group_lr_host_.size() * sizeof(double));
 }
@@ -107,7 +107,7 @@ void AdamW::apply() {
 void AdamW::set_skip_flag(const float* found_inf) {
   GroupedOptimizer::set_skip_flag(found_inf);
   group_lr_host_.assign(params_.size(), 0.0);
-  group_lr_ = allocate(params_.size() * sizeof(double), params_device());
+  if (!params_.empty()) group_lr_ = allocate(params_.size() * sizeof(double), params_device());
 }
 
 void AdamW::to(Device device) {

@@ -61,7 +61,7 @@ MINIDL_HD void update_scale(const ScalerState& s, const ScalerRule& r) {
     const float backed_off = static_cast<float>(static_cast<double>(*s.scale) * r.backoff_factor);
     if (usable_scale(backed_off)) *s.scale = backed_off;
     tracker = 0;
-    ++s.counts[1];
+    if (s.counts[1] < INT32_MAX) ++s.counts[1];  // saturates: a count, never wrapped
     return;
   }
   if (++tracker < r.growth_interval) return;

@@ -88,6 +88,11 @@ void GroupedOptimizer::count_steps(const std::vector<size_t>& active, kernels::S
 
 void GroupedOptimizer::set_skip_flag(const float* found_inf) {
   MINIDL_CHECK(found_inf, type_, ": set_skip_flag needs a flag");
+  // A flag set before (e.g. before a to()): its device counts are the current ones.
+  if (skip_flag_) {
+    const std::vector<int32_t> counts = steps_device_.values<int32_t>();
+    for (size_t i = 0; i < entries_.size(); ++i) entries_[i].steps = counts[i];
+  }
   std::vector<int32_t> steps;
   for (const Entry& e : entries_) {
     MINIDL_CHECK(e.steps <= INT32_MAX, type_, ": step count ", e.steps, " is beyond the device counter's range");
@@ -145,10 +150,10 @@ void GroupedOptimizer::load_state(const std::vector<std::pair<std::string, Tenso
   std::vector<int64_t> new_steps(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     auto it = steps.find(params_[i].name);
-    MINIDL_CHECK(it != steps.end() && it->is_number_integer() && it->get<int64_t>() >= 0 &&
-                     it->get<int64_t>() <= INT32_MAX,
-                 type_, ": the saved state has no step count (0 to ", INT32_MAX, ") for parameter '",
-                 params_[i].name, "'");
+    MINIDL_CHECK(it != steps.end() && it->is_number_integer() && it->get<int64_t>() >= 0, type_,
+                 ": the saved state has no step count for parameter '", params_[i].name, "'");
+    MINIDL_CHECK(!skip_flag_ || it->get<int64_t>() <= INT32_MAX, type_, ": step count ", it->get<int64_t>(),
+                 " of parameter '", params_[i].name, "' is beyond the device counter's range");
     new_steps[i] = it->get<int64_t>();
   }
   MINIDL_CHECK(tensors.size() == slot_names_.size() * params_.size(), type_, ": the saved state has ",

@@ -22,7 +22,7 @@ constexpr int kThreads = 256;
 constexpr int kReduceThreads = 1024;
 
 // A set skip flag ends every thread before it writes (here and in apply_kernel); the
-// Newton-Schulz iterate of a skipped step is formed from its non-finite gradient and dropped.
+// Newton-Schulz iterate of a skipped step is then formed from unwritten scratch and dropped.
 __global__ void momentum_kernel(const float* g, float* buf, float* u, int64_t n, float m, int nesterov,
                                 const float* skip) {
   if (skip && *skip != 0.f) return;

@@ -41,7 +41,8 @@ class Optimizer {
   // state and their step counts as they are (GradScaler.step() not calling the optimizer). The
   // decision is the device's, so a step never waits for the host and a CUDA graph replays it.
   // Wrappers pass it to what they hold; Lookahead's averaging follows the training steps and still
-  // takes its step on a skipped one.
+  // takes its step on a skipped one. After to() another device's flag must be set again (the
+  // step counts carry over).
   virtual void set_skip_flag(const float* found_inf) = 0;
   virtual double base_lr() const = 0;  // the config's "lr"
   // Zeroes every parameter's gradient in place (PyTorch's zero_grad(set_to_none=False)): the

@@ -100,7 +100,9 @@ MINIDL_HD void adamw_update(const AdamwTensor& t, const AdamwHyper& h, int64_t i
 
 // An AdamW row's bias corrections from the group's lr and the parameter's step count (this
 // update's, at least 1), in double and rounded to float once. The host's prepare() and, under a
-// skip flag, the device's step counting (count_step below) both call it.
+// skip flag, the device's step counting (count_step below) both call it. On the GPU pow is CUDA's
+// (within 2 ulp of glibc's in double): a float rounding of the two can differ in a last bit in rare
+// cases, so a float16 AdamW run keeps its bits run to run on each device, not across devices.
 MINIDL_HD void adamw_bias_corrections(double lr, double beta1, double beta2, int64_t steps, float* row) {
   const double step = static_cast<double>(steps < 1 ? 1 : steps);
   row[1] = static_cast<float>(lr / (1 - pow(beta1, step)));
