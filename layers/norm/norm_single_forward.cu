@@ -16,7 +16,7 @@ namespace {
 
 using single::Geometry;
 
-template <class T, NormKind kKind, int kV, bool kCluster>
+template <class T, NormKind kKind, int kV, bool kCluster, bool kFourAffine>
 __global__ void __launch_bounds__(single::kMaxThreads)
     single_forward_kernel(const Geometry g, const NormForward a, const T* __restrict__ x, T* __restrict__ y) {
   extern __shared__ float4 held_storage[];
@@ -78,13 +78,23 @@ __global__ void __launch_bounds__(single::kMaxThreads)
           v[e] = a.relu ? relu_forward(out) : out;
         }
       } else {
-        single::FeatureCursor f = single::feature_cursor(g, grp, kk);
+        if constexpr (kFourAffine) {
+          float w[4], b[4];
+          single::four_affine_entries(g, grp, kk, a.weight, a.bias, w, b);
 #pragma unroll
-        for (int e = 0; e < kV; ++e) {
-          const float w = a.weight ? a.weight[f.f] : 1.f;
-          const float out = normalized(v[e], mean, w * rstd, feature_shift(a.bias, f.f));
-          v[e] = a.relu ? relu_forward(out) : out;
-          f.next();
+          for (int e = 0; e < 4; ++e) {
+            const float out = normalized(v[e], mean, w[e] * rstd, b[e]);
+            v[e] = a.relu ? relu_forward(out) : out;
+          }
+        } else {
+          single::FeatureCursor f = single::feature_cursor(g, grp, kk);
+#pragma unroll
+          for (int e = 0; e < kV; ++e) {
+            const float w = a.weight ? a.weight[f.f] : 1.f;
+            const float out = normalized(v[e], mean, w * rstd, feature_shift(a.bias, f.f));
+            v[e] = a.relu ? relu_forward(out) : out;
+            f.next();
+          }
         }
       }
       single::store_access<kV>(y + single::element_offset<kKind>(g, grp, kk), v);
@@ -92,26 +102,33 @@ __global__ void __launch_bounds__(single::kMaxThreads)
   }
 }
 
-template <class T, NormKind kKind, int kV, bool kCluster>
+template <class T, NormKind kKind, int kV, bool kCluster, bool kFourAffine>
 const void* forward_kernel() {
-  return reinterpret_cast<const void*>(single_forward_kernel<T, kKind, kV, kCluster>);
+  return reinterpret_cast<const void*>(single_forward_kernel<T, kKind, kV, kCluster, kFourAffine>);
+}
+
+template <class T, NormKind kKind, int kV>
+const void* forward_kernel_of(bool cluster, bool four_affine) {
+  if constexpr (kKind == NormKind::Segment && kV == 4) {
+    if (four_affine)
+      return cluster ? forward_kernel<T, kKind, kV, true, true>() : forward_kernel<T, kKind, kV, false, true>();
+  }
+  return cluster ? forward_kernel<T, kKind, kV, true, false>() : forward_kernel<T, kKind, kV, false, false>();
 }
 
 template <class T>
-const void* forward_kernel_of(NormKind kind, bool vec, bool cluster) {
-  if (kind == NormKind::Channel) {
-    if (vec)
-      return cluster ? forward_kernel<T, NormKind::Channel, 4, true>() : forward_kernel<T, NormKind::Channel, 4, false>();
-    return cluster ? forward_kernel<T, NormKind::Channel, 1, true>() : forward_kernel<T, NormKind::Channel, 1, false>();
-  }
-  if (vec)
-    return cluster ? forward_kernel<T, NormKind::Segment, 4, true>() : forward_kernel<T, NormKind::Segment, 4, false>();
-  return cluster ? forward_kernel<T, NormKind::Segment, 1, true>() : forward_kernel<T, NormKind::Segment, 1, false>();
+const void* forward_kernel_of(NormKind kind, bool vec, bool cluster, bool four_affine) {
+  if (kind == NormKind::Channel)
+    return vec ? forward_kernel_of<T, NormKind::Channel, 4>(cluster, false)
+               : forward_kernel_of<T, NormKind::Channel, 1>(cluster, false);
+  return vec ? forward_kernel_of<T, NormKind::Segment, 4>(cluster, four_affine)
+             : forward_kernel_of<T, NormKind::Segment, 1>(cluster, false);
 }
 
-const void* forward_kernel_of(DType dtype, NormKind kind, bool vec, bool cluster) {
+const void* forward_kernel_of(DType dtype, NormKind kind, bool vec, bool cluster, bool four_affine) {
   const void* kernel = nullptr;
-  visit_floating(dtype, "normalization", [&](auto tag) { kernel = forward_kernel_of<decltype(tag)>(kind, vec, cluster); });
+  visit_floating(dtype, "normalization",
+                 [&](auto tag) { kernel = forward_kernel_of<decltype(tag)>(kind, vec, cluster, four_affine); });
   return kernel;
 }
 
@@ -122,12 +139,16 @@ namespace single {
 Plan plan_forward(const NormLayout& l, const NormForward& a, DType dtype, const void* x, const void* y) {
   const bool aligned = tiles::aligned16(x) && tiles::aligned16(y);
   const bool channels_last_groups = l.kind == NormKind::ChannelGroup;
-  return plan_single(l, 1, aligned, a.path, a.cluster, a.training && !channels_last_groups, false,
-                     channels_last_groups ? "a channels-last GroupNorm group is strided over its sample"
-                                          : "eval mode normalizes with the running statistics",
-                     [&](int cluster, int threads, size_t smem, bool vec) {
-                       return resident_of(forward_kernel_of(dtype, l.kind, vec, cluster > 1), cluster, threads, smem);
-                     });
+  const bool four = four_affine(l, a.weight, a.bias);
+  Plan p = plan_single(l, 1, aligned, a.path, a.cluster, a.training && !channels_last_groups, false,
+                       channels_last_groups ? "a channels-last GroupNorm group is strided over its sample"
+                                            : "eval mode normalizes with the running statistics",
+                       [&](int cluster, int threads, size_t smem, bool vec) {
+                         return resident_of(forward_kernel_of(dtype, l.kind, vec, cluster > 1, four), cluster, threads,
+                                            smem);
+                       });
+  p.four_affine = four && p.vec;
+  return p;
 }
 
 void run_forward(const Plan& p, const NormLayout& l, const NormForward& a, DType dtype, const void* x, void* y) {
@@ -136,7 +157,7 @@ void run_forward(const Plan& p, const NormLayout& l, const NormForward& a, DType
   const void* xp = x;
   void* yp = y;
   void* params[] = {&g, &args, &xp, &yp};
-  launch_plan(forward_kernel_of(dtype, l.kind, p.vec, p.cluster > 1), p, params);
+  launch_plan(forward_kernel_of(dtype, l.kind, p.vec, p.cluster > 1, p.four_affine), p, params);
 }
 
 }  // namespace single

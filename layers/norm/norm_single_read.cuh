@@ -73,6 +73,28 @@ __device__ __forceinline__ FeatureCursor feature_cursor(const Geometry& g, int64
   return {f, col - f * g.plane, g.plane};
 }
 
+// weight[f] and bias[f] (1 and 0 where absent) of the 4 elements of the access at element k of
+// group grp where each element has its own entry (plane 1: a LayerNorm) and weight and bias are
+// 16-byte aligned: one float4 of each, 2 load instructions per access where a FeatureCursor walk
+// issues 8 scalar ones. That matters because the held copy already keeps the L1/shared pipe busy
+// (docs/perf/norm.md). The values are the same, so are the bits. The forward takes this in a
+// separate instantiation (kFourAffine), so that the GroupNorm kernels keep their registers.
+__device__ __forceinline__ void four_affine_entries(const Geometry& g, int64_t grp, int32_t k,
+                                                    const float* __restrict__ weight, const float* __restrict__ bias,
+                                                    float (&w)[4], float (&b)[4]) {
+  const int64_t col = (grp % g.segments_per_row) * g.segment + k;  // element k's entry (plane 1)
+  const float4 wq = weight ? *reinterpret_cast<const float4*>(weight + col) : make_float4(1.f, 1.f, 1.f, 1.f);
+  const float4 bq = bias ? *reinterpret_cast<const float4*>(bias + col) : make_float4(0.f, 0.f, 0.f, 0.f);
+  w[0] = wq.x;
+  w[1] = wq.y;
+  w[2] = wq.z;
+  w[3] = wq.w;
+  b[0] = bq.x;
+  b[1] = bq.y;
+  b[2] = bq.z;
+  b[3] = bq.w;
+}
+
 // One access of kV elements (4: one float4, or 8 bytes of four halves; 1: one element) widened to
 // float, and its store rounded once to the storage type (core/half_types.h). The held buffers in
 // shared memory are float whatever the storage type, so a half pass runs the float32 kernel's
@@ -186,6 +208,7 @@ struct Plan {
   bool vec = false;
   size_t smem = 0;  // dynamic shared memory per CTA
   bool affine = false;  // backward: GroupNorm weight/bias gradients from per-row partials
+  bool four_affine = false;  // forward: the vector kernel that loads four affine entries per access
   Geometry g;
   int launches() const { return affine ? 2 : 1; }
 };
@@ -295,6 +318,14 @@ Plan plan_single(const NormLayout& l, int arrays, bool aligned, NormPath want, i
   p.g.group_size = static_cast<int32_t>(m);
   p.g.chunk = static_cast<int32_t>(chunk_of(pick));
   return p;
+}
+
+// Whether the vector forward may load four affine entries per access (four_affine_entries): one
+// entry per element (plane 1, a LayerNorm) and weight and bias (either may be null) 16-byte
+// aligned. The backward keeps the cursor: its only such case on these paths is a weight without
+// weight gradients, and there the float4 variant compiled to 82-90 registers against 64.
+inline bool four_affine(const NormLayout& l, const float* weight, const float* bias) {
+  return l.kind == NormKind::Segment && l.plane == 1 && tiles::aligned16(weight) && tiles::aligned16(bias);
 }
 
 // Resident CTAs (cluster 1) or clusters of `kernel` at `threads` and `smem`, 0 when it cannot run.
