@@ -35,6 +35,10 @@ struct DeviceMemoryStats {
 };
 DeviceMemoryStats device_memory_stats();
 void reset_peak_device_memory();
+// The same counters for host tensors (allocate() on the CPU; reserved = current, device_mallocs
+// stays 0; cudaHostAlloc'd pinned memory is not counted): the profiler's memory on a CPU run.
+DeviceMemoryStats host_memory_stats();
+void reset_peak_host_memory();
 
 // A graph-private memory pool (core/cuda_graph.h): while it is the capture pool, every device
 // block handed out or given back belongs to it, and no block of it is handed to anything else

@@ -19,4 +19,9 @@ std::shared_ptr<Module> make_scale(LayerArgs& args) {
   return std::make_shared<Scale>(static_cast<float>(value));
 }
 
+// One multiply per element each way; the backward needs nothing saved.
+std::optional<LayerWork> Scale::work(const Tensor& x, const Tensor& y) const {
+  return elementwise_work(x, y, 1, 1, Tensor());
+}
+
 }  // namespace minidl

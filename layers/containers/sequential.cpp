@@ -34,4 +34,7 @@ std::shared_ptr<Module> make_sequential(LayerArgs& args) {
   return build_sequential(args.get_json("layers"), args.key_path("layers"));
 }
 
+// Runs its children and does nothing itself.
+std::optional<LayerWork> Sequential::work(const Tensor&, const Tensor&) const { return LayerWork(); }
+
 }  // namespace minidl

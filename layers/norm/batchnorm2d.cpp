@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "layers/norm/norm.h"
+#include "layers/norm/norm_work.h"
 #include "layers/registry.h"
 
 namespace minidl {
@@ -59,6 +60,13 @@ std::shared_ptr<Module> make_batchnorm2d(LayerArgs& args) {
   const bool relu = args.get_bool("relu", false);
   args.finish();
   return std::make_shared<BatchNorm2d>(num_features, eps, momentum, weight, bias, relu);
+}
+
+// layers/norm/norm_work.h over C channels; training also reads and writes the running statistics.
+std::optional<LayerWork> BatchNorm2d::work(const Tensor& x, const Tensor& y) const {
+  LayerWork w = norm_work(x, y, num_features_, weight, bias, is_training(), relu_);
+  if (is_training()) w.forward.bytes += 2 * (work_bytes(running_mean) + work_bytes(running_var));
+  return w;
 }
 
 }  // namespace minidl

@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "layers/norm/norm.h"
+#include "layers/norm/norm_work.h"
 #include "layers/registry.h"
 
 namespace minidl {
@@ -48,6 +49,11 @@ std::shared_ptr<Module> make_groupnorm(LayerArgs& args) {
   const bool relu = args.get_bool("relu", false);
   args.finish();
   return std::make_shared<GroupNorm>(num_groups, num_channels, eps, affine, relu);
+}
+
+// layers/norm/norm_work.h over N * groups statistics.
+std::optional<LayerWork> GroupNorm::work(const Tensor& x, const Tensor& y) const {
+  return norm_work(x, y, x.size(0) * num_groups_, weight, bias, true, relu_);
 }
 
 }  // namespace minidl
