@@ -159,6 +159,20 @@ DeviceMemoryStats host_memory_stats() {
   return s;
 }
 
+void raise_peak_device_memory(size_t bytes) {
+#ifdef MINIDL_WITH_CUDA
+  if (cuda_available()) cuda::raise_cached_peak(bytes);
+#else
+  (void)bytes;
+#endif
+}
+
+void raise_peak_host_memory(size_t bytes) {
+  size_t peak = g_host_peak.load(std::memory_order_relaxed);
+  while (bytes > peak && !g_host_peak.compare_exchange_weak(peak, bytes, std::memory_order_relaxed)) {
+  }
+}
+
 void reset_peak_host_memory() { g_host_peak.store(g_host_current.load(std::memory_order_relaxed), std::memory_order_relaxed); }
 
 }  // namespace minidl

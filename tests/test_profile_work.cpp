@@ -153,6 +153,10 @@ TEST_CASE("work: the profiler's roofline columns, memory and counter track on th
   opaque->assign_paths("tail");
   Profiler p(Device::cpu());
   p.install();
+  // A peak reached before the profiled steps survives them (the epoch's peak memory reads it).
+  reset_peak_host_memory();
+  { Tensor big = Tensor::empty({1 << 20}, DType::Float32, Device::cpu()); }
+  const size_t peak_before = host_memory_stats().peak_bytes;
   for (int step = 0; step < 2; ++step) {
     p.begin_step();
     Tensor x = test::random_tensor({4, 3, 16, 16}, 7 + step);
@@ -165,6 +169,7 @@ TEST_CASE("work: the profiler's roofline columns, memory and counter track on th
     p.end_step();
   }
   p.uninstall();
+  REQUIRE(host_memory_stats().peak_bytes >= peak_before);
   ProfileReport r = p.report();
   DeviceLimits limits;
   limits.device_name = "test CPU";

@@ -62,8 +62,6 @@ std::string table_line(const ProfileReport& r, const ProfileRow& row, size_t nam
   if (r.gpu_timed) line += cell(row.bwd_gpu_ms, no_bwd);
   line += cell(row.bwd_host_ms, no_bwd);
   line += pad_left(fixed(100.0 * share(r, row), 1) + "%", 10);
-  line += pad_left(row.kind == RowKind::Module && row.work_known ? megabytes(row.saved_bytes) : "-", 9);
-  line += pad_left(no_fwd && no_bwd ? "-" : megabytes(std::max(row.fwd_temp_bytes, row.bwd_temp_bytes)), 9);
   return line + "\n";
 }
 
@@ -72,16 +70,25 @@ std::string ratio_cell(double v, int width) {
   return pad_left(fixed(v, v >= 100 ? 0 : v >= 10 ? 1 : 2), width);
 }
 
+// The longest row name the roofline table prints whole: its lines stay within 120 columns.
+constexpr size_t kRooflineNameWidth = 48;
+
 std::string roofline_line(const ProfileReport& r, const ProfileRow& row, bool backward, size_t name_width,
                           const std::string& label) {
   const PassRoofline p = pass_roofline(r, row, backward);
-  std::string line = pad_right(label, name_width) + pad_left(backward ? "bwd" : "fwd", 4);
-  if (!row.work_known) return line + pad_left("-", 9) + pad_left("-", 9) + pad_left("-", 9) + pad_left("-", 9) +
-                              pad_left("-", 8) + pad_left("-", 9) + "\n";
-  line += pad_left(fixed(p.flops / 1e9, 3), 9) + pad_left(fixed(p.bytes / 1e6, 2), 9);
-  line += ratio_cell(p.ms > 0 ? p.tflops : 0, 9) + ratio_cell(p.ms > 0 ? p.gbs : 0, 9);
-  line += pad_left(p.fraction_of_limit >= 0 ? fixed(100.0 * p.fraction_of_limit, 1) + "%" : "-", 8);
-  line += pad_left(p.bound.empty() ? "-" : p.bound, 9);
+  const std::string name = label.size() > name_width - 2 ? label.substr(0, name_width - 3) + "~" : label;
+  std::string line = pad_right(name, name_width) + pad_left(backward ? "bwd" : "fwd", 4);
+  if (!row.work_known) {
+    for (int i = 0; i < 6; ++i) line += pad_left("-", 8);
+    line += pad_left("-", 9);
+  } else {
+    line += pad_left(fixed(p.flops / 1e9, 3), 8) + pad_left(fixed(p.bytes / 1e6, 2), 8);
+    line += ratio_cell(p.ms > 0 ? p.tflops : 0, 8) + ratio_cell(p.ms > 0 ? p.gbs : 0, 8);
+    line += pad_left(p.fraction_of_limit >= 0 ? fixed(100.0 * p.fraction_of_limit, 1) + "%" : "-", 8);
+    line += pad_left(p.bound.empty() ? "-" : p.bound, 8);
+    line += pad_left(backward ? "" : megabytes(row.saved_bytes), 9);
+  }
+  line += pad_left(megabytes(backward ? row.bwd_temp_bytes : row.fwd_temp_bytes), 8);
   return line + "\n";
 }
 
@@ -152,14 +159,13 @@ std::string format_profile_table(const ProfileReport& r, std::optional<double> u
 
   std::string s = str("Per-layer profile on ", r.device.str(), ": median of ", r.measured_steps,
                       " measured step", r.measured_steps == 1 ? "" : "s",
-                      ", ms per step; each row's own time (a module's excludes its children's)\n");
+                      "; ms per step of each row's own time (children excluded)\n");
   std::string header = pad_right("module", name_width);
   if (r.gpu_timed) header += pad_left("fwd GPU", 11);
   header += pad_left("fwd host", 11);
   if (r.gpu_timed) header += pad_left("bwd GPU", 11);
   header += pad_left("bwd host", 11);
   header += pad_left(r.gpu_timed ? "GPU share" : "share", 10);
-  header += pad_left("saved MB", 9) + pad_left("temp MB", 9);
   s += header + "\n";
   const std::string rule(header.size(), '-');
   s += rule + "\n";
@@ -172,7 +178,7 @@ std::string format_profile_table(const ProfileReport& r, std::optional<double> u
     s += str("step: GPU ", fixed(r.step_gpu_ms), " ms (CUDA events, first to last boundary); ");
   else
     s += "step: ";
-  s += str("wall ", fixed(r.step_wall_ms), " ms profiled, of which ", fixed(r.overhead_host_ms),
+  s += str("wall ", fixed(r.step_wall_ms), " ms profiled,\n  of which ", fixed(r.overhead_host_ms),
            " ms inside the profiler's hooks (in no row)\n");
   if (unprofiled_step_ms) {
     double u = *unprofiled_step_ms;
@@ -220,23 +226,24 @@ std::string format_roofline_table(const ProfileReport& r) {
   }
   size_t name_width = 6;
   for (const ProfileRow* row : rows) name_width = std::max(name_width, row->name.size());
-  name_width += 2;
+  name_width = std::min(name_width, kRooflineNameWidth) + 2;
 
   std::string s;
   if (r.limits) {
     const DeviceLimits& l = *r.limits;
-    s += str("Roofline on ", l.device_name, " (", l.source, l.cache_path.empty() ? "" : " in " + l.cache_path,
-             "): ", fixed(l.peak_tflops, l.peak_tflops >= 10 ? 1 : 3), " TFLOP/s ", l.dtype, " GEMM, ",
-             fixed(l.copy_gbs, 0), " GB/s copy; ridge ", fixed(l.ridge_flops_per_byte(), 1), " FLOP/byte\n");
+    s += str("Roofline on ", l.device_name, ": ", fixed(l.peak_tflops, l.peak_tflops >= 10 ? 1 : 3), " TFLOP/s ",
+             l.dtype, " GEMM, ", fixed(l.copy_gbs, 0), " GB/s copy, ridge ", fixed(l.ridge_flops_per_byte(), 1),
+             " FLOP/byte\n  (limits ", l.source, l.cache_path.empty() ? "" : " in " + l.cache_path, ")\n");
   } else {
     s += "Roofline: the device's limits were not measured (no % of limit or bound)\n";
   }
   s += str("per pass: its work per step over its ", r.gpu_timed ? "GPU" : "host",
            " time; % of the roof at its intensity; latency: under ", fixed(100 * kLatencyBoundFraction, 0),
            "% of both roofs\n");
-  std::string header = pad_right("row", name_width) + pad_left("pass", 4) + pad_left("GFLOP", 9) +
-                       pad_left("MB", 9) + pad_left("TFLOP/s", 9) + pad_left("GB/s", 9) + pad_left("% limit", 8) +
-                       pad_left("bound", 9);
+  s += "saved MB: kept for backward; temp MB: the most the pass held above its start at once (workspaces)\n";
+  std::string header = pad_right("row", name_width) + pad_left("pass", 4) + pad_left("GFLOP", 8) +
+                       pad_left("MB", 8) + pad_left("TFLOP/s", 8) + pad_left("GB/s", 8) + pad_left("% limit", 8) +
+                       pad_left("bound", 8) + pad_left("saved MB", 9) + pad_left("temp MB", 8);
   s += header + "\n" + std::string(header.size(), '-') + "\n";
   for (const ProfileRow* row : rows) {
     if (row->fwd_calls > 0) s += roofline_line(r, *row, false, name_width, row->name);
@@ -248,8 +255,7 @@ std::string format_roofline_table(const ProfileReport& r) {
   if (!r.work_complete) s += "(the total leaves out rows shown \"-\": they do not report their work)\n";
   if (r.step_peak_bytes > 0)
     s += str("memory: ", megabytes(r.step_start_bytes), " MB allocated at the step's start, peak ",
-             megabytes(r.step_peak_bytes), " MB in '", r.peak_row, r.peak_backward ? " backward" : "",
-             "'; saved MB: kept for backward, temp MB: the most a row held above its start at once\n");
+             megabytes(r.step_peak_bytes), " MB in '", r.peak_row, r.peak_backward ? " backward" : "", "'\n");
   return s;
 }
 

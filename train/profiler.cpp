@@ -41,6 +41,10 @@ int row_of_section_module_id(int id) { return -2 - id; }
 
 DeviceMemoryStats memory_stats(bool gpu) { return gpu ? device_memory_stats() : host_memory_stats(); }
 void reset_memory_peak(bool gpu) { gpu ? reset_peak_device_memory() : reset_peak_host_memory(); }
+void raise_memory_peak(bool gpu, double bytes) {
+  const size_t b = static_cast<size_t>(bytes);
+  gpu ? raise_peak_device_memory(b) : raise_peak_host_memory(b);
+}
 
 }  // namespace
 
@@ -82,6 +86,7 @@ void Profiler::begin_step(bool measure) {
   stack_.clear();
   frames_.clear();
   work_.assign(rows_.size(), RowWork{});
+  held_peak_ = 0;
   in_step_ = true;
   measure_ = measure;
   in_backward_ = false;
@@ -101,6 +106,7 @@ void Profiler::end_step() {
   }
   in_step_ = false;
   add_boundary(t, /*last=*/true);
+  raise_memory_peak(gpu_, held_peak_);
   const size_t n = boundaries_.size();
 #ifdef MINIDL_WITH_CUDA
   if (gpu_) events_.read_ms(n, gpu_ms_);
@@ -134,6 +140,7 @@ void Profiler::end_step() {
 void Profiler::cancel_step() {
   if (!in_step_) return;
   in_step_ = false;
+  raise_memory_peak(gpu_, std::max(held_peak_, static_cast<double>(memory_stats(gpu_).peak_bytes)));
 #ifdef MINIDL_WITH_CUDA
   for (size_t i = 0; i < stack_.size(); ++i) cuda::nvtx_pop();
 #endif
@@ -198,6 +205,18 @@ void Profiler::exit(const Module& m, const Tensor& input, const Tensor& output) 
 void Profiler::add_work(const LayerWork& work) {
   if (!in_step_ || !measure_ || stack_.empty()) return;
   add_row_work(stack_.back().row, work);
+}
+
+void Profiler::add_work(const std::function<std::optional<LayerWork>()>& work) {
+  if (!in_step_ || !measure_ || stack_.empty()) return;
+  const Clock::time_point t = Clock::now();
+  const int row = stack_.back().row;
+  if (const std::optional<LayerWork> w = work())
+    add_row_work(row, *w);
+  else
+    row_work(row).unknown = true;
+  // A boundary inside the row: its time goes on after the count, which is left out like a hook's.
+  add_boundary(t);
 }
 
 Profiler::RowWork& Profiler::row_work(int row) {
@@ -279,6 +298,7 @@ void Profiler::add_boundary(Clock::time_point enter, bool last) {
   const DeviceMemoryStats m = memory_stats(gpu_);
   b.allocated = static_cast<double>(m.current_bytes);
   b.peak = static_cast<double>(m.peak_bytes);
+  held_peak_ = std::max(held_peak_, b.peak);
   reset_memory_peak(gpu_);
 #ifdef MINIDL_WITH_CUDA
   if (gpu_) events_.record(boundaries_.size());

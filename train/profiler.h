@@ -20,6 +20,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -161,6 +162,9 @@ class Profiler final : public ForwardObserver, public autograd::BackwardObserver
   // Adds `work` to the innermost open row of the step (a section's data, loss or update: what a
   // module reports by itself through Module::work). Outside a measured step it does nothing.
   void add_work(const LayerWork& work);
+  // The same, computing the work only when it is kept, and outside the row's time (like a hook):
+  // a section's count (walking the optimizer's state, say) does not inflate its own row.
+  void add_work(const std::function<std::optional<LayerWork>()>& work);
   // Medians per row over the measured steps and the trace of the last one (errors when none).
   ProfileReport report() const;
 
@@ -234,6 +238,7 @@ class Profiler final : public ForwardObserver, public autograd::BackwardObserver
   std::vector<Frame> stack_, frames_;
   std::vector<double> gpu_ms_;  // event times of the current step
   std::vector<RowWork> work_;   // work of the current step, by row
+  double held_peak_ = 0;  // the allocator's peak since the step began (restored at its end)
   DType compute_dtype_ = DType::Float32;
   double compute_dtype_flops_ = -1;  // forward FLOPs of the call compute_dtype_ was taken from
 

@@ -238,7 +238,7 @@ Trainer::StepResults Trainer::device_step(bool prepared, double lr, Profiler* pr
   {
     ProfileSection s = profiler ? profiler->section("data") : ProfileSection();
     train_loader_->emit(batch);
-    if (profiler) profiler->add_work(batch_work(batch));
+    if (profiler) profiler->add_work([&]() -> std::optional<LayerWork> { return batch_work(batch); });
   }
   Tensor logits = forward(batch.images);
   StepResults results;
@@ -247,7 +247,8 @@ Trainer::StepResults Trainer::device_step(bool prepared, double lr, Profiler* pr
     ProfileSection s = profiler ? profiler->section("loss") : ProfileSection();
     loss = cross_entropy(logits, batch.labels, static_cast<float>(config_.label_smoothing));
     results.correct = correct_predictions(logits.detach(), batch.labels);
-    if (profiler) profiler->add_work(cross_entropy_work(logits, batch.labels));
+    if (profiler)
+      profiler->add_work([&]() -> std::optional<LayerWork> { return cross_entropy_work(logits, batch.labels); });
   }
   backward_and_update(loss, prepared, lr, profiler);
   results.loss = loss.detach();
@@ -295,9 +296,7 @@ void Trainer::backward_and_update(const Tensor& loss, bool prepared, double lr, 
   optimizer_->apply();
   if (grad_scaler_) grad_scaler_->update();
   optimizer_->zero_grad();
-  if (profiler) {
-    if (const std::optional<LayerWork> w = optimizer_work(*optimizer_, parameters_)) profiler->add_work(*w);
-  }
+  if (profiler) profiler->add_work([&] { return optimizer_work(*optimizer_, parameters_); });
 }
 
 Trainer::EvalCounts Trainer::device_eval(const std::string& tta) {
