@@ -34,4 +34,13 @@ inline double work_bytes(const Tensor& t) { return t.defined() ? work_bytes(t.nu
 LayerWork elementwise_work(const Tensor& x, const Tensor& y, double fwd_flops, double bwd_flops,
                            const Tensor& saved);
 
+// A layer whose every output element is a dot product of length `reduction` (Conv2d:
+// Cin*kh*kw; Linear: in_features) against `weight`, plus `bias` when defined: forward 2 FLOPs per
+// multiply-add and one add per output for the bias; x, the weight and bias (read in y's dtype,
+// as the kernel reads them) and y moved. Backward: dW (and db) always, dx when x needs it, each
+// GEMM as many FLOPs again; dy, x (and the weight for dx) read once, dx written in x's dtype, dW
+// and db in float32 (the parameters' gradients). Saved for backward: x.
+LayerWork gemm_layer_work(const Tensor& x, const Tensor& y, int64_t reduction, const Tensor& weight,
+                          const Tensor& bias);
+
 }  // namespace minidl

@@ -233,26 +233,9 @@ std::shared_ptr<Module> make_conv2d(LayerArgs& args) {
   return std::make_shared<Conv2d>(in_channels, out_channels, kernel, stride, padding, bias);
 }
 
-// Forward 2 * N*OH*OW * Cout * Cin*kh*kw (+ one add per output for the bias): x, the weight (in
-// the compute dtype) and the bias read, y written. Backward: dW always (and db), dx when x needs
-// it, each another 2 * N*OH*OW * Cout * Cin*kh*kw; dy, x and the weight read once, dx written in
-// x's dtype, dW and db in the parameters' float32. Saved for backward: x (the weight is a
-// parameter, alive anyway).
+// layers/work.h gemm_layer_work: every output a dot product of Cin*kh*kw.
 std::optional<LayerWork> Conv2d::work(const Tensor& x, const Tensor& y) const {
-  const double macs = static_cast<double>(y.numel()) * static_cast<double>(in_channels_ * kernel_.h * kernel_.w);
-  const DType t = y.dtype();
-  const int64_t bias_n = bias.defined() ? out_channels_ : 0;
-  LayerWork w;
-  w.forward.flops = 2 * macs + (bias_n ? static_cast<double>(y.numel()) : 0.0);
-  w.forward.bytes = work_bytes(x) + work_bytes(weight.numel(), t) + work_bytes(bias_n, t) + work_bytes(y);
-  if (y.requires_grad()) {
-    const bool dx = x.requires_grad();
-    w.saved_bytes = work_bytes(x);
-    w.backward.flops = (dx ? 4 : 2) * macs + (bias_n ? static_cast<double>(y.numel()) : 0.0);
-    w.backward.bytes = work_bytes(y) + work_bytes(x) + (dx ? work_bytes(weight.numel(), t) + work_bytes(x) : 0.0) +
-                       work_bytes(weight.numel(), DType::Float32) + work_bytes(bias_n, DType::Float32);
-  }
-  return w;
+  return gemm_layer_work(x, y, in_channels_ * kernel_.h * kernel_.w, weight, bias);
 }
 
 }  // namespace minidl

@@ -143,23 +143,9 @@ std::shared_ptr<Module> make_linear(LayerArgs& args) {
   return std::make_shared<Linear>(in_features, out_features, bias);
 }
 
-// As Conv2d with a 1x1 kernel over the M = numel / in_features rows: forward 2 * M * in * out
-// (+ M * out for the bias); backward dW (and db) always, dx when x needs it.
+// layers/work.h gemm_layer_work: every output a dot product of in_features.
 std::optional<LayerWork> Linear::work(const Tensor& x, const Tensor& y) const {
-  const double macs = static_cast<double>(y.numel()) * static_cast<double>(in_features_);
-  const DType t = y.dtype();
-  const int64_t bias_n = bias.defined() ? out_features_ : 0;
-  LayerWork w;
-  w.forward.flops = 2 * macs + (bias_n ? static_cast<double>(y.numel()) : 0.0);
-  w.forward.bytes = work_bytes(x) + work_bytes(weight.numel(), t) + work_bytes(bias_n, t) + work_bytes(y);
-  if (y.requires_grad()) {
-    const bool dx = x.requires_grad();
-    w.saved_bytes = work_bytes(x);
-    w.backward.flops = (dx ? 4 : 2) * macs + (bias_n ? static_cast<double>(y.numel()) : 0.0);
-    w.backward.bytes = work_bytes(y) + work_bytes(x) + (dx ? work_bytes(weight.numel(), t) + work_bytes(x) : 0.0) +
-                       work_bytes(weight.numel(), DType::Float32) + work_bytes(bias_n, DType::Float32);
-  }
-  return w;
+  return gemm_layer_work(x, y, in_features_, weight, bias);
 }
 
 }  // namespace minidl
