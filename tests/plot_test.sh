@@ -18,6 +18,21 @@ common=(--set data.dir="$data" --set epochs=2 --set eval.tta=flip)
 # The device limits are measured into a cache of the test's own.
 MINIDL_LIMITS_CACHE="$work/limits.json" \
   "$minidl" profile --config "$cfg" --set data.dir="$data" --steps 2 --warmup 1 --output "$work/prof" >/dev/null
+# The profile end to end on the CPU: measured limits, work per row, the allocator's counter track,
+# and --compare of the profile with itself (every ratio 1.00x).
+"$python" - "$work/prof" "$work/limits.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1] + "/profile.json"))
+assert p["limits"]["source"] == "measured" and p["limits"]["peak_tflops"] > 0, p["limits"]
+assert p["limits"]["cache_path"] == sys.argv[2], p["limits"]
+convs = [r for r in p["rows"] if r["type"] == "Conv2d"]
+assert convs and all(r["work"]["fwd"]["flops"] > 0 and "bound" in r["work"]["fwd"] for r in convs)
+assert p["memory"]["step_peak_bytes"] > 0 and p["memory"]["peak_row"]
+trace = json.load(open(sys.argv[1] + "/trace.json"))
+assert any(e["ph"] == "C" for e in trace["traceEvents"]), "no counter track"
+PY
+"$minidl" profile --compare "$work/prof/profile.json" "$work/prof/profile.json" > "$work/compare"
+grep -qE "^total +[0-9.]+ +[0-9.]+ +1\.00x" "$work/compare" || { cat "$work/compare"; echo "FAIL: compare"; exit 1; }
 "$python" "$src/scripts/plot.py" "$work/seed5" "$work/seed6" "$work/prof" --out "$work/charts" | tee "$work/list"
 [ "$(wc -l < "$work/list")" -eq 6 ] || { echo "FAIL: expected 6 files"; exit 1; }
 "$python" - "$work/charts" <<'PY'

@@ -2,7 +2,6 @@
 
 #include <sys/utsname.h>
 
-#include <Eigen/Core>
 #include <Eigen/Dense>
 #include <algorithm>
 #include <chrono>
@@ -11,9 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <memory>
-#include <sstream>
-#include <thread>
 #include <vector>
 
 #include "core/atomic_file.h"

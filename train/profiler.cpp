@@ -191,15 +191,15 @@ void Profiler::exit(const Module& m, const Tensor& input, const Tensor& output) 
   if (!close_frame(row, false, t) || !measure_) return;
   // Asked after the frame closed: the layer's arithmetic counts among the hooks' own time.
   const std::optional<LayerWork> w = m.work(input, output);
-  if (w) {
-    add_row_work(row, *w);
-    if (w->forward.flops > compute_dtype_flops_) {
-      compute_dtype_flops_ = w->forward.flops;
-      compute_dtype_ = output.dtype();
-    }
-  }
-  else
+  if (!w) {
     row_work(row).unknown = true;
+    return;
+  }
+  add_row_work(row, *w);
+  if (w->forward.flops > compute_dtype_flops_) {
+    compute_dtype_flops_ = w->forward.flops;
+    compute_dtype_ = output.dtype();
+  }
 }
 
 void Profiler::add_work(const LayerWork& work) {
