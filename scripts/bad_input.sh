@@ -178,7 +178,7 @@ expect_error "8 huge value quoted short" "expected a list of layers" "$run" -- "
   "${small[@]}" --set "model.layers=$(python3 -c 'print("z" * 100000)')" --output "$work/x"
 
 # 9. Values that used to wrap or be accepted.
-expect_error "9 crop_padding 2^32+1" "crop_padding: expected an integer in 0\.\.31, got 4294967297" "$run" -- \
+expect_error "9 crop_padding 2^32+1" "crop_padding: expected an integer in 0\.\.1023, got 4294967297" "$run" -- \
   "${train[@]}" --config "$root/configs/quick_cpu.json" --set data.augment.crop_padding=4294967297 --output "$work/x"
 expect_error "9 seed -1" "seed: expected a non-negative integer, got -1" "$run" -- \
   "${train[@]}" --config "$root/configs/quick_cpu.json" --set seed=-1 --output "$work/x"
