@@ -13,7 +13,14 @@
 //   cutout: a size x size square at a random center (cy, cx), rows cy - size/2 .. +size,
 //   clipped at the borders, set to 0 after normalization (the dataset mean; as in the DAWNBench
 //   ResNet-9 code, which cuts out of the normalized image).
+// With random-resized-crop (instead of the padded crop): torchvision's RandomResizedCrop((H, W),
+// scale, ratio) box, read with bilinear interpolation (align_corners=False; the box is never
+// larger than the image, so it only magnifies and needs no antialiasing), then the flip and
+// cutout as above. The interpolated value stays a float (torchvision's tensor path), not rounded
+// to uint8. Every float op that could round differently on the two sides is an explicit fmaf, a
+// correctly rounded +, -, *, / or sqrt, or exp_small below: no libm call decides a bit.
 #pragma once
+#include <cmath>
 #include <cstdint>
 
 #include "core/dtype.h"
@@ -37,6 +44,9 @@ struct AugmentParams {
   float scale[3] = {1.f, 1.f, 1.f};  // 1 / (255 std), rounded once on the host
   float shift[3] = {0.f, 0.f, 0.f};  // -mean / std, rounded once on the host
   int channels = 3, height = 32, width = 32;  // the images' shape (C <= 3: one scale per channel)
+  int resized_crop = 0;                        // 1: random-resized-crop instead of the padded crop
+  float crop_scale[2] = {0.08f, 1.f};          // box area as a fraction of the image's
+  float crop_log_ratio[2] = {-0.287682f, 0.287682f};  // log(width / height) of the box
 };
 
 // Plain (no member initializers), so the CUDA kernel can hold one in shared memory.
@@ -44,7 +54,74 @@ struct ImageDraw {
   int dy, dx;  // crop offset into the padded image, 0..2p
   int flip;
   int cy, cx;  // cutout center
+  int box_y, box_x, box_h, box_w;  // random-resized-crop box
 };
+
+// exp(x) for |x| < 8 from +, * and fmaf only (x / 16 exactly, a degree-9 Taylor polynomial,
+// squared four times): the same bits on the CPU and the GPU, within a few ulp of exp.
+MINIDL_HD float exp_small(float x) {
+  const float y = x * 0.0625f;
+  float t = 1.f / 362880.f;
+  const float inverse_factorials[9] = {1.f / 40320.f, 1.f / 5040.f, 1.f / 720.f, 1.f / 120.f, 1.f / 24.f,
+                                       1.f / 6.f, 0.5f, 1.f, 1.f};
+  for (float c : inverse_factorials) t = fmaf(t, y, c);
+  for (int k = 0; k < 4; ++k) t = t * t;
+  return t;
+}
+
+// torchvision's RandomResizedCrop.get_params with counter-based draws: up to 10 attempts, attempt
+// a taking the words of philox(seed, kStreamResizedCrop | a << 32, epoch << 32 | index) (area
+// fraction, log ratio, top, left); then its fallback, the whole image clamped to the ratio range.
+MINIDL_HD void draw_resized_crop(const AugmentParams& p, int64_t index, ImageDraw& d) {
+  const int h_img = p.height, w_img = p.width;
+  const float area = static_cast<float>(h_img) * static_cast<float>(w_img);
+  const uint64_t counter = (static_cast<uint64_t>(p.epoch) << 32) | static_cast<uint64_t>(index);
+  for (uint64_t attempt = 0; attempt < 10; ++attempt) {
+    const Philox4 w = philox(p.seed, kStreamResizedCrop | (attempt << 32), counter);
+    const float target = area * fmaf(uniform01(w.v[0]), p.crop_scale[1] - p.crop_scale[0], p.crop_scale[0]);
+    const float ratio =
+        exp_small(fmaf(uniform01(w.v[1]), p.crop_log_ratio[1] - p.crop_log_ratio[0], p.crop_log_ratio[0]));
+    const int bw = static_cast<int>(rintf(sqrtf(target * ratio)));
+    const int bh = static_cast<int>(rintf(sqrtf(target / ratio)));
+    if (bw > 0 && bw <= w_img && bh > 0 && bh <= h_img) {
+      d.box_h = bh;
+      d.box_w = bw;
+      d.box_y = static_cast<int>(uniform_below(w.v[2], static_cast<uint32_t>(h_img - bh + 1)));
+      d.box_x = static_cast<int>(uniform_below(w.v[3], static_cast<uint32_t>(w_img - bw + 1)));
+      return;
+    }
+  }
+  const float in_ratio = static_cast<float>(w_img) / static_cast<float>(h_img);
+  const float lo = exp_small(p.crop_log_ratio[0]), hi = exp_small(p.crop_log_ratio[1]);
+  d.box_w = w_img;
+  d.box_h = h_img;
+  if (in_ratio < lo) d.box_h = static_cast<int>(rintf(static_cast<float>(w_img) / lo));
+  else if (in_ratio > hi) d.box_w = static_cast<int>(rintf(static_cast<float>(h_img) * hi));
+  d.box_h = d.box_h < 1 ? 1 : (d.box_h > h_img ? h_img : d.box_h);
+  d.box_w = d.box_w < 1 ? 1 : (d.box_w > w_img ? w_img : d.box_w);
+  d.box_y = (h_img - d.box_h) / 2;
+  d.box_x = (w_img - d.box_w) / 2;
+}
+
+// Channel c of the box resized to (H, W), at output (y, x): bilinear, align_corners=False.
+MINIDL_HD float resized_crop_value(const uint8_t* image, const ImageDraw& d, const AugmentParams& p, int c, int y,
+                                   int x) {
+  const float sy = fmaf(static_cast<float>(y) + 0.5f, static_cast<float>(d.box_h) / static_cast<float>(p.height),
+                        -0.5f);
+  const float sx = fmaf(static_cast<float>(x) + 0.5f, static_cast<float>(d.box_w) / static_cast<float>(p.width),
+                        -0.5f);
+  const float cy = sy < 0.f ? 0.f : sy, cx = sx < 0.f ? 0.f : sx;
+  const int y0 = static_cast<int>(cy), x0 = static_cast<int>(cx);
+  const float fy = cy - static_cast<float>(y0), fx = cx - static_cast<float>(x0);
+  const int y1 = y0 + 1 < d.box_h ? y0 + 1 : d.box_h - 1, x1 = x0 + 1 < d.box_w ? x0 + 1 : d.box_w - 1;
+  const uint8_t* plane = image + static_cast<int64_t>(c) * p.height * p.width;
+  auto at = [&](int yy, int xx) {
+    return static_cast<float>(plane[(d.box_y + yy) * p.width + d.box_x + xx]);
+  };
+  const float top = fmaf(fx, at(y0, x1) - at(y0, x0), at(y0, x0));
+  const float bottom = fmaf(fx, at(y1, x1) - at(y1, x0), at(y1, x0));
+  return fmaf(fy, bottom - top, top);
+}
 
 // The four words of philox(seed, kStreamAugment, epoch << 32 | index) give, in order: dy, dx, the
 // cutout center and the flip (top bit). The center's row is uniform_below(word 2, H) and its
@@ -65,6 +142,7 @@ MINIDL_HD ImageDraw draw_image_augment(const AugmentParams& p, int64_t index) {
     const Philox4 w0 = philox(p.seed, kStreamAugment, static_cast<uint64_t>(index));
     d.flip = static_cast<int>(w0.v[3] >> 31) ^ static_cast<int>(p.epoch & 1);
   }
+  if (p.resized_crop) draw_resized_crop(p, index, d);
   return d;
 }
 
@@ -84,6 +162,7 @@ MINIDL_HD float augment_pixel(const uint8_t* image, const ImageDraw& d, const Au
     if (y >= y0 && y < y0 + p.cutout && x >= x0 && x < x0 + p.cutout) return 0.f;
   }
   const int xs = d.flip ? p.width - 1 - x : x;
+  if (p.resized_crop) return fmaf(resized_crop_value(image, d, p, c, y, xs), p.scale[c], p.shift[c]);
   const int sy = augment_source(y + d.dy - p.crop_padding, p.height, p.reflect);
   const int sx = augment_source(xs + d.dx - p.crop_padding, p.width, p.reflect);
   const int v = (sy < 0 || sx < 0) ? 0 : image[(c * p.height + sy) * p.width + sx];

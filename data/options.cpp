@@ -1,5 +1,7 @@
 #include "data/options.h"
 
+#include <cmath>
+
 #include "core/error.h"
 #include "core/json_args.h"
 #include "core/json_limits.h"
@@ -19,6 +21,12 @@ std::array<double, 3> read_triple(const nlohmann::json& j, const std::string& ke
   return v;
 }
 
+std::array<double, 2> read_pair(const nlohmann::json& j, const std::string& key_path) {
+  MINIDL_CHECK(j.is_array() && j.size() == 2 && j[0].is_number() && j[1].is_number(), key_path,
+               ": expected a list of 2 numbers [min, max], got ", json_excerpt(j));
+  return {j[0].get<double>(), j[1].get<double>()};
+}
+
 }  // namespace
 
 AugmentOptions AugmentOptions::from_json(const nlohmann::json& j, const std::string& path) {
@@ -30,6 +38,17 @@ AugmentOptions AugmentOptions::from_json(const nlohmann::json& j, const std::str
   o.flip = args.get_bool("flip", o.flip);
   o.flip_mode = args.get_string("flip_mode", o.flip_mode);
   o.cutout = static_cast<int>(args.get_int("cutout", o.cutout, 0, 4096));
+  if (args.has("random_resized_crop")) {
+    const std::string rpath = args.key_path("random_resized_crop");
+    const nlohmann::json& r = args.get_json("random_resized_crop");
+    MINIDL_CHECK(r.is_object(), rpath, ": expected an object like {\"scale\": [0.08, 1], \"ratio\": [0.75, 1.3333]}, got ",
+                 json_excerpt(r));
+    JsonArgs rargs(r, rpath);
+    o.resized_crop = true;
+    if (rargs.has("scale")) o.crop_scale = read_pair(rargs.get_json("scale"), rargs.key_path("scale"));
+    if (rargs.has("ratio")) o.crop_ratio = read_pair(rargs.get_json("ratio"), rargs.key_path("ratio"));
+    rargs.finish();
+  }
   args.finish();
   o.validate(path);
   return o;
@@ -44,11 +63,19 @@ void AugmentOptions::validate(const std::string& path) const {
                ".flip_mode: expected \"random\" or \"alternating\", got \"", flip_mode, "\"");
   MINIDL_CHECK(cutout >= 0 && cutout <= 4096, path, ".cutout: expected a square side of 0..4096 pixels, got ",
                cutout);
+  if (!resized_crop) return;
+  MINIDL_CHECK(crop_padding == 0, path, ".random_resized_crop replaces the padded crop: set crop_padding to 0 (got ",
+               crop_padding, ")");
+  MINIDL_CHECK(crop_scale[0] > 0 && crop_scale[0] <= crop_scale[1] && crop_scale[1] <= 1, path,
+               ".random_resized_crop.scale: expected 0 < min <= max <= 1, got [", crop_scale[0], ", ", crop_scale[1], "]");
+  MINIDL_CHECK(crop_ratio[0] >= 1.0 / 1000 && crop_ratio[0] <= crop_ratio[1] && crop_ratio[1] <= 1000, path,
+               ".random_resized_crop.ratio: expected 0.001 <= min <= max <= 1000, got [", crop_ratio[0], ", ",
+               crop_ratio[1], "]");
 }
 
 void AugmentOptions::validate_for_size(const std::string& path, int64_t height, int64_t width) const {
   validate(path);
-  MINIDL_CHECK(padding_mode != "reflect" || (crop_padding < height && crop_padding < width), path,
+  MINIDL_CHECK(padding_mode != "reflect" || resized_crop || (crop_padding < height && crop_padding < width), path,
                ".crop_padding: reflect padding of ", crop_padding, " pixels needs images larger than that; these are ",
                height, "x", width);
   MINIDL_CHECK(cutout <= height && cutout <= width, path, ".cutout: a square of ", cutout,
@@ -56,8 +83,10 @@ void AugmentOptions::validate_for_size(const std::string& path, int64_t height, 
 }
 
 nlohmann::json AugmentOptions::to_json() const {
-  return {{"crop_padding", crop_padding}, {"padding_mode", padding_mode}, {"flip", flip},
-          {"flip_mode", flip_mode}, {"cutout", cutout}};
+  nlohmann::json j = {{"crop_padding", crop_padding}, {"padding_mode", padding_mode}, {"flip", flip},
+                      {"flip_mode", flip_mode}, {"cutout", cutout}};
+  if (resized_crop) j["random_resized_crop"] = {{"scale", crop_scale}, {"ratio", crop_ratio}};
+  return j;
 }
 
 DataOptions DataOptions::from_json(const nlohmann::json& j, const std::string& path) {
@@ -136,6 +165,11 @@ kernels::AugmentParams augment_params(const Normalization& normalize, const Augm
                   : augment->flip_mode == "alternating" ? kernels::kFlipAlternating
                                                         : kernels::kFlipRandom;
     p.cutout = augment->cutout;
+    p.resized_crop = augment->resized_crop ? 1 : 0;
+    for (int k = 0; k < 2; ++k) {
+      p.crop_scale[k] = static_cast<float>(augment->crop_scale[k]);
+      p.crop_log_ratio[k] = static_cast<float>(std::log(augment->crop_ratio[k]));
+    }
   }
   return p;
 }

@@ -25,6 +25,11 @@ struct AugmentOptions {
   bool flip = false;                     // horizontal flip with p = 0.5
   std::string flip_mode = "random";      // "random" (new draw each epoch) or "alternating"
   int cutout = 0;                        // side of the zeroed square; 0 = off
+  // "random_resized_crop": {"scale": [0.08, 1], "ratio": [0.75, 1.3333]}: torchvision's
+  // RandomResizedCrop to the images' own size, instead of the padded crop (for larger images).
+  bool resized_crop = false;
+  std::array<double, 2> crop_scale = {0.08, 1.0};
+  std::array<double, 2> crop_ratio = {3.0 / 4.0, 4.0 / 3.0};
 
   // Reads the object at key path `path`; unknown keys and bad values are errors naming the key.
   static AugmentOptions from_json(const nlohmann::json& j, const std::string& path);

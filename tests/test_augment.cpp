@@ -115,6 +115,78 @@ TEST_CASE("augmented batches match the reference for every padding, flip and cut
   }
 }
 
+TEST_CASE("random-resized-crop: torchvision's boxes, bilinear values, flip and cutout after", "[data][augment]") {
+  for (float x = -7.f; x <= 7.f; x += 0.37f)
+    REQUIRE(std::fabs(kernels::exp_small(x) / std::exp(static_cast<double>(x)) - 1) < 2e-6);
+  const int h = 24, w = 40;
+  const Dataset data = random_dataset(50, 3, h, w);
+  AugmentOptions a;
+  a.resized_crop = true;
+  a.crop_scale = {0.25, 1.0};
+  a.flip = true;
+  a.cutout = 6;
+  Normalization unit;
+  unit.mean = {0, 0, 0};
+  unit.std = {1.0 / 255, 1.0 / 255, 1.0 / 255};  // the output is the interpolated pixel
+  kernels::AugmentParams p = augment_params(unit, &a, 7, 2);
+  p.height = h;
+  p.width = w;
+  std::vector<int32_t> indices(50);
+  for (int i = 0; i < 50; ++i) indices[i] = i;
+  std::vector<float> out(static_cast<size_t>(50 * 3 * h * w));
+  std::vector<int32_t> labels(50);
+  const kernels::BatchCursor cursor{p, 0};
+  kernels::augment_batch_cpu(data.images.data<uint8_t>(), data.labels.data<int32_t>(), indices.data(), 50, &cursor,
+                             out.data(), DType::Float32, false, labels.data());
+  int full = 0;
+  for (int i = 0; i < 50; ++i) {
+    const kernels::ImageDraw d = kernels::draw_image_augment(p, i);
+    INFO("image " << i << " box " << d.box_y << "," << d.box_x << " " << d.box_h << "x" << d.box_w);
+    REQUIRE(d.box_h >= 1);
+    REQUIRE(d.box_w >= 1);
+    REQUIRE(d.box_y + d.box_h <= h);
+    REQUIRE(d.box_x + d.box_w <= w);
+    const double fraction = static_cast<double>(d.box_h) * d.box_w / (h * w);
+    const double ratio = static_cast<double>(d.box_w) / d.box_h;
+    REQUIRE(fraction > 0.25 * 0.8);
+    REQUIRE(ratio > 0.75 * 0.8);
+    REQUIRE(ratio < 4.0 / 3.0 * 1.25);
+    full += fraction == 1.0 ? 1 : 0;
+    const uint8_t* img = data.images.data<uint8_t>() + i * 3 * h * w;
+    for (int c = 0; c < 3; ++c)
+      for (int y = 0; y < h; ++y)
+        for (int x = 0; x < w; ++x) {
+          const float got = out[static_cast<size_t>(((i * 3 + c) * h + y) * w + x)];
+          const int y0c = d.cy - a.cutout / 2, x0c = d.cx - a.cutout / 2;
+          if (y >= y0c && y < y0c + a.cutout && x >= x0c && x < x0c + a.cutout) {
+            REQUIRE(got == 0.f);
+            continue;
+          }
+          const int xs = d.flip ? w - 1 - x : x;
+          const double sy = std::max(0.0, (y + 0.5) * d.box_h / h - 0.5);
+          const double sx = std::max(0.0, (xs + 0.5) * d.box_w / w - 0.5);
+          const int y0 = static_cast<int>(sy), x0 = static_cast<int>(sx);
+          const int y1 = std::min(y0 + 1, d.box_h - 1), x1 = std::min(x0 + 1, d.box_w - 1);
+          auto at = [&](int yy, int xx) { return static_cast<double>(img[(c * h + d.box_y + yy) * w + d.box_x + xx]); };
+          const double fy = sy - y0, fx = sx - x0;
+          const double want = (1 - fy) * ((1 - fx) * at(y0, x0) + fx * at(y0, x1)) +
+                              fy * ((1 - fx) * at(y1, x0) + fx * at(y1, x1));
+          REQUIRE(std::fabs(got - want) < 1e-3);
+        }
+  }
+  REQUIRE(full < 50);  // boxes vary
+  // The padded crop and random-resized-crop are alternatives.
+  auto with = [](const char* text) { return DataOptions::from_json(nlohmann::json::parse(text), "data"); };
+  REQUIRE_THROWS_WITH(with(R"({"augment": {"crop_padding": 4, "random_resized_crop": {}}})"),
+                      Catch::Contains("set crop_padding to 0"));
+  REQUIRE_THROWS_WITH(with(R"({"augment": {"random_resized_crop": {"scale": [0.5, 0.2]}}})"),
+                      Catch::Contains("random_resized_crop.scale"));
+  const DataOptions o = with(R"({"augment": {"random_resized_crop": {"scale": [0.35, 1], "ratio": [0.5, 2]}}})");
+  REQUIRE(o.augment.resized_crop);
+  REQUIRE(DataOptions::from_json(o.to_json(), "data").to_json() == o.to_json());
+  REQUIRE(!with("{}").augment.to_json().contains("random_resized_crop"));
+}
+
 TEST_CASE("the loader batches images of any size; augmentation limits follow the size", "[data][augment]") {
   const Dataset data = random_dataset(30, 5, 12, 20);
   DataOptions opts;
@@ -362,9 +434,11 @@ TEST_CASE("GPU batches are bit-identical to CPU batches", "[data][augment][cuda]
   for (auto [h, w] : {std::pair{32, 32}, {24, 40}}) {
   const Dataset data = random_dataset(777, 17, h, w);  // odd size: a ragged tail for evaluation
   for (const char* flip_mode : {"random", "alternating"})
-    for (const char* padding : {"reflect", "zero"}) {
+    for (const char* padding : {"reflect", "zero", "resized_crop"}) {
       DataOptions opts;
-      opts.augment.crop_padding = 4;
+      opts.augment.resized_crop = std::string(padding) == "resized_crop";
+      if (opts.augment.resized_crop) padding = "reflect";
+      opts.augment.crop_padding = opts.augment.resized_crop ? 0 : 4;
       opts.augment.padding_mode = padding;
       opts.augment.flip = true;
       opts.augment.flip_mode = flip_mode;
@@ -382,7 +456,7 @@ TEST_CASE("GPU batches are bit-identical to CPU batches", "[data][augment][cuda]
           int64_t batches = 0;
           while (cpu.next(bc)) {
             REQUIRE(gpu.next(bg));
-            INFO(flip_mode << " " << padding << (train ? " train" : " eval") << " epoch " << epoch
+            INFO(flip_mode << " " << padding << (opts.augment.resized_crop ? " resized_crop" : "") << (train ? " train" : " eval") << " epoch " << epoch
                            << " batch " << batches);
             REQUIRE(bg.images.is_cuda());
             REQUIRE(bg.images.shape() == bc.images.shape());
