@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -385,10 +386,12 @@ Dataset load_image_folder(const DataOptions& data, Split split, ImageFolderStats
   }
   st.images = d.size();
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  char seconds[32];
+  std::snprintf(seconds, sizeof(seconds), "%.2f s", st.seconds);
   std::string note = str(d.note, split == Split::Train ? "training" : "test", " images: ", st.images, " from ",
                          listing.root, " (", classes.size(), " classes, ", data.image_size, "x", data.image_size, ", ",
-                         st.from_cache ? "read from the cache " : "decoded in ", st.seconds, " s",
-                         st.from_cache ? str(" ", path) : std::string(), ")");
+                         st.from_cache ? str("read from the cache ", path, " in ") : std::string("decoded in "),
+                         seconds, ")");
   if (st.skipped > 0) {
     note += str("; skipped ", st.skipped, " files that do not decode (skip_bad), e.g. ", meta.skipped_files.front());
   }
