@@ -81,7 +81,7 @@ int bench_data_main(const std::vector<std::string>& args) {
     DataOptions cold = data;
     cold.cache_dir = (scratch / std::to_string(r)).string();
     ImageFolderStats st;
-    train = load_image_folder(cold, Split::Train, &st);
+    train = load_image_folder(cold, Split::Train, &st, true);
     MINIDL_CHECK(!st.from_cache, "bench data: the cold cache was not cold");
     best = std::min(best, st.seconds);
   }
@@ -89,9 +89,9 @@ int bench_data_main(const std::vector<std::string>& args) {
   warm.cache_dir = (scratch / "0").string();
   ImageFolderStats cached;
   const auto c0 = Clock::now();
-  load_image_folder(warm, Split::Train, &cached);
+  load_image_folder(warm, Split::Train, &cached, true);
   const double cache_seconds = since(c0);
-  const Dataset test = load_image_folder(warm, Split::Test);
+  const Dataset test = load_image_folder(warm, Split::Test, nullptr, true);
   std::error_code ec;
   fs::remove_all(scratch, ec);
 

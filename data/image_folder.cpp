@@ -15,6 +15,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "data/image_decode.h"
+#include "data/loader.h"
 
 namespace minidl {
 
@@ -25,6 +26,8 @@ namespace {
 // Bumped whenever decoding, fitting or the file layout changes what a cache holds.
 constexpr char kCacheMagic[8] = {'M', 'D', 'L', 'I', 'M', 'G', '0', '1'};
 constexpr int64_t kCacheHeaderBytes = 8 + 8 * 6;  // magic, key, n, c, h, w, meta bytes
+// The shuffle of a folder's images (data/loader.h's epoch_permutation, epoch 0): fixed forever.
+constexpr uint64_t kFolderOrderSeed = 0x1f01de5;
 
 struct ImageFile {
   std::string path;  // relative to the split's root: <class>/<...>/<name>
@@ -296,19 +299,20 @@ Dataset drop_bad(const Dataset& d, const std::vector<std::string>& errors) {
   return out;
 }
 
-// `limit` images spread evenly over the class-sorted set (image floor(k * n / limit)), so a
-// limited run still sees every class.
-Dataset spread_subset(const Dataset& d, int64_t limit) {
-  const int64_t n = d.size(), pixels = d.images.numel() / n;
+// The first `count` images of `order` (indices into d).
+Dataset reorder(const Dataset& d, const std::vector<int32_t>& order, int64_t count) {
+  const int64_t pixels = d.images.numel() / d.size();
   Dataset out;
-  out.images = Tensor::empty({limit, d.images.size(1), d.images.size(2), d.images.size(3)}, DType::UInt8);
-  out.labels = Tensor::empty({limit}, DType::Int32);
-  for (int64_t k = 0; k < limit; ++k) {
-    const int64_t i = k * n / limit;
+  out.images = Tensor::empty({count, d.images.size(1), d.images.size(2), d.images.size(3)}, DType::UInt8);
+  out.labels = Tensor::empty({count}, DType::Int32);
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t i = order[static_cast<size_t>(k)];
     std::memcpy(out.images.data<uint8_t>() + k * pixels, d.images.data<uint8_t>() + i * pixels,
                 static_cast<size_t>(pixels));
     out.labels.data<int32_t>()[k] = d.labels.data<int32_t>()[i];
   }
+  out.classes = d.classes;
+  out.note = d.note;
   return out;
 }
 
@@ -332,7 +336,7 @@ std::vector<std::string> image_folder_classes(const DataOptions& data) {
   return classes;
 }
 
-Dataset load_image_folder(const DataOptions& data, Split split, ImageFolderStats* stats) {
+Dataset load_image_folder(const DataOptions& data, Split split, ImageFolderStats* stats, bool class_sorted) {
   MINIDL_CHECK(data.image_size > 0 && data.image_size <= 4096, "data.image_size: expected 1..4096, got ",
                data.image_size);
   const auto t0 = std::chrono::steady_clock::now();
@@ -378,11 +382,15 @@ Dataset load_image_folder(const DataOptions& data, Split split, ImageFolderStats
   }
   d.classes = classes;
   st.skipped = meta.skipped;
-  if (split == Split::Train && data.train_limit > 0 && data.train_limit < d.size()) {
-    Dataset subset = spread_subset(d, data.train_limit);
-    subset.classes = classes;
-    subset.note = d.note;
-    d = std::move(subset);
+  // A fixed pseudo-random order, as the CIFAR binaries' records have: the first images of the set
+  // (train_limit, patch whitening's sample, export's --limit) then hold every class.
+  const int64_t limit = split == Split::Train && data.train_limit > 0 ? std::min(data.train_limit, d.size()) : d.size();
+  if (!class_sorted) {
+    d = reorder(d, epoch_permutation(kFolderOrderSeed, 0, d.size()), limit);
+  } else if (limit < d.size()) {
+    std::vector<int32_t> identity(static_cast<size_t>(limit));
+    for (int64_t i = 0; i < limit; ++i) identity[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+    d = reorder(d, identity, limit);
   }
   st.images = d.size();
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

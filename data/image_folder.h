@@ -33,8 +33,12 @@ struct ImageFolderStats {
   double seconds = 0;
 };
 
-// The training or test split of the image folder `data` names (data.format "image_folder").
-Dataset load_image_folder(const DataOptions& data, Split split, ImageFolderStats* stats = nullptr);
+// The training or test split of the image folder `data` names (data.format "image_folder"), its
+// images in a fixed pseudo-random order (the same on every machine, as the CIFAR binaries'
+// records), or with class_sorted in the listing's order (class, then path). data.train_limit
+// keeps the first images of that order.
+Dataset load_image_folder(const DataOptions& data, Split split, ImageFolderStats* stats = nullptr,
+                          bool class_sorted = false);
 
 // The class names: the sorted sub-folder names of the training root.
 std::vector<std::string> image_folder_classes(const DataOptions& data);

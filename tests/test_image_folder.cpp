@@ -17,6 +17,7 @@
 #include "data/datasets.h"
 #include "data/image_decode.h"
 #include "data/image_folder.h"
+#include "data/loader.h"
 #include "train/trainer.h"
 #include "test_util.h"
 
@@ -115,7 +116,7 @@ TEST_CASE("image folder: sorted classes, labels, PNG, gray, alpha, JPEG as PIL d
 
   const DataOptions o = folder_options(root, 8);
   ImageFolderStats st;
-  const Dataset train = load_image_folder(o, Split::Train, &st);
+  const Dataset train = load_image_folder(o, Split::Train, &st, true);
   REQUIRE(train.classes == std::vector<std::string>{"ant", "zebra"});
   REQUIRE(train.images.shape() == Shape({4, 3, 8, 8}));
   // Class-sorted, then path-sorted: ant/gray.png, ant/sub/photo.JPG, zebra/a_alpha.png, zebra/b.png.
@@ -136,7 +137,7 @@ TEST_CASE("image folder: sorted classes, labels, PNG, gray, alpha, JPEG as PIL d
   REQUIRE(image_of(train, 3) == want_rgb);
   REQUIRE(train.note.find("ignored 1 files") != std::string::npos);
 
-  const Dataset test = load_image_folder(o, Split::Test);
+  const Dataset test = load_image_folder(o, Split::Test, nullptr, true);
   REQUIRE(test.labels.values<int32_t>() == std::vector<int32_t>{1});  // zebra keeps the training index
   REQUIRE(test.classes == train.classes);
 
@@ -172,6 +173,19 @@ TEST_CASE("image folder: the cache is read back, and a changed folder is decoded
   REQUIRE(!third.from_cache);
   REQUIRE(c.images.values<uint8_t>() != a.images.values<uint8_t>());
   REQUIRE(cache_files(o.cache_dir) == 1);  // the stale cache was replaced, no temp file left
+
+  // The default order is a fixed shuffle of the class-sorted one; train_limit keeps its first images.
+  const Dataset sorted = load_image_folder(o, Split::Train, nullptr, true);
+  const std::vector<int32_t> order = epoch_permutation(0x1f01de5, 0, 5);
+  for (int64_t k = 0; k < 5; ++k) {
+    REQUIRE(image_of(c, k) == image_of(sorted, order[static_cast<size_t>(k)]));
+    REQUIRE(c.labels.data<int32_t>()[k] == sorted.labels.data<int32_t>()[order[static_cast<size_t>(k)]]);
+  }
+  DataOptions limited = o;
+  limited.train_limit = 3;
+  const Dataset first3 = load_image_folder(limited, Split::Train);
+  REQUIRE(first3.size() == 3);
+  for (int64_t k = 0; k < 3; ++k) REQUIRE(image_of(first3, k) == image_of(c, k));
 
   // Another image size is another cache beside it; the default cache folder is ROOT/.minidl-cache.
   DataOptions d = folder_options(root, 4);
@@ -212,7 +226,7 @@ TEST_CASE("image folder: a file that does not decode is an error naming it, or s
   }
   o.skip_bad = true;
   ImageFolderStats st;
-  const Dataset d = load_image_folder(o, Split::Train, &st);
+  const Dataset d = load_image_folder(o, Split::Train, &st, true);
   REQUIRE(d.size() == 2);
   REQUIRE(st.skipped == 3);
   REQUIRE(d.note.find("skipped 3 files") != std::string::npos);
@@ -333,7 +347,7 @@ TEST_CASE("the CIFAR-10 JPEG subset decodes to the bytes prepare-cifar10.sh (PIL
   test::TempDir cache("jpegcache");
   o.cache_dir = cache.path.string();
   for (Split split : {Split::Train, Split::Test}) {
-    const Dataset folder = load_image_folder(o, split);
+    const Dataset folder = load_image_folder(o, split, nullptr, true);
     const Dataset binary = load_cifar10(test::data_dir(), split);
     REQUIRE(folder.classes == binary.classes);
     // The folder's files in the order the loader took them (class, then name).

@@ -12,8 +12,8 @@
 #      hashes must be equal ("pixels: EQUAL")
 #   4. minidl bench accuracy for configs/airbench94.json in bf16 channels_last (its fastest
 #      setting, README), RUNS runs (default 10) from the folder (one config change:
-#      data.format=image_folder) and from the binaries. The folder holds the images class-sorted and
-#      the binaries shuffled, so a seed's batches differ: the means agree within the runs' spread.
+#      data.format=image_folder) and from the binaries. Both hold the images in a fixed shuffled
+#      order, but not the same one, so a seed's batches differ: the means agree within the runs' spread.
 # Expected wall time: about 4 minutes with 10 runs.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
