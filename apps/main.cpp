@@ -31,6 +31,11 @@ CLI::Option* add_config_options(CLI::App* cmd, std::string& config, std::vector<
 
 }  // namespace
 
+namespace minidl {
+CLI::App* add_layers_command(CLI::App& app, bool& json);  // apps/layers_command.cpp
+int layers_command(bool json);
+}  // namespace minidl
+
 int main(int argc, char** argv) {
   using namespace minidl;
   CLI::App app{"minidl: train CIFAR-10 from a JSON config on the CPU or an NVIDIA GPU"};
@@ -73,6 +78,9 @@ int main(int argc, char** argv) {
   export_cmd->add_option("--device", exp.device, "device for --logits: cpu, cuda or auto (default: the config's)");
   export_cmd->add_option("--data-dir", exp.data_dir, "CIFAR-10 folder for --logits (default: the config's data.dir)");
 
+  bool layers_json = false;
+  auto* layers_cmd = add_layers_command(app, layers_json);
+
   // bench and parity hand everything after their name to their own parsers.
   auto* bench_cmd = app.add_subcommand("bench", "benchmarks: accuracy (time to accuracy), train (images/s), norm (kernels), conv (GEMM rates), data (image decoding)");
   bench_cmd->footer("usage: minidl bench accuracy|train|norm|conv|data [options]");
@@ -92,6 +100,7 @@ int main(int argc, char** argv) {
     if (*prof_cmd) return profile_command(prof);
     if (*repro_cmd) return repro_command(repro);
     if (*export_cmd) return export_command(exp);
+    if (*layers_cmd) return layers_command(layers_json);
     if (*bench_cmd) {
       std::vector<std::string> rest = bench_cmd->remaining();
       if (rest.empty()) {

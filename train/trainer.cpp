@@ -50,14 +50,14 @@ constexpr int kEvalGraphWarmup = 1;
 constexpr int kKindsPerPhase = 8;
 
 // The type the training batch is written in: the activation type where the model's first layer
-// is one that autocast runs in it (Conv2d, Linear), which would cast the float32 batch to the
-// same values first; float32 otherwise (a first layer that runs in float32 must see the batch
-// unrounded).
+// is one that autocast runs in it (its descriptor's AutocastRule::LowerPrecision: Conv2d,
+// Linear), which would cast the float32 batch to the same values first; float32 otherwise (a
+// first layer that runs in float32 must see the batch unrounded).
 DType batch_dtype(const Module& model, DType activation) {
   const auto& layers = model.children();
   if (layers.empty()) return DType::Float32;
-  const std::string first = layers.front().second->type_name();
-  return first == "Conv2d" || first == "Linear" ? activation : DType::Float32;
+  const LayerDescriptor* first = find_layer(layers.front().second->type_name());
+  return first && first->autocast == AutocastRule::LowerPrecision ? activation : DType::Float32;
 }
 
 }  // namespace
