@@ -2,10 +2,12 @@
 # airbench94 from the CIFAR-10 JPEG folder against the same images as binaries, on the GPU.
 #   scripts/gpu/image_folder.sh BIN_DIR OUT_DIR [DATA_TAR] [RUNS]
 # BIN_DIR holds minidl and minidl_tests built with CUDA; DATA_TAR is cifar10-jpeg.tar.xz (default:
-# .devshare/data/cifar10-jpeg.tar.xz). Stages, each listed in OUT_DIR/FAILED when it fails:
+# .devshare/data/cifar10-jpeg.tar.xz); the binaries are $CIFAR10_DIR, else prepare-cifar10.sh's
+# decode into OUT_DIR/cifar10 (scripts/gpu/run_stage.sh); the folder goes to OUT_DIR/cifar10-jpeg.
+# Stages, each listed in OUT_DIR/FAILED when it fails (the script then exits 1):
 #   1. the [data] [cuda] tests (GPU batches of any image size equal the CPU's)
-#   2. the archive extracted to a folder (train/<class>/*.jpg, test/<class>/*.jpg), and
-#      prepare-cifar10.sh's binaries (PIL's decode of the same JPEGs)
+#   2. the archive extracted to a folder (train/<class>/*.jpg, test/<class>/*.jpg); the binaries
+#      are PIL's decode of the same JPEGs
 #   3. minidl bench data: decode + cache images/s, cache read, training batches from the cache and
 #      from the binaries, and the pixels' sha256; PIL's decode (scripts/bench/pil_decode.py, all
 #      cores) and the binaries' sha256 in the same order (scripts/gpu/cifar_pixels.py): the three
@@ -22,24 +24,17 @@ bin=${1:?$usage}
 out=${2:?$usage}
 tar=${3:-$root/.devshare/data/cifar10-jpeg.tar.xz}
 runs=${4:-10}
-mkdir -p "$out"
-rm -f "$out/FAILED"
-export LD_LIBRARY_PATH="$root/.devshare/lib:${LD_LIBRARY_PATH:-}"
-export PYTHONUNBUFFERED=1
+source "$root/scripts/gpu/run_stage.sh"
+gpu_setup "$out"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
 echo "cores: $(nproc)"
-source "$root/scripts/gpu/run_stage.sh"
 
 run timeout 300 "$bin/minidl_tests" "[data][cuda]" 2>&1 | tee "$out/cuda_tests.log" | grep -E "passed|failed|FAILED|SKIPPED" | tail -5
 
-folder=/tmp/cifar10-jpeg
+folder=$out/cifar10-jpeg
 rm -rf "$folder" && mkdir -p "$folder"
 run tar -xJf "$tar" -C "$folder"
 echo "extracted $(find "$folder" -name '*.jpg' | wc -l) JPEGs into $folder"
-if [ -z "${CIFAR10_DIR:-}" ]; then
-  CIFAR10_DIR=/tmp/cifar10
-  run bash "$root/.devshare/tools/prepare-cifar10.sh" "$CIFAR10_DIR"
-fi
 
 run timeout 300 "$bin/minidl" bench data --dir "$folder" --image-size 32 --device cuda --cifar10 "$CIFAR10_DIR" 2>&1 |
   tee "$out/bench_data.log"
@@ -73,4 +68,4 @@ echo "== airbench94 (bf16, channels_last), $runs runs each =="
 for src in folder binary; do
   echo "from the $src: $(grep -E "^(test accuracy|TTA accuracy|time per run)" "$out/airbench94_$src.log" | tr '\n' ' ')"
 done
-[ ! -f "$out/FAILED" ] || { echo "FAILED stages:"; cat "$out/FAILED"; exit 1; }
+gpu_finish image_folder.sh
