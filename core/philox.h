@@ -49,6 +49,7 @@ enum RngStream : uint64_t {
   kStreamInit = 1,          // weight initialization: index = parameter ordinal << 32 | element
   kStreamShuffle = 2,       // per-epoch permutation: index = epoch << 32 | position
   kStreamAugment = 3,       // per-image augmentation: index = epoch << 32 | dataset index
+  kStreamResizedCrop = 4,   // random-resized-crop boxes: stream | attempt << 32, index as kStreamAugment
   kStreamTest = 100,        // tests
 };
 

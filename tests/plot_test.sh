@@ -34,11 +34,12 @@ PY
 "$minidl" profile --compare "$work/prof/profile.json" "$work/prof/profile.json" > "$work/compare"
 grep -qE "^total +[0-9.]+ +[0-9.]+ +1\.00x" "$work/compare" || { cat "$work/compare"; echo "FAIL: compare"; exit 1; }
 "$python" "$src/scripts/plot.py" "$work/seed5" "$work/seed6" "$work/prof" --out "$work/charts" | tee "$work/list"
-[ "$(wc -l < "$work/list")" -eq 6 ] || { echo "FAIL: expected 6 files"; exit 1; }
+# training, profile, roofline, and each run's confusion matrix (from its summary.json), PNG and SVG each.
+[ "$(wc -l < "$work/list")" -eq 10 ] || { echo "FAIL: expected 10 files"; exit 1; }
 "$python" - "$work/charts" <<'PY'
 import os, struct, sys, xml.etree.ElementTree as ET
 out = sys.argv[1]
-for name in ("training", "profile", "roofline"):
+for name in ("training", "profile", "roofline", "confusion_seed5", "confusion_seed6"):
     png = open(os.path.join(out, name + ".png"), "rb").read()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[12:16] == b"IHDR", f"{name}.png: not a PNG"
     w, h = struct.unpack(">II", png[16:24])

@@ -17,4 +17,8 @@ class Residual : public Module {
   std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
 };
 
+// The layer type' descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.
+struct LayerDescriptor;
+const LayerDescriptor& residual_layer();
+
 }  // namespace minidl

@@ -63,4 +63,10 @@ class GlobalMaxPool2d : public Module {
   std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
 };
 
+// The layer types' descriptors (layers/layer_descriptor.h), listed in layers/registry.cpp.
+struct LayerDescriptor;
+const LayerDescriptor& maxpool2d_layer();
+const LayerDescriptor& global_avg_pool2d_layer();
+const LayerDescriptor& global_max_pool2d_layer();
+
 }  // namespace minidl
