@@ -67,7 +67,7 @@ std::string table_line(const ProfileReport& r, const ProfileRow& row, size_t nam
 
 std::string ratio_cell(double v, int width) {
   if (v <= 0) return pad_left("-", width);
-  return pad_left(fixed(v, v >= 100 ? 0 : v >= 10 ? 1 : 2), width);
+  return pad_left(fixed(v, v >= 100 ? 0 : v >= 10 ? 1 : v >= 1 ? 2 : 3), width);
 }
 
 // The longest row name the roofline table prints whole: its lines stay within 120 columns.
