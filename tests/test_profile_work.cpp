@@ -243,7 +243,8 @@ TEST_CASE("work: the profiler's roofline columns, memory and counter track on th
   REQUIRE(saw_conv);
   // The allocator's counter track: one "C" sample per boundary of the last step.
   int counters = 0;
-  for (const nlohmann::json& e : chrome_trace_json(r).at("traceEvents"))
+  const nlohmann::json trace = chrome_trace_json(r);
+  for (const nlohmann::json& e : trace.at("traceEvents"))
     if (e.at("ph") == "C") {
       ++counters;
       REQUIRE(e.at("args").at("peak").get<double>() >= 0);

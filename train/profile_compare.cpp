@@ -148,7 +148,9 @@ int profile_compare_command(const std::string& a_path, const std::string& b_path
     MINIDL_CHECK(!j.is_discarded(), "profile --compare: '", path, "' is not valid JSON");
     return j;
   };
-  std::cout << format_profile_comparison(load(a_path), load(b_path), a_path, b_path) << std::flush;
+  const nlohmann::json a = load(a_path);
+  const nlohmann::json b = load(b_path);
+  std::cout << format_profile_comparison(a, b, a_path, b_path) << std::flush;
   return 0;
 }
 
