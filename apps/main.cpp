@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "bench/bench_accuracy.h"
+#include "bench/bench_attention.h"
 #include "bench/bench_conv.h"
 #include "bench/bench_norm.h"
 #include "bench/bench_train.h"
@@ -73,8 +74,8 @@ int main(int argc, char** argv) {
   export_cmd->add_option("--data-dir", exp.data_dir, "CIFAR-10 folder for --logits (default: the config's data.dir)");
 
   // bench and parity hand everything after their name to their own parsers.
-  auto* bench_cmd = app.add_subcommand("bench", "benchmarks: accuracy (time to accuracy), train (images/s), norm (kernels), conv (GEMM rates)");
-  bench_cmd->footer("usage: minidl bench accuracy|train|norm|conv [options]");
+  auto* bench_cmd = app.add_subcommand("bench", "benchmarks: accuracy (time to accuracy), train (images/s), norm (kernels), conv (GEMM rates), attention (kernels)");
+  bench_cmd->footer("usage: minidl bench accuracy|train|norm|conv|attention [options]");
   bench_cmd->prefix_command();
 
   auto* parity_cmd = app.add_subcommand("parity", "run one layer or one training step for the PyTorch parity check");
@@ -94,7 +95,7 @@ int main(int argc, char** argv) {
     if (*bench_cmd) {
       std::vector<std::string> rest = bench_cmd->remaining();
       if (rest.empty()) {
-        std::cerr << "minidl bench: which benchmark? accuracy, train, norm or conv\n";
+        std::cerr << "minidl bench: which benchmark? accuracy, train, norm, conv or attention\n";
         return 2;
       }
       const std::string what = rest.front();
@@ -103,7 +104,8 @@ int main(int argc, char** argv) {
       if (what == "train") return bench_train_main(rest);
       if (what == "norm") return bench_norm_main(rest);
       if (what == "conv") return bench_conv_main(rest);
-      std::cerr << "minidl bench: unknown benchmark '" << what << "' (accuracy, train, norm or conv)\n";
+      if (what == "attention") return bench_attention_main(rest);
+      std::cerr << "minidl bench: unknown benchmark '" << what << "' (accuracy, train, norm, conv or attention)\n";
       return 2;
     }
     if (*parity_cmd) return parity_main(parity_cmd->remaining());

@@ -27,6 +27,14 @@ const std::map<std::string, Factory>& factories() {
       {"Scale", make_scale},
       {"Sequential", make_sequential},
       {"Residual", make_residual},
+      {"Dropout", make_dropout},
+      {"DropPath", make_drop_path},
+      {"Tokens", make_tokens},
+      {"PositionEmbedding", make_position_embedding},
+      {"ClassToken", make_class_token},
+      {"TokenPool", make_token_pool},
+      {"MultiheadAttention", make_multihead_attention},
+      {"TransformerEncoderLayer", make_transformer_encoder_layer},
   };
   return table;
 }

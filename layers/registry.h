@@ -48,5 +48,13 @@ std::shared_ptr<Module> make_flatten(LayerArgs& args);
 std::shared_ptr<Module> make_scale(LayerArgs& args);
 std::shared_ptr<Module> make_sequential(LayerArgs& args);
 std::shared_ptr<Module> make_residual(LayerArgs& args);
+std::shared_ptr<Module> make_dropout(LayerArgs& args);
+std::shared_ptr<Module> make_drop_path(LayerArgs& args);
+std::shared_ptr<Module> make_tokens(LayerArgs& args);
+std::shared_ptr<Module> make_position_embedding(LayerArgs& args);
+std::shared_ptr<Module> make_class_token(LayerArgs& args);
+std::shared_ptr<Module> make_token_pool(LayerArgs& args);
+std::shared_ptr<Module> make_multihead_attention(LayerArgs& args);
+std::shared_ptr<Module> make_transformer_encoder_layer(LayerArgs& args);
 
 }  // namespace minidl
