@@ -94,15 +94,26 @@ int bench_attention_main(const std::vector<std::string>& args) {
   const DropoutDraw draw = dropout_draw(static_cast<float>(dropout_p), 1, 1);
   const DropoutDraw* dp = dropout_p > 0 ? &draw : nullptr;
   const int64_t* step = dropout_step_on(d);
-  const double fwd = time_cuda_ms(
+  const double gemm_fwd = time_cuda_ms(
       [&] { kernels::attention_forward_cuda(t, s, dp, step, qkv.raw_data(), probs.raw_data(), dropped.raw_data(), out.raw_data()); },
       repeat);
-  const double bwd = time_cuda_ms(
+  const double gemm_bwd = time_cuda_ms(
       [&] {
         kernels::attention_backward_cuda(t, s, dp, step, qkv.raw_data(), probs.raw_data(), dropped.raw_data(),
                                          dout.raw_data(), dqkv.raw_data());
       },
       repeat);
+  const bool fused = kernels::attention_fused_cuda_fits(t, s, qkv.raw_data());
+  double fused_fwd = 0, fused_bwd = 0;
+  if (fused) {
+    fused_fwd = time_cuda_ms(
+        [&] { kernels::attention_fused_forward_cuda(t, s, dp, step, qkv.raw_data(), out.raw_data()); }, repeat);
+    fused_bwd = time_cuda_ms(
+        [&] { kernels::attention_fused_backward_cuda(t, s, dp, step, qkv.raw_data(), dout.raw_data(), dqkv.raw_data()); },
+        repeat);
+  }
+  // What the op runs: the fused kernels where they fit.
+  const double fwd = fused ? fused_fwd : gemm_fwd, bwd = fused ? fused_bwd : gemm_bwd;
   Tensor leaf = qkv.detach();
   leaf.set_requires_grad(true);
   const double op = time_cuda_ms(
@@ -118,16 +129,27 @@ int bench_attention_main(const std::vector<std::string>& args) {
               "of 20 calls\n",
               static_cast<long long>(batch), static_cast<long long>(tokens), static_cast<long long>(width),
               static_cast<long long>(heads), dtype_name(t), dropout_p, repeat);
-  std::printf("%-34s %9s %9s\n", "", "ms", "TFLOP/s");
-  std::printf("%-34s %9.4f %9.1f\n", "kernels forward", fwd, gflop / fwd);
-  std::printf("%-34s %9.4f %9.1f\n", "kernels backward", bwd, 2 * gflop / bwd);
-  std::printf("%-34s %9.4f %9.1f\n", "kernels forward + backward", fwd + bwd, 3 * gflop / (fwd + bwd));
-  std::printf("%-34s %9.4f %9.1f\n", "op forward + backward (autograd)", op, 3 * gflop / op);
+  std::printf("%-38s %9s %9s\n", "", "ms", "TFLOP/s");
+  auto row = [&](const char* what, double ms, double flop_factor) {
+    std::printf("%-38s %9.4f %9.1f\n", what, ms, flop_factor * gflop / ms);
+  };
+  row("GEMM path forward", gemm_fwd, 1);
+  row("GEMM path backward", gemm_bwd, 2);
+  row("GEMM path forward + backward", gemm_fwd + gemm_bwd, 3);
+  if (fused) {
+    row("fused forward", fused_fwd, 1);
+    row("fused backward", fused_bwd, 2);
+    row("fused forward + backward", fused_fwd + fused_bwd, 3);
+  } else {
+    std::printf("fused kernels: not for this shape and type (half, <= 64 tokens, head size 16..64)\n");
+  }
+  row("op forward + backward (autograd)", op, 3);
   if (!csv_path.empty()) {
     std::ofstream csv(csv_path);
     MINIDL_CHECK(csv.good(), "bench attention: cannot write ", csv_path);
     csv << "impl,part,ms\nminidl,forward," << fwd << "\nminidl,backward," << bwd << "\nminidl,forward+backward,"
-        << fwd + bwd << "\nminidl,op forward+backward," << op << "\n";
+        << fwd + bwd << "\nminidl,op forward+backward," << op << "\nminidl_gemm,forward+backward,"
+        << gemm_fwd + gemm_bwd << "\n";
   }
   return 0;
 #else

@@ -35,8 +35,14 @@ Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p, uin
                "self_attention: attention dropout over ", shape_str(qkv.shape()), " needs more than ",
                kMaxDropoutDraws, " draws in one step");
   const int64_t step = dropout_step();
-  Tensor probs = Tensor::empty({s.batch, s.heads, s.tokens, s.tokens}, t, dev);
-  Tensor dropped = drop ? Tensor::empty_like(probs) : probs;
+  // Short sequences in half precision run the fused kernels, which keep no probabilities; the
+  // rest the batched GEMMs with the probabilities saved for the backward.
+  const bool fused = dev.is_cuda() && kernels::attention_fused_cuda_fits(t, s, x.raw_data());
+  Tensor probs, dropped;
+  if (!fused) {
+    probs = Tensor::empty({s.batch, s.heads, s.tokens, s.tokens}, t, dev);
+    dropped = drop ? Tensor::empty_like(probs) : probs;
+  }
   Tensor y = Tensor::empty({s.batch, s.tokens, s.width()}, t, dev);
   dispatch(
       dev, "attention_forward",
@@ -45,15 +51,19 @@ Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p, uin
                                        y.data<float>());
       },
       [&] {
-        kernels::attention_forward_cuda(t, s, d, dropout_step_on(dev), x.raw_data(), probs.raw_data(),
-                                        dropped.raw_data(), y.raw_data());
+        if (fused)
+          kernels::attention_fused_forward_cuda(t, s, d, dropout_step_on(dev), x.raw_data(), y.raw_data());
+        else
+          kernels::attention_forward_cuda(t, s, d, dropout_step_on(dev), x.raw_data(), probs.raw_data(),
+                                          dropped.raw_data(), y.raw_data());
       });
   if (autograd::needs_grad({qkv})) {
-    autograd::record(y, "attention", {x}, [s, t, draw, drop, step, xs = x.detach(), probs, dropped](
+    autograd::record(y, "attention", {x}, [s, t, draw, drop, step, fused, xs = x.detach(), probs, dropped](
                                               const Tensor& dy_in) -> std::vector<Tensor> {
-      const Tensor dy = dy_in.to(t).contiguous();
+      Tensor dy = dy_in.to(t).contiguous();
       const DropoutDraw* d = drop ? &draw : nullptr;
       Tensor dqkv = Tensor::empty(xs.shape(), t, dy.device());
+      if (fused && !kernels::attention_fused_cuda_fits(t, s, dy.raw_data())) dy = dy.clone();  // a misaligned view
       dispatch(
           dy.device(), "attention_backward",
           [&] {
@@ -61,8 +71,12 @@ Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p, uin
                                             dy.data<float>(), dqkv.data<float>());
           },
           [&] {
-            kernels::attention_backward_cuda(t, s, d, dropout_step_on(dy.device()), xs.raw_data(), probs.raw_data(),
-                                             dropped.raw_data(), dy.raw_data(), dqkv.raw_data());
+            if (fused)
+              kernels::attention_fused_backward_cuda(t, s, d, dropout_step_on(dy.device()), xs.raw_data(),
+                                                     dy.raw_data(), dqkv.raw_data());
+            else
+              kernels::attention_backward_cuda(t, s, d, dropout_step_on(dy.device()), xs.raw_data(), probs.raw_data(),
+                                               dropped.raw_data(), dy.raw_data(), dqkv.raw_data());
           });
       return {dqkv};
     });

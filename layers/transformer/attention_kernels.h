@@ -33,4 +33,14 @@ void attention_forward_cuda(DType dtype, const AttentionShape& s, const DropoutD
 void attention_backward_cuda(DType dtype, const AttentionShape& s, const DropoutDraw* drop, const int64_t* step,
                              const void* qkv, const void* probs, const void* dropped, const void* dout, void* dqkv);
 
+// The fused kernels (attention_fused_cuda.cu): one CTA per (sample, head) on the tensor cores,
+// nothing of size T x T in global memory, the backward recomputing the probabilities. They take
+// bfloat16/float16 with at most 64 tokens, a head size of 16, 32, 48 or 64 and 16-byte aligned
+// tensors (`fits` says, for each of the pointers a call passes).
+bool attention_fused_cuda_fits(DType dtype, const AttentionShape& s, const void* tensor);
+void attention_fused_forward_cuda(DType dtype, const AttentionShape& s, const DropoutDraw* drop, const int64_t* step,
+                                  const void* qkv, void* out);
+void attention_fused_backward_cuda(DType dtype, const AttentionShape& s, const DropoutDraw* drop, const int64_t* step,
+                                   const void* qkv, const void* dout, void* dqkv);
+
 }  // namespace minidl::kernels

@@ -30,6 +30,7 @@ def load(path):
 rows = {**load(sys.argv[1]), **load(sys.argv[2])}
 ours = rows[("minidl", "forward+backward")]
 op = rows[("minidl", "op forward+backward")]
+print(f"  minidl batched-GEMM path {rows[('minidl_gemm', 'forward+backward')]:.4f} ms, the op's kernels {ours:.4f} ms")
 for impl in ("torch_flash", "torch_default"):
     if (impl, "forward+backward") not in rows:
         print(f"  {impl}: not measured")
