@@ -9,6 +9,7 @@
 #include "bench/bench_accuracy.h"
 #include "bench/bench_attention.h"
 #include "bench/bench_conv.h"
+#include "bench/bench_data.h"
 #include "bench/bench_norm.h"
 #include "bench/bench_train.h"
 #include "bench/parity.h"
@@ -30,6 +31,11 @@ CLI::Option* add_config_options(CLI::App* cmd, std::string& config, std::vector<
 }
 
 }  // namespace
+
+namespace minidl {
+CLI::App* add_layers_command(CLI::App& app, bool& json);  // apps/layers_command.cpp
+int layers_command(bool json);
+}  // namespace minidl
 
 int main(int argc, char** argv) {
   using namespace minidl;
@@ -73,9 +79,12 @@ int main(int argc, char** argv) {
   export_cmd->add_option("--device", exp.device, "device for --logits: cpu, cuda or auto (default: the config's)");
   export_cmd->add_option("--data-dir", exp.data_dir, "CIFAR-10 folder for --logits (default: the config's data.dir)");
 
+  bool layers_json = false;
+  auto* layers_cmd = add_layers_command(app, layers_json);
+
   // bench and parity hand everything after their name to their own parsers.
-  auto* bench_cmd = app.add_subcommand("bench", "benchmarks: accuracy (time to accuracy), train (images/s), norm (kernels), conv (GEMM rates), attention (kernels)");
-  bench_cmd->footer("usage: minidl bench accuracy|train|norm|conv|attention [options]");
+  auto* bench_cmd = app.add_subcommand("bench", "benchmarks: accuracy (time to accuracy), train (images/s), norm (kernels), conv (GEMM rates), data (image decoding), attention (kernels)");
+  bench_cmd->footer("usage: minidl bench accuracy|train|norm|conv|data|attention [options]");
   bench_cmd->prefix_command();
 
   auto* parity_cmd = app.add_subcommand("parity", "run one layer or one training step for the PyTorch parity check");
@@ -92,10 +101,11 @@ int main(int argc, char** argv) {
     if (*prof_cmd) return profile_command(prof);
     if (*repro_cmd) return repro_command(repro);
     if (*export_cmd) return export_command(exp);
+    if (*layers_cmd) return layers_command(layers_json);
     if (*bench_cmd) {
       std::vector<std::string> rest = bench_cmd->remaining();
       if (rest.empty()) {
-        std::cerr << "minidl bench: which benchmark? accuracy, train, norm, conv or attention\n";
+        std::cerr << "minidl bench: which benchmark? accuracy, train, norm, conv, data or attention\n";
         return 2;
       }
       const std::string what = rest.front();
@@ -104,8 +114,9 @@ int main(int argc, char** argv) {
       if (what == "train") return bench_train_main(rest);
       if (what == "norm") return bench_norm_main(rest);
       if (what == "conv") return bench_conv_main(rest);
+      if (what == "data") return bench_data_main(rest);
       if (what == "attention") return bench_attention_main(rest);
-      std::cerr << "minidl bench: unknown benchmark '" << what << "' (accuracy, train, norm, conv or attention)\n";
+      std::cerr << "minidl bench: unknown benchmark '" << what << "' (accuracy, train, norm, conv, data or attention)\n";
       return 2;
     }
     if (*parity_cmd) return parity_main(parity_cmd->remaining());

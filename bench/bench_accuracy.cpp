@@ -114,8 +114,9 @@ int bench_accuracy_main(const std::vector<std::string>& args) {
 
   // Untimed: the data sets read from disk and placed in device memory once for every run.
   auto [train_host, test_host] = load_datasets(config);
-  const Dataset train{train_host.images.to(dev), train_host.labels.to(dev)};
-  const Dataset test{test_host.images.to(dev), test_host.labels.to(dev)};
+  const Dataset train{train_host.images.to(dev), train_host.labels.to(dev), train_host.classes, train_host.note};
+  const Dataset test{test_host.images.to(dev), test_host.labels.to(dev), test_host.classes, test_host.note};
+  std::printf("data: %s\ndata: %s\n", train_host.note.c_str(), test_host.note.c_str());
 
   std::printf("bench accuracy: %s on %s, %lld runs (seeds 0..%lld), eval.tta %s, %s\n", config_path.c_str(),
               dev.str().c_str(), static_cast<long long>(runs), static_cast<long long>(runs - 1), config.tta.c_str(),

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 
+#include "bench/perf_data.h"
 #include "core/error.h"
 #include "core/settings.h"
 #include "core/tensor.h"
@@ -140,9 +141,9 @@ int bench_cpu(int repeat, std::ofstream* csv) {
 // --- CUDA -----------------------------------------------------------------------------------
 
 #ifdef MINIDL_WITH_CUDA
-// H200 SXM ceilings for the floor: datasheet TF32 tensor-core and fp32 FMA rates (dense), and the
-// device-to-device copy bandwidth measured in docs/perf/anchors.md.
-constexpr double kH200Tf32 = 494.7e12, kH200Fp32 = 66.9e12, kH200Bytes = 4.19e12;
+// H200 SXM ceilings for the floor: datasheet TF32 tensor-core and fp32 FMA rates (dense); the
+// device-to-device copy bandwidth is the one measured in docs/perf/anchors.json.
+constexpr double kH200Tf32 = 494.7e12, kH200Fp32 = 66.9e12;
 
 // Stream time per call from CUDA events around `calls` back-to-back calls (launch gaps included,
 // as in a training step), median over `repeat` such spans.
@@ -204,6 +205,7 @@ int bench_cuda(int repeat, std::ofstream* csv) {
 
   std::printf("bench conv: cuDNN, batch 512, ResNet-9 shapes; per call: median of %d spans of 20 calls\n", repeat);
   double step_ms[4], floor_ms[4];
+  const double copy_bandwidth = norm_anchors().copy_bandwidth;
   for (int si = 0; si < 4; ++si) {
     const auto [tf32, det] = settings[si];
     std::printf("\nTF32 %s, deterministic %s (%s)\n", tf32 ? "on" : "off", det ? "on" : "off",
@@ -221,7 +223,7 @@ int bench_cuda(int repeat, std::ofstream* csv) {
       const bool first = s.c == 3;
       step_ms[si] += layers[li].count * (r.fwd + (first ? 0.0 : r.bd) + r.bf);
       const double bytes = 4.0 * (s.n * s.c * s.h * s.w + s.o * s.c * s.kh * s.kw + s.n * s.o * s.oh() * s.ow());
-      const double one = 1e3 * std::max(bytes / kH200Bytes, s.flops() / (tf32 ? kH200Tf32 : kH200Fp32));
+      const double one = 1e3 * std::max(bytes / copy_bandwidth, s.flops() / (tf32 ? kH200Tf32 : kH200Fp32));
       floor_ms[si] += layers[li].count * (first ? 2 : 3) * one;
       if (csv)
         for (const auto& [dir, ms] : {std::pair<const char*, double>{"fwd", r.fwd}, {"bwd_data", r.bd}, {"bwd_filter", r.bf}})
@@ -233,8 +235,10 @@ int bench_cuda(int repeat, std::ofstream* csv) {
   for (int si = 0; si < 4; ++si)
     std::printf("  TF32 %-3s deterministic %-3s: %7.2f ms = %5.2fx the floor (%.2f ms)\n", settings[si].first ? "on" : "off",
                 settings[si].second ? "on" : "off", step_ms[si], step_ms[si] / floor_ms[si], floor_ms[si]);
-  std::printf("PyTorch anchor (docs/perf/anchors.md, TF32 on): 6.6 ms of convolutions per step, 1.3 ms of it NCHW<->NHWC "
-              "conversion\n");
+  const ConvStepAnchor torch = resnet9_conv_step_anchor();
+  std::printf("PyTorch anchor (docs/perf/anchors.json, TF32 on): %.1f ms of convolutions per step, %.1f ms of it "
+              "NCHW<->NHWC conversion\n",
+              torch.conv_ms, torch.layout_conversion_ms);
   return 0;
 }
 #endif

@@ -13,7 +13,8 @@
 #include "core/error.h"
 #include "core/philox.h"
 #include "core/tensor.h"
-#include "bench/norm_reference.h"
+#include "bench/perf_data.h"
+#include "oracle/norm_reference.h"
 #include "layers/norm/norm_kernels.h"
 #include "train/precision.h"
 #ifdef MINIDL_WITH_CUDA
@@ -28,32 +29,8 @@ namespace {
 using norm::NormKind;
 using norm::NormLayout;
 
-constexpr double kAnchorBandwidth = 4.19e12;  // docs/perf/anchors.md: the H200's 1 GiB copy, bytes/s
-const char* const kLayerNames[3] = {"BatchNorm2d", "GroupNorm", "LayerNorm"};
-
-// PyTorch on the H200 (docs/perf/anchors.md), ms: forward and backward of BatchNorm2d, GroupNorm, LayerNorm.
-struct Anchor {
-  int64_t n, c, h, w;
-  double fwd[3], bwd[3];
-  bool large;  // one of the eight shapes the geometric means are taken over
-};
-const Anchor kAnchors[] = {
-    {512, 64, 32, 32, {0.3646, 0.2616, 0.2063}, {0.8172, 0.3950, 0.4001}, true},
-    {512, 128, 16, 16, {0.1149, 0.1833, 0.1070}, {0.3429, 0.2379, 0.2243}, true},
-    {512, 256, 8, 8, {0.1101, 0.1524, 0.0654}, {0.1587, 0.1794, 0.1891}, true},
-    {512, 512, 4, 4, {0.0748, 0.0718, 0.0396}, {0.2625, 0.3626, 0.1449}, true},
-    {1024, 24, 31, 31, {0.5643, 0.1627, 0.1168}, {1.4776, 0.3693, 0.3024}, true},
-    {1024, 64, 16, 16, {0.2092, 0.2787, 0.0899}, {0.5526, 0.2713, 0.2819}, true},
-    {1024, 256, 8, 8, {0.1922, 0.2837, 0.0859}, {0.2544, 0.3549, 0.2120}, true},
-    {1024, 256, 4, 4, {0.0723, 0.0616, 0.0351}, {0.2419, 0.3677, 0.1692}, true},
-    {3, 37, 41, 40, {0.0800, 0.0618, 0.0896}, {0.2375, 0.2404, 0.0981}, false},
-};
-// LayerNorm over the last dim (transformer shapes): rows, features, PyTorch fwd and bwd.
-struct TransformerAnchor {
-  int64_t rows, d;
-  double fwd, bwd;
-};
-const TransformerAnchor kTransformerAnchors[] = {{8192, 768, 0.0492, 0.1521}, {8192, 1600, 0.0754, 0.1822}};
+const auto& kLayerNames = kNormBenchLayers;
+using Anchor = NormAnchor;
 
 struct Options {
   std::string json;
@@ -63,7 +40,7 @@ struct Options {
   DType dtype = DType::Float32;                // --dtype: of x, y, dy, dx (statistics stay float32)
   bool channels_last = false;                  // --memory-format channels_last: NHWC activations
   std::string torch_json;                      // --torch: PyTorch's figures of this mode, same run
-  // The mode of docs/perf/anchors.md (float32 NCHW), whose figures are built in.
+  // The mode of docs/perf/anchors.json (float32 NCHW), whose figures are compiled in (bench/perf_data.h).
   bool anchor_mode() const { return dtype == DType::Float32 && !channels_last; }
 };
 
@@ -387,12 +364,17 @@ nlohmann::json to_json(const Result& r) {
           {"valid", r.valid}};
 }
 
-// Geometric means over the large shapes and the targets of issue 12, per layer:
-//  - forward >= 3.5x PyTorch for BatchNorm2d and GroupNorm, >= 2.5x for LayerNorm (geometric mean);
-//  - on every large shape a single-read pass ran: forward <= 1.25x, backward <= 1.4x the floor;
-//  - slower than PyTorch at no shape; tensors under 1 MB at most 8 us per call;
-//  - LayerNorm over the last dim at >= 85% of the copy bandwidth, forward and backward.
+// Geometric means over the large shapes and the fp32 targets (docs/perf/targets.json's
+// "norm_fp32"), per layer:
+//  - forward at least fwd_speedup times PyTorch's speed (geometric mean);
+//  - on every large shape a single-read pass ran: forward and backward within their multiple of the floor;
+//  - slower than PyTorch at no shape; tensors under small_tensor_bytes at most small_tensor_ms per call;
+//  - LayerNorm over the last dim at the given fraction of the copy bandwidth, forward and backward.
 nlohmann::json summarize(const std::vector<Result>& results) {
+  const NormFp32Targets t = norm_fp32_targets();
+  const double fwd_floor = t.single_read_fwd_x_floor, bwd_floor = t.single_read_bwd_x_floor;
+  const double small_bytes = t.small_tensor_bytes, small_ms = t.small_tensor_ms;
+  const double last_dim_fraction = t.last_dim_bandwidth_fraction;
   nlohmann::json out = nlohmann::json::object();
   auto mark = [](bool ok) { return ok ? "met" : "MISSED"; };
   std::printf("\ngeometric means over the 8 large shapes, and the targets (times: one call, as docs/perf/anchors.md)\n");
@@ -402,22 +384,25 @@ nlohmann::json summarize(const std::vector<Result>& results) {
     for (const Result& r : results) {
       if (r.layer != kLayerNames[k]) continue;
       never_slower = never_slower && r.fwd.call_ms <= r.torch_fwd_ms && r.bwd.call_ms <= r.torch_bwd_ms;
-      if (r.bytes < 1'000'000) small = small && r.fwd.call_ms <= 0.008 && r.bwd.call_ms <= 0.008;
+      if (r.bytes < small_bytes) small = small && r.fwd.call_ms <= small_ms && r.bwd.call_ms <= small_ms;
       if (!r.large) continue;
-      if (r.fwd_run.path != norm::NormPath::ThreeLaunch) floor_fwd = floor_fwd && r.fwd.call_ms <= 1.25 * r.floor_fwd_ms;
-      if (r.bwd_run.path != norm::NormPath::ThreeLaunch) floor_bwd = floor_bwd && r.bwd.call_ms <= 1.4 * r.floor_bwd_ms;
+      if (r.fwd_run.path != norm::NormPath::ThreeLaunch)
+        floor_fwd = floor_fwd && r.fwd.call_ms <= fwd_floor * r.floor_fwd_ms;
+      if (r.bwd_run.path != norm::NormPath::ThreeLaunch)
+        floor_bwd = floor_bwd && r.bwd.call_ms <= bwd_floor * r.floor_bwd_ms;
       ff.push_back(r.fwd.call_ms / r.floor_fwd_ms);
       bf.push_back(r.bwd.call_ms / r.floor_bwd_ms);
       fs.push_back(r.torch_fwd_ms / r.fwd.call_ms);
       bs.push_back(r.torch_bwd_ms / r.bwd.call_ms);
     }
-    const double target = k == 2 ? 2.5 : 3.5;
+    const double target = t.fwd_speedup[k];
     const double gfs = geomean(fs), gbs = geomean(bs), met = target * (1 - 1e-9);  // exp(log(x)) may round below x
     std::printf("%-11s fwd %.2fx floor, %.2fx faster than PyTorch (target %.1fx: %s) | bwd %.2fx floor, %.2fx faster\n",
                 kLayerNames[k], geomean(ff), gfs, target, mark(gfs >= met), geomean(bf), gbs);
-    std::printf("%-11s never slower than PyTorch: %s | single-read large shapes within 1.25x (fwd) / 1.4x (bwd) of the "
-                "floor: %s / %s | under 1 MB within 8 us: %s\n",
-                "", mark(never_slower), mark(floor_fwd), mark(floor_bwd), mark(small));
+    std::printf("%-11s never slower than PyTorch: %s | single-read large shapes within %.2fx (fwd) / %.2fx (bwd) of the "
+                "floor: %s / %s | under %.0f bytes within %.0f us: %s\n",
+                "", mark(never_slower), fwd_floor, bwd_floor, mark(floor_fwd), mark(floor_bwd), small_bytes,
+                1e3 * small_ms, mark(small));
     out[kLayerNames[k]] = {{"fwd_x_floor", geomean(ff)},      {"bwd_x_floor", geomean(bf)},
                            {"fwd_speedup", gfs},              {"bwd_speedup", gbs},
                            {"fwd_speedup_target", target},    {"never_slower", never_slower},
@@ -427,23 +412,29 @@ nlohmann::json summarize(const std::vector<Result>& results) {
   bool last_dim = true;
   for (const Result& r : results) {
     if (r.shape.find("last") == std::string::npos) continue;
-    last_dim = last_dim && r.floor_fwd_ms >= 0.85 * r.fwd.call_ms && r.floor_bwd_ms >= 0.85 * r.bwd.call_ms;
+    last_dim = last_dim && r.floor_fwd_ms >= last_dim_fraction * r.fwd.call_ms &&
+               r.floor_bwd_ms >= last_dim_fraction * r.bwd.call_ms;
     std::printf("LayerNorm %-16s forward %3.0f%%, backward %3.0f%% of the copy bandwidth; a copy of the same bytes "
                 "reaches %3.0f%% / %3.0f%%, so the kernels run at %3.0f%% / %3.0f%% of a same-size copy\n",
                 r.shape.c_str(), 100 * r.floor_fwd_ms / r.fwd.call_ms, 100 * r.floor_bwd_ms / r.bwd.call_ms,
                 100 * r.floor_fwd_ms / r.copy_fwd_ms, 100 * r.floor_bwd_ms / r.copy_bwd_ms,
                 100 * r.copy_fwd_ms / r.fwd.call_ms, 100 * r.copy_bwd_ms / r.bwd.call_ms);
   }
-  std::printf("LayerNorm over the last dim at >= 85%% of the copy bandwidth, forward and backward: %s\n", mark(last_dim));
+  std::printf("LayerNorm over the last dim at >= %.0f%% of the copy bandwidth, forward and backward: %s\n",
+              100 * last_dim_fraction, mark(last_dim));
   out["layer_norm_last_dim_target_met"] = last_dim;
   return out;
 }
 
-// The targets of issue 9 for a bfloat16/float16 or channels-last run, against PyTorch's figures of
-// the same mode (--torch), per layer: geometric means over the large shapes >= 3x, forward and
-// backward each; slower at no shape; on tensors of 16 MB and more forward <= 1.6x and backward
-// <= 1.8x the floor (the floor of the mode's bytes: 2 per element in a half type).
+// The targets of a bfloat16/float16 or channels-last run (docs/perf/targets.json's "norm_mode"),
+// against PyTorch's figures of the same mode (--torch), per layer: geometric means over the large
+// shapes at least `speedup`, forward and backward each; slower at no shape; on tensors of
+// large_tensor_bytes and more forward and backward within their multiple of the floor (the floor
+// of the mode's bytes: 2 per element in a half type).
 nlohmann::json summarize_mode(const std::vector<Result>& results) {
+  const NormModeTargets t = norm_mode_targets();
+  const double speedup = t.speedup, large_bytes = t.large_tensor_bytes;
+  const double fwd_floor = t.fwd_x_floor, bwd_floor = t.bwd_x_floor;
   nlohmann::json out = nlohmann::json::object();
   auto mark = [](bool ok) { return ok ? "met" : "MISSED"; };
   std::printf("\ngeometric means over the 8 large shapes against PyTorch in the same mode (--torch), and the targets\n");
@@ -454,24 +445,24 @@ nlohmann::json summarize_mode(const std::vector<Result>& results) {
       if (r.layer != kLayerNames[k]) continue;
       have_torch = have_torch && r.torch_fwd_ms > 0;
       never_slower = never_slower && r.fwd.call_ms <= r.torch_fwd_ms && r.bwd.call_ms <= r.torch_bwd_ms;
-      if (r.bytes >= 16'000'000)
-        floors = floors && r.fwd.call_ms <= 1.6 * r.floor_fwd_ms && r.bwd.call_ms <= 1.8 * r.floor_bwd_ms;
+      if (r.bytes >= large_bytes)
+        floors = floors && r.fwd.call_ms <= fwd_floor * r.floor_fwd_ms && r.bwd.call_ms <= bwd_floor * r.floor_bwd_ms;
       if (!r.large) continue;
       ff.push_back(r.fwd.call_ms / r.floor_fwd_ms);
       bf.push_back(r.bwd.call_ms / r.floor_bwd_ms);
       fs.push_back(r.torch_fwd_ms / r.fwd.call_ms);
       bs.push_back(r.torch_bwd_ms / r.bwd.call_ms);
     }
-    const double gfs = geomean(fs), gbs = geomean(bs), met = 3.0 * (1 - 1e-9);
+    const double gfs = geomean(fs), gbs = geomean(bs), met = speedup * (1 - 1e-9);
     if (have_torch)
-      std::printf("%-11s fwd %.2fx floor, %.2fx PyTorch | bwd %.2fx floor, %.2fx PyTorch | >= 3x both: %s | never "
-                  "slower: %s | >= 16 MB within 1.6x / 1.8x of the floor: %s\n",
-                  kLayerNames[k], geomean(ff), gfs, geomean(bf), gbs, mark(gfs >= met && gbs >= met),
-                  mark(never_slower), mark(floors));
+      std::printf("%-11s fwd %.2fx floor, %.2fx PyTorch | bwd %.2fx floor, %.2fx PyTorch | >= %.1fx both: %s | never "
+                  "slower: %s | >= %.0f bytes within %.2fx / %.2fx of the floor: %s\n",
+                  kLayerNames[k], geomean(ff), gfs, geomean(bf), gbs, speedup, mark(gfs >= met && gbs >= met),
+                  mark(never_slower), large_bytes, fwd_floor, bwd_floor, mark(floors));
     else
-      std::printf("%-11s fwd %.2fx floor | bwd %.2fx floor | >= 16 MB within 1.6x / 1.8x of the floor: %s | no "
+      std::printf("%-11s fwd %.2fx floor | bwd %.2fx floor | >= %.0f bytes within %.2fx / %.2fx of the floor: %s | no "
                   "PyTorch figures (--torch)\n",
-                  kLayerNames[k], geomean(ff), geomean(bf), mark(floors));
+                  kLayerNames[k], geomean(ff), geomean(bf), large_bytes, fwd_floor, bwd_floor, mark(floors));
     out[kLayerNames[k]] = {{"fwd_x_floor", geomean(ff)}, {"bwd_x_floor", geomean(bf)}, {"floor_target_met", floors}};
     if (have_torch) {
       out[kLayerNames[k]]["fwd_speedup"] = gfs;
@@ -520,12 +511,13 @@ int bench_norm_main(const std::vector<std::string>& args) {
   MINIDL_CHECK(o.reps >= 1 && o.warmup >= 0, "bench norm: --reps must be >= 1 and --warmup >= 0");
   MINIDL_CHECK(cuda_available(), "bench norm: needs a CUDA GPU (this build or machine has none)");
 
+  const NormAnchors anchors = norm_anchors();
   const double bandwidth = copy_bandwidth(o);
-  std::printf("device copy bandwidth (1 GiB D2D, read + write): %.2f TB/s (docs/perf/anchors.md: %.2f TB/s)\n", bandwidth / 1e12,
-              kAnchorBandwidth / 1e12);
+  std::printf("device copy bandwidth (1 GiB D2D, read + write): %.2f TB/s (docs/perf/anchors.json: %.2f TB/s)\n",
+              bandwidth / 1e12, anchors.copy_bandwidth / 1e12);
   std::printf("floor: forward 2x, backward 3x the tensor's bytes at that bandwidth. ms = CUDA events around one call "
               "(median of %d after %d warm-ups), b2b = per call back to back;\nbackward is timed on its own (PyTorch's: "
-              "(fwd+bwd) - fwd). x floor = ms / floor; vs = PyTorch (docs/perf/anchors.md) / ms.\n\n",
+              "(fwd+bwd) - fwd). x floor = ms / floor; vs = PyTorch (docs/perf/anchors.json) / ms.\n\n",
               o.reps, o.warmup);
   std::printf("path: %s (auto: one CTA or one cluster per group where it fits, else 3 launches; fwd/bwd path "
               "columns say which ran, cluster xN = N CTAs per group; a pass the forced path cannot run takes auto); bw = floor / ms, the fraction of the copy "
@@ -534,7 +526,7 @@ int bench_norm_main(const std::vector<std::string>& args) {
   std::printf("%-11s %-18s %6s | %8s %8s %6s %4s %7s %6s | %8s %8s %6s %4s %7s %6s | %-10s %-10s | %s\n", "layer",
               "shape", "MB", "fwd ms", "b2b", "floor", "bw", "PyTorch", "vs", "bwd ms", "b2b", "floor", "bw", "PyTorch",
               "vs", "fwd path", "bwd path", "oracle");
-  // PyTorch's figures: docs/perf/anchors.md in its mode (float32 NCHW), else --torch (same mode,
+  // PyTorch's figures: docs/perf/anchors.json in its mode (float32 NCHW), else --torch (same mode,
   // same run), else none (the ratios print as 0).
   std::map<std::pair<std::string, std::string>, std::pair<double, double>> torch;
   if (!o.torch_json.empty()) torch = read_torch_json(o.torch_json);
@@ -544,24 +536,24 @@ int bench_norm_main(const std::vector<std::string>& args) {
     return it == torch.end() ? std::make_pair(0.0, 0.0) : it->second;
   };
   std::printf("mode: %s, %s (%s)\n\n", dtype_name(o.dtype), o.channels_last ? "channels_last" : "contiguous",
-              o.torch_json.empty() ? (o.anchor_mode() ? "PyTorch: docs/perf/anchors.md" : "no PyTorch figures")
+              o.torch_json.empty() ? (o.anchor_mode() ? "PyTorch: docs/perf/anchors.json" : "no PyTorch figures")
                                    : str("PyTorch: ", o.torch_json).c_str());
   std::vector<Result> results;
   uint64_t seed = 7;
-  for (const Anchor& a : kAnchors) {
+  for (const Anchor& a : anchors.shapes) {
     const std::string shape = str("(", a.n, ",", a.c, ",", a.h, ",", a.w, ")");
     const int64_t groups = a.c % 32 == 0 ? 32 : 1;
     for (int k = 0; k < 3; ++k) {
       const std::string name = k == 1 ? str(shape, " G", groups) : shape;
-      const auto [tf, tb] = torch_ms(kLayerNames[k], name, a.fwd[k], a.bwd[k]);
+      const auto [tf, tb] = torch_ms(kLayerNames[k], name, a.fwd_ms[k], a.bwd_ms[k]);
       results.push_back(measure(kLayerNames[k], name, subject_of(k, a, groups, o.channels_last), tf, tb, a.large,
                                 bandwidth, o, seed += 10));
       print_row(results.back());
     }
   }
-  for (const TransformerAnchor& a : kTransformerAnchors) {
+  for (const LastDimAnchor& a : anchors.last_dim) {
     const std::string name = str("(", a.rows, ",", a.d, ") last");
-    const auto [tf, tb] = torch_ms("LayerNorm", name, a.fwd, a.bwd);
+    const auto [tf, tb] = torch_ms("LayerNorm", name, a.fwd_ms, a.bwd_ms);
     results.push_back(measure("LayerNorm", name, Subject{NormLayout::layer_norm(a.rows, a.d)}, tf, tb, false, bandwidth,
                               o, seed += 10));
     print_row(results.back());

@@ -3,7 +3,6 @@
 #include "core/cast_kernels.h"
 #include "core/half_types.h"
 #include "data/augment_kernel.h"
-#include "data/cifar10.h"
 
 namespace minidl::kernels {
 
@@ -11,18 +10,19 @@ void augment_batch_cpu(const uint8_t* images, const int32_t* labels, const int32
                        const BatchCursor* cursor, void* out, DType dtype, bool channels_last, int32_t* out_labels) {
   const AugmentParams& p = cursor->params;
   const int32_t* indices = order + cursor->position;
+  const int64_t elements = augment_image_elements(p);
   visit_floating(dtype, "augment_batch", [&](auto tag) {
     using T = decltype(tag);
 #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < batch; ++b) {
       const int64_t index = indices[b];
       const ImageDraw d = draw_image_augment(p, index);
-      const uint8_t* image = images + index * kCifarImageBytes;
-      T* dst = static_cast<T*>(out) + b * kCifarImageBytes;
-      for (int c = 0; c < 3; ++c)
-        for (int y = 0; y < 32; ++y)
-          for (int x = 0; x < 32; ++x)
-            dst[augment_offset(c, y, x, channels_last)] = from_float<T>(augment_pixel(image, d, p, c, y, x));
+      const uint8_t* image = images + index * elements;
+      T* dst = static_cast<T*>(out) + b * elements;
+      for (int c = 0; c < p.channels; ++c)
+        for (int y = 0; y < p.height; ++y)
+          for (int x = 0; x < p.width; ++x)
+            dst[augment_offset(p, c, y, x, channels_last)] = from_float<T>(augment_pixel(image, d, p, c, y, x));
       out_labels[b] = labels[index];
     }
   });

@@ -4,7 +4,6 @@
 #include "core/cuda/runtime.h"
 #include "core/half_types.h"
 #include "data/augment_kernel.h"
-#include "data/cifar10.h"
 
 namespace minidl::kernels {
 
@@ -13,9 +12,9 @@ namespace {
 constexpr int kAugmentBlock = 256;
 
 // One block per image: the block's threads share one draw (made once, kept in shared memory)
-// and walk the image's 3072 outputs in memory order (NCHW or NHWC), so each warp writes 32
+// and walk the image's C * H * W outputs in memory order (NCHW or NHWC), so each warp writes 32
 // consecutive elements while the uint8 reads stay within a few cache lines. Every thread reads
-// the 64-byte cursor itself (one cached line; cheaper than staging it through shared memory with
+// the 80-byte cursor itself (one or two cached lines; cheaper than staging it through shared memory with
 // a barrier).
 template <class T, bool kChannelsLast>
 __global__ void augment_batch_kernel(const uint8_t* __restrict__ images,
@@ -32,11 +31,13 @@ __global__ void augment_batch_kernel(const uint8_t* __restrict__ images,
   }
   __syncthreads();
   const ImageDraw d = draw;
-  const uint8_t* image = images + index * kCifarImageBytes;
-  T* dst = out + b * kCifarImageBytes;
-  for (int e = threadIdx.x; e < kCifarImageBytes; e += blockDim.x) {
-    const int pixel = kChannelsLast ? e / 3 : e & 1023;
-    const int c = kChannelsLast ? e - 3 * pixel : e >> 10, y = pixel >> 5, x = pixel & 31;
+  const int64_t elements = augment_image_elements(p);
+  const int plane = p.height * p.width;
+  const uint8_t* image = images + index * elements;
+  T* dst = out + b * elements;
+  for (int e = threadIdx.x; e < elements; e += blockDim.x) {
+    const int pixel = kChannelsLast ? e / p.channels : e % plane;
+    const int c = kChannelsLast ? e - p.channels * pixel : e / plane, y = pixel / p.width, x = pixel - y * p.width;
     dst[e] = from_float<T>(augment_pixel(image, d, p, c, y, x));
   }
 }

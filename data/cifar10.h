@@ -1,10 +1,13 @@
 // CIFAR-10 from the official binary layout (cifar-10-batches-bin): data_batch_1..5.bin and
 // test_batch.bin, each 10000 records of 1 label byte followed by 3072 image bytes (the R, G and B
-// planes of a 32x32 image, row-major). Images stay uint8 on the host (150 MB for the training
-// set); the loader normalizes and augments per batch, on the CPU or on the GPU.
+// planes of a 32x32 image, row-major). CIFAR-100 from its binary layout (cifar-100-binary):
+// train.bin (50000 records) and test.bin (10000), each record a coarse and a fine label byte and
+// the same 3072 image bytes. Images stay uint8 on the host (150 MB for the training set); the
+// loader normalizes and augments per batch, on the CPU or on the GPU.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -18,10 +21,18 @@ constexpr int64_t kCifarRecordBytes = 1 + kCifarImageBytes;                     
 constexpr int64_t kCifarRecordsPerFile = 10000;
 constexpr int64_t kCifarClasses = 10;
 
+constexpr int64_t kCifar100Classes = 100;
+constexpr int64_t kCifar100Coarse = 20;
+
+// Images and labels of one split, and the class names (index = label).
 struct Dataset {
-  Tensor images;  // uint8 (N, 3, 32, 32), host
-  Tensor labels;  // int32 (N), host, values 0..9
+  Tensor images;  // uint8 (N, C, H, W), host (3 x 32 x 32 for CIFAR)
+  Tensor labels;  // int32 (N), host, values 0 .. classes.size() - 1
+  std::vector<std::string> classes;
   int64_t size() const { return labels.defined() ? labels.numel() : 0; }
+  int64_t num_classes() const { return static_cast<int64_t>(classes.size()); }
+  // What it was read from, for the run log (e.g. how many bad files were skipped); may be empty.
+  std::string note;
 };
 
 enum class Split { Train, Test };
@@ -33,6 +44,13 @@ std::string resolve_cifar10_dir(const std::string& dir);
 // The training set (data_batch_1..5, 50000 images) or the test set (test_batch, 10000). A limit
 // > 0 keeps only the first `limit` images (quick runs read only the files they need).
 Dataset load_cifar10(const std::string& dir, Split split, int64_t limit = 0);
+
+// The CIFAR-100 training set (train.bin, 50000 images in the official archive; any whole number
+// of records is read) or test set (test.bin, 10000) from `dir` or
+// its cifar-100-binary subfolder, with the fine (100 classes) or coarse (20) labels. Class names
+// come from fine_label_names.txt / coarse_label_names.txt beside the files when present.
+std::string resolve_cifar100_dir(const std::string& dir);
+Dataset load_cifar100(const std::string& dir, Split split, bool coarse, int64_t limit = 0);
 
 // One batch file holding exactly `records` records. Errors name the file: missing, a size that is
 // not `records` * 3073 bytes, or a label above 9 (with the record index and the value).

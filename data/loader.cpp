@@ -47,10 +47,15 @@ Loader::Loader(const Dataset& data, LoaderOptions options, Device device)
     : options_(std::move(options)), device_(device), size_(data.size()) {
   MINIDL_CHECK(options_.batch_size > 0, "data loader: batch_size must be > 0, got ", options_.batch_size);
   MINIDL_CHECK(size_ > 0, "data loader: the dataset is empty");
-  MINIDL_CHECK(data.images.defined() && data.images.dtype() == DType::UInt8 &&
-                   data.images.shape() == Shape({size_, kCifarChannels, kCifarHeight, kCifarWidth}),
-               "data loader: expected uint8 images (", size_, ", 3, 32, 32), got ",
+  MINIDL_CHECK(data.images.defined() && data.images.dtype() == DType::UInt8 && data.images.dim() == 4 &&
+                   data.images.size(0) == size_ && data.images.size(1) == 3 && data.images.size(2) > 0 &&
+                   data.images.size(3) > 0 && data.images.size(2) * data.images.size(3) < (int64_t{1} << 28),
+               "data loader: expected uint8 images (", size_, ", 3, H, W), got ",
                data.images.defined() ? data.images.str() : std::string("none"));
+  channels_ = static_cast<int>(data.images.size(1));
+  height_ = static_cast<int>(data.images.size(2));
+  width_ = static_cast<int>(data.images.size(3));
+  if (options_.augment) options_.augment->validate_for_size("data.augment", height_, width_);
   MINIDL_CHECK(data.labels.dtype() == DType::Int32, "data loader: expected int32 labels, got ",
                data.labels.str());
   MINIDL_CHECK(!options_.drop_last || size_ >= options_.batch_size, "data loader: batch_size ",
@@ -72,6 +77,9 @@ int64_t Loader::batches_per_epoch() const {
 void Loader::start_epoch(int64_t epoch) {
   params_ = augment_params(options_.normalize, options_.augment ? &*options_.augment : nullptr,
                            options_.seed, epoch);
+  params_.channels = channels_;
+  params_.height = height_;
+  params_.width = width_;
   if (options_.shuffle) {
     // Into the same storage: a captured graph holds the address of order_.
     const std::vector<int32_t> order = epoch_permutation(options_.seed, epoch, size_);
@@ -98,7 +106,7 @@ void Loader::emit(Batch& out) const {
   const int64_t b = current_batch_;
   const DType dtype = options_.dtype;
   const bool channels_last = options_.format == MemoryFormat::ChannelsLast;
-  out.images = Tensor::empty({b, kCifarChannels, kCifarHeight, kCifarWidth}, dtype, device_, options_.format);
+  out.images = Tensor::empty({b, channels_, height_, width_}, dtype, device_, options_.format);
   out.labels = Tensor::empty({b}, DType::Int32, device_);
   const auto* cursor = static_cast<const kernels::BatchCursor*>(cursor_.raw_data());
   dispatch(

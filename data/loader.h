@@ -10,7 +10,7 @@
 //   for (int64_t e = 0; e < epochs; ++e) {
 //     train.start_epoch(e);
 //     Batch b;
-//     while (train.next(b)) { ... b.images (B,3,32,32) float32, b.labels (B) int32 ... }
+//     while (train.next(b)) { ... b.images (B,C,H,W) float32, b.labels (B) int32 ... }
 //   }
 #pragma once
 #include <cstdint>
@@ -41,7 +41,7 @@ struct LoaderOptions {
 };
 
 struct Batch {
-  Tensor images;  // (B, 3, 32, 32) of LoaderOptions' dtype and format, normalized, on the loader's device
+  Tensor images;  // (B, C, H, W) of LoaderOptions' dtype and format, normalized, on the loader's device
   Tensor labels;  // int32 (B)
 };
 
@@ -71,7 +71,8 @@ class Loader {
   LoaderOptions options_;
   Device device_;
   int64_t size_;
-  Tensor images_;  // uint8 (N, 3, 32, 32) on device_
+  int channels_, height_, width_;  // the images' shape
+  Tensor images_;  // uint8 (N, C, H, W) on device_
   Tensor labels_;  // int32 (N) on device_
   Tensor order_;   // int32 (N) on device_: this epoch's order, rewritten in place each epoch
   Tensor cursor_;  // one kernels::BatchCursor on device_, rewritten before each batch

@@ -1,5 +1,7 @@
 #include "data/options.h"
 
+#include <cmath>
+
 #include "core/error.h"
 #include "core/json_args.h"
 #include "core/json_limits.h"
@@ -19,44 +21,102 @@ std::array<double, 3> read_triple(const nlohmann::json& j, const std::string& ke
   return v;
 }
 
+std::array<double, 2> read_pair(const nlohmann::json& j, const std::string& key_path) {
+  MINIDL_CHECK(j.is_array() && j.size() == 2 && j[0].is_number() && j[1].is_number(), key_path,
+               ": expected a list of 2 numbers [min, max], got ", json_excerpt(j));
+  return {j[0].get<double>(), j[1].get<double>()};
+}
+
 }  // namespace
 
 AugmentOptions AugmentOptions::from_json(const nlohmann::json& j, const std::string& path) {
   MINIDL_CHECK(j.is_object(), path, ": expected an object, got ", json_excerpt(j));
   JsonArgs args(j, path);
   AugmentOptions o;
-  o.crop_padding = static_cast<int>(args.get_int("crop_padding", o.crop_padding, 0, 31));
+  o.crop_padding = static_cast<int>(args.get_int("crop_padding", o.crop_padding, 0, 1023));
   o.padding_mode = args.get_string("padding_mode", o.padding_mode);
   o.flip = args.get_bool("flip", o.flip);
   o.flip_mode = args.get_string("flip_mode", o.flip_mode);
-  o.cutout = static_cast<int>(args.get_int("cutout", o.cutout, 0, 32));
+  o.cutout = static_cast<int>(args.get_int("cutout", o.cutout, 0, 4096));
+  if (args.has("random_resized_crop")) {
+    const std::string rpath = args.key_path("random_resized_crop");
+    const nlohmann::json& r = args.get_json("random_resized_crop");
+    MINIDL_CHECK(r.is_object(), rpath, ": expected an object like {\"scale\": [0.08, 1], \"ratio\": [0.75, 1.3333]}, got ",
+                 json_excerpt(r));
+    JsonArgs rargs(r, rpath);
+    o.resized_crop = true;
+    if (rargs.has("scale")) o.crop_scale = read_pair(rargs.get_json("scale"), rargs.key_path("scale"));
+    if (rargs.has("ratio")) o.crop_ratio = read_pair(rargs.get_json("ratio"), rargs.key_path("ratio"));
+    rargs.finish();
+  }
   args.finish();
   o.validate(path);
   return o;
 }
 
 void AugmentOptions::validate(const std::string& path) const {
-  MINIDL_CHECK(crop_padding >= 0 && crop_padding < 32, path, ".crop_padding: expected 0..31 pixels, got ",
+  MINIDL_CHECK(crop_padding >= 0 && crop_padding <= 1023, path, ".crop_padding: expected 0..1023 pixels, got ",
                crop_padding);
   MINIDL_CHECK(padding_mode == "reflect" || padding_mode == "zero", path,
                ".padding_mode: expected \"reflect\" or \"zero\", got \"", padding_mode, "\"");
   MINIDL_CHECK(flip_mode == "random" || flip_mode == "alternating", path,
                ".flip_mode: expected \"random\" or \"alternating\", got \"", flip_mode, "\"");
-  MINIDL_CHECK(cutout >= 0 && cutout <= 32, path, ".cutout: expected a square side of 0..32 pixels, got ",
+  MINIDL_CHECK(cutout >= 0 && cutout <= 4096, path, ".cutout: expected a square side of 0..4096 pixels, got ",
                cutout);
+  if (!resized_crop) return;
+  MINIDL_CHECK(crop_padding == 0, path, ".random_resized_crop replaces the padded crop: set crop_padding to 0 (got ",
+               crop_padding, ")");
+  MINIDL_CHECK(crop_scale[0] > 0 && crop_scale[0] <= crop_scale[1] && crop_scale[1] <= 1, path,
+               ".random_resized_crop.scale: expected 0 < min <= max <= 1, got [", crop_scale[0], ", ", crop_scale[1], "]");
+  MINIDL_CHECK(crop_ratio[0] >= 1.0 / 1000 && crop_ratio[0] <= crop_ratio[1] && crop_ratio[1] <= 1000, path,
+               ".random_resized_crop.ratio: expected 0.001 <= min <= max <= 1000, got [", crop_ratio[0], ", ",
+               crop_ratio[1], "]");
+}
+
+void AugmentOptions::validate_for_size(const std::string& path, int64_t height, int64_t width) const {
+  validate(path);
+  MINIDL_CHECK(padding_mode != "reflect" || resized_crop || (crop_padding < height && crop_padding < width), path,
+               ".crop_padding: reflect padding of ", crop_padding, " pixels needs images larger than that; these are ",
+               height, "x", width);
+  MINIDL_CHECK(cutout <= height && cutout <= width, path, ".cutout: a square of ", cutout,
+               " pixels does not fit the ", height, "x", width, " images");
 }
 
 nlohmann::json AugmentOptions::to_json() const {
-  return {{"crop_padding", crop_padding}, {"padding_mode", padding_mode}, {"flip", flip},
-          {"flip_mode", flip_mode}, {"cutout", cutout}};
+  nlohmann::json j = {{"crop_padding", crop_padding}, {"padding_mode", padding_mode}, {"flip", flip},
+                      {"flip_mode", flip_mode}, {"cutout", cutout}};
+  if (resized_crop) j["random_resized_crop"] = {{"scale", crop_scale}, {"ratio", crop_ratio}};
+  return j;
 }
 
 DataOptions DataOptions::from_json(const nlohmann::json& j, const std::string& path) {
   MINIDL_CHECK(j.is_object(), path, ": expected an object, got ", json_excerpt(j));
   JsonArgs args(j, path);
   DataOptions o;
+  o.format = args.get_string("format", o.format);
+  MINIDL_CHECK(o.format == "cifar10" || o.format == "cifar100" || o.format == "image_folder", args.key_path("format"),
+               ": expected \"cifar10\", \"cifar100\" or \"image_folder\", got \"", o.format, "\"");
   o.dir = args.get_string("dir", o.dir);
   o.train_limit = args.get_int("train_limit", o.train_limit);
+  // Keys of another format are errors: they would be silently ignored.
+  const auto only_for = [&](const char* key, const char* format) {
+    MINIDL_CHECK(!args.has(key) || o.format == format, args.key_path(key), ": only for \"format\": \"", format,
+                 "\" (this is \"", o.format, "\")");
+  };
+  only_for("label", "cifar100");
+  for (const char* key : {"image_size", "resize", "test_dir", "cache_dir", "skip_bad"}) only_for(key, "image_folder");
+  o.label = args.get_string("label", o.label);
+  MINIDL_CHECK(o.label == "fine" || o.label == "coarse", args.key_path("label"),
+               ": expected \"fine\" or \"coarse\", got \"", o.label, "\"");
+  o.image_size = args.get_int("image_size", o.image_size, 0, 4096);
+  MINIDL_CHECK(o.format != "image_folder" || o.image_size > 0, args.key_path("image_size"),
+               ": an image folder needs the size every image is resized to (e.g. 32, 64, 224)");
+  o.resize = args.get_string("resize", o.resize);
+  MINIDL_CHECK(o.resize == "crop" || o.resize == "pad" || o.resize == "stretch", args.key_path("resize"),
+               ": expected \"crop\", \"pad\" or \"stretch\", got \"", o.resize, "\"");
+  o.test_dir = args.get_string("test_dir", o.test_dir);
+  o.cache_dir = args.get_string("cache_dir", o.cache_dir);
+  o.skip_bad = args.get_bool("skip_bad", o.skip_bad);
   if (args.has("mean")) o.normalize.mean = read_triple(args.get_json("mean"), args.key_path("mean"));
   if (args.has("std")) o.normalize.std = read_triple(args.get_json("std"), args.key_path("std"));
   if (args.has("augment"))
@@ -71,8 +131,19 @@ DataOptions DataOptions::from_json(const nlohmann::json& j, const std::string& p
 }
 
 nlohmann::json DataOptions::to_json() const {
-  return {{"dir", dir}, {"train_limit", train_limit}, {"mean", normalize.mean},
-          {"std", normalize.std}, {"augment", augment.to_json()}};
+  nlohmann::json j = {{"dir", dir}, {"train_limit", train_limit}, {"mean", normalize.mean},
+                      {"std", normalize.std}, {"augment", augment.to_json()}};
+  // CIFAR-10, the default, prints no format keys: its runs' config.json stays as it was.
+  if (format != "cifar10") j["format"] = format;
+  if (format == "cifar100") j["label"] = label;
+  if (format == "image_folder") {
+    j["image_size"] = image_size;
+    j["resize"] = resize;
+    j["test_dir"] = test_dir;
+    j["cache_dir"] = cache_dir;
+    j["skip_bad"] = skip_bad;
+  }
+  return j;
 }
 
 kernels::AugmentParams augment_params(const Normalization& normalize, const AugmentOptions* augment,
@@ -94,6 +165,11 @@ kernels::AugmentParams augment_params(const Normalization& normalize, const Augm
                   : augment->flip_mode == "alternating" ? kernels::kFlipAlternating
                                                         : kernels::kFlipRandom;
     p.cutout = augment->cutout;
+    p.resized_crop = augment->resized_crop ? 1 : 0;
+    for (int k = 0; k < 2; ++k) {
+      p.crop_scale[k] = static_cast<float>(augment->crop_scale[k]);
+      p.crop_log_ratio[k] = static_cast<float>(std::log(augment->crop_ratio[k]));
+    }
   }
   return p;
 }

@@ -8,6 +8,7 @@
 #include "core/init.h"
 #include "core/safetensors.h"
 #include "data/cifar10.h"
+#include "data/datasets.h"
 #include "data/loader.h"
 #include "data/options.h"
 #include "export/onnx_export.h"
@@ -29,19 +30,28 @@ double write_reference(Module& model, const TrainConfig& config, const std::stri
   DataOptions data = DataOptions::from_json(config.data, "data");
   if (!data_dir.empty()) data.dir = data_dir;
   MINIDL_CHECK(!data.dir.empty(), "export --logits: the run's data.dir is empty; pass --data-dir CIFAR10_DIR");
-  const Dataset test = load_cifar10(data.dir, Split::Test, limit);
+  Dataset test = data.format == "cifar10" ? load_cifar10(data.dir, Split::Test, limit) : load_dataset(data, Split::Test);
+  if (limit > 0 && limit < test.size()) {
+    const int64_t pixels = test.images.numel() / test.size();
+    std::vector<uint8_t> px(test.images.data<uint8_t>(), test.images.data<uint8_t>() + limit * pixels);
+    std::vector<int32_t> la(test.labels.data<int32_t>(), test.labels.data<int32_t>() + limit);
+    test.images = Tensor::from_vector(px, {limit, test.images.size(1), test.images.size(2), test.images.size(3)});
+    test.labels = Tensor::from_vector(la, {limit});
+  }
   Loader loader(test, LoaderOptions::evaluation(data, config.eval_batch_size), device);
   autograd::NoGradGuard no_grad;
   model.eval();
   std::vector<float> images, logits;
   std::vector<int32_t> labels;
   int64_t correct = 0, classes = 0;
+  Shape image_shape;
   loader.start_epoch(0);
   Batch batch;
   while (loader.next(batch)) {
     const Tensor out = model(batch.images);
     correct += count_correct(out, batch.labels);
     classes = out.size(1);
+    image_shape = batch.images.shape();
     const std::vector<float> im = batch.images.to_vector(), lo = out.to_vector();
     const std::vector<int32_t> la = batch.labels.values<int32_t>();
     images.insert(images.end(), im.begin(), im.end());
@@ -51,7 +61,7 @@ double write_reference(Module& model, const TrainConfig& config, const std::stri
   const int64_t n = static_cast<int64_t>(labels.size());
   const double acc = 100.0 * static_cast<double>(correct) / static_cast<double>(n);
   save_safetensors(path,
-                   {{"images", Tensor::from_vector(images, {n, 3, 32, 32})},
+                   {{"images", Tensor::from_vector(images, {n, image_shape[1], image_shape[2], image_shape[3]})},
                     {"labels", Tensor::from_vector(labels, {n})},
                     {"logits", Tensor::from_vector(logits, {n, classes})}},
                    {{"device", device.str()}, {"accuracy", str(acc)}});
@@ -91,12 +101,19 @@ int export_command(const ExportOptions& options) {
 
   OnnxExportOptions onnx;
   const DataOptions data = DataOptions::from_json(config.data, "data");
+  const int64_t side = data.format == "image_folder" ? data.image_size : 32;
+  onnx.height = onnx.width = side;
   onnx.metadata = {
       {"minidl.source", weights.empty() ? str("config ", options.config_path, " (initialised, untrained)") : weights},
-      {"minidl.input", "float32 (batch, 3, 32, 32): RGB in [0, 1], minus mean, over std, per channel"},
+      {"minidl.input", str("float32 (batch, 3, ", side, ", ", side,
+                           "): RGB in [0, 1], minus mean, over std, per channel")},
       {"minidl.mean", nlohmann::json(data.normalize.mean).dump()},
       {"minidl.std", nlohmann::json(data.normalize.std).dump()},
       {"minidl.model", config.model.dump()}};
+  // The class names a run recorded (train writes classes.json): output index i is classes[i].
+  const std::string classes_file = options.run_dir + "/classes.json";
+  if (!options.run_dir.empty() && fs::exists(classes_file))
+    onnx.metadata["minidl.classes"] = read_json_file(classes_file).dump();
   export_onnx(*model, options.onnx_path, onnx);
   std::cout << "minidl export: wrote " << options.onnx_path << " (" << fs::file_size(options.onnx_path)
             << " bytes, opset 17) from " << onnx.metadata["minidl.source"] << std::endl;

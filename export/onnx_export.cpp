@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
-#include <functional>
+#include <map>
 #include <set>
 
 #include "core/autograd.h"
@@ -18,6 +18,8 @@
 #include "layers/norm/batchnorm2d.h"
 #include "layers/norm/groupnorm.h"
 #include "layers/norm/layernorm.h"
+#include "layers/pool/pooling.h"
+#include "layers/registry.h"
 #include "onnx/onnx.pb.h"
 
 namespace minidl {
@@ -119,76 +121,96 @@ std::string param_name(const Module& m, const std::string& local) {
   return m.path().empty() ? local : m.path() + "." + local;
 }
 
+class Exporter;
+// Emits one layer applied to the value `x`; returns the output value. `spec` is m.to_json().
+using Emitter = std::string (Exporter::*)(const Module& m, const nlohmann::json& spec, const std::string& x);
+const std::map<const LayerDescriptor*, Emitter>& emitters();
+
 class Exporter {
  public:
   explicit Exporter(onnx::GraphProto* g) : b_(g) {}
 
   // Emits `m` applied to the value `x`; returns the output value.
   std::string emit(const Module& m, const std::string& x) {
-    const std::string type = m.type_name();
-    const nlohmann::json spec = m.to_json();
-    const std::string& scope = m.path();
-    if (type == "Sequential") {
-      std::string y = x;
-      for (const auto& kv : m.children()) y = emit(*kv.second, y);
-      return y;
-    }
-    if (type == "Residual") {
-      std::string y = x;
-      for (const auto& kv : m.children()) y = emit(*kv.second, y);
-      return b_.add("Add", {x, y}, scope);
-    }
-    if (type == "Conv2d") return conv(dynamic_cast<const Conv2d&>(m), x);
-    if (type == "Linear") {
-      const auto& l = dynamic_cast<const Linear&>(m);
-      std::vector<std::string> in = {x, b_.weight(param_name(m, "weight"), l.weight)};
-      if (l.bias.defined()) in.push_back(b_.weight(param_name(m, "bias"), l.bias));
-      onnx::NodeProto* n = b_.node("Gemm", in, scope);
-      attr(n, "transB", int64_t{1});
-      return n->output(0);
-    }
-    if (type == "BatchNorm2d") return relu_if(spec, batch_norm(dynamic_cast<const BatchNorm2d&>(m), x), scope);
-    if (type == "GroupNorm") return relu_if(spec, group_norm(dynamic_cast<const GroupNorm&>(m), spec, x), scope);
-    if (type == "LayerNorm") return relu_if(spec, layer_norm(dynamic_cast<const LayerNorm&>(m), spec, x), scope);
-    if (type == "ReLU") return b_.add("Relu", {x}, scope);
-    if (type == "GELU") return gelu(spec.at("approximate").get<std::string>() == "tanh", x, scope);
-    if (type == "MaxPool2d") {
-      const auto [kh, kw] = size_pair(spec.at("kernel_size"));
-      const auto [sh, sw] = size_pair(spec.at("stride"));
-      const auto [ph, pw] = size_pair(spec.at("padding"));
-      onnx::NodeProto* n = b_.node("MaxPool", {x}, scope);
-      attr(n, "kernel_shape", std::vector<int64_t>{kh, kw});
-      attr(n, "strides", std::vector<int64_t>{sh, sw});
-      attr(n, "pads", std::vector<int64_t>{ph, pw, ph, pw});
-      return n->output(0);
-    }
-    if (type == "GlobalAvgPool2d" || type == "GlobalMaxPool2d") {
-      // ONNX keeps the 1x1 spatial dims; minidl's pools return (N, C).
-      const std::string p = b_.add(type == "GlobalAvgPool2d" ? "GlobalAveragePool" : "GlobalMaxPool", {x}, scope);
-      onnx::NodeProto* n = b_.node("Flatten", {p}, scope);
-      attr(n, "axis", int64_t{1});
-      return n->output(0);
-    }
-    if (type == "Flatten") {
-      const int64_t start = spec.at("start_dim").get<int64_t>(), end = spec.at("end_dim").get<int64_t>();
-      MINIDL_CHECK(start == 1 && end == -1, "export: ", m.label(), ": Flatten(start_dim=", start, ", end_dim=", end,
-                   ") has no ONNX export; only start_dim=1, end_dim=-1 (ONNX Flatten makes 2-D) does");
-      onnx::NodeProto* n = b_.node("Flatten", {x}, scope);
-      attr(n, "axis", int64_t{1});
-      return n->output(0);
-    }
-    if (type == "Scale") return b_.add("Mul", {x, b_.scalar(dynamic_cast<const Scale&>(m).value())}, scope);
-    fail(str("export: ", m.label(), ": layer type '", type, "' has no ONNX export"));
+    const LayerDescriptor* layer = find_layer(m.type_name());
+    const auto it = layer ? emitters().find(layer) : emitters().end();
+    if (it == emitters().end())
+      fail(str("export: ", m.label(), ": layer type '", m.type_name(), "' has no ONNX export"));
+    return (this->*(it->second))(m, m.to_json(), x);
   }
 
- private:
-  std::string conv(const Conv2d& c, const std::string& x) {
+  std::string sequential(const Module& m, const nlohmann::json&, const std::string& x) {
+    std::string y = x;
+    for (const auto& kv : m.children()) y = emit(*kv.second, y);
+    return y;
+  }
+  std::string residual(const Module& m, const nlohmann::json& spec, const std::string& x) {
+    return b_.add("Add", {x, sequential(m, spec, x)}, m.path());
+  }
+  std::string linear(const Module& m, const nlohmann::json&, const std::string& x) {
+    const auto& l = dynamic_cast<const Linear&>(m);
+    std::vector<std::string> in = {x, b_.weight(param_name(m, "weight"), l.weight)};
+    if (l.bias.defined()) in.push_back(b_.weight(param_name(m, "bias"), l.bias));
+    onnx::NodeProto* n = b_.node("Gemm", in, m.path());
+    attr(n, "transB", int64_t{1});
+    return n->output(0);
+  }
+  std::string batch_norm(const Module& m, const nlohmann::json& spec, const std::string& x) {
+    return relu_if(spec, batch_norm_node(dynamic_cast<const BatchNorm2d&>(m), x), m.path());
+  }
+  std::string group_norm(const Module& m, const nlohmann::json& spec, const std::string& x) {
+    return relu_if(spec, group_norm_nodes(dynamic_cast<const GroupNorm&>(m), spec, x), m.path());
+  }
+  std::string layer_norm(const Module& m, const nlohmann::json& spec, const std::string& x) {
+    return relu_if(spec, layer_norm_node(dynamic_cast<const LayerNorm&>(m), spec, x), m.path());
+  }
+  std::string relu(const Module& m, const nlohmann::json&, const std::string& x) {
+    return b_.add("Relu", {x}, m.path());
+  }
+  std::string gelu(const Module& m, const nlohmann::json& spec, const std::string& x) {
+    return gelu_nodes(spec.at("approximate").get<std::string>() == "tanh", x, m.path());
+  }
+  std::string max_pool(const Module& m, const nlohmann::json& spec, const std::string& x) {
+    const auto [kh, kw] = size_pair(spec.at("kernel_size"));
+    const auto [sh, sw] = size_pair(spec.at("stride"));
+    const auto [ph, pw] = size_pair(spec.at("padding"));
+    onnx::NodeProto* n = b_.node("MaxPool", {x}, m.path());
+    attr(n, "kernel_shape", std::vector<int64_t>{kh, kw});
+    attr(n, "strides", std::vector<int64_t>{sh, sw});
+    attr(n, "pads", std::vector<int64_t>{ph, pw, ph, pw});
+    return n->output(0);
+  }
+  // ONNX keeps the 1x1 spatial dims; minidl's global pools return (N, C).
+  std::string global_avg_pool(const Module& m, const nlohmann::json&, const std::string& x) {
+    return flatten2d(b_.add("GlobalAveragePool", {x}, m.path()), m.path());
+  }
+  std::string global_max_pool(const Module& m, const nlohmann::json&, const std::string& x) {
+    return flatten2d(b_.add("GlobalMaxPool", {x}, m.path()), m.path());
+  }
+  std::string flatten(const Module& m, const nlohmann::json& spec, const std::string& x) {
+    const int64_t start = spec.at("start_dim").get<int64_t>(), end = spec.at("end_dim").get<int64_t>();
+    MINIDL_CHECK(start == 1 && end == -1, "export: ", m.label(), ": Flatten(start_dim=", start, ", end_dim=", end,
+                 ") has no ONNX export; only start_dim=1, end_dim=-1 (ONNX Flatten makes 2-D) does");
+    return flatten2d(x, m.path());
+  }
+  std::string scale(const Module& m, const nlohmann::json&, const std::string& x) {
+    return b_.add("Mul", {x, b_.scalar(dynamic_cast<const Scale&>(m).value())}, m.path());
+  }
+  std::string conv(const Module& m, const nlohmann::json&, const std::string& x) {
+    const auto& c = dynamic_cast<const Conv2d&>(m);
     std::vector<std::string> in = {x, b_.weight(param_name(c, "weight"), c.weight)};
     if (c.bias.defined()) in.push_back(b_.weight(param_name(c, "bias"), c.bias));
     onnx::NodeProto* n = b_.node("Conv", in, c.path());
     attr(n, "kernel_shape", std::vector<int64_t>{c.kernel_size().h, c.kernel_size().w});
     attr(n, "strides", std::vector<int64_t>{c.stride().h, c.stride().w});
     attr(n, "pads", std::vector<int64_t>{c.padding().h, c.padding().w, c.padding().h, c.padding().w});
+    return n->output(0);
+  }
+
+ private:
+  std::string flatten2d(const std::string& x, const std::string& scope) {
+    onnx::NodeProto* n = b_.node("Flatten", {x}, scope);
+    attr(n, "axis", int64_t{1});
     return n->output(0);
   }
 
@@ -199,7 +221,7 @@ class Exporter {
                      std::vector<float>(static_cast<size_t>(shape_numel(dims)), fill), dims);
   }
 
-  std::string batch_norm(const BatchNorm2d& bn, const std::string& x) {
+  std::string batch_norm_node(const BatchNorm2d& bn, const std::string& x) {
     const std::vector<int64_t> c = {bn.num_features()};
     onnx::NodeProto* n = b_.node("BatchNormalization",
                                  {x, affine(bn, bn.weight, "weight", 1.f, c), affine(bn, bn.bias, "bias", 0.f, c),
@@ -210,7 +232,7 @@ class Exporter {
     return n->output(0);
   }
 
-  std::string group_norm(const GroupNorm& gn, const nlohmann::json& spec, const std::string& x) {
+  std::string group_norm_nodes(const GroupNorm& gn, const nlohmann::json& spec, const std::string& x) {
     const std::string& scope = gn.path();
     const int64_t g = gn.num_groups(), c = gn.num_channels();
     // (N, C, H, W) -> (N, G, C/G*H*W): InstanceNormalization then normalizes each (n, group).
@@ -226,7 +248,7 @@ class Exporter {
     return y;
   }
 
-  std::string layer_norm(const LayerNorm& ln, const nlohmann::json& spec, const std::string& x) {
+  std::string layer_norm_node(const LayerNorm& ln, const nlohmann::json& spec, const std::string& x) {
     const Shape& shape = ln.normalized_shape();
     onnx::NodeProto* n = b_.node(
         "LayerNormalization",
@@ -242,7 +264,7 @@ class Exporter {
 
   // GELU from opset-17 ops: x/2 (1 + erf(x/sqrt 2)), or with approximate="tanh"
   // x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the formulas PyTorch's GELU computes.
-  std::string gelu(bool tanh_form, const std::string& x, const std::string& scope) {
+  std::string gelu_nodes(bool tanh_form, const std::string& x, const std::string& scope) {
     std::string inner;
     if (tanh_form) {
       const std::string cube = b_.add("Mul", {x, b_.add("Mul", {x, x}, scope)}, scope);
@@ -258,6 +280,28 @@ class Exporter {
   GraphBuilder b_;
 };
 
+// The emitter of every layer type whose descriptor says it exports (onnx_exported_layers() lets
+// a test check this table against the registry both ways).
+const std::map<const LayerDescriptor*, Emitter>& emitters() {
+  static const std::map<const LayerDescriptor*, Emitter> table = {
+      {&conv2d_layer(), &Exporter::conv},
+      {&linear_layer(), &Exporter::linear},
+      {&batchnorm2d_layer(), &Exporter::batch_norm},
+      {&groupnorm_layer(), &Exporter::group_norm},
+      {&layernorm_layer(), &Exporter::layer_norm},
+      {&relu_layer(), &Exporter::relu},
+      {&gelu_layer(), &Exporter::gelu},
+      {&maxpool2d_layer(), &Exporter::max_pool},
+      {&global_avg_pool2d_layer(), &Exporter::global_avg_pool},
+      {&global_max_pool2d_layer(), &Exporter::global_max_pool},
+      {&flatten_layer(), &Exporter::flatten},
+      {&scale_layer(), &Exporter::scale},
+      {&sequential_layer(), &Exporter::sequential},
+      {&residual_layer(), &Exporter::residual},
+  };
+  return table;
+}
+
 void set_shape(onnx::ValueInfoProto* v, const std::vector<int64_t>& dims) {
   onnx::TypeProto_Tensor* t = v->mutable_type()->mutable_tensor_type();
   t->set_elem_type(onnx::TensorProto::FLOAT);
@@ -267,6 +311,12 @@ void set_shape(onnx::ValueInfoProto* v, const std::vector<int64_t>& dims) {
 }
 
 }  // namespace
+
+std::vector<const LayerDescriptor*> onnx_exported_layers() {
+  std::vector<const LayerDescriptor*> out;
+  for (const auto& kv : emitters()) out.push_back(kv.first);
+  return out;
+}
 
 std::string onnx_model_bytes(Module& model, const OnnxExportOptions& options) {
   onnx::ModelProto proto;

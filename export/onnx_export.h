@@ -16,10 +16,14 @@
 // (start_dim=1, end_dim=-1) -> Flatten; Linear -> Gemm (transB); Scale -> Mul; Residual -> Add
 // of the input and the body; Sequential -> its children in order. Anything else (another
 // Flatten range, a layer type without an export) is an Error naming the layer and its path.
+// The emitters sit in a table keyed by the layer's descriptor (layers/layer_descriptor.h); a
+// layer whose descriptor says `onnx` must have one, and one without must say so.
 #pragma once
 #include <map>
 #include <string>
+#include <vector>
 
+#include "layers/layer_descriptor.h"
 #include "layers/module.h"
 
 namespace minidl {
@@ -35,5 +39,7 @@ struct OnnxExportOptions {
 std::string onnx_model_bytes(Module& model, const OnnxExportOptions& options);
 // Writes it to `path`; errors name the path.
 void export_onnx(Module& model, const std::string& path, const OnnxExportOptions& options);
+// The layer types export has an emitter for: exactly those whose descriptor says `onnx` (tested).
+std::vector<const LayerDescriptor*> onnx_exported_layers();
 
 }  // namespace minidl

@@ -1,45 +1,66 @@
 #include "layers/registry.h"
 
-#include <functional>
 #include <map>
 
 #include "core/error.h"
+#include "layers/activation/activation.h"
+#include "layers/containers/flatten.h"
+#include "layers/containers/residual.h"
+#include "layers/containers/scale.h"
+#include "layers/containers/sequential.h"
+#include "layers/conv/conv2d.h"
+#include "layers/linear/linear.h"
+#include "layers/norm/batchnorm2d.h"
+#include "layers/norm/groupnorm.h"
+#include "layers/norm/layernorm.h"
+#include "layers/pool/pooling.h"
+#include "layers/regularization/dropout.h"
+#include "layers/transformer/attention.h"
+#include "layers/transformer/encoder_layer.h"
+#include "layers/transformer/tokens.h"
 
 namespace minidl {
 
-namespace {
-
-using Factory = std::function<std::shared_ptr<Module>(LayerArgs&)>;
-
-const std::map<std::string, Factory>& factories() {
-  static const std::map<std::string, Factory> table = {
-      {"Conv2d", make_conv2d},
-      {"Linear", make_linear},
-      {"BatchNorm2d", make_batchnorm2d},
-      {"GroupNorm", make_groupnorm},
-      {"LayerNorm", make_layernorm},
-      {"ReLU", make_relu},
-      {"GELU", make_gelu},
-      {"MaxPool2d", make_maxpool2d},
-      {"GlobalAvgPool2d", make_global_avg_pool2d},
-      {"GlobalMaxPool2d", make_global_max_pool2d},
-      {"Flatten", make_flatten},
-      {"Scale", make_scale},
-      {"Sequential", make_sequential},
-      {"Residual", make_residual},
-      {"Dropout", make_dropout},
-      {"DropPath", make_drop_path},
-      {"Tokens", make_tokens},
-      {"PositionEmbedding", make_position_embedding},
-      {"ClassToken", make_class_token},
-      {"TokenPool", make_token_pool},
-      {"MultiheadAttention", make_multihead_attention},
-      {"TransformerEncoderLayer", make_transformer_encoder_layer},
+const std::vector<const LayerDescriptor*>& layer_descriptors() {
+  // The one list of layer types. A new type adds its descriptor here (and its header above).
+  static const std::vector<const LayerDescriptor*> table = {
+      &conv2d_layer(),         &linear_layer(),          &batchnorm2d_layer(),       &groupnorm_layer(),
+      &layernorm_layer(),      &relu_layer(),            &gelu_layer(),              &maxpool2d_layer(),
+      &global_avg_pool2d_layer(), &global_max_pool2d_layer(), &flatten_layer(),       &scale_layer(),
+      &sequential_layer(),     &residual_layer(),
+      &dropout_layer(),        &drop_path_layer(),       &tokens_layer(),            &position_embedding_layer(),
+      &class_token_layer(),    &token_pool_layer(),      &multihead_attention_layer(),
+      &transformer_encoder_layer_layer(),
   };
   return table;
 }
 
+namespace {
+
+// Name -> descriptor, checked once: two descriptors with one name would make a config mean two
+// things.
+const std::map<std::string, const LayerDescriptor*>& by_name() {
+  static const std::map<std::string, const LayerDescriptor*> index = [] {
+    std::map<std::string, const LayerDescriptor*> m;
+    for (const LayerDescriptor* d : layer_descriptors())
+      MINIDL_CHECK(m.emplace(d->name, d).second, "layer registry: two layer types named '", d->name, "'");
+    return m;
+  }();
+  return index;
+}
+
 }  // namespace
+
+const LayerDescriptor* find_layer(const std::string& type) {
+  auto it = by_name().find(type);
+  return it == by_name().end() ? nullptr : it->second;
+}
+
+std::vector<std::string> layer_types() {
+  std::vector<std::string> out;
+  for (const auto& kv : by_name()) out.push_back(kv.first);
+  return out;
+}
 
 void check_weight_size(const LayerArgs& args, const Shape& shape) {
   int64_t n = 1;
@@ -50,9 +71,25 @@ void check_weight_size(const LayerArgs& args, const Shape& shape) {
                kMaxLayerParameters, " one layer may have");
 }
 
-std::vector<std::string> layer_types() {
-  std::vector<std::string> out;
-  for (const auto& kv : factories()) out.push_back(kv.first);
+nlohmann::json layer_schema() {
+  nlohmann::json out = nlohmann::json::object();
+  for (const LayerDescriptor* d : layer_descriptors()) {
+    nlohmann::json keys = nlohmann::json::array();
+    for (const LayerKey& k : d->keys) {
+      nlohmann::json key = {{"name", k.name}, {"type", k.type}, {"required", k.required}, {"doc", k.doc}};
+      if (!k.required && !k.default_value.is_null()) key["default"] = k.default_value;
+      keys.push_back(std::move(key));
+    }
+    nlohmann::json example = d->example;
+    example["type"] = d->name;
+    out[d->name] = {{"family", d->family},
+                    {"summary", d->summary},
+                    {"keys", std::move(keys)},
+                    {"example", std::move(example)},
+                    {"example_input", d->example_input},
+                    {"autocast", autocast_rule_name(d->autocast)},
+                    {"onnx", d->onnx}};
+  }
   return out;
 }
 
@@ -60,8 +97,8 @@ std::shared_ptr<Module> build_layer(const nlohmann::json& spec, const std::strin
   MINIDL_CHECK(spec.is_object(), path, ": a layer must be a JSON object like {\"type\": \"Conv2d\", ...}");
   MINIDL_CHECK(spec.contains("type") && spec["type"].is_string(), path, ".type: missing (a string naming the layer)");
   const std::string type = spec["type"].get<std::string>();
-  auto it = factories().find(type);
-  if (it == factories().end()) {
+  const LayerDescriptor* layer = find_layer(type);
+  if (!layer) {
     std::string known;
     for (const auto& t : layer_types()) known += (known.empty() ? "" : ", ") + t;
     fail(str(path, ".type: unknown layer '", type, "' (known: ", known, ")"));
@@ -69,7 +106,7 @@ std::shared_ptr<Module> build_layer(const nlohmann::json& spec, const std::strin
   LayerArgs args(spec, path);
   args.get_string("type", type);
   try {
-    std::shared_ptr<Module> m = it->second(args);
+    std::shared_ptr<Module> m = layer->make(args);
     args.finish();
     return m;
   } catch (const Error& e) {

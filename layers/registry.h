@@ -2,20 +2,18 @@
 // named as in PyTorch ({"type": "Conv2d", "in_channels": 3, "out_channels": 64,
 // "kernel_size": 3, "padding": 1, "bias": false}), read with core/json_args.h: keys with defaults
 // and type checks; finish() rejects any key the layer did not read, naming its full path
-// ("model.layers[3].kernal_size").
+// ("model.layers[3].kernal_size"). Every layer type is one LayerDescriptor
+// (layers/layer_descriptor.h) in the table registry.cpp holds.
 #pragma once
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include "core/json_args.h"
+#include "layers/layer_descriptor.h"
 #include "layers/module.h"
 
 namespace minidl {
-
-// Layer factories read their spec with the core JSON reader.
-using LayerArgs = JsonArgs;
 
 // Bounds the factories check before anything is allocated, so no size computed from a spec can
 // overflow and a mistyped size fails at once, naming its key, instead of taking all memory.
@@ -30,31 +28,16 @@ void check_weight_size(const LayerArgs& args, const Shape& shape);
 std::shared_ptr<Module> build_layer(const nlohmann::json& spec, const std::string& path);
 // Builds a Sequential from a JSON list of layer specs.
 std::shared_ptr<Module> build_sequential(const nlohmann::json& list, const std::string& path);
+
+// Every layer type, in the table's order.
+const std::vector<const LayerDescriptor*>& layer_descriptors();
+// The descriptor of `type` ("Conv2d"), or null when no layer has that name.
+const LayerDescriptor* find_layer(const std::string& type);
 // The type names build_layer knows, for error messages and docs.
 std::vector<std::string> layer_types();
-
-// Factories, one per layer type; each lives beside its layer.
-std::shared_ptr<Module> make_conv2d(LayerArgs& args);
-std::shared_ptr<Module> make_linear(LayerArgs& args);
-std::shared_ptr<Module> make_batchnorm2d(LayerArgs& args);
-std::shared_ptr<Module> make_groupnorm(LayerArgs& args);
-std::shared_ptr<Module> make_layernorm(LayerArgs& args);
-std::shared_ptr<Module> make_relu(LayerArgs& args);
-std::shared_ptr<Module> make_gelu(LayerArgs& args);
-std::shared_ptr<Module> make_maxpool2d(LayerArgs& args);
-std::shared_ptr<Module> make_global_avg_pool2d(LayerArgs& args);
-std::shared_ptr<Module> make_global_max_pool2d(LayerArgs& args);
-std::shared_ptr<Module> make_flatten(LayerArgs& args);
-std::shared_ptr<Module> make_scale(LayerArgs& args);
-std::shared_ptr<Module> make_sequential(LayerArgs& args);
-std::shared_ptr<Module> make_residual(LayerArgs& args);
-std::shared_ptr<Module> make_dropout(LayerArgs& args);
-std::shared_ptr<Module> make_drop_path(LayerArgs& args);
-std::shared_ptr<Module> make_tokens(LayerArgs& args);
-std::shared_ptr<Module> make_position_embedding(LayerArgs& args);
-std::shared_ptr<Module> make_class_token(LayerArgs& args);
-std::shared_ptr<Module> make_token_pool(LayerArgs& args);
-std::shared_ptr<Module> make_multihead_attention(LayerArgs& args);
-std::shared_ptr<Module> make_transformer_encoder_layer(LayerArgs& args);
+// The schema of every layer type, keyed by type name: {"Conv2d": {"family", "summary", "keys":
+// [{"name", "type", "required", "default", "doc"}], "example", "example_input", "autocast",
+// "onnx"}, ...}. `minidl layers --json` prints it; docs/layers.json is a copy the tests compare.
+nlohmann::json layer_schema();
 
 }  // namespace minidl

@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "core/json_limits.h"
 #include "core/json_args.h"
+#include "layers/registry.h"
 
 namespace minidl {
 
@@ -44,12 +45,22 @@ bool ParamGroup::matches(const NamedParam& p) const {
          (module_type.empty() || module_type == p.module_type);
 }
 
+std::string read_module_type(JsonArgs& args) {
+  const std::string type = args.get_string("module_type", "");
+  if (!type.empty() && !find_layer(type)) {
+    std::string known;
+    for (const std::string& t : layer_types()) known += (known.empty() ? "" : ", ") + t;
+    fail(str(args.key_path("module_type"), ": unknown layer type '", text_excerpt(type), "' (known: ", known, ")"));
+  }
+  return type;
+}
+
 ParamGroup ParamGroup::from_json(const nlohmann::json& j, const std::string& path) {
   MINIDL_CHECK(j.is_object(), path, ": expected a group object, got ", json_excerpt(j));
   JsonArgs args(j, path);
   ParamGroup g;
   g.match = args.get_string("match", "");
-  g.module_type = args.get_string("module_type", "");
+  g.module_type = read_module_type(args);
   g.lr_scale = args.get_float("lr_scale", 1.0);
   if (args.has("weight_decay")) g.weight_decay = args.get_float("weight_decay");
   args.finish();

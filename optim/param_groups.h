@@ -9,8 +9,8 @@
 //            characters, dots included) or '?' (one character) it must match the whole name.
 //   "module_type": the type of the module that owns the parameter ("BatchNorm2d").
 // Overrides: "lr_scale" (multiplies the lr, default 1), "weight_decay" (default: the optimizer's).
-// A group needs a selector, and a group that matches no parameter is an error (a typo in a
-// module type would otherwise silently change nothing).
+// A group needs a selector; a module type no layer has, and a group that matches no parameter,
+// are errors (a typo would otherwise silently change nothing).
 #pragma once
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -36,6 +36,10 @@ struct ParamGroup {
 
 // '*' and '?' glob over the whole name; a pattern without them matches a dotted suffix.
 bool param_name_matches(const std::string& pattern, const std::string& name);
+
+// Reads the optional "module_type" selector of a group or rule: "" or a layer type of the layer
+// table (layers/registry.h); anything else is an error naming the key and the known types.
+std::string read_module_type(JsonArgs& args);
 
 // Reads the optional "groups" list of an optimizer config.
 std::vector<ParamGroup> read_param_groups(JsonArgs& args);

@@ -178,7 +178,7 @@ expect_error "8 huge value quoted short" "expected a list of layers" "$run" -- "
   "${small[@]}" --set "model.layers=$(python3 -c 'print("z" * 100000)')" --output "$work/x"
 
 # 9. Values that used to wrap or be accepted.
-expect_error "9 crop_padding 2^32+1" "crop_padding: expected an integer in 0\.\.31, got 4294967297" "$run" -- \
+expect_error "9 crop_padding 2^32+1" "crop_padding: expected an integer in 0\.\.1023, got 4294967297" "$run" -- \
   "${train[@]}" --config "$root/configs/quick_cpu.json" --set data.augment.crop_padding=4294967297 --output "$work/x"
 expect_error "9 seed -1" "seed: expected a non-negative integer, got -1" "$run" -- \
   "${train[@]}" --config "$root/configs/quick_cpu.json" --set seed=-1 --output "$work/x"
@@ -192,6 +192,32 @@ if [ "$rc" -ne 0 ] && grep -q -- "--max-steps" "$work/err" && [ ! -e "$work/x" ]
 else
   fail "9 --max-steps -5: exit $rc, $(head -1 "$work/err")"
 fi
+
+# 12. Image folders: a file that does not decode, a head whose width is not the class count,
+# a missing image size. PNGs written with the standard library only.
+python3 - "$work/folder" <<'PY'
+import os, struct, sys, zlib
+def png(path, w, h):
+    rows = b"".join(b"\x00" + bytes((x * 9 + y * 5) % 256 for x in range(w * 3)) for y in range(h))
+    chunk = lambda t, d: struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))
+    data = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)) +
+            chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    open(path, "wb").write(data)
+for split in ("train", "test"):
+    for c in ("cats", "dogs"):
+        for i in range(3):
+            png(f"{sys.argv[1]}/{split}/{c}/{i}.png", 20, 20)
+PY
+printf 'not a jpeg' >"$work/folder/train/dogs/broken.jpg"
+folder=(--set data.format=image_folder --set data.dir="$work/folder" --set data.image_size=20 --set batch_size=2)
+expect_error "12 image folder: a file that does not decode" "broken.jpg': neither JPEG nor PNG.*skip_bad" "$run" -- \
+  "${train[@]}" --config "$root/configs/quick_cpu.json" "${folder[@]}" --output "$work/x"
+expect_error "12 image folder: head width" "output has 10 values per image, but the data \(image_folder\) has 2 classes" \
+  "$run" -- "${train[@]}" --config "$root/configs/quick_cpu.json" "${folder[@]}" --set data.skip_bad=true --output "$work/x"
+expect_error "12 image folder: no image_size" "data.image_size: an image folder needs the size" "$run" -- \
+  "${train[@]}" --config "$root/configs/quick_cpu.json" --set data.format=image_folder --set data.dir="$work/folder" \
+  --output "$work/x"
 
 # 10. A fresh run into a used folder; fatal errors reach log.txt.
 expect_error "10 fresh run into a used folder" "is not empty.*--overwrite" "$run" -- \

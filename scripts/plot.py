@@ -15,6 +15,10 @@ profile.json is both. Writes into --out (default: the first folder):
   profile.png / .svg    per profile, each module's own time per step as stacked bars: forward and
                         backward, GPU and host side by side (host only for a CPU profile);
                         profile_<label>.png for each when there are several profiles
+  confusion_<label>.png / .svg  per finished run whose summary.json holds a confusion matrix:
+                        the test set's confusion matrix as a heatmap (rows: true class, columns:
+                        predicted; each row as a share of its class, counts written in the cells
+                        of up to 20 classes) and the per-class accuracy as bars
 
 Labels default to the folder names. Exits 2 with a message naming the folder when one holds
 neither metrics.jsonl nor profile.json, or a file is not what minidl writes.
@@ -164,6 +168,62 @@ def profile_chart(profile, label, out, name):
     return save(fig, out, name)
 
 
+def load_confusion(folder):
+    """(classes, confusion rows, per-class accuracy, TTA mode) from a run's summary.json, or None."""
+    path = os.path.join(folder, "summary.json")
+    if not os.path.exists(path):
+        return None
+    try:
+        s = json.load(open(path))
+    except ValueError as e:
+        raise InputError(f"{path}: not JSON ({e})")
+    if "confusion" not in s:
+        return None
+    classes, rows, acc = s.get("classes"), s["confusion"], s.get("per_class_acc")
+    k = len(classes or [])
+    if not (k and isinstance(rows, list) and len(rows) == k and all(isinstance(r, list) and len(r) == k for r in rows)
+            and isinstance(acc, list) and len(acc) == k):
+        raise InputError(f"{path}: classes, confusion and per_class_acc do not describe one K x K matrix")
+    return classes, rows, acc, s.get("class_metrics_tta", "none")
+
+
+def confusion_chart(confusion, label, out, name):
+    classes, rows, acc, tta = confusion
+    k = len(classes)
+    share = [[c / max(1, sum(r)) for c in r] for r in rows]
+    side = min(16, max(6, 0.35 * k + 3))
+    fig, (heat, bars) = plt.subplots(1, 2, figsize=(side * 1.9, side), gridspec_kw={"width_ratios": [1.2, 0.8]})
+    im = heat.imshow(share, cmap="Blues", vmin=0, vmax=1)
+    ticks = list(range(k))
+    fs = 8 if k <= 20 else 5
+    heat.set_xticks(ticks)
+    heat.set_yticks(ticks)
+    heat.set_xticklabels(classes, rotation=90, fontsize=fs)
+    heat.set_yticklabels(classes, fontsize=fs)
+    heat.set_xlabel("predicted")
+    heat.set_ylabel("true class")
+    if k <= 20:
+        for t in range(k):
+            for p in range(k):
+                heat.text(p, t, str(rows[t][p]), ha="center", va="center", fontsize=6,
+                          color="white" if share[t][p] > 0.5 else "black")
+    fig.colorbar(im, ax=heat, fraction=0.046, pad=0.04, label="share of the true class")
+    values = [a if a is not None else 0 for a in acc]
+    bars.barh(ticks, values, color="#4c72b0")
+    bars.set_yticks(ticks)
+    bars.set_yticklabels(classes, fontsize=fs)
+    bars.invert_yaxis()
+    bars.set_xlim(0, 100)
+    bars.set_xlabel("test accuracy %")
+    bars.grid(axis="x", alpha=0.3)
+    total = sum(sum(r) for r in rows)
+    overall = 100.0 * sum(rows[i][i] for i in range(k)) / max(1, total)
+    fig.suptitle(f"minidl run {label}: test confusion ({total} images, {overall:.2f}%"
+                 f"{'' if tta == 'none' else f', {tta} TTA'})")
+    fig.tight_layout()
+    return save(fig, out, name)
+
+
 def save(fig, out, name):
     paths = []
     for ext in ("png", "svg"):
@@ -186,7 +246,7 @@ def main():
     labels = args.labels.split(",") if args.labels else [os.path.basename(os.path.normpath(f)) for f in args.folders]
     if len(labels) != len(args.folders):
         raise InputError(f"--labels: {len(labels)} names for {len(args.folders)} folders")
-    runs, profiles = [], []
+    runs, profiles, confusions = [], [], []
     for folder, label in zip(args.folders, labels):
         metrics = os.path.join(folder, "metrics.jsonl")
         has_profile = os.path.exists(os.path.join(folder, "profile.json"))
@@ -196,6 +256,9 @@ def main():
             raise InputError(f"{folder}: neither metrics.jsonl (a run) nor profile.json (a profile) is there")
         if has_run:
             runs.append(Run(folder, label))
+            confusion = load_confusion(folder)
+            if confusion:
+                confusions.append((confusion, label))
         if has_profile:
             profiles.append((load_profile(folder), label))
     out = args.out or args.folders[0]
@@ -203,6 +266,8 @@ def main():
     written = training_chart(runs, out) if runs else []
     for profile, label in profiles:
         written += profile_chart(profile, label, out, "profile" if len(profiles) == 1 else f"profile_{label}")
+    for confusion, label in confusions:
+        written += confusion_chart(confusion, label, out, f"confusion_{label}")
     for path in written:
         print(path)
     return 0

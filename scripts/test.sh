@@ -8,5 +8,6 @@ build=${BUILD_DIR:-$root/build}
 bash "$root/scripts/setup.sh" "$build"
 data=$(bash "$root/scripts/data.sh" "$build")
 [ "$data" = "$build/cifar10" ] || ln -sfn "$data" "$build/cifar10"
+bash "$root/scripts/data_jpeg.sh" "$build" >/dev/null
 cd "$build"
 ctest --output-on-failure -j "$(nproc)" "$@"

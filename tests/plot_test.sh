@@ -16,11 +16,12 @@ common=(--set data.dir="$data" --set epochs=2 --set eval.tta=flip)
 "$minidl" train --config "$cfg" "${common[@]}" --set seed=6 --output "$work/seed6" >/dev/null
 "$minidl" profile --config "$cfg" --set data.dir="$data" --steps 2 --warmup 1 --output "$work/prof" >/dev/null
 "$python" "$src/scripts/plot.py" "$work/seed5" "$work/seed6" "$work/prof" --out "$work/charts" | tee "$work/list"
-[ "$(wc -l < "$work/list")" -eq 4 ] || { echo "FAIL: expected 4 files"; exit 1; }
+# training, profile, and each run's confusion matrix (from its summary.json), PNG and SVG each.
+[ "$(wc -l < "$work/list")" -eq 8 ] || { echo "FAIL: expected 8 files"; exit 1; }
 "$python" - "$work/charts" <<'PY'
 import os, struct, sys, xml.etree.ElementTree as ET
 out = sys.argv[1]
-for name in ("training", "profile"):
+for name in ("training", "profile", "confusion_seed5", "confusion_seed6"):
     png = open(os.path.join(out, name + ".png"), "rb").read()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and png[12:16] == b"IHDR", f"{name}.png: not a PNG"
     w, h = struct.unpack(">II", png[16:24])

@@ -2,6 +2,7 @@
 // straightforward reference written here (explicit padded canvas, crop, mirror, normalize in
 // float64, cut out); the draws' ranges and balance; same seed and epoch -> same batch, another
 // epoch or seed -> another; alternating flips; hflip / flip_translate; GPU bit-identical to CPU.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -17,47 +18,49 @@ using namespace minidl;
 
 namespace {
 
-// N random images (from the test stream) with label = index mod 10.
-Dataset random_dataset(int64_t n, uint64_t seed) {
+// N random 3 x h x w images (from the test stream) with label = index mod 10.
+Dataset random_dataset(int64_t n, uint64_t seed, int64_t h = 32, int64_t w = 32) {
   Dataset d;
-  std::vector<uint8_t> px(static_cast<size_t>(n * kCifarImageBytes));
+  std::vector<uint8_t> px(static_cast<size_t>(n * 3 * h * w));
   for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>(philox(seed, kStreamTest, i).v[0] >> 24);
   std::vector<int32_t> labels(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) labels[i] = static_cast<int32_t>(i % 10);
-  d.images = Tensor::from_vector(px, {n, 3, 32, 32});
+  d.images = Tensor::from_vector(px, {n, 3, h, w});
   d.labels = Tensor::from_vector(labels, {n});
   return d;
 }
 
-// The padded row/column order of torch's pad(mode='reflect'): x[p] .. x[1], x[0] .. x[31],
-// x[30] .. x[31 - p]; zero padding marks the border with -1.
-std::vector<int> padded_axis(int p, bool reflect) {
+// The padded row/column order of torch's pad(mode='reflect') along an axis of n: x[p] .. x[1],
+// x[0] .. x[n - 1], x[n - 2] .. x[n - 1 - p]; zero padding marks the border with -1.
+std::vector<int> padded_axis(int p, bool reflect, int n = 32) {
   std::vector<int> idx;
   for (int k = p; k >= 1; --k) idx.push_back(reflect ? k : -1);
-  for (int k = 0; k < 32; ++k) idx.push_back(k);
-  for (int k = 1; k <= p; ++k) idx.push_back(reflect ? 31 - k : -1);
+  for (int k = 0; k < n; ++k) idx.push_back(k);
+  for (int k = 1; k <= p; ++k) idx.push_back(reflect ? n - 1 - k : -1);
   return idx;
 }
 
-// Reference: pad -> crop at (dy, dx) -> mirror -> (v / 255 - mean) / std in float64 -> cutout.
+// Reference: pad -> crop at (dy, dx) -> mirror -> (v / 255 - mean) / std in float64 -> cutout,
+// for a 3 x h x w image.
 std::vector<double> reference_image(const uint8_t* img, const kernels::ImageDraw& d,
-                                    const AugmentOptions& a, const Normalization& norm) {
+                                    const AugmentOptions& a, const Normalization& norm, int h = 32, int w = 32) {
   const int p = a.crop_padding;
-  const std::vector<int> axis = padded_axis(p, a.padding_mode == "reflect");
-  std::vector<double> out(static_cast<size_t>(kCifarImageBytes));
+  const std::vector<int> rows = padded_axis(p, a.padding_mode == "reflect", h);
+  const std::vector<int> cols = padded_axis(p, a.padding_mode == "reflect", w);
+  std::vector<double> out(static_cast<size_t>(3 * h * w));
   for (int c = 0; c < 3; ++c)
-    for (int y = 0; y < 32; ++y)
-      for (int x = 0; x < 32; ++x) {
-        const int cropped_x = d.flip ? 31 - x : x;
-        const int sy = axis[y + d.dy], sx = axis[cropped_x + d.dx];
-        const double v = (sy < 0 || sx < 0) ? 0.0 : img[(c * 32 + sy) * 32 + sx];
-        out[(c * 32 + y) * 32 + x] = (v / 255.0 - norm.mean[c]) / norm.std[c];
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x) {
+        const int cropped_x = d.flip ? w - 1 - x : x;
+        const int sy = rows[y + d.dy], sx = cols[cropped_x + d.dx];
+        const double v = (sy < 0 || sx < 0) ? 0.0 : img[(c * h + sy) * w + sx];
+        out[(c * h + y) * w + x] = (v / 255.0 - norm.mean[c]) / norm.std[c];
       }
   if (a.cutout > 0)
     for (int y = d.cy - a.cutout / 2; y < d.cy - a.cutout / 2 + a.cutout; ++y)
       for (int x = d.cx - a.cutout / 2; x < d.cx - a.cutout / 2 + a.cutout; ++x)
-        if (y >= 0 && y < 32 && x >= 0 && x < 32)
-          for (int c = 0; c < 3; ++c) out[(c * 32 + y) * 32 + x] = 0.0;
+        if (y >= 0 && y < h && x >= 0 && x < w)
+          for (int c = 0; c < 3; ++c) out[(c * h + y) * w + x] = 0.0;
   return out;
 }
 
@@ -70,8 +73,10 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 }  // namespace
 
 TEST_CASE("augmented batches match the reference for every padding, flip and cutout", "[data][augment]") {
-  const Dataset data = random_dataset(40, 11);
+  for (auto [h, w] : {std::pair{32, 32}, {20, 28}, {9, 5}}) {
+  const Dataset data = random_dataset(40, 11, h, w);
   const Normalization norm;
+  const int64_t elements = 3 * h * w;
   // Indices out of order and repeated: an image's draw depends on its dataset index only.
   const std::vector<int32_t> indices = {7, 3, 39, 0, 7, 21, 22, 5, 38, 12, 1, 30};
   const int64_t b = static_cast<int64_t>(indices.size());
@@ -84,8 +89,11 @@ TEST_CASE("augmented batches match the reference for every padding, flip and cut
           a.padding_mode = mode;
           a.cutout = cutout;
           a.flip = flip;
-          const kernels::AugmentParams params = augment_params(norm, &a, 5, 3);
-          std::vector<float> out(static_cast<size_t>(b * kCifarImageBytes));
+          if (cutout > std::min(h, w)) continue;
+          kernels::AugmentParams params = augment_params(norm, &a, 5, 3);
+          params.height = h;
+          params.width = w;
+          std::vector<float> out(static_cast<size_t>(b * elements));
           std::vector<int32_t> labels(static_cast<size_t>(b));
           const kernels::BatchCursor cursor{params, 0};
           kernels::augment_batch_cpu(data.images.data<uint8_t>(), data.labels.data<int32_t>(),
@@ -93,15 +101,110 @@ TEST_CASE("augmented batches match the reference for every padding, flip and cut
           for (int64_t k = 0; k < b; ++k) {
             const kernels::ImageDraw d = kernels::draw_image_augment(params, indices[k]);
             if (!flip) REQUIRE(d.flip == 0);
+            REQUIRE(d.cy < h);
+            REQUIRE(d.cx < w);
             const std::vector<double> want = reference_image(
-                data.images.data<uint8_t>() + indices[k] * kCifarImageBytes, d, a, norm);
-            const std::vector<float> got(out.begin() + k * kCifarImageBytes,
-                                         out.begin() + (k + 1) * kCifarImageBytes);
+                data.images.data<uint8_t>() + indices[k] * elements, d, a, norm, h, w);
+            const std::vector<float> got(out.begin() + k * elements, out.begin() + (k + 1) * elements);
             test::require_close(got, want, 1e-6, 1e-6,
-                                str("p=", p, " ", mode, " cutout=", cutout, " flip=", flip, " image ", indices[k]));
+                                str(h, "x", w, " p=", p, " ", mode, " cutout=", cutout, " flip=", flip, " image ",
+                                    indices[k]));
             REQUIRE(labels[k] == indices[k] % 10);
           }
         }
+  }
+}
+
+TEST_CASE("random-resized-crop: torchvision's boxes, bilinear values, flip and cutout after", "[data][augment]") {
+  for (float x = -7.f; x <= 7.f; x += 0.37f)
+    REQUIRE(std::fabs(kernels::exp_small(x) / std::exp(static_cast<double>(x)) - 1) < 2e-6);
+  const int h = 24, w = 40;
+  const Dataset data = random_dataset(50, 3, h, w);
+  AugmentOptions a;
+  a.resized_crop = true;
+  a.crop_scale = {0.25, 1.0};
+  a.flip = true;
+  a.cutout = 6;
+  Normalization unit;
+  unit.mean = {0, 0, 0};
+  unit.std = {1.0 / 255, 1.0 / 255, 1.0 / 255};  // the output is the interpolated pixel
+  kernels::AugmentParams p = augment_params(unit, &a, 7, 2);
+  p.height = h;
+  p.width = w;
+  std::vector<int32_t> indices(50);
+  for (int i = 0; i < 50; ++i) indices[i] = i;
+  std::vector<float> out(static_cast<size_t>(50 * 3 * h * w));
+  std::vector<int32_t> labels(50);
+  const kernels::BatchCursor cursor{p, 0};
+  kernels::augment_batch_cpu(data.images.data<uint8_t>(), data.labels.data<int32_t>(), indices.data(), 50, &cursor,
+                             out.data(), DType::Float32, false, labels.data());
+  int full = 0;
+  for (int i = 0; i < 50; ++i) {
+    const kernels::ImageDraw d = kernels::draw_image_augment(p, i);
+    INFO("image " << i << " box " << d.box_y << "," << d.box_x << " " << d.box_h << "x" << d.box_w);
+    REQUIRE(d.box_h >= 1);
+    REQUIRE(d.box_w >= 1);
+    REQUIRE(d.box_y + d.box_h <= h);
+    REQUIRE(d.box_x + d.box_w <= w);
+    const double fraction = static_cast<double>(d.box_h) * d.box_w / (h * w);
+    const double ratio = static_cast<double>(d.box_w) / d.box_h;
+    REQUIRE(fraction > 0.25 * 0.8);
+    REQUIRE(ratio > 0.75 * 0.8);
+    REQUIRE(ratio < 4.0 / 3.0 * 1.25);
+    full += fraction == 1.0 ? 1 : 0;
+    const uint8_t* img = data.images.data<uint8_t>() + i * 3 * h * w;
+    for (int c = 0; c < 3; ++c)
+      for (int y = 0; y < h; ++y)
+        for (int x = 0; x < w; ++x) {
+          const float got = out[static_cast<size_t>(((i * 3 + c) * h + y) * w + x)];
+          const int y0c = d.cy - a.cutout / 2, x0c = d.cx - a.cutout / 2;
+          if (y >= y0c && y < y0c + a.cutout && x >= x0c && x < x0c + a.cutout) {
+            REQUIRE(got == 0.f);
+            continue;
+          }
+          const int xs = d.flip ? w - 1 - x : x;
+          const double sy = std::max(0.0, (y + 0.5) * d.box_h / h - 0.5);
+          const double sx = std::max(0.0, (xs + 0.5) * d.box_w / w - 0.5);
+          const int y0 = static_cast<int>(sy), x0 = static_cast<int>(sx);
+          const int y1 = std::min(y0 + 1, d.box_h - 1), x1 = std::min(x0 + 1, d.box_w - 1);
+          auto at = [&](int yy, int xx) { return static_cast<double>(img[(c * h + d.box_y + yy) * w + d.box_x + xx]); };
+          const double fy = sy - y0, fx = sx - x0;
+          const double want = (1 - fy) * ((1 - fx) * at(y0, x0) + fx * at(y0, x1)) +
+                              fy * ((1 - fx) * at(y1, x0) + fx * at(y1, x1));
+          REQUIRE(std::fabs(got - want) < 1e-3);
+        }
+  }
+  REQUIRE(full < 50);  // boxes vary
+  // The padded crop and random-resized-crop are alternatives.
+  auto with = [](const char* text) { return DataOptions::from_json(nlohmann::json::parse(text), "data"); };
+  REQUIRE_THROWS_WITH(with(R"({"augment": {"crop_padding": 4, "random_resized_crop": {}}})"),
+                      Catch::Contains("set crop_padding to 0"));
+  REQUIRE_THROWS_WITH(with(R"({"augment": {"random_resized_crop": {"scale": [0.5, 0.2]}}})"),
+                      Catch::Contains("random_resized_crop.scale"));
+  const DataOptions o = with(R"({"augment": {"random_resized_crop": {"scale": [0.35, 1], "ratio": [0.5, 2]}}})");
+  REQUIRE(o.augment.resized_crop);
+  REQUIRE(DataOptions::from_json(o.to_json(), "data").to_json() == o.to_json());
+  REQUIRE(!with("{}").augment.to_json().contains("random_resized_crop"));
+}
+
+TEST_CASE("the loader batches images of any size; augmentation limits follow the size", "[data][augment]") {
+  const Dataset data = random_dataset(30, 5, 12, 20);
+  DataOptions opts;
+  opts.augment.crop_padding = 3;
+  opts.augment.flip = true;
+  opts.augment.cutout = 6;
+  Loader loader(data, LoaderOptions::training(opts, 8, 1), Device::cpu());
+  loader.start_epoch(0);
+  Batch b;
+  REQUIRE(loader.next(b));
+  REQUIRE(b.images.shape() == Shape({8, 3, 12, 20}));
+  opts.augment.crop_padding = 12;  // reflect padding must stay below the 12-pixel height
+  REQUIRE_THROWS_WITH(Loader(data, LoaderOptions::training(opts, 8, 1), Device::cpu()),
+                      Catch::Contains("data.augment.crop_padding") && Catch::Contains("12x20"));
+  opts.augment.crop_padding = 2;
+  opts.augment.cutout = 13;
+  REQUIRE_THROWS_WITH(Loader(data, LoaderOptions::training(opts, 8, 1), Device::cpu()),
+                      Catch::Contains("data.augment.cutout"));
 }
 
 namespace {
@@ -274,7 +377,7 @@ TEST_CASE("data options: defaults, round trip and errors naming the key path", "
   REQUIRE_THROWS_WITH(with(R"({"trian_limit": 8})"), Catch::Contains("data.trian_limit"));
   REQUIRE_THROWS_WITH(with(R"({"augment": {"padding_mode": "edge"}})"),
                       Catch::Contains("data.augment.padding_mode") && Catch::Contains("reflect"));
-  REQUIRE_THROWS_WITH(with(R"({"augment": {"crop_padding": 40}})"), Catch::Contains("data.augment.crop_padding"));
+  REQUIRE_THROWS_WITH(with(R"({"augment": {"crop_padding": 4000}})"), Catch::Contains("data.augment.crop_padding"));
   REQUIRE_THROWS_WITH(with(R"({"augment": {"flip": "yes"}})"), Catch::Contains("data.augment.flip"));
   REQUIRE_THROWS_WITH(with(R"({"mean": [0.5, 0.5]})"), Catch::Contains("data.mean"));
   REQUIRE_THROWS_WITH(with(R"({"std": [0.5, 0, 0.5]})"), Catch::Contains("data.std[1]"));
@@ -328,11 +431,14 @@ TEST_CASE("hflip and flip_translate match the reference on ragged shapes", "[dat
 
 TEST_CASE("GPU batches are bit-identical to CPU batches", "[data][augment][cuda]") {
   MINIDL_REQUIRE_CUDA();
-  const Dataset data = random_dataset(777, 17);  // odd size: a ragged tail for evaluation
+  for (auto [h, w] : {std::pair{32, 32}, {24, 40}}) {
+  const Dataset data = random_dataset(777, 17, h, w);  // odd size: a ragged tail for evaluation
   for (const char* flip_mode : {"random", "alternating"})
-    for (const char* padding : {"reflect", "zero"}) {
+    for (const char* padding : {"reflect", "zero", "resized_crop"}) {
       DataOptions opts;
-      opts.augment.crop_padding = 4;
+      opts.augment.resized_crop = std::string(padding) == "resized_crop";
+      if (opts.augment.resized_crop) padding = "reflect";
+      opts.augment.crop_padding = opts.augment.resized_crop ? 0 : 4;
       opts.augment.padding_mode = padding;
       opts.augment.flip = true;
       opts.augment.flip_mode = flip_mode;
@@ -350,7 +456,7 @@ TEST_CASE("GPU batches are bit-identical to CPU batches", "[data][augment][cuda]
           int64_t batches = 0;
           while (cpu.next(bc)) {
             REQUIRE(gpu.next(bg));
-            INFO(flip_mode << " " << padding << (train ? " train" : " eval") << " epoch " << epoch
+            INFO(flip_mode << " " << padding << (opts.augment.resized_crop ? " resized_crop" : "") << (train ? " train" : " eval") << " epoch " << epoch
                            << " batch " << batches);
             REQUIRE(bg.images.is_cuda());
             REQUIRE(bg.images.shape() == bc.images.shape());
@@ -363,11 +469,12 @@ TEST_CASE("GPU batches are bit-identical to CPU batches", "[data][augment][cuda]
         }
       }
     }
+  }
 }
 
 TEST_CASE("GPU half and channels-last batches are bit-identical to the CPU's", "[data][augment][cuda]") {
   MINIDL_REQUIRE_CUDA();
-  const Dataset data = random_dataset(60, 29);
+  for (const Dataset& data : {random_dataset(60, 29), random_dataset(60, 29, 24, 40)})
   for (bool train : {true, false})
     for (DType d : {DType::Float32, DType::BFloat16, DType::Float16})
       for (MemoryFormat f : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {

@@ -167,9 +167,9 @@ TEST_CASE("config integers: range-checked, never wrapped", "[hostile]") {
   m = error_of([&] { parse_train_config(config_with("batch_size=0")); });
   REQUIRE_THAT(m, Catch::Contains("batch_size: expected an integer in 1..1000000, got 0"));
   m = error_of([] { DataOptions::from_json(json::parse(R"({"augment": {"crop_padding": 4294967297}})"), "data"); });
-  REQUIRE_THAT(m, Catch::Contains("data.augment.crop_padding: expected an integer in 0..31, got 4294967297"));
+  REQUIRE_THAT(m, Catch::Contains("data.augment.crop_padding: expected an integer in 0..1023, got 4294967297"));
   m = error_of([] { DataOptions::from_json(json::parse(R"({"augment": {"cutout": -4294967296}})"), "data"); });
-  REQUIRE_THAT(m, Catch::Contains("data.augment.cutout: expected an integer in 0..32"));
+  REQUIRE_THAT(m, Catch::Contains("data.augment.cutout: expected an integer in 0..4096"));
   // A list index too long for any list is "past the end", not std::stoul's exception.
   json c = json::parse(kConfig);
   m = error_of([&] { apply_override(c, "model.layers.99999999999999999999999=1"); });

@@ -1,5 +1,5 @@
 // Normalization layers on the GPU. The fast kernels (norm_forward.cu, norm_backward.cu and the
-// single-read norm_single_*.cu) are held against the float64 oracle (bench/norm_reference.cu) and
+// single-read norm_single_*.cu) are held against the float64 oracle (oracle/norm_reference.cu) and
 // the CPU path on ragged shapes and on every shape of docs/perf/anchors.md, in forward and backward,
 // with and without the fused ReLU and the affine parts; plus accuracy at |mean| >> std,
 // bit-identical reruns, NaN/Inf propagation, a batch of one, eval mode, misaligned pointers (the
@@ -22,7 +22,7 @@
 #include "core/autograd.h"
 #include "core/error.h"
 #include "core/philox.h"
-#include "bench/norm_reference.h"
+#include "oracle/norm_reference.h"
 #include "layers/norm/norm.h"
 #include "layers/norm/norm_kernels.h"
 #include "test_util.h"

@@ -255,7 +255,10 @@ TEST_CASE("optimizer configs print back and reject mistakes by key path", "[opti
   REQUIRE_THROWS_WITH(fails(R"({"type": "SGD", "groups": [{"lr_scale": 2}]})"),
                       Catch::Contains("optimizer.groups[0]") && Catch::Contains("module_type"));
   REQUIRE_THROWS_WITH(fails(R"({"type": "SGD", "groups": [{"match": "bias"}, {"module_type": "Batchnorm2d"}]})"),
-                      Catch::Contains("optimizer.groups[1]") && Catch::Contains("matches no parameter"));
+                      Catch::Contains("optimizer.groups[1].module_type: unknown layer type 'Batchnorm2d'") &&
+                          Catch::Contains("BatchNorm2d"));
+  REQUIRE_THROWS_WITH(fails(R"({"type": "SGD", "groups": [{"module_type": "LayerNorm"}]})"),
+                      Catch::Contains("optimizer.groups[0]") && Catch::Contains("matches no parameter"));
 }
 
 TEST_CASE("optimizer state round trip gives a bit-identical next step", "[optim]") {

@@ -93,6 +93,7 @@ void save_checkpoint(const std::string& path, const Module& model, const Optimiz
                                           {"epoch_loss_sum", exact(info.epoch_loss_sum)},
                                           {"epoch_seconds", exact(info.epoch_seconds)}};
   if (!info.grad_scaler.is_null()) meta["grad_scaler"] = info.grad_scaler.dump();
+  if (!info.classes.is_null()) meta["classes"] = info.classes.dump();
   save_safetensors(path, tensors, meta);
 }
 

@@ -26,6 +26,8 @@ struct CheckpointInfo {
   double epoch_seconds = 0;
   // A float16 run's loss-scaler state (optim/grad_scaler.h), null otherwise.
   nlohmann::json grad_scaler;
+  // The data's class names (index = label), metadata "classes"; null when not recorded.
+  nlohmann::json classes;
 };
 
 void save_checkpoint(const std::string& path, const Module& model, const Optimizer& optimizer,

@@ -18,7 +18,7 @@ namespace {
 ParamGroup read_selector(JsonArgs& args) {
   ParamGroup g;
   g.match = args.get_string("match", "");
-  g.module_type = args.get_string("module_type", "");
+  g.module_type = read_module_type(args);
   MINIDL_CHECK(!g.match.empty() || !g.module_type.empty(), args.where(),
                ": a rule needs \"match\" (a parameter name pattern) and/or \"module_type\"");
   return g;

@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 const std::vector<std::string>& run_file_names() {
   static const std::vector<std::string> names = {
       "config.json",  "log.txt", "metrics.jsonl", "steps.jsonl", "checkpoint.safetensors", "model.safetensors",
-      "summary.json", "profile.json", "trace.json"};
+      "summary.json", "profile.json", "trace.json", "classes.json"};
   return names;
 }
 

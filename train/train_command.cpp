@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "train/checkpoint.h"
+#include "train/class_metrics.h"
 #include "train/profile_command.h"
 #include "train/run_folder.h"
 #include "train/run_log.h"
@@ -143,6 +144,7 @@ int train_command(const TrainOptions& options) {
   } else {
     if (options.overwrite) replaced = remove_run_files(run_dir);
     write_file_atomic(run_dir + "/config.json", trainer.resolved_config().dump(2) + "\n", "run config");
+    write_file_atomic(run_dir + "/classes.json", nlohmann::json(trainer.classes()).dump() + "\n", "class list");
   }
   const std::vector<std::string> stale = remove_stale_temp_files(run_dir);
   RunLog log(run_dir);
@@ -159,6 +161,8 @@ int train_command(const TrainOptions& options) {
                                       : "NOT deterministic (cuDNN may pick non-deterministic algorithms)",
                  device.is_cuda() ? (config.allow_tf32 ? ", TF32 convolutions" : ", fp32 convolutions") : "",
                  ", run folder ", run_dir));
+    for (const std::string& note : trainer.data_notes())
+      if (!note.empty()) log.line("data: " + note);
     const int64_t start_epoch = start.epoch;
     int64_t step = start.step;
     const int64_t resumed_in_epoch = step - start_epoch * steps_per_epoch;
@@ -235,6 +239,7 @@ int train_command(const TrainOptions& options) {
             info.epoch_seconds += since(t0);
             info.config = trainer.resolved_config();
             info.grad_scaler = trainer.grad_scaler_state();
+            info.classes = trainer.classes();
             save_checkpoint(run_dir + "/" + kCheckpoint, trainer.model(), trainer.optimizer(), info);
             saved = str("wrote ", run_dir, "/", kCheckpoint, " at step ", step);
           }
@@ -293,6 +298,7 @@ int train_command(const TrainOptions& options) {
         info.step = step;
         info.config = trainer.resolved_config();
         info.grad_scaler = trainer.grad_scaler_state();
+        info.classes = trainer.classes();
         save_checkpoint(run_dir + "/" + kCheckpoint, trainer.model(), trainer.optimizer(), info);
         checkpointed_step = step;
       }
@@ -307,6 +313,7 @@ int train_command(const TrainOptions& options) {
                               {"deterministic", config.deterministic},
                               {"peak_device_bytes", mem.peak_bytes}};
     if (last_tta >= 0) summary["test_acc_tta"] = last_tta;
+    if (step > start.step) add_class_metrics(summary, trainer, config.tta, log);
     write_file_atomic(run_dir + "/summary.json", summary.dump(2) + "\n", "run summary");
     log.line(str("done: test ", fixed(last_test, 2), "%",
                  last_tta >= 0 ? str(" (", config.tta, " TTA ", fixed(last_tta, 2), "%)") : std::string(), ", ", step,

@@ -22,6 +22,7 @@
 #include "core/settings.h"
 #include "core/tensor_ops.h"
 #include "layers/loss/loss.h"
+#include "data/datasets.h"
 #include "data/tta.h"
 #include "layers/registry.h"
 #include "layers/containers/sequential.h"
@@ -34,7 +35,7 @@ namespace minidl {
 namespace {
 
 std::string data_dir_for(const DataOptions& data) {
-  if (!data.dir.empty()) return data.dir;
+  if (!data.dir.empty() || data.format != "cifar10") return data.dir;
   const char* env = std::getenv("CIFAR10_DIR");
   MINIDL_CHECK(env && *env, "data.dir: no CIFAR-10 folder given; set data.dir in the config, pass --set "
                "data.dir=PATH, or set CIFAR10_DIR (scripts/data.sh makes one)");
@@ -50,14 +51,14 @@ constexpr int kEvalGraphWarmup = 1;
 constexpr int kKindsPerPhase = 8;
 
 // The type the training batch is written in: the activation type where the model's first layer
-// is one that autocast runs in it (Conv2d, Linear), which would cast the float32 batch to the
-// same values first; float32 otherwise (a first layer that runs in float32 must see the batch
-// unrounded).
+// is one that autocast runs in it (its descriptor's AutocastRule::LowerPrecision: Conv2d,
+// Linear), which would cast the float32 batch to the same values first; float32 otherwise (a
+// first layer that runs in float32 must see the batch unrounded).
 DType batch_dtype(const Module& model, DType activation) {
   const auto& layers = model.children();
   if (layers.empty()) return DType::Float32;
-  const std::string first = layers.front().second->type_name();
-  return first == "Conv2d" || first == "Linear" ? activation : DType::Float32;
+  const LayerDescriptor* first = find_layer(layers.front().second->type_name());
+  return first && first->autocast == AutocastRule::LowerPrecision ? activation : DType::Float32;
 }
 
 }  // namespace
@@ -80,8 +81,9 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
 namespace {
 
 Dataset load_split(const TrainConfig& config, Split split) {
-  const DataOptions data = DataOptions::from_json(config.data, "data");
-  return load_cifar10(data_dir_for(data), split, split == Split::Train ? data.train_limit : 0);
+  DataOptions data = DataOptions::from_json(config.data, "data");
+  data.dir = data_dir_for(data);
+  return load_dataset(data, split);
 }
 
 }  // namespace
@@ -112,6 +114,7 @@ Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Da
 
   train_set_ = std::move(train_set);
   test_set_ = std::move(test_set);
+  check_class_count();
   LoaderOptions train_options = LoaderOptions::training(data_options_, config.batch_size, config.seed);
   train_options.dtype = batch_dtype(*model_, activation_dtype_);
   train_options.format = activation_format_;
@@ -150,6 +153,46 @@ Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Da
   }
   if (grad_scaler_) optimizer_->set_skip_flag(grad_scaler_->found_inf_flag());
   schedule_ = make_schedule(config.schedule, "schedule");
+}
+
+void Trainer::check_class_count() {
+  // The model's output width, from one zero image in eval mode without autograd (no state changes).
+  const Tensor& images = train_set_.images;
+  MINIDL_CHECK(images.defined() && images.dim() == 4, "data: expected (N, C, H, W) images, got ",
+               images.defined() ? images.str() : std::string("none"));
+  int64_t width = 0;
+  {
+    autograd::NoGradGuard no_grad;
+    model_->eval();
+    const Tensor x = Tensor::zeros({1, images.size(1), images.size(2), images.size(3)}, DType::Float32, device_);
+    Tensor out;
+    try {
+      out = forward(x);
+    } catch (const Error& e) {
+      model_->train();
+      fail(str("model.layers: the model does not take the data's ", images.size(1), "x", images.size(2), "x",
+               images.size(3), " images: ", e.what()));
+    }
+    model_->train();
+    width = out.dim() == 2 ? out.size(1) : -1;
+  }
+  if (train_set_.num_classes() > 0) {
+    classes_ = train_set_.classes;
+    const int64_t classes = num_classes();
+    MINIDL_CHECK(width == classes, "model.layers: the model's output has ", width, " values per image, but the data (",
+                 data_options_.format, ") has ", classes, " classes; set the last layer's out_features to ", classes,
+                 " (e.g. --set model.layers.N.out_features=", classes, ")");
+    return;
+  }
+  // Data sets made in memory carry no class names: the labels bound the class count from below.
+  int32_t top = -1;
+  for (const Dataset* d : {&train_set_, &test_set_}) {
+    const std::vector<int32_t> labels = d->labels.to(Device::cpu()).values<int32_t>();
+    for (int32_t l : labels) top = std::max(top, l);
+  }
+  MINIDL_CHECK(width > top, "model.layers: the model's output has ", width, " values per image, but the data has ",
+               "label ", top, "; the last layer needs at least ", top + 1, " outputs");
+  for (int64_t i = 0; i < width; ++i) classes_.push_back(std::to_string(i));
 }
 
 nlohmann::json Trainer::resolved_config() const {
@@ -298,6 +341,16 @@ void Trainer::backward_and_update(const Tensor& loss, bool prepared, double lr, 
   optimizer_->zero_grad();
 }
 
+Tensor Trainer::tta_logits(const Tensor& images, const Tensor& logits, const std::vector<TtaView>& views) {
+  // The weighted sum of every view's logits (x * 1.0f is exact: weights of 1 add plainly).
+  Tensor sum = mul(logits, views[0].weight);
+  for (size_t v = 1; v < views.size(); ++v) {
+    const TtaView& view = views[v];
+    sum = add(sum, mul(forward(flip_translate(images, view.flip, view.dy, view.dx)).to(DType::Float32), view.weight));
+  }
+  return sum;
+}
+
 Trainer::EvalCounts Trainer::device_eval(const std::string& tta) {
   Batch batch;
   test_loader_->emit(batch);
@@ -306,14 +359,33 @@ Trainer::EvalCounts Trainer::device_eval(const std::string& tta) {
   counts.correct = correct_predictions(logits, batch.labels);
   const std::vector<TtaView> views = tta_views(tta);
   if (views.size() == 1) return counts;
-  // The weighted sum of every view's logits (x * 1.0f is exact: weights of 1 add plainly).
-  Tensor sum = mul(logits, views[0].weight);
-  for (size_t v = 1; v < views.size(); ++v) {
-    const TtaView& view = views[v];
-    sum = add(sum, mul(forward(flip_translate(batch.images, view.flip, view.dy, view.dx)).to(DType::Float32),
-                       view.weight));
+  counts.tta_correct = correct_predictions(tta_logits(batch.images, logits, views), batch.labels);
+  return counts;
+}
+
+std::vector<int64_t> Trainer::confusion_matrix(const std::string& tta) {
+  autograd::NoGradGuard no_grad;
+  model_->eval();
+  const std::vector<TtaView> views = tta_views(tta);
+  const int64_t k = num_classes();
+  std::vector<int64_t> counts(static_cast<size_t>(k * k), 0);
+  Loader& loader = *test_loader_;
+  loader.start_epoch(0);
+  Batch batch;
+  while (loader.next(batch)) {
+    Tensor logits = forward(batch.images).to(DType::Float32);
+    if (views.size() > 1) logits = tta_logits(batch.images, logits, views);
+    const std::vector<float> v = logits.to(Device::cpu()).to_vector();
+    const std::vector<int32_t> labels = batch.labels.to(Device::cpu()).values<int32_t>();
+    const int64_t width = logits.size(1);
+    for (size_t i = 0; i < labels.size(); ++i) {
+      const float* row = v.data() + static_cast<int64_t>(i) * width;
+      // The first maximum, as argmax and correct_predictions take it.
+      const int64_t predicted = std::max_element(row, row + width) - row;
+      counts[static_cast<size_t>(labels[i] * k + predicted)] += 1;
+    }
   }
-  counts.tta_correct = correct_predictions(sum, batch.labels);
+  model_->train();
   return counts;
 }
 

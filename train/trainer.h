@@ -16,6 +16,7 @@
 #include "data/cifar10.h"
 #include "data/loader.h"
 #include "data/options.h"
+#include "data/tta.h"
 #include "layers/module.h"
 #include "optim/grad_scaler.h"
 #include "optim/lookahead.h"
@@ -57,6 +58,13 @@ class Trainer {
     double tta_acc = -1;
   };
   EvalResult evaluate(const std::string& tta);
+  // The test set's confusion counts with the given TTA, K x K row-major (row: true class,
+  // column: predicted), K = num_classes(). Eager; run once at the end of a run.
+  std::vector<int64_t> confusion_matrix(const std::string& tta);
+  // The class names of the data (index = label), and the data's notes for the run log.
+  const std::vector<std::string>& classes() const { return classes_; }
+  int64_t num_classes() const { return static_cast<int64_t>(classes_.size()); }
+  std::vector<std::string> data_notes() const { return {train_set_.note, test_set_.note}; }
   // How the training step runs now: "CUDA graph" (with how many kinds of step when several are
   // captured), "eager", or why a capture failed.
   std::string step_mode() const;
@@ -97,6 +105,7 @@ class Trainer {
   FreezeRules freeze_;
   const Lookahead* lookahead_ = nullptr;  // inside optimizer_, when the config has "lookahead"
   Dataset train_set_, test_set_;
+  std::vector<std::string> classes_;  // the data's names, or "0" .. for data sets without names
   std::unique_ptr<Loader> train_loader_;
   std::unique_ptr<Loader> test_loader_;
   int64_t total_steps_ = 0;
@@ -121,6 +130,10 @@ class Trainer {
     Tensor correct, tta_correct;  // int32 scalars on the device; tta_correct is empty without TTA
   };
   EvalCounts device_eval(const std::string& tta);
+  // The weighted sum of the TTA views' logits (views[0] is the plain image, whose logits are given).
+  Tensor tta_logits(const Tensor& images, const Tensor& logits, const std::vector<TtaView>& views);
+  // Errors unless the model takes the data's images and gives one value per class.
+  void check_class_count();
   // The training step as CUDA graphs, one per kind of step (step_kind): steps differ in their
   // device work where lookahead averages and once a freeze rule has switched a parameter off.
   // The kinds share one memory pool, as they never run at the same time; each keeps the result
@@ -156,7 +169,7 @@ struct TrainOptions {
 // `minidl train`: returns the process exit code.
 int train_command(const TrainOptions& options);
 
-// Loads the training and test sets a config names (data.dir or CIFAR10_DIR, data.train_limit).
+// Loads the training and test sets a config names (data.format, data.dir or CIFAR10_DIR, data.train_limit).
 std::pair<Dataset, Dataset> load_datasets(const TrainConfig& config);
 
 // Loads a config file, applies overrides and command-line device/output, and parses it; the

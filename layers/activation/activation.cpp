@@ -84,6 +84,8 @@ std::string GELU::describe() const {
 
 nlohmann::json GELU::to_json() const { return {{"type", "GELU"}, {"approximate", approximate_name(approximate_)}}; }
 
+namespace {
+
 std::shared_ptr<Module> make_relu(LayerArgs& args) {
   args.finish();
   return std::make_shared<ReLU>();
@@ -95,6 +97,28 @@ std::shared_ptr<Module> make_gelu(LayerArgs& args) {
                a, "\"");
   args.finish();
   return std::make_shared<GELU>(a == "tanh" ? GeluApproximate::Tanh : GeluApproximate::None);
+}
+
+}  // namespace
+
+const LayerDescriptor& relu_layer() {
+  static const LayerDescriptor layer{
+      "ReLU", "activation", "max(x, 0), as torch.nn.ReLU", {}, make_relu, nlohmann::json::object(), {2, 3, 4, 4},
+      AutocastRule::InputType};
+  return layer;
+}
+
+const LayerDescriptor& gelu_layer() {
+  static const LayerDescriptor layer{
+      "GELU",
+      "activation",
+      "x * Phi(x), as torch.nn.GELU",
+      {default_key("approximate", "string", "none", "\"none\" (the erf form) or \"tanh\" (the tanh approximation)")},
+      make_gelu,
+      nlohmann::json::object(),
+      {2, 3, 4, 4},
+      AutocastRule::InputType};
+  return layer;
 }
 
 }  // namespace minidl

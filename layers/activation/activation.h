@@ -37,4 +37,9 @@ class GELU : public Module {
   GeluApproximate approximate_;
 };
 
+// The layer types' descriptors (layers/layer_descriptor.h), listed in layers/registry.cpp.
+struct LayerDescriptor;
+const LayerDescriptor& relu_layer();
+const LayerDescriptor& gelu_layer();
+
 }  // namespace minidl

@@ -24,11 +24,29 @@ nlohmann::json Flatten::to_json() const {
   return {{"type", "Flatten"}, {"start_dim", start_dim_}, {"end_dim", end_dim_}};
 }
 
+namespace {
+
 std::shared_ptr<Module> make_flatten(LayerArgs& args) {
   const int64_t start_dim = args.get_int("start_dim", 1);
   const int64_t end_dim = args.get_int("end_dim", -1);
   args.finish();
   return std::make_shared<Flatten>(start_dim, end_dim);
+}
+
+}  // namespace
+
+const LayerDescriptor& flatten_layer() {
+  static const LayerDescriptor layer{
+      "Flatten",
+      "containers",
+      "merges dims start_dim..end_dim into one, as torch.nn.Flatten",
+      {default_key("start_dim", "int", 1, "first dim merged (negative counts from the end)"),
+       default_key("end_dim", "int", -1, "last dim merged (negative counts from the end)")},
+      make_flatten,
+      nlohmann::json::object(),
+      {2, 3, 2, 2},
+      AutocastRule::InputType};
+  return layer;
 }
 
 }  // namespace minidl

@@ -21,4 +21,8 @@ class Flatten : public Module {
   int64_t start_dim_, end_dim_;
 };
 
+// The layer type' descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.
+struct LayerDescriptor;
+const LayerDescriptor& flatten_layer();
+
 }  // namespace minidl

@@ -24,6 +24,8 @@ nlohmann::json Residual::to_json() const {
   return {{"type", "Residual"}, {"body", body}};
 }
 
+namespace {
+
 std::shared_ptr<Module> make_residual(LayerArgs& args) {
   const nlohmann::json& body = args.get_json("body");
   const std::string path = args.key_path("body");
@@ -31,6 +33,21 @@ std::shared_ptr<Module> make_residual(LayerArgs& args) {
   std::vector<std::shared_ptr<Module>> layers;
   for (size_t i = 0; i < body.size(); ++i) layers.push_back(build_layer(body[i], str(path, "[", i, "]")));
   return std::make_shared<Residual>(std::move(layers));
+}
+
+}  // namespace
+
+const LayerDescriptor& residual_layer() {
+  static const LayerDescriptor layer{
+      "Residual",
+      "containers",
+      "x + body(x); the body's layers are children 0, 1, ...",
+      {required_key("body", "layers", "a non-empty list of layer specs")},
+      make_residual,
+      {{"body", {{{"type", "Linear"}, {"in_features", 3}, {"out_features", 3}}, {{"type", "ReLU"}}}}},
+      {2, 3},
+      AutocastRule::InputType};
+  return layer;
 }
 
 }  // namespace minidl

@@ -16,4 +16,8 @@ class Residual : public Module {
   nlohmann::json to_json() const override;
 };
 
+// The layer type' descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.
+struct LayerDescriptor;
+const LayerDescriptor& residual_layer();
+
 }  // namespace minidl

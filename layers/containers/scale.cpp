@@ -12,11 +12,27 @@ Tensor Scale::forward(const Tensor& x) { return mul(x, value_); }
 
 std::string Scale::describe() const { return str("Scale(", value_, ")"); }
 
+namespace {
+
 std::shared_ptr<Module> make_scale(LayerArgs& args) {
   const double value = args.get_float("value");
   MINIDL_CHECK(std::isfinite(value), args.key_path("value"), ": expected a finite number, got ", value);
   args.finish();
   return std::make_shared<Scale>(static_cast<float>(value));
+}
+
+}  // namespace
+
+const LayerDescriptor& scale_layer() {
+  static const LayerDescriptor layer{"Scale",
+                                     "containers",
+                                     "multiplies by a constant",
+                                     {required_key("value", "float", "the factor, finite")},
+                                     make_scale,
+                                     {{"value", 0.5}},
+                                     {2, 3},
+                                     AutocastRule::InputType};
+  return layer;
 }
 
 }  // namespace minidl

@@ -21,4 +21,8 @@ class Scale : public Module {
   float value_;
 };
 
+// The layer type' descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.
+struct LayerDescriptor;
+const LayerDescriptor& scale_layer();
+
 }  // namespace minidl

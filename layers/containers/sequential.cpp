@@ -30,8 +30,25 @@ std::shared_ptr<Module> build_sequential(const nlohmann::json& list, const std::
   return std::make_shared<Sequential>(std::move(layers));
 }
 
+namespace {
+
 std::shared_ptr<Module> make_sequential(LayerArgs& args) {
   return build_sequential(args.get_json("layers"), args.key_path("layers"));
+}
+
+}  // namespace
+
+const LayerDescriptor& sequential_layer() {
+  static const LayerDescriptor layer{
+      "Sequential",
+      "containers",
+      "its layers applied in order; children named 0, 1, ...",
+      {required_key("layers", "layers", "the layer specs, in order")},
+      make_sequential,
+      {{"layers", {{{"type", "Linear"}, {"in_features", 3}, {"out_features", 2}}, {{"type", "ReLU"}}}}},
+      {2, 3},
+      AutocastRule::InputType};
+  return layer;
 }
 
 }  // namespace minidl

@@ -18,4 +18,8 @@ class Sequential : public Module {
   size_t size() const { return children().size(); }
 };
 
+// The layer type' descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.
+struct LayerDescriptor;
+const LayerDescriptor& sequential_layer();
+
 }  // namespace minidl

@@ -211,6 +211,8 @@ Size2d get_size2d(LayerArgs& args, const std::string& key) {
 
 }  // namespace
 
+namespace {
+
 std::shared_ptr<Module> make_conv2d(LayerArgs& args) {
   const int64_t in_channels = args.get_int("in_channels");
   const int64_t out_channels = args.get_int("out_channels");
@@ -231,6 +233,26 @@ std::shared_ptr<Module> make_conv2d(LayerArgs& args) {
   args.finish();
   check_weight_size(args, {out_channels, in_channels, kernel.h, kernel.w});
   return std::make_shared<Conv2d>(in_channels, out_channels, kernel, stride, padding, bias);
+}
+
+}  // namespace
+
+const LayerDescriptor& conv2d_layer() {
+  static const LayerDescriptor layer{
+      "Conv2d",
+      "conv",
+      "2-D convolution over (N, C, H, W), as torch.nn.Conv2d without dilation and groups",
+      {required_key("in_channels", "int", "input channels, 1..2^31"),
+       required_key("out_channels", "int", "output channels, 1..2^31"),
+       required_key("kernel_size", "ints", "kernel (h, w): an int or a list of two, 1..65536"),
+       default_key("stride", "ints", 1, "stride (h, w), 1..65536"),
+       default_key("padding", "ints", 0, "zero padding (h, w) on each side, 0..65536"),
+       default_key("bias", "bool", true, "adds a learned bias per output channel")},
+      make_conv2d,
+      {{"in_channels", 3}, {"out_channels", 4}, {"kernel_size", 3}, {"padding", 1}},
+      {2, 3, 5, 5},
+      AutocastRule::LowerPrecision};
+  return layer;
 }
 
 }  // namespace minidl

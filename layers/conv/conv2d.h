@@ -49,4 +49,8 @@ class Conv2d : public Module {
   Size2d kernel_, stride_, padding_;
 };
 
+// The layer type' descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.
+struct LayerDescriptor;
+const LayerDescriptor& conv2d_layer();
+
 }  // namespace minidl

@@ -130,6 +130,8 @@ nlohmann::json Linear::to_json() const {
   return {{"type", "Linear"}, {"in_features", in_features_}, {"out_features", out_features_}, {"bias", bias.defined()}};
 }
 
+namespace {
+
 std::shared_ptr<Module> make_linear(LayerArgs& args) {
   const int64_t in_features = args.get_int("in_features");
   const int64_t out_features = args.get_int("out_features");
@@ -141,6 +143,23 @@ std::shared_ptr<Module> make_linear(LayerArgs& args) {
   args.finish();
   check_weight_size(args, {out_features, in_features});
   return std::make_shared<Linear>(in_features, out_features, bias);
+}
+
+}  // namespace
+
+const LayerDescriptor& linear_layer() {
+  static const LayerDescriptor layer{
+      "Linear",
+      "linear",
+      "y = x W^T + b over (N, in_features), as torch.nn.Linear",
+      {required_key("in_features", "int", "input features, 1..2^31"),
+       required_key("out_features", "int", "output features, 1..2^31"),
+       default_key("bias", "bool", true, "adds a learned bias")},
+      make_linear,
+      {{"in_features", 4}, {"out_features", 3}},
+      {2, 4},
+      AutocastRule::LowerPrecision};
+  return layer;
 }
 
 }  // namespace minidl

@@ -32,4 +32,8 @@ class Linear : public Module {
   int64_t in_features_, out_features_;
 };
 
+// The layer type' descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.
+struct LayerDescriptor;
+const LayerDescriptor& linear_layer();
+
 }  // namespace minidl

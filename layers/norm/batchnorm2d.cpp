@@ -46,6 +46,8 @@ nlohmann::json BatchNorm2d::to_json() const {
   return j;
 }
 
+namespace {
+
 std::shared_ptr<Module> make_batchnorm2d(LayerArgs& args) {
   const int64_t num_features = args.get_int("num_features");
   MINIDL_CHECK(num_features >= 1, args.key_path("num_features"), ": must be >= 1, got ", num_features);
@@ -59,6 +61,27 @@ std::shared_ptr<Module> make_batchnorm2d(LayerArgs& args) {
   const bool relu = args.get_bool("relu", false);
   args.finish();
   return std::make_shared<BatchNorm2d>(num_features, eps, momentum, weight, bias, relu);
+}
+
+}  // namespace
+
+const LayerDescriptor& batchnorm2d_layer() {
+  static const LayerDescriptor layer{
+      "BatchNorm2d",
+      "norm",
+      "batch normalization per channel of (N, C, H, W) with running statistics, as torch.nn.BatchNorm2d",
+      {required_key("num_features", "int", "channels C, >= 1"),
+       default_key("eps", "float", 1e-5, "added to the variance, >= 0"),
+       default_key("momentum", "float", 0.1, "running statistics' update rate, in [0, 1]"),
+       default_key("affine", "bool", true, "learned scale and shift"),
+       derived_key("weight", "bool", "learned scale; defaults to affine"),
+       derived_key("bias", "bool", "learned shift; defaults to affine"),
+       default_key("relu", "bool", false, "applies a ReLU after the normalization, in the same kernels")},
+      make_batchnorm2d,
+      {{"num_features", 3}},
+      {2, 3, 4, 4},
+      AutocastRule::InputType};
+  return layer;
 }
 
 }  // namespace minidl

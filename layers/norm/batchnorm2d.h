@@ -36,4 +36,8 @@ class BatchNorm2d : public Module {
   bool relu_;
 };
 
+// The layer type' descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.
+struct LayerDescriptor;
+const LayerDescriptor& batchnorm2d_layer();
+
 }  // namespace minidl

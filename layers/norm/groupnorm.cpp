@@ -36,6 +36,8 @@ nlohmann::json GroupNorm::to_json() const {
           {"eps", eps_},         {"affine", weight.defined()},  {"relu", relu_}};
 }
 
+namespace {
+
 std::shared_ptr<Module> make_groupnorm(LayerArgs& args) {
   const int64_t num_groups = args.get_int("num_groups");
   const int64_t num_channels = args.get_int("num_channels");
@@ -48,6 +50,25 @@ std::shared_ptr<Module> make_groupnorm(LayerArgs& args) {
   const bool relu = args.get_bool("relu", false);
   args.finish();
   return std::make_shared<GroupNorm>(num_groups, num_channels, eps, affine, relu);
+}
+
+}  // namespace
+
+const LayerDescriptor& groupnorm_layer() {
+  static const LayerDescriptor layer{
+      "GroupNorm",
+      "norm",
+      "normalization over groups of channels of each sample, as torch.nn.GroupNorm",
+      {required_key("num_groups", "int", "groups, >= 1"),
+       required_key("num_channels", "int", "channels C, a positive multiple of num_groups"),
+       default_key("eps", "float", 1e-5, "added to the variance, >= 0"),
+       default_key("affine", "bool", true, "learned per-channel scale and shift"),
+       default_key("relu", "bool", false, "applies a ReLU after the normalization, in the same kernels")},
+      make_groupnorm,
+      {{"num_groups", 2}, {"num_channels", 4}},
+      {2, 4, 3, 3},
+      AutocastRule::Float32};
+  return layer;
 }
 
 }  // namespace minidl

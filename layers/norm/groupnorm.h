@@ -30,4 +30,8 @@ class GroupNorm : public Module {
   bool relu_;
 };
 
+// The layer type' descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.
+struct LayerDescriptor;
+const LayerDescriptor& groupnorm_layer();
+
 }  // namespace minidl

@@ -43,6 +43,8 @@ nlohmann::json LayerNorm::to_json() const {
           {"relu", relu_}};
 }
 
+namespace {
+
 std::shared_ptr<Module> make_layernorm(LayerArgs& args) {
   const Shape normalized_shape = args.get_ints("normalized_shape");
   for (int64_t d : normalized_shape)
@@ -53,6 +55,24 @@ std::shared_ptr<Module> make_layernorm(LayerArgs& args) {
   const bool relu = args.get_bool("relu", false);
   args.finish();
   return std::make_shared<LayerNorm>(normalized_shape, eps, elementwise_affine, relu);
+}
+
+}  // namespace
+
+const LayerDescriptor& layernorm_layer() {
+  static const LayerDescriptor layer{
+      "LayerNorm",
+      "norm",
+      "normalization over the trailing normalized_shape dims of each sample, as torch.nn.LayerNorm",
+      {required_key("normalized_shape", "ints", "the trailing dims normalized together, each >= 1"),
+       default_key("eps", "float", 1e-5, "added to the variance, >= 0"),
+       default_key("elementwise_affine", "bool", true, "learned scale and shift of normalized_shape"),
+       default_key("relu", "bool", false, "applies a ReLU after the normalization, in the same kernels")},
+      make_layernorm,
+      {{"normalized_shape", {3, 4, 4}}},
+      {2, 3, 4, 4},
+      AutocastRule::Float32};
+  return layer;
 }
 
 }  // namespace minidl

@@ -28,4 +28,8 @@ class LayerNorm : public Module {
   bool relu_;
 };
 
+// The layer type' descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.
+struct LayerDescriptor;
+const LayerDescriptor& layernorm_layer();
+
 }  // namespace minidl

@@ -19,7 +19,7 @@
 //                both 0 when the statistics were constants (BatchNorm eval).
 //  3. dx:        one elementwise pass over the tiles in reverse (L2 still holds the tail of x and
 //                dy that grad_sums read last).
-// CPU reference: norm_cpu.cpp; float64 oracle: bench/norm_reference.cu.
+// CPU reference: norm_cpu.cpp; float64 oracle: oracle/norm_reference.cu.
 #include <algorithm>
 
 #include "core/allocator.h"

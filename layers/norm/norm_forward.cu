@@ -15,7 +15,7 @@
 //  3. apply:    y = fmaf(x - mean, scale, shift), scale = weight * rstd, the fused ReLU after;
 //               the same pass serves training and eval. It walks the tiles in reverse, so it
 //               starts on what the stats pass read last and still finds in L2.
-// The CPU reference of every formula is norm_cpu.cpp; bench/norm_reference.cu is the float64 oracle.
+// The CPU reference of every formula is norm_cpu.cpp; oracle/norm_reference.cu is the float64 oracle.
 #include "core/allocator.h"
 #include "core/cast_kernels.h"
 #include "layers/norm/norm_params.cuh"

@@ -6,7 +6,7 @@
 //                         one thread-block cluster (norm_single_*.cu), else three launches
 //                         (norm_forward.cu, norm_backward.cu); chosen by size at run time;
 //   *_reference_cuda      a one-block-per-group, two-pass, float64 GPU oracle that the tests and
-//                         the benchmark hold the fast path against (bench/norm_reference.h).
+//                         the benchmark hold the fast path against (oracle/norm_reference.h).
 // Plain C++ (no CUDA headers), so .cpp files can call every launcher.
 #pragma once
 #include <cstdint>

@@ -23,7 +23,7 @@
 // atomics); at the end the CTA adds its 8 warps' sums in warp order into partials[2][ctas][width],
 // and a second launch (single::sum_affine_partials) adds the CTAs' partials per feature in
 // float64, in CTA order. Fixed orders throughout: the same bits on every run of a device.
-// References: the CPU path (norm_cpu.cpp) and the float64 oracle (bench/norm_reference.cu), as
+// References: the CPU path (norm_cpu.cpp) and the float64 oracle (oracle/norm_reference.cu), as
 // for every path; tests/test_norm_cuda.cpp forces this one on ragged, misaligned and half inputs.
 #include <type_traits>
 

@@ -274,6 +274,8 @@ nlohmann::json MaxPool2d::to_json() const {
           {"padding", pair_json(g_.pad_h, g_.pad_w)}};
 }
 
+namespace {
+
 std::shared_ptr<Module> make_maxpool2d(LayerArgs& args) {
   MINIDL_CHECK(args.has("kernel_size"), args.key_path("kernel_size"), ": required key is missing");
   const std::vector<int64_t> k = pair_arg(args, "kernel_size", 0);
@@ -294,6 +296,37 @@ std::shared_ptr<Module> make_global_avg_pool2d(LayerArgs& args) {
 std::shared_ptr<Module> make_global_max_pool2d(LayerArgs& args) {
   args.finish();
   return std::make_shared<GlobalMaxPool2d>();
+}
+
+}  // namespace
+
+const LayerDescriptor& maxpool2d_layer() {
+  static const LayerDescriptor layer{
+      "MaxPool2d",
+      "pool",
+      "max over windows of (N, C, H, W), as torch.nn.MaxPool2d",
+      {required_key("kernel_size", "ints", "window (h, w): an int or a list of two"),
+       derived_key("stride", "ints", "step (h, w); defaults to kernel_size"),
+       default_key("padding", "ints", 0, "implicit -inf padding (h, w), at most half the window")},
+      make_maxpool2d,
+      {{"kernel_size", 2}},
+      {2, 3, 4, 4},
+      AutocastRule::InputType};
+  return layer;
+}
+
+const LayerDescriptor& global_avg_pool2d_layer() {
+  static const LayerDescriptor layer{
+      "GlobalAvgPool2d", "pool", "mean over H and W: (N, C, H, W) -> (N, C)", {}, make_global_avg_pool2d,
+      nlohmann::json::object(), {2, 3, 4, 4}, AutocastRule::InputType};
+  return layer;
+}
+
+const LayerDescriptor& global_max_pool2d_layer() {
+  static const LayerDescriptor layer{
+      "GlobalMaxPool2d", "pool", "max over H and W: (N, C, H, W) -> (N, C)", {}, make_global_max_pool2d,
+      nlohmann::json::object(), {2, 3, 4, 4}, AutocastRule::InputType};
+  return layer;
 }
 
 }  // namespace minidl

@@ -60,4 +60,10 @@ class GlobalMaxPool2d : public Module {
   nlohmann::json to_json() const override { return {{"type", "GlobalMaxPool2d"}}; }
 };
 
+// The layer types' descriptors (layers/layer_descriptor.h), listed in layers/registry.cpp.
+struct LayerDescriptor;
+const LayerDescriptor& maxpool2d_layer();
+const LayerDescriptor& global_avg_pool2d_layer();
+const LayerDescriptor& global_max_pool2d_layer();
+
 }  // namespace minidl

@@ -131,10 +131,38 @@ double read_p(LayerArgs& args, double fallback) {
   return p;
 }
 
-}  // namespace
-
 // PyTorch's defaults: nn.Dropout(p=0.5); timm's DropPath(drop_prob=0.0).
 std::shared_ptr<Module> make_dropout(LayerArgs& args) { return std::make_shared<Dropout>(read_p(args, 0.5)); }
 std::shared_ptr<Module> make_drop_path(LayerArgs& args) { return std::make_shared<DropPath>(read_p(args, 0.0)); }
+
+}  // namespace
+
+const LayerDescriptor& dropout_layer() {
+  static const LayerDescriptor layer{
+      "Dropout",
+      "regularization",
+      "zeroes elements with probability p and scales the rest by 1/(1-p) in training, as torch.nn.Dropout",
+      {default_key("p", "float", 0.5, "drop probability in [0, 1]")},
+      make_dropout,
+      {{"p", 0.1}},
+      {2, 3, 4},
+      AutocastRule::InputType,
+      false};
+  return layer;
+}
+
+const LayerDescriptor& drop_path_layer() {
+  static const LayerDescriptor layer{
+      "DropPath",
+      "regularization",
+      "stochastic depth: zeroes whole samples with probability p and scales the rest by 1/(1-p) in training (timm)",
+      {default_key("p", "float", 0.0, "drop probability in [0, 1]")},
+      make_drop_path,
+      {{"p", 0.1}},
+      {4, 3, 4},
+      AutocastRule::InputType,
+      false};
+  return layer;
+}
 
 }  // namespace minidl

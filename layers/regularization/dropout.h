@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "layers/layer_descriptor.h"
 #include "layers/module.h"
 #include "layers/regularization/dropout_draw.h"
 
@@ -58,5 +59,8 @@ class DropPath : public Module {
  private:
   double p_;
 };
+
+const LayerDescriptor& dropout_layer();
+const LayerDescriptor& drop_path_layer();
 
 }  // namespace minidl

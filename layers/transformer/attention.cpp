@@ -124,6 +124,8 @@ nlohmann::json MultiheadAttention::to_json() const {
           {"dropout", dropout_},          {"bias", in_proj_bias.defined()}};
 }
 
+namespace {
+
 std::shared_ptr<Module> make_multihead_attention(LayerArgs& args) {
   const int64_t embed_dim = args.get_int("embed_dim");
   const int64_t num_heads = args.get_int("num_heads");
@@ -137,6 +139,25 @@ std::shared_ptr<Module> make_multihead_attention(LayerArgs& args) {
   args.finish();
   check_weight_size(args, {3 * embed_dim, embed_dim});
   return std::make_shared<MultiheadAttention>(embed_dim, num_heads, dropout, bias);
+}
+
+}  // namespace
+
+const LayerDescriptor& multihead_attention_layer() {
+  static const LayerDescriptor layer{
+      "MultiheadAttention",
+      "transformer",
+      "self-attention on (N, T, embed_dim), as torch.nn.MultiheadAttention(batch_first=True)(x, x, x)",
+      {required_key("embed_dim", "int", "model width D, 1..2^31"),
+       required_key("num_heads", "int", "attention heads; must divide embed_dim"),
+       default_key("dropout", "float", 0.0, "dropout on the attention probabilities in training, in [0, 1]"),
+       default_key("bias", "bool", true, "in_proj_bias and out_proj.bias")},
+      make_multihead_attention,
+      {{"embed_dim", 8}, {"num_heads", 2}},
+      {2, 5, 8},
+      AutocastRule::LowerPrecision,
+      false};
+  return layer;
 }
 
 }  // namespace minidl

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "layers/linear/linear.h"
+#include "layers/layer_descriptor.h"
 #include "layers/module.h"
 
 namespace minidl {
@@ -40,5 +41,7 @@ class MultiheadAttention : public Module {
   int64_t embed_dim_, num_heads_;
   double dropout_;
 };
+
+const LayerDescriptor& multihead_attention_layer();
 
 }  // namespace minidl

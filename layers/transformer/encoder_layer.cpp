@@ -69,6 +69,8 @@ nlohmann::json TransformerEncoderLayer::to_json() const {
           {"bias", o_.bias}};
 }
 
+namespace {
+
 std::shared_ptr<Module> make_transformer_encoder_layer(LayerArgs& args) {
   EncoderLayerOptions o;
   o.d_model = args.get_int("d_model");
@@ -96,6 +98,31 @@ std::shared_ptr<Module> make_transformer_encoder_layer(LayerArgs& args) {
   check_weight_size(args, {3 * o.d_model, o.d_model});
   check_weight_size(args, {o.dim_feedforward, o.d_model});
   return std::make_shared<TransformerEncoderLayer>(o);
+}
+
+}  // namespace
+
+const LayerDescriptor& transformer_encoder_layer_layer() {
+  static const LayerDescriptor layer{
+      "TransformerEncoderLayer",
+      "transformer",
+      "self-attention and an MLP block with residuals, as torch.nn.TransformerEncoderLayer(batch_first=True), plus "
+      "drop_path",
+      {required_key("d_model", "int", "model width D, 1..2^31"),
+       required_key("nhead", "int", "attention heads; must divide d_model"),
+       default_key("dim_feedforward", "int", 2048, "hidden width of the MLP block"),
+       default_key("dropout", "float", 0.1, "dropout in attention, after it, and in the MLP block, in [0, 1]"),
+       default_key("activation", "string", "relu", "\"relu\" or \"gelu\""),
+       default_key("layer_norm_eps", "float", 1e-5, "LayerNorm's eps"),
+       default_key("norm_first", "bool", false, "pre-norm (true) or post-norm (false, PyTorch's default)"),
+       default_key("drop_path", "float", 0.0, "stochastic depth on both residual branches, in [0, 1]"),
+       default_key("bias", "bool", true, "biases in the attention and MLP projections")},
+      make_transformer_encoder_layer,
+      {{"d_model", 8}, {"nhead", 2}, {"dim_feedforward", 16}, {"dropout", 0.0}, {"norm_first", true}},
+      {2, 5, 8},
+      AutocastRule::InputType,
+      false};
+  return layer;
 }
 
 }  // namespace minidl

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "layers/linear/linear.h"
+#include "layers/layer_descriptor.h"
 #include "layers/module.h"
 #include "layers/norm/layernorm.h"
 #include "layers/regularization/dropout.h"
@@ -49,5 +50,7 @@ class TransformerEncoderLayer : public Module {
   Tensor feed_forward(const Tensor& x);
   EncoderLayerOptions o_;
 };
+
+const LayerDescriptor& transformer_encoder_layer_layer();
 
 }  // namespace minidl

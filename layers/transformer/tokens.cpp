@@ -175,6 +175,8 @@ Tensor ClassToken::forward(const Tensor& x) {
 
 std::string ClassToken::describe() const { return str("ClassToken ", embed_dim_); }
 
+namespace {
+
 std::shared_ptr<Module> make_tokens(LayerArgs& args) {
   args.finish();
   return std::make_shared<Tokens>();
@@ -208,6 +210,59 @@ std::shared_ptr<Module> make_token_pool(LayerArgs& args) {
                "\"");
   args.finish();
   return std::make_shared<TokenPool>(mode == "mean");
+}
+
+}  // namespace
+
+const LayerDescriptor& tokens_layer() {
+  static const LayerDescriptor layer{
+      "Tokens", "transformer", "(N, C, H, W) -> (N, H*W, C) tokens, x.flatten(2).transpose(1, 2)", {}, make_tokens,
+      nlohmann::json::object(), {2, 3, 4, 4}, AutocastRule::InputType, false};
+  return layer;
+}
+
+const LayerDescriptor& position_embedding_layer() {
+  static const LayerDescriptor layer{
+      "PositionEmbedding",
+      "transformer",
+      "x + weight over (N, num_tokens, embed_dim), weight (1, num_tokens, embed_dim) learned",
+      {required_key("num_tokens", "int", "tokens T, 1..2^31"),
+       required_key("embed_dim", "int", "width D, 1..2^31"),
+       default_key("init_std", "float", 0.02, "the weight's trunc_normal_ standard deviation")},
+      make_position_embedding,
+      {{"num_tokens", 5}, {"embed_dim", 4}},
+      {2, 5, 4},
+      AutocastRule::Float32,
+      false};
+  return layer;
+}
+
+const LayerDescriptor& class_token_layer() {
+  static const LayerDescriptor layer{
+      "ClassToken",
+      "transformer",
+      "prepends a learned cls_token (1, 1, embed_dim): (N, T, D) -> (N, T + 1, D)",
+      {required_key("embed_dim", "int", "width D, 1..2^31")},
+      make_class_token,
+      {{"embed_dim", 4}},
+      {2, 5, 4},
+      AutocastRule::Float32,
+      false};
+  return layer;
+}
+
+const LayerDescriptor& token_pool_layer() {
+  static const LayerDescriptor layer{
+      "TokenPool",
+      "transformer",
+      "(N, T, D) -> (N, D): the mean over tokens, or token 0",
+      {default_key("mode", "string", "mean", "\"mean\" or \"cls\" (token 0)")},
+      make_token_pool,
+      nlohmann::json::object(),
+      {2, 5, 4},
+      AutocastRule::InputType,
+      false};
+  return layer;
 }
 
 }  // namespace minidl

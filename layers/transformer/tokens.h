@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 
+#include "layers/layer_descriptor.h"
 #include "layers/module.h"
 
 namespace minidl {
@@ -66,5 +67,10 @@ class TokenPool : public Module {
  private:
   bool mean_;
 };
+
+const LayerDescriptor& tokens_layer();
+const LayerDescriptor& position_embedding_layer();
+const LayerDescriptor& class_token_layer();
+const LayerDescriptor& token_pool_layer();
 
 }  // namespace minidl

@@ -15,15 +15,18 @@ synchronize after each), median of --reps after --warmup calls; backward = (forw
 """
 import argparse
 import json
+import os
 import statistics
 import sys
 
 import torch
 from torch import nn
 
-SHAPES = [(512, 64, 32, 32), (512, 128, 16, 16), (512, 256, 8, 8), (512, 512, 4, 4), (1024, 24, 31, 31),
-          (1024, 64, 16, 16), (1024, 256, 8, 8), (1024, 256, 4, 4), (3, 37, 41, 40)]
-TRANSFORMER = [(8192, 768), (8192, 1600)]
+# The shapes minidl bench norm times: docs/perf/anchors.json's.
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "perf", "anchors.json")) as f:
+    _ANCHORS = json.load(f)["norm"]
+SHAPES = [(s["n"], s["c"], s["h"], s["w"]) for s in _ANCHORS["shapes"]]
+TRANSFORMER = [(s["rows"], s["d"]) for s in _ANCHORS["layer_norm_last_dim"]]
 
 
 def time_ms(fn, reps, warmup):

@@ -6,28 +6,28 @@
 # the profile's graphed step, and the step's wall and GPU time graphed and eager at batch 512 and
 # 128 beside PyTorch eager and torch.compile.
 #   scripts/gpu/graph.sh BIN_DIR OUT_DIR     (BIN_DIR: minidl and minidl_tests built here, sm_90)
-# Needs CIFAR10_DIR and MINIDL_DATA_DIR (check_all.sh sets them). Exits 1 when a stage fails.
+# The data is $CIFAR10_DIR, else decoded into OUT_DIR/cifar10 (scripts/gpu/run_stage.sh). Exits 1
+# when a stage fails.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${1:?usage: graph.sh BIN_DIR OUT_DIR}
 out=${2:?usage: graph.sh BIN_DIR OUT_DIR}
-mkdir -p "$out"
-rm -f "$out/FAILED"
 source "$root/scripts/gpu/run_stage.sh"
+gpu_setup "$out"
 run timeout 300 "$bin/minidl_tests" "[graph]"
 for cfg in resnet9 resnet9_groupnorm resnet9_layernorm airbench94 airbench94_muon; do
   run timeout 200 "$bin/minidl" repro --config "$root/configs/$cfg.json" --device cuda --steps 200 \
-    --set cuda_graph=true --set-b cuda_graph=false --output "/tmp/graph_repro_$cfg"
+    --set cuda_graph=true --set-b cuda_graph=false --output "$out/repro_$cfg"
 done
 run timeout 100 "$bin/minidl" train --config "$root/configs/resnet9.json" --device cuda --set epochs=4 \
-  --set cuda_graph=true --output /tmp/graph_full
+  --set cuda_graph=true --output "$out/full"
 run timeout 100 "$bin/minidl" train --config "$root/configs/resnet9.json" --device cuda --set epochs=4 \
-  --set cuda_graph=true --max-steps 194 --output /tmp/graph_half
-run timeout 100 "$bin/minidl" train --resume /tmp/graph_half
-run timeout 100 "$bin/minidl" profile --config "$root/configs/resnet9.json" --device cuda --steps 10 --output /tmp/graph_prof 2>&1 |
+  --set cuda_graph=true --max-steps 194 --output "$out/resumed"
+run timeout 100 "$bin/minidl" train --resume "$out/resumed"
+run timeout 100 "$bin/minidl" profile --config "$root/configs/resnet9.json" --device cuda --steps 10 --output "$out/profile" 2>&1 |
   grep -E "profile:|step:|graphed step"
-if cmp -s /tmp/graph_full/steps.jsonl /tmp/graph_half/steps.jsonl &&
-   cmp -s /tmp/graph_full/model.safetensors /tmp/graph_half/model.safetensors; then
+if cmp -s "$out/full/steps.jsonl" "$out/resumed/steps.jsonl" &&
+   cmp -s "$out/full/model.safetensors" "$out/resumed/model.safetensors"; then
   echo "graphed resume: steps and weights identical"
 else
   echo "graphed resume: DIFFERENT"; echo "graphed resume differs" >> "$out/FAILED"
@@ -43,8 +43,4 @@ for bs in 512 128; do
       2>&1 | grep -E "^time:" | sed "s/^/torch $bs $mode: /"
   done
 done
-if [ -s "$out/FAILED" ]; then
-  echo "graph.sh: failed:"
-  cat "$out/FAILED"
-  exit 1
-fi
+gpu_finish graph.sh

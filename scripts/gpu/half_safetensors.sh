@@ -7,18 +7,9 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${1:?usage: half_safetensors.sh BIN_DIR OUT_DIR}
 out=${2:?usage: half_safetensors.sh BIN_DIR OUT_DIR}
-mkdir -p "$out"
-export LD_LIBRARY_PATH="$root/.devshare/lib:${LD_LIBRARY_PATH:-}"
-failed=()
-stage() {
-  echo "== $*"
-  "$@" || failed+=("$*")
-}
-stage python3 "$root/scripts/torch/half_safetensors.py" write "$out"
-stage env MINIDL_TORCH_HALVES="$out" "$bin/minidl_tests" "[half]"
-stage python3 "$root/scripts/torch/half_safetensors.py" check "$out"
-if [ ${#failed[@]} -gt 0 ]; then
-  printf 'half_safetensors.sh: FAILED: %s\n' "${failed[@]}"
-  exit 1
-fi
-echo "half_safetensors.sh: all stages passed"
+source "$root/scripts/gpu/run_stage.sh"
+gpu_setup "$out"
+run python3 "$root/scripts/torch/half_safetensors.py" write "$out"
+run env MINIDL_TORCH_HALVES="$out" "$bin/minidl_tests" "[half]"
+run python3 "$root/scripts/torch/half_safetensors.py" check "$out"
+gpu_finish half_safetensors.sh

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 12 in one device run (under 4 minutes): the single-read normalization paths.
+# The single-read normalization paths in one device run (under 4 minutes).
 #   scripts/gpu/norm_single_read.sh BIN_DIR OUT_DIR
 # BIN_DIR holds minidl and minidl_tests built for sm_90. Stages, each logged in OUT_DIR:
 #   tests     minidl_tests "[norm][cuda]": every path (block, cluster x2..x16, warp, 3-launch) forced
@@ -15,41 +15,35 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${1:?usage: norm_single_read.sh BIN_DIR OUT_DIR}
 out=${2:?usage: norm_single_read.sh BIN_DIR OUT_DIR}
-mkdir -p "$out"
-[ -d "$root/.devshare/lib" ] && export LD_LIBRARY_PATH="$root/.devshare/lib:${LD_LIBRARY_PATH:-}"
-export PYTHONUNBUFFERED=1
+source "$root/scripts/gpu/run_stage.sh"
+gpu_setup "$out"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.used --format=csv,noheader || true
 git -C "$root" log -1 --format='commit %h %s' 2>/dev/null || true
-
-declare -A rc secs
-stage() {  # stage NAME LOG CMD...: runs CMD, output to LOG and to a filtered view here
-  local name=$1 log=$2 t0=$SECONDS code=0
+declare -A rc
+logged() {  # logged NAME LOG CMD...: run CMD with its output in LOG, keeping its exit status for the summary
+  local name=$1 log=$2
   shift 2
-  echo "== $name: $*"
-  "$@" > "$log" 2>&1 || code=$?
-  rc[$name]=$code
-  secs[$name]=$((SECONDS - t0))
-  echo "== $name: rc=$code in ${secs[$name]} s (log $log)"
+  run "$@" > "$log" 2>&1
+  rc[$name]=$?
+  head -1 "$log"; tail -1 "$log"
 }
 
-stage tests "$out/tests.log" timeout 100 "$bin/minidl_tests" "[norm][cuda]"
+logged tests "$out/tests.log" timeout 100 "$bin/minidl_tests" "[norm][cuda]"
 grep -E "^norm \[cuda\]|FAILED|REQUIRE|CHECK\(|with expansion|test cases|All tests passed" "$out/tests.log" | tail -40
 
-stage bench "$out/bench.log" timeout 100 bash "$root/scripts/gpu/norm.sh" "$bin/minidl" "$out/norm"
+logged bench "$out/bench.log" timeout 100 bash "$root/scripts/gpu/norm.sh" "$bin/minidl" "$out/norm"
 sed -n '/^layer /,$p' "$out/norm/norm_minidl.txt" 2>/dev/null
 grep -A40 "== side by side" "$out/bench.log" | tail -40
 
-stage baseline "$out/baseline.log" timeout 35 "$bin/minidl" bench norm --path 3-launch --reps 20 --warmup 5 \
+logged baseline "$out/baseline.log" timeout 35 "$bin/minidl" bench norm --path 3-launch --reps 20 --warmup 5 \
   --json "$out/norm_3launch.json"
 
 echo
 echo "== summary"
-printf "%-9s %4s %6s  %s\n" stage rc seconds result
-printf "%-9s %4s %6s  %s\n" tests "${rc[tests]}" "${secs[tests]}" \
-  "$(grep -E "test cases|All tests passed" "$out/tests.log" | tail -1)"
-printf "%-9s %4s %6s  %s\n" bench "${rc[bench]}" "${secs[bench]}" "$(grep -E "^oracle check" "$out/bench.log" | tail -1)"
-printf "%-9s %4s %6s  %s\n" baseline "${rc[baseline]}" "${secs[baseline]}" \
-  "$(grep -cE '\| ok$' "$out/baseline.log") shapes validated on 3-launch"
+printf "%-9s %4s  %s\n" stage rc result
+printf "%-9s %4s  %s\n" tests "${rc[tests]}" "$(grep -E "test cases|All tests passed" "$out/tests.log" | tail -1)"
+printf "%-9s %4s  %s\n" bench "${rc[bench]}" "$(grep -E "^oracle check" "$out/bench.log" | tail -1)"
+printf "%-9s %4s  %s\n" baseline "${rc[baseline]}" "$(grep -cE '\| ok$' "$out/baseline.log") shapes validated on 3-launch"
 if [ -f "$out/norm/norm_minidl.json" ] && [ -f "$out/norm_3launch.json" ]; then
   python3 - "$out/norm/norm_minidl.json" "$out/norm_3launch.json" <<'PY'
 import json, sys
@@ -68,6 +62,4 @@ for r in auto:
 PY
 fi
 grep -E "geometric mean|forward .*x \(|MISSED|met" "$out/bench.log" | tail -12
-failed=0
-for s in tests bench baseline; do [ "${rc[$s]}" -eq 0 ] || { echo "norm_single_read.sh: stage $s failed (rc=${rc[$s]})"; failed=1; }; done
-exit $failed
+gpu_finish norm_single_read.sh

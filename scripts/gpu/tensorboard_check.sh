@@ -7,20 +7,17 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${1:?usage: tensorboard_check.sh BIN_DIR OUT_DIR}
 out=${2:?usage: tensorboard_check.sh BIN_DIR OUT_DIR}
-mkdir -p "$out"
-export LD_LIBRARY_PATH="$root/.devshare/lib:${LD_LIBRARY_PATH:-}"
-data=/tmp/cifar10
-[ -f "$data/test_batch.bin" ] || bash "$root/.devshare/tools/prepare-cifar10.sh" "$data" >/dev/null
-rc=0
+source "$root/scripts/gpu/run_stage.sh"
+gpu_setup "$out"
+data=$CIFAR10_DIR
 rm -rf "$out/tb" "$out/tb_resumed"
 common=(--config "$root/configs/resnet9.json" --device cuda --set data.dir=$data --set epochs=4 --set log.tensorboard=true)
-"$bin/minidl" train "${common[@]}" --output "$out/tb" > "$out/tb.log" 2>&1 || { echo "train failed"; rc=1; }
-python3 "$root/scripts/gpu/tensorboard_check.py" "$out/tb" || rc=1
+run "$bin/minidl" train "${common[@]}" --output "$out/tb" > "$out/tb.log" 2>&1
+run python3 "$root/scripts/gpu/tensorboard_check.py" "$out/tb"
 # Stopped mid-epoch 3 (steps of an epoch that is redone after the resume), then resumed: the
 # SessionLog START of the second file makes TensorBoard drop the first file's events from the
 # resume step on, so the reader sees each step once, as in steps.jsonl.
-"$bin/minidl" train "${common[@]}" --output "$out/tb_resumed" --max-steps 230 > "$out/tb_resumed.log" 2>&1 &&
-  sleep 1.1 && "$bin/minidl" train --resume "$out/tb_resumed" >> "$out/tb_resumed.log" 2>&1 || { echo "resume run failed"; rc=1; }
-python3 "$root/scripts/gpu/tensorboard_check.py" "$out/tb_resumed" || rc=1
-[ $rc -eq 0 ] && echo "tensorboard_check.sh: ok" || echo "tensorboard_check.sh: FAILED"
-exit $rc
+run "$bin/minidl" train "${common[@]}" --output "$out/tb_resumed" --max-steps 230 > "$out/tb_resumed.log" 2>&1 &&
+  sleep 1.1 && run "$bin/minidl" train --resume "$out/tb_resumed" >> "$out/tb_resumed.log" 2>&1
+run python3 "$root/scripts/gpu/tensorboard_check.py" "$out/tb_resumed"
+gpu_finish tensorboard_check.sh

@@ -16,14 +16,15 @@ mkdir -p "$out"
 python3 "$py" --config "$config" --data "$data" --time-steps 50 --profile --out "$out/${name}_time_profile.json"
 python3 "$py" --config "$config" --data "$data" --time-steps 50 --benchmark --out "$out/${name}_time_benchmark.json"
 python3 "$py" --config "$config" --data "$data" --epochs 0 --out "$out/${name}_train.json"
-python3 - "$out" "$name" <<'PY'
+python3 - "$out" "$name" "$root/docs/perf/anchors.json" <<'PY'
 import json, sys
 out, name = sys.argv[1], sys.argv[2]
+a = json.load(open(sys.argv[3]))["resnet9_batchnorm"]
 t = json.load(open(f"{out}/{name}_time_profile.json"))
 b = json.load(open(f"{out}/{name}_time_benchmark.json"))
 r = json.load(open(f"{out}/{name}_train.json"))["train"]
-print(f"summary {name} (docs/perf/anchors.md, BatchNorm ResNet-9: 13.6 ms/step, 37,500 images/s, 6.79 GB, "
-      "91.05% / 91.62% TTA, 46 s):")
+print(f"summary {name} (docs/perf/anchors.json, BatchNorm ResNet-9: {a['step_ms']} ms/step, {a['images_per_s']:,} "
+      f"images/s, {a['peak_memory_gb']} GB, {a['test_acc']}% / {a['tta_acc']}% TTA, {a['wall_s']} s):")
 for label, res in (("heuristics", t["time"]), ("benchmark", b["time"])):
     print(f"  step ({label}): {res['ms_per_step']:.2f} ms, {res['images_per_s']:.0f} images/s, "
           f"peak {res['max_memory_allocated_bytes'] / 1e9:.2f} GB")

@@ -73,7 +73,22 @@ LAYER_CASES = [
     ("Flatten", {"type": "Flatten"}, (3, 4, 5, 6), "train", 0.0, 1.0),
 ]
 
-NORM_TYPES = ("BatchNorm2d", "GroupNorm", "LayerNorm")
+
+
+def layer_cases():
+    """LAYER_CASES, plus the schema's example (docs/layers.json) of every layer type that holds
+    no layers and has no case above, so a new layer type is compared with PyTorch from the day
+    its descriptor lands."""
+    covered = {spec["type"] for _, spec, *_ in LAYER_CASES}
+    extra = [(f"{name} (schema example)", layer["example"], tuple(layer["example_input"]), "train", 0.0, 1.0)
+             for name, layer in sorted(mfj.schema().items())
+             if name not in covered and all(k["type"] != "layers" for k in layer["keys"])]
+    return LAYER_CASES + extra
+
+
+# Layer types whose weight and bias are a normalization's affine parameters: the schema's "norm"
+# family (layers/norm/).
+NORM_TYPES = {name for name, layer in mfj.schema().items() if layer["family"] == "norm"}
 AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # Significant bits of each half type: one ulp is at most 2^(1-p) of a value.
 SIGNIFICANT_BITS = {"bf16": 8, "fp16": 11}
@@ -205,7 +220,7 @@ def mode_args(args):
 
 
 def layer_checks(args, report, torch_device):
-    for i, (check, spec, shape, mode, mean, std) in enumerate(LAYER_CASES):
+    for i, (check, spec, shape, mode, mean, std) in enumerate(layer_cases()):
         if args.only not in check:
             continue
         rng = np.random.default_rng(1000 + i)

@@ -9,44 +9,40 @@ too, instead of a silently different network.
 Used by scripts/parity/parity.py (layer and one-step checks) and scripts/torch/resnet9.py (the
 PyTorch reference training run).
 """
+import json
+import os
 import re
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-_REQUIRED = object()
+# The layer schema minidl prints with `minidl layers --json` (a test keeps this copy equal to it):
+# every layer type, its keys with their types and defaults. Nothing here lists layer types.
+SCHEMA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "layers.json")
+_schema = None
 
 
-class Keys:
-    """Hands out a layer spec's keys like minidl's LayerArgs; finish() rejects unread keys."""
-
-    def __init__(self, spec, path):
-        if not isinstance(spec, dict) or not isinstance(spec.get("type"), str):
-            raise ValueError(f"{path}: a layer must be an object with a string 'type', got {spec!r}")
-        self.spec, self.path, self.used = spec, path, {"type"}
-
-    def get(self, key, default=_REQUIRED):
-        self.used.add(key)
-        if key in self.spec:
-            return self.spec[key]
-        if default is _REQUIRED:
-            raise ValueError(f"{self.path}.{key}: required key is missing")
-        return default
-
-    def pair(self, key, default=_REQUIRED):
-        v = self.get(key, default)
-        return tuple(v) if isinstance(v, list) else v
-
-    def finish(self):
-        for key in self.spec:
-            if key not in self.used:
-                raise ValueError(f"{self.path}.{key}: unknown key for a {self.spec['type']} layer")
+def schema():
+    """{type name: {"family", "keys": [{"name", "type", "required", "default"?}], "example", ...}}."""
+    global _schema
+    if _schema is None:
+        with open(SCHEMA_PATH) as f:
+            _schema = json.load(f)
+    return _schema
 
 
 class BatchNorm2d(nn.BatchNorm2d):
-    def __init__(self, num_features, eps, momentum, affine, relu):
-        super().__init__(num_features, eps=eps, momentum=momentum, affine=affine)
+    """minidl's BatchNorm2d: "weight" and "bias" each default to "affine"; "relu" fused after."""
+
+    def __init__(self, num_features, eps, momentum, affine, relu, weight=None, bias=None):
+        weight = affine if weight is None else weight
+        bias = affine if bias is None else bias
+        super().__init__(num_features, eps=eps, momentum=momentum, affine=weight or bias)
+        if not weight and bias:
+            self.register_parameter("weight", None)
+        if weight and not bias:
+            self.register_parameter("bias", None)
         self.relu = relu
 
     def forward(self, x):
@@ -92,13 +88,20 @@ class GlobalMaxPool2d(nn.Module):
 class Scale(nn.Module):
     def __init__(self, value):
         super().__init__()
-        self.value = value
+        self.value = float(value)
 
     def forward(self, x):
         return x * self.value
 
     def extra_repr(self):
         return f"value={self.value}"
+
+
+class Sequential(nn.Sequential):
+    """minidl's Sequential: its "layers" are children "0", "1", ..."""
+
+    def __init__(self, layers):
+        super().__init__(*layers)
 
 
 class Residual(nn.Module):
@@ -116,50 +119,49 @@ class Residual(nn.Module):
         return x + y
 
 
-def _conv2d(k):
-    return nn.Conv2d(k.get("in_channels"), k.get("out_channels"), k.pair("kernel_size"),
-                     stride=k.pair("stride", 1), padding=k.pair("padding", 0), bias=k.get("bias", True))
+def twin_class(type_name):
+    """The PyTorch module for a minidl layer type: the class of that name above where minidl's
+    keys or behaviour differ from PyTorch's, else torch.nn's class of that name."""
+    cls = globals().get(type_name)
+    if isinstance(cls, type) and issubclass(cls, nn.Module):
+        return cls
+    cls = getattr(nn, type_name, None)
+    if cls is None:
+        raise ValueError(f"layer type '{type_name}' has no PyTorch twin: define a class {type_name} in {__file__}")
+    return cls
 
 
-def _maxpool2d(k):
-    kernel = k.pair("kernel_size")
-    return nn.MaxPool2d(kernel, stride=k.pair("stride", kernel), padding=k.pair("padding", 0))
-
-
-def _layernorm(k):
-    shape = k.get("normalized_shape")
-    return LayerNorm(shape if isinstance(shape, list) else [shape], k.get("eps", 1e-5),
-                     k.get("elementwise_affine", True), k.get("relu", False))
-
-
-_BUILDERS = {
-    "Conv2d": _conv2d,
-    "Linear": lambda k: nn.Linear(k.get("in_features"), k.get("out_features"), bias=k.get("bias", True)),
-    "BatchNorm2d": lambda k: BatchNorm2d(k.get("num_features"), k.get("eps", 1e-5), k.get("momentum", 0.1),
-                                         k.get("affine", True), k.get("relu", False)),
-    "GroupNorm": lambda k: GroupNorm(k.get("num_groups"), k.get("num_channels"), k.get("eps", 1e-5),
-                                     k.get("affine", True), k.get("relu", False)),
-    "LayerNorm": _layernorm,
-    "ReLU": lambda k: nn.ReLU(),
-    "GELU": lambda k: nn.GELU(approximate=k.get("approximate", "none")),
-    "MaxPool2d": _maxpool2d,
-    "GlobalAvgPool2d": lambda k: GlobalAvgPool2d(),
-    "GlobalMaxPool2d": lambda k: GlobalMaxPool2d(),
-    "Flatten": lambda k: nn.Flatten(k.get("start_dim", 1), k.get("end_dim", -1)),
-    "Scale": lambda k: Scale(float(k.get("value"))),
-    "Sequential": lambda k: build_sequential(k.get("layers"), k.path + ".layers"),
-    "Residual": lambda k: Residual(_build_list(k.get("body"), k.path + ".body")),
-}
+def _value(key, value, path):
+    """A key's value as the twin takes it: lists of ints as tuples, layer lists as modules."""
+    if key["type"] == "layers":
+        return _build_list(value, f"{path}.{key['name']}")
+    if key["type"] == "ints" and isinstance(value, list):
+        return tuple(value)
+    return value
 
 
 def build_layer(spec, path="spec"):
-    """One module from a minidl layer spec; its type name is kept as .minidl_type."""
-    k = Keys(spec, path)
-    builder = _BUILDERS.get(spec["type"])
-    if builder is None:
-        raise ValueError(f"{path}.type: unknown layer '{spec['type']}' (known: {', '.join(sorted(_BUILDERS))})")
-    m = builder(k)
-    k.finish()
+    """One module from a minidl layer spec, its keys read as strictly as minidl's factories
+    (unknown or missing keys are errors); its type name is kept as .minidl_type."""
+    if not isinstance(spec, dict) or not isinstance(spec.get("type"), str):
+        raise ValueError(f"{path}: a layer must be an object with a string 'type', got {spec!r}")
+    layer = schema().get(spec["type"])
+    if layer is None:
+        raise ValueError(f"{path}.type: unknown layer '{spec['type']}' (known: {', '.join(sorted(schema()))})")
+    keys = {k["name"]: k for k in layer["keys"]}
+    for name in spec:
+        if name != "type" and name not in keys:
+            raise ValueError(f"{path}.{name}: unknown key for a {spec['type']} layer")
+    kwargs = {}
+    for name, key in keys.items():
+        if name in spec:
+            kwargs[name] = _value(key, spec[name], path)
+        elif key["required"]:
+            raise ValueError(f"{path}.{name}: required key is missing")
+        elif "default" in key:
+            kwargs[name] = _value(key, key["default"], path)
+        # else: a default computed from other keys, which the twin computes the same way
+    m = twin_class(spec["type"])(**kwargs)
     m.minidl_type = spec["type"]
     return m
 
@@ -171,7 +173,7 @@ def _build_list(specs, path):
 
 
 def build_sequential(specs, path="model.layers"):
-    m = nn.Sequential(*_build_list(specs, path))
+    m = Sequential(_build_list(specs, path))
     m.minidl_type = "Sequential"
     return m
 

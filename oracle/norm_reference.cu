@@ -7,7 +7,7 @@
 #include "core/cuda/kernel_helpers.cuh"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
-#include "bench/norm_reference.h"
+#include "oracle/norm_reference.h"
 #include "layers/norm/norm_math.h"
 
 namespace minidl::norm {

@@ -1,0 +1,38 @@
+// `minidl layers`: every layer type a config's model can use, with its keys (type, default,
+// meaning); `--json` prints the same as JSON (layers/registry.h's layer_schema(), of which
+// docs/layers.json is a copy), which the PyTorch builders in scripts/ read.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <iostream>
+#include <string>
+
+#include "layers/registry.h"
+
+namespace minidl {
+
+CLI::App* add_layers_command(CLI::App& app, bool& json) {
+  CLI::App* cmd = app.add_subcommand("layers", "list the layer types a config's model can use, with their keys");
+  cmd->add_flag("--json", json, "print the schema as JSON (what docs/layers.json holds)");
+  return cmd;
+}
+
+int layers_command(bool json) {
+  if (json) {
+    std::cout << layer_schema().dump(2) << "\n";
+    return 0;
+  }
+  for (const LayerDescriptor* layer : layer_descriptors()) {
+    std::cout << layer->name << " (layers/" << layer->family << "/): " << layer->summary << "\n";
+    size_t width = 0;
+    for (const LayerKey& k : layer->keys) width = std::max(width, k.name.size());
+    for (const LayerKey& k : layer->keys) {
+      const std::string value = k.required ? "required" : k.default_value.is_null() ? "derived" : k.default_value.dump();
+      std::cout << "  " << k.name << std::string(width - k.name.size() + 2, ' ') << k.type
+                << std::string(k.type.size() < 8 ? 8 - k.type.size() : 1, ' ') << value
+                << std::string(value.size() < 10 ? 10 - value.size() : 1, ' ') << k.doc << "\n";
+    }
+  }
+  return 0;
+}
+
+}  // namespace minidl

@@ -1,0 +1,13 @@
+// The dataset a config's "data" section names, whatever its format: CIFAR-10 or CIFAR-100
+// binaries (data/cifar10.h) or an image folder (data/image_folder.h).
+#pragma once
+#include "data/cifar10.h"
+#include "data/options.h"
+
+namespace minidl {
+
+// The training split (data.train_limit applied) or the test split, with its class names and a
+// note for the run log saying where it came from.
+Dataset load_dataset(const DataOptions& data, Split split);
+
+}  // namespace minidl

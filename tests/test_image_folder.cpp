@@ -1,0 +1,456 @@
+// Image folders: folders of our own written here with libjpeg-turbo and libpng (good, corrupt,
+// truncated, mixed sizes, grayscale, PNG with alpha): classes, labels, decoding, fitting, the
+// cache (hit, invalidation, stale files), skip_bad, bad layouts; the CIFAR JPEG subset against
+// the bytes prepare-cifar10.sh (PIL) wrote; CIFAR-100 binaries; the model/data class check.
+#include <png.h>
+#include <turbojpeg.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <vector>
+
+#include "core/error.h"
+#include "data/cifar10.h"
+#include "data/datasets.h"
+#include "data/image_decode.h"
+#include "data/image_folder.h"
+#include "data/loader.h"
+#include "train/trainer.h"
+#include "test_util.h"
+
+using namespace minidl;
+namespace fs = std::filesystem;
+
+namespace {
+
+// w x h pixels of `channels` (1 gray, 3 RGB), value (x * 7 + y * 13 + c * 50) mod 256.
+std::vector<uint8_t> pattern(int w, int h, int channels) {
+  std::vector<uint8_t> px(static_cast<size_t>(w * h * channels));
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      for (int c = 0; c < channels; ++c) px[(y * w + x) * channels + c] = static_cast<uint8_t>((x * 7 + y * 13 + c * 50) % 256);
+  return px;
+}
+
+std::vector<uint8_t> jpeg_bytes(const std::vector<uint8_t>& px, int w, int h, bool gray) {
+  tjhandle t = tjInitCompress();
+  unsigned char* buf = nullptr;
+  unsigned long size = 0;
+  REQUIRE(tjCompress2(t, px.data(), w, 0, h, gray ? TJPF_GRAY : TJPF_RGB, &buf, &size,
+                      gray ? TJSAMP_GRAY : TJSAMP_420, 90, 0) == 0);
+  std::vector<uint8_t> out(buf, buf + size);
+  tjFree(buf);
+  tjDestroy(t);
+  return out;
+}
+
+void write_bytes(const fs::path& path, const std::vector<uint8_t>& bytes) {
+  fs::create_directories(path.parent_path());
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
+                                               static_cast<std::streamsize>(bytes.size()));
+}
+
+// format: PNG_FORMAT_RGB, PNG_FORMAT_RGBA, PNG_FORMAT_GRAY.
+void write_png(const fs::path& path, const std::vector<uint8_t>& px, int w, int h, png_uint_32 format) {
+  fs::create_directories(path.parent_path());
+  png_image image{};
+  image.version = PNG_IMAGE_VERSION;
+  image.width = static_cast<png_uint_32>(w);
+  image.height = static_cast<png_uint_32>(h);
+  image.format = format;
+  REQUIRE(png_image_write_to_file(&image, path.c_str(), 0, px.data(), 0, nullptr) != 0);
+}
+
+std::vector<uint8_t> image_of(const Dataset& d, int64_t i) {
+  const int64_t n = d.images.numel() / d.size();
+  const uint8_t* p = d.images.data<uint8_t>() + i * n;
+  return std::vector<uint8_t>(p, p + n);
+}
+
+// Planes (CHW) of an HWC RGB buffer.
+std::vector<uint8_t> planes(const std::vector<uint8_t>& hwc, int w, int h) {
+  std::vector<uint8_t> out(hwc.size());
+  for (int p = 0; p < w * h; ++p)
+    for (int c = 0; c < 3; ++c) out[static_cast<size_t>(c * w * h + p)] = hwc[static_cast<size_t>(p * 3 + c)];
+  return out;
+}
+
+DataOptions folder_options(const fs::path& root, int64_t size) {
+  DataOptions o;
+  o.format = "image_folder";
+  o.dir = root.string();
+  o.image_size = size;
+  return o;
+}
+
+size_t cache_files(const fs::path& dir) {
+  size_t n = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) n += 1;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("image folder: sorted classes, labels, PNG, gray, alpha, JPEG as PIL decodes it", "[data][image_folder]") {
+  test::TempDir tmp("imgfolder");
+  const fs::path root = tmp.path;
+  const std::vector<uint8_t> rgb = pattern(8, 8, 3), gray = pattern(8, 8, 1);
+  std::vector<uint8_t> rgba(8 * 8 * 4);
+  for (int p = 0; p < 64; ++p) {
+    for (int c = 0; c < 3; ++c) rgba[p * 4 + c] = rgb[p * 3 + c];
+    rgba[p * 4 + 3] = static_cast<uint8_t>(p % 2 ? 0 : 255);  // alpha 0 keeps its RGB
+  }
+  // Class folders "zebra" and "ant": sorted, "ant" is 0. Hidden folders and other files are not data.
+  write_png(root / "train/zebra/b.png", rgb, 8, 8, PNG_FORMAT_RGB);
+  write_png(root / "train/zebra/a_alpha.png", rgba, 8, 8, PNG_FORMAT_RGBA);
+  write_png(root / "train/ant/gray.png", gray, 8, 8, PNG_FORMAT_GRAY);
+  const std::vector<uint8_t> jpeg = jpeg_bytes(rgb, 8, 8, false);
+  write_bytes(root / "train/ant/sub/photo.JPG", jpeg);
+  write_bytes(root / "train/ant/notes.txt", {'h', 'i'});
+  write_png(root / "train/.hidden/x.png", rgb, 8, 8, PNG_FORMAT_RGB);
+  write_png(root / "test/zebra/t.png", rgb, 8, 8, PNG_FORMAT_RGB);
+
+  const DataOptions o = folder_options(root, 8);
+  ImageFolderStats st;
+  const Dataset train = load_image_folder(o, Split::Train, &st, true);
+  REQUIRE(train.classes == std::vector<std::string>{"ant", "zebra"});
+  REQUIRE(train.images.shape() == Shape({4, 3, 8, 8}));
+  // Class-sorted, then path-sorted: ant/gray.png, ant/sub/photo.JPG, zebra/a_alpha.png, zebra/b.png.
+  REQUIRE(train.labels.values<int32_t>() == std::vector<int32_t>{0, 0, 1, 1});
+  REQUIRE(st.ignored == 1);
+  REQUIRE(!st.from_cache);
+  const std::vector<uint8_t> want_rgb = planes(rgb, 8, 8);
+  std::vector<uint8_t> want_gray;
+  for (int c = 0; c < 3; ++c) want_gray.insert(want_gray.end(), gray.begin(), gray.end());
+  REQUIRE(image_of(train, 0) == want_gray);
+  // The JPEG holds exactly what TurboJPEG's default decode gives (the decoder PIL uses).
+  tjhandle t = tjInitDecompress();
+  std::vector<uint8_t> decoded(8 * 8 * 3);
+  REQUIRE(tjDecompress2(t, jpeg.data(), static_cast<unsigned long>(jpeg.size()), decoded.data(), 8, 0, 8, TJPF_RGB, 0) == 0);
+  tjDestroy(t);
+  REQUIRE(image_of(train, 1) == planes(decoded, 8, 8));
+  REQUIRE(image_of(train, 2) == want_rgb);  // alpha dropped, RGB as stored
+  REQUIRE(image_of(train, 3) == want_rgb);
+  REQUIRE(train.note.find("ignored 1 files") != std::string::npos);
+
+  const Dataset test = load_image_folder(o, Split::Test, nullptr, true);
+  REQUIRE(test.labels.values<int32_t>() == std::vector<int32_t>{1});  // zebra keeps the training index
+  REQUIRE(test.classes == train.classes);
+
+  // A test class the training set does not have is an error naming it.
+  write_png(root / "test/whale/w.png", rgb, 8, 8, PNG_FORMAT_RGB);
+  REQUIRE_THROWS_WITH(load_image_folder(o, Split::Test), Catch::Contains("'whale'"));
+}
+
+TEST_CASE("image folder: the cache is read back, and a changed folder is decoded again", "[data][image_folder]") {
+  test::TempDir tmp("imgcache");
+  const fs::path root = tmp.path / "data";
+  for (int i = 0; i < 5; ++i)
+    write_png(root / "train" / (i % 2 ? "odd" : "even") / (std::to_string(i) + ".png"), pattern(6 + i, 6, 3), 6 + i, 6,
+              PNG_FORMAT_RGB);
+  write_png(root / "test/odd/t.png", pattern(6, 6, 3), 6, 6, PNG_FORMAT_RGB);
+  DataOptions o = folder_options(root, 6);
+  o.cache_dir = (tmp.path / "cache").string();
+  ImageFolderStats first, second, third;
+  const Dataset a = load_image_folder(o, Split::Train, &first);
+  const Dataset b = load_image_folder(o, Split::Train, &second);
+  REQUIRE(!first.from_cache);
+  REQUIRE(second.from_cache);
+  REQUIRE(second.cache_path == first.cache_path);
+  REQUIRE(b.images.values<uint8_t>() == a.images.values<uint8_t>());
+  REQUIRE(b.labels.values<int32_t>() == a.labels.values<int32_t>());
+  REQUIRE(b.classes == a.classes);
+  REQUIRE(b.note.find("read from the cache") != std::string::npos);
+  REQUIRE(cache_files(o.cache_dir) == 1);
+
+  // Rewrite one file with other pixels (another size, so the key changes whatever the clock).
+  write_png(root / "train/even/0.png", pattern(7, 6, 3), 7, 6, PNG_FORMAT_RGB);
+  const Dataset c = load_image_folder(o, Split::Train, &third);
+  REQUIRE(!third.from_cache);
+  REQUIRE(c.images.values<uint8_t>() != a.images.values<uint8_t>());
+  REQUIRE(cache_files(o.cache_dir) == 1);  // the stale cache was replaced, no temp file left
+
+  // The default order is a fixed shuffle of the class-sorted one; train_limit keeps its first images.
+  const Dataset sorted = load_image_folder(o, Split::Train, nullptr, true);
+  const std::vector<int32_t> order = epoch_permutation(0x1f01de5, 0, 5);
+  for (int64_t k = 0; k < 5; ++k) {
+    REQUIRE(image_of(c, k) == image_of(sorted, order[static_cast<size_t>(k)]));
+    REQUIRE(c.labels.data<int32_t>()[k] == sorted.labels.data<int32_t>()[order[static_cast<size_t>(k)]]);
+  }
+  DataOptions limited = o;
+  limited.train_limit = 3;
+  const Dataset first3 = load_image_folder(limited, Split::Train);
+  REQUIRE(first3.size() == 3);
+  for (int64_t k = 0; k < 3; ++k) REQUIRE(image_of(first3, k) == image_of(c, k));
+
+  // Another image size is another cache beside it; the default cache folder is ROOT/.minidl-cache.
+  DataOptions d = folder_options(root, 4);
+  load_image_folder(d, Split::Train);
+  REQUIRE(cache_files(root / ".minidl-cache") == 1);
+  REQUIRE(cache_files(o.cache_dir) == 1);
+
+  // A corrupt cache file is not trusted: the folder is decoded again.
+  ImageFolderStats fourth;
+  for (const auto& e : fs::directory_iterator(o.cache_dir)) fs::resize_file(e.path(), fs::file_size(e.path()) - 1);
+  const Dataset e = load_image_folder(o, Split::Train, &fourth);
+  REQUIRE(!fourth.from_cache);
+  REQUIRE(e.images.values<uint8_t>() == c.images.values<uint8_t>());
+}
+
+TEST_CASE("image folder: a file that does not decode is an error naming it, or skipped with skip_bad", "[data][image_folder]") {
+  test::TempDir tmp("imgbad");
+  const fs::path root = tmp.path;
+  const std::vector<uint8_t> good = jpeg_bytes(pattern(16, 16, 3), 16, 16, false);
+  write_bytes(root / "train/a/good.jpg", good);
+  write_bytes(root / "train/a/truncated.jpg", std::vector<uint8_t>(good.begin(), good.begin() + good.size() / 2));
+  write_bytes(root / "train/b/text.jpg", {'n', 'o', 't', ' ', 'a', 'n', ' ', 'i', 'm', 'a', 'g', 'e'});
+  write_bytes(root / "train/b/empty.png", {});
+  write_png(root / "train/b/ok.png", pattern(16, 16, 3), 16, 16, PNG_FORMAT_RGB);
+  write_bytes(root / "test/a/good.jpg", good);
+  DataOptions o = folder_options(root, 16);
+  REQUIRE_THROWS_WITH(load_image_folder(o, Split::Train),
+                      Catch::Contains("skip_bad") && (Catch::Contains("truncated.jpg") || Catch::Contains("text.jpg") ||
+                                                      Catch::Contains("empty.png")));
+  try {
+    load_image_folder(o, Split::Train);
+  } catch (const Error& e) {
+    INFO(e.what());
+    // Named by path, with the reason.
+    const std::string m = e.what();
+    REQUIRE((m.find("does not decode") != std::string::npos || m.find("neither JPEG nor PNG") != std::string::npos ||
+             m.find("not a readable JPEG") != std::string::npos));
+  }
+  o.skip_bad = true;
+  ImageFolderStats st;
+  const Dataset d = load_image_folder(o, Split::Train, &st, true);
+  REQUIRE(d.size() == 2);
+  REQUIRE(st.skipped == 3);
+  REQUIRE(d.note.find("skipped 3 files") != std::string::npos);
+  REQUIRE(d.labels.values<int32_t>() == std::vector<int32_t>{0, 1});
+  // The count survives the cache.
+  ImageFolderStats again;
+  const Dataset cached = load_image_folder(o, Split::Train, &again);
+  REQUIRE(again.from_cache);
+  REQUIRE(again.skipped == 3);
+
+  // Truncated PNG, and a PNG whose data CRC is wrong.
+  write_png(root / "png/train/a/p.png", pattern(16, 16, 3), 16, 16, PNG_FORMAT_RGB);
+  std::ifstream in(root / "png/train/a/p.png", std::ios::binary);
+  std::vector<uint8_t> png((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  REQUIRE_THROWS_WITH(decode_image(png.data(), png.size() - 20, "cut.png"), Catch::Contains("'cut.png'"));
+  png[png.size() - 20] ^= 0x55;
+  REQUIRE_THROWS_WITH(decode_image(png.data(), png.size(), "crc.png"), Catch::Contains("'crc.png'"));
+}
+
+TEST_CASE("image folder: mixed sizes are cropped, padded or stretched to S x S", "[data][image_folder]") {
+  // A 16 x 8 image (wide), left half 200, right half 40, in every channel.
+  RgbImage wide;
+  wide.width = 16;
+  wide.height = 8;
+  wide.pixels.resize(16 * 8 * 3);
+  for (int y = 0; y < 8; ++y)
+    for (int x = 0; x < 16; ++x)
+      for (int c = 0; c < 3; ++c) wide.pixels[(y * 16 + x) * 3 + c] = x < 8 ? 200 : 40;
+  std::vector<uint8_t> out(3 * 8 * 8);
+  auto at = [&](int c, int y, int x) { return static_cast<int>(out[(c * 8 + y) * 8 + x]); };
+  // crop: the centered 8 x 8 square (columns 4..11) at scale 1: an exact copy.
+  fit_to_square(wide, 8, FitMode::Crop, out.data());
+  for (int x = 0; x < 8; ++x) REQUIRE(at(1, 3, x) == (x < 4 ? 200 : 40));
+  // pad: scaled to 8 x 4, rows 2..5, black above and below.
+  fit_to_square(wide, 8, FitMode::Pad, out.data());
+  for (int x = 0; x < 8; ++x) {
+    REQUIRE(at(0, 0, x) == 0);
+    REQUIRE(at(0, 1, x) == 0);
+    REQUIRE(at(0, 6, x) == 0);
+    REQUIRE(at(0, 7, x) == 0);
+  }
+  REQUIRE(at(0, 3, 0) == 200);
+  REQUIRE(at(0, 3, 7) == 40);
+  // stretch: 2x down horizontally; the two columns at the edge blend (antialiased).
+  fit_to_square(wide, 8, FitMode::Stretch, out.data());
+  REQUIRE(at(2, 4, 0) == 200);
+  REQUIRE(at(2, 4, 7) == 40);
+  REQUIRE(at(2, 4, 3) > 40);
+  REQUIRE(at(2, 4, 3) < 200);
+  REQUIRE(at(2, 4, 3) + at(2, 4, 4) == 240);  // symmetric blend around the edge
+  // Alternating columns 0 / 255 halved: every interior output is their mean.
+  RgbImage stripes;
+  stripes.width = 16;
+  stripes.height = 16;
+  stripes.pixels.resize(16 * 16 * 3);
+  for (size_t p = 0; p < 256; ++p)
+    for (int c = 0; c < 3; ++c) stripes.pixels[p * 3 + c] = (p % 2) ? 255 : 0;
+  fit_to_square(stripes, 8, FitMode::Stretch, out.data());
+  for (int x = 1; x < 7; ++x) REQUIRE(std::abs(at(0, 4, x) - 128) <= 1);
+  REQUIRE_THROWS_WITH(parse_fit_mode("zoom"), Catch::Contains("data.resize"));
+}
+
+TEST_CASE("image folder: layouts and options that cannot work are one clear error", "[data][image_folder]") {
+  test::TempDir tmp("imglayout");
+  const fs::path root = tmp.path;
+  REQUIRE_THROWS_WITH(load_image_folder(folder_options(root / "missing", 8), Split::Train),
+                      Catch::Contains("is not a folder"));
+  REQUIRE_THROWS_WITH(load_image_folder(folder_options(root, 8), Split::Train), Catch::Contains("no train/ folder"));
+  fs::create_directories(root / "train/a");
+  REQUIRE_THROWS_WITH(load_image_folder(folder_options(root, 8), Split::Train),
+                      Catch::Contains("class 'a' has no .jpg"));
+  write_png(root / "train/a/x.png", pattern(4, 4, 3), 4, 4, PNG_FORMAT_RGB);
+  REQUIRE_THROWS_WITH(load_image_folder(folder_options(root, 8), Split::Test), Catch::Contains("no test/ (or val/)"));
+  // val/ stands in for test/.
+  write_png(root / "val/a/y.png", pattern(4, 4, 3), 4, 4, PNG_FORMAT_RGB);
+  REQUIRE(load_image_folder(folder_options(root, 8), Split::Test).size() == 1);
+  // Two roots: dir is the training root itself, test_dir the test root.
+  DataOptions two = folder_options(root / "train", 4);
+  two.test_dir = (root / "val").string();
+  REQUIRE(load_image_folder(two, Split::Train).classes == std::vector<std::string>{"a"});
+  REQUIRE(load_image_folder(two, Split::Test).size() == 1);
+
+  auto parse = [](const char* text) { return DataOptions::from_json(nlohmann::json::parse(text), "data"); };
+  REQUIRE_THROWS_WITH(parse(R"({"format": "image_folder", "dir": "x"})"), Catch::Contains("data.image_size"));
+  REQUIRE_THROWS_WITH(parse(R"({"format": "jpeg"})"), Catch::Contains("data.format"));
+  REQUIRE_THROWS_WITH(parse(R"({"image_size": 32})"), Catch::Contains("only for \"format\": \"image_folder\""));
+  REQUIRE_THROWS_WITH(parse(R"({"format": "image_folder", "image_size": 32, "resize": "zoom"})"),
+                      Catch::Contains("data.resize"));
+  REQUIRE_THROWS_WITH(parse(R"({"format": "cifar100", "label": "medium"})"), Catch::Contains("data.label"));
+  const DataOptions full = parse(R"({"format": "image_folder", "dir": "d", "image_size": 64, "resize": "pad",
+                                     "skip_bad": true, "cache_dir": "c", "test_dir": "t"})");
+  REQUIRE(DataOptions::from_json(full.to_json(), "data").to_json() == full.to_json());
+  // CIFAR-10's resolved config prints no format keys (its runs' config.json is unchanged).
+  REQUIRE(!parse("{}").to_json().contains("format"));
+}
+
+TEST_CASE("the CIFAR-10 JPEG subset decodes to the bytes prepare-cifar10.sh (PIL) wrote", "[data][image_folder]") {
+  MINIDL_REQUIRE_DATA();
+  // scripts/data_jpeg.sh puts the subset beside the decoded binaries (or MINIDL_JPEG_DIR names it).
+  const char* env = std::getenv("MINIDL_JPEG_DIR");
+  const std::string jpeg_dir =
+      env ? std::string(env) : (fs::path(test::data_dir()).parent_path() / "cifar10-jpeg-small").string();
+  if (!fs::is_directory(fs::path(jpeg_dir) / "train") ||
+      !fs::exists(fs::path(test::data_dir()) / "order.txt")) {
+    WARN("SKIPPED: MINIDL_JPEG_DIR or order.txt missing (scripts/test.sh extracts the JPEG subset)");
+    ++test::skipped_count();
+    return;
+  }
+  // order.txt: "<split> <record> <class>/<file>" for every record of the binaries.
+  std::map<std::string, int64_t> record;
+  std::ifstream order(fs::path(test::data_dir()) / "order.txt");
+  for (std::string split, name; order >> split;) {
+    int64_t index = 0;
+    order >> index >> name;
+    record[split + "/" + name] = index;
+  }
+  DataOptions o = folder_options(jpeg_dir, 32);
+  test::TempDir cache("jpegcache");
+  o.cache_dir = cache.path.string();
+  for (Split split : {Split::Train, Split::Test}) {
+    const Dataset folder = load_image_folder(o, split, nullptr, true);
+    const Dataset binary = load_cifar10(test::data_dir(), split);
+    REQUIRE(folder.classes == binary.classes);
+    // The folder's files in the order the loader took them (class, then name).
+    std::vector<std::string> names;
+    const fs::path root = fs::path(jpeg_dir) / (split == Split::Train ? "train" : "test");
+    for (const std::string& c : folder.classes) {
+      std::vector<std::string> files;
+      for (const auto& e : fs::directory_iterator(root / c)) files.push_back(c + "/" + e.path().filename().string());
+      std::sort(files.begin(), files.end());
+      names.insert(names.end(), files.begin(), files.end());
+    }
+    REQUIRE(static_cast<int64_t>(names.size()) == folder.size());
+    REQUIRE(folder.size() >= 100);
+    int64_t equal = 0;
+    for (int64_t i = 0; i < folder.size(); ++i) {
+      const std::string key = (split == Split::Train ? "train/" : "test/") + names[static_cast<size_t>(i)];
+      REQUIRE(record.count(key) == 1);
+      const int64_t r = record[key];
+      INFO(key << " -> record " << r);
+      REQUIRE(binary.labels.data<int32_t>()[r] == folder.labels.data<int32_t>()[i]);
+      REQUIRE(image_of(folder, i) == image_of(binary, r));
+      ++equal;
+    }
+    REQUIRE(equal == folder.size());
+  }
+}
+
+namespace {
+
+// A CIFAR-100 file of `n` records: coarse label r % 20, fine label r % 100, pixels from r.
+void write_cifar100(const fs::path& path, int n, int fine_offset = 0) {
+  fs::create_directories(path.parent_path());
+  std::ofstream out(path, std::ios::binary);
+  for (int r = 0; r < n; ++r) {
+    out.put(static_cast<char>(r % 20));
+    out.put(static_cast<char>((r + fine_offset) % 100 + (fine_offset ? 100 : 0)));
+    for (int k = 0; k < 3072; ++k) out.put(static_cast<char>((r * 3 + k) % 256));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("CIFAR-100 binaries: fine and coarse labels, names, bad files", "[data][cifar100]") {
+  test::TempDir tmp("cifar100");
+  const fs::path dir = tmp.path / "cifar-100-binary";
+  write_cifar100(dir / "train.bin", 250);
+  write_cifar100(dir / "test.bin", 120);
+  {
+    std::ofstream names(dir / "coarse_label_names.txt");
+    for (int i = 0; i < 20; ++i) names << "super" << i << "\n";
+  }
+  const Dataset fine = load_cifar100(tmp.path.string(), Split::Train, false);
+  REQUIRE(fine.size() == 250);
+  REQUIRE(fine.num_classes() == 100);
+  REQUIRE(fine.classes[7] == "7");  // no fine_label_names.txt: numbered
+  REQUIRE(fine.labels.data<int32_t>()[142] == 42);
+  REQUIRE(fine.images.data<uint8_t>()[142 * 3072 + 5] == (142 * 3 + 5) % 256);
+  const Dataset coarse = load_cifar100(tmp.path.string(), Split::Test, true);
+  REQUIRE(coarse.size() == 120);
+  REQUIRE(coarse.num_classes() == 20);
+  REQUIRE(coarse.classes[3] == "super3");
+  REQUIRE(coarse.labels.data<int32_t>()[45] == 5);
+  DataOptions o;
+  o.format = "cifar100";
+  o.dir = dir.string();
+  o.train_limit = 100;
+  REQUIRE(load_dataset(o, Split::Train).size() == 100);
+
+  write_cifar100(dir / "test.bin", 3, 1);  // fine labels 101..103
+  REQUIRE_THROWS_WITH(load_cifar100(dir.string(), Split::Test, false),
+                      Catch::Contains("test.bin' record 0 has label 101 (expected 0..99)"));
+  std::ofstream(dir / "test.bin", std::ios::binary | std::ios::app).put('x');
+  REQUIRE_THROWS_WITH(load_cifar100(dir.string(), Split::Test, false), Catch::Contains("3074-byte record"));
+  REQUIRE_THROWS_WITH(load_cifar100((tmp.path / "none").string(), Split::Test, false),
+                      Catch::Contains("cifar-100-binary"));
+}
+
+TEST_CASE("the model's output width must equal the data's class count", "[data][image_folder][training]") {
+  test::TempDir tmp("imgclasses");
+  for (const char* c : {"cat", "dog", "emu"})
+    for (int i = 0; i < 4; ++i)
+      write_png(tmp.path / "train" / c / (std::to_string(i) + ".png"), pattern(10 + i, 12, 3), 10 + i, 12,
+                PNG_FORMAT_RGB);
+  write_png(tmp.path / "test/dog/t.png", pattern(12, 12, 3), 12, 12, PNG_FORMAT_RGB);
+  nlohmann::json j = {
+      {"device", "cpu"},
+      {"batch_size", 4},
+      {"epochs", 1},
+      {"data", {{"format", "image_folder"}, {"dir", tmp.path.string()}, {"image_size", 12}}},
+      {"model",
+       {{"layers",
+         {{{"type", "Conv2d"}, {"in_channels", 3}, {"out_channels", 4}, {"kernel_size", 3}, {"padding", 1}},
+          {{"type", "GlobalAvgPool2d"}},
+          {{"type", "Linear"}, {"in_features", 4}, {"out_features", 10}}}}}}};
+  REQUIRE_THROWS_WITH(Trainer(parse_train_config(j), Device::cpu()),
+                      Catch::Contains("3 classes") && Catch::Contains("out_features to 3"));
+  j["model"]["layers"][2]["out_features"] = 3;
+  Trainer trainer(parse_train_config(j), Device::cpu());
+  REQUIRE(trainer.classes() == std::vector<std::string>{"cat", "dog", "emu"});
+  REQUIRE(trainer.train_loader().dataset_size() == 12);
+  const std::vector<int64_t> confusion = trainer.confusion_matrix("flip");
+  REQUIRE(confusion.size() == 9);
+  int64_t dog_row = 0;
+  for (int k = 0; k < 3; ++k) dog_row += confusion[3 + k];
+  REQUIRE(dog_row == 1);  // the one test image is a dog
+}

@@ -1,0 +1,60 @@
+#include "train/class_metrics.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/error.h"
+#include "train/run_log.h"
+#include "train/trainer.h"
+
+namespace minidl {
+
+nlohmann::json class_metrics(const std::vector<std::string>& classes, const std::vector<int64_t>& confusion) {
+  const size_t k = classes.size();
+  MINIDL_CHECK(confusion.size() == k * k, "class metrics: ", confusion.size(), " confusion counts for ", k,
+               " classes");
+  nlohmann::json acc = nlohmann::json::array(), rows = nlohmann::json::array();
+  for (size_t t = 0; t < k; ++t) {
+    std::vector<int64_t> row(confusion.begin() + static_cast<int64_t>(t * k),
+                             confusion.begin() + static_cast<int64_t>((t + 1) * k));
+    int64_t total = 0;
+    for (int64_t c : row) total += c;
+    acc.push_back(total > 0 ? nlohmann::json(100.0 * static_cast<double>(row[t]) / static_cast<double>(total))
+                            : nlohmann::json(nullptr));
+    rows.push_back(row);
+  }
+  return {{"classes", classes}, {"per_class_acc", acc}, {"confusion", rows}};
+}
+
+std::string class_metrics_line(const nlohmann::json& m) {
+  std::vector<std::pair<double, std::string>> scored;
+  for (size_t i = 0; i < m["classes"].size(); ++i)
+    if (!m["per_class_acc"][i].is_null())
+      scored.emplace_back(m["per_class_acc"][i].get<double>(), m["classes"][i].get<std::string>());
+  auto item = [](const std::pair<double, std::string>& s) {
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), " %.1f%%", s.first);
+    return s.second + buf;
+  };
+  std::string line;
+  if (scored.size() <= 10) {
+    for (const auto& s : scored) line += (line.empty() ? "" : ", ") + item(s);
+    return line;
+  }
+  std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  line = "worst: ";
+  for (size_t i = 0; i < 5; ++i) line += (i ? ", " : "") + item(scored[i]);
+  line += "; best: ";
+  for (size_t i = 0; i < 5; ++i) line += (i ? ", " : "") + item(scored[scored.size() - 1 - i]);
+  return line;
+}
+
+void add_class_metrics(nlohmann::json& summary, Trainer& trainer, const std::string& tta, RunLog& log) {
+  const nlohmann::json m = class_metrics(trainer.classes(), trainer.confusion_matrix(tta));
+  for (const char* key : {"classes", "per_class_acc", "confusion"}) summary[key] = m[key];
+  summary["class_metrics_tta"] = tta;
+  log.line(str("per-class test accuracy", tta == "none" ? std::string() : str(" (", tta, " TTA)"), ": ",
+               class_metrics_line(m)));
+}
+
+}  // namespace minidl
