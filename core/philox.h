@@ -50,8 +50,6 @@ enum RngStream : uint64_t {
   kStreamShuffle = 2,       // per-epoch permutation: index = epoch << 32 | position
   kStreamAugment = 3,       // per-image augmentation: index = epoch << 32 | dataset index
   kStreamResizedCrop = 4,   // random-resized-crop boxes: stream | attempt << 32, index as kStreamAugment
-  kStreamDropout = 5,       // Dropout/DropPath/attention dropout: stream | layer salt << 32,
-                            // index = step << 32 | draw / 4 (layers/regularization/dropout_draw.h)
   kStreamTest = 100,        // tests
 };
 

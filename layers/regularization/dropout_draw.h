@@ -10,6 +10,10 @@
 
 namespace minidl {
 
+// The Philox stream of these draws, beside core/philox.h's RngStream values (1-4 there): the
+// layer's salt goes in the upper 32 bits, the counter is step << 32 | draw / 4.
+constexpr uint64_t kStreamDropout = 5;
+
 struct DropoutDraw {
   uint64_t seed = 0;    // the run's seed
   uint64_t stream = 0;  // kStreamDropout | (the layer's salt << 32)

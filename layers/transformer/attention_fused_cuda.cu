@@ -35,13 +35,15 @@ template <class E> struct WmmaType;
 template <> struct WmmaType<bf16> { using type = __nv_bfloat16; };
 template <> struct WmmaType<fp16> { using type = __half; };
 
-// The shared-memory layout (elements): Tp x hd operand tiles, Tp x Tp float32 scores, Tp x Tp
-// storage-type probabilities. Every block starts on a multiple of 512 bytes (WMMA wants 32).
+// The shared-memory layout (elements): Tp x hd operand tiles, float32 scores (or an output tile),
+// Tp x Tp storage-type probabilities. Every block starts on a multiple of 512 bytes (WMMA wants 32).
 struct Tiles {
   int T, Tp, hd;
   int64_t D;
   __host__ __device__ int operand() const { return Tp * hd; }
   __host__ __device__ int square() const { return Tp * Tp; }
+  // A float32 buffer that holds the scores (Tp x Tp) and later an output tile (Tp x hd).
+  __host__ __device__ int stage() const { return Tp * (Tp > hd ? Tp : hd); }
 };
 
 __device__ __forceinline__ float warp_max(float v) {
@@ -141,7 +143,7 @@ __global__ void __launch_bounds__(kThreads) fused_forward_kernel(Tiles t, int64_
   E* k = q + t.operand();
   E* v = k + t.operand();
   float* s = reinterpret_cast<float*>(v + t.operand());
-  E* pd = reinterpret_cast<E*>(s + t.square());
+  E* pd = reinterpret_cast<E*>(s + t.stage());
   const int64_t pair = blockIdx.x, n = pair / heads, h = pair % heads;
   const E* base = qkv + n * t.T * 3 * t.D + h * t.hd;
   load_rows(base, 3 * t.D, t, q);
@@ -173,7 +175,7 @@ __global__ void __launch_bounds__(kThreads) fused_backward_kernel(Tiles t, int64
   E* dO = v + t.operand();
   float* p = reinterpret_cast<float*>(dO + t.operand());  // scores, then P
   float* g = p + t.square();                              // dPd, then the output tiles
-  E* pd = reinterpret_cast<E*>(g + t.square());
+  E* pd = reinterpret_cast<E*>(g + t.stage());
   E* ds = pd + t.square();
   const int64_t pair = blockIdx.x, n = pair / heads, h = pair % heads;
   const E* base = qkv + n * t.T * 3 * t.D + h * t.hd;
@@ -235,8 +237,10 @@ Tiles tiles_of(const AttentionShape& s) {
           s.width()};
 }
 
-size_t forward_smem(const Tiles& t, size_t es) { return es * (3 * t.operand() + t.square()) + 4 * t.square(); }
-size_t backward_smem(const Tiles& t, size_t es) { return es * (4 * t.operand() + 2 * t.square()) + 8 * t.square(); }
+size_t forward_smem(const Tiles& t, size_t es) { return es * (3 * t.operand() + t.square()) + 4 * t.stage(); }
+size_t backward_smem(const Tiles& t, size_t es) {
+  return es * (4 * t.operand() + 2 * t.square()) + 4 * (t.square() + t.stage());
+}
 
 // Lets a kernel take more than the default 48 KiB of dynamic shared memory (once per kernel).
 template <class Kernel>
