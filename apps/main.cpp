@@ -54,10 +54,12 @@ int main(int argc, char** argv) {
 
   ProfileOptions prof;
   auto* prof_cmd = app.add_subcommand("profile", "per-layer time breakdown of training steps");
-  add_config_options(prof_cmd, prof.config_path, prof.overrides, prof.device)->required();
+  add_config_options(prof_cmd, prof.config_path, prof.overrides, prof.device);
   prof_cmd->add_option("--steps", prof.steps, "measured steps (median over them)");
   prof_cmd->add_option("--warmup", prof.warmup, "warm-up steps before measuring");
   prof_cmd->add_option("--output", prof.output_dir, "folder for profile.json and trace.json");
+  prof_cmd->add_option("--compare", prof.compare, "A.json B.json: two profiles side by side, B/A per row")
+      ->expected(2);
 
   ReproOptions repro;
   auto* repro_cmd = app.add_subcommand("repro", "train twice in separate processes and compare the bits");

@@ -1,5 +1,6 @@
 #include "core/allocator.h"
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -29,6 +30,16 @@ uint64_t available_host_bytes() {
   return static_cast<uint64_t>(kb) * 1024;
 }
 
+// Host tensor bytes in use and the most at once (relaxed atomics: counters, not synchronization).
+std::atomic<size_t> g_host_current{0}, g_host_peak{0};
+
+void count_host_allocation(size_t bytes) {
+  const size_t now = g_host_current.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  size_t peak = g_host_peak.load(std::memory_order_relaxed);
+  while (now > peak && !g_host_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
 #ifndef MINIDL_WITH_CUDA
 [[noreturn]] void no_cuda() {
   fail("this minidl was built without CUDA: rebuild on a machine with the CUDA toolkit and cuDNN");
@@ -51,7 +62,11 @@ std::shared_ptr<void> allocate(size_t bytes, Device device) {
     if (rounded == 0) rounded = kCpuAlignment;
     void* p = std::aligned_alloc(kCpuAlignment, rounded);
     MINIDL_CHECK(p != nullptr, "out of host memory allocating ", bytes, " bytes");
-    return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+    count_host_allocation(rounded);
+    return std::shared_ptr<void>(p, [rounded](void* q) {
+      std::free(q);
+      g_host_current.fetch_sub(rounded, std::memory_order_relaxed);
+    });
   }
 #ifdef MINIDL_WITH_CUDA
   void* p = cuda::cached_malloc(bytes);
@@ -135,5 +150,29 @@ void reset_peak_device_memory() {
   if (cuda_available()) cuda::reset_cached_peak();
 #endif
 }
+
+DeviceMemoryStats host_memory_stats() {
+  DeviceMemoryStats s;
+  s.current_bytes = g_host_current.load(std::memory_order_relaxed);
+  s.peak_bytes = g_host_peak.load(std::memory_order_relaxed);
+  s.reserved_bytes = s.current_bytes;
+  return s;
+}
+
+void raise_peak_device_memory(size_t bytes) {
+#ifdef MINIDL_WITH_CUDA
+  if (cuda_available()) cuda::raise_cached_peak(bytes);
+#else
+  (void)bytes;
+#endif
+}
+
+void raise_peak_host_memory(size_t bytes) {
+  size_t peak = g_host_peak.load(std::memory_order_relaxed);
+  while (bytes > peak && !g_host_peak.compare_exchange_weak(peak, bytes, std::memory_order_relaxed)) {
+  }
+}
+
+void reset_peak_host_memory() { g_host_peak.store(g_host_current.load(std::memory_order_relaxed), std::memory_order_relaxed); }
 
 }  // namespace minidl

@@ -35,6 +35,15 @@ struct DeviceMemoryStats {
 };
 DeviceMemoryStats device_memory_stats();
 void reset_peak_device_memory();
+// The same counters for host tensors (allocate() on the CPU; reserved = current, device_mallocs
+// stays 0; cudaHostAlloc'd pinned memory is not counted): the profiler's memory on a CPU run.
+DeviceMemoryStats host_memory_stats();
+void reset_peak_host_memory();
+// Raise the recorded peak to at least `bytes`: the profiler resets the peak at every boundary
+// to measure each interval's, then puts the larger one back, so whoever reads the peak around
+// profiled steps (the epoch's peak memory) still sees the true one.
+void raise_peak_device_memory(size_t bytes);
+void raise_peak_host_memory(size_t bytes);
 
 // A graph-private memory pool (core/cuda_graph.h): while it is the capture pool, every device
 // block handed out or given back belongs to it, and no block of it is handed to anything else

@@ -1,5 +1,5 @@
 // A layer type declared once: its name, its keys (type, default, meaning), its factory, a small
-// example spec, how autocast runs it, whether it exports to ONNX, and a slot for its cost. The
+// example spec, how autocast runs it, and whether it exports to ONNX. The
 // registry (layers/registry.cpp) holds the one table of descriptors; building from JSON, the
 // schema (`minidl layers --json`, docs/layers.json, read by the PyTorch builders in scripts/),
 // the trainer's choice of batch type and the ONNX exporter's completeness check all read it.
@@ -39,13 +39,6 @@ LayerKey derived_key(std::string name, std::string type, std::string doc);
 enum class AutocastRule { LowerPrecision, Float32, InputType };
 const char* autocast_rule_name(AutocastRule rule);
 
-// Work of one forward pass on an input of a given shape, for the profiler's roofline columns.
-struct LayerCost {
-  double flops = 0;  // floating-point operations (a multiply-add counts 2)
-  double bytes = 0;  // bytes read and written by the kernels at float32
-};
-using LayerCostFn = LayerCost (*)(const Module& layer, const Shape& input);
-
 struct LayerDescriptor {
   std::string name;     // the spec's "type" and the module's type_name(): "Conv2d"
   std::string family;   // its folder under layers/: "conv", "norm", "containers", ...
@@ -60,7 +53,6 @@ struct LayerDescriptor {
   // True: export/onnx_export.cpp has an emitter for it (a test checks both directions). False:
   // export refuses the layer with a message naming it.
   bool onnx = true;
-  LayerCostFn cost = nullptr;  // null where the type's work is not counted
 };
 
 }  // namespace minidl

@@ -57,10 +57,12 @@ Tensor Module::operator()(const Tensor& x) {
     autograd::set_current_module_id(outer);
     throw;
   }
-  if (g_forward_observer) g_forward_observer->exit(*this);
+  if (g_forward_observer) g_forward_observer->exit(*this, x, y);
   autograd::set_current_module_id(outer);
   return y;
 }
+
+std::optional<LayerWork> Module::work(const Tensor&, const Tensor&) const { return std::nullopt; }
 
 std::string Module::label() const { return path_.empty() ? describe() : str(describe(), " at '", path_, "'"); }
 

@@ -5,11 +5,13 @@
 #pragma once
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/tensor.h"
+#include "layers/work.h"
 
 namespace minidl {
 
@@ -28,6 +30,10 @@ class Module {
   virtual std::string type_name() const = 0;        // "Conv2d"
   virtual std::string describe() const { return type_name(); }  // "Conv2d 64->128"
   virtual nlohmann::json to_json() const = 0;       // the config that rebuilds this module
+  // The FLOPs and bytes of the call that mapped `input` to `output` (layers/work.h), the layer's
+  // own only (a container's children report theirs). nullopt: the layer does not say, and the
+  // profile shows "-" rather than a misleading 0.
+  virtual std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const;
 
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
   std::vector<std::pair<std::string, Tensor>> named_buffers() const;
@@ -78,7 +84,8 @@ class Module {
 struct ForwardObserver {
   virtual ~ForwardObserver() = default;
   virtual void enter(const Module& m) = 0;
-  virtual void exit(const Module& m) = 0;
+  // After a forward that returned: its input and output, for Module::work().
+  virtual void exit(const Module& m, const Tensor& input, const Tensor& output) = 0;
 };
 void set_forward_observer(ForwardObserver* observer);
 

@@ -13,8 +13,13 @@ profile.json is both. Writes into --out (default: the first folder):
                         learning rate and images/s against epoch, loss and accuracy against wall
                         time (training plus evaluation seconds, summed over epochs)
   profile.png / .svg    per profile, each module's own time per step as stacked bars: forward and
-                        backward, GPU and host side by side (host only for a CPU profile);
+                        backward, GPU and host side by side (host only for a CPU profile), each
+                        bar labelled with the row's % of the device's limit where it reports work;
                         profile_<label>.png for each when there are several profiles
+  roofline.png / .svg   per profile with measured limits: each row's forward (circle) and backward
+                        (triangle) pass at its arithmetic intensity (FLOP/byte) and achieved
+                        TFLOP/s, under the measured roofs (peak GEMM rate, copy bandwidth);
+                        roofline_<label>.png for each when there are several profiles
   confusion_<label>.png / .svg  per finished run whose summary.json holds a confusion matrix:
                         the test set's confusion matrix as a heatmap (rows: true class, columns:
                         predicted; each row as a share of its class, counts written in the cells
@@ -160,10 +165,73 @@ def profile_chart(profile, label, out, name):
         total = profile.get("total", {})
         t = total.get(f"fwd_{key}_ms", 0) + total.get(f"bwd_{key}_ms", 0)
         ax.set_title(f"{title} time: {t:.3f} ms per step in all")
+        # The % of limit belongs to the timed side: GPU time on CUDA, host time on the CPU.
+        if key == sides[0][1]:
+            for i, r in enumerate(rows):
+                pct = limit_percent(r)
+                if pct is not None:
+                    ax.text(fwd[i] + bwd[i], i, f" {pct:.0f}%", va="center", fontsize=6)
         ax.grid(axis="x", alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(f"minidl profile {label} on {profile.get('device', '?')}: "
                  f"median of {profile.get('measured_steps', '?')} steps")
+    fig.tight_layout()
+    return save(fig, out, name)
+
+
+def limit_percent(row):
+    """The row's % of the limit over both passes (time-weighted), or None without work or limits."""
+    work = row.get("work")
+    if not isinstance(work, dict):
+        return None
+    allowed = taken = 0.0
+    for p in (work.get("fwd", {}), work.get("bwd", {})):
+        if "fraction_of_limit" in p and p.get("ms", 0) > 0:
+            allowed += p["fraction_of_limit"] * p["ms"]
+            taken += p["ms"]
+    return 100.0 * allowed / taken if taken > 0 else None
+
+
+def roofline_chart(profile, label, out, name):
+    limits = profile.get("limits")
+    if not isinstance(limits, dict) or not limits.get("peak_tflops") or not limits.get("copy_gbs"):
+        return []
+    peak, bw = limits["peak_tflops"], limits["copy_gbs"]
+    points = []  # (intensity, tflops, ms, name, backward)
+    for r in profile["rows"]:
+        work = r.get("work")
+        if not isinstance(work, dict):
+            continue
+        for pas, backward in (("fwd", False), ("bwd", True)):
+            p = work.get(pas, {})
+            if p.get("flops", 0) > 0 and p.get("bytes", 0) > 0 and p.get("ms", 0) > 0:
+                points.append((p["flops"] / p["bytes"], p["tflops"], p["ms"], r["name"], backward))
+    if not points:
+        return []
+    fig, ax = plt.subplots(figsize=(9, 6))
+    lo = min(min(p[0] for p in points), limits.get("ridge_flops_per_byte", 1)) / 4
+    hi = max(max(p[0] for p in points), peak * 1e3 / bw) * 4
+    xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+    ax.plot(xs, [min(peak, bw * x / 1e3) for x in xs], color="black", lw=1.5,
+            label=f"roofs: {peak:.1f} TFLOP/s ({limits.get('dtype', '?')} GEMM), {bw:.0f} GB/s (copy)")
+    longest = sorted(points, key=lambda p: -p[2])[:8]
+    for backward, marker, colour in ((False, "o", "#4c72b0"), (True, "^", "#dd8452")):
+        sel = [p for p in points if p[4] == backward]
+        if sel:
+            ax.scatter([p[0] for p in sel], [max(p[1], 1e-6) for p in sel], marker=marker, color=colour,
+                       s=[20 + 200 * p[2] / max(q[2] for q in points) for p in sel], alpha=0.75,
+                       label="backward" if backward else "forward")
+    for p in longest:
+        ax.annotate(p[3] + (" bwd" if p[4] else ""), (p[0], max(p[1], 1e-6)), fontsize=6,
+                    xytext=(3, 3), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP per byte moved, minimum bytes)")
+    ax.set_ylabel("achieved TFLOP/s")
+    ax.grid(which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title(f"minidl roofline {label} on {limits.get('device_name', profile.get('device', '?'))}: "
+                 f"marker area = time; limits {limits.get('source', '?')}", fontsize=9)
     fig.tight_layout()
     return save(fig, out, name)
 
@@ -266,6 +334,7 @@ def main():
     written = training_chart(runs, out) if runs else []
     for profile, label in profiles:
         written += profile_chart(profile, label, out, "profile" if len(profiles) == 1 else f"profile_{label}")
+        written += roofline_chart(profile, label, out, "roofline" if len(profiles) == 1 else f"roofline_{label}")
     for confusion, label in confusions:
         written += confusion_chart(confusion, label, out, f"confusion_{label}")
     for path in written:

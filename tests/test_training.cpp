@@ -162,7 +162,7 @@ struct SignalAtStep : ForwardObserver {
   void enter(const Module& m) override {
     if (m.path().empty() && m.is_training() && ++seen_ == at_) ::raise(sig_);
   }
-  void exit(const Module&) override {}
+  void exit(const Module&, const Tensor&, const Tensor&) override {}
   int sig_, at_, seen_ = 0;
 };
 

@@ -4,11 +4,13 @@
 #include <filesystem>
 #include <iostream>
 
+#include "train/profile_compare.h"
 #include "train/profile_report.h"
 #include "train/run_log.h"
 #include "train/trainer.h"
 #include "core/allocator.h"
 #include "core/error.h"
+#include "core/settings.h"
 
 namespace minidl {
 
@@ -64,7 +66,9 @@ void StepProfiler::finish(RunLog& log, const std::string& dir, std::optional<dou
   }
   std::optional<double> unprofiled;
   if (!unprofiled_ms_.empty()) unprofiled = median(unprofiled_ms_);
-  const ProfileReport report = profiler_.report();
+  ProfileReport report = profiler_.report();
+  report.limits = device_limits(device_, limits_dtype(device_, report.compute_dtype, compute_settings().allow_tf32),
+                                default_limits_cache());
   log.line(format_profile_table(report, unprofiled, graphed_ms));
   write_profile_json(report, dir + "/profile.json", unprofiled, graphed_ms);
   write_chrome_trace(report, dir + "/trace.json");
@@ -72,6 +76,8 @@ void StepProfiler::finish(RunLog& log, const std::string& dir, std::optional<dou
 }
 
 int profile_command(const ProfileOptions& options) {
+  if (!options.compare.empty()) return profile_compare_command(options.compare.at(0), options.compare.at(1));
+  MINIDL_CHECK(!options.config_path.empty(), "minidl profile: --config is required (or --compare A.json B.json)");
   TrainConfig config = load_train_config(options.config_path, options.overrides, options.device, "");
   const std::string dir = options.output_dir.empty() ? config.output_dir + "-profile" : options.output_dir;
   std::filesystem::create_directories(dir);

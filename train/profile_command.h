@@ -23,6 +23,7 @@ struct ProfileOptions {
   int64_t steps = 20;
   int64_t warmup = 5;
   std::string output_dir;  // default: the config's output.dir + "-profile"
+  std::vector<std::string> compare;  // two profile.json files: print them side by side instead
 };
 
 int profile_command(const ProfileOptions& options);

@@ -20,6 +20,28 @@ std::string format_profile_table(const ProfileReport& report,
                                  std::optional<double> unprofiled_step_ms = std::nullopt,
                                  std::optional<double> graphed_step_ms = std::nullopt);
 
+// The roofline of one pass (forward or backward) of a row: its work over its time (GPU time on
+// CUDA, host time on the CPU) against the report's limits.
+struct PassRoofline {
+  bool known = false;   // the row reported its work and ran this pass
+  double flops = 0, bytes = 0, ms = 0;
+  double tflops = 0, gbs = 0;  // achieved
+  // Of the roof at the pass's arithmetic intensity: the time the limits allow (the larger of
+  // FLOPs / peak rate and bytes / copy bandwidth) over the time taken. < 0 without limits.
+  double fraction_of_limit = -1;
+  // "compute" or "memory" (the roof it is under: intensity above or below the ridge), or
+  // "latency" where it reaches under kLatencyBoundFraction of either roof (launches, latency, or a
+  // kernel far from the hardware); "" without limits.
+  std::string bound;
+};
+constexpr double kLatencyBoundFraction = 0.10;
+PassRoofline pass_roofline(const ProfileReport& report, const ProfileRow& row, bool backward);
+
+// The second table: per row and pass with work, GFLOP, MB, achieved TFLOP/s and GB/s, % of the
+// limit and the bound, under a line stating the limits; then the memory: the step's peak and
+// the row that reached it. Rows that do no work of their own (containers, views) are left out.
+std::string format_roofline_table(const ProfileReport& report);
+
 // {"device", "measured_steps", "statistic", "rows": [...], "total": {...}, "step": {...}}; GPU
 // fields appear only when the report was timed on a GPU.
 nlohmann::json profile_json(const ProfileReport& report,

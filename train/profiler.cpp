@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "core/allocator.h"
 #include "core/error.h"
 
 namespace minidl {
@@ -37,6 +38,13 @@ int kind_rank(RowKind k) {
 // runs in backward long after its section closed.
 int section_module_id(int row) { return -2 - row; }
 int row_of_section_module_id(int id) { return -2 - id; }
+
+DeviceMemoryStats memory_stats(bool gpu) { return gpu ? device_memory_stats() : host_memory_stats(); }
+void reset_memory_peak(bool gpu) { gpu ? reset_peak_device_memory() : reset_peak_host_memory(); }
+void raise_memory_peak(bool gpu, double bytes) {
+  const size_t b = static_cast<size_t>(bytes);
+  gpu ? raise_peak_device_memory(b) : raise_peak_host_memory(b);
+}
 
 }  // namespace
 
@@ -77,6 +85,8 @@ void Profiler::begin_step(bool measure) {
   boundaries_.clear();
   stack_.clear();
   frames_.clear();
+  work_.assign(rows_.size(), RowWork{});
+  held_peak_ = 0;
   in_step_ = true;
   measure_ = measure;
   in_backward_ = false;
@@ -96,6 +106,7 @@ void Profiler::end_step() {
   }
   in_step_ = false;
   add_boundary(t, /*last=*/true);
+  raise_memory_peak(gpu_, held_peak_);
   const size_t n = boundaries_.size();
 #ifdef MINIDL_WITH_CUDA
   if (gpu_) events_.read_ms(n, gpu_ms_);
@@ -123,11 +134,13 @@ void Profiler::end_step() {
   last_boundaries_ = boundaries_;
   last_frames_ = frames_;
   last_gpu_ms_ = gpu_ms_;
+  last_work_ = work_;
 }
 
 void Profiler::cancel_step() {
   if (!in_step_) return;
   in_step_ = false;
+  raise_memory_peak(gpu_, std::max(held_peak_, static_cast<double>(memory_stats(gpu_).peak_bytes)));
 #ifdef MINIDL_WITH_CUDA
   for (size_t i = 0; i < stack_.size(); ++i) cuda::nvtx_pop();
 #endif
@@ -139,6 +152,7 @@ void Profiler::discard() {
   last_boundaries_.clear();
   last_frames_.clear();
   last_gpu_ms_.clear();
+  last_work_.clear();
 }
 
 ProfileSection Profiler::section(const char* name) {
@@ -167,13 +181,57 @@ void Profiler::enter(const Module& m) {
   open_frame(module_row(m.id(), &m), false, -1, t);
 }
 
-void Profiler::exit(const Module& m) {
+void Profiler::exit(const Module& m, const Tensor& input, const Tensor& output) {
   if (!in_step_) return;
   Clock::time_point t = Clock::now();
   int id = m.id();
   // A module entered before begin_step has no frame to close.
-  if (id >= 0 && id < static_cast<int>(row_of_module_.size()) && row_of_module_[id] >= 0)
-    close_frame(row_of_module_[id], false, t);
+  if (id < 0 || id >= static_cast<int>(row_of_module_.size()) || row_of_module_[id] < 0) return;
+  const int row = row_of_module_[id];
+  if (!close_frame(row, false, t) || !measure_) return;
+  // Asked after the frame closed: the layer's arithmetic counts among the hooks' own time.
+  const std::optional<LayerWork> w = m.work(input, output);
+  if (!w) {
+    row_work(row).unknown = true;
+    return;
+  }
+  add_row_work(row, *w);
+  if (w->forward.flops > compute_dtype_flops_) {
+    compute_dtype_flops_ = w->forward.flops;
+    compute_dtype_ = output.dtype();
+  }
+}
+
+void Profiler::add_work(const LayerWork& work) {
+  if (!in_step_ || !measure_ || stack_.empty()) return;
+  add_row_work(stack_.back().row, work);
+}
+
+void Profiler::add_work(const std::function<std::optional<LayerWork>()>& work) {
+  if (!in_step_ || !measure_ || stack_.empty()) return;
+  const Clock::time_point t = Clock::now();
+  const int row = stack_.back().row;
+  if (const std::optional<LayerWork> w = work())
+    add_row_work(row, *w);
+  else
+    row_work(row).unknown = true;
+  // A boundary inside the row: its time goes on after the count, which is left out like a hook's.
+  add_boundary(t);
+}
+
+Profiler::RowWork& Profiler::row_work(int row) {
+  if (row >= static_cast<int>(work_.size())) work_.resize(rows_.size());
+  return work_[row];
+}
+
+void Profiler::add_row_work(int row, const LayerWork& w) {
+  RowWork& r = row_work(row);
+  r.reported = true;
+  r.fwd.flops += w.forward.flops;
+  r.fwd.bytes += w.forward.bytes;
+  r.bwd.flops += w.backward.flops;
+  r.bwd.bytes += w.backward.bytes;
+  r.saved += w.saved_bytes;
 }
 
 void Profiler::before_node(const autograd::Node& node) {
@@ -235,6 +293,13 @@ void Profiler::add_boundary(Clock::time_point enter, bool last) {
       b.row = untracked_row(RowKind::Other);
     }
   }
+  // The allocator's books are kept on the host in the order work is queued, which is the order
+  // the stream runs it in: the interval that ends here held `peak` at most.
+  const DeviceMemoryStats m = memory_stats(gpu_);
+  b.allocated = static_cast<double>(m.current_bytes);
+  b.peak = static_cast<double>(m.peak_bytes);
+  held_peak_ = std::max(held_peak_, b.peak);
+  reset_memory_peak(gpu_);
 #ifdef MINIDL_WITH_CUDA
   if (gpu_) events_.record(boundaries_.size());
 #endif
@@ -320,6 +385,7 @@ ProfileReport Profiler::report() const {
   r.device = device_;
   r.gpu_timed = gpu_;
   r.measured_steps = static_cast<int64_t>(steps_.size());
+  r.compute_dtype = compute_dtype_;
 
   std::vector<int> order(rows_.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
@@ -327,8 +393,40 @@ ProfileReport Profiler::report() const {
     return kind_rank(rows_[a].kind) < kind_rank(rows_[b].kind);
   });
 
+  // Memory over the rows' own intervals of the last measured step.
+  struct RowMemory {
+    double kept = 0, fwd_temp = 0, bwd_temp = 0;
+  };
+  std::vector<RowMemory> memory(rows_.size());
+  const std::vector<Boundary>& b = last_boundaries_;
+  for (size_t k = 0; k + 1 < b.size(); ++k) {
+    RowMemory& m = memory[b[k].row];
+    const double temp = std::max(0.0, b[k + 1].peak - b[k].allocated);
+    if (b[k].backward) {
+      m.bwd_temp = std::max(m.bwd_temp, temp);
+    } else {
+      m.kept += b[k + 1].allocated - b[k].allocated;
+      m.fwd_temp = std::max(m.fwd_temp, temp);
+    }
+    if (b[k + 1].peak > r.step_peak_bytes) {
+      r.step_peak_bytes = b[k + 1].peak;
+      r.peak_row = rows_[b[k].row].name;
+      r.peak_backward = b[k].backward;
+    }
+  }
+  if (!b.empty()) r.step_start_bytes = b[0].allocated;
+  for (size_t k = 0; k < b.size(); ++k) {
+    MemorySample sample;
+    sample.ts_us = gpu_ ? 1000.0 * last_gpu_ms_[k]
+                        : std::chrono::duration<double, std::micro>(b[k].leave - b[0].leave).count();
+    sample.allocated_bytes = b[k].allocated;
+    sample.peak_bytes = k + 1 < b.size() ? b[k + 1].peak : b[k].allocated;
+    r.memory.push_back(sample);
+  }
+
   r.total.name = "total";
   r.total.type = "total";
+  r.total.work_known = true;
   for (int i : order) {
     std::vector<double> fg, fh, bg, bh, fc, bc;
     for (const StepTimes& s : steps_) {
@@ -341,6 +439,20 @@ ProfileReport Profiler::report() const {
       bc.push_back(static_cast<double>(t.bwd_calls));
     }
     ProfileRow row = rows_[i];
+    if (i < static_cast<int>(last_work_.size())) {
+      const RowWork& w = last_work_[i];
+      row.work_known = w.reported && !w.unknown;
+      if (row.work_known) {
+        row.fwd_work = w.fwd;
+        row.bwd_work = w.bwd;
+        row.saved_bytes = w.saved;
+      }
+    }
+    if (i < static_cast<int>(memory.size())) {
+      row.fwd_kept_bytes = memory[i].kept;
+      row.fwd_temp_bytes = memory[i].fwd_temp;
+      row.bwd_temp_bytes = memory[i].bwd_temp;
+    }
     row.fwd_gpu_ms = median(fg);
     row.fwd_host_ms = median(fh);
     row.bwd_gpu_ms = median(bg);
@@ -353,6 +465,16 @@ ProfileReport Profiler::report() const {
     r.total.bwd_host_ms += row.bwd_host_ms;
     r.total.fwd_calls += row.fwd_calls;
     r.total.bwd_calls += row.bwd_calls;
+    // The engine's and the trainer's untracked time ("autograd", "other") does no counted work.
+    if ((row.kind == RowKind::Module || row.kind == RowKind::Section) && !row.work_known &&
+        (row.fwd_calls > 0 || row.bwd_calls > 0))
+      r.work_complete = false;
+    r.total.fwd_work.flops += row.fwd_work.flops;
+    r.total.fwd_work.bytes += row.fwd_work.bytes;
+    r.total.bwd_work.flops += row.bwd_work.flops;
+    r.total.bwd_work.bytes += row.bwd_work.bytes;
+    r.total.saved_bytes += row.saved_bytes;
+    r.total.fwd_kept_bytes += row.fwd_kept_bytes;
     r.rows.push_back(std::move(row));
   }
 
@@ -413,6 +535,10 @@ std::vector<TraceEvent> Profiler::build_trace() const {
 ProfileSection profile_section(const char* name) {
   if (!g_installed) return ProfileSection();
   return g_installed->section(name);
+}
+
+void profile_work(const LayerWork& work) {
+  if (g_installed) g_installed->add_work(work);
 }
 
 }  // namespace minidl

@@ -20,12 +20,15 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/autograd.h"
 #include "core/device.h"
 #include "layers/module.h"
+#include "train/device_limits.h"
 #ifdef MINIDL_WITH_CUDA
 #include "core/cuda/profiler_events.h"
 #endif
@@ -46,6 +49,16 @@ struct ProfileRow {
   int module_id = -1;
   double fwd_gpu_ms = 0, fwd_host_ms = 0, bwd_gpu_ms = 0, bwd_host_ms = 0;
   int64_t fwd_calls = 0, bwd_calls = 0;  // module calls / backward nodes per step (median)
+  // Work per step (layers/work.h), from the last measured step: every module call of the row
+  // reported it (Module::work) or, for a section, the trainer did (profile_work). Unknown rows
+  // show "-" rather than 0.
+  bool work_known = false;
+  PassWork fwd_work, bwd_work;
+  double saved_bytes = 0;  // kept for backward by the row's calls (autograd's saved tensors)
+  // Memory from the allocator's counters over the row's own intervals, last measured step:
+  // net bytes its forward left allocated (its outputs and saved tensors) and the most it held
+  // above its starting point at once (temporaries: workspaces such as cuDNN's).
+  double fwd_kept_bytes = 0, fwd_temp_bytes = 0, bwd_temp_bytes = 0;
 
   double gpu_ms() const { return fwd_gpu_ms + bwd_gpu_ms; }
   double host_ms() const { return fwd_host_ms + bwd_host_ms; }
@@ -62,6 +75,14 @@ struct TraceEvent {
   std::string op;        // the autograd op of a backward node ("conv2d"), else empty
 };
 
+// One sample of the allocator's counter at a boundary of the last measured step: what was
+// allocated then and the most allocated at once until the next boundary (a "C" track in trace.json).
+struct MemorySample {
+  double ts_us = 0;  // on the GPU track's clock on CUDA (allocations follow stream order), else host
+  double allocated_bytes = 0;
+  double peak_bytes = 0;
+};
+
 struct ProfileReport {
   Device device;
   bool gpu_timed = false;   // CUDA events were recorded (a CUDA device)
@@ -76,6 +97,20 @@ struct ProfileReport {
   double step_wall_ms = 0;    // median host wall time of the profiled step, hooks included
   double overhead_host_ms = 0;  // median host time per step spent inside the profiler's hooks
   std::vector<TraceEvent> trace;  // the last measured step
+  // The allocator's counters over the last measured step (device memory on CUDA, host memory on
+  // the CPU): allocated at its start, its peak and the row (and direction) that reached it.
+  double step_start_bytes = 0, step_peak_bytes = 0;
+  // Every module and section row that ran reported its work: the total's work is the step's.
+  bool work_complete = true;
+  // The dtype of the output of the call with the most forward FLOPs: what the step computes in,
+  // the dtype whose peak rate is the compute roof.
+  DType compute_dtype = DType::Float32;
+  // The roofs (train/device_limits.h); the caller measures them (the report's rates need them to
+  // give a fraction of the limit and a bound).
+  std::optional<DeviceLimits> limits;
+  std::string peak_row;
+  bool peak_backward = false;
+  std::vector<MemorySample> memory;
 };
 
 class Profiler;
@@ -124,12 +159,18 @@ class Profiler final : public ForwardObserver, public autograd::BackwardObserver
   int64_t measured_steps() const { return static_cast<int64_t>(steps_.size()); }
 
   ProfileSection section(const char* name);
+  // Adds `work` to the innermost open row of the step (a section's data, loss or update: what a
+  // module reports by itself through Module::work). Outside a measured step it does nothing.
+  void add_work(const LayerWork& work);
+  // The same, computing the work only when it is kept, and outside the row's time (like a hook):
+  // a section's count (walking the optimizer's state, say) does not inflate its own row.
+  void add_work(const std::function<std::optional<LayerWork>()>& work);
   // Medians per row over the measured steps and the trace of the last one (errors when none).
   ProfileReport report() const;
 
   // Hooks (called by Module::operator() and the backward engine).
   void enter(const Module& m) override;
-  void exit(const Module& m) override;
+  void exit(const Module& m, const Tensor& input, const Tensor& output) override;
   void before_node(const autograd::Node& node) override;
   void after_node(const autograd::Node& node) override;
 
@@ -142,6 +183,8 @@ class Profiler final : public ForwardObserver, public autograd::BackwardObserver
     Clock::time_point leave;  // when it finished: starts the next one
     int row = -1;             // owner of the interval that starts here (-1 after the last)
     bool backward = false;    // which column of the owner
+    double allocated = 0;     // the allocator's bytes in use at the boundary
+    double peak = 0;          // the most in use during the interval that ends here
   };
   struct Frame {               // an open (on the stack) or closed module call, node or section
     int row = -1;
@@ -152,6 +195,11 @@ class Profiler final : public ForwardObserver, public autograd::BackwardObserver
   struct RowTimes {
     double fwd_gpu = 0, fwd_host = 0, bwd_gpu = 0, bwd_host = 0;
     int64_t fwd_calls = 0, bwd_calls = 0;
+  };
+  struct RowWork {
+    bool reported = false, unknown = false;
+    PassWork fwd, bwd;
+    double saved = 0;
   };
   struct StepTimes {
     std::vector<RowTimes> rows;  // indexed like rows_ (rows made later are absent)
@@ -167,6 +215,8 @@ class Profiler final : public ForwardObserver, public autograd::BackwardObserver
   int section_row(const char* name);
   int untracked_row(RowKind kind);
   int add_row(ProfileRow row);
+  RowWork& row_work(int row);
+  void add_row_work(int row, const LayerWork& w);
   int op_index(const std::string& name);
   std::vector<TraceEvent> build_trace() const;
 
@@ -187,12 +237,17 @@ class Profiler final : public ForwardObserver, public autograd::BackwardObserver
   std::vector<Boundary> boundaries_;
   std::vector<Frame> stack_, frames_;
   std::vector<double> gpu_ms_;  // event times of the current step
+  std::vector<RowWork> work_;   // work of the current step, by row
+  double held_peak_ = 0;  // the allocator's peak since the step began (restored at its end)
+  DType compute_dtype_ = DType::Float32;
+  double compute_dtype_flops_ = -1;  // forward FLOPs of the call compute_dtype_ was taken from
 
   std::vector<StepTimes> steps_;
   // The last measured step, for the trace.
   std::vector<Boundary> last_boundaries_;
   std::vector<Frame> last_frames_;
   std::vector<double> last_gpu_ms_;
+  std::vector<RowWork> last_work_;
 
 #ifdef MINIDL_WITH_CUDA
   cuda::TimingEvents events_;
@@ -202,5 +257,7 @@ class Profiler final : public ForwardObserver, public autograd::BackwardObserver
 // Opens a section on the installed profiler; a no-op object when none is installed, so the
 // trainer can mark its sections unconditionally.
 ProfileSection profile_section(const char* name);
+// Adds `work` to the installed profiler's innermost open row; a no-op when none is installed.
+void profile_work(const LayerWork& work);
 
 }  // namespace minidl

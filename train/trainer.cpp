@@ -12,6 +12,7 @@
 
 #include "train/checkpoint.h"
 #include "train/run_log.h"
+#include "train/step_work.h"
 #include "core/allocator.h"
 #include "core/device.h"
 #include "core/autocast.h"
@@ -284,6 +285,7 @@ Trainer::StepResults Trainer::device_step(bool prepared, double lr, Profiler* pr
   {
     ProfileSection s = profiler ? profiler->section("data") : ProfileSection();
     train_loader_->emit(batch);
+    if (profiler) profiler->add_work([&]() -> std::optional<LayerWork> { return batch_work(batch); });
   }
   Tensor logits = forward(batch.images);
   StepResults results;
@@ -292,6 +294,8 @@ Trainer::StepResults Trainer::device_step(bool prepared, double lr, Profiler* pr
     ProfileSection s = profiler ? profiler->section("loss") : ProfileSection();
     loss = cross_entropy(logits, batch.labels, static_cast<float>(config_.label_smoothing));
     results.correct = correct_predictions(logits.detach(), batch.labels);
+    if (profiler)
+      profiler->add_work([&]() -> std::optional<LayerWork> { return cross_entropy_work(logits, batch.labels); });
   }
   backward_and_update(loss, prepared, lr, profiler);
   results.loss = loss.detach();
@@ -339,6 +343,7 @@ void Trainer::backward_and_update(const Tensor& loss, bool prepared, double lr, 
   optimizer_->apply();
   if (grad_scaler_) grad_scaler_->update();
   optimizer_->zero_grad();
+  if (profiler) profiler->add_work([&] { return optimizer_work(*optimizer_, parameters_); });
 }
 
 Tensor Trainer::tta_logits(const Tensor& images, const Tensor& logits, const std::vector<TtaView>& views) {

@@ -3,6 +3,7 @@
 // driver: after the first step, cudaMalloc and cudaFree are never called. All work runs on one
 // stream, so a block freed on the host may be reused by the next launch at once (stream order
 // guarantees the earlier kernels that used it have finished reading it first).
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -115,6 +116,10 @@ class CachingAllocator {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.peak_bytes = stats_.current_bytes;
   }
+  void raise_peak(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.peak_bytes = std::max(stats_.peak_bytes, bytes);
+  }
  private:
   static constexpr int kShared = -1;
   struct Block {
@@ -164,6 +169,7 @@ void* cached_malloc(size_t bytes) { return allocator().malloc(bytes); }
 void cached_free(void* ptr) { allocator().free(ptr); }
 DeviceMemoryStats cached_stats() { return allocator().stats(); }
 void reset_cached_peak() { allocator().reset_peak(); }
+void raise_cached_peak(size_t bytes) { allocator().raise_peak(bytes); }
 int create_pool() { return allocator().create_pool(); }
 void release_pool(int pool) { allocator().release_pool(pool); }
 void set_active_pool(int pool) { allocator().set_active_pool(pool); }

@@ -14,6 +14,7 @@ void* cached_malloc(size_t bytes);
 void cached_free(void* ptr);
 DeviceMemoryStats cached_stats();
 void reset_cached_peak();
+void raise_cached_peak(size_t bytes);
 enum class CopyKind { HostToDevice, DeviceToHost, DeviceToDevice };
 void copy(void* dst, const void* src, size_t bytes, CopyKind kind);
 void copy_async(void* dst, const void* src, size_t bytes, CopyKind kind);

@@ -121,4 +121,11 @@ const LayerDescriptor& gelu_layer() {
   return layer;
 }
 
+// max(x, 0): one comparison; backward one select against the saved output.
+std::optional<LayerWork> ReLU::work(const Tensor& x, const Tensor& y) const { return elementwise_work(x, y, 1, 1, y); }
+
+// 0.5 * x * (1 + erf(x / sqrt 2)) (or the tanh form): 5 operations counting erf or tanh as one;
+// backward recomputes the cdf and adds x * pdf (exp as one): 9, against the saved input.
+std::optional<LayerWork> GELU::work(const Tensor& x, const Tensor& y) const { return elementwise_work(x, y, 5, 9, x); }
+
 }  // namespace minidl

@@ -23,6 +23,7 @@ class ReLU : public Module {
   Tensor forward(const Tensor& x) override { return relu(x); }
   std::string type_name() const override { return "ReLU"; }
   nlohmann::json to_json() const override { return {{"type", "ReLU"}}; }
+  std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
 };
 
 class GELU : public Module {
@@ -32,6 +33,7 @@ class GELU : public Module {
   std::string type_name() const override { return "GELU"; }
   std::string describe() const override;
   nlohmann::json to_json() const override;
+  std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
 
  private:
   GeluApproximate approximate_;

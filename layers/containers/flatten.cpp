@@ -49,4 +49,14 @@ const LayerDescriptor& flatten_layer() {
   return layer;
 }
 
+// A view when the input is contiguous (nothing moves); otherwise reshape copies it once.
+std::optional<LayerWork> Flatten::work(const Tensor& x, const Tensor& y) const {
+  LayerWork w;
+  if (!x.is_contiguous()) {
+    w.forward.bytes = work_bytes(x) + work_bytes(y);
+    if (y.requires_grad()) w.backward.bytes = work_bytes(y) + work_bytes(x);
+  }
+  return w;
+}
+
 }  // namespace minidl

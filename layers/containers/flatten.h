@@ -16,6 +16,7 @@ class Flatten : public Module {
   Tensor forward(const Tensor& x) override { return flatten(x, start_dim_, end_dim_); }
   std::string type_name() const override { return "Flatten"; }
   nlohmann::json to_json() const override;
+  std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
 
  private:
   int64_t start_dim_, end_dim_;

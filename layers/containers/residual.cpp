@@ -50,4 +50,14 @@ const LayerDescriptor& residual_layer() {
   return layer;
 }
 
+// The residual's own work is the add of x and the body's output (the body's layers report theirs):
+// one FLOP per element, two inputs read, one output written. Its backward hands dy to both
+// branches as it is: no FLOPs, no bytes (the engine's sum of x's two gradients is autograd's).
+std::optional<LayerWork> Residual::work(const Tensor& x, const Tensor& y) const {
+  LayerWork w;
+  w.forward.flops = static_cast<double>(y.numel());
+  w.forward.bytes = 2 * work_bytes(x) + work_bytes(y);
+  return w;
+}
+
 }  // namespace minidl

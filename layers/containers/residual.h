@@ -14,6 +14,7 @@ class Residual : public Module {
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Residual"; }
   nlohmann::json to_json() const override;
+  std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
 };
 
 // The layer type' descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.

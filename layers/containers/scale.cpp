@@ -35,4 +35,9 @@ const LayerDescriptor& scale_layer() {
   return layer;
 }
 
+// One multiply per element each way; the backward needs nothing saved.
+std::optional<LayerWork> Scale::work(const Tensor& x, const Tensor& y) const {
+  return elementwise_work(x, y, 1, 1, Tensor());
+}
+
 }  // namespace minidl

@@ -14,6 +14,7 @@ class Scale : public Module {
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Scale"; }
   std::string describe() const override;
+  std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
   nlohmann::json to_json() const override { return {{"type", "Scale"}, {"value", value_}}; }
   float value() const { return value_; }
 

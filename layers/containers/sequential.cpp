@@ -51,4 +51,7 @@ const LayerDescriptor& sequential_layer() {
   return layer;
 }
 
+// Runs its children and does nothing itself.
+std::optional<LayerWork> Sequential::work(const Tensor&, const Tensor&) const { return LayerWork(); }
+
 }  // namespace minidl

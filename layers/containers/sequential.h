@@ -13,6 +13,7 @@ class Sequential : public Module {
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Sequential"; }
   nlohmann::json to_json() const override;
+  std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
   // The children as a JSON list of layer specs (what Residual prints for its body).
   nlohmann::json layers_json() const;
   size_t size() const { return children().size(); }

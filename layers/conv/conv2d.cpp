@@ -255,4 +255,9 @@ const LayerDescriptor& conv2d_layer() {
   return layer;
 }
 
+// layers/work.h gemm_layer_work: every output a dot product of Cin*kh*kw.
+std::optional<LayerWork> Conv2d::work(const Tensor& x, const Tensor& y) const {
+  return gemm_layer_work(x, y, in_channels_ * kernel_.h * kernel_.w, weight, bias);
+}
+
 }  // namespace minidl

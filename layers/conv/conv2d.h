@@ -34,6 +34,7 @@ class Conv2d : public Module {
   std::string type_name() const override { return "Conv2d"; }
   std::string describe() const override;  // "Conv2d 64->128 k3", "Conv2d 3->8 k3x1 s2"
   nlohmann::json to_json() const override;
+  std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
 
   int64_t in_channels() const { return in_channels_; }
   int64_t out_channels() const { return out_channels_; }

@@ -162,4 +162,9 @@ const LayerDescriptor& linear_layer() {
   return layer;
 }
 
+// layers/work.h gemm_layer_work: every output a dot product of in_features.
+std::optional<LayerWork> Linear::work(const Tensor& x, const Tensor& y) const {
+  return gemm_layer_work(x, y, in_features_, weight, bias);
+}
+
 }  // namespace minidl

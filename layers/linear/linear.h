@@ -21,6 +21,7 @@ class Linear : public Module {
   std::string type_name() const override { return "Linear"; }
   std::string describe() const override;  // "Linear 512->10"
   nlohmann::json to_json() const override;
+  std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
 
   int64_t in_features() const { return in_features_; }
   int64_t out_features() const { return out_features_; }

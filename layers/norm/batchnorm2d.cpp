@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "layers/norm/norm.h"
+#include "layers/norm/norm_work.h"
 #include "layers/registry.h"
 
 namespace minidl {
@@ -82,6 +83,13 @@ const LayerDescriptor& batchnorm2d_layer() {
       {2, 3, 4, 4},
       AutocastRule::InputType};
   return layer;
+}
+
+// layers/norm/norm_work.h over C channels; training also reads and writes the running statistics.
+std::optional<LayerWork> BatchNorm2d::work(const Tensor& x, const Tensor& y) const {
+  LayerWork w = norm_work(x, y, num_features_, weight, bias, is_training(), relu_);
+  if (is_training()) w.forward.bytes += 2 * (work_bytes(running_mean) + work_bytes(running_var));
+  return w;
 }
 
 }  // namespace minidl

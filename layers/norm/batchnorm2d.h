@@ -19,6 +19,7 @@ class BatchNorm2d : public Module {
   std::string type_name() const override { return "BatchNorm2d"; }
   std::string describe() const override;  // "BatchNorm2d 128", "BatchNorm2d 128 +ReLU"
   nlohmann::json to_json() const override;
+  std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
 
   int64_t num_features() const { return num_features_; }
   double eps() const { return eps_; }

@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "layers/norm/norm.h"
+#include "layers/norm/norm_work.h"
 #include "layers/registry.h"
 
 namespace minidl {
@@ -69,6 +70,11 @@ const LayerDescriptor& groupnorm_layer() {
       {2, 4, 3, 3},
       AutocastRule::Float32};
   return layer;
+}
+
+// layers/norm/norm_work.h over N * groups statistics.
+std::optional<LayerWork> GroupNorm::work(const Tensor& x, const Tensor& y) const {
+  return norm_work(x, y, x.size(0) * num_groups_, weight, bias, true, relu_);
 }
 
 }  // namespace minidl

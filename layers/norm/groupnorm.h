@@ -17,6 +17,7 @@ class GroupNorm : public Module {
   std::string type_name() const override { return "GroupNorm"; }
   std::string describe() const override;  // "GroupNorm 32x128" (groups x channels), "+ReLU" when fused
   nlohmann::json to_json() const override;
+  std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
 
   int64_t num_groups() const { return num_groups_; }
   int64_t num_channels() const { return num_channels_; }

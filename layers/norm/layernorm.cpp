@@ -1,8 +1,11 @@
 // The LayerNorm module and its factory; the op is layer_norm (layers/norm/norm.h).
 #include "layers/norm/layernorm.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "layers/norm/norm.h"
+#include "layers/norm/norm_work.h"
 #include "layers/registry.h"
 
 namespace minidl {
@@ -73,6 +76,12 @@ const LayerDescriptor& layernorm_layer() {
       {2, 3, 4, 4},
       AutocastRule::Float32};
   return layer;
+}
+
+// layers/norm/norm_work.h over one statistic per normalized row.
+std::optional<LayerWork> LayerNorm::work(const Tensor& x, const Tensor& y) const {
+  return norm_work(x, y, x.numel() / std::max<int64_t>(1, shape_numel(normalized_shape_)), weight, bias, true,
+                   relu_);
 }
 
 }  // namespace minidl

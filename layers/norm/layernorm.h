@@ -16,6 +16,7 @@ class LayerNorm : public Module {
   std::string type_name() const override { return "LayerNorm"; }
   std::string describe() const override;  // "LayerNorm (512,4,4)", "+ReLU" when fused
   nlohmann::json to_json() const override;
+  std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
 
   const Shape& normalized_shape() const { return normalized_shape_; }
 

@@ -329,4 +329,43 @@ const LayerDescriptor& global_max_pool2d_layer() {
   return layer;
 }
 
+// kh*kw - 1 comparisons per output; backward scatters dy through the saved argmax (no FLOPs),
+// writing every element of dx once.
+std::optional<LayerWork> MaxPool2d::work(const Tensor& x, const Tensor& y) const {
+  LayerWork w;
+  w.forward.flops = static_cast<double>(y.numel()) * static_cast<double>(g_.kernel_h * g_.kernel_w - 1);
+  const double argmax = y.requires_grad() ? work_bytes(y.numel(), kernels::max_pool2d_argmax_dtype(g_)) : 0.0;
+  w.forward.bytes = work_bytes(x) + work_bytes(y) + argmax;
+  if (y.requires_grad()) {
+    w.saved_bytes = argmax;
+    w.backward.bytes = work_bytes(y) + argmax + work_bytes(x);
+  }
+  return w;
+}
+
+// H*W - 1 adds and one scale per output; backward one scale per input element.
+std::optional<LayerWork> GlobalAvgPool2d::work(const Tensor& x, const Tensor& y) const {
+  LayerWork w;
+  w.forward.flops = static_cast<double>(x.numel());
+  w.forward.bytes = work_bytes(x) + work_bytes(y);
+  if (y.requires_grad()) {
+    w.backward.flops = static_cast<double>(x.numel());
+    w.backward.bytes = work_bytes(y) + work_bytes(x);
+  }
+  return w;
+}
+
+// H*W - 1 comparisons per output; backward as MaxPool2d's, through an int32 argmax per output.
+std::optional<LayerWork> GlobalMaxPool2d::work(const Tensor& x, const Tensor& y) const {
+  LayerWork w;
+  w.forward.flops = static_cast<double>(x.numel() - y.numel());
+  const double argmax = y.requires_grad() ? work_bytes(y.numel(), DType::Int32) : 0.0;
+  w.forward.bytes = work_bytes(x) + work_bytes(y) + argmax;
+  if (y.requires_grad()) {
+    w.saved_bytes = argmax;
+    w.backward.bytes = work_bytes(y) + argmax + work_bytes(x);
+  }
+  return w;
+}
+
 }  // namespace minidl

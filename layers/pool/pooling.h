@@ -41,6 +41,7 @@ class MaxPool2d : public Module {
   std::string type_name() const override { return "MaxPool2d"; }
   std::string describe() const override;
   nlohmann::json to_json() const override;
+  std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
 
  private:
   Pool2dGeometry g_;
@@ -51,6 +52,7 @@ class GlobalAvgPool2d : public Module {
   Tensor forward(const Tensor& x) override { return global_avg_pool2d(x); }
   std::string type_name() const override { return "GlobalAvgPool2d"; }
   nlohmann::json to_json() const override { return {{"type", "GlobalAvgPool2d"}}; }
+  std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
 };
 
 class GlobalMaxPool2d : public Module {
@@ -58,6 +60,7 @@ class GlobalMaxPool2d : public Module {
   Tensor forward(const Tensor& x) override { return global_max_pool2d(x); }
   std::string type_name() const override { return "GlobalMaxPool2d"; }
   nlohmann::json to_json() const override { return {{"type", "GlobalMaxPool2d"}}; }
+  std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
 };
 
 // The layer types' descriptors (layers/layer_descriptor.h), listed in layers/registry.cpp.

@@ -1,0 +1,50 @@
+#include "train/step_work.h"
+
+#include <string>
+
+namespace minidl {
+
+LayerWork batch_work(const Batch& batch) {
+  LayerWork w;
+  const int64_t n = batch.images.numel();
+  w.forward.flops = 2.0 * static_cast<double>(n);
+  w.forward.bytes = work_bytes(n, DType::UInt8) + work_bytes(batch.images) + 2 * work_bytes(batch.labels);
+  return w;
+}
+
+LayerWork cross_entropy_work(const Tensor& logits, const Tensor& labels) {
+  LayerWork w;
+  const double n = static_cast<double>(logits.numel());
+  w.forward.flops = 7 * n;
+  // The loss and the count are a float32 and an int32.
+  w.forward.bytes = 2 * work_bytes(logits) + work_bytes(labels) + 8;
+  w.backward.flops = n;
+  w.backward.bytes = 2 * work_bytes(logits);
+  w.saved_bytes = work_bytes(logits);
+  return w;
+}
+
+std::optional<LayerWork> optimizer_work(const Optimizer& optimizer, const std::vector<Tensor>& parameters) {
+  const std::string type = optimizer.to_json().value("type", "");
+  double flops_per_element = 0;
+  if (type == "SGD")
+    flops_per_element = 6;
+  else if (type == "AdamW")
+    flops_per_element = 14;
+  else
+    return std::nullopt;
+  LayerWork w;
+  double elements = 0, state_bytes = 0;
+  for (const Tensor& p : parameters) {
+    if (!p.grad().defined()) continue;
+    elements += static_cast<double>(p.numel());
+    // Parameter read and written, gradient read and zeroed.
+    w.forward.bytes += 2 * work_bytes(p) + 2 * work_bytes(p.grad());
+  }
+  for (const auto& [name, t] : optimizer.state_tensors()) state_bytes += work_bytes(t);
+  w.forward.bytes += 2 * state_bytes;
+  w.forward.flops = flops_per_element * elements;
+  return w;
+}
+
+}  // namespace minidl

@@ -1,0 +1,32 @@
+// The work (layers/work.h) of the training step's sections, which are not modules: the batch the
+// loader emits, the loss and the optimizer update. The trainer hands them to the profiler inside
+// each section (Profiler::add_work), as modules report theirs through Module::work.
+#pragma once
+#include <optional>
+#include <vector>
+
+#include "data/loader.h"
+#include "layers/work.h"
+#include "optim/optimizer.h"
+
+namespace minidl {
+
+// The batch kernel: gathers uint8 pixels (one byte per element read), normalizes them (a
+// subtract and a multiply per element; flips and crops move no extra bytes) and writes the
+// images and labels.
+LayerWork batch_work(const Batch& batch);
+
+// Fused softmax cross-entropy (layers/loss/loss.h) and the count of correct predictions: per
+// logit a max, a subtract, an exp, a sum, and the gradient (softmax - q) / N (2), 6 FLOPs, and the
+// argmax's comparison, 1; the logits and labels read once, dlogits written in the logits' dtype.
+// Backward: dlogits scaled by the incoming gradient, 1 FLOP per logit, read and written.
+LayerWork cross_entropy_work(const Tensor& logits, const Tensor& labels);
+
+// The update of every parameter with a gradient and the zeroing of the gradients: each
+// parameter, its gradient and its state tensors read, the parameter and state written, the
+// gradient zeroed. FLOPs per element: SGD 6 (weight decay, momentum, step: a multiply-add each),
+// AdamW 14 (two moments 4, bias-corrected denominator with a sqrt 4, decay and step 6). Other
+// optimizers (Muon's Newton-Schulz GEMMs, Lookahead's averaging) are not counted: nullopt.
+std::optional<LayerWork> optimizer_work(const Optimizer& optimizer, const std::vector<Tensor>& parameters);
+
+}  // namespace minidl
