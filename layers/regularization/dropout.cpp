@@ -122,6 +122,16 @@ Tensor DropPath::forward(const Tensor& x) {
 
 std::string DropPath::describe() const { return str("DropPath p=", p_); }
 
+// One multiply per element each way (the draw's integer arithmetic is not counted); nothing is
+// saved, the backward redraws the mask. In eval mode, or at p = 0, the layer passes x through.
+std::optional<LayerWork> Dropout::work(const Tensor& x, const Tensor& y) const {
+  return x.same(y) ? LayerWork() : elementwise_work(x, y, 1, 1, Tensor());
+}
+
+std::optional<LayerWork> DropPath::work(const Tensor& x, const Tensor& y) const {
+  return x.same(y) ? LayerWork() : elementwise_work(x, y, 1, 1, Tensor());
+}
+
 namespace {
 
 double read_p(LayerArgs& args, double fallback) {

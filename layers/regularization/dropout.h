@@ -5,6 +5,7 @@
 // CUDA graph. The trainer sets the seed once and the step before each step's device work.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "layers/layer_descriptor.h"
@@ -39,6 +40,7 @@ class Dropout : public Module {
   std::string type_name() const override { return "Dropout"; }
   std::string describe() const override;  // "Dropout p=0.1"
   nlohmann::json to_json() const override { return {{"type", "Dropout"}, {"p", p_}}; }
+  std::optional<LayerWork> work(const Tensor& x, const Tensor& y) const override;
   double p() const { return p_; }
 
  private:
@@ -54,6 +56,7 @@ class DropPath : public Module {
   std::string type_name() const override { return "DropPath"; }
   std::string describe() const override;  // "DropPath p=0.1"
   nlohmann::json to_json() const override { return {{"type", "DropPath"}, {"p", p_}}; }
+  std::optional<LayerWork> work(const Tensor& x, const Tensor& y) const override;
   double p() const { return p_; }
 
  private:

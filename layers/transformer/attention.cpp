@@ -117,6 +117,30 @@ Tensor MultiheadAttention::forward(const Tensor& x) {
   return (*out_proj)(self_attention(qkv, num_heads_, p, dropout_salt(path())));
 }
 
+// In-projection: 2 FLOPs per multiply-add of (N*T, D) x (D, 3D) plus the bias; x, the weight and
+// bias read, qkv written. Attention: Q K^T and P V, 2 * T * T * D multiply-adds per sample, and 5
+// FLOPs per score for the softmax (max, subtract, exp, sum, scale); qkv read, the heads' output
+// written (the fused kernels' minimum: no T x T tensor in memory). Backward: twice the products'
+// FLOPs each, the softmax's again; dout and qkv read, dqkv written; dW (float32), db and dx.
+// Saved: x and qkv.
+std::optional<LayerWork> MultiheadAttention::work(const Tensor& x, const Tensor& y) const {
+  const double tokens = static_cast<double>(x.numel() / embed_dim_), d = static_cast<double>(embed_dim_);
+  const double t = static_cast<double>(x.size(1)), scores = tokens * t * static_cast<double>(num_heads_);
+  const double act = work_bytes(y);  // one (N, T, D) activation
+  const double w_bytes = work_bytes(in_proj_weight.numel(), y.dtype()) +
+                         work_bytes(in_proj_bias.defined() ? in_proj_bias.numel() : 0, y.dtype());
+  LayerWork w;
+  const double proj = 2 * tokens * d * 3 * d + (in_proj_bias.defined() ? tokens * 3 * d : 0.0);
+  const double attention = 4 * tokens * t * d + 5 * scores;
+  w.forward.flops = proj + attention;
+  w.forward.bytes = work_bytes(x) + w_bytes + 3 * act + 3 * act + act;
+  w.backward.flops = 2 * proj + 8 * tokens * t * d + 4 * scores;
+  w.backward.bytes = act + 3 * act + 3 * act + 3 * act + work_bytes(x) + w_bytes + work_bytes(in_proj_weight) +
+                     (in_proj_bias.defined() ? work_bytes(in_proj_bias) : 0.0) + (x.requires_grad() ? work_bytes(x) : 0.0);
+  w.saved_bytes = work_bytes(x) + 3 * act;
+  return w;
+}
+
 std::string MultiheadAttention::describe() const { return str("MultiheadAttention ", embed_dim_, " h", num_heads_); }
 
 nlohmann::json MultiheadAttention::to_json() const {

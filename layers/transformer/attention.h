@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "layers/linear/linear.h"
@@ -29,6 +30,8 @@ class MultiheadAttention : public Module {
   std::string type_name() const override { return "MultiheadAttention"; }
   std::string describe() const override;  // "MultiheadAttention 384 h6"
   nlohmann::json to_json() const override;
+  // Its own work: the in-projection and the attention (out_proj, a child Linear, reports its own).
+  std::optional<LayerWork> work(const Tensor& x, const Tensor& y) const override;
 
   int64_t embed_dim() const { return embed_dim_; }
   int64_t num_heads() const { return num_heads_; }

@@ -1,6 +1,7 @@
 // The TransformerEncoderLayer container and its factory.
 #include "layers/transformer/encoder_layer.h"
 
+#include "core/autocast.h"
 #include "core/error.h"
 #include "core/tensor_ops.h"
 #include "layers/activation/activation.h"
@@ -49,6 +50,26 @@ Tensor TransformerEncoderLayer::forward(const Tensor& x_in) {
   }
   x = (*norm1)(add(x, (*drop_path1)((*dropout1)((*self_attn)(x)))));
   return (*norm2)(add(x, (*drop_path2)(feed_forward(x))));
+}
+
+// Residual adds: one FLOP per element, two inputs read, one output written, nothing backward (dy
+// goes to both branches as it is). The activation over (N, T, dim_feedforward) in the MLP's
+// dtype (autocast's, else the output's): GELU ~8 FLOPs forward and 12 backward per
+// element (erf counted as 1), ReLU 1 and 1; its input saved (GELU) or its output (ReLU).
+std::optional<LayerWork> TransformerEncoderLayer::work(const Tensor& x, const Tensor& y) const {
+  LayerWork w;
+  const double n = static_cast<double>(y.numel());
+  w.forward.flops = 2 * n;
+  w.forward.bytes = 2 * (2 * work_bytes(x) + work_bytes(y));
+  const double hidden = n / static_cast<double>(o_.d_model) * static_cast<double>(o_.dim_feedforward);
+  const bool gelu_act = o_.activation == "gelu";
+  const double hidden_bytes = hidden * static_cast<double>(dtype_size(autocast_active() ? autocast_dtype() : y.dtype()));
+  w.forward.flops += (gelu_act ? 8 : 1) * hidden;
+  w.forward.bytes += 2 * hidden_bytes;
+  w.backward.flops = (gelu_act ? 12 : 1) * hidden;
+  w.backward.bytes = 3 * hidden_bytes;
+  w.saved_bytes = hidden_bytes;
+  return w;
 }
 
 std::string TransformerEncoderLayer::describe() const {

@@ -11,6 +11,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "layers/linear/linear.h"
@@ -39,6 +40,8 @@ class TransformerEncoderLayer : public Module {
   std::string type_name() const override { return "TransformerEncoderLayer"; }
   std::string describe() const override;  // "TransformerEncoderLayer 384 h6 ff1152 pre-norm"
   nlohmann::json to_json() const override;
+  // Its own work: the two residual adds and the activation (its children report theirs).
+  std::optional<LayerWork> work(const Tensor& x, const Tensor& y) const override;
 
   std::shared_ptr<MultiheadAttention> self_attn;
   std::shared_ptr<Linear> linear1, linear2;

@@ -175,6 +175,46 @@ Tensor ClassToken::forward(const Tensor& x) {
 
 std::string ClassToken::describe() const { return str("ClassToken ", embed_dim_); }
 
+// The reorder from NCHW (none from channels-last memory: a view) each way.
+std::optional<LayerWork> Tokens::work(const Tensor& x, const Tensor& y) const {
+  LayerWork w;
+  if (x.is_channels_last()) return w;
+  w.forward.bytes = work_bytes(x) + work_bytes(y);
+  if (x.requires_grad()) w.backward.bytes = w.forward.bytes;
+  return w;
+}
+
+// One add per element; backward: dx is dy itself, dW the batch sum of dy (one add per element).
+std::optional<LayerWork> PositionEmbedding::work(const Tensor& x, const Tensor& y) const {
+  LayerWork w;
+  w.forward.flops = static_cast<double>(y.numel());
+  w.forward.bytes = work_bytes(x) + work_bytes(weight) + work_bytes(y);
+  w.backward.flops = static_cast<double>(y.numel());
+  w.backward.bytes = work_bytes(y) + work_bytes(weight);
+  return w;
+}
+
+// A copy each way, plus the batch sum of the class token's gradient.
+std::optional<LayerWork> ClassToken::work(const Tensor& x, const Tensor& y) const {
+  LayerWork w;
+  w.forward.bytes = work_bytes(x) + work_bytes(cls_token) + work_bytes(y);
+  w.backward.flops = static_cast<double>(x.size(0) * embed_dim_);
+  w.backward.bytes = work_bytes(y) + (x.requires_grad() ? work_bytes(x) : 0.0) + work_bytes(cls_token);
+  return w;
+}
+
+// mean: one add per input element and a divide per output; cls: a copy. The backward writes dx.
+std::optional<LayerWork> TokenPool::work(const Tensor& x, const Tensor& y) const {
+  LayerWork w;
+  w.forward.flops = mean_ ? static_cast<double>(x.numel() + y.numel()) : 0.0;
+  w.forward.bytes = (mean_ ? work_bytes(x) : work_bytes(y)) + work_bytes(y);
+  if (x.requires_grad()) {
+    w.backward.flops = mean_ ? static_cast<double>(x.numel()) : 0.0;
+    w.backward.bytes = work_bytes(y) + work_bytes(x);
+  }
+  return w;
+}
+
 namespace {
 
 std::shared_ptr<Module> make_tokens(LayerArgs& args) {

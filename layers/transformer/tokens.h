@@ -8,6 +8,7 @@
 // bf16 autocast the residual stream after PositionEmbedding is float32, as in PyTorch.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "layers/layer_descriptor.h"
@@ -25,6 +26,7 @@ class Tokens : public Module {
   Tensor forward(const Tensor& x) override { return tokens(x); }
   std::string type_name() const override { return "Tokens"; }
   nlohmann::json to_json() const override { return {{"type", "Tokens"}}; }
+  std::optional<LayerWork> work(const Tensor& x, const Tensor& y) const override;
 };
 
 class PositionEmbedding : public Module {
@@ -34,6 +36,7 @@ class PositionEmbedding : public Module {
   std::string type_name() const override { return "PositionEmbedding"; }
   std::string describe() const override;  // "PositionEmbedding 64x384"
   nlohmann::json to_json() const override;
+  std::optional<LayerWork> work(const Tensor& x, const Tensor& y) const override;
 
   Tensor weight;  // (1, num_tokens, embed_dim)
 
@@ -49,6 +52,7 @@ class ClassToken : public Module {
   std::string type_name() const override { return "ClassToken"; }
   std::string describe() const override;  // "ClassToken 384"
   nlohmann::json to_json() const override { return {{"type", "ClassToken"}, {"embed_dim", embed_dim_}}; }
+  std::optional<LayerWork> work(const Tensor& x, const Tensor& y) const override;
 
   Tensor cls_token;  // (1, 1, embed_dim)
 
@@ -63,6 +67,7 @@ class TokenPool : public Module {
   std::string type_name() const override { return "TokenPool"; }
   std::string describe() const override { return mean_ ? "TokenPool mean" : "TokenPool cls"; }
   nlohmann::json to_json() const override { return {{"type", "TokenPool"}, {"mode", mean_ ? "mean" : "cls"}}; }
+  std::optional<LayerWork> work(const Tensor& x, const Tensor& y) const override;
 
  private:
   bool mean_;
