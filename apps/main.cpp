@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "bench/bench_accuracy.h"
+#include "bench/bench_attention.h"
 #include "bench/bench_conv.h"
 #include "bench/bench_data.h"
 #include "bench/bench_norm.h"
@@ -84,8 +85,8 @@ int main(int argc, char** argv) {
   auto* layers_cmd = add_layers_command(app, layers_json);
 
   // bench and parity hand everything after their name to their own parsers.
-  auto* bench_cmd = app.add_subcommand("bench", "benchmarks: accuracy (time to accuracy), train (images/s), norm (kernels), conv (GEMM rates), data (image decoding)");
-  bench_cmd->footer("usage: minidl bench accuracy|train|norm|conv|data [options]");
+  auto* bench_cmd = app.add_subcommand("bench", "benchmarks: accuracy (time to accuracy), train (images/s), norm (kernels), conv (GEMM rates), data (image decoding), attention (kernels)");
+  bench_cmd->footer("usage: minidl bench accuracy|train|norm|conv|data|attention [options]");
   bench_cmd->prefix_command();
 
   auto* parity_cmd = app.add_subcommand("parity", "run one layer or one training step for the PyTorch parity check");
@@ -106,7 +107,7 @@ int main(int argc, char** argv) {
     if (*bench_cmd) {
       std::vector<std::string> rest = bench_cmd->remaining();
       if (rest.empty()) {
-        std::cerr << "minidl bench: which benchmark? accuracy, train, norm, conv or data\n";
+        std::cerr << "minidl bench: which benchmark? accuracy, train, norm, conv, data or attention\n";
         return 2;
       }
       const std::string what = rest.front();
@@ -116,7 +117,8 @@ int main(int argc, char** argv) {
       if (what == "norm") return bench_norm_main(rest);
       if (what == "conv") return bench_conv_main(rest);
       if (what == "data") return bench_data_main(rest);
-      std::cerr << "minidl bench: unknown benchmark '" << what << "' (accuracy, train, norm, conv or data)\n";
+      if (what == "attention") return bench_attention_main(rest);
+      std::cerr << "minidl bench: unknown benchmark '" << what << "' (accuracy, train, norm, conv, data or attention)\n";
       return 2;
     }
     if (*parity_cmd) return parity_main(parity_cmd->remaining());

@@ -30,6 +30,27 @@ void init_uniform_(Tensor& t, float bound) {
   t.copy_(Tensor::from_vector(v, t.shape()));
 }
 
+void init_trunc_normal_(Tensor& t, float std) {
+  MINIDL_CHECK(t.dtype() == DType::Float32, "init_trunc_normal_: expects float32, got ", t.str());
+  const uint64_t ordinal = g_ordinal++;
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  for (size_t i = 0; i < v.size(); ++i) {
+    // Attempt a draws from stream kStreamInit + (a << 32): a redraw never reuses another element's
+    // numbers.
+    for (uint64_t attempt = 0;; ++attempt) {
+      const Philox4 r = philox(g_seed, kStreamInit | (attempt << 32), (ordinal << 32) | i);
+      const double u1 = (static_cast<double>(r.v[0] >> 8) + 1.0) / 16777216.0;  // (0, 1]
+      const double u2 = uniform01(r.v[1]);
+      const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2) * std;
+      if (z >= -2.0 && z <= 2.0) {
+        v[i] = static_cast<float>(z);
+        break;
+      }
+    }
+  }
+  t.copy_(Tensor::from_vector(v, t.shape()));
+}
+
 void init_fan_in_uniform_(Tensor& weight, Tensor* bias, int64_t fan_in) {
   const float bound = 1.f / std::sqrt(static_cast<float>(fan_in));
   init_uniform_(weight, bound);

@@ -12,6 +12,9 @@ namespace minidl {
 void set_init_seed(uint64_t seed);
 // Fills t (any device) with U(-bound, bound) drawn on the host.
 void init_uniform_(Tensor& t, float bound);
+// torch.nn.init.trunc_normal_(t, std=std): N(0, std^2) redrawn outside [-2, 2] (PyTorch's
+// absolute default bounds), by Box-Muller on the host.
+void init_trunc_normal_(Tensor& t, float std);
 // PyTorch's default for a layer with `fan_in` inputs per output (Conv2d, Linear):
 // kaiming_uniform_(a=sqrt(5)) for the weight and U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for the bias
 // (bias may be null), which come to the same bound; the weight draws first.

@@ -14,6 +14,10 @@
 #include "layers/norm/groupnorm.h"
 #include "layers/norm/layernorm.h"
 #include "layers/pool/pooling.h"
+#include "layers/regularization/dropout.h"
+#include "layers/transformer/attention.h"
+#include "layers/transformer/encoder_layer.h"
+#include "layers/transformer/tokens.h"
 
 namespace minidl {
 
@@ -24,6 +28,9 @@ const std::vector<const LayerDescriptor*>& layer_descriptors() {
       &layernorm_layer(),      &relu_layer(),            &gelu_layer(),              &maxpool2d_layer(),
       &global_avg_pool2d_layer(), &global_max_pool2d_layer(), &flatten_layer(),       &scale_layer(),
       &sequential_layer(),     &residual_layer(),
+      &dropout_layer(),        &drop_path_layer(),       &tokens_layer(),            &position_embedding_layer(),
+      &class_token_layer(),    &token_pool_layer(),      &multihead_attention_layer(),
+      &transformer_encoder_layer_layer(),
   };
   return table;
 }

@@ -27,6 +27,7 @@
 #include "data/tta.h"
 #include "layers/registry.h"
 #include "layers/containers/sequential.h"
+#include "layers/regularization/dropout.h"
 #include "optim/named_params.h"
 #include "train/precision.h"
 
@@ -107,6 +108,7 @@ Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Da
   }
   set_cuda_graphs(config.cuda_graph);
   set_init_seed(config.seed);
+  set_dropout_seed(config.seed);
   model_ = build_sequential(config.model.at("layers"), "model.layers");
   model_->assign_paths();
   model_->to(device_);
@@ -211,6 +213,8 @@ double Trainer::lr_at(int64_t step) const {
 
 bool Trainer::train_step(int64_t step, StepRecord* record, Profiler* profiler) {
   if (!train_loader_->advance()) return false;
+  // Dropout draws read the step from the device (a graph replay too).
+  set_dropout_step(step, device_);
   freeze_.apply(step);
   const double lr = lr_at(step);
   StepResults results;

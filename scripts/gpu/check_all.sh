@@ -21,6 +21,8 @@
 #   norm_single_read  the single-read normalization paths (scripts/gpu/norm_single_read.sh)
 #   onnx       ONNX round trip through onnxruntime (scripts/gpu/onnx_check.sh)
 #   tensorboard  TensorBoard round trip (scripts/gpu/tensorboard_check.sh)
+#   profile    the profile with its roofline beside bench conv (scripts/gpu/profile_check.sh)
+#   image_folder  airbench94 from the CIFAR-10 JPEG folder against the binaries (scripts/gpu/image_folder.sh)
 # A failing stage does not stop the next; the script exits 1 when any failed, listing them.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -106,6 +108,10 @@ for stage in $stages; do
       run timeout 580 bash "$root/scripts/gpu/onnx_check.sh" "$bin" "$s" 2>&1 | tee "$s/onnx.log" | tail -8 ;;
     tensorboard)
       run timeout 300 bash "$root/scripts/gpu/tensorboard_check.sh" "$bin" "$s" 2>&1 | tee "$s/tensorboard.log" | tail -8 ;;
+    profile)
+      run timeout 300 bash "$root/scripts/gpu/profile_check.sh" "$bin" "$s" 2>&1 | tee "$s/profile.log" | tail -40 ;;
+    image_folder)
+      run timeout 580 bash "$root/scripts/gpu/image_folder.sh" "$bin" "$s" 2>&1 | tee "$s/image_folder.log" | tail -30 ;;
     *)
       echo "check_all.sh: unknown stage '$stage'" | tee -a "$out/FAILED" ;;
   esac

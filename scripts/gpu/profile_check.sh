@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The profile with its roofline on the GPU (docs/profiling.md), in one device run.
 #   scripts/gpu/profile_check.sh BIN_DIR OUT_DIR
-# BIN_DIR holds minidl built with CUDA. Runs, each listed in OUT_DIR/FAILED when it fails (the
+# BIN_DIR holds minidl built with CUDA; the data is $CIFAR10_DIR, else decoded into OUT_DIR/cifar10
+# (scripts/gpu/run_stage.sh). Runs, each listed in OUT_DIR/FAILED when it fails (the
 # script then exits 1):
 #   1. minidl profile of configs/resnet9_bf16.json (the README's table), configs/resnet9.json
 #      (float32 with TF32, the setting `minidl bench conv` times) and configs/airbench94.json,
@@ -17,16 +18,10 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${1:?usage: profile_check.sh BIN_DIR OUT_DIR}
 out=${2:?usage: profile_check.sh BIN_DIR OUT_DIR}
-mkdir -p "$out"
-rm -f "$out/FAILED"
-export LD_LIBRARY_PATH="$root/.devshare/lib:${LD_LIBRARY_PATH:-}"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader || true
-if [ -z "${CIFAR10_DIR:-}" ]; then
-  CIFAR10_DIR=/tmp/cifar10
-  bash "$root/.devshare/tools/prepare-cifar10.sh" "$CIFAR10_DIR" >/dev/null
-fi
-export CIFAR10_DIR MINIDL_DATA_DIR=$CIFAR10_DIR MINIDL_LIMITS_CACHE=$out/limits.json
 source "$root/scripts/gpu/run_stage.sh"
+gpu_setup "$out"
+export MINIDL_LIMITS_CACHE=$out/limits.json
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader || true
 
 for cfg in resnet9_bf16 resnet9 airbench94; do
   run timeout 200 "$bin/minidl" profile --config "$root/configs/$cfg.json" --set data.dir="$CIFAR10_DIR" \
@@ -80,7 +75,4 @@ for row in profile["rows"]:
     print(f"{row['name']:34s} {match:20s} {fwd_p:9.1f} {fwd_b:7.1f} {rf:6.2f} {bwd_p:9.1f} {bwd_b:7.1f} {rb:6.2f}")
 print(f"largest difference: {100 * worst:.1f}% (target: within 10%)")
 PY
-if [ -s "$out/FAILED" ]; then
-  echo "FAILED:"; cat "$out/FAILED"; exit 1
-fi
-echo "profile_check: ok"
+gpu_finish profile_check.sh

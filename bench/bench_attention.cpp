@@ -1,0 +1,161 @@
+#include "bench/bench_attention.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <memory>
+
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/tensor.h"
+#include "layers/regularization/dropout.h"
+#include "layers/transformer/attention.h"
+#include "layers/transformer/attention_kernels.h"
+#ifdef MINIDL_WITH_CUDA
+#include "core/cuda/profiler_events.h"
+#endif
+
+namespace minidl {
+
+namespace {
+
+#ifdef MINIDL_WITH_CUDA
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double time_cuda_ms(const std::function<void()>& fn, int repeat) {
+  const int calls = 20;
+  fn();  // warm-up: cuBLAS picks its kernels, the allocator caches the blocks
+  cuda::TimingEvents ev;
+  std::vector<double> per_call, ms;
+  for (int r = 0; r < repeat; ++r) {
+    cuda::stall_stream(2.0);
+    ev.record(0);
+    for (int i = 0; i < calls; ++i) fn();
+    ev.record(1);
+    ev.read_ms(2, ms);
+    per_call.push_back(ms[1] / calls);
+  }
+  return median(per_call);
+}
+#endif
+
+DType parse_dtype(const std::string& s) {
+  if (s == "bf16") return DType::BFloat16;
+  if (s == "fp16") return DType::Float16;
+  if (s == "fp32") return DType::Float32;
+  fail(str("bench attention: --dtype must be bf16, fp16 or fp32, got '", s, "'"));
+}
+
+}  // namespace
+
+int bench_attention_main(const std::vector<std::string>& args) {
+  int64_t batch = 512, tokens = 64, width = 384, heads = 6;
+  std::string dtype_arg = "bf16", csv_path;
+  double dropout_p = 0;
+  int repeat = 9;
+  for (size_t i = 0; i < args.size(); ++i) {
+    auto value = [&]() -> const std::string& {
+      MINIDL_CHECK(i + 1 < args.size(), "bench attention: ", args[i], " needs a value");
+      return args[++i];
+    };
+    if (args[i] == "--batch") batch = std::stoll(value());
+    else if (args[i] == "--tokens") tokens = std::stoll(value());
+    else if (args[i] == "--width") width = std::stoll(value());
+    else if (args[i] == "--heads") heads = std::stoll(value());
+    else if (args[i] == "--dtype") dtype_arg = value();
+    else if (args[i] == "--dropout") dropout_p = std::stod(value());
+    else if (args[i] == "--repeat") repeat = std::stoi(value());
+    else if (args[i] == "--csv") csv_path = value();
+    else fail(str("bench attention: unknown option '", args[i], "' (--batch, --tokens, --width, --heads, --dtype, "
+                  "--dropout, --repeat, --csv)"));
+  }
+  MINIDL_CHECK(batch >= 1 && tokens >= 1 && heads >= 1 && width >= heads && width % heads == 0,
+               "bench attention: need batch, tokens >= 1 and a width that is a multiple of heads, got batch ", batch,
+               " tokens ", tokens, " width ", width, " heads ", heads);
+  MINIDL_CHECK(repeat >= 1, "bench attention: --repeat must be >= 1, got ", repeat);
+  MINIDL_CHECK(dropout_p >= 0 && dropout_p <= 1, "bench attention: --dropout must be in [0, 1], got ", dropout_p);
+  const DType t = parse_dtype(dtype_arg);
+#ifdef MINIDL_WITH_CUDA
+  MINIDL_CHECK(cuda_available(), "bench attention: needs a CUDA GPU");
+  const Device d = Device::cuda();
+  const kernels::AttentionShape s{batch, tokens, heads, width / heads};
+  // Non-trivial values: a spread of scores, so the softmax is not uniform.
+  std::vector<float> values(static_cast<size_t>(batch * tokens * 3 * width));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>((i * 2654435761u) % 1000) / 500.f - 1.f;
+  const Tensor qkv = Tensor::from_vector(values, {batch, tokens, 3 * width}).to(t).to(d);
+  const Tensor dout = Tensor::full({batch, tokens, width}, 0.01f, d).to(t);
+  Tensor probs = Tensor::empty({batch, heads, tokens, tokens}, t, d), dropped = Tensor::empty_like(probs);
+  Tensor out = Tensor::empty({batch, tokens, width}, t, d), dqkv = Tensor::empty_like(qkv);
+  set_dropout_step(0, d);
+  const DropoutDraw draw = dropout_draw(static_cast<float>(dropout_p), 1, 1);
+  const DropoutDraw* dp = dropout_p > 0 ? &draw : nullptr;
+  const int64_t* step = dropout_step_on(d);
+  const double gemm_fwd = time_cuda_ms(
+      [&] { kernels::attention_forward_cuda(t, s, dp, step, qkv.raw_data(), probs.raw_data(), dropped.raw_data(), out.raw_data()); },
+      repeat);
+  const double gemm_bwd = time_cuda_ms(
+      [&] {
+        kernels::attention_backward_cuda(t, s, dp, step, qkv.raw_data(), probs.raw_data(), dropped.raw_data(),
+                                         dout.raw_data(), dqkv.raw_data());
+      },
+      repeat);
+  const bool fused = kernels::attention_fused_cuda_fits(t, s, qkv.raw_data());
+  double fused_fwd = 0, fused_bwd = 0;
+  if (fused) {
+    fused_fwd = time_cuda_ms(
+        [&] { kernels::attention_fused_forward_cuda(t, s, dp, step, qkv.raw_data(), out.raw_data()); }, repeat);
+    fused_bwd = time_cuda_ms(
+        [&] { kernels::attention_fused_backward_cuda(t, s, dp, step, qkv.raw_data(), dout.raw_data(), dqkv.raw_data()); },
+        repeat);
+  }
+  // What the op runs: the fused kernels where they fit.
+  const double fwd = fused ? fused_fwd : gemm_fwd, bwd = fused ? fused_bwd : gemm_bwd;
+  Tensor leaf = qkv.detach();
+  leaf.set_requires_grad(true);
+  const double op = time_cuda_ms(
+      [&] {
+        Tensor y = self_attention(leaf, heads, static_cast<float>(dropout_p), 1);
+        autograd::backward(y, dout);
+        leaf.set_grad(Tensor());
+      },
+      repeat);
+  // The GEMMs' FLOPs: two products forward (Q K^T, P V), four backward.
+  const double gflop = 4.0 * batch * heads * tokens * tokens * (width / heads) / 1e9;
+  std::printf("bench attention: batch %lld, %lld tokens, width %lld, %lld heads, %s, dropout %.2f; median of %d spans "
+              "of 20 calls\n",
+              static_cast<long long>(batch), static_cast<long long>(tokens), static_cast<long long>(width),
+              static_cast<long long>(heads), dtype_name(t), dropout_p, repeat);
+  std::printf("%-38s %9s %9s\n", "", "ms", "TFLOP/s");
+  auto row = [&](const char* what, double ms, double flop_factor) {
+    std::printf("%-38s %9.4f %9.1f\n", what, ms, flop_factor * gflop / ms);
+  };
+  row("GEMM path forward", gemm_fwd, 1);
+  row("GEMM path backward", gemm_bwd, 2);
+  row("GEMM path forward + backward", gemm_fwd + gemm_bwd, 3);
+  if (fused) {
+    row("fused forward", fused_fwd, 1);
+    row("fused backward", fused_bwd, 2);
+    row("fused forward + backward", fused_fwd + fused_bwd, 3);
+  } else {
+    std::printf("fused kernels: not for this shape and type (half, <= 64 tokens, head size 16..64)\n");
+  }
+  row("op forward + backward (autograd)", op, 3);
+  if (!csv_path.empty()) {
+    std::ofstream csv(csv_path);
+    MINIDL_CHECK(csv.good(), "bench attention: cannot write ", csv_path);
+    csv << "impl,part,ms\nminidl,forward," << fwd << "\nminidl,backward," << bwd << "\nminidl,forward+backward,"
+        << fwd + bwd << "\nminidl,op forward+backward," << op << "\nminidl_gemm,forward+backward,"
+        << gemm_fwd + gemm_bwd << "\n";
+  }
+  return 0;
+#else
+  (void)t;
+  fail("bench attention: this minidl was built without CUDA");
+#endif
+}
+
+}  // namespace minidl

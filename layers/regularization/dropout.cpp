@@ -1,0 +1,178 @@
+// The dropout op (one autograd node; the backward redraws the forward's mask), the seed and step
+// state it reads, the Dropout and DropPath modules and their factories.
+#include "layers/regularization/dropout.h"
+
+#include <map>
+#include <memory>
+
+#include "core/allocator.h"
+#include "core/autograd.h"
+#include "core/dispatch.h"
+#include "core/error.h"
+#include "core/storage_rounding.h"
+#include "layers/registry.h"
+#include "layers/regularization/dropout_kernels.h"
+
+namespace minidl {
+
+namespace {
+
+uint64_t g_seed = 0;
+int64_t g_step = 0;
+
+// One device word per CUDA device, allocated on first use and never freed: a captured graph
+// reads it at a fixed address.
+std::map<int, std::shared_ptr<void>>& step_words() {
+  static std::map<int, std::shared_ptr<void>> words;
+  return words;
+}
+
+void check_p(double p, const std::string& who) {
+  MINIDL_CHECK(p >= 0 && p <= 1, who, ": p must be in [0, 1], got ", p);
+}
+
+}  // namespace
+
+void set_dropout_seed(uint64_t seed) { g_seed = seed; }
+uint64_t dropout_seed() { return g_seed; }
+int64_t dropout_step() { return g_step; }
+
+void set_dropout_step(int64_t step, Device device) {
+  MINIDL_CHECK(step >= 0 && step < (int64_t{1} << 32), "dropout: step ", step, " outside [0, 2^32)");
+  g_step = step;
+  if (!device.is_cuda()) return;
+  auto& word = step_words()[device.index];
+  if (!word) word = allocate(sizeof(int64_t), device);
+  copy_bytes_async(word.get(), device, &g_step, Device::cpu(), sizeof(int64_t));
+}
+
+const int64_t* dropout_step_on(Device device) {
+  if (!step_words().count(device.index)) set_dropout_step(g_step, device);
+  return static_cast<const int64_t*>(step_words()[device.index].get());
+}
+
+uint32_t dropout_salt(const std::string& path) {
+  uint32_t h = 2166136261u;  // FNV-1a
+  for (unsigned char c : path) h = (h ^ c) * 16777619u;
+  return h;
+}
+
+DropoutDraw dropout_draw(float p, uint32_t salt, int64_t group) {
+  DropoutDraw d;
+  d.seed = g_seed;
+  d.stream = kStreamDropout | (static_cast<uint64_t>(salt) << 32);
+  d.p = p;
+  d.group = group;
+  return d;
+}
+
+namespace {
+
+// The map y = x * factor on x's device; the CPU runs the step it is given, the GPU the device word.
+Tensor apply_mask(const Tensor& x, const DropoutDraw& draw, int64_t step) {
+  Tensor y = Tensor::empty_like(x);
+  dispatch(
+      x.device(), "dropout",
+      [&] { kernels::dropout_cpu(draw, step, x.data<float>(), y.data<float>(), x.numel()); },
+      [&] { kernels::dropout_cuda(x.dtype(), draw, dropout_step_on(x.device()), x.raw_data(), y.raw_data(), x.numel()); });
+  return y;
+}
+
+}  // namespace
+
+Tensor dropout(const Tensor& x, const DropoutDraw& draw) {
+  MINIDL_CHECK(x.defined() && is_floating(x.dtype()), "dropout: expects a float32, bfloat16 or float16 input, got ",
+               x.defined() ? x.str() : "undefined");
+  if (holds_half(x) && !x.is_cuda()) return dropout(as_float32(x), draw).to(x.dtype());
+  MINIDL_CHECK(draw.group >= 1 && x.numel() % draw.group == 0, "dropout: ", x.numel(),
+               " elements do not split into draws of ", draw.group);
+  MINIDL_CHECK(x.numel() / draw.group <= kMaxDropoutDraws, "dropout: ", x.numel() / draw.group,
+               " draws in one call, more than ", kMaxDropoutDraws);
+  // The elementwise map runs in memory order: a channels-last tensor keeps it, and its per-sample
+  // groups (DropPath) are still contiguous.
+  const int64_t step = g_step;
+  Tensor y = apply_mask(x, draw, step);
+  if (autograd::needs_grad({x})) {
+    autograd::record(y, "dropout", {x}, [draw, step, t = x.dtype(), format = x.memory_format()](
+                                            const Tensor& dy_in) -> std::vector<Tensor> {
+      return {apply_mask(dy_in.to(t, format), draw, step)};
+    });
+  }
+  return y;
+}
+
+Dropout::Dropout(double p) : p_(p) { check_p(p, "Dropout"); }
+
+Tensor Dropout::forward(const Tensor& x) {
+  if (!is_training() || p_ == 0) return x;
+  return dropout(x, dropout_draw(static_cast<float>(p_), dropout_salt(path()), 1));
+}
+
+std::string Dropout::describe() const { return str("Dropout p=", p_); }
+
+DropPath::DropPath(double p) : p_(p) { check_p(p, "DropPath"); }
+
+Tensor DropPath::forward(const Tensor& x) {
+  if (!is_training() || p_ == 0) return x;
+  MINIDL_CHECK(x.defined() && x.dim() >= 1 && x.size(0) >= 1, label(), ": expects a batch (N, ...), got ",
+               x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
+  // Channels-last keeps each sample's elements together, so a sample is still one run of memory.
+  return dropout(x, dropout_draw(static_cast<float>(p_), dropout_salt(path()), x.numel() / x.size(0)));
+}
+
+std::string DropPath::describe() const { return str("DropPath p=", p_); }
+
+// One multiply per element each way (the draw's integer arithmetic is not counted); nothing is
+// saved, the backward redraws the mask. In eval mode, or at p = 0, the layer passes x through.
+std::optional<LayerWork> Dropout::work(const Tensor& x, const Tensor& y) const {
+  return x.same(y) ? LayerWork() : elementwise_work(x, y, 1, 1, Tensor());
+}
+
+std::optional<LayerWork> DropPath::work(const Tensor& x, const Tensor& y) const {
+  return x.same(y) ? LayerWork() : elementwise_work(x, y, 1, 1, Tensor());
+}
+
+namespace {
+
+double read_p(LayerArgs& args, double fallback) {
+  const double p = args.get_float("p", fallback);
+  MINIDL_CHECK(p >= 0 && p <= 1, args.key_path("p"), ": must be in [0, 1], got ", p);
+  args.finish();
+  return p;
+}
+
+// PyTorch's defaults: nn.Dropout(p=0.5); timm's DropPath(drop_prob=0.0).
+std::shared_ptr<Module> make_dropout(LayerArgs& args) { return std::make_shared<Dropout>(read_p(args, 0.5)); }
+std::shared_ptr<Module> make_drop_path(LayerArgs& args) { return std::make_shared<DropPath>(read_p(args, 0.0)); }
+
+}  // namespace
+
+const LayerDescriptor& dropout_layer() {
+  static const LayerDescriptor layer{
+      "Dropout",
+      "regularization",
+      "zeroes elements with probability p and scales the rest by 1/(1-p) in training, as torch.nn.Dropout",
+      {default_key("p", "float", 0.5, "drop probability in [0, 1]")},
+      make_dropout,
+      {{"p", 0.1}},
+      {2, 3, 4},
+      AutocastRule::InputType,
+      false};
+  return layer;
+}
+
+const LayerDescriptor& drop_path_layer() {
+  static const LayerDescriptor layer{
+      "DropPath",
+      "regularization",
+      "stochastic depth: zeroes whole samples with probability p and scales the rest by 1/(1-p) in training (timm)",
+      {default_key("p", "float", 0.0, "drop probability in [0, 1]")},
+      make_drop_path,
+      {{"p", 0.1}},
+      {4, 3, 4},
+      AutocastRule::InputType,
+      false};
+  return layer;
+}
+
+}  // namespace minidl

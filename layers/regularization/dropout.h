@@ -1,0 +1,69 @@
+// Dropout (torch.nn.Dropout) and DropPath (stochastic depth, timm's drop_path: a whole sample's
+// branch is dropped), identity in eval mode. Their masks are counter-based draws
+// (dropout_draw.h) keyed by the run's seed, the layer's path, the step and the element or sample
+// index: the same config and seed drop the same elements on the CPU and the GPU, eager or in a
+// CUDA graph. The trainer sets the seed once and the step before each step's device work.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "layers/layer_descriptor.h"
+#include "layers/module.h"
+#include "layers/regularization/dropout_draw.h"
+
+namespace minidl {
+
+// The run's dropout seed (the trainer sets the config's seed).
+void set_dropout_seed(uint64_t seed);
+uint64_t dropout_seed();
+// The step the next draws belong to. On a CUDA `device` it is also queued into that device's
+// step word, which the kernels read, so set it before capturing a graph and before each replay.
+void set_dropout_step(int64_t step, Device device = Device::cpu());
+int64_t dropout_step();
+// The device word holding the step (one per device, at a fixed address for graph replays).
+const int64_t* dropout_step_on(Device device);
+
+// A layer's salt: a hash of its module path, so two layers never share a mask.
+uint32_t dropout_salt(const std::string& path);
+// The draw parameters of a layer with `salt` for the current seed.
+DropoutDraw dropout_draw(float p, uint32_t salt, int64_t group);
+
+// y = x * mask / (1 - p) with the mask of `draw` at the current step; differentiable (the
+// backward redraws the same mask). Any floating dtype; half on the CPU runs storage-rounded.
+Tensor dropout(const Tensor& x, const DropoutDraw& draw);
+
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "Dropout"; }
+  std::string describe() const override;  // "Dropout p=0.1"
+  nlohmann::json to_json() const override { return {{"type", "Dropout"}, {"p", p_}}; }
+  std::optional<LayerWork> work(const Tensor& x, const Tensor& y) const override;
+  double p() const { return p_; }
+
+ private:
+  double p_;
+};
+
+// Drops each sample (the first dimension) with probability p and scales the kept ones by
+// 1/(1-p), timm's drop_path with scale_by_keep.
+class DropPath : public Module {
+ public:
+  explicit DropPath(double p);
+  Tensor forward(const Tensor& x) override;
+  std::string type_name() const override { return "DropPath"; }
+  std::string describe() const override;  // "DropPath p=0.1"
+  nlohmann::json to_json() const override { return {{"type", "DropPath"}, {"p", p_}}; }
+  std::optional<LayerWork> work(const Tensor& x, const Tensor& y) const override;
+  double p() const { return p_; }
+
+ private:
+  double p_;
+};
+
+const LayerDescriptor& dropout_layer();
+const LayerDescriptor& drop_path_layer();
+
+}  // namespace minidl

@@ -1,0 +1,187 @@
+// The self_attention op (argument checks, dispatch, one autograd node), the MultiheadAttention
+// module and its factory.
+#include "layers/transformer/attention.h"
+
+#include <cmath>
+
+#include "core/autocast.h"
+#include "core/autograd.h"
+#include "core/dispatch.h"
+#include "core/error.h"
+#include "core/init.h"
+#include "core/storage_rounding.h"
+#include "layers/registry.h"
+#include "layers/regularization/dropout.h"
+#include "layers/transformer/attention_kernels.h"
+
+namespace minidl {
+
+Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p, uint32_t salt) {
+  MINIDL_CHECK(qkv.defined() && is_floating(qkv.dtype()) && qkv.dim() == 3,
+               "self_attention: expects a float32, bfloat16 or float16 input (N, T, 3 * embed_dim), got ",
+               qkv.defined() ? qkv.str() : "undefined");
+  MINIDL_CHECK(num_heads >= 1 && qkv.size(2) % (3 * num_heads) == 0, "self_attention: the last dim ", qkv.size(2),
+               " of ", shape_str(qkv.shape()), " is not 3 * num_heads (", num_heads, ") * head_dim");
+  MINIDL_CHECK(dropout_p >= 0.f && dropout_p <= 1.f, "self_attention: dropout_p must be in [0, 1], got ", dropout_p);
+  if (holds_half(qkv) && !qkv.is_cuda()) return self_attention(as_float32(qkv), num_heads, dropout_p, salt).to(qkv.dtype());
+  const Tensor x = qkv.contiguous();
+  const kernels::AttentionShape s{x.size(0), x.size(1), num_heads, x.size(2) / (3 * num_heads)};
+  const DType t = x.dtype();
+  const Device dev = x.device();
+  const bool drop = dropout_p > 0.f;
+  const DropoutDraw draw = dropout_draw(dropout_p, salt, 1);
+  const DropoutDraw* d = drop ? &draw : nullptr;
+  MINIDL_CHECK(!drop || s.batch * s.heads * s.tokens * s.tokens <= kMaxDropoutDraws,
+               "self_attention: attention dropout over ", shape_str(qkv.shape()), " needs more than ",
+               kMaxDropoutDraws, " draws in one step");
+  const int64_t step = dropout_step();
+  // Short sequences in half precision run the fused kernels, which keep no probabilities; the
+  // rest the batched GEMMs with the probabilities saved for the backward.
+  const bool fused = dev.is_cuda() && kernels::attention_fused_cuda_fits(t, s, x.raw_data());
+  Tensor probs, dropped;
+  if (!fused) {
+    probs = Tensor::empty({s.batch, s.heads, s.tokens, s.tokens}, t, dev);
+    dropped = drop ? Tensor::empty_like(probs) : probs;
+  }
+  Tensor y = Tensor::empty({s.batch, s.tokens, s.width()}, t, dev);
+  dispatch(
+      dev, "attention_forward",
+      [&] {
+        kernels::attention_forward_cpu(s, d, step, x.data<float>(), probs.data<float>(), dropped.data<float>(),
+                                       y.data<float>());
+      },
+      [&] {
+        if (fused)
+          kernels::attention_fused_forward_cuda(t, s, d, dropout_step_on(dev), x.raw_data(), y.raw_data());
+        else
+          kernels::attention_forward_cuda(t, s, d, dropout_step_on(dev), x.raw_data(), probs.raw_data(),
+                                          dropped.raw_data(), y.raw_data());
+      });
+  if (autograd::needs_grad({qkv})) {
+    autograd::record(y, "attention", {x}, [s, t, draw, drop, step, fused, xs = x.detach(), probs, dropped](
+                                              const Tensor& dy_in) -> std::vector<Tensor> {
+      Tensor dy = dy_in.to(t).contiguous();
+      const DropoutDraw* d = drop ? &draw : nullptr;
+      Tensor dqkv = Tensor::empty(xs.shape(), t, dy.device());
+      if (fused && !kernels::attention_fused_cuda_fits(t, s, dy.raw_data())) dy = dy.clone();  // a misaligned view
+      dispatch(
+          dy.device(), "attention_backward",
+          [&] {
+            kernels::attention_backward_cpu(s, d, step, xs.data<float>(), probs.data<float>(), dropped.data<float>(),
+                                            dy.data<float>(), dqkv.data<float>());
+          },
+          [&] {
+            if (fused)
+              kernels::attention_fused_backward_cuda(t, s, d, dropout_step_on(dy.device()), xs.raw_data(),
+                                                     dy.raw_data(), dqkv.raw_data());
+            else
+              kernels::attention_backward_cuda(t, s, d, dropout_step_on(dy.device()), xs.raw_data(), probs.raw_data(),
+                                               dropped.raw_data(), dy.raw_data(), dqkv.raw_data());
+          });
+      return {dqkv};
+    });
+  }
+  return y;
+}
+
+MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout, bool bias)
+    : embed_dim_(embed_dim), num_heads_(num_heads), dropout_(dropout) {
+  MINIDL_CHECK(embed_dim >= 1 && num_heads >= 1 && embed_dim % num_heads == 0, "MultiheadAttention: embed_dim (",
+               embed_dim, ") must be a positive multiple of num_heads (", num_heads, ")");
+  MINIDL_CHECK(dropout >= 0 && dropout <= 1, "MultiheadAttention: dropout must be in [0, 1], got ", dropout);
+  in_proj_weight = Tensor::empty({3 * embed_dim, embed_dim});
+  // xavier_uniform_: U(-a, a), a = sqrt(6 / (fan_in + fan_out)) = sqrt(6 / (D + 3D)).
+  init_uniform_(in_proj_weight, std::sqrt(6.f / static_cast<float>(4 * embed_dim)));
+  register_parameter("in_proj_weight", &in_proj_weight);
+  if (bias) {
+    in_proj_bias = Tensor::zeros({3 * embed_dim});
+    register_parameter("in_proj_bias", &in_proj_bias);
+  }
+  out_proj = std::make_shared<Linear>(embed_dim, embed_dim, bias);
+  if (bias) out_proj->bias.zero_();
+  register_module("out_proj", out_proj);
+}
+
+Tensor MultiheadAttention::forward(const Tensor& x) {
+  MINIDL_CHECK(x.defined() && x.dim() == 3 && x.size(2) == embed_dim_, label(), ": expected input (N, T, ",
+               embed_dim_, "), got ", x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
+  // The input projection as Linear::forward runs it (autocast casts the operands).
+  Tensor qkv;
+  if (autocast_active()) {
+    const DType t = autocast_dtype();
+    qkv = linear(x.to(t), in_proj_weight.to(t), in_proj_bias.defined() ? in_proj_bias.to(t) : in_proj_bias);
+  } else {
+    qkv = linear(x, in_dtype_of(in_proj_weight, x), in_dtype_of(in_proj_bias, x));
+  }
+  const float p = is_training() ? static_cast<float>(dropout_) : 0.f;
+  return (*out_proj)(self_attention(qkv, num_heads_, p, dropout_salt(path())));
+}
+
+// In-projection: 2 FLOPs per multiply-add of (N*T, D) x (D, 3D) plus the bias; x, the weight and
+// bias read, qkv written. Attention: Q K^T and P V, 2 * T * T * D multiply-adds per sample, and 5
+// FLOPs per score for the softmax (max, subtract, exp, sum, scale); qkv read, the heads' output
+// written (the fused kernels' minimum: no T x T tensor in memory). Backward: twice the products'
+// FLOPs each, the softmax's again; dout and qkv read, dqkv written; dW (float32), db and dx.
+// Saved: x and qkv.
+std::optional<LayerWork> MultiheadAttention::work(const Tensor& x, const Tensor& y) const {
+  const double tokens = static_cast<double>(x.numel() / embed_dim_), d = static_cast<double>(embed_dim_);
+  const double t = static_cast<double>(x.size(1)), scores = tokens * t * static_cast<double>(num_heads_);
+  const double act = work_bytes(y);  // one (N, T, D) activation
+  const double w_bytes = work_bytes(in_proj_weight.numel(), y.dtype()) +
+                         work_bytes(in_proj_bias.defined() ? in_proj_bias.numel() : 0, y.dtype());
+  LayerWork w;
+  const double proj = 2 * tokens * d * 3 * d + (in_proj_bias.defined() ? tokens * 3 * d : 0.0);
+  const double attention = 4 * tokens * t * d + 5 * scores;
+  w.forward.flops = proj + attention;
+  w.forward.bytes = work_bytes(x) + w_bytes + 3 * act + 3 * act + act;
+  w.backward.flops = 2 * proj + 8 * tokens * t * d + 4 * scores;
+  w.backward.bytes = act + 3 * act + 3 * act + 3 * act + work_bytes(x) + w_bytes + work_bytes(in_proj_weight) +
+                     (in_proj_bias.defined() ? work_bytes(in_proj_bias) : 0.0) + (x.requires_grad() ? work_bytes(x) : 0.0);
+  w.saved_bytes = work_bytes(x) + 3 * act;
+  return w;
+}
+
+std::string MultiheadAttention::describe() const { return str("MultiheadAttention ", embed_dim_, " h", num_heads_); }
+
+nlohmann::json MultiheadAttention::to_json() const {
+  return {{"type", "MultiheadAttention"}, {"embed_dim", embed_dim_}, {"num_heads", num_heads_},
+          {"dropout", dropout_},          {"bias", in_proj_bias.defined()}};
+}
+
+namespace {
+
+std::shared_ptr<Module> make_multihead_attention(LayerArgs& args) {
+  const int64_t embed_dim = args.get_int("embed_dim");
+  const int64_t num_heads = args.get_int("num_heads");
+  MINIDL_CHECK(embed_dim >= 1 && embed_dim <= kMaxFeatures, args.key_path("embed_dim"), ": must be in 1..",
+               kMaxFeatures, ", got ", embed_dim);
+  MINIDL_CHECK(num_heads >= 1 && embed_dim % num_heads == 0, args.key_path("num_heads"),
+               ": must divide embed_dim (", embed_dim, "), got ", num_heads);
+  const double dropout = args.get_float("dropout", 0.0);
+  MINIDL_CHECK(dropout >= 0 && dropout <= 1, args.key_path("dropout"), ": must be in [0, 1], got ", dropout);
+  const bool bias = args.get_bool("bias", true);
+  args.finish();
+  check_weight_size(args, {3 * embed_dim, embed_dim});
+  return std::make_shared<MultiheadAttention>(embed_dim, num_heads, dropout, bias);
+}
+
+}  // namespace
+
+const LayerDescriptor& multihead_attention_layer() {
+  static const LayerDescriptor layer{
+      "MultiheadAttention",
+      "transformer",
+      "self-attention on (N, T, embed_dim), as torch.nn.MultiheadAttention(batch_first=True)(x, x, x)",
+      {required_key("embed_dim", "int", "model width D, 1..2^31"),
+       required_key("num_heads", "int", "attention heads; must divide embed_dim"),
+       default_key("dropout", "float", 0.0, "dropout on the attention probabilities in training, in [0, 1]"),
+       default_key("bias", "bool", true, "in_proj_bias and out_proj.bias")},
+      make_multihead_attention,
+      {{"embed_dim", 8}, {"num_heads", 2}},
+      {2, 5, 8},
+      AutocastRule::LowerPrecision,
+      false};
+  return layer;
+}
+
+}  // namespace minidl

@@ -1,0 +1,50 @@
+// Multi-head self-attention as torch.nn.MultiheadAttention(embed_dim, num_heads, dropout, bias,
+// batch_first=True) called as mha(x, x, x, need_weights=False): parameters in_proj_weight
+// (3D, D), in_proj_bias (3D), out_proj.weight (D, D), out_proj.bias (D), PyTorch's names, so
+// state_dicts load either way. The op self_attention() is scaled dot-product attention over a
+// packed (N, T, 3D) projection, one autograd node (attention_kernels.h).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "layers/linear/linear.h"
+#include "layers/layer_descriptor.h"
+#include "layers/module.h"
+
+namespace minidl {
+
+// qkv (N, T, 3D) = [q | k | v] with D = num_heads * head_dim -> (N, T, D), heads side by side.
+// softmax(q k^T / sqrt(head_dim)) v per head; dropout_p > 0 drops attention probabilities with
+// the draws of `salt` at the current dropout step (layers/regularization/dropout.h).
+Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p = 0.f, uint32_t salt = 0);
+
+class MultiheadAttention : public Module {
+ public:
+  // in_proj_weight xavier_uniform, biases 0, out_proj.weight as Linear's default: PyTorch's
+  // _reset_parameters. On the CPU.
+  MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout = 0.0, bool bias = true);
+
+  Tensor forward(const Tensor& x) override;  // (N, T, D) -> (N, T, D)
+  std::string type_name() const override { return "MultiheadAttention"; }
+  std::string describe() const override;  // "MultiheadAttention 384 h6"
+  nlohmann::json to_json() const override;
+  // Its own work: the in-projection and the attention (out_proj, a child Linear, reports its own).
+  std::optional<LayerWork> work(const Tensor& x, const Tensor& y) const override;
+
+  int64_t embed_dim() const { return embed_dim_; }
+  int64_t num_heads() const { return num_heads_; }
+
+  Tensor in_proj_weight;  // (3D, D)
+  Tensor in_proj_bias;    // (3D) or undefined
+  std::shared_ptr<Linear> out_proj;
+
+ private:
+  int64_t embed_dim_, num_heads_;
+  double dropout_;
+};
+
+const LayerDescriptor& multihead_attention_layer();
+
+}  // namespace minidl

@@ -1,0 +1,233 @@
+// Self-attention on the GPU: the four products of each (sample, head) pair as cuBLAS batched
+// GEMMs that read Q, K, V straight out of the packed projection and write O, dQ, dK, dV straight
+// into their (N, T, ...) places (pointer arrays filled by a kernel, so nothing is reordered and
+// a CUDA graph can hold the calls), and the row softmax forward and backward as our own kernels
+// (one warp per row, fixed reduction order, no atomics: the same bits every run).
+//
+// Precision: float32 runs CUBLAS_COMPUTE_32F in the default math mode, full fp32 as Linear
+// (PyTorch leaves TF32 off for matmuls); bfloat16/float16 run on tensor cores with float32
+// accumulation. The scores S and their gradient dP are float32 scratch; P, the dropped P and dS
+// are rounded to the storage type, the GEMMs' operand type (as PyTorch's math SDPA in bf16).
+//
+// cuBLAS is column-major: a row-major (r, c) matrix with row stride ld is the column-major
+// (c, r) matrix with leading dimension ld, so each row-major C = A B is issued as C^T = B^T A^T.
+#include <cmath>
+
+#include "core/allocator.h"
+#include "core/cast_kernels.h"
+#include "core/cuda/kernel_helpers.cuh"
+#include "core/cuda/runtime.h"
+#include "core/error.h"
+#include "core/half_types.h"
+#include "layers/transformer/attention_kernels.h"
+
+namespace minidl::kernels {
+namespace {
+
+int checked_int(int64_t v, const char* what) {
+  MINIDL_CHECK(v <= INT32_MAX, "attention on CUDA: ", what, " = ", v, " exceeds cuBLAS's 32-bit limit");
+  return static_cast<int>(v);
+}
+
+cudaDataType_t cuda_type(DType t) {
+  return t == DType::Float32 ? CUDA_R_32F : t == DType::BFloat16 ? CUDA_R_16BF : CUDA_R_16F;
+}
+
+// Where one operand of pair b = n * heads + h starts: base + n * stride_n + h * stride_h (bytes).
+struct Operand {
+  const char* base;
+  int64_t stride_n, stride_h;
+};
+constexpr int kMaxOperands = 10;
+struct Operands {
+  Operand op[kMaxOperands];
+};
+
+__global__ void fill_pointers_kernel(Operands ops, int count, int64_t pairs, int64_t heads, const void** out) {
+  const int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (b >= pairs) return;
+  const int64_t n = b / heads, h = b % heads;
+  for (int i = 0; i < count; ++i) out[i * pairs + b] = ops.op[i].base + n * ops.op[i].stride_n + h * ops.op[i].stride_h;
+}
+
+// The pointer arrays of one call: array i is at arrays + i * pairs.
+class PointerArrays {
+ public:
+  PointerArrays(const AttentionShape& s, const Operands& ops, int count)
+      : pairs_(s.batch * s.heads), memory_(allocate(sizeof(void*) * count * pairs_, Device::cuda())) {
+    constexpr int kBlock = 256;
+    fill_pointers_kernel<<<static_cast<unsigned>(cuda::ceil_div(pairs_, kBlock)), kBlock, 0, cuda::stream()>>>(
+        ops, count, pairs_, s.heads, static_cast<const void**>(memory_.get()));
+    MINIDL_LAUNCH_CHECK();
+  }
+  const void* const* operator[](int i) const { return static_cast<const void* const*>(memory_.get()) + i * pairs_; }
+  void* const* out(int i) const { return static_cast<void* const*>(memory_.get()) + i * pairs_; }
+
+ private:
+  int64_t pairs_;
+  std::shared_ptr<void> memory_;
+};
+
+// C_b (m x n, column-major, ldc) = alpha * op(A_b) op(B_b) for every pair b, A and B of `ab`,
+// C of `c`, float32 accumulation.
+void gemm(DType ab, DType c, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k, float alpha,
+          const void* const* a, int64_t lda, const void* const* b, int64_t ldb, void* const* out, int64_t ldc,
+          int64_t batch) {
+  const float zero = 0.f;
+  cublasHandle_t h = cuda::cublas();
+  MINIDL_CUDA_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+  MINIDL_CUDA_CHECK(cublasGemmBatchedEx(h, ta, tb, checked_int(m, "m"), checked_int(n, "n"), checked_int(k, "k"), &alpha,
+                                        a, cuda_type(ab), checked_int(lda, "lda"), b, cuda_type(ab),
+                                        checked_int(ldb, "ldb"), &zero, out, cuda_type(c), checked_int(ldc, "ldc"),
+                                        checked_int(batch, "batch"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+constexpr int kSoftmaxBlock = 256;
+constexpr int kWarpsPerBlock = kSoftmaxBlock / 32;
+
+// P = softmax(S) by rows (S float32, scaled already), and Pd = P * dropout factor when drop.
+// One warp per row; each lane strides through the row, the warp reduces by butterfly.
+template <class T>
+__global__ void softmax_forward_kernel(const float* __restrict__ s, T* __restrict__ p, T* __restrict__ pd,
+                                       int64_t rows, int64_t cols, bool drop, DropoutDraw draw,
+                                       const int64_t* __restrict__ step) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
+  const int64_t step_now = drop ? *step : 0;
+  for (int64_t row = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32; row < rows; row += warps) {
+    const float* srow = s + row * cols;
+    float m = -INFINITY;
+    for (int64_t j = lane; j < cols; j += 32) m = fmaxf(m, srow[j]);
+    m = warp_max(m);
+    float sum = 0.f;
+    for (int64_t j = lane; j < cols; j += 32) sum += expf(srow[j] - m);
+    const float inv = 1.f / cuda::warp_sum(sum);
+    for (int64_t j = lane; j < cols; j += 32) {
+      const int64_t e = row * cols + j;
+      const float v = expf(srow[j] - m) * inv;
+      p[e] = from_float<T>(v);
+      if (drop) pd[e] = from_float<T>(v * dropout_factor(draw, step_now, e));
+    }
+  }
+}
+
+// dS = P * (dP - sum_j P_j dP_j) by rows, dP = dPd * dropout factor (the gradient reaching P
+// through the dropped copy).
+template <class T>
+__global__ void softmax_backward_kernel(const float* __restrict__ dpd, const T* __restrict__ p, T* __restrict__ ds,
+                                        int64_t rows, int64_t cols, bool drop, DropoutDraw draw,
+                                        const int64_t* __restrict__ step) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
+  const int64_t step_now = drop ? *step : 0;
+  for (int64_t row = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32; row < rows; row += warps) {
+    float dot = 0.f;
+    for (int64_t j = lane; j < cols; j += 32) {
+      const int64_t e = row * cols + j;
+      const float g = drop ? dpd[e] * dropout_factor(draw, step_now, e) : dpd[e];
+      dot += to_float(p[e]) * g;
+    }
+    dot = cuda::warp_sum(dot);
+    for (int64_t j = lane; j < cols; j += 32) {
+      const int64_t e = row * cols + j;
+      const float g = drop ? dpd[e] * dropout_factor(draw, step_now, e) : dpd[e];
+      const float pe = to_float(p[e]);
+      ds[e] = from_float<T>(pe * (g - dot));
+    }
+  }
+}
+
+int softmax_grid(int64_t rows) { return cuda::grid_blocks(cuda::ceil_div(rows, kWarpsPerBlock), kSoftmaxBlock); }
+
+float attention_scale(const AttentionShape& s) { return 1.f / std::sqrt(static_cast<float>(s.head_dim)); }
+
+// The strides (bytes) of the operands: inside qkv (q at column 0, k at D, v at 2D), inside an
+// (N, T, D) activation, and inside an (N, H, T, T) score-sized buffer.
+struct Layout {
+  int64_t es, T, D, H, hd;
+  Layout(DType t, const AttentionShape& s)
+      : es(static_cast<int64_t>(dtype_size(t))), T(s.tokens), D(s.width()), H(s.heads), hd(s.head_dim) {}
+  Operand packed(const void* qkv, int which) const {
+    return {static_cast<const char*>(qkv) + which * D * es, T * 3 * D * es, hd * es};
+  }
+  Operand act(const void* x) const { return {static_cast<const char*>(x), T * D * es, hd * es}; }
+  Operand scores(const void* x, int64_t elem) const { return {static_cast<const char*>(x), H * T * T * elem, T * T * elem}; }
+};
+
+}  // namespace
+
+void attention_forward_cuda(DType dtype, const AttentionShape& s, const DropoutDraw* drop, const int64_t* step,
+                            const void* qkv, void* probs, void* dropped, void* out) {
+  const int64_t pairs = s.batch * s.heads, T = s.tokens, D = s.width();
+  if (pairs == 0 || T == 0) return;
+  const Layout l(dtype, s);
+  auto scores = allocate(sizeof(float) * pairs * T * T, Device::cuda());
+  const void* pv = drop ? dropped : probs;
+  enum { Q, K, V, O, S, PV, kCount };
+  Operands ops{};
+  ops.op[Q] = l.packed(qkv, 0);
+  ops.op[K] = l.packed(qkv, 1);
+  ops.op[V] = l.packed(qkv, 2);
+  ops.op[O] = l.act(out);
+  ops.op[S] = l.scores(scores.get(), sizeof(float));
+  ops.op[PV] = l.scores(pv, l.es);
+  const PointerArrays ptr(s, ops, kCount);
+  // S^T = K Q^T (T x T per pair), scaled.
+  gemm(dtype, DType::Float32, CUBLAS_OP_T, CUBLAS_OP_N, T, T, s.head_dim, attention_scale(s), ptr[K], 3 * D, ptr[Q],
+       3 * D, ptr.out(S), T, pairs);
+  visit_floating(dtype, "attention", [&](auto tag) {
+    using E = decltype(tag);
+    softmax_forward_kernel<E><<<softmax_grid(pairs * T), kSoftmaxBlock, 0, cuda::stream()>>>(
+        static_cast<const float*>(scores.get()), static_cast<E*>(probs), static_cast<E*>(dropped), pairs * T, T,
+        drop != nullptr, drop ? *drop : DropoutDraw{}, step);
+    MINIDL_LAUNCH_CHECK();
+  });
+  // O^T = V^T Pd^T (hd x T per pair), written into the pair's columns of out.
+  gemm(dtype, dtype, CUBLAS_OP_N, CUBLAS_OP_N, s.head_dim, T, T, 1.f, ptr[V], 3 * D, ptr[PV], T, ptr.out(O), D, pairs);
+}
+
+void attention_backward_cuda(DType dtype, const AttentionShape& s, const DropoutDraw* drop, const int64_t* step,
+                             const void* qkv, const void* probs, const void* dropped, const void* dout, void* dqkv) {
+  const int64_t pairs = s.batch * s.heads, T = s.tokens, D = s.width();
+  if (pairs == 0 || T == 0) return;
+  const Layout l(dtype, s);
+  auto dpd = allocate(sizeof(float) * pairs * T * T, Device::cuda());
+  auto ds = allocate(static_cast<size_t>(l.es * pairs * T * T), Device::cuda());
+  enum { Q, K, V, DQ, DK, DV, DO, PV, DPD, DS, kCount };
+  Operands ops{};
+  ops.op[Q] = l.packed(qkv, 0);
+  ops.op[K] = l.packed(qkv, 1);
+  ops.op[V] = l.packed(qkv, 2);
+  ops.op[DQ] = l.packed(dqkv, 0);
+  ops.op[DK] = l.packed(dqkv, 1);
+  ops.op[DV] = l.packed(dqkv, 2);
+  ops.op[DO] = l.act(dout);
+  ops.op[PV] = l.scores(drop ? dropped : probs, l.es);
+  ops.op[DPD] = l.scores(dpd.get(), sizeof(float));
+  ops.op[DS] = l.scores(ds.get(), l.es);
+  const PointerArrays ptr(s, ops, kCount);
+  const int64_t hd = s.head_dim;
+  const float scale = attention_scale(s);
+  // dPd^T = V dO^T (T x T per pair).
+  gemm(dtype, DType::Float32, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd, 1.f, ptr[V], 3 * D, ptr[DO], D, ptr.out(DPD), T, pairs);
+  // dV^T = dO^T Pd (hd x T).
+  gemm(dtype, dtype, CUBLAS_OP_N, CUBLAS_OP_T, hd, T, T, 1.f, ptr[DO], D, ptr[PV], T, ptr.out(DV), 3 * D, pairs);
+  visit_floating(dtype, "attention", [&](auto tag) {
+    using E = decltype(tag);
+    softmax_backward_kernel<E><<<softmax_grid(pairs * T), kSoftmaxBlock, 0, cuda::stream()>>>(
+        static_cast<const float*>(dpd.get()), static_cast<const E*>(probs), static_cast<E*>(ds.get()), pairs * T, T,
+        drop != nullptr, drop ? *drop : DropoutDraw{}, step);
+    MINIDL_LAUNCH_CHECK();
+  });
+  // dQ^T = scale K^T dS^T, dK^T = scale Q^T dS (hd x T each).
+  gemm(dtype, dtype, CUBLAS_OP_N, CUBLAS_OP_N, hd, T, T, scale, ptr[K], 3 * D, ptr[DS], T, ptr.out(DQ), 3 * D, pairs);
+  gemm(dtype, dtype, CUBLAS_OP_N, CUBLAS_OP_T, hd, T, T, scale, ptr[Q], 3 * D, ptr[DS], T, ptr.out(DK), 3 * D, pairs);
+}
+
+}  // namespace minidl::kernels

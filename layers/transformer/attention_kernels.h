@@ -1,0 +1,46 @@
+// Self-attention launchers over a packed projection: qkv (N, T, 3, H, hd) row-major, as
+// nn.MultiheadAttention's in_proj makes it (q, k, v blocks of D = H * hd along the last dim),
+// and out (N, T, H, hd) = the heads side by side, ready for out_proj. For each sample n and head h:
+//   S = scale * Q K^T (T x T), P = softmax(S) by rows, Pd = P * dropout mask / (1 - p), O = Pd V.
+// probs holds P and dropped Pd (N, H, T, T) for the backward (dropped == probs without dropout).
+// CPU: float32 loops, parallel over (n, h); CUDA: cuBLAS batched GEMMs (float32 in full fp32 as
+// Linear; bfloat16/float16 on tensor cores with float32 accumulation) and our own row-softmax
+// kernels, forward and backward. Plain C++ (no CUDA headers).
+#pragma once
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "layers/regularization/dropout_draw.h"
+
+namespace minidl::kernels {
+
+struct AttentionShape {
+  int64_t batch, tokens, heads, head_dim;
+  int64_t width() const { return heads * head_dim; }  // D
+};
+
+// drop: null for no dropout. step: the draw's step (CPU) or the device word holding it (CUDA).
+void attention_forward_cpu(const AttentionShape& s, const DropoutDraw* drop, int64_t step, const float* qkv,
+                           float* probs, float* dropped, float* out);
+// dqkv (N, T, 3D) from dout (N, T, D).
+void attention_backward_cpu(const AttentionShape& s, const DropoutDraw* drop, int64_t step, const float* qkv,
+                            const float* probs, const float* dropped, const float* dout, float* dqkv);
+
+// The same on CUDA, every tensor of `dtype`. The scores and their gradients are float32 scratch;
+// probs and dropped are rounded to dtype (the GEMMs read them in that type).
+void attention_forward_cuda(DType dtype, const AttentionShape& s, const DropoutDraw* drop, const int64_t* step,
+                            const void* qkv, void* probs, void* dropped, void* out);
+void attention_backward_cuda(DType dtype, const AttentionShape& s, const DropoutDraw* drop, const int64_t* step,
+                             const void* qkv, const void* probs, const void* dropped, const void* dout, void* dqkv);
+
+// The fused kernels (attention_fused_cuda.cu): one CTA per (sample, head) on the tensor cores,
+// nothing of size T x T in global memory, the backward recomputing the probabilities. They take
+// bfloat16/float16 with at most 64 tokens, a head size of 16, 32, 48 or 64 and 16-byte aligned
+// tensors (`fits` says, for each of the pointers a call passes).
+bool attention_fused_cuda_fits(DType dtype, const AttentionShape& s, const void* tensor);
+void attention_fused_forward_cuda(DType dtype, const AttentionShape& s, const DropoutDraw* drop, const int64_t* step,
+                                  const void* qkv, void* out);
+void attention_fused_backward_cuda(DType dtype, const AttentionShape& s, const DropoutDraw* drop, const int64_t* step,
+                                   const void* qkv, const void* dout, void* dqkv);
+
+}  // namespace minidl::kernels
