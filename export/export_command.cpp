@@ -6,6 +6,7 @@
 #include "core/autograd.h"
 #include "core/error.h"
 #include "core/init.h"
+#include "core/json_limits.h"
 #include "core/safetensors.h"
 #include "data/cifar10.h"
 #include "data/datasets.h"
@@ -113,7 +114,7 @@ int export_command(const ExportOptions& options) {
   // The class names a run recorded (train writes classes.json): output index i is classes[i].
   const std::string classes_file = options.run_dir + "/classes.json";
   if (!options.run_dir.empty() && fs::exists(classes_file))
-    onnx.metadata["minidl.classes"] = read_json_file(classes_file).dump();
+    onnx.metadata["minidl.classes"] = parse_json_limited(read_file_limited(classes_file, "class list"), classes_file).dump();
   export_onnx(*model, options.onnx_path, onnx);
   std::cout << "minidl export: wrote " << options.onnx_path << " (" << fs::file_size(options.onnx_path)
             << " bytes, opset 17) from " << onnx.metadata["minidl.source"] << std::endl;
