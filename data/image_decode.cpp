@@ -16,9 +16,17 @@ namespace {
 
 constexpr int64_t kMaxPixels = int64_t{1} << 28;
 
-// One TurboJPEG decompressor per thread: images are decoded on every core at once.
+// One TurboJPEG decompressor per thread: images are decoded on every core at once. A handle that
+// failed on a file is not reused: after an error its state can make the next good file read as
+// 0x0 pixels, so the next call starts a new one.
 struct JpegDecoder {
   tjhandle handle = tjInitDecompress();
+  bool failed = false;
+  void renew() {
+    if (handle) tjDestroy(handle);
+    handle = tjInitDecompress();
+    failed = false;
+  }
   ~JpegDecoder() {
     if (handle) tjDestroy(handle);
   }
@@ -26,7 +34,9 @@ struct JpegDecoder {
 
 RgbImage decode_jpeg(const uint8_t* bytes, size_t size, const std::string& name) {
   thread_local JpegDecoder decoder;
+  if (decoder.failed) decoder.renew();
   MINIDL_CHECK(decoder.handle, "'", name, "': cannot start the JPEG decoder: ", tjGetErrorStr2(nullptr));
+  decoder.failed = true;  // until this file has decoded
   MINIDL_CHECK(size <= 0xffffffffu, "'", name, "': JPEG file too large");
   int width = 0, height = 0, subsamp = 0, colorspace = 0;
   const auto n = static_cast<unsigned long>(size);
@@ -47,6 +57,7 @@ RgbImage decode_jpeg(const uint8_t* bytes, size_t size, const std::string& name)
     if (tjGetErrorCode(decoder.handle) != TJERR_WARNING || truncated)
       fail(str("'", name, "': JPEG does not decode (", message, ")"));
   }
+  decoder.failed = false;
   return out;
 }
 

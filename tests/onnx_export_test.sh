@@ -21,6 +21,8 @@ for cfg in "$src"/tests/onnx/*.json; do
 done
 for cfg in "$src"/configs/*.json; do
   name=$(basename "$cfg" .json)
+  # The test data is CIFAR-10: a config of another data set is exported by the tests of its loader.
+  grep -q '"format": *"cifar10"' "$cfg" || ! grep -q '"format"' "$cfg" || continue
   "$minidl" export --config "$cfg" --onnx "$work/$name.onnx" --logits "$work/$name.ref" --limit 4 --data-dir "$data"
   "$python" "$src/scripts/onnx/onnx_eval.py" "$work/$name.onnx" --logits "$work/$name.ref"
 done

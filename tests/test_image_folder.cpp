@@ -227,6 +227,7 @@ TEST_CASE("image folder: a file that does not decode is an error naming it, or s
   o.skip_bad = true;
   ImageFolderStats st;
   const Dataset d = load_image_folder(o, Split::Train, &st, true);
+  INFO(d.note);
   REQUIRE(d.size() == 2);
   REQUIRE(st.skipped == 3);
   REQUIRE(d.note.find("skipped 3 files") != std::string::npos);
@@ -437,6 +438,7 @@ TEST_CASE("the model's output width must equal the data's class count", "[data][
       {"batch_size", 4},
       {"epochs", 1},
       {"data", {{"format", "image_folder"}, {"dir", tmp.path.string()}, {"image_size", 12}}},
+      {"optimizer", {{"type", "SGD"}, {"lr", 0.1}}},
       {"model",
        {{"layers",
          {{{"type", "Conv2d"}, {"in_channels", 3}, {"out_channels", 4}, {"kernel_size", 3}, {"padding", 1}},

@@ -75,7 +75,8 @@ TEST_CASE("layer table: the declared keys are the factory's, with its defaults",
     std::set<std::string> declared;
     for (const LayerKey& k : layer->keys) declared.insert(k.name);
     // Every key the layer prints back is declared.
-    for (const auto& [key, value] : build_layer(example_spec(*layer), "x")->to_json().items()) {
+    const json printed_back = build_layer(example_spec(*layer), "x")->to_json();
+    for (const auto& [key, value] : printed_back.items()) {
       INFO("printed key " << key);
       REQUIRE((key == "type" || declared.count(key) == 1));
     }

@@ -2,6 +2,7 @@
 // numerically, the graph's interface and initializers (parsed back with the same ONNX classes),
 // and the refusals. The numbers themselves are checked by tests/onnx_export_test.sh (checker and
 // a numpy evaluator against minidl's logits).
+#include <functional>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -98,7 +99,15 @@ TEST_CASE("onnx: the graph's interface, opset and initializers", "[onnx]") {
     REQUIRE(in_shape.dim(1).dim_value() == 3);
     REQUIRE(g.output_size() == 1);
     REQUIRE(g.output(0).name() == "logits");
-    REQUIRE(g.output(0).type().tensor_type().shape().dim(1).dim_value() == 10);
+    // The logits are as wide as the head's out_features (10 classes, 100 for CIFAR-100).
+    int64_t classes = 0;
+    std::function<void(const nlohmann::json&)> last_out_features = [&](const nlohmann::json& j) {
+      if (j.is_object() && j.contains("out_features")) classes = j.at("out_features").get<int64_t>();
+      if (j.is_structured())
+        for (const auto& child : j) last_out_features(child);
+    };
+    last_out_features(read_json_file(config).at("model"));
+    REQUIRE(g.output(0).type().tensor_type().shape().dim(1).dim_value() == classes);
     REQUIRE(g.node(g.node_size() - 1).output(0) == "logits");
     // Every state_dict tensor is an initializer under its PyTorch name, with its values.
     std::map<std::string, const onnx::TensorProto*> inits;

@@ -319,7 +319,7 @@ TEST_CASE("signals: SIGINT/SIGTERM checkpoint at a step boundary and the resumed
       REQUIRE(ma[e][key] == mb[e][key]);
 }
 
-TEST_CASE("training: a fatal error after the run starts is written to log.txt", "[training]") {
+TEST_CASE("training: a model that does not fit the data is refused before the run folder is made", "[training]") {
   MINIDL_REQUIRE_DATA();
   const std::string root = test_root() + "/fatal";
   fs::remove_all(root);
@@ -327,6 +327,7 @@ TEST_CASE("training: a fatal error after the run starts is written to log.txt", 
   json c = json::parse(slurp(config));
   c["model"]["layers"][1]["num_features"] = 9;  // the conv before it has 8 channels
   std::ofstream(config) << c.dump();
+  // The startup pass of one image through the model finds it: nothing is written.
   REQUIRE_THROWS_WITH(train_command(options_for(config, root + "/run")), Catch::Contains("BatchNorm2d 9"));
-  REQUIRE_THAT(slurp(root + "/run/log.txt"), Catch::Contains("error: BatchNorm2d 9"));
+  REQUIRE(!fs::exists(root + "/run"));
 }
