@@ -373,7 +373,9 @@ TEST_CASE("token layers on CUDA give the CPU's bits", "[transformer][cuda]") {
     std::vector<std::vector<float>> out[2];
     for (int dev = 0; dev < 2; ++dev) {
       const Device d = dev ? Device::cuda() : Device::cpu();
-      Tensor ad = a.to(d), bd = b.defined() ? b.to(d) : b;
+      // Fresh leaves per device and case: on the CPU, to() returns the tensor itself, whose
+      // gradient would carry over from the previous case.
+      Tensor ad = a.clone().to(d), bd = b.defined() ? b.clone().to(d) : b;
       ad.set_requires_grad(true);
       if (bd.defined()) bd.set_requires_grad(true);
       const Tensor y = f(ad, bd);
@@ -444,22 +446,29 @@ TEST_CASE("a tiny ViT forward and backward captured as a CUDA graph replays the 
   set_dropout_step(0, Device::cuda());
   step();  // warm-up: cuBLAS and the allocator set up outside the capture
   grads();
-  // Gradients exist before the capture so the captured backward writes into fixed storage.
-  for (Tensor p : params) p.set_grad(Tensor::zeros(p.shape(), DType::Float32, Device::cuda()));
+  // Gradients exist before the capture so the captured backward accumulates into fixed storage;
+  // every replay needs exactly these tensors back as the gradients (the graph holds their addresses).
+  std::vector<Tensor> graph_grads;
+  for (Tensor p : params) {
+    graph_grads.push_back(Tensor::zeros(p.shape(), DType::Float32, Device::cuda()));
+    p.set_grad(graph_grads.back());
+  }
   Tensor loss;
   CudaGraph graph;
   REQUIRE(graph.capture([&] { loss = step(); }) == "");
   for (int64_t s : {4, 5}) {
     set_dropout_step(s, Device::cuda());
-    for (Tensor p : params) p.grad().zero_();
+    for (size_t i = 0; i < params.size(); ++i) {
+      graph_grads[i].zero_();
+      Tensor(params[i]).set_grad(graph_grads[i]);
+    }
     graph.replay();
     const std::vector<float> replay_loss = loss.to_vector();
     std::vector<std::vector<float>> replay_grads;
-    for (Tensor p : params) replay_grads.push_back(p.grad().to_vector());
+    for (const Tensor& g : graph_grads) replay_grads.push_back(g.to_vector());
     for (Tensor p : params) p.set_grad(Tensor());
     const Tensor eager = step();
     REQUIRE(eager.to_vector() == replay_loss);
     REQUIRE(grads() == replay_grads);
-    for (Tensor p : params) p.set_grad(Tensor::zeros(p.shape(), DType::Float32, Device::cuda()));
   }
 }
