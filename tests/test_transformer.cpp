@@ -337,12 +337,13 @@ TEST_CASE("self_attention on CUDA matches the CPU in float32 and bfloat16, with 
                                                                 {{2, 9, 3 * 2 * 16}, 2}};
       for (const auto& [shape, heads] : problems) {
         set_dropout_step(9, Device::cuda());
-        const Tensor x = test::random_tensor(shape, 2, -2.f, 2.f).to(t);
+        // float32 leaves (only they take gradients) cast to the type under test.
+        const Tensor x = test::random_tensor(shape, 2, -2.f, 2.f).to(t).to(DType::Float32);
         const Tensor g = test::random_tensor({shape[0], shape[1], shape[2] / 3}, 3).to(t);
         Tensor xc = x.clone(), xg = x.to(Device::cuda());
         xc.set_requires_grad(true);
         xg.set_requires_grad(true);
-        const Tensor yc = self_attention(xc, heads, p, 4), yg = self_attention(xg, heads, p, 4);
+        const Tensor yc = self_attention(xc.to(t), heads, p, 4), yg = self_attention(xg.to(t), heads, p, 4);
         autograd::backward(yc, g);
         autograd::backward(yg, g.to(Device::cuda()));
         const double tol = t == DType::Float32 ? 1e-5 : 2e-2;
@@ -352,7 +353,7 @@ TEST_CASE("self_attention on CUDA matches the CPU in float32 and bfloat16, with 
         // The same bits on a second run.
         Tensor xg2 = x.to(Device::cuda());
         xg2.set_requires_grad(true);
-        const Tensor yg2 = self_attention(xg2, heads, p, 4);
+        const Tensor yg2 = self_attention(xg2.to(t), heads, p, 4);
         autograd::backward(yg2, g.to(Device::cuda()));
         REQUIRE(yg2.to_vector() == yg.to_vector());
         REQUIRE(xg2.grad().to_vector() == xg.grad().to_vector());
@@ -372,7 +373,9 @@ TEST_CASE("token layers on CUDA give the CPU's bits", "[transformer][cuda]") {
     std::vector<std::vector<float>> out[2];
     for (int dev = 0; dev < 2; ++dev) {
       const Device d = dev ? Device::cuda() : Device::cpu();
-      Tensor ad = a.to(d), bd = b.defined() ? b.to(d) : b;
+      // Fresh leaves per device and case: on the CPU, to() returns the tensor itself, whose
+      // gradient would carry over from the previous case.
+      Tensor ad = a.clone().to(d), bd = b.defined() ? b.clone().to(d) : b;
       ad.set_requires_grad(true);
       if (bd.defined()) bd.set_requires_grad(true);
       const Tensor y = f(ad, bd);
@@ -443,22 +446,29 @@ TEST_CASE("a tiny ViT forward and backward captured as a CUDA graph replays the 
   set_dropout_step(0, Device::cuda());
   step();  // warm-up: cuBLAS and the allocator set up outside the capture
   grads();
-  // Gradients exist before the capture so the captured backward writes into fixed storage.
-  for (Tensor p : params) p.set_grad(Tensor::zeros(p.shape(), DType::Float32, Device::cuda()));
+  // Gradients exist before the capture so the captured backward accumulates into fixed storage;
+  // every replay needs exactly these tensors back as the gradients (the graph holds their addresses).
+  std::vector<Tensor> graph_grads;
+  for (Tensor p : params) {
+    graph_grads.push_back(Tensor::zeros(p.shape(), DType::Float32, Device::cuda()));
+    p.set_grad(graph_grads.back());
+  }
   Tensor loss;
   CudaGraph graph;
   REQUIRE(graph.capture([&] { loss = step(); }) == "");
   for (int64_t s : {4, 5}) {
     set_dropout_step(s, Device::cuda());
-    for (Tensor p : params) p.grad().zero_();
+    for (size_t i = 0; i < params.size(); ++i) {
+      graph_grads[i].zero_();
+      Tensor(params[i]).set_grad(graph_grads[i]);
+    }
     graph.replay();
     const std::vector<float> replay_loss = loss.to_vector();
     std::vector<std::vector<float>> replay_grads;
-    for (Tensor p : params) replay_grads.push_back(p.grad().to_vector());
+    for (const Tensor& g : graph_grads) replay_grads.push_back(g.to_vector());
     for (Tensor p : params) p.set_grad(Tensor());
     const Tensor eager = step();
     REQUIRE(eager.to_vector() == replay_loss);
     REQUIRE(grads() == replay_grads);
-    for (Tensor p : params) p.set_grad(Tensor::zeros(p.shape(), DType::Float32, Device::cuda()));
   }
 }
