@@ -16,6 +16,20 @@
 
 namespace minidl {
 
+namespace {
+
+// Whether the fused kernels take a call; a CPU-only build has none (their launcher is CUDA code).
+bool fused_fits(DType t, const kernels::AttentionShape& s, const void* data) {
+#ifdef MINIDL_WITH_CUDA
+  return kernels::attention_fused_cuda_fits(t, s, data);
+#else
+  (void)t, (void)s, (void)data;
+  return false;
+#endif
+}
+
+}  // namespace
+
 Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p, uint32_t salt) {
   MINIDL_CHECK(qkv.defined() && is_floating(qkv.dtype()) && qkv.dim() == 3,
                "self_attention: expects a float32, bfloat16 or float16 input (N, T, 3 * embed_dim), got ",
@@ -37,7 +51,7 @@ Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p, uin
   const int64_t step = dropout_step();
   // Short sequences in half precision run the fused kernels, which keep no probabilities; the
   // rest the batched GEMMs with the probabilities saved for the backward.
-  const bool fused = dev.is_cuda() && kernels::attention_fused_cuda_fits(t, s, x.raw_data());
+  const bool fused = dev.is_cuda() && fused_fits(t, s, x.raw_data());
   Tensor probs, dropped;
   if (!fused) {
     probs = Tensor::empty({s.batch, s.heads, s.tokens, s.tokens}, t, dev);
@@ -63,7 +77,7 @@ Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p, uin
       Tensor dy = dy_in.to(t).contiguous();
       const DropoutDraw* d = drop ? &draw : nullptr;
       Tensor dqkv = Tensor::empty(xs.shape(), t, dy.device());
-      if (fused && !kernels::attention_fused_cuda_fits(t, s, dy.raw_data())) dy = dy.clone();  // a misaligned view
+      if (fused && !fused_fits(t, s, dy.raw_data())) dy = dy.clone();  // a misaligned view
       dispatch(
           dy.device(), "attention_backward",
           [&] {
