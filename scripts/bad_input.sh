@@ -219,15 +219,21 @@ expect_error "12 image folder: no image_size" "data.image_size: an image folder 
   "${train[@]}" --config "$root/configs/quick_cpu.json" --set data.format=image_folder --set data.dir="$work/folder" \
   --output "$work/x"
 
-# 10. A fresh run into a used folder; fatal errors reach log.txt.
+# 10. A fresh run into a used folder; a config error is refused before the run folder exists; a
+# fatal error during the run (a NaN loss) reaches log.txt and the terminal, exit 3.
 expect_error "10 fresh run into a used folder" "is not empty.*--overwrite" "$run" -- \
   "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --output "$run"
-timeout 120 "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --set model.layers.1.num_features=7 \
+expect_error "10 shape error" "model.layers: the model does not take the data's 3x32x32 images" "$run" -- \
+  "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --set model.layers.1.num_features=7 \
+  --output "$work/shape"
+if [ -e "$work/shape" ]; then fail "10 shape error: the run folder was made before the model was checked"; fi
+timeout 120 "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --set optimizer.lr=1e30 \
   --output "$work/fatal" >"$work/out" 2>"$work/err"
-if [ $? -eq 1 ] && grep -q "^error: " "$work/fatal/log.txt" && grep -q "^minidl: error: " "$work/err"; then
-  passed=$((passed + 1)); echo "ok   10 fatal error in log.txt: $(grep '^error: ' "$work/fatal/log.txt" | cut -c1-120)"
+code=$?
+if [ $code -eq 3 ] && grep -q "^error: the loss is NaN at step 1" "$work/fatal/log.txt" && grep -q "^error: the loss is NaN" "$work/out"; then
+  passed=$((passed + 1)); echo "ok   10 NaN loss in log.txt: $(grep '^error: ' "$work/fatal/log.txt" | cut -c1-120)"
 else
-  fail "10 fatal error in log.txt: $(cat "$work/err")"
+  fail "10 NaN loss: exit $code, $(cat "$work/out" "$work/err" | tail -3)"
 fi
 
 # 3. Signals: stop at a step boundary with a checkpoint, resume; stale temp files are removed.

@@ -211,9 +211,10 @@ int train_command(const TrainOptions& options) {
           const float loss = records[flushed].loss;
           log.step(s, epoch, loss);
           if (!std::isfinite(loss)) {
-            log.line(str("error: the loss is ", loss, " at step ", s, " (epoch ", epoch + 1,
-                         "); stopping. The last good checkpoint is ", run_dir, "/", kCheckpoint,
-                         epoch > 0 ? str(" (after epoch ", epoch, ")") : std::string(" (none was written yet)")));
+            log.line(str("error: the loss is ", std::isnan(loss) ? "NaN" : loss > 0 ? "+inf" : "-inf", " at step ", s,
+                         " (epoch ", epoch + 1, "); stopping. ",
+                         epoch > 0 ? str("The last good checkpoint is ", run_dir, "/", kCheckpoint, " (after epoch ", epoch, ")")
+                                   : std::string("No checkpoint was written yet")));
             return false;
           }
           sums.epoch_loss_sum += loss;
@@ -228,6 +229,9 @@ int train_command(const TrainOptions& options) {
           break;
         }
         if (step >= trainer.total_steps()) break;  // a fractional last epoch ends part-way
+        // The epoch's last step is done: it ends (evaluation, checkpoint) before a pending signal
+        // is honoured, so a signal never saves a position between an epoch's steps and its end.
+        if (step - epoch * steps_per_epoch >= steps_per_epoch) break;
         if (const int sig = StopSignals::received()) {
           if (!flush()) return 3;
           std::string saved = step == 0 ? std::string("no step was trained, nothing to save")
