@@ -1,10 +1,10 @@
 // The one machinery behind BatchNorm2d, GroupNorm and LayerNorm: how each sees its input
 // (NormLayout), the arguments of a forward and a backward pass, and the raw launchers of the
 // three implementations:
-//   *_cpu                 the CPU path (norm_cpu.cpp): OpenMP over groups, float64 sums;
+//   *_cpu                 the CPU path (cpu/norm_cpu.cpp): OpenMP over groups, float64 sums;
 //   *_cuda                the fast GPU path: a single-read kernel where a group fits one CTA or
-//                         one thread-block cluster (norm_single_*.cu), else three launches
-//                         (norm_forward.cu, norm_backward.cu); chosen by size at run time;
+//                         one thread-block cluster (single_read/), else three launches
+//                         (three_launch/norm_forward.cu, norm_backward.cu); chosen by size at run time;
 //   *_reference_cuda      a one-block-per-group, two-pass, float64 GPU oracle that the tests and
 //                         the benchmark hold the fast path against (oracle/norm_reference.h).
 // Plain C++ (no CUDA headers), so .cpp files can call every launcher.

@@ -5,7 +5,7 @@
 #include <set>
 #include <tuple>
 
-#include "layers/norm/norm_single_read.cuh"
+#include "layers/norm/single_read/norm_single_read.cuh"
 
 namespace minidl::norm {
 

@@ -8,7 +8,7 @@
 //  3. y = fmaf(x - mean, scale, shift) from shared memory, the fused ReLU after (NaN kept).
 // x and y are float32 or a half type (T); what is held and computed is float32 either way.
 #include "core/cast_kernels.h"
-#include "layers/norm/norm_single_read.cuh"
+#include "layers/norm/single_read/norm_single_read.cuh"
 
 namespace minidl::norm {
 

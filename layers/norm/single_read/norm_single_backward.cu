@@ -19,7 +19,7 @@
 // x, dy and dx are float32 or a half type (T); what is held and computed is float32 either way.
 #include "core/allocator.h"
 #include "core/cast_kernels.h"
-#include "layers/norm/norm_single_read.cuh"
+#include "layers/norm/single_read/norm_single_read.cuh"
 
 namespace minidl::norm {
 

@@ -18,9 +18,9 @@
 // The CPU reference of every formula is norm_cpu.cpp; oracle/norm_reference.cu is the float64 oracle.
 #include "core/allocator.h"
 #include "core/cast_kernels.h"
-#include "layers/norm/norm_params.cuh"
-#include "layers/norm/norm_single_read.cuh"
-#include "layers/norm/norm_warp_rows.h"
+#include "layers/norm/three_launch/norm_params.cuh"
+#include "layers/norm/single_read/norm_single_read.cuh"
+#include "layers/norm/warp/norm_warp_rows.h"
 
 namespace minidl::norm {
 

@@ -30,8 +30,8 @@
 #include "core/allocator.h"
 #include "core/cast_kernels.h"
 #include "layers/norm/norm_math.h"
-#include "layers/norm/norm_single_read.cuh"
-#include "layers/norm/norm_warp_rows.h"
+#include "layers/norm/single_read/norm_single_read.cuh"
+#include "layers/norm/warp/norm_warp_rows.h"
 
 namespace minidl::norm::warp_rows {
 
