@@ -6,12 +6,7 @@
 #include <new>
 #include <stdexcept>
 
-#include "bench/bench_accuracy.h"
-#include "bench/bench_attention.h"
-#include "bench/bench_conv.h"
-#include "bench/bench_data.h"
-#include "bench/bench_norm.h"
-#include "bench/bench_train.h"
+#include "apps/bench_command.h"
 #include "bench/parity.h"
 #include "export/export_command.h"
 #include "train/profile_command.h"
@@ -84,18 +79,18 @@ int main(int argc, char** argv) {
   bool layers_json = false;
   auto* layers_cmd = add_layers_command(app, layers_json);
 
-  // bench and parity hand everything after their name to their own parsers.
-  auto* bench_cmd = app.add_subcommand("bench", "benchmarks: accuracy (time to accuracy), train (images/s), norm (kernels), conv (GEMM rates), data (image decoding), attention (kernels)");
-  bench_cmd->footer("usage: minidl bench accuracy|train|norm|conv|data|attention [options]");
-  bench_cmd->prefix_command();
+  const BenchCommand bench(app);
 
+  // parity hands everything after its name to its own parser (scripts/parity drives it).
   auto* parity_cmd = app.add_subcommand("parity", "run one layer or one training step for the PyTorch parity check");
   parity_cmd->prefix_command();
 
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // Usage errors exit 2, as other command-line tools do; CLI11's own codes (100+) would read
+    // as crashes. --help is a ParseError too, and exits 0.
+    return app.exit(e) == 0 ? 0 : 2;
   }
 
   try {
@@ -104,23 +99,7 @@ int main(int argc, char** argv) {
     if (*repro_cmd) return repro_command(repro);
     if (*export_cmd) return export_command(exp);
     if (*layers_cmd) return layers_command(layers_json);
-    if (*bench_cmd) {
-      std::vector<std::string> rest = bench_cmd->remaining();
-      if (rest.empty()) {
-        std::cerr << "minidl bench: which benchmark? accuracy, train, norm, conv, data or attention\n";
-        return 2;
-      }
-      const std::string what = rest.front();
-      rest.erase(rest.begin());
-      if (what == "accuracy") return bench_accuracy_main(rest);
-      if (what == "train") return bench_train_main(rest);
-      if (what == "norm") return bench_norm_main(rest);
-      if (what == "conv") return bench_conv_main(rest);
-      if (what == "data") return bench_data_main(rest);
-      if (what == "attention") return bench_attention_main(rest);
-      std::cerr << "minidl bench: unknown benchmark '" << what << "' (accuracy, train, norm, conv, data or attention)\n";
-      return 2;
-    }
+    if (bench.chosen()) return bench.run();
     if (*parity_cmd) return parity_main(parity_cmd->remaining());
   } catch (const Error& e) {
     std::cerr << "minidl: error: " << e.what() << std::endl;

@@ -84,32 +84,13 @@ AccuracyRun run_for_accuracy(const TrainConfig& config, Device device, const Dat
   return r;
 }
 
-int bench_accuracy_main(const std::vector<std::string>& args) {
-  std::string config_path, device, json_path;
-  std::vector<std::string> overrides;
-  int64_t runs = 5, max_steps = 0;
-  for (size_t i = 0; i < args.size(); ++i) {
-    auto value = [&]() -> const std::string& {
-      MINIDL_CHECK(i + 1 < args.size(), "bench accuracy: ", args[i], " needs a value");
-      return args[++i];
-    };
-    auto number = [&](const std::string& what) {
-      const std::string& v = value();
-      MINIDL_CHECK(!v.empty() && v.find_first_not_of("0123456789") == std::string::npos && v.size() < 10,
-                   "bench accuracy: ", what, " expects a positive integer, got '", v, "'");
-      return std::stoll(v);
-    };
-    if (args[i] == "--config") config_path = value();
-    else if (args[i] == "--device") device = value();
-    else if (args[i] == "--set") overrides.push_back(value());
-    else if (args[i] == "--runs") runs = number("--runs");
-    else if (args[i] == "--max-steps") max_steps = number("--max-steps");
-    else if (args[i] == "--json") json_path = value();
-    else fail(str("bench accuracy: unknown option '", args[i], "' (--config, --runs, --device, --set, --max-steps, --json)"));
-  }
+int bench_accuracy(const BenchAccuracyOptions& options) {
+  const std::string& config_path = options.config;
+  const std::string& json_path = options.json;
+  const int64_t runs = options.runs, max_steps = options.max_steps;
   MINIDL_CHECK(!config_path.empty(), "bench accuracy: --config FILE is required");
   MINIDL_CHECK(runs >= 1, "bench accuracy: --runs must be at least 1");
-  TrainConfig config = load_train_config(config_path, overrides, device, "");
+  TrainConfig config = load_train_config(config_path, options.overrides, options.device, "");
   const Device dev = setup_compute(config);
 
   // Untimed: the data sets read from disk and placed in device memory once for every run.

@@ -29,6 +29,15 @@ struct AccuracyRun {
 AccuracyRun run_for_accuracy(const TrainConfig& config, Device device, const Dataset& train, const Dataset& test,
                              int64_t max_steps = 0);
 
-int bench_accuracy_main(const std::vector<std::string>& args);
+struct BenchAccuracyOptions {
+  std::string config;                  // required
+  std::string device;                  // cpu, cuda or auto; empty: the config's
+  std::vector<std::string> overrides;  // --set key.path=value
+  int64_t runs = 5;                    // seeds 0..runs-1, >= 1
+  int64_t max_steps = 0;               // > 0: each run stops after this many steps
+  std::string json;                    // where to write every figure; empty: nowhere
+};
+
+int bench_accuracy(const BenchAccuracyOptions& options);
 
 }  // namespace minidl

@@ -52,27 +52,12 @@ DType parse_dtype(const std::string& s) {
 
 }  // namespace
 
-int bench_attention_main(const std::vector<std::string>& args) {
-  int64_t batch = 512, tokens = 64, width = 384, heads = 6;
-  std::string dtype_arg = "bf16", csv_path;
-  double dropout_p = 0;
-  int repeat = 9;
-  for (size_t i = 0; i < args.size(); ++i) {
-    auto value = [&]() -> const std::string& {
-      MINIDL_CHECK(i + 1 < args.size(), "bench attention: ", args[i], " needs a value");
-      return args[++i];
-    };
-    if (args[i] == "--batch") batch = std::stoll(value());
-    else if (args[i] == "--tokens") tokens = std::stoll(value());
-    else if (args[i] == "--width") width = std::stoll(value());
-    else if (args[i] == "--heads") heads = std::stoll(value());
-    else if (args[i] == "--dtype") dtype_arg = value();
-    else if (args[i] == "--dropout") dropout_p = std::stod(value());
-    else if (args[i] == "--repeat") repeat = std::stoi(value());
-    else if (args[i] == "--csv") csv_path = value();
-    else fail(str("bench attention: unknown option '", args[i], "' (--batch, --tokens, --width, --heads, --dtype, "
-                  "--dropout, --repeat, --csv)"));
-  }
+int bench_attention(const BenchAttentionOptions& options) {
+  const int64_t batch = options.batch, tokens = options.tokens, width = options.width, heads = options.heads;
+  const std::string& dtype_arg = options.dtype;
+  const std::string& csv_path = options.csv;
+  const double dropout_p = options.dropout;
+  const int repeat = options.repeat;
   MINIDL_CHECK(batch >= 1 && tokens >= 1 && heads >= 1 && width >= heads && width % heads == 0,
                "bench attention: need batch, tokens >= 1 and a width that is a multiple of heads, got batch ", batch,
                " tokens ", tokens, " width ", width, " heads ", heads);

@@ -6,11 +6,19 @@
 // Options: --batch N --tokens T --width D --heads H --dtype bf16|fp16|fp32 --dropout P
 // --repeat N (default 9) --csv FILE (one row per measurement, for scripts/gpu/attention.sh).
 #pragma once
+#include <cstdint>
 #include <string>
-#include <vector>
 
 namespace minidl {
 
-int bench_attention_main(const std::vector<std::string>& args);
+struct BenchAttentionOptions {
+  int64_t batch = 512, tokens = 64, width = 384, heads = 6;  // width a multiple of heads
+  std::string dtype = "bf16";                                 // bf16, fp16 or fp32
+  double dropout = 0;                                         // in [0, 1]
+  int repeat = 9;                                             // spans timed, the median reported
+  std::string csv;                                            // empty: no CSV
+};
+
+int bench_attention(const BenchAttentionOptions& options);
 
 }  // namespace minidl

@@ -245,21 +245,11 @@ int bench_cuda(int repeat, std::ofstream* csv) {
 
 }  // namespace
 
-int bench_conv_main(const std::vector<std::string>& args) {
-  std::string device = "cpu", csv_path;
-  int repeat = 5;
-  for (size_t i = 0; i < args.size(); ++i) {
-    auto value = [&]() -> const std::string& {
-      MINIDL_CHECK(i + 1 < args.size(), "bench conv: ", args[i], " needs a value");
-      return args[++i];
-    };
-    if (args[i] == "--device") device = value();
-    else if (args[i] == "--repeat") repeat = std::stoi(value());
-    else if (args[i] == "--csv") csv_path = value();
-    else fail(str("bench conv: unknown option '", args[i], "' (--device cpu|cuda, --repeat N, --csv FILE)"));
-  }
+int bench_conv(const BenchConvOptions& options) {
+  const int repeat = options.repeat;
+  const std::string& csv_path = options.csv;
   MINIDL_CHECK(repeat >= 1, "bench conv: --repeat must be >= 1, got ", repeat);
-  const Device dev = parse_device(device);
+  const Device dev = parse_device(options.device);
   std::unique_ptr<std::ofstream> csv;
   if (!csv_path.empty()) {
     csv = std::make_unique<std::ofstream>(csv_path);

@@ -7,10 +7,15 @@
 // measurement, for scripts/gpu/conv.sh to set beside PyTorch's).
 #pragma once
 #include <string>
-#include <vector>
 
 namespace minidl {
 
-int bench_conv_main(const std::vector<std::string>& args);
+struct BenchConvOptions {
+  std::string device = "cpu";  // cpu or cuda
+  int repeat = 5;              // timed repetitions, the median reported
+  std::string csv;             // empty: no CSV
+};
+
+int bench_conv(const BenchConvOptions& options);
 
 }  // namespace minidl

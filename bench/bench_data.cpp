@@ -46,26 +46,15 @@ double batch_rate(const Dataset& data, int64_t batch, Device device) {
 
 }  // namespace
 
-int bench_data_main(const std::vector<std::string>& args) {
+int bench_data(const BenchDataOptions& options) {
   DataOptions data;
   data.format = "image_folder";
-  std::string device_name = "auto", cifar10;
-  int64_t repeats = 3, batch = 512;
-  for (size_t i = 0; i < args.size(); ++i) {
-    auto value = [&]() -> const std::string& {
-      MINIDL_CHECK(i + 1 < args.size(), "bench data: ", args[i], " needs a value");
-      return args[++i];
-    };
-    if (args[i] == "--dir") data.dir = value();
-    else if (args[i] == "--image-size") data.image_size = std::stoll(value());
-    else if (args[i] == "--resize") data.resize = value();
-    else if (args[i] == "--repeats") repeats = std::stoll(value());
-    else if (args[i] == "--device") device_name = value();
-    else if (args[i] == "--batch") batch = std::stoll(value());
-    else if (args[i] == "--cifar10") cifar10 = value();
-    else fail(str("bench data: unknown option '", args[i],
-                  "' (--dir, --image-size, --resize, --repeats, --device, --batch, --cifar10)"));
-  }
+  data.dir = options.dir;
+  data.image_size = options.image_size;
+  data.resize = options.resize;
+  const std::string& device_name = options.device;
+  const std::string& cifar10 = options.cifar10;
+  const int64_t repeats = options.repeats, batch = options.batch;
   MINIDL_CHECK(!data.dir.empty() && data.image_size > 0, "bench data: --dir ROOT and --image-size S are required");
   MINIDL_CHECK(repeats >= 1 && batch >= 1, "bench data: --repeats and --batch must be >= 1");
   const Device device = parse_device(device_name);

@@ -491,23 +491,15 @@ Subject subject_of(int k, const Anchor& a, int64_t groups, bool channels_last) {
 
 }  // namespace
 
-int bench_norm_main(const std::vector<std::string>& args) {
+int bench_norm(const BenchNormOptions& options) {
   Options o;
-  for (size_t i = 0; i < args.size(); ++i) {
-    auto value = [&]() -> const std::string& {
-      MINIDL_CHECK(i + 1 < args.size(), "bench norm: ", args[i], " needs a value");
-      return args[++i];
-    };
-    if (args[i] == "--json") o.json = value();
-    else if (args[i] == "--reps") o.reps = std::stoi(value());
-    else if (args[i] == "--warmup") o.warmup = std::stoi(value());
-    else if (args[i] == "--path") o.path = parse_path(value());
-    else if (args[i] == "--dtype") o.dtype = activation_dtype(value());  // the config's "precision" names
-    else if (args[i] == "--memory-format") o.channels_last = activation_format(value()) == MemoryFormat::ChannelsLast;
-    else if (args[i] == "--torch") o.torch_json = value();
-    else fail(str("bench norm: unknown option '", args[i], "' (--json FILE, --reps N, --warmup N, --path P, --dtype D, "
-                  "--memory-format F, --torch FILE)"));
-  }
+  o.json = options.json;
+  o.reps = options.reps;
+  o.warmup = options.warmup;
+  o.path = parse_path(options.path);
+  o.dtype = activation_dtype(options.dtype);
+  o.channels_last = activation_format(options.memory_format) == MemoryFormat::ChannelsLast;
+  o.torch_json = options.torch;
   MINIDL_CHECK(o.reps >= 1 && o.warmup >= 0, "bench norm: --reps must be >= 1 and --warmup >= 0");
   MINIDL_CHECK(cuda_available(), "bench norm: needs a CUDA GPU (this build or machine has none)");
 
@@ -581,7 +573,7 @@ int bench_norm_main(const std::vector<std::string>& args) {
 
 #else
 
-int bench_norm_main(const std::vector<std::string>&) {
+int bench_norm(const BenchNormOptions&) {
   fail("bench norm: this minidl was built without CUDA; the benchmark times the GPU kernels");
 }
 

@@ -15,10 +15,19 @@
 // Exit status 1 when a fast result disagrees with the oracle.
 #pragma once
 #include <string>
-#include <vector>
 
 namespace minidl {
 
-int bench_norm_main(const std::vector<std::string>& args);
+struct BenchNormOptions {
+  std::string json;                       // every number, for scripts/gpu/norm.sh; empty: none
+  int reps = 50;                          // timed calls, the median reported
+  int warmup = 10;                        // untimed calls before them
+  std::string path = "auto";              // auto, block, cluster, warp or 3-launch
+  std::string dtype = "fp32";             // of x, y, dy, dx: the config's "precision" names
+  std::string memory_format = "contiguous";  // or channels_last
+  std::string torch;                      // PyTorch's figures of this mode (scripts/bench/torch_norm.py)
+};
+
+int bench_norm(const BenchNormOptions& options);
 
 }  // namespace minidl

@@ -14,24 +14,10 @@
 
 namespace minidl {
 
-int bench_train_main(const std::vector<std::string>& args) {
-  std::string config_path = "configs/quick_cpu.json", device;
-  std::vector<std::string> overrides;
-  int64_t steps = 20, warmup = 3;
-  for (size_t i = 0; i < args.size(); ++i) {
-    auto value = [&]() -> const std::string& {
-      MINIDL_CHECK(i + 1 < args.size(), "bench train: ", args[i], " needs a value");
-      return args[++i];
-    };
-    if (args[i] == "--config") config_path = value();
-    else if (args[i] == "--device") device = value();
-    else if (args[i] == "--set") overrides.push_back(value());
-    else if (args[i] == "--steps") steps = std::stoll(value());
-    else if (args[i] == "--warmup") warmup = std::stoll(value());
-    else fail(str("bench train: unknown option '", args[i], "' (--config, --device, --set, --steps, --warmup)"));
-  }
+int bench_train(const BenchTrainOptions& options) {
+  const int64_t steps = options.steps, warmup = options.warmup;
   MINIDL_CHECK(steps >= 1 && warmup >= 0, "bench train: --steps must be >= 1 and --warmup >= 0");
-  TrainConfig config = load_train_config(config_path, overrides, device, "");
+  TrainConfig config = load_train_config(options.config, options.overrides, options.device, "");
   const Device dev = setup_compute(config);
   Trainer trainer(config, dev);
   Loader& loader = trainer.train_loader();
@@ -74,7 +60,7 @@ int bench_train_main(const std::vector<std::string>& args) {
   const double acc = trainer.evaluate("none").acc;
   const double eval_s = std::chrono::duration<double>(Clock::now() - e0).count();
   const double train_ips = static_cast<double>(steps * config.batch_size) / train_s;
-  std::printf("bench train: %s on %s, batch %lld, training step: %s\n", config_path.c_str(), dev.str().c_str(),
+  std::printf("bench train: %s on %s, batch %lld, training step: %s\n", options.config.c_str(), dev.str().c_str(),
               static_cast<long long>(config.batch_size), trainer.step_mode().c_str());
   std::printf("  training:   %.2f ms/step, %.0f images/s (%lld steps after %lld warm-up)\n", wall_ms, train_ips,
               static_cast<long long>(steps), static_cast<long long>(warmup));
