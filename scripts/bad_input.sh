@@ -192,6 +192,25 @@ if [ "$rc" -ne 0 ] && grep -q -- "--max-steps" "$work/err" && [ ! -e "$work/x" ]
 else
   fail "9 --max-steps -5: exit $rc, $(head -1 "$work/err")"
 fi
+# Usage errors exit 2 and name the option, for every command and benchmark.
+usage_error() {  # usage_error NAME PATTERN COMMAND...
+  local name=$1 pattern=$2
+  shift 2
+  timeout 60 "$@" >"$work/out" 2>"$work/err"
+  local rc=$?
+  if [ "$rc" -eq 2 ] && grep -q -- "$pattern" "$work/err"; then
+    passed=$((passed + 1)); echo "ok   9 usage: $name: $(head -1 "$work/err")"
+  else
+    fail "9 usage: $name: exit $rc (expected 2), $(head -1 "$work/err")"
+  fi
+}
+usage_error "--max-steps -5" "--max-steps" "${train[@]}" --config "$root/configs/quick_cpu.json" --max-steps -5 --output "$work/x"
+usage_error "unknown option" "--bogus" "${train[@]}" --bogus
+usage_error "bench without a benchmark" "which benchmark" "$minidl" bench
+usage_error "bench train --steps abc" "--steps" "$minidl" bench train --steps abc
+usage_error "bench accuracy --runs 0" "--runs" "$minidl" bench accuracy --config "$root/configs/quick_cpu.json" --runs 0
+usage_error "bench attention --dtype fp8" "--dtype" "$minidl" bench attention --dtype fp8
+usage_error "bench data without --dir" "--dir" "$minidl" bench data --image-size 32
 
 # 12. Image folders: a file that does not decode, a head whose width is not the class count,
 # a missing image size. PNGs written with the standard library only.
