@@ -345,7 +345,16 @@ void Trainer::backward_and_update(const Tensor& loss, bool prepared, double lr, 
   optimizer_->apply();
   if (grad_scaler_) grad_scaler_->update();
   optimizer_->zero_grad();
-  if (profiler) profiler->add_work([&] { return optimizer_work(*optimizer_, parameters_); });
+  if (profiler)
+    profiler->add_work([&] {
+      std::optional<LayerWork> w = optimizer_work(*optimizer_, parameters_);
+      if (w && grad_clipper_) {
+        const LayerWork clip = grad_clip_work(parameters_);
+        w->forward.bytes += clip.forward.bytes;
+        w->forward.flops += clip.forward.flops;
+      }
+      return w;
+    });
 }
 
 Tensor Trainer::tta_logits(const Tensor& images, const Tensor& logits, const std::vector<TtaView>& views) {
