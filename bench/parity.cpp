@@ -22,6 +22,7 @@
 #include "layers/loss/loss.h"
 #include "layers/module.h"
 #include "layers/registry.h"
+#include "optim/grad_clip.h"
 #include "optim/grad_scaler.h"
 #include "optim/named_params.h"
 #include "optim/optimizer.h"
@@ -186,7 +187,8 @@ int run_model(const ParityArgs& a, Device device) {
   MINIDL_CHECK(labels.dtype() == DType::Int32, "minidl parity: '", a.in,
                "' labels must be int32, got ", dtype_name(labels.dtype()));
   // The trainer's step (train/trainer.cpp): the forward under autocast in the run's memory format,
-  // and for fp16 a backward from the loss scale with the gradients unscaled before the update.
+  // for fp16 a backward from the loss scale with the gradients unscaled, then the config's
+  // gradient clipping, then the update.
   Tensor logits;
   {
     const AutocastGuard autocast(activation_dtype(cfg.precision));
@@ -194,16 +196,25 @@ int run_model(const ParityArgs& a, Device device) {
   }
   const Tensor loss = cross_entropy(logits, labels.to(device), static_cast<float>(cfg.label_smoothing));
   bool skipped = false;
+  std::vector<Tensor> grads;
   if (cfg.precision == "fp16") {
     GradScaler scaler(GradScalerOptions::from_json(cfg.grad_scaler, "grad_scaler"), device);
     autograd::backward(loss, scaler.backward_seed());
-    std::vector<Tensor> grads;
     for (const auto& [name, p] : model->named_parameters())
       if (p.grad().defined()) grads.push_back(p.grad());
     scaler.unscale(grads);
     skipped = scaler.found_inf();
   } else {
     loss.backward();
+    for (const auto& [name, p] : model->named_parameters())
+      if (p.grad().defined()) grads.push_back(p.grad());
+  }
+  // The recorded gradients are the clipped ones, as the update sees them (PyTorch's recipe:
+  // unscale, clip_grad_norm_, step).
+  if (cfg.grad_clip > 0) {
+    std::vector<Tensor> params;
+    for (const auto& [name, p] : model->named_parameters()) params.push_back(p);
+    GradClipper(cfg.grad_clip, params, device).clip(grads);
   }
   MINIDL_CHECK(!skipped, "minidl parity: the fp16 step's gradients hold an inf or NaN at the initial loss scale, so "
                "the trainer would skip it; nothing to compare");

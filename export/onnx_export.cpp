@@ -20,6 +20,10 @@
 #include "layers/norm/layernorm.h"
 #include "layers/pool/pooling.h"
 #include "layers/registry.h"
+#include "layers/regularization/dropout.h"
+#include "layers/transformer/attention.h"
+#include "layers/transformer/encoder_layer.h"
+#include "layers/transformer/tokens.h"
 #include "onnx/onnx.pb.h"
 
 namespace minidl {
@@ -75,12 +79,13 @@ class GraphBuilder {
     return name;
   }
   std::string int64s(const std::string& name, const std::vector<int64_t>& values) {
-    MINIDL_CHECK(names_.insert(name).second, "export: two initializers named '", name, "'");
-    onnx::TensorProto* t = g_->add_initializer();
-    t->set_name(name);
-    t->set_data_type(onnx::TensorProto::INT64);
+    onnx::TensorProto* t = int64_tensor(name, values);
     t->add_dims(static_cast<int64_t>(values.size()));
-    for (int64_t v : values) t->add_int64_data(v);
+    return name;
+  }
+  // A 0-d int64 tensor (a Gather index that drops its axis).
+  std::string int64_scalar(const std::string& name, int64_t value) {
+    int64_tensor(name, {value});
     return name;
   }
   // A float scalar shared by every node that uses the same value.
@@ -93,6 +98,15 @@ class GraphBuilder {
   }
 
  private:
+  onnx::TensorProto* int64_tensor(const std::string& name, const std::vector<int64_t>& values) {
+    MINIDL_CHECK(names_.insert(name).second, "export: two initializers named '", name, "'");
+    onnx::TensorProto* t = g_->add_initializer();
+    t->set_name(name);
+    t->set_data_type(onnx::TensorProto::INT64);
+    for (int64_t v : values) t->add_int64_data(v);
+    return t;
+  }
+
   onnx::GraphProto* g_;
   int64_t counter_ = 0;
   std::set<std::string> names_;
@@ -149,11 +163,76 @@ class Exporter {
   }
   std::string linear(const Module& m, const nlohmann::json&, const std::string& x) {
     const auto& l = dynamic_cast<const Linear&>(m);
+    if (rank_ != 2) return matmul_bias(x, param_name(m, "weight"), l.weight, param_name(m, "bias"), l.bias, m.path());
     std::vector<std::string> in = {x, b_.weight(param_name(m, "weight"), l.weight)};
     if (l.bias.defined()) in.push_back(b_.weight(param_name(m, "bias"), l.bias));
     onnx::NodeProto* n = b_.node("Gemm", in, m.path());
     attr(n, "transB", int64_t{1});
     return n->output(0);
+  }
+  // Eval mode: identities, no node.
+  std::string identity(const Module&, const nlohmann::json&, const std::string& x) { return x; }
+  // (N, C, H, W) -> (N, H*W, C).
+  std::string tokens(const Module& m, const nlohmann::json&, const std::string& x) {
+    const std::string& scope = m.path();
+    const std::string flat = b_.add("Reshape", {x, b_.int64s(scope + "/flatten", {0, 0, -1})}, scope);
+    onnx::NodeProto* n = b_.node("Transpose", {flat}, scope);
+    attr(n, "perm", std::vector<int64_t>{0, 2, 1});
+    rank_ = 3;
+    return n->output(0);
+  }
+  std::string position_embedding(const Module& m, const nlohmann::json&, const std::string& x) {
+    return b_.add("Add", {x, b_.weight(param_name(m, "weight"), dynamic_cast<const PositionEmbedding&>(m).weight)},
+                  m.path());
+  }
+  // The class token expanded to (N, 1, D), the batch read off x's shape, then put before the tokens.
+  std::string class_token(const Module& m, const nlohmann::json& spec, const std::string& x) {
+    const std::string& scope = m.path();
+    const int64_t d = spec.at("embed_dim").get<int64_t>();
+    const std::string batch = b_.add("Slice", {b_.add("Shape", {x}, scope), b_.int64s(scope + "/start", {0}),
+                                               b_.int64s(scope + "/end", {1})}, scope);
+    onnx::NodeProto* shape = b_.node("Concat", {batch, b_.int64s(scope + "/token_shape", {1, d})}, scope);
+    attr(shape, "axis", int64_t{0});
+    const std::string cls = b_.add(
+        "Expand", {b_.weight(param_name(m, "cls_token"), dynamic_cast<const ClassToken&>(m).cls_token), shape->output(0)},
+        scope);
+    onnx::NodeProto* n = b_.node("Concat", {cls, x}, scope);
+    attr(n, "axis", int64_t{1});
+    return n->output(0);
+  }
+  std::string token_pool(const Module& m, const nlohmann::json& spec, const std::string& x) {
+    const std::string& scope = m.path();
+    rank_ = 2;
+    if (spec.at("mode").get<std::string>() == "mean") {
+      onnx::NodeProto* n = b_.node("ReduceMean", {x}, scope);
+      attr(n, "axes", std::vector<int64_t>{1});
+      attr(n, "keepdims", int64_t{0});
+      return n->output(0);
+    }
+    onnx::NodeProto* n = b_.node("Gather", {x, b_.int64_scalar(scope + "/first", 0)}, scope);
+    attr(n, "axis", int64_t{1});
+    return n->output(0);
+  }
+  std::string multihead_attention(const Module& m, const nlohmann::json&, const std::string& x) {
+    return attention_nodes(dynamic_cast<const MultiheadAttention&>(m), x);
+  }
+  // nn.TransformerEncoderLayer in eval mode: the dropouts and drop paths are identities.
+  std::string encoder_layer(const Module& m, const nlohmann::json& spec, const std::string& x) {
+    const auto& l = dynamic_cast<const TransformerEncoderLayer&>(m);
+    const std::string& scope = m.path();
+    const bool gelu = spec.at("activation").get<std::string>() == "gelu";
+    auto feed_forward = [&](const std::string& v) {
+      std::string h = linear(*l.linear1, nlohmann::json(), v);
+      h = gelu ? gelu_nodes(false, h, l.linear1->path()) : b_.add("Relu", {h}, l.linear1->path());
+      return linear(*l.linear2, nlohmann::json(), h);
+    };
+    auto norm = [&](const LayerNorm& ln, const std::string& v) { return layer_norm_node(ln, ln.to_json(), v); };
+    if (spec.at("norm_first").get<bool>()) {
+      const std::string h = b_.add("Add", {x, attention_nodes(*l.self_attn, norm(*l.norm1, x))}, scope);
+      return b_.add("Add", {h, feed_forward(norm(*l.norm2, h))}, scope);
+    }
+    const std::string h = norm(*l.norm1, b_.add("Add", {x, attention_nodes(*l.self_attn, x)}, scope));
+    return norm(*l.norm2, b_.add("Add", {h, feed_forward(h)}, scope));
   }
   std::string batch_norm(const Module& m, const nlohmann::json& spec, const std::string& x) {
     return relu_if(spec, batch_norm_node(dynamic_cast<const BatchNorm2d&>(m), x), m.path());
@@ -208,7 +287,47 @@ class Exporter {
   }
 
  private:
+  // x @ weight^T (+ bias) for x of any rank: Linear over the last dimension of (N, T, D) tokens.
+  std::string matmul_bias(const std::string& x, const std::string& weight_name, const Tensor& weight,
+                          const std::string& bias_name, const Tensor& bias, const std::string& scope) {
+    onnx::NodeProto* wt = b_.node("Transpose", {b_.weight(weight_name, weight)}, scope);
+    attr(wt, "perm", std::vector<int64_t>{1, 0});
+    const std::string y = b_.add("MatMul", {x, wt->output(0)}, scope);
+    return bias.defined() ? b_.add("Add", {y, b_.weight(bias_name, bias)}, scope) : y;
+  }
+
+  // Self-attention on (N, T, D): the packed in-projection split into heads (3, N, H, T, hd),
+  // softmax(Q K^T / sqrt(hd)) V per head, the heads joined and the out-projection.
+  std::string attention_nodes(const MultiheadAttention& a, const std::string& x) {
+    const std::string& scope = a.path();
+    const int64_t d = a.embed_dim(), h = a.num_heads(), hd = d / h;
+    const std::string qkv = matmul_bias(x, param_name(a, "in_proj_weight"), a.in_proj_weight,
+                                        param_name(a, "in_proj_bias"), a.in_proj_bias, scope);
+    const std::string split = b_.add("Reshape", {qkv, b_.int64s(scope + "/heads", {0, 0, 3, h, hd})}, scope);
+    onnx::NodeProto* parts = b_.node("Transpose", {split}, scope);
+    attr(parts, "perm", std::vector<int64_t>{2, 0, 3, 1, 4});
+    auto part = [&](int64_t i, const char* name) {
+      onnx::NodeProto* n = b_.node("Gather", {parts->output(0), b_.int64_scalar(str(scope, "/", name), i)}, scope);
+      attr(n, "axis", int64_t{0});
+      return n->output(0);
+    };
+    const std::string q = part(0, "q"), k = part(1, "k"), v = part(2, "v");
+    onnx::NodeProto* kt = b_.node("Transpose", {k}, scope);
+    attr(kt, "perm", std::vector<int64_t>{0, 1, 3, 2});
+    const std::string scores = b_.add(
+        "Mul", {b_.add("MatMul", {q, kt->output(0)}, scope), b_.scalar(static_cast<float>(1.0 / std::sqrt(hd)))},
+        scope);
+    onnx::NodeProto* p = b_.node("Softmax", {scores}, scope);
+    attr(p, "axis", int64_t{-1});
+    onnx::NodeProto* o = b_.node("Transpose", {b_.add("MatMul", {p->output(0), v}, scope)}, scope);
+    attr(o, "perm", std::vector<int64_t>{0, 2, 1, 3});
+    const std::string joined = b_.add("Reshape", {o->output(0), b_.int64s(scope + "/join", {0, 0, d})}, scope);
+    const Linear& out = *a.out_proj;
+    return matmul_bias(joined, param_name(out, "weight"), out.weight, param_name(out, "bias"), out.bias, out.path());
+  }
+
   std::string flatten2d(const std::string& x, const std::string& scope) {
+    rank_ = 2;
     onnx::NodeProto* n = b_.node("Flatten", {x}, scope);
     attr(n, "axis", int64_t{1});
     return n->output(0);
@@ -278,6 +397,7 @@ class Exporter {
   }
 
   GraphBuilder b_;
+  int64_t rank_ = 4;  // of the value being emitted: images (4), tokens (3), features (2)
 };
 
 // The emitter of every layer type whose descriptor says it exports (onnx_exported_layers() lets
@@ -298,6 +418,14 @@ const std::map<const LayerDescriptor*, Emitter>& emitters() {
       {&scale_layer(), &Exporter::scale},
       {&sequential_layer(), &Exporter::sequential},
       {&residual_layer(), &Exporter::residual},
+      {&dropout_layer(), &Exporter::identity},
+      {&drop_path_layer(), &Exporter::identity},
+      {&tokens_layer(), &Exporter::tokens},
+      {&position_embedding_layer(), &Exporter::position_embedding},
+      {&class_token_layer(), &Exporter::class_token},
+      {&token_pool_layer(), &Exporter::token_pool},
+      {&multihead_attention_layer(), &Exporter::multihead_attention},
+      {&transformer_encoder_layer_layer(), &Exporter::encoder_layer},
   };
   return table;
 }

@@ -139,8 +139,8 @@ printf '\x30\x00\x00\x00\x00\x00\x00\x00\x01\x02\xff\xfe garbage header \x1b[31m
 expect_error "8 garbage safetensors header" "header is not a JSON object" "$run" -- "${train[@]}" --resume "$run" --set epochs=2
 restore
 
-# 11. Precision: unknown values, a loss scaler where none belongs, a checkpoint's
-# loss-scaler state that does not fit the run.
+# 11. Precision: unknown values, a loss scaler where none belongs, a gradient clip of 0, a
+# checkpoint's loss-scaler state that does not fit the run.
 expect_error "11 precision fp8" 'precision: expected "fp32", "bf16" or "fp16", got "fp8"' "$run" -- \
   "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --set precision=fp8 --output "$work/x"
 expect_error "11 memory_format nhwc" 'memory_format: expected "contiguous" or "channels_last", got "nhwc"' "$run" -- \
@@ -151,6 +151,8 @@ expect_error "11 grad_scaler in bf16" 'grad_scaler: loss scaling is for precisio
 expect_error "11 grad_scaler init_scale -1" "grad_scaler.init_scale: expected a normal positive float32 value" "$run" -- \
   "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --set precision=fp16 \
   --set grad_scaler.init_scale=-1 --output "$work/x"
+expect_error "11 grad_clip 0" "grad_clip: the largest global gradient norm, a finite number > 0" "$run" -- \
+  "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --set grad_clip=0 --output "$work/x"
 printf '{"scale": 1024, "growth_tracker": 0, "skipped_steps": 0}' >"$work/value"
 set_metadata "$run/checkpoint.safetensors" grad_scaler "$work/value"
 expect_error "11 checkpoint grad_scaler in an fp32 run" "holds loss-scaler state but this run's precision" "$run" -- \

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ctest onnx_export: every model config exports, python3-onnx's checker accepts the file, and a
-# float64 numpy evaluator of the graph (scripts/onnx/onnx_eval.py) gives minidl's eval logits.
+# float64 numpy evaluator of the graph (scripts/onnx/onnx_eval.py) gives minidl's eval logits, and
+# so does onnxruntime for the tests/onnx models where python3 imports it (a SKIPPED line otherwise).
 #   tests/onnx_export_test.sh MINIDL PYTHON3 SOURCE_DIR DATA_DIR
 # tests/onnx/*.json (every layer type, options included) are trained for one short epoch first,
 # so BatchNorm's running statistics are real, then exported with --run; configs/*.json are
@@ -18,6 +19,19 @@ for cfg in "$src"/tests/onnx/*.json; do
   "$minidl" train --config "$cfg" --set data.dir="$data" --output "$work/$name" >/dev/null
   "$minidl" export --run "$work/$name" --onnx "$work/$name.onnx" --logits "$work/$name.ref" --limit 64
   "$python" "$src/scripts/onnx/onnx_eval.py" "$work/$name.onnx" --logits "$work/$name.ref"
+  if "$python" -c "import onnxruntime" 2>/dev/null; then
+    "$python" - "$src/scripts/onnx" "$work/$name.onnx" "$work/$name.ref" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[1])
+import onnxruntime as ort
+from reference import compare, read_safetensors
+ref, _ = read_safetensors(sys.argv[3])
+got = ort.InferenceSession(sys.argv[2], providers=["CPUExecutionProvider"]).run(None, {"input": ref["images"]})[0]
+sys.exit(0 if compare("onnxruntime vs minidl", got, ref["logits"], ref["labels"], 1e-4, 1e-4) else 1)
+PY
+  else
+    echo "$name: onnxruntime SKIPPED: $python cannot import onnxruntime (pip install onnxruntime)"
+  fi
 done
 for cfg in "$src"/configs/*.json; do
   name=$(basename "$cfg" .json)

@@ -40,7 +40,7 @@ std::string slurp(const std::string& path) {
 // A small net on 512 training images, 8 steps of 64 per epoch, on the GPU. `norm` picks the
 // variant: BatchNorm2d with ReLU and SGD; the same with a Linear bias, lookahead every 2 steps and
 // that bias frozen from epoch 1 (steps of several kinds, each its own graph); or GroupNorm,
-// LayerNorm and GELU with AdamW. A "_fp16" suffix trains in float16 channels-last from a loss
+// LayerNorm and GELU with AdamW and gradient clipping (its factor decided on the device). A "_fp16" suffix trains in float16 channels-last from a loss
 // scale of 2^24, which overflows the first steps' gradients: the scaler skips them on the device.
 std::string write_config(const std::string& dir, std::string norm) {
   const std::string fp16_suffix = "_fp16";
@@ -87,6 +87,7 @@ std::string write_config(const std::string& dir, std::string norm) {
       {"type": "GlobalAvgPool2d"},
       {"type": "Linear", "in_features": 16, "out_features": 10}])");
     c["optimizer"] = json::parse(R"({"type": "AdamW", "lr": 0.003, "weight_decay": 0.01})");
+    c["grad_clip"] = 0.5;
   }
   if (fp16) {
     c["precision"] = "fp16";

@@ -386,3 +386,15 @@ TEST_CASE("device limits: measured once, cached, measured again for another key"
   REQUIRE(limits_dtype(Device::cuda(), DType::Float32, true) == "tf32");
   REQUIRE(limits_dtype(Device::cuda(), DType::Float32, false) == "float32");
 }
+
+TEST_CASE("grad clip work: the gradients read for the norm, then read and written; 3 FLOPs each", "[profiler]") {
+  Tensor a = Tensor::zeros({10}, DType::Float32, Device::cpu());
+  Tensor b = Tensor::zeros({3, 4}, DType::Float32, Device::cpu());
+  const Tensor frozen = Tensor::zeros({7}, DType::Float32, Device::cpu());  // no gradient: not clipped
+  a.set_grad(Tensor::zeros({10}, DType::Float32, Device::cpu()));
+  b.set_grad(Tensor::zeros({3, 4}, DType::Float32, Device::cpu()));
+  const LayerWork w = grad_clip_work({a, b, frozen});
+  CHECK(w.forward.bytes == 3 * 22 * 4);
+  CHECK(w.forward.flops == 3 * 22);
+  CHECK(w.backward.flops == 0);
+}

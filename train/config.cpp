@@ -109,6 +109,13 @@ TrainConfig parse_train_config(const json& config) {
                  "precision is \"", c.precision, "\" (bfloat16 and float32 have float32's range and need none)");
   }
 
+  if (top.has("grad_clip")) {
+    c.grad_clip = top.get_float("grad_clip", c.grad_clip);
+    MINIDL_CHECK(std::isfinite(c.grad_clip) && c.grad_clip > 0, top.key_path("grad_clip"),
+                 ": the largest global gradient norm, a finite number > 0 (leave the key out for no clipping), got ",
+                 c.grad_clip);
+  }
+
   JsonArgs eval(top.get_object("eval", false), "eval");
   c.tta = eval.get_string("tta", c.tta);
   MINIDL_CHECK(c.tta == "none" || c.tta == "flip" || c.tta == "flip_translate" || c.tta == "airbench",
@@ -153,6 +160,7 @@ json TrainConfig::to_json() const {
   if (!freeze.empty()) j["freeze"] = freeze;
   if (!lookahead.is_null()) j["lookahead"] = lookahead;
   if (!grad_scaler.is_null()) j["grad_scaler"] = grad_scaler;
+  if (grad_clip > 0) j["grad_clip"] = grad_clip;
   return j;
 }
 

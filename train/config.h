@@ -33,6 +33,7 @@ struct TrainConfig {
   nlohmann::json freeze = nlohmann::json::array();       // parameter freeze rules (train/param_rules.h)
   nlohmann::json lookahead;                              // null: off; else optim/lookahead.h options
   nlohmann::json grad_scaler;                            // null: defaults; fp16 only (optim/grad_scaler.h)
+  double grad_clip = 0;                                  // > 0: clip gradients to this global norm (optim/grad_clip.h)
   std::string tta = "none";                              // data/tta.h: "none", "flip", "flip_translate", "airbench"
   int64_t eval_batch_size = 1000;
   std::string output_dir = "runs/run";

@@ -47,4 +47,14 @@ std::optional<LayerWork> optimizer_work(const Optimizer& optimizer, const std::v
   return w;
 }
 
+LayerWork grad_clip_work(const std::vector<Tensor>& parameters) {
+  LayerWork w;
+  for (const Tensor& p : parameters) {
+    if (!p.grad().defined()) continue;
+    w.forward.bytes += 3 * work_bytes(p.grad());
+    w.forward.flops += 3 * static_cast<double>(p.numel());
+  }
+  return w;
+}
+
 }  // namespace minidl

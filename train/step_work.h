@@ -29,4 +29,9 @@ LayerWork cross_entropy_work(const Tensor& logits, const Tensor& labels);
 // optimizers (Muon's Newton-Schulz GEMMs, Lookahead's averaging) are not counted: nullopt.
 std::optional<LayerWork> optimizer_work(const Optimizer& optimizer, const std::vector<Tensor>& parameters);
 
+// Gradient clipping by global norm (optim/grad_clip.h) of every parameter with a gradient: the
+// gradients read for the sum of squares (a multiply-add per element, 2 FLOPs) and read and
+// written for the multiply by the factor (1 FLOP).
+LayerWork grad_clip_work(const std::vector<Tensor>& parameters);
+
 }  // namespace minidl

@@ -131,6 +131,7 @@ Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Da
 
   const std::vector<NamedParam> params = named_parameters(*model_);
   for (const NamedParam& p : params) parameters_.push_back(p.tensor);
+  if (config.grad_clip > 0) grad_clipper_ = std::make_unique<GradClipper>(config.grad_clip, parameters_, device_);
   apply_init_rules(config.init, params, [&](int64_t n) {
     // The first n training images, normalized and not augmented, as one batch.
     Loader first(train_set_, LoaderOptions::evaluation(data_options_, std::min(n, train_set_.size())), device_);
@@ -332,18 +333,28 @@ void Trainer::backward_and_update(const Tensor& loss, bool prepared, double lr, 
   else
     loss.backward();
   ProfileSection s = profiler ? profiler->section("optimizer") : ProfileSection();
-  if (grad_scaler_) {
+  if (grad_scaler_ || grad_clipper_) {
     std::vector<Tensor> grads;
     for (const Tensor& p : parameters_)
       if (p.grad().defined()) grads.push_back(p.grad());
-    grad_scaler_->unscale(grads);
+    if (grad_scaler_) grad_scaler_->unscale(grads);
+    if (grad_clipper_) grad_clipper_->clip(grads);
   }
   // Under loss scaling the update's kernels read the scaler's flag and skip themselves.
   if (!prepared) optimizer_->prepare(lr);
   optimizer_->apply();
   if (grad_scaler_) grad_scaler_->update();
   optimizer_->zero_grad();
-  if (profiler) profiler->add_work([&] { return optimizer_work(*optimizer_, parameters_); });
+  if (profiler)
+    profiler->add_work([&] {
+      std::optional<LayerWork> w = optimizer_work(*optimizer_, parameters_);
+      if (w && grad_clipper_) {
+        const LayerWork clip = grad_clip_work(parameters_);
+        w->forward.bytes += clip.forward.bytes;
+        w->forward.flops += clip.forward.flops;
+      }
+      return w;
+    });
 }
 
 Tensor Trainer::tta_logits(const Tensor& images, const Tensor& logits, const std::vector<TtaView>& views) {

@@ -18,6 +18,7 @@
 #include "data/options.h"
 #include "data/tta.h"
 #include "layers/module.h"
+#include "optim/grad_clip.h"
 #include "optim/grad_scaler.h"
 #include "optim/lookahead.h"
 #include "optim/optimizer.h"
@@ -112,6 +113,7 @@ class Trainer {
   DType activation_dtype_ = DType::Float32;
   MemoryFormat activation_format_ = MemoryFormat::Contiguous;  // the config's memory_format
   std::unique_ptr<GradScaler> grad_scaler_;
+  std::unique_ptr<GradClipper> grad_clipper_;  // with the config's grad_clip
   std::vector<Tensor> parameters_;  // the model's parameters, whose gradients the scaler unscales
 
   // The device half of a training step (everything after the uploads), and of an evaluation
@@ -121,7 +123,8 @@ class Trainer {
   };
   StepResults device_step(bool prepared, double lr, Profiler* profiler);
   // Backward from the loss and the update: plain, or, with a loss scaler, from the scaled loss and
-  // skipped when the unscaled gradients hold an inf or NaN.
+  // skipped when the unscaled gradients hold an inf or NaN; gradients clipped (after unscaling)
+  // with grad_clip.
   void backward_and_update(const Tensor& loss, bool prepared, double lr, Profiler* profiler);
   // The model's output for a batch of float32 images, under autocast in the activation dtype
   // (core/autocast.h; none for fp32).

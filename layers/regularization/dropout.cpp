@@ -157,7 +157,7 @@ const LayerDescriptor& dropout_layer() {
       {{"p", 0.1}},
       {2, 3, 4},
       AutocastRule::InputType,
-      false};
+      true};
   return layer;
 }
 
@@ -171,7 +171,7 @@ const LayerDescriptor& drop_path_layer() {
       {{"p", 0.1}},
       {4, 3, 4},
       AutocastRule::InputType,
-      false};
+      true};
   return layer;
 }
 

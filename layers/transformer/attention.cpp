@@ -194,7 +194,7 @@ const LayerDescriptor& multihead_attention_layer() {
       {{"embed_dim", 8}, {"num_heads", 2}},
       {2, 5, 8},
       AutocastRule::LowerPrecision,
-      false};
+      true};
   return layer;
 }
 

@@ -142,7 +142,7 @@ const LayerDescriptor& transformer_encoder_layer_layer() {
       {{"d_model", 8}, {"nhead", 2}, {"dim_feedforward", 16}, {"dropout", 0.0}, {"norm_first", true}},
       {2, 5, 8},
       AutocastRule::InputType,
-      false};
+      true};
   return layer;
 }
 

@@ -257,7 +257,7 @@ std::shared_ptr<Module> make_token_pool(LayerArgs& args) {
 const LayerDescriptor& tokens_layer() {
   static const LayerDescriptor layer{
       "Tokens", "transformer", "(N, C, H, W) -> (N, H*W, C) tokens, x.flatten(2).transpose(1, 2)", {}, make_tokens,
-      nlohmann::json::object(), {2, 3, 4, 4}, AutocastRule::InputType, false};
+      nlohmann::json::object(), {2, 3, 4, 4}, AutocastRule::InputType, true};
   return layer;
 }
 
@@ -273,7 +273,7 @@ const LayerDescriptor& position_embedding_layer() {
       {{"num_tokens", 5}, {"embed_dim", 4}},
       {2, 5, 4},
       AutocastRule::Float32,
-      false};
+      true};
   return layer;
 }
 
@@ -287,7 +287,7 @@ const LayerDescriptor& class_token_layer() {
       {{"embed_dim", 4}},
       {2, 5, 4},
       AutocastRule::Float32,
-      false};
+      true};
   return layer;
 }
 
@@ -301,7 +301,7 @@ const LayerDescriptor& token_pool_layer() {
       nlohmann::json::object(),
       {2, 5, 4},
       AutocastRule::InputType,
-      false};
+      true};
   return layer;
 }
 

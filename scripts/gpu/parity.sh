@@ -3,7 +3,8 @@
 # minidl on the CPU and on CUDA and compared with PyTorch float32 on the GPU (TF32 off on both
 # sides). One line per tensor compared (PASS/FAIL, relative error, tolerance), then
 # "parity: N passed, M failed"; exits 1 on any failure. docs/parity.md explains the tolerances.
-# usage: scripts/gpu/parity.sh MINIDL_BINARY OUT_DIR [CONFIG]
+# usage: scripts/gpu/parity.sh MINIDL_BINARY OUT_DIR [CONFIG]   (CONFIG: the whole step's model, default
+#   configs/resnet9.json; configs/vit_tiny_cpu.json checks a ViT step with gradient clipping)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${1:?usage: parity.sh MINIDL_BINARY OUT_DIR [CONFIG]}

@@ -97,6 +97,28 @@ def run_node(op, ins, a):
         return ins[0].mean(axis=(2, 3), keepdims=True)
     if op == "GlobalMaxPool":
         return ins[0].max(axis=(2, 3), keepdims=True)
+    if op == "Transpose":
+        return np.transpose(ins[0], a.get("perm"))
+    if op == "MatMul":
+        return np.matmul(ins[0], ins[1])
+    if op == "Softmax":
+        e = np.exp(ins[0] - ins[0].max(axis=a.get("axis", -1), keepdims=True))
+        return e / e.sum(axis=a.get("axis", -1), keepdims=True)
+    if op == "Gather":
+        return np.take(ins[0], ins[1], axis=a.get("axis", 0))
+    if op == "ReduceMean":
+        return ins[0].mean(axis=tuple(a["axes"]), keepdims=bool(a.get("keepdims", 1)))
+    if op == "Slice":
+        x, starts, ends = ins[0], ins[1], ins[2]
+        axes = ins[3] if len(ins) > 3 else range(len(starts))
+        index = [slice(None)] * x.ndim
+        for axis, lo, hi in zip(axes, starts, ends):
+            index[int(axis)] = slice(int(lo), int(hi))
+        return x[tuple(index)]
+    if op == "Concat":
+        return np.concatenate(ins, axis=a["axis"])
+    if op == "Expand":
+        return ins[0] * np.ones(tuple(int(d) for d in ins[1]), dtype=ins[0].dtype)
     simple = {"Relu": lambda t: np.maximum(t[0], 0), "Add": lambda t: t[0] + t[1], "Mul": lambda t: t[0] * t[1],
               "Erf": lambda t: _erf(t[0]), "Tanh": lambda t: np.tanh(t[0]), "Identity": lambda t: t[0]}
     if op in simple:

@@ -97,6 +97,87 @@ class Scale(nn.Module):
         return f"value={self.value}"
 
 
+class Tokens(nn.Module):
+    """(N, C, H, W) -> (N, H*W, C)."""
+
+    def forward(self, x):
+        return x.flatten(2).transpose(1, 2)
+
+
+class PositionEmbedding(nn.Module):
+    def __init__(self, num_tokens, embed_dim, init_std):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(1, num_tokens, embed_dim))
+        nn.init.trunc_normal_(self.weight, std=init_std, a=-2.0, b=2.0)
+
+    def forward(self, x):
+        return x + self.weight
+
+
+class ClassToken(nn.Module):
+    def __init__(self, embed_dim):
+        super().__init__()
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, embed_dim))
+
+    def forward(self, x):
+        return torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+
+
+class TokenPool(nn.Module):
+    def __init__(self, mode):
+        super().__init__()
+        self.mode = mode
+
+    def forward(self, x):
+        return x.mean(1) if self.mode == "mean" else x[:, 0]
+
+
+def drop_path(x, p, training):
+    """timm's drop_path: whole samples zeroed with probability p, the rest scaled by 1/(1-p)."""
+    if p == 0.0 or not training:
+        return x
+    keep = x.new_empty((x.shape[0],) + (1,) * (x.dim() - 1)).bernoulli_(1 - p)
+    return x * keep / (1 - p)
+
+
+class DropPath(nn.Module):
+    def __init__(self, p):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x):
+        return drop_path(x, self.p, self.training)
+
+
+class MultiheadAttention(nn.MultiheadAttention):
+    """minidl's MultiheadAttention(x): self-attention, batch first, no weights returned."""
+
+    def __init__(self, embed_dim, num_heads, dropout, bias):
+        super().__init__(embed_dim, num_heads, dropout=dropout, bias=bias, batch_first=True)
+
+    def forward(self, x):
+        return super().forward(x, x, x, need_weights=False)[0]
+
+
+class TransformerEncoderLayer(nn.TransformerEncoderLayer):
+    """nn.TransformerEncoderLayer(batch_first=True) plus timm's stochastic depth (drop_path) on
+    both residual branches, as minidl's."""
+
+    def __init__(self, d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, norm_first, drop_path,
+                 bias):
+        super().__init__(d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first=True,
+                         norm_first=norm_first, bias=bias)
+        self.drop_path = drop_path
+
+    def forward(self, x):
+        dp = lambda t: drop_path(t, self.drop_path, self.training)  # noqa: E731
+        if self.norm_first:
+            x = x + dp(self._sa_block(self.norm1(x), None, None))
+            return x + dp(self._ff_block(self.norm2(x)))
+        x = self.norm1(x + dp(self._sa_block(x, None, None)))
+        return self.norm2(x + dp(self._ff_block(x)))
+
+
 class Sequential(nn.Sequential):
     """minidl's Sequential: its "layers" are children "0", "1", ..."""
 
