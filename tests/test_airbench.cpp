@@ -73,7 +73,7 @@ Dataset first_images(const Dataset& d, int64_t n) {
   std::vector<int32_t> lb = d.labels.values<int32_t>();
   px.resize(static_cast<size_t>(n * kCifarImageBytes));
   lb.resize(static_cast<size_t>(n));
-  return {Tensor::from_vector(px, {n, 3, 32, 32}), Tensor::from_vector(lb, {n})};
+  return {Tensor::from_vector(px, {n, 3, 32, 32}), Tensor::from_vector(lb, {n}), d.classes, d.note};
 }
 
 }  // namespace
@@ -116,9 +116,8 @@ TEST_CASE("airbench configs train on the CPU, the same seed giving the same bits
 
 TEST_CASE("airbench config: a resumed run equals an uninterrupted one", "[training][airbench][repro]") {
   MINIDL_REQUIRE_DATA();
-  const fs::path root = fs::temp_directory_path() / "minidl_test_runs" / "airbench_resume";
-  fs::remove_all(root);
-  fs::create_directories(root);
+  const TempDir work("airbench_resume");
+  const fs::path& root = work.path;
   json c = shrunk("airbench94.json");
   // Narrow the net so a CPU run of 10 steps and two evaluations stays quick.
   c["model"]["layers"] = json::parse(R"([
