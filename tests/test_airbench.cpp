@@ -116,7 +116,7 @@ TEST_CASE("airbench configs train on the CPU, the same seed giving the same bits
 
 TEST_CASE("airbench config: a resumed run equals an uninterrupted one", "[training][airbench][repro]") {
   MINIDL_REQUIRE_DATA();
-  const TempDir work("airbench_resume");
+  const test::TempDir work("airbench_resume");
   const fs::path& root = work.path;
   json c = shrunk("airbench94.json");
   // Narrow the net so a CPU run of 10 steps and two evaluations stays quick.

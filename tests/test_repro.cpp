@@ -29,7 +29,7 @@ void write_run(const std::string& dir, const std::vector<float>& losses, float w
 }  // namespace
 
 TEST_CASE("repro comparison finds the first differing step and tensor", "[repro]") {
-  const TempDir work("repro");
+  const test::TempDir work("repro");
   const std::string root = work.path.string();
   write_run(root + "/a", {2.5f, 2.25f, 2.f}, 1.f);
   write_run(root + "/b", {2.5f, 2.25f, 2.f}, 1.f);
