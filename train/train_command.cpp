@@ -236,6 +236,7 @@ int train_command(const TrainOptions& options) {
     bool stopped_at_limit = false;  // --max-steps reached: no further epoch starts
     // Writes the checkpoint at `info`'s position (the caller fills in the position and sums).
     auto checkpoint = [&](CheckpointInfo info) {
+      log.end_progress();  // steps.jsonl holds every step the checkpoint has trained
       info.config = trainer.resolved_config();
       info.grad_scaler = trainer.grad_scaler_state();
       info.classes = trainer.classes();
