@@ -193,6 +193,41 @@ else
   fail "9 --max-steps -5: exit $rc, $(head -1 "$work/err")"
 fi
 
+# 13. Races: another run starts, resumes or finishes in the folder between a run's checks and
+# its lock (MINIDL_TEST_PAUSE_BEFORE_LOCK holds the first run there, core/test_hooks.h). The checks
+# are made again under the lock: the first run is refused and the other's files stay as they are.
+tiny=(--config "$root/configs/quick_cpu.json" --set "data.dir=$data" --set data.train_limit=128
+      --set data.test_limit=100 --set batch_size=32 --set output.progress=false)
+go="$work/go"
+race() {  # race NAME PATTERN DIR FIRST_RUN_ARGS... -- OTHER_RUN_ARGS...
+  local name=$1 pattern=$2 dir=$3 first=() held before rc
+  shift 3
+  while [ "$1" != -- ]; do first+=("$1"); shift; done
+  shift
+  rm -f "$go" "$go.waiting"
+  MINIDL_TEST_PAUSE_BEFORE_LOCK="$go" "${train[@]}" "${first[@]}" >"$work/out" 2>"$work/err" &
+  held=$!
+  for _ in $(seq 1200); do [ -f "$go.waiting" ] || ! kill -0 "$held" 2>/dev/null && break; sleep 0.05; done
+  [ -f "$go.waiting" ] || { kill "$held" 2>/dev/null; wait "$held"; fail "$name: the first run never reached its lock"; return; }
+  "${train[@]}" "$@" >/dev/null 2>&1 || { touch "$go"; wait "$held"; fail "$name: the other run failed"; return; }
+  before=$(snapshot "$dir")
+  touch "$go"
+  wait "$held"
+  rc=$?
+  if [ "$rc" -ne 1 ] || ! grep -qE -- "$pattern" "$work/err"; then
+    fail "$name: exit $rc: $(cat "$work/err")"
+  elif [ "$(snapshot "$dir")" != "$before" ]; then
+    fail "$name: the other run's files changed"
+  else
+    passed=$((passed + 1)); echo "ok   $name: $(cut -c1-150 "$work/err")"
+  fi
+}
+race "13 fresh run: another run finished there first" "is not empty" "$work/race_fresh" \
+  "${tiny[@]}" --set seed=1 --max-steps 2 --output "$work/race_fresh" -- "${tiny[@]}" --max-steps 2 --output "$work/race_fresh"
+"${train[@]}" "${tiny[@]}" --max-steps 2 --output "$work/race_resume" >/dev/null 2>&1
+race "13 resume: another run resumed there first" "checkpoint changed while this command was starting" \
+  "$work/race_resume" --resume "$work/race_resume" --max-steps 4 -- --resume "$work/race_resume" --max-steps 3
+
 # 12. Image folders: a file that does not decode, a head whose width is not the class count,
 # a missing image size. PNGs written with the standard library only.
 python3 - "$work/folder" <<'PY'

@@ -36,7 +36,7 @@ stage_sanitize() {
   # scripts/test.sh and through the real command in badinput. The script tests (plot,
   # onnx_export, image_folder, dist, config_doc) drive the minidl command, which this build does
   # not make; they run in the Release suite too. Every other test runs here.
-  (cd "$asan" && ctest --output-on-failure -j "$(nproc)" -E "^(training|resume|signals|fresh run):|^(plot|onnx_export|image_folder|dist|config_doc)$")
+  (cd "$asan" && ctest --output-on-failure -j "$(nproc)" -E "^(training|resume|signals|fresh run):|^(plot|onnx_export|image_folder|dist|config_doc|kill_resume)$")
 }
 
 stage_fuzz() {

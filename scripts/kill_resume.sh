@@ -42,6 +42,8 @@ for line in open(d + "/metrics.jsonl"):
 PY
 }
 want=$(fingerprint "$work/ref")
+kept=$(cd "$work/ref" && ls checkpoint*.safetensors | tr '\n' ' ')
+[ "$kept" = "checkpoint.safetensors checkpoint.step-15.safetensors " ] || fail "keep=2: the run folder holds $kept"
 
 # Resumes the run in $1 until it finishes (a run killed before its first checkpoint is started
 # again with --restart, as --resume tells).
@@ -118,6 +120,13 @@ if grep -q "stopped before its first checkpoint.*minidl train --resume $work/ear
   echo "ok   no checkpoint yet: $(cut -c1-150 "$work/early.out")"
 else
   fail "no checkpoint yet: $(cat "$work/early.out")"
+fi
+# The same command again reuses that folder without --overwrite.
+if "$minidl" train "${run[@]}" --output "$work/early" --max-steps 2 >"$work/early.out" 2>&1 &&
+   grep -q "a run stopped before its first checkpoint: removed the earlier run's" "$work/early/log.txt"; then
+  echo "ok   the same command reuses a folder without a checkpoint"
+else
+  fail "the same command in a folder without a checkpoint: $(tail -2 "$work/early.out")"
 fi
 
 [ "$failed" -eq 0 ] && echo "kill_resume: passed ($SECONDS s)" || echo "kill_resume: $failed failed"
