@@ -3,16 +3,41 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
+#include <unistd.h>
+
+#include "train/checkpoint.h"
 #include "train/trainer.h"
 #include "core/allocator.h"
 #include "core/error.h"
+#include "core/json_limits.h"
 #ifdef MINIDL_WITH_CUDA
 #include "core/cuda/profiler_events.h"
 #endif
 
 namespace minidl {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// A whole number for option `name` ("12"; "x", "1e3", "12abc" and values past int64 are errors).
+int64_t parse_count(const std::string& name, const std::string& text) {
+  size_t used = 0;
+  int64_t v = 0;
+  try {
+    v = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  MINIDL_CHECK(used == text.size() && !text.empty(), "bench train: ", name, " expects a whole number, got '",
+               text_excerpt(text), "'");
+  return v;
+}
+
+}  // namespace
 
 int bench_train_main(const std::vector<std::string>& args) {
   std::string config_path = "configs/quick_cpu.json", device;
@@ -26,8 +51,8 @@ int bench_train_main(const std::vector<std::string>& args) {
     if (args[i] == "--config") config_path = value();
     else if (args[i] == "--device") device = value();
     else if (args[i] == "--set") overrides.push_back(value());
-    else if (args[i] == "--steps") steps = std::stoll(value());
-    else if (args[i] == "--warmup") warmup = std::stoll(value());
+    else if (args[i] == "--steps") steps = parse_count("--steps", value());
+    else if (args[i] == "--warmup") warmup = parse_count("--warmup", value());
     else fail(str("bench train: unknown option '", args[i], "' (--config, --device, --set, --steps, --warmup)"));
   }
   MINIDL_CHECK(steps >= 1 && warmup >= 0, "bench train: --steps must be >= 1 and --warmup >= 0");
@@ -74,6 +99,19 @@ int bench_train_main(const std::vector<std::string>& args) {
   const double acc = trainer.evaluate("none").acc;
   const double eval_s = std::chrono::duration<double>(Clock::now() - e0).count();
   const double train_ips = static_cast<double>(steps * config.batch_size) / train_s;
+  // One checkpoint as a run writes it (model, optimizer state, metadata; fsync'ed), into a
+  // scratch folder: its cost against an epoch of these steps.
+  const fs::path scratch = fs::temp_directory_path() / str("minidl_bench_checkpoint.", ::getpid());
+  fs::create_directories(scratch);
+  CheckpointInfo info;
+  info.step = step;
+  info.config = trainer.resolved_config();
+  const auto c0 = Clock::now();
+  write_run_checkpoint(scratch.string(), trainer.model(), trainer.optimizer(), info, -1, 1);
+  const double checkpoint_s = std::chrono::duration<double>(Clock::now() - c0).count();
+  const double checkpoint_mb = static_cast<double>(fs::file_size(scratch / "checkpoint.safetensors")) / 1e6;
+  fs::remove_all(scratch);
+  const double epoch_s = train_s / static_cast<double>(steps) * static_cast<double>(trainer.steps_per_epoch());
   std::printf("bench train: %s on %s, batch %lld, training step: %s\n", config_path.c_str(), dev.str().c_str(),
               static_cast<long long>(config.batch_size), trainer.step_mode().c_str());
   std::printf("  training:   %.2f ms/step, %.0f images/s (%lld steps after %lld warm-up)\n", wall_ms, train_ips,
@@ -83,6 +121,9 @@ int bench_train_main(const std::vector<std::string>& args) {
                 wall_ms / gpu_ms);
   std::printf("  evaluation: %.0f images/s (10000 test images in %.2f s; accuracy %.2f%% after %lld steps)\n",
               10000.0 / eval_s, eval_s, acc, static_cast<long long>(step));
+  std::printf("  checkpoint: %.1f MB written in %.3f s (%.2f%% of an epoch of %lld steps at this speed)\n",
+              checkpoint_mb, checkpoint_s, 100.0 * checkpoint_s / epoch_s,
+              static_cast<long long>(trainer.steps_per_epoch()));
   if (dev.is_cuda())
     std::printf("  peak device memory during training steps: %.2f GB\n", device_memory_stats().peak_bytes / 1e9);
   return 0;
