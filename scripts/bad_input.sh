@@ -228,6 +228,26 @@ race "13 fresh run: another run finished there first" "is not empty" "$work/race
 race "13 resume: another run resumed there first" "checkpoint changed while this command was starting" \
   "$work/race_resume" --resume "$work/race_resume" --max-steps 4 -- --resume "$work/race_resume" --max-steps 3
 
+# 14. Values that overflowed or became infinite (and so unresumable) are refused; repro keeps a
+# user's files in its run folders; repro --steps must not be negative.
+muon=(--config "$root/configs/airbench94_muon.json" --set "data.dir=$data" --set data.train_limit=512 --set batch_size=64)
+expect_error "14 freeze from_epoch 1e30" "freeze\[2\].from_epoch: expected 0..1000000" "$run" -- \
+  "${train[@]}" "${muon[@]}" --set freeze.2.from_epoch=1e30 --output "$work/x"
+expect_error "14 ns_eps 1e300" "ns_eps: expected 0 < ns_eps <= 1" "$run" -- \
+  "${train[@]}" "${muon[@]}" --set optimizer.ns_eps=1e300 --output "$work/x"
+expect_error "14 ns_steps 2^32+1" "ns_steps: expected an integer in 0..100" "$run" -- \
+  "${train[@]}" "${muon[@]}" --set optimizer.ns_steps=4294967297 --output "$work/x"
+expect_error "14 repro --steps -5" "--steps must be >= 0" "$run" -- \
+  "$minidl" repro "${tiny[@]}" --steps -5 --output "$work/repro"
+mkdir -p "$work/repro/run_a"
+echo mine >"$work/repro/run_a/notes.txt"
+"$minidl" repro "${tiny[@]}" --steps 1 --output "$work/repro" >"$work/out" 2>&1
+if [ "$(cat "$work/repro/run_a/notes.txt" 2>/dev/null)" = mine ] && [ -f "$work/repro/run_a/steps.jsonl" ]; then
+  passed=$((passed + 1)); echo "ok   14 repro keeps a user's file in its run folder"
+else
+  fail "14 repro: notes.txt in run_a is gone (or the run failed): $(tail -2 "$work/out")"
+fi
+
 # 12. Image folders: a file that does not decode, a head whose width is not the class count,
 # a missing image size. PNGs written with the standard library only.
 python3 - "$work/folder" <<'PY'
