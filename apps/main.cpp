@@ -97,7 +97,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // CLI11 prints the message (or the help) and has its own codes (104-114); a usage error is 2.
+    return app.exit(e) == 0 ? 0 : 2;
   }
 
   try {

@@ -248,6 +248,29 @@ else
   fail "14 repro: notes.txt in run_a is gone (or the run failed): $(tail -2 "$work/out")"
 fi
 
+# 15. A checkpoint with normalization statistics no run produces is refused; usage errors exit 2.
+set_tensor_value() {  # set_tensor_value FILE NAME_SUFFIX FLOAT: the first float of that tensor
+  python3 - "$@" <<'PY'
+import json, struct, sys
+path, suffix, value = sys.argv[1], sys.argv[2], float(sys.argv[3])
+raw = bytearray(open(path, 'rb').read())
+n = struct.unpack('<Q', raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+name = next(k for k in sorted(header) if k.endswith(suffix))
+start = 8 + n + header[name]['data_offsets'][0]
+raw[start:start + 4] = struct.pack('<f', value)
+open(path, 'wb').write(raw)
+PY
+}
+for bad in nan -1 inf; do
+  set_tensor_value "$run/checkpoint.safetensors" running_var "$bad"
+  expect_error "15 checkpoint running_var $bad" "running_var\\[0\\] is .*no run produces" "$run" -- \
+    "${train[@]}" --resume "$run" --set epochs=2
+  restore
+done
+expect_rc "15 usage error: --max-steps -1" 2 "$minidl" train --max-steps -1
+expect_rc "15 usage error: an unknown option" 2 "$minidl" train --no-such-option
+
 # 12. Image folders: a file that does not decode, a head whose width is not the class count,
 # a missing image size. PNGs written with the standard library only.
 python3 - "$work/folder" <<'PY'

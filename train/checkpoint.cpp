@@ -140,6 +140,27 @@ void write_run_checkpoint(const std::string& dir, const Module& model, const Opt
   }
 }
 
+namespace {
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// Normalization statistics no run can produce (a NaN, infinite or negative running variance, a
+// non-finite running mean) mean a corrupt or edited file; loaded, they would silently ruin every
+// evaluation from then on.
+void check_running_stats(const std::string& name, const Tensor& t, const std::string& path) {
+  const bool var = ends_with(name, "running_var");
+  if ((!var && !ends_with(name, "running_mean")) || t.dtype() != DType::Float32) return;
+  const float* v = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i)
+    MINIDL_CHECK(std::isfinite(v[i]) && (!var || v[i] >= 0), "checkpoint '", path, "': ", text_excerpt(name), "[", i,
+                 "] is ", v[i], ", which no run produces (", var ? "a variance is finite and >= 0" : "a mean is finite",
+                 "): the file is corrupt");
+}
+
+}  // namespace
+
 CheckpointInfo read_checkpoint_info(const std::string& path) {
   return info_from_metadata(load_safetensors(path).metadata, path);
 }
@@ -153,6 +174,7 @@ CheckpointInfo load_checkpoint(const std::string& path, Module& model, Optimizer
     if (name.compare(0, prefix.size(), prefix) == 0) opt.push_back({name.substr(prefix.size()), t});
     else weights.push_back({name, t});
   }
+  for (const auto& [name, t] : weights) check_running_stats(name, t, path);
   auto it = st.metadata.find("optimizer");
   MINIDL_CHECK(it != st.metadata.end(), "checkpoint '", path, "': metadata has no 'optimizer'");
   const nlohmann::json scalars = parse_json_limited(it->second, str("checkpoint '", path, "': metadata 'optimizer'"));
