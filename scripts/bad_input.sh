@@ -268,6 +268,24 @@ for bad in nan -1 inf; do
     "${train[@]}" --resume "$run" --set epochs=2
   restore
 done
+# A key twice in one object: nlohmann keeps one value silently.
+python3 - "$root/configs/quick_cpu.json" "$work/dup.json" <<'PY'
+import sys
+open(sys.argv[2], "w").write(open(sys.argv[1]).read().replace('"seed": 0,', '"seed": 0, "seed": 1,', 1))
+PY
+expect_error "15 config: a key twice" 'the key "seed" appears twice' "$run" -- \
+  "${train[@]}" --config "$work/dup.json" "${small[@]}" --output "$work/x"
+python3 - "$run/checkpoint.safetensors" <<'PY'
+import re, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+text = re.sub(rb'"__metadata__"\s*:\s*\{', lambda m: m.group(0) + b'"epoch":"0",', raw[8:8 + n].rstrip(), count=1)
+text += b" " * ((8 - len(text) % 8) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+PY
+expect_error "15 checkpoint header: a key twice" 'header: the key "epoch" appears twice' "$run" -- \
+  "${train[@]}" --resume "$run" --set epochs=2
+restore
 expect_rc "15 usage error: --max-steps -1" 2 "$minidl" train --max-steps -1
 expect_rc "15 usage error: an unknown option" 2 "$minidl" train --no-such-option
 
