@@ -43,6 +43,8 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--output", train.output_dir, "run folder (default: the config's output.dir)");
   train_cmd->add_option("--resume", train.resume_dir, "continue the run in this folder from its checkpoint");
   train_cmd->add_flag("--overwrite", train.overwrite, "replace the run files in a non-empty output folder");
+  train_cmd->add_flag("--restart", train.restart,
+                      "with --resume: start the run again from its config.json (a run stopped before its first checkpoint)");
   train_cmd->add_option("--max-steps", train.max_steps, "stop after this many steps in total")
       ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));
   train_cmd->add_flag("--profile", train.profile, "print a per-layer time breakdown of the first epoch");

@@ -3,8 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
+#include <unistd.h>
+
+#include "train/checkpoint.h"
 #include "train/trainer.h"
 #include "core/allocator.h"
 #include "core/error.h"
@@ -13,6 +17,8 @@
 #endif
 
 namespace minidl {
+
+namespace fs = std::filesystem;
 
 int bench_train(const BenchTrainOptions& options) {
   const int64_t steps = options.steps, warmup = options.warmup;
@@ -60,6 +66,19 @@ int bench_train(const BenchTrainOptions& options) {
   const double acc = trainer.evaluate("none").acc;
   const double eval_s = std::chrono::duration<double>(Clock::now() - e0).count();
   const double train_ips = static_cast<double>(steps * config.batch_size) / train_s;
+  // One checkpoint as a run writes it (model, optimizer state, metadata; fsync'ed), into a
+  // scratch folder: its cost against an epoch of these steps.
+  const fs::path scratch = fs::temp_directory_path() / str("minidl_bench_checkpoint.", ::getpid());
+  fs::create_directories(scratch);
+  CheckpointInfo info;
+  info.step = step;
+  info.config = trainer.resolved_config();
+  const auto c0 = Clock::now();
+  write_run_checkpoint(scratch.string(), trainer.model(), trainer.optimizer(), info, -1, 1);
+  const double checkpoint_s = std::chrono::duration<double>(Clock::now() - c0).count();
+  const double checkpoint_mb = static_cast<double>(fs::file_size(scratch / "checkpoint.safetensors")) / 1e6;
+  fs::remove_all(scratch);
+  const double epoch_s = train_s / static_cast<double>(steps) * static_cast<double>(trainer.steps_per_epoch());
   std::printf("bench train: %s on %s, batch %lld, training step: %s\n", options.config.c_str(), dev.str().c_str(),
               static_cast<long long>(config.batch_size), trainer.step_mode().c_str());
   std::printf("  training:   %.2f ms/step, %.0f images/s (%lld steps after %lld warm-up)\n", wall_ms, train_ips,
@@ -69,6 +88,9 @@ int bench_train(const BenchTrainOptions& options) {
                 wall_ms / gpu_ms);
   std::printf("  evaluation: %.0f images/s (10000 test images in %.2f s; accuracy %.2f%% after %lld steps)\n",
               10000.0 / eval_s, eval_s, acc, static_cast<long long>(step));
+  std::printf("  checkpoint: %.1f MB written in %.3f s (%.2f%% of an epoch of %lld steps at this speed)\n",
+              checkpoint_mb, checkpoint_s, 100.0 * checkpoint_s / epoch_s,
+              static_cast<long long>(trainer.steps_per_epoch()));
   if (dev.is_cuda())
     std::printf("  peak device memory during training steps: %.2f GB\n", device_memory_stats().peak_bytes / 1e9);
   return 0;

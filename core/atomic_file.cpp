@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/test_hooks.h"
 
 namespace minidl {
 
@@ -71,6 +72,7 @@ void AtomicFile::commit() {
   file_ = nullptr;
   MINIDL_CHECK(std::fclose(f) == 0, "cannot write ", what_, " '", path_, "': closing '", temp_,
                "' failed: ", errno_text());
+  test_kill_point("write:" + fs::path(path_).filename().string());
   MINIDL_CHECK(std::rename(temp_.c_str(), path_.c_str()) == 0, "cannot write ", what_, " '", path_,
                "': renaming '", temp_, "' over it failed: ", errno_text());
   done_ = true;

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -83,12 +84,57 @@ void check_json_depth(const nlohmann::json& value, const std::string& what) {
   }
 }
 
+namespace {
+
+// Keys only: no values are kept, so a 16 MiB document costs its keys' sets.
+class DuplicateKeyFinder : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  std::string duplicate;
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override {
+    open_.emplace_back();
+    return true;
+  }
+  bool key(string_t& k) override {
+    if (open_.back().insert(k).second) return true;
+    duplicate = k;
+    return false;  // stops the parse
+  }
+  bool end_object() override {
+    open_.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+ private:
+  std::vector<std::set<std::string>> open_;
+};
+
+}  // namespace
+
+void check_duplicate_keys(const std::string& text, const std::string& what) {
+  DuplicateKeyFinder finder;
+  nlohmann::json::sax_parse(text, &finder, nlohmann::json::input_format_t::json, /*strict=*/false);
+  MINIDL_CHECK(finder.duplicate.empty(), what, ": the key \"", text_excerpt(finder.duplicate),
+               "\" appears twice in one object (which value is meant?)");
+}
+
 bool try_parse_json_limited(const std::string& text, const std::string& what, nlohmann::json* out) {
   MINIDL_CHECK(text.size() <= kMaxJsonBytes, what, ": ", text.size(), " bytes of JSON, larger than the ",
                kMaxJsonBytes, "-byte limit");
   check_json_text_depth(text, what);
   *out = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  return !out->is_discarded();
+  if (out->is_discarded()) return false;
+  check_duplicate_keys(text, what);
+  return true;
 }
 
 nlohmann::json parse_json_limited(const std::string& text, const std::string& what) {
@@ -96,7 +142,9 @@ nlohmann::json parse_json_limited(const std::string& text, const std::string& wh
                kMaxJsonBytes, "-byte limit");
   check_json_text_depth(text, what);
   try {
-    return nlohmann::json::parse(text);
+    nlohmann::json j = nlohmann::json::parse(text);
+    check_duplicate_keys(text, what);
+    return j;
   } catch (const nlohmann::json::exception& e) {
     // e.what() is "[json.exception.parse_error.101] parse error at line 1, ...": drop the tag,
     // and keep the quoted text near the error short and printable.

@@ -22,6 +22,10 @@ std::string read_file_limited(const std::string& path, const std::string& what, 
 // Errors unless the JSON text nests at most kMaxJsonDepth arrays/objects (strings are skipped;
 // the text need not be valid JSON, the parser judges that afterwards).
 void check_json_text_depth(const std::string& text, const std::string& what);
+// Errors when one object of `text` has a key twice: the parsers keep one of the two values
+// silently, and which one the writer meant cannot be known. Called by the parsers here and by the
+// safetensors header reader.
+void check_duplicate_keys(const std::string& text, const std::string& what);
 // The same for a tree, without recursion.
 void check_json_depth(const nlohmann::json& value, const std::string& what);
 

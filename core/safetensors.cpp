@@ -139,6 +139,7 @@ Header read_header(FILE* f, uint64_t file_size, const std::string& path) {
   MINIDL_CHECK(!j.is_discarded() && j.is_object(), "safetensors file '", path,
                "': header is not a JSON object (", n, " bytes starting '", text_excerpt(text, 40),
                "')");
+  check_duplicate_keys(text, str("safetensors file '", path, "': header"));
 
   Header h;
   h.data_start = 8 + n;

@@ -50,6 +50,7 @@ struct DataOptions {
   std::string dir;          // the batch files (or their cifar-*-batches-bin / cifar-100-binary folder),
                             // or an image folder's root (dir/train/<class>/*, dir/test/<class>/*)
   int64_t train_limit = 0;  // > 0: train on the first train_limit images only
+  int64_t test_limit = 0;   // > 0: evaluate on the first test_limit test images only (quick checks)
   std::string label = "fine";  // cifar100: "fine" or "coarse" labels
   // image_folder (data/image_folder.h):
   int64_t image_size = 0;          // every image becomes S x S

@@ -17,7 +17,7 @@ MuonOptions MuonOptions::read(JsonArgs& args) {
   o.lr = args.get_float("lr", o.lr);
   o.momentum = args.get_float("momentum", o.momentum);
   o.nesterov = args.get_bool("nesterov", o.nesterov);
-  o.ns.steps = static_cast<int>(args.get_int("ns_steps", o.ns.steps));
+  o.ns.steps = static_cast<int>(args.get_int("ns_steps", o.ns.steps, 0, 100));
   if (args.has("ns_coefficients")) {
     const nlohmann::json& c = args.get_json("ns_coefficients");
     MINIDL_CHECK(c.is_array() && c.size() == 3 && c[0].is_number() && c[1].is_number() && c[2].is_number(),
@@ -26,13 +26,15 @@ MuonOptions MuonOptions::read(JsonArgs& args) {
     o.ns.b = c[1].get<float>();
     o.ns.c = c[2].get<float>();
   }
-  o.ns.eps = static_cast<float>(args.get_float("ns_eps", o.ns.eps));
+  // Checked as a double: a larger value would become an infinite float (saved as null, never resumable).
+  const double ns_eps = args.get_float("ns_eps", o.ns.eps);
+  MINIDL_CHECK(std::isfinite(ns_eps) && ns_eps > 0 && ns_eps <= 1, args.key_path("ns_eps"), ": expected 0 < ns_eps <= 1, got ",
+               ns_eps);
+  o.ns.eps = static_cast<float>(ns_eps);
   o.normalize_weights = args.get_bool("normalize_weights", o.normalize_weights);
   MINIDL_CHECK(o.lr >= 0, args.key_path("lr"), ": expected >= 0, got ", o.lr);
   MINIDL_CHECK(o.momentum >= 0 && o.momentum < 1, args.key_path("momentum"), ": expected 0 <= momentum < 1, got ",
                o.momentum);
-  MINIDL_CHECK(o.ns.steps >= 0 && o.ns.steps <= 100, args.key_path("ns_steps"), ": expected 0..100, got ", o.ns.steps);
-  MINIDL_CHECK(o.ns.eps > 0, args.key_path("ns_eps"), ": expected > 0, got ", o.ns.eps);
   return o;
 }
 

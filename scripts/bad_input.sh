@@ -214,6 +214,102 @@ usage_error "bench accuracy --runs 0" "--runs" "$minidl" bench accuracy --config
 usage_error "bench attention --dtype fp8" "--dtype" "$minidl" bench attention --dtype fp8
 usage_error "bench data without --dir" "--dir" "$minidl" bench data --image-size 32
 
+# 13. Races: another run starts, resumes or finishes in the folder between a run's checks and
+# its lock (MINIDL_TEST_PAUSE_BEFORE_LOCK holds the first run there, core/test_hooks.h). The checks
+# are made again under the lock: the first run is refused and the other's files stay as they are.
+tiny=(--config "$root/configs/quick_cpu.json" --set "data.dir=$data" --set data.train_limit=128
+      --set data.test_limit=100 --set batch_size=32 --set output.progress=false)
+go="$work/go"
+race() {  # race NAME PATTERN DIR FIRST_RUN_ARGS... -- OTHER_RUN_ARGS...
+  local name=$1 pattern=$2 dir=$3 first=() held before rc
+  shift 3
+  while [ "$1" != -- ]; do first+=("$1"); shift; done
+  shift
+  rm -f "$go" "$go.waiting"
+  MINIDL_TEST_PAUSE_BEFORE_LOCK="$go" "${train[@]}" "${first[@]}" >"$work/out" 2>"$work/err" &
+  held=$!
+  for _ in $(seq 1200); do [ -f "$go.waiting" ] || ! kill -0 "$held" 2>/dev/null && break; sleep 0.05; done
+  [ -f "$go.waiting" ] || { kill "$held" 2>/dev/null; wait "$held"; fail "$name: the first run never reached its lock"; return; }
+  "${train[@]}" "$@" >/dev/null 2>&1 || { touch "$go"; wait "$held"; fail "$name: the other run failed"; return; }
+  before=$(snapshot "$dir")
+  touch "$go"
+  wait "$held"
+  rc=$?
+  if [ "$rc" -ne 1 ] || ! grep -qE -- "$pattern" "$work/err"; then
+    fail "$name: exit $rc: $(cat "$work/err")"
+  elif [ "$(snapshot "$dir")" != "$before" ]; then
+    fail "$name: the other run's files changed"
+  else
+    passed=$((passed + 1)); echo "ok   $name: $(cut -c1-150 "$work/err")"
+  fi
+}
+race "13 fresh run: another run finished there first" "is not empty" "$work/race_fresh" \
+  "${tiny[@]}" --set seed=1 --max-steps 2 --output "$work/race_fresh" -- "${tiny[@]}" --max-steps 2 --output "$work/race_fresh"
+"${train[@]}" "${tiny[@]}" --max-steps 2 --output "$work/race_resume" >/dev/null 2>&1
+race "13 resume: another run resumed there first" "checkpoint changed while this command was starting" \
+  "$work/race_resume" --resume "$work/race_resume" --max-steps 4 -- --resume "$work/race_resume" --max-steps 3
+
+# 14. Values that overflowed or became infinite (and so unresumable) are refused; repro keeps a
+# user's files in its run folders; repro --steps must not be negative.
+muon=(--config "$root/configs/airbench94_muon.json" --set "data.dir=$data" --set data.train_limit=512 --set batch_size=64)
+expect_error "14 freeze from_epoch 1e30" "freeze\[2\].from_epoch: expected 0..1000000" "$run" -- \
+  "${train[@]}" "${muon[@]}" --set freeze.2.from_epoch=1e30 --output "$work/x"
+expect_error "14 ns_eps 1e300" "ns_eps: expected 0 < ns_eps <= 1" "$run" -- \
+  "${train[@]}" "${muon[@]}" --set optimizer.ns_eps=1e300 --output "$work/x"
+expect_error "14 ns_steps 2^32+1" "ns_steps: expected an integer in 0..100" "$run" -- \
+  "${train[@]}" "${muon[@]}" --set optimizer.ns_steps=4294967297 --output "$work/x"
+expect_error "14 repro --steps -5" "--steps must be >= 0" "$run" -- \
+  "$minidl" repro "${tiny[@]}" --steps -5 --output "$work/repro"
+mkdir -p "$work/repro/run_a"
+echo mine >"$work/repro/run_a/notes.txt"
+"$minidl" repro "${tiny[@]}" --steps 1 --output "$work/repro" >"$work/out" 2>&1
+if [ "$(cat "$work/repro/run_a/notes.txt" 2>/dev/null)" = mine ] && [ -f "$work/repro/run_a/steps.jsonl" ]; then
+  passed=$((passed + 1)); echo "ok   14 repro keeps a user's file in its run folder"
+else
+  fail "14 repro: notes.txt in run_a is gone (or the run failed): $(tail -2 "$work/out")"
+fi
+
+# 15. A checkpoint with normalization statistics no run produces is refused; usage errors exit 2.
+set_tensor_value() {  # set_tensor_value FILE NAME_SUFFIX FLOAT: the first float of that tensor
+  python3 - "$@" <<'PY'
+import json, struct, sys
+path, suffix, value = sys.argv[1], sys.argv[2], float(sys.argv[3])
+raw = bytearray(open(path, 'rb').read())
+n = struct.unpack('<Q', raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+name = next(k for k in sorted(header) if k.endswith(suffix))
+start = 8 + n + header[name]['data_offsets'][0]
+raw[start:start + 4] = struct.pack('<f', value)
+open(path, 'wb').write(raw)
+PY
+}
+for bad in nan -1 inf; do
+  set_tensor_value "$run/checkpoint.safetensors" running_var "$bad"
+  expect_error "15 checkpoint running_var $bad" "running_var\\[0\\] is .*no run produces" "$run" -- \
+    "${train[@]}" --resume "$run" --set epochs=2
+  restore
+done
+# A key twice in one object: nlohmann keeps one value silently.
+python3 - "$root/configs/quick_cpu.json" "$work/dup.json" <<'PY'
+import sys
+open(sys.argv[2], "w").write(open(sys.argv[1]).read().replace('"seed": 0,', '"seed": 0, "seed": 1,', 1))
+PY
+expect_error "15 config: a key twice" 'the key "seed" appears twice' "$run" -- \
+  "${train[@]}" --config "$work/dup.json" "${small[@]}" --output "$work/x"
+python3 - "$run/checkpoint.safetensors" <<'PY'
+import re, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+text = re.sub(rb'"__metadata__"\s*:\s*\{', lambda m: m.group(0) + b'"epoch":"0",', raw[8:8 + n].rstrip(), count=1)
+text += b" " * ((8 - len(text) % 8) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+PY
+expect_error "15 checkpoint header: a key twice" 'header: the key "epoch" appears twice' "$run" -- \
+  "${train[@]}" --resume "$run" --set epochs=2
+restore
+expect_rc "15 usage error: --max-steps -1" 2 "$minidl" train --max-steps -1
+expect_rc "15 usage error: an unknown option" 2 "$minidl" train --no-such-option
+
 # 12. Image folders: a file that does not decode, a head whose width is not the class count,
 # a missing image size. PNGs written with the standard library only.
 python3 - "$work/folder" <<'PY'

@@ -331,3 +331,33 @@ TEST_CASE("training: a model that does not fit the data is refused before the ru
   REQUIRE_THROWS_WITH(train_command(options_for(config, root + "/run")), Catch::Contains("BatchNorm2d 9"));
   REQUIRE(!fs::exists(root + "/run"));
 }
+
+TEST_CASE("resume: a run ended part-way through an epoch (fractional epochs, --max-steps) goes on bit-exact",
+          "[training][resume]") {
+  MINIDL_REQUIRE_DATA();
+  const std::string root = test_root() + "/partial";
+  fs::remove_all(root);
+  const std::string config = write_config(root), a = root + "/a", b = root + "/b", c = root + "/c";
+  REQUIRE(train_command(options_for(config, a)) == 0);
+  TrainOptions part = options_for(config, b);
+  part.overrides = {"epochs=1.5"};  // 12 steps; the schedule is in epochs, so its steps are a's
+  REQUIRE(train_command(part) == 0);
+  REQUIRE_THROWS_WITH(train_command(resume_of(b)), Catch::Contains("the run is finished"));
+  TrainOptions longer = resume_of(b);
+  longer.overrides = {"epochs=2"};
+  REQUIRE(train_command(longer) == 0);
+  TrainOptions limited = options_for(config, c);
+  limited.max_steps = 5;
+  REQUIRE(train_command(limited) == 0);
+  const CheckpointInfo at5 = read_checkpoint_info(c + "/checkpoint.safetensors");
+  REQUIRE(at5.step == 5);
+  REQUIRE(at5.evaluated);
+  REQUIRE(train_command(resume_of(c)) == 0);
+  for (const std::string& run : {b, c}) {
+    INFO(run);
+    REQUIRE(slurp(a + "/steps.jsonl") == slurp(run + "/steps.jsonl"));
+    REQUIRE(safetensors_payload_sha256(a + "/model.safetensors") ==
+            safetensors_payload_sha256(run + "/model.safetensors"));
+    REQUIRE(test::read_json_lines(run + "/metrics.jsonl").size() == 2);  // the partial epoch's record replaced
+  }
+}

@@ -1,10 +1,12 @@
 #include "train/checkpoint.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
 #include "core/error.h"
 #include "core/json_limits.h"
@@ -12,6 +14,8 @@
 #include "core/safetensors.h"
 
 namespace minidl {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -69,6 +73,10 @@ CheckpointInfo info_from_metadata(const std::map<std::string, std::string>& meta
     info.epoch_loss_sum = metadata_double(get("epoch_loss_sum"), "epoch_loss_sum", path);
     info.epoch_seconds = metadata_double(get("epoch_seconds"), "epoch_seconds", path);
   }
+  if (meta.count("evaluated")) {
+    MINIDL_CHECK(info.epoch_seen > 0, "checkpoint '", path, "': metadata 'evaluated' belongs to a position inside an epoch");
+    info.evaluated = metadata_int(get("evaluated"), "evaluated", 0, 1, path) == 1;
+  }
   if (meta.count("grad_scaler")) {
     info.grad_scaler = parse_json_limited(get("grad_scaler"), str("checkpoint '", path, "': metadata 'grad_scaler'"));
     MINIDL_CHECK(info.grad_scaler.is_object(), "checkpoint '", path, "': metadata 'grad_scaler' is a JSON ",
@@ -92,10 +100,66 @@ void save_checkpoint(const std::string& path, const Module& model, const Optimiz
                                           {"epoch_correct", std::to_string(info.epoch_correct)},
                                           {"epoch_loss_sum", exact(info.epoch_loss_sum)},
                                           {"epoch_seconds", exact(info.epoch_seconds)}};
+  if (info.epoch_seen > 0) meta["evaluated"] = info.evaluated ? "1" : "0";
   if (!info.grad_scaler.is_null()) meta["grad_scaler"] = info.grad_scaler.dump();
   if (!info.classes.is_null()) meta["classes"] = info.classes.dump();
   save_safetensors(path, tensors, meta);
 }
+
+bool is_kept_checkpoint_name(const std::string& name) {
+  static const std::string head = "checkpoint.step-", tail = ".safetensors";
+  if (name.size() <= head.size() + tail.size() || name.compare(0, head.size(), head) != 0 ||
+      name.compare(name.size() - tail.size(), tail.size(), tail) != 0)
+    return false;
+  const std::string digits = name.substr(head.size(), name.size() - head.size() - tail.size());
+  return digits.size() <= 18 && digits.find_first_not_of("0123456789") == std::string::npos;
+}
+
+void write_run_checkpoint(const std::string& dir, const Module& model, const Optimizer& optimizer,
+                          const CheckpointInfo& info, int64_t previous_step, int64_t keep) {
+  const fs::path latest = fs::path(dir) / "checkpoint.safetensors";
+  std::error_code ec;
+  if (keep > 1 && previous_step >= 0 && previous_step != info.step && fs::exists(latest, ec)) {
+    // A second name for the current file: the rename of the new one over `latest` leaves it intact.
+    const fs::path kept = fs::path(dir) / str("checkpoint.step-", previous_step, ".safetensors");
+    fs::remove(kept, ec);
+    fs::create_hard_link(latest, kept, ec);
+    MINIDL_CHECK(!ec, "cannot keep the checkpoint at step ", previous_step, " as '", kept.string(), "': ", ec.message());
+  }
+  save_checkpoint(latest.string(), model, optimizer, info);
+  std::vector<std::pair<int64_t, fs::path>> kept;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (is_kept_checkpoint_name(name)) kept.push_back({std::stoll(name.substr(16)), e.path()});
+  }
+  MINIDL_CHECK(!ec, "cannot list the run folder '", dir, "': ", ec.message());
+  std::sort(kept.rbegin(), kept.rend());
+  for (size_t i = static_cast<size_t>(keep - 1); i < kept.size(); ++i) {
+    fs::remove(kept[i].second, ec);
+    MINIDL_CHECK(!ec, "cannot remove the old checkpoint '", kept[i].second.string(), "': ", ec.message());
+  }
+}
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// Normalization statistics no run can produce (a NaN, infinite or negative running variance, a
+// non-finite running mean) mean a corrupt or edited file; loaded, they would silently ruin every
+// evaluation from then on.
+void check_running_stats(const std::string& name, const Tensor& t, const std::string& path) {
+  const bool var = ends_with(name, "running_var");
+  if ((!var && !ends_with(name, "running_mean")) || t.dtype() != DType::Float32) return;
+  const float* v = t.data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i)
+    MINIDL_CHECK(std::isfinite(v[i]) && (!var || v[i] >= 0), "checkpoint '", path, "': ", text_excerpt(name), "[", i,
+                 "] is ", v[i], ", which no run produces (", var ? "a variance is finite and >= 0" : "a mean is finite",
+                 "): the file is corrupt");
+}
+
+}  // namespace
 
 CheckpointInfo read_checkpoint_info(const std::string& path) {
   return info_from_metadata(load_safetensors(path).metadata, path);
@@ -110,6 +174,7 @@ CheckpointInfo load_checkpoint(const std::string& path, Module& model, Optimizer
     if (name.compare(0, prefix.size(), prefix) == 0) opt.push_back({name.substr(prefix.size()), t});
     else weights.push_back({name, t});
   }
+  for (const auto& [name, t] : weights) check_running_stats(name, t, path);
   auto it = st.metadata.find("optimizer");
   MINIDL_CHECK(it != st.metadata.end(), "checkpoint '", path, "': metadata has no 'optimizer'");
   const nlohmann::json scalars = parse_json_limited(it->second, str("checkpoint '", path, "': metadata 'optimizer'"));

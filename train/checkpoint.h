@@ -24,6 +24,11 @@ struct CheckpointInfo {
   int64_t epoch_correct = 0;
   double epoch_loss_sum = 0;
   double epoch_seconds = 0;
+  // Inside an epoch only: whether the evaluation at this position is logged already. A checkpoint
+  // at the last step of an epoch is written before the evaluation (false), so a run killed while
+  // evaluating evaluates again on resume; true where a run ended part-way through an epoch
+  // (--max-steps, a fractional epoch count) after evaluating.
+  bool evaluated = false;
   // A float16 run's loss-scaler state (optim/grad_scaler.h), null otherwise.
   nlohmann::json grad_scaler;
   // The data's class names (index = label), metadata "classes"; null when not recorded.
@@ -32,6 +37,14 @@ struct CheckpointInfo {
 
 void save_checkpoint(const std::string& path, const Module& model, const Optimizer& optimizer,
                      const CheckpointInfo& info);
+// The run's checkpoint DIR/checkpoint.safetensors, written atomically: the one it replaces stays
+// complete until the new one is. With keep > 1 the replaced one (at step `previous_step`, -1:
+// none) stays as DIR/checkpoint.step-<step>.safetensors, and the keep - 1 newest of those are kept.
+void write_run_checkpoint(const std::string& dir, const Module& model, const Optimizer& optimizer,
+                          const CheckpointInfo& info, int64_t previous_step, int64_t keep);
+// "checkpoint.step-<N>.safetensors": a kept earlier checkpoint of a run.
+bool is_kept_checkpoint_name(const std::string& name);
+
 // Restores model and optimizer state (tensors land on their current device). Every problem
 // (missing file, corrupt file, wrong format, metadata out of range or not an integer, a config
 // that is not an object or nested too deep, a tensor missing or mis-shaped) is an Error naming

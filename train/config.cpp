@@ -128,6 +128,15 @@ TrainConfig parse_train_config(const json& config) {
   c.progress = out.get_bool("progress", c.progress);
   out.finish();
 
+  JsonArgs ckpt(top.get_object("checkpoint", false), "checkpoint");
+  c.checkpoint_every_steps = ckpt.get_int("every_steps", c.checkpoint_every_steps, 0, INT64_MAX);
+  c.checkpoint_every_minutes = ckpt.get_float("every_minutes", c.checkpoint_every_minutes);
+  MINIDL_CHECK(std::isfinite(c.checkpoint_every_minutes) && c.checkpoint_every_minutes >= 0 &&
+                   c.checkpoint_every_minutes <= 1e6,
+               "checkpoint.every_minutes: must be in 0..1000000 (0: off), got ", c.checkpoint_every_minutes);
+  c.checkpoint_keep = ckpt.get_int("keep", c.checkpoint_keep, 1, 1000);
+  ckpt.finish();
+
   JsonArgs log(top.get_object("log", false), "log");
   c.tensorboard = log.get_bool("tensorboard", c.tensorboard);
   log.finish();
@@ -161,6 +170,11 @@ json TrainConfig::to_json() const {
   if (!lookahead.is_null()) j["lookahead"] = lookahead;
   if (!grad_scaler.is_null()) j["grad_scaler"] = grad_scaler;
   if (grad_clip > 0) j["grad_clip"] = grad_clip;
+  // Printed only when set: the config.json of runs with the defaults stays as it was.
+  if (checkpoint_every_steps > 0 || checkpoint_every_minutes > 0 || checkpoint_keep != 1)
+    j["checkpoint"] = {{"every_steps", checkpoint_every_steps},
+                       {"every_minutes", checkpoint_every_minutes},
+                       {"keep", checkpoint_keep}};
   return j;
 }
 

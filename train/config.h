@@ -39,6 +39,12 @@ struct TrainConfig {
   std::string output_dir = "runs/run";
   bool progress = true;                                  // a progress bar on a terminal
   bool tensorboard = false;                              // log.tensorboard: event files in the run folder
+  // "checkpoint": a checkpoint is written at the end of every epoch (before its evaluation), and
+  // also every `every_steps` steps and every `every_minutes` minutes when those are > 0;
+  // `keep` checkpoints are kept (train/checkpoint.h, write_run_checkpoint).
+  int64_t checkpoint_every_steps = 0;
+  double checkpoint_every_minutes = 0;
+  int64_t checkpoint_keep = 1;
 
   // The config as JSON with every default filled in (what config.json in a run folder holds).
   nlohmann::json to_json() const;

@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "core/error.h"
+#include "train/config.h"
 #include "core/init.h"
 #include "core/json_args.h"
 #include "layers/conv/patch_whitening.h"
@@ -101,7 +102,9 @@ FreezeRules::FreezeRules(const nlohmann::json& rules, const std::vector<NamedPar
                          const std::string& path) {
   for_each_rule(rules, path, [&](JsonArgs& args, const ParamGroup& selector, const std::string& where) {
     const double from_epoch = args.get_float("from_epoch", 0.0);
-    MINIDL_CHECK(from_epoch >= 0, args.key_path("from_epoch"), ": expected >= 0, got ", from_epoch);
+    // Bounded like the epoch count, so the step it becomes fits in int64.
+    MINIDL_CHECK(from_epoch >= 0 && from_epoch <= static_cast<double>(kMaxEpochs), args.key_path("from_epoch"),
+                 ": expected 0..", kMaxEpochs, ", got ", from_epoch);
     args.finish();
     const auto from_step = static_cast<int64_t>(std::ceil(from_epoch * static_cast<double>(steps_per_epoch)));
     for (const NamedParam* p : matching(selector, params, where)) {

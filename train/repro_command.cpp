@@ -56,6 +56,7 @@ std::vector<std::pair<int64_t, std::string>> read_step_bits(const std::string& p
 }  // namespace
 
 int repro_command(const ReproOptions& options) {
+  MINIDL_CHECK(options.steps >= 0, "repro: --steps must be >= 0 (0: the whole config), got ", options.steps);
   const TrainConfig config = load_train_config(options.config_path, options.overrides, options.device, "");
   {
     std::vector<std::string> b = options.overrides;
@@ -66,8 +67,8 @@ int repro_command(const ReproOptions& options) {
   const std::string self = fs::canonical("/proc/self/exe").string();
   std::string dirs[2] = {out + "/run_a", out + "/run_b"};
   for (int r = 0; r < 2; ++r) {
-    fs::remove_all(dirs[r]);
-    std::vector<std::string> args = {self, "train", "--config", options.config_path, "--output", dirs[r]};
+    // --overwrite replaces an earlier repro's run files and nothing else a user kept there.
+    std::vector<std::string> args = {self, "train", "--config", options.config_path, "--output", dirs[r], "--overwrite"};
     for (const auto& o : options.overrides) args.insert(args.end(), {"--set", o});
     if (r == 1)
       for (const auto& o : options.overrides_b) args.insert(args.end(), {"--set", o});

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/json_limits.h"
+#include "train/checkpoint.h"
 
 namespace minidl {
 
@@ -24,22 +25,50 @@ const std::vector<std::string>& run_file_names() {
   return names;
 }
 
-void check_fresh_run_folder(const std::string& dir, bool overwrite) {
+bool is_run_file(const std::string& name) {
+  const auto& names = run_file_names();
+  return std::find(names.begin(), names.end(), name) != names.end() || is_kept_checkpoint_name(name) ||
+         name.rfind("events.out.tfevents.", 0) == 0 || name.find(".tmp.") != std::string::npos;
+}
+
+FreshFolder check_fresh_run_folder(const std::string& dir, bool overwrite, const nlohmann::json& config,
+                                   bool restart) {
   std::error_code ec;
-  if (!fs::exists(dir, ec)) return;
+  if (!fs::exists(dir, ec)) return FreshFolder::Empty;
   MINIDL_CHECK(fs::is_directory(dir, ec), "output folder '", dir, "' exists and is not a folder");
-  if (overwrite) return;
   std::vector<std::string> held;
   for (const auto& e : fs::directory_iterator(dir, ec)) held.push_back(e.path().filename().string());
   MINIDL_CHECK(!ec, "cannot list output folder '", dir, "': ", ec.message());
-  if (held.empty()) return;
+  if (held.empty()) return FreshFolder::Empty;
+  if (overwrite) return FreshFolder::Replace;
   std::sort(held.begin(), held.end());
+  const bool has_checkpoint = std::any_of(held.begin(), held.end(), [](const std::string& n) {
+    return n == "checkpoint.safetensors" || is_kept_checkpoint_name(n);
+  });
+  const bool only_run_files = std::all_of(held.begin(), held.end(), is_run_file);
+  // A run killed before its first checkpoint left only its config and logs: nothing to resume,
+  // nothing of the user's to lose.
+  const bool no_checkpoint_run = !has_checkpoint && only_run_files &&
+                                 std::count(held.begin(), held.end(), "config.json") > 0;
+  if (no_checkpoint_run) {
+    if (restart) return FreshFolder::Replace;
+    nlohmann::json earlier;
+    const std::string path = dir + "/config.json";
+    if (try_parse_json_limited(read_file_limited(path, "run config"), path, &earlier) && earlier == config)
+      return FreshFolder::Replace;
+  }
   std::string list;
   for (size_t i = 0; i < held.size() && i < 5; ++i) list += (i ? ", " : "") + text_excerpt(held[i]);
   if (held.size() > 5) list += str(" and ", held.size() - 5, " more");
-  const bool has_checkpoint = std::count(held.begin(), held.end(), "checkpoint.safetensors") > 0;
+  if (restart)
+    fail(str("--restart: run folder '", dir, "' ",
+             has_checkpoint ? str("has a checkpoint: continue it with --resume ", dir,
+                                  ", or start it over with --config ", dir, "/config.json --output ", dir,
+                                  " --overwrite")
+                            : str("holds files that are not a run's (", list, "); remove them or choose another --output")));
   fail(str("output folder '", dir, "' is not empty (", list, "): ",
            has_checkpoint ? str("pass --resume ", dir, " to continue its run, ") : std::string(),
+           no_checkpoint_run ? "its run stopped before its first checkpoint with another config; " : "",
            "pass --overwrite to replace ", has_checkpoint ? "it" : "its run files", ", or choose another --output"));
 }
 
@@ -68,10 +97,14 @@ void create_run_folder(const std::string& dir) {
 std::vector<std::string> remove_run_files(const std::string& dir) {
   std::vector<std::string> removed;
   std::error_code ec;
-  for (const std::string& name : run_file_names()) {
-    const fs::path p = fs::path(dir) / name;
-    if (fs::remove(p, ec)) removed.push_back(name);
-    MINIDL_CHECK(!ec, "--overwrite: cannot remove '", p.string(), "': ", ec.message());
+  std::vector<fs::path> paths;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (is_run_file(e.path().filename().string())) paths.push_back(e.path());
+  MINIDL_CHECK(!ec, "cannot list the run folder '", dir, "': ", ec.message());
+  std::sort(paths.begin(), paths.end());
+  for (const fs::path& p : paths) {
+    if (fs::remove(p, ec)) removed.push_back(p.filename().string());
+    MINIDL_CHECK(!ec, "cannot remove '", p.string(), "': ", ec.message());
   }
   return removed;
 }

@@ -19,6 +19,7 @@
 #include "core/json_limits.h"
 #include "core/safetensors.h"
 #include "core/settings.h"
+#include "core/test_hooks.h"
 
 namespace minidl {
 
@@ -49,7 +50,8 @@ std::string fixed(double v, int digits) {
 // --resume continues the run as it was configured; the one setting it takes is a larger epoch
 // count (--set epochs=N, to train longer), besides --device. Anything else would silently make
 // the resumed run differ from the one its logs describe, so it is refused. `*raised` tells
-// whether the epoch count changed.
+// whether the epoch count changed. Whether the run is finished needs its steps per epoch
+// (check_resume_position).
 TrainConfig resume_config(const TrainOptions& o, const CheckpointInfo& info, const std::string& run_dir,
                           bool* raised) {
   const std::string where = str("--resume ", run_dir);
@@ -70,25 +72,29 @@ TrainConfig resume_config(const TrainOptions& o, const CheckpointInfo& info, con
   if (!o.device.empty()) c.device = o.device;
   c.output_dir = run_dir;
   *raised = c.epochs != before;
-  if (o.overrides.empty())
-    MINIDL_CHECK(info.epoch < c.epochs, where, ": the run is finished (its checkpoint is at the end of epoch ",
-                 info.epoch, " of ", c.epochs, "); to train it further pass --set epochs=N with N > ", info.epoch);
-  else
-    MINIDL_CHECK(info.epoch < c.epochs, where, ": --set epochs=", c.epochs, " is not more than the ", info.epoch,
-                 " epochs the run has done");
   MINIDL_CHECK(o.max_steps == 0 || o.max_steps > info.step, where, ": --max-steps ", o.max_steps,
                " is already reached (the checkpoint is at step ", info.step, ")");
   return c;
 }
 
-// The checkpoint's position must be a step of its epoch at this run's steps per epoch, and the
-// partial epoch's sums must fit in the steps taken.
-void check_resume_position(const CheckpointInfo& info, int64_t steps_per_epoch, int64_t batch_size,
-                           const std::string& ckpt) {
+// The checkpoint's position must be a step of its epoch at this run's steps per epoch (inside an
+// epoch it may be the epoch's end, written before the evaluation), and the partial epoch's sums
+// must fit in the steps taken. A run at its last step with its evaluation logged is finished.
+void check_resume_position(const CheckpointInfo& info, int64_t steps_per_epoch, int64_t total_steps,
+                           int64_t batch_size, const std::string& run_dir, double epochs, bool epochs_set) {
+  const std::string ckpt = run_dir + "/" + kCheckpoint;
   const int64_t epoch_start = checked_mul(info.epoch, steps_per_epoch, "checkpoint position");
-  MINIDL_CHECK(info.step >= epoch_start && info.step - epoch_start < steps_per_epoch, "checkpoint '", ckpt,
-               "': step ", info.step, " is not a step of epoch ", info.epoch + 1, " (steps ", epoch_start, "..",
-               epoch_start + steps_per_epoch - 1, " at ", steps_per_epoch, " steps per epoch)");
+  const int64_t last = epoch_start + steps_per_epoch - (info.epoch_seen > 0 ? 0 : 1);
+  MINIDL_CHECK(info.step >= epoch_start && info.step <= last, "checkpoint '", ckpt, "': step ", info.step,
+               " is not a step of epoch ", info.epoch + 1, " (steps ", epoch_start, "..", last, " at ",
+               steps_per_epoch, " steps per epoch)");
+  const double done = static_cast<double>(info.step) / static_cast<double>(steps_per_epoch);
+  const bool finished = info.step >= total_steps && (info.epoch_seen == 0 || info.evaluated);
+  if (finished || info.step > total_steps) {
+    MINIDL_CHECK(epochs_set, "--resume ", run_dir, ": the run is finished (its checkpoint is at step ", info.step,
+                 ", after ", done, " epochs); to train it further pass --set epochs=N with N > ", done);
+    fail(str("--resume ", run_dir, ": --set epochs=", epochs, " is not more than the ", done, " epochs the run has done"));
+  }
   const int64_t in_epoch = info.step - epoch_start;
   MINIDL_CHECK(info.epoch_seen <= checked_mul(in_epoch, batch_size, "checkpoint position") &&
                    (in_epoch == 0) == (info.epoch_seen == 0),
@@ -96,11 +102,38 @@ void check_resume_position(const CheckpointInfo& info, int64_t steps_per_epoch, 
                " steps of ", batch_size);
 }
 
+// The checkpoint --resume continues from; a folder without one is explained: a run killed before
+// its first checkpoint is started again with --restart.
+CheckpointInfo read_resume_checkpoint(const std::string& run_dir) {
+  const std::string ckpt = run_dir + "/" + kCheckpoint;
+  if (!fs::exists(ckpt)) {
+    MINIDL_CHECK(!fs::exists(run_dir + "/config.json"), "--resume ", run_dir, ": the run stopped before its first ",
+                 "checkpoint, so there is nothing to resume; start it again with: minidl train --resume ", run_dir,
+                 " --restart");
+    fail(str("--resume ", run_dir, ": no ", kCheckpoint, " there (nothing to resume)"));
+  }
+  return read_checkpoint_info(ckpt);
+}
+
+// --resume DIR --restart: the run's own config, as it was; nothing else may change.
+TrainConfig restart_config(const TrainOptions& o, const std::string& run_dir) {
+  MINIDL_CHECK(o.config_path.empty() && o.output_dir.empty() && o.overrides.empty() && !o.overwrite,
+               "--restart starts the run in ", run_dir, " again as it was configured: --config, --output, --set and ",
+               "--overwrite cannot be combined with it");
+  return load_train_config(run_dir + "/config.json", {}, o.device, run_dir);
+}
+
+bool same_position(const CheckpointInfo& a, const CheckpointInfo& b) {
+  return a.step == b.step && a.epoch == b.epoch && a.evaluated == b.evaluated && a.config == b.config;
+}
+
 }  // namespace
 
 int train_command(const TrainOptions& options) {
   MINIDL_CHECK(options.max_steps >= 0, "--max-steps: must be >= 0 (0: no limit), got ", options.max_steps);
-  const bool resume = !options.resume_dir.empty();
+  MINIDL_CHECK(!options.restart || !options.resume_dir.empty(), "--restart: only with --resume RUN_DIR (it starts ",
+               "that run again from its config.json)");
+  const bool resume = !options.resume_dir.empty() && !options.restart;
   // Everything is read and checked (config, checkpoint, data, model) before the run folder is
   // touched: a refused input changes nothing on disk.
   TrainConfig config;
@@ -109,15 +142,15 @@ int train_command(const TrainOptions& options) {
   bool epochs_raised = false;
   if (resume) {
     run_dir = options.resume_dir;
-    const std::string ckpt = run_dir + "/" + kCheckpoint;
-    MINIDL_CHECK(fs::exists(ckpt), "--resume ", run_dir, ": no ", kCheckpoint, " there (nothing to resume)");
-    start = read_checkpoint_info(ckpt);
+    start = read_resume_checkpoint(run_dir);
     config = resume_config(options, start, run_dir, &epochs_raised);
+  } else if (options.restart) {
+    run_dir = options.resume_dir;
+    config = restart_config(options, run_dir);
   } else {
     MINIDL_CHECK(!options.config_path.empty(), "train: --config FILE is required (or --resume RUN_DIR)");
     config = load_train_config(options.config_path, options.overrides, options.device, options.output_dir);
     run_dir = config.output_dir;
-    check_fresh_run_folder(run_dir, options.overwrite);
   }
   // From here a signal stops the run at the next step boundary instead of killing it.
   StopSignals signals;
@@ -125,24 +158,40 @@ int train_command(const TrainOptions& options) {
   const Device device = setup_compute(config);
   Trainer trainer(config, device);
   const int64_t steps_per_epoch = trainer.steps_per_epoch();
+  const std::string ckpt = run_dir + "/" + kCheckpoint;
+  auto check_folder = [&]() {
+    if (resume)
+      check_resume_position(start, steps_per_epoch, trainer.total_steps(), config.batch_size, run_dir, config.epochs,
+                            !options.overrides.empty());
+    else
+      check_fresh_run_folder(run_dir, options.overwrite, trainer.resolved_config(), options.restart);
+  };
+  check_folder();
   if (const int sig = StopSignals::received()) {
     std::cerr << "minidl: stopped by " << signal_name(sig) << " before the run started; nothing was written" << std::endl;
     return 128 + sig;
   }
   // The folder is locked before anything in it changes.
   if (!resume) create_run_folder(run_dir);
+  test_pause_point("BEFORE_LOCK");
   const RunFolderLock lock(run_dir);
+  // Every check again, under the lock: another run may have started, resumed or finished in the
+  // folder since they were made.
   std::vector<std::string> replaced;
   if (resume) {
-    const std::string ckpt = run_dir + "/" + kCheckpoint;
-    check_resume_position(start, steps_per_epoch, config.batch_size, ckpt);
+    const CheckpointInfo now = read_resume_checkpoint(run_dir);
+    MINIDL_CHECK(same_position(now, start), "--resume ", run_dir, ": its checkpoint changed while this command was ",
+                 "starting (another minidl process trained there; it is now at step ", now.step,
+                 "): run the command again");
     trainer.load_grad_scaler_state(load_checkpoint(ckpt, trainer.model(), trainer.optimizer()).grad_scaler, ckpt);
     truncate_jsonl(run_dir + "/metrics.jsonl", "epoch", start.epoch + 1);
     truncate_jsonl(run_dir + "/steps.jsonl", "step", start.step);
     if (epochs_raised)
       write_file_atomic(run_dir + "/config.json", trainer.resolved_config().dump(2) + "\n", "run config");
   } else {
-    if (options.overwrite) replaced = remove_run_files(run_dir);
+    if (check_fresh_run_folder(run_dir, options.overwrite, trainer.resolved_config(), options.restart) ==
+        FreshFolder::Replace)
+      replaced = remove_run_files(run_dir);
     write_file_atomic(run_dir + "/config.json", trainer.resolved_config().dump(2) + "\n", "run config");
     write_file_atomic(run_dir + "/classes.json", nlohmann::json(trainer.classes()).dump() + "\n", "class list");
   }
@@ -151,7 +200,9 @@ int train_command(const TrainOptions& options) {
   if (config.tensorboard) log.enable_tensorboard(start.step);
   // The run itself; any error from here on is written to log.txt as well as the terminal.
   auto run = [&]() -> int {
-    if (!replaced.empty()) log.line(str("--overwrite: removed the earlier run's ", join(replaced)));
+    if (!replaced.empty())
+      log.line(str(options.overwrite ? "--overwrite" : "a run stopped before its first checkpoint",
+                   ": removed the earlier run's ", join(replaced)));
     if (!stale.empty()) log.line(str("removed temporary files left by killed runs: ", join(stale)));
     int64_t params = 0;
     for (auto& kv : trainer.model().named_parameters()) params += kv.second.numel();
@@ -168,7 +219,8 @@ int train_command(const TrainOptions& options) {
     const int64_t resumed_in_epoch = step - start_epoch * steps_per_epoch;
     if (resume)
       log.line(str("resumed at step ", step, " (", start_epoch, " epochs done",
-                   resumed_in_epoch > 0 ? str(" and ", resumed_in_epoch, " steps of epoch ", start_epoch + 1) : "", ")",
+                   resumed_in_epoch == steps_per_epoch ? str(" and epoch ", start_epoch + 1, "'s steps; its evaluation runs again")
+                   : resumed_in_epoch > 0 ? str(" and ", resumed_in_epoch, " steps of epoch ", start_epoch + 1) : "", ")",
                    epochs_raised ? str("; epochs raised to ", config.epochs) : std::string()));
 
     reset_peak_device_memory();
@@ -177,9 +229,22 @@ int train_command(const TrainOptions& options) {
         allocate_pinned(static_cast<size_t>(steps_per_epoch) * sizeof(Trainer::StepRecord));
     auto* records = static_cast<Trainer::StepRecord*>(record_memory.get());
     double train_seconds = 0, last_test = 0, last_tta = -1;
-    int64_t trained_images = 0, checkpointed_step = start.step;
-    bool stopped_early = false;     // --max-steps ended an epoch part-way (no checkpoint for it)
+    int64_t trained_images = 0;
+    int64_t checkpointed_step = resume ? start.step : -1;  // -1: no checkpoint yet
+    Clock::time_point checkpointed_at = Clock::now();
+    bool evaluated = false;         // an evaluation ran in this process
     bool stopped_at_limit = false;  // --max-steps reached: no further epoch starts
+    // Writes the checkpoint at `info`'s position (the caller fills in the position and sums).
+    auto checkpoint = [&](CheckpointInfo info) {
+      log.end_progress();  // steps.jsonl holds every step the checkpoint has trained
+      info.config = trainer.resolved_config();
+      info.grad_scaler = trainer.grad_scaler_state();
+      info.classes = trainer.classes();
+      write_run_checkpoint(run_dir, trainer.model(), trainer.optimizer(), info, checkpointed_step,
+                           config.checkpoint_keep);
+      checkpointed_step = info.step;
+      checkpointed_at = Clock::now();
+    };
     for (int64_t epoch = start_epoch; epoch < config.epochs && !stopped_at_limit; ++epoch) {
       const bool profile_now = options.profile && epoch == start_epoch;
       // --profile: 5 warm-up and 20 measured steps (fewer in a short epoch) at the start of the run.
@@ -190,8 +255,8 @@ int train_command(const TrainOptions& options) {
       }
       Loader& loader = trainer.train_loader();
       loader.start_epoch(epoch);
-      // A checkpoint written inside this epoch (on a signal): its batches were trained on already,
-      // and its sums carry on, so the epoch ends as if it had not been stopped.
+      // A checkpoint written inside this epoch: its batches were trained on already, and its sums
+      // carry on, so the epoch ends as if it had not been stopped.
       CheckpointInfo sums;
       if (epoch == start_epoch) {
         sums = start;
@@ -213,8 +278,10 @@ int train_command(const TrainOptions& options) {
           if (!std::isfinite(loss)) {
             log.line(str("error: the loss is ", std::isnan(loss) ? "NaN" : loss > 0 ? "+inf" : "-inf", " at step ", s,
                          " (epoch ", epoch + 1, "); stopping. ",
-                         epoch > 0 ? str("The last good checkpoint is ", run_dir, "/", kCheckpoint, " (after epoch ", epoch, ")")
-                                   : std::string("No checkpoint was written yet")));
+                         checkpointed_step >= 0
+                             ? str("The last good checkpoint is ", run_dir, "/", kCheckpoint, " (at step ",
+                                   checkpointed_step, ")")
+                             : std::string("No checkpoint was written yet")));
             return false;
           }
           sums.epoch_loss_sum += loss;
@@ -223,28 +290,30 @@ int train_command(const TrainOptions& options) {
         }
         return true;
       };
+      // This epoch's position and sums so far (after a flush).
+      auto position = [&](bool evaluated_here) {
+        CheckpointInfo info = sums;
+        info.epoch = epoch;
+        info.step = step;
+        info.epoch_seconds += since(t0);
+        info.evaluated = evaluated_here;
+        return info;
+      };
       while (true) {
         if (options.max_steps > 0 && step >= options.max_steps) {
-          stopped_early = step - epoch * steps_per_epoch < steps_per_epoch;
+          stopped_at_limit = true;
           break;
         }
         if (step >= trainer.total_steps()) break;  // a fractional last epoch ends part-way
-        // The epoch's last step is done: it ends (evaluation, checkpoint) before a pending signal
+        // The epoch's last step is done: it ends (checkpoint, evaluation) before a pending signal
         // is honoured, so a signal never saves a position between an epoch's steps and its end.
         if (step - epoch * steps_per_epoch >= steps_per_epoch) break;
         if (const int sig = StopSignals::received()) {
           if (!flush()) return 3;
           std::string saved = step == 0 ? std::string("no step was trained, nothing to save")
                                         : str("the checkpoint at step ", step, " is current");
-          if (step != checkpointed_step) {
-            CheckpointInfo info = sums;
-            info.epoch = epoch;
-            info.step = step;
-            info.epoch_seconds += since(t0);
-            info.config = trainer.resolved_config();
-            info.grad_scaler = trainer.grad_scaler_state();
-            info.classes = trainer.classes();
-            save_checkpoint(run_dir + "/" + kCheckpoint, trainer.model(), trainer.optimizer(), info);
+          if (step > 0 && step != checkpointed_step) {
+            checkpoint(position(false));
             saved = str("wrote ", run_dir, "/", kCheckpoint, " at step ", step);
           }
           log.line(str("stopped by ", signal_name(sig), " after step ", step, " (epoch ", epoch + 1, ", step ",
@@ -252,14 +321,25 @@ int train_command(const TrainOptions& options) {
                        "; continue with: minidl train --resume ", run_dir));
           return 128 + sig;
         }
+        const bool steps_due = config.checkpoint_every_steps > 0 && step % config.checkpoint_every_steps == 0;
+        const bool time_due =
+            config.checkpoint_every_minutes > 0 && since(checkpointed_at) >= 60 * config.checkpoint_every_minutes;
+        if ((steps_due || time_due) && step > 0 && step != checkpointed_step) {
+          if (!flush()) return 3;
+          checkpoint(position(false));
+        }
         if (profiler) profiler->before_step();
         if (!trainer.train_step(step, &records[step - epoch_first], profiler ? profiler->active() : nullptr)) break;
         if (profiler) profiler->after_step();
         ++step;
+        test_kill_point(str("step:", step));
         log.progress(epoch + 1, config.epochs, step - epoch * steps_per_epoch, steps_per_epoch, since(t0));
       }
       const int64_t epoch_steps = step - epoch * steps_per_epoch;
-      if (step == epoch_first) break;
+      // A resumed checkpoint at an epoch's end written before its evaluation: the epoch ends
+      // again (evaluation, metrics) without a step.
+      const bool eval_pending = epoch == start_epoch && epoch_steps > 0 && !start.evaluated;
+      if (step == epoch_first && !eval_pending) break;
       const int64_t seen_before = sums.epoch_seen;
       if (!flush()) return 3;
       const double lr = trainer.lr_at(step - 1);
@@ -268,9 +348,15 @@ int train_command(const TrainOptions& options) {
       train_seconds += since(t0);
       trained_images += sums.epoch_seen - seen_before;
       if (profiler) profiler->finish(log, run_dir);
+      // The checkpoint comes before the evaluation: a run killed while evaluating loses no
+      // training, and evaluates this epoch again when resumed.
+      const CheckpointInfo before_eval = position(false);
+      if (step != checkpointed_step) checkpoint(before_eval);
 
+      test_kill_point(str("eval:", epoch + 1));
       const auto e0 = Clock::now();
       const Trainer::EvalResult eval = trainer.evaluate(config.tta);
+      evaluated = true;
       last_test = eval.acc;
       last_tta = eval.tta_acc;
       const double eval_seconds = since(e0);
@@ -295,18 +381,20 @@ int train_command(const TrainOptions& options) {
                    last_tta >= 0 ? str("  test+", config.tta, " ", fixed(last_tta, 2), "%") : std::string(),
                    "  lr ", fixed(lr, 4), "  ", fixed(epoch_seconds, 1), "s (", fixed(record["images_per_s"], 0),
                    " img/s)  eval ", fixed(eval_seconds, 1), "s"));
-      if (options.max_steps > 0 && step >= options.max_steps) stopped_at_limit = true;
-      if (!stopped_early) {
-        CheckpointInfo info;
-        info.epoch = epoch + 1;
-        info.step = step;
-        info.config = trainer.resolved_config();
-        info.grad_scaler = trainer.grad_scaler_state();
-        info.classes = trainer.classes();
-        save_checkpoint(run_dir + "/" + kCheckpoint, trainer.model(), trainer.optimizer(), info);
-        checkpointed_step = step;
-      }
       save_safetensors(run_dir + "/" + kWeights, trainer.model().state_dict(), {{"format", "pt"}});
+      // Where the run ends, the checkpoint records that the evaluation is logged, so a resume
+      // does not evaluate again (a finished run is refused; --max-steps or more epochs go on).
+      if (stopped_at_limit || step >= trainer.total_steps()) {
+        CheckpointInfo after_eval = before_eval;
+        if (epoch_steps == steps_per_epoch) {
+          after_eval = CheckpointInfo{};
+          after_eval.epoch = epoch + 1;
+          after_eval.step = step;
+        } else {
+          after_eval.evaluated = true;
+        }
+        checkpoint(after_eval);
+      }
     }
     const DeviceMemoryStats mem = device_memory_stats();
     nlohmann::json summary = {{"test_acc", last_test},
@@ -317,7 +405,7 @@ int train_command(const TrainOptions& options) {
                               {"deterministic", config.deterministic},
                               {"peak_device_bytes", mem.peak_bytes}};
     if (last_tta >= 0) summary["test_acc_tta"] = last_tta;
-    if (step > start.step) add_class_metrics(summary, trainer, config.tta, log);
+    if (evaluated) add_class_metrics(summary, trainer, config.tta, log);
     write_file_atomic(run_dir + "/summary.json", summary.dump(2) + "\n", "run summary");
     log.line(str("done: test ", fixed(last_test, 2), "%",
                  last_tta >= 0 ? str(" (", config.tta, " TTA ", fixed(last_tta, 2), "%)") : std::string(), ", ", step,

@@ -165,6 +165,7 @@ struct TrainOptions {
   std::string output_dir;               // "" = the config's output.dir
   std::string resume_dir;               // continue the run in this folder
   bool overwrite = false;               // a fresh run may replace the run files in its folder
+  bool restart = false;                 // with resume_dir: start that run again (it has no checkpoint)
   int64_t max_steps = 0;                // > 0: stop after this many global steps (repro, smoke tests)
   bool profile = false;                 // print a per-layer breakdown after the first epoch
 };

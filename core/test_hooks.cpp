@@ -1,0 +1,40 @@
+#include "core/test_hooks.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "core/error.h"
+
+namespace minidl {
+
+void test_kill_point(const std::string& point) {
+  static const char* wanted = std::getenv("MINIDL_TEST_KILL_AT");
+  if (wanted == nullptr) return;
+  static int reached = 0;
+  const std::string w = wanted;
+  const size_t hash = w.rfind('#');
+  if (w.substr(0, hash) != point) return;
+  const int k = hash == std::string::npos ? 1 : std::atoi(w.c_str() + hash + 1);
+  if (++reached == k) ::kill(::getpid(), SIGKILL);
+}
+
+void test_pause_point(const std::string& name) {
+  const char* file = std::getenv(("MINIDL_TEST_PAUSE_" + name).c_str());
+  if (file == nullptr) return;
+  const std::string go = file;
+  std::ofstream(go + ".waiting") << ::getpid() << "\n";
+  const auto until = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+  while (!std::filesystem::exists(go)) {
+    MINIDL_CHECK(std::chrono::steady_clock::now() < until, "MINIDL_TEST_PAUSE_", name, ": '", go,
+                 "' did not appear within two minutes");
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+}  // namespace minidl
