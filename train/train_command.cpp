@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <iostream>
 #include <sstream>
 
@@ -19,6 +20,8 @@
 #include "core/json_limits.h"
 #include "core/safetensors.h"
 #include "core/settings.h"
+#include "dist/communicator.h"
+#include "dist/launch.h"
 
 namespace minidl {
 
@@ -96,11 +99,25 @@ void check_resume_position(const CheckpointInfo& info, int64_t steps_per_epoch, 
                " steps of ", batch_size);
 }
 
+// The signal that stops the run at this step boundary, the same on every rank: the first rank's
+// (in rank order) that received one, so all ranks stop after the same step.
+int agreed_stop_signal(Communicator& comm, Device device) {
+  const int sig = StopSignals::received();
+  if (comm.world_size() == 1) return sig;
+  const Tensor mine = Tensor::from_vector(std::vector<int32_t>{sig}, {1}, device);
+  Tensor all = Tensor::empty({comm.world_size()}, DType::Int32, device);
+  comm.all_gather(mine, all);
+  for (const int32_t s : all.to(Device::cpu()).values<int32_t>())
+    if (s != 0) return s;
+  return 0;
+}
+
 }  // namespace
 
 int train_command(const TrainOptions& options) {
   MINIDL_CHECK(options.max_steps >= 0, "--max-steps: must be >= 0 (0: no limit), got ", options.max_steps);
   const bool resume = !options.resume_dir.empty();
+  const Launch launch = detect_launch();
   // Everything is read and checked (config, checkpoint, data, model) before the run folder is
   // touched: a refused input changes nothing on disk.
   TrainConfig config;
@@ -117,37 +134,46 @@ int train_command(const TrainOptions& options) {
     MINIDL_CHECK(!options.config_path.empty(), "train: --config FILE is required (or --resume RUN_DIR)");
     config = load_train_config(options.config_path, options.overrides, options.device, options.output_dir);
     run_dir = config.output_dir;
-    check_fresh_run_folder(run_dir, options.overwrite);
+    if (launch.rank == 0) check_fresh_run_folder(run_dir, options.overwrite);
   }
   // From here a signal stops the run at the next step boundary instead of killing it.
   StopSignals signals;
 
+  // The rank's GPU is chosen before CUDA starts. Rank 0 alone writes the run folder; every rank
+  // reads the checkpoint it resumes from.
+  select_local_gpu(launch);
   const Device device = setup_compute(config);
+  const std::shared_ptr<Communicator> comm = make_communicator(options.dist, launch, device);
+  const bool writer = comm->rank() == 0;
   Trainer trainer(config, device);
+  trainer.set_communicator(comm);
   const int64_t steps_per_epoch = trainer.steps_per_epoch();
   if (const int sig = StopSignals::received()) {
     std::cerr << "minidl: stopped by " << signal_name(sig) << " before the run started; nothing was written" << std::endl;
     return 128 + sig;
   }
   // The folder is locked before anything in it changes.
-  if (!resume) create_run_folder(run_dir);
-  const RunFolderLock lock(run_dir);
+  if (!resume && writer) create_run_folder(run_dir);
+  std::optional<RunFolderLock> lock;
+  if (writer) lock.emplace(run_dir);
   std::vector<std::string> replaced;
   if (resume) {
     const std::string ckpt = run_dir + "/" + kCheckpoint;
     check_resume_position(start, steps_per_epoch, config.batch_size, ckpt);
     trainer.load_grad_scaler_state(load_checkpoint(ckpt, trainer.model(), trainer.optimizer()).grad_scaler, ckpt);
+  }
+  if (resume && writer) {
     truncate_jsonl(run_dir + "/metrics.jsonl", "epoch", start.epoch + 1);
     truncate_jsonl(run_dir + "/steps.jsonl", "step", start.step);
     if (epochs_raised)
       write_file_atomic(run_dir + "/config.json", trainer.resolved_config().dump(2) + "\n", "run config");
-  } else {
+  } else if (writer) {
     if (options.overwrite) replaced = remove_run_files(run_dir);
     write_file_atomic(run_dir + "/config.json", trainer.resolved_config().dump(2) + "\n", "run config");
     write_file_atomic(run_dir + "/classes.json", nlohmann::json(trainer.classes()).dump() + "\n", "class list");
   }
-  const std::vector<std::string> stale = remove_stale_temp_files(run_dir);
-  RunLog log(run_dir);
+  const std::vector<std::string> stale = writer ? remove_stale_temp_files(run_dir) : std::vector<std::string>();
+  RunLog log(run_dir, writer);
   if (config.tensorboard) log.enable_tensorboard(start.step);
   // The run itself; any error from here on is written to log.txt as well as the terminal.
   auto run = [&]() -> int {
@@ -161,6 +187,11 @@ int train_command(const TrainOptions& options) {
                                       : "NOT deterministic (cuDNN may pick non-deterministic algorithms)",
                  device.is_cuda() ? (config.allow_tf32 ? ", TF32 convolutions" : ", fp32 convolutions") : "",
                  ", run folder ", run_dir));
+    if (trainer.micro_batches() > 1)
+      log.line(str("data parallel: world size ", comm->world_size(), " (", comm->backend(), "), ",
+                   config.accumulate_steps, " micro-batch", config.accumulate_steps > 1 ? "es" : "", " of ",
+                   config.batch_size / trainer.micro_batches(), " per rank per step, gradients summed in ",
+                   "micro-batch order"));
     for (const std::string& note : trainer.data_notes())
       if (!note.empty()) log.line("data: " + note);
     const int64_t start_epoch = start.epoch;
@@ -228,11 +259,11 @@ int train_command(const TrainOptions& options) {
           break;
         }
         if (step >= trainer.total_steps()) break;  // a fractional last epoch ends part-way
-        if (const int sig = StopSignals::received()) {
+        if (const int sig = agreed_stop_signal(*comm, device)) {
           if (!flush()) return 3;
           std::string saved = step == 0 ? std::string("no step was trained, nothing to save")
                                         : str("the checkpoint at step ", step, " is current");
-          if (step != checkpointed_step) {
+          if (step != checkpointed_step && writer) {
             CheckpointInfo info = sums;
             info.epoch = epoch;
             info.step = step;
@@ -266,7 +297,9 @@ int train_command(const TrainOptions& options) {
       if (profiler) profiler->finish(log, run_dir);
 
       const auto e0 = Clock::now();
-      const Trainer::EvalResult eval = trainer.evaluate(config.tta);
+      // Every rank holds the same weights, so rank 0's accuracy is every rank's; the others,
+      // which print nothing, skip the test pass.
+      const Trainer::EvalResult eval = writer ? trainer.evaluate(config.tta) : Trainer::EvalResult();
       last_test = eval.acc;
       last_tta = eval.tta_acc;
       const double eval_seconds = since(e0);
@@ -292,7 +325,7 @@ int train_command(const TrainOptions& options) {
                    "  lr ", fixed(lr, 4), "  ", fixed(epoch_seconds, 1), "s (", fixed(record["images_per_s"], 0),
                    " img/s)  eval ", fixed(eval_seconds, 1), "s"));
       if (options.max_steps > 0 && step >= options.max_steps) stopped_at_limit = true;
-      if (!stopped_early) {
+      if (!stopped_early && writer) {
         CheckpointInfo info;
         info.epoch = epoch + 1;
         info.step = step;
@@ -302,7 +335,7 @@ int train_command(const TrainOptions& options) {
         save_checkpoint(run_dir + "/" + kCheckpoint, trainer.model(), trainer.optimizer(), info);
         checkpointed_step = step;
       }
-      save_safetensors(run_dir + "/" + kWeights, trainer.model().state_dict(), {{"format", "pt"}});
+      if (writer) save_safetensors(run_dir + "/" + kWeights, trainer.model().state_dict(), {{"format", "pt"}});
     }
     const DeviceMemoryStats mem = device_memory_stats();
     nlohmann::json summary = {{"test_acc", last_test},
@@ -310,9 +343,11 @@ int train_command(const TrainOptions& options) {
                               {"images_per_s", train_seconds > 0 ? trained_images / train_seconds : 0.0},
                               {"steps", step},
                               {"device", device.str()},
+                              {"world_size", comm->world_size()},
                               {"deterministic", config.deterministic},
                               {"peak_device_bytes", mem.peak_bytes}};
     if (last_tta >= 0) summary["test_acc_tta"] = last_tta;
+    if (!writer) return 0;
     if (step > start.step) add_class_metrics(summary, trainer, config.tta, log);
     write_file_atomic(run_dir + "/summary.json", summary.dump(2) + "\n", "run summary");
     log.line(str("done: test ", fixed(last_test, 2), "%",
