@@ -6,7 +6,7 @@
 namespace minidl {
 
 Dataset load_dataset(const DataOptions& data, Split split) {
-  const int64_t limit = split == Split::Train ? data.train_limit : 0;
+  const int64_t limit = split == Split::Train ? data.train_limit : data.test_limit;
   if (data.format == "image_folder") return load_image_folder(data, split);
   Dataset d = data.format == "cifar100" ? load_cifar100(data.dir, split, data.label == "coarse", limit)
                                         : load_cifar10(data.dir, split, limit);

@@ -384,7 +384,8 @@ Dataset load_image_folder(const DataOptions& data, Split split, ImageFolderStats
   st.skipped = meta.skipped;
   // A fixed pseudo-random order, as the CIFAR binaries' records have: the first images of the set
   // (train_limit, patch whitening's sample, export's --limit) then hold every class.
-  const int64_t limit = split == Split::Train && data.train_limit > 0 ? std::min(data.train_limit, d.size()) : d.size();
+  const int64_t wanted = split == Split::Train ? data.train_limit : data.test_limit;
+  const int64_t limit = wanted > 0 ? std::min(wanted, d.size()) : d.size();
   if (!class_sorted) {
     d = reorder(d, epoch_permutation(kFolderOrderSeed, 0, d.size()), limit);
   } else if (limit < d.size()) {

@@ -18,7 +18,8 @@ cleanup() {
 }
 trap cleanup EXIT
 mpi=(mpirun --allow-run-as-root --oversubscribe -np 2)
-small=(--config "$src/configs/quick_cpu.json" --set "data.dir=$data" --set data.train_limit=512 --set eval.tta=none
+small=(--config "$src/configs/quick_cpu.json" --set "data.dir=$data" --set data.train_limit=512 --set data.test_limit=500
+       --set eval.tta=none
        --set output.progress=false)
 
 "$minidl" train "${small[@]}" --set accumulate_steps=2 --max-steps 2 --output "$work/acc2" >"$work/acc2.out" 2>&1 ||
