@@ -3,7 +3,8 @@
 #   1. 2 ranks at micro-batch 64 == 1 rank with accumulate_steps 2 (micro-batch 64): the same
 #      model.safetensors, byte for byte, and the same loss bits at every step.
 #   2. The 2-rank run: rank 0 alone writes, and the log and summary.json say the world size.
-#   3. A rank killed mid-run ends the whole job, non-zero, with a message naming the rank.
+#   3. A 2-rank run stopped after its first epoch and resumed by 2 ranks == an uninterrupted one.
+#   4. A rank killed mid-run ends the whole job, non-zero, with a message naming the rank.
 #   tests/dist_test.sh MINIDL SOURCE_DIR CIFAR10_DIR
 # Exit 4 (ctest: skipped) without mpirun, without the data, or with a minidl built without MPI.
 set -euo pipefail
@@ -43,6 +44,20 @@ b=$(sha256sum <"$work/ranks2/model.safetensors" | cut -d' ' -f1)
 cmp -s <(grep -o '"loss_bits":"[0-9a-f]*"' "$work/acc2/steps.jsonl") <(grep -o '"loss_bits":"[0-9a-f]*"' "$work/ranks2/steps.jsonl") ||
   { echo "FAIL: the step losses differ"; exit 1; }
 echo "dist: 2 ranks == 1 rank x accumulate_steps 2, model.safetensors sha256 $a"
+
+# Resumed: every rank loads rank 0's checkpoint (2 epochs of 2 steps).
+two=(--set data.train_limit=256 --set epochs=2)
+"${mpi[@]}" "$minidl" train "${small[@]}" "${two[@]}" --output "$work/whole" >"$work/whole.out" 2>&1 ||
+  { cat "$work/whole.out"; echo "FAIL: the uninterrupted 2-rank run failed"; exit 1; }
+"${mpi[@]}" "$minidl" train "${small[@]}" "${two[@]}" --max-steps 2 --output "$work/halves" >"$work/half1.out" 2>&1 ||
+  { cat "$work/half1.out"; echo "FAIL: the first half failed"; exit 1; }
+"${mpi[@]}" "$minidl" train --resume "$work/halves" >"$work/half2.out" 2>&1 ||
+  { cat "$work/half2.out"; echo "FAIL: the 2-rank resume failed"; exit 1; }
+grep -q "resumed at step 2" "$work/half2.out" || { cat "$work/half2.out"; echo "FAIL: did not resume at step 2"; exit 1; }
+a=$(sha256sum <"$work/whole/model.safetensors" | cut -d' ' -f1)
+b=$(sha256sum <"$work/halves/model.safetensors" | cut -d' ' -f1)
+[ "$a" = "$b" ] || { echo "FAIL: the resumed 2-rank run ($b) differs from the uninterrupted one ($a)"; exit 1; }
+echo "dist: 2 ranks resumed after epoch 1 == uninterrupted, sha256 $a"
 
 # A rank killed once training runs: mpirun ends the job and names the rank; no rank is left waiting.
 "${mpi[@]}" "$minidl" train "${small[@]}" --max-steps 1000 --output "$work/killed" >"$work/killed.out" 2>&1 &
