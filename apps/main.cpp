@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "bench/bench_accuracy.h"
+#include "bench/bench_allreduce.h"
 #include "bench/bench_attention.h"
 #include "bench/bench_conv.h"
 #include "bench/bench_data.h"
@@ -89,8 +90,8 @@ int main(int argc, char** argv) {
   auto* layers_cmd = add_layers_command(app, layers_json);
 
   // bench and parity hand everything after their name to their own parsers.
-  auto* bench_cmd = app.add_subcommand("bench", "benchmarks: accuracy (time to accuracy), train (images/s), norm (kernels), conv (GEMM rates), data (image decoding), attention (kernels)");
-  bench_cmd->footer("usage: minidl bench accuracy|train|norm|conv|data|attention [options]");
+  auto* bench_cmd = app.add_subcommand("bench", "benchmarks: accuracy (time to accuracy), train (images/s), norm (kernels), conv (GEMM rates), data (image decoding), attention (kernels), allreduce (the ordered reduction against the engine's)");
+  bench_cmd->footer("usage: minidl bench accuracy|train|norm|conv|data|attention|allreduce [options]");
   bench_cmd->prefix_command();
 
   auto* parity_cmd = app.add_subcommand("parity", "run one layer or one training step for the PyTorch parity check");
@@ -111,7 +112,7 @@ int main(int argc, char** argv) {
     if (*bench_cmd) {
       std::vector<std::string> rest = bench_cmd->remaining();
       if (rest.empty()) {
-        std::cerr << "minidl bench: which benchmark? accuracy, train, norm, conv, data or attention\n";
+        std::cerr << "minidl bench: which benchmark? accuracy, train, norm, conv, data, attention or allreduce\n";
         return 2;
       }
       const std::string what = rest.front();
@@ -122,7 +123,8 @@ int main(int argc, char** argv) {
       if (what == "conv") return bench_conv_main(rest);
       if (what == "data") return bench_data_main(rest);
       if (what == "attention") return bench_attention_main(rest);
-      std::cerr << "minidl bench: unknown benchmark '" << what << "' (accuracy, train, norm, conv, data or attention)\n";
+      if (what == "allreduce") return bench_allreduce_main(rest);
+      std::cerr << "minidl bench: unknown benchmark '" << what << "' (accuracy, train, norm, conv, data, attention or allreduce)\n";
       return 2;
     }
     if (*parity_cmd) return parity_main(parity_cmd->remaining());

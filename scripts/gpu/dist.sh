@@ -6,7 +6,10 @@
 #      through NCCL, one through plain copies), model.safetensors SHA-256;
 #   2. the plain run (one micro-batch) == --dist nccl with one micro-batch: world size 1 keeps the
 #      bits of a plain run.
-# Prints both hash pairs and the img/s of each run; exits non-zero on a mismatch or a failed run.
+#   3. `minidl bench allreduce --dist nccl`: the ordered reduction against ncclAllReduce per
+#      message size (at world size 1 both are copies; the bus bandwidth needs 2 GPUs).
+# Prints both hash pairs, the img/s of each run and the table; exits non-zero on a mismatch or a
+# failed run.
 #   scripts/gpu/dist.sh BIN_DIR OUT_DIR [STEPS]     (STEPS: 200 by default)
 # A minidl built with MPI needs libmpi where it runs; without it, build with -DMINIDL_MPI=OFF
 # (NCCL at world size 1 needs no MPI).
@@ -50,4 +53,5 @@ same() {  # A B
 }
 same single_acc2 nccl_acc2
 same plain nccl_plain
+run "$bin_dir/minidl" bench allreduce --device cuda --dist nccl --max-mib 256 | tee "$out/allreduce.txt"
 gpu_finish dist
