@@ -2,8 +2,8 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <optional>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "train/checkpoint.h"

@@ -222,6 +222,8 @@ bool Trainer::train_step(int64_t step, StepRecord* record, Profiler* profiler) {
   const double lr = lr_at(step);
   StepResults results;
   if (micro_batches() > 1) {
+    MINIDL_CHECK(!profiler, "the profiler times steps of one micro-batch; this run has ", micro_batches(),
+                 " (world size x accumulate_steps): profile it with accumulate_steps 1 on one process");
     results = data_parallel_step(lr);
   } else if (profiler || !cuda_graphs_) {
     results = device_step(false, lr, profiler);
