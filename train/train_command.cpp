@@ -147,6 +147,9 @@ int train_command(const TrainOptions& options) {
   const bool writer = comm->rank() == 0;
   Trainer trainer(config, device);
   trainer.set_communicator(comm);
+  MINIDL_CHECK(!options.profile || trainer.micro_batches() == 1, "--profile times steps of one micro-batch; this ",
+               "run has ", trainer.micro_batches(), " (world size x accumulate_steps): profile with accumulate_steps 1 "
+               "on one process");
   const int64_t steps_per_epoch = trainer.steps_per_epoch();
   if (const int sig = StopSignals::received()) {
     std::cerr << "minidl: stopped by " << signal_name(sig) << " before the run started; nothing was written" << std::endl;
