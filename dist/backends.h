@@ -25,7 +25,8 @@ std::unique_ptr<Communicator> make_mpi_communicator(const Launch& launch);
 std::unique_ptr<Communicator> make_nccl_communicator(const Launch& launch);
 
 void check_dense(const Tensor& t, const char* op);
-// in/out of all_gather (out: world times in) or all_to_all (equal sizes, world chunks).
-void check_collective(const Tensor& in, const Tensor& out, int world, const char* op);
+// in/out of an all-gather (out: world times in) or an all-to-all (equal sizes, world chunks).
+enum class Collective { AllGather, AllToAll };
+void check_collective(const Tensor& in, const Tensor& out, int world, Collective kind);
 
 }  // namespace minidl

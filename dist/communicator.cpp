@@ -1,7 +1,5 @@
 #include "dist/communicator.h"
 
-#include <cstring>
-
 #include "core/allocator.h"
 #include "core/error.h"
 #include "dist/backends.h"
@@ -22,11 +20,11 @@ class SingleProcessCommunicator final : public Communicator {
     MINIDL_CHECK(root == 0, "broadcast: root ", root, " is not a rank of a world of 1");
   }
   void all_gather(const Tensor& in, Tensor& out) override {
-    check_collective(in, out, 1, "all_gather");
+    check_collective(in, out, 1, Collective::AllGather);
     copy_bytes_async(out.raw_data(), out.device(), in.raw_data(), in.device(), in.nbytes());
   }
   void all_to_all(const Tensor& in, Tensor& out) override {
-    check_collective(in, out, 1, "all_to_all");
+    check_collective(in, out, 1, Collective::AllToAll);
     copy_bytes_async(out.raw_data(), out.device(), in.raw_data(), in.device(), in.nbytes());
   }
   void barrier() override {}
@@ -39,12 +37,13 @@ void check_dense(const Tensor& t, const char* op) {
                t.defined() ? t.str() : std::string("none"));
 }
 
-void check_collective(const Tensor& in, const Tensor& out, int world, const char* op) {
+void check_collective(const Tensor& in, const Tensor& out, int world, Collective kind) {
+  const bool gather = kind == Collective::AllGather;
+  const char* op = gather ? "all_gather" : "all_to_all";
   check_dense(in, op);
   check_dense(out, op);
   MINIDL_CHECK(in.dtype() == out.dtype() && in.device() == out.device(), op, ": in ", in.str(), " and out ",
                out.str(), " differ in dtype or device");
-  const bool gather = std::strcmp(op, "all_gather") == 0;
   const size_t want = gather ? in.nbytes() * static_cast<size_t>(world) : in.nbytes();
   MINIDL_CHECK(out.nbytes() == want && (gather || in.nbytes() % static_cast<size_t>(world) == 0), op, ": in ",
                in.str(), " and out ", out.str(), " do not fit a world of ", world);

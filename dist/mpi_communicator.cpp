@@ -92,14 +92,14 @@ class MpiCommunicator final : public Communicator {
   }
   void all_gather(const Tensor& in, Tensor& out) override {
     check_host(in, "all_gather");
-    check_collective(in, out, world_size(), "all_gather");
+    check_collective(in, out, world_size(), Collective::AllGather);
     const int n = mpi_count(in.nbytes(), "all_gather");
     check_mpi(MPI_Allgather(in.raw_data(), n, MPI_BYTE, out.raw_data(), n, MPI_BYTE, MPI_COMM_WORLD),
               "MPI_Allgather");
   }
   void all_to_all(const Tensor& in, Tensor& out) override {
     check_host(in, "all_to_all");
-    check_collective(in, out, world_size(), "all_to_all");
+    check_collective(in, out, world_size(), Collective::AllToAll);
     const int chunk = mpi_count(in.nbytes() / static_cast<size_t>(world_size()), "all_to_all");
     check_mpi(MPI_Alltoall(in.raw_data(), chunk, MPI_BYTE, out.raw_data(), chunk, MPI_BYTE, MPI_COMM_WORLD),
               "MPI_Alltoall");

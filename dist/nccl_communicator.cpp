@@ -70,13 +70,13 @@ class NcclCommunicator final : public Communicator {
   }
   void all_gather(const Tensor& in, Tensor& out) override {
     check_device(in, "all_gather");
-    check_collective(in, out, size_, "all_gather");
+    check_collective(in, out, size_, Collective::AllGather);
     check_nccl(ncclAllGather(in.raw_data(), out.raw_data(), in.nbytes(), ncclUint8, comm_, cuda::stream()),
                "ncclAllGather");
   }
   void all_to_all(const Tensor& in, Tensor& out) override {
     check_device(in, "all_to_all");
-    check_collective(in, out, size_, "all_to_all");
+    check_collective(in, out, size_, Collective::AllToAll);
     const size_t chunk = in.nbytes() / static_cast<size_t>(size_);
     const auto* src = static_cast<const char*>(in.raw_data());
     auto* dst = static_cast<char*>(out.raw_data());
