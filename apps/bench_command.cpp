@@ -19,7 +19,8 @@ void add_config_options(CLI::App* cmd, std::string& config, std::vector<std::str
 BenchCommand::BenchCommand(CLI::App& app) {
   constexpr int64_t kMaxCount = std::numeric_limits<int32_t>::max();
   bench_ = app.add_subcommand("bench", "benchmarks: accuracy (time to accuracy), train (images/s), norm (kernels), "
-                                       "conv (GEMM rates), data (image decoding), attention (kernels)");
+                                       "conv (GEMM rates), data (image decoding), attention (kernels), allreduce "
+                                       "(the ordered reduction against the engine's)");
   bench_->require_subcommand(0, 1);
 
   accuracy_ = bench_->add_subcommand("accuracy", "time to accuracy: N seeds of a config, each timed to its final "
@@ -79,11 +80,20 @@ BenchCommand::BenchCommand(CLI::App& app) {
   attention_->add_option("--dropout", at.dropout, "attention dropout probability")->capture_default_str()->check(CLI::Range(0.0, 1.0));
   attention_->add_option("--repeat", at.repeat, "timed spans (median)")->capture_default_str()->check(CLI::Range(1, 1000000));
   attention_->add_option("--csv", at.csv, "one row per measurement to this file");
+
+  allreduce_ = bench_->add_subcommand("allreduce", "the ordered gradient reduction against the engine's all-reduce "
+                                                   "per message size; run it under mpirun (bench/bench_allreduce.h)");
+  BenchAllreduceOptions& r = allreduce_options_;
+  allreduce_->add_option("--device", r.device, "cpu, cuda or auto")->capture_default_str();
+  allreduce_->add_option("--dist", r.dist, "the communicator")->capture_default_str()->check(CLI::IsMember({"auto", "single", "mpi", "nccl"}));
+  allreduce_->add_option("--max-mib", r.max_mib, "the largest message, MiB")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{16384}));
+  allreduce_->add_option("--iters", r.iters, "timed calls per size")->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{100000}));
 }
 
 int BenchCommand::run() const {
   if (bench_->get_subcommands().empty()) {
-    std::cerr << "minidl bench: which benchmark? accuracy, train, norm, conv, data or attention (minidl bench --help)\n";
+    std::cerr << "minidl bench: which benchmark? accuracy, train, norm, conv, data, attention or allreduce (minidl bench "
+                 "--help)\n";
     return 2;
   }
   if (*accuracy_) return bench_accuracy(accuracy_options_);
@@ -91,6 +101,7 @@ int BenchCommand::run() const {
   if (*norm_) return bench_norm(norm_options_);
   if (*conv_) return bench_conv(conv_options_);
   if (*data_) return bench_data(data_options_);
+  if (*allreduce_) return bench_allreduce(allreduce_options_);
   return bench_attention(attention_options_);
 }
 

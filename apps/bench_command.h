@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/bench_accuracy.h"
+#include "bench/bench_allreduce.h"
 #include "bench/bench_attention.h"
 #include "bench/bench_conv.h"
 #include "bench/bench_data.h"
@@ -27,13 +28,14 @@ class BenchCommand {
 
  private:
   CLI::App* bench_;
-  CLI::App *accuracy_, *train_, *norm_, *conv_, *data_, *attention_;
+  CLI::App *accuracy_, *train_, *norm_, *conv_, *data_, *attention_, *allreduce_;
   BenchAccuracyOptions accuracy_options_;
   BenchTrainOptions train_options_;
   BenchNormOptions norm_options_;
   BenchConvOptions conv_options_;
   BenchDataOptions data_options_;
   BenchAttentionOptions attention_options_;
+  BenchAllreduceOptions allreduce_options_;
 };
 
 }  // namespace minidl

@@ -48,6 +48,10 @@ int main(int argc, char** argv) {
   train_cmd->add_option("--max-steps", train.max_steps, "stop after this many steps in total")
       ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));
   train_cmd->add_flag("--profile", train.profile, "print a per-layer time breakdown of the first epoch");
+  train_cmd->add_option("--dist", train.dist,
+                        "communicator: auto (mpi or nccl under a launcher of several ranks, else single), single, "
+                        "mpi, nccl (nccl runs a world of one without a launcher); docs/distributed.md")
+      ->check(CLI::IsMember({"auto", "single", "mpi", "nccl"}));
 
   ProfileOptions prof;
   auto* prof_cmd = app.add_subcommand("profile", "per-layer time breakdown of training steps");

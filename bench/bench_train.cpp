@@ -12,6 +12,8 @@
 #include "train/trainer.h"
 #include "core/allocator.h"
 #include "core/error.h"
+#include "dist/communicator.h"
+#include "dist/launch.h"
 #ifdef MINIDL_WITH_CUDA
 #include "core/cuda/profiler_events.h"
 #endif
@@ -24,8 +26,13 @@ int bench_train(const BenchTrainOptions& options) {
   const int64_t steps = options.steps, warmup = options.warmup;
   MINIDL_CHECK(steps >= 1 && warmup >= 0, "bench train: --steps must be >= 1 and --warmup >= 0");
   TrainConfig config = load_train_config(options.config, options.overrides, options.device, "");
+  // Under a launcher every rank trains its share of each step; rank 0 reports.
+  const Launch launch = detect_launch();
+  select_local_gpu(launch);
   const Device dev = setup_compute(config);
   Trainer trainer(config, dev);
+  const std::shared_ptr<Communicator> comm = make_communicator("auto", launch, dev);
+  trainer.set_communicator(comm);
   Loader& loader = trainer.train_loader();
   int64_t epoch = 0, step = 0;
   loader.start_epoch(epoch);
@@ -62,6 +69,7 @@ int bench_train(const BenchTrainOptions& options) {
     gpu_ms = ms[1] / static_cast<double>(steps);
   }
 #endif
+  if (comm->rank() != 0) return 0;
   const auto e0 = Clock::now();
   const double acc = trainer.evaluate("none").acc;
   const double eval_s = std::chrono::duration<double>(Clock::now() - e0).count();
@@ -83,6 +91,9 @@ int bench_train(const BenchTrainOptions& options) {
               static_cast<long long>(config.batch_size), trainer.step_mode().c_str());
   std::printf("  training:   %.2f ms/step, %.0f images/s (%lld steps after %lld warm-up)\n", wall_ms, train_ips,
               static_cast<long long>(steps), static_cast<long long>(warmup));
+  if (comm->world_size() > 1)
+    std::printf("  ranks:      world size %d (%s), %.0f images/s per rank, %.0f in total\n", comm->world_size(),
+                comm->backend(), train_ips / comm->world_size(), train_ips);
   if (gpu_ms > 0)
     std::printf("  GPU time:   %.2f ms/step (steps queued ahead of the GPU); wall / GPU = %.3f\n", gpu_ms,
                 wall_ms / gpu_ms);

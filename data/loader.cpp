@@ -88,6 +88,8 @@ void Loader::start_epoch(int64_t epoch) {
   epoch_ = epoch;
   position_ = 0;
   current_batch_ = 0;
+  batch_start_ = 0;
+  batch_size_ = 0;
 }
 
 bool Loader::advance() {
@@ -97,8 +99,18 @@ bool Loader::advance() {
   const kernels::BatchCursor cursor{params_, position_};
   copy_bytes_async(cursor_.raw_data(), device_, &cursor, Device::cpu(), sizeof(cursor));
   current_batch_ = b;
+  batch_start_ = position_;
+  batch_size_ = b;
   position_ += b;
   return true;
+}
+
+void Loader::select_micro_batch(int64_t offset, int64_t size) {
+  MINIDL_CHECK(batch_size_ > 0 && offset >= 0 && size > 0 && offset + size <= batch_size_, "data loader: ", size,
+               " images at ", offset, " are not inside the current batch of ", batch_size_);
+  const kernels::BatchCursor cursor{params_, batch_start_ + offset};
+  copy_bytes_async(cursor_.raw_data(), device_, &cursor, Device::cpu(), sizeof(cursor));
+  current_batch_ = size;
 }
 
 void Loader::emit(Batch& out) const {

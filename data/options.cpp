@@ -1,6 +1,7 @@
 #include "data/options.h"
 
 #include <cmath>
+#include <limits>
 
 #include "core/error.h"
 #include "core/json_args.h"
@@ -98,7 +99,7 @@ DataOptions DataOptions::from_json(const nlohmann::json& j, const std::string& p
                ": expected \"cifar10\", \"cifar100\" or \"image_folder\", got \"", o.format, "\"");
   o.dir = args.get_string("dir", o.dir);
   o.train_limit = args.get_int("train_limit", o.train_limit);
-  o.test_limit = args.get_int("test_limit", o.test_limit, 0, INT64_MAX);
+  o.test_limit = args.get_int("test_limit", o.test_limit, 0, std::numeric_limits<int64_t>::max());
   // Keys of another format are errors: they would be silently ignored.
   const auto only_for = [&](const char* key, const char* format) {
     MINIDL_CHECK(!args.has(key) || o.format == format, args.key_path(key), ": only for \"format\": \"", format,
@@ -136,6 +137,7 @@ nlohmann::json DataOptions::to_json() const {
                       {"std", normalize.std}, {"augment", augment.to_json()}};
   // CIFAR-10, the default, prints no format keys: its runs' config.json stays as it was.
   if (format != "cifar10") j["format"] = format;
+  // Written only when set, like the format: a run on the whole test set keeps its config.json.
   if (test_limit > 0) j["test_limit"] = test_limit;
   if (format == "cifar100") j["label"] = label;
   if (format == "image_folder") {

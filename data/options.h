@@ -1,7 +1,7 @@
 // The "data" section of a training config and what it turns into: which format and where the
 // files are, how many training images to use, the per-channel normalization and the training
 // augmentation (docs/data.md).
-//   "data": {"format": "cifar10", "dir": "", "train_limit": 0,
+//   "data": {"format": "cifar10", "dir": "", "train_limit": 0, "test_limit": 0,
 //            "mean": [0.4914, 0.4822, 0.4465], "std": [0.2470, 0.2435, 0.2616],
 //            "augment": {"crop_padding": 4, "padding_mode": "reflect", "flip": true,
 //                        "flip_mode": "random", "cutout": 8}}

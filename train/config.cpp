@@ -80,6 +80,9 @@ TrainConfig parse_train_config(const json& config) {
   MINIDL_CHECK(std::isfinite(c.epochs) && c.epochs > 0 && c.epochs <= static_cast<double>(kMaxEpochs),
                top.key_path("epochs"), ": must be > 0 (fractions allowed) and at most ", kMaxEpochs, ", got ", c.epochs);
   c.batch_size = top.get_int("batch_size", c.batch_size, 1, kMaxBatchSize);
+  c.accumulate_steps = top.get_int("accumulate_steps", c.accumulate_steps, 1, kMaxBatchSize);
+  MINIDL_CHECK(c.batch_size % c.accumulate_steps == 0, "accumulate_steps: ", c.accumulate_steps,
+               " micro-batches do not split batch_size ", c.batch_size, " evenly");
   c.data = top.get_object("data", false);
 
   JsonArgs model(top.get_object("model", true), "model");
@@ -165,6 +168,8 @@ json TrainConfig::to_json() const {
           {"eval", {{"tta", tta}, {"batch_size", eval_batch_size}}},
           {"output", {{"dir", output_dir}, {"progress", progress}}},
           {"log", {{"tensorboard", tensorboard}}}};
+  // Written only when set: a run of one micro-batch keeps the config.json and checkpoint it had.
+  if (accumulate_steps != 1) j["accumulate_steps"] = accumulate_steps;
   if (!init.empty()) j["init"] = init;
   if (!freeze.empty()) j["freeze"] = freeze;
   if (!lookahead.is_null()) j["lookahead"] = lookahead;

@@ -23,7 +23,11 @@ struct TrainConfig {
   std::string memory_format = "contiguous";   // "contiguous" (NCHW) or "channels_last" (NHWC)
   std::string device = "auto";
   double epochs = 1;        // may be fractional (9.9): the run takes ceil(epochs * steps per epoch) steps
-  int64_t batch_size = 128;
+  int64_t batch_size = 128;   // the global batch: all ranks' micro-batches of one optimizer step
+  // Micro-batches per optimizer step on each rank: a rank trains on batch_size / (world size *
+  // accumulate_steps) images at a time and the step sums the micro-batches' gradients in order,
+  // so k accumulated micro-batches on one device give the bits of k ranks (docs/distributed.md).
+  int64_t accumulate_steps = 1;
   nlohmann::json data = nlohmann::json::object();       // data/ options (parsed there)
   nlohmann::json model;                                  // {"layers": [...]}
   double label_smoothing = 0.0;

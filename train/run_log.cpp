@@ -24,12 +24,13 @@ std::ofstream open_append(const std::string& path) {
 }
 }  // namespace
 
-RunLog::RunLog(const std::string& dir)
+RunLog::RunLog(const std::string& dir, bool write)
     : dir_(dir),
-      log_(open_append(dir + "/log.txt")),
-      metrics_(open_append(dir + "/metrics.jsonl")),
-      steps_(open_append(dir + "/steps.jsonl")),
-      tty_(isatty(STDERR_FILENO) != 0) {}
+      write_(write),
+      log_(write ? open_append(dir + "/log.txt") : std::ofstream()),
+      metrics_(write ? open_append(dir + "/metrics.jsonl") : std::ofstream()),
+      steps_(write ? open_append(dir + "/steps.jsonl") : std::ofstream()),
+      tty_(write && isatty(STDERR_FILENO) != 0) {}
 
 void RunLog::check(std::ofstream& f, const char* name) {
   if (f.good()) return;
@@ -41,10 +42,12 @@ void RunLog::check(std::ofstream& f, const char* name) {
 RunLog::~RunLog() = default;
 
 void RunLog::enable_tensorboard(int64_t start_step) {
+  if (!write_) return;
   tensorboard_ = std::make_unique<TensorBoardWriter>(dir_, start_step);
 }
 
 void RunLog::line(const std::string& text) {
+  if (!write_) return;
   end_progress();
   std::cout << text << std::endl;
   log_ << text << std::endl;
@@ -52,11 +55,13 @@ void RunLog::line(const std::string& text) {
 }
 
 void RunLog::error(const std::string& text) {
+  if (!write_) return;
   end_progress_quietly();
   log_ << "error: " << text << std::endl;
 }
 
 void RunLog::metrics(const nlohmann::json& record) {
+  if (!write_) return;
   metrics_ << record.dump() << std::endl;
   check(metrics_, "metrics.jsonl");
   if (tensorboard_ && record.contains("step") && record["step"].is_number_integer()) {
@@ -71,6 +76,7 @@ void RunLog::metrics(const nlohmann::json& record) {
 }
 
 void RunLog::step(int64_t step, int64_t epoch, float loss) {
+  if (!write_) return;
   nlohmann::json r = {{"step", step}, {"epoch", epoch}, {"loss", loss}, {"loss_bits", float_bits_hex(loss)}};
   steps_ << r.dump() << '\n';
   if (tensorboard_) tensorboard_->scalar(kTensorBoardLossTag, step, loss);
@@ -90,6 +96,7 @@ void RunLog::progress(int64_t epoch, int64_t epochs, int64_t done, int64_t total
 }
 
 void RunLog::end_progress() {
+  if (!write_) return;
   steps_.flush();
   check(steps_, "steps.jsonl");
   end_progress_quietly();

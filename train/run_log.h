@@ -15,8 +15,9 @@ class TensorBoardWriter;
 
 class RunLog {
  public:
-  // Opens the files in `dir` for appending (the folder must exist).
-  explicit RunLog(const std::string& dir);
+  // Opens the files in `dir` for appending (the folder must exist). With write false (a data-
+  // parallel rank other than 0) it opens nothing and every call does nothing: one rank speaks.
+  explicit RunLog(const std::string& dir, bool write = true);
   ~RunLog();
   // From now on also writes TensorBoard scalars (train/tensorboard.h) into the folder: every
   // step's loss, and each metrics record's values at its step. `start_step`: the first step this
@@ -35,6 +36,7 @@ class RunLog {
   void check(std::ofstream& f, const char* name);
   void end_progress_quietly();  // clears the bar without flushing or checking
   std::string dir_;
+  bool write_;
   std::ofstream log_, metrics_, steps_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;
   int64_t steps_since_metrics_ = 0;  // step() calls since the last metrics(): the epoch's steps

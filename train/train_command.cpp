@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "train/checkpoint.h"
@@ -20,6 +21,8 @@
 #include "core/safetensors.h"
 #include "core/settings.h"
 #include "core/test_hooks.h"
+#include "dist/communicator.h"
+#include "dist/launch.h"
 
 namespace minidl {
 
@@ -127,6 +130,19 @@ bool same_position(const CheckpointInfo& a, const CheckpointInfo& b) {
   return a.step == b.step && a.epoch == b.epoch && a.evaluated == b.evaluated && a.config == b.config;
 }
 
+// The signal that stops the run at this step boundary, the same on every rank: the first rank's
+// (in rank order) that received one, so all ranks stop after the same step.
+int agreed_stop_signal(Communicator& comm, Device device) {
+  const int sig = StopSignals::received();
+  if (comm.world_size() == 1) return sig;
+  const Tensor mine = Tensor::from_vector(std::vector<int32_t>{sig}, {1}, device);
+  Tensor all = Tensor::empty({comm.world_size()}, DType::Int32, device);
+  comm.all_gather(mine, all);
+  for (const int32_t s : all.to(Device::cpu()).values<int32_t>())
+    if (s != 0) return s;
+  return 0;
+}
+
 }  // namespace
 
 int train_command(const TrainOptions& options) {
@@ -134,6 +150,7 @@ int train_command(const TrainOptions& options) {
   MINIDL_CHECK(!options.restart || !options.resume_dir.empty(), "--restart: only with --resume RUN_DIR (it starts ",
                "that run again from its config.json)");
   const bool resume = !options.resume_dir.empty() && !options.restart;
+  const Launch launch = detect_launch();
   // Everything is read and checked (config, checkpoint, data, model) before the run folder is
   // touched: a refused input changes nothing on disk.
   TrainConfig config;
@@ -155,15 +172,24 @@ int train_command(const TrainOptions& options) {
   // From here a signal stops the run at the next step boundary instead of killing it.
   StopSignals signals;
 
+  // The rank's GPU is chosen before CUDA starts. Rank 0 alone writes the run folder; every rank
+  // reads the checkpoint it resumes from.
+  select_local_gpu(launch);
   const Device device = setup_compute(config);
+  const std::shared_ptr<Communicator> comm = make_communicator(options.dist, launch, device);
+  const bool writer = comm->rank() == 0;
   Trainer trainer(config, device);
+  trainer.set_communicator(comm);
+  MINIDL_CHECK(!options.profile || trainer.micro_batches() == 1, "--profile times steps of one micro-batch; this ",
+               "run has ", trainer.micro_batches(), " (world size x accumulate_steps): profile with accumulate_steps 1 "
+               "on one process");
   const int64_t steps_per_epoch = trainer.steps_per_epoch();
   const std::string ckpt = run_dir + "/" + kCheckpoint;
   auto check_folder = [&]() {
     if (resume)
       check_resume_position(start, steps_per_epoch, trainer.total_steps(), config.batch_size, run_dir, config.epochs,
                             !options.overrides.empty());
-    else
+    else if (writer)
       check_fresh_run_folder(run_dir, options.overwrite, trainer.resolved_config(), options.restart);
   };
   check_folder();
@@ -172,9 +198,10 @@ int train_command(const TrainOptions& options) {
     return 128 + sig;
   }
   // The folder is locked before anything in it changes.
-  if (!resume) create_run_folder(run_dir);
+  if (!resume && writer) create_run_folder(run_dir);
   test_pause_point("BEFORE_LOCK");
-  const RunFolderLock lock(run_dir);
+  std::optional<RunFolderLock> lock;
+  if (writer) lock.emplace(run_dir);
   // Every check again, under the lock: another run may have started, resumed or finished in the
   // folder since they were made.
   std::vector<std::string> replaced;
@@ -184,19 +211,21 @@ int train_command(const TrainOptions& options) {
                  "starting (another minidl process trained there; it is now at step ", now.step,
                  "): run the command again");
     trainer.load_grad_scaler_state(load_checkpoint(ckpt, trainer.model(), trainer.optimizer()).grad_scaler, ckpt);
+  }
+  if (resume && writer) {
     truncate_jsonl(run_dir + "/metrics.jsonl", "epoch", start.epoch + 1);
     truncate_jsonl(run_dir + "/steps.jsonl", "step", start.step);
     if (epochs_raised)
       write_file_atomic(run_dir + "/config.json", trainer.resolved_config().dump(2) + "\n", "run config");
-  } else {
+  } else if (writer) {
     if (check_fresh_run_folder(run_dir, options.overwrite, trainer.resolved_config(), options.restart) ==
         FreshFolder::Replace)
       replaced = remove_run_files(run_dir);
     write_file_atomic(run_dir + "/config.json", trainer.resolved_config().dump(2) + "\n", "run config");
     write_file_atomic(run_dir + "/classes.json", nlohmann::json(trainer.classes()).dump() + "\n", "class list");
   }
-  const std::vector<std::string> stale = remove_stale_temp_files(run_dir);
-  RunLog log(run_dir);
+  const std::vector<std::string> stale = writer ? remove_stale_temp_files(run_dir) : std::vector<std::string>();
+  RunLog log(run_dir, writer);
   if (config.tensorboard) log.enable_tensorboard(start.step);
   // The run itself; any error from here on is written to log.txt as well as the terminal.
   auto run = [&]() -> int {
@@ -212,6 +241,11 @@ int train_command(const TrainOptions& options) {
                                       : "NOT deterministic (cuDNN may pick non-deterministic algorithms)",
                  device.is_cuda() ? (config.allow_tf32 ? ", TF32 convolutions" : ", fp32 convolutions") : "",
                  ", run folder ", run_dir));
+    if (trainer.micro_batches() > 1)
+      log.line(str("data parallel: world size ", comm->world_size(), " (", comm->backend(), "), ",
+                   config.accumulate_steps, " micro-batch", config.accumulate_steps > 1 ? "es" : "", " of ",
+                   config.batch_size / trainer.micro_batches(), " per rank per step, gradients summed in ",
+                   "micro-batch order"));
     for (const std::string& note : trainer.data_notes())
       if (!note.empty()) log.line("data: " + note);
     const int64_t start_epoch = start.epoch;
@@ -235,13 +269,16 @@ int train_command(const TrainOptions& options) {
     bool evaluated = false;         // an evaluation ran in this process
     bool stopped_at_limit = false;  // --max-steps reached: no further epoch starts
     // Writes the checkpoint at `info`'s position (the caller fills in the position and sums).
+    // Rank 0 alone writes; every rank keeps the same bookkeeping.
     auto checkpoint = [&](CheckpointInfo info) {
       log.end_progress();  // steps.jsonl holds every step the checkpoint has trained
-      info.config = trainer.resolved_config();
-      info.grad_scaler = trainer.grad_scaler_state();
-      info.classes = trainer.classes();
-      write_run_checkpoint(run_dir, trainer.model(), trainer.optimizer(), info, checkpointed_step,
-                           config.checkpoint_keep);
+      if (writer) {
+        info.config = trainer.resolved_config();
+        info.grad_scaler = trainer.grad_scaler_state();
+        info.classes = trainer.classes();
+        write_run_checkpoint(run_dir, trainer.model(), trainer.optimizer(), info, checkpointed_step,
+                             config.checkpoint_keep);
+      }
       checkpointed_step = info.step;
       checkpointed_at = Clock::now();
     };
@@ -308,7 +345,7 @@ int train_command(const TrainOptions& options) {
         // The epoch's last step is done: it ends (checkpoint, evaluation) before a pending signal
         // is honoured, so a signal never saves a position between an epoch's steps and its end.
         if (step - epoch * steps_per_epoch >= steps_per_epoch) break;
-        if (const int sig = StopSignals::received()) {
+        if (const int sig = agreed_stop_signal(*comm, device)) {
           if (!flush()) return 3;
           std::string saved = step == 0 ? std::string("no step was trained, nothing to save")
                                         : str("the checkpoint at step ", step, " is current");
@@ -355,7 +392,9 @@ int train_command(const TrainOptions& options) {
 
       test_kill_point(str("eval:", epoch + 1));
       const auto e0 = Clock::now();
-      const Trainer::EvalResult eval = trainer.evaluate(config.tta);
+      // Every rank holds the same weights, so rank 0's accuracy is every rank's; the others,
+      // which print nothing, skip the test pass.
+      const Trainer::EvalResult eval = writer ? trainer.evaluate(config.tta) : Trainer::EvalResult();
       evaluated = true;
       last_test = eval.acc;
       last_tta = eval.tta_acc;
@@ -381,7 +420,7 @@ int train_command(const TrainOptions& options) {
                    last_tta >= 0 ? str("  test+", config.tta, " ", fixed(last_tta, 2), "%") : std::string(),
                    "  lr ", fixed(lr, 4), "  ", fixed(epoch_seconds, 1), "s (", fixed(record["images_per_s"], 0),
                    " img/s)  eval ", fixed(eval_seconds, 1), "s"));
-      save_safetensors(run_dir + "/" + kWeights, trainer.model().state_dict(), {{"format", "pt"}});
+      if (writer) save_safetensors(run_dir + "/" + kWeights, trainer.model().state_dict(), {{"format", "pt"}});
       // Where the run ends, the checkpoint records that the evaluation is logged, so a resume
       // does not evaluate again (a finished run is refused; --max-steps or more epochs go on).
       if (stopped_at_limit || step >= trainer.total_steps()) {
@@ -402,9 +441,11 @@ int train_command(const TrainOptions& options) {
                               {"images_per_s", train_seconds > 0 ? trained_images / train_seconds : 0.0},
                               {"steps", step},
                               {"device", device.str()},
+                              {"world_size", comm->world_size()},
                               {"deterministic", config.deterministic},
                               {"peak_device_bytes", mem.peak_bytes}};
     if (last_tta >= 0) summary["test_acc_tta"] = last_tta;
+    if (!writer) return 0;
     if (evaluated) add_class_metrics(summary, trainer, config.tta, log);
     write_file_atomic(run_dir + "/summary.json", summary.dump(2) + "\n", "run summary");
     log.line(str("done: test ", fixed(last_test, 2), "%",

@@ -30,6 +30,8 @@
 #include "layers/regularization/dropout.h"
 #include "optim/named_params.h"
 #include "train/precision.h"
+#include "dist/communicator.h"
+#include "dist/ordered_reduce.h"
 
 namespace minidl {
 
@@ -100,6 +102,7 @@ Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Da
     : config_(config),
       device_(device),
       data_options_(DataOptions::from_json(config.data, "data")),
+      comm_(make_single_process_communicator()),
       cuda_graphs_(false) {
   activation_dtype_ = minidl::activation_dtype(config.precision);
   activation_format_ = minidl::activation_format(config.memory_format);
@@ -219,7 +222,11 @@ bool Trainer::train_step(int64_t step, StepRecord* record, Profiler* profiler) {
   freeze_.apply(step);
   const double lr = lr_at(step);
   StepResults results;
-  if (profiler || !cuda_graphs_) {
+  if (micro_batches() > 1) {
+    MINIDL_CHECK(!profiler, "the profiler times steps of one micro-batch; this run has ", micro_batches(),
+                 " (world size x accumulate_steps): profile it with accumulate_steps 1 on one process");
+    results = data_parallel_step(lr);
+  } else if (profiler || !cuda_graphs_) {
     results = device_step(false, lr, profiler);
   } else {
     const int kind = step_kind(step);
@@ -303,6 +310,122 @@ Trainer::StepResults Trainer::device_step(bool prepared, double lr, Profiler* pr
   return results;
 }
 
+int64_t Trainer::micro_batches() const { return comm_->world_size() * config_.accumulate_steps; }
+
+void Trainer::set_communicator(std::shared_ptr<Communicator> comm) {
+  MINIDL_CHECK(comm, "Trainer: no communicator");
+  const int64_t micro = comm->world_size() * config_.accumulate_steps;
+  MINIDL_CHECK(config_.batch_size % micro == 0, "batch_size ", config_.batch_size, " does not split into ",
+               comm->world_size(), " ranks x accumulate_steps ", config_.accumulate_steps, " = ", micro,
+               " equal micro-batches");
+  comm_ = std::move(comm);
+}
+
+namespace {
+
+// Copies a dense float32 tensor's values into a flat float32 buffer at `offset` (or back): the
+// raw order, contiguous or channels-last, is the same on every rank.
+void pack(const Tensor& flat, int64_t offset, const Tensor& t) {
+  copy_bytes_async(static_cast<float*>(flat.raw_data()) + offset, flat.device(), t.raw_data(), t.device(), t.nbytes());
+}
+void unpack(const Tensor& t, const Tensor& flat, int64_t offset) {
+  copy_bytes_async(t.raw_data(), t.device(), static_cast<const float*>(flat.raw_data()) + offset, flat.device(),
+                   t.nbytes());
+}
+
+bool dense_float(const Tensor& t) {
+  return t.defined() && t.dtype() == DType::Float32 && (t.is_contiguous() || t.is_channels_last());
+}
+
+}  // namespace
+
+Trainer::StepResults Trainer::data_parallel_step(double lr) {
+  const int64_t local = config_.accumulate_steps;
+  const int64_t total = micro_batches();
+  const int64_t micro = config_.batch_size / total;
+  const int64_t first = comm_->rank() * local;  // the global index of this rank's first micro-batch
+  std::vector<Tensor> buffers, averaged;
+  for (auto& [name, t] : model_->named_buffers()) {
+    buffers.push_back(t);
+    MINIDL_CHECK(t.dtype() != DType::Float32 || dense_float(t), "data parallel: buffer ", name, " is not dense");
+    if (t.dtype() == DType::Float32) averaged.push_back(t);
+  }
+  // Every micro-batch's forward starts from the step's buffers, as every rank's does.
+  std::vector<Tensor> start;
+  if (local > 1)
+    for (const Tensor& b : buffers) start.push_back(b.clone());
+  if (!micro_correct_) micro_correct_ = allocate_pinned(static_cast<size_t>(local) * sizeof(int32_t));
+  auto* correct = static_cast<int32_t*>(micro_correct_.get());
+  // One row per micro-batch: [gradients | float buffers | loss | correct count].
+  std::vector<Tensor> grads;
+  Tensor rows;
+  int64_t width = 0;
+  for (int64_t j = 0; j < local; ++j) {
+    if (j > 0)
+      for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(start[i]);
+    train_loader_->select_micro_batch((first + j) * micro, micro);
+    Batch batch;
+    train_loader_->emit(batch);
+    const Tensor logits = forward(batch.images);
+    Tensor loss = cross_entropy(logits, batch.labels, static_cast<float>(config_.label_smoothing));
+    const Tensor micro_correct = correct_predictions(logits.detach(), batch.labels);
+    copy_bytes_async(correct + j, Device::cpu(), micro_correct.raw_data(), device_, sizeof(int32_t));
+    backward(loss);
+    if (j == 0) {
+      // The gradients this step has (a frozen parameter has none), the same on every rank.
+      for (const Tensor& p : parameters_) {
+        const Tensor g = p.grad();
+        if (!g.defined()) continue;
+        MINIDL_CHECK(dense_float(g), "data parallel: a gradient is not dense float32: ", g.str());
+        grads.push_back(g);
+        width += g.numel();
+      }
+      for (const Tensor& b : averaged) width += b.numel();
+      width += 2;
+      rows = Tensor::zeros({local, width}, DType::Float32, device_);
+    }
+    int64_t at = j * width;
+    for (const Tensor& g : grads) {
+      pack(rows, at, g);
+      at += g.numel();
+    }
+    for (const Tensor& b : averaged) {
+      pack(rows, at, b);
+      at += b.numel();
+    }
+    pack(rows, at, loss.detach().to(DType::Float32));
+    optimizer_->zero_grad();
+  }
+  // The counts are exact in float32 (below 2^24 images per step).
+  synchronize(device_);
+  for (int64_t j = 0; j < local; ++j) {
+    const float c = static_cast<float>(correct[j]);
+    copy_bytes_async(static_cast<float*>(rows.raw_data()) + (j + 1) * width - 1, device_, &c, Device::cpu(),
+                     sizeof(float));
+  }
+  const Tensor sum = ordered_sum(*comm_, rows);
+  // The mean over the micro-batches, as one batch of batch_size has it.
+  const float scale = 1.0f / static_cast<float>(total);
+  const Tensor mean = mul(flat_slice(sum, 0, width - 1), scale);
+  int64_t at = 0;
+  for (Tensor& g : grads) {
+    unpack(g, mean, at);
+    at += g.numel();
+  }
+  for (Tensor& b : averaged) {
+    unpack(b, mean, at);
+    at += b.numel();
+  }
+  StepResults results;
+  results.loss = flat_slice(mean, at, 1).clone();
+  float step_correct = 0;
+  copy_bytes(&step_correct, Device::cpu(), static_cast<const float*>(sum.raw_data()) + width - 1, device_,
+             sizeof(float));
+  results.correct = Tensor::from_vector(std::vector<int32_t>{static_cast<int32_t>(step_correct)}, {1}, device_);
+  update(false, lr, nullptr);
+  return results;
+}
+
 nlohmann::json Trainer::grad_scaler_state() const {
   return grad_scaler_ ? grad_scaler_->state() : nlohmann::json();
 }
@@ -328,10 +451,18 @@ Tensor Trainer::forward(const Tensor& images) {
 }
 
 void Trainer::backward_and_update(const Tensor& loss, bool prepared, double lr, Profiler* profiler) {
+  backward(loss);
+  update(prepared, lr, profiler);
+}
+
+void Trainer::backward(const Tensor& loss) {
   if (grad_scaler_)
     autograd::backward(loss, grad_scaler_->backward_seed());
   else
     loss.backward();
+}
+
+void Trainer::update(bool prepared, double lr, Profiler* profiler) {
   ProfileSection s = profiler ? profiler->section("optimizer") : ProfileSection();
   if (grad_scaler_ || grad_clipper_) {
     std::vector<Tensor> grads;

@@ -26,6 +26,7 @@
 
 namespace minidl {
 
+class Communicator;  // dist/communicator.h
 class Profiler;
 
 class Trainer {
@@ -85,6 +86,16 @@ class Trainer {
   nlohmann::json grad_scaler_state() const;
   void load_grad_scaler_state(const nlohmann::json& state, const std::string& where);
 
+  // The ranks this trainer is one of (a world of one until set). Data parallel: each optimizer
+  // step's batch_size images are world size * accumulate_steps micro-batches, micro-batch k at
+  // images k * b .. (k + 1) * b of the batch; rank r trains micro-batches r * accumulate_steps ..
+  // and the step's gradient is their ordered mean (dist/ordered_reduce.h). Errors when the batch
+  // does not split evenly.
+  void set_communicator(std::shared_ptr<Communicator> comm);
+  Communicator& communicator() { return *comm_; }
+  // Micro-batches per optimizer step over all ranks: world size * accumulate_steps.
+  int64_t micro_batches() const;
+
   Module& model() { return *model_; }
   Optimizer& optimizer() { return *optimizer_; }
   Loader& train_loader() { return *train_loader_; }
@@ -115,6 +126,8 @@ class Trainer {
   std::unique_ptr<GradScaler> grad_scaler_;
   std::unique_ptr<GradClipper> grad_clipper_;  // with the config's grad_clip
   std::vector<Tensor> parameters_;  // the model's parameters, whose gradients the scaler unscales
+  std::shared_ptr<Communicator> comm_;
+  std::shared_ptr<void> micro_correct_;  // pinned: this rank's correct count of each micro-batch
 
   // The device half of a training step (everything after the uploads), and of an evaluation
   // batch; what a CUDA graph captures. A step's results: its loss and correct count, on the device.
@@ -126,6 +139,13 @@ class Trainer {
   // skipped when the unscaled gradients hold an inf or NaN; gradients clipped (after unscaling)
   // with grad_clip.
   void backward_and_update(const Tensor& loss, bool prepared, double lr, Profiler* profiler);
+  void backward(const Tensor& loss);
+  void update(bool prepared, double lr, Profiler* profiler);
+  // A step of several micro-batches (micro_batches() > 1), eager: this rank's micro-batches one
+  // after another, each from the step's weights and buffers, then the ordered mean of every
+  // micro-batch's gradients, float buffers (BatchNorm's running statistics), loss and the sum of
+  // the correct counts, then the update.
+  StepResults data_parallel_step(double lr);
   // The model's output for a batch of float32 images, under autocast in the activation dtype
   // (core/autocast.h; none for fp32).
   Tensor forward(const Tensor& images);
@@ -168,6 +188,7 @@ struct TrainOptions {
   bool restart = false;                 // with resume_dir: start that run again (it has no checkpoint)
   int64_t max_steps = 0;                // > 0: stop after this many global steps (repro, smoke tests)
   bool profile = false;                 // print a per-layer breakdown after the first epoch
+  std::string dist = "auto";            // the communicator backend (dist/communicator.h)
 };
 
 // `minidl train`: returns the process exit code.

@@ -1,0 +1,53 @@
+// The ranks of a data-parallel run and the collectives between them. One process per device;
+// every rank runs the same steps and calls the same collectives in the same order. Backends:
+//   single  world size 1, no MPI needed (a plain `minidl train`, gradient accumulation);
+//   mpi     CPU tensors over MPI (the ranks mpirun or srun started);
+//   nccl    CUDA tensors over NCCL on minidl's stream; its unique id is broadcast over MPI, so a
+//           world of one runs without any launcher.
+// Tensors are dense (contiguous or channels-last) and the same shape and dtype on every rank.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/device.h"
+#include "core/tensor.h"
+#include "dist/launch.h"
+
+namespace minidl {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual const char* backend() const = 0;
+  virtual int world_size() const = 0;
+  virtual int rank() const = 0;
+  virtual int local_rank() const = 0;
+  // In place: the sum over the ranks of a float32, float64 or int32 tensor. The engine picks the
+  // order of the sum, so its bits may change with the world size (ordered_sum in
+  // dist/ordered_reduce.h does not).
+  virtual void all_reduce_sum(Tensor& t) = 0;
+  // In place: `root`'s values on every rank.
+  virtual void broadcast(Tensor& t, int root) = 0;
+  // out (world_size * in's bytes): every rank's `in`, in rank order.
+  virtual void all_gather(const Tensor& in, Tensor& out) = 0;
+  // in and out hold world_size equal chunks: chunk j of `in` goes to rank j, chunk i of `out`
+  // came from rank i.
+  virtual void all_to_all(const Tensor& in, Tensor& out) = 0;
+  virtual void barrier() = 0;
+};
+
+// The communicator a run asks for: `backend` is "auto" (nccl on a GPU and mpi on the CPU when
+// started by a launcher with more than one rank, single otherwise), "single", "mpi" or "nccl".
+// Errors name what is missing: a build without MPI or NCCL, a launcher whose ranks this backend
+// cannot serve, a device the backend does not work on.
+std::unique_ptr<Communicator> make_communicator(const std::string& backend, const Launch& launch, Device device);
+
+// The world of one process.
+std::unique_ptr<Communicator> make_single_process_communicator();
+
+// Whether this minidl was built with the MPI and NCCL backends.
+bool built_with_mpi();
+bool built_with_nccl();
+
+}  // namespace minidl

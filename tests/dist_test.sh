@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# ctest dist: data-parallel `minidl train` under mpirun on the CPU (MPI backend), as a user runs it.
+#   1. 2 ranks at micro-batch 64 == 1 rank with accumulate_steps 2 (micro-batch 64): the same
+#      model.safetensors, byte for byte, and the same loss bits at every step.
+#   2. The 2-rank run: rank 0 alone writes, and the log and summary.json say the world size.
+#   3. A 2-rank run stopped after its first epoch and resumed by 2 ranks == an uninterrupted one.
+#   4. A rank killed mid-run ends the whole job, non-zero, with a message naming the rank.
+#   tests/dist_test.sh MINIDL SOURCE_DIR CIFAR10_DIR
+# Exit 4 (ctest: skipped) without mpirun, without the data, or with a minidl built without MPI.
+set -euo pipefail
+minidl=$1 src=$2 data=$3
+if ! command -v mpirun >/dev/null; then echo "SKIPPED: no mpirun (scripts/setup.sh installs openmpi-bin)"; exit 4; fi
+if [ ! -f "$data/test_batch.bin" ]; then echo "SKIPPED: no CIFAR-10 at $data (scripts/data.sh)"; exit 4; fi
+work=$(mktemp -d)
+job=
+cleanup() {
+  if [ -n "$job" ]; then kill -9 "$job" 2>/dev/null || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+mpi=(mpirun --allow-run-as-root --oversubscribe -np 2)
+small=(--config "$src/configs/quick_cpu.json" --set "data.dir=$data" --set data.train_limit=512 --set data.test_limit=500
+       --set eval.tta=none
+       --set output.progress=false)
+
+"$minidl" train "${small[@]}" --set accumulate_steps=2 --max-steps 2 --output "$work/acc2" >"$work/acc2.out" 2>&1 ||
+  { cat "$work/acc2.out"; echo "FAIL: the accumulate_steps=2 run failed"; exit 1; }
+grep -q "data parallel: world size 1 (single), 2 micro-batches of 64 per rank" "$work/acc2.out" ||
+  { cat "$work/acc2.out"; echo "FAIL: no data-parallel line for accumulate_steps 2"; exit 1; }
+
+rc=0
+"${mpi[@]}" "$minidl" train "${small[@]}" --max-steps 2 --output "$work/ranks2" >"$work/ranks2.out" 2>&1 || rc=$?
+if grep -q "built without MPI" "$work/ranks2.out"; then
+  echo "SKIPPED: this minidl was built without MPI, and says so:"; grep -m1 "built without MPI" "$work/ranks2.out"; exit 4
+fi
+[ "$rc" -eq 0 ] || { cat "$work/ranks2.out"; echo "FAIL: the 2-rank run failed (rc $rc)"; exit 1; }
+grep -q "data parallel: world size 2 (mpi), 1 micro-batch of 64 per rank" "$work/ranks2.out" ||
+  { cat "$work/ranks2.out"; echo "FAIL: no data-parallel line for 2 ranks"; exit 1; }
+[ "$(grep -c "^minidl train: " "$work/ranks2.out")" -eq 1 ] || { cat "$work/ranks2.out"; echo "FAIL: more than one rank printed"; exit 1; }
+grep -q '"world_size": 2' "$work/ranks2/summary.json" || { echo "FAIL: summary.json does not say world_size 2"; exit 1; }
+a=$(sha256sum <"$work/acc2/model.safetensors" | cut -d' ' -f1)
+b=$(sha256sum <"$work/ranks2/model.safetensors" | cut -d' ' -f1)
+[ "$a" = "$b" ] || { echo "FAIL: 2 ranks ($b) differ from 1 rank with accumulate_steps 2 ($a)"; exit 1; }
+[ "$(grep -o '"loss_bits":"[0-9a-f]*"' "$work/acc2/steps.jsonl")" = "$(grep -o '"loss_bits":"[0-9a-f]*"' "$work/ranks2/steps.jsonl")" ] ||
+  { echo "FAIL: the step losses differ"; exit 1; }
+echo "dist: 2 ranks == 1 rank x accumulate_steps 2, model.safetensors sha256 $a"
+
+# Resumed: every rank loads rank 0's checkpoint (2 epochs of 2 steps).
+two=(--set data.train_limit=256 --set epochs=2)
+"${mpi[@]}" "$minidl" train "${small[@]}" "${two[@]}" --output "$work/whole" >"$work/whole.out" 2>&1 ||
+  { cat "$work/whole.out"; echo "FAIL: the uninterrupted 2-rank run failed"; exit 1; }
+"${mpi[@]}" "$minidl" train "${small[@]}" "${two[@]}" --max-steps 2 --output "$work/halves" >"$work/half1.out" 2>&1 ||
+  { cat "$work/half1.out"; echo "FAIL: the first half failed"; exit 1; }
+"${mpi[@]}" "$minidl" train --resume "$work/halves" >"$work/half2.out" 2>&1 ||
+  { cat "$work/half2.out"; echo "FAIL: the 2-rank resume failed"; exit 1; }
+grep -q "resumed at step 2" "$work/half2.out" || { cat "$work/half2.out"; echo "FAIL: did not resume at step 2"; exit 1; }
+a=$(sha256sum <"$work/whole/model.safetensors" | cut -d' ' -f1)
+b=$(sha256sum <"$work/halves/model.safetensors" | cut -d' ' -f1)
+[ "$a" = "$b" ] || { echo "FAIL: the resumed 2-rank run ($b) differs from the uninterrupted one ($a)"; exit 1; }
+echo "dist: 2 ranks resumed after epoch 1 == uninterrupted, sha256 $a"
+
+# A rank killed once training runs: mpirun ends the job and names the rank; no rank is left waiting.
+"${mpi[@]}" "$minidl" train "${small[@]}" --max-steps 1000 --output "$work/killed" >"$work/killed.out" 2>&1 &
+job=$!
+victim=
+for _ in $(seq 600); do
+  if grep -q "^data: test images" "$work/killed.out" 2>/dev/null; then
+    # mpirun's children are the ranks; rank 1 is the one whose environment says so.
+    for d in /proc/[0-9]*; do
+      [ "$(cut -d' ' -f4 "$d/stat" 2>/dev/null)" = "$job" ] || continue
+      if tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1"; then victim=${d#/proc/}; fi
+    done
+    [ -n "$victim" ] && break
+  fi
+  kill -0 "$job" 2>/dev/null || break
+  sleep 0.2
+done
+[ -n "$victim" ] || { cat "$work/killed.out"; echo "FAIL: rank 1 of the 2-rank run was not found"; exit 1; }
+kill -9 "$victim"
+rc=0
+for _ in $(seq 300); do kill -0 "$job" 2>/dev/null || break; sleep 0.2; done
+if kill -0 "$job" 2>/dev/null; then echo "FAIL: the job still runs 60 s after rank 1 was killed"; exit 1; fi
+wait "$job" || rc=$?
+job=
+[ "$rc" -ne 0 ] || { cat "$work/killed.out"; echo "FAIL: the job exited 0 after rank 1 was killed"; exit 1; }
+grep -Eq "rank 1 .*(exited on signal 9|Killed)" "$work/killed.out" ||
+  { cat "$work/killed.out"; echo "FAIL: no message naming rank 1"; exit 1; }
+echo "dist: a killed rank ends the job (rc $rc): $(grep -Eo "process rank 1 .*" "$work/killed.out" | head -1)"
