@@ -3,7 +3,8 @@
 #   1. 2 ranks at micro-batch 64 == 1 rank with accumulate_steps 2 (micro-batch 64): the same
 #      model.safetensors, byte for byte, and the same loss bits at every step.
 #   2. The 2-rank run: rank 0 alone writes, and the log and summary.json say the world size.
-#   3. A 2-rank run stopped after its first epoch and resumed by 2 ranks == an uninterrupted one.
+#   3. A 2-rank run stopped after its first epoch and resumed by 2 ranks == an uninterrupted one;
+#      resumed by 1 rank it is refused unless --set accumulate_steps=2, and then equal too.
 #   4. A rank killed mid-run ends the whole job, non-zero, with a message naming the rank.
 #   tests/dist_test.sh MINIDL SOURCE_DIR CIFAR10_DIR
 # Exit 4 (ctest: skipped) without mpirun, without the data, or with a minidl built without MPI.
@@ -51,6 +52,7 @@ two=(--set data.train_limit=256 --set epochs=2)
   { cat "$work/whole.out"; echo "FAIL: the uninterrupted 2-rank run failed"; exit 1; }
 "${mpi[@]}" "$minidl" train "${small[@]}" "${two[@]}" --max-steps 2 --output "$work/halves" >"$work/half1.out" 2>&1 ||
   { cat "$work/half1.out"; echo "FAIL: the first half failed"; exit 1; }
+cp -r "$work/halves" "$work/one_rank"
 "${mpi[@]}" "$minidl" train --resume "$work/halves" >"$work/half2.out" 2>&1 ||
   { cat "$work/half2.out"; echo "FAIL: the 2-rank resume failed"; exit 1; }
 grep -q "resumed at step 2" "$work/half2.out" || { cat "$work/half2.out"; echo "FAIL: did not resume at step 2"; exit 1; }
@@ -58,6 +60,18 @@ a=$(sha256sum <"$work/whole/model.safetensors" | cut -d' ' -f1)
 b=$(sha256sum <"$work/halves/model.safetensors" | cut -d' ' -f1)
 [ "$a" = "$b" ] || { echo "FAIL: the resumed 2-rank run ($b) differs from the uninterrupted one ($a)"; exit 1; }
 echo "dist: 2 ranks resumed after epoch 1 == uninterrupted, sha256 $a"
+
+# Resumed by 1 rank: refused unless accumulate_steps makes up the 2 micro-batches, then the same bits.
+if "$minidl" train --resume "$work/one_rank" >"$work/one.out" 2>&1; then
+  echo "FAIL: 1 rank resumed a 2-rank run without accumulate_steps 2"; exit 1
+fi
+grep -q "trained with 2 micro-batches per step.*--set accumulate_steps=2" "$work/one.out" ||
+  { cat "$work/one.out"; echo "FAIL: the refusal does not say how to resume"; exit 1; }
+"$minidl" train --resume "$work/one_rank" --set accumulate_steps=2 >"$work/one.out" 2>&1 ||
+  { cat "$work/one.out"; echo "FAIL: 1 rank with accumulate_steps 2 could not resume the 2-rank run"; exit 1; }
+b=$(sha256sum <"$work/one_rank/model.safetensors" | cut -d' ' -f1)
+[ "$a" = "$b" ] || { echo "FAIL: 1 rank x accumulate_steps 2 resuming 2 ranks ($b) differs from 2 ranks ($a)"; exit 1; }
+echo "dist: a 2-rank run resumed by 1 rank with accumulate_steps 2 == uninterrupted, sha256 $b"
 
 # A rank killed once training runs: mpirun ends the job and names the rank; no rank is left waiting.
 "${mpi[@]}" "$minidl" train "${small[@]}" --max-steps 1000 --output "$work/killed" >"$work/killed.out" 2>&1 &

@@ -77,6 +77,7 @@ CheckpointInfo info_from_metadata(const std::map<std::string, std::string>& meta
     MINIDL_CHECK(info.epoch_seen > 0, "checkpoint '", path, "': metadata 'evaluated' belongs to a position inside an epoch");
     info.evaluated = metadata_int(get("evaluated"), "evaluated", 0, 1, path) == 1;
   }
+  if (meta.count("world_size")) info.world_size = metadata_int(get("world_size"), "world_size", 1, 1 << 20, path);
   if (meta.count("grad_scaler")) {
     info.grad_scaler = parse_json_limited(get("grad_scaler"), str("checkpoint '", path, "': metadata 'grad_scaler'"));
     MINIDL_CHECK(info.grad_scaler.is_object(), "checkpoint '", path, "': metadata 'grad_scaler' is a JSON ",
@@ -103,6 +104,7 @@ void save_checkpoint(const std::string& path, const Module& model, const Optimiz
   if (info.epoch_seen > 0) meta["evaluated"] = info.evaluated ? "1" : "0";
   if (!info.grad_scaler.is_null()) meta["grad_scaler"] = info.grad_scaler.dump();
   if (!info.classes.is_null()) meta["classes"] = info.classes.dump();
+  if (info.world_size > 1) meta["world_size"] = std::to_string(info.world_size);
   save_safetensors(path, tensors, meta);
 }
 

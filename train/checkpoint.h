@@ -33,6 +33,9 @@ struct CheckpointInfo {
   nlohmann::json grad_scaler;
   // The data's class names (index = label), metadata "classes"; null when not recorded.
   nlohmann::json classes;
+  // The ranks that trained it, metadata "world_size" (written above 1; absent: 1). With the
+  // config's accumulate_steps it gives the micro-batches per step a resume must keep.
+  int64_t world_size = 1;
 };
 
 void save_checkpoint(const std::string& path, const Module& model, const Optimizer& optimizer,

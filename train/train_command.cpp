@@ -66,8 +66,9 @@ TrainConfig resume_config(const TrainOptions& o, const CheckpointInfo& info, con
   nlohmann::json j = info.config;
   for (const std::string& assignment : o.overrides) {
     const std::string key = assignment.substr(0, assignment.find('='));
-    MINIDL_CHECK(key == "epochs", where, ": --set ", text_excerpt(key), "=... cannot change a run being resumed ",
-                 "(only --set epochs=N is allowed, to train longer)");
+    MINIDL_CHECK(key == "epochs" || key == "accumulate_steps", where, ": --set ", text_excerpt(key),
+                 "=... cannot change a run being resumed (only --set epochs=N, to train longer, and --set ",
+                 "accumulate_steps=K, to resume on another number of ranks)");
     apply_override(j, assignment);
   }
   const double before = parse_train_config(info.config).epochs;
@@ -78,6 +79,21 @@ TrainConfig resume_config(const TrainOptions& o, const CheckpointInfo& info, con
   MINIDL_CHECK(o.max_steps == 0 || o.max_steps > info.step, where, ": --max-steps ", o.max_steps,
                " is already reached (the checkpoint is at step ", info.step, ")");
   return c;
+}
+
+// A step's gradients are the ordered sum over its micro-batches (world size x accumulate_steps),
+// so a resumed run keeps their number to keep its bits; on another number of ranks,
+// accumulate_steps makes up the difference.
+void check_micro_batches(const CheckpointInfo& info, int64_t micro_batches, int world_size, const std::string& run_dir) {
+  const int64_t accumulate = info.config.value("accumulate_steps", int64_t{1});
+  const int64_t trained = info.world_size * accumulate;
+  if (trained == micro_batches) return;
+  MINIDL_CHECK(false, "--resume ", run_dir, ": the run was trained with ", trained, " micro-batches per step (world size ",
+               info.world_size, " x accumulate_steps ", accumulate, "), this one would take ", micro_batches,
+               " (world size ", world_size, "); ",
+               trained % world_size == 0 ? str("resume with --set accumulate_steps=", trained / world_size,
+                                               " to continue with the same bits")
+                                         : str("use a world size that divides ", trained));
 }
 
 // The checkpoint's position must be a step of its epoch at this run's steps per epoch (inside an
@@ -186,11 +202,13 @@ int train_command(const TrainOptions& options) {
   const int64_t steps_per_epoch = trainer.steps_per_epoch();
   const std::string ckpt = run_dir + "/" + kCheckpoint;
   auto check_folder = [&]() {
-    if (resume)
+    if (resume) {
       check_resume_position(start, steps_per_epoch, trainer.total_steps(), config.batch_size, run_dir, config.epochs,
                             !options.overrides.empty());
-    else if (writer)
+      check_micro_batches(start, trainer.micro_batches(), comm->world_size(), run_dir);
+    } else if (writer) {
       check_fresh_run_folder(run_dir, options.overwrite, trainer.resolved_config(), options.restart);
+    }
   };
   check_folder();
   if (const int sig = StopSignals::received()) {
@@ -215,7 +233,7 @@ int train_command(const TrainOptions& options) {
   if (resume && writer) {
     truncate_jsonl(run_dir + "/metrics.jsonl", "epoch", start.epoch + 1);
     truncate_jsonl(run_dir + "/steps.jsonl", "step", start.step);
-    if (epochs_raised)
+    if (trainer.resolved_config() != start.config)  // --set epochs or accumulate_steps
       write_file_atomic(run_dir + "/config.json", trainer.resolved_config().dump(2) + "\n", "run config");
   } else if (writer) {
     if (check_fresh_run_folder(run_dir, options.overwrite, trainer.resolved_config(), options.restart) ==
@@ -273,6 +291,7 @@ int train_command(const TrainOptions& options) {
     auto checkpoint = [&](CheckpointInfo info) {
       log.end_progress();  // steps.jsonl holds every step the checkpoint has trained
       if (writer) {
+        info.world_size = comm->world_size();
         info.config = trainer.resolved_config();
         info.grad_scaler = trainer.grad_scaler_state();
         info.classes = trainer.classes();

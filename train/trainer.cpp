@@ -225,7 +225,7 @@ bool Trainer::train_step(int64_t step, StepRecord* record, Profiler* profiler) {
   if (micro_batches() > 1) {
     MINIDL_CHECK(!profiler, "the profiler times steps of one micro-batch; this run has ", micro_batches(),
                  " (world size x accumulate_steps): profile it with accumulate_steps 1 on one process");
-    results = data_parallel_step(lr);
+    results = data_parallel_step(step, lr);
   } else if (profiler || !cuda_graphs_) {
     results = device_step(false, lr, profiler);
   } else {
@@ -339,7 +339,7 @@ bool dense_float(const Tensor& t) {
 
 }  // namespace
 
-Trainer::StepResults Trainer::data_parallel_step(double lr) {
+Trainer::StepResults Trainer::data_parallel_step(int64_t step, double lr) {
   const int64_t local = config_.accumulate_steps;
   const int64_t total = micro_batches();
   const int64_t micro = config_.batch_size / total;
@@ -364,6 +364,9 @@ Trainer::StepResults Trainer::data_parallel_step(double lr) {
     if (j > 0)
       for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(start[i]);
     train_loader_->select_micro_batch((first + j) * micro, micro);
+    // Each micro-batch draws its own dropout masks, keyed by its global index: the same at any
+    // world size, and not one pattern repeated over a step's micro-batches.
+    set_dropout_step(step * total + first + j, device_);
     Batch batch;
     train_loader_->emit(batch);
     const Tensor logits = forward(batch.images);

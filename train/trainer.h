@@ -145,7 +145,7 @@ class Trainer {
   // after another, each from the step's weights and buffers, then the ordered mean of every
   // micro-batch's gradients, float buffers (BatchNorm's running statistics), loss and the sum of
   // the correct counts, then the update.
-  StepResults data_parallel_step(double lr);
+  StepResults data_parallel_step(int64_t step, double lr);
   // The model's output for a batch of float32 images, under autocast in the activation dtype
   // (core/autocast.h; none for fp32).
   Tensor forward(const Tensor& images);
