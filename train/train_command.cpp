@@ -184,6 +184,8 @@ int train_command(const TrainOptions& options) {
                  "starting (another minidl process trained there; it is now at step ", now.step,
                  "): run the command again");
     trainer.load_grad_scaler_state(load_checkpoint(ckpt, trainer.model(), trainer.optimizer()).grad_scaler, ckpt);
+    check_jsonl(run_dir + "/metrics.jsonl");
+    check_jsonl(run_dir + "/steps.jsonl");
     truncate_jsonl(run_dir + "/metrics.jsonl", "epoch", start.epoch + 1);
     truncate_jsonl(run_dir + "/steps.jsonl", "step", start.step);
     if (epochs_raised)
