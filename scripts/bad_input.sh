@@ -307,6 +307,12 @@ PY
 expect_error "15 checkpoint header: a key twice" 'header: the key "epoch" appears twice' "$run" -- \
   "${train[@]}" --resume "$run" --set epochs=2
 restore
+# A damaged line inside steps.jsonl (not a torn last one): refused, not every later record dropped.
+cp "$run/steps.jsonl" "$work/steps.good"
+sed -i '2s/.*/{"step": 1, garbage/' "$run/steps.jsonl"
+expect_error "15 steps.jsonl: a damaged line 2" "steps.jsonl': line 2 is not a JSON record" "$run" -- \
+  "${train[@]}" --resume "$run" --set epochs=2
+cp "$work/steps.good" "$run/steps.jsonl"
 expect_rc "15 usage error: --max-steps -1" 2 "$minidl" train --max-steps -1
 expect_rc "15 usage error: an unknown option" 2 "$minidl" train --no-such-option
 

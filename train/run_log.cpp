@@ -109,27 +109,48 @@ void RunLog::end_progress_quietly() {
   progress_open_ = false;
 }
 
-void truncate_jsonl(const std::string& path, const std::string& key, int64_t limit) {
-  if (!std::ifstream(path).good()) return;
+namespace {
+
+// The lines of a run log, parsed. Only the last line may be torn (a crash mid-write: it is
+// dropped); a line before it that is not JSON means the file was damaged, and dropping it and
+// everything after would silently lose records, so it is an error naming the line.
+std::vector<std::pair<std::string, nlohmann::json>> read_jsonl(const std::string& path) {
   // Bounded and regular-file-only, like every file minidl reads (a 1 GiB steps.jsonl is 10M steps).
   const std::string text = read_file_limited(path, "run log", size_t{1} << 30);
   std::istringstream in(text);
-  std::vector<std::string> keep;
+  std::vector<std::pair<std::string, nlohmann::json>> lines;
   std::string line;
+  int64_t number = 0, bad = 0;
   while (std::getline(in, line)) {
+    ++number;
     if (line.empty()) continue;
+    MINIDL_CHECK(bad == 0, "run log '", path, "': line ", bad, " is not a JSON record, and lines follow it (the file ",
+                 "was damaged; remove or repair that line to resume)");
     nlohmann::json j;
-    // A torn last line from a crash (or one nested too deep to be ours): drop it and all after.
     bool ok;
     try {
       ok = try_parse_json_limited(line, path, &j);
     } catch (const Error&) {
       ok = false;
     }
-    if (!ok) break;
+    if (ok) lines.push_back({line, std::move(j)});
+    else bad = number;
+  }
+  return lines;
+}
+
+}  // namespace
+
+void check_jsonl(const std::string& path) {
+  if (std::ifstream(path).good()) read_jsonl(path);
+}
+
+void truncate_jsonl(const std::string& path, const std::string& key, int64_t limit) {
+  if (!std::ifstream(path).good()) return;
+  std::vector<std::string> keep;
+  for (const auto& [line, j] : read_jsonl(path))
     if (j.is_object() && j.contains(key) && j[key].is_number_integer() && j[key].get<int64_t>() < limit)
       keep.push_back(line);
-  }
   std::string out;
   for (const auto& k : keep) out += k + '\n';
   write_file_atomic(path, out, "run log");

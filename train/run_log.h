@@ -46,7 +46,10 @@ class RunLog {
 
 // Keeps only the JSON lines of `path` whose `key` is below `limit` (resume: forget what a
 // resumed run will redo). A missing file is fine.
+// A torn last line is dropped; a damaged line with lines after it is an error (check_jsonl
+// finds it without changing anything).
 void truncate_jsonl(const std::string& path, const std::string& key, int64_t limit);
+void check_jsonl(const std::string& path);
 
 // "3f8a1b2c": the bits of a float, for bit-exact comparisons in text.
 std::string float_bits_hex(float v);

@@ -201,16 +201,15 @@ int train_command(const TrainOptions& options) {
                "on one process");
   const int64_t steps_per_epoch = trainer.steps_per_epoch();
   const std::string ckpt = run_dir + "/" + kCheckpoint;
-  auto check_folder = [&]() {
-    if (resume) {
-      check_resume_position(start, steps_per_epoch, trainer.total_steps(), config.batch_size, run_dir, config.epochs,
-                            !options.overrides.empty());
-      check_micro_batches(start, trainer.micro_batches(), comm->world_size(), run_dir);
-    } else if (writer) {
-      check_fresh_run_folder(run_dir, options.overwrite, trainer.resolved_config(), options.restart);
-    }
-  };
-  check_folder();
+  // The folder checks need the resolved config (a fresh run may reuse a folder whose run had
+  // the same one) and the steps per epoch (the resume position).
+  if (resume) {
+    check_resume_position(start, steps_per_epoch, trainer.total_steps(), config.batch_size, run_dir, config.epochs,
+                          !options.overrides.empty());
+    check_micro_batches(start, trainer.micro_batches(), comm->world_size(), run_dir);
+  } else if (writer) {
+    check_fresh_run_folder(run_dir, options.overwrite, trainer.resolved_config(), options.restart);
+  }
   if (const int sig = StopSignals::received()) {
     std::cerr << "minidl: stopped by " << signal_name(sig) << " before the run started; nothing was written" << std::endl;
     return 128 + sig;
@@ -224,13 +223,16 @@ int train_command(const TrainOptions& options) {
   // folder since they were made.
   std::vector<std::string> replaced;
   if (resume) {
-    const CheckpointInfo now = read_resume_checkpoint(run_dir);
+    // Loaded into memory only: a refused checkpoint still changes nothing on disk.
+    const CheckpointInfo now = load_checkpoint(ckpt, trainer.model(), trainer.optimizer());
     MINIDL_CHECK(same_position(now, start), "--resume ", run_dir, ": its checkpoint changed while this command was ",
                  "starting (another minidl process trained there; it is now at step ", now.step,
                  "): run the command again");
-    trainer.load_grad_scaler_state(load_checkpoint(ckpt, trainer.model(), trainer.optimizer()).grad_scaler, ckpt);
+    trainer.load_grad_scaler_state(now.grad_scaler, ckpt);
   }
   if (resume && writer) {
+    check_jsonl(run_dir + "/metrics.jsonl");
+    check_jsonl(run_dir + "/steps.jsonl");
     truncate_jsonl(run_dir + "/metrics.jsonl", "epoch", start.epoch + 1);
     truncate_jsonl(run_dir + "/steps.jsonl", "step", start.step);
     if (trainer.resolved_config() != start.config)  // --set epochs or accumulate_steps
