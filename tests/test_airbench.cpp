@@ -62,6 +62,7 @@ json shrunk(const std::string& name) {
   c["batch_size"] = 32;
   c["data"]["dir"] = test::data_dir();
   c["data"]["train_limit"] = 128;  // 4 steps per epoch
+  c["data"]["test_limit"] = 1000;  // evaluation is most of a CPU run; a tenth of the test set checks it
   c["output"]["progress"] = false;
   for (json& rule : c["init"])
     if (rule["type"] == "patch_whitening") rule["images"] = 64;
@@ -134,7 +135,7 @@ TEST_CASE("airbench config: a resumed run equals an uninterrupted one", "[traini
   c["epochs"] = 2.5;
   c["lookahead"] = {{"start_epochs", 0.5}, {"every_n_steps", 3}};
   c["freeze"][2]["from_epoch"] = 1;
-  c["eval"]["tta"] = "none";  // ten thousand test images twice per run: keep it to one view
+  c["eval"]["tta"] = "none";  // the test images twice per run: keep it to one view
   const std::string config = (root / "config.in.json").string();
   std::ofstream(config) << c.dump(2);
   auto opts = [&](const std::string& out) {

@@ -314,7 +314,7 @@ TEST_CASE("training: channels_last on the CPU repeats its bits and tracks the co
   test::TempDir dir("channels_last");
   json c = json::parse(R"({
     "seed": 3, "device": "cpu", "epochs": 1, "batch_size": 64,
-    "data": {"train_limit": 256, "augment": {"crop_padding": 2, "flip": true}},
+    "data": {"train_limit": 256, "test_limit": 1000, "augment": {"crop_padding": 2, "flip": true}},
     "model": {"layers": [
       {"type": "Conv2d", "in_channels": 3, "out_channels": 8, "kernel_size": 3, "padding": 1, "bias": false},
       {"type": "BatchNorm2d", "num_features": 8, "relu": true},

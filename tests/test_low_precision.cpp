@@ -295,7 +295,7 @@ std::string write_config(const std::string& dir, const json& extra) {
   fs::create_directories(dir);
   json c = json::parse(R"({
     "seed": 5, "device": "cpu", "epochs": 2, "batch_size": 64,
-    "data": {"train_limit": 384, "augment": {"crop_padding": 2, "flip": true}},
+    "data": {"train_limit": 384, "test_limit": 1000, "augment": {"crop_padding": 2, "flip": true}},
     "model": {"layers": [
       {"type": "Conv2d", "in_channels": 3, "out_channels": 8, "kernel_size": 3, "padding": 1, "bias": true},
       {"type": "BatchNorm2d", "num_features": 8, "relu": true},

@@ -34,7 +34,7 @@ std::string write_config(const std::string& dir, const std::string& extra_scale 
   fs::create_directories(dir);
   json c = json::parse(R"({
     "seed": 3, "device": "cpu", "epochs": 2, "batch_size": 64,
-    "data": {"train_limit": 512, "augment": {"crop_padding": 2, "flip": true, "cutout": 4}},
+    "data": {"train_limit": 512, "test_limit": 1000, "augment": {"crop_padding": 2, "flip": true, "cutout": 4}},
     "model": {"layers": [
       {"type": "Conv2d", "in_channels": 3, "out_channels": 8, "kernel_size": 3, "padding": 1, "bias": false},
       {"type": "BatchNorm2d", "num_features": 8, "relu": true},
