@@ -15,7 +15,7 @@ struct ComputeSettings {
   bool allow_tf32 = true;
   // Let the normalization layers pick their single-read GPU kernels (one CTA or a thread-block
   // cluster per group, docs/perf/norm.md) where a group fits on the chip and the H200 measured
-  // them faster. Off, every pass runs the three-launch kernels of round 1 (and gives its bits:
+  // them faster. Off, every pass runs the three-launch kernels (and gives their bits:
   // the single-read kernels sum in another fixed order, as deterministic).
   bool norm_single_read = true;
 };

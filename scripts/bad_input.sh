@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The bad-input suite (issue 13, docs/reliability.md): every hostile or careless input found so
+# The bad-input suite (docs/reliability.md): every hostile or careless input found so
 # far, run through the real `minidl train` command. Each refused case must exit non-zero (never
 # by a signal), print one line "minidl: error: ..." of printable ASCII naming the problem, and
 # leave the run folder byte for byte as it was. Interrupted runs must stop at a step boundary

@@ -1,4 +1,4 @@
-// Hostile and careless input to the readers (issue 13): JSON nested or sized past the limits,
+// Hostile and careless input to the readers: JSON nested or sized past the limits,
 // integers that would wrap, library exceptions, binary bytes and huge values in messages,
 // checkpoint metadata out of range, safetensors shapes whose sizes overflow, layers too large to
 // allocate, and atomic files with the clean-up of what killed writers leave. Each case must

@@ -143,7 +143,7 @@ TEST_CASE("training: a corrupt checkpoint is refused, naming the file", "[traini
   REQUIRE_THROWS_WITH(train_command(missing), Catch::Contains("nothing to resume"));
 }
 
-// ---- Interrupted runs and refused resumes (issue 13) ----
+// ---- Interrupted runs and refused resumes ----
 
 namespace {
 
