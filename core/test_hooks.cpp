@@ -13,8 +13,15 @@
 
 namespace minidl {
 
-void test_kill_point(const std::string& point) {
+namespace {
+const char* kill_at() {
   static const char* wanted = std::getenv("MINIDL_TEST_KILL_AT");
+  return wanted;
+}
+}  // namespace
+
+void test_kill_point(const std::string& point) {
+  const char* wanted = kill_at();
   if (wanted == nullptr) return;
   static int reached = 0;
   const std::string w = wanted;
@@ -22,6 +29,10 @@ void test_kill_point(const std::string& point) {
   if (w.substr(0, hash) != point) return;
   const int k = hash == std::string::npos ? 1 : std::atoi(w.c_str() + hash + 1);
   if (++reached == k) ::kill(::getpid(), SIGKILL);
+}
+
+void test_kill_point(const char* kind, int64_t n) {
+  if (kill_at() != nullptr) test_kill_point(std::string(kind) + ":" + std::to_string(n));
 }
 
 void test_pause_point(const std::string& name) {

@@ -2,6 +2,7 @@
 // a kill -9 in the middle of a step, an evaluation or a file write. Each reads an environment
 // variable and does nothing when it is unset, so a normal run never notices them.
 #pragma once
+#include <cstdint>
 #include <string>
 
 namespace minidl {
@@ -11,6 +12,8 @@ namespace minidl {
 // trained), "eval:E" (evaluation of epoch E begins), "write:NAME" (the temp file of NAME is
 // complete, not yet renamed over NAME).
 void test_kill_point(const std::string& point);
+// The point "KIND:N", formatted only when the hook is set: a training step pays one branch.
+void test_kill_point(const char* kind, int64_t n);
 
 // MINIDL_TEST_PAUSE_<name>=FILE: creates FILE.waiting, then waits until FILE exists (at most
 // two minutes), so a test can run another process inside this window.

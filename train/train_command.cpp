@@ -50,9 +50,10 @@ std::string fixed(double v, int digits) {
   return os.str();
 }
 
-// --resume continues the run as it was configured; the one setting it takes is a larger epoch
-// count (--set epochs=N, to train longer), besides --device. Anything else would silently make
-// the resumed run differ from the one its logs describe, so it is refused. `*raised` tells
+// --resume continues the run as it was configured; the settings it takes are a larger epoch
+// count (--set epochs=N, to train longer) and accumulate_steps (--set accumulate_steps=K, for
+// another number of ranks: check_micro_batches), besides --device. Anything else would silently
+// make the resumed run differ from the one its logs describe, so it is refused. `*raised` tells
 // whether the epoch count changed. Whether the run is finished needs its steps per epoch
 // (check_resume_position).
 TrainConfig resume_config(const TrainOptions& o, const CheckpointInfo& info, const std::string& run_dir,
@@ -87,8 +88,7 @@ TrainConfig resume_config(const TrainOptions& o, const CheckpointInfo& info, con
 void check_micro_batches(const CheckpointInfo& info, int64_t micro_batches, int world_size, const std::string& run_dir) {
   const int64_t accumulate = info.config.value("accumulate_steps", int64_t{1});
   const int64_t trained = info.world_size * accumulate;
-  if (trained == micro_batches) return;
-  MINIDL_CHECK(false, "--resume ", run_dir, ": the run was trained with ", trained, " micro-batches per step (world size ",
+  MINIDL_CHECK(trained == micro_batches, "--resume ", run_dir, ": the run was trained with ", trained, " micro-batches per step (world size ",
                info.world_size, " x accumulate_steps ", accumulate, "), this one would take ", micro_batches,
                " (world size ", world_size, "); ",
                trained % world_size == 0 ? str("resume with --set accumulate_steps=", trained / world_size,
@@ -390,7 +390,7 @@ int train_command(const TrainOptions& options) {
         if (!trainer.train_step(step, &records[step - epoch_first], profiler ? profiler->active() : nullptr)) break;
         if (profiler) profiler->after_step();
         ++step;
-        test_kill_point(str("step:", step));
+        test_kill_point("step", step);
         log.progress(epoch + 1, config.epochs, step - epoch * steps_per_epoch, steps_per_epoch, since(t0));
       }
       const int64_t epoch_steps = step - epoch * steps_per_epoch;
@@ -411,7 +411,7 @@ int train_command(const TrainOptions& options) {
       const CheckpointInfo before_eval = position(false);
       if (step != checkpointed_step) checkpoint(before_eval);
 
-      test_kill_point(str("eval:", epoch + 1));
+      test_kill_point("eval", epoch + 1);
       const auto e0 = Clock::now();
       // Every rank holds the same weights, so rank 0's accuracy is every rank's; the others,
       // which print nothing, skip the test pass.
