@@ -5,11 +5,16 @@
 # must end with the same steps.jsonl, weights and epoch metrics as a run never killed.
 # The kill points come from MINIDL_TEST_KILL_AT (core/test_hooks.h), so a failure replays with
 # the seed the script prints. About a minute on 2 CPU cores.
-# usage: scripts/kill_resume.sh MINIDL_BINARY CIFAR10_DIR [SEED]
+# With --gpu the run is configs/resnet9_bf16.json on CUDA (bf16, channels_last, CUDA graph), the
+# same 2 epochs of 8 steps at its batch of 512: a graphed step's state must resume as exactly.
+# usage: scripts/kill_resume.sh [--gpu] MINIDL_BINARY CIFAR10_DIR [SEED]
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-minidl=$(realpath "${1:?usage: kill_resume.sh MINIDL_BINARY CIFAR10_DIR [SEED]}")
-data=${2:?usage: kill_resume.sh MINIDL_BINARY CIFAR10_DIR [SEED]}
+usage="usage: kill_resume.sh [--gpu] MINIDL_BINARY CIFAR10_DIR [SEED]"
+gpu=0
+[ "${1:-}" = "--gpu" ] && { gpu=1; shift; }
+minidl=$(realpath "${1:?$usage}")
+data=${2:?$usage}
 [ -f "$data/test_batch.bin" ] || { echo "kill_resume: SKIPPED, no CIFAR-10 in '$data' (scripts/data.sh)"; exit 4; }
 seed=${3:-$((RANDOM * 32768 + RANDOM))}
 RANDOM=$seed
@@ -18,9 +23,13 @@ trap 'rm -rf "$work"' EXIT
 echo "kill_resume: seed $seed (replay: scripts/kill_resume.sh MINIDL DATA $seed)"
 
 # 2 epochs of 8 steps, a checkpoint every 3 steps and at each epoch's end, the last 2 kept.
-run=(--config "$root/configs/quick_cpu.json" --set "data.dir=$data" --set data.train_limit=256
-     --set data.test_limit=200 --set batch_size=32 --set epochs=2 --set output.progress=false
-     --set checkpoint.every_steps=3 --set checkpoint.keep=2)
+if [ "$gpu" -eq 1 ]; then
+  run=(--config "$root/configs/resnet9_bf16.json" --device cuda --set cuda_graph=true --set data.train_limit=4096)
+else
+  run=(--config "$root/configs/quick_cpu.json" --set data.train_limit=256 --set batch_size=32)
+fi
+run+=(--set "data.dir=$data" --set data.test_limit=200 --set epochs=2 --set output.progress=false
+      --set checkpoint.every_steps=3 --set checkpoint.keep=2)
 failed=0
 fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
 
