@@ -6,10 +6,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "core/allocator.h"
 #include "core/error.h"
 #include "core/safetensors.h"
-#include "train/trainer.h"
+#include "train/run.h"
 
 namespace minidl {
 
@@ -63,24 +62,14 @@ AccuracyRun run_for_accuracy(const TrainConfig& config, Device device, const Dat
   r.seed = config.seed;
   synchronize(device);
   const auto t0 = Clock::now();
-  Trainer trainer(config, device, train, test);
-  const int64_t total = max_steps > 0 ? std::min(max_steps, trainer.total_steps()) : trainer.total_steps();
-  // The steps' loss and correct counts land here (pinned); the benchmark does not read them.
-  const std::shared_ptr<void> record_memory =
-      allocate_pinned(static_cast<size_t>(trainer.steps_per_epoch()) * sizeof(Trainer::StepRecord));
-  auto* records = static_cast<Trainer::StepRecord*>(record_memory.get());
-  int64_t step = 0;
-  for (int64_t epoch = 0; step < total; ++epoch) {
-    trainer.train_loader().start_epoch(epoch);
-    for (int64_t done = 0; step < total && trainer.train_step(step, &records[done]); ++done) ++step;
-  }
-  const Trainer::EvalResult eval = trainer.evaluate(config.tta);  // ends with a synchronizing copy
+  Run run(config, device, train, test, max_steps);
+  const RunResult result = run.execute();
   synchronize(device);
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  r.test_acc = eval.acc;
-  r.tta_acc = eval.tta_acc;
-  r.steps = step;
-  r.weights_sha256 = state_sha256(trainer.model());
+  r.test_acc = result.test_acc;
+  r.tta_acc = result.tta_acc;
+  r.steps = result.steps;
+  r.weights_sha256 = state_sha256(run.trainer().model());
   return r;
 }
 

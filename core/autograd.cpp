@@ -106,6 +106,10 @@ void backward(const Tensor& root, const Tensor& grad) {
     if (found == pending.end() || !found->second) continue;  // no gradient reached this node
     Tensor g(found->second);
     pending.erase(found);
+    // A node's backward and saved tensors are freed once it has run (below), as PyTorch frees
+    // its graph: a second backward through a node shared by two graphs has nothing to run.
+    MINIDL_CHECK(node->backward, "backward(): op '", node->name, "' was backpropagated through already and its saved ",
+                 "tensors are freed; run its forward again for a second backward");
     if (g_observer) g_observer->before_node(*node);
     std::vector<Tensor> grads;
     {

@@ -13,6 +13,7 @@
 #include "layers/conv/patch_whitening.h"
 #include "optim/optimizer.h"
 #include "train/checkpoint.h"
+#include "train/run.h"
 #include "train/trainer.h"
 #include "test_util.h"
 
@@ -139,18 +140,18 @@ TEST_CASE("airbench config: a resumed run equals an uninterrupted one", "[traini
   const std::string config = (root / "config.in.json").string();
   std::ofstream(config) << c.dump(2);
   auto opts = [&](const std::string& out) {
-    TrainOptions o;
+    RunOptions o;
     o.config_path = config;
     o.output_dir = (root / out).string();
     return o;
   };
-  REQUIRE(train_command(opts("a")) == 0);
-  TrainOptions half = opts("b");
+  REQUIRE(run_training(opts("a")) == 0);
+  RunOptions half = opts("b");
   half.max_steps = 4;
-  REQUIRE(train_command(half) == 0);
-  TrainOptions resume;
+  REQUIRE(run_training(half) == 0);
+  RunOptions resume;
   resume.resume_dir = (root / "b").string();
-  REQUIRE(train_command(resume) == 0);
+  REQUIRE(run_training(resume) == 0);
   {
     // A fractional epoch count resumes as it was: not "raised" (2.5 once read back as 2).
     std::ifstream log(root / "b" / "log.txt");

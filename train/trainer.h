@@ -178,22 +178,6 @@ class Trainer {
   std::shared_ptr<void> eval_counts_;   // pinned: two int32 counts per test batch
 };
 
-struct TrainOptions {
-  std::string config_path;
-  std::vector<std::string> overrides;   // --set key.path=value
-  std::string device;                   // "" = the config's
-  std::string output_dir;               // "" = the config's output.dir
-  std::string resume_dir;               // continue the run in this folder
-  bool overwrite = false;               // a fresh run may replace the run files in its folder
-  bool restart = false;                 // with resume_dir: start that run again (it has no checkpoint)
-  int64_t max_steps = 0;                // > 0: stop after this many global steps (repro, smoke tests)
-  bool profile = false;                 // print a per-layer breakdown after the first epoch
-  std::string dist = "auto";            // the communicator backend (dist/communicator.h)
-};
-
-// `minidl train`: returns the process exit code.
-int train_command(const TrainOptions& options);
-
 // Loads the training and test sets a config names (data.format, data.dir or CIFAR10_DIR, data.train_limit).
 std::pair<Dataset, Dataset> load_datasets(const TrainConfig& config);
 
