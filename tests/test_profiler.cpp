@@ -291,7 +291,7 @@ TEST_CASE("profiler: exclusive time, node attribution and sections", "[profiler]
   // boundary, which is in the wall time only).
   REQUIRE(r.total.host_ms() >= 25 + 12 + 4 + 3);
   REQUIRE(r.total.host_ms() + r.overhead_host_ms <= r.step_wall_ms + 1e-6);
-  REQUIRE(autograd::current_module_id() == -1);
+  REQUIRE(autograd::current_module().id == -1);
 
   // Trace: inclusive spans, nested.
   nlohmann::json trace = nlohmann::json::parse(chrome_trace_json(r).dump());
@@ -390,10 +390,10 @@ TEST_CASE("profiler: lifecycle and misuse", "[profiler]") {
   REQUIRE_THROWS_WITH(p.begin_step(), Catch::Contains("not ended"));
   {
     auto s = p.section("left open");
-    REQUIRE(autograd::current_module_id() != -1);
+    REQUIRE(autograd::current_module().id != -1);
     REQUIRE_THROWS_WITH(p.end_step(), Catch::Contains("'left open' is still open"));
   }
-  REQUIRE(autograd::current_module_id() == -1);  // restored although the step failed inside
+  REQUIRE(autograd::current_module().id == -1);  // restored although the step failed inside
 
   p.begin_step();
   (*m)(x);
@@ -413,7 +413,7 @@ TEST_CASE("profiler: lifecycle and misuse", "[profiler]") {
   // With nothing installed, profile_section is a no-op.
   {
     auto s = profile_section("nobody");
-    REQUIRE(autograd::current_module_id() == -1);
+    REQUIRE(autograd::current_module().id == -1);
   }
 }
 
