@@ -312,6 +312,36 @@ TEST_CASE("profiler: exclusive time, node attribution and sections", "[profiler]
   REQUIRE(os.at("dur").get<double>() >= 1000.0 * 28);
 }
 
+TEST_CASE("profiler: a node that outlives its module is not counted to the module that took its id",
+          "[profiler][module]") {
+  // `first` records a node and is destroyed before the backward; `second`, built meanwhile, takes
+  // its id (the table reuses the ids of destroyed modules) under the next generation.
+  auto first = std::make_shared<SleepModule>(0, 1, 1);
+  const int id = first->id();
+  Tensor x = test::random_tensor({4}, 1);
+  x.set_requires_grad(true);
+  Profiler p(Device::cpu());
+  p.install();
+  p.begin_step();
+  Tensor y = (*first)(x);
+  first.reset();
+  auto second = std::make_shared<SleepModule>(0, 2, 0);
+  REQUIRE(second->id() == id);
+  (*second)(x);
+  autograd::backward(y, Tensor::full({4}, 1.f));
+  p.end_step();
+  p.uninstall();
+  const ProfileReport r = p.report();
+  const ProfileRow& gone = row_named(r, "Sleep 0+1");
+  const ProfileRow& now = row_named(r, "Sleep 0+2");
+  REQUIRE(gone.module_id == id);
+  REQUIRE(now.module_id == id);
+  REQUIRE(gone.fwd_calls == 1);
+  REQUIRE(gone.bwd_calls == 1);
+  REQUIRE(now.fwd_calls == 1);
+  REQUIRE(now.bwd_calls == 0);
+}
+
 TEST_CASE("profiler: tiny net on the CPU, table, JSON and trace files", "[profiler]") {
   std::shared_ptr<Module> net = tiny_net();
   Profiler p(Device::cpu());
