@@ -210,7 +210,8 @@ std::pair<Dataset, Dataset> load_datasets(const TrainConfig& config);
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides,
                               const std::string& device, const std::string& output_dir);
 
-// Applies deterministic/TF32 switches and picks the device.
+// Sets the default run context's compute switches from the config (for what a command runs
+// outside its Trainer, which computes in a context of its own) and picks the device.
 Device setup_compute(const TrainConfig& config);
 
 }  // namespace minidl
