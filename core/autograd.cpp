@@ -10,7 +10,7 @@ namespace minidl::autograd {
 
 namespace {
 thread_local bool g_grad_enabled = true;
-thread_local int g_current_module = -1;
+thread_local ModuleTag g_current_module;
 BackwardObserver* g_observer = nullptr;
 
 // Sums g into a pending gradient of an inner node. The first gradient is taken as is (no copy);
@@ -57,7 +57,7 @@ void record(Tensor& out, const char* name, std::vector<Tensor> inputs, BackwardF
   node->name = name;
   node->inputs = std::move(inputs);
   node->backward = std::move(backward);
-  node->module_id = g_current_module;
+  node->module = g_current_module;
   out.impl()->grad_fn = std::move(node);
   out.impl()->requires_grad = true;
 }
@@ -136,7 +136,7 @@ void backward(const Tensor& root, const Tensor& grad) {
 }
 
 void set_backward_observer(BackwardObserver* observer) { g_observer = observer; }
-int current_module_id() { return g_current_module; }
-void set_current_module_id(int id) { g_current_module = id; }
+ModuleTag current_module() { return g_current_module; }
+void set_current_module(ModuleTag module) { g_current_module = module; }
 
 }  // namespace minidl::autograd

@@ -18,7 +18,6 @@
 #include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/error.h"
-#include "core/init.h"
 #include "train/profiler.h"
 #include "core/settings.h"
 #include "core/tensor_ops.h"
@@ -64,6 +63,15 @@ DType batch_dtype(const Module& model, DType activation) {
   return first && first->autocast == AutocastRule::LowerPrecision ? activation : DType::Float32;
 }
 
+// The context a run computes in: the config's switches and seeds.
+RunContext run_context_for(const TrainConfig& config) {
+  RunContext context;
+  context.compute = {config.deterministic, config.allow_tf32, config.norm_single_read};
+  context.init_seed = config.seed;
+  context.dropout_seed = config.seed;
+  return context;
+}
+
 }  // namespace
 
 Device setup_compute(const TrainConfig& config) {
@@ -100,18 +108,18 @@ Trainer::Trainer(const TrainConfig& config, Device device)
 
 Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Dataset test_set)
     : config_(config),
+      context_(run_context_for(config)),
       device_(device),
       data_options_(DataOptions::from_json(config.data, "data")),
       comm_(make_single_process_communicator()),
       cuda_graphs_(false) {
+  const RunContextScope scope(context_);
   activation_dtype_ = minidl::activation_dtype(config.precision);
   activation_format_ = minidl::activation_format(config.memory_format);
   if (activation_dtype_ == DType::Float16) {
     grad_scaler_ = std::make_unique<GradScaler>(GradScalerOptions::from_json(config.grad_scaler, "grad_scaler"), device);
   }
   set_cuda_graphs(config.cuda_graph);
-  set_init_seed(config.seed);
-  set_dropout_seed(config.seed);
   model_ = build_sequential(config.model.at("layers"), "model.layers");
   model_->assign_paths();
   model_->to(device_);
@@ -216,6 +224,7 @@ double Trainer::lr_at(int64_t step) const {
 }
 
 bool Trainer::train_step(int64_t step, StepRecord* record, Profiler* profiler) {
+  const RunContextScope scope(context_);
   if (!train_loader_->advance()) return false;
   // Dropout draws read the step from the device (a graph replay too).
   set_dropout_step(step, device_);
@@ -514,6 +523,7 @@ Trainer::EvalCounts Trainer::device_eval(const std::string& tta) {
 }
 
 std::vector<int64_t> Trainer::confusion_matrix(const std::string& tta) {
+  const RunContextScope scope(context_);
   autograd::NoGradGuard no_grad;
   model_->eval();
   const std::vector<TtaView> views = tta_views(tta);
@@ -540,6 +550,7 @@ std::vector<int64_t> Trainer::confusion_matrix(const std::string& tta) {
 }
 
 Trainer::EvalResult Trainer::evaluate(const std::string& tta) {
+  const RunContextScope scope(context_);
   autograd::NoGradGuard no_grad;
   model_->eval();
   Loader& loader = *test_loader_;

@@ -12,6 +12,7 @@
 
 #include "train/config.h"
 #include "train/step_graph.h"
+#include "core/run_context.h"
 #include "core/tensor.h"
 #include "data/cifar10.h"
 #include "data/loader.h"
@@ -29,6 +30,9 @@ namespace minidl {
 class Communicator;  // dist/communicator.h
 class Profiler;
 
+// A trainer owns its run's context (core/run_context.h): the config's compute switches, seed and
+// dropout seed. Every call below that builds or runs anything makes it current for its duration,
+// so trainers alive at once, used in turn, each compute as if alone.
 class Trainer {
  public:
   // Reads the data set from data.dir (or CIFAR10_DIR).
@@ -104,11 +108,15 @@ class Trainer {
   int64_t total_steps() const { return total_steps_; }
   const TrainConfig& config() const { return config_; }
   Device device() const { return device_; }
+  // The run's context: a caller that runs model() itself installs it (RunContextScope) to compute
+  // with the run's settings.
+  RunContext& run_context() { return context_; }
   // The config with every component's own resolved view (what config.json holds).
   nlohmann::json resolved_config() const;
 
  private:
   TrainConfig config_;
+  RunContext context_;
   Device device_;
   DataOptions data_options_;
   std::shared_ptr<Module> model_;
@@ -186,7 +194,8 @@ std::pair<Dataset, Dataset> load_datasets(const TrainConfig& config);
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides,
                               const std::string& device, const std::string& output_dir);
 
-// Applies deterministic/TF32 switches and picks the device.
+// Sets the default run context's compute switches from the config (for what a command runs
+// outside its Trainer, which computes in a context of its own) and picks the device.
 Device setup_compute(const TrainConfig& config);
 
 }  // namespace minidl
