@@ -1,5 +1,5 @@
-// The minidl command: train, profile, repro, export, bench, parity. Every error reaches here as one
-// message and a non-zero exit code.
+// The minidl command: train, profile, repro, export, layers, config, bench, parity. Every error
+// reaches here as one message and a non-zero exit code.
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <limits>
@@ -30,6 +30,8 @@ CLI::Option* add_config_options(CLI::App* cmd, std::string& config, std::vector<
 namespace minidl {
 CLI::App* add_layers_command(CLI::App& app, bool& json);  // apps/layers_command.cpp
 int layers_command(bool json);
+CLI::App* add_config_command(CLI::App& app);  // apps/config_command.cpp
+int config_command();
 }  // namespace minidl
 
 int main(int argc, char** argv) {
@@ -84,6 +86,7 @@ int main(int argc, char** argv) {
 
   bool layers_json = false;
   auto* layers_cmd = add_layers_command(app, layers_json);
+  auto* config_cmd = add_config_command(app);
 
   const BenchCommand bench(app);
 
@@ -105,6 +108,7 @@ int main(int argc, char** argv) {
     if (*repro_cmd) return repro_command(repro);
     if (*export_cmd) return export_command(exp);
     if (*layers_cmd) return layers_command(layers_json);
+    if (*config_cmd) return config_command();
     if (bench.chosen()) return bench.run();
     if (*parity_cmd) return parity_main(parity_cmd->remaining());
   } catch (const Error& e) {

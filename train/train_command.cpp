@@ -438,7 +438,7 @@ int train_command(const TrainOptions& options) {
       log.metrics(record);
       log.line(str("epoch ", epoch + 1, "/", config.epochs, "  loss ", fixed(record["train_loss"], 4), "  train ",
                    fixed(record["train_acc"], 2), "%  test ", fixed(last_test, 2), "%",
-                   last_tta >= 0 ? str("  test+", config.tta, " ", fixed(last_tta, 2), "%") : std::string(),
+                   last_tta >= 0 ? str("  test+", to_string(config.tta), " ", fixed(last_tta, 2), "%") : std::string(),
                    "  lr ", fixed(lr, 4), "  ", fixed(epoch_seconds, 1), "s (", fixed(record["images_per_s"], 0),
                    " img/s)  eval ", fixed(eval_seconds, 1), "s"));
       if (writer) save_safetensors(run_dir + "/" + kWeights, trainer.model().state_dict(), {{"format", "pt"}});
@@ -470,7 +470,7 @@ int train_command(const TrainOptions& options) {
     if (evaluated) add_class_metrics(summary, trainer, config.tta, log);
     write_file_atomic(run_dir + "/summary.json", summary.dump(2) + "\n", "run summary");
     log.line(str("done: test ", fixed(last_test, 2), "%",
-                 last_tta >= 0 ? str(" (", config.tta, " TTA ", fixed(last_tta, 2), "%)") : std::string(), ", ", step,
+                 last_tta >= 0 ? str(" (", to_string(config.tta), " TTA ", fixed(last_tta, 2), "%)") : std::string(), ", ", step,
                  " steps, training ", fixed(train_seconds, 1), "s",
                  str(" (", fixed(train_seconds / std::max(1.0, config.epochs - static_cast<double>(start_epoch)), 1), "s/epoch)"),
                  ", ", fixed(summary["images_per_s"], 0), " img/s",
