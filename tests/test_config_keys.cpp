@@ -60,7 +60,8 @@ const std::map<std::string, Sample>& samples() {
       {"batch_size", {64}},
       {"accumulate_steps", {4}},
       {"data", {{{"train_limit", 100}}}},
-      {"model", {{{"layers", {{{"type", "Flatten"}}, {{"type", "Linear"}, {"in_features", 3072}, {"out_features", 10}}}}}}},
+      {"model",
+       {{{"layers", {{{"type", "Flatten"}}, {{"type", "Linear"}, {"in_features", 3072}, {"out_features", 10}}}}}}},
       {"loss.label_smoothing", {0.1}},
       {"optimizer", {{{"type", "AdamW"}, {"lr", 0.01}}}},
       {"schedule", {{{"type", "piecewise_linear"}, {"epochs", {0, 1}}, {"factors", {1, 0}}}}},
@@ -172,7 +173,8 @@ TEST_CASE("named enums: one list of names for to_string, from_string, JSON and e
   }
   REQUIRE_THROWS_WITH(from_string<TtaMode>("Flip", "eval.tta"),
                       "eval.tta: expected \"none\", \"flip\", \"flip_translate\" or \"airbench\", got \"Flip\"");
-  REQUIRE_THROWS_WITH(from_string<Precision>("", "--precision"), "--precision: expected \"fp32\", \"bf16\" or \"fp16\", got \"\"");
+  REQUIRE_THROWS_WITH(from_string<Precision>("", "--precision"),
+                      "--precision: expected \"fp32\", \"bf16\" or \"fp16\", got \"\"");
   // JSON holds the name, never the underlying integer.
   REQUIRE(json(Precision::Bf16) == "bf16");
   REQUIRE(json(TtaMode::FlipTranslate) == "flip_translate");
@@ -186,6 +188,7 @@ TEST_CASE("the config reference lists every key with its default and allowed val
     REQUIRE_THAT(md, Contains("| `" + k.path + "` | " + k.type + " | "));
     if (!k.documented_in.empty()) REQUIRE_THAT(md, Contains(k.documented_in));
   }
-  REQUIRE_THAT(md, Contains("| `eval.tta` | string | `\"none\"` | \"none\", \"flip\", \"flip_translate\" or \"airbench\" |"));
+  REQUIRE_THAT(
+      md, Contains("| `eval.tta` | string | `\"none\"` | \"none\", \"flip\", \"flip_translate\" or \"airbench\" |"));
   REQUIRE_THAT(md, Contains("| `batch_size` | integer | `128` | 1..1000000 |"));
 }

@@ -98,8 +98,8 @@ ConfigKey number(const char* path, double TrainConfig::*member, double fallback,
       return;
     }
     const double v = a.get_float(key, off ? 0 : fallback);
-    MINIDL_CHECK(range.contains(v), a.key_path(key), ": expected a number ",
-                 std::isinf(range.hi) ? "" : "in ", allowed, ", got ", v);
+    MINIDL_CHECK(range.contains(v), a.key_path(key), ": expected a number ", std::isinf(range.hi) ? "" : "in ", allowed,
+                 ", got ", v);
     c.*member = v;
   };
   k.write = [member, off](const TrainConfig& c) { return off && c.*member == 0 ? json() : json(c.*member); };
@@ -178,13 +178,13 @@ std::vector<ConfigKey> make_config_keys() {
              "activation layout: NCHW, or NHWC from the model's input on (docs/precision.md)"),
       text("device", &C::device, "auto", "\"auto\", \"cpu\" or \"cuda\" (checked when the run starts)",
            "where the run trains (auto: a GPU when there is one); --device overrides it"),
-      number("epochs", &C::epochs, 1, {0, true, 1000000, false}, "",
+      number("epochs", &C::epochs, 1, {0, true, static_cast<double>(kMaxEpochs), false}, "",
              "passes over the training set; fractions allowed (9.9): the run takes ceil(epochs * steps per "
              "epoch) steps"),
-      integer("batch_size", &C::batch_size, 128, 1, 1000000,
+      integer("batch_size", &C::batch_size, 128, 1, kMaxBatchSize,
               "the global batch: all ranks' micro-batches of one optimizer step"),
       written_when_set(integer(
-          "accumulate_steps", &C::accumulate_steps, 1, 1, 1000000,
+          "accumulate_steps", &C::accumulate_steps, 1, 1, kMaxBatchSize,
           "micro-batches per optimizer step on each rank, their gradients summed in order (k on one device give "
           "the bits of k ranks; docs/distributed.md); must divide batch_size")),
       object("data", &C::data, json::object(), false, "data/options.h, docs/data.md",
@@ -214,15 +214,14 @@ std::vector<ConfigKey> make_config_keys() {
                               "torch.nn.utils.clip_grad_norm_ (optim/grad_clip.h)")),
       choice("eval.tta", &C::tta, TtaMode::None,
              "test-time augmentation: the views of each test image whose logits are averaged (data/tta.h)"),
-      integer("eval.batch_size", &C::eval_batch_size, 1000, 1, 1000000, "images per evaluation batch"),
+      integer("eval.batch_size", &C::eval_batch_size, 1000, 1, kMaxBatchSize, "images per evaluation batch"),
       text("output.dir", &C::output_dir, "runs/run", "a folder", "the run folder; --output overrides it"),
       flag("output.progress", &C::progress, true, "a progress bar while stderr is a terminal"),
       written_when_set(integer("checkpoint.every_steps", &C::checkpoint_every_steps, 0, 0, INT64_MAX,
                                "also write a checkpoint every this many steps (0: off); one is written at every "
                                "epoch's end (train/checkpoint.h)")),
-      written_when_set(number("checkpoint.every_minutes", &C::checkpoint_every_minutes, 0,
-                              {0, false, 1000000, false}, "0: off",
-                              "also write a checkpoint every this many minutes")),
+      written_when_set(number("checkpoint.every_minutes", &C::checkpoint_every_minutes, 0, {0, false, 1000000, false},
+                              "0: off", "also write a checkpoint every this many minutes")),
       written_when_set(integer("checkpoint.keep", &C::checkpoint_keep, 1, 1, 1000, "checkpoints kept")),
       flag("log.tensorboard", &C::tensorboard, false, "TensorBoard event files in the run folder"),
   };
@@ -276,12 +275,14 @@ std::string config_reference_markdown() {
       "| Key | Type | Default | Allowed | Meaning |\n"
       "|---|---|---|---|---|\n";
   for (const ConfigKey& k : config_keys()) {
-    const std::string fallback = k.required ? "required" : k.default_value.is_null() ? "not set" : "`" + k.default_value.dump() + "`";
+    const std::string fallback = k.required                  ? "required"
+                                 : k.default_value.is_null() ? "not set"
+                                                             : "`" + k.default_value.dump() + "`";
     std::string meaning = k.meaning;
     if (!k.documented_in.empty()) meaning += ". Keys: " + k.documented_in;
     if (!k.written_at_default) meaning += ". Written when set";
-    md += str("| `", k.path, "` | ", k.type, " | ", cell(fallback), " | ", cell(k.allowed), " | ", cell(meaning),
-              " |\n");
+    md +=
+        str("| `", k.path, "` | ", k.type, " | ", cell(fallback), " | ", cell(k.allowed), " | ", cell(meaning), " |\n");
   }
   return md;
 }

@@ -15,13 +15,13 @@
 namespace minidl {
 
 struct ConfigKey {
-  std::string path;            // "eval.tta": the key, after its section when it has one
-  std::string type;            // "bool", "integer", "number", "string", "object" or "list"
+  std::string path;              // "eval.tta": the key, after its section when it has one
+  std::string type;              // "bool", "integer", "number", "string", "object" or "list"
   nlohmann::json default_value;  // what a missing key means (null: required, or off)
   bool required = false;
-  std::string allowed;         // the allowed values or range, as docs and error messages say them
-  std::string meaning;         // one line
-  std::string documented_in;   // for a section parsed elsewhere: where its keys are documented
+  std::string allowed;        // the allowed values or range, as docs and error messages say them
+  std::string meaning;        // one line
+  std::string documented_in;  // for a section parsed elsewhere: where its keys are documented
   // false: config.json leaves the key out while it holds its default (a run written before the
   // key existed keeps its config.json and checkpoint metadata); a section of only such keys is
   // left out whole while they all hold their defaults.
