@@ -19,6 +19,7 @@ Command add_profile_command(CLI::App& app);   // apps/profile_command.cpp
 Command add_repro_command(CLI::App& app);     // apps/repro_command.cpp
 Command add_export_command(CLI::App& app);    // apps/export_command.cpp
 Command add_layers_command(CLI::App& app);    // apps/layers_command.cpp
+Command add_config_command(CLI::App& app);    // apps/config_command.cpp
 Command add_bench_command(CLI::App& app);     // apps/bench_command.cpp
 Command add_parity_command(CLI::App& app);    // apps/parity_command.cpp
 

@@ -1,5 +1,5 @@
-// The minidl command: train, profile, repro, export, layers, bench, parity (apps/commands.h, one
-// file each). Every error reaches here as one message and a non-zero exit code.
+// The minidl command: train, profile, repro, export, layers, config, bench, parity
+// (apps/commands.h, one file each). Every error reaches here as one message and a non-zero exit code.
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <new>
@@ -25,8 +25,8 @@ int main(int argc, char** argv) {
   CLI::App app{"minidl: train CIFAR-10 from a JSON config on the CPU or an NVIDIA GPU"};
   app.require_subcommand(1);
   const Command commands[] = {add_train_command(app),  add_profile_command(app), add_repro_command(app),
-                              add_export_command(app), add_layers_command(app),  add_bench_command(app),
-                              add_parity_command(app)};
+                              add_export_command(app), add_layers_command(app),  add_config_command(app),
+                              add_bench_command(app),  add_parity_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

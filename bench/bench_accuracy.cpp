@@ -89,7 +89,7 @@ int bench_accuracy(const BenchAccuracyOptions& options) {
   std::printf("data: %s\ndata: %s\n", train_host.note.c_str(), test_host.note.c_str());
 
   std::printf("bench accuracy: %s on %s, %lld runs (seeds 0..%lld), eval.tta %s, %s\n", config_path.c_str(),
-              dev.str().c_str(), static_cast<long long>(runs), static_cast<long long>(runs - 1), config.tta.c_str(),
+              dev.str().c_str(), static_cast<long long>(runs), static_cast<long long>(runs - 1), to_string(config.tta),
               config.deterministic ? "deterministic" : "not deterministic");
   std::printf("timed per run: model build, data-dependent init, training and the final evaluation (data already in "
               "%s memory)\n", dev.is_cuda() ? "device" : "host");
@@ -111,7 +111,7 @@ int bench_accuracy(const BenchAccuracyOptions& options) {
   const Stats a = stats_of(acc), t = stats_of(tta), s = stats_of(secs);
   std::printf("steps per run: %lld\n", static_cast<long long>(warm.steps));
   std::printf("test accuracy: mean %.2f%%  std %.2f  (min %.2f, max %.2f)\n", a.mean, a.std, a.min, a.max);
-  if (config.tta != "none")
+  if (config.tta != TtaMode::None)
     std::printf("TTA accuracy:  mean %.2f%%  std %.2f  (min %.2f, max %.2f)\n", t.mean, t.std, t.min, t.max);
   std::printf("time per run:  mean %.3f s  std %.3f  (min %.3f, max %.3f); warm-up run %.3f s\n", s.mean, s.std, s.min,
               s.max, warm.seconds);

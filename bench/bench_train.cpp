@@ -64,7 +64,7 @@ int bench_train(const BenchTrainOptions& options) {
 #endif
   if (comm->rank() != 0) return 0;
   const auto e0 = Clock::now();
-  const double acc = trainer.evaluate("none").acc;
+  const double acc = trainer.evaluate(TtaMode::None).acc;
   const double eval_s = std::chrono::duration<double>(Clock::now() - e0).count();
   const double train_ips = static_cast<double>(steps * config.batch_size) / train_s;
   // One checkpoint as a run writes it (model, optimizer state, metadata; fsync'ed), into a

@@ -22,7 +22,7 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 TEST_CASE("airbench TTA: six views, translate then mirror, weights summing to 1", "[tta]") {
-  const std::vector<TtaView> v = tta_views("airbench");
+  const std::vector<TtaView> v = tta_views(TtaMode::Airbench);
   REQUIRE(v.size() == 6);
   double total = 0;
   for (const TtaView& view : v) total += view.weight;
@@ -34,10 +34,9 @@ TEST_CASE("airbench TTA: six views, translate then mirror, weights summing to 1"
     REQUIRE(it != v.end());
     REQUIRE(flip_translate(x, true, it->dy, it->dx).to_vector() == hflip(flip_translate(x, false, d, d)).to_vector());
   }
-  REQUIRE(tta_views("none").size() == 1);
-  REQUIRE(tta_views("flip").size() == 2);
-  REQUIRE(tta_views("flip_translate").size() == 6);
-  REQUIRE_THROWS_WITH(tta_views("mirror"), Catch::Contains("unknown mode"));
+  REQUIRE(tta_views(TtaMode::None).size() == 1);
+  REQUIRE(tta_views(TtaMode::Flip).size() == 2);
+  REQUIRE(tta_views(TtaMode::FlipTranslate).size() == 6);
 }
 
 TEST_CASE("piecewise_linear in fractions of the run (airbench's triangle)", "[schedule]") {

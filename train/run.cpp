@@ -313,7 +313,7 @@ bool Run::end_epoch(Epoch& e) {
   log_->metrics(record);
   log_->line(str("epoch ", e.index + 1, "/", config_.epochs, "  loss ", fixed(record["train_loss"], 4), "  train ",
                  fixed(record["train_acc"], 2), "%  test ", fixed(last_test_, 2), "%",
-                 last_tta_ >= 0 ? str("  test+", config_.tta, " ", fixed(last_tta_, 2), "%") : std::string(), "  lr ",
+                 last_tta_ >= 0 ? str("  test+", to_string(config_.tta), " ", fixed(last_tta_, 2), "%") : std::string(), "  lr ",
                  fixed(lr, 4), "  ", fixed(epoch_seconds, 1), "s (", fixed(record["images_per_s"], 0),
                  " img/s)  eval ", fixed(eval_seconds, 1), "s"));
   if (writer()) save_safetensors(run_dir_ + "/" + kWeights, trainer_->model().state_dict(), {{"format", "pt"}});
@@ -453,7 +453,7 @@ RunResult Run::finish() {
   write_file_atomic(run_dir_ + "/summary.json", r.summary.dump(2) + "\n", "run summary");
   const double epochs_here = std::max(1.0, config_.epochs - static_cast<double>(start_.epoch));
   log_->line(str("done: test ", fixed(last_test_, 2), "%",
-                 last_tta_ >= 0 ? str(" (", config_.tta, " TTA ", fixed(last_tta_, 2), "%)") : std::string(), ", ",
+                 last_tta_ >= 0 ? str(" (", to_string(config_.tta), " TTA ", fixed(last_tta_, 2), "%)") : std::string(), ", ",
                  step_, " steps, training ", fixed(train_seconds_, 1), "s",
                  str(" (", fixed(train_seconds_ / epochs_here, 1), "s/epoch)"), ", ",
                  fixed(r.summary["images_per_s"], 0), " img/s",

@@ -115,7 +115,7 @@ Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Da
       cuda_graphs_(false) {
   const RunContextScope scope(context_);
   activation_dtype_ = minidl::activation_dtype(config.precision);
-  activation_format_ = minidl::activation_format(config.memory_format);
+  activation_format_ = config.memory_format;
   if (activation_dtype_ == DType::Float16) {
     grad_scaler_ = std::make_unique<GradScaler>(GradScalerOptions::from_json(config.grad_scaler, "grad_scaler"), device);
   }
@@ -445,7 +445,7 @@ nlohmann::json Trainer::grad_scaler_state() const {
 void Trainer::load_grad_scaler_state(const nlohmann::json& state, const std::string& where) {
   if (!grad_scaler_) {
     MINIDL_CHECK(state.is_null(), "checkpoint '", where, "' holds loss-scaler state but this run's precision is \"",
-                 config_.precision, "\"");
+                 to_string(config_.precision), "\"");
     return;
   }
   MINIDL_CHECK(!state.is_null(), "checkpoint '", where,
@@ -510,7 +510,7 @@ Tensor Trainer::tta_logits(const Tensor& images, const Tensor& logits, const std
   return sum;
 }
 
-Trainer::EvalCounts Trainer::device_eval(const std::string& tta) {
+Trainer::EvalCounts Trainer::device_eval(TtaMode tta) {
   Batch batch;
   test_loader_->emit(batch);
   Tensor logits = forward(batch.images).to(DType::Float32);
@@ -522,7 +522,7 @@ Trainer::EvalCounts Trainer::device_eval(const std::string& tta) {
   return counts;
 }
 
-std::vector<int64_t> Trainer::confusion_matrix(const std::string& tta) {
+std::vector<int64_t> Trainer::confusion_matrix(TtaMode tta) {
   const RunContextScope scope(context_);
   autograd::NoGradGuard no_grad;
   model_->eval();
@@ -549,7 +549,7 @@ std::vector<int64_t> Trainer::confusion_matrix(const std::string& tta) {
   return counts;
 }
 
-Trainer::EvalResult Trainer::evaluate(const std::string& tta) {
+Trainer::EvalResult Trainer::evaluate(TtaMode tta) {
   const RunContextScope scope(context_);
   autograd::NoGradGuard no_grad;
   model_->eval();
@@ -575,7 +575,7 @@ Trainer::EvalResult Trainer::evaluate(const std::string& tta) {
       batch_counts = device_eval(tta);
     }
     copy_bytes_async(counts + 2 * b, Device::cpu(), batch_counts.correct.raw_data(), device_, sizeof(int32_t));
-    if (tta != "none")
+    if (tta != TtaMode::None)
       copy_bytes_async(counts + 2 * b + 1, Device::cpu(), batch_counts.tta_correct.raw_data(), device_,
                        sizeof(int32_t));
     seen += loader.current_batch_size();
@@ -585,11 +585,11 @@ Trainer::EvalResult Trainer::evaluate(const std::string& tta) {
   int64_t correct = 0, correct_tta = 0;
   for (int64_t b = 0; b < batches; ++b) {
     correct += counts[2 * b];
-    if (tta != "none") correct_tta += counts[2 * b + 1];
+    if (tta != TtaMode::None) correct_tta += counts[2 * b + 1];
   }
   EvalResult r;
   r.acc = 100.0 * static_cast<double>(correct) / static_cast<double>(seen);
-  if (tta != "none") r.tta_acc = 100.0 * static_cast<double>(correct_tta) / static_cast<double>(seen);
+  if (tta != TtaMode::None) r.tta_acc = 100.0 * static_cast<double>(correct_tta) / static_cast<double>(seen);
   return r;
 }
 

@@ -63,10 +63,10 @@ class Trainer {
     double acc = 0;
     double tta_acc = -1;
   };
-  EvalResult evaluate(const std::string& tta);
+  EvalResult evaluate(TtaMode tta);
   // The test set's confusion counts with the given TTA, K x K row-major (row: true class,
   // column: predicted), K = num_classes(). Eager; run once at the end of a run.
-  std::vector<int64_t> confusion_matrix(const std::string& tta);
+  std::vector<int64_t> confusion_matrix(TtaMode tta);
   // The class names of the data (index = label), and the data's notes for the run log.
   const std::vector<std::string>& classes() const { return classes_; }
   int64_t num_classes() const { return static_cast<int64_t>(classes_.size()); }
@@ -160,7 +160,7 @@ class Trainer {
   struct EvalCounts {
     Tensor correct, tta_correct;  // int32 scalars on the device; tta_correct is empty without TTA
   };
-  EvalCounts device_eval(const std::string& tta);
+  EvalCounts device_eval(TtaMode tta);
   // The weighted sum of the TTA views' logits (views[0] is the plain image, whose logits are given).
   Tensor tta_logits(const Tensor& images, const Tensor& logits, const std::vector<TtaView>& views);
   // Errors unless the model takes the data's images and gives one value per class.
@@ -179,7 +179,7 @@ class Trainer {
   std::map<int, StepGraph> train_graphs_;
   std::map<int, StepResults> step_results_;
   std::unique_ptr<StepGraph> eval_graph_;
-  std::string eval_graph_tta_;
+  TtaMode eval_graph_tta_ = TtaMode::None;
   // The counts the evaluation graph writes on each replay: those of the call it captured. A last,
   // shorter batch runs eagerly into tensors of its own, so these stay the graph's.
   EvalCounts eval_graph_counts_;
