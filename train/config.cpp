@@ -122,7 +122,7 @@ TrainConfig parse_train_config(const json& config) {
   JsonArgs eval(top.get_object("eval", false), "eval");
   c.tta = eval.get_string("tta", c.tta);
   MINIDL_CHECK(c.tta == "none" || c.tta == "flip" || c.tta == "flip_translate" || c.tta == "airbench",
-               "eval.tta: expected \"none\", \"flip\", \"flip_translate\" or \"airbench\", got \"", c.tta, "\"");
+               "eval.tta: expected \"none\", \"flip\", \"flip_translate\" or \"airbench\", got ", json_excerpt(c.tta));
   c.eval_batch_size = eval.get_int("batch_size", c.eval_batch_size, 1, kMaxBatchSize);
   eval.finish();
 

@@ -11,6 +11,7 @@
 #include <iostream>
 
 #include "train/checkpoint.h"
+#include "train/model_memory.h"
 #include "train/run_log.h"
 #include "train/step_work.h"
 #include "core/allocator.h"
@@ -112,6 +113,7 @@ Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Da
   set_cuda_graphs(config.cuda_graph);
   set_init_seed(config.seed);
   set_dropout_seed(config.seed);
+  check_model_fits(config.model.at("layers"), "model.layers", device_);
   model_ = build_sequential(config.model.at("layers"), "model.layers");
   model_->assign_paths();
   model_->to(device_);
