@@ -179,6 +179,8 @@ TEST_CASE("config strings: a huge value or control bytes are echoed short and es
       const std::string k = key;
       if (k.rfind("augment.", 0) == 0) d["augment"][k.substr(8)] = bad;
       else d[k] = bad;
+      if (k == "label") d["format"] = "cifar100";  // the formats these keys belong to
+      if (k == "resize") d.update({{"format", "image_folder"}, {"image_size", 32}});
       messages.push_back(error_of([&] { DataOptions::from_json(d, "data"); }));
     }
     for (const json& spec : {json{{"type", "TokenPool"}, {"mode", bad}},
