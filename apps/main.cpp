@@ -7,9 +7,16 @@
 
 #include "apps/commands.h"
 #include "core/error.h"
+#include "core/json_limits.h"
 
 namespace minidl {
 
+// Every message on one printable line of bounded length, whatever bytes a value it quotes held:
+// the places that quote user input shorten and escape it themselves (core/json_limits.h); this
+// catches any that do not, so a terminal never receives raw control bytes or megabytes of text.
+std::string printable(const char* message) { return minidl::text_excerpt(message, 2000); }
+
+// --config, --set and --device, which train, profile and repro take alike.
 CLI::Option* add_config_options(CLI::App* cmd, std::string& config, std::vector<std::string>& overrides,
                                 std::string& device) {
   CLI::Option* c = cmd->add_option("--config", config, "JSON config file");
@@ -39,16 +46,16 @@ int main(int argc, char** argv) {
     for (const Command& command : commands)
       if (*command.app) return command.run();
   } catch (const Error& e) {
-    std::cerr << "minidl: error: " << e.what() << std::endl;
+    std::cerr << "minidl: error: " << printable(e.what()) << std::endl;
     return 1;
   } catch (const std::bad_alloc&) {
     std::cerr << "minidl: error: out of memory (a size in the config or input is too large?)" << std::endl;
     return 1;
   } catch (const std::length_error& e) {
-    std::cerr << "minidl: error: a size is too large (" << e.what() << ")" << std::endl;
+    std::cerr << "minidl: error: a size is too large (" << printable(e.what()) << ")" << std::endl;
     return 1;
   } catch (const std::exception& e) {
-    std::cerr << "minidl: unexpected error: " << e.what() << std::endl;
+    std::cerr << "minidl: unexpected error: " << printable(e.what()) << std::endl;
     return 1;
   }
   return 0;
