@@ -285,15 +285,6 @@ std::string safetensors_payload_sha256(const std::string& path) {
   return sha.hex_digest();
 }
 
-std::string tensors_sha256(const std::vector<std::pair<std::string, Tensor>>& host_tensors) {
-  Sha256 sha;
-  for (const auto& [name, t] : host_tensors) {
-    MINIDL_CHECK(!t.is_cuda(), "tensors_sha256: '", text_excerpt(name), "' is not a host tensor");
-    sha.update(t.raw_data(), t.nbytes());
-  }
-  return sha.hex_digest();
-}
-
 // ---- SHA-256 (FIPS 180-4, section 6.2) ----
 
 namespace {

@@ -55,9 +55,5 @@ std::string sha256_hex(const void* data, size_t n);
 // Hash of the data section (the tensors' bytes, after the header) of a validated file: two runs
 // that end with the same weights give the same hash whatever metadata the files carry.
 std::string safetensors_payload_sha256(const std::string& path);
-// The same hash from the tensors themselves (host tensors, in file order): for the tensors of a
-// file (load_safetensors keeps that order), or those about to be written, it equals the file's
-// safetensors_payload_sha256.
-std::string tensors_sha256(const std::vector<std::pair<std::string, Tensor>>& host_tensors);
 
 }  // namespace minidl

@@ -334,7 +334,7 @@ header = json.loads(raw[8:8 + n])
 raw[8 + n + header['0.weight']['data_offsets'][0] + 1] ^= 0x10
 open(sys.argv[1], 'wb').write(raw)
 PY
-expect_error "16 checkpoint: one bit of a weight flipped" "checkpoint '.*checkpoint.safetensors' is damaged: its tensors' SHA-256" \
+expect_error "16 checkpoint: one bit of a weight flipped" "checkpoint '.*checkpoint.safetensors' is damaged: its tensors' CRC-32" \
   "$run" -- "${train[@]}" --resume "$run" --set epochs=2
 restore
 mkdir -p "$work/onnx"
