@@ -53,17 +53,7 @@ std::string nested(const std::string& open, const std::string& close, int depth,
   return s;
 }
 
-// The message of the Error `f` throws (fails the test when it throws anything else or nothing).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  FAIL("no minidl::Error thrown");
-  return "";
-}
+using test::error_of;
 
 // One line of printable ASCII, short enough to read.
 void require_clean_message(const std::string& m, size_t max_len = 400) {

@@ -21,16 +21,7 @@ using nlohmann::json;
 
 namespace {
 
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  FAIL("no minidl::Error thrown");
-  return "";
-}
+using test::error_of;
 
 int64_t state_bytes(const Module& m) {
   int64_t n = 0;
