@@ -76,7 +76,7 @@ class SteppedRun {
     bits_.losses.push_back(r->loss);
   }
   RunBits finish() {
-    bits_.acc = trainer_.evaluate("none").acc;
+    bits_.acc = trainer_.evaluate(TtaMode::None).acc;
     for (auto& [name, t] : trainer_.model().state_dict()) bits_.state.push_back(t.to_vector());
     return bits_;
   }
