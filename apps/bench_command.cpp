@@ -1,20 +1,46 @@
-#include "apps/bench_command.h"
-
+// `minidl bench <what>`: one CLI11 subcommand per benchmark. The ranges of every option are
+// checked by the parser, so a benchmark function receives typed options (bench/bench_*.h) and a
+// wrong number is a usage error (exit 2) naming the option, not a conversion failure inside it.
 #include <iostream>
 #include <limits>
+#include <memory>
+
+#include "apps/commands.h"
+#include "bench/bench_accuracy.h"
+#include "bench/bench_allreduce.h"
+#include "bench/bench_attention.h"
+#include "bench/bench_conv.h"
+#include "bench/bench_data.h"
+#include "bench/bench_norm.h"
+#include "bench/bench_train.h"
 
 namespace minidl {
 
 namespace {
 
-// --config, --set and --device of the benchmarks that build a run from a config.
-void add_config_options(CLI::App* cmd, std::string& config, std::vector<std::string>& overrides, std::string& device) {
-  cmd->add_option("--config", config, "JSON config file")->capture_default_str();
-  cmd->add_option("--set", overrides, "override a config value: key.path=value (repeatable)");
-  cmd->add_option("--device", device, "cpu, cuda or auto (default: the config's)");
-}
+class BenchCommand {
+ public:
+  // Adds `bench` and its subcommands to `app`; the options bind to this object, which must
+  // outlive the parse.
+  explicit BenchCommand(CLI::App& app);
+  BenchCommand(const BenchCommand&) = delete;
+  BenchCommand& operator=(const BenchCommand&) = delete;
 
-}  // namespace
+  CLI::App* app() const { return bench_; }
+  // Runs the chosen benchmark; its exit status.
+  int run() const;
+
+ private:
+  CLI::App* bench_;
+  CLI::App *accuracy_, *train_, *norm_, *conv_, *data_, *attention_, *allreduce_;
+  BenchAccuracyOptions accuracy_options_;
+  BenchTrainOptions train_options_;
+  BenchNormOptions norm_options_;
+  BenchConvOptions conv_options_;
+  BenchDataOptions data_options_;
+  BenchAttentionOptions attention_options_;
+  BenchAllreduceOptions allreduce_options_;
+};
 
 BenchCommand::BenchCommand(CLI::App& app) {
   constexpr int64_t kMaxCount = std::numeric_limits<int32_t>::max();
@@ -103,6 +129,13 @@ int BenchCommand::run() const {
   if (*data_) return bench_data(data_options_);
   if (*allreduce_) return bench_allreduce(allreduce_options_);
   return bench_attention(attention_options_);
+}
+
+}  // namespace
+
+Command add_bench_command(CLI::App& app) {
+  auto bench = std::make_shared<BenchCommand>(app);
+  return {bench->app(), [bench] { return bench->run(); }};
 }
 
 }  // namespace minidl

@@ -1,20 +1,17 @@
 // `minidl layers`: every layer type a config's model can use, with its keys (type, default,
 // meaning); `--json` prints the same as JSON (layers/registry.h's layer_schema(), of which
 // docs/layers.json is a copy), which the PyTorch builders in scripts/ read.
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <iostream>
+#include <memory>
 #include <string>
 
+#include "apps/commands.h"
 #include "layers/registry.h"
 
 namespace minidl {
 
-CLI::App* add_layers_command(CLI::App& app, bool& json) {
-  CLI::App* cmd = app.add_subcommand("layers", "list the layer types a config's model can use, with their keys");
-  cmd->add_flag("--json", json, "print the schema as JSON (what docs/layers.json holds)");
-  return cmd;
-}
+namespace {
 
 int layers_command(bool json) {
   if (json) {
@@ -33,6 +30,15 @@ int layers_command(bool json) {
     }
   }
   return 0;
+}
+
+}  // namespace
+
+Command add_layers_command(CLI::App& app) {
+  auto json = std::make_shared<bool>(false);
+  CLI::App* cmd = app.add_subcommand("layers", "list the layer types a config's model can use, with their keys");
+  cmd->add_flag("--json", *json, "print the schema as JSON (what docs/layers.json holds)");
+  return {cmd, [json] { return layers_command(*json); }};
 }
 
 }  // namespace minidl

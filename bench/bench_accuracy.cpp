@@ -6,10 +6,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "core/allocator.h"
 #include "core/error.h"
 #include "core/safetensors.h"
-#include "train/trainer.h"
+#include "train/run.h"
 
 namespace minidl {
 
@@ -63,24 +62,14 @@ AccuracyRun run_for_accuracy(const TrainConfig& config, Device device, const Dat
   r.seed = config.seed;
   synchronize(device);
   const auto t0 = Clock::now();
-  Trainer trainer(config, device, train, test);
-  const int64_t total = max_steps > 0 ? std::min(max_steps, trainer.total_steps()) : trainer.total_steps();
-  // The steps' loss and correct counts land here (pinned); the benchmark does not read them.
-  const std::shared_ptr<void> record_memory =
-      allocate_pinned(static_cast<size_t>(trainer.steps_per_epoch()) * sizeof(Trainer::StepRecord));
-  auto* records = static_cast<Trainer::StepRecord*>(record_memory.get());
-  int64_t step = 0;
-  for (int64_t epoch = 0; step < total; ++epoch) {
-    trainer.train_loader().start_epoch(epoch);
-    for (int64_t done = 0; step < total && trainer.train_step(step, &records[done]); ++done) ++step;
-  }
-  const Trainer::EvalResult eval = trainer.evaluate(config.tta);  // ends with a synchronizing copy
+  Run run(config, device, train, test, max_steps);
+  const RunResult result = run.execute();
   synchronize(device);
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  r.test_acc = eval.acc;
-  r.tta_acc = eval.tta_acc;
-  r.steps = step;
-  r.weights_sha256 = state_sha256(trainer.model());
+  r.test_acc = result.test_acc;
+  r.tta_acc = result.tta_acc;
+  r.steps = result.steps;
+  r.weights_sha256 = state_sha256(run.trainer().model());
   return r;
 }
 
@@ -100,7 +89,7 @@ int bench_accuracy(const BenchAccuracyOptions& options) {
   std::printf("data: %s\ndata: %s\n", train_host.note.c_str(), test_host.note.c_str());
 
   std::printf("bench accuracy: %s on %s, %lld runs (seeds 0..%lld), eval.tta %s, %s\n", config_path.c_str(),
-              dev.str().c_str(), static_cast<long long>(runs), static_cast<long long>(runs - 1), config.tta.c_str(),
+              dev.str().c_str(), static_cast<long long>(runs), static_cast<long long>(runs - 1), to_string(config.tta),
               config.deterministic ? "deterministic" : "not deterministic");
   std::printf("timed per run: model build, data-dependent init, training and the final evaluation (data already in "
               "%s memory)\n", dev.is_cuda() ? "device" : "host");
@@ -122,7 +111,7 @@ int bench_accuracy(const BenchAccuracyOptions& options) {
   const Stats a = stats_of(acc), t = stats_of(tta), s = stats_of(secs);
   std::printf("steps per run: %lld\n", static_cast<long long>(warm.steps));
   std::printf("test accuracy: mean %.2f%%  std %.2f  (min %.2f, max %.2f)\n", a.mean, a.std, a.min, a.max);
-  if (config.tta != "none")
+  if (config.tta != TtaMode::None)
     std::printf("TTA accuracy:  mean %.2f%%  std %.2f  (min %.2f, max %.2f)\n", t.mean, t.std, t.min, t.max);
   std::printf("time per run:  mean %.3f s  std %.3f  (min %.3f, max %.3f); warm-up run %.3f s\n", s.mean, s.std, s.min,
               s.max, warm.seconds);

@@ -99,14 +99,13 @@ int bench_attention(const BenchAttentionOptions& options) {
   }
   // What the op runs: the fused kernels where they fit.
   const double fwd = fused ? fused_fwd : gemm_fwd, bwd = fused ? fused_bwd : gemm_bwd;
-  // A float32 leaf (only they take gradients) cast once: the op's backward includes the cast of
-  // dqkv back to float32, as a half activation's gradient reaching a float32 tensor.
+  // The op as a model runs it: a float32 leaf (only they take gradients) cast to the type inside
+  // each timed call (a backward frees the graph it ran through), and dqkv cast back to float32.
   Tensor leaf = qkv.to(DType::Float32);
   leaf.set_requires_grad(true);
-  const Tensor input = leaf.to(t);
   const double op = time_cuda_ms(
       [&] {
-        Tensor y = self_attention(input, heads, static_cast<float>(dropout_p), 1);
+        Tensor y = self_attention(leaf.to(t), heads, static_cast<float>(dropout_p), 1);
         autograd::backward(y, dout);
         leaf.set_grad(Tensor());
       },

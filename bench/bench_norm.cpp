@@ -497,8 +497,8 @@ int bench_norm(const BenchNormOptions& options) {
   o.reps = options.reps;
   o.warmup = options.warmup;
   o.path = parse_path(options.path);
-  o.dtype = activation_dtype(options.dtype);
-  o.channels_last = activation_format(options.memory_format) == MemoryFormat::ChannelsLast;
+  o.dtype = activation_dtype(from_string<Precision>(options.dtype, "--dtype"));
+  o.channels_last = from_string<MemoryFormat>(options.memory_format, "--memory-format") == MemoryFormat::ChannelsLast;
   o.torch_json = options.torch;
   MINIDL_CHECK(o.reps >= 1 && o.warmup >= 0, "bench norm: --reps must be >= 1 and --warmup >= 0");
   MINIDL_CHECK(cuda_available(), "bench norm: needs a CUDA GPU (this build or machine has none)");

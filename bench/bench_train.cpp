@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "train/checkpoint.h"
-#include "train/trainer.h"
+#include "train/run.h"
 #include "core/allocator.h"
 #include "core/error.h"
 #include "dist/communicator.h"
@@ -30,20 +30,13 @@ int bench_train(const BenchTrainOptions& options) {
   const Launch launch = detect_launch();
   select_local_gpu(launch);
   const Device dev = setup_compute(config);
-  Trainer trainer(config, dev);
+  auto [train_set, test_set] = load_datasets(config);
+  Run run(config, dev, std::move(train_set), std::move(test_set));
   const std::shared_ptr<Communicator> comm = make_communicator("auto", launch, dev);
-  trainer.set_communicator(comm);
-  Loader& loader = trainer.train_loader();
-  int64_t epoch = 0, step = 0;
-  loader.start_epoch(epoch);
-  const std::shared_ptr<void> record = allocate_pinned(sizeof(Trainer::StepRecord));
-  auto* rec = static_cast<Trainer::StepRecord*>(record.get());
+  run.set_communicator(comm);
+  Trainer& trainer = run.trainer();
   auto run_steps = [&](int64_t n) {
-    for (int64_t s = 0; s < n; ++s, ++step) {
-      if (trainer.train_step(step, rec)) continue;
-      loader.start_epoch(++epoch);
-      MINIDL_CHECK(trainer.train_step(step, rec), "bench train: the training set gives no batch");
-    }
+    for (int64_t s = 0; s < n; ++s) run.step();
   };
   using Clock = std::chrono::steady_clock;
   run_steps(warmup);
@@ -71,7 +64,7 @@ int bench_train(const BenchTrainOptions& options) {
 #endif
   if (comm->rank() != 0) return 0;
   const auto e0 = Clock::now();
-  const double acc = trainer.evaluate("none").acc;
+  const double acc = trainer.evaluate(TtaMode::None).acc;
   const double eval_s = std::chrono::duration<double>(Clock::now() - e0).count();
   const double train_ips = static_cast<double>(steps * config.batch_size) / train_s;
   // One checkpoint as a run writes it (model, optimizer state, metadata; fsync'ed), into a
@@ -79,7 +72,7 @@ int bench_train(const BenchTrainOptions& options) {
   const fs::path scratch = fs::temp_directory_path() / str("minidl_bench_checkpoint.", ::getpid());
   fs::create_directories(scratch);
   CheckpointInfo info;
-  info.step = step;
+  info.step = run.next_step();
   info.config = trainer.resolved_config();
   const auto c0 = Clock::now();
   write_run_checkpoint(scratch.string(), trainer.model(), trainer.optimizer(), info, -1, 1);
@@ -98,7 +91,7 @@ int bench_train(const BenchTrainOptions& options) {
     std::printf("  GPU time:   %.2f ms/step (steps queued ahead of the GPU); wall / GPU = %.3f\n", gpu_ms,
                 wall_ms / gpu_ms);
   std::printf("  evaluation: %.0f images/s (10000 test images in %.2f s; accuracy %.2f%% after %lld steps)\n",
-              10000.0 / eval_s, eval_s, acc, static_cast<long long>(step));
+              10000.0 / eval_s, eval_s, acc, static_cast<long long>(run.next_step()));
   std::printf("  checkpoint: %.1f MB written in %.3f s (%.2f%% of an epoch of %lld steps at this speed)\n",
               checkpoint_mb, checkpoint_s, 100.0 * checkpoint_s / epoch_s,
               static_cast<long long>(trainer.steps_per_epoch()));

@@ -79,7 +79,9 @@ ParityArgs parse_args(const std::vector<std::string>& args) {
     if (a.precision.empty()) a.precision = "fp32";
     if (a.memory_format.empty()) a.memory_format = "contiguous";
   }
-  check_precision(a.precision.empty() ? "fp32" : a.precision, a.memory_format.empty() ? "contiguous" : a.memory_format);
+  // A wrong name is refused before any file is read.
+  from_string<Precision>(a.precision.empty() ? "fp32" : a.precision, "precision");
+  from_string<MemoryFormat>(a.memory_format.empty() ? "contiguous" : a.memory_format, "memory_format");
   return a;
 }
 
@@ -128,8 +130,8 @@ int run_layer(const ParityArgs& a, Device device) {
 
   // The input is float32 (the leaf whose gradient is reported); the layer sees it in the memory
   // format asked for, under autocast for bf16/fp16 as the trainer runs a model (core/autocast.h).
-  const DType dtype = activation_dtype(a.precision);
-  const MemoryFormat format = activation_format(a.memory_format);
+  const DType dtype = activation_dtype(from_string<Precision>(a.precision, "precision"));
+  const MemoryFormat format = from_string<MemoryFormat>(a.memory_format, "memory_format");
   Tensor x = find_tensor(in, "input", a.in).to(device);
   x.set_requires_grad(true);
   Tensor y;
@@ -167,8 +169,8 @@ int run_layer(const ParityArgs& a, Device device) {
 
 int run_model(const ParityArgs& a, Device device) {
   TrainConfig cfg = parse_train_config(read_json_file(a.config));
-  if (!a.precision.empty()) cfg.precision = a.precision;
-  if (!a.memory_format.empty()) cfg.memory_format = a.memory_format;
+  if (!a.precision.empty()) cfg.precision = from_string<Precision>(a.precision, "precision");
+  if (!a.memory_format.empty()) cfg.memory_format = from_string<MemoryFormat>(a.memory_format, "memory_format");
   MINIDL_CHECK(cfg.model.is_object() && cfg.model.contains("layers"), "minidl parity: '", a.config,
                "' has no model.layers");
   set_compute_settings({cfg.deterministic, cfg.allow_tf32 && !a.no_tf32});
@@ -192,12 +194,12 @@ int run_model(const ParityArgs& a, Device device) {
   Tensor logits;
   {
     const AutocastGuard autocast(activation_dtype(cfg.precision));
-    logits = (*model)(x.to(activation_format(cfg.memory_format)));
+    logits = (*model)(x.to(cfg.memory_format));
   }
   const Tensor loss = cross_entropy(logits, labels.to(device), static_cast<float>(cfg.label_smoothing));
   bool skipped = false;
   std::vector<Tensor> grads;
-  if (cfg.precision == "fp16") {
+  if (cfg.precision == Precision::Fp16) {
     GradScaler scaler(GradScalerOptions::from_json(cfg.grad_scaler, "grad_scaler"), device);
     autograd::backward(loss, scaler.backward_seed());
     for (const auto& [name, p] : model->named_parameters())
@@ -233,8 +235,8 @@ int run_model(const ParityArgs& a, Device device) {
   save_safetensors(a.out, out,
                    {{"minidl_parity", "model"},
                     {"config", a.config},
-                    {"precision", cfg.precision},
-                    {"memory_format", cfg.memory_format},
+                    {"precision", to_string(cfg.precision)},
+                    {"memory_format", to_string(cfg.memory_format)},
                     {"device", device.str()},
                     {"lr", str(lr)},
                     {"allow_tf32", compute_settings().allow_tf32 ? "true" : "false"}});

@@ -18,16 +18,30 @@ constexpr size_t kCpuAlignment = 64;
 // Allocations from this size up are checked against the memory the system has left.
 constexpr size_t kCheckedAllocationBytes = size_t{256} << 20;
 
-// MemAvailable from /proc/meminfo (what can be allocated without swapping); 0 when unknown.
-uint64_t available_host_bytes() {
-  FILE* f = std::fopen("/proc/meminfo", "r");
+// The first unsigned number in `path` ("max" or a missing file: 0).
+uint64_t read_number_file(const char* path) {
+  FILE* f = std::fopen(path, "r");
   if (f == nullptr) return 0;
-  char line[256];
-  unsigned long long kb = 0;
-  while (std::fgets(line, sizeof line, f))
-    if (std::sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+  unsigned long long v = 0;
+  if (std::fscanf(f, "%llu", &v) != 1) v = 0;
   std::fclose(f);
-  return static_cast<uint64_t>(kb) * 1024;
+  return v;
+}
+
+// The room left under the cgroup's memory limit (v2, then v1); 0 when no limit is set.
+uint64_t cgroup_room_bytes() {
+  const uint64_t limit2 = read_number_file("/sys/fs/cgroup/memory.max");
+  if (limit2 > 0) {
+    const uint64_t used = read_number_file("/sys/fs/cgroup/memory.current");
+    return limit2 > used ? limit2 - used : 1;
+  }
+  // v1 reports "no limit" as a huge number (a page-rounded 2^63).
+  const uint64_t limit1 = read_number_file("/sys/fs/cgroup/memory/memory.limit_in_bytes");
+  if (limit1 > 0 && limit1 < (uint64_t{1} << 62)) {
+    const uint64_t used = read_number_file("/sys/fs/cgroup/memory/memory.usage_in_bytes");
+    return limit1 > used ? limit1 - used : 1;
+  }
+  return 0;
 }
 
 // Host tensor bytes in use and the most at once (relaxed atomics: counters, not synchronization).
@@ -46,6 +60,29 @@ void count_host_allocation(size_t bytes) {
 }
 #endif
 }  // namespace
+
+uint64_t available_host_bytes() {
+  uint64_t available = 0;
+  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    unsigned long long kb = 0;
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+    std::fclose(f);
+    available = static_cast<uint64_t>(kb) * 1024;
+  }
+  const uint64_t room = cgroup_room_bytes();
+  if (room > 0 && (available == 0 || room < available)) return room;
+  return available;
+}
+
+uint64_t available_device_bytes() {
+#ifdef MINIDL_WITH_CUDA
+  return cuda_available() ? cuda::available_bytes() : 0;
+#else
+  return 0;
+#endif
+}
 
 std::shared_ptr<void> allocate(size_t bytes, Device device) {
   if (device.is_cpu()) {

@@ -2,6 +2,7 @@
 // allocator (core/cuda/caching_allocator.cu), so a training step never calls cudaMalloc/cudaFree.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "core/device.h"
@@ -26,6 +27,14 @@ void copy_bytes_async(void* dst, Device dst_device, const void* src, Device src_
 // Page-locked host memory (cudaHostAlloc) where CUDA is present, so device-to-host copies into it
 // are truly asynchronous; plain aligned host memory otherwise.
 std::shared_ptr<void> allocate_pinned(size_t bytes);
+
+// What a new host allocation can take without the process being killed when it touches it:
+// MemAvailable from /proc/meminfo, lowered to the room left under the process's cgroup memory
+// limit where one is set; 0 when unknown.
+uint64_t available_host_bytes();
+// Free memory of the current CUDA device (the driver's free memory plus the caching allocator's
+// unused blocks); 0 without CUDA.
+uint64_t available_device_bytes();
 
 struct DeviceMemoryStats {
   size_t current_bytes = 0;   // handed out to tensors and buffers now

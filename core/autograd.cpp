@@ -10,7 +10,7 @@ namespace minidl::autograd {
 
 namespace {
 thread_local bool g_grad_enabled = true;
-thread_local int g_current_module = -1;
+thread_local ModuleTag g_current_module;
 BackwardObserver* g_observer = nullptr;
 
 // Sums g into a pending gradient of an inner node. The first gradient is taken as is (no copy);
@@ -57,7 +57,7 @@ void record(Tensor& out, const char* name, std::vector<Tensor> inputs, BackwardF
   node->name = name;
   node->inputs = std::move(inputs);
   node->backward = std::move(backward);
-  node->module_id = g_current_module;
+  node->module = g_current_module;
   out.impl()->grad_fn = std::move(node);
   out.impl()->requires_grad = true;
 }
@@ -106,6 +106,10 @@ void backward(const Tensor& root, const Tensor& grad) {
     if (found == pending.end() || !found->second) continue;  // no gradient reached this node
     Tensor g(found->second);
     pending.erase(found);
+    // A node's backward and saved tensors are freed once it has run (below), as PyTorch frees
+    // its graph: a second backward through a node shared by two graphs has nothing to run.
+    MINIDL_CHECK(node->backward, "backward(): op '", node->name, "' was backpropagated through already and its saved ",
+                 "tensors are freed; run its forward again for a second backward");
     if (g_observer) g_observer->before_node(*node);
     std::vector<Tensor> grads;
     {
@@ -132,7 +136,7 @@ void backward(const Tensor& root, const Tensor& grad) {
 }
 
 void set_backward_observer(BackwardObserver* observer) { g_observer = observer; }
-int current_module_id() { return g_current_module; }
-void set_current_module_id(int id) { g_current_module = id; }
+ModuleTag current_module() { return g_current_module; }
+void set_current_module(ModuleTag module) { g_current_module = module; }
 
 }  // namespace minidl::autograd

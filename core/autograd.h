@@ -5,6 +5,7 @@
 // node's saved tensors, so the tape lives for one step. The engine never looks at devices: a
 // backward function runs the same op code on whatever device its tensors are on.
 #pragma once
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -16,11 +17,20 @@ namespace minidl::autograd {
 // Returns one gradient per input (undefined where the input needs none).
 using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_output)>;
 
+// The module running when a node was recorded, for the profiler: its id (layers/module.h
+// module_by_id; -1 for none, below -1 a profiler section) and the id's generation. A destroyed
+// module's id goes to the next module built, under the next generation, so a node that outlives
+// its module is never taken for the new one's.
+struct ModuleTag {
+  int id = -1;
+  uint32_t generation = 0;
+};
+
 struct Node {
   std::string name;              // op name, e.g. "conv2d"
   std::vector<Tensor> inputs;
   BackwardFn backward;
-  int module_id = -1;            // module that was running when the op was recorded (profiler)
+  ModuleTag module;              // module that was running when the op was recorded (profiler)
 };
 
 bool grad_enabled();
@@ -54,8 +64,8 @@ struct BackwardObserver {
 };
 void set_backward_observer(BackwardObserver* observer);
 
-// The module id that newly recorded nodes are tagged with (set by Module::operator()).
-int current_module_id();
-void set_current_module_id(int id);
+// The module that newly recorded nodes are tagged with (set by Module::operator()).
+ModuleTag current_module();
+void set_current_module(ModuleTag module);
 
 }  // namespace minidl::autograd

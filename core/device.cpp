@@ -1,6 +1,7 @@
 #include "core/device.h"
 
 #include "core/error.h"
+#include "core/json_limits.h"
 #ifdef MINIDL_WITH_CUDA
 #include "core/cuda/device_memory.h"
 #endif
@@ -31,7 +32,7 @@ Device parse_device(const std::string& name) {
     MINIDL_CHECK(cuda_available(), "device '", name, "': no CUDA GPU is available on this machine");
     return Device::cuda(0);
   }
-  fail(str("unknown device '", name, "' (expected cpu, cuda or auto)"));
+  fail(str("unknown device '", text_excerpt(name), "' (expected cpu, cuda or auto)"));
 }
 
 void synchronize(Device device) {

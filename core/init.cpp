@@ -6,25 +6,23 @@
 
 #include "core/error.h"
 #include "core/philox.h"
+#include "core/run_context.h"
 
 namespace minidl {
 
-namespace {
-uint64_t g_seed = 0;
-uint64_t g_ordinal = 0;
-}  // namespace
-
 void set_init_seed(uint64_t seed) {
-  g_seed = seed;
-  g_ordinal = 0;
+  RunContext& run = current_run_context();
+  run.init_seed = seed;
+  run.init_ordinal = 0;
 }
 
 void init_uniform_(Tensor& t, float bound) {
   MINIDL_CHECK(t.dtype() == DType::Float32, "init_uniform_: expects float32, got ", t.str());
-  const uint64_t ordinal = g_ordinal++;
+  RunContext& run = current_run_context();
+  const uint64_t seed = run.init_seed, ordinal = run.init_ordinal++;
   std::vector<float> v(static_cast<size_t>(t.numel()));
   for (size_t i = 0; i < v.size(); ++i) {
-    const float u = uniform01(philox(g_seed, kStreamInit, (ordinal << 32) | i).v[0]);
+    const float u = uniform01(philox(seed, kStreamInit, (ordinal << 32) | i).v[0]);
     v[i] = (2.f * u - 1.f) * bound;
   }
   t.copy_(Tensor::from_vector(v, t.shape()));
@@ -32,13 +30,14 @@ void init_uniform_(Tensor& t, float bound) {
 
 void init_trunc_normal_(Tensor& t, float std) {
   MINIDL_CHECK(t.dtype() == DType::Float32, "init_trunc_normal_: expects float32, got ", t.str());
-  const uint64_t ordinal = g_ordinal++;
+  RunContext& run = current_run_context();
+  const uint64_t seed = run.init_seed, ordinal = run.init_ordinal++;
   std::vector<float> v(static_cast<size_t>(t.numel()));
   for (size_t i = 0; i < v.size(); ++i) {
     // Attempt a draws from stream kStreamInit + (a << 32): a redraw never reuses another element's
     // numbers.
     for (uint64_t attempt = 0;; ++attempt) {
-      const Philox4 r = philox(g_seed, kStreamInit | (attempt << 32), (ordinal << 32) | i);
+      const Philox4 r = philox(seed, kStreamInit | (attempt << 32), (ordinal << 32) | i);
       const double u1 = (static_cast<double>(r.v[0] >> 8) + 1.0) / 16777216.0;  // (0, 1]
       const double u2 = uniform01(r.v[1]);
       const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2) * std;

@@ -8,7 +8,9 @@
 
 namespace minidl {
 
-// Sets the seed and restarts the ordinal count (call once before building a model).
+// Sets the seed and restarts the ordinal count of the current run's context
+// (core/run_context.h), which every draw below reads and advances (call once before building a
+// model).
 void set_init_seed(uint64_t seed);
 // Fills t (any device) with U(-bound, bound) drawn on the host.
 void init_uniform_(Tensor& t, float bound);

@@ -1,16 +1,11 @@
 #include "core/settings.h"
 
+#include "core/run_context.h"
+
 namespace minidl {
 
-namespace {
-ComputeSettings& settings_storage() {
-  static ComputeSettings s;
-  return s;
-}
-}  // namespace
+const ComputeSettings& compute_settings() { return current_run_context().compute; }
 
-const ComputeSettings& compute_settings() { return settings_storage(); }
-
-void set_compute_settings(const ComputeSettings& settings) { settings_storage() = settings; }
+void set_compute_settings(const ComputeSettings& settings) { current_run_context().compute = settings; }
 
 }  // namespace minidl

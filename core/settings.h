@@ -1,5 +1,5 @@
-// Process-wide compute switches. Ops read them; only the command setup sets them (the trainer
-// from the run config, parity and the benchmarks from their options, tests in a guard), always
+// Compute switches. Ops read them from the current run's context (core/run_context.h): a Trainer's
+// own, made from its config, or the default one, which parity, the benchmarks and tests set
 // through set_compute_settings, so who changed them is one grep away.
 #pragma once
 
@@ -20,6 +20,7 @@ struct ComputeSettings {
   bool norm_single_read = true;
 };
 
+// The current context's settings, and their replacement (in that context only).
 const ComputeSettings& compute_settings();
 void set_compute_settings(const ComputeSettings& settings);
 

@@ -59,9 +59,9 @@ void AugmentOptions::validate(const std::string& path) const {
   MINIDL_CHECK(crop_padding >= 0 && crop_padding <= 1023, path, ".crop_padding: expected 0..1023 pixels, got ",
                crop_padding);
   MINIDL_CHECK(padding_mode == "reflect" || padding_mode == "zero", path,
-               ".padding_mode: expected \"reflect\" or \"zero\", got \"", padding_mode, "\"");
+               ".padding_mode: expected \"reflect\" or \"zero\", got ", json_excerpt(padding_mode));
   MINIDL_CHECK(flip_mode == "random" || flip_mode == "alternating", path,
-               ".flip_mode: expected \"random\" or \"alternating\", got \"", flip_mode, "\"");
+               ".flip_mode: expected \"random\" or \"alternating\", got ", json_excerpt(flip_mode));
   MINIDL_CHECK(cutout >= 0 && cutout <= 4096, path, ".cutout: expected a square side of 0..4096 pixels, got ",
                cutout);
   if (!resized_crop) return;
@@ -96,7 +96,7 @@ DataOptions DataOptions::from_json(const nlohmann::json& j, const std::string& p
   DataOptions o;
   o.format = args.get_string("format", o.format);
   MINIDL_CHECK(o.format == "cifar10" || o.format == "cifar100" || o.format == "image_folder", args.key_path("format"),
-               ": expected \"cifar10\", \"cifar100\" or \"image_folder\", got \"", o.format, "\"");
+               ": expected \"cifar10\", \"cifar100\" or \"image_folder\", got ", json_excerpt(o.format));
   o.dir = args.get_string("dir", o.dir);
   o.train_limit = args.get_int("train_limit", o.train_limit);
   o.test_limit = args.get_int("test_limit", o.test_limit, 0, std::numeric_limits<int64_t>::max());
@@ -109,13 +109,13 @@ DataOptions DataOptions::from_json(const nlohmann::json& j, const std::string& p
   for (const char* key : {"image_size", "resize", "test_dir", "cache_dir", "skip_bad"}) only_for(key, "image_folder");
   o.label = args.get_string("label", o.label);
   MINIDL_CHECK(o.label == "fine" || o.label == "coarse", args.key_path("label"),
-               ": expected \"fine\" or \"coarse\", got \"", o.label, "\"");
+               ": expected \"fine\" or \"coarse\", got ", json_excerpt(o.label));
   o.image_size = args.get_int("image_size", o.image_size, 0, 4096);
   MINIDL_CHECK(o.format != "image_folder" || o.image_size > 0, args.key_path("image_size"),
                ": an image folder needs the size every image is resized to (e.g. 32, 64, 224)");
   o.resize = args.get_string("resize", o.resize);
   MINIDL_CHECK(o.resize == "crop" || o.resize == "pad" || o.resize == "stretch", args.key_path("resize"),
-               ": expected \"crop\", \"pad\" or \"stretch\", got \"", o.resize, "\"");
+               ": expected \"crop\", \"pad\" or \"stretch\", got ", json_excerpt(o.resize));
   o.test_dir = args.get_string("test_dir", o.test_dir);
   o.cache_dir = args.get_string("cache_dir", o.cache_dir);
   o.skip_bad = args.get_bool("skip_bad", o.skip_bad);

@@ -49,18 +49,18 @@ Tensor flip_translate(const Tensor& batch, bool flip, int dy, int dx) {
 
 Tensor hflip(const Tensor& batch) { return flip_translate(batch, true, 0, 0); }
 
-std::vector<TtaView> tta_views(const std::string& mode) {
-  std::vector<TtaView> v = {{false, 0, 0, 1.f}};
-  if (mode == "none") return v;
-  v.push_back({true, 0, 0, 1.f});
-  if (mode == "flip") return v;
-  if (mode == "flip_translate") {
-    for (int d : {-1, 1})
-      for (bool flip : {false, true}) v.push_back({flip, d, d, 1.f});
-    return v;
+std::vector<TtaView> tta_views(TtaMode mode) {
+  switch (mode) {
+    case TtaMode::None: return {{false, 0, 0, 1.f}};
+    case TtaMode::Flip: return {{false, 0, 0, 1.f}, {true, 0, 0, 1.f}};
+    case TtaMode::FlipTranslate: {
+      std::vector<TtaView> v = {{false, 0, 0, 1.f}, {true, 0, 0, 1.f}};
+      for (int d : {-1, 1})
+        for (bool flip : {false, true}) v.push_back({flip, d, d, 1.f});
+      return v;
+    }
+    case TtaMode::Airbench: break;
   }
-  MINIDL_CHECK(mode == "airbench", "eval.tta: unknown mode \"", mode,
-               "\" (expected none, flip, flip_translate or airbench)");
   // Mirroring after a shift by (dy, dx) is the mirror shifted by (dy, -dx).
   return {{false, 0, 0, 0.25f}, {true, 0, 0, 0.25f},   {false, 1, 1, 0.125f},
           {true, 1, -1, 0.125f}, {false, -1, -1, 0.125f}, {true, -1, 1, 0.125f}};

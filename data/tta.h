@@ -3,9 +3,9 @@
 // only: the ops are not recorded by autograd.
 #pragma once
 #include <cstdint>
-#include <string>
 #include <vector>
 
+#include "core/enum_names.h"
 #include "core/host_device.h"
 #include "core/tensor.h"
 
@@ -27,14 +27,25 @@ struct TtaView {
   float weight;
 };
 
-// The views of a TTA mode, the plain image first (errors name `mode` when unknown):
-//   "none"            the image
-//   "flip"            the image and its mirror, weights 1
-//   "flip_translate"  those and, for d = -1 and 1, the image and its mirror shifted by (d, d), weights 1
-//   "airbench"        airbench's tta_level 2: 0.25 each for the image and its mirror, and 0.125 each
-//                     for the image shifted by one pixel down-right and up-left, and the mirrors of
-//                     those two (translate first, then mirror, as airbench does)
-std::vector<TtaView> tta_views(const std::string& mode);
+// The config's "eval.tta": which views of each test image are averaged.
+enum class TtaMode { None, Flip, FlipTranslate, Airbench };
+
+template <>
+struct EnumNames<TtaMode> {
+  static constexpr EnumName<TtaMode> values[] = {{TtaMode::None, "none"},
+                                                 {TtaMode::Flip, "flip"},
+                                                 {TtaMode::FlipTranslate, "flip_translate"},
+                                                 {TtaMode::Airbench, "airbench"}};
+};
+
+// The views of a TTA mode, the plain image first:
+//   none            the image
+//   flip            the image and its mirror, weights 1
+//   flip_translate  those and, for d = -1 and 1, the image and its mirror shifted by (d, d), weights 1
+//   airbench        airbench's tta_level 2: 0.25 each for the image and its mirror, and 0.125 each
+//                   for the image shifted by one pixel down-right and up-left, and the mirrors of
+//                   those two (translate first, then mirror, as airbench does)
+std::vector<TtaView> tta_views(TtaMode mode);
 
 namespace kernels {
 void flip_translate_cpu(const float* in, float* out, int64_t planes, int h, int w, bool flip,

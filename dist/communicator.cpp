@@ -2,6 +2,7 @@
 
 #include "core/allocator.h"
 #include "core/error.h"
+#include "core/json_limits.h"
 #include "dist/backends.h"
 
 namespace minidl {
@@ -55,7 +56,7 @@ std::unique_ptr<Communicator> make_single_process_communicator() {
 
 std::unique_ptr<Communicator> make_communicator(const std::string& backend, const Launch& launch, Device device) {
   MINIDL_CHECK(backend == "auto" || backend == "single" || backend == "mpi" || backend == "nccl",
-               "--dist: expected auto, single, mpi or nccl, got '", backend, "'");
+               "--dist: expected auto, single, mpi or nccl, got '", text_excerpt(backend), "'");
   std::string chosen = backend;
   if (chosen == "auto") chosen = launch.world_size <= 1 ? "single" : device.is_cuda() ? "nccl" : "mpi";
   if (launch.world_size > 1) {

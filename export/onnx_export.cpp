@@ -2,10 +2,10 @@
 
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <set>
 
+#include "core/atomic_file.h"
 #include "core/autograd.h"
 #include "core/error.h"
 #include "layers/activation/activation.h"
@@ -497,11 +497,8 @@ std::string onnx_model_bytes(Module& model, const OnnxExportOptions& options) {
 }
 
 void export_onnx(Module& model, const std::string& path, const OnnxExportOptions& options) {
-  const std::string bytes = onnx_model_bytes(model, options);
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  MINIDL_CHECK(f.good(), "export: cannot open '", path, "' for writing");
-  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  MINIDL_CHECK(f.good(), "export: cannot write '", path, "'");
+  // Atomically: a failed or killed export leaves the file that was there, never a torn one.
+  write_file_atomic(path, onnx_model_bytes(model, options), "ONNX file");
 }
 
 }  // namespace minidl

@@ -39,6 +39,14 @@ LayerKey derived_key(std::string name, std::string type, std::string doc);
 enum class AutocastRule { LowerPrecision, Float32, InputType };
 const char* autocast_rule_name(AutocastRule rule);
 
+// The float32 parameters and buffers one layer allocates when it is built, read from its spec
+// without building it: train/model_memory.h adds them up before a model is built.
+struct LayerState {
+  int64_t elements = 0;        // all of its tensors (children it builds itself, as an encoder layer's, included)
+  int64_t largest_tensor = 0;  // the largest of them (initializing one holds two more copies of it for a moment)
+  std::string description;     // "Linear 65536->32768"
+};
+
 struct LayerDescriptor {
   std::string name;     // the spec's "type" and the module's type_name(): "Conv2d"
   std::string family;   // its folder under layers/: "conv", "norm", "containers", ...
@@ -53,6 +61,9 @@ struct LayerDescriptor {
   // True: export/onnx_export.cpp has an emitter for it (a test checks both directions). False:
   // export refuses the layer with a message naming it.
   bool onnx = true;
+  // Reads and checks the spec as `make` does and returns what the layer would allocate. Null: the
+  // layer holds no tensors of its own (the children of its "layers" keys are counted on their own).
+  LayerState (*state)(LayerArgs& args) = nullptr;
 };
 
 }  // namespace minidl

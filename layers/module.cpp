@@ -11,9 +11,34 @@ namespace minidl {
 namespace {
 ForwardObserver* g_forward_observer = nullptr;
 
-std::vector<const Module*>& module_table() {
-  static std::vector<const Module*> table;
+// The modules alive by id, and the ids free for the next module (those of destroyed ones). A
+// process that builds many models (the benchmark's runs, the tests) keeps it the size of the
+// modules alive at once.
+struct ModuleTable {
+  struct Slot {
+    const Module* module = nullptr;
+    uint32_t generation = 0;  // bumped when the module dies: the next one under the id is told apart
+  };
+  std::vector<Slot> slots;
+  std::vector<int> free;
+};
+ModuleTable& module_table() {
+  static ModuleTable table;
   return table;
+}
+
+int take_module_id(const Module* m) {
+  ModuleTable& t = module_table();
+  int id;
+  if (t.free.empty()) {
+    id = static_cast<int>(t.slots.size());
+    t.slots.emplace_back();
+  } else {
+    id = t.free.back();
+    t.free.pop_back();
+  }
+  t.slots[static_cast<size_t>(id)].module = m;
+  return id;
 }
 
 // An error already prefixed with the innermost module that saw it (outer modules pass it on).
@@ -27,38 +52,48 @@ std::string join(const std::string& prefix, const std::string& name) {
 }
 }  // namespace
 
-Module::Module() : id_(static_cast<int>(module_table().size())) { module_table().push_back(this); }
+Module::Module()
+    : id_(take_module_id(this)), generation_(module_table().slots[static_cast<size_t>(id_)].generation) {}
 
-Module::~Module() { module_table()[static_cast<size_t>(id_)] = nullptr; }
+Module::~Module() {
+  ModuleTable& t = module_table();
+  ModuleTable::Slot& slot = t.slots[static_cast<size_t>(id_)];
+  slot.module = nullptr;
+  ++slot.generation;
+  t.free.push_back(id_);
+}
 
 const Module* module_by_id(int id) {
-  if (id < 0 || id >= static_cast<int>(module_table().size())) return nullptr;
-  return module_table()[static_cast<size_t>(id)];
+  const ModuleTable& t = module_table();
+  if (id < 0 || id >= static_cast<int>(t.slots.size())) return nullptr;
+  return t.slots[static_cast<size_t>(id)].module;
 }
+
+size_t module_table_size() { return module_table().slots.size(); }
 
 void set_forward_observer(ForwardObserver* observer) { g_forward_observer = observer; }
 
 Tensor Module::operator()(const Tensor& x) {
-  const int outer = autograd::current_module_id();
-  autograd::set_current_module_id(id_);
+  const autograd::ModuleTag outer = autograd::current_module();
+  autograd::set_current_module({id_, generation_});
   if (g_forward_observer) g_forward_observer->enter(*this);
   Tensor y;
   try {
     y = forward(x);
   } catch (const LayerError&) {
-    autograd::set_current_module_id(outer);
+    autograd::set_current_module(outer);
     throw;
   } catch (const Error& e) {
     // Name the layer: "Conv2d 3->64 k3 at '0': out of host memory ...".
-    autograd::set_current_module_id(outer);
+    autograd::set_current_module(outer);
     const std::string what = e.what(), me = label();
     throw LayerError(what.rfind(me, 0) == 0 ? what : str(me, ": ", what));
   } catch (...) {
-    autograd::set_current_module_id(outer);
+    autograd::set_current_module(outer);
     throw;
   }
   if (g_forward_observer) g_forward_observer->exit(*this, x, y);
-  autograd::set_current_module_id(outer);
+  autograd::set_current_module(outer);
   return y;
 }
 

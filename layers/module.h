@@ -3,6 +3,8 @@
 // under their index or name, so state_dict() yields "0.weight", "layer1.1.running_mean", ...
 // Each module can print its own config back (to_json), as built by the factory (layers/registry).
 #pragma once
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -56,7 +58,10 @@ class Module {
   // messages name a layer.
   std::string label() const;
 
+  // The module's id, taken over by a module built after this one is destroyed (so the table of
+  // ids stays the size of the modules alive), and the id's generation, which differs between them.
   int id() const { return id_; }
+  uint32_t generation() const { return generation_; }
   // The dotted path from the root ("layer1.0"), set by assign_paths() on the root.
   const std::string& path() const { return path_; }
   void assign_paths(const std::string& prefix = "");
@@ -77,6 +82,7 @@ class Module {
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
   int id_;
+  uint32_t generation_;
   std::string path_;
 };
 
@@ -89,7 +95,10 @@ struct ForwardObserver {
 };
 void set_forward_observer(ForwardObserver* observer);
 
-// Module ids are process-wide; this finds the module for a profiler row.
+// Module ids are process-wide; this finds the module alive under `id` (null when none) for a
+// profiler row.
 const Module* module_by_id(int id);
+// How many ids the table holds: the most modules alive at once so far.
+size_t module_table_size();
 
 }  // namespace minidl

@@ -3,6 +3,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/json_limits.h"
 #include "layers/activation/activation.h"
 #include "layers/containers/flatten.h"
 #include "layers/containers/residual.h"
@@ -101,7 +102,7 @@ std::shared_ptr<Module> build_layer(const nlohmann::json& spec, const std::strin
   if (!layer) {
     std::string known;
     for (const auto& t : layer_types()) known += (known.empty() ? "" : ", ") + t;
-    fail(str(path, ".type: unknown layer '", type, "' (known: ", known, ")"));
+    fail(str(path, ".type: unknown layer '", text_excerpt(type), "' (known: ", known, ")"));
   }
   LayerArgs args(spec, path);
   args.get_string("type", type);

@@ -155,7 +155,7 @@ std::unique_ptr<LrSchedule> make_schedule(const nlohmann::json& config, const st
     const std::string decay = args.get_string("decay", "linear");
     MINIDL_CHECK(warmup > 0, args.key_path("warmup_epochs"), ": expected > 0, got ", warmup);
     MINIDL_CHECK(decay == "linear" || decay == "cosine", args.key_path("decay"),
-                 ": expected \"linear\" or \"cosine\", got \"", decay, "\"");
+                 ": expected \"linear\" or \"cosine\", got ", json_excerpt(decay));
     s = std::make_unique<WarmupSchedule>(warmup, decay);
   } else if (type == "piecewise_linear") {
     const bool fractions = args.has("fractions");

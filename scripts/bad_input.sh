@@ -151,7 +151,7 @@ expect_error "11 grad_scaler in bf16" 'grad_scaler: loss scaling is for precisio
 expect_error "11 grad_scaler init_scale -1" "grad_scaler.init_scale: expected a normal positive float32 value" "$run" -- \
   "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --set precision=fp16 \
   --set grad_scaler.init_scale=-1 --output "$work/x"
-expect_error "11 grad_clip 0" "grad_clip: the largest global gradient norm, a finite number > 0" "$run" -- \
+expect_error "11 grad_clip 0" "grad_clip: expected a number > 0 \\(leave the key out for no clipping\\), got 0" "$run" -- \
   "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --set grad_clip=0 --output "$work/x"
 printf '{"scale": 1024, "growth_tracker": 0, "skipped_steps": 0}' >"$work/value"
 set_metadata "$run/checkpoint.safetensors" grad_scaler "$work/value"
@@ -162,7 +162,7 @@ restore
 # 7. Sizes that would overflow.
 expect_error "7 Conv2d out_channels 2^62" "must be in 1\.\.2147483648" "$run" -- "${train[@]}" --config "$root/configs/quick_cpu.json" \
   "${small[@]}" --set model.layers.0.out_channels=4611686018427387904 --output "$work/x"
-expect_error "7 epochs near INT64_MAX" "epochs: must be > 0 \\(fractions allowed\\) and at most 1000000" "$run" -- \
+expect_error "7 epochs near INT64_MAX" "epochs: expected a number in \\(0, 1000000\\], got" "$run" -- \
   "${train[@]}" --config "$root/configs/quick_cpu.json" --set epochs=9223372036854775807 --output "$work/x"
 
 # 8. Library exceptions become messages naming the file and key.
@@ -315,6 +315,56 @@ expect_error "15 steps.jsonl: a damaged line 2" "steps.jsonl': line 2 is not a J
 cp "$work/steps.good" "$run/steps.jsonl"
 expect_rc "15 usage error: --max-steps -1" 2 "$minidl" train --max-steps -1
 expect_rc "15 usage error: an unknown option" 2 "$minidl" train --no-such-option
+
+# 16. A model larger than memory is refused before anything is allocated (64 Linear layers at the
+# 2^31-element limit: 550 GB); a changed byte in a checkpoint's tensors is "damaged"; a killed
+# export leaves the ONNX file that was there; a huge or control-byte config value is echoed short
+# and escaped.
+linears=$(python3 -c 'import json; print(json.dumps({"type": "Sequential", "layers": [{"type": "Linear", "in_features": 65536, "out_features": 32768}] * 64}))')
+start=$(date +%s)
+expect_error "16 a model larger than memory" \
+  "model.layers\[0\].layers\[0\] \(Linear 65536->32768\): 8.6 GB of parameters and buffers; the model needs about 566.9 GB of host memory" \
+  "$run" -- "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --set "model.layers.0=$linears" --output "$work/x"
+[ $(( $(date +%s) - start )) -le 30 ] || fail "16 a model larger than memory: took more than 30 s"
+python3 - "$run/checkpoint.safetensors" <<'PY'
+import json, struct, sys
+raw = bytearray(open(sys.argv[1], 'rb').read())
+n = struct.unpack('<Q', raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+raw[8 + n + header['0.weight']['data_offsets'][0] + 1] ^= 0x10
+open(sys.argv[1], 'wb').write(raw)
+PY
+expect_error "16 checkpoint: one bit of a weight flipped" "checkpoint '.*checkpoint.safetensors' is damaged: its tensors' CRC-32" \
+  "$run" -- "${train[@]}" --resume "$run" --set epochs=2
+restore
+mkdir -p "$work/onnx"
+"$minidl" export --config "$root/configs/quick_cpu.json" --onnx "$work/onnx/model.onnx" >"$work/out" 2>&1 ||
+  fail "16 export: $(tail -1 "$work/out")"
+before=$(sha256sum <"$work/onnx/model.onnx")
+MINIDL_TEST_KILL_AT=write:model.onnx "$minidl" export --run "$run" --onnx "$work/onnx/model.onnx" >"$work/out" 2>&1
+code=$?
+if [ $code -ne 137 ]; then
+  fail "16 export killed while writing: exit $code, expected 137 (SIGKILL at the write)"
+elif [ "$(sha256sum <"$work/onnx/model.onnx")" != "$before" ]; then
+  fail "16 export killed while writing: the existing model.onnx changed"
+else
+  passed=$((passed + 1)); echo "ok   16 export killed while writing leaves the existing model.onnx"
+fi
+python3 - "$root/configs/quick_cpu.json" "$work" <<'PY'
+import json, sys
+base = json.load(open(sys.argv[1]))
+json.dump(dict(base, precision='x' * (5 << 20)), open(sys.argv[2] + '/huge_value.json', 'w'))
+json.dump(dict(base, precision='fp32\x1b[2J\x1b[31m'), open(sys.argv[2] + '/esc_value.json', 'w'))
+PY
+expect_error "16 a 5 MB config value" 'precision: expected "fp32", "bf16" or "fp16", got "x+\.\.\.$' "$run" -- \
+  "${train[@]}" --config "$work/huge_value.json" "${small[@]}" --output "$work/x"
+[ "$(wc -c <"$work/err")" -lt 300 ] || fail "16 a 5 MB config value: a message of $(wc -c <"$work/err") bytes"
+expect_error "16 ESC bytes in a config value" 'got "fp32\\u001b\[2J\\u001b\[31m"' "$run" -- \
+  "${train[@]}" --config "$work/esc_value.json" "${small[@]}" --output "$work/x"
+expect_error "16 a 100 KB --set value" 'data.format: expected .*, got "y+\.\.\.$' "$run" -- \
+  "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --set "data.format=$(head -c 100000 /dev/zero | tr '\0' y)" \
+  --output "$work/x"
+[ "$(wc -c <"$work/err")" -lt 300 ] || fail "16 a 100 KB --set value: a message of $(wc -c <"$work/err") bytes"
 
 # 12. Image folders: a file that does not decode, a head whose width is not the class count,
 # a missing image size. PNGs written with the standard library only.

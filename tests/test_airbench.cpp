@@ -13,6 +13,7 @@
 #include "layers/conv/patch_whitening.h"
 #include "optim/optimizer.h"
 #include "train/checkpoint.h"
+#include "train/run.h"
 #include "train/trainer.h"
 #include "test_util.h"
 
@@ -21,7 +22,7 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 TEST_CASE("airbench TTA: six views, translate then mirror, weights summing to 1", "[tta]") {
-  const std::vector<TtaView> v = tta_views("airbench");
+  const std::vector<TtaView> v = tta_views(TtaMode::Airbench);
   REQUIRE(v.size() == 6);
   double total = 0;
   for (const TtaView& view : v) total += view.weight;
@@ -33,10 +34,9 @@ TEST_CASE("airbench TTA: six views, translate then mirror, weights summing to 1"
     REQUIRE(it != v.end());
     REQUIRE(flip_translate(x, true, it->dy, it->dx).to_vector() == hflip(flip_translate(x, false, d, d)).to_vector());
   }
-  REQUIRE(tta_views("none").size() == 1);
-  REQUIRE(tta_views("flip").size() == 2);
-  REQUIRE(tta_views("flip_translate").size() == 6);
-  REQUIRE_THROWS_WITH(tta_views("mirror"), Catch::Contains("unknown mode"));
+  REQUIRE(tta_views(TtaMode::None).size() == 1);
+  REQUIRE(tta_views(TtaMode::Flip).size() == 2);
+  REQUIRE(tta_views(TtaMode::FlipTranslate).size() == 6);
 }
 
 TEST_CASE("piecewise_linear in fractions of the run (airbench's triangle)", "[schedule]") {
@@ -139,18 +139,18 @@ TEST_CASE("airbench config: a resumed run equals an uninterrupted one", "[traini
   const std::string config = (root / "config.in.json").string();
   std::ofstream(config) << c.dump(2);
   auto opts = [&](const std::string& out) {
-    TrainOptions o;
+    RunOptions o;
     o.config_path = config;
     o.output_dir = (root / out).string();
     return o;
   };
-  REQUIRE(train_command(opts("a")) == 0);
-  TrainOptions half = opts("b");
+  REQUIRE(run_training(opts("a")) == 0);
+  RunOptions half = opts("b");
   half.max_steps = 4;
-  REQUIRE(train_command(half) == 0);
-  TrainOptions resume;
+  REQUIRE(run_training(half) == 0);
+  RunOptions resume;
   resume.resume_dir = (root / "b").string();
-  REQUIRE(train_command(resume) == 0);
+  REQUIRE(run_training(resume) == 0);
   {
     // A fractional epoch count resumes as it was: not "raised" (2.5 once read back as 2).
     std::ifstream log(root / "b" / "log.txt");

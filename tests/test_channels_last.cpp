@@ -15,6 +15,7 @@
 #include "core/tensor.h"
 #include "core/tensor_ops.h"
 #include "layers/registry.h"
+#include "train/run.h"
 #include "train/trainer.h"
 #include "json_lines.h"
 #include "test_util.h"
@@ -333,10 +334,10 @@ TEST_CASE("training: channels_last on the CPU repeats its bits and tracks the co
     c["memory_format"] = format;
     const std::string config = dir.file(name + ".json");
     std::ofstream(config) << c.dump();
-    TrainOptions o;
+    RunOptions o;
     o.config_path = config;
     o.output_dir = dir.file(name);
-    REQUIRE(train_command(o) == 0);
+    REQUIRE(run_training(o) == 0);
     return test::read_json_lines(dir.file(name) + "/steps.jsonl");
   };
   const auto a = train("a", "channels_last"), b = train("b", "channels_last"), nchw = train("c", "contiguous");

@@ -24,7 +24,7 @@ TEST_CASE("config parses with defaults and prints itself back", "[config]") {
   REQUIRE(c.epochs == 2);
   REQUIRE(c.batch_size == 8);
   REQUIRE(c.deterministic);
-  REQUIRE(c.tta == "none");
+  REQUIRE(c.tta == TtaMode::None);
   TrainConfig again = parse_train_config(c.to_json());
   REQUIRE(again.to_json() == c.to_json());
 }

@@ -53,6 +53,12 @@ TEST_CASE("autograd accumulates through shared inputs and frees the tape", "[cor
   // A second backward through a new graph accumulates into the leaf.
   autograd::backward(mul(x, 0.5f), g);
   REQUIRE(x.grad().to_vector() == std::vector<float>{10.5f, 10.5f, 10.5f});
+  // A new graph built on a node an earlier backward ran through: a clear error, not a call of
+  // the freed backward function.
+  Tensor shared = mul(x, 2.f);
+  autograd::backward(add(shared, x), g);
+  REQUIRE_THROWS_WITH(autograd::backward(add(shared, x), g),
+                      Catch::Contains("op 'mul'") && Catch::Contains("backpropagated through already"));
 }
 
 TEST_CASE("a leaf's gradient owns its storage and keeps its address from step to step", "[core][autograd]") {

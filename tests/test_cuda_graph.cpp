@@ -14,6 +14,7 @@
 #include "core/tensor_ops.h"
 #include "train/checkpoint.h"
 #include "train/step_graph.h"
+#include "train/run.h"
 #include "train/trainer.h"
 #include "test_util.h"
 
@@ -100,12 +101,12 @@ std::string write_config(const std::string& dir, std::string norm) {
 }
 
 int train(const std::string& config, const std::string& out, bool graph, int64_t max_steps = 0) {
-  TrainOptions o;
+  RunOptions o;
   o.config_path = config;
   o.output_dir = out;
   o.overrides = {graph ? "cuda_graph=true" : "cuda_graph=false"};
   o.max_steps = max_steps;
-  return train_command(o);
+  return run_training(o);
 }
 
 }  // namespace
@@ -283,9 +284,9 @@ TEST_CASE("graphed training gives the bits of eager training, and a graphed resu
     REQUIRE(train(config, dir + "/eager", false) == 0);
     REQUIRE(train(config, dir + "/graph", true) == 0);
     REQUIRE(train(config, dir + "/half", true, 8) == 0);
-    TrainOptions resume;
+    RunOptions resume;
     resume.resume_dir = dir + "/half";
-    REQUIRE(train_command(resume) == 0);
+    REQUIRE(run_training(resume) == 0);
 
     const std::string steps = slurp(dir + "/eager/steps.jsonl");
     REQUIRE(!steps.empty());

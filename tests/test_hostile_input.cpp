@@ -9,8 +9,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 
 #include "core/atomic_file.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "core/json_args.h"
 #include "core/json_limits.h"
@@ -18,6 +21,7 @@
 #include "core/tensor.h"
 #include "data/options.h"
 #include "layers/registry.h"
+#include "optim/optimizer.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/run_log.h"
@@ -49,17 +53,7 @@ std::string nested(const std::string& open, const std::string& close, int depth,
   return s;
 }
 
-// The message of the Error `f` throws (fails the test when it throws anything else or nothing).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  FAIL("no minidl::Error thrown");
-  return "";
-}
+using test::error_of;
 
 // One line of printable ASCII, short enough to read.
 void require_clean_message(const std::string& m, size_t max_len = 400) {
@@ -150,6 +144,53 @@ TEST_CASE("json limits: excerpts are short and printable", "[hostile]") {
   require_clean_message(m);
 }
 
+TEST_CASE("config strings: a huge value or control bytes are echoed short and escaped", "[hostile]") {
+  const std::string huge(5 << 20, 'x');
+  const std::string esc = "red\x1b[31m";
+  // The config with `key` ("precision", "eval.tta") set to `value`.
+  auto with = [](const std::string& key, const std::string& value) {
+    json c = json::parse(kConfig);
+    c["schedule"] = {{"type", "warmup"}, {"warmup_epochs", 1}};
+    const size_t dot = key.find('.');
+    if (dot == std::string::npos) c[key] = value;
+    else c[key.substr(0, dot)][key.substr(dot + 1)] = value;
+    return c;
+  };
+  for (const std::string& bad : {huge, esc}) {
+    std::vector<std::string> messages;
+    for (const char* key : {"precision", "memory_format", "eval.tta", "schedule.decay"}) {
+      messages.push_back(error_of([&] {
+        const TrainConfig t = parse_train_config(with(key, bad));
+        make_schedule(t.schedule, "schedule");
+      }));
+    }
+    for (const char* key : {"format", "label", "resize", "augment.padding_mode", "augment.flip_mode"}) {
+      json d = json::object();
+      const std::string k = key;
+      if (k.rfind("augment.", 0) == 0) d["augment"][k.substr(8)] = bad;
+      else d[k] = bad;
+      if (k == "label") d["format"] = "cifar100";  // the formats these keys belong to
+      if (k == "resize") d.update({{"format", "image_folder"}, {"image_size", 32}});
+      messages.push_back(error_of([&] { DataOptions::from_json(d, "data"); }));
+    }
+    for (const json& spec : {json{{"type", "TokenPool"}, {"mode", bad}},
+                             json{{"type", "TransformerEncoderLayer"}, {"d_model", 8}, {"nhead", 2}, {"activation", bad}},
+                             json{{"type", "ReLU"}, {bad, 1}}})
+      messages.push_back(error_of([&] { build_layer(spec, "model.layers[0]"); }));
+    messages.push_back(error_of([&] { parse_device(bad); }));
+    json c = json::parse(kConfig);
+    messages.push_back(error_of([&] { apply_override(c, "model.layers.0.type." + bad + "=1"); }));
+    for (const std::string& m : messages) {
+      require_clean_message(m, 300);
+      if (bad == esc) REQUIRE_THAT(m, Catch::Contains("\\u001b") || Catch::Contains("\\x1b"));
+    }
+    // An unknown layer type: its message lists the known ones.
+    const std::string m = error_of([&] { build_layer(json{{"type", bad}}, "model.layers[0]"); });
+    require_clean_message(m, 600);
+    if (bad == esc) REQUIRE_THAT(m, Catch::Contains("unknown layer 'red\\x1b[31m'"));
+  }
+}
+
 TEST_CASE("config integers: range-checked, never wrapped", "[hostile]") {
   auto config_with = [](const std::string& assignment) {
     json c = json::parse(kConfig);
@@ -161,7 +202,7 @@ TEST_CASE("config integers: range-checked, never wrapped", "[hostile]") {
   // epochs may be fractional (9.9), so it is a number range-checked as one.
   for (const char* e : {"epochs=18446744073709551615", "epochs=9223372036854775807", "epochs=0", "epochs=-1.5"}) {
     m = error_of([&] { parse_train_config(config_with(e)); });
-    REQUIRE_THAT(m, Catch::Contains("epochs: must be > 0 (fractions allowed) and at most 1000000"));
+    REQUIRE_THAT(m, Catch::Contains("epochs: expected a number in (0, 1000000], got"));
   }
   REQUIRE(parse_train_config(config_with("epochs=9.9")).epochs == 9.9);
   m = error_of([&] { parse_train_config(config_with("batch_size=0")); });
@@ -269,6 +310,37 @@ TEST_CASE("checkpoint metadata: every field range-checked", "[hostile]") {
   REQUIRE_THAT(with("epoch_seen", "5"), Catch::Contains("metadata has no 'epoch_correct'"));
   const std::string m = with("format", std::string("\x01\x1b[31m", 6) + std::string(1000, 'f'));
   require_clean_message(m);
+}
+
+TEST_CASE("checkpoint integrity: a changed byte in a tensor makes the file damaged", "[hostile]") {
+  const std::string dir = temp_dir("integrity");
+  const std::vector<std::pair<std::string, Tensor>> tensors = {
+      {"0.weight", Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, {2, 2})},
+      {"1.running_var", Tensor::from_vector(std::vector<float>{1, 1}, {2})}};
+  std::map<std::string, std::string> meta{{"format", "minidl-checkpoint-1"}, {"epoch", "1"}, {"step", "8"},
+                                          {"config", kConfig}, {"optimizer", "{}"}};
+  // Written without a checksum (as before it existed): still read.
+  const std::string old_file = dir + "/old.safetensors";
+  save_safetensors(old_file, tensors, meta);
+  REQUIRE_NOTHROW(read_checkpoint_info(old_file));
+  meta["payload_crc32"] = tensors_crc32(tensors);
+  REQUIRE(meta["payload_crc32"].size() == 8);
+  const std::string path = dir + "/checkpoint.safetensors";
+  save_safetensors(path, tensors, meta);
+  REQUIRE_NOTHROW(read_checkpoint_info(path));
+  // One bit of the first weight flipped (the data follows the 8-byte length and the header).
+  std::string bytes;
+  {
+    std::ifstream f(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  uint64_t header = 0;
+  for (int i = 0; i < 8; ++i) header |= uint64_t{static_cast<unsigned char>(bytes[i])} << (8 * i);
+  bytes[8 + header + 1] ^= 0x10;
+  write_file(path, bytes);
+  const std::string m = error_of([&] { read_checkpoint_info(path); });
+  require_clean_message(m);
+  REQUIRE_THAT(m, Catch::StartsWith("checkpoint '" + path + "' is damaged: its tensors' CRC-32 is "));
 }
 
 TEST_CASE("atomic files: no temp file left behind; stale ones of dead processes removed", "[hostile]") {

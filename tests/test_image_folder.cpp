@@ -450,7 +450,7 @@ TEST_CASE("the model's output width must equal the data's class count", "[data][
   Trainer trainer(parse_train_config(j), Device::cpu());
   REQUIRE(trainer.classes() == std::vector<std::string>{"cat", "dog", "emu"});
   REQUIRE(trainer.train_loader().dataset_size() == 12);
-  const std::vector<int64_t> confusion = trainer.confusion_matrix("flip");
+  const std::vector<int64_t> confusion = trainer.confusion_matrix(TtaMode::Flip);
   REQUIRE(confusion.size() == 9);
   int64_t dog_row = 0;
   for (int k = 0; k < 3; ++k) dog_row += confusion[3 + k];

@@ -25,6 +25,7 @@
 #include "optim/grad_scaler.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
+#include "train/run.h"
 #include "train/trainer.h"
 #include "json_lines.h"
 #include "test_util.h"
@@ -319,8 +320,8 @@ std::string write_config(const std::string& dir, const json& extra) {
   return path;
 }
 
-TrainOptions run_options(const std::string& config, const std::string& out, int64_t max_steps = 0) {
-  TrainOptions o;
+RunOptions run_options(const std::string& config, const std::string& out, int64_t max_steps = 0) {
+  RunOptions o;
   o.config_path = config;
   o.output_dir = out;
   o.max_steps = max_steps;
@@ -335,12 +336,12 @@ std::string slurp(const std::string& path) {
 // Trains `config` three ways (twice, and stopped after epoch 1 then resumed) and requires the same
 // steps and weights; returns the weights' hash.
 std::string require_repeatable(const std::string& config, const std::string& root) {
-  REQUIRE(train_command(run_options(config, root + "/a")) == 0);
-  REQUIRE(train_command(run_options(config, root + "/b")) == 0);
-  REQUIRE(train_command(run_options(config, root + "/c", 6)) == 0);
-  TrainOptions resume;
+  REQUIRE(run_training(run_options(config, root + "/a")) == 0);
+  REQUIRE(run_training(run_options(config, root + "/b")) == 0);
+  REQUIRE(run_training(run_options(config, root + "/c", 6)) == 0);
+  RunOptions resume;
   resume.resume_dir = root + "/c";
-  REQUIRE(train_command(resume) == 0);
+  REQUIRE(run_training(resume) == 0);
   const std::string steps = slurp(root + "/a/steps.jsonl");
   REQUIRE(steps == slurp(root + "/b/steps.jsonl"));
   REQUIRE(steps == slurp(root + "/c/steps.jsonl"));

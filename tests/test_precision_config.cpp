@@ -18,8 +18,8 @@ json config_with(const json& extra) {
 
 TEST_CASE("precision and memory_format default to fp32 and contiguous and are written back", "[config][half]") {
   const TrainConfig c = parse_train_config(config_with(json::object()));
-  CHECK(c.precision == "fp32");
-  CHECK(c.memory_format == "contiguous");
+  CHECK(c.precision == Precision::Fp32);
+  CHECK(c.memory_format == MemoryFormat::Contiguous);
   const json resolved = c.to_json();
   CHECK(resolved.at("precision") == "fp32");
   CHECK(resolved.at("memory_format") == "contiguous");

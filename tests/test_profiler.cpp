@@ -291,7 +291,7 @@ TEST_CASE("profiler: exclusive time, node attribution and sections", "[profiler]
   // boundary, which is in the wall time only).
   REQUIRE(r.total.host_ms() >= 25 + 12 + 4 + 3);
   REQUIRE(r.total.host_ms() + r.overhead_host_ms <= r.step_wall_ms + 1e-6);
-  REQUIRE(autograd::current_module_id() == -1);
+  REQUIRE(autograd::current_module().id == -1);
 
   // Trace: inclusive spans, nested.
   nlohmann::json trace = nlohmann::json::parse(chrome_trace_json(r).dump());
@@ -310,6 +310,36 @@ TEST_CASE("profiler: exclusive time, node attribution and sections", "[profiler]
   REQUIRE(is.at("ts").get<double>() + is.at("dur").get<double>() <=
           os.at("ts").get<double>() + os.at("dur").get<double>());
   REQUIRE(os.at("dur").get<double>() >= 1000.0 * 28);
+}
+
+TEST_CASE("profiler: a node that outlives its module is not counted to the module that took its id",
+          "[profiler][module]") {
+  // `first` records a node and is destroyed before the backward; `second`, built meanwhile, takes
+  // its id (the table reuses the ids of destroyed modules) under the next generation.
+  auto first = std::make_shared<SleepModule>(0, 1, 1);
+  const int id = first->id();
+  Tensor x = test::random_tensor({4}, 1);
+  x.set_requires_grad(true);
+  Profiler p(Device::cpu());
+  p.install();
+  p.begin_step();
+  Tensor y = (*first)(x);
+  first.reset();
+  auto second = std::make_shared<SleepModule>(0, 2, 0);
+  REQUIRE(second->id() == id);
+  (*second)(x);
+  autograd::backward(y, Tensor::full({4}, 1.f));
+  p.end_step();
+  p.uninstall();
+  const ProfileReport r = p.report();
+  const ProfileRow& gone = row_named(r, "Sleep 0+1");
+  const ProfileRow& now = row_named(r, "Sleep 0+2");
+  REQUIRE(gone.module_id == id);
+  REQUIRE(now.module_id == id);
+  REQUIRE(gone.fwd_calls == 1);
+  REQUIRE(gone.bwd_calls == 1);
+  REQUIRE(now.fwd_calls == 1);
+  REQUIRE(now.bwd_calls == 0);
 }
 
 TEST_CASE("profiler: tiny net on the CPU, table, JSON and trace files", "[profiler]") {
@@ -390,10 +420,10 @@ TEST_CASE("profiler: lifecycle and misuse", "[profiler]") {
   REQUIRE_THROWS_WITH(p.begin_step(), Catch::Contains("not ended"));
   {
     auto s = p.section("left open");
-    REQUIRE(autograd::current_module_id() != -1);
+    REQUIRE(autograd::current_module().id != -1);
     REQUIRE_THROWS_WITH(p.end_step(), Catch::Contains("'left open' is still open"));
   }
-  REQUIRE(autograd::current_module_id() == -1);  // restored although the step failed inside
+  REQUIRE(autograd::current_module().id == -1);  // restored although the step failed inside
 
   p.begin_step();
   (*m)(x);
@@ -413,7 +443,7 @@ TEST_CASE("profiler: lifecycle and misuse", "[profiler]") {
   // With nothing installed, profile_section is a no-op.
   {
     auto s = profile_section("nobody");
-    REQUIRE(autograd::current_module_id() == -1);
+    REQUIRE(autograd::current_module().id == -1);
   }
 }
 

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "train/repro_command.h"
+#include "train/compare_runs.h"
 #include "train/run_log.h"
 #include "core/safetensors.h"
 #include "test_util.h"

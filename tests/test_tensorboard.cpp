@@ -9,6 +9,7 @@
 #include "train/config.h"
 #include "train/run_log.h"
 #include "train/tensorboard.h"
+#include "train/run.h"
 #include "train/trainer.h"
 #include "core/error.h"
 #include "json_lines.h"
@@ -134,10 +135,10 @@ TEST_CASE("tensorboard: a training run with log.tensorboard logs every step and 
   })");
   c["data"]["dir"] = test::data_dir();
   std::ofstream(dir.file("config.json")) << c.dump();
-  TrainOptions o;
+  RunOptions o;
   o.config_path = dir.file("config.json");
   o.output_dir = dir.file("run");
-  REQUIRE(train_command(o) == 0);
+  REQUIRE(run_training(o) == 0);
 
   const std::vector<std::string> files = event_files(dir.file("run"));
   REQUIRE(files.size() == 1);
@@ -166,11 +167,11 @@ TEST_CASE("tensorboard: a training run with log.tensorboard logs every step and 
   }
   REQUIRE(e.scalars.size() == steps.size() + epoch_scalars);
   // Without the key no event file is written.
-  TrainOptions plain = o;
+  RunOptions plain = o;
   plain.output_dir = dir.file("plain");
   c["log"]["tensorboard"] = false;
   std::ofstream(dir.file("config.json"), std::ios::trunc) << c.dump();
-  REQUIRE(train_command(plain) == 0);
+  REQUIRE(run_training(plain) == 0);
   REQUIRE(event_files(dir.file("plain")).empty());
 }
 

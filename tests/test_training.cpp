@@ -11,6 +11,7 @@
 
 #include "train/checkpoint.h"
 #include "train/run_folder.h"
+#include "train/run.h"
 #include "train/trainer.h"
 #include "core/error.h"
 #include "core/safetensors.h"
@@ -56,8 +57,8 @@ std::string write_config(const std::string& dir, const std::string& extra_scale 
   return path;
 }
 
-TrainOptions options_for(const std::string& config, const std::string& out) {
-  TrainOptions o;
+RunOptions options_for(const std::string& config, const std::string& out) {
+  RunOptions o;
   o.config_path = config;
   o.output_dir = out;
   return o;
@@ -75,7 +76,7 @@ TEST_CASE("training: the loss falls and every record is written", "[training]") 
   MINIDL_REQUIRE_DATA();
   const std::string root = test_root() + "/falls";
   fs::remove_all(root);
-  REQUIRE(train_command(options_for(write_config(root), root + "/run")) == 0);
+  REQUIRE(run_training(options_for(write_config(root), root + "/run")) == 0);
   auto steps = test::read_json_lines(root + "/run/steps.jsonl");
   REQUIRE(steps.size() == 16);
   double first = 0, last = 0;
@@ -90,7 +91,7 @@ TEST_CASE("training: the loss falls and every record is written", "[training]") 
   REQUIRE(fs::exists(root + "/run/config.json"));
   REQUIRE(fs::exists(root + "/run/summary.json"));
   REQUIRE(read_checkpoint_info(root + "/run/checkpoint.safetensors").epoch == 2);
-  REQUIRE_THROWS_WITH(train_command(options_for(root + "/config.in.json", root + "/run")),
+  REQUIRE_THROWS_WITH(run_training(options_for(root + "/config.in.json", root + "/run")),
                       Catch::Contains("is not empty") && Catch::Contains("--resume"));
 }
 
@@ -99,15 +100,15 @@ TEST_CASE("training: two runs and a resumed run give the same bits", "[training]
   const std::string root = test_root() + "/repro";
   fs::remove_all(root);
   const std::string config = write_config(root);
-  REQUIRE(train_command(options_for(config, root + "/a")) == 0);
-  REQUIRE(train_command(options_for(config, root + "/b")) == 0);
-  TrainOptions first_half = options_for(config, root + "/c");
+  REQUIRE(run_training(options_for(config, root + "/a")) == 0);
+  REQUIRE(run_training(options_for(config, root + "/b")) == 0);
+  RunOptions first_half = options_for(config, root + "/c");
   first_half.max_steps = 8;  // stops after epoch 1 and its checkpoint
-  REQUIRE(train_command(first_half) == 0);
+  REQUIRE(run_training(first_half) == 0);
   REQUIRE(read_checkpoint_info(root + "/c/checkpoint.safetensors").epoch == 1);
-  TrainOptions resume;
+  RunOptions resume;
   resume.resume_dir = root + "/c";
-  REQUIRE(train_command(resume) == 0);
+  REQUIRE(run_training(resume) == 0);
 
   const std::string steps_a = slurp(root + "/a/steps.jsonl");
   REQUIRE(steps_a == slurp(root + "/b/steps.jsonl"));
@@ -121,7 +122,7 @@ TEST_CASE("training: a NaN loss stops the run with exit code 3", "[training]") {
   MINIDL_REQUIRE_DATA();
   const std::string root = test_root() + "/nan";
   fs::remove_all(root);
-  REQUIRE(train_command(options_for(write_config(root, "1e39"), root + "/run")) == 3);
+  REQUIRE(run_training(options_for(write_config(root, "1e39"), root + "/run")) == 3);
   REQUIRE_FALSE(fs::exists(root + "/run/checkpoint.safetensors"));
   REQUIRE(test::read_json_lines(root + "/run/metrics.jsonl").empty());
 }
@@ -130,17 +131,17 @@ TEST_CASE("training: a corrupt checkpoint is refused, naming the file", "[traini
   MINIDL_REQUIRE_DATA();
   const std::string root = test_root() + "/corrupt";
   fs::remove_all(root);
-  TrainOptions o = options_for(write_config(root), root + "/run");
+  RunOptions o = options_for(write_config(root), root + "/run");
   o.max_steps = 8;
-  REQUIRE(train_command(o) == 0);
+  REQUIRE(run_training(o) == 0);
   const std::string ckpt = root + "/run/checkpoint.safetensors";
   fs::resize_file(ckpt, fs::file_size(ckpt) / 2);
-  TrainOptions resume;
+  RunOptions resume;
   resume.resume_dir = root + "/run";
-  REQUIRE_THROWS_WITH(train_command(resume), Catch::Contains("checkpoint.safetensors"));
-  TrainOptions missing;
+  REQUIRE_THROWS_WITH(run_training(resume), Catch::Contains("checkpoint.safetensors"));
+  RunOptions missing;
   missing.resume_dir = root + "/nowhere";
-  REQUIRE_THROWS_WITH(train_command(missing), Catch::Contains("nothing to resume"));
+  REQUIRE_THROWS_WITH(run_training(missing), Catch::Contains("nothing to resume"));
 }
 
 // ---- Interrupted runs and refused resumes ----
@@ -166,8 +167,8 @@ struct SignalAtStep : ForwardObserver {
   int sig_, at_, seen_ = 0;
 };
 
-TrainOptions resume_of(const std::string& dir) {
-  TrainOptions o;
+RunOptions resume_of(const std::string& dir) {
+  RunOptions o;
   o.resume_dir = dir;
   return o;
 }
@@ -193,18 +194,18 @@ TEST_CASE("resume: a finished run is refused unless --set epochs=N raises the co
   const std::string root = test_root() + "/finished";
   fs::remove_all(root);
   const std::string run = root + "/run";
-  REQUIRE(train_command(options_for(write_config(root), run)) == 0);
+  REQUIRE(run_training(options_for(write_config(root), run)) == 0);
   const auto before = snapshot(run);
-  REQUIRE_THROWS_WITH(train_command(resume_of(run)),
+  REQUIRE_THROWS_WITH(run_training(resume_of(run)),
                       Catch::Contains("the run is finished") && Catch::Contains("--set epochs=N with N > 2"));
-  TrainOptions same = resume_of(run);
+  RunOptions same = resume_of(run);
   same.overrides = {"epochs=2"};
-  REQUIRE_THROWS_WITH(train_command(same), Catch::Contains("--set epochs=2 is not more than the 2 epochs"));
+  REQUIRE_THROWS_WITH(run_training(same), Catch::Contains("--set epochs=2 is not more than the 2 epochs"));
   REQUIRE(snapshot(run) == before);  // summary.json and the logs untouched
 
-  TrainOptions longer = resume_of(run);
+  RunOptions longer = resume_of(run);
   longer.overrides = {"epochs=3"};
-  REQUIRE(train_command(longer) == 0);
+  REQUIRE(run_training(longer) == 0);
   REQUIRE(test::read_json_lines(run + "/metrics.jsonl").size() == 3);
   REQUIRE(test::read_json_lines(run + "/steps.jsonl").size() == 24);
   REQUIRE(json::parse(slurp(run + "/config.json"))["epochs"] == 3);
@@ -216,23 +217,23 @@ TEST_CASE("resume: other options are refused and a bad checkpoint changes nothin
   const std::string root = test_root() + "/refused";
   fs::remove_all(root);
   const std::string run = root + "/run", ckpt = run + "/checkpoint.safetensors";
-  TrainOptions first = options_for(write_config(root), run);
+  RunOptions first = options_for(write_config(root), run);
   first.max_steps = 8;
-  REQUIRE(train_command(first) == 0);
+  REQUIRE(run_training(first) == 0);
   auto before = snapshot(run);
 
-  TrainOptions o = resume_of(run);
+  RunOptions o = resume_of(run);
   o.config_path = root + "/config.in.json";
-  REQUIRE_THROWS_WITH(train_command(o), Catch::Contains("--config cannot be combined with --resume"));
+  REQUIRE_THROWS_WITH(run_training(o), Catch::Contains("--config cannot be combined with --resume"));
   o = resume_of(run);
   o.output_dir = root + "/elsewhere";
-  REQUIRE_THROWS_WITH(train_command(o), Catch::Contains("--output cannot be combined with --resume"));
+  REQUIRE_THROWS_WITH(run_training(o), Catch::Contains("--output cannot be combined with --resume"));
   o = resume_of(run);
   o.overrides = {"epochs=3", "optimizer.lr=1"};
-  REQUIRE_THROWS_WITH(train_command(o), Catch::Contains("--set optimizer.lr=... cannot change a run being resumed"));
+  REQUIRE_THROWS_WITH(run_training(o), Catch::Contains("--set optimizer.lr=... cannot change a run being resumed"));
   o = resume_of(run);
   o.max_steps = 5;
-  REQUIRE_THROWS_WITH(train_command(o), Catch::Contains("--max-steps 5 is already reached"));
+  REQUIRE_THROWS_WITH(run_training(o), Catch::Contains("--max-steps 5 is already reached"));
   REQUIRE(snapshot(run) == before);
 
   // Parseable but invalid metadata: refused before metrics.jsonl or steps.jsonl is touched.
@@ -243,7 +244,7 @@ TEST_CASE("resume: other options are refused and a bad checkpoint changes nothin
     std::ofstream(ckpt, std::ios::binary) << good;
     set_checkpoint_metadata(ckpt, key, value);
     before = snapshot(run);
-    REQUIRE_THROWS_WITH(train_command(resume_of(run)), Catch::Contains("checkpoint '" + ckpt + "'"));
+    REQUIRE_THROWS_WITH(run_training(resume_of(run)), Catch::Contains("checkpoint '" + ckpt + "'"));
     REQUIRE(snapshot(run) == before);
   }
 
@@ -251,7 +252,7 @@ TEST_CASE("resume: other options are refused and a bad checkpoint changes nothin
   std::ofstream(ckpt, std::ios::binary) << good;
   const std::string stale = run + "/checkpoint.safetensors.tmp." + std::to_string(dead_pid());
   std::ofstream(stale) << "torn";
-  REQUIRE(train_command(resume_of(run)) == 0);
+  REQUIRE(run_training(resume_of(run)) == 0);
   REQUIRE_FALSE(fs::exists(stale));
   REQUIRE_THAT(slurp(run + "/log.txt"), Catch::Contains("removed temporary files left by killed runs"));
 }
@@ -261,17 +262,17 @@ TEST_CASE("fresh run: a non-empty folder is refused unless --overwrite", "[train
   const std::string root = test_root() + "/nonempty";
   fs::remove_all(root);
   const std::string run = root + "/run", config = write_config(root);
-  TrainOptions failed = options_for(config, run);
+  RunOptions failed = options_for(config, run);
   failed.max_steps = 4;  // a run that stopped before its first checkpoint
-  REQUIRE(train_command(failed) == 0);
+  REQUIRE(run_training(failed) == 0);
   std::ofstream(run + "/notes.txt") << "mine";
   const auto before = snapshot(run);
-  REQUIRE_THROWS_WITH(train_command(options_for(config, run)),
+  REQUIRE_THROWS_WITH(run_training(options_for(config, run)),
                       Catch::Contains("is not empty") && Catch::Contains("--overwrite"));
   REQUIRE(snapshot(run) == before);
-  TrainOptions again = options_for(config, run);
+  RunOptions again = options_for(config, run);
   again.overwrite = true;
-  REQUIRE(train_command(again) == 0);
+  REQUIRE(run_training(again) == 0);
   const auto steps = test::read_json_lines(run + "/steps.jsonl");
   REQUIRE(steps.size() == 16);  // steps 0..15 once, not 0..3 twice
   for (size_t i = 0; i < steps.size(); ++i) REQUIRE(steps[i]["step"] == static_cast<int64_t>(i));
@@ -280,7 +281,7 @@ TEST_CASE("fresh run: a non-empty folder is refused unless --overwrite", "[train
   // Two runs never write into one folder at the same time.
   fs::create_directories(root + "/busy");
   const RunFolderLock other(root + "/busy");
-  REQUIRE_THROWS_WITH(train_command(options_for(config, root + "/busy")),
+  REQUIRE_THROWS_WITH(run_training(options_for(config, root + "/busy")),
                       Catch::Contains("is in use by another minidl process"));
 }
 
@@ -290,10 +291,10 @@ TEST_CASE("signals: SIGINT/SIGTERM checkpoint at a step boundary and the resumed
   const std::string root = test_root() + "/signals";
   fs::remove_all(root);
   const std::string config = write_config(root), a = root + "/a", b = root + "/b";
-  REQUIRE(train_command(options_for(config, a)) == 0);
+  REQUIRE(run_training(options_for(config, a)) == 0);
   {
     SignalAtStep at(SIGINT, 5);  // during step 4 (0-based): stops after 5 steps, mid-epoch 1
-    REQUIRE(train_command(options_for(config, b)) == 130);
+    REQUIRE(run_training(options_for(config, b)) == 130);
   }
   CheckpointInfo info = read_checkpoint_info(b + "/checkpoint.safetensors");
   REQUIRE(info.epoch == 0);
@@ -302,10 +303,10 @@ TEST_CASE("signals: SIGINT/SIGTERM checkpoint at a step boundary and the resumed
   REQUIRE_THAT(slurp(b + "/log.txt"), Catch::Contains("stopped by SIGINT after step 5 (epoch 1, step 5 of 8)"));
   {
     SignalAtStep at(SIGTERM, 6);  // steps 5..10: stops after step 11, mid-epoch 2
-    REQUIRE(train_command(resume_of(b)) == 143);
+    REQUIRE(run_training(resume_of(b)) == 143);
   }
   REQUIRE(read_checkpoint_info(b + "/checkpoint.safetensors").step == 11);
-  REQUIRE(train_command(resume_of(b)) == 0);
+  REQUIRE(run_training(resume_of(b)) == 0);
   for (const auto& e : fs::directory_iterator(b))
     REQUIRE(e.path().filename().string().find(".tmp.") == std::string::npos);
 
@@ -328,7 +329,7 @@ TEST_CASE("training: a model that does not fit the data is refused before the ru
   c["model"]["layers"][1]["num_features"] = 9;  // the conv before it has 8 channels
   std::ofstream(config) << c.dump();
   // The startup pass of one image through the model finds it: nothing is written.
-  REQUIRE_THROWS_WITH(train_command(options_for(config, root + "/run")), Catch::Contains("BatchNorm2d 9"));
+  REQUIRE_THROWS_WITH(run_training(options_for(config, root + "/run")), Catch::Contains("BatchNorm2d 9"));
   REQUIRE(!fs::exists(root + "/run"));
 }
 
@@ -338,21 +339,21 @@ TEST_CASE("resume: a run ended part-way through an epoch (fractional epochs, --m
   const std::string root = test_root() + "/partial";
   fs::remove_all(root);
   const std::string config = write_config(root), a = root + "/a", b = root + "/b", c = root + "/c";
-  REQUIRE(train_command(options_for(config, a)) == 0);
-  TrainOptions part = options_for(config, b);
+  REQUIRE(run_training(options_for(config, a)) == 0);
+  RunOptions part = options_for(config, b);
   part.overrides = {"epochs=1.5"};  // 12 steps; the schedule is in epochs, so its steps are a's
-  REQUIRE(train_command(part) == 0);
-  REQUIRE_THROWS_WITH(train_command(resume_of(b)), Catch::Contains("the run is finished"));
-  TrainOptions longer = resume_of(b);
+  REQUIRE(run_training(part) == 0);
+  REQUIRE_THROWS_WITH(run_training(resume_of(b)), Catch::Contains("the run is finished"));
+  RunOptions longer = resume_of(b);
   longer.overrides = {"epochs=2"};
-  REQUIRE(train_command(longer) == 0);
-  TrainOptions limited = options_for(config, c);
+  REQUIRE(run_training(longer) == 0);
+  RunOptions limited = options_for(config, c);
   limited.max_steps = 5;
-  REQUIRE(train_command(limited) == 0);
+  REQUIRE(run_training(limited) == 0);
   const CheckpointInfo at5 = read_checkpoint_info(c + "/checkpoint.safetensors");
   REQUIRE(at5.step == 5);
   REQUIRE(at5.evaluated);
-  REQUIRE(train_command(resume_of(c)) == 0);
+  REQUIRE(run_training(resume_of(c)) == 0);
   for (const std::string& run : {b, c}) {
     INFO(run);
     REQUIRE(slurp(a + "/steps.jsonl") == slurp(run + "/steps.jsonl"));

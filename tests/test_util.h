@@ -14,10 +14,23 @@
 
 #include "core/autograd.h"
 #include "core/device.h"
+#include "core/error.h"
 #include "core/philox.h"
 #include "core/tensor.h"
 
 namespace minidl::test {
+
+// The message of the Error `f` throws (fails the test when it throws anything else or nothing).
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  FAIL("no minidl::Error thrown");
+  return "";
+}
 
 // Uniform values in [lo, hi) from (seed, kStreamTest, i): the same on every machine.
 inline std::vector<float> random_values(int64_t n, uint64_t seed, float lo = -1.f, float hi = 1.f) {

@@ -62,7 +62,7 @@ TEST_CASE("ViT config: vit_cifar10.json is the issue's 8.9M-parameter ViT with w
           "[config][vit]") {
   const TrainConfig c = shipped("vit_cifar10.json");
   CHECK(c.grad_clip == 1.0);
-  CHECK(c.precision == "bf16");
+  CHECK(c.precision == Precision::Bf16);
   CHECK(c.batch_size == 512);
   CHECK(c.epochs == 30);
   std::shared_ptr<Module> model = build_sequential(c.model.at("layers"), "model.layers");

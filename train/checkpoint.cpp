@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include <zlib.h>
+
 #include "core/error.h"
 #include "core/json_limits.h"
 #include "train/config.h"
@@ -21,6 +23,10 @@ namespace {
 
 constexpr const char* kFormat = "minidl-checkpoint-1";
 constexpr const char* kOptimizerPrefix = "optimizer.";
+// The CRC-32 of the tensors' bytes, written with them: a flipped bit anywhere in the weights or
+// the optimizer state makes the file "damaged" instead of silently changing the run. Files
+// written without it still load.
+constexpr const char* kPayloadCrc32 = "payload_crc32";
 
 // A whole decimal integer in [lo, hi]: "1xyz", "", "+-3" and values past int64 are errors.
 int64_t metadata_int(const std::string& text, const std::string& key, int64_t lo, int64_t hi,
@@ -92,6 +98,7 @@ void save_checkpoint(const std::string& path, const Module& model, const Optimiz
                      const CheckpointInfo& info) {
   std::vector<std::pair<std::string, Tensor>> tensors = model.state_dict();
   for (auto& [name, t] : optimizer.state_tensors()) tensors.push_back({kOptimizerPrefix + name, t});
+  for (auto& entry : tensors) entry.second = entry.second.cpu();
   std::map<std::string, std::string> meta{{"format", kFormat},
                                           {"epoch", std::to_string(info.epoch)},
                                           {"step", std::to_string(info.step)},
@@ -105,6 +112,8 @@ void save_checkpoint(const std::string& path, const Module& model, const Optimiz
   if (!info.grad_scaler.is_null()) meta["grad_scaler"] = info.grad_scaler.dump();
   if (!info.classes.is_null()) meta["classes"] = info.classes.dump();
   if (info.world_size > 1) meta["world_size"] = std::to_string(info.world_size);
+  for (auto& entry : tensors) entry.second = entry.second.cpu();  // the checksum reads host bytes
+  meta[kPayloadCrc32] = tensors_crc32(tensors);
   save_safetensors(path, tensors, meta);
 }
 
@@ -161,14 +170,41 @@ void check_running_stats(const std::string& name, const Tensor& t, const std::st
                  "): the file is corrupt");
 }
 
+// The tensors as written: statistics a run can produce, and the CRC-32 the writer recorded.
+void check_tensors(const SafeTensors& st, const std::string& path) {
+  const std::string prefix = kOptimizerPrefix;
+  for (const auto& [name, t] : st.tensors)
+    if (name.compare(0, prefix.size(), prefix) != 0) check_running_stats(name, t, path);
+  auto it = st.metadata.find(kPayloadCrc32);
+  if (it == st.metadata.end()) return;
+  const std::string actual = tensors_crc32(st.tensors);
+  MINIDL_CHECK(actual == it->second, "checkpoint '", path, "' is damaged: its tensors' CRC-32 is ", actual,
+               " but the file records ", text_excerpt(it->second),
+               " (changed after it was written: a disk or copy error, or an edit)");
+}
+
 }  // namespace
 
+std::string tensors_crc32(const std::vector<std::pair<std::string, Tensor>>& host_tensors) {
+  uLong crc = crc32_z(0L, Z_NULL, 0);
+  for (const auto& [name, t] : host_tensors) {
+    MINIDL_CHECK(!t.is_cuda(), "tensors_crc32: '", text_excerpt(name), "' is not a host tensor");
+    crc = crc32_z(crc, static_cast<const Bytef*>(t.raw_data()), t.nbytes());
+  }
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08lx", static_cast<unsigned long>(crc));
+  return hex;
+}
+
 CheckpointInfo read_checkpoint_info(const std::string& path) {
-  return info_from_metadata(load_safetensors(path).metadata, path);
+  const SafeTensors st = load_safetensors(path);
+  check_tensors(st, path);
+  return info_from_metadata(st.metadata, path);
 }
 
 CheckpointInfo load_checkpoint(const std::string& path, Module& model, Optimizer& optimizer) {
   SafeTensors st = load_safetensors(path);
+  check_tensors(st, path);
   CheckpointInfo info = info_from_metadata(st.metadata, path);
   std::vector<std::pair<std::string, Tensor>> weights, opt;
   const std::string prefix = kOptimizerPrefix;
@@ -176,7 +212,6 @@ CheckpointInfo load_checkpoint(const std::string& path, Module& model, Optimizer
     if (name.compare(0, prefix.size(), prefix) == 0) opt.push_back({name.substr(prefix.size()), t});
     else weights.push_back({name, t});
   }
-  for (const auto& [name, t] : weights) check_running_stats(name, t, path);
   auto it = st.metadata.find("optimizer");
   MINIDL_CHECK(it != st.metadata.end(), "checkpoint '", path, "': metadata has no 'optimizer'");
   const nlohmann::json scalars = parse_json_limited(it->second, str("checkpoint '", path, "': metadata 'optimizer'"));

@@ -49,11 +49,11 @@ std::string class_metrics_line(const nlohmann::json& m) {
   return line;
 }
 
-void add_class_metrics(nlohmann::json& summary, Trainer& trainer, const std::string& tta, RunLog& log) {
+void add_class_metrics(nlohmann::json& summary, Trainer& trainer, TtaMode tta, RunLog& log) {
   const nlohmann::json m = class_metrics(trainer.classes(), trainer.confusion_matrix(tta));
   for (const char* key : {"classes", "per_class_acc", "confusion"}) summary[key] = m[key];
-  summary["class_metrics_tta"] = tta;
-  log.line(str("per-class test accuracy", tta == "none" ? std::string() : str(" (", tta, " TTA)"), ": ",
+  summary["class_metrics_tta"] = to_string(tta);
+  log.line(str("per-class test accuracy", tta == TtaMode::None ? std::string() : str(" (", to_string(tta), " TTA)"), ": ",
                class_metrics_line(m)));
 }
 

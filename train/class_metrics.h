@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "data/tta.h"
+
 namespace minidl {
 
 class RunLog;
@@ -20,6 +22,6 @@ std::string class_metrics_line(const nlohmann::json& metrics);
 
 // Runs the trainer's confusion pass with `tta`, adds class_metrics (and "class_metrics_tta") to
 // `summary` and logs the line.
-void add_class_metrics(nlohmann::json& summary, Trainer& trainer, const std::string& tta, RunLog& log);
+void add_class_metrics(nlohmann::json& summary, Trainer& trainer, TtaMode tta, RunLog& log);
 
 }  // namespace minidl

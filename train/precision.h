@@ -7,20 +7,28 @@
 // runs on the NHWC memory everywhere; the CPU (and GroupNorm anywhere) reorders around its NCHW
 // kernels, the same values.
 #pragma once
-#include <string>
-
 #include "core/dtype.h"
+#include "core/enum_names.h"
 #include "core/tensor.h"
 
 namespace minidl {
 
-// Errors naming the key for a value outside the choices.
-void check_precision(const std::string& precision, const std::string& memory_format);
+enum class Precision { Fp32, Bf16, Fp16 };
+
+template <>
+struct EnumNames<Precision> {
+  static constexpr EnumName<Precision> values[] = {
+      {Precision::Fp32, "fp32"}, {Precision::Bf16, "bf16"}, {Precision::Fp16, "fp16"}};
+};
+
+// The config's names of the activation layouts (those of memory_format_name in core/tensor.h).
+template <>
+struct EnumNames<MemoryFormat> {
+  static constexpr EnumName<MemoryFormat> values[] = {{MemoryFormat::Contiguous, "contiguous"},
+                                                      {MemoryFormat::ChannelsLast, "channels_last"}};
+};
 
 // The dtype activations take under `precision` (float32, bfloat16 or float16).
-DType activation_dtype(const std::string& precision);
-
-// The layout of the activations under `memory_format`.
-MemoryFormat activation_format(const std::string& memory_format);
+DType activation_dtype(Precision precision);
 
 }  // namespace minidl

@@ -39,6 +39,10 @@ int kind_rank(RowKind k) {
 int section_module_id(int row) { return -2 - row; }
 int row_of_section_module_id(int id) { return -2 - id; }
 
+uint64_t module_key(autograd::ModuleTag module) {
+  return static_cast<uint64_t>(module.generation) << 32 | static_cast<uint32_t>(module.id);
+}
+
 DeviceMemoryStats memory_stats(bool gpu) { return gpu ? device_memory_stats() : host_memory_stats(); }
 void reset_memory_peak(bool gpu) { gpu ? reset_peak_device_memory() : reset_peak_host_memory(); }
 void raise_memory_peak(bool gpu, double bytes) {
@@ -51,7 +55,7 @@ void raise_memory_peak(bool gpu, double bytes) {
 // May throw (a CUDA error surfacing at the closing event) so that it reaches the trainer's error
 // handling like any other; during unwinding that ends the process, as any error would then.
 ProfileSection::~ProfileSection() noexcept(false) {
-  if (profiler_) profiler_->close_section(row_, previous_module_id_, step_);
+  if (profiler_) profiler_->close_section(row_, previous_module_, step_);
 }
 
 Profiler::Profiler(Device device) : device_(device), gpu_(device.is_cuda()) {
@@ -160,16 +164,16 @@ ProfileSection Profiler::section(const char* name) {
   Clock::time_point t = Clock::now();
   in_backward_ = false;
   int row = section_row(name);
-  int previous = autograd::current_module_id();
-  autograd::set_current_module_id(section_module_id(row));
+  const autograd::ModuleTag previous = autograd::current_module();
+  autograd::set_current_module({section_module_id(row), 0});
   open_frame(row, false, -1, t);
   return ProfileSection(this, row, previous, step_index_);
 }
 
-void Profiler::close_section(int row, int previous_module_id, int64_t step) {
+void Profiler::close_section(int row, autograd::ModuleTag previous_module, int64_t step) {
   // The module id is restored even when the step already ended (or failed) inside the section,
   // so later nodes are not tagged with the section.
-  autograd::set_current_module_id(previous_module_id);
+  autograd::set_current_module(previous_module);
   if (!in_step_ || step != step_index_) return;
   close_frame(row, false, Clock::now());
 }
@@ -178,16 +182,16 @@ void Profiler::enter(const Module& m) {
   if (!in_step_) return;
   Clock::time_point t = Clock::now();
   in_backward_ = false;
-  open_frame(module_row(m.id(), &m), false, -1, t);
+  open_frame(module_row({m.id(), m.generation()}, &m), false, -1, t);
 }
 
 void Profiler::exit(const Module& m, const Tensor& input, const Tensor& output) {
   if (!in_step_) return;
   Clock::time_point t = Clock::now();
-  int id = m.id();
   // A module entered before begin_step has no frame to close.
-  if (id < 0 || id >= static_cast<int>(row_of_module_.size()) || row_of_module_[id] < 0) return;
-  const int row = row_of_module_[id];
+  const auto found = row_of_module_.find(module_key({m.id(), m.generation()}));
+  if (found == row_of_module_.end()) return;
+  const int row = found->second;
   if (!close_frame(row, false, t) || !measure_) return;
   // Asked after the frame closed: the layer's arithmetic counts among the hooks' own time.
   const std::optional<LayerWork> w = m.work(input, output);
@@ -244,13 +248,13 @@ void Profiler::before_node(const autograd::Node& node) {
     boundaries_.back().backward = true;
   }
   in_backward_ = true;
-  open_frame(node_row(node.module_id), true, op_index(node.name), t);
+  open_frame(node_row(node.module), true, op_index(node.name), t);
 }
 
 void Profiler::after_node(const autograd::Node& node) {
   if (!in_step_) return;
   Clock::time_point t = Clock::now();
-  close_frame(node_row(node.module_id), true, t);
+  close_frame(node_row(node.module), true, t);
 }
 
 void Profiler::open_frame(int row, bool backward, int op, Clock::time_point t) {
@@ -314,13 +318,14 @@ int Profiler::add_row(ProfileRow row) {
   return static_cast<int>(rows_.size()) - 1;
 }
 
-int Profiler::module_row(int id, const Module* m) {
-  MINIDL_ASSERT(id >= 0);
-  if (id >= static_cast<int>(row_of_module_.size())) row_of_module_.resize(id + 1, -1);
-  if (row_of_module_[id] >= 0) return row_of_module_[id];
+int Profiler::module_row(autograd::ModuleTag module, const Module* m) {
+  MINIDL_ASSERT(module.id >= 0);
+  const uint64_t key = module_key(module);
+  const auto found = row_of_module_.find(key);
+  if (found != row_of_module_.end()) return found->second;
   ProfileRow r;
   r.kind = RowKind::Module;
-  r.module_id = id;
+  r.module_id = module.id;
   if (m) {
     r.path = m->path();
     r.type = m->type_name();
@@ -329,21 +334,23 @@ int Profiler::module_row(int id, const Module* m) {
     r.depth = r.path.empty() ? 0 : 1 + static_cast<int>(std::count(r.path.begin(), r.path.end(), '.'));
   } else {
     r.type = "?";
-    r.name = str("module #", id);
+    r.name = str("module #", module.id);
   }
   int row = add_row(std::move(r));
-  row_of_module_[id] = row;
+  row_of_module_[key] = row;
   return row;
 }
 
-int Profiler::node_row(int module_id) {
-  if (module_id >= 0) {
-    if (module_id < static_cast<int>(row_of_module_.size()) && row_of_module_[module_id] >= 0)
-      return row_of_module_[module_id];
-    return module_row(module_id, module_by_id(module_id));
+int Profiler::node_row(autograd::ModuleTag module) {
+  if (module.id >= 0) {
+    const auto found = row_of_module_.find(module_key(module));
+    if (found != row_of_module_.end()) return found->second;
+    // The module alive under the id now, unless it is a later one than the node's (which died).
+    const Module* m = module_by_id(module.id);
+    return module_row(module, m && m->generation() == module.generation ? m : nullptr);
   }
-  int section = row_of_section_module_id(module_id);
-  if (module_id <= -2 && section < static_cast<int>(rows_.size()) &&
+  int section = row_of_section_module_id(module.id);
+  if (module.id <= -2 && section < static_cast<int>(rows_.size()) &&
       rows_[section].kind == RowKind::Section)
     return section;
   return untracked_row(RowKind::Autograd);

@@ -23,6 +23,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/autograd.h"
@@ -126,11 +127,11 @@ class ProfileSection {
 
  private:
   friend class Profiler;
-  ProfileSection(Profiler* profiler, int row, int previous_module_id, int64_t step)
-      : profiler_(profiler), row_(row), previous_module_id_(previous_module_id), step_(step) {}
+  ProfileSection(Profiler* profiler, int row, autograd::ModuleTag previous_module, int64_t step)
+      : profiler_(profiler), row_(row), previous_module_(previous_module), step_(step) {}
   Profiler* profiler_ = nullptr;
   int row_ = -1;
-  int previous_module_id_ = -1;
+  autograd::ModuleTag previous_module_;
   int64_t step_ = -1;
 };
 
@@ -206,12 +207,12 @@ class Profiler final : public ForwardObserver, public autograd::BackwardObserver
     double gpu_ms = 0, wall_ms = 0, overhead_ms = 0;
   };
 
-  void close_section(int row, int previous_module_id, int64_t step);
+  void close_section(int row, autograd::ModuleTag previous_module, int64_t step);
   void open_frame(int row, bool backward, int op, Clock::time_point t);
   bool close_frame(int row, bool backward, Clock::time_point t);
   void add_boundary(Clock::time_point enter, bool last = false);
-  int module_row(int id, const Module* m);
-  int node_row(int module_id);
+  int module_row(autograd::ModuleTag module, const Module* m);
+  int node_row(autograd::ModuleTag module);
   int section_row(const char* name);
   int untracked_row(RowKind kind);
   int add_row(ProfileRow row);
@@ -230,7 +231,8 @@ class Profiler final : public ForwardObserver, public autograd::BackwardObserver
 
   std::vector<ProfileRow> rows_;  // names only; times live in steps_
   std::vector<std::string> fwd_labels_, bwd_labels_;  // NVTX names, built once per row
-  std::vector<int> row_of_module_;  // module id -> row, -1 when none yet
+  // Module (id and generation: a module built later may take a destroyed one's id) -> row.
+  std::unordered_map<uint64_t, int> row_of_module_;
   int autograd_row_ = -1, other_row_ = -1;
   std::vector<std::string> op_names_;
 

@@ -11,6 +11,7 @@
 #include <iostream>
 
 #include "train/checkpoint.h"
+#include "train/model_memory.h"
 #include "train/run_log.h"
 #include "train/step_work.h"
 #include "core/allocator.h"
@@ -18,7 +19,6 @@
 #include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/error.h"
-#include "core/init.h"
 #include "train/profiler.h"
 #include "core/settings.h"
 #include "core/tensor_ops.h"
@@ -64,6 +64,15 @@ DType batch_dtype(const Module& model, DType activation) {
   return first && first->autocast == AutocastRule::LowerPrecision ? activation : DType::Float32;
 }
 
+// The context a run computes in: the config's switches and seeds.
+RunContext run_context_for(const TrainConfig& config) {
+  RunContext context;
+  context.compute = {config.deterministic, config.allow_tf32, config.norm_single_read};
+  context.init_seed = config.seed;
+  context.dropout_seed = config.seed;
+  return context;
+}
+
 }  // namespace
 
 Device setup_compute(const TrainConfig& config) {
@@ -100,18 +109,19 @@ Trainer::Trainer(const TrainConfig& config, Device device)
 
 Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Dataset test_set)
     : config_(config),
+      context_(run_context_for(config)),
       device_(device),
       data_options_(DataOptions::from_json(config.data, "data")),
       comm_(make_single_process_communicator()),
       cuda_graphs_(false) {
+  const RunContextScope scope(context_);
   activation_dtype_ = minidl::activation_dtype(config.precision);
-  activation_format_ = minidl::activation_format(config.memory_format);
+  activation_format_ = config.memory_format;
   if (activation_dtype_ == DType::Float16) {
     grad_scaler_ = std::make_unique<GradScaler>(GradScalerOptions::from_json(config.grad_scaler, "grad_scaler"), device);
   }
   set_cuda_graphs(config.cuda_graph);
-  set_init_seed(config.seed);
-  set_dropout_seed(config.seed);
+  check_model_fits(config.model.at("layers"), "model.layers", device_);
   model_ = build_sequential(config.model.at("layers"), "model.layers");
   model_->assign_paths();
   model_->to(device_);
@@ -216,6 +226,7 @@ double Trainer::lr_at(int64_t step) const {
 }
 
 bool Trainer::train_step(int64_t step, StepRecord* record, Profiler* profiler) {
+  const RunContextScope scope(context_);
   if (!train_loader_->advance()) return false;
   // Dropout draws read the step from the device (a graph replay too).
   set_dropout_step(step, device_);
@@ -436,7 +447,7 @@ nlohmann::json Trainer::grad_scaler_state() const {
 void Trainer::load_grad_scaler_state(const nlohmann::json& state, const std::string& where) {
   if (!grad_scaler_) {
     MINIDL_CHECK(state.is_null(), "checkpoint '", where, "' holds loss-scaler state but this run's precision is \"",
-                 config_.precision, "\"");
+                 to_string(config_.precision), "\"");
     return;
   }
   MINIDL_CHECK(!state.is_null(), "checkpoint '", where,
@@ -501,7 +512,7 @@ Tensor Trainer::tta_logits(const Tensor& images, const Tensor& logits, const std
   return sum;
 }
 
-Trainer::EvalCounts Trainer::device_eval(const std::string& tta) {
+Trainer::EvalCounts Trainer::device_eval(TtaMode tta) {
   Batch batch;
   test_loader_->emit(batch);
   Tensor logits = forward(batch.images).to(DType::Float32);
@@ -513,7 +524,8 @@ Trainer::EvalCounts Trainer::device_eval(const std::string& tta) {
   return counts;
 }
 
-std::vector<int64_t> Trainer::confusion_matrix(const std::string& tta) {
+std::vector<int64_t> Trainer::confusion_matrix(TtaMode tta) {
+  const RunContextScope scope(context_);
   autograd::NoGradGuard no_grad;
   model_->eval();
   const std::vector<TtaView> views = tta_views(tta);
@@ -539,7 +551,8 @@ std::vector<int64_t> Trainer::confusion_matrix(const std::string& tta) {
   return counts;
 }
 
-Trainer::EvalResult Trainer::evaluate(const std::string& tta) {
+Trainer::EvalResult Trainer::evaluate(TtaMode tta) {
+  const RunContextScope scope(context_);
   autograd::NoGradGuard no_grad;
   model_->eval();
   Loader& loader = *test_loader_;
@@ -564,7 +577,7 @@ Trainer::EvalResult Trainer::evaluate(const std::string& tta) {
       batch_counts = device_eval(tta);
     }
     copy_bytes_async(counts + 2 * b, Device::cpu(), batch_counts.correct.raw_data(), device_, sizeof(int32_t));
-    if (tta != "none")
+    if (tta != TtaMode::None)
       copy_bytes_async(counts + 2 * b + 1, Device::cpu(), batch_counts.tta_correct.raw_data(), device_,
                        sizeof(int32_t));
     seen += loader.current_batch_size();
@@ -574,11 +587,11 @@ Trainer::EvalResult Trainer::evaluate(const std::string& tta) {
   int64_t correct = 0, correct_tta = 0;
   for (int64_t b = 0; b < batches; ++b) {
     correct += counts[2 * b];
-    if (tta != "none") correct_tta += counts[2 * b + 1];
+    if (tta != TtaMode::None) correct_tta += counts[2 * b + 1];
   }
   EvalResult r;
   r.acc = 100.0 * static_cast<double>(correct) / static_cast<double>(seen);
-  if (tta != "none") r.tta_acc = 100.0 * static_cast<double>(correct_tta) / static_cast<double>(seen);
+  if (tta != TtaMode::None) r.tta_acc = 100.0 * static_cast<double>(correct_tta) / static_cast<double>(seen);
   return r;
 }
 

@@ -12,6 +12,7 @@
 
 #include "train/config.h"
 #include "train/step_graph.h"
+#include "core/run_context.h"
 #include "core/tensor.h"
 #include "data/cifar10.h"
 #include "data/loader.h"
@@ -29,6 +30,9 @@ namespace minidl {
 class Communicator;  // dist/communicator.h
 class Profiler;
 
+// A trainer owns its run's context (core/run_context.h): the config's compute switches, seed and
+// dropout seed. Every call below that builds or runs anything makes it current for its duration,
+// so trainers alive at once, used in turn, each compute as if alone.
 class Trainer {
  public:
   // Reads the data set from data.dir (or CIFAR10_DIR).
@@ -59,10 +63,10 @@ class Trainer {
     double acc = 0;
     double tta_acc = -1;
   };
-  EvalResult evaluate(const std::string& tta);
+  EvalResult evaluate(TtaMode tta);
   // The test set's confusion counts with the given TTA, K x K row-major (row: true class,
   // column: predicted), K = num_classes(). Eager; run once at the end of a run.
-  std::vector<int64_t> confusion_matrix(const std::string& tta);
+  std::vector<int64_t> confusion_matrix(TtaMode tta);
   // The class names of the data (index = label), and the data's notes for the run log.
   const std::vector<std::string>& classes() const { return classes_; }
   int64_t num_classes() const { return static_cast<int64_t>(classes_.size()); }
@@ -104,11 +108,15 @@ class Trainer {
   int64_t total_steps() const { return total_steps_; }
   const TrainConfig& config() const { return config_; }
   Device device() const { return device_; }
+  // The run's context: a caller that runs model() itself installs it (RunContextScope) to compute
+  // with the run's settings.
+  RunContext& run_context() { return context_; }
   // The config with every component's own resolved view (what config.json holds).
   nlohmann::json resolved_config() const;
 
  private:
   TrainConfig config_;
+  RunContext context_;
   Device device_;
   DataOptions data_options_;
   std::shared_ptr<Module> model_;
@@ -152,7 +160,7 @@ class Trainer {
   struct EvalCounts {
     Tensor correct, tta_correct;  // int32 scalars on the device; tta_correct is empty without TTA
   };
-  EvalCounts device_eval(const std::string& tta);
+  EvalCounts device_eval(TtaMode tta);
   // The weighted sum of the TTA views' logits (views[0] is the plain image, whose logits are given).
   Tensor tta_logits(const Tensor& images, const Tensor& logits, const std::vector<TtaView>& views);
   // Errors unless the model takes the data's images and gives one value per class.
@@ -171,28 +179,12 @@ class Trainer {
   std::map<int, StepGraph> train_graphs_;
   std::map<int, StepResults> step_results_;
   std::unique_ptr<StepGraph> eval_graph_;
-  std::string eval_graph_tta_;
+  TtaMode eval_graph_tta_ = TtaMode::None;
   // The counts the evaluation graph writes on each replay: those of the call it captured. A last,
   // shorter batch runs eagerly into tensors of its own, so these stay the graph's.
   EvalCounts eval_graph_counts_;
   std::shared_ptr<void> eval_counts_;   // pinned: two int32 counts per test batch
 };
-
-struct TrainOptions {
-  std::string config_path;
-  std::vector<std::string> overrides;   // --set key.path=value
-  std::string device;                   // "" = the config's
-  std::string output_dir;               // "" = the config's output.dir
-  std::string resume_dir;               // continue the run in this folder
-  bool overwrite = false;               // a fresh run may replace the run files in its folder
-  bool restart = false;                 // with resume_dir: start that run again (it has no checkpoint)
-  int64_t max_steps = 0;                // > 0: stop after this many global steps (repro, smoke tests)
-  bool profile = false;                 // print a per-layer breakdown after the first epoch
-  std::string dist = "auto";            // the communicator backend (dist/communicator.h)
-};
-
-// `minidl train`: returns the process exit code.
-int train_command(const TrainOptions& options);
 
 // Loads the training and test sets a config names (data.format, data.dir or CIFAR10_DIR, data.train_limit).
 std::pair<Dataset, Dataset> load_datasets(const TrainConfig& config);
@@ -202,7 +194,8 @@ std::pair<Dataset, Dataset> load_datasets(const TrainConfig& config);
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides,
                               const std::string& device, const std::string& output_dir);
 
-// Applies deterministic/TF32 switches and picks the device.
+// Sets the default run context's compute switches from the config (for what a command runs
+// outside its Trainer, which computes in a context of its own) and picks the device.
 Device setup_compute(const TrainConfig& config);
 
 }  // namespace minidl

@@ -166,6 +166,12 @@ CachingAllocator& allocator() {
 }  // namespace
 
 void* cached_malloc(size_t bytes) { return allocator().malloc(bytes); }
+size_t available_bytes() {
+  size_t free = 0, total = 0;
+  MINIDL_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  const DeviceMemoryStats s = allocator().stats();
+  return free + (s.reserved_bytes - s.current_bytes);
+}
 void cached_free(void* ptr) { allocator().free(ptr); }
 DeviceMemoryStats cached_stats() { return allocator().stats(); }
 void reset_cached_peak() { allocator().reset_peak(); }

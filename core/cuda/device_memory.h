@@ -12,6 +12,8 @@ bool device_present();
 void synchronize_stream();
 void* cached_malloc(size_t bytes);
 void cached_free(void* ptr);
+// The driver's free memory plus the cache's unused blocks (which it gives back when it runs out).
+size_t available_bytes();
 DeviceMemoryStats cached_stats();
 void reset_cached_peak();
 void raise_cached_peak(size_t bytes);

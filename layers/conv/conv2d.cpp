@@ -213,7 +213,14 @@ Size2d get_size2d(LayerArgs& args, const std::string& key) {
 
 namespace {
 
-std::shared_ptr<Module> make_conv2d(LayerArgs& args) {
+struct Conv2dSpec {
+  int64_t in_channels, out_channels;
+  Size2d kernel, stride, padding;
+  bool bias;
+};
+
+// Reads and checks the spec's keys: what the factory builds and the memory check counts.
+Conv2dSpec read_conv2d(LayerArgs& args) {
   const int64_t in_channels = args.get_int("in_channels");
   const int64_t out_channels = args.get_int("out_channels");
   MINIDL_CHECK(in_channels >= 1 && in_channels <= kMaxFeatures, args.key_path("in_channels"),
@@ -232,7 +239,19 @@ std::shared_ptr<Module> make_conv2d(LayerArgs& args) {
   const bool bias = args.get_bool("bias", true);
   args.finish();
   check_weight_size(args, {out_channels, in_channels, kernel.h, kernel.w});
-  return std::make_shared<Conv2d>(in_channels, out_channels, kernel, stride, padding, bias);
+  return {in_channels, out_channels, kernel, stride, padding, bias};
+}
+
+std::shared_ptr<Module> make_conv2d(LayerArgs& args) {
+  const Conv2dSpec s = read_conv2d(args);
+  return std::make_shared<Conv2d>(s.in_channels, s.out_channels, s.kernel, s.stride, s.padding, s.bias);
+}
+
+LayerState conv2d_state(LayerArgs& args) {
+  const Conv2dSpec s = read_conv2d(args);
+  const int64_t weight = s.out_channels * s.in_channels * s.kernel.h * s.kernel.w;
+  return {weight + (s.bias ? s.out_channels : 0), weight,
+          str("Conv2d ", s.in_channels, "->", s.out_channels, " k", size_str(s.kernel))};
 }
 
 }  // namespace
@@ -251,7 +270,9 @@ const LayerDescriptor& conv2d_layer() {
       make_conv2d,
       {{"in_channels", 3}, {"out_channels", 4}, {"kernel_size", 3}, {"padding", 1}},
       {2, 3, 5, 5},
-      AutocastRule::LowerPrecision};
+      AutocastRule::LowerPrecision,
+      true,
+      conv2d_state};
   return layer;
 }
 

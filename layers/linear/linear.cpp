@@ -132,7 +132,13 @@ nlohmann::json Linear::to_json() const {
 
 namespace {
 
-std::shared_ptr<Module> make_linear(LayerArgs& args) {
+struct LinearSpec {
+  int64_t in_features, out_features;
+  bool bias;
+};
+
+// Reads and checks the spec's keys: what the factory builds and the memory check counts.
+LinearSpec read_linear(LayerArgs& args) {
   const int64_t in_features = args.get_int("in_features");
   const int64_t out_features = args.get_int("out_features");
   MINIDL_CHECK(in_features >= 1 && in_features <= kMaxFeatures, args.key_path("in_features"), ": must be in 1..",
@@ -142,7 +148,18 @@ std::shared_ptr<Module> make_linear(LayerArgs& args) {
   const bool bias = args.get_bool("bias", true);
   args.finish();
   check_weight_size(args, {out_features, in_features});
-  return std::make_shared<Linear>(in_features, out_features, bias);
+  return {in_features, out_features, bias};
+}
+
+std::shared_ptr<Module> make_linear(LayerArgs& args) {
+  const LinearSpec s = read_linear(args);
+  return std::make_shared<Linear>(s.in_features, s.out_features, s.bias);
+}
+
+LayerState linear_state(LayerArgs& args) {
+  const LinearSpec s = read_linear(args);
+  return {s.out_features * s.in_features + (s.bias ? s.out_features : 0), s.out_features * s.in_features,
+          str("Linear ", s.in_features, "->", s.out_features)};
 }
 
 }  // namespace
@@ -158,7 +175,9 @@ const LayerDescriptor& linear_layer() {
       make_linear,
       {{"in_features", 4}, {"out_features", 3}},
       {2, 4},
-      AutocastRule::LowerPrecision};
+      AutocastRule::LowerPrecision,
+      true,
+      linear_state};
   return layer;
 }
 

@@ -1,6 +1,7 @@
 // The BatchNorm2d module and its factory; the op is batch_norm (layers/norm/norm.h).
 #include "layers/norm/batchnorm2d.h"
 
+#include "core/checked_math.h"
 #include "core/error.h"
 #include "layers/norm/norm.h"
 #include "layers/norm/norm_work.h"
@@ -49,7 +50,14 @@ nlohmann::json BatchNorm2d::to_json() const {
 
 namespace {
 
-std::shared_ptr<Module> make_batchnorm2d(LayerArgs& args) {
+struct BatchNorm2dSpec {
+  int64_t num_features;
+  double eps, momentum;
+  bool weight, bias, relu;
+};
+
+// Reads and checks the spec's keys: what the factory builds and the memory check counts.
+BatchNorm2dSpec read_batchnorm2d(LayerArgs& args) {
   const int64_t num_features = args.get_int("num_features");
   MINIDL_CHECK(num_features >= 1, args.key_path("num_features"), ": must be >= 1, got ", num_features);
   const double eps = args.get_float("eps", 1e-5);
@@ -61,7 +69,20 @@ std::shared_ptr<Module> make_batchnorm2d(LayerArgs& args) {
   const bool bias = args.get_bool("bias", affine);
   const bool relu = args.get_bool("relu", false);
   args.finish();
-  return std::make_shared<BatchNorm2d>(num_features, eps, momentum, weight, bias, relu);
+  return {num_features, eps, momentum, weight, bias, relu};
+}
+
+std::shared_ptr<Module> make_batchnorm2d(LayerArgs& args) {
+  const BatchNorm2dSpec s = read_batchnorm2d(args);
+  return std::make_shared<BatchNorm2d>(s.num_features, s.eps, s.momentum, s.weight, s.bias, s.relu);
+}
+
+// weight and bias (when learned), running_mean and running_var: one value per channel each.
+LayerState batchnorm2d_state(LayerArgs& args) {
+  const BatchNorm2dSpec s = read_batchnorm2d(args);
+  const int64_t tensors = 2 + (s.weight ? 1 : 0) + (s.bias ? 1 : 0);
+  return {checked_mul(tensors, s.num_features, "BatchNorm2d state"), s.num_features,
+          str("BatchNorm2d ", s.num_features)};
 }
 
 }  // namespace
@@ -81,7 +102,9 @@ const LayerDescriptor& batchnorm2d_layer() {
       make_batchnorm2d,
       {{"num_features", 3}},
       {2, 3, 4, 4},
-      AutocastRule::InputType};
+      AutocastRule::InputType,
+      true,
+      batchnorm2d_state};
   return layer;
 }
 

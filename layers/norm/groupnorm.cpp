@@ -1,6 +1,7 @@
 // The GroupNorm module and its factory; the op is group_norm (layers/norm/norm.h).
 #include "layers/norm/groupnorm.h"
 
+#include "core/checked_math.h"
 #include "core/error.h"
 #include "layers/norm/norm.h"
 #include "layers/norm/norm_work.h"
@@ -39,7 +40,14 @@ nlohmann::json GroupNorm::to_json() const {
 
 namespace {
 
-std::shared_ptr<Module> make_groupnorm(LayerArgs& args) {
+struct GroupNormSpec {
+  int64_t num_groups, num_channels;
+  double eps;
+  bool affine, relu;
+};
+
+// Reads and checks the spec's keys: what the factory builds and the memory check counts.
+GroupNormSpec read_groupnorm(LayerArgs& args) {
   const int64_t num_groups = args.get_int("num_groups");
   const int64_t num_channels = args.get_int("num_channels");
   MINIDL_CHECK(num_groups >= 1, args.key_path("num_groups"), ": must be >= 1, got ", num_groups);
@@ -50,7 +58,18 @@ std::shared_ptr<Module> make_groupnorm(LayerArgs& args) {
   const bool affine = args.get_bool("affine", true);
   const bool relu = args.get_bool("relu", false);
   args.finish();
-  return std::make_shared<GroupNorm>(num_groups, num_channels, eps, affine, relu);
+  return {num_groups, num_channels, eps, affine, relu};
+}
+
+std::shared_ptr<Module> make_groupnorm(LayerArgs& args) {
+  const GroupNormSpec s = read_groupnorm(args);
+  return std::make_shared<GroupNorm>(s.num_groups, s.num_channels, s.eps, s.affine, s.relu);
+}
+
+LayerState groupnorm_state(LayerArgs& args) {
+  const GroupNormSpec s = read_groupnorm(args);
+  return {s.affine ? checked_mul(2, s.num_channels, "GroupNorm state") : 0, s.affine ? s.num_channels : 0,
+          str("GroupNorm ", s.num_groups, "x", s.num_channels)};
 }
 
 }  // namespace
@@ -68,7 +87,9 @@ const LayerDescriptor& groupnorm_layer() {
       make_groupnorm,
       {{"num_groups", 2}, {"num_channels", 4}},
       {2, 4, 3, 3},
-      AutocastRule::Float32};
+      AutocastRule::Float32,
+      true,
+      groupnorm_state};
   return layer;
 }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "core/checked_math.h"
 #include "core/error.h"
 #include "layers/norm/norm.h"
 #include "layers/norm/norm_work.h"
@@ -48,7 +49,14 @@ nlohmann::json LayerNorm::to_json() const {
 
 namespace {
 
-std::shared_ptr<Module> make_layernorm(LayerArgs& args) {
+struct LayerNormSpec {
+  Shape normalized_shape;
+  double eps;
+  bool elementwise_affine, relu;
+};
+
+// Reads and checks the spec's keys: what the factory builds and the memory check counts.
+LayerNormSpec read_layernorm(LayerArgs& args) {
   const Shape normalized_shape = args.get_ints("normalized_shape");
   for (int64_t d : normalized_shape)
     MINIDL_CHECK(d >= 1, args.key_path("normalized_shape"), ": dims must be >= 1, got ", shape_str(normalized_shape));
@@ -57,7 +65,18 @@ std::shared_ptr<Module> make_layernorm(LayerArgs& args) {
   const bool elementwise_affine = args.get_bool("elementwise_affine", true);
   const bool relu = args.get_bool("relu", false);
   args.finish();
-  return std::make_shared<LayerNorm>(normalized_shape, eps, elementwise_affine, relu);
+  return {normalized_shape, eps, elementwise_affine, relu};
+}
+
+std::shared_ptr<Module> make_layernorm(LayerArgs& args) {
+  const LayerNormSpec s = read_layernorm(args);
+  return std::make_shared<LayerNorm>(s.normalized_shape, s.eps, s.elementwise_affine, s.relu);
+}
+
+LayerState layernorm_state(LayerArgs& args) {
+  const LayerNormSpec s = read_layernorm(args);
+  const int64_t n = s.elementwise_affine ? shape_numel(s.normalized_shape) : 0;
+  return {checked_mul(2, n, "LayerNorm state"), n, str("LayerNorm ", shape_str(s.normalized_shape))};
 }
 
 }  // namespace
@@ -74,7 +93,9 @@ const LayerDescriptor& layernorm_layer() {
       make_layernorm,
       {{"normalized_shape", {3, 4, 4}}},
       {2, 3, 4, 4},
-      AutocastRule::Float32};
+      AutocastRule::Float32,
+      true,
+      layernorm_state};
   return layer;
 }
 

@@ -9,6 +9,7 @@
 #include "core/autograd.h"
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "core/run_context.h"
 #include "core/storage_rounding.h"
 #include "layers/registry.h"
 #include "layers/regularization/dropout_kernels.h"
@@ -17,14 +18,23 @@ namespace minidl {
 
 namespace {
 
-uint64_t g_seed = 0;
-int64_t g_step = 0;
-
 // One device word per CUDA device, allocated on first use and never freed: a captured graph
-// reads it at a fixed address.
-std::map<int, std::shared_ptr<void>>& step_words() {
-  static std::map<int, std::shared_ptr<void>> words;
+// reads it at a fixed address. It is memory, not a setting: the step it holds is the one last
+// queued into it, which the current run's step may have moved past (another run's steps ran
+// since), so an eager draw requeues it first.
+struct StepWord {
+  std::shared_ptr<void> word;
+  int64_t queued = -1;
+};
+std::map<int, StepWord>& step_words() {
+  static std::map<int, StepWord> words;
   return words;
+}
+
+void queue_step(StepWord& w, int64_t step, Device device) {
+  if (!w.word) w.word = allocate(sizeof(int64_t), device);
+  copy_bytes_async(w.word.get(), device, &step, Device::cpu(), sizeof(int64_t));
+  w.queued = step;
 }
 
 void check_p(double p, const std::string& who) {
@@ -33,22 +43,24 @@ void check_p(double p, const std::string& who) {
 
 }  // namespace
 
-void set_dropout_seed(uint64_t seed) { g_seed = seed; }
-uint64_t dropout_seed() { return g_seed; }
-int64_t dropout_step() { return g_step; }
+void set_dropout_seed(uint64_t seed) { current_run_context().dropout_seed = seed; }
+uint64_t dropout_seed() { return current_run_context().dropout_seed; }
+int64_t dropout_step() { return current_run_context().dropout_step; }
 
 void set_dropout_step(int64_t step, Device device) {
   MINIDL_CHECK(step >= 0 && step < (int64_t{1} << 32), "dropout: step ", step, " outside [0, 2^32)");
-  g_step = step;
-  if (!device.is_cuda()) return;
-  auto& word = step_words()[device.index];
-  if (!word) word = allocate(sizeof(int64_t), device);
-  copy_bytes_async(word.get(), device, &g_step, Device::cpu(), sizeof(int64_t));
+  current_run_context().dropout_step = step;
+  if (device.is_cuda()) queue_step(step_words()[device.index], step, device);
 }
 
+// A requeue inside a graph capture fails the capture (core/cuda: no uploads there), so the step
+// runs eagerly with the right step rather than replaying a stale one; the trainer sets the step
+// before every capture and replay, so it never comes to that.
 const int64_t* dropout_step_on(Device device) {
-  if (!step_words().count(device.index)) set_dropout_step(g_step, device);
-  return static_cast<const int64_t*>(step_words()[device.index].get());
+  StepWord& w = step_words()[device.index];
+  const int64_t step = dropout_step();
+  if (!w.word || w.queued != step) queue_step(w, step, device);
+  return static_cast<const int64_t*>(w.word.get());
 }
 
 uint32_t dropout_salt(const std::string& path) {
@@ -59,7 +71,7 @@ uint32_t dropout_salt(const std::string& path) {
 
 DropoutDraw dropout_draw(float p, uint32_t salt, int64_t group) {
   DropoutDraw d;
-  d.seed = g_seed;
+  d.seed = dropout_seed();
   d.stream = kStreamDropout | (static_cast<uint64_t>(salt) << 32);
   d.p = p;
   d.group = group;
@@ -90,7 +102,7 @@ Tensor dropout(const Tensor& x, const DropoutDraw& draw) {
                " draws in one call, more than ", kMaxDropoutDraws);
   // The elementwise map runs in memory order: a channels-last tensor keeps it, and its per-sample
   // groups (DropPath) are still contiguous.
-  const int64_t step = g_step;
+  const int64_t step = dropout_step();
   Tensor y = apply_mask(x, draw, step);
   if (autograd::needs_grad({x})) {
     autograd::record(y, "dropout", {x}, [draw, step, t = x.dtype(), format = x.memory_format()](

@@ -14,14 +14,16 @@
 
 namespace minidl {
 
-// The run's dropout seed (the trainer sets the config's seed).
+// The current run's dropout seed and step (core/run_context.h; a trainer sets its config's seed).
 void set_dropout_seed(uint64_t seed);
 uint64_t dropout_seed();
 // The step the next draws belong to. On a CUDA `device` it is also queued into that device's
-// step word, which the kernels read, so set it before capturing a graph and before each replay.
+// step word, which the kernels read, so set it before capturing a graph and before each replay
+// (an eager draw requeues the current run's step itself when the word holds another).
 void set_dropout_step(int64_t step, Device device = Device::cpu());
 int64_t dropout_step();
-// The device word holding the step (one per device, at a fixed address for graph replays).
+// The device word holding the step (one per device, at a fixed address for graph replays), with
+// the current run's step queued into it.
 const int64_t* dropout_step_on(Device device);
 
 // A layer's salt: a hash of its module path, so two layers never share a mask.

@@ -155,6 +155,11 @@ std::optional<LayerWork> MultiheadAttention::work(const Tensor& x, const Tensor&
   return w;
 }
 
+// in_proj_weight (3D, D), out_proj.weight (D, D) and, with bias, in_proj_bias (3D) and out_proj.bias (D).
+int64_t multihead_attention_elements(int64_t embed_dim, bool bias) {
+  return 4 * embed_dim * embed_dim + (bias ? 4 * embed_dim : 0);
+}
+
 std::string MultiheadAttention::describe() const { return str("MultiheadAttention ", embed_dim_, " h", num_heads_); }
 
 nlohmann::json MultiheadAttention::to_json() const {
@@ -164,7 +169,14 @@ nlohmann::json MultiheadAttention::to_json() const {
 
 namespace {
 
-std::shared_ptr<Module> make_multihead_attention(LayerArgs& args) {
+struct AttentionSpec {
+  int64_t embed_dim, num_heads;
+  double dropout;
+  bool bias;
+};
+
+// Reads and checks the spec's keys: what the factory builds and the memory check counts.
+AttentionSpec read_multihead_attention(LayerArgs& args) {
   const int64_t embed_dim = args.get_int("embed_dim");
   const int64_t num_heads = args.get_int("num_heads");
   MINIDL_CHECK(embed_dim >= 1 && embed_dim <= kMaxFeatures, args.key_path("embed_dim"), ": must be in 1..",
@@ -176,7 +188,18 @@ std::shared_ptr<Module> make_multihead_attention(LayerArgs& args) {
   const bool bias = args.get_bool("bias", true);
   args.finish();
   check_weight_size(args, {3 * embed_dim, embed_dim});
-  return std::make_shared<MultiheadAttention>(embed_dim, num_heads, dropout, bias);
+  return {embed_dim, num_heads, dropout, bias};
+}
+
+std::shared_ptr<Module> make_multihead_attention(LayerArgs& args) {
+  const AttentionSpec s = read_multihead_attention(args);
+  return std::make_shared<MultiheadAttention>(s.embed_dim, s.num_heads, s.dropout, s.bias);
+}
+
+LayerState multihead_attention_state(LayerArgs& args) {
+  const AttentionSpec s = read_multihead_attention(args);
+  return {multihead_attention_elements(s.embed_dim, s.bias), 3 * s.embed_dim * s.embed_dim,
+          str("MultiheadAttention ", s.embed_dim, " h", s.num_heads)};
 }
 
 }  // namespace
@@ -194,7 +217,8 @@ const LayerDescriptor& multihead_attention_layer() {
       {{"embed_dim", 8}, {"num_heads", 2}},
       {2, 5, 8},
       AutocastRule::LowerPrecision,
-      true};
+      true,
+      multihead_attention_state};
   return layer;
 }
 

@@ -46,5 +46,7 @@ class MultiheadAttention : public Module {
 };
 
 const LayerDescriptor& multihead_attention_layer();
+// The parameters a MultiheadAttention of `embed_dim` holds (what its constructor allocates).
+int64_t multihead_attention_elements(int64_t embed_dim, bool bias);
 
 }  // namespace minidl

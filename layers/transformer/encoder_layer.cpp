@@ -1,8 +1,11 @@
 // The TransformerEncoderLayer container and its factory.
 #include "layers/transformer/encoder_layer.h"
 
+#include <algorithm>
+
 #include "core/autocast.h"
 #include "core/error.h"
+#include "core/json_limits.h"
 #include "core/tensor_ops.h"
 #include "layers/activation/activation.h"
 #include "layers/registry.h"
@@ -11,7 +14,7 @@ namespace minidl {
 
 TransformerEncoderLayer::TransformerEncoderLayer(const EncoderLayerOptions& o) : o_(o) {
   MINIDL_CHECK(o.activation == "relu" || o.activation == "gelu",
-               "TransformerEncoderLayer: activation must be \"relu\" or \"gelu\", got \"", o.activation, "\"");
+               "TransformerEncoderLayer: activation must be \"relu\" or \"gelu\", got ", json_excerpt(o.activation));
   self_attn = std::make_shared<MultiheadAttention>(o.d_model, o.nhead, o.dropout, o.bias);
   linear1 = std::make_shared<Linear>(o.d_model, o.dim_feedforward, o.bias);
   dropout = std::make_shared<Dropout>(o.dropout);
@@ -92,7 +95,8 @@ nlohmann::json TransformerEncoderLayer::to_json() const {
 
 namespace {
 
-std::shared_ptr<Module> make_transformer_encoder_layer(LayerArgs& args) {
+// Reads and checks the spec's keys: what the factory builds and the memory check counts.
+EncoderLayerOptions read_encoder_layer(LayerArgs& args) {
   EncoderLayerOptions o;
   o.d_model = args.get_int("d_model");
   o.nhead = args.get_int("nhead");
@@ -107,7 +111,7 @@ std::shared_ptr<Module> make_transformer_encoder_layer(LayerArgs& args) {
   MINIDL_CHECK(o.dropout >= 0 && o.dropout <= 1, args.key_path("dropout"), ": must be in [0, 1], got ", o.dropout);
   o.activation = args.get_string("activation", o.activation);
   MINIDL_CHECK(o.activation == "relu" || o.activation == "gelu", args.key_path("activation"),
-               ": must be \"relu\" or \"gelu\", got \"", o.activation, "\"");
+               ": must be \"relu\" or \"gelu\", got ", json_excerpt(o.activation));
   o.layer_norm_eps = args.get_float("layer_norm_eps", o.layer_norm_eps);
   MINIDL_CHECK(o.layer_norm_eps >= 0, args.key_path("layer_norm_eps"), ": must be >= 0, got ", o.layer_norm_eps);
   o.norm_first = args.get_bool("norm_first", o.norm_first);
@@ -118,7 +122,20 @@ std::shared_ptr<Module> make_transformer_encoder_layer(LayerArgs& args) {
   args.finish();
   check_weight_size(args, {3 * o.d_model, o.d_model});
   check_weight_size(args, {o.dim_feedforward, o.d_model});
-  return std::make_shared<TransformerEncoderLayer>(o);
+  return o;
+}
+
+std::shared_ptr<Module> make_transformer_encoder_layer(LayerArgs& args) {
+  return std::make_shared<TransformerEncoderLayer>(read_encoder_layer(args));
+}
+
+// self_attn, linear1 and linear2 (with their biases), norm1 and norm2 (weight and bias each).
+LayerState encoder_layer_state(LayerArgs& args) {
+  const EncoderLayerOptions o = read_encoder_layer(args);
+  const int64_t d = o.d_model, ff = o.dim_feedforward;
+  const int64_t mlp = 2 * ff * d + (o.bias ? ff + d : 0);
+  return {multihead_attention_elements(d, o.bias) + mlp + 4 * d, std::max(3 * d * d, ff * d),
+          str("TransformerEncoderLayer ", d, " h", o.nhead, " ff", ff)};
 }
 
 }  // namespace
@@ -142,7 +159,8 @@ const LayerDescriptor& transformer_encoder_layer_layer() {
       {{"d_model", 8}, {"nhead", 2}, {"dim_feedforward", 16}, {"dropout", 0.0}, {"norm_first", true}},
       {2, 5, 8},
       AutocastRule::InputType,
-      true};
+      true,
+      encoder_layer_state};
   return layer;
 }
 

@@ -5,6 +5,7 @@
 #include "core/autograd.h"
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "core/json_limits.h"
 #include "core/init.h"
 #include "core/storage_rounding.h"
 #include "layers/linear/linear_kernels.h"
@@ -222,7 +223,13 @@ std::shared_ptr<Module> make_tokens(LayerArgs& args) {
   return std::make_shared<Tokens>();
 }
 
-std::shared_ptr<Module> make_position_embedding(LayerArgs& args) {
+struct PositionEmbeddingSpec {
+  int64_t num_tokens, embed_dim;
+  double init_std;
+};
+
+// Reads and checks the spec's keys: what the factory builds and the memory check counts.
+PositionEmbeddingSpec read_position_embedding(LayerArgs& args) {
   const int64_t num_tokens = args.get_int("num_tokens");
   const int64_t embed_dim = args.get_int("embed_dim");
   MINIDL_CHECK(num_tokens >= 1 && num_tokens <= kMaxFeatures, args.key_path("num_tokens"), ": must be in 1..",
@@ -233,21 +240,39 @@ std::shared_ptr<Module> make_position_embedding(LayerArgs& args) {
   MINIDL_CHECK(init_std >= 0, args.key_path("init_std"), ": must be >= 0, got ", init_std);
   args.finish();
   check_weight_size(args, {1, num_tokens, embed_dim});
-  return std::make_shared<PositionEmbedding>(num_tokens, embed_dim, init_std);
+  return {num_tokens, embed_dim, init_std};
 }
 
-std::shared_ptr<Module> make_class_token(LayerArgs& args) {
+std::shared_ptr<Module> make_position_embedding(LayerArgs& args) {
+  const PositionEmbeddingSpec s = read_position_embedding(args);
+  return std::make_shared<PositionEmbedding>(s.num_tokens, s.embed_dim, s.init_std);
+}
+
+LayerState position_embedding_state(LayerArgs& args) {
+  const PositionEmbeddingSpec s = read_position_embedding(args);
+  const int64_t n = s.num_tokens * s.embed_dim;
+  return {n, n, str("PositionEmbedding ", s.num_tokens, "x", s.embed_dim)};
+}
+
+int64_t read_class_token(LayerArgs& args) {
   const int64_t embed_dim = args.get_int("embed_dim");
   MINIDL_CHECK(embed_dim >= 1 && embed_dim <= kMaxFeatures, args.key_path("embed_dim"), ": must be in 1..",
                kMaxFeatures, ", got ", embed_dim);
   args.finish();
-  return std::make_shared<ClassToken>(embed_dim);
+  return embed_dim;
+}
+
+std::shared_ptr<Module> make_class_token(LayerArgs& args) { return std::make_shared<ClassToken>(read_class_token(args)); }
+
+LayerState class_token_state(LayerArgs& args) {
+  const int64_t embed_dim = read_class_token(args);
+  return {embed_dim, embed_dim, str("ClassToken ", embed_dim)};
 }
 
 std::shared_ptr<Module> make_token_pool(LayerArgs& args) {
   const std::string mode = args.get_string("mode", "mean");
-  MINIDL_CHECK(mode == "mean" || mode == "cls", args.key_path("mode"), ": must be \"mean\" or \"cls\", got \"", mode,
-               "\"");
+  MINIDL_CHECK(mode == "mean" || mode == "cls", args.key_path("mode"), ": must be \"mean\" or \"cls\", got ",
+               json_excerpt(mode));
   args.finish();
   return std::make_shared<TokenPool>(mode == "mean");
 }
@@ -273,7 +298,8 @@ const LayerDescriptor& position_embedding_layer() {
       {{"num_tokens", 5}, {"embed_dim", 4}},
       {2, 5, 4},
       AutocastRule::Float32,
-      true};
+      true,
+      position_embedding_state};
   return layer;
 }
 
@@ -287,7 +313,8 @@ const LayerDescriptor& class_token_layer() {
       {{"embed_dim", 4}},
       {2, 5, 4},
       AutocastRule::Float32,
-      true};
+      true,
+      class_token_state};
   return layer;
 }
 

@@ -1,40 +1,15 @@
-#include "train/repro_command.h"
-
-#include <sys/wait.h>
-#include <unistd.h>
+#include "train/compare_runs.h"
 
 #include <cstring>
-#include <filesystem>
 #include <fstream>
-#include <iostream>
 
-#include "train/trainer.h"
 #include "core/error.h"
 #include "core/json_limits.h"
 #include "core/safetensors.h"
 
 namespace minidl {
 
-namespace fs = std::filesystem;
-
 namespace {
-
-// Runs `args` (args[0] is the program) as a child process and returns its exit code.
-int run_child(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  const pid_t pid = fork();
-  MINIDL_CHECK(pid >= 0, "repro: fork failed: ", std::strerror(errno));
-  if (pid == 0) {
-    execv(argv[0], argv.data());
-    std::perror("repro: exec");
-    _exit(127);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
 
 std::vector<std::pair<int64_t, std::string>> read_step_bits(const std::string& path) {
   std::ifstream in(path);
@@ -54,35 +29,6 @@ std::vector<std::pair<int64_t, std::string>> read_step_bits(const std::string& p
 }
 
 }  // namespace
-
-int repro_command(const ReproOptions& options) {
-  MINIDL_CHECK(options.steps >= 0, "repro: --steps must be >= 0 (0: the whole config), got ", options.steps);
-  const TrainConfig config = load_train_config(options.config_path, options.overrides, options.device, "");
-  {
-    std::vector<std::string> b = options.overrides;
-    b.insert(b.end(), options.overrides_b.begin(), options.overrides_b.end());
-    load_train_config(options.config_path, b, options.device, "");  // run B's config errors come now
-  }
-  const std::string out = options.output_dir.empty() ? config.output_dir + "-repro" : options.output_dir;
-  const std::string self = fs::canonical("/proc/self/exe").string();
-  std::string dirs[2] = {out + "/run_a", out + "/run_b"};
-  for (int r = 0; r < 2; ++r) {
-    // --overwrite replaces an earlier repro's run files and nothing else a user kept there.
-    std::vector<std::string> args = {self, "train", "--config", options.config_path, "--output", dirs[r], "--overwrite"};
-    for (const auto& o : options.overrides) args.insert(args.end(), {"--set", o});
-    if (r == 1)
-      for (const auto& o : options.overrides_b) args.insert(args.end(), {"--set", o});
-    if (!options.device.empty()) args.insert(args.end(), {"--device", options.device});
-    if (options.steps > 0) args.insert(args.end(), {"--max-steps", std::to_string(options.steps)});
-    std::cout << "repro: run " << (r ? "B" : "A") << " -> " << dirs[r] << std::endl;
-    const int rc = run_child(args);
-    MINIDL_CHECK(rc == 0, "repro: run ", (r ? "B" : "A"), " failed with exit code ", rc);
-  }
-
-  const bool same = compare_runs(dirs[0], dirs[1], std::cout);
-  std::cout << (same ? "repro: IDENTICAL" : "repro: NOT identical") << std::endl;
-  return same ? 0 : 1;
-}
 
 bool compare_runs(const std::string& dir_a, const std::string& dir_b, std::ostream& out) {
   auto a = read_step_bits(dir_a + "/steps.jsonl"), b = read_step_bits(dir_b + "/steps.jsonl");

@@ -1,7 +1,7 @@
-// `minidl profile` and `minidl train --profile`: warm-up steps, then measured steps under the
-// profiler (train/profiler.h), then as many unprofiled steps timed on their own (a synchronize
-// before and after each) so the table shows the profiler's own cost beside the real step time.
-// On a GPU `minidl profile` then times as many steps replayed as CUDA graphs, the same way.
+// The profile of consecutive training steps, for `minidl profile` and `minidl train --profile`:
+// warm-up steps, then measured steps under the profiler (train/profiler.h), then as many
+// unprofiled steps timed on their own (a synchronize before and after each) so the table shows
+// the profiler's own cost beside the real step time.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -16,17 +16,8 @@ namespace minidl {
 
 class RunLog;
 
-struct ProfileOptions {
-  std::string config_path;
-  std::vector<std::string> overrides;
-  std::string device;
-  int64_t steps = 20;
-  int64_t warmup = 5;
-  std::string output_dir;  // default: the config's output.dir + "-profile"
-  std::vector<std::string> compare;  // two profile.json files: print them side by side instead
-};
-
-int profile_command(const ProfileOptions& options);
+// The median of step timings (the upper one of an even count).
+double median(std::vector<double> v);
 
 // Drives a Profiler over consecutive training steps: steps [0, warmup) are profiled but not
 // kept, [warmup, warmup + measure) are kept, the next `measure` are timed unprofiled, and later

@@ -1,0 +1,30 @@
+// The subcommands of `minidl`, one file each: each adds its options to the one CLI11 parser and
+// returns what runs when the user chose it. The library does the work (train/run.h, export/,
+// bench/); these files only turn arguments into its calls.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace minidl {
+
+struct Command {
+  CLI::App* app;              // the subcommand, set when the command line chose it
+  std::function<int()> run;   // its exit status
+};
+
+Command add_train_command(CLI::App& app);     // apps/train_command.cpp
+Command add_profile_command(CLI::App& app);   // apps/profile_command.cpp
+Command add_repro_command(CLI::App& app);     // apps/repro_command.cpp
+Command add_export_command(CLI::App& app);    // apps/export_command.cpp
+Command add_layers_command(CLI::App& app);    // apps/layers_command.cpp
+Command add_config_command(CLI::App& app);    // apps/config_command.cpp
+Command add_bench_command(CLI::App& app);     // apps/bench_command.cpp
+Command add_parity_command(CLI::App& app);    // apps/parity_command.cpp
+
+// --config, --set and --device, which the commands that build a run from a config take alike.
+CLI::Option* add_config_options(CLI::App* cmd, std::string& config, std::vector<std::string>& overrides,
+                                std::string& device);
+
+}  // namespace minidl

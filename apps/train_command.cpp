@@ -1,0 +1,29 @@
+// `minidl train`: a run in its folder (train/run.h), from a config or resumed.
+#include <limits>
+#include <memory>
+
+#include "apps/commands.h"
+#include "train/run.h"
+
+namespace minidl {
+
+Command add_train_command(CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand("train", "train a config (or resume a run)");
+  add_config_options(cmd, o->config_path, o->overrides, o->device);
+  cmd->add_option("--output", o->output_dir, "run folder (default: the config's output.dir)");
+  cmd->add_option("--resume", o->resume_dir, "continue the run in this folder from its checkpoint");
+  cmd->add_flag("--overwrite", o->overwrite, "replace the run files in a non-empty output folder");
+  cmd->add_flag("--restart", o->restart,
+                "with --resume: start the run again from its config.json (a run stopped before its first checkpoint)");
+  cmd->add_option("--max-steps", o->max_steps, "stop after this many steps in total")
+      ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));
+  cmd->add_flag("--profile", o->profile, "print a per-layer time breakdown of the first epoch");
+  cmd->add_option("--dist", o->dist,
+                  "communicator: auto (mpi or nccl under a launcher of several ranks, else single), single, "
+                  "mpi, nccl (nccl runs a world of one without a launcher); docs/distributed.md")
+      ->check(CLI::IsMember({"auto", "single", "mpi", "nccl"}));
+  return {cmd, [o] { return run_training(*o); }};
+}
+
+}  // namespace minidl

@@ -1,0 +1,45 @@
+// The settings one run computes with, in one place the run owns: the compute switches ops read,
+// the seed and count of weight initialization, and dropout's seed and step. A Trainer fills a
+// RunContext from its config and makes it current (RunContextScope) in every call that builds or
+// runs anything, so two runs in one process (the benchmark's seeds, the tests) never see each
+// other's settings, even used alternately.
+//
+// The current context is one process-wide pointer, not a thread_local one: the OpenMP workers an
+// op starts must read the settings of the run that started it. minidl runs one run at a time on
+// its one CUDA stream, so one pointer is enough; two threads running two runs at once would need
+// a context each and are not supported. Outside any scope the default context is current: what
+// tests, benchmarks and the commands set with set_compute_settings() and friends.
+#pragma once
+#include <cstdint>
+
+#include "core/settings.h"
+
+namespace minidl {
+
+struct RunContext {
+  ComputeSettings compute;
+  // Weight initialization (core/init.h): the seed, and how many tensors have drawn from it.
+  uint64_t init_seed = 0;
+  uint64_t init_ordinal = 0;
+  // Dropout masks (layers/regularization/dropout.h): the seed, and the step the draws belong to.
+  uint64_t dropout_seed = 0;
+  int64_t dropout_step = 0;
+};
+
+// The context installed by the innermost live scope, or the default one.
+RunContext& current_run_context();
+
+// Makes `context` current for the scope's lifetime and the previous one current again when it
+// ends; scopes nest (strictly: the last one made ends first). The context must outlive the scope.
+class RunContextScope {
+ public:
+  explicit RunContextScope(RunContext& context);
+  ~RunContextScope();
+  RunContextScope(const RunContextScope&) = delete;
+  RunContextScope& operator=(const RunContextScope&) = delete;
+
+ private:
+  RunContext* previous_;
+};
+
+}  // namespace minidl

@@ -1,0 +1,264 @@
+// The run context (core/run_context.h): settings, init seed and dropout seed and step belong to
+// the context current when they are set or read, so two trainers alive at once, stepped in turn,
+// each give the bits of running alone and leave the caller's settings as they were; the module
+// table reuses the ids of destroyed modules.
+#include <memory>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/init.h"
+#include "core/run_context.h"
+#include "core/settings.h"
+#include "layers/module.h"
+#include "layers/registry.h"
+#include "layers/regularization/dropout.h"
+#include "train/config.h"
+#include "train/trainer.h"
+#include "test_util.h"
+
+using namespace minidl;
+using nlohmann::json;
+
+namespace {
+
+// 48 images of 3x8x8 with labels 0..9: a step of a batch of 8 takes a few milliseconds.
+Dataset synthetic_images(int64_t n, uint32_t salt) {
+  std::vector<uint8_t> px(static_cast<size_t>(n * 3 * 8 * 8));
+  for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>(((i + salt) * 2654435761u) >> 24);
+  std::vector<int32_t> labels(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) labels[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7 + salt) % 10);
+  Dataset d;
+  d.images = Tensor::from_vector(px, {n, 3, 8, 8});
+  d.labels = Tensor::from_vector(labels, {n});
+  return d;
+}
+
+json tiny_layers(double dropout) {
+  return json::array({{{"type", "Conv2d"}, {"in_channels", 3}, {"out_channels", 4}, {"kernel_size", 3}, {"padding", 1}},
+                      {{"type", "GroupNorm"}, {"num_groups", 2}, {"num_channels", 4}},
+                      {{"type", "ReLU"}},
+                      {{"type", "Dropout"}, {"p", dropout}},
+                      {{"type", "GlobalMaxPool2d"}},
+                      {{"type", "Linear"}, {"in_features", 4}, {"out_features", 10}}});
+}
+
+TrainConfig tiny_config(uint64_t seed, bool deterministic, bool allow_tf32, bool norm_single_read, double dropout) {
+  json j = {{"seed", seed},
+            {"device", "cpu"},
+            {"deterministic", deterministic},
+            {"allow_tf32", allow_tf32},
+            {"norm_single_read", norm_single_read},
+            {"epochs", 2},
+            {"batch_size", 8},
+            {"data", {{"augment", {{"crop_padding", 1}, {"flip", true}}}}},
+            {"model", {{"layers", tiny_layers(dropout)}}},
+            {"optimizer", {{"type", "SGD"}, {"lr", 0.1}, {"momentum", 0.9}}},
+            {"eval", {{"batch_size", 16}}}};
+  return parse_train_config(j);
+}
+
+struct RunBits {
+  std::vector<float> losses;
+  std::vector<std::vector<float>> state;
+  double acc = -1;
+};
+
+// Steps a trainer one step at a time (so runs can interleave), then reads its weights and accuracy.
+class SteppedRun {
+ public:
+  explicit SteppedRun(const TrainConfig& config, Device device = Device::cpu())
+      : trainer_(config, device, synthetic_images(48, 1), synthetic_images(16, 2)),
+        record_(allocate_pinned(sizeof(Trainer::StepRecord))) {}
+  void step() {
+    auto* r = static_cast<Trainer::StepRecord*>(record_.get());
+    if (step_ % trainer_.steps_per_epoch() == 0) trainer_.train_loader().start_epoch(step_ / trainer_.steps_per_epoch());
+    REQUIRE(trainer_.train_step(step_++, r));
+    bits_.losses.push_back(r->loss);
+  }
+  RunBits finish() {
+    bits_.acc = trainer_.evaluate(TtaMode::None).acc;
+    for (auto& [name, t] : trainer_.model().state_dict()) bits_.state.push_back(t.to_vector());
+    return bits_;
+  }
+  Trainer& trainer() { return trainer_; }
+
+ private:
+  Trainer trainer_;
+  std::shared_ptr<void> record_;
+  int64_t step_ = 0;
+  RunBits bits_;
+};
+
+constexpr int kSteps = 8;
+
+RunBits run_alone(const TrainConfig& config, Device device = Device::cpu()) {
+  SteppedRun run(config, device);
+  for (int i = 0; i < kSteps; ++i) run.step();
+  return run.finish();
+}
+
+void require_same_bits(const RunBits& a, const RunBits& b) {
+  REQUIRE(a.losses == b.losses);
+  REQUIRE(a.state == b.state);
+  REQUIRE(a.acc == b.acc);
+}
+
+bool same_settings(const ComputeSettings& a, const ComputeSettings& b) {
+  return a.deterministic == b.deterministic && a.allow_tf32 == b.allow_tf32 && a.norm_single_read == b.norm_single_read;
+}
+
+}  // namespace
+
+TEST_CASE("run context: a scope makes its context current and restores the previous one", "[settings][context]") {
+  const ComputeSettings outer = compute_settings();
+  RunContext a, b;
+  a.compute = {false, false, false};
+  b.compute = {true, false, true};
+  {
+    const RunContextScope in_a(a);
+    REQUIRE(&current_run_context() == &a);
+    REQUIRE(same_settings(compute_settings(), a.compute));
+    {
+      const RunContextScope in_b(b);
+      set_compute_settings({false, true, false});  // b's, not a's
+      REQUIRE(&current_run_context() == &b);
+    }
+    REQUIRE(&current_run_context() == &a);
+    REQUIRE(same_settings(compute_settings(), {false, false, false}));
+  }
+  REQUIRE(same_settings(b.compute, {false, true, false}));
+  REQUIRE(same_settings(compute_settings(), outer));
+}
+
+TEST_CASE("run context: each context keeps its own init seed and draw count", "[init][context]") {
+  // Drawn in turn, A's second tensor is still A's ordinal 1, whatever B drew meanwhile.
+  RunContext a, b;
+  Tensor a0 = Tensor::zeros({16}), a1 = Tensor::zeros({16}), b0 = Tensor::zeros({16}), b1 = Tensor::zeros({16});
+  {
+    const RunContextScope in_a(a);
+    set_init_seed(5);
+    init_uniform_(a0, 1.f);
+  }
+  {
+    const RunContextScope in_b(b);
+    set_init_seed(5);
+    init_uniform_(b0, 1.f);
+    init_uniform_(b1, 1.f);
+  }
+  {
+    const RunContextScope in_a(a);
+    init_uniform_(a1, 1.f);
+  }
+  REQUIRE(a.init_ordinal == 2);
+  REQUIRE(a0.to_vector() == b0.to_vector());
+  REQUIRE(a1.to_vector() == b1.to_vector());
+  REQUIRE(a0.to_vector() != a1.to_vector());
+}
+
+TEST_CASE("run context: dropout's seed and step are the current context's", "[dropout][context]") {
+  const uint64_t outer_seed = dropout_seed();
+  const int64_t outer_step = dropout_step();
+  RunContext a;
+  {
+    const RunContextScope in_a(a);
+    set_dropout_seed(11);
+    set_dropout_step(3);
+    REQUIRE(dropout_draw(0.5f, 1, 1).seed == 11);
+  }
+  REQUIRE(a.dropout_seed == 11);
+  REQUIRE(a.dropout_step == 3);
+  REQUIRE(dropout_seed() == outer_seed);
+  REQUIRE(dropout_step() == outer_step);
+}
+
+TEST_CASE("run context: two trainers stepped in turn each give the bits of running alone", "[trainer][context]") {
+  // Different seeds (init, data order, dropout masks), dropout rates and compute switches.
+  const TrainConfig first = tiny_config(1, true, true, true, 0.25);
+  const TrainConfig second = tiny_config(2, false, false, false, 0.5);
+  const RunBits first_alone = run_alone(first);
+  const RunBits second_alone = run_alone(second);
+  REQUIRE(first_alone.losses != second_alone.losses);
+
+  SteppedRun a(first);
+  SteppedRun b(second);
+  for (int i = 0; i < kSteps; ++i) {
+    a.step();
+    b.step();
+  }
+  const RunBits a_bits = a.finish();
+  const RunBits b_bits = b.finish();
+  require_same_bits(a_bits, first_alone);
+  require_same_bits(b_bits, second_alone);
+  CHECK(same_settings(a.trainer().run_context().compute, {true, true, true}));
+  CHECK(same_settings(b.trainer().run_context().compute, {false, false, false}));
+}
+
+TEST_CASE("run context: two trainers replaying CUDA graphs in turn each give the bits of running alone",
+          "[cuda][graph][trainer][context]") {
+  // On the GPU the compute switches pick kernels (TF32 convolutions, the single-read norm), and
+  // the dropout step reaches the kernels through the one device word both runs' graphs read.
+  MINIDL_REQUIRE_CUDA();
+  const Device cuda = Device::cuda(0);
+  TrainConfig first = tiny_config(1, true, true, true, 0.25);
+  TrainConfig second = tiny_config(2, true, false, false, 0.5);
+  for (TrainConfig* c : {&first, &second}) {
+    c->device = "cuda";
+    c->cuda_graph = true;
+  }
+  const RunBits first_alone = run_alone(first, cuda);
+  const RunBits second_alone = run_alone(second, cuda);
+  SteppedRun a(first, cuda);
+  SteppedRun b(second, cuda);
+  for (int i = 0; i < kSteps; ++i) {
+    a.step();
+    b.step();
+  }
+  REQUIRE(a.trainer().steps_graphed());
+  REQUIRE(b.trainer().steps_graphed());
+  require_same_bits(a.finish(), first_alone);
+  require_same_bits(b.finish(), second_alone);
+}
+
+TEST_CASE("run context: a trainer leaves the caller's settings as they were", "[trainer][settings][context]") {
+  const ComputeSettings outer = compute_settings();
+  const uint64_t outer_dropout_seed = dropout_seed();
+  const int64_t outer_step = dropout_step();
+  {
+    // Every switch the opposite of the caller's, and a seed the caller does not have.
+    SteppedRun run(tiny_config(outer_dropout_seed + 7, !outer.deterministic, !outer.allow_tf32,
+                               !outer.norm_single_read, 0.25));
+    REQUIRE(same_settings(compute_settings(), outer));
+    run.step();
+    run.step();
+    REQUIRE(same_settings(compute_settings(), outer));
+    REQUIRE(dropout_seed() == outer_dropout_seed);
+    REQUIRE(dropout_step() == outer_step);
+    run.finish();
+  }
+  REQUIRE(same_settings(compute_settings(), outer));
+  REQUIRE(dropout_seed() == outer_dropout_seed);
+}
+
+TEST_CASE("module table: ids of destroyed modules are reused, under a new generation", "[module][context]") {
+  // Once a model has been built and destroyed, building it again takes no new ids.
+  build_sequential(tiny_layers(0.25), "model.layers");
+  const size_t before = module_table_size();
+  std::shared_ptr<Module> last;
+  for (int i = 0; i < 1000; ++i) last = build_sequential(tiny_layers(0.25), "model.layers");
+  REQUIRE(module_table_size() == before);
+  const int id = last->id();
+  const uint32_t generation = last->generation();
+  REQUIRE(module_by_id(id) == last.get());
+  last.reset();
+  REQUIRE(module_by_id(id) == nullptr);
+  last = build_sequential(tiny_layers(0.25), "model.layers");
+  REQUIRE(module_table_size() == before);
+  // The id comes back, and the generation tells the new module from the old one.
+  bool reused = false;
+  for (auto& [path, m] : last->named_modules())
+    if (m->id() == id) {
+      reused = true;
+      REQUIRE(m->generation() != generation);
+    }
+  REQUIRE(reused);
+}

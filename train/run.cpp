@@ -1,0 +1,467 @@
+#include "train/run.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+
+#include "core/allocator.h"
+#include "core/atomic_file.h"
+#include "core/error.h"
+#include "core/safetensors.h"
+#include "core/test_hooks.h"
+#include "dist/communicator.h"
+#include "dist/launch.h"
+#include "train/class_metrics.h"
+#include "train/resume.h"
+#include "train/run_folder.h"
+#include "train/run_log.h"
+#include "train/step_profiler.h"
+#include "train/stop_signal.h"
+
+namespace minidl {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr const char* kWeights = "model.safetensors";
+
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::string fixed(double v, int digits) {
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(digits);
+  os << v;
+  return os.str();
+}
+
+// The signal that stops the run at this step boundary, the same on every rank: the first rank's
+// (in rank order) that received one, so all ranks stop after the same step.
+int agreed_stop_signal(Communicator& comm, Device device) {
+  const int sig = StopSignals::received();
+  if (comm.world_size() == 1) return sig;
+  const Tensor mine = Tensor::from_vector(std::vector<int32_t>{sig}, {1}, device);
+  Tensor all = Tensor::empty({comm.world_size()}, DType::Int32, device);
+  comm.all_gather(mine, all);
+  for (const int32_t s : all.to(Device::cpu()).values<int32_t>())
+    if (s != 0) return s;
+  return 0;
+}
+
+}  // namespace
+
+// The epoch in progress: where this process entered it, how many of its step records are read,
+// and its sums so far (those of the checkpoint it resumed inside, then its own steps').
+struct Run::Epoch {
+  int64_t index = 0;
+  int64_t first_step = 0;
+  int64_t flushed = 0;
+  CheckpointInfo sums;
+  Clock::time_point t0 = Clock::now();
+};
+
+Run::Run(const RunOptions& options) : options_(options) {
+  MINIDL_CHECK(options.max_steps >= 0, "--max-steps: must be >= 0 (0: no limit), got ", options.max_steps);
+  MINIDL_CHECK(!options.restart || !options.resume_dir.empty(), "--restart: only with --resume RUN_DIR (it starts ",
+               "that run again from its config.json)");
+  resume_ = !options.resume_dir.empty() && !options.restart;
+  const Launch launch = detect_launch();
+  if (resume_) {
+    run_dir_ = options.resume_dir;
+    start_ = read_resume_checkpoint(run_dir_);
+    config_ = resume_config(options, start_, run_dir_, &epochs_raised_);
+  } else if (options.restart) {
+    run_dir_ = options.resume_dir;
+    config_ = restart_config(options, run_dir_);
+  } else {
+    MINIDL_CHECK(!options.config_path.empty(), "train: --config FILE is required (or --resume RUN_DIR)");
+    config_ = load_train_config(options.config_path, options.overrides, options.device, options.output_dir);
+    run_dir_ = config_.output_dir;
+  }
+  in_folder_ = true;
+  signals_ = std::make_unique<StopSignals>();
+
+  // The rank's GPU is chosen before CUDA starts. Rank 0 alone writes the run folder; every rank
+  // reads the checkpoint it resumes from.
+  select_local_gpu(launch);
+  device_ = setup_compute(config_);
+  comm_ = make_communicator(options.dist, launch, device_);
+  trainer_ = std::make_unique<Trainer>(config_, device_);
+  trainer_->set_communicator(comm_);
+  MINIDL_CHECK(!options.profile || trainer_->micro_batches() == 1, "--profile times steps of one micro-batch; this ",
+               "run has ", trainer_->micro_batches(), " (world size x accumulate_steps): profile with ",
+               "accumulate_steps 1 on one process");
+  // The folder checks need the resolved config (a fresh run may reuse a folder whose run had the
+  // same one) and the steps per epoch (the resume position).
+  if (resume_) {
+    check_resume_position(start_, trainer_->steps_per_epoch(), trainer_->total_steps(), config_.batch_size, run_dir_,
+                          config_.epochs, !options.overrides.empty());
+    check_micro_batches(start_, trainer_->micro_batches(), comm_->world_size(), run_dir_);
+  } else if (writer()) {
+    check_fresh_run_folder(run_dir_, options.overwrite, trainer_->resolved_config(), options.restart);
+  }
+}
+
+Run::Run(const TrainConfig& config, Device device, Dataset train_set, Dataset test_set, int64_t max_steps)
+    : config_(config), device_(device), comm_(make_single_process_communicator()) {
+  options_.max_steps = max_steps;
+  trainer_ = std::make_unique<Trainer>(config_, device_, std::move(train_set), std::move(test_set));
+}
+
+Run::~Run() = default;
+
+bool Run::writer() const { return comm_->rank() == 0; }
+
+void Run::set_communicator(std::shared_ptr<Communicator> comm) {
+  trainer_->set_communicator(comm);
+  comm_ = std::move(comm);
+}
+
+std::vector<std::string> Run::take_folder() {
+  const std::string ckpt = run_dir_ + "/" + kCheckpointFile;
+  if (!resume_ && writer()) create_run_folder(run_dir_);
+  test_pause_point("BEFORE_LOCK");
+  if (writer()) lock_ = std::make_unique<RunFolderLock>(run_dir_);
+  // Every check again, under the lock: another run may have started, resumed or finished in the
+  // folder since they were made.
+  std::vector<std::string> replaced;
+  if (resume_) {
+    // Loaded into memory only: a refused checkpoint still changes nothing on disk.
+    const CheckpointInfo now = load_checkpoint(ckpt, trainer_->model(), trainer_->optimizer());
+    MINIDL_CHECK(same_position(now, start_), "--resume ", run_dir_, ": its checkpoint changed while this command was ",
+                 "starting (another minidl process trained there; it is now at step ", now.step,
+                 "): run the command again");
+    trainer_->load_grad_scaler_state(now.grad_scaler, ckpt);
+  }
+  if (!writer()) return replaced;
+  if (resume_) {
+    check_jsonl(run_dir_ + "/metrics.jsonl");
+    check_jsonl(run_dir_ + "/steps.jsonl");
+    truncate_jsonl(run_dir_ + "/metrics.jsonl", "epoch", start_.epoch + 1);
+    truncate_jsonl(run_dir_ + "/steps.jsonl", "step", start_.step);
+    if (trainer_->resolved_config() != start_.config)  // --set epochs or accumulate_steps
+      write_file_atomic(run_dir_ + "/config.json", trainer_->resolved_config().dump(2) + "\n", "run config");
+  } else {
+    if (check_fresh_run_folder(run_dir_, options_.overwrite, trainer_->resolved_config(), options_.restart) ==
+        FreshFolder::Replace)
+      replaced = remove_run_files(run_dir_);
+    write_file_atomic(run_dir_ + "/config.json", trainer_->resolved_config().dump(2) + "\n", "run config");
+    write_file_atomic(run_dir_ + "/classes.json", nlohmann::json(trainer_->classes()).dump() + "\n", "class list");
+  }
+  return replaced;
+}
+
+void Run::log_start(const std::vector<std::string>& replaced, const std::vector<std::string>& stale) {
+  if (!replaced.empty())
+    log_->line(str(options_.overwrite ? "--overwrite" : "a run stopped before its first checkpoint",
+                   ": removed the earlier run's ", join(replaced)));
+  if (!stale.empty()) log_->line(str("removed temporary files left by killed runs: ", join(stale)));
+  int64_t params = 0;
+  for (auto& kv : trainer_->model().named_parameters()) params += kv.second.numel();
+  const TrainConfig& c = config_;
+  log_->line(str("minidl train: ", device_.str(), ", ", params, " parameters, ", trainer_->steps_per_epoch(),
+                 " steps/epoch of ", c.batch_size, ", ", c.epochs, " epochs, seed ", c.seed, ", ",
+                 c.deterministic ? "deterministic (same config and seed give the same bits)"
+                                 : "NOT deterministic (cuDNN may pick non-deterministic algorithms)",
+                 device_.is_cuda() ? (c.allow_tf32 ? ", TF32 convolutions" : ", fp32 convolutions") : "",
+                 ", run folder ", run_dir_));
+  if (trainer_->micro_batches() > 1)
+    log_->line(str("data parallel: world size ", comm_->world_size(), " (", comm_->backend(), "), ",
+                   c.accumulate_steps, " micro-batch", c.accumulate_steps > 1 ? "es" : "", " of ",
+                   c.batch_size / trainer_->micro_batches(), " per rank per step, gradients summed in ",
+                   "micro-batch order"));
+  for (const std::string& note : trainer_->data_notes())
+    if (!note.empty()) log_->line("data: " + note);
+  const int64_t spe = trainer_->steps_per_epoch();
+  const int64_t resumed_in_epoch = start_.step - start_.epoch * spe;
+  if (resume_)
+    log_->line(str("resumed at step ", start_.step, " (", start_.epoch, " epochs done",
+                   resumed_in_epoch == spe ? str(" and epoch ", start_.epoch + 1, "'s steps; its evaluation runs again")
+                   : resumed_in_epoch > 0 ? str(" and ", resumed_in_epoch, " steps of epoch ", start_.epoch + 1) : "",
+                   ")", epochs_raised_ ? str("; epochs raised to ", c.epochs) : std::string()));
+}
+
+void Run::start_epoch(int64_t epoch) {
+  if (!records_) {
+    record_memory_ = allocate_pinned(static_cast<size_t>(trainer_->steps_per_epoch()) * sizeof(Trainer::StepRecord));
+    records_ = static_cast<Trainer::StepRecord*>(record_memory_.get());
+  }
+  trainer_->train_loader().start_epoch(epoch);
+  epoch_ = epoch;
+}
+
+void Run::step(Profiler* profiler) {
+  const int64_t spe = trainer_->steps_per_epoch();
+  if (epoch_ < 0 || step_ - epoch_ * spe >= spe) start_epoch(step_ / spe);
+  MINIDL_CHECK(trainer_->train_step(step_, &records_[step_ - epoch_ * spe], profiler),
+               "the training set gives no batch for step ", step_);
+  ++step_;
+}
+
+bool Run::flush(Epoch& e) {
+  synchronize(device_);
+  for (; e.first_step + e.flushed < step_; ++e.flushed) {
+    const int64_t s = e.first_step + e.flushed;
+    const float loss = records_[s - e.index * trainer_->steps_per_epoch()].loss;
+    log_->step(s, e.index, loss);
+    if (!std::isfinite(loss)) {
+      log_->line(str("error: the loss is ", std::isnan(loss) ? "NaN" : loss > 0 ? "+inf" : "-inf", " at step ", s,
+                     " (epoch ", e.index + 1, "); stopping. ",
+                     checkpointed_step_ >= 0
+                         ? str("The last good checkpoint is ", run_dir_, "/", kCheckpointFile, " (at step ",
+                               checkpointed_step_, ")")
+                         : std::string("No checkpoint was written yet")));
+      return false;
+    }
+    e.sums.epoch_loss_sum += loss;
+    e.sums.epoch_correct += records_[s - e.index * trainer_->steps_per_epoch()].correct;
+    e.sums.epoch_seen += config_.batch_size;
+  }
+  return true;
+}
+
+CheckpointInfo Run::position(const Epoch& e, bool evaluated) const {
+  CheckpointInfo info = e.sums;
+  info.epoch = e.index;
+  info.step = step_;
+  info.epoch_seconds += since(e.t0);
+  info.evaluated = evaluated;
+  return info;
+}
+
+void Run::checkpoint(CheckpointInfo info) {
+  log_->end_progress();  // steps.jsonl holds every step the checkpoint has trained
+  if (writer()) {
+    info.world_size = comm_->world_size();
+    info.config = trainer_->resolved_config();
+    info.grad_scaler = trainer_->grad_scaler_state();
+    info.classes = trainer_->classes();
+    write_run_checkpoint(run_dir_, trainer_->model(), trainer_->optimizer(), info, checkpointed_step_,
+                         config_.checkpoint_keep);
+  }
+  checkpointed_step_ = info.step;
+  checkpointed_at_ = Clock::now();
+}
+
+int Run::stopped_by(int sig, Epoch& e) {
+  if (!flush(e)) return 3;
+  std::string saved = step_ == 0 ? std::string("no step was trained, nothing to save")
+                                 : str("the checkpoint at step ", step_, " is current");
+  if (step_ > 0 && step_ != checkpointed_step_) {
+    checkpoint(position(e, false));
+    saved = str("wrote ", run_dir_, "/", kCheckpointFile, " at step ", step_);
+  }
+  const int64_t spe = trainer_->steps_per_epoch();
+  log_->line(str("stopped by ", signal_name(sig), " after step ", step_, " (epoch ", e.index + 1, ", step ",
+                 step_ - e.index * spe, " of ", spe, "): ", saved, "; continue with: minidl train --resume ", run_dir_));
+  return 128 + sig;
+}
+
+bool Run::end_epoch(Epoch& e) {
+  const int64_t spe = trainer_->steps_per_epoch();
+  const int64_t epoch_steps = step_ - e.index * spe;
+  const int64_t seen_before = e.sums.epoch_seen;
+  if (!flush(e)) return false;
+  const double lr = trainer_->lr_at(step_ - 1);
+  if (e.index == start_.epoch) log_->line(str("training step: ", trainer_->step_mode()));
+  const double epoch_seconds = e.sums.epoch_seconds + since(e.t0);
+  train_seconds_ += since(e.t0);
+  trained_images_ += e.sums.epoch_seen - seen_before;
+  if (profiler_) {
+    profiler_->finish(*log_, run_dir_);
+    profiler_.reset();
+  }
+  // The checkpoint comes before the evaluation: a run killed while evaluating loses no
+  // training, and evaluates this epoch again when resumed.
+  const CheckpointInfo before_eval = position(e, false);
+  if (step_ != checkpointed_step_) checkpoint(before_eval);
+
+  test_kill_point("eval", e.index + 1);
+  const auto e0 = Clock::now();
+  // Every rank holds the same weights, so rank 0's accuracy is every rank's; the others, which
+  // print nothing, skip the test pass.
+  const Trainer::EvalResult eval = writer() ? trainer_->evaluate(config_.tta) : Trainer::EvalResult();
+  evaluated_ = true;
+  last_test_ = eval.acc;
+  last_tta_ = eval.tta_acc;
+  const double eval_seconds = since(e0);
+  const double seen = static_cast<double>(e.sums.epoch_seen);
+  nlohmann::json record = {{"epoch", e.index + 1},
+                           {"step", step_},
+                           {"train_loss", e.sums.epoch_loss_sum / static_cast<double>(epoch_steps)},
+                           {"train_acc", 100.0 * static_cast<double>(e.sums.epoch_correct) / seen},
+                           {"test_acc", last_test_},
+                           {"lr", lr},
+                           {"seconds", epoch_seconds},
+                           {"eval_seconds", eval_seconds},
+                           {"images_per_s", seen / epoch_seconds}};
+  if (last_tta_ >= 0) record["test_acc_tta"] = last_tta_;
+  if (const GradScaler* scaler = trainer_->grad_scaler()) {
+    record["loss_scale"] = scaler->scale();
+    record["skipped_steps"] = scaler->skipped_steps();
+  }
+  log_->metrics(record);
+  log_->line(str("epoch ", e.index + 1, "/", config_.epochs, "  loss ", fixed(record["train_loss"], 4), "  train ",
+                 fixed(record["train_acc"], 2), "%  test ", fixed(last_test_, 2), "%",
+                 last_tta_ >= 0 ? str("  test+", to_string(config_.tta), " ", fixed(last_tta_, 2), "%") : std::string(), "  lr ",
+                 fixed(lr, 4), "  ", fixed(epoch_seconds, 1), "s (", fixed(record["images_per_s"], 0),
+                 " img/s)  eval ", fixed(eval_seconds, 1), "s"));
+  if (writer()) save_safetensors(run_dir_ + "/" + kWeights, trainer_->model().state_dict(), {{"format", "pt"}});
+  // Where the run ends, the checkpoint records that the evaluation is logged, so a resume does
+  // not evaluate again (a finished run is refused; --max-steps or more epochs go on).
+  if (stopped_at_limit_ || step_ >= trainer_->total_steps()) {
+    CheckpointInfo after_eval = before_eval;
+    if (epoch_steps == spe) {
+      after_eval = CheckpointInfo{};
+      after_eval.epoch = e.index + 1;
+      after_eval.step = step_;
+    } else {
+      after_eval.evaluated = true;
+    }
+    checkpoint(after_eval);
+  }
+  return true;
+}
+
+RunResult Run::execute() {
+  if (!in_folder_) {
+    // No folder: the steps alone, then one evaluation.
+    const int64_t total = options_.max_steps > 0 ? std::min(options_.max_steps, trainer_->total_steps())
+                                                 : trainer_->total_steps();
+    const auto t0 = Clock::now();
+    while (step_ < total) step();
+    const double seconds = since(t0);
+    const Trainer::EvalResult eval = trainer_->evaluate(config_.tta);  // ends with a synchronizing copy
+    RunResult r;
+    r.steps = step_;
+    r.test_acc = eval.acc;
+    r.tta_acc = eval.tta_acc;
+    r.train_seconds = seconds;
+    return r;
+  }
+  if (const int sig = StopSignals::received()) {
+    std::cerr << "minidl: stopped by " << signal_name(sig) << " before the run started; nothing was written" << std::endl;
+    return ended(128 + sig);
+  }
+  // The folder is locked before anything in it changes.
+  const std::vector<std::string> replaced = take_folder();
+  const std::vector<std::string> stale = writer() ? remove_stale_temp_files(run_dir_) : std::vector<std::string>();
+  log_ = std::make_unique<RunLog>(run_dir_, writer());
+  if (config_.tensorboard) log_->enable_tensorboard(start_.step);
+  // The run itself; any error from here on is written to log.txt as well as the terminal.
+  try {
+    log_start(replaced, stale);
+    return train_loop();
+  } catch (const std::exception& e) {
+    log_->error(e.what());
+    throw;
+  }
+}
+
+RunResult Run::train_loop() {
+  reset_peak_device_memory();
+  const int64_t spe = trainer_->steps_per_epoch();
+  step_ = start_.step;
+  checkpointed_step_ = resume_ ? start_.step : -1;
+  checkpointed_at_ = Clock::now();
+  for (int64_t epoch = start_.epoch; epoch < config_.epochs && !stopped_at_limit_; ++epoch) {
+    // --profile: 5 warm-up and 20 measured steps (fewer in a short epoch) at the start of the run.
+    if (options_.profile && epoch == start_.epoch) {
+      const int64_t measure = std::max<int64_t>(1, std::min<int64_t>(20, (spe - 1) / 3));
+      profiler_ = std::make_unique<StepProfiler>(device_, std::min<int64_t>(5, measure), measure);
+    }
+    start_epoch(epoch);
+    Epoch e;
+    e.index = epoch;
+    // A checkpoint written inside this epoch: its batches were trained on already, and its sums
+    // carry on, so the epoch ends as if it had not been stopped.
+    if (epoch == start_.epoch) {
+      e.sums = start_;
+      for (int64_t i = start_.epoch * spe; i < start_.step; ++i)
+        MINIDL_CHECK(trainer_->train_loader().advance(), "data loader: epoch ", epoch + 1,
+                     " ended before the checkpoint's step");
+    }
+    e.t0 = Clock::now();
+    e.first_step = step_;
+    while (true) {
+      if (options_.max_steps > 0 && step_ >= options_.max_steps) {
+        stopped_at_limit_ = true;
+        break;
+      }
+      if (step_ >= trainer_->total_steps()) break;  // a fractional last epoch ends part-way
+      // The epoch's last step is done: it ends (checkpoint, evaluation) before a pending signal
+      // is honoured, so a signal never saves a position between an epoch's steps and its end.
+      if (step_ - epoch * spe >= spe) break;
+      if (const int sig = agreed_stop_signal(*comm_, device_)) return ended(stopped_by(sig, e));
+      const bool steps_due = config_.checkpoint_every_steps > 0 && step_ % config_.checkpoint_every_steps == 0;
+      const bool time_due =
+          config_.checkpoint_every_minutes > 0 && since(checkpointed_at_) >= 60 * config_.checkpoint_every_minutes;
+      if ((steps_due || time_due) && step_ > 0 && step_ != checkpointed_step_) {
+        if (!flush(e)) return ended(3);
+        checkpoint(position(e, false));
+      }
+      if (profiler_) profiler_->before_step();
+      step(profiler_ ? profiler_->active() : nullptr);
+      if (profiler_) profiler_->after_step();
+      test_kill_point("step", step_);
+      log_->progress(epoch + 1, config_.epochs, step_ - epoch * spe, spe, since(e.t0));
+    }
+    // A resumed checkpoint at an epoch's end written before its evaluation: the epoch ends again
+    // (evaluation, metrics) without a step.
+    const bool eval_pending = epoch == start_.epoch && step_ - epoch * spe > 0 && !start_.evaluated;
+    if (step_ == e.first_step && !eval_pending) break;
+    if (!end_epoch(e)) return ended(3);
+  }
+  return finish();
+}
+
+RunResult Run::ended(int exit_code) const {
+  RunResult r;
+  r.exit_code = exit_code;
+  r.steps = step_;
+  return r;
+}
+
+RunResult Run::finish() {
+  const DeviceMemoryStats mem = device_memory_stats();
+  RunResult r;
+  r.steps = step_;
+  r.test_acc = last_test_;
+  r.tta_acc = last_tta_;
+  r.train_seconds = train_seconds_;
+  r.summary = {{"test_acc", last_test_},
+               {"train_seconds", train_seconds_},
+               {"images_per_s", train_seconds_ > 0 ? trained_images_ / train_seconds_ : 0.0},
+               {"steps", step_},
+               {"device", device_.str()},
+               {"world_size", comm_->world_size()},
+               {"deterministic", config_.deterministic},
+               {"peak_device_bytes", mem.peak_bytes}};
+  if (last_tta_ >= 0) r.summary["test_acc_tta"] = last_tta_;
+  if (!writer()) return r;
+  if (evaluated_) add_class_metrics(r.summary, *trainer_, config_.tta, *log_);
+  write_file_atomic(run_dir_ + "/summary.json", r.summary.dump(2) + "\n", "run summary");
+  const double epochs_here = std::max(1.0, config_.epochs - static_cast<double>(start_.epoch));
+  log_->line(str("done: test ", fixed(last_test_, 2), "%",
+                 last_tta_ >= 0 ? str(" (", to_string(config_.tta), " TTA ", fixed(last_tta_, 2), "%)") : std::string(), ", ",
+                 step_, " steps, training ", fixed(train_seconds_, 1), "s",
+                 str(" (", fixed(train_seconds_ / epochs_here, 1), "s/epoch)"), ", ",
+                 fixed(r.summary["images_per_s"], 0), " img/s",
+                 device_.is_cuda() ? str(", peak device memory ", fixed(mem.peak_bytes / 1e9, 2), " GB") : std::string(),
+                 stopped_at_limit_ ? str(" [stopped at --max-steps ", options_.max_steps, "]") : std::string()));
+  return r;
+}
+
+int run_training(const RunOptions& options) { return Run(options).execute().exit_code; }
+
+}  // namespace minidl
