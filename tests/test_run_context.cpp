@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/device.h"
 #include "core/init.h"
 #include "core/run_context.h"
 #include "core/settings.h"
@@ -73,6 +74,7 @@ class SteppedRun {
     auto* r = static_cast<Trainer::StepRecord*>(record_.get());
     if (step_ % trainer_.steps_per_epoch() == 0) trainer_.train_loader().start_epoch(step_ / trainer_.steps_per_epoch());
     REQUIRE(trainer_.train_step(step_++, r));
+    synchronize(trainer_.device());  // the GPU writes the record when it gets to the step
     bits_.losses.push_back(r->loss);
   }
   RunBits finish() {
