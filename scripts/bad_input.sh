@@ -356,10 +356,10 @@ base = json.load(open(sys.argv[1]))
 json.dump(dict(base, precision='x' * (5 << 20)), open(sys.argv[2] + '/huge_value.json', 'w'))
 json.dump(dict(base, precision='fp32\x1b[2J\x1b[31m'), open(sys.argv[2] + '/esc_value.json', 'w'))
 PY
-expect_error "16 a 5 MB config value" 'precision: expected "fp32", "bf16" or "fp16", got "x+\.\.\.$' "$run" -- \
+expect_error "16 a 5 MB config value" 'precision: expected "fp32", "bf16" or "fp16", got "x+\.\.\."$' "$run" -- \
   "${train[@]}" --config "$work/huge_value.json" "${small[@]}" --output "$work/x"
 [ "$(wc -c <"$work/err")" -lt 300 ] || fail "16 a 5 MB config value: a message of $(wc -c <"$work/err") bytes"
-expect_error "16 ESC bytes in a config value" 'got "fp32\\u001b\[2J\\u001b\[31m"' "$run" -- \
+expect_error "16 ESC bytes in a config value" 'got "fp32\\x1b\[2J\\x1b\[31m"' "$run" -- \
   "${train[@]}" --config "$work/esc_value.json" "${small[@]}" --output "$work/x"
 expect_error "16 a 100 KB --set value" 'data.format: expected .*, got "y+\.\.\.$' "$run" -- \
   "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --set "data.format=$(head -c 100000 /dev/zero | tr '\0' y)" \
