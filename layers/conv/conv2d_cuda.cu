@@ -36,6 +36,7 @@
 #include "core/error.h"
 #include "core/settings.h"
 #include "layers/conv/conv2d_kernels.h"
+#include "layers/conv/conv2d_patchify.h"
 #include "layers/conv/conv2d_small_cin.h"
 
 namespace minidl::kernels {
@@ -397,16 +398,19 @@ void conv2d_backward_filter_cuda(const Conv2dShape& s, const float* x, const flo
 void conv2d_nhwc_forward_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* w, const void* b,
                               void* y) {
   if (s.n == 0) return;
+  if (conv2d_patchify_applies(s, dtype)) return conv2d_patchify_forward_cuda(s, dtype, x, w, b, y);
   run_forward(s, {dtype, true}, x, w, y);
   if (b) conv2d_nhwc_add_bias_cuda(dtype, y, b, s.n * s.oh() * s.ow(), s.o);
 }
 
 void conv2d_nhwc_backward_data_cuda(const Conv2dShape& s, DType dtype, const void* dy, const void* w, void* dx) {
   if (s.n == 0) return;
+  if (conv2d_patchify_applies(s, dtype)) return conv2d_patchify_backward_data_cuda(s, dtype, dy, w, dx);
   run_backward_data(s, {dtype, true}, dy, w, dx);
 }
 
 void conv2d_nhwc_backward_filter_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* dy, void* dw) {
+  if (conv2d_patchify_applies(s, dtype)) return conv2d_patchify_backward_filter_cuda(s, dtype, x, dy, dw);
   run_backward_filter(s, {dtype, true}, x, dy, dw);
 }
 
@@ -449,6 +453,7 @@ std::string conv2d_cuda_algorithms(const Conv2dShape& s) {
 }
 
 std::string conv2d_nhwc_cuda_algorithms(const Conv2dShape& s, DType dtype) {
+  if (conv2d_patchify_applies(s, dtype)) return "fwd patchify gemm | bwd_data patchify gemm | bwd_filter patchify gemm";
   std::lock_guard<std::mutex> lock(g_mu);
   auto it = plans().find(key_for(s, {dtype, true}));
   return it == plans().end() ? "" : plan_algorithms(*it->second);

@@ -67,7 +67,8 @@ size_t conv2d_cuda_plan_count();
 // ("-" for a direction not run yet; empty when no plan exists). Shapes that take the small-C_in
 // kernels (conv2d_small_cin.h) always report "fwd small_cin fma" and "bwd_filter small_cin fma".
 std::string conv2d_cuda_algorithms(const Conv2dShape& s);
-// The same for the channels-last operands of `dtype`.
+// The same for the channels-last operands of `dtype`; shapes that take the patch path
+// (conv2d_patchify.h) report "fwd patchify gemm | bwd_data patchify gemm | bwd_filter patchify gemm".
 std::string conv2d_nhwc_cuda_algorithms(const Conv2dShape& s, DType dtype);
 
 }  // namespace kernels
