@@ -44,18 +44,19 @@ TEST_CASE("conv2d patch path on CUDA matches the CPU op, gradients included", "[
   for (const Problem& p : problems)
     for (bool with_bias : {false, true}) {
       auto run = [&](Device d) {
-        const Tensor x0 = test::random_tensor(p.x, 11, -1.f, 1.f, d).to(DType::BFloat16);
-        Tensor x = x0.to(MemoryFormat::ChannelsLast), w = test::random_tensor({p.o, p.x[1], p.kh, p.kw}, 12, -1.f, 1.f, d)
-                                                             .to(DType::BFloat16);
-        Tensor b = with_bias ? test::random_tensor({p.o}, 13, -1.f, 1.f, d).to(DType::BFloat16) : Tensor();
-        x.set_requires_grad(true);
-        w.set_requires_grad(true);
-        if (with_bias) b.set_requires_grad(true);
-        const Tensor y = conv2d(x, w, b, Size2d(p.kh, p.kw), Size2d(0));
+        // float32 leaves of half values (only float32 takes gradients), cast inside the graph.
+        auto leaf = [&](const Shape& shape, uint64_t seed) {
+          Tensor t = test::random_tensor(shape, seed, -1.f, 1.f, d).to(DType::BFloat16).to(DType::Float32);
+          t.set_requires_grad(true);
+          return t;
+        };
+        Tensor x = leaf(p.x, 11), w = leaf({p.o, p.x[1], p.kh, p.kw}, 12), b = with_bias ? leaf({p.o}, 13) : Tensor();
+        const Tensor xh = x.to(DType::BFloat16).to(MemoryFormat::ChannelsLast);
+        const Tensor y = conv2d(xh, w.to(DType::BFloat16), with_bias ? b.to(DType::BFloat16) : b, Size2d(p.kh, p.kw),
+                                Size2d(0));
         autograd::backward(y, test::random_tensor(y.shape(), 14, -1.f, 1.f, d).to(DType::BFloat16));
-        std::vector<std::vector<float>> out{y.to(DType::Float32).to_vector(), x.grad().to(DType::Float32).to_vector(),
-                                            w.grad().to(DType::Float32).to_vector()};
-        if (with_bias) out.push_back(b.grad().to(DType::Float32).to_vector());
+        std::vector<std::vector<float>> out{y.to(DType::Float32).to_vector(), x.grad().to_vector(), w.grad().to_vector()};
+        if (with_bias) out.push_back(b.grad().to_vector());
         return out;
       };
       const auto cpu = run(Device::cpu()), gpu = run(Device::cuda()), again = run(Device::cuda());
