@@ -23,6 +23,11 @@ Command add_train_command(CLI::App& app) {
                   "communicator: auto (mpi or nccl under a launcher of several ranks, else single), single, "
                   "mpi, nccl (nccl runs a world of one without a launcher); docs/distributed.md")
       ->check(CLI::IsMember({"auto", "single", "mpi", "nccl"}));
+  cmd->add_option("--dist-timeout", o->dist_timeout,
+                  "seconds a rank waits in a collective for the others before the job ends, naming the rank "
+                  "that did not arrive; docs/distributed.md")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 604800.0));
   return {cmd, [o] { return run_training(*o); }};
 }
 

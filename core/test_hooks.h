@@ -11,6 +11,8 @@ namespace minidl {
 // as with kill -9) the K-th time (default 1) it reaches `point`. The points: "step:N" (N steps
 // trained), "eval:E" (evaluation of epoch E begins), "write:NAME" (the temp file of NAME is
 // complete, not yet renamed over NAME).
+// MINIDL_TEST_HANG_AT=POINT or POINT#K: at the same points the process hangs instead: it sleeps
+// forever, alive, holding what it holds (a rank stuck in compute, a deadlock, a stalled disk).
 void test_kill_point(const std::string& point);
 // The point "KIND:N", formatted only when the hook is set: a training step pays one branch.
 void test_kill_point(const char* kind, int64_t n);

@@ -54,9 +54,13 @@ std::unique_ptr<Communicator> make_single_process_communicator() {
   return std::make_unique<SingleProcessCommunicator>();
 }
 
-std::unique_ptr<Communicator> make_communicator(const std::string& backend, const Launch& launch, Device device) {
+std::unique_ptr<Communicator> make_communicator(const std::string& backend, const Launch& launch, Device device,
+                                                double timeout_s) {
   MINIDL_CHECK(backend == "auto" || backend == "single" || backend == "mpi" || backend == "nccl",
                "--dist: expected auto, single, mpi or nccl, got '", text_excerpt(backend), "'");
+  // A week at most: the deadline is a steady_clock time point, and no collective waits that long.
+  MINIDL_CHECK(timeout_s > 0 && timeout_s <= 7 * 24 * 3600, "--dist-timeout: expected seconds in (0, 604800], got ",
+               timeout_s);
   std::string chosen = backend;
   if (chosen == "auto") chosen = launch.world_size <= 1 ? "single" : device.is_cuda() ? "nccl" : "mpi";
   if (launch.world_size > 1) {
@@ -71,11 +75,11 @@ std::unique_ptr<Communicator> make_communicator(const std::string& backend, cons
   if (chosen == "mpi") {
     MINIDL_CHECK(!device.is_cuda(), "--dist mpi: the MPI backend reduces CPU tensors; a ", device.str(),
                  " run uses --dist nccl (or auto)");
-    return make_mpi_communicator(launch);
+    return make_mpi_communicator(launch, timeout_s);
   }
   MINIDL_CHECK(device.is_cuda(), "--dist nccl: NCCL reduces CUDA tensors; this run is on ", device.str(),
                " (use --dist mpi, or auto)");
-  return make_nccl_communicator(launch);
+  return make_nccl_communicator(launch, timeout_s);
 }
 
 }  // namespace minidl

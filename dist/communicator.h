@@ -7,6 +7,7 @@
 // Tensors are dense (contiguous or channels-last) and the same shape and dtype on every rank.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -35,13 +36,27 @@ class Communicator {
   // came from rank i.
   virtual void all_to_all(const Tensor& in, Tensor& out) = 0;
   virtual void barrier() = 0;
+  // Asked only when a collective times out, just before this rank ends the job (a world of one
+  // never times out): `where` the run is, for the message ("at step 12; the last checkpoint, step
+  // 10, is intact"), and `record` keeps the message (the run's log.txt).
+  struct TimeoutReport {
+    std::function<std::string()> where;
+    std::function<void(const std::string& message)> record;
+  };
+  virtual void set_timeout_report(TimeoutReport report) { (void)report; }
 };
+
+// How long a rank waits in a collective for the others before it ends the job naming the rank
+// that did not arrive (docs/distributed.md, "Faults"); PyTorch's NCCL default.
+constexpr double kDefaultDistTimeoutSeconds = 600;
 
 // The communicator a run asks for: `backend` is "auto" (nccl on a GPU and mpi on the CPU when
 // started by a launcher with more than one rank, single otherwise), "single", "mpi" or "nccl".
 // Errors name what is missing: a build without MPI or NCCL, a launcher whose ranks this backend
-// cannot serve, a device the backend does not work on.
-std::unique_ptr<Communicator> make_communicator(const std::string& backend, const Launch& launch, Device device);
+// cannot serve, a device the backend does not work on. `timeout_s` bounds every collective's wait
+// at world size > 1.
+std::unique_ptr<Communicator> make_communicator(const std::string& backend, const Launch& launch, Device device,
+                                                double timeout_s = kDefaultDistTimeoutSeconds);
 
 // The world of one process.
 std::unique_ptr<Communicator> make_single_process_communicator();

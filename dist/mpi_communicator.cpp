@@ -13,8 +13,6 @@ namespace minidl {
 
 #ifdef MINIDL_HAVE_MPI
 
-namespace {
-
 void check_mpi(int status, const char* call) {
   if (status == MPI_SUCCESS) return;
   char text[MPI_MAX_ERROR_STRING];
@@ -22,6 +20,8 @@ void check_mpi(int status, const char* call) {
   MPI_Error_string(status, text, &length);
   fail(str("MPI: ", call, " failed: ", std::string(text, static_cast<size_t>(length))));
 }
+
+namespace {
 
 // MPI counts are ints: a larger message is refused rather than truncated.
 int mpi_count(size_t bytes, const char* op) {
@@ -58,7 +58,6 @@ class MpiWorldImpl final : public MpiWorld {
   void broadcast_bytes(void* data, size_t bytes, int root) override {
     check_mpi(MPI_Bcast(data, mpi_count(bytes, "broadcast"), MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
   }
-  void barrier() override { check_mpi(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
 
  private:
   int size_ = 1, rank_ = 0, local_rank_ = 0;
@@ -72,46 +71,74 @@ MPI_Datatype mpi_type(DType t) {
   }
 }
 
+// Every collective is nonblocking, completed by the watch's polling (dist/backends.h): a rank
+// that does not arrive ends the job after the timeout instead of leaving the others waiting.
 class MpiCommunicator final : public Communicator {
  public:
-  explicit MpiCommunicator(std::shared_ptr<MpiWorld> world) : world_(std::move(world)) {}
+  MpiCommunicator(std::shared_ptr<MpiWorld> world, double timeout_s)
+      : world_(std::move(world)), watch_(make_collective_watch(world_, timeout_s)) {}
   const char* backend() const override { return "mpi"; }
   int world_size() const override { return world_->size(); }
   int rank() const override { return world_->rank(); }
   int local_rank() const override { return world_->local_rank(); }
   void all_reduce_sum(Tensor& t) override {
     check_host(t, "all_reduce_sum");
-    check_mpi(MPI_Allreduce(MPI_IN_PLACE, t.raw_data(), mpi_count(static_cast<size_t>(t.numel()), "all_reduce_sum"),
-                            mpi_type(t.dtype()), MPI_SUM, MPI_COMM_WORLD),
-              "MPI_Allreduce");
+    const int n = mpi_count(static_cast<size_t>(t.numel()), "all_reduce_sum");
+    watch_->enter("all_reduce_sum");
+    MPI_Request request;
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, t.raw_data(), n, mpi_type(t.dtype()), MPI_SUM, MPI_COMM_WORLD, &request),
+              "MPI_Iallreduce");
+    complete(request);
   }
   void broadcast(Tensor& t, int root) override {
     check_host(t, "broadcast");
     MINIDL_CHECK(root >= 0 && root < world_size(), "broadcast: root ", root, " is not a rank");
-    world_->broadcast_bytes(t.raw_data(), t.nbytes(), root);
+    const int n = mpi_count(t.nbytes(), "broadcast");
+    watch_->enter("broadcast");
+    MPI_Request request;
+    check_mpi(MPI_Ibcast(t.raw_data(), n, MPI_BYTE, root, MPI_COMM_WORLD, &request), "MPI_Ibcast");
+    complete(request);
   }
   void all_gather(const Tensor& in, Tensor& out) override {
     check_host(in, "all_gather");
     check_collective(in, out, world_size(), Collective::AllGather);
     const int n = mpi_count(in.nbytes(), "all_gather");
-    check_mpi(MPI_Allgather(in.raw_data(), n, MPI_BYTE, out.raw_data(), n, MPI_BYTE, MPI_COMM_WORLD),
-              "MPI_Allgather");
+    watch_->enter("all_gather");
+    MPI_Request request;
+    check_mpi(MPI_Iallgather(in.raw_data(), n, MPI_BYTE, out.raw_data(), n, MPI_BYTE, MPI_COMM_WORLD, &request),
+              "MPI_Iallgather");
+    complete(request);
   }
   void all_to_all(const Tensor& in, Tensor& out) override {
     check_host(in, "all_to_all");
     check_collective(in, out, world_size(), Collective::AllToAll);
     const int chunk = mpi_count(in.nbytes() / static_cast<size_t>(world_size()), "all_to_all");
-    check_mpi(MPI_Alltoall(in.raw_data(), chunk, MPI_BYTE, out.raw_data(), chunk, MPI_BYTE, MPI_COMM_WORLD),
-              "MPI_Alltoall");
+    watch_->enter("all_to_all");
+    MPI_Request request;
+    check_mpi(MPI_Ialltoall(in.raw_data(), chunk, MPI_BYTE, out.raw_data(), chunk, MPI_BYTE, MPI_COMM_WORLD, &request),
+              "MPI_Ialltoall");
+    complete(request);
   }
-  void barrier() override { world_->barrier(); }
+  void barrier() override {
+    watch_->enter("barrier");
+    watch_->barrier();
+  }
+  void set_timeout_report(TimeoutReport report) override { watch_->set_report(std::move(report)); }
 
  private:
   static void check_host(const Tensor& t, const char* op) {
     check_dense(t, op);
     MINIDL_CHECK(!t.is_cuda(), "MPI ", op, ": the MPI backend takes CPU tensors, got ", t.str());
   }
+  void complete(MPI_Request& request) {
+    watch_->wait([&request] {
+      int done = 0;
+      check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+      return done != 0;
+    });
+  }
   std::shared_ptr<MpiWorld> world_;
+  std::unique_ptr<CollectiveWatch> watch_;
 };
 
 }  // namespace
@@ -130,11 +157,11 @@ std::shared_ptr<MpiWorld> mpi_world() {
   return w;
 }
 
-std::unique_ptr<Communicator> make_mpi_communicator(const Launch& launch) {
+std::unique_ptr<Communicator> make_mpi_communicator(const Launch& launch, double timeout_s) {
   std::shared_ptr<MpiWorld> world = mpi_world();
   MINIDL_CHECK(world->size() == launch.world_size || launch.world_size <= 1, "MPI: the launcher said ",
                launch.world_size, " ranks (", launch.launcher, ") but MPI_COMM_WORLD has ", world->size());
-  return std::make_unique<MpiCommunicator>(std::move(world));
+  return std::make_unique<MpiCommunicator>(std::move(world), timeout_s);
 }
 
 #else
@@ -145,7 +172,7 @@ std::shared_ptr<MpiWorld> mpi_world() {
   fail("this minidl was built without MPI (CMake found no MPI; install libopenmpi-dev and rebuild)");
 }
 
-std::unique_ptr<Communicator> make_mpi_communicator(const Launch&) {
+std::unique_ptr<Communicator> make_mpi_communicator(const Launch&, double) {
   fail("--dist mpi: this minidl was built without MPI (CMake found no MPI; install libopenmpi-dev and rebuild)");
 }
 

@@ -28,10 +28,15 @@ ncclDataType_t nccl_type(DType t) {
 }
 
 // Every call is queued on minidl's one stream, ordered with the kernels that make and read its
-// tensors, as any other op is.
+// tensors, as any other op is. With several ranks, each call first passes the watch
+// (dist/backends.h) on the host: rank 0 queues collective #k only once every rank has announced
+// it, within the timeout, so a rank whose host hangs is named instead of leaving the others'
+// GPUs waiting in NCCL. Rank 0 can then never be waiting on the GPU for a collective some rank
+// has not queued. The cost: one 8-byte MPI message per rank per collective, and rank 0's host
+// does not run ahead of the slowest host past a collective.
 class NcclCommunicator final : public Communicator {
  public:
-  explicit NcclCommunicator(const Launch& launch) {
+  NcclCommunicator(const Launch& launch, double timeout_s) {
     ncclUniqueId id;
     if (launch.world_size > 1) {
       // The id travels over MPI, which also says who is who.
@@ -43,6 +48,7 @@ class NcclCommunicator final : public Communicator {
       local_rank_ = mpi_->local_rank();
       if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
       mpi_->broadcast_bytes(&id, sizeof(id), 0);
+      watch_ = make_collective_watch(mpi_, timeout_s);
     } else {
       check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
     }
@@ -58,6 +64,7 @@ class NcclCommunicator final : public Communicator {
   int local_rank() const override { return local_rank_; }
   void all_reduce_sum(Tensor& t) override {
     check_device(t, "all_reduce_sum");
+    arrive("all_reduce_sum");
     check_nccl(ncclAllReduce(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()),
                              ncclSum, comm_, cuda::stream()),
                "ncclAllReduce");
@@ -65,12 +72,14 @@ class NcclCommunicator final : public Communicator {
   void broadcast(Tensor& t, int root) override {
     check_device(t, "broadcast");
     MINIDL_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " is not a rank");
+    arrive("broadcast");
     check_nccl(ncclBroadcast(t.raw_data(), t.raw_data(), t.nbytes(), ncclUint8, root, comm_, cuda::stream()),
                "ncclBroadcast");
   }
   void all_gather(const Tensor& in, Tensor& out) override {
     check_device(in, "all_gather");
     check_collective(in, out, size_, Collective::AllGather);
+    arrive("all_gather");
     check_nccl(ncclAllGather(in.raw_data(), out.raw_data(), in.nbytes(), ncclUint8, comm_, cuda::stream()),
                "ncclAllGather");
   }
@@ -78,6 +87,7 @@ class NcclCommunicator final : public Communicator {
     check_device(in, "all_to_all");
     check_collective(in, out, size_, Collective::AllToAll);
     const size_t chunk = in.nbytes() / static_cast<size_t>(size_);
+    arrive("all_to_all");
     const auto* src = static_cast<const char*>(in.raw_data());
     auto* dst = static_cast<char*>(out.raw_data());
     check_nccl(ncclGroupStart(), "ncclGroupStart");
@@ -90,7 +100,12 @@ class NcclCommunicator final : public Communicator {
   }
   void barrier() override {
     MINIDL_CUDA_CHECK(cudaStreamSynchronize(cuda::stream()));
-    if (mpi_) mpi_->barrier();
+    if (!watch_) return;
+    watch_->enter("barrier");
+    watch_->barrier();
+  }
+  void set_timeout_report(TimeoutReport report) override {
+    if (watch_) watch_->set_report(std::move(report));
   }
 
  private:
@@ -98,7 +113,13 @@ class NcclCommunicator final : public Communicator {
     check_dense(t, op);
     MINIDL_CHECK(t.is_cuda(), "NCCL ", op, ": the NCCL backend takes CUDA tensors, got ", t.str());
   }
+  void arrive(const char* op) {
+    if (!watch_) return;
+    watch_->enter(op);
+    watch_->wait_for_arrivals();
+  }
   std::shared_ptr<MpiWorld> mpi_;
+  std::unique_ptr<CollectiveWatch> watch_;  // with several ranks
   ncclComm_t comm_ = nullptr;
   int size_ = 1, rank_ = 0, local_rank_ = 0;
 };
@@ -107,15 +128,15 @@ class NcclCommunicator final : public Communicator {
 
 bool built_with_nccl() { return true; }
 
-std::unique_ptr<Communicator> make_nccl_communicator(const Launch& launch) {
-  return std::make_unique<NcclCommunicator>(launch);
+std::unique_ptr<Communicator> make_nccl_communicator(const Launch& launch, double timeout_s) {
+  return std::make_unique<NcclCommunicator>(launch, timeout_s);
 }
 
 #else
 
 bool built_with_nccl() { return false; }
 
-std::unique_ptr<Communicator> make_nccl_communicator(const Launch&) {
+std::unique_ptr<Communicator> make_nccl_communicator(const Launch&, double) {
   fail("--dist nccl: this minidl was built without NCCL (it needs the CUDA backend and nccl.h beside the CUDA "
        "toolkit)");
 }

@@ -6,6 +6,9 @@
 #   3. A 2-rank run stopped after its first epoch and resumed by 2 ranks == an uninterrupted one;
 #      resumed by 1 rank it is refused unless --set accumulate_steps=2, and then equal too.
 #   4. A rank killed mid-run ends the whole job, non-zero, with a message naming the rank.
+#   5. A rank that hangs without dying: after --dist-timeout, rank 0 names it and ends the job,
+#      non-zero, and the checkpoint written before resumes to the uninterrupted run's bits; when
+#      rank 0 hangs, rank 1 ends the job a little later, saying so.
 #   tests/dist_test.sh MINIDL SOURCE_DIR CIFAR10_DIR
 # Exit 4 (ctest: skipped) without mpirun, without the data, or with a minidl built without MPI.
 set -euo pipefail
@@ -100,3 +103,35 @@ job=
 grep -Eq "rank 1 .*(exited on signal 9|Killed)" "$work/killed.out" ||
   { cat "$work/killed.out"; echo "FAIL: no message naming rank 1"; exit 1; }
 echo "dist: a killed rank ends the job (rc $rc): $(grep -Eo "process rank 1 .*" "$work/killed.out" | head -1)"
+
+# A rank that hangs (MINIDL_TEST_HANG_AT, set for one rank only) after step 2, the end of epoch 1:
+# the other rank waits --dist-timeout in its next collective, then the job ends, naming the rank.
+hang_rank() {  # RANK NAME ARGS...: a 2-rank run of `small` and `two` whose rank RANK hangs after step 2
+  local rank=$1 name=$2; shift 2
+  local t0=$SECONDS rc=0
+  timeout 120 "${mpi[@]}" sh -c '[ "$OMPI_COMM_WORLD_RANK" = "$0" ] && export MINIDL_TEST_HANG_AT=step:2; exec "$@"' \
+    "$rank" "$minidl" train "${small[@]}" "${two[@]}" --dist-timeout 3 --output "$work/$name" "$@" >"$work/$name.out" 2>&1 ||
+    rc=$?
+  elapsed=$((SECONDS - t0))
+  [ "$rc" -ne 124 ] || { cat "$work/$name.out"; echo "FAIL: the job still ran 120 s after rank $rank hung"; exit 1; }
+  [ "$rc" -ne 0 ] || { cat "$work/$name.out"; echo "FAIL: the job exited 0 although rank $rank hung"; exit 1; }
+  [ "$elapsed" -le 30 ] || { cat "$work/$name.out"; echo "FAIL: the job took ${elapsed} s to end after rank $rank hung"; exit 1; }
+}
+hang_rank 1 hung
+said="minidl: error: rank 1 of 2 did not reach collective #[0-9]+ \(all_gather\) within 3 s \(it is at #[0-9]+\): it hangs or is stuck; ending the job \(rank 0 is at step 2; the last checkpoint, step 2, is intact\)"
+grep -Eq "$said" "$work/hung.out" || { cat "$work/hung.out"; echo "FAIL: rank 0 did not name rank 1, the rank that hangs"; exit 1; }
+grep -q "^error: rank 1 of 2 did not reach" "$work/hung/log.txt" || { cat "$work/hung/log.txt"; echo "FAIL: log.txt does not say why the run ended"; exit 1; }
+[ "$(grep -c "^minidl: error: " "$work/hung.out")" -eq 1 ] || { cat "$work/hung.out"; echo "FAIL: more than one rank said why the job ended"; exit 1; }
+"${mpi[@]}" "$minidl" train --resume "$work/hung" >"$work/hung2.out" 2>&1 ||
+  { cat "$work/hung2.out"; echo "FAIL: the checkpoint of the run whose rank hung did not resume"; exit 1; }
+grep -q "resumed at step 2" "$work/hung2.out" || { cat "$work/hung2.out"; echo "FAIL: did not resume at step 2"; exit 1; }
+a=$(sha256sum <"$work/whole/model.safetensors" | cut -d' ' -f1)
+b=$(sha256sum <"$work/hung/model.safetensors" | cut -d' ' -f1)
+[ "$a" = "$b" ] || { echo "FAIL: resumed after the hang ($b) differs from the uninterrupted run ($a)"; exit 1; }
+echo "dist: a rank that hangs ends the job in ${elapsed} s: $(grep -Eo "rank 1 of 2 did not reach[^:]*" "$work/hung.out")"
+
+# Rank 0 hangs: rank 1, which gives rank 0 a tenth of the timeout more (at least 2 s), ends the job.
+hang_rank 0 hung0
+said="minidl: error: rank 1 of 2: collective #[0-9]+ \(all_gather\) did not complete within 5 s, and rank 0, which names a rank that does not arrive, did not end the job: rank 0 hangs or is stuck; ending the job \(rank 1 is at step 2\)"
+grep -Eq "$said" "$work/hung0.out" || { cat "$work/hung0.out"; echo "FAIL: rank 1 did not say that rank 0 hangs"; exit 1; }
+echo "dist: rank 0 hanging ends the job in ${elapsed} s, by rank 1"

@@ -2,6 +2,7 @@
 // vectors in global order, exactly as a chain of adds; the single-process communicator; the
 // launcher's variables; the refusals of make_communicator; and the loader's micro-batches, which
 // together are the whole batch, bit for bit. The multi-rank checks are tests/dist_test.sh.
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -115,6 +116,9 @@ TEST_CASE("dist: make_communicator picks the backend and refuses what cannot wor
   CHECK(std::string(make_communicator("single", one, Device::cpu())->backend()) == "single");
   REQUIRE_THROWS_WITH(make_communicator("gloo", one, Device::cpu()), Catch::Contains("expected auto, single, mpi or nccl"));
   REQUIRE_THROWS_WITH(make_communicator("nccl", one, Device::cpu()), Catch::Contains("NCCL reduces CUDA tensors"));
+  for (const double timeout : {0.0, -1.0, 1e9, std::nan("")})
+    REQUIRE_THROWS_WITH(make_communicator("auto", one, Device::cpu(), timeout),
+                        Catch::Contains("--dist-timeout: expected seconds in (0, 604800]"));
   Launch two;
   two.world_size = 2;
   two.rank = 1;

@@ -95,7 +95,18 @@ Run::Run(const RunOptions& options) : options_(options) {
   // reads the checkpoint it resumes from.
   select_local_gpu(launch);
   device_ = setup_compute(config_);
-  comm_ = make_communicator(options.dist, launch, device_);
+  comm_ = make_communicator(options.dist, launch, device_, options.dist_timeout);
+  // Rank 0 alone writes checkpoints, so only it can say that the last one is on disk.
+  Communicator::TimeoutReport report;
+  report.where = [this] {
+    if (!writer()) return str("at step ", step_);
+    return str("at step ", step_, checkpointed_step_ >= 0 ? str("; the last checkpoint, step ", checkpointed_step_, ", is intact")
+                                                          : std::string("; no checkpoint was written yet"));
+  };
+  report.record = [this](const std::string& message) {
+    if (log_) log_->error(message);
+  };
+  comm_->set_timeout_report(std::move(report));
   trainer_ = std::make_unique<Trainer>(config_, device_);
   trainer_->set_communicator(comm_);
   MINIDL_CHECK(!options.profile || trainer_->micro_batches() == 1, "--profile times steps of one micro-batch; this ",

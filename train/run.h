@@ -36,6 +36,7 @@ struct RunOptions {
   int64_t max_steps = 0;                // > 0: stop after this many global steps (repro, smoke tests)
   bool profile = false;                 // print a per-layer breakdown after the first epoch
   std::string dist = "auto";            // the communicator backend (dist/communicator.h)
+  double dist_timeout = 600;            // seconds a rank waits in a collective (kDefaultDistTimeoutSeconds)
 };
 
 // How a run ended and what it measured.
