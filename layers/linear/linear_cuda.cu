@@ -16,6 +16,7 @@
 #include "core/half_types.h"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
+#include "layers/linear/linear_bias_gemm.h"
 #include "layers/linear/linear_kernels.h"
 
 namespace minidl::kernels {
@@ -158,7 +159,9 @@ void linear_forward_half_cuda(DType dtype, int64_t rows, int64_t in, int64_t out
     gemm_half(dtype, cuda_type(dtype), CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, w, in, x, in, y);
     return;
   }
-  // The bias joins the float32 product and the sum is rounded once, in one pass over the product.
+  // The bias joins the float32 product and the sum is rounded once: in the GEMM's epilogue where
+  // cuBLASLt has an algorithm for the shape, else in one pass over a float32 product.
+  if (linear_forward_bias_gemm_cuda(dtype, rows, in, out, x, w, b, y)) return;
   auto product = float_scratch(rows * out);
   float* p = static_cast<float*>(product.get());
   gemm_half(dtype, CUDA_R_32F, CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, w, in, x, in, p);

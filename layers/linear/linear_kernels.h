@@ -28,7 +28,7 @@ void linear_backward_bias_cuda(int64_t rows, int64_t out, const float* dy, float
 // The same on CUDA with every operand of `dtype` (bfloat16 or float16; the CPU runs half Linear
 // storage-rounded instead): cuBLAS GemmEx on tensor cores with float32 accumulation, each output
 // rounded once to the half type. The forward adds b (may be null) to the float32 product before
-// that rounding; the bias gradient sums dy in float32 as linear_backward_bias_cuda does.
+// that rounding (in cuBLASLt's epilogue where it can: linear_bias_gemm.h); the bias gradient sums dy in float32 as linear_backward_bias_cuda does.
 void linear_forward_half_cuda(DType dtype, int64_t rows, int64_t in, int64_t out, const void* x, const void* w,
                               const void* b, void* y);
 void linear_backward_data_half_cuda(DType dtype, int64_t rows, int64_t in, int64_t out, const void* dy,
