@@ -194,7 +194,7 @@ File open_for_read(const std::string& path, uint64_t* size) {
   return f;
 }
 
-std::string serialize_header(const std::vector<std::pair<std::string, Tensor>>& tensors,
+std::string serialize_header(const std::vector<TensorBytes>& tensors,
                              const std::map<std::string, std::string>& metadata,
                              const std::string& path) {
   ordered_json j = ordered_json::object();
@@ -205,20 +205,19 @@ std::string serialize_header(const std::vector<std::pair<std::string, Tensor>>& 
   }
   std::set<std::string> seen;
   uint64_t offset = 0;
-  for (const auto& [name, t] : tensors) {
-    MINIDL_CHECK(t.defined(), "save_safetensors '", path, "': tensor '", name, "' is undefined");
-    MINIDL_CHECK(name != "__metadata__", "save_safetensors '", path,
+  for (const TensorBytes& t : tensors) {
+    MINIDL_CHECK(t.name != "__metadata__", "save_safetensors '", path,
                  "': '__metadata__' is reserved and cannot name a tensor");
-    MINIDL_CHECK(seen.insert(name).second, "save_safetensors '", path, "': tensor name '", name,
+    MINIDL_CHECK(seen.insert(t.name).second, "save_safetensors '", path, "': tensor name '", t.name,
                  "' appears twice");
-    MINIDL_CHECK(t.is_contiguous(), "save_safetensors '", path, "': tensor '", name,
-                 "' is not contiguous");
+    MINIDL_CHECK(t.nbytes == static_cast<size_t>(shape_numel(t.shape)) * dtype_size(t.dtype), "save_safetensors '",
+                 path, "': tensor '", t.name, "' has ", t.nbytes, " bytes for shape ", shape_str(t.shape));
     ordered_json e;
-    e["dtype"] = safetensors_dtype(t.dtype());
-    e["shape"] = t.shape();
-    e["data_offsets"] = {offset, offset + t.nbytes()};
-    offset += t.nbytes();
-    j[name] = e;
+    e["dtype"] = safetensors_dtype(t.dtype);
+    e["shape"] = t.shape;
+    e["data_offsets"] = {offset, offset + t.nbytes};
+    offset += t.nbytes;
+    j[t.name] = e;
   }
   std::string text = j.dump();
   // Pad with spaces (valid JSON whitespace) so the data section starts 8-byte aligned.
@@ -228,9 +227,33 @@ std::string serialize_header(const std::vector<std::pair<std::string, Tensor>>& 
 
 }  // namespace
 
+std::vector<TensorBytes> tensor_bytes(const std::vector<std::pair<std::string, Tensor>>& host_tensors) {
+  std::vector<TensorBytes> out;
+  out.reserve(host_tensors.size());
+  for (const auto& [name, t] : host_tensors) {
+    MINIDL_CHECK(t.defined(), "tensor '", text_excerpt(name), "' is undefined");
+    MINIDL_CHECK(!t.is_cuda(), "tensor '", text_excerpt(name), "' is not a host tensor");
+    MINIDL_CHECK(t.is_contiguous(), "tensor '", text_excerpt(name), "' is not contiguous");
+    out.push_back({name, t.dtype(), t.shape(), t.raw_data(), t.nbytes()});
+  }
+  return out;
+}
+
 void save_safetensors(const std::string& path,
                       const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata) {
+  std::vector<std::pair<std::string, Tensor>> host;
+  host.reserve(tensors.size());
+  for (const auto& [name, t] : tensors) {
+    MINIDL_CHECK(t.defined(), "save_safetensors '", path, "': tensor '", name, "' is undefined");
+    MINIDL_CHECK(t.is_contiguous(), "save_safetensors '", path, "': tensor '", name, "' is not contiguous");
+    host.emplace_back(name, t.cpu());
+  }
+  save_safetensors_bytes(path, tensor_bytes(host), metadata);
+}
+
+void save_safetensors_bytes(const std::string& path, const std::vector<TensorBytes>& tensors,
+                            const std::map<std::string, std::string>& metadata) {
   const std::string header = serialize_header(tensors, metadata, path);
   AtomicFile f(path, "safetensors file");
   uint8_t len_bytes[8];
@@ -238,10 +261,7 @@ void save_safetensors(const std::string& path,
   for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<uint8_t>(n >> (8 * i));
   f.write(len_bytes, 8);
   f.write(header.data(), header.size());
-  for (const auto& entry : tensors) {
-    const Tensor host = entry.second.cpu();
-    f.write(host.raw_data(), host.nbytes());
-  }
+  for (const TensorBytes& t : tensors) f.write(t.data, t.nbytes);
   f.commit();
 }
 

@@ -30,6 +30,25 @@ void save_safetensors(const std::string& path,
                       const std::vector<std::pair<std::string, Tensor>>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
+// A tensor as bytes in host memory, with what the header says of it. save_safetensors_bytes
+// writes these, touching no Tensor: a thread other than the one that owns the tensors and their
+// allocators (train/checkpoint_writer.h) writes a file from its own buffers this way.
+struct TensorBytes {
+  std::string name;
+  DType dtype = DType::Float32;
+  Shape shape;
+  const void* data = nullptr;  // `nbytes` bytes: the elements in order, little-endian
+  size_t nbytes = 0;
+};
+
+// Views of contiguous host tensors, which must outlive them.
+std::vector<TensorBytes> tensor_bytes(const std::vector<std::pair<std::string, Tensor>>& host_tensors);
+
+// save_safetensors from bytes: the same file for the same tensors (save_safetensors writes
+// through it).
+void save_safetensors_bytes(const std::string& path, const std::vector<TensorBytes>& tensors,
+                            const std::map<std::string, std::string>& metadata = {});
+
 // Reads and validates a whole file; every error names the path and what is wrong with it.
 SafeTensors load_safetensors(const std::string& path);
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The kill test (docs/reliability.md): a small quick_cpu run is killed with SIGKILL at random
 # moments (inside a step range, while evaluating, while a checkpoint or the weights are being
-# written, and once by a real `kill -9` after a random delay), resumed until it finishes, and
-# must end with the same steps.jsonl, weights and epoch metrics as a run never killed.
+# written, while a background checkpoint write is held open, and once by a real `kill -9` after
+# a random delay), resumed until it finishes, and must end with the same steps.jsonl, weights and
+# epoch metrics as a run never killed.
 # The kill points come from MINIDL_TEST_KILL_AT (core/test_hooks.h), so a failure replays with
 # the seed the script prints. About a minute on 2 CPU cores.
 # With --gpu the run is configs/resnet9_bf16.json on CUDA (bf16, channels_last, CUDA graph), the
@@ -110,6 +111,34 @@ kill_at steps "step:$first" "step:$((first + RANDOM % 9 + 2))"
 kill_at eval "eval:$((RANDOM % 2 + 1))"
 kill_at checkpoint_write "write:checkpoint.safetensors#$((RANDOM % 4 + 1))"
 kill_at weights_write "write:model.safetensors"
+
+# A kill -9 while a checkpoint is written in the background: the write of step 6's checkpoint is
+# held (MINIDL_TEST_PAUSE_CHECKPOINT_WRITE) while training goes on to the epoch's end, so the
+# process dies with the step-4 checkpoint on disk and steps.jsonl holding steps past it.
+dir="$work/kill_in_write"
+"$minidl" train "${run[@]}" --output "$dir" --max-steps 4 >"$work/held.out" 2>&1 || fail "held write: the first run failed"
+MINIDL_TEST_PAUSE_CHECKPOINT_WRITE="$work/go" "$minidl" train --resume "$dir" >"$work/held.out" 2>&1 &
+pid=$!
+for _ in $(seq 1200); do
+  [ -f "$work/go.waiting" ] && [ "$(grep -c . "$dir/steps.jsonl")" -ge 8 ] && break
+  sleep 0.05
+done
+lines=$(grep -c . "$dir/steps.jsonl")
+kill -9 "$pid" 2>/dev/null
+wait "$pid"
+on_disk=$(python3 - "$dir/checkpoint.safetensors" <<'PY'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+print(json.loads(raw[8:8 + n])["__metadata__"]["step"])
+PY
+)
+if [ ! -f "$work/go.waiting" ] || [ "$lines" -lt 8 ] || [ "$on_disk" != 4 ]; then
+  fail "held write: expected the write held, 8 steps logged and the step-4 checkpoint on disk; got" \
+    "$([ -f "$work/go.waiting" ] && echo held || echo 'not held'), $lines steps, checkpoint at step $on_disk"
+else
+  check "kill -9 during a held background write (checkpoint at step 4, $lines steps logged)" "$dir"
+fi
 
 # A real kill -9 at a random moment of a run (it may have finished, or not started training).
 dir="$work/kill9"

@@ -7,7 +7,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <set>
 
 #include "train/checkpoint.h"
 #include "train/run_folder.h"
@@ -361,4 +363,81 @@ TEST_CASE("resume: a run ended part-way through an epoch (fractional epochs, --m
             safetensors_payload_sha256(run + "/model.safetensors"));
     REQUIRE(test::read_json_lines(run + "/metrics.jsonl").size() == 2);  // the partial epoch's record replaced
   }
+}
+
+// ---- Checkpoints written in the background (train/checkpoint_writer.h) ----
+
+namespace {
+
+// Calls `action` as the `at`-th training step's forward starts (as SignalAtStep counts).
+struct AtStep : ForwardObserver {
+  AtStep(int at, std::function<void()> action) : at_(at), action_(std::move(action)) { set_forward_observer(this); }
+  ~AtStep() override { set_forward_observer(nullptr); }
+  void enter(const Module& m) override {
+    if (m.path().empty() && m.is_training() && ++seen_ == at_) action_();
+  }
+  void exit(const Module&, const Tensor&, const Tensor&) override {}
+  int at_, seen_ = 0;
+  std::function<void()> action_;
+};
+
+std::set<std::string> checkpoint_files(const std::string& dir) {
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    if (name.find("checkpoint") == 0) names.insert(name);
+  }
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("checkpoints by cadence: a stopped run leaves complete ones, kept in order, and resumes bit-exact",
+          "[training][resume]") {
+  MINIDL_REQUIRE_DATA();
+  const std::string root = test_root() + "/cadence";
+  fs::remove_all(root);
+  const std::string config = write_config(root), a = root + "/a", b = root + "/b";
+  RunOptions oa = options_for(config, a), ob = options_for(config, b);
+  oa.overrides = ob.overrides = {"checkpoint.every_steps=2", "checkpoint.keep=3"};
+  REQUIRE(run_training(oa) == 0);
+  {
+    SignalAtStep at(SIGINT, 5);  // checkpoints at steps 2 and 4 by cadence, then the stop's at 5
+    REQUIRE(run_training(ob) == 130);
+  }
+  REQUIRE_THAT(slurp(b + "/log.txt"), Catch::Contains("wrote " + b + "/checkpoint.safetensors at step 5"));
+  REQUIRE(checkpoint_files(b) == std::set<std::string>{"checkpoint.safetensors", "checkpoint.step-2.safetensors",
+                                                      "checkpoint.step-4.safetensors"});
+  // Each is complete: read_checkpoint_info checks every tensor against the recorded CRC-32.
+  REQUIRE(read_checkpoint_info(b + "/checkpoint.safetensors").step == 5);
+  REQUIRE(read_checkpoint_info(b + "/checkpoint.step-4.safetensors").step == 4);
+  REQUIRE(read_checkpoint_info(b + "/checkpoint.step-2.safetensors").step == 2);
+  REQUIRE(run_training(resume_of(b)) == 0);
+  REQUIRE(slurp(a + "/steps.jsonl") == slurp(b + "/steps.jsonl"));
+  REQUIRE(safetensors_payload_sha256(a + "/model.safetensors") == safetensors_payload_sha256(b + "/model.safetensors"));
+  REQUIRE(checkpoint_files(a) == std::set<std::string>{"checkpoint.safetensors", "checkpoint.step-12.safetensors",
+                                                      "checkpoint.step-14.safetensors"});
+  REQUIRE(checkpoint_files(b) == checkpoint_files(a));
+  REQUIRE(safetensors_payload_sha256(a + "/checkpoint.safetensors") ==
+          safetensors_payload_sha256(b + "/checkpoint.safetensors"));
+}
+
+TEST_CASE("checkpoints by cadence: a failed background write ends the run with an error naming the file",
+          "[training]") {
+  MINIDL_REQUIRE_DATA();
+  const std::string root = test_root() + "/write_error";
+  fs::remove_all(root);
+  const std::string run = root + "/run", ckpt = run + "/checkpoint.safetensors";
+  RunOptions o = options_for(write_config(root), run);
+  o.overrides = {"checkpoint.every_steps=2"};
+  {
+    // Once the run has started, a folder where the checkpoint goes: no file can be renamed over
+    // it, whoever runs the test. The write of step 2's fails in the background and ends the run
+    // at the next checkpoint.
+    AtStep at(1, [&] { fs::create_directories(ckpt + "/in_the_way"); });
+    REQUIRE_THROWS_WITH(run_training(o), Catch::Contains("cannot write safetensors file '" + ckpt + "'") &&
+                                             Catch::Contains("Is a directory"));
+  }
+  REQUIRE_THAT(slurp(run + "/log.txt"), Catch::Contains("error: cannot write safetensors file '" + ckpt + "'"));
+  REQUIRE_FALSE(fs::exists(run + "/summary.json"));
 }

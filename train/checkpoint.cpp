@@ -94,11 +94,13 @@ CheckpointInfo info_from_metadata(const std::map<std::string, std::string>& meta
 
 }  // namespace
 
-void save_checkpoint(const std::string& path, const Module& model, const Optimizer& optimizer,
-                     const CheckpointInfo& info) {
+std::vector<std::pair<std::string, Tensor>> checkpoint_tensors(const Module& model, const Optimizer& optimizer) {
   std::vector<std::pair<std::string, Tensor>> tensors = model.state_dict();
   for (auto& [name, t] : optimizer.state_tensors()) tensors.push_back({kOptimizerPrefix + name, t});
-  for (auto& entry : tensors) entry.second = entry.second.cpu();
+  return tensors;
+}
+
+std::map<std::string, std::string> checkpoint_metadata(const Optimizer& optimizer, const CheckpointInfo& info) {
   std::map<std::string, std::string> meta{{"format", kFormat},
                                           {"epoch", std::to_string(info.epoch)},
                                           {"step", std::to_string(info.step)},
@@ -112,9 +114,20 @@ void save_checkpoint(const std::string& path, const Module& model, const Optimiz
   if (!info.grad_scaler.is_null()) meta["grad_scaler"] = info.grad_scaler.dump();
   if (!info.classes.is_null()) meta["classes"] = info.classes.dump();
   if (info.world_size > 1) meta["world_size"] = std::to_string(info.world_size);
-  for (auto& entry : tensors) entry.second = entry.second.cpu();  // the checksum reads host bytes
-  meta[kPayloadCrc32] = tensors_crc32(tensors);
-  save_safetensors(path, tensors, meta);
+  return meta;
+}
+
+void save_checkpoint_bytes(const std::string& path, const std::vector<TensorBytes>& tensors,
+                           std::map<std::string, std::string> metadata) {
+  metadata[kPayloadCrc32] = tensors_crc32(tensors);
+  save_safetensors_bytes(path, tensors, metadata);
+}
+
+void save_checkpoint(const std::string& path, const Module& model, const Optimizer& optimizer,
+                     const CheckpointInfo& info) {
+  std::vector<std::pair<std::string, Tensor>> tensors = checkpoint_tensors(model, optimizer);
+  for (auto& entry : tensors) entry.second = entry.second.cpu();
+  save_checkpoint_bytes(path, tensor_bytes(tensors), checkpoint_metadata(optimizer, info));
 }
 
 bool is_kept_checkpoint_name(const std::string& name) {
@@ -126,18 +139,19 @@ bool is_kept_checkpoint_name(const std::string& name) {
   return digits.size() <= 18 && digits.find_first_not_of("0123456789") == std::string::npos;
 }
 
-void write_run_checkpoint(const std::string& dir, const Module& model, const Optimizer& optimizer,
-                          const CheckpointInfo& info, int64_t previous_step, int64_t keep) {
+void write_run_checkpoint(const std::string& dir, const std::vector<TensorBytes>& tensors,
+                          std::map<std::string, std::string> metadata, int64_t step, int64_t previous_step,
+                          int64_t keep) {
   const fs::path latest = fs::path(dir) / "checkpoint.safetensors";
   std::error_code ec;
-  if (keep > 1 && previous_step >= 0 && previous_step != info.step && fs::exists(latest, ec)) {
+  if (keep > 1 && previous_step >= 0 && previous_step != step && fs::exists(latest, ec)) {
     // A second name for the current file: the rename of the new one over `latest` leaves it intact.
     const fs::path kept = fs::path(dir) / str("checkpoint.step-", previous_step, ".safetensors");
     fs::remove(kept, ec);
     fs::create_hard_link(latest, kept, ec);
     MINIDL_CHECK(!ec, "cannot keep the checkpoint at step ", previous_step, " as '", kept.string(), "': ", ec.message());
   }
-  save_checkpoint(latest.string(), model, optimizer, info);
+  save_checkpoint_bytes(latest.string(), tensors, std::move(metadata));
   std::vector<std::pair<int64_t, fs::path>> kept;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string name = e.path().filename().string();
@@ -186,11 +200,12 @@ void check_tensors(const SafeTensors& st, const std::string& path) {
 }  // namespace
 
 std::string tensors_crc32(const std::vector<std::pair<std::string, Tensor>>& host_tensors) {
+  return tensors_crc32(tensor_bytes(host_tensors));
+}
+
+std::string tensors_crc32(const std::vector<TensorBytes>& tensors) {
   uLong crc = crc32_z(0L, Z_NULL, 0);
-  for (const auto& [name, t] : host_tensors) {
-    MINIDL_CHECK(!t.is_cuda(), "tensors_crc32: '", text_excerpt(name), "' is not a host tensor");
-    crc = crc32_z(crc, static_cast<const Bytef*>(t.raw_data()), t.nbytes());
-  }
+  for (const TensorBytes& t : tensors) crc = crc32_z(crc, static_cast<const Bytef*>(t.data), t.nbytes);
   char hex[9];
   std::snprintf(hex, sizeof hex, "%08lx", static_cast<unsigned long>(crc));
   return hex;

@@ -5,11 +5,13 @@
 // alone, loadable by PyTorch (safetensors.torch.load_file + load_state_dict).
 #pragma once
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/safetensors.h"
 #include "layers/module.h"
 #include "optim/optimizer.h"
 
@@ -40,15 +42,29 @@ struct CheckpointInfo {
   int64_t world_size = 1;
 };
 
+// The checkpoint of `model` and `optimizer` at `info`, written to `path` on the calling thread.
 void save_checkpoint(const std::string& path, const Module& model, const Optimizer& optimizer,
                      const CheckpointInfo& info);
-// The run's checkpoint DIR/checkpoint.safetensors, written atomically: the one it replaces stays
-// complete until the new one is. With keep > 1 the replaced one (at step `previous_step`, -1:
-// none) stays as DIR/checkpoint.step-<step>.safetensors, and the keep - 1 newest of those are kept.
-void write_run_checkpoint(const std::string& dir, const Module& model, const Optimizer& optimizer,
-                          const CheckpointInfo& info, int64_t previous_step, int64_t keep);
 // "checkpoint.step-<N>.safetensors": a kept earlier checkpoint of a run.
 bool is_kept_checkpoint_name(const std::string& name);
+
+// The parts of a checkpoint, so a writer can take them on one thread and write them on another
+// (train/checkpoint_writer.h). The tensors, in file order: the model's state dict, then the
+// optimizer's state as "optimizer.<name>" (on their devices).
+std::vector<std::pair<std::string, Tensor>> checkpoint_tensors(const Module& model, const Optimizer& optimizer);
+// The metadata at `info`, without "payload_crc32" (computed from the bytes as they are written).
+std::map<std::string, std::string> checkpoint_metadata(const Optimizer& optimizer, const CheckpointInfo& info);
+// The checkpoint file of `tensors` (host bytes in checkpoint_tensors' order) and `metadata`, its
+// CRC-32 added. Touches no Tensor: safe on any thread.
+void save_checkpoint_bytes(const std::string& path, const std::vector<TensorBytes>& tensors,
+                           std::map<std::string, std::string> metadata);
+// The run's checkpoint DIR/checkpoint.safetensors at global step `step`, written atomically: the
+// one it replaces stays complete until the new one is. With keep > 1 the replaced one (at step
+// `previous_step`, -1: none) stays as DIR/checkpoint.step-<previous_step>.safetensors, and the keep - 1
+// newest of those are kept. Touches no Tensor, like save_checkpoint_bytes.
+void write_run_checkpoint(const std::string& dir, const std::vector<TensorBytes>& tensors,
+                          std::map<std::string, std::string> metadata, int64_t step, int64_t previous_step,
+                          int64_t keep);
 
 // Restores model and optimizer state (tensors land on their current device). Every problem
 // (missing file, corrupt file, wrong format, metadata out of range or not an integer, a config
@@ -60,6 +76,7 @@ CheckpointInfo load_checkpoint(const std::string& path, Module& model, Optimizer
 // catches every flipped bit and torn block a disk or a copy makes, and zlib computes it at
 // gigabytes per second (our SHA-256 took seconds per checkpoint of a few hundred MB).
 std::string tensors_crc32(const std::vector<std::pair<std::string, Tensor>>& host_tensors);
+std::string tensors_crc32(const std::vector<TensorBytes>& tensors);
 // Reads only the metadata (resolved config, epoch, step).
 CheckpointInfo read_checkpoint_info(const std::string& path);
 

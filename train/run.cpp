@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <filesystem>
 #include <iostream>
 #include <sstream>
@@ -13,6 +14,7 @@
 #include "core/test_hooks.h"
 #include "dist/communicator.h"
 #include "dist/launch.h"
+#include "train/checkpoint_writer.h"
 #include "train/class_metrics.h"
 #include "train/resume.h"
 #include "train/run_folder.h"
@@ -226,12 +228,20 @@ bool Run::flush(Epoch& e) {
     const float loss = records_[s - e.index * trainer_->steps_per_epoch()].loss;
     log_->step(s, e.index, loss);
     if (!std::isfinite(loss)) {
+      // The message names a checkpoint complete on disk; a failed write is reported after it.
+      std::exception_ptr write_error;
+      try {
+        wait_for_checkpoint();
+      } catch (...) {
+        write_error = std::current_exception();
+      }
       log_->line(str("error: the loss is ", std::isnan(loss) ? "NaN" : loss > 0 ? "+inf" : "-inf", " at step ", s,
                      " (epoch ", e.index + 1, "); stopping. ",
-                     checkpointed_step_ >= 0
+                     saved_step_ >= 0
                          ? str("The last good checkpoint is ", run_dir_, "/", kCheckpointFile, " (at step ",
-                               checkpointed_step_, ")")
+                               saved_step_, ")")
                          : std::string("No checkpoint was written yet")));
+      if (write_error) std::rethrow_exception(write_error);
       return false;
     }
     e.sums.epoch_loss_sum += loss;
@@ -257,11 +267,17 @@ void Run::checkpoint(CheckpointInfo info) {
     info.config = trainer_->resolved_config();
     info.grad_scaler = trainer_->grad_scaler_state();
     info.classes = trainer_->classes();
-    write_run_checkpoint(run_dir_, trainer_->model(), trainer_->optimizer(), info, checkpointed_step_,
-                         config_.checkpoint_keep);
+    wait_for_checkpoint();
+    checkpoint_writer_->write(run_dir_, trainer_->model(), trainer_->optimizer(), info, checkpointed_step_,
+                              config_.checkpoint_keep);
   }
   checkpointed_step_ = info.step;
   checkpointed_at_ = Clock::now();
+}
+
+void Run::wait_for_checkpoint() {
+  if (checkpoint_writer_) checkpoint_writer_->wait();
+  saved_step_ = checkpointed_step_;
 }
 
 int Run::stopped_by(int sig, Epoch& e) {
@@ -272,6 +288,7 @@ int Run::stopped_by(int sig, Epoch& e) {
     checkpoint(position(e, false));
     saved = str("wrote ", run_dir_, "/", kCheckpointFile, " at step ", step_);
   }
+  wait_for_checkpoint();
   const int64_t spe = trainer_->steps_per_epoch();
   log_->line(str("stopped by ", signal_name(sig), " after step ", step_, " (epoch ", e.index + 1, ", step ",
                  step_ - e.index * spe, " of ", spe, "): ", saved, "; continue with: minidl train --resume ", run_dir_));
@@ -369,12 +386,19 @@ RunResult Run::execute() {
   const std::vector<std::string> stale = writer() ? remove_stale_temp_files(run_dir_) : std::vector<std::string>();
   log_ = std::make_unique<RunLog>(run_dir_, writer());
   if (config_.tensorboard) log_->enable_tensorboard(start_.step);
+  if (writer()) checkpoint_writer_ = std::make_unique<CheckpointWriter>();
   // The run itself; any error from here on is written to log.txt as well as the terminal.
   try {
     log_start(replaced, stale);
     return train_loop();
   } catch (const std::exception& e) {
     log_->error(e.what());
+    // The checkpoint write in flight ends before the run does, and its own failure is reported.
+    try {
+      wait_for_checkpoint();
+    } catch (const std::exception& write_error) {
+      log_->error(write_error.what());
+    }
     throw;
   }
 }
@@ -384,6 +408,7 @@ RunResult Run::train_loop() {
   const int64_t spe = trainer_->steps_per_epoch();
   step_ = start_.step;
   checkpointed_step_ = resume_ ? start_.step : -1;
+  saved_step_ = checkpointed_step_;
   checkpointed_at_ = Clock::now();
   for (int64_t epoch = start_.epoch; epoch < config_.epochs && !stopped_at_limit_; ++epoch) {
     // --profile: 5 warm-up and 20 measured steps (fewer in a short epoch) at the start of the run.
@@ -444,6 +469,7 @@ RunResult Run::ended(int exit_code) const {
 }
 
 RunResult Run::finish() {
+  wait_for_checkpoint();  // summary.json and "done" only once the last checkpoint is on disk
   const DeviceMemoryStats mem = device_memory_stats();
   RunResult r;
   r.steps = step_;

@@ -18,6 +18,7 @@
 
 namespace minidl {
 
+class CheckpointWriter;
 class Communicator;
 class RunLog;
 class RunFolderLock;
@@ -97,7 +98,11 @@ class Run {
   // steps.jsonl and into the epoch's sums; false on a NaN or infinite loss (logged).
   bool flush(Epoch& e);
   CheckpointInfo position(const Epoch& e, bool evaluated) const;
+  // Takes the checkpoint at `info`; rank 0's is written in the background (CheckpointWriter).
   void checkpoint(CheckpointInfo info);
+  // Waits for the checkpoint write in flight (throwing its error): from here the last checkpoint
+  // taken is complete on disk. Every place the run ends waits so.
+  void wait_for_checkpoint();
   // The epoch's end: checkpoint, evaluation, metrics, weights, and the final checkpoint where the
   // run ends. False on a NaN loss.
   bool end_epoch(Epoch& e);
@@ -118,6 +123,8 @@ class Run {
   std::shared_ptr<Communicator> comm_;
   std::unique_ptr<Trainer> trainer_;
   std::unique_ptr<RunFolderLock> lock_;
+  // Rank 0's checkpoints; after lock_, so it is gone (its write finished) before the lock is.
+  std::unique_ptr<CheckpointWriter> checkpoint_writer_;
   std::unique_ptr<RunLog> log_;
   std::unique_ptr<StepProfiler> profiler_;  // --profile, during the first epoch
   // One record per step of an epoch, written by the GPU as the steps finish (pinned memory).
@@ -126,7 +133,8 @@ class Run {
 
   int64_t epoch_ = -1;             // the epoch whose batches the loader gives (-1: none started)
   int64_t step_ = 0;               // the next global step
-  int64_t checkpointed_step_ = -1;  // -1: no checkpoint yet
+  int64_t checkpointed_step_ = -1;  // the last checkpoint taken (-1: none yet)
+  int64_t saved_step_ = -1;         // the last one known complete on disk (-1: none)
   std::chrono::steady_clock::time_point checkpointed_at_;
   bool stopped_at_limit_ = false;  // max_steps reached: no further epoch starts
   bool evaluated_ = false;         // an evaluation ran in this process
