@@ -33,6 +33,21 @@ void axpby(Tensor& y, float a, const Tensor& x, float b, const Tensor* z) {
       });
 }
 
+#ifdef MINIDL_WITH_CUDA
+// f + h on the GPU in one pass, h widened as it is read: the bits of add(f, as_float32(h)) without
+// the float32 copy of h (a transformer's residual adds, a float32 stream plus a half branch,
+// move 5/9 of the bytes). h's gradient is the float32 one rounded to its type, as the cast's.
+Tensor add_float_and_half_cuda(const Tensor& f, const Tensor& h) {
+  Tensor y = Tensor::empty_like(f);
+  kernels::add_float_and_half_cuda(y.data<float>(), f.data<float>(), h.dtype(), h.raw_data(), y.numel());
+  if (autograd::needs_grad({f, h})) {
+    const DType t = h.dtype();
+    autograd::record(y, "add", {f, h}, [t](const Tensor& g) -> std::vector<Tensor> { return {g, g.to(t)}; });
+  }
+  return y;
+}
+#endif
+
 }  // namespace
 
 namespace kernels {
@@ -61,7 +76,14 @@ Tensor add(const Tensor& a, const Tensor& b) {
     return add(a, b.to(a.memory_format()));
   if (holds_half(a) || holds_half(b)) {
     // Two types meet: float32 wins (PyTorch's promotion; bfloat16 + float16 is float32 too).
-    if (a.dtype() != b.dtype()) return add(as_float32(a), as_float32(b));
+    if (a.dtype() != b.dtype()) {
+#ifdef MINIDL_WITH_CUDA
+      const bool one_float = a.dtype() == DType::Float32 || b.dtype() == DType::Float32;
+      if (one_float && a.is_cuda() && b.is_cuda() && a.shape() == b.shape() && a.memory_format() == b.memory_format())
+        return add_float_and_half_cuda(a.dtype() == DType::Float32 ? a : b, a.dtype() == DType::Float32 ? b : a);
+#endif
+      return add(as_float32(a), as_float32(b));
+    }
     // The GPU adds half tensors in their storage type (elementwise.cuh); the CPU widens them.
     if (!a.is_cuda()) return add(as_float32(a), as_float32(b)).to(a.dtype());
   }

@@ -16,6 +16,8 @@ void fill_cpu(float* y, float v, int64_t n);
 void axpby_cpu(float* y, float a, const float* x, float b, const float* z, int64_t n);  // y = a*x + b*z
 void fill_cuda(float* y, float v, int64_t n);
 void axpby_cuda(DType dtype, void* y, float a, const void* x, float b, const void* z, int64_t n);
+// y = f + h with h of the half type `h_dtype`, widened to float32 as it is read.
+void add_float_and_half_cuda(float* y, const float* f, DType h_dtype, const void* h, int64_t n);
 }  // namespace kernels
 
 }  // namespace minidl

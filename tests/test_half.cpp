@@ -11,6 +11,7 @@
 #include <limits>
 #include <utility>
 
+#include "core/autograd.h"
 #include "core/cast_kernels.h"
 #include "core/error.h"
 #include "core/half_types.h"
@@ -373,4 +374,25 @@ TEST_CASE("bf16 and fp16 safetensors agree with PyTorch's bits both ways (MINIDL
   }
   save_safetensors(std::string(dir) + "/minidl_halves.safetensors",
                    {{"source", source}, {"bf16", source.to(DType::BFloat16)}, {"f16", source.to(DType::Float16)}});
+}
+
+TEST_CASE("float32 + half on CUDA: one pass with the bits and gradients of widening first", "[half][cuda]") {
+  MINIDL_REQUIRE_CUDA();
+  for (DType t : {DType::BFloat16, DType::Float16})
+    for (MemoryFormat f : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
+      auto run = [&](bool widen_first) {
+        Tensor a = test::random_tensor({3, 5, 7, 9}, 71, -3.f, 3.f, Device::cuda()).to(f);
+        Tensor b = test::random_tensor({3, 5, 7, 9}, 72, -3.f, 3.f, Device::cuda()).to(t).to(DType::Float32).to(f);
+        a.set_requires_grad(true);
+        b.set_requires_grad(true);
+        const Tensor h = b.to(t);
+        // half + float32 (either order) takes the one-pass kernel; widened by hand it does not.
+        const Tensor y = widen_first ? add(h.to(DType::Float32), a) : add(h, a);
+        REQUIRE(y.dtype() == DType::Float32);
+        REQUIRE(y.memory_format() == f);
+        autograd::backward(y, test::random_tensor({3, 5, 7, 9}, 73, -1.f, 1.f, Device::cuda()).to(f));
+        return std::vector<std::vector<float>>{y.to_vector(), a.grad().to_vector(), b.grad().to_vector()};
+      };
+      CHECK(run(false) == run(true));
+    }
 }

@@ -31,6 +31,13 @@ constexpr int kBlock = 256;
 
 int grid_for(int64_t n) { return cuda::grid_blocks(cuda::ceil_div(n, kBlock), kBlock); }
 
+template <class H>
+__global__ void add_float_and_half_kernel(float* __restrict__ y, const float* __restrict__ f,
+                                          const H* __restrict__ h, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    y[i] = __fadd_rn(f[i], to_float(h[i]));
+}
+
 }  // namespace
 
 void fill_cuda(float* y, float v, int64_t n) {
@@ -46,6 +53,15 @@ void axpby_cuda(DType dtype, void* y, float a, const void* x, float b, const voi
       cuda::launch_map2(static_cast<const T*>(x), static_cast<const T*>(z), static_cast<T*>(y), n, Axpby{a, b});
     else
       cuda::launch_map1(static_cast<const T*>(x), static_cast<T*>(y), n, Scale{a});
+  });
+}
+
+void add_float_and_half_cuda(float* y, const float* f, DType h_dtype, const void* h, int64_t n) {
+  if (n == 0) return;
+  visit_floating(h_dtype, "add_float_and_half", [&](auto tag) {
+    using H = decltype(tag);
+    add_float_and_half_kernel<H><<<grid_for(n), kBlock, 0, cuda::stream()>>>(y, f, static_cast<const H*>(h), n);
+    MINIDL_LAUNCH_CHECK();
   });
 }
 
