@@ -25,7 +25,8 @@ CheckpointWriter::~CheckpointWriter() {
 }
 
 void CheckpointWriter::write(const std::string& dir, const Module& model, const Optimizer& optimizer,
-                             const CheckpointInfo& info, int64_t previous_step, int64_t keep) {
+                             const CheckpointInfo& info, int64_t previous_step, int64_t keep,
+                             const std::string& weights_path) {
   wait();
   const std::vector<std::pair<std::string, Tensor>> tensors = checkpoint_tensors(model, optimizer);
   size_t total = 0;
@@ -58,6 +59,8 @@ void CheckpointWriter::write(const std::string& dir, const Module& model, const 
   step_ = info.step;
   previous_step_ = previous_step;
   keep_ = keep;
+  weights_path_ = weights_path;
+  weights_count_ = model.state_dict().size();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     in_flight_ = true;
@@ -87,6 +90,9 @@ void CheckpointWriter::loop() {
     try {
       test_pause_point("CHECKPOINT_WRITE");
       write_run_checkpoint(dir_, tensors_, metadata_, step_, previous_step_, keep_);
+      if (!weights_path_.empty())
+        save_safetensors_bytes(weights_path_, {tensors_.begin(), tensors_.begin() + static_cast<long>(weights_count_)},
+                               {{"format", "pt"}});
     } catch (...) {
       error = std::current_exception();
     }

@@ -260,7 +260,7 @@ CheckpointInfo Run::position(const Epoch& e, bool evaluated) const {
   return info;
 }
 
-void Run::checkpoint(CheckpointInfo info) {
+void Run::checkpoint(CheckpointInfo info, bool with_weights) {
   log_->end_progress();  // steps.jsonl holds every step the checkpoint has trained
   if (writer()) {
     info.world_size = comm_->world_size();
@@ -269,7 +269,7 @@ void Run::checkpoint(CheckpointInfo info) {
     info.classes = trainer_->classes();
     wait_for_checkpoint();
     checkpoint_writer_->write(run_dir_, trainer_->model(), trainer_->optimizer(), info, checkpointed_step_,
-                              config_.checkpoint_keep);
+                              config_.checkpoint_keep, with_weights ? run_dir_ + "/" + kWeights : std::string());
   }
   checkpointed_step_ = info.step;
   checkpointed_at_ = Clock::now();
@@ -310,9 +310,12 @@ bool Run::end_epoch(Epoch& e) {
     profiler_.reset();
   }
   // The checkpoint comes before the evaluation: a run killed while evaluating loses no
-  // training, and evaluates this epoch again when resumed.
+  // training, and evaluates this epoch again when resumed. The epoch's weights (model.safetensors)
+  // are written from the same snapshot, in the background like the checkpoint; a resumed run that
+  // ends an epoch without a new checkpoint (it was written before the evaluation) writes them itself.
   const CheckpointInfo before_eval = position(e, false);
-  if (step_ != checkpointed_step_) checkpoint(before_eval);
+  const bool weights_with_checkpoint = step_ != checkpointed_step_;
+  if (weights_with_checkpoint) checkpoint(before_eval, true);
 
   test_kill_point("eval", e.index + 1);
   const auto e0 = Clock::now();
@@ -344,7 +347,8 @@ bool Run::end_epoch(Epoch& e) {
                  last_tta_ >= 0 ? str("  test+", to_string(config_.tta), " ", fixed(last_tta_, 2), "%") : std::string(), "  lr ",
                  fixed(lr, 4), "  ", fixed(epoch_seconds, 1), "s (", fixed(record["images_per_s"], 0),
                  " img/s)  eval ", fixed(eval_seconds, 1), "s"));
-  if (writer()) save_safetensors(run_dir_ + "/" + kWeights, trainer_->model().state_dict(), {{"format", "pt"}});
+  if (writer() && !weights_with_checkpoint)
+    save_safetensors(run_dir_ + "/" + kWeights, trainer_->model().state_dict(), {{"format", "pt"}});
   // Where the run ends, the checkpoint records that the evaluation is logged, so a resume does
   // not evaluate again (a finished run is refused; --max-steps or more epochs go on).
   if (stopped_at_limit_ || step_ >= trainer_->total_steps()) {

@@ -98,8 +98,9 @@ class Run {
   // steps.jsonl and into the epoch's sums; false on a NaN or infinite loss (logged).
   bool flush(Epoch& e);
   CheckpointInfo position(const Epoch& e, bool evaluated) const;
-  // Takes the checkpoint at `info`; rank 0's is written in the background (CheckpointWriter).
-  void checkpoint(CheckpointInfo info);
+  // Takes the checkpoint at `info`; rank 0's is written in the background (CheckpointWriter), with
+  // model.safetensors from the same snapshot when `with_weights`.
+  void checkpoint(CheckpointInfo info, bool with_weights = false);
   // Waits for the checkpoint write in flight (throwing its error): from here the last checkpoint
   // taken is complete on disk. Every place the run ends waits so.
   void wait_for_checkpoint();
