@@ -88,8 +88,9 @@ int bench_accuracy(const BenchAccuracyOptions& options) {
   const Dataset test{test_host.images.to(dev), test_host.labels.to(dev), test_host.classes, test_host.note};
   std::printf("data: %s\ndata: %s\n", train_host.note.c_str(), test_host.note.c_str());
 
-  std::printf("bench accuracy: %s on %s, %lld runs (seeds 0..%lld), eval.tta %s, %s\n", config_path.c_str(),
-              dev.str().c_str(), static_cast<long long>(runs), static_cast<long long>(runs - 1), to_string(config.tta),
+  std::printf("bench accuracy: %s on %s, %s %s, %lld runs (seeds 0..%lld), eval.tta %s, %s\n", config_path.c_str(),
+              dev.str().c_str(), to_string(*config.precision), to_string(*config.memory_format),
+              static_cast<long long>(runs), static_cast<long long>(runs - 1), to_string(config.tta),
               config.deterministic ? "deterministic" : "not deterministic");
   std::printf("timed per run: model build, data-dependent init, training and the final evaluation (data already in "
               "%s memory)\n", dev.is_cuda() ? "device" : "host");
@@ -119,7 +120,9 @@ int bench_accuracy(const BenchAccuracyOptions& options) {
   std::printf("same seed, same bits (warm-up vs timed seed 0): %s\n", same ? "yes" : "NO");
 
   if (!json_path.empty()) {
-    nlohmann::json j = {{"config", config_path}, {"device", dev.str()}, {"runs", nlohmann::json::array()},
+    nlohmann::json j = {{"config", config_path}, {"device", dev.str()},
+                        {"precision", to_string(*config.precision)},
+                        {"memory_format", to_string(*config.memory_format)}, {"runs", nlohmann::json::array()},
                         {"warmup_seconds", warm.seconds}, {"steps", warm.steps},
                         {"test_acc_mean", a.mean}, {"test_acc_std", a.std}, {"tta_acc_mean", t.mean},
                         {"tta_acc_std", t.std}, {"seconds_mean", s.mean}, {"seconds_std", s.std},

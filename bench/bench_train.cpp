@@ -93,7 +93,8 @@ int bench_train(const BenchTrainOptions& options) {
   const double checkpoint_mb = static_cast<double>(fs::file_size(scratch / "checkpoint.safetensors")) / 1e6;
   fs::remove_all(scratch);
   const double epoch_s = train_s / static_cast<double>(steps) * static_cast<double>(trainer.steps_per_epoch());
-  std::printf("bench train: %s on %s, batch %lld, training step: %s\n", options.config.c_str(), dev.str().c_str(),
+  std::printf("bench train: %s on %s, %s %s, batch %lld, training step: %s\n", options.config.c_str(),
+              dev.str().c_str(), to_string(*config.precision), to_string(*config.memory_format),
               static_cast<long long>(config.batch_size), trainer.step_mode().c_str());
   std::printf("  training:   %.2f ms/step, %.0f images/s (%lld steps after %lld warm-up)\n", wall_ms, train_ips,
               static_cast<long long>(steps), static_cast<long long>(warmup));

@@ -35,14 +35,16 @@ using Named = std::vector<std::pair<std::string, Tensor>>;
 const char* kUsage =
     "usage: minidl parity --spec LAYER_JSON --in IN.safetensors --out OUT.safetensors\n"
     "                     [--device cpu|cuda] [--train|--eval] [--no-tf32]\n"
-    "                     [--precision fp32|bf16|fp16] [--memory-format contiguous|channels_last]\n"
+    "                     [--precision auto|fp32|bf16|fp16] [--memory-format auto|contiguous|channels_last]\n"
     "       minidl parity --config CONFIG.json --in IN.safetensors --out OUT.safetensors\n"
     "                     [--device cpu|cuda] [--no-tf32] [--precision P] [--memory-format F]\n"
     "LAYER_JSON is a file or the JSON text itself; see bench/parity.h and docs/parity.md.";
 
 struct ParityArgs {
   std::string spec, config, in, out, device = "cpu";
-  std::string precision, memory_format;  // a model: empty takes the config's; a layer: fp32, contiguous
+  // A model: empty takes the config's; a layer: fp32, contiguous. "auto": what a run on the device
+  // would choose (train/precision.h).
+  std::string precision, memory_format;
   bool train = true;
   bool mode_given = false;
   bool no_tf32 = false;
@@ -80,8 +82,8 @@ ParityArgs parse_args(const std::vector<std::string>& args) {
     if (a.memory_format.empty()) a.memory_format = "contiguous";
   }
   // A wrong name is refused before any file is read.
-  from_string<Precision>(a.precision.empty() ? "fp32" : a.precision, "precision");
-  from_string<MemoryFormat>(a.memory_format.empty() ? "contiguous" : a.memory_format, "memory_format");
+  from_string_or_auto<Precision>(a.precision.empty() ? "auto" : a.precision, "precision");
+  from_string_or_auto<MemoryFormat>(a.memory_format.empty() ? "auto" : a.memory_format, "memory_format");
   return a;
 }
 
@@ -171,6 +173,7 @@ int run_model(const ParityArgs& a, Device device) {
   TrainConfig cfg = parse_train_config(read_json_file(a.config));
   if (!a.precision.empty()) cfg.precision = from_string<Precision>(a.precision, "precision");
   if (!a.memory_format.empty()) cfg.memory_format = from_string<MemoryFormat>(a.memory_format, "memory_format");
+  cfg = resolve_for_device(cfg, device);
   MINIDL_CHECK(cfg.model.is_object() && cfg.model.contains("layers"), "minidl parity: '", a.config,
                "' has no model.layers");
   set_compute_settings({cfg.deterministic, cfg.allow_tf32 && !a.no_tf32});
@@ -193,8 +196,8 @@ int run_model(const ParityArgs& a, Device device) {
   // gradient clipping, then the update.
   Tensor logits;
   {
-    const AutocastGuard autocast(activation_dtype(cfg.precision));
-    logits = (*model)(x.to(cfg.memory_format));
+    const AutocastGuard autocast(activation_dtype(*cfg.precision));
+    logits = (*model)(x.to(*cfg.memory_format));
   }
   const Tensor loss = cross_entropy(logits, labels.to(device), static_cast<float>(cfg.label_smoothing));
   bool skipped = false;
@@ -235,8 +238,8 @@ int run_model(const ParityArgs& a, Device device) {
   save_safetensors(a.out, out,
                    {{"minidl_parity", "model"},
                     {"config", a.config},
-                    {"precision", to_string(cfg.precision)},
-                    {"memory_format", to_string(cfg.memory_format)},
+                    {"precision", to_string(*cfg.precision)},
+                    {"memory_format", to_string(*cfg.memory_format)},
                     {"device", device.str()},
                     {"lr", str(lr)},
                     {"allow_tf32", compute_settings().allow_tf32 ? "true" : "false"}});
@@ -249,12 +252,15 @@ int run_model(const ParityArgs& a, Device device) {
 }  // namespace
 
 int parity_main(const std::vector<std::string>& args) {
-  const ParityArgs a = parse_args(args);
+  ParityArgs a = parse_args(args);
   if (a.help) {
     std::cout << kUsage << "\n";
     return 0;
   }
   const Device device = parse_device(a.device);
+  // The output's metadata records the choice.
+  if (a.precision == "auto") a.precision = to_string(auto_precision(device.type, compute_capability(device)));
+  if (a.memory_format == "auto") a.memory_format = to_string(auto_memory_format(device.type));
   set_compute_settings({true, !a.no_tf32});
   return a.spec.empty() ? run_model(a, device) : run_layer(a, device);
 }

@@ -35,6 +35,14 @@ Device parse_device(const std::string& name) {
   fail(str("unknown device '", text_excerpt(name), "' (expected cpu, cuda or auto)"));
 }
 
+int compute_capability(Device device) {
+#ifdef MINIDL_WITH_CUDA
+  if (device.is_cuda()) return cuda::compute_capability();
+#endif
+  MINIDL_CHECK(device.is_cpu(), "device ", device.str(), ": this minidl was built without CUDA");
+  return 0;
+}
+
 void synchronize(Device device) {
 #ifdef MINIDL_WITH_CUDA
   if (device.is_cuda()) cuda::synchronize_stream();

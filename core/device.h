@@ -27,6 +27,9 @@ bool cuda_available();
 // "cpu", "cuda", "cuda:0" or "auto" (cuda when available, else cpu). Throws on anything else or
 // on "cuda" when no GPU can be used.
 Device parse_device(const std::string& name);
+// The compute capability of the GPU `device` names, as major * 10 + minor (80 for an A100, 90 for
+// an H100); 0 for the CPU.
+int compute_capability(Device device);
 // Waits until all work queued on `device` has finished (a no-op on the CPU).
 void synchronize(Device device);
 

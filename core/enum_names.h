@@ -5,6 +5,7 @@
 #pragma once
 #include <cstddef>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -61,6 +62,29 @@ E from_string(const std::string& text, const std::string& key) {
   for (const EnumName<E>& n : EnumNames<E>::values)
     if (text == n.name) return n.value;
   fail(str(key, ": expected ", enum_choices<E>(), ", got \"", text_excerpt(text), "\""));
+}
+
+// A choice that may be left to minidl ("precision": "auto"): "auto" is std::nullopt, chosen
+// later from what only the run knows (its device). The names with "auto" first, for messages and
+// docs: "auto", "a", "b" or "c".
+template <typename E>
+std::string enum_choices_or_auto() {
+  return "\"auto\", " + enum_choices<E>();
+}
+
+// "auto" (nullopt) or the value named `text`; anything else is an error naming `key` and the
+// choices: precision: expected "auto", "fp32", "bf16" or "fp16", got "fp8"
+template <typename E>
+std::optional<E> from_string_or_auto(const std::string& text, const std::string& key) {
+  if (text == "auto") return std::nullopt;
+  for (const EnumName<E>& n : EnumNames<E>::values)
+    if (text == n.name) return n.value;
+  fail(str(key, ": expected ", enum_choices_or_auto<E>(), ", got \"", text_excerpt(text), "\""));
+}
+
+template <typename E, typename = std::enable_if_t<has_enum_names<E>::value>>
+std::string to_string_or_auto(const std::optional<E>& value) {
+  return value ? to_string(*value) : "auto";
 }
 
 // A named enum goes into JSON as its name (nlohmann would otherwise write the underlying integer).

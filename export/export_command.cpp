@@ -91,7 +91,7 @@ int export_command(const ExportOptions& options) {
     for (const std::string& o : options.overrides) apply_override(j, o);
   }
   if (!options.device.empty()) j["device"] = options.device;
-  const TrainConfig config = parse_train_config(j);
+  TrainConfig config = parse_train_config(j);
   const Device device = setup_compute(config);
 
   set_init_seed(config.seed);

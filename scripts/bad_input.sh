@@ -141,9 +141,9 @@ restore
 
 # 11. Precision: unknown values, a loss scaler where none belongs, a gradient clip of 0, a
 # checkpoint's loss-scaler state that does not fit the run.
-expect_error "11 precision fp8" 'precision: expected "fp32", "bf16" or "fp16", got "fp8"' "$run" -- \
+expect_error "11 precision fp8" 'precision: expected "auto", "fp32", "bf16" or "fp16", got "fp8"' "$run" -- \
   "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --set precision=fp8 --output "$work/x"
-expect_error "11 memory_format nhwc" 'memory_format: expected "contiguous" or "channels_last", got "nhwc"' "$run" -- \
+expect_error "11 memory_format nhwc" 'memory_format: expected "auto", "contiguous" or "channels_last", got "nhwc"' "$run" -- \
   "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --set memory_format=nhwc --output "$work/x"
 expect_error "11 grad_scaler in bf16" 'grad_scaler: loss scaling is for precision "fp16" only' "$run" -- \
   "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --set precision=bf16 \
@@ -356,7 +356,7 @@ base = json.load(open(sys.argv[1]))
 json.dump(dict(base, precision='x' * (5 << 20)), open(sys.argv[2] + '/huge_value.json', 'w'))
 json.dump(dict(base, precision='fp32\x1b[2J\x1b[31m'), open(sys.argv[2] + '/esc_value.json', 'w'))
 PY
-expect_error "16 a 5 MB config value" 'precision: expected "fp32", "bf16" or "fp16", got "x+\.\.\."$' "$run" -- \
+expect_error "16 a 5 MB config value" 'precision: expected "auto", "fp32", "bf16" or "fp16", got "x+\.\.\."$' "$run" -- \
   "${train[@]}" --config "$work/huge_value.json" "${small[@]}" --output "$work/x"
 [ "$(wc -c <"$work/err")" -lt 300 ] || fail "16 a 5 MB config value: a message of $(wc -c <"$work/err") bytes"
 expect_error "16 ESC bytes in a config value" 'got "fp32\\x1b\[2J\\x1b\[31m"' "$run" -- \

@@ -41,8 +41,10 @@ std::string slurp(const std::string& path) {
 // A small net on 512 training images, 8 steps of 64 per epoch, on the GPU. `norm` picks the
 // variant: BatchNorm2d with ReLU and SGD; the same with a Linear bias, lookahead every 2 steps and
 // that bias frozen from epoch 1 (steps of several kinds, each its own graph); or GroupNorm,
-// LayerNorm and GELU with AdamW and gradient clipping (its factor decided on the device). A "_fp16" suffix trains in float16 channels-last from a loss
-// scale of 2^24, which overflows the first steps' gradients: the scaler skips them on the device.
+// LayerNorm and GELU with AdamW and gradient clipping (its factor decided on the device). Float32
+// NCHW, named ("auto" would choose bf16 channels-last on the GPU); a "_fp16" suffix trains in
+// float16 channels-last from a loss scale of 2^24, which overflows the first steps' gradients:
+// the scaler skips them on the device.
 std::string write_config(const std::string& dir, std::string norm) {
   const std::string fp16_suffix = "_fp16";
   const bool fp16 = norm.size() > fp16_suffix.size() &&
@@ -50,7 +52,7 @@ std::string write_config(const std::string& dir, std::string norm) {
   if (fp16) norm.resize(norm.size() - fp16_suffix.size());
   fs::create_directories(dir);
   json c = json::parse(R"({
-    "seed": 5, "device": "cuda", "epochs": 2, "batch_size": 64,
+    "seed": 5, "device": "cuda", "precision": "fp32", "memory_format": "contiguous", "epochs": 2, "batch_size": 64,
     "data": {"train_limit": 512, "augment": {"crop_padding": 2, "flip": true, "cutout": 4}},
     "loss": {"label_smoothing": 0.1},
     "schedule": {"type": "piecewise_linear", "epochs": [0, 1, 2], "factors": [0.5, 1, 0.2]},

@@ -93,6 +93,15 @@ TEST_CASE("training: the loss falls and every record is written", "[training]") 
   REQUIRE(fs::exists(root + "/run/config.json"));
   REQUIRE(fs::exists(root + "/run/summary.json"));
   REQUIRE(read_checkpoint_info(root + "/run/checkpoint.safetensors").epoch == 2);
+  // The config leaves precision and memory_format at "auto": the run folder records what the CPU
+  // chose, so a resume or an export never chooses again.
+  const json config = json::parse(slurp(root + "/run/config.json"));
+  const json recorded = read_checkpoint_info(root + "/run/checkpoint.safetensors").config;
+  const json summary = json::parse(slurp(root + "/run/summary.json"));
+  for (const json* j : {&config, &recorded, &summary}) {
+    CHECK(j->at("precision") == "fp32");
+    CHECK(j->at("memory_format") == "contiguous");
+  }
   REQUIRE_THROWS_WITH(run_training(options_for(root + "/config.in.json", root + "/run")),
                       Catch::Contains("is not empty") && Catch::Contains("--resume"));
 }

@@ -91,8 +91,14 @@ TrainConfig parse_train_config(const json& config) {
                " micro-batches do not split batch_size ", c.batch_size, " evenly");
   MINIDL_CHECK(c.grad_scaler.is_null() || c.precision == Precision::Fp16,
                "grad_scaler: loss scaling is for precision \"fp16\" only, this config's precision is \"",
-               to_string(c.precision), "\" (bfloat16 and float32 have float32's range and need none)");
+               to_string_or_auto(c.precision), "\" (bfloat16 and float32 have float32's range and need none)");
   return c;
+}
+
+TrainConfig resolve_for_device(TrainConfig config, Device device) {
+  if (!config.precision) config.precision = auto_precision(device.type, compute_capability(device));
+  if (!config.memory_format) config.memory_format = auto_memory_format(device.type);
+  return config;
 }
 
 json TrainConfig::to_json() const {

@@ -4,9 +4,11 @@
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "data/tta.h"
 #include "train/precision.h"
 
@@ -25,8 +27,10 @@ struct TrainConfig {
   bool allow_tf32{};
   bool cuda_graph{};
   bool norm_single_read{};
-  Precision precision{};
-  MemoryFormat memory_format{};
+  // std::nullopt: "auto", chosen for the run's device by resolve_for_device; a run's Trainer and
+  // every command that computes read them resolved.
+  std::optional<Precision> precision;
+  std::optional<MemoryFormat> memory_format;
   std::string device;
   double epochs{};          // may be fractional (9.9): the run takes ceil(epochs * steps per epoch) steps
   int64_t batch_size{};     // the global batch: all ranks' micro-batches of one optimizer step
@@ -62,5 +66,11 @@ nlohmann::json read_json_file(const std::string& path);
 void apply_override(nlohmann::json& config, const std::string& assignment);
 // Parses and checks a config object.
 TrainConfig parse_train_config(const nlohmann::json& config);
+// The config with an "auto" precision and memory_format replaced by what they mean on `device`
+// (auto_precision and auto_memory_format, train/precision.h); a value the config names stays. A
+// run resolves its config as soon as its device is known, so its config.json, checkpoints and
+// summary record the values it trained with, and a resume, a restart, `minidl repro` or an export
+// of the run reads those rather than choosing again.
+TrainConfig resolve_for_device(TrainConfig config, Device device);
 
 }  // namespace minidl

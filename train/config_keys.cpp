@@ -116,6 +116,18 @@ ConfigKey choice(const char* path, E TrainConfig::*member, E fallback, const cha
   return k;
 }
 
+// "auto" (std::nullopt, resolved once the run's device is known: resolve_for_device) or one of
+// E's names; "auto" is the default.
+template <typename E>
+ConfigKey choice_or_auto(const char* path, std::optional<E> TrainConfig::*member, const char* meaning) {
+  ConfigKey k = row(path, "string", "auto", false, enum_choices_or_auto<E>(), meaning);
+  k.read = [member](JsonArgs& a, const std::string& key, TrainConfig& c) {
+    c.*member = from_string_or_auto<E>(a.get_string(key, "auto"), a.key_path(key));
+  };
+  k.write = [member](const TrainConfig& c) { return json(to_string_or_auto(c.*member)); };
+  return k;
+}
+
 ConfigKey text(const char* path, std::string TrainConfig::*member, const char* fallback, const char* allowed,
                const char* meaning) {
   ConfigKey k = row(path, "string", fallback, false, allowed, meaning);
@@ -171,11 +183,13 @@ std::vector<ConfigKey> make_config_keys() {
       flag("norm_single_read", &C::norm_single_read, true,
            "on a GPU, BatchNorm2d, GroupNorm and LayerNorm run their single-read kernels where faster "
            "(core/settings.h, docs/perf/norm.md); false: the three-launch kernels everywhere"),
-      choice("precision", &C::precision, Precision::Fp32,
-             "activation type with PyTorch autocast's rules; statistics, loss, optimizer and master weights stay "
-             "float32; fp16 adds dynamic loss scaling (docs/precision.md)"),
-      choice("memory_format", &C::memory_format, MemoryFormat::Contiguous,
-             "activation layout: NCHW, or NHWC from the model's input on (docs/precision.md)"),
+      choice_or_auto("precision", &C::precision,
+                     "activation type with PyTorch autocast's rules; statistics, loss, optimizer and master weights "
+                     "stay float32; fp16 adds dynamic loss scaling; auto: bf16 on a GPU of compute capability 8.0 "
+                     "or later, else fp32; config.json records the choice (docs/precision.md)"),
+      choice_or_auto("memory_format", &C::memory_format,
+                     "activation layout: NCHW, or NHWC from the model's input on; auto: channels_last on a GPU, "
+                     "contiguous on the CPU; config.json records the choice (docs/precision.md)"),
       text("device", &C::device, "auto", "\"auto\", \"cpu\" or \"cuda\" (checked when the run starts)",
            "where the run trains (auto: a GPU when there is one); --device overrides it"),
       number("epochs", &C::epochs, 1, {0, true, static_cast<double>(kMaxEpochs), false}, "",
@@ -267,9 +281,9 @@ std::string config_reference_markdown() {
       "# The run config\n\n"
       "A run config is one JSON object (`configs/*.json`). Every key below is optional unless its default says "
       "required; an unknown key or a wrong type is an error naming its path, and `--set key.path=value` overrides "
-      "any key (README.md). A run folder's `config.json` holds the resolved config: every key with its value, "
-      "except those marked \"written when set\", which appear only when they differ from their default (a "
-      "section of such keys appears whole). Sections that another part of minidl parses (data, model, "
+      "any key (README.md). A run folder's `config.json` holds the resolved config: every key with its value "
+      "(an `\"auto\"` precision or memory_format as chosen for the run's device), except those marked \"written "
+      "when set\", which appear only when they differ from their default (a section of such keys appears whole). Sections that another part of minidl parses (data, model, "
       "optimizer, ...) name where their own keys are documented; `config.json` holds them resolved too, every "
       "default filled in.\n\n"
       "| Key | Type | Default | Allowed | Meaning |\n"

@@ -14,4 +14,12 @@ DType activation_dtype(Precision precision) {
   return DType::Float32;
 }
 
+Precision auto_precision(DeviceType type, int compute_capability) {
+  return type == DeviceType::CUDA && compute_capability >= 80 ? Precision::Bf16 : Precision::Fp32;
+}
+
+MemoryFormat auto_memory_format(DeviceType type) {
+  return type == DeviceType::CUDA ? MemoryFormat::ChannelsLast : MemoryFormat::Contiguous;
+}
+
 }  // namespace minidl

@@ -126,7 +126,7 @@ Run::Run(const RunOptions& options) : options_(options) {
 }
 
 Run::Run(const TrainConfig& config, Device device, Dataset train_set, Dataset test_set, int64_t max_steps)
-    : config_(config), device_(device), comm_(make_single_process_communicator()) {
+    : config_(resolve_for_device(config, device)), device_(device), comm_(make_single_process_communicator()) {
   options_.max_steps = max_steps;
   trainer_ = std::make_unique<Trainer>(config_, device_, std::move(train_set), std::move(test_set));
 }
@@ -186,7 +186,10 @@ void Run::log_start(const std::vector<std::string>& replaced, const std::vector<
                  " steps/epoch of ", c.batch_size, ", ", c.epochs, " epochs, seed ", c.seed, ", ",
                  c.deterministic ? "deterministic (same config and seed give the same bits)"
                                  : "NOT deterministic (cuDNN may pick non-deterministic algorithms)",
-                 device_.is_cuda() ? (c.allow_tf32 ? ", TF32 convolutions" : ", fp32 convolutions") : "",
+                 ", ", to_string(*c.precision), " ", to_string(*c.memory_format),
+                 device_.is_cuda() && c.precision == Precision::Fp32
+                     ? (c.allow_tf32 ? ", TF32 convolutions" : ", fp32 convolutions")
+                     : "",
                  ", run folder ", run_dir_));
   if (trainer_->micro_batches() > 1)
     log_->line(str("data parallel: world size ", comm_->world_size(), " (", comm_->backend(), "), ",
@@ -487,6 +490,8 @@ RunResult Run::finish() {
                {"device", device_.str()},
                {"world_size", comm_->world_size()},
                {"deterministic", config_.deterministic},
+               {"precision", to_string(*config_.precision)},
+               {"memory_format", to_string(*config_.memory_format)},
                {"peak_device_bytes", mem.peak_bytes}};
   if (last_tta_ >= 0) r.summary["test_acc_tta"] = last_tta_;
   if (!writer()) return r;

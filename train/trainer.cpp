@@ -75,9 +75,11 @@ RunContext run_context_for(const TrainConfig& config) {
 
 }  // namespace
 
-Device setup_compute(const TrainConfig& config) {
+Device setup_compute(TrainConfig& config) {
   set_compute_settings({config.deterministic, config.allow_tf32, config.norm_single_read});
-  return parse_device(config.device);
+  const Device device = parse_device(config.device);
+  config = resolve_for_device(config, device);
+  return device;
 }
 
 TrainConfig load_train_config(const std::string& path, const std::vector<std::string>& overrides,
@@ -108,15 +110,15 @@ Trainer::Trainer(const TrainConfig& config, Device device)
     : Trainer(config, device, load_split(config, Split::Train), load_split(config, Split::Test)) {}
 
 Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Dataset test_set)
-    : config_(config),
+    : config_(resolve_for_device(config, device)),
       context_(run_context_for(config)),
       device_(device),
       data_options_(DataOptions::from_json(config.data, "data")),
       comm_(make_single_process_communicator()),
       cuda_graphs_(false) {
   const RunContextScope scope(context_);
-  activation_dtype_ = minidl::activation_dtype(config.precision);
-  activation_format_ = config.memory_format;
+  activation_dtype_ = minidl::activation_dtype(*config_.precision);
+  activation_format_ = *config_.memory_format;
   if (activation_dtype_ == DType::Float16) {
     grad_scaler_ = std::make_unique<GradScaler>(GradScalerOptions::from_json(config.grad_scaler, "grad_scaler"), device);
   }
@@ -447,7 +449,7 @@ nlohmann::json Trainer::grad_scaler_state() const {
 void Trainer::load_grad_scaler_state(const nlohmann::json& state, const std::string& where) {
   if (!grad_scaler_) {
     MINIDL_CHECK(state.is_null(), "checkpoint '", where, "' holds loss-scaler state but this run's precision is \"",
-                 to_string(config_.precision), "\"");
+                 to_string(*config_.precision), "\"");
     return;
   }
   MINIDL_CHECK(!state.is_null(), "checkpoint '", where,

@@ -35,7 +35,8 @@ class Profiler;
 // so trainers alive at once, used in turn, each compute as if alone.
 class Trainer {
  public:
-  // Reads the data set from data.dir (or CIFAR10_DIR).
+  // Reads the data set from data.dir (or CIFAR10_DIR). An "auto" precision or memory_format is
+  // resolved for `device` (resolve_for_device); config() and resolved_config() hold the choice.
   Trainer(const TrainConfig& config, Device device);
   // Uses data sets already loaded (on the host or on `device`): the benchmark loads them once.
   Trainer(const TrainConfig& config, Device device, Dataset train_set, Dataset test_set);
@@ -195,7 +196,8 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
                               const std::string& device, const std::string& output_dir);
 
 // Sets the default run context's compute switches from the config (for what a command runs
-// outside its Trainer, which computes in a context of its own) and picks the device.
-Device setup_compute(const TrainConfig& config);
+// outside its Trainer, which computes in a context of its own), picks the device and resolves the
+// config's "auto" precision and memory_format for it (resolve_for_device).
+Device setup_compute(TrainConfig& config);
 
 }  // namespace minidl

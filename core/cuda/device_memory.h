@@ -8,6 +8,8 @@
 namespace minidl::cuda {
 
 bool device_present();
+// The GPU's compute capability as major * 10 + minor (90 for an H100).
+int compute_capability();
 // Waits for all work queued on minidl's stream (runtime.h's synchronize(), without CUDA headers).
 void synchronize_stream();
 void* cached_malloc(size_t bytes);

@@ -95,6 +95,18 @@ bool device_present() {
   return present;
 }
 
+int compute_capability() {
+  // Read once, without creating the handles runtime() holds: a run resolves its config before it
+  // builds anything.
+  static const int capability = [] {
+    int major = 0, minor = 0;
+    MINIDL_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+    MINIDL_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+    return major * 10 + minor;
+  }();
+  return capability;
+}
+
 void copy(void* dst, const void* src, size_t bytes, CopyKind kind) {
   if (bytes == 0) return;
   cudaMemcpyKind k = kind == CopyKind::HostToDevice   ? cudaMemcpyHostToDevice

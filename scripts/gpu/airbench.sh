@@ -5,8 +5,9 @@
 # OUT_DIR/cifar10 (scripts/gpu/run_stage.sh). Stages, each listed in OUT_DIR/FAILED when it fails
 # (the script then exits 1):
 #   1. the [cuda] tests of the recipe's kernels (patch moments, lookahead, Muon) against the CPU
-#   2. minidl bench accuracy for configs/airbench94.json and configs/airbench94_muon.json, RUNS
-#      runs each (default 10; seeds 0..RUNS-1) after a warm-up run, JSON in OUT_DIR
+#   2. minidl bench accuracy for configs/airbench94.json and configs/airbench94_muon.json in fp32
+#      NCHW (named: the configs' "auto" is bf16 channels_last on a GPU), RUNS runs each (default
+#      10; seeds 0..RUNS-1) after a warm-up run, JSON in OUT_DIR
 #   3. when PyTorch is importable: scripts/torch/airbench.py, the same recipe in PyTorch eager
 #      fp32 (TF32 convolutions) on this GPU now, for a same-run ratio
 # Expected wall time with 10 runs: about 3-4 minutes (estimate in docs/perf/airbench.md).
@@ -24,7 +25,7 @@ run timeout 120 "$bin/minidl_tests" "[whitening][cuda],[lookahead][cuda],[muon][
 
 for cfg in airbench94 airbench94_muon; do
   run timeout 280 "$bin/minidl" bench accuracy --config "$root/configs/$cfg.json" --device cuda --runs "$runs" \
-    --json "$out/$cfg.json" 2>&1 | tee "$out/$cfg.log"
+    --set precision=fp32 --set memory_format=contiguous --json "$out/$cfg.json" 2>&1 | tee "$out/$cfg.log"
 done
 
 if python3 -c "import torch" 2>/dev/null; then

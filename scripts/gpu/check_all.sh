@@ -32,6 +32,9 @@ stages=${3:-tests bench}
 source "$root/scripts/gpu/run_stage.sh"
 gpu_setup "$out"
 data=$CIFAR10_DIR
+# The configs' "auto" precision trains bf16 channels_last on this GPU; the stages that sit beside
+# PyTorch float32 or reproduce float32 figures and hashes (README, docs/perf) name float32 NCHW.
+fp32=(--set precision=fp32 --set memory_format=contiguous)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.used --format=csv,noheader || true
 git -C "$root" log -1 --format='commit %h %s' 2>/dev/null || true
 [ "$stages" = "${stages/bench/}" ] || stages=${stages/bench/bench norm conv parity}
@@ -43,8 +46,9 @@ for stage in $stages; do
       run timeout 300 "$bin/minidl_tests" "[cuda]" 2>&1 | tee "$s/cuda_tests.log" | grep -vE "^(\.\.\.|---|~~~)" | tail -80 ;;
     bench)
       {
-        run timeout 120 "$bin/minidl" bench train --config "$root/configs/resnet9.json" --device cuda --steps 30
-        run timeout 120 "$bin/minidl" profile --config "$root/configs/resnet9.json" --device cuda --steps 10 --output "$s/profile"
+        run timeout 120 "$bin/minidl" bench train --config "$root/configs/resnet9.json" --device cuda --steps 30 "${fp32[@]}"
+        run timeout 120 "$bin/minidl" profile --config "$root/configs/resnet9.json" --device cuda --steps 10 "${fp32[@]}" \
+          --output "$s/profile"
         run timeout 120 python3 "$root/scripts/torch/resnet9.py" --config "$root/configs/resnet9.json" --data "$data" \
           --time-steps 30 --profile --out "$s/torch_time.json"
       } 2>&1 | tee "$s/bench_train.log" ;;
@@ -57,7 +61,7 @@ for stage in $stages; do
         grep -E "FAIL|parity:" | tail -30 ;;
     train)
       for cfg in resnet9 resnet9_groupnorm resnet9_layernorm; do
-        run timeout 400 "$bin/minidl" train --config "$root/configs/$cfg.json" --device cuda --output "$s/$cfg"
+        run timeout 400 "$bin/minidl" train --config "$root/configs/$cfg.json" --device cuda "${fp32[@]}" --output "$s/$cfg"
       done 2>&1 | tee "$s/train.log" | grep -E "minidl train|epoch (1|12|24)/|done" ;;
     torchtrain)
       run timeout 300 python3 "$root/scripts/torch/resnet9.py" --config "$root/configs/resnet9.json" --data "$data" \
@@ -74,12 +78,12 @@ for stage in $stages; do
       {
         run timeout 150 "$bin/minidl_tests" "[precision][cuda]"
         run timeout 90 "$bin/minidl" repro --config "$root/configs/resnet9.json" --device cuda --steps 200 \
-          --set precision=bf16 --set-b cuda_graph=false --output "$s/repro_bf16"
+          --set precision=bf16 --set memory_format=contiguous --set-b cuda_graph=false --output "$s/repro_bf16"
         run timeout 90 "$bin/minidl" repro --config "$root/configs/resnet9.json" --device cuda --steps 200 \
-          --set precision=fp16 --output "$s/repro_fp16"
+          --set precision=fp16 --set memory_format=contiguous --output "$s/repro_fp16"
         for p in fp32 bf16 fp16; do
           run timeout 60 "$bin/minidl" bench train --config "$root/configs/resnet9.json" --device cuda --steps 50 \
-            --set precision=$p
+            --set precision=$p --set memory_format=contiguous
         done
         for m in "--amp bf16 --channels-last" "--amp fp16 --channels-last" "--channels-last"; do
           run timeout 100 python3 "$root/scripts/torch/resnet9.py" --config "$root/configs/resnet9.json" --data "$data" \
@@ -88,9 +92,11 @@ for stage in $stages; do
       } 2>&1 | tee "$s/precision.log" | grep -E "test cases|All tests|repro:|training:|GPU time|^time:|FAILED" ;;
     repro)
       {
-        run timeout 200 "$bin/minidl" repro --config "$root/configs/resnet9.json" --device cuda --steps 200 --output "$s/repro"
-        run timeout 100 "$bin/minidl" train --config "$root/configs/resnet9.json" --device cuda --set epochs=4 --output "$s/full"
-        run timeout 100 "$bin/minidl" train --config "$root/configs/resnet9.json" --device cuda --set epochs=4 \
+        run timeout 200 "$bin/minidl" repro --config "$root/configs/resnet9.json" --device cuda --steps 200 "${fp32[@]}" \
+          --output "$s/repro"
+        run timeout 100 "$bin/minidl" train --config "$root/configs/resnet9.json" --device cuda --set epochs=4 "${fp32[@]}" \
+          --output "$s/full"
+        run timeout 100 "$bin/minidl" train --config "$root/configs/resnet9.json" --device cuda --set epochs=4 "${fp32[@]}" \
           --max-steps 194 --output "$s/resumed"
         run timeout 100 "$bin/minidl" train --resume "$s/resumed"
         if cmp -s "$s/full/steps.jsonl" "$s/resumed/steps.jsonl" && cmp -s "$s/full/model.safetensors" "$s/resumed/model.safetensors"; then
@@ -98,7 +104,8 @@ for stage in $stages; do
         else
           echo "resume check: DIFFERENT"; echo "repro: resume differs" >> "$out/FAILED"
         fi
-        run timeout 100 "$bin/minidl" bench train --config "$root/configs/resnet9.json" --device cuda --steps 30 --set deterministic=false
+        run timeout 100 "$bin/minidl" bench train --config "$root/configs/resnet9.json" --device cuda --steps 30 "${fp32[@]}" \
+          --set deterministic=false
       } 2>&1 | tee "$s/repro.log" | grep -E "repro:|resume check|==|training:" ;;
     airbench)
       run timeout 580 bash "$root/scripts/gpu/airbench.sh" "$bin" "$s" 2>&1 | tee "$s/airbench.log" | tail -12 ;;

@@ -14,17 +14,21 @@ bin=${1:?usage: graph.sh BIN_DIR OUT_DIR}
 out=${2:?usage: graph.sh BIN_DIR OUT_DIR}
 source "$root/scripts/gpu/run_stage.sh"
 gpu_setup "$out"
+# Float32 NCHW, named (the configs' "auto" is bf16 channels_last here): the hashes and step times
+# of docs/perf/cuda_graph.md and the PyTorch eager float32 beside them.
+fp32=(--set precision=fp32 --set memory_format=contiguous)
 run timeout 300 "$bin/minidl_tests" "[graph]"
 for cfg in resnet9 resnet9_groupnorm resnet9_layernorm airbench94 airbench94_muon; do
   run timeout 200 "$bin/minidl" repro --config "$root/configs/$cfg.json" --device cuda --steps 200 \
-    --set cuda_graph=true --set-b cuda_graph=false --output "$out/repro_$cfg"
+    "${fp32[@]}" --set cuda_graph=true --set-b cuda_graph=false --output "$out/repro_$cfg"
 done
-run timeout 100 "$bin/minidl" train --config "$root/configs/resnet9.json" --device cuda --set epochs=4 \
+run timeout 100 "$bin/minidl" train --config "$root/configs/resnet9.json" --device cuda --set epochs=4 "${fp32[@]}" \
   --set cuda_graph=true --output "$out/full"
-run timeout 100 "$bin/minidl" train --config "$root/configs/resnet9.json" --device cuda --set epochs=4 \
+run timeout 100 "$bin/minidl" train --config "$root/configs/resnet9.json" --device cuda --set epochs=4 "${fp32[@]}" \
   --set cuda_graph=true --max-steps 194 --output "$out/resumed"
 run timeout 100 "$bin/minidl" train --resume "$out/resumed"
-run timeout 100 "$bin/minidl" profile --config "$root/configs/resnet9.json" --device cuda --steps 10 --output "$out/profile" 2>&1 |
+run timeout 100 "$bin/minidl" profile --config "$root/configs/resnet9.json" --device cuda --steps 10 "${fp32[@]}" \
+  --output "$out/profile" 2>&1 |
   grep -E "profile:|step:|graphed step"
 if cmp -s "$out/full/steps.jsonl" "$out/resumed/steps.jsonl" &&
    cmp -s "$out/full/model.safetensors" "$out/resumed/model.safetensors"; then
@@ -35,7 +39,7 @@ fi
 for bs in 512 128; do
   for g in true false; do
     run timeout 120 "$bin/minidl" bench train --config "$root/configs/resnet9.json" --device cuda --steps 50 \
-      --set batch_size=$bs --set cuda_graph=$g 2>&1 | tee -a "$out/bench.log"
+      "${fp32[@]}" --set batch_size=$bs --set cuda_graph=$g 2>&1 | tee -a "$out/bench.log"
   done
   for mode in none reduce-overhead; do
     run timeout 300 python3 "$root/scripts/torch/resnet9.py" --config "$root/configs/resnet9.json" \

@@ -5,7 +5,8 @@
 # (scripts/gpu/run_stage.sh). Runs, each listed in OUT_DIR/FAILED when it fails (the
 # script then exits 1):
 #   1. minidl profile of configs/resnet9_bf16.json (the README's table), configs/resnet9.json
-#      (float32 with TF32, the setting `minidl bench conv` times) and configs/airbench94.json,
+#      (with --set precision=fp32 --set memory_format=contiguous: float32 with TF32, the setting
+#      `minidl bench conv` times) and configs/airbench94.json (float32 NCHW too),
 #      --steps 20 each, into OUT_DIR/{resnet9_bf16,resnet9,airbench94}; the device limits are
 #      measured into OUT_DIR/limits.json on the first and reused by the others
 #   2. minidl bench conv --device cuda (cuDNN alone at ResNet-9's shapes, batch 512)
@@ -24,7 +25,9 @@ export MINIDL_LIMITS_CACHE=$out/limits.json
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader || true
 
 for cfg in resnet9_bf16 resnet9 airbench94; do
-  run timeout 200 "$bin/minidl" profile --config "$root/configs/$cfg.json" --set data.dir="$CIFAR10_DIR" \
+  mode=()
+  [ "$cfg" = resnet9_bf16 ] || mode=(--set precision=fp32 --set memory_format=contiguous)
+  run timeout 200 "$bin/minidl" profile --config "$root/configs/$cfg.json" --set data.dir="$CIFAR10_DIR" "${mode[@]}" \
     --device cuda --steps 20 --output "$out/$cfg" 2>&1 | tee "$out/$cfg.log"
 done
 run timeout 150 "$bin/minidl" bench conv --device cuda --csv "$out/conv.csv" 2>&1 | tee "$out/conv.log"

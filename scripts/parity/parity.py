@@ -234,9 +234,10 @@ def torch_layer(spec, state, x, mode, device, rng, amp="", channels_last=False):
 
 
 def mode_args(args):
-    """minidl parity's options for the precision and memory format of this run."""
-    return (["--precision", args.amp] if args.amp else []) + \
-        (["--memory-format", "channels_last"] if args.channels_last else [])
+    """minidl parity's options for the precision and memory format of this run, always named: a
+    config's default ("auto") would train bf16 channels_last on a GPU."""
+    return ["--precision", args.amp or "fp32",
+            "--memory-format", "channels_last" if args.channels_last else "contiguous"]
 
 
 def layer_checks(args, report, torch_device):

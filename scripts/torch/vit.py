@@ -9,7 +9,8 @@ token) and the Linear head. The recipe follows the config too: AdamW (lr, betas,
 decay on parameters of two or more dimensions only (matrices, the patch filters and the position
 embedding; never biases or LayerNorm weights), the warm-up + cosine schedule per step, label
 smoothing, clip_grad_norm_ at config["grad_clip"], batch_size, epochs, bf16 autocast for
-"precision": "bf16". Data: the decoded CIFAR-10 binaries on the GPU, reflect-pad crop + flip per
+"precision": "bf16" ("auto" or no key: bf16 on a GPU of compute capability 8.0 or later, as minidl
+chooses). Data: the decoded CIFAR-10 binaries on the GPU, reflect-pad crop + flip per
 epoch (resnet9.py's loader and augmentation, the same as minidl's).
 
 Modes (any combination; results go to one JSON file):
@@ -106,11 +107,22 @@ def lr_factor(config, step, steps_per_epoch, total_steps):
     return 0.5 * (1 + math.cos(math.pi * t)) if s.get("decay", "linear") == "cosine" else 1 - t
 
 
+def resolved_precision(config, device):
+    """The config's "precision" as minidl trains it: "auto" (the default) is bf16 on a GPU of
+    compute capability 8.0 or later, else fp32 (train/precision.h)."""
+    precision = config.get("precision", "auto")
+    if precision == "auto":
+        gpu_bf16 = device == "cuda" and torch.cuda.get_device_capability()[0] >= 8
+        precision = "bf16" if gpu_bf16 else "fp32"
+    return precision
+
+
 class Recipe:
     def __init__(self, config, device):
         self.smoothing = config.get("loss", {}).get("label_smoothing", 0.0)
         self.clip = config.get("grad_clip", 0.0)
-        self.dtype = {"fp32": None, "bf16": torch.bfloat16}[config.get("precision", "fp32")]
+        self.precision = resolved_precision(config, device)
+        self.dtype = {"fp32": None, "bf16": torch.bfloat16}[self.precision]
         self.device = device
 
     def step(self, model, params, opt, x, y):
@@ -247,7 +259,7 @@ def main():
     result = {"config": os.path.abspath(args.config), "torch": torch.__version__,
               "device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu", "model": spec,
               "parameters": sum(p.numel() for p in model.parameters()),
-              "settings": {"autocast": config.get("precision", "fp32"), "grad_clip": recipe.clip,
+              "settings": {"autocast": recipe.precision, "grad_clip": recipe.clip,
                            "label_smoothing": recipe.smoothing, "seed": args.seed}}
     print(f"# PyTorch {torch.__version__} on {result['device']}; {args.config}: {result['parameters']} parameters; "
           f"{spec}", flush=True)
