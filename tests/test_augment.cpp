@@ -187,7 +187,7 @@ TEST_CASE("random-resized-crop: torchvision's boxes, bilinear values, flip and c
   REQUIRE(!with("{}").augment.to_json().contains("random_resized_crop"));
 }
 
-TEST_CASE("the loader batches images of any size; augmentation limits follow the size", "[data][augment]") {
+TEST_CASE("the loader batches images of any size, augmentation limits follow the size", "[data][augment]") {
   const Dataset data = random_dataset(30, 5, 12, 20);
   DataOptions opts;
   opts.augment.crop_padding = 3;
@@ -337,7 +337,7 @@ TEST_CASE("alternating flips invert every other epoch", "[data][augment]") {
   REQUIRE(flipped0 < 1150);
 }
 
-TEST_CASE("same seed and epoch give the same batch; another epoch or seed another", "[data][augment]") {
+TEST_CASE("same seed and epoch give the same batch, another epoch or seed another", "[data][augment]") {
   const Dataset data = random_dataset(64, 3);
   DataOptions opts;
   opts.augment.crop_padding = 4;

@@ -343,7 +343,7 @@ TEST_CASE("checkpoint integrity: a changed byte in a tensor makes the file damag
   REQUIRE_THAT(m, Catch::StartsWith("checkpoint '" + path + "' is damaged: its tensors' CRC-32 is "));
 }
 
-TEST_CASE("atomic files: no temp file left behind; stale ones of dead processes removed", "[hostile]") {
+TEST_CASE("atomic files: no temp file left behind, stale ones of dead processes removed", "[hostile]") {
   const std::string dir = temp_dir("atomic");
   write_file_atomic(dir + "/a.txt", "hello", "test file");
   REQUIRE(std::ifstream(dir + "/a.txt").good());

@@ -210,7 +210,7 @@ TEST_CASE("parameter groups: first match wins, lr_scale and weight_decay per gro
   REQUIRE(opt->to_json().at("groups").size() == 3);
 }
 
-TEST_CASE("parameters without a gradient are left alone; zero_grad keeps the buffers", "[optim]") {
+TEST_CASE("parameters without a gradient are left alone, zero_grad keeps the buffers", "[optim]") {
   std::vector<NamedParam> params = make_params(kSpecs);
   auto opt = make_optimizer({{"type", "SGD"}, {"lr", 0.1}, {"momentum", 0.9}, {"weight_decay", 0.1}}, params,
                             "optimizer");
@@ -303,7 +303,7 @@ TEST_CASE("optimizer state round trip gives a bit-identical next step", "[optim]
   }
 }
 
-TEST_CASE("state tensors are named <slot>.<parameter>; to() needs the parameters there", "[optim]") {
+TEST_CASE("state tensors are named <slot>.<parameter>, to() needs the parameters there", "[optim]") {
   std::vector<NamedParam> params = make_params(kSpecs);
   auto sgd = make_optimizer({{"type", "SGD"}, {"lr", 0.1}, {"momentum", 0.9}}, params, "optimizer");
   REQUIRE(sgd->state_tensors().size() == kSpecs.size());

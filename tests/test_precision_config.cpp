@@ -82,7 +82,7 @@ TEST_CASE("a Trainer resolves auto for its device and records the choice", "[con
   CHECK(trainer.resolved_config().at("memory_format") == "contiguous");
 }
 
-TEST_CASE("precision takes auto, fp32, bf16, fp16 and memory_format auto, contiguous, channels_last; others name "
+TEST_CASE("precision takes auto, fp32, bf16, fp16 and memory_format auto, contiguous, channels_last, others name "
           "the key and the choices",
           "[config][half]") {
   for (const char* p : {"fp32", "bf16", "fp16"})
@@ -102,7 +102,7 @@ TEST_CASE("precision takes auto, fp32, bf16, fp16 and memory_format auto, contig
                     Contains("this config's precision is \"auto\""));
 }
 
-TEST_CASE("--set precision=... and memory_format=... override auto", "[config][half]") {
+TEST_CASE("precision=... and memory_format=... given with --set override auto", "[config][half]") {
   json j = config_with(json::object());
   apply_override(j, "precision=fp32");
   apply_override(j, "memory_format=contiguous");

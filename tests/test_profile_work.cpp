@@ -387,7 +387,7 @@ TEST_CASE("device limits: measured once, cached, measured again for another key"
   REQUIRE(limits_dtype(Device::cuda(), DType::Float32, false) == "float32");
 }
 
-TEST_CASE("grad clip work: the gradients read for the norm, then read and written; 3 FLOPs each", "[profiler]") {
+TEST_CASE("grad clip work: the gradients read for the norm, then read and written, 3 FLOPs each", "[profiler]") {
   Tensor a = Tensor::zeros({10}, DType::Float32, Device::cpu());
   Tensor b = Tensor::zeros({3, 4}, DType::Float32, Device::cpu());
   const Tensor frozen = Tensor::zeros({7}, DType::Float32, Device::cpu());  // no gradient: not clipped

@@ -217,7 +217,7 @@ TEST_CASE("PositionEmbedding adds a learned (1, T, D) weight", "[transformer]") 
   REQUIRE((*m)(x.to(DType::BFloat16)).dtype() == DType::Float32);
 }
 
-TEST_CASE("ClassToken prepends the learned token; TokenPool takes the mean or token 0", "[transformer]") {
+TEST_CASE("ClassToken prepends the learned token, TokenPool takes the mean or token 0", "[transformer]") {
   auto m = build(R"({"type": "ClassToken", "embed_dim": 3})");
   auto& ct = static_cast<ClassToken&>(*m);
   REQUIRE(names(*m) == std::vector<std::string>{"cls_token"});
