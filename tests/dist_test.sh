@@ -3,6 +3,7 @@
 #   1. 2 ranks at micro-batch 64 == 1 rank with accumulate_steps 2 (micro-batch 64): the same
 #      model.safetensors, byte for byte, and the same loss bits at every step.
 #   2. The 2-rank run: rank 0 alone writes, and the log and summary.json say the world size.
+#      `minidl bench train` under mpirun reports images/s per rank and the all-reduce per step.
 #   3. A 2-rank run stopped after its first epoch and resumed by 2 ranks == an uninterrupted one;
 #      resumed by 1 rank it is refused unless --set accumulate_steps=2, and then equal too.
 #   4. A rank killed mid-run ends the whole job, non-zero, with a message naming the rank.
@@ -48,6 +49,16 @@ b=$(sha256sum <"$work/ranks2/model.safetensors" | cut -d' ' -f1)
 [ "$(grep -o '"loss_bits":"[0-9a-f]*"' "$work/acc2/steps.jsonl")" = "$(grep -o '"loss_bits":"[0-9a-f]*"' "$work/ranks2/steps.jsonl")" ] ||
   { echo "FAIL: the step losses differ"; exit 1; }
 echo "dist: 2 ranks == 1 rank x accumulate_steps 2, model.safetensors sha256 $a"
+
+# bench train under mpirun: images/s per rank and in total, and the reduction's time per step.
+"${mpi[@]}" "$minidl" bench train "${small[@]}" --steps 2 --warmup 1 >"$work/bench.out" 2>&1 ||
+  { cat "$work/bench.out"; echo "FAIL: bench train under mpirun failed"; exit 1; }
+grep -q "ranks:      world size 2 (mpi), [0-9]* images/s per rank, [0-9]* in total" "$work/bench.out" &&
+  grep -q "all-reduce: [0-9.]* ms/step ([0-9.]*% of the step), the ordered reduction of 2 micro-batches of [0-9.]* MB over 2 rank(s) (mpi)" "$work/bench.out" &&
+  grep -q "(500 test images in " "$work/bench.out" ||
+  { cat "$work/bench.out"; echo "FAIL: bench train does not report the ranks, the all-reduce and the test images"; exit 1; }
+[ "$(grep -c "^bench train: " "$work/bench.out")" -eq 1 ] || { cat "$work/bench.out"; echo "FAIL: more than one rank reported"; exit 1; }
+echo "dist: $(grep -o "all-reduce: [0-9.]* ms/step ([0-9.]*% of the step)" "$work/bench.out") in bench train over 2 ranks"
 
 # Resumed: every rank loads rank 0's checkpoint (2 epochs of 2 steps).
 two=(--set data.train_limit=256 --set epochs=2)

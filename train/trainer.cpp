@@ -419,7 +419,16 @@ Trainer::StepResults Trainer::data_parallel_step(int64_t step, double lr) {
     copy_bytes_async(static_cast<float*>(rows.raw_data()) + (j + 1) * width - 1, device_, &c, Device::cpu(),
                      sizeof(float));
   }
+  ReductionTiming& timing = reduction_timing_;
+  if (timing.enabled) synchronize(device_);
+  const auto reduce_start = std::chrono::steady_clock::now();
   const Tensor sum = ordered_sum(*comm_, rows);
+  if (timing.enabled) {
+    synchronize(device_);
+    timing.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - reduce_start).count();
+    timing.steps += 1;
+    timing.bytes_per_micro_batch = width * static_cast<int64_t>(sizeof(float));
+  }
   // The mean over the micro-batches, as one batch of batch_size has it.
   const float scale = 1.0f / static_cast<float>(total);
   const Tensor mean = mul(flat_slice(sum, 0, width - 1), scale);

@@ -71,6 +71,7 @@ class Trainer {
   // The class names of the data (index = label), and the data's notes for the run log.
   const std::vector<std::string>& classes() const { return classes_; }
   int64_t num_classes() const { return static_cast<int64_t>(classes_.size()); }
+  int64_t test_size() const { return test_set_.size(); }  // images evaluate() classifies
   std::vector<std::string> data_notes() const { return {train_set_.note, test_set_.note}; }
   // How the training step runs now: "CUDA graph" (with how many kinds of step when several are
   // captured), "eager", or why a capture failed.
@@ -100,6 +101,16 @@ class Trainer {
   Communicator& communicator() { return *comm_; }
   // Micro-batches per optimizer step over all ranks: world size * accumulate_steps.
   int64_t micro_batches() const;
+  // The ordered reduction of a step of several micro-batches, timed for a benchmark: while on,
+  // each such step waits for the device before and after ordered_sum (the reduction alone, not
+  // the work queued before it) and adds the time here. Off by default: the waits cost a run time.
+  struct ReductionTiming {
+    bool enabled = false;
+    int64_t steps = 0;
+    double seconds = 0;
+    int64_t bytes_per_micro_batch = 0;  // one micro-batch's vector: gradients, buffers, loss, count
+  };
+  ReductionTiming& reduction_timing() { return reduction_timing_; }
 
   Module& model() { return *model_; }
   Optimizer& optimizer() { return *optimizer_; }
@@ -137,6 +148,7 @@ class Trainer {
   std::vector<Tensor> parameters_;  // the model's parameters, whose gradients the scaler unscales
   std::shared_ptr<Communicator> comm_;
   std::shared_ptr<void> micro_correct_;  // pinned: this rank's correct count of each micro-batch
+  ReductionTiming reduction_timing_;
 
   // The device half of a training step (everything after the uploads), and of an evaluation
   // batch; what a CUDA graph captures. A step's results: its loss and correct count, on the device.
