@@ -2,7 +2,9 @@
 //  - Conv2d and Linear run in that type: their input, weight and bias are cast to it (the weight's
 //    gradient comes back to the float32 master through the cast);
 //  - GroupNorm and LayerNorm run in float32 and return float32 (autocast's float32 list), as do
-//    the loss and its softmax (cross-entropy always widens its logits);
+//    the loss and its softmax (cross-entropy always widens its logits); a pre-norm encoder layer's
+//    LayerNorms return the half type, which their only reader, a projection, would cast to anyway
+//    (LayerNorm::set_feeds_half_gemm: the same bits, one pass less);
 //  - everything else (BatchNorm2d, activations, pools, Scale) runs in the type of its input, and
 //    where two types meet (a residual add) float32 wins, as PyTorch's type promotion.
 // Outside a scope (the default, float32) nothing is cast. The trainer opens the scope around the

@@ -198,6 +198,27 @@ TEST_CASE("layer_norm over one, two and three trailing dims", "[norm]") {
   }
 }
 
+TEST_CASE("layer_norm_to gives a half output of layer_norm's bits and takes its gradient in that type", "[norm]") {
+  Tensor x = input({6, 40}, 44);
+  const Tensor w = test::random_tensor({40}, 45, 0.5f, 1.5f), b = test::random_tensor({40}, 46);
+  const Tensor dy = test::random_tensor({6, 40}, 47).to(DType::BFloat16);
+  std::vector<std::vector<float>> results[2];
+  for (int direct = 0; direct < 2; ++direct) {
+    Tensor xi = x.clone(), wi = w.clone(), bi = b.clone();
+    for (Tensor* t : {&xi, &wi, &bi}) t->set_requires_grad(true);
+    const Tensor y = direct ? layer_norm_to(xi, DType::BFloat16, {40}, wi, bi, 1e-5, true)
+                            : layer_norm(xi, {40}, wi, bi, 1e-5, true).to(DType::BFloat16);
+    REQUIRE(y.dtype() == DType::BFloat16);
+    autograd::backward(y, dy);
+    REQUIRE(xi.grad().dtype() == DType::Float32);
+    results[direct] = {y.to_vector(), xi.grad().to_vector(), wi.grad().to_vector(), bi.grad().to_vector()};
+  }
+  REQUIRE(results[1] == results[0]);
+  REQUIRE(layer_norm_to(x, DType::Float32, {40}, w, b).to_vector() == layer_norm(x, {40}, w, b).to_vector());
+  const std::string msg = test::error_of([&] { layer_norm_to(x.to(DType::BFloat16), DType::Float32, {40}, w, b); });
+  CHECK(msg.find("a bfloat16 input cannot give a float32 output") != std::string::npos);
+}
+
 TEST_CASE("statistics stay accurate when |mean| >> std", "[norm]") {
   // mean 1e4, std ~1e-2: a naive float E[x^2] - E[x]^2 would be all rounding error.
   const int64_t c = 3;

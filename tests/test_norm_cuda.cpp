@@ -555,6 +555,57 @@ TEST_CASE("autograd norm ops on CUDA tensors match the CPU", "[norm][cuda]") {
   }
 }
 
+TEST_CASE("layer_norm_to on CUDA: half y from float32 x in the Warp kernel, the bits of float32 then a cast",
+          "[norm][cuda]") {
+  MINIDL_REQUIRE_CUDA();
+  const Device gpu = Device::cuda();
+  struct Shape2 {
+    int64_t rows, d;
+    bool relu, affine, warp;
+  };
+  // Ragged and strided rows (3, 129, 1000), the ViT's 384, the Warp path's widest row, and one it
+  // does not hold (the float32 op and a cast then run).
+  const Shape2 shapes[] = {{9, 3, false, true, true},     {257, 129, true, true, true}, {100, 384, true, true, true},
+                           {300, 384, false, false, true}, {31, 1000, false, true, true}, {24, 2048, true, true, true},
+                           {8, 4096, true, true, false}};
+  uint64_t seed = 2100;
+  for (DType out : {DType::BFloat16, DType::Float16})
+    for (const Shape2& s : shapes) {
+      INFO(dtype_name(out) << " [" << s.d << "] x" << s.rows << (s.relu ? " relu" : "") << (s.affine ? "" : " no affine"));
+      const Tensor x = test::random_tensor({s.rows, s.d}, ++seed, 2.f, 8.f, gpu);
+      const Tensor w = test::random_tensor({s.d}, ++seed, 0.5f, 1.5f, gpu), b = test::random_tensor({s.d}, ++seed, -1.f, 1.f, gpu);
+      const Tensor dy = test::random_tensor({s.rows, s.d}, ++seed, -1.f, 1.f, gpu).to(out);
+      std::vector<std::vector<float>> results[2];
+      for (int fused = 0; fused < 2; ++fused) {
+        Tensor xi = x.clone(), wi = s.affine ? w.clone() : Tensor(), bi = s.affine ? b.clone() : Tensor();
+        for (Tensor* t : {&xi, &wi, &bi})
+          if (t->defined()) t->set_requires_grad(true);
+        const Tensor y = fused ? layer_norm_to(xi, out, {s.d}, wi, bi, 1e-5, s.relu)
+                               : layer_norm(xi, {s.d}, wi, bi, 1e-5, s.relu).to(out);
+        REQUIRE(y.dtype() == out);
+        autograd::backward(y, dy);
+        results[fused] = {y.to_vector(), xi.grad().to_vector()};
+        if (s.affine) {
+          results[fused].push_back(wi.grad().to_vector());
+          results[fused].push_back(bi.grad().to_vector());
+        }
+      }
+      for (size_t k = 0; k < results[0].size(); ++k) {
+        INFO("output " << k << " (y, dx, dweight, dbias)");
+        CHECK(results[1][k] == results[0][k]);
+      }
+      // The Warp kernel itself takes the pass where it holds the row (not a silent fallback).
+      NormLayout layout = NormLayout::layer_norm(s.rows, s.d);
+      Tensor y = Tensor::empty({s.rows, s.d}, out, gpu);
+      Tensor mean = Tensor::empty({s.rows}, DType::Float32, gpu), rstd = Tensor::empty({s.rows}, DType::Float32, gpu);
+      norm::NormForward a;
+      a.x = x.data<float>();
+      a.mean = mean.data<float>();
+      a.rstd = rstd.data<float>();
+      CHECK(norm::forward_float_half_cuda(layout, a, out, y.raw_data()) == s.warp);
+    }
+}
+
 // ---- every path, forced ----
 
 namespace {

@@ -157,6 +157,47 @@ TEST_CASE("TransformerEncoderLayer: PyTorch's state_dict keys and the pre-norm d
   REQUIRE(build(m->to_json().dump())->to_json() == m->to_json());
 }
 
+namespace {
+
+// A pre-norm layer's output and every gradient after one backward under bf16 autocast, its
+// LayerNorms giving the projections bf16 (`fused`) or float32 that the projections cast.
+std::vector<std::vector<float>> pre_norm_autocast_step(Device device, bool fused) {
+  set_init_seed(11);
+  auto m = build(R"({"type": "TransformerEncoderLayer", "d_model": 32, "nhead": 4, "dim_feedforward": 48,
+                     "dropout": 0.0, "activation": "gelu", "norm_first": true})");
+  m->to(device);
+  auto& e = static_cast<TransformerEncoderLayer&>(*m);
+  e.norm1->set_feeds_half_gemm(fused);
+  e.norm2->set_feeds_half_gemm(fused);
+  Tensor x = test::random_tensor({3, 5, 32}, 21, -2.f, 3.f, device);
+  x.set_requires_grad(true);
+  Tensor y;
+  {
+    const AutocastGuard ac(DType::BFloat16);
+    REQUIRE((*e.norm1)(x).dtype() == (fused ? DType::BFloat16 : DType::Float32));
+    y = (*m)(x);
+  }
+  REQUIRE(y.dtype() == DType::Float32);
+  autograd::backward(y, test::random_tensor(y.shape(), 22, -1.f, 1.f, device));
+  std::vector<std::vector<float>> out{y.to_vector(), x.grad().to_vector()};
+  for (const auto& [name, t] : m->named_parameters()) out.push_back(t.grad().to_vector());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a pre-norm layer's LayerNorms give bf16 to its projections under autocast, with the bits of float32 "
+          "then a cast",
+          "[transformer]") {
+  REQUIRE(pre_norm_autocast_step(Device::cpu(), true) == pre_norm_autocast_step(Device::cpu(), false));
+}
+
+TEST_CASE("on CUDA a pre-norm layer's LayerNorms write bf16 in the Warp kernel, with the bits of float32 then a cast",
+          "[transformer][cuda]") {
+  MINIDL_REQUIRE_CUDA();
+  REQUIRE(pre_norm_autocast_step(Device::cuda(), true) == pre_norm_autocast_step(Device::cuda(), false));
+}
+
 TEST_CASE("TransformerEncoderLayer post-norm follows PyTorch's default order", "[transformer]") {
   auto m = build(R"({"type": "TransformerEncoderLayer", "d_model": 8, "nhead": 2, "dim_feedforward": 12,
                      "dropout": 0.0})");

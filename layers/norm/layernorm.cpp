@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "core/autocast.h"
 #include "core/checked_math.h"
 #include "core/error.h"
 #include "layers/norm/norm.h"
@@ -30,6 +31,8 @@ Tensor LayerNorm::forward(const Tensor& x) {
                label(), ": expected input (..., ",
                shape_str(normalized_shape_), "), got ",
                x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
+  if (feeds_half_gemm_ && autocast_active() && x.dtype() == DType::Float32)
+    return layer_norm_to(x, autocast_dtype(), normalized_shape_, weight, bias, eps_, relu_);
   return layer_norm(x, normalized_shape_, weight, bias, eps_, relu_);
 }
 

@@ -19,6 +19,10 @@ class LayerNorm : public Module {
   std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
 
   const Shape& normalized_shape() const { return normalized_shape_; }
+  // Set by a container whose next op on this output is a half-precision GEMM (a pre-norm encoder
+  // layer's projections): under autocast a float32 input then gives autocast's half type, rounded
+  // in the same pass instead of by the GEMM's cast after it (layer_norm_to: the same bits).
+  void set_feeds_half_gemm(bool on) { feeds_half_gemm_ = on; }
 
   Tensor weight;  // normalized_shape, or undefined
   Tensor bias;    // normalized_shape, or undefined
@@ -27,6 +31,7 @@ class LayerNorm : public Module {
   Shape normalized_shape_;
   double eps_;
   bool relu_;
+  bool feeds_half_gemm_ = false;
 };
 
 // The layer type' descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.

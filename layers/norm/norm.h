@@ -26,4 +26,11 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
                   double eps = 1e-5, bool relu = false);
 
+// layer_norm(x, ...).to(out) without autocast's widening of x: a float32 x may give a half output
+// (the input of a half GEMM: a pre-norm transformer's LayerNorm under autocast), rounded once from
+// the float32 result, in the same kernel where the GPU's Warp path runs the pass; the gradient
+// comes back in `out` and reaches x in float32. The bits are those of the float32 op and a cast.
+Tensor layer_norm_to(const Tensor& x, DType out, const Shape& normalized_shape, const Tensor& weight,
+                     const Tensor& bias, double eps = 1e-5, bool relu = false);
+
 }  // namespace minidl

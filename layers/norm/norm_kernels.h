@@ -140,6 +140,13 @@ NormRun backward_cuda(const NormLayout& layout, const NormBackward& args);
 NormRun forward_half_cuda(const NormLayout& layout, const NormForward& args, DType dtype, const void* x, void* y);
 NormRun backward_half_cuda(const NormLayout& layout, const NormBackward& args, DType dtype, const void* x,
                            const void* dy, void* dx);
+// float32 x, dx, statistics and parameters with y and dy of the half type `out`: a float32 pass
+// whose result feeds a half-precision GEMM, without the cast between them. y is the float32
+// result rounded once, so the bits are those of forward_cuda followed by a cast, and backward's
+// of a widened dy through backward_cuda. The Warp path only: false (nothing run) where it does
+// not take the pass (args.x and args.dx set, args.y and args.dy null).
+bool forward_float_half_cuda(const NormLayout& layout, const NormForward& args, DType out, void* y);
+bool backward_float_half_cuda(const NormLayout& layout, const NormBackward& args, DType out, const void* dy);
 // What forward_cuda/backward_cuda would run for these arguments, without running it (pointers are
 // only tested for null and 16-byte alignment). Fails as they would on a path that cannot run.
 NormRun plan_forward_cuda(const NormLayout& layout, const NormForward& args);

@@ -52,23 +52,31 @@ norm::NormPath path_setting() {
   return compute_settings().norm_single_read ? norm::NormPath::Auto : norm::NormPath::ThreeLaunch;
 }
 
-// Runs the forward and, when any of x, weight, bias needs a gradient, records the node.
+// Runs the forward and, when any of x, weight, bias needs a gradient, records the node. `out`:
+// y's dtype, x's own, or a half type for a float32 x (layer_norm_to): the Warp path then writes
+// y in it and its backward takes dy in it; where that path does not run, the float32 op and a
+// cast, which give the same bits.
 Tensor normalize(const char* op, const NormLayout& layout, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                 const Tensor& running_mean, const Tensor& running_var, const Options& o) {
+                 const Tensor& running_mean, const Tensor& running_var, const Options& o, DType out) {
+  const bool to_half = out != x.dtype();
+  MINIDL_ASSERT(!to_half || (x.dtype() == DType::Float32 && is_half(out)));
+  if (to_half && !x.is_cuda())
+    return normalize(op, layout, x, weight, bias, running_mean, running_var, o, x.dtype()).to(out);
   // A half input: float32 statistics and parameters, half output (autocast's rule). The GPU
   // kernels read and write the half type; the CPU runs storage-rounded.
   if (holds_half(x) && !x.is_cuda())
-    return normalize(op, layout, as_float32(x), weight, bias, running_mean, running_var, o).to(x.dtype());
+    return normalize(op, layout, as_float32(x), weight, bias, running_mean, running_var, o, DType::Float32)
+        .to(x.dtype());
   const bool half = holds_half(x);
   const Device dev = x.device();
-  Tensor y = Tensor::empty_like(x);
+  Tensor y = Tensor::empty(x.shape(), out, dev, x.memory_format());
   Tensor mean = Tensor::empty({layout.groups()}, DType::Float32, dev);
   Tensor rstd = Tensor::empty({layout.groups()}, DType::Float32, dev);
   norm::NormForward a;
   a.x = half ? nullptr : x.data<float>();
   a.weight = ptr(weight);
   a.bias = ptr(bias);
-  a.y = half ? nullptr : y.data<float>();
+  a.y = half || to_half ? nullptr : y.data<float>();
   a.mean = mean.data<float>();
   a.rstd = rstd.data<float>();
   a.running_mean = mut_ptr(running_mean);
@@ -78,13 +86,17 @@ Tensor normalize(const char* op, const NormLayout& layout, const Tensor& x, cons
   a.eps = o.eps;
   a.relu = o.relu;
   a.path = path_setting();
+  bool ran = true;
   dispatch(dev, "forward", [&] { norm::forward_cpu(layout, a); },
            [&] {
-             if (half)
+             if (to_half)
+               ran = norm::forward_float_half_cuda(layout, a, out, y.raw_data());
+             else if (half)
                norm::forward_half_cuda(layout, a, x.dtype(), x.raw_data(), y.raw_data());
              else
                norm::forward_cuda(layout, a);
            });
+  if (!ran) return normalize(op, layout, x, weight, bias, running_mean, running_var, o, x.dtype()).to(out);
 
   std::vector<Tensor> inputs{x};
   if (weight.defined()) inputs.push_back(weight);
@@ -92,9 +104,10 @@ Tensor normalize(const char* op, const NormLayout& layout, const Tensor& x, cons
   if (!autograd::needs_grad(inputs)) return y;
   autograd::record(
       y, op, std::move(inputs),
-      [layout, o, xs = x.detach(), ws = detached(weight), bs = detached(bias), mean, rstd](
+      [layout, o, out, xs = x.detach(), ws = detached(weight), bs = detached(bias), mean, rstd](
           const Tensor& dy_in) -> std::vector<Tensor> {
-        const Tensor dy = dy_in.to(xs.dtype(), xs.memory_format());
+        const bool to_half = out != xs.dtype();
+        Tensor dy = dy_in.to(out, xs.memory_format());
         const bool half = holds_half(xs);
         MINIDL_ASSERT(dy.shape() == xs.shape() && dy.device() == xs.device());
         Tensor dx = Tensor::empty_like(xs);
@@ -102,7 +115,7 @@ Tensor normalize(const char* op, const NormLayout& layout, const Tensor& x, cons
         Tensor db = bs.defined() ? Tensor::empty_like(bs) : Tensor();
         norm::NormBackward b;
         b.x = half ? nullptr : xs.data<float>();
-        b.dy = half ? nullptr : dy.data<float>();
+        b.dy = half || to_half ? nullptr : dy.data<float>();
         b.weight = ptr(ws);
         b.bias = ptr(bs);
         b.mean = mean.data<float>();
@@ -116,10 +129,16 @@ Tensor normalize(const char* op, const NormLayout& layout, const Tensor& x, cons
         dispatch(
             dy.device(), "backward", [&] { norm::backward_cpu(layout, b); },
             [&] {
-              if (half)
-                norm::backward_half_cuda(layout, b, xs.dtype(), xs.raw_data(), dy.raw_data(), dx.raw_data());
-              else
+              if (to_half && !norm::backward_float_half_cuda(layout, b, out, dy.raw_data())) {
+                // Widening is exact: the float32 pass sees the same dy.
+                dy = dy.to(DType::Float32);
+                b.dy = dy.data<float>();
                 norm::backward_cuda(layout, b);
+              } else if (!to_half && half) {
+                norm::backward_half_cuda(layout, b, xs.dtype(), xs.raw_data(), dy.raw_data(), dx.raw_data());
+              } else if (!to_half) {
+                norm::backward_cuda(layout, b);
+              }
             });
         std::vector<Tensor> grads{dx};
         if (dw.defined()) grads.push_back(dw);
@@ -149,7 +168,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   // Channels-last x is [N*H*W][C]: each channel is a column, the layout of BatchNorm1d, which the
   // same kernels run (a plane of 1), reading and writing x in place of any transpose.
   const NormLayout layout = x.is_channels_last() ? NormLayout::batch_norm(n * hw, c, 1) : NormLayout::batch_norm(n, c, hw);
-  return normalize("batch_norm", layout, x, weight, bias, running_mean, running_var, {training, momentum, eps, relu});
+  return normalize("batch_norm", layout, x, weight, bias, running_mean, running_var, {training, momentum, eps, relu},
+                   x.dtype());
 }
 
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps,
@@ -171,7 +191,7 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
   // ChannelGroup layout, which the kernels (and the CPU reference) read in place of a transpose.
   const NormLayout layout = x.is_channels_last() ? NormLayout::group_norm_channels_last(n, c, hw, num_groups)
                                                  : NormLayout::group_norm(n, c, hw, num_groups);
-  return normalize("group_norm", layout, x, weight, bias, Tensor(), Tensor(), o);
+  return normalize("group_norm", layout, x, weight, bias, Tensor(), Tensor(), o, x.dtype());
 }
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias, double eps,
@@ -179,6 +199,14 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   // Under autocast LayerNorm is a float32 op, as GroupNorm.
   if (holds_half(x) && autocast_active()) return layer_norm(as_float32(x), normalized_shape, weight, bias, eps, relu);
   check_input(x, "layer_norm");
+  return layer_norm_to(x, x.dtype(), normalized_shape, weight, bias, eps, relu);
+}
+
+Tensor layer_norm_to(const Tensor& x, DType out, const Shape& normalized_shape, const Tensor& weight,
+                     const Tensor& bias, double eps, bool relu) {
+  check_input(x, "layer_norm");
+  MINIDL_CHECK(out == x.dtype() || (x.dtype() == DType::Float32 && is_half(out)), "layer_norm: a ",
+               dtype_name(x.dtype()), " input cannot give a ", dtype_name(out), " output (float32 may give a half one)");
   const int64_t k = static_cast<int64_t>(normalized_shape.size());
   const Shape trailing(x.shape().end() - std::min(k, x.dim()), x.shape().end());
   MINIDL_CHECK(k >= 1 && x.dim() >= k && trailing == normalized_shape, "layer_norm: input ", shape_str(x.shape()),
@@ -196,12 +224,14 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
     // on the channels-last memory as it is, with weight and bias reordered to (H, W, C) to match
     // (their gradients come back through the same reorder). Over fewer dims a group is strided
     // there: normalized in NCHW order.
-    if (k != 3) return layer_norm(x.contiguous(), normalized_shape, weight, bias, eps, relu).to(MemoryFormat::ChannelsLast);
+    if (k != 3)
+      return layer_norm_to(x.contiguous(), out, normalized_shape, weight, bias, eps, relu)
+          .to(MemoryFormat::ChannelsLast);
     const Shape param{1, x.size(1), x.size(2), x.size(3)};
     auto reordered = [&](const Tensor& p) { return p.defined() ? p.reshape(param).to(MemoryFormat::ChannelsLast) : p; };
-    return normalize("layer_norm", layout, x, reordered(weight), reordered(bias), Tensor(), Tensor(), o);
+    return normalize("layer_norm", layout, x, reordered(weight), reordered(bias), Tensor(), Tensor(), o, out);
   }
-  return normalize("layer_norm", layout, x, weight, bias, Tensor(), Tensor(), o);
+  return normalize("layer_norm", layout, x, weight, bias, Tensor(), Tensor(), o, out);
 }
 
 }  // namespace minidl

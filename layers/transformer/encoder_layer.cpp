@@ -21,6 +21,9 @@ TransformerEncoderLayer::TransformerEncoderLayer(const EncoderLayerOptions& o) :
   linear2 = std::make_shared<Linear>(o.dim_feedforward, o.d_model, o.bias);
   norm1 = std::make_shared<LayerNorm>(Shape{o.d_model}, o.layer_norm_eps);
   norm2 = std::make_shared<LayerNorm>(Shape{o.d_model}, o.layer_norm_eps);
+  // Pre-norm: each LayerNorm's output goes only to a projection (self-attention's, linear1).
+  norm1->set_feeds_half_gemm(o.norm_first);
+  norm2->set_feeds_half_gemm(o.norm_first);
   dropout1 = std::make_shared<Dropout>(o.dropout);
   dropout2 = std::make_shared<Dropout>(o.dropout);
   drop_path1 = std::make_shared<DropPath>(o.drop_path);

@@ -303,7 +303,7 @@ NormRun three_launch_backward(const NormLayout& l, const NormBackward& b, const 
 }  // namespace
 
 NormRun plan_backward_cuda(const NormLayout& l, const NormBackward& b) {
-  const warp_rows::Plan w = warp_rows::plan_backward(l, b, DType::Float32, b.x, b.dy, b.dx);
+  const warp_rows::Plan w = warp_rows::plan_backward(l, b, DType::Float32, DType::Float32, b.x, b.dy, b.dx);
   if (w.runs) return w.run();
   const single::Plan p = single::plan_backward(l, b, DType::Float32, b.x, b.dy, b.dx);
   if (p.path != NormPath::ThreeLaunch) return {p.path, p.cluster, p.threads, p.launches()};
@@ -311,9 +311,9 @@ NormRun plan_backward_cuda(const NormLayout& l, const NormBackward& b) {
 }
 
 NormRun backward_cuda(const NormLayout& l, const NormBackward& b) {
-  const warp_rows::Plan w = warp_rows::plan_backward(l, b, DType::Float32, b.x, b.dy, b.dx);
+  const warp_rows::Plan w = warp_rows::plan_backward(l, b, DType::Float32, DType::Float32, b.x, b.dy, b.dx);
   if (w.runs) {
-    warp_rows::run_backward(w, l, b, DType::Float32, b.x, b.dy, b.dx);
+    warp_rows::run_backward(w, l, b, DType::Float32, DType::Float32, b.x, b.dy, b.dx);
     return w.run();
   }
   const single::Plan plan = single::plan_backward(l, b, DType::Float32, b.x, b.dy, b.dx);
@@ -324,12 +324,19 @@ NormRun backward_cuda(const NormLayout& l, const NormBackward& b) {
   return three_launch_backward(l, b, b.x, b.dy, b.dx);
 }
 
+bool backward_float_half_cuda(const NormLayout& l, const NormBackward& b, DType out, const void* dy) {
+  MINIDL_ASSERT(is_half(out) && b.x != nullptr && b.dx != nullptr && b.dy == nullptr);
+  const warp_rows::Plan w = warp_rows::plan_backward(l, b, DType::Float32, out, b.x, dy, b.dx);
+  if (w.runs) warp_rows::run_backward(w, l, b, DType::Float32, out, b.x, dy, b.dx);
+  return w.runs;
+}
+
 NormRun backward_half_cuda(const NormLayout& l, const NormBackward& b, DType dtype, const void* x, const void* dy,
                            void* dx) {
   MINIDL_ASSERT(is_half(dtype) && b.x == nullptr && b.dy == nullptr && b.dx == nullptr);
-  const warp_rows::Plan w = warp_rows::plan_backward(l, b, dtype, x, dy, dx);
+  const warp_rows::Plan w = warp_rows::plan_backward(l, b, dtype, dtype, x, dy, dx);
   if (w.runs) {
-    warp_rows::run_backward(w, l, b, dtype, x, dy, dx);
+    warp_rows::run_backward(w, l, b, dtype, dtype, x, dy, dx);
     return w.run();
   }
   const single::Plan plan = single::plan_backward(l, b, dtype, x, dy, dx);

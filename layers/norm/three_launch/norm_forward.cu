@@ -248,7 +248,7 @@ void check_eval_layout(const NormLayout& l, const NormForward& a) {
 }  // namespace
 
 NormRun plan_forward_cuda(const NormLayout& l, const NormForward& a) {
-  const warp_rows::Plan w = warp_rows::plan_forward(l, a, DType::Float32, a.x, a.y);
+  const warp_rows::Plan w = warp_rows::plan_forward(l, a, DType::Float32, DType::Float32, a.x, a.y);
   if (w.runs) return w.run();
   const single::Plan p = single::plan_forward(l, a, DType::Float32, a.x, a.y);
   if (p.path != NormPath::ThreeLaunch) return {p.path, p.cluster, p.threads, 1};
@@ -257,9 +257,9 @@ NormRun plan_forward_cuda(const NormLayout& l, const NormForward& a) {
 
 NormRun forward_cuda(const NormLayout& l, const NormForward& a) {
   check_eval_layout(l, a);
-  const warp_rows::Plan w = warp_rows::plan_forward(l, a, DType::Float32, a.x, a.y);
+  const warp_rows::Plan w = warp_rows::plan_forward(l, a, DType::Float32, DType::Float32, a.x, a.y);
   if (w.runs) {
-    warp_rows::run_forward(w, l, a, DType::Float32, a.x, a.y);
+    warp_rows::run_forward(w, l, a, DType::Float32, DType::Float32, a.x, a.y);
     return w.run();
   }
   const single::Plan plan = single::plan_forward(l, a, DType::Float32, a.x, a.y);
@@ -270,12 +270,20 @@ NormRun forward_cuda(const NormLayout& l, const NormForward& a) {
   return three_launch_forward(l, a, a.x, a.y);
 }
 
+bool forward_float_half_cuda(const NormLayout& l, const NormForward& a, DType out, void* y) {
+  check_eval_layout(l, a);
+  MINIDL_ASSERT(is_half(out) && a.x != nullptr && a.y == nullptr);
+  const warp_rows::Plan w = warp_rows::plan_forward(l, a, DType::Float32, out, a.x, y);
+  if (w.runs) warp_rows::run_forward(w, l, a, DType::Float32, out, a.x, y);
+  return w.runs;
+}
+
 NormRun forward_half_cuda(const NormLayout& l, const NormForward& a, DType dtype, const void* x, void* y) {
   check_eval_layout(l, a);
   MINIDL_ASSERT(is_half(dtype) && a.x == nullptr && a.y == nullptr);
-  const warp_rows::Plan w = warp_rows::plan_forward(l, a, dtype, x, y);
+  const warp_rows::Plan w = warp_rows::plan_forward(l, a, dtype, dtype, x, y);
   if (w.runs) {
-    warp_rows::run_forward(w, l, a, dtype, x, y);
+    warp_rows::run_forward(w, l, a, dtype, dtype, x, y);
     return w.run();
   }
   const single::Plan plan = single::plan_forward(l, a, dtype, x, y);

@@ -23,6 +23,9 @@
 // atomics); at the end the CTA adds its 8 warps' sums in warp order into partials[2][ctas][width],
 // and a second launch (single::sum_affine_partials) adds the CTAs' partials per feature in
 // float64, in CTA order. Fixed orders throughout: the same bits on every run of a device.
+// Mixed storage (float32 x and dx, half y and dy: a float32 LayerNorm feeding a half GEMM) keeps
+// the float32 access pattern (E = 4, a half side moved as 8-byte quads), so its sums run in the
+// float32 order and y is the float32 result rounded once: the bits of float32 then a cast.
 // References: the CPU path (norm_cpu.cpp) and the float64 oracle (oracle/norm_reference.cu), as
 // for every path; tests/test_norm_cuda.cpp forces this one on ragged, misaligned and half inputs.
 #include <type_traits>
@@ -50,10 +53,14 @@ __device__ __forceinline__ int element_of(int lane, int j, int e) {
   return kVec ? kE * (32 * j + lane) + e : 32 * (kE * j + e) + lane;
 }
 
-// Eight halves: one 16-byte store.
+// Eight halves: one 16-byte store; four: one 8-byte store (a half side of a float32 pattern).
 template <class T>
 struct alignas(16) Octet {
   T v[8];
+};
+template <class T>
+struct alignas(8) Quad {
+  T v[4];
 };
 
 // The lane's accesses of a row of T, widened to float (0 past the row's end).
@@ -70,10 +77,12 @@ __device__ __forceinline__ void load_row(const T* __restrict__ p, int lane, int 
           v[j][1] = q.y;
           v[j][2] = q.z;
           v[j][3] = q.w;
-        } else {
+        } else if constexpr (kE == 8) {
           const uint4 q = *reinterpret_cast<const uint4*>(p + c);
           tiles::widen_quad<T>(make_uint2(q.x, q.y), v[j]);
           tiles::widen_quad<T>(make_uint2(q.z, q.w), v[j] + 4);
+        } else {
+          tiles::widen_quad<T>(*reinterpret_cast<const uint2*>(p + c), v[j]);
         }
       } else {
 #pragma unroll
@@ -99,11 +108,16 @@ __device__ __forceinline__ void store_row(T* __restrict__ p, int lane, int width
       if (c >= width) continue;
       if constexpr (std::is_same_v<T, float>) {
         *reinterpret_cast<float4*>(p + c) = make_float4(v[j][0], v[j][1], v[j][2], v[j][3]);
-      } else {
+      } else if constexpr (kE == 8) {
         Octet<T> q;
 #pragma unroll
         for (int e = 0; e < 8; ++e) q.v[e] = from_float<T>(v[j][e]);
         *reinterpret_cast<Octet<T>*>(p + c) = q;
+      } else {
+        Quad<T> q;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) q.v[e] = from_float<T>(v[j][e]);
+        *reinterpret_cast<Quad<T>*>(p + c) = q;
       }
     } else {
 #pragma unroll
@@ -152,9 +166,10 @@ __device__ __forceinline__ void flush_round(int j, int accesses, float& fa, floa
   }
 }
 
-template <bool kVec, int kA, class T>
+// T: x (and dx); Y: y (and dy), T or a half type with T float32. The pattern follows T.
+template <bool kVec, int kA, class T, class Y>
 __global__ void __launch_bounds__(kThreads, kA * kElems<kVec, T> >= 64 ? 2 : 3)
-    warp_rows_forward_kernel(const T* __restrict__ x, T* __restrict__ y, const NormForward a, int64_t rows, int width) {
+    warp_rows_forward_kernel(const T* __restrict__ x, Y* __restrict__ y, const NormForward a, int64_t rows, int width) {
   constexpr int kE = kElems<kVec, T>;
   const int lane = threadIdx.x & 31;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
@@ -217,8 +232,8 @@ __device__ __forceinline__ void add_slots(float* __restrict__ acc, int lane, int
   }
 }
 
-template <bool kVec, int kA, class T>
-__global__ void __launch_bounds__(kThreads) warp_rows_backward_kernel(const T* __restrict__ x, const T* __restrict__ dy,
+template <bool kVec, int kA, class T, class Y>
+__global__ void __launch_bounds__(kThreads) warp_rows_backward_kernel(const T* __restrict__ x, const Y* __restrict__ dy,
                                                                     T* __restrict__ dx, const NormBackward b,
                                                                     int64_t rows, int width, bool affine,
                                                                     float* __restrict__ partials) {
@@ -322,14 +337,37 @@ void with_variant(const Plan& p, F&& f) {
   MINIDL_ASSERT(false);
 }
 
-template <bool kVec, int kA, class T>
+template <bool kVec, int kA, class T, class Y>
 const void* forward_kernel() {
-  return reinterpret_cast<const void*>(warp_rows_forward_kernel<kVec, kA, T>);
+  return reinterpret_cast<const void*>(warp_rows_forward_kernel<kVec, kA, T, Y>);
 }
 
-template <bool kVec, int kA, class T>
+template <bool kVec, int kA, class T, class Y>
 const void* backward_kernel() {
-  return reinterpret_cast<const void*>(warp_rows_backward_kernel<kVec, kA, T>);
+  return reinterpret_cast<const void*>(warp_rows_backward_kernel<kVec, kA, T, Y>);
+}
+
+// Calls f(T{}, Y{}) for the storage of x/dx (`io`) and of y/dy (`out`): the same floating type,
+// or float32 x with a half y (nothing else is built).
+template <class F>
+void visit_storage(DType io, DType out, F&& f) {
+  visit_floating(io, "normalization", [&](auto x_tag) {
+    using T = decltype(x_tag);
+    if (out == io) {
+      f(x_tag, x_tag);
+      return;
+    }
+    if constexpr (std::is_same_v<T, float>) {
+      MINIDL_CHECK(is_half(out), "normalization: a float32 input takes a float32 or half output, got ",
+                   dtype_name(out));
+      visit_floating(out, "normalization", [&](auto y_tag) {
+        if constexpr (!std::is_same_v<decltype(y_tag), float>) f(x_tag, y_tag);
+      });
+    } else {
+      fail(str("normalization: a ", dtype_name(io), " input takes a ", dtype_name(io), " output, got ",
+               dtype_name(out)));
+    }
+  });
 }
 
 // What the Warp path needs of a pass, or why it cannot run it (nullptr: it can).
@@ -343,7 +381,7 @@ const char* refusal(const NormLayout& l) {
 // The shape of the plan common to both passes; ctas and smem are filled by the caller. A vector
 // access is 16 bytes of the storage type (and of the float32 weight and bias: `aligned` says
 // every pointer is 16-byte aligned).
-Plan shape_of(const NormLayout& l, NormPath want, const char* pass, DType dtype, bool aligned) {
+Plan shape_of(const NormLayout& l, NormPath want, const char* pass, DType io, bool aligned) {
   Plan p;
   if (want != NormPath::Auto && want != NormPath::Warp) return p;
   if (const char* why = refusal(l)) {
@@ -353,7 +391,7 @@ Plan shape_of(const NormLayout& l, NormPath want, const char* pass, DType dtype,
     return p;
   }
   p.runs = true;
-  const int64_t vector_elements = 16 / static_cast<int64_t>(dtype_size(dtype));
+  const int64_t vector_elements = 16 / static_cast<int64_t>(dtype_size(io));
   p.vec = aligned && l.width() % vector_elements == 0;
   p.elements = static_cast<int>(p.vec ? vector_elements : 4);
   const int64_t needed = tiles::ceil_div(l.width(), 32 * p.elements);
@@ -373,64 +411,70 @@ int64_t ctas_of(const void* kernel, size_t smem, int64_t rows) {
 
 NormRun Plan::run() const { return {NormPath::Warp, 0, kThreads, affine ? 2 : 1}; }
 
-Plan plan_forward(const NormLayout& l, const NormForward& a, DType dtype, const void* x, const void* y) {
+Plan plan_forward(const NormLayout& l, const NormForward& a, DType io, DType out, const void* x, const void* y) {
   using tiles::aligned16;
   const bool aligned = aligned16(x) && aligned16(y) && aligned16(a.weight) && aligned16(a.bias);
-  Plan p = shape_of(l, a.path, "forward", dtype, aligned);
+  Plan p = shape_of(l, a.path, "forward", io, aligned);
   if (!p.runs) return p;
-  visit_floating(dtype, "normalization", [&](auto tag) {
-    using T = decltype(tag);
+  visit_storage(io, out, [&](auto x_tag, auto y_tag) {
+    using T = decltype(x_tag);
+    using Y = decltype(y_tag);
     with_variant<T>(p, [&](auto vec, auto accesses) {
-      p.ctas = static_cast<int>(ctas_of(forward_kernel<decltype(vec)::value, decltype(accesses)::value, T>(), 0, l.rows));
+      p.ctas = static_cast<int>(
+          ctas_of(forward_kernel<decltype(vec)::value, decltype(accesses)::value, T, Y>(), 0, l.rows));
     });
   });
   return p;
 }
 
-Plan plan_backward(const NormLayout& l, const NormBackward& b, DType dtype, const void* x, const void* dy,
+Plan plan_backward(const NormLayout& l, const NormBackward& b, DType io, DType out, const void* x, const void* dy,
                    const void* dx) {
   using tiles::aligned16;
   const bool aligned =
       aligned16(x) && aligned16(dy) && aligned16(dx) && aligned16(b.weight) && aligned16(b.bias);
-  Plan p = shape_of(l, b.path, "backward", dtype, aligned);
+  Plan p = shape_of(l, b.path, "backward", io, aligned);
   if (!p.runs) return p;
   p.affine = b.dweight || b.dbias;
   p.smem = p.affine ? static_cast<size_t>(kWarps) * 2 * 32 * p.elements * p.accesses * sizeof(float) : 0;
-  visit_floating(dtype, "normalization", [&](auto tag) {
-    using T = decltype(tag);
+  visit_storage(io, out, [&](auto x_tag, auto y_tag) {
+    using T = decltype(x_tag);
+    using Y = decltype(y_tag);
     with_variant<T>(p, [&](auto vec, auto accesses) {
       p.ctas = static_cast<int>(
-          ctas_of(backward_kernel<decltype(vec)::value, decltype(accesses)::value, T>(), p.smem, l.rows));
+          ctas_of(backward_kernel<decltype(vec)::value, decltype(accesses)::value, T, Y>(), p.smem, l.rows));
     });
   });
   return p;
 }
 
-void run_forward(const Plan& p, const NormLayout& l, const NormForward& a, DType dtype, const void* x, void* y) {
+void run_forward(const Plan& p, const NormLayout& l, const NormForward& a, DType io, DType out, const void* x,
+                 void* y) {
   MINIDL_ASSERT(p.runs);
   const int width = static_cast<int>(l.width());
-  visit_floating(dtype, "normalization", [&](auto tag) {
-    using T = decltype(tag);
+  visit_storage(io, out, [&](auto x_tag, auto y_tag) {
+    using T = decltype(x_tag);
+    using Y = decltype(y_tag);
     with_variant<T>(p, [&](auto vec, auto accesses) {
-      warp_rows_forward_kernel<decltype(vec)::value, decltype(accesses)::value, T>
-          <<<p.ctas, kThreads, 0, cuda::stream()>>>(static_cast<const T*>(x), static_cast<T*>(y), a, l.rows, width);
+      warp_rows_forward_kernel<decltype(vec)::value, decltype(accesses)::value, T, Y>
+          <<<p.ctas, kThreads, 0, cuda::stream()>>>(static_cast<const T*>(x), static_cast<Y*>(y), a, l.rows, width);
       MINIDL_LAUNCH_CHECK();
     });
   });
 }
 
-void run_backward(const Plan& p, const NormLayout& l, const NormBackward& b, DType dtype, const void* x,
+void run_backward(const Plan& p, const NormLayout& l, const NormBackward& b, DType io, DType out, const void* x,
                   const void* dy, void* dx) {
   MINIDL_ASSERT(p.runs);
   const int width = static_cast<int>(l.width());
   std::shared_ptr<void> partials;
   if (p.affine) partials = allocate(2 * static_cast<size_t>(p.ctas) * width * sizeof(float), Device::cuda());
   float* sums = static_cast<float*>(partials.get());
-  visit_floating(dtype, "normalization", [&](auto tag) {
-    using T = decltype(tag);
+  visit_storage(io, out, [&](auto x_tag, auto y_tag) {
+    using T = decltype(x_tag);
+    using Y = decltype(y_tag);
     with_variant<T>(p, [&](auto vec, auto accesses) {
-      warp_rows_backward_kernel<decltype(vec)::value, decltype(accesses)::value, T>
-          <<<p.ctas, kThreads, p.smem, cuda::stream()>>>(static_cast<const T*>(x), static_cast<const T*>(dy),
+      warp_rows_backward_kernel<decltype(vec)::value, decltype(accesses)::value, T, Y>
+          <<<p.ctas, kThreads, p.smem, cuda::stream()>>>(static_cast<const T*>(x), static_cast<const Y*>(dy),
                                                           static_cast<T*>(dx), b, l.rows, width, p.affine, sums);
       MINIDL_LAUNCH_CHECK();
     });

@@ -1,7 +1,8 @@
 // The Warp path of the normalization kernels (norm_warp_rows.cu): LayerNorm rows of at most
 // kMaxWidth elements, each held in one warp's registers, forward and backward (with the weight and
-// bias gradients) in float32, bfloat16 or float16 storage. norm_forward.cu and norm_backward.cu
-// ask it first; where it does not cover a pass, the Block/Cluster/ThreeLaunch planner decides.
+// bias gradients) in float32, bfloat16 or float16 storage, or float32 x with a half y.
+// norm_forward.cu and norm_backward.cu ask it first; where it does not cover a pass, the
+// Block/Cluster/ThreeLaunch planner decides.
 #pragma once
 #include <cstddef>
 
@@ -26,13 +27,15 @@ struct Plan {
   NormRun run() const;
 };
 
-// The plans for these arguments and storage type (x/y/dy/dx of `dtype`; args' own float pointers
-// are ignored). A forced Warp path (args.path) that cannot run the pass is an error naming why.
-Plan plan_forward(const NormLayout& l, const NormForward& a, DType dtype, const void* x, const void* y);
-Plan plan_backward(const NormLayout& l, const NormBackward& b, DType dtype, const void* x, const void* dy,
+// The plans for these arguments and storage types: x and dx of `io`, y and dy of `out` (the same
+// type, or a half type with float32 x: norm_kernels.h's forward_float_half_cuda); args' own float
+// pointers are ignored. A forced Warp path (args.path) that cannot run the pass is an error naming why.
+Plan plan_forward(const NormLayout& l, const NormForward& a, DType io, DType out, const void* x, const void* y);
+Plan plan_backward(const NormLayout& l, const NormBackward& b, DType io, DType out, const void* x, const void* dy,
                    const void* dx);
-void run_forward(const Plan& p, const NormLayout& l, const NormForward& a, DType dtype, const void* x, void* y);
-void run_backward(const Plan& p, const NormLayout& l, const NormBackward& b, DType dtype, const void* x,
+void run_forward(const Plan& p, const NormLayout& l, const NormForward& a, DType io, DType out, const void* x,
+                 void* y);
+void run_backward(const Plan& p, const NormLayout& l, const NormBackward& b, DType io, DType out, const void* x,
                   const void* dy, void* dx);
 
 }  // namespace minidl::norm::warp_rows
