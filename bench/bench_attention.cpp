@@ -97,9 +97,8 @@ int bench_attention(const BenchAttentionOptions& options) {
         [&] { kernels::attention_fused_backward_cuda(t, s, dp, step, qkv.raw_data(), dout.raw_data(), dqkv.raw_data()); },
         repeat);
   }
-  // What the op runs: the fused kernels where they fit and are the faster path.
-  const bool op_fused = fused && kernels::attention_fused_is_faster(s);
-  const double fwd = op_fused ? fused_fwd : gemm_fwd, bwd = op_fused ? fused_bwd : gemm_bwd;
+  // What the op runs: the fused kernels where they fit.
+  const double fwd = fused ? fused_fwd : gemm_fwd, bwd = fused ? fused_bwd : gemm_bwd;
   // The op as a model runs it: a float32 leaf (only they take gradients) cast to the type inside
   // each timed call (a backward frees the graph it ran through), and dqkv cast back to float32.
   Tensor leaf = qkv.to(DType::Float32);

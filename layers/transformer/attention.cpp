@@ -49,9 +49,9 @@ Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p, uin
                "self_attention: attention dropout over ", shape_str(qkv.shape()), " needs more than ",
                kMaxDropoutDraws, " draws in one step");
   const int64_t step = dropout_step();
-  // Short sequences in half precision run the fused kernels where they are the faster path (they
+  // Short sequences in half precision run the fused kernels (the faster path wherever they fit; they
   // keep no probabilities); the rest the batched GEMMs with the probabilities saved for the backward.
-  const bool fused = dev.is_cuda() && fused_fits(t, s, x.raw_data()) && kernels::attention_fused_is_faster(s);
+  const bool fused = dev.is_cuda() && fused_fits(t, s, x.raw_data());
   Tensor probs, dropped;
   if (!fused) {
     probs = Tensor::empty({s.batch, s.heads, s.tokens, s.tokens}, t, dev);

@@ -1,17 +1,23 @@
-// Fused self-attention for short sequences in bfloat16/float16: one CTA per (sample, head) pair
-// holds Q, K, V (and dO) of up to 64 tokens in shared memory and runs every product on the tensor
-// cores (WMMA, float32 accumulation), the softmax on the float32 scores in between. Nothing of
-// size T x T reaches global memory: the forward reads qkv and writes out, the backward recomputes
-// the probabilities from Q and K (the same instructions, so the same bits) and writes dqkv. At a
-// ViT's shapes (64 tokens, head size 64) this moves a third of the GEMM path's bytes.
+// Fused self-attention for short sequences in bfloat16/float16: one CTA of four warps per
+// (sample, head) pair, Q, K, V (and dO) of up to 64 tokens in shared memory, every product on the
+// tensor cores with mma.sync (m16n8k16, float32 accumulation). Warp w owns query rows 16w..16w+15:
+// its scores S = Q K^T stay in registers, the softmax runs on them there (a row lives in the four
+// lanes of a quad: two shuffles reduce it), and the probabilities become the A operand of P V
+// without leaving registers (an m16n8 accumulator pair has the m16k16 operand's layout). Nothing
+// of size T x T reaches global memory: the forward reads qkv and writes out, the backward
+// recomputes the probabilities from Q and K (the same instructions, so the same bits) and writes
+// dqkv; only dS and the dropped P go through shared memory, transposed by ldmatrix, for the two
+// products that sum over queries (dK, dV). At a ViT's shapes (64 tokens, head size 64) the GEMM
+// path moves about three times the bytes and runs each product as thousands of tiny GEMMs.
+//
+// Operands come from shared memory by ldmatrix (.trans where the stored layout is the transpose
+// of the fragment's), rows padded by 8 elements so the eight rows of each 8 x 8 load fall on
+// distinct banks. Outputs are staged through the warp's own rows of a free buffer and written
+// with 16-byte stores.
 //
 // The numerics follow the GEMM path (attention_cuda.cu): float32 scores and softmax, the (dropped)
 // probabilities and dS rounded to the storage type as operands of the products, dropout draws
 // from dropout_draw.h at the same indices. Deterministic: no atomics, fixed reduction orders.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <mma.h>
-
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -25,257 +31,369 @@
 namespace minidl::kernels {
 namespace {
 
-namespace wmma = nvcuda::wmma;
-
-constexpr int kMaxTokens = 64;  // the padded row count Tp and the softmax's 2 values per lane
-constexpr int kWarps = 4;
+constexpr int kMaxTokens = 64;  // four warps of 16 query rows; shorter sequences are zero-padded
+constexpr int kWarps = kMaxTokens / 16;
 constexpr int kThreads = 32 * kWarps;
+constexpr int kPad = 8;                     // elements of padding per shared-memory row
+constexpr int kScoreLd = kMaxTokens + kPad;  // row stride of the T x T buffers (dS, dropped P)
 
-template <class E> struct WmmaType;
-template <> struct WmmaType<bf16> { using type = __nv_bfloat16; };
-template <> struct WmmaType<fp16> { using type = __half; };
-
-// The shared-memory layout (elements): Tp x hd operand tiles, float32 scores (or an output tile),
-// Tp x Tp storage-type probabilities. Every block starts on a multiple of 512 bytes (WMMA wants 32).
-struct Tiles {
-  int T, Tp, hd;
-  int64_t D;
-  __host__ __device__ int operand() const { return Tp * hd; }
-  __host__ __device__ int square() const { return Tp * Tp; }
-  // A float32 buffer that holds the scores (Tp x Tp) and later an output tile (Tp x hd).
-  __host__ __device__ int stage() const { return Tp * (Tp > hd ? Tp : hd); }
-};
-
-__device__ __forceinline__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// Rows [0, Tp) of a (T, hd) block of a row-major matrix with row stride `ld` into shared memory
-// (rows >= T zero), 16 bytes at a time.
+// Four 8 x 8 matrices of 16-bit elements; lanes 8i..8i+7 give the row addresses of matrix i, and
+// lane l receives element (l / 4, 2 (l % 4) .. +1) of each (of its transpose with .trans).
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(p)));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_address(p)));
+}
+
+// c (16 x 8, float32) += a (16 x 16) b (16 x 8). Lane l = 4 g + t holds a as rows g, g + 8 and
+// columns 2t, 2t + 1, 2t + 8, 2t + 9; b as rows 2t, 2t + 1, 2t + 8, 2t + 9 of column g; c as
+// (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1).
 template <class E>
-__device__ void load_rows(const E* __restrict__ src, int64_t ld, const Tiles& t, E* dst) {
-  const int vec = t.hd / 8;
-  for (int i = threadIdx.x; i < t.Tp * vec; i += kThreads) {
-    const int r = i / vec, c = i % vec;
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<E, bf16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Operand fragments from shared memory (ld: the row stride in elements; lane = 8 i + row).
+// A (m x k) at (m0, k0) stored as it is, [m][k].
+template <class E>
+__device__ __forceinline__ void load_a(uint32_t (&r)[4], const E* s, int ld, int m0, int k0) {
+  const int lane = threadIdx.x & 31, i = lane >> 3, row = lane & 7;
+  ldsm_x4(r, s + (m0 + (i & 1) * 8 + row) * ld + k0 + (i >> 1) * 8);
+}
+// A (m x k) at (m0, k0) stored transposed, [k][m].
+template <class E>
+__device__ __forceinline__ void load_a_trans(uint32_t (&r)[4], const E* s, int ld, int m0, int k0) {
+  const int lane = threadIdx.x & 31, i = lane >> 3, row = lane & 7;
+  ldsm_x4_trans(r, s + (k0 + (i >> 1) * 8 + row) * ld + m0 + (i & 1) * 8);
+}
+// B (k x n) for the two n-tiles at n0 and n0 + 8 (r[0..1] and r[2..3]), stored [n][k].
+template <class E>
+__device__ __forceinline__ void load_b(uint32_t (&r)[4], const E* s, int ld, int n0, int k0) {
+  const int lane = threadIdx.x & 31, i = lane >> 3, row = lane & 7;
+  ldsm_x4(r, s + (n0 + (i >> 1) * 8 + row) * ld + k0 + (i & 1) * 8);
+}
+// The same, stored [k][n].
+template <class E>
+__device__ __forceinline__ void load_b_trans(uint32_t (&r)[4], const E* s, int ld, int n0, int k0) {
+  const int lane = threadIdx.x & 31, i = lane >> 3, row = lane & 7;
+  ldsm_x4_trans(r, s + (k0 + (i & 1) * 8 + row) * ld + n0 + (i >> 1) * 8);
+}
+
+// Two values rounded to E, the first in the low half (the lower column of a fragment pair).
+template <class E>
+__device__ __forceinline__ uint32_t pack(float lo, float hi) {
+  return static_cast<uint32_t>(from_float<E>(lo).bits) | static_cast<uint32_t>(from_float<E>(hi).bits) << 16;
+}
+
+// The A operand of columns 16 kb .. 16 kb + 15 of a 16 x 64 accumulator row block c[8][4].
+template <class E>
+__device__ __forceinline__ void accumulator_as_a(uint32_t (&a)[4], const float (&c)[8][4], int kb) {
+  a[0] = pack<E>(c[2 * kb][0], c[2 * kb][1]);
+  a[1] = pack<E>(c[2 * kb][2], c[2 * kb][3]);
+  a[2] = pack<E>(c[2 * kb + 1][0], c[2 * kb + 1][1]);
+  a[3] = pack<E>(c[2 * kb + 1][2], c[2 * kb + 1][3]);
+}
+
+// Rows [0, 64) of a (T, HD) block of a row-major matrix with row stride `ld` into shared memory
+// with row stride HD + kPad, rows >= T zero, 16 bytes at a time.
+template <int HD, class E>
+__device__ void load_rows(const E* __restrict__ src, int64_t ld, int T, E* dst) {
+  constexpr int kVec = HD / 8;
+  for (int i = threadIdx.x; i < kMaxTokens * kVec; i += kThreads) {
+    const int r = i / kVec, c = i % kVec;
     uint4 v = make_uint4(0, 0, 0, 0);
-    if (r < t.T) v = reinterpret_cast<const uint4*>(src + r * ld)[c];
-    reinterpret_cast<uint4*>(dst + r * t.hd)[c] = v;
+    if (r < T) v = *reinterpret_cast<const uint4*>(src + r * ld + 8 * c);
+    *reinterpret_cast<uint4*>(dst + r * (HD + kPad) + 8 * c) = v;
   }
 }
 
-// dst rows [0, T) of a row-major matrix with row stride `ld` = scale * the float32 (Tp, hd) tile.
-template <class E>
-__device__ void store_rows(const float* __restrict__ src, float scale, const Tiles& t, E* dst, int64_t ld) {
-  for (int i = threadIdx.x; i < t.T * t.hd; i += kThreads) {
-    const int r = i / t.hd, c = i % t.hd;
-    dst[r * ld + c] = from_float<E>(src[i] * scale);
-  }
-}
-
-// C (M x N, float32, row-major, ldc) = A B with 16 x 16 x 16 tiles spread over the warps.
-// A is M x K (row-major with lda, or given transposed: col-major), B is K x N likewise.
-template <class W, class LayoutA, class LayoutB>
-__device__ void mma_tiles(int M, int N, int K, const W* a, int lda, const W* b, int ldb, float* c, int ldc) {
-  const int warp = threadIdx.x / 32, tiles_n = N / 16;
-  for (int tile = warp; tile < (M / 16) * tiles_n; tile += kWarps) {
-    const int ti = tile / tiles_n, tj = tile % tiles_n;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-    wmma::fill_fragment(acc, 0.f);
-    for (int kk = 0; kk < K; kk += 16) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, W, LayoutA> fa;
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, W, LayoutB> fb;
-      const W* pa = std::is_same<LayoutA, wmma::row_major>::value ? a + ti * 16 * lda + kk : a + kk * lda + ti * 16;
-      const W* pb = std::is_same<LayoutB, wmma::row_major>::value ? b + kk * ldb + tj * 16 : b + tj * 16 * ldb + kk;
-      wmma::load_matrix_sync(fa, pa, lda);
-      wmma::load_matrix_sync(fb, pb, ldb);
-      wmma::mma_sync(acc, fa, fb, acc);
-    }
-    wmma::store_matrix_sync(c + ti * 16 * ldc + tj * 16, acc, ldc, wmma::mem_row_major);
-  }
-}
-
-// s (Tp x Tp, float32 scores Q K^T unscaled) -> p = softmax(scale * s) by rows in float32, in
-// place, and pd = p * dropout factor in the storage type (rows and columns >= T zero).
-template <class E>
-__device__ void softmax_rows(float* s, E* pd, const Tiles& t, float scale, int64_t pair, bool drop,
-                             const DropoutDraw& draw, int64_t step) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-  for (int r = warp; r < t.Tp; r += kWarps) {
-    float* row = s + r * t.Tp;
-    float x[kMaxTokens / 32];
-    float m = -INFINITY;
+// The warp's 16 x HD accumulator block (rows r0.., times `scale`, rounded once) to dst rows
+// r0.. < T (row stride ld), staged through the warp's rows of `stage` (row stride HD + kPad).
+template <int HD, class E>
+__device__ void store_block(const float (&c)[HD / 8][4], float scale, E* stage, int r0, int T, E* __restrict__ dst,
+                            int64_t ld) {
+  constexpr int kLd = HD + kPad, kVec = HD / 8;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  __syncwarp();  // earlier reads of these rows are done
 #pragma unroll
-    for (int k = 0; k < kMaxTokens / 32; ++k) {
-      const int c = lane + 32 * k;
-      x[k] = c < t.T && r < t.T ? row[c] * scale : -INFINITY;
-      m = fmaxf(m, x[k]);
-    }
-    m = warp_max(m);
-    float sum = 0.f;
+  for (int nt = 0; nt < HD / 8; ++nt) {
+    *reinterpret_cast<uint32_t*>(stage + (r0 + g) * kLd + 8 * nt + 2 * t) = pack<E>(c[nt][0] * scale, c[nt][1] * scale);
+    *reinterpret_cast<uint32_t*>(stage + (r0 + g + 8) * kLd + 8 * nt + 2 * t) =
+        pack<E>(c[nt][2] * scale, c[nt][3] * scale);
+  }
+  __syncwarp();
+  for (int i = lane; i < 16 * kVec; i += 32) {
+    const int r = r0 + i / kVec, v = i % kVec;
+    if (r < T) *reinterpret_cast<uint4*>(dst + r * ld + 8 * v) = *reinterpret_cast<const uint4*>(stage + r * kLd + 8 * v);
+  }
+}
+
+// s (the warp's 16 x 64 scores Q K^T, unscaled) -> p = softmax(scale * s) by rows, in place, over
+// the T valid columns (the rest 0). Each row's max and sum: the lane's 16 values in column order,
+// then the quad's butterfly.
+__device__ __forceinline__ void softmax_rows(float (&s)[8][4], int T, float scale) {
+  const int t = (threadIdx.x & 31) & 3;
+  float m[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-    for (int k = 0; k < kMaxTokens / 32; ++k) {
-      x[k] = x[k] == -INFINITY ? 0.f : expf(x[k] - m);
-      sum += x[k];
-    }
-    sum = cuda::warp_sum(sum);
-    const float inv = r < t.T ? 1.f / sum : 0.f;
+  for (int nt = 0; nt < 8; ++nt)
 #pragma unroll
-    for (int k = 0; k < kMaxTokens / 32; ++k) {
-      const int c = lane + 32 * k;
-      if (c >= t.Tp) continue;
-      const float p = x[k] * inv;
-      row[c] = p;
-      const float f = drop && c < t.T && r < t.T ? dropout_factor(draw, step, (pair * t.T + r) * t.T + c) : 1.f;
-      pd[r * t.Tp + c] = from_float<E>(p * f);
+    for (int e = 0; e < 4; ++e) {
+      const int col = 8 * nt + 2 * t + (e & 1);
+      s[nt][e] = col < T ? s[nt][e] * scale : -INFINITY;
+      m[e >> 1] = fmaxf(m[e >> 1], s[nt][e]);
+    }
+  float sum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    m[h] = fmaxf(m[h], __shfl_xor_sync(0xffffffffu, m[h], 1));
+    m[h] = fmaxf(m[h], __shfl_xor_sync(0xffffffffu, m[h], 2));
+  }
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[nt][e] = s[nt][e] == -INFINITY ? 0.f : expf(s[nt][e] - m[e >> 1]);
+      sum[e >> 1] += s[nt][e];
+    }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], 1);
+    sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], 2);
+    sum[h] = 1.f / sum[h];
+  }
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[nt][e] *= sum[e >> 1];
+}
+
+// The dropout factor of score (row, col) of `pair` (1 without dropout, 0 outside the T x T block).
+__device__ __forceinline__ float drop_factor(bool drop, const DropoutDraw& draw, int64_t step, int64_t pair, int T,
+                                             int row, int col) {
+  if (row >= T || col >= T) return 0.f;
+  return drop ? dropout_factor(draw, step, (pair * T + row) * T + col) : 1.f;
+}
+
+// The warp's 16 x 64 scores Q K^T (rows r0..) over the key tiles that hold tokens.
+template <class E, int HD>
+__device__ __forceinline__ void scores(float (&s)[8][4], const E* q, const E* k, int r0, int T) {
+  constexpr int kLd = HD + kPad;
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[nt][e] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < HD / 16; ++kk) {
+    uint32_t a[4];
+    load_a(a, q, kLd, r0, 16 * kk);
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+      if (16 * np >= T) break;
+      uint32_t b[4];
+      load_b(b, k, kLd, 16 * np, 16 * kk);
+      mma<E>(s[2 * np], a, b[0], b[1]);
+      mma<E>(s[2 * np + 1], a, b[2], b[3]);
     }
   }
 }
 
-template <class E>
-__global__ void __launch_bounds__(kThreads) fused_forward_kernel(Tiles t, int64_t heads, float scale, bool drop,
+// c (16 x HD) = A B, A the 16 x 64 row block given per k-block by `a_of(kb, a)`, B the 64 x HD
+// matrix stored [k][n] in `b` (row stride HD + kPad), over the k-blocks that hold tokens.
+template <class E, int HD, class AOf>
+__device__ __forceinline__ void times_tokens(float (&c)[HD / 8][4], AOf&& a_of, const E* b, int T) {
+  constexpr int kLd = HD + kPad;
+#pragma unroll
+  for (int nt = 0; nt < HD / 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) c[nt][e] = 0.f;
+#pragma unroll
+  for (int kb = 0; kb < 4; ++kb) {
+    if (16 * kb >= T) break;
+    uint32_t a[4];
+    a_of(kb, a);
+#pragma unroll
+    for (int np = 0; np < HD / 16; ++np) {
+      uint32_t bf[4];
+      load_b_trans(bf, b, kLd, 16 * np, 16 * kb);
+      mma<E>(c[2 * np], a, bf[0], bf[1]);
+      mma<E>(c[2 * np + 1], a, bf[2], bf[3]);
+    }
+  }
+}
+
+template <class E, int HD>
+__global__ void __launch_bounds__(kThreads) fused_forward_kernel(int T, int64_t D, int64_t heads, float scale, bool drop,
                                                                  DropoutDraw draw, const int64_t* __restrict__ step,
                                                                  const E* __restrict__ qkv, E* __restrict__ out) {
-  using W = typename WmmaType<E>::type;
-  extern __shared__ __align__(128) unsigned char smem[];
-  E* q = reinterpret_cast<E*>(smem);
-  E* k = q + t.operand();
-  E* v = k + t.operand();
-  float* s = reinterpret_cast<float*>(v + t.operand());
-  E* pd = reinterpret_cast<E*>(s + t.stage());
+  constexpr int kLd = HD + kPad;
+  __shared__ __align__(16) E q[kMaxTokens * kLd];
+  __shared__ __align__(16) E k[kMaxTokens * kLd];
+  __shared__ __align__(16) E v[kMaxTokens * kLd];
   const int64_t pair = blockIdx.x, n = pair / heads, h = pair % heads;
-  const E* base = qkv + n * t.T * 3 * t.D + h * t.hd;
-  load_rows(base, 3 * t.D, t, q);
-  load_rows(base + t.D, 3 * t.D, t, k);
-  load_rows(base + 2 * t.D, 3 * t.D, t, v);
+  const E* base = qkv + n * T * 3 * D + h * HD;
+  load_rows<HD>(base, 3 * D, T, q);
+  load_rows<HD>(base + D, 3 * D, T, k);
+  load_rows<HD>(base + 2 * D, 3 * D, T, v);
   __syncthreads();
-  const W *wq = reinterpret_cast<const W*>(q), *wk = reinterpret_cast<const W*>(k), *wv = reinterpret_cast<const W*>(v);
-  mma_tiles<W, wmma::row_major, wmma::col_major>(t.Tp, t.Tp, t.hd, wq, t.hd, wk, t.hd, s, t.Tp);  // Q K^T
-  __syncthreads();
-  softmax_rows(s, pd, t, scale, pair, drop, draw, drop ? *step : 0);
-  __syncthreads();
-  // O = Pd V into the score buffer (free now), then out.
-  mma_tiles<W, wmma::row_major, wmma::row_major>(t.Tp, t.hd, t.Tp, reinterpret_cast<const W*>(pd), t.Tp, wv, t.hd, s,
-                                                 t.hd);
-  __syncthreads();
-  store_rows(s, 1.f, t, out + n * t.T * t.D + h * t.hd, t.D);
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, r0 = 16 * (threadIdx.x >> 5);
+  if (r0 >= T) return;  // no query rows here (after the block's only barrier)
+  float p[8][4];
+  scores<E, HD>(p, q, k, r0, T);
+  softmax_rows(p, T, scale);
+  const int64_t step_now = drop ? *step : 0;
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      p[nt][e] *= drop_factor(drop, draw, step_now, pair, T, r0 + g + 8 * (e >> 1), 8 * nt + 2 * t + (e & 1));
+  float o[HD / 8][4];
+  times_tokens<E, HD>(o, [&](int kb, uint32_t(&a)[4]) { accumulator_as_a<E>(a, p, kb); }, v, T);
+  store_block<HD>(o, 1.f, q, r0, T, out + n * T * D + h * HD, D);  // the warp's Q rows are free now
 }
 
-template <class E>
-__global__ void __launch_bounds__(kThreads) fused_backward_kernel(Tiles t, int64_t heads, float scale, bool drop,
+template <class E, int HD>
+__global__ void __launch_bounds__(kThreads) fused_backward_kernel(int T, int64_t D, int64_t heads, float scale, bool drop,
                                                                   DropoutDraw draw, const int64_t* __restrict__ step,
                                                                   const E* __restrict__ qkv, const E* __restrict__ dout,
                                                                   E* __restrict__ dqkv) {
-  using W = typename WmmaType<E>::type;
-  extern __shared__ __align__(128) unsigned char smem[];
+  constexpr int kLd = HD + kPad;
+  extern __shared__ __align__(16) unsigned char smem[];
   E* q = reinterpret_cast<E*>(smem);
-  E* k = q + t.operand();
-  E* v = k + t.operand();
-  E* dO = v + t.operand();
-  float* p = reinterpret_cast<float*>(dO + t.operand());  // scores, then P
-  float* g = p + t.square();                              // dPd, then the output tiles
-  E* pd = reinterpret_cast<E*>(g + t.stage());
-  E* ds = pd + t.square();
+  E* k = q + kMaxTokens * kLd;
+  E* v = k + kMaxTokens * kLd;
+  E* dO = v + kMaxTokens * kLd;
+  E* ds_s = dO + kMaxTokens * kLd;         // dS, [query][key]
+  E* pd_s = ds_s + kMaxTokens * kScoreLd;  // the dropped P, [query][key]
   const int64_t pair = blockIdx.x, n = pair / heads, h = pair % heads;
-  const E* base = qkv + n * t.T * 3 * t.D + h * t.hd;
-  load_rows(base, 3 * t.D, t, q);
-  load_rows(base + t.D, 3 * t.D, t, k);
-  load_rows(base + 2 * t.D, 3 * t.D, t, v);
-  load_rows(dout + n * t.T * t.D + h * t.hd, t.D, t, dO);
+  const E* base = qkv + n * T * 3 * D + h * HD;
+  load_rows<HD>(base, 3 * D, T, q);
+  load_rows<HD>(base + D, 3 * D, T, k);
+  load_rows<HD>(base + 2 * D, 3 * D, T, v);
+  load_rows<HD>(dout + n * T * D + h * HD, D, T, dO);
   __syncthreads();
-  const W *wq = reinterpret_cast<const W*>(q), *wk = reinterpret_cast<const W*>(k), *wv = reinterpret_cast<const W*>(v);
-  const W* wdo = reinterpret_cast<const W*>(dO);
-  mma_tiles<W, wmma::row_major, wmma::col_major>(t.Tp, t.Tp, t.hd, wq, t.hd, wk, t.hd, p, t.Tp);    // Q K^T
-  mma_tiles<W, wmma::row_major, wmma::col_major>(t.Tp, t.Tp, t.hd, wdo, t.hd, wv, t.hd, g, t.Tp);   // dO V^T
-  __syncthreads();
-  const int64_t step_now = drop ? *step : 0;
-  softmax_rows(p, pd, t, scale, pair, drop, draw, step_now);
-  __syncthreads();
-  // dS = P * (dP - sum_j P_j dP_j) with dP = dPd * dropout factor, by rows.
-  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-  for (int r = warp; r < t.Tp; r += kWarps) {
-    float dp[kMaxTokens / 32], pv[kMaxTokens / 32];
-    float dot = 0.f;
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3, r0 = 16 * (threadIdx.x >> 5);
+  // The warp's query rows r0.. (and below its key rows r0..) hold tokens; the products over
+  // queries read only the row blocks below T, which the warps that hold tokens write.
+  const bool holds_tokens = r0 < T;
+  float p[8][4], ds[8][4];
+  if (holds_tokens) {
+    scores<E, HD>(p, q, k, r0, T);
+    softmax_rows(p, T, scale);
+    scores<E, HD>(ds, dO, v, r0, T);  // dPd = dO V^T, the gradient reaching the dropped P
+    // dP = dPd * dropout factor; dS = P * (dP - sum_j P_j dP_j), the dot summed as the softmax's sums.
+    const int64_t step_now = drop ? *step : 0;
+    float dot[2] = {0.f, 0.f};
 #pragma unroll
-    for (int kk = 0; kk < kMaxTokens / 32; ++kk) {
-      const int c = lane + 32 * kk;
-      const bool in = c < t.T && r < t.T;
-      const float f = drop && in ? dropout_factor(draw, step_now, (pair * t.T + r) * t.T + c) : 1.f;
-      dp[kk] = in ? g[r * t.Tp + c] * f : 0.f;
-      pv[kk] = in ? p[r * t.Tp + c] : 0.f;
-      dot += pv[kk] * dp[kk];
+    for (int nt = 0; nt < 8; ++nt) {
+      float f[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = r0 + g + 8 * (e >> 1);
+        f[e] = drop_factor(drop, draw, step_now, pair, T, row, 8 * nt + 2 * t + (e & 1));
+        if (row >= T) p[nt][e] = 0.f;  // padding rows take no part in dK and dV
+        ds[nt][e] *= f[e];
+        dot[e >> 1] += p[nt][e] * ds[nt][e];
+      }
+      const int at = (r0 + g) * kScoreLd + 8 * nt + 2 * t;
+      *reinterpret_cast<uint32_t*>(pd_s + at) = pack<E>(p[nt][0] * f[0], p[nt][1] * f[1]);
+      *reinterpret_cast<uint32_t*>(pd_s + at + 8 * kScoreLd) = pack<E>(p[nt][2] * f[2], p[nt][3] * f[3]);
     }
-    dot = cuda::warp_sum(dot);
 #pragma unroll
-    for (int kk = 0; kk < kMaxTokens / 32; ++kk) {
-      const int c = lane + 32 * kk;
-      if (c < t.Tp) ds[r * t.Tp + c] = from_float<E>(pv[kk] * (dp[kk] - dot));
+    for (int hh = 0; hh < 2; ++hh) {
+      dot[hh] += __shfl_xor_sync(0xffffffffu, dot[hh], 1);
+      dot[hh] += __shfl_xor_sync(0xffffffffu, dot[hh], 2);
+    }
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) ds[nt][e] = p[nt][e] * (ds[nt][e] - dot[e >> 1]);
+      const int at = (r0 + g) * kScoreLd + 8 * nt + 2 * t;
+      *reinterpret_cast<uint32_t*>(ds_s + at) = pack<E>(ds[nt][0], ds[nt][1]);
+      *reinterpret_cast<uint32_t*>(ds_s + at + 8 * kScoreLd) = pack<E>(ds[nt][2], ds[nt][3]);
     }
   }
-  __syncthreads();
-  E* dbase = dqkv + n * t.T * 3 * t.D + h * t.hd;
-  const W *wpd = reinterpret_cast<const W*>(pd), *wds = reinterpret_cast<const W*>(ds);
-  // dV = Pd^T dO.
-  mma_tiles<W, wmma::col_major, wmma::row_major>(t.Tp, t.hd, t.Tp, wpd, t.Tp, wdo, t.hd, g, t.hd);
-  __syncthreads();
-  store_rows(g, 1.f, t, dbase + 2 * t.D, 3 * t.D);
-  __syncthreads();
-  // dQ = scale dS K.
-  mma_tiles<W, wmma::row_major, wmma::row_major>(t.Tp, t.hd, t.Tp, wds, t.Tp, wk, t.hd, g, t.hd);
-  __syncthreads();
-  store_rows(g, scale, t, dbase, 3 * t.D);
-  __syncthreads();
-  // dK = scale dS^T Q.
-  mma_tiles<W, wmma::col_major, wmma::row_major>(t.Tp, t.hd, t.Tp, wds, t.Tp, wq, t.hd, g, t.hd);
-  __syncthreads();
-  store_rows(g, scale, t, dbase + t.D, 3 * t.D);
+  __syncthreads();  // dS and the dropped P complete; V no longer read (its rows stage the outputs)
+  if (!holds_tokens) return;
+  E* dbase = dqkv + n * T * 3 * D + h * HD;
+  float c[HD / 8][4];
+  // dQ = scale dS K (the warp's query rows), dS from registers.
+  times_tokens<E, HD>(c, [&](int kb, uint32_t(&a)[4]) { accumulator_as_a<E>(a, ds, kb); }, k, T);
+  store_block<HD>(c, scale, v, r0, T, dbase, 3 * D);
+  // dK = scale dS^T Q and dV = Pd^T dO (the warp's key rows), the transposes loaded by ldmatrix.
+  times_tokens<E, HD>(c, [&](int kb, uint32_t(&a)[4]) { load_a_trans(a, ds_s, kScoreLd, r0, 16 * kb); }, q, T);
+  store_block<HD>(c, scale, v, r0, T, dbase + D, 3 * D);
+  times_tokens<E, HD>(c, [&](int kb, uint32_t(&a)[4]) { load_a_trans(a, pd_s, kScoreLd, r0, 16 * kb); }, dO, T);
+  store_block<HD>(c, 1.f, v, r0, T, dbase + 2 * D, 3 * D);
 }
 
-Tiles tiles_of(const AttentionShape& s) {
-  return {static_cast<int>(s.tokens), static_cast<int>((s.tokens + 15) / 16 * 16), static_cast<int>(s.head_dim),
-          s.width()};
+template <int HD>
+constexpr size_t backward_smem() {
+  return sizeof(uint16_t) * (4 * kMaxTokens * (HD + kPad) + 2 * kMaxTokens * kScoreLd);
 }
 
-size_t forward_smem(const Tiles& t, size_t es) { return es * (3 * t.operand() + t.square()) + 4 * t.stage(); }
-size_t backward_smem(const Tiles& t, size_t es) {
-  return es * (4 * t.operand() + 2 * t.square()) + 4 * (t.square() + t.stage());
+// Calls f(E{}, integral_constant<HD>) for the storage type and head size.
+template <class F>
+void with_kernel(DType dtype, int64_t head_dim, F&& f) {
+  auto by_size = [&](auto tag) {
+    switch (head_dim) {
+      case 16: f(tag, std::integral_constant<int, 16>{}); return;
+      case 32: f(tag, std::integral_constant<int, 32>{}); return;
+      case 48: f(tag, std::integral_constant<int, 48>{}); return;
+      case 64: f(tag, std::integral_constant<int, 64>{}); return;
+    }
+    MINIDL_ASSERT(false);
+  };
+  if (dtype == DType::BFloat16)
+    by_size(bf16{});
+  else
+    by_size(fp16{});
 }
 
-// Lets a kernel take more than the default 48 KiB of dynamic shared memory (once per kernel).
-template <class Kernel>
-void allow_smem(Kernel kernel, size_t bytes) {
-  MINIDL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-}
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 
-bool attention_fused_cuda_fits(DType dtype, const AttentionShape& s, const void* qkv) {
-  return is_half(dtype) && reinterpret_cast<uintptr_t>(qkv) % 16 == 0 && s.tokens >= 1 && s.tokens <= kMaxTokens && s.head_dim % 16 == 0 && s.head_dim >= 16 &&
-         s.head_dim <= 64 && s.batch * s.heads <= INT32_MAX;
+bool attention_fused_cuda_fits(DType dtype, const AttentionShape& s, const void* tensor) {
+  return is_half(dtype) && aligned16(tensor) && s.tokens >= 1 && s.tokens <= kMaxTokens && s.head_dim % 16 == 0 &&
+         s.head_dim >= 16 && s.head_dim <= 64 && s.batch * s.heads <= INT32_MAX;
 }
 
 void attention_fused_forward_cuda(DType dtype, const AttentionShape& s, const DropoutDraw* drop, const int64_t* step,
                                   const void* qkv, void* out) {
-  MINIDL_CHECK(attention_fused_cuda_fits(dtype, s, qkv), "attention: the fused kernel does not take ",
-               dtype_name(dtype), " with ", s.tokens, " tokens of head size ", s.head_dim);
+  MINIDL_CHECK(attention_fused_cuda_fits(dtype, s, qkv) && attention_fused_cuda_fits(dtype, s, out),
+               "attention: the fused kernel does not take ", dtype_name(dtype), " with ", s.tokens,
+               " tokens of head size ", s.head_dim);
   const int64_t pairs = s.batch * s.heads;
   if (pairs == 0) return;
-  const Tiles t = tiles_of(s);
   const float scale = 1.f / std::sqrt(static_cast<float>(s.head_dim));
-  const size_t smem = forward_smem(t, 2);
-  auto launch = [&](auto tag) {
+  with_kernel(dtype, s.head_dim, [&](auto tag, auto hd) {
     using E = decltype(tag);
-    static bool configured = false;
-    if (!configured) allow_smem(fused_forward_kernel<E>, forward_smem({kMaxTokens, kMaxTokens, 64, 0}, 2));
-    configured = true;
-    fused_forward_kernel<E><<<static_cast<unsigned>(pairs), kThreads, smem, cuda::stream()>>>(
-        t, s.heads, scale, drop != nullptr, drop ? *drop : DropoutDraw{}, step, static_cast<const E*>(qkv),
-        static_cast<E*>(out));
+    fused_forward_kernel<E, decltype(hd)::value><<<static_cast<unsigned>(pairs), kThreads, 0, cuda::stream()>>>(
+        static_cast<int>(s.tokens), s.width(), s.heads, scale, drop != nullptr, drop ? *drop : DropoutDraw{}, step,
+        static_cast<const E*>(qkv), static_cast<E*>(out));
     MINIDL_LAUNCH_CHECK();
-  };
-  if (dtype == DType::BFloat16) launch(bf16{});
-  else launch(fp16{});
+  });
 }
 
 void attention_fused_backward_cuda(DType dtype, const AttentionShape& s, const DropoutDraw* drop, const int64_t* step,
@@ -286,21 +404,23 @@ void attention_fused_backward_cuda(DType dtype, const AttentionShape& s, const D
                " tokens of head size ", s.head_dim);
   const int64_t pairs = s.batch * s.heads;
   if (pairs == 0) return;
-  const Tiles t = tiles_of(s);
   const float scale = 1.f / std::sqrt(static_cast<float>(s.head_dim));
-  const size_t smem = backward_smem(t, 2);
-  auto launch = [&](auto tag) {
+  with_kernel(dtype, s.head_dim, [&](auto tag, auto hd) {
     using E = decltype(tag);
-    static bool configured = false;
-    if (!configured) allow_smem(fused_backward_kernel<E>, backward_smem({kMaxTokens, kMaxTokens, 64, 0}, 2));
-    configured = true;
-    fused_backward_kernel<E><<<static_cast<unsigned>(pairs), kThreads, smem, cuda::stream()>>>(
-        t, s.heads, scale, drop != nullptr, drop ? *drop : DropoutDraw{}, step, static_cast<const E*>(qkv),
-        static_cast<const E*>(dout), static_cast<E*>(dqkv));
+    constexpr int HD = decltype(hd)::value;
+    constexpr size_t smem = backward_smem<HD>();
+    // More than the default 48 KiB of dynamic shared memory at head size 64: allowed once per kernel.
+    static const bool allowed = [] {
+      MINIDL_CUDA_CHECK(cudaFuncSetAttribute(fused_backward_kernel<E, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(smem)));
+      return true;
+    }();
+    (void)allowed;
+    fused_backward_kernel<E, HD><<<static_cast<unsigned>(pairs), kThreads, smem, cuda::stream()>>>(
+        static_cast<int>(s.tokens), s.width(), s.heads, scale, drop != nullptr, drop ? *drop : DropoutDraw{}, step,
+        static_cast<const E*>(qkv), static_cast<const E*>(dout), static_cast<E*>(dqkv));
     MINIDL_LAUNCH_CHECK();
-  };
-  if (dtype == DType::BFloat16) launch(bf16{});
-  else launch(fp16{});
+  });
 }
 
 }  // namespace minidl::kernels

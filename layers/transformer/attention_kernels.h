@@ -33,22 +33,17 @@ void attention_forward_cuda(DType dtype, const AttentionShape& s, const DropoutD
 void attention_backward_cuda(DType dtype, const AttentionShape& s, const DropoutDraw* drop, const int64_t* step,
                              const void* qkv, const void* probs, const void* dropped, const void* dout, void* dqkv);
 
-// The fused kernels (attention_fused_cuda.cu): one CTA per (sample, head) on the tensor cores,
-// nothing of size T x T in global memory, the backward recomputing the probabilities. They take
-// bfloat16/float16 with at most 64 tokens, a head size of 16, 32, 48 or 64 and 16-byte aligned
-// tensors (`fits` says, for each of the pointers a call passes).
+// The fused kernels (attention_fused_cuda.cu): one CTA of four warps per (sample, head) on the
+// tensor cores (mma.sync), scores and softmax in registers, nothing of size T x T in global memory,
+// the backward recomputing the probabilities. They take bfloat16/float16 with at most 64 tokens, a
+// head size of 16, 32, 48 or 64 and 16-byte aligned tensors (`fits` says, for each of the pointers
+// a call passes). The op runs them wherever they fit: measured 2.4-3.7x faster than the GEMM path
+// forward + backward (H200, bf16, batch 512, 6 heads: docs/transformer.md), 2.7x at a ViT's 64
+// tokens of head size 64.
 bool attention_fused_cuda_fits(DType dtype, const AttentionShape& s, const void* tensor);
 void attention_fused_forward_cuda(DType dtype, const AttentionShape& s, const DropoutDraw* drop, const int64_t* step,
                                   const void* qkv, void* out);
 void attention_fused_backward_cuda(DType dtype, const AttentionShape& s, const DropoutDraw* drop, const int64_t* step,
                                    const void* qkv, const void* dout, void* dqkv);
-
-// Where the fused kernels were measured faster than the batched-GEMM path, forward + backward
-// (H100, bf16, batch 512, 6 heads; docs/transformer.md): up to 32 tokens at every head size
-// (0.05-0.21 ms against the GEMMs' 0.14-0.28), and at head size 16 up to 64 tokens (0.24 against
-// 0.37). From 64 tokens at head size 32 the GEMMs win (0.38 against 0.40), at a ViT's 64 x 64 by
-// 2.1x (0.38 against 0.82): one CTA of 64 rows per (sample, head) is latency-bound. A function of
-// the shape alone, so the path, and with it a run's bits, is the same every run.
-inline bool attention_fused_is_faster(const AttentionShape& s) { return s.tokens <= 32 || s.head_dim <= 16; }
 
 }  // namespace minidl::kernels
