@@ -363,19 +363,18 @@ TEST_CASE("a tiny ViT from JSON trains one step on the CPU, in float32 and bfloa
   require_close_scaled(b.logits, a.logits, 3e-2, "bf16 logits");
 }
 
-TEST_CASE("self_attention on CUDA matches the CPU in float32 and bfloat16, with and without dropout",
+TEST_CASE("self_attention on CUDA matches the CPU in float32, bfloat16 and float16, with and without dropout",
           "[transformer][cuda]") {
   MINIDL_REQUIRE_CUDA();
   const DropoutStateGuard guard;
   set_dropout_seed(6);
-  for (DType t : {DType::Float32, DType::BFloat16}) {
+  for (DType t : {DType::Float32, DType::BFloat16, DType::Float16}) {
     for (float p : {0.f, 0.2f}) {
-      // bfloat16 runs the fused kernels up to 64 tokens at head sizes 16..64 (ragged 9 and 50
-      // tokens among them), the rest (17 tokens of head size 8, 65 tokens) the GEMMs.
-      const std::vector<std::pair<Shape, int64_t>> problems = {{{3, 17, 3 * 2 * 8}, 2},  {{4, 65, 3 * 6 * 64}, 6},
-                                                                {{3, 64, 3 * 6 * 64}, 6}, {{2, 50, 3 * 4 * 32}, 4},
-                                                                {{2, 9, 3 * 2 * 16}, 2},  {{2, 32, 3 * 2 * 64}, 2},
-                                                                {{3, 64, 3 * 4 * 16}, 4}};
+      // The half types run the fused kernels up to 64 tokens at head sizes 16..64 (ragged 9, 24
+      // and 50 tokens among them), the rest (17 tokens of head size 8, 65 tokens) the GEMMs.
+      const std::vector<std::pair<Shape, int64_t>> problems = {
+          {{3, 17, 3 * 2 * 8}, 2},  {{4, 65, 3 * 6 * 64}, 6}, {{3, 64, 3 * 6 * 64}, 6}, {{2, 50, 3 * 4 * 32}, 4},
+          {{2, 9, 3 * 2 * 16}, 2},  {{2, 32, 3 * 2 * 64}, 2}, {{3, 64, 3 * 4 * 16}, 4}, {{2, 24, 3 * 2 * 48}, 2}};
       for (const auto& [shape, heads] : problems) {
         set_dropout_step(9, Device::cuda());
         // float32 leaves (only they take gradients) cast to the type under test.

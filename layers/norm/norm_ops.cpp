@@ -2,6 +2,7 @@
 // shape it should have), the forward on x's device, and one autograd node whose backward
 // computes dx, dweight and dbias together from x and the saved per-group mean and rstd.
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -108,6 +109,9 @@ Tensor normalize(const char* op, const NormLayout& layout, const Tensor& x, cons
           const Tensor& dy_in) -> std::vector<Tensor> {
         const bool to_half = out != xs.dtype();
         Tensor dy = dy_in.to(out, xs.memory_format());
+        // The float32 pass reads a widened copy, always 16-byte aligned: a misaligned half view
+        // would send the mixed pass down the strided pattern and change the sums' grouping.
+        if (to_half && reinterpret_cast<uintptr_t>(dy.raw_data()) % 16 != 0) dy = dy.clone();
         const bool half = holds_half(xs);
         MINIDL_ASSERT(dy.shape() == xs.shape() && dy.device() == xs.device());
         Tensor dx = Tensor::empty_like(xs);

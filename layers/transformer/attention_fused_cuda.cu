@@ -17,7 +17,8 @@
 //
 // The numerics follow the GEMM path (attention_cuda.cu): float32 scores and softmax, the (dropped)
 // probabilities and dS rounded to the storage type as operands of the products, dropout draws
-// from dropout_draw.h at the same indices. Deterministic: no atomics, fixed reduction orders.
+// from dropout_draw.h at the same indices; dS = P (dP - sum P dP) takes the float32 P (the GEMM
+// path reads back the rounded one). Deterministic: no atomics, fixed reduction orders.
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
