@@ -202,7 +202,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
                   bool relu) {
   // Under autocast LayerNorm is a float32 op, as GroupNorm.
   if (holds_half(x) && autocast_active()) return layer_norm(as_float32(x), normalized_shape, weight, bias, eps, relu);
-  check_input(x, "layer_norm");
+  MINIDL_CHECK(x.defined(), "layer_norm: input is undefined");
   return layer_norm_to(x, x.dtype(), normalized_shape, weight, bias, eps, relu);
 }
 
