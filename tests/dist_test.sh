@@ -4,6 +4,8 @@
 #      model.safetensors, byte for byte, and the same loss bits at every step.
 #   2. The 2-rank run: rank 0 alone writes, and the log and summary.json say the world size.
 #      `minidl bench train` under mpirun reports images/s per rank and the all-reduce per step.
+#   2b. BatchNorm2d "sync": 2 ranks follow the losses of one process training the whole batch
+#      (to float rounding), and on one process it changes no bit.
 #   3. A 2-rank run stopped after its first epoch and resumed by 2 ranks == an uninterrupted one;
 #      resumed by 1 rank it is refused unless --set accumulate_steps=2, and then equal too.
 #   4. A rank killed mid-run ends the whole job, non-zero, with a message naming the rank.
@@ -59,6 +61,31 @@ grep -q "ranks:      world size 2 (mpi), [0-9]* images/s per rank, [0-9]* in tot
   { cat "$work/bench.out"; echo "FAIL: bench train does not report the ranks, the all-reduce and the test images"; exit 1; }
 [ "$(grep -c "^bench train: " "$work/bench.out")" -eq 1 ] || { cat "$work/bench.out"; echo "FAIL: more than one rank reported"; exit 1; }
 echo "dist: $(grep -o "all-reduce: [0-9.]* ms/step ([0-9.]*% of the step)" "$work/bench.out") in bench train over 2 ranks"
+
+# Synchronized BatchNorm ("sync": true on the three BatchNorm2d): the 2 ranks normalize with the
+# statistics of the step's whole batch, so their losses follow one process training batches of 128
+# to float rounding (not bit for bit: the ranks' sums are merged in another grouping), where the
+# 2 unsynchronized ranks are further off than that; on one process "sync" changes no bit.
+sync=(--set model.layers.1.sync=true --set model.layers.4.sync=true --set model.layers.7.sync=true)
+"$minidl" train "${small[@]}" --max-steps 3 --output "$work/batch1" >"$work/batch1.out" 2>&1 ||
+  { cat "$work/batch1.out"; echo "FAIL: the 1-process run of whole batches failed"; exit 1; }
+"$minidl" train "${small[@]}" "${sync[@]}" --max-steps 3 --output "$work/sync1" >"$work/sync1.out" 2>&1 ||
+  { cat "$work/sync1.out"; echo "FAIL: the 1-process run with sync BatchNorm failed"; exit 1; }
+cmp -s "$work/batch1/model.safetensors" "$work/sync1/model.safetensors" ||
+  { echo "FAIL: \"sync\": true changed the bits of a 1-process run"; exit 1; }
+"${mpi[@]}" "$minidl" train "${small[@]}" "${sync[@]}" --max-steps 3 --output "$work/sync2" >"$work/sync2.out" 2>&1 ||
+  { cat "$work/sync2.out"; echo "FAIL: the 2-rank run with sync BatchNorm failed"; exit 1; }
+grep -q "data parallel: world size 2 (mpi), .*, 3 BatchNorm2d layers synchronized over the 2 ranks" "$work/sync2.out" ||
+  { cat "$work/sync2.out"; echo "FAIL: the log does not say the BatchNorm2d layers are synchronized"; exit 1; }
+losses() { grep -o '"loss":[-0-9.e]*' "$1/steps.jsonl" | cut -d: -f2; }
+# Prints the largest relative difference of the step losses of two runs over their common steps.
+loss_gap() { paste <(losses "$1") <(losses "$2") | awk 'NF == 2 { d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > m) m = d; n++ }
+  END { if (n < 2) { print "no-steps"; exit 1 } printf "%.2g\n", m }'; }
+sync_gap=$(loss_gap "$work/batch1" "$work/sync2") && plain_gap=$(loss_gap "$work/batch1" "$work/ranks2") ||
+  { echo "FAIL: steps.jsonl holds too few steps"; exit 1; }
+awk -v s="$sync_gap" -v p="$plain_gap" 'BEGIN { exit !(s <= 1e-5 && p > 1e-5) }' ||
+  { echo "FAIL: 2 synchronized ranks are $sync_gap off the whole-batch losses (at most 1e-5), unsynchronized ones $plain_gap (over 1e-5)"; exit 1; }
+echo "dist: 2 ranks with sync BatchNorm follow the whole-batch losses to $sync_gap (unsynchronized: $plain_gap)"
 
 # Resumed: every rank loads rank 0's checkpoint (2 epochs of 2 steps).
 two=(--set data.train_limit=256 --set epochs=2)

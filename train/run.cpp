@@ -195,7 +195,11 @@ void Run::log_start(const std::vector<std::string>& replaced, const std::vector<
     log_->line(str("data parallel: world size ", comm_->world_size(), " (", comm_->backend(), "), ",
                    c.accumulate_steps, " micro-batch", c.accumulate_steps > 1 ? "es" : "", " of ",
                    c.batch_size / trainer_->micro_batches(), " per rank per step, gradients summed in ",
-                   "micro-batch order"));
+                   "micro-batch order",
+                   trainer_->sync_norm_layers() > 0 && comm_->world_size() > 1
+                       ? str(", ", trainer_->sync_norm_layers(), " BatchNorm2d layers synchronized over the ",
+                             comm_->world_size(), " ranks")
+                       : ""));
   for (const std::string& note : trainer_->data_notes())
     if (!note.empty()) log_->line("data: " + note);
   const int64_t spe = trainer_->steps_per_epoch();

@@ -23,6 +23,7 @@
 #include "core/settings.h"
 #include "core/tensor_ops.h"
 #include "layers/loss/loss.h"
+#include "layers/norm/batchnorm2d.h"
 #include "data/datasets.h"
 #include "data/tta.h"
 #include "layers/registry.h"
@@ -332,6 +333,21 @@ void Trainer::set_communicator(std::shared_ptr<Communicator> comm) {
                comm->world_size(), " ranks x accumulate_steps ", config_.accumulate_steps, " = ", micro,
                " equal micro-batches");
   comm_ = std::move(comm);
+  // Synchronized BatchNorm layers take their statistics over this run's ranks; the group holds
+  // the communicator weakly, as the trainer owns it.
+  sync_norm_layers_ = 0;
+  auto group = std::make_shared<NormGroup>();
+  group->world_size = comm_->world_size();
+  group->all_gather = [weak = std::weak_ptr<Communicator>(comm_)](const Tensor& in, Tensor& out) {
+    const std::shared_ptr<Communicator> c = weak.lock();
+    MINIDL_CHECK(c, "BatchNorm2d sync: the run's communicator has ended");
+    c->all_gather(in, out);
+  };
+  for (auto& [name, m] : model_->named_modules())
+    if (auto* bn = dynamic_cast<BatchNorm2d*>(m); bn && bn->sync()) {
+      bn->set_sync_group(group);
+      ++sync_norm_layers_;
+    }
 }
 
 namespace {

@@ -101,6 +101,8 @@ class Trainer {
   Communicator& communicator() { return *comm_; }
   // Micro-batches per optimizer step over all ranks: world size * accumulate_steps.
   int64_t micro_batches() const;
+  // BatchNorm2d layers with "sync": true, whose statistics span the ranks (set_communicator).
+  int64_t sync_norm_layers() const { return sync_norm_layers_; }
   // The ordered reduction of a step of several micro-batches, timed for a benchmark: while on,
   // each such step waits for the device before and after ordered_sum (the reduction alone, not
   // the work queued before it) and adds the time here. Off by default: the waits cost a run time.
@@ -147,6 +149,7 @@ class Trainer {
   std::unique_ptr<GradClipper> grad_clipper_;  // with the config's grad_clip
   std::vector<Tensor> parameters_;  // the model's parameters, whose gradients the scaler unscales
   std::shared_ptr<Communicator> comm_;
+  int64_t sync_norm_layers_ = 0;
   std::shared_ptr<void> micro_correct_;  // pinned: this rank's correct count of each micro-batch
   ReductionTiming reduction_timing_;
 

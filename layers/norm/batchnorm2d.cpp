@@ -9,8 +9,9 @@
 
 namespace minidl {
 
-BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum, bool weight, bool bias, bool relu)
-    : num_features_(num_features), eps_(eps), momentum_(momentum), relu_(relu) {
+BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum, bool weight, bool bias, bool relu,
+                         bool sync)
+    : num_features_(num_features), eps_(eps), momentum_(momentum), relu_(relu), sync_(sync) {
   MINIDL_CHECK(num_features >= 1, "BatchNorm2d: num_features must be >= 1, got ", num_features);
   MINIDL_CHECK(momentum >= 0 && momentum <= 1, "BatchNorm2d: momentum must be in [0, 1], got ", momentum);
   if (weight) {
@@ -31,10 +32,14 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   MINIDL_CHECK(x.defined() && x.dim() == 4 && x.size(1) == num_features_,
                label(), ": expected input (N, ",
                num_features_, ", H, W), got ", x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
+  if (sync_ && sync_group_ && is_training())
+    return sync_batch_norm(x, running_mean, running_var, weight, bias, sync_group_, momentum_, eps_, relu_);
   return batch_norm(x, running_mean, running_var, weight, bias, is_training(), momentum_, eps_, relu_);
 }
 
-std::string BatchNorm2d::describe() const { return str("BatchNorm2d ", num_features_, relu_ ? " +ReLU" : ""); }
+std::string BatchNorm2d::describe() const {
+  return str("BatchNorm2d ", num_features_, relu_ ? " +ReLU" : "", sync_ ? " sync" : "");
+}
 
 nlohmann::json BatchNorm2d::to_json() const {
   nlohmann::json j = {{"type", "BatchNorm2d"}, {"num_features", num_features_}, {"eps", eps_}, {"momentum", momentum_}};
@@ -45,6 +50,7 @@ nlohmann::json BatchNorm2d::to_json() const {
     j["bias"] = bias.defined();
   }
   j["relu"] = relu_;
+  if (sync_) j["sync"] = true;  // written only when on: a plain layer's config stays as it was
   return j;
 }
 
@@ -53,7 +59,7 @@ namespace {
 struct BatchNorm2dSpec {
   int64_t num_features;
   double eps, momentum;
-  bool weight, bias, relu;
+  bool weight, bias, relu, sync;
 };
 
 // Reads and checks the spec's keys: what the factory builds and the memory check counts.
@@ -68,13 +74,14 @@ BatchNorm2dSpec read_batchnorm2d(LayerArgs& args) {
   const bool weight = args.get_bool("weight", affine);
   const bool bias = args.get_bool("bias", affine);
   const bool relu = args.get_bool("relu", false);
+  const bool sync = args.get_bool("sync", false);
   args.finish();
-  return {num_features, eps, momentum, weight, bias, relu};
+  return {num_features, eps, momentum, weight, bias, relu, sync};
 }
 
 std::shared_ptr<Module> make_batchnorm2d(LayerArgs& args) {
   const BatchNorm2dSpec s = read_batchnorm2d(args);
-  return std::make_shared<BatchNorm2d>(s.num_features, s.eps, s.momentum, s.weight, s.bias, s.relu);
+  return std::make_shared<BatchNorm2d>(s.num_features, s.eps, s.momentum, s.weight, s.bias, s.relu, s.sync);
 }
 
 // weight and bias (when learned), running_mean and running_var: one value per channel each.
@@ -98,7 +105,9 @@ const LayerDescriptor& batchnorm2d_layer() {
        default_key("affine", "bool", true, "learned scale and shift"),
        derived_key("weight", "bool", "learned scale; defaults to affine"),
        derived_key("bias", "bool", "learned shift; defaults to affine"),
-       default_key("relu", "bool", false, "applies a ReLU after the normalization, in the same kernels")},
+       default_key("relu", "bool", false, "applies a ReLU after the normalization, in the same kernels"),
+       default_key("sync", "bool", false,
+                   "data parallel: training statistics over every rank's batch (SyncBatchNorm); no effect on one process")},
       make_batchnorm2d,
       {{"num_features", 3}},
       {2, 3, 4, 4},

@@ -1,11 +1,16 @@
 // BatchNorm2d as torch.nn.BatchNorm2d: per-channel batch statistics in training (running
 // statistics updated in place), running statistics in eval. Beyond PyTorch: "weight" and "bias"
 // switch each affine parameter separately (both default to "affine"), and "relu" fuses a ReLU.
+// "sync" (torch.nn.SyncBatchNorm): in a data-parallel run, the training statistics are those of
+// every rank's batch together (sync_batch_norm), over the ranks the run gives (set_sync_group);
+// on one process it is BatchNorm2d itself.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "layers/module.h"
+#include "layers/norm/norm.h"
 
 namespace minidl {
 
@@ -13,7 +18,7 @@ class BatchNorm2d : public Module {
  public:
   // weight 1, bias 0, running_mean 0, running_var 1, on the CPU, as PyTorch.
   explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool weight = true,
-                       bool bias = true, bool relu = false);
+                       bool bias = true, bool relu = false, bool sync = false);
 
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "BatchNorm2d"; }
@@ -25,6 +30,9 @@ class BatchNorm2d : public Module {
   double eps() const { return eps_; }
   double momentum() const { return momentum_; }
   bool fused_relu() const { return relu_; }
+  bool sync() const { return sync_; }
+  // The ranks a "sync" layer takes its statistics over (null: this process alone).
+  void set_sync_group(std::shared_ptr<const NormGroup> group) { sync_group_ = std::move(group); }
 
   Tensor weight;        // (C) or undefined
   Tensor bias;          // (C) or undefined
@@ -34,7 +42,8 @@ class BatchNorm2d : public Module {
  private:
   int64_t num_features_;
   double eps_, momentum_;
-  bool relu_;
+  bool relu_, sync_;
+  std::shared_ptr<const NormGroup> sync_group_;
 };
 
 // The layer type' descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.

@@ -5,6 +5,8 @@
 // is off); running statistics are buffers, updated in place, never differentiated.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <memory>
 
 #include "core/tensor.h"
 
@@ -15,6 +17,23 @@ namespace minidl {
 // Eval: normalizes with running_mean/running_var, which must be defined.
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                   const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5, bool relu = false);
+
+// The ranks a synchronized batch_norm takes its statistics over. all_gather(in, out) is a
+// collective that every rank calls in the same order: out (world_size times in's elements,
+// float32 on in's device) receives every rank's `in` in rank order, bit for bit.
+struct NormGroup {
+  int world_size = 1;
+  std::function<void(const Tensor& in, Tensor& out)> all_gather;
+};
+
+// batch_norm in training with the batch statistics of every rank's x together, as
+// torch.nn.SyncBatchNorm: each rank's per-channel shifted sums are gathered and merged in rank
+// order (Chan's formula, float64), and backward gathers the sums through the statistics the same
+// way. The bits depend on the world size and on nothing else. dweight and dbias are this rank's
+// share (the gradient reduction adds the ranks'). A group of one rank is batch_norm itself.
+Tensor sync_batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                       const Tensor& bias, std::shared_ptr<const NormGroup> group, double momentum = 0.1,
+                       double eps = 1e-5, bool relu = false);
 
 // x (N, C, *): statistics per sample over each of num_groups runs of C/num_groups channels;
 // weight, bias (C).

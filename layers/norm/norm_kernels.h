@@ -10,8 +10,10 @@
 // Plain C++ (no CUDA headers), so .cpp files can call every launcher.
 #pragma once
 #include <cstdint>
+#include <functional>
 
 #include "core/dtype.h"
+#include "layers/norm/norm_math.h"
 
 namespace minidl::norm {
 
@@ -87,6 +89,20 @@ struct NormRun {
   int launches = 0;  // kernels launched
 };
 
+// Synchronized BatchNorm (a Channel layout in training): the batch statistics, and backward's
+// sums through them, are taken over the batches of every rank. The pass leaves this rank's
+// per-channel sums in `local` ([groups][kSyncValues] doubles), `exchange` puts every rank's
+// `local` into `gathered` in rank order ([world_size][groups][kSyncValues]; a collective, every
+// rank calls it in the same pass), and the pass goes on from their rank-ordered merge
+// (norm_math.h: merged_moments, merged_grad_sums). Pointers on the pass's device. Only the
+// three-launch path (and the CPU) split a pass there, so a synchronized pass always takes it.
+struct NormSync {
+  int world_size = 1;
+  double* local = nullptr;
+  double* gathered = nullptr;
+  std::function<void()> exchange;
+};
+
 // One forward pass. All pointers on the launcher's device; weight/bias null when that affine part
 // is off (scale 1, shift 0). Writes y and the per-group statistics that backward uses.
 struct NormForward {
@@ -107,6 +123,7 @@ struct NormForward {
   bool relu = false;  // y = max(y, 0) fused, NaN kept (y <= 0 ? 0 : y)
   NormPath path = NormPath::Auto;  // fast GPU path only; tests and the benchmark force one
   int cluster = 0;  // path Cluster: CTAs per group (2, 4, 8 or 16); 0: the smallest that fits
+  const NormSync* sync = nullptr;  // training statistics over every rank's batch, or null
 };
 
 // One backward pass, from what the forward saved (x, its mean and rstd) and dy.
@@ -125,6 +142,9 @@ struct NormBackward {
   float* dbias = nullptr;    // [features] or null
   NormPath path = NormPath::Auto;  // fast GPU path only
   int cluster = 0;                 // as NormForward::cluster
+  // The forward was synchronized: the sums through the statistics (k1, k2) are taken over every
+  // rank's batch; dweight and dbias stay this rank's (the gradient reduction adds the ranks').
+  const NormSync* sync = nullptr;
 };
 
 void forward_cpu(const NormLayout& layout, const NormForward& args);

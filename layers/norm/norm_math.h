@@ -67,4 +67,70 @@ MINIDL_HD void statistics_grad(double rstd, double w, double sa, double sb, doub
   k2 = training ? static_cast<float>(-rstd * w * sa / m) : 0.f;
 }
 
+// Synchronized BatchNorm. gathered holds, for each rank in rank order, kSyncValues doubles per
+// group (groups of them): forward (count, s1, s2, k) with s1, s2 the sums of the shifted values
+// d = x - k, backward (count, A, B, 0). Ranks are merged one after another in rank order, so the
+// result depends on the world size but not on anything else (timing, the engine's own order).
+constexpr long long kSyncValues = 4;
+
+// The moments of group g over every rank's batch: each rank's mean and sum of squared deviations
+// from its shifted sums, merged with Chan's formula (float64); `count` the total.
+MINIDL_HD Moments merged_moments(const double* gathered, int world, long long groups, long long g, double& count) {
+  double n = 0, mean = 0, m2 = 0;
+  for (int r = 0; r < world; ++r) {
+    const double* s = gathered + (static_cast<long long>(r) * groups + g) * kSyncValues;
+    const double nb = s[0], dm = s[1] / nb, mean_b = s[3] + dm;
+    double m2_b = s[2] - s[1] * dm;
+    if (m2_b < 0) m2_b = 0;  // rounding only; a NaN stays NaN
+    if (r == 0) {
+      n = nb;
+      mean = mean_b;
+      m2 = m2_b;
+      continue;
+    }
+    const double total = n + nb, delta = mean_b - mean;
+    mean += delta * nb / total;
+    m2 += m2_b + delta * delta * n * nb / total;
+    n = total;
+  }
+  count = n;
+  return {mean, m2 / n};
+}
+
+// Group g's backward sums over every rank's batch, added in rank order; `count` the total.
+MINIDL_HD void merged_grad_sums(const double* gathered, int world, long long groups, long long g, double& count,
+                                double& sa, double& sb) {
+  count = sa = sb = 0;
+  for (int r = 0; r < world; ++r) {
+    const double* s = gathered + (static_cast<long long>(r) * groups + g) * kSyncValues;
+    count += s[0];
+    sa += s[1];
+    sb += s[2];
+  }
+}
+
+// Channel g of a synchronized forward: mean and rstd over every rank's batch, and the running
+// statistics updated from them (the same update on every rank).
+MINIDL_HD void synced_statistics(const double* gathered, int world, long long groups, long long g, double eps,
+                                 double momentum, float* mean, float* rstd, float* running_mean, float* running_var) {
+  double count;
+  const Moments s = merged_moments(gathered, world, groups, g, count);
+  mean[g] = static_cast<float>(s.mean);
+  rstd[g] = inverse_std(s.var, eps);
+  if (running_mean) update_running(running_mean[g], running_var[g], s, count, momentum);
+}
+
+// Channel g of a synchronized backward: dweight and dbias from this rank's sums (`local`), k1 and
+// k2 from every rank's.
+MINIDL_HD void synced_grads(const double* local, const double* gathered, int world, long long groups, long long g,
+                            const float* rstd, const float* weight, float* dweight, float* dbias, float* k1,
+                            float* k2) {
+  const double* own = local + g * kSyncValues;
+  if (dweight) dweight[g] = static_cast<float>(own[2] * rstd[g]);
+  if (dbias) dbias[g] = static_cast<float>(own[1]);
+  double count, sa, sb;
+  merged_grad_sums(gathered, world, groups, g, count, sa, sb);
+  statistics_grad(rstd[g], weight ? weight[g] : 1.0, sa, sb, count, true, k1[g], k2[g]);
+}
+
 }  // namespace minidl::norm

@@ -3,6 +3,8 @@
 // computes dx, dweight and dbias together from x and the saved per-group mean and rstd.
 #include <algorithm>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,6 +47,24 @@ struct Options {
   double momentum = 0.1;
   double eps = 1e-5;
   bool relu = false;
+  std::shared_ptr<const NormGroup> group;  // synchronized statistics (training BatchNorm), or null
+};
+
+// A synchronized pass's exchange buffers on x's device: this rank's sums of `groups` groups and
+// every rank's, float64 values carried in float32 tensors (the collective copies bytes).
+struct SyncBuffers {
+  Tensor local, gathered;
+  norm::NormSync sync;
+
+  SyncBuffers(const std::shared_ptr<const NormGroup>& group, int64_t groups, Device dev) {
+    const int64_t floats = groups * norm::kSyncValues * 2;
+    local = Tensor::empty({floats}, DType::Float32, dev);
+    gathered = Tensor::empty({group->world_size * floats}, DType::Float32, dev);
+    sync.world_size = group->world_size;
+    sync.local = static_cast<double*>(local.raw_data());
+    sync.gathered = static_cast<double*>(gathered.raw_data());
+    sync.exchange = [group, in = local, out = gathered]() mutable { group->all_gather(in, out); };
+  }
 };
 
 // The GPU path the layers' passes take: chosen by size among the single-read kernels and the
@@ -87,6 +107,11 @@ Tensor normalize(const char* op, const NormLayout& layout, const Tensor& x, cons
   a.eps = o.eps;
   a.relu = o.relu;
   a.path = path_setting();
+  std::optional<SyncBuffers> sync;
+  if (o.group) {
+    sync.emplace(o.group, layout.groups(), dev);
+    a.sync = &sync->sync;
+  }
   bool ran = true;
   dispatch(dev, "forward", [&] { norm::forward_cpu(layout, a); },
            [&] {
@@ -130,6 +155,11 @@ Tensor normalize(const char* op, const NormLayout& layout, const Tensor& x, cons
         b.dweight = mut_ptr(dw);
         b.dbias = mut_ptr(db);
         b.path = path_setting();
+        std::optional<SyncBuffers> sync;
+        if (o.group) {
+          sync.emplace(o.group, layout.groups(), dy.device());
+          b.sync = &sync->sync;
+        }
         dispatch(
             dy.device(), "backward", [&] { norm::backward_cpu(layout, b); },
             [&] {
@@ -152,10 +182,8 @@ Tensor normalize(const char* op, const NormLayout& layout, const Tensor& x, cons
   return y;
 }
 
-}  // namespace
-
-Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                  const Tensor& bias, bool training, double momentum, double eps, bool relu) {
+Tensor batch_norm_with(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                       const Tensor& bias, const Options& o) {
   check_input(x, "batch_norm");
   MINIDL_CHECK(x.dim() == 4, "batch_norm: expected input (N, C, H, W), got ", shape_str(x.shape()));
   const int64_t n = x.size(0), c = x.size(1), hw = x.size(2) * x.size(3);
@@ -165,15 +193,29 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   check_param(bias, x, {c}, "batch_norm", "bias");
   MINIDL_CHECK(running_mean.defined() == running_var.defined(),
                "batch_norm: running_mean and running_var must both be given or both be undefined");
-  MINIDL_CHECK(training || running_mean.defined(), "batch_norm: eval mode needs running_mean and running_var");
-  MINIDL_CHECK(!training || n * hw > 1, "batch_norm: expected more than 1 value per channel when training, got input ",
-               shape_str(x.shape()));
-  MINIDL_CHECK(eps >= 0, "batch_norm: eps must be >= 0, got ", eps);
+  MINIDL_CHECK(o.training || running_mean.defined(), "batch_norm: eval mode needs running_mean and running_var");
+  MINIDL_CHECK(!o.training || n * hw > 1,
+               "batch_norm: expected more than 1 value per channel when training, got input ", shape_str(x.shape()));
+  MINIDL_CHECK(o.eps >= 0, "batch_norm: eps must be >= 0, got ", o.eps);
   // Channels-last x is [N*H*W][C]: each channel is a column, the layout of BatchNorm1d, which the
   // same kernels run (a plane of 1), reading and writing x in place of any transpose.
   const NormLayout layout = x.is_channels_last() ? NormLayout::batch_norm(n * hw, c, 1) : NormLayout::batch_norm(n, c, hw);
-  return normalize("batch_norm", layout, x, weight, bias, running_mean, running_var, {training, momentum, eps, relu},
-                   x.dtype());
+  return normalize("batch_norm", layout, x, weight, bias, running_mean, running_var, o, x.dtype());
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                  const Tensor& bias, bool training, double momentum, double eps, bool relu) {
+  return batch_norm_with(x, running_mean, running_var, weight, bias, {training, momentum, eps, relu, nullptr});
+}
+
+Tensor sync_batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
+                       const Tensor& bias, std::shared_ptr<const NormGroup> group, double momentum, double eps,
+                       bool relu) {
+  MINIDL_CHECK(group && group->world_size >= 1 && group->all_gather, "sync_batch_norm: no group of ranks given");
+  if (group->world_size == 1) return batch_norm(x, running_mean, running_var, weight, bias, true, momentum, eps, relu);
+  return batch_norm_with(x, running_mean, running_var, weight, bias, {true, momentum, eps, relu, std::move(group)});
 }
 
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps,

@@ -33,9 +33,11 @@ def schema():
 
 
 class BatchNorm2d(nn.BatchNorm2d):
-    """minidl's BatchNorm2d: "weight" and "bias" each default to "affine"; "relu" fused after."""
+    """minidl's BatchNorm2d: "weight" and "bias" each default to "affine"; "relu" fused after.
+    "sync" (statistics over the ranks of a data-parallel run) is BatchNorm2d itself in the one
+    process the twin runs in, as in minidl."""
 
-    def __init__(self, num_features, eps, momentum, affine, relu, weight=None, bias=None):
+    def __init__(self, num_features, eps, momentum, affine, relu, sync=False, weight=None, bias=None):
         weight = affine if weight is None else weight
         bias = affine if bias is None else bias
         super().__init__(num_features, eps=eps, momentum=momentum, affine=weight or bias)

@@ -136,6 +136,21 @@ void batch_statistics(const NormLayout& l, const NormForward& a) {
         v += dv;
       },
       s1, s2);
+  if (a.sync) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const size_t i = static_cast<size_t>(g);
+      double* own = a.sync->local + g * kSyncValues;
+      own[0] = static_cast<double>(m);
+      own[1] = s1[i];
+      own[2] = s2[i];
+      own[3] = shift[i];
+    }
+    a.sync->exchange();
+    for (int64_t g = 0; g < groups; ++g)
+      synced_statistics(a.sync->gathered, a.sync->world_size, groups, g, a.eps, a.momentum, a.mean, a.rstd,
+                        a.running_mean, a.running_var);
+    return;
+  }
   for (int64_t g = 0; g < groups; ++g) {
     const size_t i = static_cast<size_t>(g);
     const double dm = s1[i] / static_cast<double>(m);
@@ -275,8 +290,23 @@ void backward_cpu(const NormLayout& l, const NormBackward& a) {
       },
       sa, sb);
   std::vector<float> k1(static_cast<size_t>(groups)), k2(static_cast<size_t>(groups));
+  if (a.sync) {
+    for (int64_t g = 0; g < groups; ++g) {
+      double* own = a.sync->local + g * kSyncValues;
+      own[0] = m;
+      own[1] = sa[static_cast<size_t>(g)];
+      own[2] = sb[static_cast<size_t>(g)];
+      own[3] = 0;
+    }
+    a.sync->exchange();
+  }
   for (int64_t g = 0; g < groups; ++g) {
     const size_t i = static_cast<size_t>(g);
+    if (a.sync) {
+      synced_grads(a.sync->local, a.sync->gathered, a.sync->world_size, groups, g, a.rstd, a.weight, a.dweight,
+                   a.dbias, k1.data(), k2.data());
+      continue;
+    }
     const double r = a.rstd[g];
     if (l.kind == NormKind::Channel) {
       if (a.dweight) a.dweight[g] = static_cast<float>(sb[i] * r);

@@ -19,6 +19,9 @@
 //                both 0 when the statistics were constants (BatchNorm eval).
 //  3. dx:        one elementwise pass over the tiles in reverse (L2 still holds the tail of x and
 //                dy that grad_sums read last).
+// A synchronized BatchNorm (NormSync) takes the three launches: finalize leaves this rank's A and
+// B, the ranks exchange them, and a fourth launch forms dweight and dbias from this rank's sums
+// and k1, k2 from every rank's (added in rank order) before the dx pass.
 // CPU reference: norm_cpu.cpp; float64 oracle: oracle/norm_reference.cu.
 #include <algorithm>
 
@@ -121,10 +124,19 @@ struct FinalizeGrads {
   const double* row_partials;  // Segment: the group sums
   const float *rstd, *weight;
   float *dweight, *dbias, *k1, *k2;
+  double* sync_local;  // a synchronized pass: the channel's (count, A, B, 0) go here instead
 };
 
 // BatchNorm's dweight, dbias, k1 and k2 of channel grp from its sums A, B.
 __device__ void finish_channel_grads(const FinalizeGrads& a, int64_t grp, double sa, double sb) {
+  if (a.sync_local) {
+    double* own = a.sync_local + grp * kSyncValues;
+    own[0] = static_cast<double>(a.group_size);
+    own[1] = sa;
+    own[2] = sb;
+    own[3] = 0;
+    return;
+  }
   if (a.dweight) a.dweight[grp] = static_cast<float>(sb * a.rstd[grp]);
   if (a.dbias) a.dbias[grp] = static_cast<float>(sa);
   statistics_grad(a.rstd[grp], a.weight ? a.weight[grp] : 1.0, sa, sb, static_cast<double>(a.group_size), a.training,
@@ -225,6 +237,16 @@ __global__ void __launch_bounds__(tiles::kBlock) finalize_grads_kernel(const Fin
   }
 }
 
+// A synchronized pass: dweight, dbias, k1 and k2 of every channel, a thread per channel
+// (norm_math.h: synced_grads).
+__global__ void synced_grads_kernel(const double* __restrict__ local, const double* __restrict__ gathered,
+                                    int world, int64_t groups, const float* rstd, const float* weight,
+                                    float* dweight, float* dbias, float* k1, float* k2) {
+  for (int64_t g = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; g < groups;
+       g += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    synced_grads(local, gathered, world, groups, g, rstd, weight, dweight, dbias, k1, k2);
+}
+
 double* as_doubles(const std::shared_ptr<void>& p) { return static_cast<double*>(p.get()); }
 
 template <bool kAffine, class T>
@@ -265,6 +287,7 @@ NormRun three_launch_backward(const NormLayout& l, const NormBackward& b, const 
   f.dbias = b.dbias;
   f.k1 = k1;
   f.k2 = k2;
+  f.sync_local = b.sync ? b.sync->local : nullptr;
   const bool aligned = tiles::aligned16(x) && tiles::aligned16(dy);
   if (l.kind != NormKind::Segment) {  // per-channel bins (ChannelGroup: per sample too)
     const ChannelGrad op{channel_params(l, b.mean, b.rstd, b.weight, b.bias, b.relu)};
@@ -285,6 +308,12 @@ NormRun three_launch_backward(const NormLayout& l, const NormBackward& b, const 
   if (l.kind == NormKind::ChannelGroup) finalize_warps = std::max(groups, affine_grads ? l.features * tiles::kWarps : 0);
   finalize_grads_kernel<<<tiles::grid_for_warps(finalize_warps), tiles::kBlock, 0, cuda::stream()>>>(f);
   MINIDL_LAUNCH_CHECK();
+  if (b.sync) {
+    b.sync->exchange();
+    synced_grads_kernel<<<tiles::grid_for_warps(tiles::ceil_div(groups, 32)), tiles::kBlock, 0, cuda::stream()>>>(
+        b.sync->local, b.sync->gathered, b.sync->world_size, groups, b.rstd, b.weight, b.dweight, b.dbias, k1, k2);
+    MINIDL_LAUNCH_CHECK();
+  }
 
   const bool dx_aligned = aligned && tiles::aligned16(dx);
   if (l.kind != NormKind::Segment) {
@@ -297,12 +326,20 @@ NormRun three_launch_backward(const NormLayout& l, const NormBackward& b, const 
     const Geometry g = tiles::plan_map<SegmentInputGrad, T>(tiles::make_tiles(l, l.segment, 0, dx_aligned));
     tiles::launch_map(g, op, x, dy, dx);
   }
-  return {NormPath::ThreeLaunch, 0, tiles::kBlock, 3};
+  return {NormPath::ThreeLaunch, 0, tiles::kBlock, b.sync ? 4 : 3};
+}
+
+// A synchronized pass is split between its sums and its dx, which only three launches are.
+bool synced(const NormLayout& l, const NormBackward& b) {
+  MINIDL_CHECK(!b.sync || (b.training && l.kind == NormKind::Channel),
+               "normalization: only a BatchNorm layout in training synchronizes its statistics");
+  return b.sync != nullptr;
 }
 
 }  // namespace
 
 NormRun plan_backward_cuda(const NormLayout& l, const NormBackward& b) {
+  if (synced(l, b)) return {NormPath::ThreeLaunch, 0, tiles::kBlock, 4};
   const warp_rows::Plan w = warp_rows::plan_backward(l, b, DType::Float32, DType::Float32, b.x, b.dy, b.dx);
   if (w.runs) return w.run();
   const single::Plan p = single::plan_backward(l, b, DType::Float32, b.x, b.dy, b.dx);
@@ -311,6 +348,7 @@ NormRun plan_backward_cuda(const NormLayout& l, const NormBackward& b) {
 }
 
 NormRun backward_cuda(const NormLayout& l, const NormBackward& b) {
+  if (synced(l, b)) return three_launch_backward(l, b, b.x, b.dy, b.dx);
   const warp_rows::Plan w = warp_rows::plan_backward(l, b, DType::Float32, DType::Float32, b.x, b.dy, b.dx);
   if (w.runs) {
     warp_rows::run_backward(w, l, b, DType::Float32, DType::Float32, b.x, b.dy, b.dx);
@@ -334,13 +372,14 @@ bool backward_float_half_cuda(const NormLayout& l, const NormBackward& b, DType 
 NormRun backward_half_cuda(const NormLayout& l, const NormBackward& b, DType dtype, const void* x, const void* dy,
                            void* dx) {
   MINIDL_ASSERT(is_half(dtype) && b.x == nullptr && b.dy == nullptr && b.dx == nullptr);
+  const bool sync = synced(l, b);
   const warp_rows::Plan w = warp_rows::plan_backward(l, b, dtype, dtype, x, dy, dx);
-  if (w.runs) {
+  if (w.runs && !sync) {
     warp_rows::run_backward(w, l, b, dtype, dtype, x, dy, dx);
     return w.run();
   }
   const single::Plan plan = single::plan_backward(l, b, dtype, x, dy, dx);
-  if (plan.path != NormPath::ThreeLaunch) {
+  if (plan.path != NormPath::ThreeLaunch && !sync) {
     single::run_backward(plan, l, b, dtype, x, dy, dx);
     return {plan.path, plan.cluster, plan.threads, plan.launches()};
   }

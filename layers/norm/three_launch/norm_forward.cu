@@ -15,6 +15,9 @@
 //  3. apply:    y = fmaf(x - mean, scale, shift), scale = weight * rstd, the fused ReLU after;
 //               the same pass serves training and eval. It walks the tiles in reverse, so it
 //               starts on what the stats pass read last and still finds in L2.
+// A synchronized BatchNorm (NormSync) always takes the three launches: finalize leaves this rank's
+// sums, the ranks exchange them, and a fourth launch merges every rank's in rank order before the
+// apply.
 // The CPU reference of every formula is norm_cpu.cpp; oracle/norm_reference.cu is the float64 oracle.
 #include "core/allocator.h"
 #include "core/cast_kernels.h"
@@ -110,12 +113,21 @@ struct FinalizeStats {
   const T* x;                  // for K
   float *mean, *rstd, *running_mean, *running_var;
   double eps, momentum;
+  double* sync_local;  // a synchronized pass: the group's (count, s1, s2, k) go here instead
 };
 
 // Mean, rstd and the running statistics of group grp from its sums.
 template <class T>
 __device__ void finish_stats(const FinalizeStats<T>& a, int64_t grp, double s1, double s2, float k) {
   const double m = static_cast<double>(a.group_size);
+  if (a.sync_local) {
+    double* own = a.sync_local + grp * kSyncValues;
+    own[0] = m;
+    own[1] = s1;
+    own[2] = s2;
+    own[3] = k;
+    return;
+  }
   const Moments s = shifted_moments(s1, s2, k, m);
   a.mean[grp] = static_cast<float>(s.mean);
   a.rstd[grp] = inverse_std(s.var, a.eps);
@@ -173,6 +185,16 @@ __global__ void eval_stats_kernel(int64_t features, const float* __restrict__ ru
   }
 }
 
+// A synchronized pass: mean, rstd and the running statistics of every channel from every rank's
+// sums, a thread per channel (norm_math.h: synced_statistics).
+__global__ void synced_stats_kernel(const double* __restrict__ gathered, int world, int64_t groups, double eps,
+                                    double momentum, float* mean, float* rstd, float* running_mean,
+                                    float* running_var) {
+  for (int64_t g = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; g < groups;
+       g += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    synced_statistics(gathered, world, groups, g, eps, momentum, mean, rstd, running_mean, running_var);
+}
+
 double* as_doubles(const std::shared_ptr<void>& p) { return static_cast<double*>(p.get()); }
 
 // The three launches over x and y of storage type T (statistics and parameters float32).
@@ -197,6 +219,7 @@ NormRun three_launch_forward(const NormLayout& l, const NormForward& a, const T*
     f.running_var = a.running_var;
     f.eps = a.eps;
     f.momentum = a.momentum;
+    f.sync_local = a.sync ? a.sync->local : nullptr;
     std::shared_ptr<void> partials;
     if (l.kind != NormKind::Segment) {
       using Op = ChannelStats<T>;
@@ -220,6 +243,13 @@ NormRun three_launch_forward(const NormLayout& l, const NormForward& a, const T*
     const int64_t finalize_warps = f.channel_partials.block ? groups * tiles::kWarps : groups;
     finalize_stats_kernel<T><<<tiles::grid_for_warps(finalize_warps), tiles::kBlock, 0, cuda::stream()>>>(f);
     MINIDL_LAUNCH_CHECK();
+    if (a.sync) {
+      a.sync->exchange();
+      synced_stats_kernel<<<tiles::grid_for_warps(tiles::ceil_div(groups, 32)), tiles::kBlock, 0, cuda::stream()>>>(
+          a.sync->gathered, a.sync->world_size, groups, a.eps, a.momentum, a.mean, a.rstd, a.running_mean,
+          a.running_var);
+      MINIDL_LAUNCH_CHECK();
+    }
   } else {
     const unsigned grid = tiles::grid_for_warps(tiles::ceil_div(groups, 32));  // a thread per channel
     eval_stats_kernel<<<grid, tiles::kBlock, 0, cuda::stream()>>>(groups, a.running_mean, a.running_var, a.eps,
@@ -237,17 +267,23 @@ NormRun three_launch_forward(const NormLayout& l, const NormForward& a, const T*
     const Geometry g = tiles::plan_map<SegmentApply, T>(tiles::make_tiles(l, l.segment, 0, aligned));
     tiles::launch_map(g, op, x, none, y);
   }
-  return {NormPath::ThreeLaunch, 0, tiles::kBlock, a.training ? 3 : 2};
+  return {NormPath::ThreeLaunch, 0, tiles::kBlock, a.training ? (a.sync ? 4 : 3) : 2};
 }
 
 void check_eval_layout(const NormLayout& l, const NormForward& a) {
   MINIDL_CHECK(a.training || (l.kind == NormKind::Channel && a.running_mean && a.running_var),
                "normalization: eval mode needs a BatchNorm layout and running statistics");
+  MINIDL_CHECK(!a.sync || (a.training && l.kind == NormKind::Channel),
+               "normalization: only a BatchNorm layout in training synchronizes its statistics");
 }
+
+// A synchronized pass is split between its statistics and its apply, which only three launches are.
+bool synced(const NormForward& a) { return a.sync != nullptr; }
 
 }  // namespace
 
 NormRun plan_forward_cuda(const NormLayout& l, const NormForward& a) {
+  if (synced(a)) return {NormPath::ThreeLaunch, 0, tiles::kBlock, 4};
   const warp_rows::Plan w = warp_rows::plan_forward(l, a, DType::Float32, DType::Float32, a.x, a.y);
   if (w.runs) return w.run();
   const single::Plan p = single::plan_forward(l, a, DType::Float32, a.x, a.y);
@@ -257,6 +293,7 @@ NormRun plan_forward_cuda(const NormLayout& l, const NormForward& a) {
 
 NormRun forward_cuda(const NormLayout& l, const NormForward& a) {
   check_eval_layout(l, a);
+  if (synced(a)) return three_launch_forward(l, a, a.x, a.y);
   const warp_rows::Plan w = warp_rows::plan_forward(l, a, DType::Float32, DType::Float32, a.x, a.y);
   if (w.runs) {
     warp_rows::run_forward(w, l, a, DType::Float32, DType::Float32, a.x, a.y);
@@ -282,12 +319,12 @@ NormRun forward_half_cuda(const NormLayout& l, const NormForward& a, DType dtype
   check_eval_layout(l, a);
   MINIDL_ASSERT(is_half(dtype) && a.x == nullptr && a.y == nullptr);
   const warp_rows::Plan w = warp_rows::plan_forward(l, a, dtype, dtype, x, y);
-  if (w.runs) {
+  if (w.runs && !synced(a)) {
     warp_rows::run_forward(w, l, a, dtype, dtype, x, y);
     return w.run();
   }
   const single::Plan plan = single::plan_forward(l, a, dtype, x, y);
-  if (plan.path != NormPath::ThreeLaunch) {
+  if (plan.path != NormPath::ThreeLaunch && !synced(a)) {
     single::run_forward(plan, l, a, dtype, x, y);
     return {plan.path, plan.cluster, plan.threads, 1};
   }
