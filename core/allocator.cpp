@@ -1,4 +1,5 @@
 #include "core/allocator.h"
+#include "core/side_stream.h"
 
 #include <atomic>
 #include <cstdint>
@@ -106,6 +107,8 @@ std::shared_ptr<void> allocate(size_t bytes, Device device) {
     });
   }
 #ifdef MINIDL_WITH_CUDA
+  MINIDL_CHECK(!side_stream_running(), "a side stream's work allocated ", bytes,
+               " bytes of device memory; its buffers must be allocated beforehand (core/side_stream.h)");
   void* p = cuda::cached_malloc(bytes);
   return std::shared_ptr<void>(p, [](void* q) { cuda::cached_free(q); });
 #else

@@ -12,6 +12,7 @@ namespace {
 thread_local bool g_grad_enabled = true;
 thread_local ModuleTag g_current_module;
 BackwardObserver* g_observer = nullptr;
+thread_local LeafGradHook g_leaf_hook;
 
 // Sums g into a pending gradient of an inner node. The first gradient is taken as is (no copy);
 // later ones make a new sum rather than adding in place, because a backward function may return
@@ -41,6 +42,11 @@ void accumulate_leaf(std::shared_ptr<TensorImpl>& slot, const Tensor& g) {
 }  // namespace
 
 bool grad_enabled() { return g_grad_enabled; }
+
+LeafGradHookScope::LeafGradHookScope(LeafGradHook hook) : previous_(std::move(g_leaf_hook)) {
+  g_leaf_hook = std::move(hook);
+}
+LeafGradHookScope::~LeafGradHookScope() { g_leaf_hook = std::move(previous_); }
 
 NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { g_grad_enabled = previous_; }
@@ -72,6 +78,7 @@ void backward(const Tensor& root, const Tensor& grad) {
   const Tensor seed = grad.memory_format() == root.memory_format() ? grad : grad.detach().to(root.memory_format());
   if (!root.grad_fn()) {
     accumulate_leaf(root.impl()->grad, seed);
+    if (g_leaf_hook) g_leaf_hook(root.impl());
     return;
   }
   // Reverse topological order by an iterative post-order DFS: a node runs only after every node
@@ -100,10 +107,35 @@ void backward(const Tensor& root, const Tensor& grad) {
     for (const Tensor& in : n->inputs)
       if (in.defined() && in.grad_fn()) keep_alive.push_back(in.grad_fn());
 
+  // For the leaf hook: the leaves whose last feeding node (in the order below) each node is.
+  std::unordered_map<Node*, std::vector<const TensorImpl*>> completes;
+  if (g_leaf_hook) {
+    std::unordered_map<const TensorImpl*, Node*> last;
+    for (auto it = order.rbegin(); it != order.rend(); ++it)
+      for (const Tensor& in : (*it)->inputs)
+        if (in.defined() && !in.grad_fn() && in.requires_grad()) last[in.impl()] = *it;
+    // In the order of first use, so that the leaves a node completes are told in a fixed order.
+    std::unordered_set<const TensorImpl*> told;
+    for (auto it = order.rbegin(); it != order.rend(); ++it)
+      for (const Tensor& in : (*it)->inputs)
+        if (in.defined() && !in.grad_fn() && in.requires_grad() && last[in.impl()] == *it &&
+            told.insert(in.impl()).second)
+          completes[*it].push_back(in.impl());
+  }
+  auto tell_complete = [&](Node* node) {
+    if (!g_leaf_hook) return;
+    auto done = completes.find(node);
+    if (done == completes.end()) return;
+    for (const TensorImpl* leaf : done->second) g_leaf_hook(leaf);
+  };
+
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     Node* node = *it;
     auto found = pending.find(node);
-    if (found == pending.end() || !found->second) continue;  // no gradient reached this node
+    if (found == pending.end() || !found->second) {  // no gradient reached this node
+      tell_complete(node);
+      continue;
+    }
     Tensor g(found->second);
     pending.erase(found);
     // A node's backward and saved tensors are freed once it has run (below), as PyTorch frees
@@ -132,6 +164,7 @@ void backward(const Tensor& root, const Tensor& grad) {
     // Free the tape as we go: saved tensors and inputs are not needed again.
     node->backward = nullptr;
     node->inputs.clear();
+    tell_complete(node);
   }
 }
 

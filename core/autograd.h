@@ -64,6 +64,23 @@ struct BackwardObserver {
 };
 void set_backward_observer(BackwardObserver* observer);
 
+// Told, during backward(), of each leaf whose gradient is complete: every node that feeds it has
+// run (or got no gradient), in the order that happens, which is the same in every process that
+// runs the same graph. Data-parallel training starts reducing a bucket of gradients while
+// backward goes on. The leaf is named by its TensorImpl (Tensor::impl()); its grad may be
+// undefined (no gradient reached it). Installed for the scope's lifetime, on this thread.
+using LeafGradHook = std::function<void(const TensorImpl* leaf)>;
+class LeafGradHookScope {
+ public:
+  explicit LeafGradHookScope(LeafGradHook hook);
+  ~LeafGradHookScope();
+  LeafGradHookScope(const LeafGradHookScope&) = delete;
+  LeafGradHookScope& operator=(const LeafGradHookScope&) = delete;
+
+ private:
+  LeafGradHook previous_;
+};
+
 // The module that newly recorded nodes are tagged with (set by Module::operator()).
 ModuleTag current_module();
 void set_current_module(ModuleTag module);

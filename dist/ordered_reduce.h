@@ -20,6 +20,19 @@ namespace minidl {
 // the (n) sum over all world_size * L vectors in global micro-batch order, the same on every rank.
 Tensor ordered_sum(Communicator& comm, const Tensor& local);
 
+// The device buffers of the ordered reduction of (L, n) vectors over `world` ranks, allocated once
+// and kept: what a reduction queued on a side stream (core/side_stream.h) needs, since it may not
+// allocate.
+struct OrderedSumBuffers {
+  OrderedSumBuffers(int64_t world, int64_t count, int64_t n, Device device);
+  int64_t count, n, shard;
+  Tensor send, recv, sum, gathered;
+};
+
+// ordered_sum into `buffers` (made for local's L and n), allocating nothing; the result is a view
+// of buffers.gathered, valid until the buffers' next use. The same bits as ordered_sum.
+Tensor ordered_sum(Communicator& comm, const Tensor& local, OrderedSumBuffers& buffers);
+
 // A view of n elements of a dense one-dimensional float32 tensor from `offset` on, sharing its
 // storage (no autograd history).
 Tensor flat_slice(const Tensor& flat, int64_t offset, int64_t n);

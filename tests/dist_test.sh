@@ -2,6 +2,7 @@
 # ctest dist: data-parallel `minidl train` under mpirun on the CPU (MPI backend), as a user runs it.
 #   1. 2 ranks at micro-batch 64 == 1 rank with accumulate_steps 2 (micro-batch 64): the same
 #      model.safetensors, byte for byte, and the same loss bits at every step.
+#      The same with the gradients reduced in 3 buckets during backward, and in none.
 #   2. The 2-rank run: rank 0 alone writes, and the log and summary.json say the world size.
 #      `minidl bench train` under mpirun reports images/s per rank and the all-reduce per step.
 #   2b. BatchNorm2d "sync": 2 ranks follow the losses of one process training the whole batch
@@ -51,12 +52,22 @@ b=$(sha256sum <"$work/ranks2/model.safetensors" | cut -d' ' -f1)
 [ "$(grep -o '"loss_bits":"[0-9a-f]*"' "$work/acc2/steps.jsonl")" = "$(grep -o '"loss_bits":"[0-9a-f]*"' "$work/ranks2/steps.jsonl")" ] ||
   { echo "FAIL: the step losses differ"; exit 1; }
 echo "dist: 2 ranks == 1 rank x accumulate_steps 2, model.safetensors sha256 $a"
+# Gradient buckets change no bit: 3 buckets of 0.05 MiB queued during backward, and none (the
+# reduction after backward).
+for mb in 0.05 0; do
+  "${mpi[@]}" "$minidl" train "${small[@]}" --set bucket_mb=$mb --max-steps 2 --output "$work/buckets$mb" \
+    >"$work/buckets$mb.out" 2>&1 || { cat "$work/buckets$mb.out"; echo "FAIL: the 2-rank run with bucket_mb $mb failed"; exit 1; }
+  b=$(sha256sum <"$work/buckets$mb/model.safetensors" | cut -d' ' -f1)
+  [ "$a" = "$b" ] || { echo "FAIL: 2 ranks with bucket_mb $mb ($b) differ from 1 rank with accumulate_steps 2 ($a)"; exit 1; }
+done
+echo "dist: 2 ranks with bucket_mb 0.05 (3 buckets during backward) and 0 (after it) give the same bits"
 
 # bench train under mpirun: images/s per rank and in total, and the reduction's time per step.
-"${mpi[@]}" "$minidl" bench train "${small[@]}" --steps 2 --warmup 1 >"$work/bench.out" 2>&1 ||
+"${mpi[@]}" "$minidl" bench train "${small[@]}" --set bucket_mb=0.05 --steps 2 --warmup 1 >"$work/bench.out" 2>&1 ||
   { cat "$work/bench.out"; echo "FAIL: bench train under mpirun failed"; exit 1; }
 grep -q "ranks:      world size 2 (mpi), [0-9]* images/s per rank, [0-9]* in total" "$work/bench.out" &&
   grep -q "all-reduce: [0-9.]* ms/step ([0-9.]*% of the step), the ordered reduction of 2 micro-batches of [0-9.]* MB over 2 rank(s) (mpi)" "$work/bench.out" &&
+  grep -q "overlap:    3 gradient bucket(s), each reduced inside backward once complete" "$work/bench.out" &&
   grep -q "(500 test images in " "$work/bench.out" ||
   { cat "$work/bench.out"; echo "FAIL: bench train does not report the ranks, the all-reduce and the test images"; exit 1; }
 [ "$(grep -c "^bench train: " "$work/bench.out")" -eq 1 ] || { cat "$work/bench.out"; echo "FAIL: more than one rank reported"; exit 1; }

@@ -61,6 +61,34 @@ TEST_CASE("autograd accumulates through shared inputs and frees the tape", "[cor
                       Catch::Contains("op 'mul'") && Catch::Contains("backpropagated through already"));
 }
 
+TEST_CASE("the leaf hook tells each leaf once, when its gradient is complete", "[core][autograd]") {
+  auto leaf = [](float v) {
+    Tensor t = Tensor::from_vector(std::vector<float>{v}, {1});
+    t.set_requires_grad(true);
+    return t;
+  };
+  Tensor a = leaf(1), b = leaf(2), c = leaf(3), unused = leaf(4);
+  // y = (a * 2 + b) * 3 + a + c * 5: a feeds two nodes, the last of them late in backward.
+  const Tensor y = add(add(mul(add(mul(a, 2.f), b), 3.f), a), mul(c, 5.f));
+  std::vector<std::pair<const TensorImpl*, float>> told;  // the leaf and its gradient when told
+  {
+    autograd::LeafGradHookScope hook([&](const TensorImpl* t) {
+      const Tensor& which = t == a.impl() ? a : t == b.impl() ? b : t == c.impl() ? c : unused;
+      told.emplace_back(t, which.grad().to_vector()[0]);
+    });
+    autograd::backward(y, Tensor::full({1}, 1.f));
+  }
+  REQUIRE(told.size() == 3);  // unused is not in the graph
+  for (const auto& [t, g] : told) {
+    INFO("leaf " << (t == a.impl() ? "a" : t == b.impl() ? "b" : "c"));
+    // Complete when told: the gradient it ends the backward with.
+    CHECK(g == (t == a.impl() ? 7.f : t == b.impl() ? 3.f : 5.f));
+  }
+  // Outside the scope nothing is told.
+  autograd::backward(mul(a, 2.f), Tensor::full({1}, 1.f));
+  CHECK(told.size() == 3);
+}
+
 TEST_CASE("a leaf's gradient owns its storage and keeps its address from step to step", "[core][autograd]") {
   // What a CUDA graph of the training step relies on: its update kernels read the gradient at the
   // address of the capture, so accumulation must write there rather than into a new sum.

@@ -1,18 +1,21 @@
 // The data-parallel pieces that need no second process: the ordered reduction sums micro-batch
 // vectors in global order, exactly as a chain of adds; the single-process communicator; the
 // launcher's variables; the refusals of make_communicator; and the loader's micro-batches, which
-// together are the whole batch, bit for bit. The multi-rank checks are tests/dist_test.sh.
+// together are the whole batch, bit for bit; the gradient buckets. The multi-rank checks are
+// tests/dist_test.sh.
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
+#include "core/autograd.h"
 #include "core/error.h"
 #include "core/tensor_ops.h"
 #include "data/loader.h"
 #include "dist/communicator.h"
 #include "dist/launch.h"
 #include "dist/ordered_reduce.h"
+#include "train/gradient_buckets.h"
 #include "test_util.h"
 
 using namespace minidl;
@@ -168,4 +171,46 @@ TEST_CASE("dist: a batch's micro-batches are the batch, bit for bit, augmentatio
   // The next batch follows the whole one, whatever micro-batch was selected last.
   REQUIRE(loader.advance());
   CHECK(loader.current_batch_size() == 32);
+}
+
+TEST_CASE("dist: gradient buckets give each gradient the ordered sum's bits, whatever the buckets", "[dist]") {
+  auto comm = make_single_process_communicator();
+  const std::vector<int64_t> sizes{5, 300, 7};
+  // Bucket bytes -> buckets: 0 one; 1 one per parameter; 1000: the last two (28 + 1200 bytes, in
+  // reverse order) fill one, the first another.
+  for (const auto& [bucket_bytes, expected] : std::vector<std::pair<int64_t, int>>{{0, 1}, {1, 3}, {1000, 2}}) {
+    INFO("bucket_bytes " << bucket_bytes);
+    std::vector<Tensor> params;
+    for (int64_t n : sizes) {
+      Tensor p = Tensor::zeros({n});
+      p.set_requires_grad(true);
+      params.push_back(p);
+    }
+    GradientBuckets buckets(*comm, params, 3, 2, bucket_bytes, Device::cpu());
+    CHECK(buckets.buckets() == expected + 1);  // and the tail
+    CHECK(buckets.serves(params));
+    CHECK_FALSE(buckets.serves({params[0], params[1]}));
+    std::vector<std::vector<Tensor>> grads(2);
+    for (int64_t j = 0; j < 2; ++j) {
+      for (size_t k = 0; k < params.size(); ++k) {
+        // Values whose float sums round: the mean's bits tell a wrong pairing apart.
+        grads[j].push_back(test::random_tensor({sizes[k]}, 500 + 10 * j + k, -1e4f, 1e4f));
+        if (params[k].grad().defined()) params[k].grad().zero_();
+        autograd::backward(params[k], grads[j][k]);
+      }
+      buckets.tail_row(j).copy_(Tensor::from_vector(std::vector<float>{1.5f + j, 2.5f, 100.f * j}, {3}));
+      if (j == 0) {
+        buckets.pack(0);
+        continue;
+      }
+      for (size_t k = params.size(); k-- > 0;) buckets.gradient_complete(params[k].impl(), 1);
+      buckets.finish(1);
+    }
+    buckets.write_mean_gradients(0.5f);
+    for (size_t k = 0; k < params.size(); ++k) {
+      INFO("parameter " << k);
+      CHECK(bits(params[k].grad()) == bits(mul(add(grads[0][k], grads[1][k]), 0.5f)));
+    }
+    CHECK(buckets.tail_sum().to_vector() == std::vector<float>{4.f, 5.f, 100.f});
+  }
 }

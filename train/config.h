@@ -35,6 +35,7 @@ struct TrainConfig {
   double epochs{};          // may be fractional (9.9): the run takes ceil(epochs * steps per epoch) steps
   int64_t batch_size{};     // the global batch: all ranks' micro-batches of one optimizer step
   int64_t accumulate_steps{};
+  double bucket_mb{};       // data parallel: gradient MiB per bucket reduced during backward (0: after it)
   nlohmann::json data;      // parsed by data/ (data/options.h)
   nlohmann::json model;     // {"layers": [...]} (layers/registry.h)
   double label_smoothing{};

@@ -201,6 +201,11 @@ std::vector<ConfigKey> make_config_keys() {
           "accumulate_steps", &C::accumulate_steps, 1, 1, kMaxBatchSize,
           "micro-batches per optimizer step on each rank, their gradients summed in order (k on one device give "
           "the bits of k ranks; docs/distributed.md); must divide batch_size")),
+      written_when_set(number(
+          "bucket_mb", &C::bucket_mb, 25, {0, false, 1 << 20, false}, "",
+          "data parallel: the gradients are reduced in buckets of about this many MiB, each as soon as backward "
+          "has completed it (PyTorch DDP's bucket_cap_mb); 0: one reduction after backward. The bits do not "
+          "depend on it (docs/distributed.md)")),
       object("data", &C::data, json::object(), false, "data/options.h, docs/data.md",
              "the data set (format, folder, limits), normalization and training augmentation"),
       object("model", &C::model, json(), true, "`minidl layers`, docs/layers.json",

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "train/checkpoint.h"
 #include "train/model_memory.h"
@@ -33,6 +34,7 @@
 #include "train/precision.h"
 #include "dist/communicator.h"
 #include "dist/ordered_reduce.h"
+#include "train/gradient_buckets.h"
 
 namespace minidl {
 
@@ -324,6 +326,17 @@ Trainer::StepResults Trainer::device_step(bool prepared, double lr, Profiler* pr
   return results;
 }
 
+Trainer::~Trainer() = default;
+
+bool Trainer::reduction_overlapped() const { return config_.bucket_mb > 0 && sync_norm_layers_ == 0; }
+
+const char* Trainer::overlap_off_reason() const {
+  if (config_.bucket_mb <= 0) return "\"bucket_mb\": 0";
+  return "synchronized BatchNorm layers run their own collectives in backward";
+}
+
+int Trainer::gradient_buckets() const { return buckets_ ? buckets_->buckets() - 1 : 0; }
+
 int64_t Trainer::micro_batches() const { return comm_->world_size() * config_.accumulate_steps; }
 
 void Trainer::set_communicator(std::shared_ptr<Communicator> comm) {
@@ -333,6 +346,7 @@ void Trainer::set_communicator(std::shared_ptr<Communicator> comm) {
                comm->world_size(), " ranks x accumulate_steps ", config_.accumulate_steps, " = ", micro,
                " equal micro-batches");
   comm_ = std::move(comm);
+  buckets_.reset();  // they hold the communicator
   // Synchronized BatchNorm layers take their statistics over this run's ranks; the group holds
   // the communicator weakly, as the trainer owns it.
   sync_norm_layers_ = 0;
@@ -374,10 +388,14 @@ Trainer::StepResults Trainer::data_parallel_step(int64_t step, double lr) {
   const int64_t micro = config_.batch_size / total;
   const int64_t first = comm_->rank() * local;  // the global index of this rank's first micro-batch
   std::vector<Tensor> buffers, averaged;
+  int64_t tail = 2;  // [float buffers | loss | correct count]
   for (auto& [name, t] : model_->named_buffers()) {
     buffers.push_back(t);
     MINIDL_CHECK(t.dtype() != DType::Float32 || dense_float(t), "data parallel: buffer ", name, " is not dense");
-    if (t.dtype() == DType::Float32) averaged.push_back(t);
+    if (t.dtype() == DType::Float32) {
+      averaged.push_back(t);
+      tail += t.numel();
+    }
   }
   // Every micro-batch's forward starts from the step's buffers, as every rank's does.
   std::vector<Tensor> start;
@@ -385,10 +403,11 @@ Trainer::StepResults Trainer::data_parallel_step(int64_t step, double lr) {
     for (const Tensor& b : buffers) start.push_back(b.clone());
   if (!micro_correct_) micro_correct_ = allocate_pinned(static_cast<size_t>(local) * sizeof(int32_t));
   auto* correct = static_cast<int32_t*>(micro_correct_.get());
-  // One row per micro-batch: [gradients | float buffers | loss | correct count].
-  std::vector<Tensor> grads;
-  Tensor rows;
-  int64_t width = 0;
+  ReductionTiming& timing = reduction_timing_;
+  // The buckets are queued during the last backward once they are known (from the second step).
+  // Not with synchronized BatchNorm layers, whose own collectives run in that backward on the
+  // main stream: every collective stays on one stream, in one order.
+  const bool overlap = buckets_ && reduction_overlapped() && !timing.enabled && reduction_overlap_;
   for (int64_t j = 0; j < local; ++j) {
     if (j > 0)
       for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(start[i]);
@@ -402,57 +421,62 @@ Trainer::StepResults Trainer::data_parallel_step(int64_t step, double lr) {
     Tensor loss = cross_entropy(logits, batch.labels, static_cast<float>(config_.label_smoothing));
     const Tensor micro_correct = correct_predictions(logits.detach(), batch.labels);
     copy_bytes_async(correct + j, Device::cpu(), micro_correct.raw_data(), device_, sizeof(int32_t));
-    backward(loss);
+    const bool last = j == local - 1;
+    {
+      std::optional<autograd::LeafGradHookScope> hook;
+      if (last && overlap)
+        hook.emplace([this, j](const TensorImpl* leaf) { buckets_->gradient_complete(leaf, j); });
+      backward(loss);
+    }
     if (j == 0) {
       // The gradients this step has (a frozen parameter has none), the same on every rank.
+      std::vector<Tensor> with_grads;
       for (const Tensor& p : parameters_) {
         const Tensor g = p.grad();
         if (!g.defined()) continue;
         MINIDL_CHECK(dense_float(g), "data parallel: a gradient is not dense float32: ", g.str());
-        grads.push_back(g);
-        width += g.numel();
+        with_grads.push_back(p);
       }
-      for (const Tensor& b : averaged) width += b.numel();
-      width += 2;
-      rows = Tensor::zeros({local, width}, DType::Float32, device_);
+      if (!buckets_ || !buckets_->serves(with_grads)) {
+        MINIDL_CHECK(!(last && overlap), "data parallel: the parameters with gradients changed during the step");
+        buckets_ = std::make_unique<GradientBuckets>(*comm_, std::move(with_grads), tail, local,
+                                                      static_cast<int64_t>(config_.bucket_mb * (1 << 20)), device_);
+      }
     }
-    int64_t at = j * width;
-    for (const Tensor& g : grads) {
-      pack(rows, at, g);
-      at += g.numel();
-    }
+    if (!last) buckets_->pack(j);
+    const Tensor row = buckets_->tail_row(j);
+    int64_t at = 0;
     for (const Tensor& b : averaged) {
-      pack(rows, at, b);
+      pack(row, at, b);
       at += b.numel();
     }
-    pack(rows, at, loss.detach().to(DType::Float32));
-    optimizer_->zero_grad();
+    pack(row, at, loss.detach().to(DType::Float32));
+    // The last micro-batch's gradients are packed by their buckets (finish() below), then zeroed.
+    if (!last) optimizer_->zero_grad();
   }
   // The counts are exact in float32 (below 2^24 images per step).
   synchronize(device_);
   for (int64_t j = 0; j < local; ++j) {
     const float c = static_cast<float>(correct[j]);
-    copy_bytes_async(static_cast<float*>(rows.raw_data()) + (j + 1) * width - 1, device_, &c, Device::cpu(),
+    copy_bytes_async(static_cast<float*>(buckets_->tail_row(j).raw_data()) + tail - 1, device_, &c, Device::cpu(),
                      sizeof(float));
   }
-  ReductionTiming& timing = reduction_timing_;
   if (timing.enabled) synchronize(device_);
   const auto reduce_start = std::chrono::steady_clock::now();
-  const Tensor sum = ordered_sum(*comm_, rows);
+  buckets_->finish(local - 1);
+  optimizer_->zero_grad();
   if (timing.enabled) {
     synchronize(device_);
     timing.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - reduce_start).count();
     timing.steps += 1;
-    timing.bytes_per_micro_batch = width * static_cast<int64_t>(sizeof(float));
+    timing.bytes_per_micro_batch = buckets_->bytes_per_micro_batch();
   }
   // The mean over the micro-batches, as one batch of batch_size has it.
   const float scale = 1.0f / static_cast<float>(total);
-  const Tensor mean = mul(flat_slice(sum, 0, width - 1), scale);
+  buckets_->write_mean_gradients(scale);
+  const Tensor sum = buckets_->tail_sum();
+  const Tensor mean = mul(flat_slice(sum, 0, tail - 1), scale);
   int64_t at = 0;
-  for (Tensor& g : grads) {
-    unpack(g, mean, at);
-    at += g.numel();
-  }
   for (Tensor& b : averaged) {
     unpack(b, mean, at);
     at += b.numel();
@@ -460,7 +484,7 @@ Trainer::StepResults Trainer::data_parallel_step(int64_t step, double lr) {
   StepResults results;
   results.loss = flat_slice(mean, at, 1).clone();
   float step_correct = 0;
-  copy_bytes(&step_correct, Device::cpu(), static_cast<const float*>(sum.raw_data()) + width - 1, device_,
+  copy_bytes(&step_correct, Device::cpu(), static_cast<const float*>(sum.raw_data()) + tail - 1, device_,
              sizeof(float));
   results.correct = Tensor::from_vector(std::vector<int32_t>{static_cast<int32_t>(step_correct)}, {1}, device_);
   update(false, lr, nullptr);

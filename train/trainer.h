@@ -27,7 +27,8 @@
 
 namespace minidl {
 
-class Communicator;  // dist/communicator.h
+class Communicator;     // dist/communicator.h
+class GradientBuckets;  // train/gradient_buckets.h
 class Profiler;
 
 // A trainer owns its run's context (core/run_context.h): the config's compute switches, seed and
@@ -38,6 +39,7 @@ class Trainer {
   // Reads the data set from data.dir (or CIFAR10_DIR). An "auto" precision or memory_format is
   // resolved for `device` (resolve_for_device); config() and resolved_config() hold the choice.
   Trainer(const TrainConfig& config, Device device);
+  ~Trainer();
   // Uses data sets already loaded (on the host or on `device`): the benchmark loads them once.
   Trainer(const TrainConfig& config, Device device, Dataset train_set, Dataset test_set);
 
@@ -104,8 +106,9 @@ class Trainer {
   // BatchNorm2d layers with "sync": true, whose statistics span the ranks (set_communicator).
   int64_t sync_norm_layers() const { return sync_norm_layers_; }
   // The ordered reduction of a step of several micro-batches, timed for a benchmark: while on,
-  // each such step waits for the device before and after ordered_sum (the reduction alone, not
-  // the work queued before it) and adds the time here. Off by default: the waits cost a run time.
+  // each such step reduces its buckets after backward, waits for the device before and after
+  // (the reduction alone, not the work queued before it) and adds the time here. Off by default:
+  // the waits cost a run time.
   struct ReductionTiming {
     bool enabled = false;
     int64_t steps = 0;
@@ -113,6 +116,16 @@ class Trainer {
     int64_t bytes_per_micro_batch = 0;  // one micro-batch's vector: gradients, buffers, loss, count
   };
   ReductionTiming& reduction_timing() { return reduction_timing_; }
+  // Whether a data-parallel step queues its gradient buckets during backward (on by default, with
+  // "bucket_mb" > 0 and no synchronized BatchNorm); the benchmark turns it off to measure what it
+  // hides. The bits are the same either way.
+  void set_reduction_overlap(bool on) { reduction_overlap_ = on; }
+  // Whether this run's data-parallel steps can queue their buckets during backward, and if not,
+  // why ("bucket_mb" 0, or synchronized BatchNorm layers).
+  bool reduction_overlapped() const;
+  const char* overlap_off_reason() const;
+  // Gradient buckets of this run's data-parallel steps (0 before the first such step).
+  int gradient_buckets() const;
 
   Module& model() { return *model_; }
   Optimizer& optimizer() { return *optimizer_; }
@@ -150,8 +163,10 @@ class Trainer {
   std::vector<Tensor> parameters_;  // the model's parameters, whose gradients the scaler unscales
   std::shared_ptr<Communicator> comm_;
   int64_t sync_norm_layers_ = 0;
+  std::unique_ptr<GradientBuckets> buckets_;  // data-parallel steps' reduction (made on the first)
   std::shared_ptr<void> micro_correct_;  // pinned: this rank's correct count of each micro-batch
   ReductionTiming reduction_timing_;
+  bool reduction_overlap_ = true;
 
   // The device half of a training step (everything after the uploads), and of an evaluation
   // batch; what a CUDA graph captures. A step's results: its loss and correct count, on the device.

@@ -1,4 +1,5 @@
 #include "core/cuda/runtime.h"
+#include "core/cuda/side_stream.h"
 
 #include <cstring>
 #include <map>
@@ -56,7 +57,33 @@ Runtime& runtime() {
 
 }  // namespace
 
-cudaStream_t stream() { return runtime().stream; }
+namespace {
+cudaStream_t g_stream_override = nullptr;  // a SideStream's, while it queues work (core/side_stream.h)
+}  // namespace
+
+cudaStream_t stream() { return g_stream_override ? g_stream_override : runtime().stream; }
+void* swap_stream(void* s) {
+  void* previous = g_stream_override;
+  g_stream_override = static_cast<cudaStream_t>(s);
+  return previous;
+}
+void* create_stream() {
+  runtime();
+  cudaStream_t s = nullptr;
+  MINIDL_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+void destroy_stream(void* s) { cudaStreamDestroy(static_cast<cudaStream_t>(s)); }
+void stream_wait(void* waiter, void* signaler) {
+  cudaStream_t from = signaler ? static_cast<cudaStream_t>(signaler) : runtime().stream;
+  cudaStream_t to = waiter ? static_cast<cudaStream_t>(waiter) : runtime().stream;
+  cudaEvent_t event;
+  MINIDL_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  MINIDL_CUDA_CHECK(cudaEventRecord(event, from));
+  MINIDL_CUDA_CHECK(cudaStreamWaitEvent(to, event, 0));
+  // The wait holds on to what it waits for: the event itself can go now.
+  MINIDL_CUDA_CHECK(cudaEventDestroy(event));
+}
 cublasHandle_t cublas() { return runtime().cublas; }
 cudnnHandle_t cudnn() { return runtime().cudnn; }
 const cudaDeviceProp& props() { return runtime().props; }

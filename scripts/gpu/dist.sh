@@ -6,6 +6,8 @@
 #      through NCCL, one through plain copies), model.safetensors SHA-256;
 #   2. the plain run (one micro-batch) == --dist nccl with one micro-batch: world size 1 keeps the
 #      bits of a plain run.
+#   1b. the same with the gradients in 1-MiB buckets reduced on a side stream during backward, and
+#      with none (bucket_mb 0: the reduction after backward): the bits of --dist single;
 #   3. `minidl bench allreduce --dist nccl`: the ordered reduction against ncclAllReduce per
 #      message size (at world size 1 both are copies; the bus bandwidth needs 2 GPUs).
 # Prints both hash pairs, the img/s of each run and the table; exits non-zero on a mismatch or a
@@ -37,6 +39,8 @@ train() {  # NAME ARGS...
 }
 train single_acc2 --dist single --set accumulate_steps=2
 train nccl_acc2 --dist nccl --set accumulate_steps=2
+train nccl_acc2_buckets --dist nccl --set accumulate_steps=2 --set bucket_mb=1
+train nccl_acc2_serial --dist nccl --set accumulate_steps=2 --set bucket_mb=0
 train plain
 train nccl_plain --dist nccl
 
@@ -52,6 +56,15 @@ same() {  # A B
   fi
 }
 same single_acc2 nccl_acc2
+same single_acc2 nccl_acc2_buckets
+same single_acc2 nccl_acc2_serial
 same plain nccl_plain
+# What the buckets hide of the reduction (world size 1: the reduction is NCCL's copies to itself
+# and the ordered sum), at the default bucket size and at 1 MiB.
+for mb in 25 1; do
+  run "$bin_dir/minidl" bench train --config "$root/configs/resnet9_bf16.json" --device cuda --dist nccl \
+    --set accumulate_steps=2 --set bucket_mb=$mb --steps 50 | grep -E "training:|all-reduce:|overlap:" |
+    sed "s/^/  bucket_mb $mb: /" | tee -a "$out/overlap.txt"
+done
 run "$bin_dir/minidl" bench allreduce --device cuda --dist nccl --max-mib 256 | tee "$out/allreduce.txt"
 gpu_finish dist
