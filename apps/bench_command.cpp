@@ -64,6 +64,9 @@ BenchCommand::BenchCommand(CLI::App& app) {
   add_config_options(train_, t.config, t.overrides, t.device);
   train_->add_option("--steps", t.steps, "timed steps")->capture_default_str()->check(CLI::Range(int64_t{1}, kMaxCount));
   train_->add_option("--warmup", t.warmup, "untimed steps first")->capture_default_str()->check(CLI::Range(int64_t{0}, kMaxCount));
+  train_->add_option("--dist", t.dist, "the communicator (nccl without a launcher: a world of one on NCCL)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "single", "mpi", "nccl"}));
 
   norm_ = bench_->add_subcommand("norm", "the normalization kernels against the DRAM floor and PyTorch "
                                          "(bench/bench_norm.h; needs a GPU)");

@@ -33,7 +33,7 @@ int bench_train(const BenchTrainOptions& options) {
   const Device dev = setup_compute(config);
   auto [train_set, test_set] = load_datasets(config);
   Run run(config, dev, std::move(train_set), std::move(test_set));
-  const std::shared_ptr<Communicator> comm = make_communicator("auto", launch, dev);
+  const std::shared_ptr<Communicator> comm = make_communicator(options.dist, launch, dev);
   run.set_communicator(comm);
   Trainer& trainer = run.trainer();
   auto run_steps = [&](int64_t n) {
@@ -68,6 +68,7 @@ int bench_train(const BenchTrainOptions& options) {
   // queueing its buckets during backward saves: the same steps with the reduction after backward.
   Trainer::ReductionTiming reduction;
   double serial_ms = 0;
+  const int in_backward = trainer.gradient_buckets_in_backward();  // of the last timed step
   if (trainer.micro_batches() > 1) {
     trainer.reduction_timing() = Trainer::ReductionTiming{true};
     run_steps(std::min<int64_t>(steps, 20));
@@ -125,13 +126,13 @@ int bench_train(const BenchTrainOptions& options) {
                 static_cast<double>(reduction.bytes_per_micro_batch) / 1e6, comm->world_size(), comm->backend());
     const double hidden_ms = serial_ms - wall_ms;
     if (trainer.reduction_overlapped() && dev.is_cuda())
-      std::printf("  overlap:    %d gradient bucket(s) queued during backward: %.2f ms/step, %.2f ms with the reduction "
-                  "after backward, so backward hides %.3f ms (%.0f%%) of it\n",
-                  trainer.gradient_buckets(), wall_ms, serial_ms, hidden_ms, 100.0 * hidden_ms / reduce_ms);
+      std::printf("  overlap:    %d gradient bucket(s), %d queued during backward on a side stream: %.2f ms/step, "
+                  "%.2f ms with the reduction after backward, so backward hides %.3f ms (%.0f%%) of it\n",
+                  trainer.gradient_buckets(), in_backward, wall_ms, serial_ms, hidden_ms, 100.0 * hidden_ms / reduce_ms);
     else if (trainer.reduction_overlapped())
-      std::printf("  overlap:    %d gradient bucket(s), each reduced inside backward once complete: on the CPU that "
+      std::printf("  overlap:    %d gradient bucket(s), %d reduced inside backward once complete: on the CPU that "
                   "hides nothing (%.2f ms/step; %.2f ms with the reduction after backward)\n",
-                  trainer.gradient_buckets(), wall_ms, serial_ms);
+                  trainer.gradient_buckets(), in_backward, wall_ms, serial_ms);
     else
       std::printf("  overlap:    none: the reduction runs after backward (%s)\n", trainer.overlap_off_reason());
   }

@@ -67,7 +67,7 @@ echo "dist: 2 ranks with bucket_mb 0.05 (3 buckets during backward) and 0 (after
   { cat "$work/bench.out"; echo "FAIL: bench train under mpirun failed"; exit 1; }
 grep -q "ranks:      world size 2 (mpi), [0-9]* images/s per rank, [0-9]* in total" "$work/bench.out" &&
   grep -q "all-reduce: [0-9.]* ms/step ([0-9.]*% of the step), the ordered reduction of 2 micro-batches of [0-9.]* MB over 2 rank(s) (mpi)" "$work/bench.out" &&
-  grep -q "overlap:    3 gradient bucket(s), each reduced inside backward once complete" "$work/bench.out" &&
+  grep -q "overlap:    3 gradient bucket(s), 3 reduced inside backward once complete" "$work/bench.out" &&
   grep -q "(500 test images in " "$work/bench.out" ||
   { cat "$work/bench.out"; echo "FAIL: bench train does not report the ranks, the all-reduce and the test images"; exit 1; }
 [ "$(grep -c "^bench train: " "$work/bench.out")" -eq 1 ] || { cat "$work/bench.out"; echo "FAIL: more than one rank reported"; exit 1; }

@@ -10,6 +10,7 @@
 
 #include "core/autograd.h"
 #include "core/error.h"
+#include "core/side_stream.h"
 #include "core/tensor_ops.h"
 #include "data/loader.h"
 #include "dist/communicator.h"
@@ -173,7 +174,12 @@ TEST_CASE("dist: a batch's micro-batches are the batch, bit for bit, augmentatio
   CHECK(loader.current_batch_size() == 32);
 }
 
-TEST_CASE("dist: gradient buckets give each gradient the ordered sum's bits, whatever the buckets", "[dist]") {
+namespace {
+
+// Two micro-batches of three gradients through GradientBuckets on `device` (on CUDA the buckets
+// are reduced on the side stream), at three bucket sizes: each gradient's mean has the bits of
+// the two micro-batches' sum times 1/2, and the tail's sum is the sum of the tails.
+void check_gradient_buckets(Device device) {
   auto comm = make_single_process_communicator();
   const std::vector<int64_t> sizes{5, 300, 7};
   // Bucket bytes -> buckets: 0 one; 1 one per parameter; 1000: the last two (28 + 1200 bytes, in
@@ -182,11 +188,11 @@ TEST_CASE("dist: gradient buckets give each gradient the ordered sum's bits, wha
     INFO("bucket_bytes " << bucket_bytes);
     std::vector<Tensor> params;
     for (int64_t n : sizes) {
-      Tensor p = Tensor::zeros({n});
+      Tensor p = Tensor::zeros({n}, DType::Float32, device);
       p.set_requires_grad(true);
       params.push_back(p);
     }
-    GradientBuckets buckets(*comm, params, 3, 2, bucket_bytes, Device::cpu());
+    GradientBuckets buckets(*comm, params, 3, 2, bucket_bytes, device);
     CHECK(buckets.buckets() == expected + 1);  // and the tail
     CHECK(buckets.serves(params));
     CHECK_FALSE(buckets.serves({params[0], params[1]}));
@@ -194,11 +200,11 @@ TEST_CASE("dist: gradient buckets give each gradient the ordered sum's bits, wha
     for (int64_t j = 0; j < 2; ++j) {
       for (size_t k = 0; k < params.size(); ++k) {
         // Values whose float sums round: the mean's bits tell a wrong pairing apart.
-        grads[j].push_back(test::random_tensor({sizes[k]}, 500 + 10 * j + k, -1e4f, 1e4f));
+        grads[j].push_back(test::random_tensor({sizes[k]}, 500 + 10 * j + k, -1e4f, 1e4f, device));
         if (params[k].grad().defined()) params[k].grad().zero_();
         autograd::backward(params[k], grads[j][k]);
       }
-      buckets.tail_row(j).copy_(Tensor::from_vector(std::vector<float>{1.5f + j, 2.5f, 100.f * j}, {3}));
+      buckets.tail_row(j).copy_(Tensor::from_vector(std::vector<float>{1.5f + j, 2.5f, 100.f * j}, {3}, device));
       if (j == 0) {
         buckets.pack(0);
         continue;
@@ -213,4 +219,21 @@ TEST_CASE("dist: gradient buckets give each gradient the ordered sum's bits, wha
     }
     CHECK(buckets.tail_sum().to_vector() == std::vector<float>{4.f, 5.f, 100.f});
   }
+}
+
+}  // namespace
+
+TEST_CASE("dist: gradient buckets give each gradient the ordered sum's bits, whatever the buckets", "[dist]") {
+  check_gradient_buckets(Device::cpu());
+}
+
+TEST_CASE("dist: gradient buckets reduced on the side stream give the ordered sum's bits", "[dist][cuda]") {
+  MINIDL_REQUIRE_CUDA();
+  check_gradient_buckets(Device::cuda());
+  // The side stream's work may not allocate: the caching allocator's reuse is only safe on one stream.
+  SideStream side(Device::cuda());
+  CHECK_THROWS_WITH(side.run([] { Tensor::empty({4}, DType::Float32, Device::cuda()); }),
+                    Catch::Contains("must be allocated beforehand"));
+  const Tensor after = Tensor::zeros({4}, DType::Float32, Device::cuda());  // and after it, it may again
+  CHECK(after.to_vector() == std::vector<float>(4, 0.f));
 }

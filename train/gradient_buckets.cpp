@@ -86,6 +86,7 @@ Tensor GradientBuckets::tail_row(int64_t j) const {
 }
 
 void GradientBuckets::finish(int64_t j) {
+  queued_in_backward_ = static_cast<int>(launched_);
   for (; launched_ + 1 < buckets_.size(); ++launched_) {
     pack_bucket(buckets_[launched_], j);
     launch(buckets_[launched_]);

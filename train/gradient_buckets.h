@@ -38,6 +38,8 @@ class GradientBuckets {
   // Whether these are the parameters the buckets were made for (the gradients a step has).
   bool serves(const std::vector<Tensor>& params) const;
   int buckets() const { return static_cast<int>(buckets_.size()); }
+  // Of the last step's gradient buckets, how many were queued during backward (before finish()).
+  int queued_in_backward() const { return queued_in_backward_; }
   int64_t bytes_per_micro_batch() const;
 
   // Copies micro-batch j's gradients into its rows, every bucket (micro-batches before the last).
@@ -76,6 +78,7 @@ class GradientBuckets {
   std::vector<Bucket> buckets_;  // the last one is the tail
   int64_t local_;
   size_t launched_ = 0;          // buckets queued this step
+  int queued_in_backward_ = 0;
   Tensor rows_;
   SideStream side_;
 };

@@ -336,6 +336,7 @@ const char* Trainer::overlap_off_reason() const {
 }
 
 int Trainer::gradient_buckets() const { return buckets_ ? buckets_->buckets() - 1 : 0; }
+int Trainer::gradient_buckets_in_backward() const { return buckets_ ? buckets_->queued_in_backward() : 0; }
 
 int64_t Trainer::micro_batches() const { return comm_->world_size() * config_.accumulate_steps; }
 

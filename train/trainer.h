@@ -124,8 +124,10 @@ class Trainer {
   // why ("bucket_mb" 0, or synchronized BatchNorm layers).
   bool reduction_overlapped() const;
   const char* overlap_off_reason() const;
-  // Gradient buckets of this run's data-parallel steps (0 before the first such step).
+  // Gradient buckets of this run's data-parallel steps (0 before the first such step), and how
+  // many of them the last step queued during its backward.
   int gradient_buckets() const;
+  int gradient_buckets_in_backward() const;
 
   Module& model() { return *model_; }
   Optimizer& optimizer() { return *optimizer_; }
