@@ -61,6 +61,15 @@ for mb in 0.05 0; do
   [ "$a" = "$b" ] || { echo "FAIL: 2 ranks with bucket_mb $mb ($b) differ from 1 rank with accumulate_steps 2 ($a)"; exit 1; }
 done
 echo "dist: 2 ranks with bucket_mb 0.05 (3 buckets during backward) and 0 (after it) give the same bits"
+# A parameter frozen from step 2 on: that step's backward queued buckets made for the gradients
+# before; they are dropped and the step reduces after backward with new ones, the same bits.
+freeze=(--set 'freeze=[{"match": "0.weight", "from_epoch": 0.5}]' --max-steps 3)
+"$minidl" train "${small[@]}" "${freeze[@]}" --set accumulate_steps=2 --output "$work/freeze1" >"$work/freeze1.out" 2>&1 &&
+  "${mpi[@]}" "$minidl" train "${small[@]}" "${freeze[@]}" --set bucket_mb=0.05 --output "$work/freeze2" >"$work/freeze2.out" 2>&1 ||
+  { cat "$work/freeze1.out" "$work/freeze2.out"; echo "FAIL: the runs with a parameter frozen from step 2 failed"; exit 1; }
+cmp -s "$work/freeze1/model.safetensors" "$work/freeze2/model.safetensors" ||
+  { echo "FAIL: with a parameter frozen from step 2, 2 ranks differ from 1 rank with accumulate_steps 2"; exit 1; }
+echo "dist: a parameter frozen mid-run (its gradient gone): 2 ranks with buckets == 1 rank x accumulate_steps 2"
 
 # bench train under mpirun: images/s per rank and in total, and the reduction's time per step.
 "${mpi[@]}" "$minidl" bench train "${small[@]}" --set bucket_mb=0.05 --steps 2 --warmup 1 >"$work/bench.out" 2>&1 ||

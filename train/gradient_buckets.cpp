@@ -32,6 +32,8 @@ GradientBuckets::GradientBuckets(Communicator& comm, std::vector<Tensor> params,
   rows_ = Tensor::zeros({total}, DType::Float32, device);
 }
 
+GradientBuckets::~GradientBuckets() { side_.join(); }
+
 bool GradientBuckets::serves(const std::vector<Tensor>& params) const {
   if (params.size() != params_.size()) return false;
   for (size_t k = 0; k < params.size(); ++k)

@@ -34,6 +34,10 @@ class GradientBuckets {
   // backward).
   GradientBuckets(Communicator& comm, std::vector<Tensor> params, int64_t tail, int64_t local, int64_t bucket_bytes,
                   Device device);
+  // The main stream waits for the side stream first: the buffers go back to the allocator then.
+  ~GradientBuckets();
+  GradientBuckets(const GradientBuckets&) = delete;
+  GradientBuckets& operator=(const GradientBuckets&) = delete;
 
   // Whether these are the parameters the buckets were made for (the gradients a step has).
   bool serves(const std::vector<Tensor>& params) const;

@@ -439,7 +439,10 @@ Trainer::StepResults Trainer::data_parallel_step(int64_t step, double lr) {
         with_grads.push_back(p);
       }
       if (!buckets_ || !buckets_->serves(with_grads)) {
-        MINIDL_CHECK(!(last && overlap), "data parallel: the parameters with gradients changed during the step");
+        // Other parameters have gradients now (a freeze phase ended): buckets queued during this
+        // backward for the old ones are dropped (every rank drops the same), and this step reduces
+        // everything after backward with new buckets.
+        buckets_.reset();
         buckets_ = std::make_unique<GradientBuckets>(*comm_, std::move(with_grads), tail, local,
                                                       static_cast<int64_t>(config_.bucket_mb * (1 << 20)), device_);
       }
