@@ -328,11 +328,16 @@ Trainer::StepResults Trainer::device_step(bool prepared, double lr, Profiler* pr
 
 Trainer::~Trainer() = default;
 
-bool Trainer::reduction_overlapped() const { return config_.bucket_mb > 0 && sync_norm_layers_ == 0; }
+// A world of one has no transfer for backward to hide, and queueing its reduction (copies and adds
+// that compete with backward for the GPU) during backward measured slower (docs/perf/data_parallel.md).
+bool Trainer::reduction_overlapped() const {
+  return config_.bucket_mb > 0 && sync_norm_layers_ == 0 && comm_->world_size() > 1;
+}
 
 const char* Trainer::overlap_off_reason() const {
   if (config_.bucket_mb <= 0) return "\"bucket_mb\": 0";
-  return "synchronized BatchNorm layers run their own collectives in backward";
+  if (sync_norm_layers_ > 0) return "synchronized BatchNorm layers run their own collectives in backward";
+  return "a world of one has no transfer to hide";
 }
 
 int Trainer::gradient_buckets() const { return buckets_ ? buckets_->buckets() - 1 : 0; }

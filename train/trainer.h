@@ -121,7 +121,7 @@ class Trainer {
   // hides. The bits are the same either way.
   void set_reduction_overlap(bool on) { reduction_overlap_ = on; }
   // Whether this run's data-parallel steps can queue their buckets during backward, and if not,
-  // why ("bucket_mb" 0, or synchronized BatchNorm layers).
+  // why ("bucket_mb" 0, synchronized BatchNorm layers, or a world of one).
   bool reduction_overlapped() const;
   const char* overlap_off_reason() const;
   // Gradient buckets of this run's data-parallel steps (0 before the first such step), and how

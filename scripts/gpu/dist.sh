@@ -6,8 +6,8 @@
 #      through NCCL, one through plain copies), model.safetensors SHA-256;
 #   2. the plain run (one micro-batch) == --dist nccl with one micro-batch: world size 1 keeps the
 #      bits of a plain run.
-#   1b. the same with the gradients in 1-MiB buckets reduced on a side stream during backward, and
-#      with none (bucket_mb 0: the reduction after backward): the bits of --dist single;
+#   1b. the same with the gradients in 1-MiB buckets, and in none (bucket_mb 0): the bits of
+#      --dist single (a world of one reduces its buckets after backward: docs/perf/data_parallel.md);
 #   3. `minidl bench allreduce --dist nccl`: the ordered reduction against ncclAllReduce per
 #      message size (at world size 1 both are copies; the bus bandwidth needs 2 GPUs).
 # Prints both hash pairs, the img/s of each run and the table; exits non-zero on a mismatch or a
@@ -59,8 +59,8 @@ same single_acc2 nccl_acc2
 same single_acc2 nccl_acc2_buckets
 same single_acc2 nccl_acc2_serial
 same plain nccl_plain
-# What the buckets hide of the reduction (world size 1: the reduction is NCCL's copies to itself
-# and the ordered sum), at the default bucket size and at 1 MiB.
+# The reduction's time per step alone (world size 1: NCCL's copies to itself and the ordered sum),
+# at the default bucket size and at 1 MiB.
 for mb in 25 1; do
   run "$bin_dir/minidl" bench train --config "$root/configs/resnet9_bf16.json" --device cuda --dist nccl \
     --set accumulate_steps=2 --set bucket_mb=$mb --steps 50 | grep -E "training:|all-reduce:|overlap:" |
