@@ -65,9 +65,9 @@ int bench_train(const BenchTrainOptions& options) {
 #endif
   // The ordered reduction of a step of several micro-batches, timed on further steps of its own
   // (the timing waits for the device around it, which the steps above must not pay), then what
-  // queueing its buckets during backward saves: steps with the reduction after backward, between
-  // the timed steps above and as many again with the buckets in backward (A B A: a drift of the
-  // step time over the run, which a later block alone would take for the difference, cancels).
+  // queueing its buckets during backward saves: three blocks of as many steps back to back, the
+  // middle one with the reduction after backward (A B A: a steady drift of the step time over the
+  // run, which a later block alone would take for the difference, cancels).
   Trainer::ReductionTiming reduction;
   double serial_ms = 0, overlap_ms = wall_ms;
   const int in_backward = trainer.gradient_buckets_in_backward();  // of the last timed step
@@ -84,10 +84,11 @@ int bench_train(const BenchTrainOptions& options) {
     reduction = trainer.reduction_timing();
     trainer.reduction_timing().enabled = false;
     if (trainer.reduction_overlapped()) {
+      const double first = block_ms(steps);
       trainer.set_reduction_overlap(false);
       serial_ms = block_ms(steps);
       trainer.set_reduction_overlap(true);
-      overlap_ms = (wall_ms + block_ms(steps)) / 2;
+      overlap_ms = (first + block_ms(steps)) / 2;
     }
   }
   if (comm->rank() != 0) return 0;

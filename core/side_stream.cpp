@@ -7,7 +7,7 @@
 namespace minidl {
 
 namespace {
-bool g_running = false;
+thread_local bool g_running = false;  // per thread, as the stream override
 }  // namespace
 
 bool side_stream_running() { return g_running; }

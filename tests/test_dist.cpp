@@ -194,8 +194,9 @@ void check_gradient_buckets(Device device) {
     }
     GradientBuckets buckets(*comm, params, 3, 2, bucket_bytes, device);
     CHECK(buckets.buckets() == expected + 1);  // and the tail
-    CHECK(buckets.serves(params));
-    CHECK_FALSE(buckets.serves({params[0], params[1]}));
+    CHECK(buckets.serves(params, 3));
+    CHECK_FALSE(buckets.serves({params[0], params[1]}, 3));
+    CHECK_FALSE(buckets.serves(params, 4));
     std::vector<std::vector<Tensor>> grads(2);
     for (int64_t j = 0; j < 2; ++j) {
       for (size_t k = 0; k < params.size(); ++k) {

@@ -34,8 +34,8 @@ GradientBuckets::GradientBuckets(Communicator& comm, std::vector<Tensor> params,
 
 GradientBuckets::~GradientBuckets() { side_.join(); }
 
-bool GradientBuckets::serves(const std::vector<Tensor>& params) const {
-  if (params.size() != params_.size()) return false;
+bool GradientBuckets::serves(const std::vector<Tensor>& params, int64_t tail) const {
+  if (params.size() != params_.size() || tail != buckets_.back().width) return false;
   for (size_t k = 0; k < params.size(); ++k)
     if (params[k].impl() != params_[k].impl()) return false;
   return true;

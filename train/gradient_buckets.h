@@ -39,8 +39,8 @@ class GradientBuckets {
   GradientBuckets(const GradientBuckets&) = delete;
   GradientBuckets& operator=(const GradientBuckets&) = delete;
 
-  // Whether these are the parameters the buckets were made for (the gradients a step has).
-  bool serves(const std::vector<Tensor>& params) const;
+  // Whether these are the parameters (the gradients a step has) and the tail the buckets were made for.
+  bool serves(const std::vector<Tensor>& params, int64_t tail) const;
   int buckets() const { return static_cast<int>(buckets_.size()); }
   // Of the last step's gradient buckets, how many were queued during backward (before finish()).
   int queued_in_backward() const { return queued_in_backward_; }

@@ -351,8 +351,8 @@ void Trainer::set_communicator(std::shared_ptr<Communicator> comm) {
   MINIDL_CHECK(config_.batch_size % micro == 0, "batch_size ", config_.batch_size, " does not split into ",
                comm->world_size(), " ranks x accumulate_steps ", config_.accumulate_steps, " = ", micro,
                " equal micro-batches");
+  buckets_.reset();  // they hold the communicator (and wait for their side stream)
   comm_ = std::move(comm);
-  buckets_.reset();  // they hold the communicator
   // Synchronized BatchNorm layers take their statistics over this run's ranks; the group holds
   // the communicator weakly, as the trainer owns it.
   sync_norm_layers_ = 0;
@@ -412,7 +412,7 @@ Trainer::StepResults Trainer::data_parallel_step(int64_t step, double lr) {
   ReductionTiming& timing = reduction_timing_;
   // The buckets are queued during the last backward once they are known (from the second step).
   // Not with synchronized BatchNorm layers, whose own collectives run in that backward on the
-  // main stream: every collective stays on one stream, in one order.
+  // main stream: no two collectives of the communicator run at once, on two streams.
   const bool overlap = buckets_ && reduction_overlapped() && !timing.enabled && reduction_overlap_;
   for (int64_t j = 0; j < local; ++j) {
     if (j > 0)
@@ -443,9 +443,9 @@ Trainer::StepResults Trainer::data_parallel_step(int64_t step, double lr) {
         MINIDL_CHECK(dense_float(g), "data parallel: a gradient is not dense float32: ", g.str());
         with_grads.push_back(p);
       }
-      if (!buckets_ || !buckets_->serves(with_grads)) {
-        // Other parameters have gradients now (a freeze phase ended): buckets queued during this
-        // backward for the old ones are dropped (every rank drops the same), and this step reduces
+      if (!buckets_ || !buckets_->serves(with_grads, tail)) {
+        // A freeze phase began: frozen parameters lost their gradients. Buckets queued during this
+        // backward for the old set are dropped (every rank drops the same), and this step reduces
         // everything after backward with new buckets.
         buckets_.reset();
         buckets_ = std::make_unique<GradientBuckets>(*comm_, std::move(with_grads), tail, local,
@@ -473,7 +473,6 @@ Trainer::StepResults Trainer::data_parallel_step(int64_t step, double lr) {
   if (timing.enabled) synchronize(device_);
   const auto reduce_start = std::chrono::steady_clock::now();
   buckets_->finish(local - 1);
-  optimizer_->zero_grad();
   if (timing.enabled) {
     synchronize(device_);
     timing.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - reduce_start).count();

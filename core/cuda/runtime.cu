@@ -58,7 +58,9 @@ Runtime& runtime() {
 }  // namespace
 
 namespace {
-cudaStream_t g_stream_override = nullptr;  // a SideStream's, while it queues work (core/side_stream.h)
+// A SideStream's, while it queues work (core/side_stream.h); per thread, so that another thread's
+// work stays on the main stream.
+thread_local cudaStream_t g_stream_override = nullptr;
 }  // namespace
 
 cudaStream_t stream() { return g_stream_override ? g_stream_override : runtime().stream; }

@@ -50,7 +50,7 @@ nlohmann::json BatchNorm2d::to_json() const {
     j["bias"] = bias.defined();
   }
   j["relu"] = relu_;
-  if (sync_) j["sync"] = true;  // written only when on: a plain layer's config stays as it was
+  if (sync_) j["sync"] = true;  // only when on: configs without it keep their exact JSON
   return j;
 }
 

@@ -363,7 +363,7 @@ NormRun backward_cuda(const NormLayout& l, const NormBackward& b) {
 }
 
 bool backward_float_half_cuda(const NormLayout& l, const NormBackward& b, DType out, const void* dy) {
-  MINIDL_ASSERT(is_half(out) && b.x != nullptr && b.dx != nullptr && b.dy == nullptr);
+  MINIDL_ASSERT(is_half(out) && b.x != nullptr && b.dx != nullptr && b.dy == nullptr && b.sync == nullptr);
   const warp_rows::Plan w = warp_rows::plan_backward(l, b, DType::Float32, out, b.x, dy, b.dx);
   if (w.runs) warp_rows::run_backward(w, l, b, DType::Float32, out, b.x, dy, b.dx);
   return w.runs;

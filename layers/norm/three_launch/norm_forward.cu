@@ -309,7 +309,7 @@ NormRun forward_cuda(const NormLayout& l, const NormForward& a) {
 
 bool forward_float_half_cuda(const NormLayout& l, const NormForward& a, DType out, void* y) {
   check_eval_layout(l, a);
-  MINIDL_ASSERT(is_half(out) && a.x != nullptr && a.y == nullptr);
+  MINIDL_ASSERT(is_half(out) && a.x != nullptr && a.y == nullptr && !synced(a));
   const warp_rows::Plan w = warp_rows::plan_forward(l, a, DType::Float32, out, a.x, y);
   if (w.runs) warp_rows::run_forward(w, l, a, DType::Float32, out, a.x, y);
   return w.runs;
