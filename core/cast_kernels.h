@@ -1,7 +1,10 @@
 // Launchers of the dtype conversion behind Tensor::to(DType) (core/cast.cpp): n contiguous
-// elements from `x` of dtype `from` to `y` of dtype `to`, both float32, bfloat16 or float16.
-// Every element goes through float32 with one rounding (core/half_types.h), so bf16 <-> fp16 is
-// correctly rounded too (widening to float32 is exact). CPU and CUDA give the same bits.
+// elements from `x` of dtype `from` to `y` of dtype `to`, both float32, bfloat16 or float16, or
+// int32 <-> float32. Every floating element goes through float32 with one rounding
+// (core/half_types.h), so bf16 <-> fp16 is correctly rounded too (widening to float32 is exact).
+// int32 -> float32 rounds to nearest even, float32 -> int32 truncates toward zero (C++'s and
+// PyTorch's conversions; a value outside int32's range is undefined there too). CPU and CUDA
+// give the same bits.
 #pragma once
 #include <cstdint>
 
@@ -22,6 +25,12 @@ void visit_floating(DType t, const char* what, F&& f) {
     case DType::UInt8: break;
   }
   fail(str(what, ": ", dtype_name(t), " is not a floating dtype (float32, bfloat16 or float16)"));
+}
+
+// Whether to(dtype) converts `from` to `to`: between floating dtypes, or int32 <-> float32.
+inline bool castable(DType from, DType to) {
+  if (is_floating(from) && is_floating(to)) return true;
+  return (from == DType::Int32 && to == DType::Float32) || (from == DType::Float32 && to == DType::Int32);
 }
 
 namespace kernels {

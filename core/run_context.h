@@ -21,9 +21,11 @@ struct RunContext {
   // Weight initialization (core/init.h): the seed, and how many tensors have drawn from it.
   uint64_t init_seed = 0;
   uint64_t init_ordinal = 0;
-  // Dropout masks (layers/regularization/dropout.h): the seed, and the step the draws belong to.
+  // Dropout masks (layers/regularization/dropout.h): the seed, the step the draws belong to, and
+  // the device step word that holds it (a micro-batch's own, in a step of several).
   uint64_t dropout_seed = 0;
   int64_t dropout_step = 0;
+  int dropout_slot = 0;
 };
 
 // The context installed by the innermost live scope, or the default one.

@@ -85,8 +85,10 @@ class Tensor {
 
   Tensor to(Device device) const;  // same tensor when already there
   // A copy converted to another floating dtype (float32, bfloat16, float16) on the same device,
-  // rounded to nearest even (core/half_types.h); the same tensor when already of that dtype.
-  // Gradients flow through it (cast back to this tensor's dtype), as with PyTorch's .to(dtype).
+  // rounded to nearest even (core/half_types.h), or between int32 and float32 (float32 -> int32
+  // truncates toward zero, as PyTorch does); the same tensor when already of that dtype.
+  // Gradients flow through a floating conversion (cast back to this tensor's dtype), as with
+  // PyTorch's .to(dtype).
   Tensor to(DType dtype) const;
   // A copy in another memory format (the same tensor when already in it); with a dtype too, the
   // conversion and the reordering are one pass (core/layout.cpp). Gradients flow back through

@@ -7,9 +7,10 @@
 namespace minidl::kernels {
 
 void augment_batch_cpu(const uint8_t* images, const int32_t* labels, const int32_t* order, int64_t batch,
-                       const BatchCursor* cursor, void* out, DType dtype, bool channels_last, int32_t* out_labels) {
+                       const BatchCursor* cursor, int64_t offset, void* out, DType dtype, bool channels_last,
+                       int32_t* out_labels) {
   const AugmentParams& p = cursor->params;
-  const int32_t* indices = order + cursor->position;
+  const int32_t* indices = order + cursor->position + offset;
   const int64_t elements = augment_image_elements(p);
   visit_floating(dtype, "augment_batch", [&](auto tag) {
     using T = decltype(tag);

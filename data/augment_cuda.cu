@@ -20,11 +20,11 @@ template <class T, bool kChannelsLast>
 __global__ void augment_batch_kernel(const uint8_t* __restrict__ images,
                                      const int32_t* __restrict__ labels,
                                      const int32_t* __restrict__ order, const BatchCursor* __restrict__ cursor,
-                                     T* __restrict__ out, int32_t* __restrict__ out_labels) {
+                                     int64_t offset, T* __restrict__ out, int32_t* __restrict__ out_labels) {
   __shared__ ImageDraw draw;
   const AugmentParams p = cursor->params;
   const int64_t b = blockIdx.x;
-  const int64_t index = order[cursor->position + b];
+  const int64_t index = order[cursor->position + offset + b];
   if (threadIdx.x == 0) {
     draw = draw_image_augment(p, index);
     out_labels[b] = labels[index];
@@ -45,18 +45,19 @@ __global__ void augment_batch_kernel(const uint8_t* __restrict__ images,
 }  // namespace
 
 void augment_batch_cuda(const uint8_t* images, const int32_t* labels, const int32_t* order, int64_t batch,
-                        const BatchCursor* cursor, void* out, DType dtype, bool channels_last, int32_t* out_labels) {
+                        const BatchCursor* cursor, int64_t offset, void* out, DType dtype, bool channels_last,
+                        int32_t* out_labels) {
   if (batch == 0) return;
   visit_floating(dtype, "augment_batch", [&](auto tag) {
     using T = decltype(tag);
     T* dst = static_cast<T*>(out);
     const unsigned grid = static_cast<unsigned>(batch);
     if (channels_last)
-      augment_batch_kernel<T, true><<<grid, kAugmentBlock, 0, cuda::stream()>>>(images, labels, order, cursor, dst,
-                                                                                out_labels);
+      augment_batch_kernel<T, true>
+          <<<grid, kAugmentBlock, 0, cuda::stream()>>>(images, labels, order, cursor, offset, dst, out_labels);
     else
-      augment_batch_kernel<T, false><<<grid, kAugmentBlock, 0, cuda::stream()>>>(images, labels, order, cursor, dst,
-                                                                                 out_labels);
+      augment_batch_kernel<T, false>
+          <<<grid, kAugmentBlock, 0, cuda::stream()>>>(images, labels, order, cursor, offset, dst, out_labels);
   });
   MINIDL_LAUNCH_CHECK();
 }

@@ -189,14 +189,17 @@ MINIDL_HD int64_t augment_image_elements(const AugmentParams& p) {
   return static_cast<int64_t>(p.channels) * p.height * p.width;
 }
 
-// out[b] = augment(images[order[position + b]]) as a (B, C, H, W) batch of `dtype` (float32,
-// or bfloat16/float16: the float32 value rounded once, as a later cast would) in NCHW or, with
-// channels_last, NHWC memory; out_labels[b] its label, with `cursor` (in the memory of the device
-// that runs the kernel) giving params and position. The draws use the dataset index, so a batch
-// does not depend on which batch holds the image.
+// out[b] = augment(images[order[position + offset + b]]) as a (B, C, H, W) batch of `dtype`
+// (float32, or bfloat16/float16: the float32 value rounded once, as a later cast would) in NCHW
+// or, with channels_last, NHWC memory; out_labels[b] its label, with `cursor` (in the memory of
+// the device that runs the kernel) giving params and position. `offset` picks a micro-batch
+// inside the batch: it is the same at every step, so it may be an argument a graph replays. The
+// draws use the dataset index, so a batch does not depend on which batch holds the image.
 void augment_batch_cpu(const uint8_t* images, const int32_t* labels, const int32_t* order, int64_t batch,
-                       const BatchCursor* cursor, void* out, DType dtype, bool channels_last, int32_t* out_labels);
+                       const BatchCursor* cursor, int64_t offset, void* out, DType dtype, bool channels_last,
+                       int32_t* out_labels);
 void augment_batch_cuda(const uint8_t* images, const int32_t* labels, const int32_t* order, int64_t batch,
-                        const BatchCursor* cursor, void* out, DType dtype, bool channels_last, int32_t* out_labels);
+                        const BatchCursor* cursor, int64_t offset, void* out, DType dtype, bool channels_last,
+                        int32_t* out_labels);
 
 }  // namespace minidl::kernels

@@ -99,6 +99,7 @@ bool Loader::advance() {
   const kernels::BatchCursor cursor{params_, position_};
   copy_bytes_async(cursor_.raw_data(), device_, &cursor, Device::cpu(), sizeof(cursor));
   current_batch_ = b;
+  micro_offset_ = 0;
   batch_start_ = position_;
   batch_size_ = b;
   position_ += b;
@@ -108,8 +109,7 @@ bool Loader::advance() {
 void Loader::select_micro_batch(int64_t offset, int64_t size) {
   MINIDL_CHECK(batch_size_ > 0 && offset >= 0 && size > 0 && offset + size <= batch_size_, "data loader: ", size,
                " images at ", offset, " are not inside the current batch of ", batch_size_);
-  const kernels::BatchCursor cursor{params_, batch_start_ + offset};
-  copy_bytes_async(cursor_.raw_data(), device_, &cursor, Device::cpu(), sizeof(cursor));
+  micro_offset_ = offset;
   current_batch_ = size;
 }
 
@@ -124,12 +124,14 @@ void Loader::emit(Batch& out) const {
   dispatch(
       device_, "augment_batch",
       [&] {
-        kernels::augment_batch_cpu(images_.data<uint8_t>(), labels_.data<int32_t>(), order_.data<int32_t>(), b,
-                                   cursor, out.images.raw_data(), dtype, channels_last, out.labels.data<int32_t>());
+        kernels::augment_batch_cpu(images_.data<uint8_t>(), labels_.data<int32_t>(), order_.data<int32_t>(), b, cursor,
+                                   micro_offset_, out.images.raw_data(), dtype, channels_last,
+                                   out.labels.data<int32_t>());
       },
       [&] {
-        kernels::augment_batch_cuda(images_.data<uint8_t>(), labels_.data<int32_t>(), order_.data<int32_t>(), b,
-                                    cursor, out.images.raw_data(), dtype, channels_last, out.labels.data<int32_t>());
+        kernels::augment_batch_cuda(images_.data<uint8_t>(), labels_.data<int32_t>(), order_.data<int32_t>(), b, cursor,
+                                    micro_offset_, out.images.raw_data(), dtype, channels_last,
+                                    out.labels.data<int32_t>());
       });
 }
 

@@ -66,9 +66,10 @@ class Loader {
   void emit(Batch& out) const;
   // Images in the batch advance() moved to (the last one of an evaluation may be short).
   int64_t current_batch_size() const { return current_batch_; }
-  // Points the cursor at `size` images from `offset` on inside the batch advance() moved to: a
+  // Makes emit() queue `size` images from `offset` on inside the batch advance() moved to: a
   // micro-batch of a data-parallel step. Its images and draws are those the whole batch would
-  // have there (both are keyed by the position in the epoch). Queues the upload, like advance().
+  // have there (both are keyed by the position in the epoch). Nothing is uploaded: the offset is
+  // an argument of the batch kernel, the same at every step, so a CUDA graph may replay it.
   void select_micro_batch(int64_t offset, int64_t size);
 
  private:
@@ -82,10 +83,11 @@ class Loader {
   Tensor cursor_;  // one kernels::BatchCursor on device_, rewritten before each batch
   kernels::AugmentParams params_;
   int64_t epoch_ = -1;
-  int64_t position_ = 0;        // where the next advance() starts
-  int64_t current_batch_ = 0;   // size of the batch the cursor points at
-  int64_t batch_start_ = 0;     // position of the batch advance() moved to
-  int64_t batch_size_ = 0;      // and its size
+  int64_t position_ = 0;       // where the next advance() starts
+  int64_t current_batch_ = 0;  // size of the batch emit() queues
+  int64_t micro_offset_ = 0;   // where it starts inside the cursor's batch
+  int64_t batch_start_ = 0;    // position of the batch advance() moved to
+  int64_t batch_size_ = 0;     // and its size
 };
 
 // The order of epoch `epoch`: Fisher-Yates where the swap partner of position i is drawn from

@@ -36,6 +36,10 @@ class Communicator {
   // came from rank i.
   virtual void all_to_all(const Tensor& in, Tensor& out) = 0;
   virtual void barrier() = 0;
+  // Before a CUDA graph that holds collectives is captured or replayed: a replay's collectives
+  // pass no host code, so the collective watch (docs/distributed.md, "Faults") sees the whole
+  // replay as one collective named `what`, entered here. Nothing on backends without a watch.
+  virtual void enter_graph(const char* what) { (void)what; }
   // Asked only when a collective times out, just before this rank ends the job (a world of one
   // never times out): `where` the run is, for the message ("at step 12; the last checkpoint, step
   // 10, is intact"), and `record` keeps the message (the run's log.txt).

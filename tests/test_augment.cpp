@@ -97,7 +97,7 @@ TEST_CASE("augmented batches match the reference for every padding, flip and cut
           std::vector<int32_t> labels(static_cast<size_t>(b));
           const kernels::BatchCursor cursor{params, 0};
           kernels::augment_batch_cpu(data.images.data<uint8_t>(), data.labels.data<int32_t>(),
-                                     indices.data(), b, &cursor, out.data(), DType::Float32, false, labels.data());
+                                     indices.data(), b, &cursor, 0, out.data(), DType::Float32, false, labels.data());
           for (int64_t k = 0; k < b; ++k) {
             const kernels::ImageDraw d = kernels::draw_image_augment(params, indices[k]);
             if (!flip) REQUIRE(d.flip == 0);
@@ -137,7 +137,7 @@ TEST_CASE("random-resized-crop: torchvision's boxes, bilinear values, flip and c
   std::vector<int32_t> labels(50);
   const kernels::BatchCursor cursor{p, 0};
   kernels::augment_batch_cpu(data.images.data<uint8_t>(), data.labels.data<int32_t>(), indices.data(), 50, &cursor,
-                             out.data(), DType::Float32, false, labels.data());
+                             0, out.data(), DType::Float32, false, labels.data());
   int full = 0;
   for (int i = 0; i < 50; ++i) {
     const kernels::ImageDraw d = kernels::draw_image_augment(p, i);

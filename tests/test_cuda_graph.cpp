@@ -3,7 +3,8 @@
 // back fails, names the call and runs nothing; StepGraph falls back to eager steps; a step's
 // persistent tensors keep their addresses; and whole training runs give the same bits graphed and
 // eager (BatchNorm + SGD; GroupNorm + LayerNorm + GELU + AdamW; lookahead and a part-way freeze,
-// steps of several kinds; float16 with loss scaling that skips steps), also resumed.
+// steps of several kinds; float16 with loss scaling that skips steps), also resumed, and so do
+// steps of several micro-batches (their reduction's collectives in the graph; dropout too).
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -12,6 +13,8 @@
 #include "core/cuda_graph.h"
 #include "core/safetensors.h"
 #include "core/tensor_ops.h"
+#include "dist/communicator.h"
+#include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/step_graph.h"
 #include "train/run.h"
@@ -60,7 +63,7 @@ std::string write_config(const std::string& dir, std::string norm) {
     "output": {"progress": false}
   })");
   c["data"]["dir"] = test::data_dir();
-  if (norm == "batchnorm" || norm == "batchnorm_lookahead_freeze") {
+  if (norm == "batchnorm" || norm == "batchnorm_lookahead_freeze" || norm == "batchnorm_dropout") {
     c["model"]["layers"] = json::parse(R"([
       {"type": "Conv2d", "in_channels": 3, "out_channels": 16, "kernel_size": 3, "padding": 1, "bias": false},
       {"type": "BatchNorm2d", "num_features": 16, "relu": true},
@@ -79,6 +82,8 @@ std::string write_config(const std::string& dir, std::string norm) {
       c["lookahead"] = json::parse(R"({"start_epochs": 0, "every_n_steps": 2})");
       c["freeze"] = json::parse(R"([{"match": "6.bias", "from_epoch": 1}])");
     }
+    if (norm == "batchnorm_dropout")
+      c["model"]["layers"].insert(c["model"]["layers"].begin() + 6, json::parse(R"({"type": "Dropout", "p": 0.25})"));
   } else {
     c["model"]["layers"] = json::parse(R"([
       {"type": "Conv2d", "in_channels": 3, "out_channels": 16, "kernel_size": 3, "padding": 1},
@@ -102,12 +107,15 @@ std::string write_config(const std::string& dir, std::string norm) {
   return path;
 }
 
-int train(const std::string& config, const std::string& out, bool graph, int64_t max_steps = 0) {
+int train(const std::string& config, const std::string& out, bool graph, int64_t max_steps = 0,
+          const std::string& dist = "auto", const std::vector<std::string>& overrides = {}) {
   RunOptions o;
   o.config_path = config;
   o.output_dir = out;
-  o.overrides = {graph ? "cuda_graph=true" : "cuda_graph=false"};
+  o.overrides = overrides;
+  o.overrides.push_back(graph ? "cuda_graph=true" : "cuda_graph=false");
   o.max_steps = max_steps;
+  o.dist = dist;
   return run_training(o);
 }
 
@@ -320,4 +328,39 @@ TEST_CASE("graphed training gives the bits of eager training, and a graphed resu
       REQUIRE(last["skipped_steps"].get<int64_t>() < last["step"].get<int64_t>());
     }
   }
+}
+
+TEST_CASE("a step of several micro-batches replays as a CUDA graph, collectives included, with the eager bits",
+          "[cuda][graph][training][dist]") {
+  MINIDL_REQUIRE_CUDA();
+  MINIDL_REQUIRE_DATA();
+  std::vector<std::string> backends{"single"};
+  if (built_with_nccl()) backends.push_back("nccl");  // a world of one: NCCL's calls in the graph
+  for (const std::string norm : {"batchnorm_dropout", "batchnorm_lookahead_freeze", "groupnorm_layernorm_gelu_fp16"})
+    for (const std::string& backend : backends) {
+      INFO(norm << " over " << backend);
+      test::TempDir tmp("graph_micro_" + norm + "_" + backend);
+      const std::string dir = tmp.path.string();
+      const std::string config = write_config(dir, norm);
+      const std::vector<std::string> two = {"accumulate_steps=2"};
+      REQUIRE(train(config, dir + "/eager", false, 0, backend, two) == 0);
+      REQUIRE(train(config, dir + "/graph", true, 0, backend, two) == 0);
+      REQUIRE(train(config, dir + "/half", true, 8, backend, two) == 0);
+      RunOptions resume;
+      resume.resume_dir = dir + "/half";
+      resume.dist = backend;
+      REQUIRE(run_training(resume) == 0);
+
+      const std::string steps = slurp(dir + "/eager/steps.jsonl");
+      REQUIRE(!steps.empty());
+      REQUIRE(steps == slurp(dir + "/graph/steps.jsonl"));
+      REQUIRE(steps == slurp(dir + "/half/steps.jsonl"));
+      const std::string hash = safetensors_payload_sha256(dir + "/eager/model.safetensors");
+      REQUIRE(hash == safetensors_payload_sha256(dir + "/graph/model.safetensors"));
+      REQUIRE(hash == safetensors_payload_sha256(dir + "/half/model.safetensors"));
+      REQUIRE_THAT(slurp(dir + "/graph/log.txt"), Catch::Contains("training step: CUDA graph"));
+      REQUIRE_THAT(slurp(dir + "/eager/log.txt"), Catch::Contains("training step: eager"));
+      REQUIRE_THAT(slurp(dir + "/eager/log.txt"),
+                   Catch::Contains("data parallel: world size 1 (" + backend + "), 2 micro-batches"));
+    }
 }

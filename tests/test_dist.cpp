@@ -147,31 +147,42 @@ TEST_CASE("dist: a batch's micro-batches are the batch, bit for bit, augmentatio
   augment.flip = true;
   augment.cutout = 8;
   data.augment = augment;
-  Loader loader(d, LoaderOptions::training(data, 32, 5), Device::cpu());
-  loader.start_epoch(1);
-  REQUIRE(loader.advance());
-  REQUIRE(loader.advance());  // the second batch: positions 32 .. 63 of the epoch
-  Batch whole;
-  loader.emit(whole);
-  const std::vector<uint32_t> whole_bits = bits(whole.images);
-  const std::vector<int32_t> whole_labels = whole.labels.values<int32_t>();
-  const int64_t per_image = 3 * 32 * 32;
-  for (const int64_t micro : {int64_t{8}, int64_t{16}}) {
-    for (int64_t at = 0; at < 32; at += micro) {
-      loader.select_micro_batch(at, micro);
-      CHECK(loader.current_batch_size() == micro);
-      Batch part;
-      loader.emit(part);
-      const std::vector<uint32_t> b = bits(part.images);
-      CHECK(std::equal(b.begin(), b.end(), whole_bits.begin() + at * per_image));
-      const std::vector<int32_t> l = part.labels.values<int32_t>();
-      CHECK(std::equal(l.begin(), l.end(), whole_labels.begin() + at));
+  std::vector<Device> devices{Device::cpu()};
+  if (cuda_available()) devices.push_back(Device::cuda());
+  for (const Device device : devices) {
+    INFO(device.str());
+    Loader loader(d, LoaderOptions::training(data, 32, 5), device);
+    loader.start_epoch(1);
+    REQUIRE(loader.advance());
+    REQUIRE(loader.advance());  // the second batch: positions 32 .. 63 of the epoch
+    Batch whole;
+    loader.emit(whole);
+    const std::vector<uint32_t> whole_bits = bits(whole.images);
+    const std::vector<int32_t> whole_labels = whole.labels.values<int32_t>();
+    const int64_t per_image = 3 * 32 * 32;
+    for (const int64_t micro : {int64_t{8}, int64_t{16}}) {
+      for (int64_t at = 0; at < 32; at += micro) {
+        loader.select_micro_batch(at, micro);
+        CHECK(loader.current_batch_size() == micro);
+        Batch part;
+        loader.emit(part);
+        const std::vector<uint32_t> b = bits(part.images);
+        CHECK(std::equal(b.begin(), b.end(), whole_bits.begin() + at * per_image));
+        const std::vector<int32_t> l = part.labels.values<int32_t>();
+        CHECK(std::equal(l.begin(), l.end(), whole_labels.begin() + at));
+      }
     }
+    REQUIRE_THROWS_WITH(loader.select_micro_batch(24, 16), Catch::Contains("not inside the current batch of 32"));
+    // The next batch follows the whole one, whatever micro-batch was selected last.
+    REQUIRE(loader.advance());
+    CHECK(loader.current_batch_size() == 32);
+    Batch next;
+    loader.emit(next);
+    loader.select_micro_batch(0, 32);
+    Batch again;
+    loader.emit(again);
+    CHECK(bits(next.images) == bits(again.images));
   }
-  REQUIRE_THROWS_WITH(loader.select_micro_batch(24, 16), Catch::Contains("not inside the current batch of 32"));
-  // The next batch follows the whole one, whatever micro-batch was selected last.
-  REQUIRE(loader.advance());
-  CHECK(loader.current_batch_size() == 32);
 }
 
 namespace {

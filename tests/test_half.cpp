@@ -284,11 +284,30 @@ TEST_CASE("Tensor::to(dtype) converts between float32, bfloat16 and float16", "[
   CHECK(Tensor::zeros({3}, DType::Float16).to_vector() == std::vector<float>(3, 0.f));
   CHECK(t.to(DType::BFloat16).reshape({7, 1}).dim() == 2);
   CHECK_THROWS_WITH(Tensor::zeros({2}, DType::Int32).to(DType::BFloat16),
-                    Contains("to(bfloat16) of Tensor[int32") && Contains("float32, bfloat16 and float16 only"));
+                    Contains("to(bfloat16) of Tensor[int32") && Contains("between int32 and float32"));
   CHECK_THROWS_WITH(t.to(DType::UInt8), Contains("to(uint8)"));
   CHECK_THROWS_WITH(Tensor::zeros({2}, DType::UInt8).to_vector(), Contains("floating tensor"));
   CHECK_THROWS_WITH(t.to(DType::BFloat16).data<float>(), Contains("bfloat16 read as float32"));
   CHECK_THROWS_WITH(t.values<bf16>(), Contains("values<bfloat16>"));
+}
+
+TEST_CASE("Tensor::to(dtype) converts int32 to float32 and back, on the CPU and the GPU", "[half]") {
+  const int32_t big = (1 << 24) + 1;  // rounds to 2^24 in float32 (nearest even)
+  const Tensor i = Tensor::from_vector(std::vector<int32_t>{0, -7, 1 << 24, big, 2147483520}, {5});
+  const std::vector<float> fx = {2.7f, -2.7f, 0.5f, -0.f, 16777216.f};
+  const Tensor f = Tensor::from_vector(fx, {5});
+  std::vector<Device> devices{Device::cpu()};
+  if (cuda_available()) devices.push_back(Device::cuda());
+  for (const Device d : devices) {
+    INFO(d.str());
+    const Tensor as_float = i.to(d).to(DType::Float32);
+    CHECK(as_float.dtype() == DType::Float32);
+    CHECK(as_float.cpu().to_vector() == std::vector<float>{0.f, -7.f, 16777216.f, 16777216.f, 2147483520.f});
+    // Truncation toward zero, as C++ and PyTorch convert.
+    CHECK(f.to(d).to(DType::Int32).cpu().values<int32_t>() == std::vector<int32_t>{2, -2, 0, 0, 1 << 24});
+  }
+  CHECK_THROWS_WITH(i.to(DType::Float16), Contains("to(float16) of Tensor[int32"));
+  CHECK_THROWS_WITH(f.to(DType::BFloat16).to(DType::Int32), Contains("to(int32) of Tensor[bfloat16"));
 }
 
 TEST_CASE("gradients flow through to(dtype), rounded as the forward pass rounds", "[half][autograd]") {

@@ -95,6 +95,10 @@ void GradientBuckets::finish(int64_t j) {
   }
   launch(buckets_.back());
   side_.join();
+  restart_step();
+}
+
+void GradientBuckets::restart_step() {
   launched_ = 0;
   for (Bucket& b : buckets_) b.pending = b.params.size();
 }

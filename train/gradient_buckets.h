@@ -57,6 +57,10 @@ class GradientBuckets {
   // and makes the main stream wait for all of it.
   void finish(int64_t j);
 
+  // Forgets what this step queued so far (a failed graph capture queued none of it on the device):
+  // the next step starts with no bucket queued.
+  void restart_step();
+
   // After finish(): every gradient becomes its mean over the step's micro-batches (the ordered
   // sum times `scale`, 1 / micro-batches), and the tail's ordered sum (valid until the next step).
   void write_mean_gradients(float scale);

@@ -52,9 +52,11 @@ std::string data_dir_for(const DataOptions& data) {
 // up, and fills the allocator's cache; the second runs as every later step will.
 constexpr int kTrainGraphWarmup = 2;
 constexpr int kEvalGraphWarmup = 1;
-// A kind of training step (Trainer::step_kind): Lookahead::next_kind's 3 bits, the freeze phase
-// above them.
-constexpr int kKindsPerPhase = 8;
+// A kind of training step (Trainer::step_kind): Lookahead::next_kind's 3 bits, a bit for a step
+// of several micro-batches that reduces after backward though it could overlap (the benchmark's),
+// the freeze phase above them.
+constexpr int kLookaheadKinds = 8;
+constexpr int kKindsPerPhase = 2 * kLookaheadKinds;
 
 // The type the training batch is written in: the activation type where the model's first layer
 // is one that autocast runs in it (its descriptor's AutocastRule::LowerPrecision: Conv2d,
@@ -233,17 +235,26 @@ double Trainer::lr_at(int64_t step) const {
 bool Trainer::train_step(int64_t step, StepRecord* record, Profiler* profiler) {
   const RunContextScope scope(context_);
   if (!train_loader_->advance()) return false;
-  // Dropout draws read the step from the device (a graph replay too).
-  set_dropout_step(step, device_);
+  const bool several = micro_batches() > 1;
+  MINIDL_CHECK(!several || !profiler, "the profiler times steps of one micro-batch; this run has ", micro_batches(),
+               " (world size x accumulate_steps): profile it with accumulate_steps 1 on one process");
+  // Dropout draws read the step from the device (a graph replay too). Each micro-batch of a step
+  // of several draws its own masks, keyed by its global index: the same at any world size, and not
+  // one pattern repeated over a step's micro-batches. Each has a step word of its own (slot j),
+  // all queued here, before the step's device work.
+  if (several) {
+    const int64_t first = comm_->rank() * config_.accumulate_steps;
+    for (int64_t j = 0; j < config_.accumulate_steps; ++j)
+      set_dropout_step(dropout_step_of(step, first + j), device_, static_cast<int>(j));
+  } else {
+    set_dropout_step(step, device_);
+  }
   freeze_.apply(step);
   const double lr = lr_at(step);
   StepResults results;
-  if (micro_batches() > 1) {
-    MINIDL_CHECK(!profiler, "the profiler times steps of one micro-batch; this run has ", micro_batches(),
-                 " (world size x accumulate_steps): profile it with accumulate_steps 1 on one process");
-    results = data_parallel_step(step, lr);
-  } else if (profiler || !cuda_graphs_) {
-    results = device_step(false, lr, profiler);
+  // The benchmark's timing of the reduction waits for the device inside the step: eager.
+  if (profiler || !cuda_graphs_ || (several && reduction_timing_.enabled)) {
+    results = several ? data_parallel_step(step, false, lr) : device_step(false, lr, profiler);
   } else {
     const int kind = step_kind(step);
     StepGraph& graph = train_graph(kind);
@@ -251,10 +262,19 @@ bool Trainer::train_step(int64_t step, StepRecord* record, Profiler* profiler) {
     // backward, as Optimizer::step does. Either way the same scalars reach the same kernels.
     const bool graphed = graph.next_run_graphed();
     if (graphed) optimizer_->prepare(lr);
+    // The collectives a graph holds pass no host code when it replays: the host passes the
+    // collective watch once for them all (dist/communicator.h).
+    if (graphed && several) comm_->enter_graph("a graphed training step");
     // A failed capture ran the backward on the host only: the gradients it summed into were never
-    // computed, so zero them again before the eager run.
+    // computed, so zero them again before the eager run; a step of several micro-batches also
+    // starts its gradient buckets' bookkeeping again, which the capture left part-way.
     StepResults& kind_results = step_results_[kind];
-    graph.run([&] { kind_results = device_step(graphed, lr, nullptr); }, [&] { optimizer_->zero_grad(); });
+    graph.run(
+        [&] { kind_results = several ? data_parallel_step(step, graphed, lr) : device_step(graphed, lr, nullptr); },
+        [&] {
+          optimizer_->zero_grad();
+          if (several && buckets_) buckets_->restart_step();
+        });
     results = kind_results;
   }
   copy_bytes_async(&record->loss, Device::cpu(), results.loss.raw_data(), device_, sizeof(float));
@@ -263,7 +283,12 @@ bool Trainer::train_step(int64_t step, StepRecord* record, Profiler* profiler) {
 }
 
 int Trainer::step_kind(int64_t step) const {
-  return freeze_.phase(step) * kKindsPerPhase + (lookahead_ ? lookahead_->next_kind() : 0);
+  const int serial_reduction = micro_batches() > 1 && !reduction_overlap_ ? kLookaheadKinds : 0;
+  return freeze_.phase(step) * kKindsPerPhase + (lookahead_ ? lookahead_->next_kind() : 0) + serial_reduction;
+}
+
+int64_t Trainer::dropout_step_of(int64_t step, int64_t micro_batch) const {
+  return micro_batches() > 1 ? step * micro_batches() + micro_batch : step;
 }
 
 StepGraph& Trainer::train_graph(int kind) {
@@ -352,6 +377,9 @@ void Trainer::set_communicator(std::shared_ptr<Communicator> comm) {
                comm->world_size(), " ranks x accumulate_steps ", config_.accumulate_steps, " = ", micro,
                " equal micro-batches");
   buckets_.reset();  // they hold the communicator (and wait for their side stream)
+  // Graphs captured before hold the old communicator's collectives, or none.
+  train_graphs_.clear();
+  step_results_.clear();
   comm_ = std::move(comm);
   // Synchronized BatchNorm layers take their statistics over this run's ranks; the group holds
   // the communicator weakly, as the trainer owns it.
@@ -388,7 +416,7 @@ bool dense_float(const Tensor& t) {
 
 }  // namespace
 
-Trainer::StepResults Trainer::data_parallel_step(int64_t step, double lr) {
+Trainer::StepResults Trainer::data_parallel_step(int64_t step, bool prepared, double lr) {
   const int64_t local = config_.accumulate_steps;
   const int64_t total = micro_batches();
   const int64_t micro = config_.batch_size / total;
@@ -407,8 +435,6 @@ Trainer::StepResults Trainer::data_parallel_step(int64_t step, double lr) {
   std::vector<Tensor> start;
   if (local > 1)
     for (const Tensor& b : buffers) start.push_back(b.clone());
-  if (!micro_correct_) micro_correct_ = allocate_pinned(static_cast<size_t>(local) * sizeof(int32_t));
-  auto* correct = static_cast<int32_t*>(micro_correct_.get());
   ReductionTiming& timing = reduction_timing_;
   // The buckets are queued during the last backward once they are known (from the second step).
   // Not with synchronized BatchNorm layers, whose own collectives run in that backward on the
@@ -418,15 +444,14 @@ Trainer::StepResults Trainer::data_parallel_step(int64_t step, double lr) {
     if (j > 0)
       for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(start[i]);
     train_loader_->select_micro_batch((first + j) * micro, micro);
-    // Each micro-batch draws its own dropout masks, keyed by its global index: the same at any
-    // world size, and not one pattern repeated over a step's micro-batches.
-    set_dropout_step(step * total + first + j, device_);
+    // The step train_step queued into this micro-batch's slot (no upload here: a graph captures this).
+    set_dropout_step(dropout_step_of(step, first + j), device_, static_cast<int>(j));
     Batch batch;
     train_loader_->emit(batch);
     const Tensor logits = forward(batch.images);
     Tensor loss = cross_entropy(logits, batch.labels, static_cast<float>(config_.label_smoothing));
-    const Tensor micro_correct = correct_predictions(logits.detach(), batch.labels);
-    copy_bytes_async(correct + j, Device::cpu(), micro_correct.raw_data(), device_, sizeof(int32_t));
+    // The count travels as a float32 in the tail: exact below 2^24 images per step.
+    const Tensor micro_correct = correct_predictions(logits.detach(), batch.labels).to(DType::Float32);
     const bool last = j == local - 1;
     {
       std::optional<autograd::LeafGradHookScope> hook;
@@ -446,7 +471,13 @@ Trainer::StepResults Trainer::data_parallel_step(int64_t step, double lr) {
       if (!buckets_ || !buckets_->serves(with_grads, tail)) {
         // A freeze phase began: frozen parameters lost their gradients. Buckets queued during this
         // backward for the old set are dropped (every rank drops the same), and this step reduces
-        // everything after backward with new buckets.
+        // everything after backward with new buckets. The step is eager then (a graph's first
+        // steps are); graphs captured with the old buckets belong to earlier phases, which never
+        // replay again (train_graph drops them).
+        const int phase = freeze_.phase(step);
+        for (const auto& [kind, graph] : train_graphs_)
+          MINIDL_CHECK(kind / kKindsPerPhase != phase || !graph.graphed(),
+                       "data parallel: the gradient buckets change under a captured graph of this phase");
         buckets_.reset();
         buckets_ = std::make_unique<GradientBuckets>(*comm_, std::move(with_grads), tail, local,
                                                       static_cast<int64_t>(config_.bucket_mb * (1 << 20)), device_);
@@ -460,15 +491,9 @@ Trainer::StepResults Trainer::data_parallel_step(int64_t step, double lr) {
       at += b.numel();
     }
     pack(row, at, loss.detach().to(DType::Float32));
+    pack(row, at + 1, micro_correct);
     // The last micro-batch's gradients are packed by their buckets (finish() below), then zeroed.
     if (!last) optimizer_->zero_grad();
-  }
-  // The counts are exact in float32 (below 2^24 images per step).
-  synchronize(device_);
-  for (int64_t j = 0; j < local; ++j) {
-    const float c = static_cast<float>(correct[j]);
-    copy_bytes_async(static_cast<float*>(buckets_->tail_row(j).raw_data()) + tail - 1, device_, &c, Device::cpu(),
-                     sizeof(float));
   }
   if (timing.enabled) synchronize(device_);
   const auto reduce_start = std::chrono::steady_clock::now();
@@ -491,11 +516,8 @@ Trainer::StepResults Trainer::data_parallel_step(int64_t step, double lr) {
   }
   StepResults results;
   results.loss = flat_slice(mean, at, 1).clone();
-  float step_correct = 0;
-  copy_bytes(&step_correct, Device::cpu(), static_cast<const float*>(sum.raw_data()) + tail - 1, device_,
-             sizeof(float));
-  results.correct = Tensor::from_vector(std::vector<int32_t>{static_cast<int32_t>(step_correct)}, {1}, device_);
-  update(false, lr, nullptr);
+  results.correct = flat_slice(sum, tail - 1, 1).to(DType::Int32);
+  update(prepared, lr, nullptr);
   return results;
 }
 

@@ -166,7 +166,6 @@ class Trainer {
   std::shared_ptr<Communicator> comm_;
   int64_t sync_norm_layers_ = 0;
   std::unique_ptr<GradientBuckets> buckets_;  // data-parallel steps' reduction (made on the first)
-  std::shared_ptr<void> micro_correct_;  // pinned: this rank's correct count of each micro-batch
   ReductionTiming reduction_timing_;
   bool reduction_overlap_ = true;
 
@@ -182,11 +181,16 @@ class Trainer {
   void backward_and_update(const Tensor& loss, bool prepared, double lr, Profiler* profiler);
   void backward(const Tensor& loss);
   void update(bool prepared, double lr, Profiler* profiler);
-  // A step of several micro-batches (micro_batches() > 1), eager: this rank's micro-batches one
-  // after another, each from the step's weights and buffers, then the ordered mean of every
-  // micro-batch's gradients, float buffers (BatchNorm's running statistics), loss and the sum of
-  // the correct counts, then the update.
-  StepResults data_parallel_step(int64_t step, double lr);
+  // The device half of a step of several micro-batches (micro_batches() > 1): this rank's
+  // micro-batches one after another, each from the step's weights and buffers, then the ordered
+  // mean of every micro-batch's gradients, float buffers (BatchNorm's running statistics), loss
+  // and the sum of the correct counts, then the update. Nothing in it waits for the device or
+  // uploads (unless the reduction is being timed), so a CUDA graph captures it, collectives
+  // included, as it captures device_step.
+  StepResults data_parallel_step(int64_t step, bool prepared, double lr);
+  // The step a micro-batch's dropout draws belong to: the step itself with one micro-batch, else
+  // the micro-batch's global index over the run (step * micro-batches + its index in the step).
+  int64_t dropout_step_of(int64_t step, int64_t micro_batch) const;
   // The model's output for a batch of float32 images, under autocast in the activation dtype
   // (core/autocast.h; none for fp32).
   Tensor forward(const Tensor& images);
@@ -199,7 +203,8 @@ class Trainer {
   // Errors unless the model takes the data's images and gives one value per class.
   void check_class_count();
   // The training step as CUDA graphs, one per kind of step (step_kind): steps differ in their
-  // device work where lookahead averages and once a freeze rule has switched a parameter off.
+  // device work where lookahead averages, once a freeze rule has switched a parameter off, and
+  // where the benchmark reduces a data-parallel step's buckets after backward.
   // The kinds share one memory pool, as they never run at the same time; each keeps the result
   // tensors of its capture, which its replays write. When the freeze phase changes, the graphs of
   // other phases are dropped: they point at gradients the freeze rules have just released.

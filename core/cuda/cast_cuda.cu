@@ -14,6 +14,12 @@ __global__ void cast_kernel(const From* __restrict__ x, To* __restrict__ y, int6
     y[i] = from_float<To>(to_float(x[i]));
 }
 
+template <class From, class To>
+__global__ void convert_kernel(const From* __restrict__ x, To* __restrict__ y, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    y[i] = static_cast<To>(x[i]);
+}
+
 constexpr int kBlock = 256;
 
 }  // namespace
@@ -21,6 +27,15 @@ constexpr int kBlock = 256;
 void cast_cuda(const void* x, DType from, void* y, DType to, int64_t n) {
   if (n == 0) return;
   const int grid = cuda::grid_blocks(cuda::ceil_div(n, kBlock), kBlock);
+  if (from == DType::Int32 || to == DType::Int32) {
+    MINIDL_CHECK(castable(from, to), "cast: ", dtype_name(from), " to ", dtype_name(to), " is not a conversion");
+    if (from == DType::Int32)
+      convert_kernel<<<grid, kBlock, 0, cuda::stream()>>>(static_cast<const int32_t*>(x), static_cast<float*>(y), n);
+    else
+      convert_kernel<<<grid, kBlock, 0, cuda::stream()>>>(static_cast<const float*>(x), static_cast<int32_t*>(y), n);
+    MINIDL_LAUNCH_CHECK();
+    return;
+  }
   visit_floating(from, "cast", [&](auto a) {
     visit_floating(to, "cast", [&](auto b) {
       using From = decltype(a);

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <memory>
+#include <utility>
 
 #include "core/allocator.h"
 #include "core/autograd.h"
@@ -18,16 +19,18 @@ namespace minidl {
 
 namespace {
 
-// One device word per CUDA device, allocated on first use and never freed: a captured graph
-// reads it at a fixed address. It is memory, not a setting: the step it holds is the one last
-// queued into it, which the current run's step may have moved past (another run's steps ran
-// since), so an eager draw requeues it first.
+// Device words per CUDA device, one per slot, allocated on first use and never freed: a captured
+// graph reads them at fixed addresses. A step of several micro-batches gives each micro-batch a
+// slot of its own, so one graph replays every micro-batch's step, all queued before the replay.
+// A word is memory, not a setting: the step it holds is the one last queued into it, which the
+// current run's step may have moved past (another run's steps ran since), so an eager draw
+// requeues it first.
 struct StepWord {
   std::shared_ptr<void> word;
   int64_t queued = -1;
 };
-std::map<int, StepWord>& step_words() {
-  static std::map<int, StepWord> words;
+std::map<std::pair<int, int>, StepWord>& step_words() {
+  static std::map<std::pair<int, int>, StepWord> words;
   return words;
 }
 
@@ -47,17 +50,24 @@ void set_dropout_seed(uint64_t seed) { current_run_context().dropout_seed = seed
 uint64_t dropout_seed() { return current_run_context().dropout_seed; }
 int64_t dropout_step() { return current_run_context().dropout_step; }
 
-void set_dropout_step(int64_t step, Device device) {
+void set_dropout_step(int64_t step, Device device, int slot) {
   MINIDL_CHECK(step >= 0 && step < (int64_t{1} << 32), "dropout: step ", step, " outside [0, 2^32)");
-  current_run_context().dropout_step = step;
-  if (device.is_cuda()) queue_step(step_words()[device.index], step, device);
+  MINIDL_CHECK(slot >= 0, "dropout: negative step slot ", slot);
+  RunContext& context = current_run_context();
+  context.dropout_step = step;
+  context.dropout_slot = slot;
+  if (!device.is_cuda()) return;
+  // A word that holds the step already is not queued again: inside a graph capture an upload
+  // would fail it, and the trainer queues every micro-batch's step before the capture.
+  StepWord& w = step_words()[{device.index, slot}];
+  if (w.queued != step) queue_step(w, step, device);
 }
 
 // A requeue inside a graph capture fails the capture (core/cuda: no uploads there), so the step
 // runs eagerly with the right step rather than replaying a stale one; the trainer sets the step
 // before every capture and replay, so it never comes to that.
 const int64_t* dropout_step_on(Device device) {
-  StepWord& w = step_words()[device.index];
+  StepWord& w = step_words()[{device.index, current_run_context().dropout_slot}];
   const int64_t step = dropout_step();
   if (!w.word || w.queued != step) queue_step(w, step, device);
   return static_cast<const int64_t*>(w.word.get());

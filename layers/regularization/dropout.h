@@ -18,12 +18,14 @@ namespace minidl {
 void set_dropout_seed(uint64_t seed);
 uint64_t dropout_seed();
 // The step the next draws belong to. On a CUDA `device` it is also queued into that device's
-// step word, which the kernels read, so set it before capturing a graph and before each replay
-// (an eager draw requeues the current run's step itself when the word holds another).
-void set_dropout_step(int64_t step, Device device = Device::cpu());
+// step word `slot`, which the kernels read, so set it before capturing a graph and before each
+// replay (an eager draw requeues the current run's step itself when the word holds another). A
+// step of several micro-batches sets each micro-batch's step in a slot of its own (slot j for
+// micro-batch j): one graph then holds them all.
+void set_dropout_step(int64_t step, Device device = Device::cpu(), int slot = 0);
 int64_t dropout_step();
-// The device word holding the step (one per device, at a fixed address for graph replays), with
-// the current run's step queued into it.
+// The device word of the current slot (at a fixed address for graph replays), with the current
+// run's step queued into it.
 const int64_t* dropout_step_on(Device device);
 
 // A layer's salt: a hash of its module path, so two layers never share a mask.

@@ -8,6 +8,8 @@
 #      bits of a plain run.
 #   1b. the same with the gradients in 1-MiB buckets, and in none (bucket_mb 0): the bits of
 #      --dist single (a world of one reduces its buckets after backward: docs/perf/data_parallel.md);
+#   1c. the steps of 1 and 1b are CUDA graphs holding NCCL's calls: the same run eager
+#      (cuda_graph false) gives the same bits;
 #   3. `minidl bench allreduce --dist nccl`: the ordered reduction against ncclAllReduce per
 #      message size (at world size 1 both are copies; the bus bandwidth needs 2 GPUs).
 # Prints both hash pairs, the img/s of each run and the table; exits non-zero on a mismatch or a
@@ -41,6 +43,7 @@ train single_acc2 --dist single --set accumulate_steps=2
 train nccl_acc2 --dist nccl --set accumulate_steps=2
 train nccl_acc2_buckets --dist nccl --set accumulate_steps=2 --set bucket_mb=1
 train nccl_acc2_serial --dist nccl --set accumulate_steps=2 --set bucket_mb=0
+train nccl_acc2_eager --dist nccl --set accumulate_steps=2 --set cuda_graph=false
 train plain
 train nccl_plain --dist nccl
 
@@ -58,7 +61,14 @@ same() {  # A B
 same single_acc2 nccl_acc2
 same single_acc2 nccl_acc2_buckets
 same single_acc2 nccl_acc2_serial
+same single_acc2 nccl_acc2_eager
 same plain nccl_plain
+for name in single_acc2 nccl_acc2 nccl_acc2_buckets nccl_acc2_serial; do
+  grep -q "training step: CUDA graph" "$out/$name.txt" || {
+    echo "NOT GRAPHED $name"
+    echo "dist: $name ran eagerly" >>"$out/FAILED"
+  }
+done
 # The reduction's time per step alone (world size 1: NCCL's copies to itself and the ordered sum),
 # at the default bucket size and at 1 MiB.
 for mb in 25 1; do
