@@ -1,7 +1,11 @@
-// CPU Muon kernels: Eigen float GEMMs for Newton-Schulz, norms summed in double in index order.
+// CPU Muon kernels: Newton-Schulz on matmul_cpu's GEMMs (fixed row blocks of single-threaded Eigen
+// products, so the bits do not depend on the thread count: Eigen's own threading would change its
+// blocking with it, and a data-parallel run's MPI ranks each run with fewer threads than one
+// process does), norms summed in double in index order.
 #include <Eigen/Dense>
 #include <cmath>
 
+#include "layers/linear/linear_kernels.h"
 #include "optim/muon_kernels.h"
 
 namespace minidl::kernels {
@@ -29,10 +33,15 @@ void newton_schulz_cpu(const float* g, float* out, int64_t rows, int64_t cols, c
   // Work on the wide orientation (fewer rows than columns), as airbench does.
   const bool tall = rows > cols;
   RowMatrix X = tall ? RowMatrix(G.transpose() * scale) : RowMatrix(G * scale);
+  const int64_t r = X.rows(), c = X.cols();
+  RowMatrix Xt(c, r), A(r, r), AA(r, r), BX(r, c);
   for (int s = 0; s < ns.steps; ++s) {
-    const RowMatrix A = X * X.transpose();
-    const RowMatrix B = ns.b * A + ns.c * (A * A);
-    X = ns.a * X + B * X;
+    Xt = X.transpose();
+    matmul_cpu(r, c, r, X.data(), Xt.data(), A.data());
+    matmul_cpu(r, r, r, A.data(), A.data(), AA.data());
+    const RowMatrix B = ns.b * A + ns.c * AA;
+    matmul_cpu(r, r, c, B.data(), X.data(), BX.data());
+    X = ns.a * X + BX;
   }
   Eigen::Map<RowMatrix> O(out, rows, cols);
   if (tall)

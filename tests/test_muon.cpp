@@ -2,8 +2,11 @@
 // matrices), the orthogonalizing effect, one full step (momentum, weight normalization, update)
 // against float64, the split into filters and the "rest" optimizer, state round trip, config
 // errors, and the CUDA path against the CPU.
+#include <omp.h>
+
 #include <Eigen/Dense>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/dispatch.h"
@@ -57,6 +60,24 @@ TEST_CASE("Newton-Schulz matches float64 and orthogonalizes", "[muon]") {
       REQUIRE(sv(i) < 1.6);
     }
   }
+}
+
+TEST_CASE("Newton-Schulz on the CPU gives the same bits at any thread count", "[muon]") {
+  // Large enough for the products to run on the OpenMP team (a 256x576 weight, as a ResNet's 3x3
+  // convolution of 64 to 256 channels); ranks of a data-parallel run have fewer threads each.
+  const int64_t rows = 256, cols = 576;
+  const std::vector<float> g = test::random_values(rows * cols, 7);
+  const int saved = omp_get_max_threads();
+  std::vector<std::vector<float>> outs;
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    std::vector<float> out(g.size());
+    kernels::newton_schulz_cpu(g.data(), out.data(), rows, cols, kernels::NewtonSchulz());
+    outs.push_back(out);
+  }
+  omp_set_num_threads(saved);
+  REQUIRE(std::memcmp(outs[0].data(), outs[1].data(), g.size() * sizeof(float)) == 0);
+  REQUIRE(std::memcmp(outs[0].data(), outs[2].data(), g.size() * sizeof(float)) == 0);
 }
 
 TEST_CASE("Muon step: momentum, weight normalization and the orthogonalized update", "[muon]") {

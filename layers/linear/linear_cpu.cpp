@@ -74,6 +74,14 @@ void linear_backward_weight_cpu(int64_t rows, int64_t in, int64_t out, const flo
   });
 }
 
+void matmul_cpu(int64_t m, int64_t k, int64_t n, const float* a, const float* b, float* c) {
+  ConstMapMat B(b, k, n);
+  for_each_block(blocks(m, kRowBlock), flops(m, k, n) > kParallelFlops, [&](int64_t blk) {
+    const int64_t r0 = blk * kRowBlock, r = std::min(kRowBlock, m - r0);
+    MapMat(c + r0 * n, r, n).noalias() = ConstMapMat(a + r0 * k, r, k) * B;
+  });
+}
+
 void linear_backward_bias_cpu(int64_t rows, int64_t out, const float* dy, float* db) {
 #pragma omp parallel for schedule(static) if (flops(rows, 1, out) > kParallelFlops)
   for (int64_t j = 0; j < out; ++j) {

@@ -17,6 +17,9 @@ void linear_backward_data_cpu(int64_t rows, int64_t in, int64_t out, const float
 void linear_backward_weight_cpu(int64_t rows, int64_t in, int64_t out, const float* x, const float* dy, float* dw);
 // db[j] = sum over rows of dy[:, j]
 void linear_backward_bias_cpu(int64_t rows, int64_t out, const float* dy, float* db);
+// c (m, n) = a (m, k) * b (k, n), row-major: a plain product over the same fixed row blocks, so
+// its bits do not depend on the thread count either (Muon's Newton-Schulz iterations on the CPU).
+void matmul_cpu(int64_t m, int64_t k, int64_t n, const float* a, const float* b, float* c);
 
 void linear_forward_cuda(int64_t rows, int64_t in, int64_t out, const float* x, const float* w, const float* b,
                          float* y);
