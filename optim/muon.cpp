@@ -32,6 +32,10 @@ MuonOptions MuonOptions::read(JsonArgs& args) {
                ns_eps);
   o.ns.eps = static_cast<float>(ns_eps);
   o.normalize_weights = args.get_bool("normalize_weights", o.normalize_weights);
+  const std::string ns_dtype = args.get_string("ns_dtype", "float32");
+  MINIDL_CHECK(ns_dtype == "float32" || ns_dtype == "bfloat16", args.key_path("ns_dtype"),
+               ": expected \"float32\" or \"bfloat16\", got \"", ns_dtype, "\"");
+  o.ns.bf16 = ns_dtype == "bfloat16";
   MINIDL_CHECK(o.lr >= 0, args.key_path("lr"), ": expected >= 0, got ", o.lr);
   MINIDL_CHECK(o.momentum >= 0 && o.momentum < 1, args.key_path("momentum"), ": expected 0 <= momentum < 1, got ",
                o.momentum);
@@ -140,7 +144,8 @@ nlohmann::json Muon::to_json() const {
                       {"ns_steps", options_.ns.steps},
                       {"ns_coefficients", {options_.ns.a, options_.ns.b, options_.ns.c}},
                       {"ns_eps", options_.ns.eps},
-                      {"normalize_weights", options_.normalize_weights}};
+                      {"normalize_weights", options_.normalize_weights},
+                      {"ns_dtype", options_.ns.bf16 ? "bfloat16" : "float32"}};
   if (rest_) j["rest"] = rest_->to_json();
   return j;
 }

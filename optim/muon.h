@@ -4,10 +4,12 @@
 // parameter goes to the optimizer named by "rest" (SGD, AdamW):
 //   {"type": "Muon", "lr": 0.24, "momentum": 0.6, "nesterov": true, "ns_steps": 3,
 //    "ns_coefficients": [3.4445, -4.7750, 2.0315], "ns_eps": 1e-7, "normalize_weights": true,
-//    "rest": {"type": "SGD", "lr": 1.0, ...}}
+//    "ns_dtype": "float32", "rest": {"type": "SGD", "lr": 1.0, ...}}
 // One step of a filter bank W with gradient G: buf = m buf + G; U = nesterov ? G + m buf : buf;
-// W *= sqrt(out_channels) / ||W||_F (when normalize_weights); W -= lr NS(U). fp32 on both devices
-// (optim/muon_kernels.h). The schedule scales both: rest's lr moves by the same factor as Muon's.
+// W *= sqrt(out_channels) / ||W||_F (when normalize_weights); W -= lr NS(U). The iteration runs in
+// float32, or with "ns_dtype": "bfloat16" in bf16 as airbench does (on tensor cores on the GPU;
+// optim/muon_kernels.h); everything else is float32. The schedule scales both: rest's lr moves
+// by the same factor as Muon's.
 // State: "momentum_buffer.<name>" for the filters, "rest.<...>" for the other optimizer's.
 #pragma once
 #include <memory>

@@ -5,6 +5,7 @@
 #include <Eigen/Dense>
 #include <cmath>
 
+#include "core/half_types.h"
 #include "layers/linear/linear_kernels.h"
 #include "optim/muon_kernels.h"
 
@@ -13,6 +14,12 @@ namespace minidl::kernels {
 namespace {
 
 using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// Rounds every value to bfloat16 (kept as the float it is exactly): the bf16 iteration's storage.
+void round_bf16(RowMatrix& m) {
+  float* v = m.data();
+  for (int64_t i = 0; i < m.size(); ++i) v[i] = to_float(to_bf16(v[i]));
+}
 
 double sum_squares(const float* x, int64_t n) {
   double s = 0;
@@ -34,14 +41,23 @@ void newton_schulz_cpu(const float* g, float* out, int64_t rows, int64_t cols, c
   const bool tall = rows > cols;
   RowMatrix X = tall ? RowMatrix(G.transpose() * scale) : RowMatrix(G * scale);
   const int64_t r = X.rows(), c = X.cols();
-  RowMatrix Xt(c, r), A(r, r), AA(r, r), BX(r, c);
+  // In bf16 each stored iterate is rounded once, after its product and its added term, as the
+  // GPU's GEMM epilogue does.
+  const auto store = [&](RowMatrix& m) {
+    if (ns.bf16) round_bf16(m);
+  };
+  store(X);
+  RowMatrix Xt(c, r), A(r, r), AA(r, r), B(r, r), BX(r, c);
   for (int s = 0; s < ns.steps; ++s) {
     Xt = X.transpose();
     matmul_cpu(r, c, r, X.data(), Xt.data(), A.data());
+    store(A);
     matmul_cpu(r, r, r, A.data(), A.data(), AA.data());
-    const RowMatrix B = ns.b * A + ns.c * AA;
+    B = ns.b * A + ns.c * AA;
+    store(B);
     matmul_cpu(r, r, c, B.data(), X.data(), BX.data());
     X = ns.a * X + BX;
+    store(X);
   }
   Eigen::Map<RowMatrix> O(out, rows, cols);
   if (tall)

@@ -1,7 +1,14 @@
 // CUDA Muon kernels. Newton-Schulz runs as cuBLAS SGEMMs in full fp32 (CUBLAS_DEFAULT_MATH, as
-// Linear does: TF32 would change the iteration's rounding), with the Frobenius norms summed in
-// double by one block in a fixed order and applied on the device, so nothing syncs with the host
-// and the whole update could sit in a CUDA graph. cuBLAS is deterministic on one stream.
+// Linear does: TF32 would change the iteration's rounding), or in bf16 on the tensor cores: GemmEx
+// of bf16 iterates into a float32 product (beta = 0: with a bf16 C cuBLAS may split K and round
+// every partial sum there, see linear_cuda.cu), then one elementwise pass adds the other term in
+// float32 and rounds once to bf16. The Frobenius norms are summed in double in a fixed order
+// (sum_squares) and applied on the device, so nothing syncs with the host and the whole update sits
+// in a CUDA graph. cuBLAS is deterministic on one stream.
+//
+// Why bf16: the iteration's GEMMs have small outputs (a 256 x 2304 filter bank gives a 256 x 256
+// X X^T, a few tiles of output for 302 MFLOP), so fp32 SGEMM leaves most SMs idle; airbench's
+// Muon runs them in bf16, where each tile is an order of magnitude faster (docs/perf/airbench.md).
 //
 // Layout: a row-major (r, k) matrix X is the column-major (k, r) matrix X^T, so with Xc = X^T:
 //   wide (r <= k):  A = X X^T = Xc^T Xc (r x r),   X' = a X + B X  <=>  Xc' = a Xc + Xc B
@@ -13,6 +20,7 @@
 #include "core/allocator.h"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
+#include "core/half_types.h"
 #include "optim/muon_kernels.h"
 
 namespace minidl::kernels {
@@ -31,18 +39,48 @@ __global__ void momentum_kernel(const float* g, float* buf, float* u, int64_t n,
     muon_momentum(g, buf, u, m, nesterov, i);
 }
 
-// out[0] = sum of x[i]^2 in double: each thread a strided slice in index order, then a fixed tree.
-__global__ void sum_squares_kernel(const float* __restrict__ x, int64_t n, double* __restrict__ out) {
-  __shared__ double part[kReduceThreads];
-  double s = 0;
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += static_cast<double>(x[i]) * x[i];
+// The sum of x[i]^2 in double, in two launches: block b sums its chunk of kSumChunk elements (each
+// thread a strided slice in index order, then a fixed tree) into partials[b], then one block sums
+// the partials by the same tree. The chunks depend on n only, so the order, and the bits, are the
+// same on every GPU. (One block for the whole tensor took 134 us for a 256 x 2304 filter bank on
+// an H100, most of Muon's time per step: one SM's bandwidth.)
+constexpr int64_t kSumChunk = 16384;
+
+__device__ double block_sum(double s, double* part) {
   part[threadIdx.x] = s;
   __syncthreads();
   for (int w = blockDim.x / 2; w > 0; w /= 2) {
     if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
     __syncthreads();
   }
-  if (threadIdx.x == 0) out[0] = part[0];
+  return part[0];
+}
+
+__global__ void sum_squares_partial_kernel(const float* __restrict__ x, int64_t n, double* __restrict__ partials) {
+  __shared__ double part[kReduceThreads];
+  const int64_t begin = blockIdx.x * kSumChunk, end = min(n, begin + kSumChunk);
+  double s = 0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) s += static_cast<double>(x[i]) * x[i];
+  const double total = block_sum(s, part);
+  if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+
+__global__ void sum_partials_kernel(const double* __restrict__ partials, int64_t count, double* __restrict__ out) {
+  __shared__ double part[kReduceThreads];
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) s += partials[i];
+  const double total = block_sum(s, part);
+  if (threadIdx.x == 0) out[0] = total;
+}
+
+// out[0] = sum of x[i]^2; `partials` holds sum_squares_partials(n) doubles.
+int64_t sum_squares_partials(int64_t n) { return std::max<int64_t>(1, (n + kSumChunk - 1) / kSumChunk); }
+void sum_squares(const float* x, int64_t n, double* partials, double* out) {
+  const int64_t blocks = sum_squares_partials(n);
+  sum_squares_partial_kernel<<<static_cast<unsigned>(blocks), kReduceThreads, 0, cuda::stream()>>>(x, n, partials);
+  MINIDL_LAUNCH_CHECK();
+  sum_partials_kernel<<<1, kReduceThreads, 0, cuda::stream()>>>(partials, blocks, out);
+  MINIDL_LAUNCH_CHECK();
 }
 
 // out = x / (sqrt(ss) + eps), the scale rounded to float once, as on the CPU.
@@ -66,6 +104,31 @@ __global__ void apply_kernel(float* __restrict__ p, const float* __restrict__ x,
     p[i] = fmaf(-lr, x[i], p[i] * scale);
 }
 
+// X0 = bf16(x / (sqrt(ss) + eps)): the float32 scaling of normalize_kernel, then one rounding.
+__global__ void normalize_bf16_kernel(const float* __restrict__ x, bf16* __restrict__ out, int64_t n,
+                                      const double* __restrict__ ss, float eps) {
+  const float scale = static_cast<float>(1.0 / (sqrt(ss[0]) + eps));
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = to_bf16(x[i] * scale);
+}
+
+// out = bf16(alpha * p + beta * y): a float32 product plus the other term, rounded once. The
+// multiplies and the add are kept apart (no fused multiply-add), as the CPU computes them.
+// out may alias y.
+__global__ void combine_bf16_kernel(const float* __restrict__ p, float alpha, const bf16* y, float beta, bf16* out,
+                                    int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = to_bf16(y ? __fadd_rn(__fmul_rn(alpha, p[i]), __fmul_rn(beta, to_float(y[i]))) : __fmul_rn(alpha, p[i]));
+}
+
+__global__ void widen_bf16_kernel(const bf16* __restrict__ x, float* __restrict__ out, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = to_float(x[i]);
+}
+
 int grid_for(int64_t n) {
   return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads,
                                                                 cuda::resident_blocks(kThreads))));
@@ -85,6 +148,58 @@ void sgemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int
                                 &beta, c, as_int(m)));
 }
 
+// C (m x n, col-major, ld m, float32) = op(A) op(B) with bf16 A and B, float32 accumulation on
+// the tensor cores.
+void gemm_bf16(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k, const bf16* a,
+               int64_t lda, const bf16* b, int64_t ldb, float* c) {
+  const float one = 1.f, zero = 0.f;
+  cublasHandle_t h = cuda::cublas();
+  MINIDL_CUDA_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
+  MINIDL_CUDA_CHECK(cublasGemmEx(h, ta, tb, as_int(m), as_int(n), as_int(k), &one, a, CUDA_R_16BF, as_int(lda), b,
+                                 CUDA_R_16BF, as_int(ldb), &zero, c, CUDA_R_32F, as_int(m), CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT));
+}
+
+void combine(const float* p, float alpha, const bf16* y, float beta, bf16* out, int64_t n) {
+  combine_bf16_kernel<<<grid_for(n), kThreads, 0, cuda::stream()>>>(p, alpha, y, beta, out, n);
+  MINIDL_LAUNCH_CHECK();
+}
+
+// The bf16 iteration (see the top of the file): the layout is the float32 one's.
+void newton_schulz_bf16_cuda(const float* g, float* out, int64_t rows, int64_t cols, const NewtonSchulz& ns) {
+  const int64_t n = rows * cols, s = std::min(rows, cols);
+  const bool tall = rows > cols;
+  // Scratch: [ss], [product (float32, n or s * s)], [X | A | B (bf16)].
+  std::shared_ptr<void> ss_buf = allocate((1 + sum_squares_partials(n)) * sizeof(double), Device::cuda());
+  std::shared_ptr<void> product_buf = allocate(static_cast<size_t>(std::max(n, s * s)) * sizeof(float), Device::cuda());
+  std::shared_ptr<void> iterates = allocate(static_cast<size_t>(n + 2 * s * s) * sizeof(bf16), Device::cuda());
+  double* ss = static_cast<double*>(ss_buf.get());
+  float* P = static_cast<float*>(product_buf.get());
+  bf16* x = static_cast<bf16*>(iterates.get());
+  bf16* A = x + n;
+  bf16* B = A + s * s;
+  sum_squares(g, n, ss + 1, ss);
+  normalize_bf16_kernel<<<grid_for(n), kThreads, 0, cuda::stream()>>>(g, x, n, ss, ns.eps);
+  MINIDL_LAUNCH_CHECK();
+  const int64_t k = cols, r = rows;  // Xc is (k x r) column-major, ld k
+  for (int step = 0; step < ns.steps; ++step) {
+    if (!tall)
+      gemm_bf16(CUBLAS_OP_T, CUBLAS_OP_N, r, r, k, x, k, x, k, P);
+    else
+      gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_T, k, k, r, x, k, x, k, P);
+    combine(P, 1.f, nullptr, 0.f, A, s * s);
+    gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_N, s, s, s, A, s, A, s, P);
+    combine(P, ns.c, A, ns.b, B, s * s);
+    if (!tall)
+      gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_N, k, r, r, x, k, B, r, P);
+    else
+      gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_N, k, r, k, B, k, x, k, P);
+    combine(P, 1.f, x, ns.a, x, n);
+  }
+  widen_bf16_kernel<<<grid_for(n), kThreads, 0, cuda::stream()>>>(x, out, n);
+  MINIDL_LAUNCH_CHECK();
+}
+
 void copy_async(float* dst, const float* src, int64_t n) {
   MINIDL_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice,
                                     cuda::stream()));
@@ -99,19 +214,19 @@ void muon_momentum_cuda(const float* g, float* buf, float* u, int64_t n, float m
 }
 
 void newton_schulz_cuda(const float* g, float* out, int64_t rows, int64_t cols, const NewtonSchulz& ns) {
+  if (ns.bf16) return newton_schulz_bf16_cuda(g, out, rows, cols, ns);
   const int64_t n = rows * cols, s = std::min(rows, cols);
   const bool tall = rows > cols;
-  // Scratch from the stream-ordered caching allocator: [ss | A | B | X'].
+  // Scratch from the stream-ordered caching allocator: [ss | partials], [A | B | X'].
   const size_t floats = static_cast<size_t>(2 * s * s + n);
-  std::shared_ptr<void> ss_buf = allocate(sizeof(double), Device::cuda());
+  std::shared_ptr<void> ss_buf = allocate((1 + sum_squares_partials(n)) * sizeof(double), Device::cuda());
   std::shared_ptr<void> scratch = allocate(floats * sizeof(float), Device::cuda());
   double* ss = static_cast<double*>(ss_buf.get());
   float* A = static_cast<float*>(scratch.get());
   float* B = A + s * s;
   float* x = out;
   float* next = B + s * s;
-  sum_squares_kernel<<<1, kReduceThreads, 0, cuda::stream()>>>(g, n, ss);
-  MINIDL_LAUNCH_CHECK();
+  sum_squares(g, n, ss + 1, ss);
   normalize_kernel<<<grid_for(n), kThreads, 0, cuda::stream()>>>(g, x, n, ss, ns.eps);
   MINIDL_LAUNCH_CHECK();
   const int64_t k = cols, r = rows;  // Xc is (k x r) column-major, ld k
@@ -134,12 +249,9 @@ void newton_schulz_cuda(const float* g, float* out, int64_t rows, int64_t cols, 
 
 void muon_apply_cuda(float* p, const float* x, int64_t n, float target_norm, int normalize, const float* lr,
                      const float* skip) {
-  std::shared_ptr<void> ss_buf = allocate(sizeof(double), Device::cuda());
+  std::shared_ptr<void> ss_buf = allocate((1 + sum_squares_partials(n)) * sizeof(double), Device::cuda());
   double* ss = static_cast<double*>(ss_buf.get());
-  if (normalize) {
-    sum_squares_kernel<<<1, kReduceThreads, 0, cuda::stream()>>>(p, n, ss);
-    MINIDL_LAUNCH_CHECK();
-  }
+  if (normalize) sum_squares(p, n, ss + 1, ss);
   apply_kernel<<<grid_for(n), kThreads, 0, cuda::stream()>>>(p, x, n, ss, target_norm, normalize, lr, skip);
   MINIDL_LAUNCH_CHECK();
 }

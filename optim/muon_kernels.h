@@ -1,8 +1,11 @@
 // Raw Muon launchers (optim/muon.h): the momentum update and the Newton-Schulz orthogonalization
-// of one (rows, cols) row-major float32 matrix. fp32 throughout (minidl has no bf16 tensors yet;
-// airbench runs the iteration in bf16): Eigen GEMMs on the CPU, cuBLAS SGEMM in full fp32 (no
-// TF32) on the GPU, norms summed in double in a fixed order. Deterministic on each device; the two
-// devices agree to rounding (different GEMM summation orders).
+// of one (rows, cols) row-major float32 matrix. The iteration runs in float32 (matmul_cpu's GEMMs
+// on the CPU, cuBLAS SGEMM in full fp32, no TF32, on the GPU) or, as airbench runs it, in
+// bfloat16: every iterate X, A and B is stored in bf16, each product accumulates in float32 and
+// adds its other term (b A, a X) in float32 before the one rounding to bf16 (cuBLAS GemmEx on
+// tensor cores with a beta epilogue; the CPU rounds the same way). The norms are summed in double
+// in a fixed order. Deterministic on each device; the two devices agree to rounding (different GEMM
+// summation orders).
 #pragma once
 #include <cstdint>
 
@@ -14,6 +17,7 @@ struct NewtonSchulz {
   int steps = 3;
   float a = 3.4445f, b = -4.7750f, c = 2.0315f;  // the quintic's coefficients
   float eps = 1e-7f;                             // X0 = G / (||G||_F + eps)
+  bool bf16 = false;                             // the iterates in bfloat16 (else float32)
 };
 
 // buf = momentum * buf + g; u = nesterov ? g + momentum * buf : buf.
@@ -30,6 +34,7 @@ void muon_momentum_cuda(const float* g, float* buf, float* u, int64_t n, float m
 
 // out = the Newton-Schulz iterate of g (rows, cols): X = g / (||g|| + eps), then `steps` times
 // A = X X^T, B = b A + c A A, X = a X + B X (on the transpose when rows > cols). out may not alias g.
+// With ns.bf16, out holds the last bf16 iterate widened to float32.
 void newton_schulz_cpu(const float* g, float* out, int64_t rows, int64_t cols, const NewtonSchulz& ns);
 void newton_schulz_cuda(const float* g, float* out, int64_t rows, int64_t cols, const NewtonSchulz& ns);
 
