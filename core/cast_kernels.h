@@ -3,8 +3,8 @@
 // int32 <-> float32. Every floating element goes through float32 with one rounding
 // (core/half_types.h), so bf16 <-> fp16 is correctly rounded too (widening to float32 is exact).
 // int32 -> float32 rounds to nearest even, float32 -> int32 truncates toward zero (C++'s and
-// PyTorch's conversions; a value outside int32's range is undefined there too). CPU and CUDA
-// give the same bits.
+// PyTorch's conversions; a NaN or a value outside int32's range is undefined there too, and the
+// CPU and CUDA give different results for them). Otherwise CPU and CUDA give the same bits.
 #pragma once
 #include <cstdint>
 

@@ -7,7 +7,8 @@
 //    "ns_dtype": "float32", "rest": {"type": "SGD", "lr": 1.0, ...}}
 // One step of a filter bank W with gradient G: buf = m buf + G; U = nesterov ? G + m buf : buf;
 // W *= sqrt(out_channels) / ||W||_F (when normalize_weights); W -= lr NS(U). The iteration runs in
-// float32, or with "ns_dtype": "bfloat16" in bf16 as airbench does (on tensor cores on the GPU;
+// float32, or with "ns_dtype": "bfloat16" in bf16 (on tensor cores on the GPU; airbench's Muon
+// runs it in bf16 too, rounding after every op where this rounds each iterate once;
 // optim/muon_kernels.h); everything else is float32. The schedule scales both: rest's lr moves
 // by the same factor as Muon's.
 // State: "momentum_buffer.<name>" for the filters, "rest.<...>" for the other optimizer's.

@@ -42,7 +42,7 @@ void newton_schulz_cpu(const float* g, float* out, int64_t rows, int64_t cols, c
   RowMatrix X = tall ? RowMatrix(G.transpose() * scale) : RowMatrix(G * scale);
   const int64_t r = X.rows(), c = X.cols();
   // In bf16 each stored iterate is rounded once, after its product and its added term, as the
-  // GPU's GEMM epilogue does.
+  // GPU's pass after each GEMM does.
   const auto store = [&](RowMatrix& m) {
     if (ns.bf16) round_bf16(m);
   };
