@@ -119,6 +119,27 @@ int train(const std::string& config, const std::string& out, bool graph, int64_t
   return run_training(o);
 }
 
+// Trains `config` eagerly, graphed, and graphed for 8 steps then resumed, in dir/eager, dir/graph
+// and dir/half, and requires the three to log the same steps and end with the same weights.
+void require_graphed_equals_eager(const std::string& config, const std::string& dir, const std::string& dist = "auto",
+                                  const std::vector<std::string>& overrides = {}) {
+  REQUIRE(train(config, dir + "/eager", false, 0, dist, overrides) == 0);
+  REQUIRE(train(config, dir + "/graph", true, 0, dist, overrides) == 0);
+  REQUIRE(train(config, dir + "/half", true, 8, dist, overrides) == 0);
+  RunOptions resume;
+  resume.resume_dir = dir + "/half";
+  resume.dist = dist;
+  REQUIRE(run_training(resume) == 0);
+
+  const std::string steps = slurp(dir + "/eager/steps.jsonl");
+  REQUIRE(!steps.empty());
+  REQUIRE(steps == slurp(dir + "/graph/steps.jsonl"));
+  REQUIRE(steps == slurp(dir + "/half/steps.jsonl"));
+  const std::string hash = safetensors_payload_sha256(dir + "/eager/model.safetensors");
+  REQUIRE(hash == safetensors_payload_sha256(dir + "/graph/model.safetensors"));
+  REQUIRE(hash == safetensors_payload_sha256(dir + "/half/model.safetensors"));
+}
+
 }  // namespace
 
 TEST_CASE("a CUDA graph replays its work with the values written before each replay", "[cuda][graph]") {
@@ -290,21 +311,7 @@ TEST_CASE("graphed training gives the bits of eager training, and a graphed resu
     INFO(norm);
     test::TempDir tmp("graph_" + norm);
     const std::string dir = tmp.path.string();
-    const std::string config = write_config(dir, norm);
-    REQUIRE(train(config, dir + "/eager", false) == 0);
-    REQUIRE(train(config, dir + "/graph", true) == 0);
-    REQUIRE(train(config, dir + "/half", true, 8) == 0);
-    RunOptions resume;
-    resume.resume_dir = dir + "/half";
-    REQUIRE(run_training(resume) == 0);
-
-    const std::string steps = slurp(dir + "/eager/steps.jsonl");
-    REQUIRE(!steps.empty());
-    REQUIRE(steps == slurp(dir + "/graph/steps.jsonl"));
-    REQUIRE(steps == slurp(dir + "/half/steps.jsonl"));
-    const std::string hash = safetensors_payload_sha256(dir + "/eager/model.safetensors");
-    REQUIRE(hash == safetensors_payload_sha256(dir + "/graph/model.safetensors"));
-    REQUIRE(hash == safetensors_payload_sha256(dir + "/half/model.safetensors"));
+    require_graphed_equals_eager(write_config(dir, norm), dir);
     const std::string log = slurp(dir + "/graph/log.txt");
     REQUIRE_THAT(log, Catch::Contains("training step: CUDA graph"));
     if (norm.rfind("batchnorm_lookahead_freeze", 0) == 0) REQUIRE_THAT(log, Catch::Contains("kinds of step)"));
@@ -341,23 +348,7 @@ TEST_CASE("a step of several micro-batches replays as a CUDA graph, collectives 
       INFO(norm << " over " << backend);
       test::TempDir tmp("graph_micro_" + norm + "_" + backend);
       const std::string dir = tmp.path.string();
-      const std::string config = write_config(dir, norm);
-      const std::vector<std::string> two = {"accumulate_steps=2"};
-      REQUIRE(train(config, dir + "/eager", false, 0, backend, two) == 0);
-      REQUIRE(train(config, dir + "/graph", true, 0, backend, two) == 0);
-      REQUIRE(train(config, dir + "/half", true, 8, backend, two) == 0);
-      RunOptions resume;
-      resume.resume_dir = dir + "/half";
-      resume.dist = backend;
-      REQUIRE(run_training(resume) == 0);
-
-      const std::string steps = slurp(dir + "/eager/steps.jsonl");
-      REQUIRE(!steps.empty());
-      REQUIRE(steps == slurp(dir + "/graph/steps.jsonl"));
-      REQUIRE(steps == slurp(dir + "/half/steps.jsonl"));
-      const std::string hash = safetensors_payload_sha256(dir + "/eager/model.safetensors");
-      REQUIRE(hash == safetensors_payload_sha256(dir + "/graph/model.safetensors"));
-      REQUIRE(hash == safetensors_payload_sha256(dir + "/half/model.safetensors"));
+      require_graphed_equals_eager(write_config(dir, norm), dir, backend, {"accumulate_steps=2"});
       REQUIRE_THAT(slurp(dir + "/graph/log.txt"), Catch::Contains("training step: CUDA graph"));
       REQUIRE_THAT(slurp(dir + "/eager/log.txt"), Catch::Contains("training step: eager"));
       REQUIRE_THAT(slurp(dir + "/eager/log.txt"),
