@@ -18,6 +18,7 @@
 #include <memory>
 
 #include "core/allocator.h"
+#include "core/cast_kernels.h"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "core/half_types.h"
@@ -83,13 +84,15 @@ void sum_squares(const float* x, int64_t n, double* partials, double* out) {
   MINIDL_LAUNCH_CHECK();
 }
 
-// out = x / (sqrt(ss) + eps), the scale rounded to float once, as on the CPU.
-__global__ void normalize_kernel(const float* __restrict__ x, float* __restrict__ out, int64_t n,
+// out = x / (sqrt(ss) + eps), the scale rounded to float once, as on the CPU; stored as T (float,
+// or bf16: the float32 value rounded once).
+template <class T>
+__global__ void normalize_kernel(const float* __restrict__ x, T* __restrict__ out, int64_t n,
                                  const double* __restrict__ ss, float eps) {
   const float scale = static_cast<float>(1.0 / (sqrt(ss[0]) + eps));
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[i] = x[i] * scale;
+    out[i] = from_float<T>(x[i] * scale);
 }
 
 // p = p * (target / sqrt(ss)) - lr * x (no rescale when normalize is 0).
@@ -104,15 +107,6 @@ __global__ void apply_kernel(float* __restrict__ p, const float* __restrict__ x,
     p[i] = fmaf(-lr, x[i], p[i] * scale);
 }
 
-// X0 = bf16(x / (sqrt(ss) + eps)): the float32 scaling of normalize_kernel, then one rounding.
-__global__ void normalize_bf16_kernel(const float* __restrict__ x, bf16* __restrict__ out, int64_t n,
-                                      const double* __restrict__ ss, float eps) {
-  const float scale = static_cast<float>(1.0 / (sqrt(ss[0]) + eps));
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[i] = to_bf16(x[i] * scale);
-}
-
 // out = bf16(alpha * p + beta * y): a float32 product plus the other term, rounded once. The
 // multiplies and the add are kept apart (no fused multiply-add), as the CPU computes them.
 // out may alias y.
@@ -121,12 +115,6 @@ __global__ void combine_bf16_kernel(const float* __restrict__ p, float alpha, co
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     out[i] = to_bf16(y ? __fadd_rn(__fmul_rn(alpha, p[i]), __fmul_rn(beta, to_float(y[i]))) : __fmul_rn(alpha, p[i]));
-}
-
-__global__ void widen_bf16_kernel(const bf16* __restrict__ x, float* __restrict__ out, int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[i] = to_float(x[i]);
 }
 
 int grid_for(int64_t n) {
@@ -160,6 +148,16 @@ void gemm_bf16(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n,
                                  CUBLAS_GEMM_DEFAULT));
 }
 
+// x = g / (||g||_F + eps) as T, the norm summed in scratch of its own.
+template <class T>
+void normalize(const float* g, T* x, int64_t n, float eps) {
+  std::shared_ptr<void> ss_buf = allocate((1 + sum_squares_partials(n)) * sizeof(double), Device::cuda());
+  double* ss = static_cast<double*>(ss_buf.get());
+  sum_squares(g, n, ss + 1, ss);
+  normalize_kernel<<<grid_for(n), kThreads, 0, cuda::stream()>>>(g, x, n, ss, eps);
+  MINIDL_LAUNCH_CHECK();
+}
+
 void combine(const float* p, float alpha, const bf16* y, float beta, bf16* out, int64_t n) {
   combine_bf16_kernel<<<grid_for(n), kThreads, 0, cuda::stream()>>>(p, alpha, y, beta, out, n);
   MINIDL_LAUNCH_CHECK();
@@ -169,18 +167,14 @@ void combine(const float* p, float alpha, const bf16* y, float beta, bf16* out, 
 void newton_schulz_bf16_cuda(const float* g, float* out, int64_t rows, int64_t cols, const NewtonSchulz& ns) {
   const int64_t n = rows * cols, s = std::min(rows, cols);
   const bool tall = rows > cols;
-  // Scratch: [ss], [product (float32, n or s * s)], [X | A | B (bf16)].
-  std::shared_ptr<void> ss_buf = allocate((1 + sum_squares_partials(n)) * sizeof(double), Device::cuda());
+  // Scratch: [product (float32, n or s * s)], [X | A | B (bf16)].
   std::shared_ptr<void> product_buf = allocate(static_cast<size_t>(std::max(n, s * s)) * sizeof(float), Device::cuda());
   std::shared_ptr<void> iterates = allocate(static_cast<size_t>(n + 2 * s * s) * sizeof(bf16), Device::cuda());
-  double* ss = static_cast<double*>(ss_buf.get());
   float* P = static_cast<float*>(product_buf.get());
   bf16* x = static_cast<bf16*>(iterates.get());
   bf16* A = x + n;
   bf16* B = A + s * s;
-  sum_squares(g, n, ss + 1, ss);
-  normalize_bf16_kernel<<<grid_for(n), kThreads, 0, cuda::stream()>>>(g, x, n, ss, ns.eps);
-  MINIDL_LAUNCH_CHECK();
+  normalize(g, x, n, ns.eps);
   const int64_t k = cols, r = rows;  // Xc is (k x r) column-major, ld k
   for (int step = 0; step < ns.steps; ++step) {
     if (!tall)
@@ -196,8 +190,7 @@ void newton_schulz_bf16_cuda(const float* g, float* out, int64_t rows, int64_t c
       gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_N, k, r, k, B, k, x, k, P);
     combine(P, 1.f, x, ns.a, x, n);
   }
-  widen_bf16_kernel<<<grid_for(n), kThreads, 0, cuda::stream()>>>(x, out, n);
-  MINIDL_LAUNCH_CHECK();
+  cast_cuda(x, DType::BFloat16, out, DType::Float32, n);
 }
 
 void copy_async(float* dst, const float* src, int64_t n) {
@@ -217,18 +210,14 @@ void newton_schulz_cuda(const float* g, float* out, int64_t rows, int64_t cols, 
   if (ns.bf16) return newton_schulz_bf16_cuda(g, out, rows, cols, ns);
   const int64_t n = rows * cols, s = std::min(rows, cols);
   const bool tall = rows > cols;
-  // Scratch from the stream-ordered caching allocator: [ss | partials], [A | B | X'].
+  // Scratch from the stream-ordered caching allocator: [A | B | X'].
   const size_t floats = static_cast<size_t>(2 * s * s + n);
-  std::shared_ptr<void> ss_buf = allocate((1 + sum_squares_partials(n)) * sizeof(double), Device::cuda());
   std::shared_ptr<void> scratch = allocate(floats * sizeof(float), Device::cuda());
-  double* ss = static_cast<double*>(ss_buf.get());
   float* A = static_cast<float*>(scratch.get());
   float* B = A + s * s;
   float* x = out;
   float* next = B + s * s;
-  sum_squares(g, n, ss + 1, ss);
-  normalize_kernel<<<grid_for(n), kThreads, 0, cuda::stream()>>>(g, x, n, ss, ns.eps);
-  MINIDL_LAUNCH_CHECK();
+  normalize(g, x, n, ns.eps);
   const int64_t k = cols, r = rows;  // Xc is (k x r) column-major, ld k
   for (int step = 0; step < ns.steps; ++step) {
     if (!tall)
