@@ -235,13 +235,13 @@ class Exporter {
     return norm(*l.norm2, b_.add("Add", {h, feed_forward(h)}, scope));
   }
   std::string batch_norm(const Module& m, const nlohmann::json& spec, const std::string& x) {
-    return relu_if(spec, batch_norm_node(dynamic_cast<const BatchNorm2d&>(m), x), m.path());
+    return activation_if(spec, batch_norm_node(dynamic_cast<const BatchNorm2d&>(m), x), m.path());
   }
   std::string group_norm(const Module& m, const nlohmann::json& spec, const std::string& x) {
-    return relu_if(spec, group_norm_nodes(dynamic_cast<const GroupNorm&>(m), spec, x), m.path());
+    return activation_if(spec, group_norm_nodes(dynamic_cast<const GroupNorm&>(m), spec, x), m.path());
   }
   std::string layer_norm(const Module& m, const nlohmann::json& spec, const std::string& x) {
-    return relu_if(spec, layer_norm_node(dynamic_cast<const LayerNorm&>(m), spec, x), m.path());
+    return activation_if(spec, layer_norm_node(dynamic_cast<const LayerNorm&>(m), spec, x), m.path());
   }
   std::string relu(const Module& m, const nlohmann::json&, const std::string& x) {
     return b_.add("Relu", {x}, m.path());
@@ -377,8 +377,11 @@ class Exporter {
     return n->output(0);
   }
 
-  std::string relu_if(const nlohmann::json& spec, const std::string& y, const std::string& scope) {
-    return spec.value("relu", false) ? b_.add("Relu", {y}, scope) : y;
+  // A normalization layer's fused "relu" or "gelu" (exact form) after its nodes.
+  std::string activation_if(const nlohmann::json& spec, const std::string& y, const std::string& scope) {
+    if (spec.value("relu", false)) return b_.add("Relu", {y}, scope);
+    if (spec.value("gelu", false)) return gelu_nodes(false, y, scope);
+    return y;
   }
 
   // GELU from opset-17 ops: x/2 (1 + erf(x/sqrt 2)), or with approximate="tanh"

@@ -51,6 +51,32 @@ __device__ int64_t group_of(const Layout& l, int64_t i) {
   return l.kind == NormKind::Channel ? feature_of(l, i) : i / l.segment;
 }
 
+// The fused activation in float64: GELU x Phi(x), and its derivative Phi(x) + x phi(x).
+__device__ double gelu_ref(double x) { return 0.5 * x * (1.0 + erf(x * 0.70710678118654752440)); }
+__device__ double gelu_grad_ref(double x) {
+  return 0.5 * (1.0 + erf(x * 0.70710678118654752440)) + x * 0.39894228040143267794 * exp(-0.5 * x * x);
+}
+
+// y of element i (feature f) from float64 statistics, before the activation.
+__device__ double normalized_ref(const Layout& l, const float* x, const float* weight, const float* bias, int64_t i,
+                                 double mean, double rstd) {
+  const int64_t f = feature_of(l, i);
+  double y = (x[i] - mean) * rstd;
+  if (weight) y *= weight[f];
+  if (bias) y += bias[f];
+  return y;
+}
+
+// dy of element i through the fused activation: ReLU's mask from the forward under test's output
+// y (so both sides mask the same elements), GELU's derivative at the float64 normalized value.
+__device__ double activation_grad_ref(const Layout& l, const NormBackward& a, const float* y, int64_t i, double mean,
+                                      double rstd) {
+  if (a.activation == NormActivation::ReLU) return act::relu_backward(a.dy[i], y[i]);
+  if (a.activation == NormActivation::GELU)
+    return a.dy[i] * gelu_grad_ref(normalized_ref(l, a.x, a.weight, a.bias, i, mean, rstd));
+  return a.dy[i];
+}
+
 // Sum over the block, as a fixed tree in shared memory; every thread gets the result.
 __device__ double block_sum(double v) {
   __shared__ double s[kBlock];
@@ -99,17 +125,16 @@ __global__ void reference_forward_kernel(const Layout l, const NormForward a) {
       }
     }
     for (int64_t k = threadIdx.x; k < l.group_size; k += kBlock) {
-      const int64_t i = element_of_group(l, g, k), f = feature_of(l, i);
-      double y = (a.x[i] - mean) * rstd;
-      if (a.weight) y *= a.weight[f];
-      if (a.bias) y += a.bias[f];
-      a.y[i] = a.relu ? relu_forward(static_cast<float>(y)) : static_cast<float>(y);
+      const int64_t i = element_of_group(l, g, k);
+      const double y = normalized_ref(l, a.x, a.weight, a.bias, i, mean, rstd);
+      a.y[i] = a.activation == NormActivation::GELU ? static_cast<float>(gelu_ref(y))
+                                                   : activation_forward(a.activation, static_cast<float>(y));
     }
   }
 }
 
 // dx per group: dx = rstd * (w*g - SA/M - (x - mean) * rstd^2 * SB/M), SA = sum w*g,
-// SB = sum w*g*(x - mean), g = dy masked by the forward's y; dx = rstd * w * g when the
+// SB = sum w*g*(x - mean), g = dy through the fused activation (activation_grad_ref); dx = rstd * w * g when the
 // statistics were constants. Also leaves each group's float64 mean and rstd for the weight/bias
 // gradients.
 __global__ void reference_backward_kernel(const Layout l, const NormBackward a, const float* __restrict__ y,
@@ -130,7 +155,7 @@ __global__ void reference_backward_kernel(const Layout l, const NormBackward a, 
     for (int64_t k = threadIdx.x; k < l.group_size; k += kBlock) {
       const int64_t i = element_of_group(l, g, k);
       const double w = a.weight ? a.weight[feature_of(l, i)] : 1.0;
-      const double gi = a.relu ? relu_backward(a.dy[i], y[i]) : a.dy[i];
+      const double gi = activation_grad_ref(l, a, y, i, mean, rstd);
       sa += w * gi;
       sb += w * gi * (a.x[i] - mean);
     }
@@ -139,7 +164,7 @@ __global__ void reference_backward_kernel(const Layout l, const NormBackward a, 
     for (int64_t k = threadIdx.x; k < l.group_size; k += kBlock) {
       const int64_t i = element_of_group(l, g, k);
       const double w = a.weight ? a.weight[feature_of(l, i)] : 1.0;
-      const double gi = a.relu ? relu_backward(a.dy[i], y[i]) : a.dy[i];
+      const double gi = activation_grad_ref(l, a, y, i, mean, rstd);
       const double dx = a.training ? rstd * (w * gi - sa / m - (a.x[i] - mean) * rstd * rstd * sb / m) : rstd * w * gi;
       a.dx[i] = static_cast<float>(dx);
     }
@@ -158,7 +183,7 @@ __global__ void reference_affine_kernel(const Layout l, const NormBackward a, co
     double sw = 0, sb = 0;
     for (int64_t k = threadIdx.x; k < count; k += kBlock) {
       const int64_t i = element_of_feature(l, f, k), g = group_of(l, i);
-      const double gi = a.relu ? relu_backward(a.dy[i], y[i]) : a.dy[i];
+      const double gi = activation_grad_ref(l, a, y, i, group_mean[g], group_rstd[g]);
       sw += gi * (a.x[i] - group_mean[g]) * group_rstd[g];
       sb += gi;
     }

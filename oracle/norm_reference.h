@@ -7,8 +7,9 @@
 namespace minidl::norm {
 
 // The oracle. Backward recomputes the batch statistics from x in float64 with `eps` (args.mean and
-// args.rstd are read only when !training) and takes the ReLU mask from y, the output of the
-// forward under test, so both sides mask the same elements.
+// args.rstd are read only when !training) and takes a fused ReLU's mask from y, the output of the
+// forward under test, so both sides mask the same elements; a fused GELU's derivative is taken at
+// the float64 normalized value.
 void forward_reference_cuda(const NormLayout& layout, const NormForward& args);
 void backward_reference_cuda(const NormLayout& layout, const NormBackward& args, const float* y, double eps);
 

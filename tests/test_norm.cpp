@@ -1,5 +1,5 @@
 // Normalization layers on the CPU: forward against a float64 reference written here, backward
-// against finite differences and against an unfused ReLU, BatchNorm's train/eval semantics and
+// against finite differences and against an unfused ReLU or GELU, BatchNorm's train/eval semantics and
 // running statistics, affine parts switched off, GroupNorm's groups, LayerNorm over several
 // trailing dims, NaN/Inf propagation, thread-count independence, and the modules' factories.
 #include <omp.h>
@@ -19,8 +19,23 @@
 #include "test_util.h"
 
 using namespace minidl;
+using norm::NormActivation;
 
 namespace {
+
+// Every activation a normalization layer may fuse.
+const NormActivation kActivations[] = {NormActivation::None, NormActivation::ReLU, NormActivation::GELU};
+
+const char* activation_name(NormActivation a) {
+  return a == NormActivation::ReLU ? "relu" : a == NormActivation::GELU ? "gelu" : "none";
+}
+
+// The activation in float64: ReLU, GELU x Phi(x).
+double activate_reference(NormActivation a, double v) {
+  if (a == NormActivation::ReLU) return v <= 0 ? 0.0 : v;
+  if (a == NormActivation::GELU) return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+  return v;
+}
 
 // The float64 reference: two-pass statistics per group, y = (x - mean) / sqrt(var + eps) * w + b.
 struct Reference {
@@ -31,7 +46,7 @@ struct Reference {
 // group(i), feature(i): the group and the affine entry of flat element i.
 Reference reference(const std::vector<float>& x, int64_t groups, const std::function<int64_t(int64_t)>& group,
                     const std::function<int64_t(int64_t)>& feature, const std::vector<float>& w,
-                    const std::vector<float>& b, double eps, bool relu) {
+                    const std::vector<float>& b, double eps, NormActivation act) {
   Reference r;
   r.mean.assign(static_cast<size_t>(groups), 0.0);
   r.var.assign(static_cast<size_t>(groups), 0.0);
@@ -50,29 +65,29 @@ Reference reference(const std::vector<float>& x, int64_t groups, const std::func
     double v = (x[i] - r.mean[g]) / std::sqrt(r.var[g] + eps);
     if (!w.empty()) v *= w[f];
     if (!b.empty()) v += b[f];
-    r.y[i] = relu && v <= 0 ? 0.0 : v;
+    r.y[i] = activate_reference(act, v);
   }
   return r;
 }
 
 Reference reference_batch_norm(const std::vector<float>& x, int64_t c, int64_t hw, const std::vector<float>& w,
-                               const std::vector<float>& b, double eps, bool relu) {
+                               const std::vector<float>& b, double eps, NormActivation act) {
   auto channel = [=](int64_t i) { return i / hw % c; };
-  return reference(x, c, channel, channel, w, b, eps, relu);
+  return reference(x, c, channel, channel, w, b, eps, act);
 }
 
 Reference reference_group_norm(const std::vector<float>& x, int64_t n, int64_t c, int64_t hw, int64_t groups,
-                               const std::vector<float>& w, const std::vector<float>& b, double eps, bool relu) {
+                               const std::vector<float>& w, const std::vector<float>& b, double eps, NormActivation act) {
   return reference(
       x, n * groups, [=](int64_t i) { return i / (c / groups * hw); }, [=](int64_t i) { return i / hw % c; }, w, b,
-      eps, relu);
+      eps, act);
 }
 
 Reference reference_layer_norm(const std::vector<float>& x, int64_t d, const std::vector<float>& w,
-                               const std::vector<float>& b, double eps, bool relu) {
+                               const std::vector<float>& b, double eps, NormActivation act) {
   return reference(
       x, static_cast<int64_t>(x.size()) / d, [=](int64_t i) { return i / d; }, [=](int64_t i) { return i % d; }, w,
-      b, eps, relu);
+      b, eps, act);
 }
 
 // Random values shifted and scaled: x ~ U(mean - spread, mean + spread).
@@ -107,11 +122,11 @@ TEST_CASE("batch_norm training forward matches float64 and updates the running s
   Tensor rm = test::random_tensor({c}, 4), rv = test::random_tensor({c}, 5, 0.5f, 2.f);
   const std::vector<float> rm0 = rm.to_vector(), rv0 = rv.to_vector();
   const double momentum = 0.3, eps = 1e-3;
-  for (bool relu : {false, true}) {
-    INFO("relu " << relu);
+  for (NormActivation act : kActivations) {
+    INFO("activation " << activation_name(act));
     Tensor rmc = rm.clone(), rvc = rv.clone();
-    Tensor y = batch_norm(x, rmc, rvc, weight, bias, true, momentum, eps, relu);
-    Reference r = reference_batch_norm(x.to_vector(), c, h * w, weight.to_vector(), bias.to_vector(), eps, relu);
+    Tensor y = batch_norm(x, rmc, rvc, weight, bias, true, momentum, eps, act);
+    Reference r = reference_batch_norm(x.to_vector(), c, h * w, weight.to_vector(), bias.to_vector(), eps, act);
     test::require_close(y.to_vector(), r.y, 1e-5, 1e-5, "y");
     std::vector<double> want_rm(c), want_rv(c);
     for (int64_t ch = 0; ch < c; ++ch) {
@@ -131,15 +146,17 @@ TEST_CASE("batch_norm eval normalizes with the running statistics and leaves the
   Tensor rm = test::random_tensor({c}, 14, 2.f, 4.f), rv = test::random_tensor({c}, 15, 0.5f, 3.f);
   const std::vector<float> rm0 = rm.to_vector(), rv0 = rv.to_vector();
   const double eps = 1e-5;
-  Tensor y = batch_norm(x, rm, rv, weight, bias, false, 0.1, eps, true);
   const std::vector<float> xv = x.to_vector(), wv = weight.to_vector(), bv = bias.to_vector();
-  std::vector<double> want(xv.size());
-  for (size_t i = 0; i < xv.size(); ++i) {
-    const size_t ch = i / 15 % c;
-    const double v = (xv[i] - rm0[ch]) / std::sqrt(rv0[ch] + eps) * wv[ch] + bv[ch];
-    want[i] = v <= 0 ? 0 : v;
+  for (NormActivation act : kActivations) {
+    INFO("activation " << activation_name(act));
+    Tensor y = batch_norm(x, rm, rv, weight, bias, false, 0.1, eps, act);
+    std::vector<double> want(xv.size());
+    for (size_t i = 0; i < xv.size(); ++i) {
+      const size_t ch = i / 15 % c;
+      want[i] = activate_reference(act, (xv[i] - rm0[ch]) / std::sqrt(rv0[ch] + eps) * wv[ch] + bv[ch]);
+    }
+    test::require_close(y.to_vector(), want, 1e-5, 1e-5, "eval y");
   }
-  test::require_close(y.to_vector(), want, 1e-5, 1e-5, "eval y");
   REQUIRE(rm.to_vector() == rm0);
   REQUIRE(rv.to_vector() == rv0);
 }
@@ -152,7 +169,7 @@ TEST_CASE("batch_norm with each affine part off", "[norm]") {
   for (int mode = 0; mode < 3; ++mode) {  // weight only, bias only, neither
     Tensor w = mode == 0 ? weight : Tensor(), b = mode == 1 ? bias : Tensor();
     Tensor y = batch_norm(x, Tensor(), Tensor(), w, b, true);
-    Reference r = reference_batch_norm(x.to_vector(), c, 15, values_or_empty(w), values_or_empty(b), 1e-5, false);
+    Reference r = reference_batch_norm(x.to_vector(), c, 15, values_or_empty(w), values_or_empty(b), 1e-5, NormActivation::None);
     INFO("mode " << mode);
     test::require_close(y.to_vector(), r.y, 1e-5, 1e-5, "y");
   }
@@ -163,22 +180,22 @@ TEST_CASE("group_norm matches float64 for one group, every channel its own group
   Tensor x = input({n, c, 5, 7}, 31);
   Tensor weight = weight_like(c, 32), bias = bias_like(c, 33);
   for (int64_t groups : {1, 2, 3, 6}) {
-    for (bool relu : {false, true}) {
-      INFO("groups " << groups << " relu " << relu);
-      Tensor y = group_norm(x, groups, weight, bias, 1e-5, relu);
+    for (NormActivation act : kActivations) {
+      INFO("groups " << groups << " activation " << activation_name(act));
+      Tensor y = group_norm(x, groups, weight, bias, 1e-5, act);
       Reference r = reference_group_norm(x.to_vector(), n, c, hw, groups, weight.to_vector(), bias.to_vector(), 1e-5,
-                                         relu);
+                                         act);
       test::require_close(y.to_vector(), r.y, 1e-5, 1e-5, "y");
     }
   }
   Tensor y = group_norm(x, 3, Tensor(), Tensor());
-  test::require_close(y.to_vector(), reference_group_norm(x.to_vector(), n, c, hw, 3, {}, {}, 1e-5, false).y, 1e-5,
+  test::require_close(y.to_vector(), reference_group_norm(x.to_vector(), n, c, hw, 3, {}, {}, 1e-5, NormActivation::None).y, 1e-5,
                       1e-5, "no affine");
   // (N, C) input: no spatial dims.
   Tensor x2 = input({4, 6}, 34);
   test::require_close(group_norm(x2, 2, weight, bias).to_vector(),
                       reference_group_norm(x2.to_vector(), 4, 6, 1, 2, weight.to_vector(), bias.to_vector(), 1e-5,
-                                           false).y,
+                                           NormActivation::None).y,
                       1e-5, 1e-5, "(N, C)");
 }
 
@@ -187,13 +204,13 @@ TEST_CASE("layer_norm over one, two and three trailing dims", "[norm]") {
   for (const Shape& shape : {Shape{5}, Shape{4, 5}, Shape{3, 4, 5}, Shape{2, 3, 4, 5}}) {
     const int64_t d = shape_numel(shape);
     Tensor weight = test::random_tensor(shape, 42, 0.5f, 1.5f), bias = test::random_tensor(shape, 43);
-    for (bool relu : {false, true}) {
-      INFO("normalized_shape " << shape_str(shape) << " relu " << relu);
-      Tensor y = layer_norm(x, shape, weight, bias, 1e-5, relu);
-      Reference r = reference_layer_norm(x.to_vector(), d, weight.to_vector(), bias.to_vector(), 1e-5, relu);
+    for (NormActivation act : kActivations) {
+      INFO("normalized_shape " << shape_str(shape) << " activation " << activation_name(act));
+      Tensor y = layer_norm(x, shape, weight, bias, 1e-5, act);
+      Reference r = reference_layer_norm(x.to_vector(), d, weight.to_vector(), bias.to_vector(), 1e-5, act);
       test::require_close(y.to_vector(), r.y, 1e-5, 1e-5, "y");
     }
-    Reference r = reference_layer_norm(x.to_vector(), d, {}, {}, 1e-5, false);
+    Reference r = reference_layer_norm(x.to_vector(), d, {}, {}, 1e-5, NormActivation::None);
     test::require_close(layer_norm(x, shape, Tensor(), Tensor()).to_vector(), r.y, 1e-5, 1e-5, "no affine");
   }
 }
@@ -206,8 +223,8 @@ TEST_CASE("layer_norm_to gives a half output of layer_norm's bits and takes its 
   for (int direct = 0; direct < 2; ++direct) {
     Tensor xi = x.clone(), wi = w.clone(), bi = b.clone();
     for (Tensor* t : {&xi, &wi, &bi}) t->set_requires_grad(true);
-    const Tensor y = direct ? layer_norm_to(xi, DType::BFloat16, {40}, wi, bi, 1e-5, true)
-                            : layer_norm(xi, {40}, wi, bi, 1e-5, true).to(DType::BFloat16);
+    const Tensor y = direct ? layer_norm_to(xi, DType::BFloat16, {40}, wi, bi, 1e-5, NormActivation::ReLU)
+                            : layer_norm(xi, {40}, wi, bi, 1e-5, NormActivation::ReLU).to(DType::BFloat16);
     REQUIRE(y.dtype() == DType::BFloat16);
     autograd::backward(y, dy);
     REQUIRE(xi.grad().dtype() == DType::Float32);
@@ -225,7 +242,7 @@ TEST_CASE("statistics stay accurate when |mean| >> std", "[norm]") {
   Tensor x = input({8, c, 9, 11}, 51, 1e4f, 0.02f);
   Tensor rm = Tensor::zeros({c}), rv = Tensor::zeros({c});
   batch_norm(x, rm, rv, Tensor(), Tensor(), true, 1.0, 0.0);  // momentum 1: running = batch values
-  Reference r = reference_batch_norm(x.to_vector(), c, 99, {}, {}, 0.0, false);
+  Reference r = reference_batch_norm(x.to_vector(), c, 99, {}, {}, 0.0, NormActivation::None);
   const double m = 8 * 99;
   std::vector<double> unbiased(c);
   for (int64_t ch = 0; ch < c; ++ch) unbiased[ch] = r.var[ch] * m / (m - 1);
@@ -245,7 +262,13 @@ TEST_CASE("batch_norm backward matches finite differences in x, weight and bias"
   gradcheck_param([&](const Tensor& v) { return batch_norm(x, rm, rv, v, bias, false); }, weight);
   // No affine parameters at all.
   test::gradcheck([&](const Tensor& v) { return batch_norm(v, Tensor(), Tensor(), Tensor(), Tensor(), true); },
-                  x.clone());
+                  x.clone());  // A fused GELU: its derivative at the recomputed normalized value.
+  test::gradcheck(
+      [&](const Tensor& v) { return batch_norm(v, Tensor(), Tensor(), weight, bias, true, 0.1, 1e-5, NormActivation::GELU); },
+      x.clone());
+  gradcheck_param(
+      [&](const Tensor& v) { return batch_norm(x, Tensor(), Tensor(), weight, v, true, 0.1, 1e-5, NormActivation::GELU); },
+      bias);
 }
 
 TEST_CASE("group_norm and layer_norm backward match finite differences", "[norm][autograd]") {
@@ -263,60 +286,68 @@ TEST_CASE("group_norm and layer_norm backward match finite differences", "[norm]
   test::gradcheck([&](const Tensor& v) { return layer_norm(v, {6, 2, 3}, Tensor(), Tensor()); }, x.clone());
 }
 
-TEST_CASE("fused ReLU gives the gradients of a separate ReLU", "[norm][autograd]") {
-  // Compares all three gradients of op(relu=true) with relu(op(relu=false)), element by element.
+TEST_CASE("a fused ReLU or GELU gives the output and gradients of the separate layer", "[norm][autograd]") {
+  // Compares y and all three gradients of op(activation) with relu/gelu(op(None)), element by
+  // element: in float32 the fused activation reads the float y the separate layer would.
   Tensor x0 = input({3, 4, 5, 3}, 81);
   Tensor w0 = weight_like(4, 82), b0 = bias_like(4, 83);
   const Shape ln_shape{5, 3};
   Tensor lw0 = test::random_tensor(ln_shape, 84, 0.5f, 1.5f), lb0 = test::random_tensor(ln_shape, 85);
-  using Op = std::function<Tensor(const Tensor&, const Tensor&, const Tensor&, bool)>;
+  using Op = std::function<Tensor(const Tensor&, const Tensor&, const Tensor&, NormActivation)>;
   const std::vector<std::pair<std::string, Op>> ops = {
       {"batch_norm train",
-       [](const Tensor& x, const Tensor& w, const Tensor& b, bool r) {
-         return batch_norm(x, Tensor(), Tensor(), w, b, true, 0.1, 1e-5, r);
+       [](const Tensor& x, const Tensor& w, const Tensor& b, NormActivation a) {
+         return batch_norm(x, Tensor(), Tensor(), w, b, true, 0.1, 1e-5, a);
        }},
-      {"group_norm", [](const Tensor& x, const Tensor& w, const Tensor& b, bool r) {
-         return group_norm(x, 2, w, b, 1e-5, r);
+      {"group_norm",
+       [](const Tensor& x, const Tensor& w, const Tensor& b, NormActivation a) {
+         return group_norm(x, 2, w, b, 1e-5, a);
+       }},
+      {"layer_norm", [&](const Tensor& x, const Tensor& w, const Tensor& b, NormActivation a) {
+         return layer_norm(x, ln_shape, w, b, 1e-5, a);
        }}};
   const std::vector<float> dyv = test::random_values(x0.numel(), 86);
-  auto grads = [&](const Op& op, const Tensor& wi, const Tensor& bi, bool fused) {
+  auto grads = [&](const Op& op, const Tensor& wi, const Tensor& bi, NormActivation act, bool fused) {
     Tensor x = x0.clone(), w = wi.clone(), b = bi.clone();
     for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
-    Tensor y = fused ? op(x, w, b, true) : relu(op(x, w, b, false));
+    Tensor y = fused ? op(x, w, b, act) : op(x, w, b, NormActivation::None);
+    if (!fused) y = act == NormActivation::ReLU ? relu(y) : gelu(y);
     autograd::backward(y, Tensor::from_vector(dyv, x.shape()));
     return std::vector<std::vector<float>>{y.to_vector(), x.grad().to_vector(), w.grad().to_vector(),
                                            b.grad().to_vector()};
   };
-  for (const auto& [name, op] : ops) {
-    INFO(name);
-    auto fused = grads(op, w0, b0, true), separate = grads(op, w0, b0, false);
-    for (size_t k = 0; k < fused.size(); ++k) test::require_close(fused[k], separate[k], 1e-5, 1e-6, "output/grad");
+  for (NormActivation act : {NormActivation::ReLU, NormActivation::GELU}) {
+    for (const auto& [name, op] : ops) {
+      INFO(name << " " << activation_name(act));
+      const bool layer = name == "layer_norm";
+      const Tensor &w = layer ? lw0 : w0, &b = layer ? lb0 : b0;
+      auto fused = grads(op, w, b, act, true), separate = grads(op, w, b, act, false);
+      REQUIRE(fused[0] == separate[0]);
+      for (size_t k = 1; k < fused.size(); ++k) test::require_close(fused[k], separate[k], 1e-5, 1e-6, "grad");
+    }
   }
-  Op ln = [&](const Tensor& x, const Tensor& w, const Tensor& b, bool r) { return layer_norm(x, ln_shape, w, b, 1e-5, r); };
-  auto fused = grads(ln, lw0, lb0, true), separate = grads(ln, lw0, lb0, false);
-  for (size_t k = 0; k < fused.size(); ++k) test::require_close(fused[k], separate[k], 1e-5, 1e-6, "layer_norm");
 }
 
-TEST_CASE("NaN and Inf reach the outputs and gradients of their group, fused ReLU or not", "[norm]") {
+TEST_CASE("NaN and Inf reach the outputs and gradients of their group, whatever the fused activation", "[norm]") {
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   const int64_t n = 2, c = 3, hw = 4;
   for (float bad : {nan, inf}) {
-    for (bool relu : {false, true}) {
-      INFO("bad value " << bad << " relu " << relu);
+    for (NormActivation act : kActivations) {
+      INFO("bad value " << bad << " activation " << activation_name(act));
       std::vector<float> xv = input({n, c, 2, 2}, 91).to_vector();
       xv[1 * c * hw + 1 * hw + 2] = bad;  // sample 1, channel 1
       Tensor x = Tensor::from_vector(xv, {n, c, 2, 2});
       x.set_requires_grad(true);
-      Tensor y = batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, 1e-5, relu);
+      Tensor y = batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, 1e-5, act);
       autograd::backward(y, test::random_tensor(x.shape(), 92));
       const std::vector<float> yv = y.to_vector(), gx = x.grad().to_vector();
       for (int64_t i = 0; i < n * c * hw; ++i) {
         const bool in_channel = i / hw % c == 1;
         INFO("element " << i);
-        REQUIRE(std::isnan(yv[i]) == in_channel);  // never flushed to 0 by the ReLU
+        REQUIRE(std::isnan(yv[i]) == in_channel);  // never flushed to 0 by the activation
         REQUIRE(std::isnan(gx[i]) == in_channel);
       }
-      Tensor yg = group_norm(x.detach(), 3, Tensor(), Tensor(), 1e-5, relu);
+      Tensor yg = group_norm(x.detach(), 3, Tensor(), Tensor(), 1e-5, act);
       const std::vector<float> ygv = yg.to_vector();
       for (int64_t i = 0; i < n * c * hw; ++i) REQUIRE(std::isnan(ygv[i]) == (i / hw == 1 * c + 1));
     }
@@ -333,8 +364,8 @@ TEST_CASE("results do not depend on the number of threads", "[norm]") {
     for (int kind = 0; kind < 3; ++kind) {
       Tensor xi = x.clone(), wi = w.clone(), bi = b.clone();
       for (Tensor* p : {&xi, &wi, &bi}) p->set_requires_grad(true);
-      Tensor y = kind == 0   ? batch_norm(xi, Tensor(), Tensor(), wi, bi, true, 0.1, 1e-5, true)
-                 : kind == 1 ? group_norm(xi, 7, wi, bi)
+      Tensor y = kind == 0   ? batch_norm(xi, Tensor(), Tensor(), wi, bi, true, 0.1, 1e-5, NormActivation::ReLU)
+                 : kind == 1 ? group_norm(xi, 7, wi, bi, 1e-5, NormActivation::GELU)
                              : layer_norm(xi, {31, 33}, Tensor(), Tensor());
       autograd::backward(y, Tensor::from_vector(dy, x.shape()));
       out.push_back(y.to_vector());
@@ -363,12 +394,12 @@ TEST_CASE("batch of one: GroupNorm, LayerNorm, and BatchNorm over one image", "[
   Tensor x = input({1, 4, 3, 5}, 121);
   Tensor w = weight_like(4, 122), b = bias_like(4, 123);
   test::require_close(group_norm(x, 2, w, b).to_vector(),
-                      reference_group_norm(x.to_vector(), 1, 4, 15, 2, w.to_vector(), b.to_vector(), 1e-5, false).y,
+                      reference_group_norm(x.to_vector(), 1, 4, 15, 2, w.to_vector(), b.to_vector(), 1e-5, NormActivation::None).y,
                       1e-5, 1e-5, "group_norm");
   test::require_close(layer_norm(x, {4, 3, 5}, Tensor(), Tensor()).to_vector(),
-                      reference_layer_norm(x.to_vector(), 60, {}, {}, 1e-5, false).y, 1e-5, 1e-5, "layer_norm");
+                      reference_layer_norm(x.to_vector(), 60, {}, {}, 1e-5, NormActivation::None).y, 1e-5, 1e-5, "layer_norm");
   test::require_close(batch_norm(x, Tensor(), Tensor(), w, b, true).to_vector(),
-                      reference_batch_norm(x.to_vector(), 4, 15, w.to_vector(), b.to_vector(), 1e-5, false).y, 1e-5,
+                      reference_batch_norm(x.to_vector(), 4, 15, w.to_vector(), b.to_vector(), 1e-5, NormActivation::None).y, 1e-5,
                       1e-5, "batch_norm");
   test::gradcheck([&](const Tensor& v) { return group_norm(v, 2, w, b); }, x.clone());
 }
@@ -401,6 +432,20 @@ TEST_CASE("norm modules: factories, names, parameters and errors", "[norm][layer
   REQUIRE(ln->describe() == "LayerNorm (512,4,4) +ReLU");
   REQUIRE(ln->named_parameters()[0].second.shape() == Shape{512, 4, 4});
   REQUIRE(build_layer(ln->to_json(), "again")->to_json() == ln->to_json());
+  auto bn_gelu =
+      build_layer(nlohmann::json::parse(R"({"type": "BatchNorm2d", "num_features": 8, "gelu": true})"), "m");
+  REQUIRE(bn_gelu->describe() == "BatchNorm2d 8 +GELU");
+  REQUIRE(bn_gelu->to_json().at("gelu") == true);
+  REQUIRE(build_layer(bn_gelu->to_json(), "again")->to_json() == bn_gelu->to_json());
+  REQUIRE_FALSE(bn->to_json().contains("gelu"));  // written only when on
+  auto gn_gelu = build_layer(
+      nlohmann::json::parse(R"({"type": "GroupNorm", "num_groups": 2, "num_channels": 4, "gelu": true})"), "m");
+  REQUIRE(gn_gelu->describe() == "GroupNorm 2x4 +GELU");
+  REQUIRE(build_layer(gn_gelu->to_json(), "again")->to_json() == gn_gelu->to_json());
+  REQUIRE_THROWS_WITH(build_layer(nlohmann::json::parse(
+                                      R"({"type": "LayerNorm", "normalized_shape": [4], "relu": true, "gelu": true})"),
+                                  "model.layers[2]"),
+                      Catch::Contains("model.layers[2].gelu: a layer applies one activation"));
 
   REQUIRE_THROWS_WITH(
       build_layer(nlohmann::json::parse(R"({"type": "GroupNorm", "num_groups": 3, "num_channels": 8})"), "model.layers[1]"),
@@ -418,7 +463,7 @@ TEST_CASE("BatchNorm2d module: train() uses batch statistics, eval() the running
   Tensor x = input({4, 3, 2, 2}, 141);
   bn(x);
   bn(x);  // running stats after two steps at momentum 0.5: 3/4 of the way from (0, 1)
-  Reference r = reference_batch_norm(x.to_vector(), 3, 4, {}, {}, 1e-5, false);
+  Reference r = reference_batch_norm(x.to_vector(), 3, 4, {}, {}, 1e-5, NormActivation::None);
   std::vector<double> want_rm(3), want_rv(3);
   for (int c = 0; c < 3; ++c) {
     want_rm[c] = 0.75 * r.mean[c];

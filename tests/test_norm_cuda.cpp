@@ -1,7 +1,7 @@
 // Normalization layers on the GPU. The fast kernels (norm_forward.cu, norm_backward.cu and the
 // single-read norm_single_*.cu) are held against the float64 oracle (oracle/norm_reference.cu) and
 // the CPU path on ragged shapes and on every shape of docs/perf/anchors.md, in forward and backward,
-// with and without the fused ReLU and the affine parts; plus accuracy at |mean| >> std,
+// with and without a fused ReLU or GELU and the affine parts; plus accuracy at |mean| >> std,
 // bit-identical reruns, NaN/Inf propagation, a batch of one, eval mode, misaligned pointers (the
 // scalar path) and the autograd ops on CUDA tensors. Every path (Block, Cluster of 2-16 CTAs, Warp,
 // ThreeLaunch) is forced through NormForward/NormBackward::path and checked the same way, and the
@@ -29,6 +29,7 @@
 
 using namespace minidl;
 using norm::NormKind;
+using norm::NormActivation;
 using norm::NormLayout;
 
 namespace {
@@ -38,7 +39,8 @@ enum class Impl { Fast, Oracle, Cpu };
 struct Case {
   std::string name;
   NormLayout layout;
-  bool weight = true, bias = true, relu = false, training = true;
+  bool weight = true, bias = true, training = true;
+  NormActivation activation = NormActivation::None;
   bool affine_grads = true;  // backward asks for dweight/dbias (where weight/bias exist)
   double eps = 1e-5, momentum = 0.1;
   norm::NormPath fwd_path = norm::NormPath::Auto, bwd_path = norm::NormPath::Auto;
@@ -133,7 +135,7 @@ Outputs run(const Case& c, Impl impl, const Inputs& in, const std::vector<float>
   a.training = c.training;
   a.momentum = c.momentum;
   a.eps = c.eps;
-  a.relu = c.relu;
+  a.activation = c.activation;
   a.path = c.fwd_path;
   a.cluster = c.fwd_path == norm::NormPath::Cluster ? c.cluster : 0;
   Outputs o;
@@ -149,7 +151,7 @@ Outputs run(const Case& c, Impl impl, const Inputs& in, const std::vector<float>
   b.mean = a.mean;
   b.rstd = a.rstd;
   b.training = c.training;
-  b.relu = c.relu;
+  b.activation = c.activation;
   b.dx = buffer({}, n);
   b.dweight = c.weight && c.affine_grads ? buffer({}, f) : nullptr;
   b.dbias = c.bias && c.affine_grads ? buffer({}, f) : nullptr;
@@ -209,37 +211,43 @@ void compare(const std::string& what, const Outputs& got, const Outputs& want, T
   CHECK(daff <= tol.backward);
 }
 
-// A case of `layout` named `name` (" +relu" appended with the fused ReLU), the other options at
-// their defaults.
-Case make_case(const std::string& name, const NormLayout& layout, bool relu) {
+// Every activation the kernels may fuse, and its suffix in a case's name.
+const NormActivation kActivations[] = {NormActivation::None, NormActivation::ReLU, NormActivation::GELU};
+const char* activation_suffix(NormActivation a) {
+  return a == NormActivation::ReLU ? " +relu" : a == NormActivation::GELU ? " +gelu" : "";
+}
+
+// A case of `layout` named `name` (the fused activation appended), the other options at their
+// defaults.
+Case make_case(const std::string& name, const NormLayout& layout, NormActivation act) {
   Case c;
-  c.name = name + (relu ? " +relu" : "");
+  c.name = name + activation_suffix(act);
   c.layout = layout;
-  c.relu = relu;
+  c.activation = act;
   return c;
 }
 std::string shape_name(int64_t n, int64_t ch, int64_t h, int64_t w) { return str("(", n, ",", ch, ",", h, ",", w, ")"); }
 
-Case batch_norm_case(int64_t n, int64_t ch, int64_t h, int64_t w, bool relu = false) {
-  return make_case("BatchNorm2d " + shape_name(n, ch, h, w), NormLayout::batch_norm(n, ch, h * w), relu);
+Case batch_norm_case(int64_t n, int64_t ch, int64_t h, int64_t w, NormActivation act = NormActivation::None) {
+  return make_case("BatchNorm2d " + shape_name(n, ch, h, w), NormLayout::batch_norm(n, ch, h * w), act);
 }
 // BatchNorm2d on a channels-last (N, H, W, C) tensor: [N*H*W][C], one element per plane, which
 // the three-launch kernels fold into rows of k*C columns where C is narrower than a tile.
-Case channels_last_batch_norm_case(int64_t n, int64_t ch, int64_t h, int64_t w, bool relu = false) {
-  return make_case("BatchNorm2d NHWC " + shape_name(n, ch, h, w), NormLayout::batch_norm(n * h * w, ch, 1), relu);
+Case channels_last_batch_norm_case(int64_t n, int64_t ch, int64_t h, int64_t w, NormActivation act = NormActivation::None) {
+  return make_case("BatchNorm2d NHWC " + shape_name(n, ch, h, w), NormLayout::batch_norm(n * h * w, ch, 1), act);
 }
-Case group_norm_case(int64_t n, int64_t ch, int64_t h, int64_t w, int64_t groups, bool relu = false) {
+Case group_norm_case(int64_t n, int64_t ch, int64_t h, int64_t w, int64_t groups, NormActivation act = NormActivation::None) {
   return make_case(str("GroupNorm(", groups, ") ", shape_name(n, ch, h, w)),
-                   NormLayout::group_norm(n, ch, h * w, groups), relu);
+                   NormLayout::group_norm(n, ch, h * w, groups), act);
 }
 // GroupNorm on a channels-last (N, H, W, C) tensor: a group is C/G channels at every position of
 // its sample (ChannelGroup), cut as BatchNorm's [N*H*W][C] with slices that stay in a sample.
-Case channels_last_group_norm_case(int64_t n, int64_t ch, int64_t h, int64_t w, int64_t groups, bool relu = false) {
+Case channels_last_group_norm_case(int64_t n, int64_t ch, int64_t h, int64_t w, int64_t groups, NormActivation act = NormActivation::None) {
   return make_case(str("GroupNorm(", groups, ") NHWC ", shape_name(n, ch, h, w)),
-                   NormLayout::group_norm_channels_last(n, ch, h * w, groups), relu);
+                   NormLayout::group_norm_channels_last(n, ch, h * w, groups), act);
 }
-Case layer_norm_case(int64_t rows, int64_t d, const std::string& shape, bool relu = false) {
-  return make_case("LayerNorm " + shape, NormLayout::layer_norm(rows, d), relu);
+Case layer_norm_case(int64_t rows, int64_t d, const std::string& shape, NormActivation act = NormActivation::None) {
+  return make_case("LayerNorm " + shape, NormLayout::layer_norm(rows, d), act);
 }
 
 // The three layers as docs/perf/anchors.md times them: BatchNorm2d(C), GroupNorm(32 or 1), LayerNorm([C,H,W]).
@@ -285,7 +293,7 @@ void float64_moments(const NormLayout& l, const std::vector<float>& x, std::vect
 // and eps away from the defaults in training.
 std::vector<Case> option_cases() {
   std::vector<Case> cases;
-  Case c = batch_norm_case(3, 37, 41, 40, true);
+  Case c = batch_norm_case(3, 37, 41, 40, NormActivation::ReLU);
   c.weight = false;
   c.name += " bias only";
   cases.push_back(c);
@@ -293,11 +301,11 @@ std::vector<Case> option_cases() {
   c.bias = false;
   c.name += " weight only";
   cases.push_back(c);
-  c = group_norm_case(3, 37, 41, 40, 1, true);
+  c = group_norm_case(3, 37, 41, 40, 1, NormActivation::ReLU);
   c.weight = c.bias = false;
   c.name += " no affine";
   cases.push_back(c);
-  c = channels_last_group_norm_case(3, 37, 41, 40, 37, true);
+  c = channels_last_group_norm_case(3, 37, 41, 40, 37, NormActivation::ReLU);
   c.weight = c.bias = false;
   c.name += " no affine";
   cases.push_back(c);
@@ -308,7 +316,7 @@ std::vector<Case> option_cases() {
   c = layer_norm_case(3, 37 * 41 * 40, "[37,41,40] x3 no affine");
   c.weight = c.bias = false;
   cases.push_back(c);
-  c = batch_norm_case(3, 37, 41, 40, true);
+  c = batch_norm_case(3, 37, 41, 40, NormActivation::ReLU);
   c.training = false;
   c.name += " eval";
   cases.push_back(c);
@@ -327,20 +335,20 @@ std::vector<Case> option_cases() {
 std::vector<Case> warp_row_cases() {
   std::vector<Case> cases;
   cases.push_back(layer_norm_case(9, 3, "[3] x9"));
-  cases.push_back(layer_norm_case(70001, 36, "[36] x70001", true));
+  cases.push_back(layer_norm_case(70001, 36, "[36] x70001", NormActivation::ReLU));
   cases.push_back(layer_norm_case(257, 129, "[129] x257"));
-  cases.push_back(layer_norm_case(100, 384, "[384] x100", true));
+  cases.push_back(layer_norm_case(100, 384, "[384] x100", NormActivation::ReLU));
   cases.push_back(layer_norm_case(31, 1000, "[1000] x31"));
-  cases.push_back(layer_norm_case(77, 1600, "[1600] x77", true));
+  cases.push_back(layer_norm_case(77, 1600, "[1600] x77", NormActivation::ReLU));
   cases.push_back(layer_norm_case(40, 2047, "[2047] x40"));
   cases.push_back(layer_norm_case(24, 2048, "[2048] x24"));
-  Case c = layer_norm_case(500, 768, "[768] x500 weight only", true);
+  Case c = layer_norm_case(500, 768, "[768] x500 weight only", NormActivation::ReLU);
   c.bias = false;
   cases.push_back(c);
   c = layer_norm_case(500, 768, "[768] x500 bias only");
   c.weight = false;
   cases.push_back(c);
-  c = layer_norm_case(500, 520, "[520] x500 no affine", true);
+  c = layer_norm_case(500, 520, "[520] x500 no affine", NormActivation::ReLU);
   c.weight = c.bias = false;
   cases.push_back(c);
   return cases;
@@ -351,37 +359,37 @@ std::vector<Case> warp_row_cases() {
 TEST_CASE("fast norm kernels match the float64 oracle and the CPU on ragged shapes", "[norm][cuda]") {
   MINIDL_REQUIRE_CUDA();
   std::vector<Case> cases;
-  for (bool relu : {false, true}) {
-    cases.push_back(batch_norm_case(3, 37, 41, 40, relu));
-    cases.push_back(group_norm_case(3, 37, 41, 40, 1, relu));
-    cases.push_back(group_norm_case(3, 37, 41, 40, 37, relu));
-    cases.push_back(layer_norm_case(3, 37 * 41 * 40, "[37,41,40] x3", relu));
-    cases.push_back(layer_norm_case(3 * 37 * 41, 40, "[40] x4551", relu));
+  for (NormActivation act : kActivations) {
+    cases.push_back(batch_norm_case(3, 37, 41, 40, act));
+    cases.push_back(group_norm_case(3, 37, 41, 40, 1, act));
+    cases.push_back(group_norm_case(3, 37, 41, 40, 37, act));
+    cases.push_back(layer_norm_case(3, 37 * 41 * 40, "[37,41,40] x3", act));
+    cases.push_back(layer_norm_case(3 * 37 * 41, 40, "[40] x4551", act));
   }
   cases.push_back(batch_norm_case(5, 19, 7, 9));
   cases.push_back(batch_norm_case(7, 3, 1, 1));  // one element per plane
-  cases.push_back(channels_last_batch_norm_case(64, 37, 41, 40, true));  // 104960 rows folded by 4: 148 columns
+  cases.push_back(channels_last_batch_norm_case(64, 37, 41, 40, NormActivation::GELU));  // 104960 rows folded by 4: 148 columns
   cases.push_back(channels_last_batch_norm_case(128, 64, 16, 16));        // folded by 4: 256 columns
   cases.push_back(channels_last_batch_norm_case(33, 96, 5, 7));          // 1155 rows: fold 1 (none divides)
-  for (bool relu : {false, true}) {
-    cases.push_back(channels_last_group_norm_case(3, 37, 41, 40, 1, relu));   // fold 4: 148 columns
-    cases.push_back(channels_last_group_norm_case(3, 37, 41, 40, 37, relu));  // groups of one channel
+  for (NormActivation act : kActivations) {
+    cases.push_back(channels_last_group_norm_case(3, 37, 41, 40, 1, act));   // fold 4: 148 columns
+    cases.push_back(channels_last_group_norm_case(3, 37, 41, 40, 37, act));  // groups of one channel
   }
   cases.push_back(channels_last_group_norm_case(5, 64, 8, 8, 32));     // fold 4, groups of 2 channels
   cases.push_back(channels_last_group_norm_case(4, 96, 5, 7, 8));      // 35 positions: fold 5, rows of 480
-  cases.push_back(channels_last_group_norm_case(2, 600, 3, 5, 3, true));  // groups of 200 channels, rows of 600
+  cases.push_back(channels_last_group_norm_case(2, 600, 3, 5, 3, NormActivation::ReLU));  // groups of 200 channels, rows of 600
   cases.push_back(channels_last_group_norm_case(2, 1024, 2, 3, 2));     // groups of 512: wider than a tile
   cases.push_back(channels_last_group_norm_case(1, 24, 31, 31, 6));     // batch of one: fold 31, rows of 744
-  cases.push_back(channels_last_group_norm_case(6, 24, 31, 31, 1, true));  // one group a sample, fold 31
+  cases.push_back(channels_last_group_norm_case(6, 24, 31, 31, 1, NormActivation::ReLU));  // one group a sample, fold 31
   cases.push_back(channels_last_group_norm_case(3, 40, 7, 11, 5));     // 77 positions: fold 7, rows of 280
-  cases.push_back(batch_norm_case(9, 300, 2, 3, true));
+  cases.push_back(batch_norm_case(9, 300, 2, 3, NormActivation::ReLU));
   cases.push_back(group_norm_case(5, 12, 7, 9, 4));  // segments of 189: odd, scalar loads
-  cases.push_back(group_norm_case(3, 64, 5, 5, 32, true));
+  cases.push_back(group_norm_case(3, 64, 5, 5, 32, NormActivation::ReLU));
   cases.push_back(group_norm_case(2, 8, 33, 35, 2));  // planes wider than a tile inside a group
   cases.push_back(layer_norm_case(5 * 19, 63, "[7,9] x95"));
-  cases.push_back(layer_norm_case(33, 1000, "[1000] x33", true));
+  cases.push_back(layer_norm_case(33, 1000, "[1000] x33", NormActivation::ReLU));
   // Batch of one.
-  cases.push_back(batch_norm_case(1, 37, 41, 40, true));
+  cases.push_back(batch_norm_case(1, 37, 41, 40, NormActivation::ReLU));
   cases.push_back(group_norm_case(1, 37, 41, 40, 1));
   cases.push_back(layer_norm_case(1, 37 * 41 * 40, "[37,41,40] x1"));
   for (const Case& c : option_cases()) cases.push_back(c);
@@ -407,7 +415,7 @@ TEST_CASE("fast norm kernels match the float64 oracle on every docs/perf/anchors
   uint64_t seed = 500;
   for (const auto& s : shapes) {
     std::vector<Case> cases = anchor_cases(s[0], s[1], s[2], s[3]);
-    cases.push_back(channels_last_batch_norm_case(s[0], s[1], s[2], s[3], true));
+    cases.push_back(channels_last_batch_norm_case(s[0], s[1], s[2], s[3], NormActivation::ReLU));
     cases.push_back(channels_last_group_norm_case(s[0], s[1], s[2], s[3], s[1] % 32 == 0 ? 32 : 1));
     for (const Case& k : cases) {
       const Inputs in = make_inputs(k, seed += 10);
@@ -465,9 +473,9 @@ TEST_CASE("fast norm statistics are accurate at mean 1e4, std 1e-2", "[norm][cud
 
 TEST_CASE("fast norm kernels give the same bits on every run", "[norm][cuda]") {
   MINIDL_REQUIRE_CUDA();
-  const std::vector<Case> cases = {batch_norm_case(512, 64, 32, 32, true), batch_norm_case(1024, 24, 31, 31),
-                                   group_norm_case(512, 512, 4, 4, 32, true),
-                                   channels_last_group_norm_case(512, 64, 32, 32, 32, true),
+  const std::vector<Case> cases = {batch_norm_case(512, 64, 32, 32, NormActivation::ReLU), batch_norm_case(1024, 24, 31, 31),
+                                   group_norm_case(512, 512, 4, 4, 32, NormActivation::ReLU),
+                                   channels_last_group_norm_case(512, 64, 32, 32, 32, NormActivation::ReLU),
                                    channels_last_group_norm_case(3, 37, 41, 40, 1),
                                    layer_norm_case(512, 65536, "[64,32,32] x512"), batch_norm_case(3, 37, 41, 40)};
   uint64_t seed = 1300;
@@ -477,23 +485,23 @@ TEST_CASE("fast norm kernels give the same bits on every run", "[norm][cuda]") {
   }
 }
 
-// NaN in x, -Inf in x and Inf in dy of case k (one at a time, with and without the fused ReLU)
-// reach the same outputs as in the oracle, and the fused ReLU does not flush a NaN to 0.
+// NaN in x, -Inf in x and Inf in dy of case k (one at a time, with each fused activation) reach
+// the same outputs as in the oracle, and a fused ReLU does not flush a NaN to 0.
 static void check_nonfinite(Case k, uint64_t& seed) {
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
-  for (bool relu : {false, true}) {
+  for (NormActivation act : kActivations) {
     for (int where = 0; where < 3; ++where) {  // NaN in x, Inf in x, Inf in dy
-      k.relu = relu;
+      k.activation = act;
       Inputs in = make_inputs(k, seed += 10);
       const int64_t at = 1 * k.layout.width() + 5 * 41 * 40 + 77;  // sample 1, channel 5
       if (where == 0) in.x[at] = nan;
       if (where == 1) in.x[at] = -inf;
       if (where == 2) {
         in.dy[at] = inf;
-        in.x[at] = 1e3f;  // y > 0 there, so the ReLU passes the Inf on
+        in.x[at] = 1e3f;  // y > 0 there, so the activation passes the Inf on
       }
       const Outputs fast = run(k, Impl::Fast, in), oracle = run(k, Impl::Oracle, in, fast.y);
-      INFO(k.name << (relu ? " +relu" : "") << ", bad value " << (where == 0 ? "NaN in x" : where == 1 ? "-Inf in x" : "Inf in dy"));
+      INFO(k.name << activation_suffix(act) << ", bad value " << (where == 0 ? "NaN in x" : where == 1 ? "-Inf in x" : "Inf in dy"));
       // The same elements must be non-finite. (NaN or Inf may differ where x is within a
       // rounding of the mean: 0 * Inf there is NaN on one side and the other sees +-Inf.)
       int64_t nonfinite = 0;
@@ -537,9 +545,9 @@ TEST_CASE("autograd norm ops on CUDA tensors match the CPU", "[norm][cuda]") {
       Tensor xi = x.to(dev).clone(), wi = w.to(dev).clone(), bi = b.to(dev).clone();
       Tensor rm = Tensor::zeros({19}, DType::Float32, dev), rv = Tensor::full({19}, 2.f, dev);
       for (Tensor* t : {&xi, &wi, &bi}) t->set_requires_grad(true);
-      Tensor y = op == 0   ? batch_norm(xi, rm, rv, wi, bi, true, 0.2, 1e-5, true)
-                 : op == 1 ? batch_norm(xi, rm, rv, wi, bi, false, 0.2, 1e-5, true)
-                 : op == 2 ? group_norm(xi, 19, wi, bi, 1e-5, true)
+      Tensor y = op == 0   ? batch_norm(xi, rm, rv, wi, bi, true, 0.2, 1e-5, NormActivation::GELU)
+                 : op == 1 ? batch_norm(xi, rm, rv, wi, bi, false, 0.2, 1e-5, NormActivation::ReLU)
+                 : op == 2 ? group_norm(xi, 19, wi, bi, 1e-5, NormActivation::ReLU)
                            : layer_norm(xi.reshape({6, 19 * 9 * 7}), {19 * 9 * 7}, Tensor(), Tensor());
       autograd::backward(y, Tensor::from_vector(dy, y.shape(), dev));
       results[d] = {y.to_vector(), xi.grad().to_vector(), rm.to_vector(), rv.to_vector()};
@@ -561,17 +569,19 @@ TEST_CASE("layer_norm_to on CUDA: half y from float32 x in the Warp kernel, the 
   const Device gpu = Device::cuda();
   struct Shape2 {
     int64_t rows, d;
-    bool relu, affine, warp;
+    NormActivation activation;
+    bool affine, warp;
   };
   // Ragged and strided rows (3, 129, 1000), the ViT's 384, the Warp path's widest row, and one it
   // does not hold (the float32 op and a cast then run).
-  const Shape2 shapes[] = {{9, 3, false, true, true},     {257, 129, true, true, true}, {100, 384, true, true, true},
-                           {300, 384, false, false, true}, {31, 1000, false, true, true}, {24, 2048, true, true, true},
-                           {8, 4096, true, true, false}};
+  constexpr NormActivation kNone = NormActivation::None, kReLU = NormActivation::ReLU, kGELU = NormActivation::GELU;
+  const Shape2 shapes[] = {{9, 3, kNone, true, true},      {257, 129, kReLU, true, true}, {100, 384, kGELU, true, true},
+                           {300, 384, kNone, false, true}, {31, 1000, kNone, true, true}, {24, 2048, kReLU, true, true},
+                           {8, 4096, kGELU, true, false}};
   uint64_t seed = 2100;
   for (DType out : {DType::BFloat16, DType::Float16})
     for (const Shape2& s : shapes) {
-      INFO(dtype_name(out) << " [" << s.d << "] x" << s.rows << (s.relu ? " relu" : "") << (s.affine ? "" : " no affine"));
+      INFO(dtype_name(out) << " [" << s.d << "] x" << s.rows << activation_suffix(s.activation) << (s.affine ? "" : " no affine"));
       const Tensor x = test::random_tensor({s.rows, s.d}, ++seed, 2.f, 8.f, gpu);
       const Tensor w = test::random_tensor({s.d}, ++seed, 0.5f, 1.5f, gpu), b = test::random_tensor({s.d}, ++seed, -1.f, 1.f, gpu);
       const Tensor dy = test::random_tensor({s.rows, s.d}, ++seed, -1.f, 1.f, gpu).to(out);
@@ -580,8 +590,8 @@ TEST_CASE("layer_norm_to on CUDA: half y from float32 x in the Warp kernel, the 
         Tensor xi = x.clone(), wi = s.affine ? w.clone() : Tensor(), bi = s.affine ? b.clone() : Tensor();
         for (Tensor* t : {&xi, &wi, &bi})
           if (t->defined()) t->set_requires_grad(true);
-        const Tensor y = fused ? layer_norm_to(xi, out, {s.d}, wi, bi, 1e-5, s.relu)
-                               : layer_norm(xi, {s.d}, wi, bi, 1e-5, s.relu).to(out);
+        const Tensor y = fused ? layer_norm_to(xi, out, {s.d}, wi, bi, 1e-5, s.activation)
+                               : layer_norm(xi, {s.d}, wi, bi, 1e-5, s.activation).to(out);
         REQUIRE(y.dtype() == out);
         autograd::backward(y, dy);
         results[fused] = {y.to_vector(), xi.grad().to_vector()};
@@ -694,26 +704,26 @@ Case without_affine_grads(Case c) {
 // affine parts off, GroupNorm/LayerNorm with and without weight/bias gradients.
 std::vector<Case> path_cases() {
   std::vector<Case> cases;
-  for (bool relu : {false, true}) {
-    cases.push_back(batch_norm_case(3, 37, 41, 40, relu));
-    cases.push_back(without_affine_grads(group_norm_case(3, 37, 41, 40, 37, relu)));
-    cases.push_back(without_affine_grads(layer_norm_case(3 * 37 * 41, 40, "[40] x4551", relu)));
+  for (NormActivation act : kActivations) {
+    cases.push_back(batch_norm_case(3, 37, 41, 40, act));
+    cases.push_back(without_affine_grads(group_norm_case(3, 37, 41, 40, 37, act)));
+    cases.push_back(without_affine_grads(layer_norm_case(3 * 37 * 41, 40, "[40] x4551", act)));
   }
   cases.push_back(batch_norm_case(5, 19, 7, 9));       // planes of 63: scalar
   cases.push_back(batch_norm_case(7, 3, 1, 1));        // 7 elements per group
-  cases.push_back(channels_last_batch_norm_case(3, 37, 41, 40, true));  // folded by 4 on three launches
-  cases.push_back(batch_norm_case(9, 300, 2, 3, true));
-  cases.push_back(batch_norm_case(1, 37, 41, 40, true));
+  cases.push_back(channels_last_batch_norm_case(3, 37, 41, 40, NormActivation::GELU));  // folded by 4 on three launches
+  cases.push_back(batch_norm_case(9, 300, 2, 3, NormActivation::ReLU));
+  cases.push_back(batch_norm_case(1, 37, 41, 40, NormActivation::ReLU));
   cases.push_back(group_norm_case(3, 37, 41, 40, 37));  // weight/bias gradients: backward on Auto
   cases.push_back(without_affine_grads(channels_last_group_norm_case(3, 37, 41, 40, 37)));  // three launches only
   cases.push_back(without_affine_grads(group_norm_case(5, 12, 7, 9, 4)));        // segments of 189
-  cases.push_back(without_affine_grads(group_norm_case(3, 64, 5, 5, 32, true)));  // segments of 50
+  cases.push_back(without_affine_grads(group_norm_case(3, 64, 5, 5, 32, NormActivation::ReLU)));  // segments of 50
   cases.push_back(without_affine_grads(group_norm_case(2, 8, 33, 35, 2)));  // float4 across planes of 1155
   // Weight/bias gradients from the Block path's per-(row, channel) partials.
-  cases.push_back(group_norm_case(3, 64, 5, 5, 32, true));  // channels of 25 elements, 2 per group
+  cases.push_back(group_norm_case(3, 64, 5, 5, 32, NormActivation::ReLU));  // channels of 25 elements, 2 per group
   cases.push_back(group_norm_case(2, 8, 33, 35, 2));
   cases.push_back(group_norm_case(6, 48, 4, 4, 3));  // 16 channels of 16 per group
-  cases.push_back(without_affine_grads(layer_norm_case(33, 1000, "[1000] x33", true)));
+  cases.push_back(without_affine_grads(layer_norm_case(33, 1000, "[1000] x33", NormActivation::ReLU)));
   cases.push_back(without_affine_grads(layer_norm_case(5 * 19, 63, "[7,9] x95")));
   cases.push_back(without_affine_grads(layer_norm_case(64, 768, "[768] x64")));
   cases.push_back(layer_norm_case(64, 768, "[768] x64"));
@@ -789,11 +799,11 @@ TEST_CASE("every norm path matches the oracle on the docs/perf/anchors.md shapes
 
 TEST_CASE("every norm path gives the same bits on every run, whatever ran in between", "[norm][cuda]") {
   MINIDL_REQUIRE_CUDA();
-  const std::vector<Case> cases = {batch_norm_case(3, 37, 41, 40, true),
-                                   without_affine_grads(group_norm_case(3, 37, 41, 40, 37, true)),
+  const std::vector<Case> cases = {batch_norm_case(3, 37, 41, 40, NormActivation::ReLU),
+                                   without_affine_grads(group_norm_case(3, 37, 41, 40, 37, NormActivation::ReLU)),
                                    without_affine_grads(layer_norm_case(33, 1000, "[1000] x33")),
                                    without_affine_grads(layer_norm_case(3, 37 * 41 * 40, "[37,41,40] x3")),
-                                   layer_norm_case(4100, 768, "[768] x4100", true)};
+                                   layer_norm_case(4100, 768, "[768] x4100", NormActivation::ReLU)};
   uint64_t seed = 4000;
   for (const PathChoice& p : kPaths) {
     for (size_t i = 0; i < cases.size(); ++i) {
@@ -977,7 +987,7 @@ struct HalfPass {
 // affine_grads false: no weight/bias gradients asked (LayerNorm's per-element ones have no
 // single-read form beyond the Warp path's rows).
 HalfPass run_stored(const NormLayout& l, DType dtype, const Tensor& x, const Tensor& dy, const Tensor& weight,
-                    const Tensor& bias, const Tensor& running_mean, const Tensor& running_var, bool relu,
+                    const Tensor& bias, const Tensor& running_mean, const Tensor& running_var, NormActivation act,
                     bool affine_grads, norm::NormPath path) {
   const bool half = dtype != DType::Float32;
   HalfPass o;
@@ -997,7 +1007,7 @@ HalfPass run_stored(const NormLayout& l, DType dtype, const Tensor& x, const Ten
     a.running_mean = o.running_mean.data<float>();
     a.running_var = o.running_var.data<float>();
   }
-  a.relu = relu;
+  a.activation = act;
   a.path = path;
   o.fwd = half ? norm::forward_half_cuda(l, a, dtype, x.raw_data(), o.y.raw_data()) : norm::forward_cuda(l, a);
   o.dx = Tensor::empty_like(x);
@@ -1011,7 +1021,7 @@ HalfPass run_stored(const NormLayout& l, DType dtype, const Tensor& x, const Ten
   b.bias = a.bias;
   b.mean = a.mean;
   b.rstd = a.rstd;
-  b.relu = relu;
+  b.activation = act;
   b.dweight = affine_grads ? o.dweight.data<float>() : nullptr;
   b.dbias = affine_grads ? o.dbias.data<float>() : nullptr;
   b.path = path;
@@ -1034,17 +1044,18 @@ TEST_CASE("half passes on the Block and Cluster paths give the float32 pass's bi
   struct HalfCase {
     const char* name;
     NormLayout layout;
-    bool relu;
+    NormActivation activation;
   };
   // Weight/bias gradients are asked where the single-read kernels form them (BatchNorm,
   // GroupNorm); LayerNorm's backward runs without them.
   const HalfCase cases[] = {
-      {"BatchNorm2d (8,16,12,12) +ReLU", NormLayout::batch_norm(8, 16, 144), true},  // 16-byte accesses
-      {"BatchNorm2d (3,5,9,7)", NormLayout::batch_norm(3, 5, 63), false},            // scalar accesses
-      {"GroupNorm (4,32,16,16) G4 +ReLU", NormLayout::group_norm(4, 32, 256, 4), true},  // weight grads on Block
-      {"GroupNorm (3,6,5,7) G3", NormLayout::group_norm(3, 6, 35, 3), false},
-      {"LayerNorm 6x4100", NormLayout::layer_norm(6, 4100), false},  // rows wider than the Warp path's
-      {"LayerNorm 5x3001 +ReLU", NormLayout::layer_norm(5, 3001), true},
+      {"BatchNorm2d (8,16,12,12) +ReLU", NormLayout::batch_norm(8, 16, 144), NormActivation::ReLU},  // 16-byte accesses
+      {"BatchNorm2d (8,16,12,12) +GELU", NormLayout::batch_norm(8, 16, 144), NormActivation::GELU},
+      {"BatchNorm2d (3,5,9,7)", NormLayout::batch_norm(3, 5, 63), NormActivation::None},  // scalar accesses
+      {"GroupNorm (4,32,16,16) G4 +ReLU", NormLayout::group_norm(4, 32, 256, 4), NormActivation::ReLU},  // weight grads on Block
+      {"GroupNorm (3,6,5,7) G3 +GELU", NormLayout::group_norm(3, 6, 35, 3), NormActivation::GELU},
+      {"LayerNorm 6x4100", NormLayout::layer_norm(6, 4100), NormActivation::None},  // rows wider than the Warp path's
+      {"LayerNorm 5x3001 +ReLU", NormLayout::layer_norm(5, 3001), NormActivation::ReLU},
   };
   uint64_t seed = 900;
   for (const HalfCase& c : cases) {
@@ -1065,11 +1076,11 @@ TEST_CASE("half passes on the Block and Cluster paths give the float32 pass's bi
         INFO(c.name << " in " << dtype_name(d) << " on " << norm::norm_path_name(path));
         HalfPass want;
         try {
-          want = run_stored(l, DType::Float32, xw, dyw, weight, bias, running_mean, running_var, c.relu, affine, path);
+          want = run_stored(l, DType::Float32, xw, dyw, weight, bias, running_mean, running_var, c.activation, affine, path);
         } catch (const Error&) {
           continue;  // the path does not run this case in float32 either (the refusals are tested above)
         }
-        const HalfPass got = run_stored(l, d, x, dy, weight, bias, running_mean, running_var, c.relu, affine, path);
+        const HalfPass got = run_stored(l, d, x, dy, weight, bias, running_mean, running_var, c.activation, affine, path);
         REQUIRE(got.fwd.path == path);
         REQUIRE(got.fwd.cluster == want.fwd.cluster);
         REQUIRE(got.bwd.path == want.bwd.path);

@@ -73,6 +73,9 @@ TEST_CASE("work: FLOPs and bytes per layer against hand counts", "[profiler][wor
   // The same with a fused ReLU: one more FLOP per element each way.
   require_work(work_of(R"({"type": "BatchNorm2d", "num_features": 3, "relu": true})", {2, 3, 4, 4}), 576, 864, 960,
                1224, 408);
+  // With a fused GELU: 5 more FLOPs per element forward, 11 backward (layers/norm/norm_activation.cpp).
+  require_work(work_of(R"({"type": "BatchNorm2d", "num_features": 3, "gelu": true})", {2, 3, 4, 4}), 960, 864, 1920,
+               1224, 408);
   // GroupNorm 1x3 (no running stats) and LayerNorm over (3,4,4): as BatchNorm2d less the running
   // stats, with 2 statistics (N * groups, or rows) instead of 3 channels: 16 bytes of mean and rstd.
   require_work(work_of(R"({"type": "GroupNorm", "num_groups": 1, "num_channels": 3})", {2, 3, 4, 4}), 480,

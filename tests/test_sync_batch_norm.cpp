@@ -87,7 +87,7 @@ struct SplitBatch {
   DType dtype = DType::Float32;
   MemoryFormat format = MemoryFormat::Contiguous;
   Device device = Device::cpu();
-  bool relu = true;
+  norm::NormActivation activation = norm::NormActivation::ReLU;
 
   int64_t n() const {
     int64_t s = 0;
@@ -113,8 +113,8 @@ struct SplitBatch {
     bias.set_requires_grad(true);
     Tensor rm = Tensor::zeros({c}, DType::Float32, device), rv = Tensor::full({c}, 2.f, device);
     const Tensor xd = xi.to(dtype);
-    Tensor y = group ? sync_batch_norm(xd, rm, rv, weight, bias, group, 0.2, 1e-5, relu)
-                     : batch_norm(xd, rm, rv, weight, bias, true, 0.2, 1e-5, relu);
+    Tensor y = group ? sync_batch_norm(xd, rm, rv, weight, bias, group, 0.2, 1e-5, activation)
+                     : batch_norm(xd, rm, rv, weight, bias, true, 0.2, 1e-5, activation);
     autograd::backward(y, input(dyv, first, count).to(dtype));
     return {y.to(DType::Float32).contiguous().to_vector(),
             xi.grad().to(DType::Float32).contiguous().to_vector(),

@@ -1,4 +1,5 @@
-// CUDA kernels of ReLU and GELU (CPU references in activation_cpu.cpp, same formulas), in
+// CUDA kernels of ReLU and GELU (CPU references in activation_cpu.cpp, both from the formulas of
+// activation_math.h), in
 // float32, bfloat16 or float16 storage with float32 arithmetic: the elementwise maps of
 // core/cuda/elementwise.cuh (16-byte packs, one read and one write per element).
 #include <cstdint>
@@ -6,40 +7,26 @@
 #include "core/cast_kernels.h"
 #include "core/cuda/elementwise.cuh"
 #include "layers/activation/activation_kernels.h"
+#include "layers/activation/activation_math.h"
 
 namespace minidl::kernels {
 
 namespace {
 
-constexpr float kSqrt1_2 = 0.70710678118654752440f;
-constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
-constexpr float kSqrt2OverPi = 0.79788456080286535588f;
-constexpr float kTanhCoef = 0.044715f;
-
 struct ReluForward {
-  __device__ float operator()(float x) const { return x <= 0.f ? 0.f : x; }
+  __device__ float operator()(float x) const { return act::relu_forward(x); }
 };
 struct ReluBackward {  // (dy, y): NaN outputs pass dy on, see activation.h
-  __device__ float operator()(float dy, float y) const { return y <= 0.f ? 0.f : dy; }
+  __device__ float operator()(float dy, float y) const { return act::relu_backward(dy, y); }
 };
 struct GeluForward {
   bool tanh_form;
-  __device__ float operator()(float x) const {
-    if (tanh_form) return 0.5f * x * (1.f + tanhf(kSqrt2OverPi * (x + kTanhCoef * x * x * x)));
-    return 0.5f * x * (1.f + erff(x * kSqrt1_2));
-  }
+  __device__ float operator()(float x) const { return tanh_form ? act::gelu_tanh_forward(x) : act::gelu_forward(x); }
 };
 struct GeluBackward {  // (dy, x)
   bool tanh_form;
   __device__ float operator()(float dy, float x) const {
-    if (tanh_form) {
-      const float t = tanhf(kSqrt2OverPi * (x + kTanhCoef * x * x * x));
-      const float dinner = kSqrt2OverPi * (1.f + 3.f * kTanhCoef * x * x);
-      return dy * (0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * dinner);
-    }
-    const float cdf = 0.5f * (1.f + erff(x * kSqrt1_2));
-    const float pdf = kInvSqrt2Pi * expf(-0.5f * x * x);
-    return dy * (cdf + x * pdf);
+    return tanh_form ? act::gelu_tanh_backward(dy, x) : act::gelu_backward(dy, x);
   }
 };
 

@@ -4,14 +4,15 @@
 #include "core/checked_math.h"
 #include "core/error.h"
 #include "layers/norm/norm.h"
+#include "layers/norm/norm_activation.h"
 #include "layers/norm/norm_work.h"
 #include "layers/registry.h"
 
 namespace minidl {
 
-BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum, bool weight, bool bias, bool relu,
-                         bool sync)
-    : num_features_(num_features), eps_(eps), momentum_(momentum), relu_(relu), sync_(sync) {
+BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum, bool weight, bool bias,
+                         norm::NormActivation activation, bool sync)
+    : num_features_(num_features), eps_(eps), momentum_(momentum), activation_(activation), sync_(sync) {
   MINIDL_CHECK(num_features >= 1, "BatchNorm2d: num_features must be >= 1, got ", num_features);
   MINIDL_CHECK(momentum >= 0 && momentum <= 1, "BatchNorm2d: momentum must be in [0, 1], got ", momentum);
   if (weight) {
@@ -33,12 +34,12 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
                label(), ": expected input (N, ",
                num_features_, ", H, W), got ", x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
   if (sync_ && sync_group_ && is_training())
-    return sync_batch_norm(x, running_mean, running_var, weight, bias, sync_group_, momentum_, eps_, relu_);
-  return batch_norm(x, running_mean, running_var, weight, bias, is_training(), momentum_, eps_, relu_);
+    return sync_batch_norm(x, running_mean, running_var, weight, bias, sync_group_, momentum_, eps_, activation_);
+  return batch_norm(x, running_mean, running_var, weight, bias, is_training(), momentum_, eps_, activation_);
 }
 
 std::string BatchNorm2d::describe() const {
-  return str("BatchNorm2d ", num_features_, relu_ ? " +ReLU" : "", sync_ ? " sync" : "");
+  return str("BatchNorm2d ", num_features_, norm_activation_suffix(activation_), sync_ ? " sync" : "");
 }
 
 nlohmann::json BatchNorm2d::to_json() const {
@@ -49,7 +50,7 @@ nlohmann::json BatchNorm2d::to_json() const {
     j["weight"] = weight.defined();
     j["bias"] = bias.defined();
   }
-  j["relu"] = relu_;
+  write_norm_activation(j, activation_);
   if (sync_) j["sync"] = true;  // only when on: configs without it keep their exact JSON
   return j;
 }
@@ -59,7 +60,9 @@ namespace {
 struct BatchNorm2dSpec {
   int64_t num_features;
   double eps, momentum;
-  bool weight, bias, relu, sync;
+  bool weight, bias;
+  norm::NormActivation activation;
+  bool sync;
 };
 
 // Reads and checks the spec's keys: what the factory builds and the memory check counts.
@@ -73,15 +76,15 @@ BatchNorm2dSpec read_batchnorm2d(LayerArgs& args) {
   const bool affine = args.get_bool("affine", true);
   const bool weight = args.get_bool("weight", affine);
   const bool bias = args.get_bool("bias", affine);
-  const bool relu = args.get_bool("relu", false);
+  const norm::NormActivation activation = read_norm_activation(args);
   const bool sync = args.get_bool("sync", false);
   args.finish();
-  return {num_features, eps, momentum, weight, bias, relu, sync};
+  return {num_features, eps, momentum, weight, bias, activation, sync};
 }
 
 std::shared_ptr<Module> make_batchnorm2d(LayerArgs& args) {
   const BatchNorm2dSpec s = read_batchnorm2d(args);
-  return std::make_shared<BatchNorm2d>(s.num_features, s.eps, s.momentum, s.weight, s.bias, s.relu, s.sync);
+  return std::make_shared<BatchNorm2d>(s.num_features, s.eps, s.momentum, s.weight, s.bias, s.activation, s.sync);
 }
 
 // weight and bias (when learned), running_mean and running_var: one value per channel each.
@@ -105,7 +108,8 @@ const LayerDescriptor& batchnorm2d_layer() {
        default_key("affine", "bool", true, "learned scale and shift"),
        derived_key("weight", "bool", "learned scale; defaults to affine"),
        derived_key("bias", "bool", "learned shift; defaults to affine"),
-       default_key("relu", "bool", false, "applies a ReLU after the normalization, in the same kernels"),
+       norm_relu_key(),
+       norm_gelu_key(),
        default_key("sync", "bool", false,
                    "data parallel: training statistics over every rank's batch (SyncBatchNorm); no effect on one process")},
       make_batchnorm2d,
@@ -119,7 +123,7 @@ const LayerDescriptor& batchnorm2d_layer() {
 
 // layers/norm/norm_work.h over C channels; training also reads and writes the running statistics.
 std::optional<LayerWork> BatchNorm2d::work(const Tensor& x, const Tensor& y) const {
-  LayerWork w = norm_work(x, y, num_features_, weight, bias, is_training(), relu_);
+  LayerWork w = norm_work(x, y, num_features_, weight, bias, is_training(), activation_);
   if (is_training()) w.forward.bytes += 2 * (work_bytes(running_mean) + work_bytes(running_var));
   return w;
 }

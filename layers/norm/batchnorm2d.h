@@ -1,6 +1,7 @@
 // BatchNorm2d as torch.nn.BatchNorm2d: per-channel batch statistics in training (running
 // statistics updated in place), running statistics in eval. Beyond PyTorch: "weight" and "bias"
-// switch each affine parameter separately (both default to "affine"), and "relu" fuses a ReLU.
+// switch each affine parameter separately (both default to "affine"), and "relu" or "gelu"
+// applies that activation in the same kernels (norm_activation.h).
 // "sync" (torch.nn.SyncBatchNorm): in a data-parallel run, the training statistics are those of
 // every rank's batch together (sync_batch_norm), over the ranks the run gives (set_sync_group);
 // on one process it is BatchNorm2d itself.
@@ -18,18 +19,19 @@ class BatchNorm2d : public Module {
  public:
   // weight 1, bias 0, running_mean 0, running_var 1, on the CPU, as PyTorch.
   explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool weight = true,
-                       bool bias = true, bool relu = false, bool sync = false);
+                       bool bias = true, norm::NormActivation activation = norm::NormActivation::None,
+                       bool sync = false);
 
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "BatchNorm2d"; }
-  std::string describe() const override;  // "BatchNorm2d 128", "BatchNorm2d 128 +ReLU"
+  std::string describe() const override;  // "BatchNorm2d 128", "BatchNorm2d 128 +ReLU", "BatchNorm2d 128 +GELU"
   nlohmann::json to_json() const override;
   std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
 
   int64_t num_features() const { return num_features_; }
   double eps() const { return eps_; }
   double momentum() const { return momentum_; }
-  bool fused_relu() const { return relu_; }
+  norm::NormActivation activation() const { return activation_; }
   bool sync() const { return sync_; }
   // The ranks a "sync" layer takes its statistics over (null: this process alone).
   void set_sync_group(std::shared_ptr<const NormGroup> group) { sync_group_ = std::move(group); }
@@ -42,7 +44,8 @@ class BatchNorm2d : public Module {
  private:
   int64_t num_features_;
   double eps_, momentum_;
-  bool relu_, sync_;
+  norm::NormActivation activation_;
+  bool sync_;
   std::shared_ptr<const NormGroup> sync_group_;
 };
 

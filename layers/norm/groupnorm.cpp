@@ -4,13 +4,15 @@
 #include "core/checked_math.h"
 #include "core/error.h"
 #include "layers/norm/norm.h"
+#include "layers/norm/norm_activation.h"
 #include "layers/norm/norm_work.h"
 #include "layers/registry.h"
 
 namespace minidl {
 
-GroupNorm::GroupNorm(int64_t num_groups, int64_t num_channels, double eps, bool affine, bool relu)
-    : num_groups_(num_groups), num_channels_(num_channels), eps_(eps), relu_(relu) {
+GroupNorm::GroupNorm(int64_t num_groups, int64_t num_channels, double eps, bool affine,
+                     norm::NormActivation activation)
+    : num_groups_(num_groups), num_channels_(num_channels), eps_(eps), activation_(activation) {
   MINIDL_CHECK(num_groups >= 1 && num_channels >= 1 && num_channels % num_groups == 0,
                "GroupNorm: num_channels (", num_channels, ") must be a positive multiple of num_groups (", num_groups,
                ")");
@@ -26,16 +28,18 @@ Tensor GroupNorm::forward(const Tensor& x) {
   MINIDL_CHECK(x.defined() && x.dim() >= 2 && x.size(1) == num_channels_,
                label(), ": expected input (N, ",
                num_channels_, ", *), got ", x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
-  return group_norm(x, num_groups_, weight, bias, eps_, relu_);
+  return group_norm(x, num_groups_, weight, bias, eps_, activation_);
 }
 
 std::string GroupNorm::describe() const {
-  return str("GroupNorm ", num_groups_, "x", num_channels_, relu_ ? " +ReLU" : "");
+  return str("GroupNorm ", num_groups_, "x", num_channels_, norm_activation_suffix(activation_));
 }
 
 nlohmann::json GroupNorm::to_json() const {
-  return {{"type", "GroupNorm"}, {"num_groups", num_groups_}, {"num_channels", num_channels_},
-          {"eps", eps_},         {"affine", weight.defined()},  {"relu", relu_}};
+  nlohmann::json j = {{"type", "GroupNorm"}, {"num_groups", num_groups_}, {"num_channels", num_channels_},
+                      {"eps", eps_},         {"affine", weight.defined()}};
+  write_norm_activation(j, activation_);
+  return j;
 }
 
 namespace {
@@ -43,7 +47,8 @@ namespace {
 struct GroupNormSpec {
   int64_t num_groups, num_channels;
   double eps;
-  bool affine, relu;
+  bool affine;
+  norm::NormActivation activation;
 };
 
 // Reads and checks the spec's keys: what the factory builds and the memory check counts.
@@ -56,14 +61,14 @@ GroupNormSpec read_groupnorm(LayerArgs& args) {
   const double eps = args.get_float("eps", 1e-5);
   MINIDL_CHECK(eps >= 0, args.key_path("eps"), ": must be >= 0, got ", eps);
   const bool affine = args.get_bool("affine", true);
-  const bool relu = args.get_bool("relu", false);
+  const norm::NormActivation activation = read_norm_activation(args);
   args.finish();
-  return {num_groups, num_channels, eps, affine, relu};
+  return {num_groups, num_channels, eps, affine, activation};
 }
 
 std::shared_ptr<Module> make_groupnorm(LayerArgs& args) {
   const GroupNormSpec s = read_groupnorm(args);
-  return std::make_shared<GroupNorm>(s.num_groups, s.num_channels, s.eps, s.affine, s.relu);
+  return std::make_shared<GroupNorm>(s.num_groups, s.num_channels, s.eps, s.affine, s.activation);
 }
 
 LayerState groupnorm_state(LayerArgs& args) {
@@ -83,7 +88,8 @@ const LayerDescriptor& groupnorm_layer() {
        required_key("num_channels", "int", "channels C, a positive multiple of num_groups"),
        default_key("eps", "float", 1e-5, "added to the variance, >= 0"),
        default_key("affine", "bool", true, "learned per-channel scale and shift"),
-       default_key("relu", "bool", false, "applies a ReLU after the normalization, in the same kernels")},
+       norm_relu_key(),
+       norm_gelu_key()},
       make_groupnorm,
       {{"num_groups", 2}, {"num_channels", 4}},
       {2, 4, 3, 3},
@@ -95,7 +101,7 @@ const LayerDescriptor& groupnorm_layer() {
 
 // layers/norm/norm_work.h over N * groups statistics.
 std::optional<LayerWork> GroupNorm::work(const Tensor& x, const Tensor& y) const {
-  return norm_work(x, y, x.size(0) * num_groups_, weight, bias, true, relu_);
+  return norm_work(x, y, x.size(0) * num_groups_, weight, bias, true, activation_);
 }
 
 }  // namespace minidl

@@ -1,17 +1,20 @@
 // GroupNorm as torch.nn.GroupNorm: statistics per sample over each group of C/num_groups
-// channels (and all spatial positions), per-channel weight and bias; "relu" fuses a ReLU.
+// channels (and all spatial positions), per-channel weight and bias; "relu" or "gelu" applies that
+// activation in the same kernels (norm_activation.h).
 #pragma once
 #include <cstdint>
 #include <string>
 
 #include "layers/module.h"
+#include "layers/norm/norm_math.h"
 
 namespace minidl {
 
 class GroupNorm : public Module {
  public:
   // weight 1, bias 0 (when affine), on the CPU, as PyTorch.
-  GroupNorm(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true, bool relu = false);
+  GroupNorm(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true,
+            norm::NormActivation activation = norm::NormActivation::None);
 
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "GroupNorm"; }
@@ -28,7 +31,7 @@ class GroupNorm : public Module {
  private:
   int64_t num_groups_, num_channels_;
   double eps_;
-  bool relu_;
+  norm::NormActivation activation_;
 };
 
 // The layer type' descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.

@@ -7,13 +7,15 @@
 #include "core/checked_math.h"
 #include "core/error.h"
 #include "layers/norm/norm.h"
+#include "layers/norm/norm_activation.h"
 #include "layers/norm/norm_work.h"
 #include "layers/registry.h"
 
 namespace minidl {
 
-LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool elementwise_affine, bool relu)
-    : normalized_shape_(std::move(normalized_shape)), eps_(eps), relu_(relu) {
+LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool elementwise_affine,
+                     norm::NormActivation activation)
+    : normalized_shape_(std::move(normalized_shape)), eps_(eps), activation_(activation) {
   MINIDL_CHECK(!normalized_shape_.empty(), "LayerNorm: normalized_shape must not be empty");
   for (int64_t d : normalized_shape_)
     MINIDL_CHECK(d >= 1, "LayerNorm: normalized_shape dims must be >= 1, got ", shape_str(normalized_shape_));
@@ -32,22 +34,23 @@ Tensor LayerNorm::forward(const Tensor& x) {
                shape_str(normalized_shape_), "), got ",
                x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
   if (feeds_half_gemm_ && autocast_active() && x.dtype() == DType::Float32)
-    return layer_norm_to(x, autocast_dtype(), normalized_shape_, weight, bias, eps_, relu_);
-  return layer_norm(x, normalized_shape_, weight, bias, eps_, relu_);
+    return layer_norm_to(x, autocast_dtype(), normalized_shape_, weight, bias, eps_, activation_);
+  return layer_norm(x, normalized_shape_, weight, bias, eps_, activation_);
 }
 
 std::string LayerNorm::describe() const {
   std::string dims;
   for (int64_t d : normalized_shape_) dims += (dims.empty() ? "" : ",") + std::to_string(d);
-  return str("LayerNorm (", dims, ")", relu_ ? " +ReLU" : "");
+  return str("LayerNorm (", dims, ")", norm_activation_suffix(activation_));
 }
 
 nlohmann::json LayerNorm::to_json() const {
-  return {{"type", "LayerNorm"},
-          {"normalized_shape", normalized_shape_},
-          {"eps", eps_},
-          {"elementwise_affine", weight.defined()},
-          {"relu", relu_}};
+  nlohmann::json j = {{"type", "LayerNorm"},
+                      {"normalized_shape", normalized_shape_},
+                      {"eps", eps_},
+                      {"elementwise_affine", weight.defined()}};
+  write_norm_activation(j, activation_);
+  return j;
 }
 
 namespace {
@@ -55,7 +58,8 @@ namespace {
 struct LayerNormSpec {
   Shape normalized_shape;
   double eps;
-  bool elementwise_affine, relu;
+  bool elementwise_affine;
+  norm::NormActivation activation;
 };
 
 // Reads and checks the spec's keys: what the factory builds and the memory check counts.
@@ -66,14 +70,14 @@ LayerNormSpec read_layernorm(LayerArgs& args) {
   const double eps = args.get_float("eps", 1e-5);
   MINIDL_CHECK(eps >= 0, args.key_path("eps"), ": must be >= 0, got ", eps);
   const bool elementwise_affine = args.get_bool("elementwise_affine", true);
-  const bool relu = args.get_bool("relu", false);
+  const norm::NormActivation activation = read_norm_activation(args);
   args.finish();
-  return {normalized_shape, eps, elementwise_affine, relu};
+  return {normalized_shape, eps, elementwise_affine, activation};
 }
 
 std::shared_ptr<Module> make_layernorm(LayerArgs& args) {
   const LayerNormSpec s = read_layernorm(args);
-  return std::make_shared<LayerNorm>(s.normalized_shape, s.eps, s.elementwise_affine, s.relu);
+  return std::make_shared<LayerNorm>(s.normalized_shape, s.eps, s.elementwise_affine, s.activation);
 }
 
 LayerState layernorm_state(LayerArgs& args) {
@@ -92,7 +96,8 @@ const LayerDescriptor& layernorm_layer() {
       {required_key("normalized_shape", "ints", "the trailing dims normalized together, each >= 1"),
        default_key("eps", "float", 1e-5, "added to the variance, >= 0"),
        default_key("elementwise_affine", "bool", true, "learned scale and shift of normalized_shape"),
-       default_key("relu", "bool", false, "applies a ReLU after the normalization, in the same kernels")},
+       norm_relu_key(),
+       norm_gelu_key()},
       make_layernorm,
       {{"normalized_shape", {3, 4, 4}}},
       {2, 3, 4, 4},
@@ -105,7 +110,7 @@ const LayerDescriptor& layernorm_layer() {
 // layers/norm/norm_work.h over one statistic per normalized row.
 std::optional<LayerWork> LayerNorm::work(const Tensor& x, const Tensor& y) const {
   return norm_work(x, y, x.numel() / std::max<int64_t>(1, shape_numel(normalized_shape_)), weight, bias, true,
-                   relu_);
+                   activation_);
 }
 
 }  // namespace minidl

@@ -1,20 +1,23 @@
 // LayerNorm as torch.nn.LayerNorm: statistics over the trailing normalized_shape dims of each
-// leading index, with one weight and bias entry per normalized element; "relu" fuses a ReLU.
+// leading index, with one weight and bias entry per normalized element; "relu" or
+// "gelu" applies that activation in the same kernels (norm_activation.h).
 #pragma once
 #include <string>
 
 #include "layers/module.h"
+#include "layers/norm/norm_math.h"
 
 namespace minidl {
 
 class LayerNorm : public Module {
  public:
   // weight 1, bias 0 (when elementwise_affine), on the CPU, as PyTorch.
-  explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true, bool relu = false);
+  explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true,
+                     norm::NormActivation activation = norm::NormActivation::None);
 
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "LayerNorm"; }
-  std::string describe() const override;  // "LayerNorm (512,4,4)", "+ReLU" when fused
+  std::string describe() const override;  // "LayerNorm (512,4,4)", "+ReLU" or "+GELU" when fused
   nlohmann::json to_json() const override;
   std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
 
@@ -30,7 +33,7 @@ class LayerNorm : public Module {
  private:
   Shape normalized_shape_;
   double eps_;
-  bool relu_;
+  norm::NormActivation activation_;
   bool feeds_half_gemm_ = false;
 };
 

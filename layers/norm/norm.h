@@ -1,6 +1,7 @@
 // The normalization ops, with PyTorch's semantics and argument order (torch.nn.functional):
 // each is one autograd node whose backward runs the same machinery (norm_kernels.h) on the
-// tensors' device. `relu` fuses a ReLU after the affine step (NaN kept, as torch.relu).
+// tensors' device. `activation` applies ReLU (NaN kept, as torch.relu) or GELU (exact form) to the
+// output in the same kernels; backward recomputes its input from x and the saved statistics.
 // Gradients flow to x and to weight/bias where those are defined (undefined = that affine part
 // is off); running statistics are buffers, updated in place, never differentiated.
 #pragma once
@@ -9,6 +10,7 @@
 #include <memory>
 
 #include "core/tensor.h"
+#include "layers/norm/norm_math.h"
 
 namespace minidl {
 
@@ -16,7 +18,7 @@ namespace minidl {
 // running_mean/running_var are defined, updates them in place (momentum, unbiased variance).
 // Eval: normalizes with running_mean/running_var, which must be defined.
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                  const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5, bool relu = false);
+                  const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5, norm::NormActivation activation = norm::NormActivation::None);
 
 // The ranks a synchronized batch_norm takes its statistics over. all_gather(in, out) is a
 // collective that every rank calls in the same order: out (world_size times in's elements,
@@ -33,23 +35,23 @@ struct NormGroup {
 // share (the gradient reduction adds the ranks'). A group of one rank is batch_norm itself.
 Tensor sync_batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                        const Tensor& bias, std::shared_ptr<const NormGroup> group, double momentum = 0.1,
-                       double eps = 1e-5, bool relu = false);
+                       double eps = 1e-5, norm::NormActivation activation = norm::NormActivation::None);
 
 // x (N, C, *): statistics per sample over each of num_groups runs of C/num_groups channels;
 // weight, bias (C).
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps = 1e-5,
-                  bool relu = false);
+                  norm::NormActivation activation = norm::NormActivation::None);
 
 // x (..., normalized_shape): statistics over the trailing normalized_shape dims of each leading
 // index; weight, bias of shape normalized_shape (one entry per normalized element).
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
-                  double eps = 1e-5, bool relu = false);
+                  double eps = 1e-5, norm::NormActivation activation = norm::NormActivation::None);
 
 // layer_norm(x, ...).to(out) without autocast's widening of x: a float32 x may give a half output
 // (the input of a half GEMM: a pre-norm transformer's LayerNorm under autocast), rounded once from
 // the float32 result, in the same kernel where the GPU's Warp path runs the pass; the gradient
 // comes back in `out` and reaches x in float32. The bits are those of the float32 op and a cast.
 Tensor layer_norm_to(const Tensor& x, DType out, const Shape& normalized_shape, const Tensor& weight,
-                     const Tensor& bias, double eps = 1e-5, bool relu = false);
+                     const Tensor& bias, double eps = 1e-5, norm::NormActivation activation = norm::NormActivation::None);
 
 }  // namespace minidl

@@ -120,7 +120,7 @@ struct NormForward {
   bool training = true;
   double momentum = 0.1;
   double eps = 1e-5;
-  bool relu = false;  // y = max(y, 0) fused, NaN kept (y <= 0 ? 0 : y)
+  NormActivation activation = NormActivation::None;  // applied to y in the same kernels
   NormPath path = NormPath::Auto;  // fast GPU path only; tests and the benchmark force one
   int cluster = 0;  // path Cluster: CTAs per group (2, 4, 8 or 16); 0: the smallest that fits
   const NormSync* sync = nullptr;  // training statistics over every rank's batch, or null
@@ -131,12 +131,12 @@ struct NormBackward {
   const float* x = nullptr;
   const float* dy = nullptr;
   const float* weight = nullptr;
-  const float* bias = nullptr;  // only read to recompute y for the fused ReLU's mask
+  const float* bias = nullptr;  // only read to recompute the fused activation's input
   const float* mean = nullptr;
   const float* rstd = nullptr;
   // false: the statistics were constants (BatchNorm eval), so dx = dy * scale.
   bool training = true;
-  bool relu = false;  // the forward fused a ReLU: dy is passed only where y > 0 (or NaN)
+  NormActivation activation = NormActivation::None;  // the forward's: dy goes through its derivative
   float* dx = nullptr;
   float* dweight = nullptr;  // [features] or null: not wanted
   float* dbias = nullptr;    // [features] or null

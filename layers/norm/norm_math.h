@@ -1,11 +1,12 @@
 // The per-element formulas of the normalization layers, shared by the CPU path, the fast CUDA
-// kernels and the oracle, so every implementation forms y, the fused ReLU's mask and dx from the
-// same float operations. That matters for the fused ReLU: backward recomputes y from x and the
-// saved statistics instead of storing it, and gets the same bits as the forward's y.
+// kernels and the oracle, so every implementation forms y, the fused activation's gradient and dx
+// from the same float operations. That matters for the fused activation: backward recomputes its
+// input y from x and the saved statistics instead of storing it, and gets the forward's bits.
 #pragma once
 #include <cmath>
 
 #include "core/host_device.h"
+#include "layers/activation/activation_math.h"
 
 namespace minidl::norm {
 
@@ -20,13 +21,26 @@ MINIDL_HD float feature_shift(const float* bias, long long f) { return bias ? bi
 // its accuracy when |mean| >> std, where x * scale + (shift - mean * scale) would cancel.
 MINIDL_HD float normalized(float x, float mean, float scale, float shift) { return fmaf(x - mean, scale, shift); }
 
-// ReLU as a separate torch.relu would do it: NaN fails the comparison and passes through.
-MINIDL_HD float relu_forward(float y) { return y <= 0.f ? 0.f : y; }
+// The activation a normalization layer may apply to its output in the same kernels, computed
+// with the separate layer's formulas (activation_math.h).
+enum class NormActivation : unsigned char { None, ReLU, GELU };
 
-// ReLU's backward on its output y: dy passes unless y <= 0, so a NaN output keeps its gradient.
-MINIDL_HD float relu_backward(float dy, float y) { return y <= 0.f ? 0.f : dy; }
+MINIDL_HD float activation_forward(NormActivation a, float y) {
+  return a == NormActivation::ReLU ? act::relu_forward(y) : a == NormActivation::GELU ? act::gelu_forward(y) : y;
+}
 
-// dx = g * scale + (x - mean) * k1 + k2, where g is dy after the ReLU mask and k1, k2 are the
+// dy through the activation, from the activation's input y (the normalized value).
+MINIDL_HD float activation_backward(NormActivation a, float dy, float y) {
+  return a == NormActivation::ReLU ? act::relu_backward(dy, y) : a == NormActivation::GELU ? act::gelu_backward(dy, y) : dy;
+}
+
+// dy through the fused activation, its input y = normalized(x, mean, scale, shift) recomputed
+// (backward does not store y); dy itself when there is none.
+MINIDL_HD float activation_grad(NormActivation a, float dy, float x, float mean, float scale, float shift) {
+  return a == NormActivation::None ? dy : activation_backward(a, dy, normalized(x, mean, scale, shift));
+}
+
+// dx = g * scale + (x - mean) * k1 + k2, where g is dy through the fused activation and k1, k2 are the
 // per-group terms of the backward through the statistics (0 when they were constants).
 MINIDL_HD float input_grad(float g, float centered, float scale, float k1, float k2) {
   return fmaf(g, scale, fmaf(centered, k1, k2));

@@ -46,7 +46,7 @@ struct Options {
   bool training = true;
   double momentum = 0.1;
   double eps = 1e-5;
-  bool relu = false;
+  norm::NormActivation activation = norm::NormActivation::None;
   std::shared_ptr<const NormGroup> group;  // synchronized statistics (training BatchNorm), or null
 };
 
@@ -105,7 +105,7 @@ Tensor normalize(const char* op, const NormLayout& layout, const Tensor& x, cons
   a.training = o.training;
   a.momentum = o.momentum;
   a.eps = o.eps;
-  a.relu = o.relu;
+  a.activation = o.activation;
   a.path = path_setting();
   std::optional<SyncBuffers> sync;
   if (o.group) {
@@ -150,7 +150,7 @@ Tensor normalize(const char* op, const NormLayout& layout, const Tensor& x, cons
         b.mean = mean.data<float>();
         b.rstd = rstd.data<float>();
         b.training = o.training;
-        b.relu = o.relu;
+        b.activation = o.activation;
         b.dx = half ? nullptr : dx.data<float>();
         b.dweight = mut_ptr(dw);
         b.dbias = mut_ptr(db);
@@ -206,22 +206,22 @@ Tensor batch_norm_with(const Tensor& x, const Tensor& running_mean, const Tensor
 }  // namespace
 
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                  const Tensor& bias, bool training, double momentum, double eps, bool relu) {
-  return batch_norm_with(x, running_mean, running_var, weight, bias, {training, momentum, eps, relu, nullptr});
+                  const Tensor& bias, bool training, double momentum, double eps, norm::NormActivation activation) {
+  return batch_norm_with(x, running_mean, running_var, weight, bias, {training, momentum, eps, activation, nullptr});
 }
 
 Tensor sync_batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                        const Tensor& bias, std::shared_ptr<const NormGroup> group, double momentum, double eps,
-                       bool relu) {
+                       norm::NormActivation activation) {
   MINIDL_CHECK(group && group->world_size >= 1 && group->all_gather, "sync_batch_norm: no group of ranks given");
-  if (group->world_size == 1) return batch_norm(x, running_mean, running_var, weight, bias, true, momentum, eps, relu);
-  return batch_norm_with(x, running_mean, running_var, weight, bias, {true, momentum, eps, relu, std::move(group)});
+  if (group->world_size == 1) return batch_norm(x, running_mean, running_var, weight, bias, true, momentum, eps, activation);
+  return batch_norm_with(x, running_mean, running_var, weight, bias, {true, momentum, eps, activation, std::move(group)});
 }
 
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps,
-                  bool relu) {
+                  norm::NormActivation activation) {
   // Under autocast GroupNorm is a float32 op: a half input is widened and the output stays float32.
-  if (holds_half(x) && autocast_active()) return group_norm(as_float32(x), num_groups, weight, bias, eps, relu);
+  if (holds_half(x) && autocast_active()) return group_norm(as_float32(x), num_groups, weight, bias, eps, activation);
   check_input(x, "group_norm");
   MINIDL_CHECK(x.dim() >= 2, "group_norm: expected input (N, C, *), got ", shape_str(x.shape()));
   const int64_t n = x.size(0), c = x.size(1), hw = x.numel() / (n * c);
@@ -232,7 +232,7 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
   MINIDL_CHECK(eps >= 0, "group_norm: eps must be >= 0, got ", eps);
   Options o;
   o.eps = eps;
-  o.relu = relu;
+  o.activation = activation;
   // Channels-last x is [N][H*W][C]: a group is C/G channels at every position of its sample, the
   // ChannelGroup layout, which the kernels (and the CPU reference) read in place of a transpose.
   const NormLayout layout = x.is_channels_last() ? NormLayout::group_norm_channels_last(n, c, hw, num_groups)
@@ -241,15 +241,15 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
 }
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias, double eps,
-                  bool relu) {
+                  norm::NormActivation activation) {
   // Under autocast LayerNorm is a float32 op, as GroupNorm.
-  if (holds_half(x) && autocast_active()) return layer_norm(as_float32(x), normalized_shape, weight, bias, eps, relu);
+  if (holds_half(x) && autocast_active()) return layer_norm(as_float32(x), normalized_shape, weight, bias, eps, activation);
   MINIDL_CHECK(x.defined(), "layer_norm: input is undefined");
-  return layer_norm_to(x, x.dtype(), normalized_shape, weight, bias, eps, relu);
+  return layer_norm_to(x, x.dtype(), normalized_shape, weight, bias, eps, activation);
 }
 
 Tensor layer_norm_to(const Tensor& x, DType out, const Shape& normalized_shape, const Tensor& weight,
-                     const Tensor& bias, double eps, bool relu) {
+                     const Tensor& bias, double eps, norm::NormActivation activation) {
   check_input(x, "layer_norm");
   MINIDL_CHECK(out == x.dtype() || (x.dtype() == DType::Float32 && is_half(out)), "layer_norm: a ",
                dtype_name(x.dtype()), " input cannot give a ", dtype_name(out), " output (float32 may give a half one)");
@@ -263,7 +263,7 @@ Tensor layer_norm_to(const Tensor& x, DType out, const Shape& normalized_shape, 
   const int64_t d = shape_numel(normalized_shape);
   Options o;
   o.eps = eps;
-  o.relu = relu;
+  o.activation = activation;
   const NormLayout layout = NormLayout::layer_norm(x.numel() / d, d);
   if (x.is_channels_last()) {
     // Over (C, H, W) a sample is one group whatever the order of its elements, so the kernels run
@@ -271,7 +271,7 @@ Tensor layer_norm_to(const Tensor& x, DType out, const Shape& normalized_shape, 
     // (their gradients come back through the same reorder). Over fewer dims a group is strided
     // there: normalized in NCHW order.
     if (k != 3)
-      return layer_norm_to(x.contiguous(), out, normalized_shape, weight, bias, eps, relu)
+      return layer_norm_to(x.contiguous(), out, normalized_shape, weight, bias, eps, activation)
           .to(MemoryFormat::ChannelsLast);
     const Shape param{1, x.size(1), x.size(2), x.size(3)};
     auto reordered = [&](const Tensor& p) { return p.defined() ? p.reshape(param).to(MemoryFormat::ChannelsLast) : p; };

@@ -58,6 +58,8 @@ LAYER_CASES = [
      "train", 3.0, 2.0),
     ("BatchNorm2d eval relu", {"type": "BatchNorm2d", "num_features": 19, "relu": True}, (5, 19, 7, 9),
      "eval", 3.0, 2.0),
+    ("BatchNorm2d train gelu", {"type": "BatchNorm2d", "num_features": 19, "gelu": True}, (5, 19, 7, 9),
+     "train", 3.0, 2.0),
     ("GroupNorm 4 groups", {"type": "GroupNorm", "num_groups": 4, "num_channels": 12}, (3, 12, 5, 7),
      "train", 3.0, 2.0),
     ("GroupNorm 1 group", {"type": "GroupNorm", "num_groups": 1, "num_channels": 6}, (3, 6, 5, 7),

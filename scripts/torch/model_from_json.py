@@ -2,8 +2,8 @@
 
 Walking the config's layer list gives a model whose state_dict names are minidl's ("0.weight",
 "3.1.running_mean"), so weights move between the two frameworks by name (safetensors). A layer
-with "relu": true stays ONE module (minidl fuses the ReLU into the normalization), so indices
-line up. Keys are read as strictly as minidl's LayerArgs does: an unknown key is an error here
+with "relu": true or "gelu": true stays ONE module (minidl fuses the activation into the
+normalization), so indices line up. Keys are read as strictly as minidl's LayerArgs does: an unknown key is an error here
 too, instead of a silently different network.
 
 Used by scripts/parity/parity.py (layer and one-step checks) and scripts/torch/resnet9.py (the
@@ -32,12 +32,17 @@ def schema():
     return _schema
 
 
+def _activate(y, relu, gelu):
+    """A normalization layer's fused activation: "relu" or "gelu" (exact form)."""
+    return F.relu(y) if relu else F.gelu(y) if gelu else y
+
+
 class BatchNorm2d(nn.BatchNorm2d):
-    """minidl's BatchNorm2d: "weight" and "bias" each default to "affine"; "relu" fused after.
+    """minidl's BatchNorm2d: "weight" and "bias" each default to "affine"; "relu" or "gelu" fused after.
     "sync" (statistics over the ranks of a data-parallel run) is BatchNorm2d itself in the one
     process the twin runs in, as in minidl."""
 
-    def __init__(self, num_features, eps, momentum, affine, relu, sync=False, weight=None, bias=None):
+    def __init__(self, num_features, eps, momentum, affine, relu, gelu=False, sync=False, weight=None, bias=None):
         weight = affine if weight is None else weight
         bias = affine if bias is None else bias
         super().__init__(num_features, eps=eps, momentum=momentum, affine=weight or bias)
@@ -46,30 +51,33 @@ class BatchNorm2d(nn.BatchNorm2d):
         if weight and not bias:
             self.register_parameter("bias", None)
         self.relu = relu
+        self.gelu = gelu
 
     def forward(self, x):
         y = super().forward(x)
-        return F.relu(y) if self.relu else y
+        return _activate(y, self.relu, self.gelu)
 
 
 class GroupNorm(nn.GroupNorm):
-    def __init__(self, num_groups, num_channels, eps, affine, relu):
+    def __init__(self, num_groups, num_channels, eps, affine, relu, gelu=False):
         super().__init__(num_groups, num_channels, eps=eps, affine=affine)
         self.relu = relu
+        self.gelu = gelu
 
     def forward(self, x):
         y = super().forward(x)
-        return F.relu(y) if self.relu else y
+        return _activate(y, self.relu, self.gelu)
 
 
 class LayerNorm(nn.LayerNorm):
-    def __init__(self, normalized_shape, eps, elementwise_affine, relu):
+    def __init__(self, normalized_shape, eps, elementwise_affine, relu, gelu=False):
         super().__init__(normalized_shape, eps=eps, elementwise_affine=elementwise_affine)
         self.relu = relu
+        self.gelu = gelu
 
     def forward(self, x):
         y = super().forward(x)
-        return F.relu(y) if self.relu else y
+        return _activate(y, self.relu, self.gelu)
 
 
 class GlobalAvgPool2d(nn.Module):

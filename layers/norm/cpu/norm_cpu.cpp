@@ -169,7 +169,7 @@ void batch_statistics(const NormLayout& l, const NormForward& a) {
 
 // y for every element, from the per-group mean and rstd (batch or running).
 void apply(const NormLayout& l, const NormForward& a) {
-  const bool relu = a.relu;
+  const NormActivation act = a.activation;
 #pragma omp parallel for schedule(static) if (l.numel() > kParallelMin)
   for (int64_t r = 0; r < l.rows; ++r) {
     for_each_row_run(l, r, [&](auto pe, int64_t off, int64_t n, int64_t f, int64_t g) {
@@ -179,23 +179,24 @@ void apply(const NormLayout& l, const NormForward& a) {
       for (int64_t i = 0; i < n; ++i) {
         const int64_t fi = feature_at(pe, f, i);
         const float v = normalized(x[i], mean, feature_scale(a.weight, fi, rstd), feature_shift(a.bias, fi));
-        y[i] = relu ? relu_forward(v) : v;
+        y[i] = activation_forward(act, v);
       }
     });
   }
 }
 
-// dy after the fused ReLU's mask (y recomputed with the forward's formula, so the same bits).
-// y is formed either way so that the choice is a select, and the loops vectorize.
-inline float masked_grad(bool relu, float dy, float x, float mean, float scale, float shift) {
-  const float y = normalized(x, mean, scale, shift);
-  return relu ? relu_backward(dy, y) : dy;
+// dy through the fused activation (its input recomputed with the forward's formula, so the same
+// bits). The input is formed either way so that, without an activation or with ReLU, the choice
+// is a select and the loops vectorize.
+inline float activated_grad(NormActivation act, float dy, float x, float mean, float scale, float shift) {
+  return activation_backward(act, dy, normalized(x, mean, scale, shift));
 }
 
 // dweight[f] = sum g * (x - mean) * rstd and dbias[f] = sum g over every element of feature f,
 // for the Segment and ChannelGroup kinds (where a feature spans many groups).
 void affine_grads(const NormLayout& l, const NormBackward& a) {
-  const bool relu = a.relu, channels_last = l.kind == NormKind::ChannelGroup;
+  const NormActivation act = a.activation;
+  const bool channels_last = l.kind == NormKind::ChannelGroup;
   const int64_t blocks = (l.features + kFeatureBlock - 1) / kFeatureBlock, segments = l.segments_per_row();
   // Rows of one element per feature: one per row (LayerNorm), or one per position (ChannelGroup).
   const int64_t positions = channels_last ? l.plane : 1;
@@ -213,7 +214,7 @@ void affine_grads(const NormLayout& l, const NormBackward& a) {
           for (int64_t f = f0; f < f1; ++f) {
             const int64_t g = r * segments + segment_of[f - f0];
             const float mean = a.mean[g], rstd = a.rstd[g];
-            const double gi = masked_grad(relu, dy[f], x[f], mean, feature_scale(a.weight, f, rstd),
+            const double gi = activated_grad(act, dy[f], x[f], mean, feature_scale(a.weight, f, rstd),
                                           feature_shift(a.bias, f));
             dw[f - f0] += gi * (static_cast<double>(x[f]) - mean) * rstd;
             db[f - f0] += gi;
@@ -232,7 +233,7 @@ void affine_grads(const NormLayout& l, const NormBackward& a) {
         double sw = 0, sb = 0;
 #pragma omp simd reduction(+ : sw, sb)
         for (int64_t i = 0; i < l.plane; ++i) {
-          const double gi = masked_grad(relu, dyf[i], xf[i], mean, scale, shift);
+          const double gi = activated_grad(act, dyf[i], xf[i], mean, scale, shift);
           sw += gi * (static_cast<double>(xf[i]) - mean);
           sb += gi;
         }
@@ -269,7 +270,8 @@ void forward_cpu(const NormLayout& l, const NormForward& a) {
 void backward_cpu(const NormLayout& l, const NormBackward& a) {
   const int64_t groups = l.groups();
   const double m = static_cast<double>(l.group_size());
-  const bool relu = a.relu, weighted_sums = l.kind != NormKind::Channel && a.weight;
+  const NormActivation act = a.activation;
+  const bool weighted_sums = l.kind != NormKind::Channel && a.weight;
   std::vector<double> sa, sb;
   group_sums(
       l,
@@ -280,7 +282,7 @@ void backward_cpu(const NormLayout& l, const NormBackward& a) {
         for (int64_t i = 0; i < n; ++i) {
           const int64_t fi = feature_at(pe, f, i);
           const double w = weighted_sums ? a.weight[fi] : 1.0;
-          const double gi = w * masked_grad(relu, a.dy[off + i], a.x[off + i], mean, feature_scale(a.weight, fi, rstd),
+          const double gi = w * activated_grad(act, a.dy[off + i], a.x[off + i], mean, feature_scale(a.weight, fi, rstd),
                                             feature_shift(a.bias, fi));
           du += gi;
           dv += gi * (static_cast<double>(a.x[off + i]) - mean);
@@ -326,7 +328,7 @@ void backward_cpu(const NormLayout& l, const NormBackward& a) {
       for (int64_t i = 0; i < n; ++i) {
         const int64_t fi = feature_at(pe, f, i);
         const float x = a.x[off + i], scale = feature_scale(a.weight, fi, rstd), shift = feature_shift(a.bias, fi);
-        a.dx[off + i] = input_grad(masked_grad(relu, a.dy[off + i], x, mean, scale, shift), x - mean, scale, gk1, gk2);
+        a.dx[off + i] = input_grad(activated_grad(act, a.dy[off + i], x, mean, scale, shift), x - mean, scale, gk1, gk2);
       }
     });
   }

@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(single::kMaxThreads)
 #pragma unroll
             for (int e = 0; e < kV; ++e) {
               const float xe = xv[u][e];
-              const float gv = b.relu ? relu_backward(dv[u][e], normalized(xe, mean, scale, shift)) : dv[u][e];
+              const float gv = activation_grad(b.activation, dv[u][e], xe, mean, scale, shift);
               fa += gv;
               fb += gv * (xe - mean);
               dv[u][e] = gv;
@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(single::kMaxThreads)
               const float xe = xv[u][e], w = b.weight ? b.weight[f.f] : 1.f;
               const float centered = xe - mean;
               const float gv =
-                  b.relu ? relu_backward(dv[u][e], normalized(xe, mean, w * rstd, feature_shift(b.bias, f.f))) : dv[u][e];
+                  activation_grad(b.activation, dv[u][e], xe, mean, w * rstd, feature_shift(b.bias, f.f));
               const float wg = w * gv;
               fa += wg;
               fb += wg * centered;

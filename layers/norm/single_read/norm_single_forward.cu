@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(single::kMaxThreads)
 #pragma unroll
         for (int e = 0; e < kV; ++e) {
           const float out = normalized(v[e], mean, scale, shift);
-          v[e] = a.relu ? relu_forward(out) : out;
+          v[e] = activation_forward(a.activation, out);
         }
       } else {
         if constexpr (kFourAffine) {
@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(single::kMaxThreads)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const float out = normalized(v[e], mean, w[e] * rstd, b[e]);
-            v[e] = a.relu ? relu_forward(out) : out;
+            v[e] = activation_forward(a.activation, out);
           }
         } else {
           single::FeatureCursor f = single::feature_cursor(g, grp, kk);
@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(single::kMaxThreads)
           for (int e = 0; e < kV; ++e) {
             const float w = a.weight ? a.weight[f.f] : 1.f;
             const float out = normalized(v[e], mean, w * rstd, feature_shift(a.bias, f.f));
-            v[e] = a.relu ? relu_forward(out) : out;
+            v[e] = activation_forward(a.activation, out);
             f.next();
           }
         }

@@ -42,7 +42,7 @@ using tiles::Unit;
 struct ChannelGrad : ChannelParams {
   static constexpr bool kGrad = true, kRowSums = false, kColSums = true;
   __device__ void element(float x, float dy, const Col& col, const Row&, float&, float&, float& ca, float& cb) const {
-    const float g = relu ? relu_backward(dy, normalized(x, col.mean, col.scale, col.shift)) : dy;
+    const float g = activation_grad(activation, dy, x, col.mean, col.scale, col.shift);
     ca += g;
     cb += g * (x - col.mean);
   }
@@ -56,7 +56,7 @@ struct SegmentGrad : SegmentParams {
   __device__ void element(float x, float dy, const Col& col, const Row& row, float& ra, float& rb, float& ca,
                           float& cb) const {
     const float centered = x - row.mean;
-    const float g = relu ? relu_backward(dy, normalized(x, row.mean, col.w * row.rstd, col.shift)) : dy;
+    const float g = activation_grad(activation, dy, x, row.mean, col.w * row.rstd, col.shift);
     const float wg = col.w * g;
     ra += wg;
     rb += wg * centered;
@@ -81,7 +81,7 @@ struct ChannelInputGrad : ChannelParams {
     return {mean[i], feature_scale(weight, f, rstd[i]), feature_shift(bias, f), k1[i], k2[i]};
   }
   __device__ float element(float x, float dy, const Col& col, const Row&) const {
-    const float g = relu ? relu_backward(dy, normalized(x, col.mean, col.scale, col.shift)) : dy;
+    const float g = activation_grad(activation, dy, x, col.mean, col.scale, col.shift);
     return input_grad(g, x - col.mean, col.scale, col.k1, col.k2);
   }
 };
@@ -92,7 +92,7 @@ struct SegmentInputGrad {
   const float *mean, *rstd, *weight, *bias, *k1, *k2;
   int32_t plane, segment;
   int64_t segments_per_row;
-  bool relu;
+  NormActivation activation;
   struct Col {
     float w, shift;
   };
@@ -109,7 +109,7 @@ struct SegmentInputGrad {
   }
   __device__ float element(float x, float dy, const Col& col, const Row& row) const {
     const float scale = col.w * row.rstd;
-    const float g = relu ? relu_backward(dy, normalized(x, row.mean, scale, col.shift)) : dy;
+    const float g = activation_grad(activation, dy, x, row.mean, scale, col.shift);
     return input_grad(g, x - row.mean, scale, row.k1, row.k2);
   }
 };
@@ -253,7 +253,7 @@ template <bool kAffine, class T>
 Geometry segment_grad_sums(const NormLayout& l, const NormBackward& b, const T* x, const T* dy, bool aligned,
                            std::shared_ptr<void>& col, std::shared_ptr<void>& row) {
   using Op = SegmentGrad<kAffine>;
-  const Op op{segment_params(l, b.mean, b.rstd, b.weight, b.bias, b.relu)};
+  const Op op{segment_params(l, b.mean, b.rstd, b.weight, b.bias, b.activation)};
   const Geometry g = tiles::plan_reduce<Op, T>(tiles::make_tiles(l, l.segment, kAffine ? l.plane : 0, aligned));
   row = allocate(2 * g.rows * g.tiles * sizeof(double), Device::cuda());
   if (kAffine) col = allocate(2 * g.partial_sets() * g.bins * sizeof(double), Device::cuda());
@@ -290,7 +290,7 @@ NormRun three_launch_backward(const NormLayout& l, const NormBackward& b, const 
   f.sync_local = b.sync ? b.sync->local : nullptr;
   const bool aligned = tiles::aligned16(x) && tiles::aligned16(dy);
   if (l.kind != NormKind::Segment) {  // per-channel bins (ChannelGroup: per sample too)
-    const ChannelGrad op{channel_params(l, b.mean, b.rstd, b.weight, b.bias, b.relu)};
+    const ChannelGrad op{channel_params(l, b.mean, b.rstd, b.weight, b.bias, b.activation)};
     f.g = tiles::plan_reduce<ChannelGrad, T>(tiles::channel_tiles(l, tiles::folded(l).plane, aligned));
     f.channel_partials = tiles::ChannelPartials::of(f.g, l);
     col = allocate(2 * f.g.partial_sets() * f.g.bins * sizeof(double), dev);
@@ -317,12 +317,12 @@ NormRun three_launch_backward(const NormLayout& l, const NormBackward& b, const 
 
   const bool dx_aligned = aligned && tiles::aligned16(dx);
   if (l.kind != NormKind::Segment) {
-    const ChannelInputGrad op{channel_params(l, b.mean, b.rstd, b.weight, b.bias, b.relu), k1, k2};
+    const ChannelInputGrad op{channel_params(l, b.mean, b.rstd, b.weight, b.bias, b.activation), k1, k2};
     const Geometry g = tiles::plan_map<ChannelInputGrad, T>(tiles::channel_tiles(l, 0, dx_aligned));
     tiles::launch_map(g, op, x, dy, dx);
   } else {
     const SegmentInputGrad op{b.mean, b.rstd, b.weight, b.bias, k1, k2, static_cast<int32_t>(l.plane),
-                              static_cast<int32_t>(l.segment), l.segments_per_row(), b.relu};
+                              static_cast<int32_t>(l.segment), l.segments_per_row(), b.activation};
     const Geometry g = tiles::plan_map<SegmentInputGrad, T>(tiles::make_tiles(l, l.segment, 0, dx_aligned));
     tiles::launch_map(g, op, x, dy, dx);
   }

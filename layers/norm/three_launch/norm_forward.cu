@@ -87,7 +87,7 @@ struct ChannelApply : ChannelParams {
   static constexpr bool kGrad = false;
   __device__ float element(float x, float, const Col& col, const Row&) const {
     const float y = normalized(x, col.mean, col.scale, col.shift);
-    return relu ? relu_forward(y) : y;
+    return activation_forward(activation, y);
   }
 };
 
@@ -96,7 +96,7 @@ struct SegmentApply : SegmentParams {
   static constexpr bool kGrad = false;
   __device__ float element(float x, float, const Col& col, const Row& row) const {
     const float y = normalized(x, row.mean, col.w * row.rstd, col.shift);
-    return relu ? relu_forward(y) : y;
+    return activation_forward(activation, y);
   }
 };
 
@@ -259,11 +259,11 @@ NormRun three_launch_forward(const NormLayout& l, const NormForward& a, const T*
 
   const bool aligned = tiles::aligned16(x) && tiles::aligned16(y);
   if (l.kind != NormKind::Segment) {
-    const ChannelApply op{channel_params(l, a.mean, a.rstd, a.weight, a.bias, a.relu)};
+    const ChannelApply op{channel_params(l, a.mean, a.rstd, a.weight, a.bias, a.activation)};
     const Geometry g = tiles::plan_map<ChannelApply, T>(tiles::channel_tiles(l, 0, aligned));
     tiles::launch_map(g, op, x, none, y);
   } else {
-    const SegmentApply op{segment_params(l, a.mean, a.rstd, a.weight, a.bias, a.relu)};
+    const SegmentApply op{segment_params(l, a.mean, a.rstd, a.weight, a.bias, a.activation)};
     const Geometry g = tiles::plan_map<SegmentApply, T>(tiles::make_tiles(l, l.segment, 0, aligned));
     tiles::launch_map(g, op, x, none, y);
   }

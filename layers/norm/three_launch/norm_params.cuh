@@ -14,7 +14,7 @@ namespace minidl::norm {
 struct ChannelParams {
   const float *mean, *rstd, *weight, *bias;
   int32_t plane, channels, group_channels, groups_per_sample;
-  bool relu;
+  NormActivation activation;
   struct Col {
     float mean, scale, shift;
   };
@@ -36,7 +36,7 @@ struct SegmentParams {
   const float *mean, *rstd, *weight, *bias;
   int32_t plane, segment;
   int64_t segments_per_row;
-  bool relu;
+  NormActivation activation;
   struct Col {
     float w, shift;
   };
@@ -55,7 +55,7 @@ struct SegmentParams {
 
 // Of a Channel layout, or of a ChannelGroup one (whose tiles see one channel per column).
 inline ChannelParams channel_params(const NormLayout& l, const float* mean, const float* rstd, const float* weight,
-                                    const float* bias, bool relu) {
+                                    const float* bias, NormActivation activation) {
   const bool groups = l.kind == NormKind::ChannelGroup;
   return {mean,
           rstd,
@@ -65,13 +65,13 @@ inline ChannelParams channel_params(const NormLayout& l, const float* mean, cons
           static_cast<int32_t>(l.features),
           static_cast<int32_t>(groups ? l.segment : 1),
           static_cast<int32_t>(groups ? l.segments_per_row() : 0),
-          relu};
+          activation};
 }
 
 inline SegmentParams segment_params(const NormLayout& l, const float* mean, const float* rstd, const float* weight,
-                                    const float* bias, bool relu) {
+                                    const float* bias, NormActivation activation) {
   return {mean,   rstd, weight, bias, static_cast<int32_t>(l.plane), static_cast<int32_t>(l.segment),
-          l.segments_per_row(), relu};
+          l.segments_per_row(), activation};
 }
 
 }  // namespace minidl::norm

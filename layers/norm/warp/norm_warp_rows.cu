@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(kThreads, kA * kElems<kVec, T> >= 64 ? 2 : 3)
 #pragma unroll
       for (int e = 0; e < kE; ++e) {
         const float yv = normalized(v[j][e], mean, w[e] * rstd, b[e]);
-        v[j][e] = a.relu ? relu_forward(yv) : yv;
+        v[j][e] = activation_forward(a.activation, yv);
       }
     }
     store_row<kVec, kA, kE>(y + r * width, lane, width, v);
@@ -263,11 +263,11 @@ __global__ void __launch_bounds__(kThreads) warp_rows_backward_kernel(const T* _
     for (int j = 0; j < kA; ++j) {
       float w[kE], bias[kE] = {}, dw[kE], db[kE];
       load_params<kVec, kE>(b.weight, lane, j, width, 1.f, w);
-      if (b.relu) load_params<kVec, kE>(b.bias, lane, j, width, 0.f, bias);
+      if (b.activation != NormActivation::None) load_params<kVec, kE>(b.bias, lane, j, width, 0.f, bias);
 #pragma unroll
       for (int e = 0; e < kE; ++e) {
         const float centered = xv[j][e] - mean;
-        const float g = b.relu ? relu_backward(gv[j][e], normalized(xv[j][e], mean, w[e] * rstd, bias[e])) : gv[j][e];
+        const float g = activation_grad(b.activation, gv[j][e], xv[j][e], mean, w[e] * rstd, bias[e]);
         const bool in = element_of<kVec, kE>(lane, j, e) < width;
         const float wg = in ? w[e] * g : 0.f;
         fa += wg;

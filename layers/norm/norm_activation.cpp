@@ -1,0 +1,47 @@
+#include "layers/norm/norm_activation.h"
+
+#include "core/error.h"
+
+namespace minidl {
+
+using norm::NormActivation;
+
+NormActivation read_norm_activation(LayerArgs& args) {
+  const bool relu = args.get_bool("relu", false);
+  const bool gelu = args.get_bool("gelu", false);
+  MINIDL_CHECK(!(relu && gelu), args.key_path("gelu"), ": a layer applies one activation, but both \"relu\" and ",
+               "\"gelu\" are true");
+  return relu ? NormActivation::ReLU : gelu ? NormActivation::GELU : NormActivation::None;
+}
+
+void write_norm_activation(nlohmann::json& j, NormActivation a) {
+  j["relu"] = a == NormActivation::ReLU;
+  if (a == NormActivation::GELU) j["gelu"] = true;
+}
+
+const char* norm_activation_suffix(NormActivation a) {
+  return a == NormActivation::ReLU ? " +ReLU" : a == NormActivation::GELU ? " +GELU" : "";
+}
+
+// ReLU: one comparison forward, one select backward. GELU, counting erf and exp as one each:
+// x / sqrt 2, erf, + 1, * x, * 0.5 forward; backward adds the density (x * x, * -0.5, exp,
+// * 1/sqrt(2 pi)), x * pdf + cdf and the product with dy to the forward's cdf.
+double norm_activation_forward_flops(NormActivation a) {
+  return a == NormActivation::ReLU ? 1.0 : a == NormActivation::GELU ? 5.0 : 0.0;
+}
+
+double norm_activation_backward_flops(NormActivation a) {
+  return a == NormActivation::ReLU ? 1.0 : a == NormActivation::GELU ? 11.0 : 0.0;
+}
+
+LayerKey norm_relu_key() {
+  return default_key("relu", "bool", false, "applies a ReLU after the normalization, in the same kernels");
+}
+
+LayerKey norm_gelu_key() {
+  return default_key("gelu", "bool", false,
+                     "applies GELU (exact form, as torch.nn.GELU()) after the normalization, in the same kernels; "
+                     "not with relu");
+}
+
+}  // namespace minidl
