@@ -38,7 +38,7 @@ namespace {
 std::shared_ptr<Module> conv_bn(int64_t in, int64_t out) {
   return std::make_shared<Sequential>(std::vector<std::shared_ptr<Module>>{
       std::make_shared<Conv2d>(in, out, 3, 1, 1, /*bias=*/false),
-      std::make_shared<BatchNorm2d>(out, 1e-5, 0.1, true, true, /*relu=*/true)});
+      std::make_shared<BatchNorm2d>(out, 1e-5, 0.1, true, true, norm::NormActivation::ReLU)});
 }
 
 // A ResNet-9-like net at a quarter of the width: conv, pool, a residual block, pool, head.
