@@ -10,8 +10,9 @@
 // checkpoint's and runtimes fold it themselves); GroupNorm -> Reshape (N, G, -1),
 // InstanceNormalization, Reshape back, Mul and Add of the affine weights (opset 17 has no
 // GroupNormalization); LayerNorm -> LayerNormalization over the trailing normalized_shape axes;
-// a fused "relu": true -> Relu after the norm, "gelu": true -> the GELU nodes below; ReLU -> Relu; GELU -> Erf (or Tanh for
-// approximate="tanh") arithmetic, as opset 17 has no Gelu; MaxPool2d -> MaxPool;
+// a fused "relu": true -> Relu after the norm, "gelu": true -> the GELU nodes below; ReLU -> Relu;
+// GELU -> Erf (or Tanh for approximate="tanh") arithmetic, as opset 17 has no Gelu; MaxPool2d ->
+// MaxPool;
 // GlobalAvgPool2d / GlobalMaxPool2d -> GlobalAveragePool / GlobalMaxPool + Flatten; Flatten
 // (start_dim=1, end_dim=-1) -> Flatten; Linear -> Gemm (transB); Scale -> Mul; Residual -> Add
 // of the input and the body; Sequential -> its children in order. Anything else (another

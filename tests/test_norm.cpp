@@ -262,7 +262,8 @@ TEST_CASE("batch_norm backward matches finite differences in x, weight and bias"
   gradcheck_param([&](const Tensor& v) { return batch_norm(x, rm, rv, v, bias, false); }, weight);
   // No affine parameters at all.
   test::gradcheck([&](const Tensor& v) { return batch_norm(v, Tensor(), Tensor(), Tensor(), Tensor(), true); },
-                  x.clone());  // A fused GELU: its derivative at the recomputed normalized value.
+                  x.clone());
+  // A fused GELU: its derivative at the recomputed normalized value.
   test::gradcheck(
       [&](const Tensor& v) { return batch_norm(v, Tensor(), Tensor(), weight, bias, true, 0.1, 1e-5, NormActivation::GELU); },
       x.clone());

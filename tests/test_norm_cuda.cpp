@@ -1053,6 +1053,7 @@ TEST_CASE("half passes on the Block and Cluster paths give the float32 pass's bi
       {"BatchNorm2d (8,16,12,12) +GELU", NormLayout::batch_norm(8, 16, 144), NormActivation::GELU},
       {"BatchNorm2d (3,5,9,7)", NormLayout::batch_norm(3, 5, 63), NormActivation::None},  // scalar accesses
       {"GroupNorm (4,32,16,16) G4 +ReLU", NormLayout::group_norm(4, 32, 256, 4), NormActivation::ReLU},  // weight grads on Block
+      {"GroupNorm (3,6,5,7) G3", NormLayout::group_norm(3, 6, 35, 3), NormActivation::None},
       {"GroupNorm (3,6,5,7) G3 +GELU", NormLayout::group_norm(3, 6, 35, 3), NormActivation::GELU},
       {"LayerNorm 6x4100", NormLayout::layer_norm(6, 4100), NormActivation::None},  // rows wider than the Warp path's
       {"LayerNorm 5x3001 +ReLU", NormLayout::layer_norm(5, 3001), NormActivation::ReLU},

@@ -181,12 +181,16 @@ void check_ranks_match_whole_batch(Device device) {
       // Uneven ranks (the merge weighs each by its count), and ranks large enough for the
       // per-block finalize of the three-launch kernels.
       for (const SplitBatch& base : {SplitBatch{{3, 5, 2}, 5, 4, 3}, SplitBatch{{16, 16}, 24, 32, 32}}) {
-        SplitBatch b = base;
-        b.dtype = dtype;
-        b.format = format;
-        b.device = device;
-        INFO("ranks " << b.rows.size() << ", C " << b.c << ", " << b.h << "x" << b.w);
-        check_close(b.synchronized(), b.whole(), dtype == DType::Float32 ? 2e-5 : 2e-2);
+        for (const norm::NormActivation activation : {norm::NormActivation::ReLU, norm::NormActivation::GELU}) {
+          SplitBatch b = base;
+          b.dtype = dtype;
+          b.format = format;
+          b.device = device;
+          b.activation = activation;
+          INFO("ranks " << b.rows.size() << ", C " << b.c << ", " << b.h << "x" << b.w
+                        << (activation == norm::NormActivation::GELU ? ", GELU" : ", ReLU"));
+          check_close(b.synchronized(), b.whole(), dtype == DType::Float32 ? 2e-5 : 2e-2);
+        }
       }
     }
   }

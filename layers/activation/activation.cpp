@@ -5,6 +5,7 @@
 #include "core/dispatch.h"
 #include "core/error.h"
 #include "core/storage_rounding.h"
+#include "layers/activation/activation_math.h"
 #include "layers/registry.h"
 
 namespace minidl {
@@ -121,11 +122,13 @@ const LayerDescriptor& gelu_layer() {
   return layer;
 }
 
-// max(x, 0): one comparison; backward one select against the saved output.
-std::optional<LayerWork> ReLU::work(const Tensor& x, const Tensor& y) const { return elementwise_work(x, y, 1, 1, y); }
+// The counts of activation_math.h; backward reads ReLU's saved output and GELU's saved input.
+std::optional<LayerWork> ReLU::work(const Tensor& x, const Tensor& y) const {
+  return elementwise_work(x, y, act::kReluForwardFlops, act::kReluBackwardFlops, y);
+}
 
-// 0.5 * x * (1 + erf(x / sqrt 2)) (or the tanh form): 5 operations counting erf or tanh as one;
-// backward recomputes the cdf and adds x * pdf (exp as one): 9, against the saved input.
-std::optional<LayerWork> GELU::work(const Tensor& x, const Tensor& y) const { return elementwise_work(x, y, 5, 9, x); }
+std::optional<LayerWork> GELU::work(const Tensor& x, const Tensor& y) const {
+  return elementwise_work(x, y, act::kGeluForwardFlops, act::kGeluBackwardFlops, x);
+}
 
 }  // namespace minidl

@@ -1,7 +1,6 @@
 // CUDA kernels of ReLU and GELU (CPU references in activation_cpu.cpp, both from the formulas of
-// activation_math.h), in
-// float32, bfloat16 or float16 storage with float32 arithmetic: the elementwise maps of
-// core/cuda/elementwise.cuh (16-byte packs, one read and one write per element).
+// activation_math.h), in float32, bfloat16 or float16 storage with float32 arithmetic: the
+// elementwise maps of core/cuda/elementwise.cuh (16-byte packs, one read and one write per element).
 #include <cstdint>
 
 #include "core/cast_kernels.h"

@@ -14,6 +14,12 @@ constexpr float kInvSqrt2Pi = 0.39894228040143267794f;   // 1/sqrt(2*pi)
 constexpr float kSqrt2OverPi = 0.79788456080286535588f;  // sqrt(2/pi)
 constexpr float kTanhCoef = 0.044715f;
 
+// Operations per element the profiler counts for these formulas, erf, tanh and exp as one each:
+// ReLU one comparison, backward one select; GELU x/sqrt 2, erf, + 1, * x, * 0.5, backward the cdf
+// again plus the density (x * x, * -0.5, exp, * 1/sqrt(2 pi)) and x * pdf + cdf, times dy.
+constexpr double kReluForwardFlops = 1, kReluBackwardFlops = 1;
+constexpr double kGeluForwardFlops = 5, kGeluBackwardFlops = 9;
+
 // ReLU as torch.relu: NaN fails the comparison and passes through.
 MINIDL_HD float relu_forward(float x) { return x <= 0.f ? 0.f : x; }
 

@@ -18,7 +18,7 @@ class GroupNorm : public Module {
 
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "GroupNorm"; }
-  std::string describe() const override;  // "GroupNorm 32x128" (groups x channels), "+ReLU" when fused
+  std::string describe() const override;  // "GroupNorm 32x128" (groups x channels), "+ReLU" or "+GELU" when fused
   nlohmann::json to_json() const override;
   std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
 

@@ -23,15 +23,15 @@ const char* norm_activation_suffix(NormActivation a) {
   return a == NormActivation::ReLU ? " +ReLU" : a == NormActivation::GELU ? " +GELU" : "";
 }
 
-// ReLU: one comparison forward, one select backward. GELU, counting erf and exp as one each:
-// x / sqrt 2, erf, + 1, * x, * 0.5 forward; backward adds the density (x * x, * -0.5, exp,
-// * 1/sqrt(2 pi)), x * pdf + cdf and the product with dy to the forward's cdf.
+// The separate layers' counts (activation_math.h): fusing changes the bytes, not the arithmetic.
 double norm_activation_forward_flops(NormActivation a) {
-  return a == NormActivation::ReLU ? 1.0 : a == NormActivation::GELU ? 5.0 : 0.0;
+  return a == NormActivation::ReLU ? act::kReluForwardFlops : a == NormActivation::GELU ? act::kGeluForwardFlops : 0.0;
 }
 
 double norm_activation_backward_flops(NormActivation a) {
-  return a == NormActivation::ReLU ? 1.0 : a == NormActivation::GELU ? 11.0 : 0.0;
+  return a == NormActivation::ReLU ? act::kReluBackwardFlops
+         : a == NormActivation::GELU ? act::kGeluBackwardFlops
+                                     : 0.0;
 }
 
 LayerKey norm_relu_key() {

@@ -3,7 +3,6 @@
 // named in describe() and counted in the profile's work, the same way by the three layers.
 #pragma once
 #include <nlohmann/json.hpp>
-#include <string>
 
 #include "layers/layer_descriptor.h"
 #include "layers/norm/norm_math.h"

@@ -3,8 +3,9 @@
 Walking the config's layer list gives a model whose state_dict names are minidl's ("0.weight",
 "3.1.running_mean"), so weights move between the two frameworks by name (safetensors). A layer
 with "relu": true or "gelu": true stays ONE module (minidl fuses the activation into the
-normalization), so indices line up. Keys are read as strictly as minidl's LayerArgs does: an unknown key is an error here
-too, instead of a silently different network.
+normalization), so indices line up. Keys are read as strictly as minidl's LayerArgs does: an
+unknown key, or both activations on one layer, is an error here too, instead of a silently
+different network.
 
 Used by scripts/parity/parity.py (layer and one-step checks) and scripts/torch/resnet9.py (the
 PyTorch reference training run).
@@ -32,6 +33,12 @@ def schema():
     return _schema
 
 
+def _one_activation(relu, gelu):
+    """A normalization layer applies one activation at most, as minidl's LayerArgs checks."""
+    if relu and gelu:
+        raise ValueError('a layer applies one activation, but both "relu" and "gelu" are true')
+
+
 def _activate(y, relu, gelu):
     """A normalization layer's fused activation: "relu" or "gelu" (exact form)."""
     return F.relu(y) if relu else F.gelu(y) if gelu else y
@@ -50,6 +57,7 @@ class BatchNorm2d(nn.BatchNorm2d):
             self.register_parameter("weight", None)
         if weight and not bias:
             self.register_parameter("bias", None)
+        _one_activation(relu, gelu)
         self.relu = relu
         self.gelu = gelu
 
@@ -61,6 +69,7 @@ class BatchNorm2d(nn.BatchNorm2d):
 class GroupNorm(nn.GroupNorm):
     def __init__(self, num_groups, num_channels, eps, affine, relu, gelu=False):
         super().__init__(num_groups, num_channels, eps=eps, affine=affine)
+        _one_activation(relu, gelu)
         self.relu = relu
         self.gelu = gelu
 
@@ -72,6 +81,7 @@ class GroupNorm(nn.GroupNorm):
 class LayerNorm(nn.LayerNorm):
     def __init__(self, normalized_shape, eps, elementwise_affine, relu, gelu=False):
         super().__init__(normalized_shape, eps=eps, elementwise_affine=elementwise_affine)
+        _one_activation(relu, gelu)
         self.relu = relu
         self.gelu = gelu
 

@@ -167,9 +167,24 @@ void batch_statistics(const NormLayout& l, const NormForward& a) {
   }
 }
 
+// The fused activation as a compile-time constant: each loop holds only its own formula, so
+// without an activation or with ReLU (a select) the loops vectorize; GELU's erf and exp do not.
+template <NormActivation A>
+using ActivationConstant = std::integral_constant<NormActivation, A>;
+
+template <class F>
+void with_activation(NormActivation act, F&& f) {
+  switch (act) {
+    case NormActivation::ReLU: return f(ActivationConstant<NormActivation::ReLU>{});
+    case NormActivation::GELU: return f(ActivationConstant<NormActivation::GELU>{});
+    case NormActivation::None: break;
+  }
+  f(ActivationConstant<NormActivation::None>{});
+}
+
 // y for every element, from the per-group mean and rstd (batch or running).
+template <NormActivation act>
 void apply(const NormLayout& l, const NormForward& a) {
-  const NormActivation act = a.activation;
 #pragma omp parallel for schedule(static) if (l.numel() > kParallelMin)
   for (int64_t r = 0; r < l.rows; ++r) {
     for_each_row_run(l, r, [&](auto pe, int64_t off, int64_t n, int64_t f, int64_t g) {
@@ -186,16 +201,16 @@ void apply(const NormLayout& l, const NormForward& a) {
 }
 
 // dy through the fused activation (its input recomputed with the forward's formula, so the same
-// bits). The input is formed either way so that, without an activation or with ReLU, the choice
-// is a select and the loops vectorize.
-inline float activated_grad(NormActivation act, float dy, float x, float mean, float scale, float shift) {
+// bits). The input is formed even without an activation, so that the loops stay branch-free.
+template <NormActivation act>
+float activated_grad(float dy, float x, float mean, float scale, float shift) {
   return activation_backward(act, dy, normalized(x, mean, scale, shift));
 }
 
 // dweight[f] = sum g * (x - mean) * rstd and dbias[f] = sum g over every element of feature f,
 // for the Segment and ChannelGroup kinds (where a feature spans many groups).
+template <NormActivation act>
 void affine_grads(const NormLayout& l, const NormBackward& a) {
-  const NormActivation act = a.activation;
   const bool channels_last = l.kind == NormKind::ChannelGroup;
   const int64_t blocks = (l.features + kFeatureBlock - 1) / kFeatureBlock, segments = l.segments_per_row();
   // Rows of one element per feature: one per row (LayerNorm), or one per position (ChannelGroup).
@@ -214,7 +229,7 @@ void affine_grads(const NormLayout& l, const NormBackward& a) {
           for (int64_t f = f0; f < f1; ++f) {
             const int64_t g = r * segments + segment_of[f - f0];
             const float mean = a.mean[g], rstd = a.rstd[g];
-            const double gi = activated_grad(act, dy[f], x[f], mean, feature_scale(a.weight, f, rstd),
+            const double gi = activated_grad<act>(dy[f], x[f], mean, feature_scale(a.weight, f, rstd),
                                           feature_shift(a.bias, f));
             dw[f - f0] += gi * (static_cast<double>(x[f]) - mean) * rstd;
             db[f - f0] += gi;
@@ -233,7 +248,7 @@ void affine_grads(const NormLayout& l, const NormBackward& a) {
         double sw = 0, sb = 0;
 #pragma omp simd reduction(+ : sw, sb)
         for (int64_t i = 0; i < l.plane; ++i) {
-          const double gi = activated_grad(act, dyf[i], xf[i], mean, scale, shift);
+          const double gi = activated_grad<act>(dyf[i], xf[i], mean, scale, shift);
           sw += gi * (static_cast<double>(xf[i]) - mean);
           sb += gi;
         }
@@ -259,18 +274,21 @@ void forward_cpu(const NormLayout& l, const NormForward& a) {
       a.rstd[f] = rstd_of(a.running_var[f], a.eps);
     }
   }
-  apply(l, a);
+  with_activation(a.activation, [&](auto act) { apply<act.value>(l, a); });
 }
 
-// Per group: with g = masked dy, w = weight of the element's feature (1 without weight),
+namespace {
+
+// Per group: with g = dy through the fused activation, w = weight of the element's feature (1
+// without weight),
 //   SA = sum w*g,  SB = sum w*g*(x - mean),
 //   dx = g*w*rstd + (x - mean)*k1 + k2,  k1 = -rstd^3 * SB / M,  k2 = -rstd * SA / M,
 // the usual normalization backward written per group. BatchNorm's weight is constant over its
 // group: its sums are taken without it (they are dbias and dweight/rstd) and scaled after.
-void backward_cpu(const NormLayout& l, const NormBackward& a) {
+template <NormActivation act>
+void backward(const NormLayout& l, const NormBackward& a) {
   const int64_t groups = l.groups();
   const double m = static_cast<double>(l.group_size());
-  const NormActivation act = a.activation;
   const bool weighted_sums = l.kind != NormKind::Channel && a.weight;
   std::vector<double> sa, sb;
   group_sums(
@@ -282,7 +300,7 @@ void backward_cpu(const NormLayout& l, const NormBackward& a) {
         for (int64_t i = 0; i < n; ++i) {
           const int64_t fi = feature_at(pe, f, i);
           const double w = weighted_sums ? a.weight[fi] : 1.0;
-          const double gi = w * activated_grad(act, a.dy[off + i], a.x[off + i], mean, feature_scale(a.weight, fi, rstd),
+          const double gi = w * activated_grad<act>(a.dy[off + i], a.x[off + i], mean, feature_scale(a.weight, fi, rstd),
                                             feature_shift(a.bias, fi));
           du += gi;
           dv += gi * (static_cast<double>(a.x[off + i]) - mean);
@@ -328,11 +346,17 @@ void backward_cpu(const NormLayout& l, const NormBackward& a) {
       for (int64_t i = 0; i < n; ++i) {
         const int64_t fi = feature_at(pe, f, i);
         const float x = a.x[off + i], scale = feature_scale(a.weight, fi, rstd), shift = feature_shift(a.bias, fi);
-        a.dx[off + i] = input_grad(activated_grad(act, a.dy[off + i], x, mean, scale, shift), x - mean, scale, gk1, gk2);
+        a.dx[off + i] = input_grad(activated_grad<act>(a.dy[off + i], x, mean, scale, shift), x - mean, scale, gk1, gk2);
       }
     });
   }
-  if (l.kind != NormKind::Channel && (a.dweight || a.dbias)) affine_grads(l, a);
+  if (l.kind != NormKind::Channel && (a.dweight || a.dbias)) affine_grads<act>(l, a);
+}
+
+}  // namespace
+
+void backward_cpu(const NormLayout& l, const NormBackward& a) {
+  with_activation(a.activation, [&](auto act) { backward<act.value>(l, a); });
 }
 
 }  // namespace minidl::norm

@@ -1,6 +1,6 @@
 // The single-read backward of BatchNorm2d, GroupNorm and LayerNorm: one launch, x and dy read
 // once, dx written once. Per group (norm_single_read.cuh for the split and the reduction order):
-//  1. load the CTA's part of x and dy; g = dy after the fused ReLU's mask (y recomputed from x
+//  1. load the CTA's part of x and dy; g = dy through the fused activation (y recomputed from x
 //     and the saved statistics with the forward's operations, as the three-launch grad_sums
 //     does); keep x and g in shared memory and sum, with the three-launch path's float terms,
 //       BatchNorm:          A = sum g,   B = sum g*(x - mean);

@@ -5,7 +5,7 @@
 //  2. reduce the sums over the CTA and the cluster (float64, fixed order), form mean and
 //     rstd = 1/sqrt(var + eps) with the three-launch finalize's formulas (norm_math.h); rank 0
 //     stores them and updates BatchNorm's running statistics;
-//  3. y = fmaf(x - mean, scale, shift) from shared memory, the fused ReLU after (NaN kept).
+//  3. y = fmaf(x - mean, scale, shift) from shared memory, the fused activation after.
 // x and y are float32 or a half type (T); what is held and computed is float32 either way.
 #include "core/cast_kernels.h"
 #include "layers/norm/single_read/norm_single_read.cuh"

@@ -3,7 +3,7 @@
 // Where a group fits one CTA or one cluster (GroupNorm weight/bias gradients: one CTA, features
 // of 16 or more elements), the single-read kernel (norm_single_backward.cu); otherwise three
 // launches, x and dy read twice, dx written once:
-//  1. grad_sums: g = dy after the fused ReLU's mask (y recomputed from x and the saved mean and
+//  1. grad_sums: g = dy through the fused activation (y recomputed from x and the saved mean and
 //                rstd with the forward's formula, so the same bits: no saved y to read), then
 //                BatchNorm: per channel A = sum g, B = sum g*(x - mean) (column sums);
 //                GroupNorm/LayerNorm: per (row, segment) SA = sum w*g, SB = sum w*g*(x - mean)

@@ -12,7 +12,7 @@
 //               rstd = 1/sqrt(var + eps) (float64, then stored as float); BatchNorm also updates
 //               running_mean/running_var in place (unbiased variance). In eval, a one-thread-
 //               per-channel kernel takes mean and rstd from the running statistics instead.
-//  3. apply:    y = fmaf(x - mean, scale, shift), scale = weight * rstd, the fused ReLU after;
+//  3. apply:    y = fmaf(x - mean, scale, shift), scale = weight * rstd, the fused activation after;
 //               the same pass serves training and eval. It walks the tiles in reverse, so it
 //               starts on what the stats pass read last and still finds in L2.
 // A synchronized BatchNorm (NormSync) always takes the three launches: finalize leaves this rank's

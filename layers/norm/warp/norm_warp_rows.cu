@@ -15,8 +15,8 @@
 // Forward, per row: sums of d = x - K and d*d (K the row's first element, the shifted one-pass
 // statistics of every path) in float over 16 elements, then float64, a warp butterfly (every lane
 // the same bits); mean and rstd with the shared formulas (norm_math.h); y = fmaf(x - mean,
-// w * rstd, b), the fused ReLU after; written once.
-// Backward, per row: g = dy after the ReLU's mask (y recomputed with the forward's operations),
+// w * rstd, b), the fused activation after; written once.
+// Backward, per row: g = dy through the fused activation (y recomputed with the forward's operations),
 // SA = sum w*g, SB = sum w*g*(x - mean) as above, dx = g*w*rstd + (x - mean)*k1 + k2. The weight
 // and bias gradients sum over every row: each warp adds g*(x - mean)*rstd and g into its own
 // per-element float sums in shared memory (a lane only touches its own slots: no barrier, no
