@@ -4,6 +4,7 @@
 // input y from x and the saved statistics instead of storing it, and gets the forward's bits.
 #pragma once
 #include <cmath>
+#include <type_traits>
 
 #include "core/host_device.h"
 #include "layers/activation/activation_math.h"
@@ -32,6 +33,19 @@ MINIDL_HD float activation_forward(NormActivation a, float y) {
 // dy through the activation, from the activation's input y (the normalized value).
 MINIDL_HD float activation_backward(NormActivation a, float dy, float y) {
   return a == NormActivation::ReLU ? act::relu_backward(dy, y) : a == NormActivation::GELU ? act::gelu_backward(dy, y) : dy;
+}
+
+// Runs f(std::integral_constant<NormActivation, a>{}): a loop or kernel that takes the activation
+// as a compile-time constant holds only its own formula, so without one or with ReLU it keeps the
+// registers (GPU) and the vectorization (CPU) it has without GELU's erf and exp. Host code.
+template <class F>
+void with_activation(NormActivation a, F&& f) {
+  switch (a) {
+    case NormActivation::ReLU: return f(std::integral_constant<NormActivation, NormActivation::ReLU>{});
+    case NormActivation::GELU: return f(std::integral_constant<NormActivation, NormActivation::GELU>{});
+    case NormActivation::None: break;
+  }
+  f(std::integral_constant<NormActivation, NormActivation::None>{});
 }
 
 // dy through the fused activation, its input y = normalized(x, mean, scale, shift) recomputed

@@ -167,21 +167,6 @@ void batch_statistics(const NormLayout& l, const NormForward& a) {
   }
 }
 
-// The fused activation as a compile-time constant: each loop holds only its own formula, so
-// without an activation or with ReLU (a select) the loops vectorize; GELU's erf and exp do not.
-template <NormActivation A>
-using ActivationConstant = std::integral_constant<NormActivation, A>;
-
-template <class F>
-void with_activation(NormActivation act, F&& f) {
-  switch (act) {
-    case NormActivation::ReLU: return f(ActivationConstant<NormActivation::ReLU>{});
-    case NormActivation::GELU: return f(ActivationConstant<NormActivation::GELU>{});
-    case NormActivation::None: break;
-  }
-  f(ActivationConstant<NormActivation::None>{});
-}
-
 // y for every element, from the per-group mean and rstd (batch or running).
 template <NormActivation act>
 void apply(const NormLayout& l, const NormForward& a) {
@@ -274,7 +259,9 @@ void forward_cpu(const NormLayout& l, const NormForward& a) {
       a.rstd[f] = rstd_of(a.running_var[f], a.eps);
     }
   }
-  with_activation(a.activation, [&](auto act) { apply<act.value>(l, a); });
+  // The activation a compile-time constant (with_activation): without one or with ReLU (a select)
+  // the loops vectorize; GELU's erf and exp do not.
+  with_activation(a.activation, [&](auto act) { apply<decltype(act)::value>(l, a); });
 }
 
 namespace {
@@ -356,7 +343,7 @@ void backward(const NormLayout& l, const NormBackward& a) {
 }  // namespace
 
 void backward_cpu(const NormLayout& l, const NormBackward& a) {
-  with_activation(a.activation, [&](auto act) { backward<act.value>(l, a); });
+  with_activation(a.activation, [&](auto act) { backward<decltype(act)::value>(l, a); });
 }
 
 }  // namespace minidl::norm

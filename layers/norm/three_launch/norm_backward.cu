@@ -39,10 +39,11 @@ using tiles::Geometry;
 using tiles::Unit;
 
 // BatchNorm grad_sums: column sums of g and g*(x - mean), everything per channel.
+template <NormActivation A>
 struct ChannelGrad : ChannelParams {
   static constexpr bool kGrad = true, kRowSums = false, kColSums = true;
   __device__ void element(float x, float dy, const Col& col, const Row&, float&, float&, float& ca, float& cb) const {
-    const float g = activation_grad(activation, dy, x, col.mean, col.scale, col.shift);
+    const float g = activation_grad(A, dy, x, col.mean, col.scale, col.shift);
     ca += g;
     cb += g * (x - col.mean);
   }
@@ -50,13 +51,13 @@ struct ChannelGrad : ChannelParams {
 
 // GroupNorm/LayerNorm grad_sums: row sums of w*g and w*g*(x - mean); with kAffine also the
 // column sums of g and g*(x - mean)*rstd for dbias and dweight.
-template <bool kAffine>
+template <bool kAffine, NormActivation A>
 struct SegmentGrad : SegmentParams {
   static constexpr bool kGrad = true, kRowSums = true, kColSums = kAffine;
   __device__ void element(float x, float dy, const Col& col, const Row& row, float& ra, float& rb, float& ca,
                           float& cb) const {
     const float centered = x - row.mean;
-    const float g = activation_grad(activation, dy, x, row.mean, col.w * row.rstd, col.shift);
+    const float g = activation_grad(A, dy, x, row.mean, col.w * row.rstd, col.shift);
     const float wg = col.w * g;
     ra += wg;
     rb += wg * centered;
@@ -69,6 +70,7 @@ struct SegmentGrad : SegmentParams {
 
 // BatchNorm dx (and GroupNorm's on channels-last memory): everything per column, k1 and k2 those
 // of the column's statistics (ChannelParams::statistic).
+template <NormActivation A>
 struct ChannelInputGrad : ChannelParams {
   static constexpr bool kGrad = true;
   const float *k1, *k2;
@@ -81,18 +83,18 @@ struct ChannelInputGrad : ChannelParams {
     return {mean[i], feature_scale(weight, f, rstd[i]), feature_shift(bias, f), k1[i], k2[i]};
   }
   __device__ float element(float x, float dy, const Col& col, const Row&) const {
-    const float g = activation_grad(activation, dy, x, col.mean, col.scale, col.shift);
+    const float g = activation_grad(A, dy, x, col.mean, col.scale, col.shift);
     return input_grad(g, x - col.mean, col.scale, col.k1, col.k2);
   }
 };
 
 // GroupNorm/LayerNorm dx: statistics and k1, k2 per row (the tile's segment), affine per column.
+template <NormActivation A>
 struct SegmentInputGrad {
   static constexpr bool kGrad = true;
   const float *mean, *rstd, *weight, *bias, *k1, *k2;
   int32_t plane, segment;
   int64_t segments_per_row;
-  NormActivation activation;
   struct Col {
     float w, shift;
   };
@@ -109,7 +111,7 @@ struct SegmentInputGrad {
   }
   __device__ float element(float x, float dy, const Col& col, const Row& row) const {
     const float scale = col.w * row.rstd;
-    const float g = activation_grad(activation, dy, x, row.mean, scale, col.shift);
+    const float g = activation_grad(A, dy, x, row.mean, scale, col.shift);
     return input_grad(g, x - row.mean, scale, row.k1, row.k2);
   }
 };
@@ -249,11 +251,11 @@ __global__ void synced_grads_kernel(const double* __restrict__ local, const doub
 
 double* as_doubles(const std::shared_ptr<void>& p) { return static_cast<double*>(p.get()); }
 
-template <bool kAffine, class T>
+template <bool kAffine, NormActivation A, class T>
 Geometry segment_grad_sums(const NormLayout& l, const NormBackward& b, const T* x, const T* dy, bool aligned,
                            std::shared_ptr<void>& col, std::shared_ptr<void>& row) {
-  using Op = SegmentGrad<kAffine>;
-  const Op op{segment_params(l, b.mean, b.rstd, b.weight, b.bias, b.activation)};
+  using Op = SegmentGrad<kAffine, A>;
+  const Op op{segment_params(l, b.mean, b.rstd, b.weight, b.bias)};
   const Geometry g = tiles::plan_reduce<Op, T>(tiles::make_tiles(l, l.segment, kAffine ? l.plane : 0, aligned));
   row = allocate(2 * g.rows * g.tiles * sizeof(double), Device::cuda());
   if (kAffine) col = allocate(2 * g.partial_sets() * g.bins * sizeof(double), Device::cuda());
@@ -289,17 +291,20 @@ NormRun three_launch_backward(const NormLayout& l, const NormBackward& b, const 
   f.k2 = k2;
   f.sync_local = b.sync ? b.sync->local : nullptr;
   const bool aligned = tiles::aligned16(x) && tiles::aligned16(dy);
-  if (l.kind != NormKind::Segment) {  // per-channel bins (ChannelGroup: per sample too)
-    const ChannelGrad op{channel_params(l, b.mean, b.rstd, b.weight, b.bias, b.activation)};
-    f.g = tiles::plan_reduce<ChannelGrad, T>(tiles::channel_tiles(l, tiles::folded(l).plane, aligned));
-    f.channel_partials = tiles::ChannelPartials::of(f.g, l);
-    col = allocate(2 * f.g.partial_sets() * f.g.bins * sizeof(double), dev);
-    tiles::launch_reduce(f.g, op, x, dy, as_doubles(col), nullptr);
-  } else if (affine_grads) {
-    f.g = segment_grad_sums<true>(l, b, x, dy, aligned, col, row);
-  } else {
-    f.g = segment_grad_sums<false>(l, b, x, dy, aligned, col, row);
-  }
+  with_activation(b.activation, [&](auto act) {
+    constexpr NormActivation A = decltype(act)::value;
+    if (l.kind != NormKind::Segment) {  // per-channel bins (ChannelGroup: per sample too)
+      const ChannelGrad<A> op{channel_params(l, b.mean, b.rstd, b.weight, b.bias)};
+      f.g = tiles::plan_reduce<ChannelGrad<A>, T>(tiles::channel_tiles(l, tiles::folded(l).plane, aligned));
+      f.channel_partials = tiles::ChannelPartials::of(f.g, l);
+      col = allocate(2 * f.g.partial_sets() * f.g.bins * sizeof(double), dev);
+      tiles::launch_reduce(f.g, op, x, dy, as_doubles(col), nullptr);
+    } else if (affine_grads) {
+      f.g = segment_grad_sums<true, A>(l, b, x, dy, aligned, col, row);
+    } else {
+      f.g = segment_grad_sums<false, A>(l, b, x, dy, aligned, col, row);
+    }
+  });
   f.col_partials = col ? as_doubles(col) : nullptr;
   f.row_partials = row ? as_doubles(row) : nullptr;
   const int64_t items = groups + (l.kind == NormKind::Segment && affine_grads ? l.features : 0);
@@ -316,16 +321,19 @@ NormRun three_launch_backward(const NormLayout& l, const NormBackward& b, const 
   }
 
   const bool dx_aligned = aligned && tiles::aligned16(dx);
-  if (l.kind != NormKind::Segment) {
-    const ChannelInputGrad op{channel_params(l, b.mean, b.rstd, b.weight, b.bias, b.activation), k1, k2};
-    const Geometry g = tiles::plan_map<ChannelInputGrad, T>(tiles::channel_tiles(l, 0, dx_aligned));
-    tiles::launch_map(g, op, x, dy, dx);
-  } else {
-    const SegmentInputGrad op{b.mean, b.rstd, b.weight, b.bias, k1, k2, static_cast<int32_t>(l.plane),
-                              static_cast<int32_t>(l.segment), l.segments_per_row(), b.activation};
-    const Geometry g = tiles::plan_map<SegmentInputGrad, T>(tiles::make_tiles(l, l.segment, 0, dx_aligned));
-    tiles::launch_map(g, op, x, dy, dx);
-  }
+  with_activation(b.activation, [&](auto act) {
+    constexpr NormActivation A = decltype(act)::value;
+    if (l.kind != NormKind::Segment) {
+      const ChannelInputGrad<A> op{channel_params(l, b.mean, b.rstd, b.weight, b.bias), k1, k2};
+      const Geometry g = tiles::plan_map<ChannelInputGrad<A>, T>(tiles::channel_tiles(l, 0, dx_aligned));
+      tiles::launch_map(g, op, x, dy, dx);
+    } else {
+      const SegmentInputGrad<A> op{b.mean, b.rstd, b.weight, b.bias, k1, k2, static_cast<int32_t>(l.plane),
+                                   static_cast<int32_t>(l.segment), l.segments_per_row()};
+      const Geometry g = tiles::plan_map<SegmentInputGrad<A>, T>(tiles::make_tiles(l, l.segment, 0, dx_aligned));
+      tiles::launch_map(g, op, x, dy, dx);
+    }
+  });
   return {NormPath::ThreeLaunch, 0, tiles::kBlock, b.sync ? 4 : 3};
 }
 

@@ -83,20 +83,22 @@ struct SegmentStats {
 };
 
 // BatchNorm apply: everything per column (the channel's mean, scale and shift).
+template <NormActivation A>
 struct ChannelApply : ChannelParams {
   static constexpr bool kGrad = false;
   __device__ float element(float x, float, const Col& col, const Row&) const {
     const float y = normalized(x, col.mean, col.scale, col.shift);
-    return activation_forward(activation, y);
+    return activation_forward(A, y);
   }
 };
 
 // GroupNorm/LayerNorm apply: statistics per row (the tile's segment), affine per column.
+template <NormActivation A>
 struct SegmentApply : SegmentParams {
   static constexpr bool kGrad = false;
   __device__ float element(float x, float, const Col& col, const Row& row) const {
     const float y = normalized(x, row.mean, col.w * row.rstd, col.shift);
-    return activation_forward(activation, y);
+    return activation_forward(A, y);
   }
 };
 
@@ -258,15 +260,18 @@ NormRun three_launch_forward(const NormLayout& l, const NormForward& a, const T*
   }
 
   const bool aligned = tiles::aligned16(x) && tiles::aligned16(y);
-  if (l.kind != NormKind::Segment) {
-    const ChannelApply op{channel_params(l, a.mean, a.rstd, a.weight, a.bias, a.activation)};
-    const Geometry g = tiles::plan_map<ChannelApply, T>(tiles::channel_tiles(l, 0, aligned));
-    tiles::launch_map(g, op, x, none, y);
-  } else {
-    const SegmentApply op{segment_params(l, a.mean, a.rstd, a.weight, a.bias, a.activation)};
-    const Geometry g = tiles::plan_map<SegmentApply, T>(tiles::make_tiles(l, l.segment, 0, aligned));
-    tiles::launch_map(g, op, x, none, y);
-  }
+  with_activation(a.activation, [&](auto act) {
+    constexpr NormActivation A = decltype(act)::value;
+    if (l.kind != NormKind::Segment) {
+      const ChannelApply<A> op{channel_params(l, a.mean, a.rstd, a.weight, a.bias)};
+      const Geometry g = tiles::plan_map<ChannelApply<A>, T>(tiles::channel_tiles(l, 0, aligned));
+      tiles::launch_map(g, op, x, none, y);
+    } else {
+      const SegmentApply<A> op{segment_params(l, a.mean, a.rstd, a.weight, a.bias)};
+      const Geometry g = tiles::plan_map<SegmentApply<A>, T>(tiles::make_tiles(l, l.segment, 0, aligned));
+      tiles::launch_map(g, op, x, none, y);
+    }
+  });
   return {NormPath::ThreeLaunch, 0, tiles::kBlock, a.training ? (a.sync ? 4 : 3) : 2};
 }
 

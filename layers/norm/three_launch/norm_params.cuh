@@ -1,7 +1,8 @@
 // What the apply and grad_sums passes read besides x (and dy): the saved mean and rstd and the
 // affine parameters, indexed the BatchNorm way (everything per column: the channel) or the
 // GroupNorm/LayerNorm way (statistics per row segment, affine per column). The passes derive
-// from these and add only their element().
+// from these and add only their element(), each with the fused activation A as a template
+// argument (norm_math.h: with_activation).
 #pragma once
 #include "layers/norm/norm_tiles.cuh"
 
@@ -14,7 +15,6 @@ namespace minidl::norm {
 struct ChannelParams {
   const float *mean, *rstd, *weight, *bias;
   int32_t plane, channels, group_channels, groups_per_sample;
-  NormActivation activation;
   struct Col {
     float mean, scale, shift;
   };
@@ -36,7 +36,6 @@ struct SegmentParams {
   const float *mean, *rstd, *weight, *bias;
   int32_t plane, segment;
   int64_t segments_per_row;
-  NormActivation activation;
   struct Col {
     float w, shift;
   };
@@ -55,7 +54,7 @@ struct SegmentParams {
 
 // Of a Channel layout, or of a ChannelGroup one (whose tiles see one channel per column).
 inline ChannelParams channel_params(const NormLayout& l, const float* mean, const float* rstd, const float* weight,
-                                    const float* bias, NormActivation activation) {
+                                    const float* bias) {
   const bool groups = l.kind == NormKind::ChannelGroup;
   return {mean,
           rstd,
@@ -64,14 +63,13 @@ inline ChannelParams channel_params(const NormLayout& l, const float* mean, cons
           static_cast<int32_t>(groups ? 1 : l.plane),
           static_cast<int32_t>(l.features),
           static_cast<int32_t>(groups ? l.segment : 1),
-          static_cast<int32_t>(groups ? l.segments_per_row() : 0),
-          activation};
+          static_cast<int32_t>(groups ? l.segments_per_row() : 0)};
 }
 
 inline SegmentParams segment_params(const NormLayout& l, const float* mean, const float* rstd, const float* weight,
-                                    const float* bias, NormActivation activation) {
+                                    const float* bias) {
   return {mean,   rstd, weight, bias, static_cast<int32_t>(l.plane), static_cast<int32_t>(l.segment),
-          l.segments_per_row(), activation};
+          l.segments_per_row()};
 }
 
 }  // namespace minidl::norm
