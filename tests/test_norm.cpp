@@ -14,6 +14,7 @@
 #include "layers/norm/batchnorm2d.h"
 #include "layers/norm/groupnorm.h"
 #include "layers/norm/layernorm.h"
+#include "layers/norm/norm_activation.h"
 #include "layers/norm/norm.h"
 #include "layers/registry.h"
 #include "test_util.h"
@@ -25,10 +26,6 @@ namespace {
 
 // Every activation a normalization layer may fuse.
 const NormActivation kActivations[] = {NormActivation::None, NormActivation::ReLU, NormActivation::GELU};
-
-const char* activation_name(NormActivation a) {
-  return a == NormActivation::ReLU ? "relu" : a == NormActivation::GELU ? "gelu" : "none";
-}
 
 // The activation in float64: ReLU, GELU x Phi(x).
 double activate_reference(NormActivation a, double v) {
@@ -123,7 +120,7 @@ TEST_CASE("batch_norm training forward matches float64 and updates the running s
   const std::vector<float> rm0 = rm.to_vector(), rv0 = rv.to_vector();
   const double momentum = 0.3, eps = 1e-3;
   for (NormActivation act : kActivations) {
-    INFO("activation " << activation_name(act));
+    INFO("fused:" << norm_activation_suffix(act));
     Tensor rmc = rm.clone(), rvc = rv.clone();
     Tensor y = batch_norm(x, rmc, rvc, weight, bias, true, momentum, eps, act);
     Reference r = reference_batch_norm(x.to_vector(), c, h * w, weight.to_vector(), bias.to_vector(), eps, act);
@@ -148,7 +145,7 @@ TEST_CASE("batch_norm eval normalizes with the running statistics and leaves the
   const double eps = 1e-5;
   const std::vector<float> xv = x.to_vector(), wv = weight.to_vector(), bv = bias.to_vector();
   for (NormActivation act : kActivations) {
-    INFO("activation " << activation_name(act));
+    INFO("fused:" << norm_activation_suffix(act));
     Tensor y = batch_norm(x, rm, rv, weight, bias, false, 0.1, eps, act);
     std::vector<double> want(xv.size());
     for (size_t i = 0; i < xv.size(); ++i) {
@@ -181,7 +178,7 @@ TEST_CASE("group_norm matches float64 for one group, every channel its own group
   Tensor weight = weight_like(c, 32), bias = bias_like(c, 33);
   for (int64_t groups : {1, 2, 3, 6}) {
     for (NormActivation act : kActivations) {
-      INFO("groups " << groups << " activation " << activation_name(act));
+      INFO("groups " << groups << " fused:" << norm_activation_suffix(act));
       Tensor y = group_norm(x, groups, weight, bias, 1e-5, act);
       Reference r = reference_group_norm(x.to_vector(), n, c, hw, groups, weight.to_vector(), bias.to_vector(), 1e-5,
                                          act);
@@ -205,7 +202,7 @@ TEST_CASE("layer_norm over one, two and three trailing dims", "[norm]") {
     const int64_t d = shape_numel(shape);
     Tensor weight = test::random_tensor(shape, 42, 0.5f, 1.5f), bias = test::random_tensor(shape, 43);
     for (NormActivation act : kActivations) {
-      INFO("normalized_shape " << shape_str(shape) << " activation " << activation_name(act));
+      INFO("normalized_shape " << shape_str(shape) << " fused:" << norm_activation_suffix(act));
       Tensor y = layer_norm(x, shape, weight, bias, 1e-5, act);
       Reference r = reference_layer_norm(x.to_vector(), d, weight.to_vector(), bias.to_vector(), 1e-5, act);
       test::require_close(y.to_vector(), r.y, 1e-5, 1e-5, "y");
@@ -319,7 +316,7 @@ TEST_CASE("a fused ReLU or GELU gives the output and gradients of the separate l
   };
   for (NormActivation act : {NormActivation::ReLU, NormActivation::GELU}) {
     for (const auto& [name, op] : ops) {
-      INFO(name << " " << activation_name(act));
+      INFO(name << norm_activation_suffix(act));
       const bool layer = name == "layer_norm";
       const Tensor &w = layer ? lw0 : w0, &b = layer ? lb0 : b0;
       auto fused = grads(op, w, b, act, true), separate = grads(op, w, b, act, false);
@@ -334,7 +331,7 @@ TEST_CASE("NaN and Inf reach the outputs and gradients of their group, whatever 
   const int64_t n = 2, c = 3, hw = 4;
   for (float bad : {nan, inf}) {
     for (NormActivation act : kActivations) {
-      INFO("bad value " << bad << " activation " << activation_name(act));
+      INFO("bad value " << bad << " fused:" << norm_activation_suffix(act));
       std::vector<float> xv = input({n, c, 2, 2}, 91).to_vector();
       xv[1 * c * hw + 1 * hw + 2] = bad;  // sample 1, channel 1
       Tensor x = Tensor::from_vector(xv, {n, c, 2, 2});

@@ -24,6 +24,7 @@
 #include "core/philox.h"
 #include "oracle/norm_reference.h"
 #include "layers/norm/norm.h"
+#include "layers/norm/norm_activation.h"
 #include "layers/norm/norm_kernels.h"
 #include "test_util.h"
 
@@ -211,17 +212,14 @@ void compare(const std::string& what, const Outputs& got, const Outputs& want, T
   CHECK(daff <= tol.backward);
 }
 
-// Every activation the kernels may fuse, and its suffix in a case's name.
+// Every activation the kernels may fuse (a case's name ends with norm_activation_suffix's).
 const NormActivation kActivations[] = {NormActivation::None, NormActivation::ReLU, NormActivation::GELU};
-const char* activation_suffix(NormActivation a) {
-  return a == NormActivation::ReLU ? " +relu" : a == NormActivation::GELU ? " +gelu" : "";
-}
 
 // A case of `layout` named `name` (the fused activation appended), the other options at their
 // defaults.
 Case make_case(const std::string& name, const NormLayout& layout, NormActivation act) {
   Case c;
-  c.name = name + activation_suffix(act);
+  c.name = name + norm_activation_suffix(act);
   c.layout = layout;
   c.activation = act;
   return c;
@@ -501,7 +499,7 @@ static void check_nonfinite(Case k, uint64_t& seed) {
         in.x[at] = 1e3f;  // y > 0 there, so the activation passes the Inf on
       }
       const Outputs fast = run(k, Impl::Fast, in), oracle = run(k, Impl::Oracle, in, fast.y);
-      INFO(k.name << activation_suffix(act) << ", bad value " << (where == 0 ? "NaN in x" : where == 1 ? "-Inf in x" : "Inf in dy"));
+      INFO(k.name << norm_activation_suffix(act) << ", bad value " << (where == 0 ? "NaN in x" : where == 1 ? "-Inf in x" : "Inf in dy"));
       // The same elements must be non-finite. (NaN or Inf may differ where x is within a
       // rounding of the mean: 0 * Inf there is NaN on one side and the other sees +-Inf.)
       int64_t nonfinite = 0;
@@ -581,7 +579,7 @@ TEST_CASE("layer_norm_to on CUDA: half y from float32 x in the Warp kernel, the 
   uint64_t seed = 2100;
   for (DType out : {DType::BFloat16, DType::Float16})
     for (const Shape2& s : shapes) {
-      INFO(dtype_name(out) << " [" << s.d << "] x" << s.rows << activation_suffix(s.activation) << (s.affine ? "" : " no affine"));
+      INFO(dtype_name(out) << " [" << s.d << "] x" << s.rows << norm_activation_suffix(s.activation) << (s.affine ? "" : " no affine"));
       const Tensor x = test::random_tensor({s.rows, s.d}, ++seed, 2.f, 8.f, gpu);
       const Tensor w = test::random_tensor({s.d}, ++seed, 0.5f, 1.5f, gpu), b = test::random_tensor({s.d}, ++seed, -1.f, 1.f, gpu);
       const Tensor dy = test::random_tensor({s.rows, s.d}, ++seed, -1.f, 1.f, gpu).to(out);

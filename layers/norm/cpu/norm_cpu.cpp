@@ -185,13 +185,6 @@ void apply(const NormLayout& l, const NormForward& a) {
   }
 }
 
-// dy through the fused activation (its input recomputed with the forward's formula, so the same
-// bits). The input is formed even without an activation, so that the loops stay branch-free.
-template <NormActivation act>
-float activated_grad(float dy, float x, float mean, float scale, float shift) {
-  return activation_backward(act, dy, normalized(x, mean, scale, shift));
-}
-
 // dweight[f] = sum g * (x - mean) * rstd and dbias[f] = sum g over every element of feature f,
 // for the Segment and ChannelGroup kinds (where a feature spans many groups).
 template <NormActivation act>
@@ -214,7 +207,7 @@ void affine_grads(const NormLayout& l, const NormBackward& a) {
           for (int64_t f = f0; f < f1; ++f) {
             const int64_t g = r * segments + segment_of[f - f0];
             const float mean = a.mean[g], rstd = a.rstd[g];
-            const double gi = activated_grad<act>(dy[f], x[f], mean, feature_scale(a.weight, f, rstd),
+            const double gi = activation_grad(act, dy[f], x[f], mean, feature_scale(a.weight, f, rstd),
                                           feature_shift(a.bias, f));
             dw[f - f0] += gi * (static_cast<double>(x[f]) - mean) * rstd;
             db[f - f0] += gi;
@@ -233,7 +226,7 @@ void affine_grads(const NormLayout& l, const NormBackward& a) {
         double sw = 0, sb = 0;
 #pragma omp simd reduction(+ : sw, sb)
         for (int64_t i = 0; i < l.plane; ++i) {
-          const double gi = activated_grad<act>(dyf[i], xf[i], mean, scale, shift);
+          const double gi = activation_grad(act, dyf[i], xf[i], mean, scale, shift);
           sw += gi * (static_cast<double>(xf[i]) - mean);
           sb += gi;
         }
@@ -287,7 +280,7 @@ void backward(const NormLayout& l, const NormBackward& a) {
         for (int64_t i = 0; i < n; ++i) {
           const int64_t fi = feature_at(pe, f, i);
           const double w = weighted_sums ? a.weight[fi] : 1.0;
-          const double gi = w * activated_grad<act>(a.dy[off + i], a.x[off + i], mean, feature_scale(a.weight, fi, rstd),
+          const double gi = w * activation_grad(act, a.dy[off + i], a.x[off + i], mean, feature_scale(a.weight, fi, rstd),
                                             feature_shift(a.bias, fi));
           du += gi;
           dv += gi * (static_cast<double>(a.x[off + i]) - mean);
@@ -333,7 +326,7 @@ void backward(const NormLayout& l, const NormBackward& a) {
       for (int64_t i = 0; i < n; ++i) {
         const int64_t fi = feature_at(pe, f, i);
         const float x = a.x[off + i], scale = feature_scale(a.weight, fi, rstd), shift = feature_shift(a.bias, fi);
-        a.dx[off + i] = input_grad(activated_grad<act>(a.dy[off + i], x, mean, scale, shift), x - mean, scale, gk1, gk2);
+        a.dx[off + i] = input_grad(activation_grad(act, a.dy[off + i], x, mean, scale, shift), x - mean, scale, gk1, gk2);
       }
     });
   }
