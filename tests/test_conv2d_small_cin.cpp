@@ -1,6 +1,7 @@
 // The small-input-channel Conv2d kernels (layers/conv/conv2d_small_cin_cuda.cu) against the CPU path:
 // forward (with and without bias) and weight gradient on ragged shapes, through the routed conv2d
-// launchers and through the op, outputs pre-filled with NaN, bit-identical repeats; and a
+// launchers and through the op, outputs pre-filled with NaN, bit-identical repeats; the forward on
+// channels-last bfloat16/float16 operands; and a
 // [.bench] timing of ResNet-9's first layer against the memory floor.
 #include <algorithm>
 #include <cmath>
@@ -152,6 +153,50 @@ TEST_CASE("conv2d small-channel CUDA gives the same bits on repeated runs, in ev
   kernels::conv2d_backward_cpu(s, x.data(), w.data(), dy.data(), nullptr, dw_cpu.data(), nullptr);
   require_norm_close(first.y, y_cpu, 1e-5, "y " + label(s));
   require_norm_close(first.dw, dw_cpu, 1e-5, "dw " + label(s));
+#endif
+}
+
+// Channels-last bfloat16/float16 operands (airbench's whitening layer in bf16): the forward goes to
+// the direct kernel, and its y is the float32 convolution of the widened operands rounded once to
+// the half type (compared through the norm at the type's rounding, since the sums run in another
+// order), the same bits on a repeat; scalar stores (O = 37), 16-byte ones (64) and a last tile of
+// two channels (130) among the shapes.
+TEST_CASE("conv2d small-channel CUDA forward on channels-last half operands matches the widened CPU path",
+          "[conv2d][cuda][half]") {
+  MINIDL_REQUIRE_CUDA();
+#ifdef MINIDL_WITH_CUDA
+  const Device d = Device::cuda();
+  uint64_t seed = 500;
+  for (DType t : {DType::BFloat16, DType::Float16}) {
+    const double rounding = t == DType::BFloat16 ? 1.0 / 256 : 1.0 / 2048;  // 2^(1-p), p bits of significand
+    for (const Conv2dShape& s : kShapes) {
+      CHECK(kernels::conv2d_small_cin_nhwc_applies(s, t));
+      const Tensor x = random_tensor({s.n, s.c, s.h, s.w}, ++seed, -1.f, 1.f, d).to(t);
+      const Tensor w = random_tensor({s.o, s.c, s.kh, s.kw}, ++seed, -1.f, 1.f, d).to(t);
+      const Tensor b = random_tensor({s.o}, ++seed, -1.f, 1.f, d).to(t);
+      for (bool with_bias : {false, true}) {
+        const std::string what = str(dtype_name(t), " ", label(s), with_bias ? " bias" : " no bias");
+        const std::vector<float> xv = x.to(DType::Float32).to_vector(), wv = w.to(DType::Float32).to_vector(),
+                                 bv = b.to(DType::Float32).to_vector();
+        std::vector<float> want(static_cast<size_t>(s.n * s.o * s.oh() * s.ow()));
+        kernels::conv2d_forward_cpu(s, xv.data(), wv.data(), with_bias ? bv.data() : nullptr, want.data());
+        auto run = [&] {
+          const Tensor y = conv2d(x.to(MemoryFormat::ChannelsLast), w.to(MemoryFormat::ChannelsLast),
+                                  with_bias ? b : Tensor(), Size2d(1), Size2d(s.ph, s.pw));
+          REQUIRE(y.dtype() == t);
+          REQUIRE(y.is_channels_last());
+          return y.to(DType::Float32).contiguous().to_vector();
+        };
+        const std::vector<float> got = run();
+        require_norm_close(got, want, rounding, "y " + what);
+        CHECK(run() == got);
+      }
+      const std::string algos = kernels::conv2d_nhwc_cuda_algorithms(s, t);
+      INFO(algos);
+      CHECK(algos.find("fwd small_cin fma") == 0);
+    }
+  }
+  CHECK_FALSE(kernels::conv2d_small_cin_nhwc_applies(kShapes[0], DType::Float32));
 #endif
 }
 

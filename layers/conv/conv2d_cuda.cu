@@ -22,7 +22,9 @@
 // Few input channels (c * kh * kw <= 32, stride 1: a first layer on RGB images): forward and
 // backward-filter go to our direct kernels (layers/conv/conv2d_small_cin_cuda.cu) in every mode. They
 // are deterministic and full fp32, so they satisfy any setting, and run near the memory floor
-// where cuDNN is 8-20x above it. Backward-data of such layers stays with cuDNN.
+// where cuDNN is 8-20x above it. Backward-data of such layers stays with cuDNN. On channels-last
+// bfloat16/float16 operands the forward goes to a direct kernel of the same file; both backward
+// directions stay with cuDNN there.
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -399,6 +401,7 @@ void conv2d_nhwc_forward_cuda(const Conv2dShape& s, DType dtype, const void* x, 
                               void* y) {
   if (s.n == 0) return;
   if (conv2d_patchify_applies(s, dtype)) return conv2d_patchify_forward_cuda(s, dtype, x, w, b, y);
+  if (conv2d_small_cin_nhwc_applies(s, dtype)) return conv2d_small_cin_nhwc_forward_cuda(s, dtype, x, w, b, y);
   run_forward(s, {dtype, true}, x, w, y);
   if (b) conv2d_nhwc_add_bias_cuda(dtype, y, b, s.n * s.oh() * s.ow(), s.o);
 }
@@ -456,6 +459,11 @@ std::string conv2d_nhwc_cuda_algorithms(const Conv2dShape& s, DType dtype) {
   if (conv2d_patchify_applies(s, dtype)) return "fwd patchify gemm | bwd_data patchify gemm | bwd_filter patchify gemm";
   std::lock_guard<std::mutex> lock(g_mu);
   auto it = plans().find(key_for(s, {dtype, true}));
+  if (conv2d_small_cin_nhwc_applies(s, dtype)) {
+    const bool planned = it != plans().end();
+    return str("fwd small_cin fma | bwd_data ", planned ? choice_str(it->second->bwd_data, bwd_data_name) : "-",
+               " | bwd_filter ", planned ? choice_str(it->second->bwd_filter, bwd_filter_name) : "-");
+  }
   return it == plans().end() ? "" : plan_algorithms(*it->second);
 }
 

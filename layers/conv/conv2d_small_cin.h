@@ -1,8 +1,10 @@
 // Direct CUDA kernels for convolutions with few input channels (layers/conv/conv2d_small_cin_cuda.cu):
-// forward and weight gradient of a network's first layer (Conv2d 3->64 k3 on RGB images), where
+// forward and weight gradient of a network's first layer (Conv2d 3->64 k3 on RGB images; on
+// channels-last half operands, the forward of such a layer, as airbench's whitening conv), where
 // cuDNN's implicit GEMM runs 8-20x above the memory floor because its reduction dimension
 // (c * kh * kw = 27) is far too short for its tiles. Plain C++ (no CUDA headers).
 #pragma once
+#include "core/dtype.h"
 #include "layers/conv/conv2d_kernels.h"
 
 namespace minidl::kernels {
@@ -16,8 +18,18 @@ inline bool conv2d_small_cin_applies(const Conv2dShape& s) {
   return s.sh == 1 && s.sw == 1 && s.c * s.kh * s.kw <= kConv2dSmallCinMaxPatch;
 }
 
+// Whether the channels-last forward serves this problem: bfloat16/float16 and the shapes above.
+inline bool conv2d_small_cin_nhwc_applies(const Conv2dShape& s, DType dtype) {
+  return is_half(dtype) && conv2d_small_cin_applies(s);
+}
+
 // y = conv(x, w) + b (b may be null), full fp32 FMAs (no TF32), on minidl::cuda::stream().
 void conv2d_small_cin_forward_cuda(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y);
+// The same on channels-last operands of `dtype` (bfloat16 or float16): x (n, h, w, c), w (o, kh,
+// kw, c), b (o) or null, y (n, oh, ow, o). float32 FMAs on the widened values in the patch's
+// order, the bias added to the float32 sum, y rounded once.
+void conv2d_small_cin_nhwc_forward_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* w,
+                                        const void* b, void* y);
 // dw = the weight gradient, overwritten; per-block partials plus a finalize kernel in a fixed
 // order (no atomics), so the same bits every run on a given GPU.
 void conv2d_small_cin_backward_filter_cuda(const Conv2dShape& s, const float* x, const float* dy, float* dw);
