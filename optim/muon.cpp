@@ -66,30 +66,23 @@ void Muon::apply() {
   if (rest_) rest_->apply();
   const std::vector<size_t> active = params_with_grad();
   count_steps(active, {});
+  if (active.empty()) return;
+  std::vector<kernels::MuonBank> banks;
   for (size_t i : active) {
-    Entry& e = entries_[i];
     Tensor& p = params_[i].tensor;
-    const Tensor g = p.grad();
-    const int64_t rows = p.size(0), n = p.numel();
-    Tensor u = Tensor::empty_like(p), x = Tensor::empty_like(p);
-    const float m = static_cast<float>(options_.momentum);
-    const float target = std::sqrt(static_cast<float>(rows));
-    const int nesterov = options_.nesterov ? 1 : 0, normalize = options_.normalize_weights ? 1 : 0;
-    float* buf = e.slots[0].data<float>();
-    const float* lr = scalar_table() + i;
-    dispatch(
-        p.device(), "muon_step",
-        [&] {
-          kernels::muon_momentum_cpu(g.data<float>(), buf, u.data<float>(), n, m, nesterov, skip_flag());
-          kernels::newton_schulz_cpu(u.data<float>(), x.data<float>(), rows, n / rows, options_.ns);
-          kernels::muon_apply_cpu(p.data<float>(), x.data<float>(), n, target, normalize, lr, skip_flag());
-        },
-        [&] {
-          kernels::muon_momentum_cuda(g.data<float>(), buf, u.data<float>(), n, m, nesterov, skip_flag());
-          kernels::newton_schulz_cuda(u.data<float>(), x.data<float>(), rows, n / rows, options_.ns);
-          kernels::muon_apply_cuda(p.data<float>(), x.data<float>(), n, target, normalize, lr, skip_flag());
-        });
+    const int64_t rows = p.size(0);
+    banks.push_back({p.grad().data<float>(), entries_[i].slots[0].data<float>(), p.data<float>(), rows,
+                     p.numel() / rows, scalar_table() + i});
   }
+  kernels::MuonStepArgs args;
+  args.momentum = static_cast<float>(options_.momentum);
+  args.nesterov = options_.nesterov ? 1 : 0;
+  args.normalize = options_.normalize_weights ? 1 : 0;
+  args.ns = options_.ns;
+  args.skip = skip_flag();
+  dispatch(
+      params_[active[0]].tensor.device(), "muon_step", [&] { kernels::muon_step_cpu(banks, args); },
+      [&] { kernels::muon_step_cuda(banks, args); });
 }
 
 void Muon::zero_grad() {

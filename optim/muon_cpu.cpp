@@ -29,11 +29,6 @@ double sum_squares(const float* x, int64_t n) {
 
 }  // namespace
 
-void muon_momentum_cpu(const float* g, float* buf, float* u, int64_t n, float momentum, int nesterov, const float* skip) {
-  if (skip && *skip != 0.f) return;
-  for (int64_t i = 0; i < n; ++i) muon_momentum(g, buf, u, momentum, nesterov, i);
-}
-
 void newton_schulz_cpu(const float* g, float* out, int64_t rows, int64_t cols, const NewtonSchulz& ns) {
   const float scale = static_cast<float>(1.0 / (std::sqrt(sum_squares(g, rows * cols)) + ns.eps));
   Eigen::Map<const RowMatrix> G(g, rows, cols);
@@ -66,12 +61,20 @@ void newton_schulz_cpu(const float* g, float* out, int64_t rows, int64_t cols, c
     O = X;
 }
 
-void muon_apply_cpu(float* p, const float* x, int64_t n, float target_norm, int normalize, const float* lr,
-                    const float* skip) {
-  if (skip && *skip != 0.f) return;
-  const float scale = normalize ? static_cast<float>(target_norm / std::sqrt(sum_squares(p, n))) : 1.f;
-  const float step = *lr;
-  for (int64_t i = 0; i < n; ++i) p[i] = fmaf(-step, x[i], p[i] * scale);
+void muon_step_cpu(const std::vector<MuonBank>& banks, const MuonStepArgs& args) {
+  if (args.skip && *args.skip != 0.f) return;
+  std::vector<float> u, x;
+  for (const MuonBank& b : banks) {
+    const int64_t n = b.rows * b.cols;
+    u.resize(static_cast<size_t>(n));
+    x.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) muon_momentum(b.grad, b.buf, u.data(), args.momentum, args.nesterov, i);
+    newton_schulz_cpu(u.data(), x.data(), b.rows, b.cols, args.ns);
+    const float target = std::sqrt(static_cast<float>(b.rows));
+    const float scale = args.normalize ? static_cast<float>(target / std::sqrt(sum_squares(b.param, n))) : 1.f;
+    const float step = *b.lr;
+    for (int64_t i = 0; i < n; ++i) b.param[i] = fmaf(-step, x[i], b.param[i] * scale);
+  }
 }
 
 }  // namespace minidl::kernels

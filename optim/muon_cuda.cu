@@ -14,8 +14,17 @@
 //   wide (r <= k):  A = X X^T = Xc^T Xc (r x r),   X' = a X + B X  <=>  Xc' = a Xc + Xc B
 //   tall (r > k):   A = X^T X = Xc Xc^T (k x k),   X' = a X + X B  <=>  Xc' = a Xc + B Xc
 // (A and B = b A + c A A are symmetric, so their layout does not matter).
+//
+// A step's banks are grouped by shape: a group's iterates sit side by side in one buffer, so each
+// product is one strided-batched GEMM for the whole group and each elementwise pass one launch.
+// airbench's Muon has six filter banks, three of them 256 x 2304; one bank's products fill a few
+// SMs and each launch costs more than its arithmetic, so the step was a chain of ~160 small
+// launches (docs/perf/airbench.md). The momentum update shares its pass with the norms' partial
+// sums, and the update reads the last iterate in its own type.
 #include <algorithm>
+#include <cmath>
 #include <memory>
+#include <vector>
 
 #include "core/allocator.h"
 #include "core/cast_kernels.h"
@@ -30,23 +39,16 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kReduceThreads = 1024;
 
-// A set skip flag ends every thread before it writes (here and in apply_kernel); the
-// Newton-Schulz iterate of a skipped step is then formed from unwritten scratch and dropped.
-__global__ void momentum_kernel(const float* g, float* buf, float* u, int64_t n, float m, int nesterov,
-                                const float* skip) {
-  if (skip && *skip != 0.f) return;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    muon_momentum(g, buf, u, m, nesterov, i);
-}
-
-// The sum of x[i]^2 in double, in two launches: block b sums its chunk of kSumChunk elements (each
-// thread a strided slice in index order, then a fixed tree) into partials[b], then one block sums
-// the partials by the same tree. The chunks depend on n only, so the order, and the bits, are the
-// same on every GPU. (One block for the whole tensor took 134 us for a 256 x 2304 filter bank on
-// an H100, most of Muon's time per step: one SM's bandwidth.)
+// The sums of squares run in double in two launches: block b sums its chunk of kSumChunk elements
+// (each thread a strided slice in index order, then a fixed tree) into a partial, then one block
+// per sum adds the partials by the same tree. The chunks depend on n only, so the order, and the
+// bits, are the same on every GPU. (One block for a whole 256 x 2304 filter bank took 134 us on
+// an H100: one SM's bandwidth.)
 constexpr int64_t kSumChunk = 16384;
 
+int64_t sum_partials_count(int64_t n) { return std::max<int64_t>(1, (n + kSumChunk - 1) / kSumChunk); }
+
+// The block's total of s; `part` is free again when it returns.
 __device__ double block_sum(double s, double* part) {
   part[threadIdx.x] = s;
   __syncthreads();
@@ -54,9 +56,12 @@ __device__ double block_sum(double s, double* part) {
     if (threadIdx.x < w) part[threadIdx.x] += part[threadIdx.x + w];
     __syncthreads();
   }
-  return part[0];
+  const double total = part[0];
+  __syncthreads();
+  return total;
 }
 
+// Chunk blockIdx.x of x[i]^2 into partials[blockIdx.x].
 __global__ void sum_squares_partial_kernel(const float* __restrict__ x, int64_t n, double* __restrict__ partials) {
   __shared__ double part[kReduceThreads];
   const int64_t begin = blockIdx.x * kSumChunk, end = min(n, begin + kSumChunk);
@@ -66,22 +71,39 @@ __global__ void sum_squares_partial_kernel(const float* __restrict__ x, int64_t 
   if (threadIdx.x == 0) partials[blockIdx.x] = total;
 }
 
-__global__ void sum_partials_kernel(const double* __restrict__ partials, int64_t count, double* __restrict__ out) {
+// The momentum update in the chunks of the sums above, with the chunk's sums of u^2 and (when
+// p_partials is set) of the weights' p^2: the same order, so the same bits, as summing u and p
+// afterwards. A set skip flag ends every thread before it writes (here and in apply_kernel); the
+// Newton-Schulz iterate of a skipped step is then formed from unwritten scratch and dropped.
+__global__ void momentum_sums_kernel(const float* __restrict__ g, float* __restrict__ buf, float* __restrict__ u,
+                                     const float* __restrict__ p, int64_t n, float m, int nesterov,
+                                     const float* __restrict__ skip, double* __restrict__ u_partials,
+                                     double* __restrict__ p_partials) {
+  if (skip && *skip != 0.f) return;
   __shared__ double part[kReduceThreads];
-  double s = 0;
-  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) s += partials[i];
-  const double total = block_sum(s, part);
-  if (threadIdx.x == 0) out[0] = total;
+  const int64_t begin = blockIdx.x * kSumChunk, end = min(n, begin + kSumChunk);
+  double su = 0, sp = 0;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    muon_momentum(g, buf, u, m, nesterov, i);
+    su += static_cast<double>(u[i]) * u[i];
+    if (p_partials) sp += static_cast<double>(p[i]) * p[i];
+  }
+  const double u_total = block_sum(su, part);
+  if (threadIdx.x == 0) u_partials[blockIdx.x] = u_total;
+  if (p_partials) {
+    const double p_total = block_sum(sp, part);
+    if (threadIdx.x == 0) p_partials[blockIdx.x] = p_total;
+  }
 }
 
-// out[0] = sum of x[i]^2; `partials` holds sum_squares_partials(n) doubles.
-int64_t sum_squares_partials(int64_t n) { return std::max<int64_t>(1, (n + kSumChunk - 1) / kSumChunk); }
-void sum_squares(const float* x, int64_t n, double* partials, double* out) {
-  const int64_t blocks = sum_squares_partials(n);
-  sum_squares_partial_kernel<<<static_cast<unsigned>(blocks), kReduceThreads, 0, cuda::stream()>>>(x, n, partials);
-  MINIDL_LAUNCH_CHECK();
-  sum_partials_kernel<<<1, kReduceThreads, 0, cuda::stream()>>>(partials, blocks, out);
-  MINIDL_LAUNCH_CHECK();
+// out[b] = the sum of partials[b * count, (b + 1) * count): block b finishes sum b.
+__global__ void sum_partials_kernel(const double* __restrict__ partials, int64_t count, double* __restrict__ out) {
+  __shared__ double part[kReduceThreads];
+  const double* mine = partials + blockIdx.x * count;
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) s += mine[i];
+  const double total = block_sum(s, part);
+  if (threadIdx.x == 0) out[blockIdx.x] = total;
 }
 
 // out = x / (sqrt(ss) + eps), the scale rounded to float once, as on the CPU; stored as T (float,
@@ -95,16 +117,17 @@ __global__ void normalize_kernel(const float* __restrict__ x, T* __restrict__ ou
     out[i] = from_float<T>(x[i] * scale);
 }
 
-// p = p * (target / sqrt(ss)) - lr * x (no rescale when normalize is 0).
-__global__ void apply_kernel(float* __restrict__ p, const float* __restrict__ x, int64_t n,
-                             const double* __restrict__ ss, float target, int normalize, const float* __restrict__ lr_ptr,
-                             const float* __restrict__ skip) {
+// p = p * (target / sqrt(ss)) - lr * x (no rescale when ss is null), x the last iterate in its
+// own type (a bf16 value widens exactly).
+template <class T>
+__global__ void apply_kernel(float* __restrict__ p, const T* __restrict__ x, int64_t n, const double* __restrict__ ss,
+                             float target, const float* __restrict__ lr_ptr, const float* __restrict__ skip) {
   if (skip && *skip != 0.f) return;
-  const float scale = normalize ? static_cast<float>(target / sqrt(ss[0])) : 1.f;
+  const float scale = ss ? static_cast<float>(target / sqrt(ss[0])) : 1.f;
   const float lr = *lr_ptr;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    p[i] = fmaf(-lr, x[i], p[i] * scale);
+    p[i] = fmaf(-lr, to_float(x[i]), p[i] * scale);
 }
 
 // out = bf16(alpha * p + beta * y): a float32 product plus the other term, rounded once. The
@@ -127,35 +150,35 @@ int as_int(int64_t v) {
   return static_cast<int>(v);
 }
 
-// C (m x n, col-major, ld m) = alpha op(A) op(B) + beta C, full fp32.
-void sgemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-           int64_t lda, const float* b, int64_t ldb, float beta, float* c) {
+// One operand of a strided-batched GEMM: its pointer, leading dimension and the stride between
+// the group's matrices.
+template <class T>
+struct Operand {
+  T* p;
+  int64_t ld, stride;
+};
+
+// C = alpha op(A) op(B) + beta C for `count` problems (C m x n, col-major, ld m), full fp32.
+void sgemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k, float alpha,
+           Operand<const float> a, Operand<const float> b, float beta, Operand<float> c, int64_t count) {
   cublasHandle_t h = cuda::cublas();
   MINIDL_CUDA_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
-  MINIDL_CUDA_CHECK(cublasSgemm(h, ta, tb, as_int(m), as_int(n), as_int(k), &alpha, a, as_int(lda), b, as_int(ldb),
-                                &beta, c, as_int(m)));
+  MINIDL_CUDA_CHECK(cublasSgemmStridedBatched(h, ta, tb, as_int(m), as_int(n), as_int(k), &alpha, a.p, as_int(a.ld),
+                                              a.stride, b.p, as_int(b.ld), b.stride, &beta, c.p, as_int(m), c.stride,
+                                              as_int(count)));
 }
 
-// C (m x n, col-major, ld m, float32) = op(A) op(B) with bf16 A and B, float32 accumulation on
-// the tensor cores.
-void gemm_bf16(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k, const bf16* a,
-               int64_t lda, const bf16* b, int64_t ldb, float* c) {
+// C (m x n, col-major, ld m, float32) = op(A) op(B) for `count` problems with bf16 A and B,
+// float32 accumulation on the tensor cores.
+void gemm_bf16(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k, Operand<const bf16> a,
+               Operand<const bf16> b, Operand<float> c, int64_t count) {
   const float one = 1.f, zero = 0.f;
   cublasHandle_t h = cuda::cublas();
   MINIDL_CUDA_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
-  MINIDL_CUDA_CHECK(cublasGemmEx(h, ta, tb, as_int(m), as_int(n), as_int(k), &one, a, CUDA_R_16BF, as_int(lda), b,
-                                 CUDA_R_16BF, as_int(ldb), &zero, c, CUDA_R_32F, as_int(m), CUBLAS_COMPUTE_32F,
-                                 CUBLAS_GEMM_DEFAULT));
-}
-
-// x = g / (||g||_F + eps) as T, the norm summed in scratch of its own.
-template <class T>
-void normalize(const float* g, T* x, int64_t n, float eps) {
-  std::shared_ptr<void> ss_buf = allocate((1 + sum_squares_partials(n)) * sizeof(double), Device::cuda());
-  double* ss = static_cast<double*>(ss_buf.get());
-  sum_squares(g, n, ss + 1, ss);
-  normalize_kernel<<<grid_for(n), kThreads, 0, cuda::stream()>>>(g, x, n, ss, eps);
-  MINIDL_LAUNCH_CHECK();
+  MINIDL_CUDA_CHECK(cublasGemmStridedBatchedEx(h, ta, tb, as_int(m), as_int(n), as_int(k), &one, a.p, CUDA_R_16BF,
+                                               as_int(a.ld), a.stride, b.p, CUDA_R_16BF, as_int(b.ld), b.stride, &zero,
+                                               c.p, CUDA_R_32F, as_int(m), c.stride, as_int(count), CUBLAS_COMPUTE_32F,
+                                               CUBLAS_GEMM_DEFAULT));
 }
 
 void combine(const float* p, float alpha, const bf16* y, float beta, bf16* out, int64_t n) {
@@ -163,86 +186,183 @@ void combine(const float* p, float alpha, const bf16* y, float beta, bf16* out, 
   MINIDL_LAUNCH_CHECK();
 }
 
-// The bf16 iteration (see the top of the file): the layout is the float32 one's.
-void newton_schulz_bf16_cuda(const float* g, float* out, int64_t rows, int64_t cols, const NewtonSchulz& ns) {
-  const int64_t n = rows * cols, s = std::min(rows, cols);
-  const bool tall = rows > cols;
-  // Scratch: [product (float32, n or s * s)], [X | A | B (bf16)].
-  std::shared_ptr<void> product_buf = allocate(static_cast<size_t>(std::max(n, s * s)) * sizeof(float), Device::cuda());
-  std::shared_ptr<void> iterates = allocate(static_cast<size_t>(n + 2 * s * s) * sizeof(bf16), Device::cuda());
-  float* P = static_cast<float*>(product_buf.get());
-  bf16* x = static_cast<bf16*>(iterates.get());
-  bf16* A = x + n;
-  bf16* B = A + s * s;
-  normalize(g, x, n, ns.eps);
-  const int64_t k = cols, r = rows;  // Xc is (k x r) column-major, ld k
-  for (int step = 0; step < ns.steps; ++step) {
-    if (!tall)
-      gemm_bf16(CUBLAS_OP_T, CUBLAS_OP_N, r, r, k, x, k, x, k, P);
-    else
-      gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_T, k, k, r, x, k, x, k, P);
-    combine(P, 1.f, nullptr, 0.f, A, s * s);
-    gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_N, s, s, s, A, s, A, s, P);
-    combine(P, ns.c, A, ns.b, B, s * s);
-    if (!tall)
-      gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_N, k, r, r, x, k, B, r, P);
-    else
-      gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_N, k, r, k, B, k, x, k, P);
-    combine(P, 1.f, x, ns.a, x, n);
-  }
-  cast_cuda(x, DType::BFloat16, out, DType::Float32, n);
-}
-
 void copy_async(float* dst, const float* src, int64_t n) {
   MINIDL_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice,
                                     cuda::stream()));
 }
 
+// The Newton-Schulz iterations of `count` banks of one shape (rows, cols), side by side: their
+// normalized inputs are written to input(j), and after run() last(j) is bank j's final iterate.
+// Xc, bank j's iterate seen as a (cols x rows) column-major matrix, sits at j * rows * cols;
+// its A and B at j * s * s. The scratch comes from the stream-ordered caching allocator.
+class NewtonSchulzGroup {
+ public:
+  NewtonSchulzGroup(int64_t rows, int64_t cols, int64_t count, const NewtonSchulz& ns)
+      : r_(rows), k_(cols), n_(rows * cols), s_(std::min(rows, cols)), count_(count), ns_(ns) {
+    if (ns.bf16) {
+      // [product (float32, count * max(n, s * s)), also the momentum output], [X | A | B (bf16)]
+      product_ = allocate(static_cast<size_t>(count * std::max(n_, s_ * s_)) * sizeof(float), Device::cuda());
+      iterates_ = allocate(static_cast<size_t>(count * (n_ + 2 * s_ * s_)) * sizeof(bf16), Device::cuda());
+    } else {
+      // [X | X' | A | B (float32)]; X' also takes the momentum output
+      iterates_ = allocate(static_cast<size_t>(count * (2 * n_ + 2 * s_ * s_)) * sizeof(float), Device::cuda());
+    }
+  }
+
+  // Where bank j's momentum output u may go: scratch that the iteration overwrites only after the
+  // input is normalized.
+  float* momentum_out(int64_t j) const { return (ns_.bf16 ? product() : fp32() + count_ * n_) + j * n_; }
+
+  // Bank j's X0 = u / (sqrt(ss[0]) + eps).
+  void set_input(int64_t j, const float* u, const double* ss) const {
+    if (ns_.bf16) {
+      normalize_kernel<<<grid_for(n_), kThreads, 0, cuda::stream()>>>(u, bf16_x() + j * n_, n_, ss, ns_.eps);
+    } else {
+      normalize_kernel<<<grid_for(n_), kThreads, 0, cuda::stream()>>>(u, fp32() + j * n_, n_, ss, ns_.eps);
+    }
+    MINIDL_LAUNCH_CHECK();
+  }
+
+  void run() {
+    if (ns_.bf16)
+      run_bf16();
+    else
+      run_fp32();
+  }
+
+  bool bf16_result() const { return ns_.bf16; }
+  const bf16* last_bf16(int64_t j) const { return bf16_x() + j * n_; }
+  const float* last_fp32(int64_t j) const { return fp32() + (ns_.steps % 2 ? count_ * n_ : 0) + j * n_; }
+
+ private:
+  float* product() const { return static_cast<float*>(product_.get()); }
+  bf16* bf16_x() const { return static_cast<bf16*>(iterates_.get()); }
+  float* fp32() const { return static_cast<float*>(iterates_.get()); }
+  bool tall() const { return r_ > k_; }
+
+  void run_bf16() {
+    const int64_t ss = s_ * s_, c = count_;
+    bf16* x = bf16_x();
+    bf16* A = x + c * n_;
+    bf16* B = A + c * ss;
+    float* P = product();
+    const Operand<const bf16> X{x, k_, n_}, As{A, s_, ss}, Bs{B, s_, ss};
+    for (int step = 0; step < ns_.steps; ++step) {
+      if (!tall())
+        gemm_bf16(CUBLAS_OP_T, CUBLAS_OP_N, r_, r_, k_, X, X, {P, s_, ss}, c);
+      else
+        gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_T, k_, k_, r_, X, X, {P, s_, ss}, c);
+      combine(P, 1.f, nullptr, 0.f, A, c * ss);
+      gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_N, s_, s_, s_, As, As, {P, s_, ss}, c);
+      combine(P, ns_.c, A, ns_.b, B, c * ss);
+      if (!tall())
+        gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_N, k_, r_, r_, X, Bs, {P, k_, n_}, c);
+      else
+        gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_N, k_, r_, k_, Bs, X, {P, k_, n_}, c);
+      combine(P, 1.f, x, ns_.a, x, c * n_);
+    }
+  }
+
+  // X and X' swap every step, so after an odd number of steps the result is in X'.
+  void run_fp32() {
+    const int64_t ss = s_ * s_, c = count_;
+    float* x = fp32();
+    float* next = x + c * n_;
+    float* A = next + c * n_;
+    float* B = A + c * ss;
+    for (int step = 0; step < ns_.steps; ++step) {
+      const Operand<const float> X{x, k_, n_};
+      if (!tall())
+        sgemm(CUBLAS_OP_T, CUBLAS_OP_N, r_, r_, k_, 1.f, X, X, 0.f, {A, s_, ss}, c);
+      else
+        sgemm(CUBLAS_OP_N, CUBLAS_OP_T, k_, k_, r_, 1.f, X, X, 0.f, {A, s_, ss}, c);
+      copy_async(B, A, c * ss);
+      sgemm(CUBLAS_OP_N, CUBLAS_OP_N, s_, s_, s_, ns_.c, {A, s_, ss}, {A, s_, ss}, ns_.b, {B, s_, ss}, c);
+      copy_async(next, x, c * n_);
+      if (!tall())
+        sgemm(CUBLAS_OP_N, CUBLAS_OP_N, k_, r_, r_, 1.f, X, {B, r_, ss}, ns_.a, {next, k_, n_}, c);
+      else
+        sgemm(CUBLAS_OP_N, CUBLAS_OP_N, k_, r_, k_, 1.f, {B, k_, ss}, X, ns_.a, {next, k_, n_}, c);
+      std::swap(x, next);
+    }
+  }
+
+  int64_t r_, k_, n_, s_, count_;
+  NewtonSchulz ns_;
+  std::shared_ptr<void> product_, iterates_;
+};
+
+// Banks of one shape, in the order of their first appearance.
+std::vector<std::vector<const MuonBank*>> group_by_shape(const std::vector<MuonBank>& banks) {
+  std::vector<std::vector<const MuonBank*>> groups;
+  for (const MuonBank& b : banks) {
+    auto same = std::find_if(groups.begin(), groups.end(), [&](const std::vector<const MuonBank*>& g) {
+      return g[0]->rows == b.rows && g[0]->cols == b.cols;
+    });
+    if (same == groups.end())
+      groups.push_back({&b});
+    else
+      same->push_back(&b);
+  }
+  return groups;
+}
+
 }  // namespace
 
-void muon_momentum_cuda(const float* g, float* buf, float* u, int64_t n, float momentum, int nesterov,
-                        const float* skip) {
-  momentum_kernel<<<grid_for(n), kThreads, 0, cuda::stream()>>>(g, buf, u, n, momentum, nesterov, skip);
-  MINIDL_LAUNCH_CHECK();
-}
-
 void newton_schulz_cuda(const float* g, float* out, int64_t rows, int64_t cols, const NewtonSchulz& ns) {
-  if (ns.bf16) return newton_schulz_bf16_cuda(g, out, rows, cols, ns);
-  const int64_t n = rows * cols, s = std::min(rows, cols);
-  const bool tall = rows > cols;
-  // Scratch from the stream-ordered caching allocator: [A | B | X'].
-  const size_t floats = static_cast<size_t>(2 * s * s + n);
-  std::shared_ptr<void> scratch = allocate(floats * sizeof(float), Device::cuda());
-  float* A = static_cast<float*>(scratch.get());
-  float* B = A + s * s;
-  float* x = out;
-  float* next = B + s * s;
-  normalize(g, x, n, ns.eps);
-  const int64_t k = cols, r = rows;  // Xc is (k x r) column-major, ld k
-  for (int step = 0; step < ns.steps; ++step) {
-    if (!tall)
-      sgemm(CUBLAS_OP_T, CUBLAS_OP_N, r, r, k, 1.f, x, k, x, k, 0.f, A);
-    else
-      sgemm(CUBLAS_OP_N, CUBLAS_OP_T, k, k, r, 1.f, x, k, x, k, 0.f, A);
-    copy_async(B, A, s * s);
-    sgemm(CUBLAS_OP_N, CUBLAS_OP_N, s, s, s, ns.c, A, s, A, s, ns.b, B);
-    copy_async(next, x, n);
-    if (!tall)
-      sgemm(CUBLAS_OP_N, CUBLAS_OP_N, k, r, r, 1.f, x, k, B, r, ns.a, next);
-    else
-      sgemm(CUBLAS_OP_N, CUBLAS_OP_N, k, r, k, 1.f, B, k, x, k, ns.a, next);
-    std::swap(x, next);
-  }
-  if (x != out) copy_async(out, x, n);
+  const int64_t n = rows * cols, partials = sum_partials_count(n);
+  std::shared_ptr<void> sums = allocate(static_cast<size_t>(1 + partials) * sizeof(double), Device::cuda());
+  double* ss = static_cast<double*>(sums.get());
+  sum_squares_partial_kernel<<<static_cast<unsigned>(partials), kReduceThreads, 0, cuda::stream()>>>(g, n, ss + 1);
+  MINIDL_LAUNCH_CHECK();
+  sum_partials_kernel<<<1, kReduceThreads, 0, cuda::stream()>>>(ss + 1, partials, ss);
+  MINIDL_LAUNCH_CHECK();
+  NewtonSchulzGroup group(rows, cols, 1, ns);
+  group.set_input(0, g, ss);
+  group.run();
+  if (group.bf16_result())
+    cast_cuda(group.last_bf16(0), DType::BFloat16, out, DType::Float32, n);
+  else
+    copy_async(out, group.last_fp32(0), n);
 }
 
-void muon_apply_cuda(float* p, const float* x, int64_t n, float target_norm, int normalize, const float* lr,
-                     const float* skip) {
-  std::shared_ptr<void> ss_buf = allocate((1 + sum_squares_partials(n)) * sizeof(double), Device::cuda());
-  double* ss = static_cast<double*>(ss_buf.get());
-  if (normalize) sum_squares(p, n, ss + 1, ss);
-  apply_kernel<<<grid_for(n), kThreads, 0, cuda::stream()>>>(p, x, n, ss, target_norm, normalize, lr, skip);
-  MINIDL_LAUNCH_CHECK();
+void muon_step_cuda(const std::vector<MuonBank>& banks, const MuonStepArgs& args) {
+  const int sums_per_bank = args.normalize ? 2 : 1;  // ||u||^2, and ||p||^2 with normalize
+  for (const std::vector<const MuonBank*>& members : group_by_shape(banks)) {
+    const int64_t count = static_cast<int64_t>(members.size());
+    const int64_t rows = members[0]->rows, n = rows * members[0]->cols, partials = sum_partials_count(n);
+    const int64_t sums = count * sums_per_bank;
+    // [the sums (count * sums_per_bank)] [their partials, partials apiece, in the same order]
+    std::shared_ptr<void> sums_buf = allocate(static_cast<size_t>(sums * (1 + partials)) * sizeof(double),
+                                              Device::cuda());
+    double* totals = static_cast<double*>(sums_buf.get());
+    double* parts = totals + sums;
+    NewtonSchulzGroup group(rows, members[0]->cols, count, args.ns);
+    for (int64_t j = 0; j < count; ++j) {
+      const MuonBank& b = *members[j];
+      double* own = parts + j * sums_per_bank * partials;
+      momentum_sums_kernel<<<static_cast<unsigned>(partials), kReduceThreads, 0, cuda::stream()>>>(
+          b.grad, b.buf, group.momentum_out(j), b.param, n, args.momentum, args.nesterov, args.skip, own,
+          args.normalize ? own + partials : nullptr);
+      MINIDL_LAUNCH_CHECK();
+    }
+    sum_partials_kernel<<<static_cast<unsigned>(sums), kReduceThreads, 0, cuda::stream()>>>(parts, partials, totals);
+    MINIDL_LAUNCH_CHECK();
+    for (int64_t j = 0; j < count; ++j) group.set_input(j, group.momentum_out(j), totals + j * sums_per_bank);
+    group.run();
+    for (int64_t j = 0; j < count; ++j) {
+      const MuonBank& b = *members[j];
+      const double* p_sum = args.normalize ? totals + j * sums_per_bank + 1 : nullptr;
+      const float target = std::sqrt(static_cast<float>(rows));
+      if (group.bf16_result())
+        apply_kernel<<<grid_for(n), kThreads, 0, cuda::stream()>>>(b.param, group.last_bf16(j), n, p_sum, target, b.lr,
+                                                                    args.skip);
+      else
+        apply_kernel<<<grid_for(n), kThreads, 0, cuda::stream()>>>(b.param, group.last_fp32(j), n, p_sum, target, b.lr,
+                                                                    args.skip);
+      MINIDL_LAUNCH_CHECK();
+    }
+  }
 }
 
 }  // namespace minidl::kernels

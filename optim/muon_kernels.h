@@ -1,5 +1,5 @@
-// Raw Muon launchers (optim/muon.h): the momentum update and the Newton-Schulz orthogonalization
-// of one (rows, cols) row-major float32 matrix. The iteration runs in float32 (matmul_cpu's GEMMs
+// Raw Muon launchers (optim/muon.h): the Newton-Schulz orthogonalization of one (rows, cols)
+// row-major float32 matrix, and the whole step of a set of filter banks. The iteration runs in float32 (matmul_cpu's GEMMs
 // on the CPU, cuBLAS SGEMM in full fp32, no TF32, on the GPU) or in bfloat16: every iterate X,
 // A and B is stored in bf16, each product accumulates in float32 and its other term (b A, a X) is
 // added in float32 before the one rounding to bf16 (cuBLAS GemmEx on tensor cores into a float32
@@ -9,6 +9,7 @@
 // summation orders).
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "core/philox.h"  // MINIDL_HD
 
@@ -28,23 +29,37 @@ MINIDL_HD void muon_momentum(const float* g, float* buf, float* u, float momentu
   u[i] = nesterov ? fmaf(momentum, b, g[i]) : b;
 }
 
-// A nonzero *skip (float16 loss scaling found an inf or NaN; null: never) leaves buf as it is.
-void muon_momentum_cpu(const float* g, float* buf, float* u, int64_t n, float momentum, int nesterov, const float* skip);
-void muon_momentum_cuda(const float* g, float* buf, float* u, int64_t n, float momentum, int nesterov,
-                        const float* skip);
-
 // out = the Newton-Schulz iterate of g (rows, cols): X = g / (||g|| + eps), then `steps` times
 // A = X X^T, B = b A + c A A, X = a X + B X (on the transpose when rows > cols). out may not alias g.
 // With ns.bf16, out holds the last bf16 iterate widened to float32.
 void newton_schulz_cpu(const float* g, float* out, int64_t rows, int64_t cols, const NewtonSchulz& ns);
 void newton_schulz_cuda(const float* g, float* out, int64_t rows, int64_t cols, const NewtonSchulz& ns);
 
-// p = p * target_norm / ||p||_F (airbench's Muon keeps each filter bank at norm sqrt(out_channels)),
-// then p -= lr * x, with lr read from memory on the tensors' device (the optimizer's scalar table).
-// A nonzero *skip leaves p as it is.
-void muon_apply_cpu(float* p, const float* x, int64_t n, float target_norm, int normalize, const float* lr,
-                    const float* skip);
-void muon_apply_cuda(float* p, const float* x, int64_t n, float target_norm, int normalize, const float* lr,
-                     const float* skip);
+// One filter bank of a Muon step: its gradient, momentum buffer and weights, (rows, cols) row-major
+// float32 on the step's device, and where its lr sits there (the optimizer's scalar table, so a
+// replayed CUDA graph reads each step's value).
+struct MuonBank {
+  const float* grad;
+  float* buf;
+  float* param;
+  int64_t rows, cols;
+  const float* lr;
+};
+
+struct MuonStepArgs {
+  float momentum = 0;
+  int nesterov = 0;
+  int normalize = 0;  // rescale each bank to norm sqrt(rows) before the update
+  NewtonSchulz ns;
+  const float* skip = nullptr;  // nonzero *skip (float16 loss scaling found an inf or NaN): no change
+};
+
+// The step of every bank: buf = m buf + g, u = nesterov ? g + m buf : buf, x = NS(u);
+// p = p * sqrt(rows) / ||p||_F (with normalize), then p -= lr x. On the GPU, banks of one shape
+// run their Newton-Schulz iterations together (strided-batched GEMMs, one elementwise pass per
+// group); the groups follow from the banks' shapes alone, so a step's bits do not change from run
+// to run.
+void muon_step_cpu(const std::vector<MuonBank>& banks, const MuonStepArgs& args);
+void muon_step_cuda(const std::vector<MuonBank>& banks, const MuonStepArgs& args);
 
 }  // namespace minidl::kernels
