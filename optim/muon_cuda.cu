@@ -191,8 +191,8 @@ void copy_async(float* dst, const float* src, int64_t n) {
                                     cuda::stream()));
 }
 
-// The Newton-Schulz iterations of `count` banks of one shape (rows, cols), side by side: their
-// normalized inputs are written to input(j), and after run() last(j) is bank j's final iterate.
+// The Newton-Schulz iterations of `count` banks of one shape (rows, cols), side by side: bank j's
+// input goes in by set_input(j), and after run() last_bf16(j) or last_fp32(j) is its final iterate.
 // Xc, bank j's iterate seen as a (cols x rows) column-major matrix, sits at j * rows * cols;
 // its A and B at j * s * s. The scratch comes from the stream-ordered caching allocator.
 class NewtonSchulzGroup {
@@ -270,6 +270,7 @@ class NewtonSchulzGroup {
     float* next = x + c * n_;
     float* A = next + c * n_;
     float* B = A + c * ss;
+    const Operand<const float> As{A, s_, ss}, Bs{B, s_, ss};
     for (int step = 0; step < ns_.steps; ++step) {
       const Operand<const float> X{x, k_, n_};
       if (!tall())
@@ -277,12 +278,12 @@ class NewtonSchulzGroup {
       else
         sgemm(CUBLAS_OP_N, CUBLAS_OP_T, k_, k_, r_, 1.f, X, X, 0.f, {A, s_, ss}, c);
       copy_async(B, A, c * ss);
-      sgemm(CUBLAS_OP_N, CUBLAS_OP_N, s_, s_, s_, ns_.c, {A, s_, ss}, {A, s_, ss}, ns_.b, {B, s_, ss}, c);
+      sgemm(CUBLAS_OP_N, CUBLAS_OP_N, s_, s_, s_, ns_.c, As, As, ns_.b, {B, s_, ss}, c);
       copy_async(next, x, c * n_);
       if (!tall())
-        sgemm(CUBLAS_OP_N, CUBLAS_OP_N, k_, r_, r_, 1.f, X, {B, r_, ss}, ns_.a, {next, k_, n_}, c);
+        sgemm(CUBLAS_OP_N, CUBLAS_OP_N, k_, r_, r_, 1.f, X, Bs, ns_.a, {next, k_, n_}, c);
       else
-        sgemm(CUBLAS_OP_N, CUBLAS_OP_N, k_, r_, k_, 1.f, {B, k_, ss}, X, ns_.a, {next, k_, n_}, c);
+        sgemm(CUBLAS_OP_N, CUBLAS_OP_N, k_, r_, k_, 1.f, Bs, X, ns_.a, {next, k_, n_}, c);
       std::swap(x, next);
     }
   }
