@@ -13,6 +13,7 @@
 #include "core/settings.h"
 #include "layers/conv/conv2d.h"
 #include "layers/conv/conv2d_kernels.h"
+#include "layers/conv/conv2d_patchify.h"
 #include "layers/conv/conv2d_small_cin.h"
 #include "tests/test_util.h"
 #ifdef MINIDL_WITH_CUDA
@@ -160,7 +161,7 @@ TEST_CASE("conv2d small-channel CUDA gives the same bits on repeated runs, in ev
 // the direct kernel, and its y is the float32 convolution of the widened operands rounded once to
 // the half type (compared through the norm at the type's rounding, since the sums run in another
 // order), the same bits on a repeat; scalar stores (O = 37), 16-byte ones (64) and a last tile of
-// two channels (130) among the shapes.
+// two channels (130) among the shapes. The 1x1 shape goes to the patchify GEMM instead.
 TEST_CASE("conv2d small-channel CUDA forward on channels-last half operands matches the widened CPU path",
           "[conv2d][cuda][half]") {
   MINIDL_REQUIRE_CUDA();
@@ -191,9 +192,11 @@ TEST_CASE("conv2d small-channel CUDA forward on channels-last half operands matc
         require_norm_close(got, want, rounding, "y " + what);
         CHECK(run() == got);
       }
+      // A 1x1 stride-1 convolution without padding is a patchify GEMM, which the launcher
+      // prefers; every other shape runs the direct kernel.
       const std::string algos = kernels::conv2d_nhwc_cuda_algorithms(s, t);
       INFO(algos);
-      CHECK(algos.find("fwd small_cin fma") == 0);
+      CHECK(algos.find(kernels::conv2d_patchify_applies(s, t) ? "fwd patchify gemm" : "fwd small_cin fma") == 0);
     }
   }
   CHECK_FALSE(kernels::conv2d_small_cin_nhwc_applies(kShapes[0], DType::Float32));

@@ -18,7 +18,8 @@ inline bool conv2d_small_cin_applies(const Conv2dShape& s) {
   return s.sh == 1 && s.sw == 1 && s.c * s.kh * s.kw <= kConv2dSmallCinMaxPatch;
 }
 
-// Whether the channels-last forward serves this problem: bfloat16/float16 and the shapes above.
+// Whether the channels-last forward serves this problem: bfloat16/float16 and the shapes above
+// (conv2d_nhwc_forward_cuda runs a patchify GEMM first where one applies: a 1x1 stride-1 layer).
 inline bool conv2d_small_cin_nhwc_applies(const Conv2dShape& s, DType dtype) {
   return is_half(dtype) && conv2d_small_cin_applies(s);
 }
