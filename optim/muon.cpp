@@ -48,8 +48,8 @@ Muon::Muon(std::vector<NamedParam> filters, MuonOptions options, std::unique_ptr
       options_(options),
       rest_(std::move(rest)) {
   for (const NamedParam& p : params_)
-    MINIDL_CHECK(p.tensor.dim() == 4, path, ": Muon updates 4-D filters, '", p.name, "' is ",
-                 shape_str(p.tensor.shape()));
+    MINIDL_CHECK(p.tensor.dim() == 4 && p.tensor.numel() > 0, path, ": Muon updates non-empty 4-D filters, '",
+                 p.name, "' is ", shape_str(p.tensor.shape()));
 }
 
 // The lr goes through the scalar table, so a replayed CUDA graph reads each step's value.
@@ -81,7 +81,7 @@ void Muon::apply() {
   args.ns = options_.ns;
   args.skip = skip_flag();
   dispatch(
-      params_[active[0]].tensor.device(), "muon_step", [&] { kernels::muon_step_cpu(banks, args); },
+      params_device(), "muon_step", [&] { kernels::muon_step_cpu(banks, args); },
       [&] { kernels::muon_step_cuda(banks, args); });
 }
 

@@ -3,7 +3,7 @@
 // of bf16 iterates into a float32 product (beta = 0: with a bf16 C cuBLAS may split K and round
 // every partial sum there, see linear_cuda.cu), then one elementwise pass adds the other term in
 // float32 and rounds once to bf16. The Frobenius norms are summed in double in a fixed order
-// (sum_squares) and applied on the device, so nothing syncs with the host and the whole update sits
+// (momentum_sums_kernel, sum_partials_kernel) and applied on the device, so nothing syncs with the host and the whole update sits
 // in a CUDA graph. cuBLAS is deterministic on one stream.
 //
 // Why bf16: the iteration's GEMMs have small outputs (a 256 x 2304 filter bank gives a 256 x 256
@@ -18,9 +18,9 @@
 // A step's banks are grouped by shape: a group's iterates sit side by side in one buffer, so each
 // product is one strided-batched GEMM for the whole group and each elementwise pass one launch.
 // airbench's Muon has six filter banks, three of them 256 x 2304; one bank's products fill a few
-// SMs and each launch costs more than its arithmetic, so the step was a chain of ~160 small
-// launches (docs/perf/airbench.md). The momentum update shares its pass with the norms' partial
-// sums, and the update reads the last iterate in its own type.
+// SMs and each launch costs more than its arithmetic, so launches, not FLOPs, set the step's time
+// (docs/perf/airbench.md). For the same reason the momentum update shares its pass with the
+// norms' partial sums, and the update reads the last iterate in its own type.
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -158,17 +158,17 @@ struct Operand {
   int64_t ld, stride;
 };
 
-// C = alpha op(A) op(B) + beta C for `count` problems (C m x n, col-major, ld m), full fp32.
+// C = alpha op(A) op(B) + beta C for `count` problems (C m x n, col-major), full fp32.
 void sgemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k, float alpha,
            Operand<const float> a, Operand<const float> b, float beta, Operand<float> c, int64_t count) {
   cublasHandle_t h = cuda::cublas();
   MINIDL_CUDA_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
   MINIDL_CUDA_CHECK(cublasSgemmStridedBatched(h, ta, tb, as_int(m), as_int(n), as_int(k), &alpha, a.p, as_int(a.ld),
-                                              a.stride, b.p, as_int(b.ld), b.stride, &beta, c.p, as_int(m), c.stride,
+                                              a.stride, b.p, as_int(b.ld), b.stride, &beta, c.p, as_int(c.ld), c.stride,
                                               as_int(count)));
 }
 
-// C (m x n, col-major, ld m, float32) = op(A) op(B) for `count` problems with bf16 A and B,
+// C (m x n, col-major, float32) = op(A) op(B) for `count` problems with bf16 A and B,
 // float32 accumulation on the tensor cores.
 void gemm_bf16(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k, Operand<const bf16> a,
                Operand<const bf16> b, Operand<float> c, int64_t count) {
@@ -177,7 +177,7 @@ void gemm_bf16(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n,
   MINIDL_CUDA_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
   MINIDL_CUDA_CHECK(cublasGemmStridedBatchedEx(h, ta, tb, as_int(m), as_int(n), as_int(k), &one, a.p, CUDA_R_16BF,
                                                as_int(a.ld), a.stride, b.p, CUDA_R_16BF, as_int(b.ld), b.stride, &zero,
-                                               c.p, CUDA_R_32F, as_int(m), c.stride, as_int(count), CUBLAS_COMPUTE_32F,
+                                               c.p, CUDA_R_32F, as_int(c.ld), c.stride, as_int(count), CUBLAS_COMPUTE_32F,
                                                CUBLAS_GEMM_DEFAULT));
 }
 
@@ -332,6 +332,7 @@ void muon_step_cuda(const std::vector<MuonBank>& banks, const MuonStepArgs& args
   for (const std::vector<const MuonBank*>& members : group_by_shape(banks)) {
     const int64_t count = static_cast<int64_t>(members.size());
     const int64_t rows = members[0]->rows, n = rows * members[0]->cols, partials = sum_partials_count(n);
+    const float target = std::sqrt(static_cast<float>(rows));
     const int64_t sums = count * sums_per_bank;
     // [the sums (count * sums_per_bank)] [their partials, partials apiece, in the same order]
     std::shared_ptr<void> sums_buf = allocate(static_cast<size_t>(sums * (1 + partials)) * sizeof(double),
@@ -354,7 +355,6 @@ void muon_step_cuda(const std::vector<MuonBank>& banks, const MuonStepArgs& args
     for (int64_t j = 0; j < count; ++j) {
       const MuonBank& b = *members[j];
       const double* p_sum = args.normalize ? totals + j * sums_per_bank + 1 : nullptr;
-      const float target = std::sqrt(static_cast<float>(rows));
       if (group.bf16_result())
         apply_kernel<<<grid_for(n), kThreads, 0, cuda::stream()>>>(b.param, group.last_bf16(j), n, p_sum, target, b.lr,
                                                                     args.skip);

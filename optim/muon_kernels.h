@@ -57,8 +57,9 @@ struct MuonStepArgs {
 // The step of every bank: buf = m buf + g, u = nesterov ? g + m buf : buf, x = NS(u);
 // p = p * sqrt(rows) / ||p||_F (with normalize), then p -= lr x. On the GPU, banks of one shape
 // run their Newton-Schulz iterations together (strided-batched GEMMs, one elementwise pass per
-// group); the groups follow from the banks' shapes alone, so a step's bits do not change from run
-// to run.
+// group); the groups follow from the shapes of the banks in the step, so a step's bits do not
+// change from run to run (cuBLAS may pick another kernel for another group size, so a bank's bits
+// can depend on how many banks share its shape).
 void muon_step_cpu(const std::vector<MuonBank>& banks, const MuonStepArgs& args);
 void muon_step_cuda(const std::vector<MuonBank>& banks, const MuonStepArgs& args);
 

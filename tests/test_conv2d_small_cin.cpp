@@ -169,7 +169,7 @@ TEST_CASE("conv2d small-channel CUDA forward on channels-last half operands matc
   const Device d = Device::cuda();
   uint64_t seed = 500;
   for (DType t : {DType::BFloat16, DType::Float16}) {
-    const double rounding = t == DType::BFloat16 ? 1.0 / 256 : 1.0 / 2048;  // 2^(1-p), p bits of significand
+    const double rounding = t == DType::BFloat16 ? 1.0 / 256 : 1.0 / 2048;  // 2^-p, p bits of significand
     for (const Conv2dShape& s : kShapes) {
       CHECK(kernels::conv2d_small_cin_nhwc_applies(s, t));
       const Tensor x = random_tensor({s.n, s.c, s.h, s.w}, ++seed, -1.f, 1.f, d).to(t);

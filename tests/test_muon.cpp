@@ -7,6 +7,7 @@
 #include <Eigen/Dense>
 #include <cmath>
 #include <cstring>
+#include <tuple>
 #include <vector>
 
 #include "core/dispatch.h"
@@ -194,6 +195,9 @@ TEST_CASE("Muon state round-trips and the config is checked", "[muon]") {
   REQUIRE_THROWS_WITH(make_optimizer(json::parse(R"({"type": "Muon", "ns_dtype": "float16", "rest": {"type": "SGD"}})"),
                                      ps, "optimizer"),
                       Catch::Contains("optimizer.ns_dtype") && Catch::Contains("\"float16\""));
+  Tensor empty = Tensor::zeros({0, 2, 3, 3});
+  REQUIRE_THROWS_WITH(make_optimizer(json::parse(R"({"type": "Muon"})"), {{"e", empty, "Conv2d"}}, "optimizer"),
+                      Catch::Contains("non-empty") && Catch::Contains("'e'"));
   for (const char* dtype : {"float32", "bfloat16"}) {
     const json c = {{"type", "Muon"}, {"ns_dtype", dtype}, {"rest", {{"type", "SGD"}}}};
     REQUIRE(make_optimizer(c, ps, "optimizer")->to_json()["ns_dtype"] == dtype);
@@ -225,15 +229,21 @@ TEST_CASE("Muon on CUDA matches the CPU", "[muon][cuda]") {
   }
 }
 
-// The whole step on CUDA against the CPU: six banks, three of one shape (iterated as one group),
-// one tall (more rows than columns), with normalization and Nesterov, in float32 and bf16, three
-// steps; and the same bits when the run is repeated.
+// The whole step on CUDA against the CPU: seven banks, three of one shape (iterated as one group),
+// two tall ones (more rows than columns) of another, in float32 and bf16, with 3, 2 and 0
+// Newton-Schulz steps (the float32 iterate ends in either buffer), with and without weight
+// normalization, Nesterov on, three optimizer steps; and the same bits when the run is repeated.
 TEST_CASE("Muon steps on CUDA match the CPU, banks of one shape iterated together", "[muon][cuda]") {
   MINIDL_REQUIRE_CUDA();
-  const std::vector<std::vector<int64_t>> shapes = {{8, 4, 3, 3}, {16, 4, 3, 3}, {8, 4, 3, 3},
-                                                    {40, 2, 2, 2}, {8, 4, 3, 3}, {16, 8, 3, 3}};
-  for (const char* dtype : {"float32", "bfloat16"}) {
-    INFO("ns_dtype " << dtype);
+  const std::vector<std::vector<int64_t>> shapes = {{8, 4, 3, 3}, {16, 4, 3, 3}, {8, 4, 3, 3}, {40, 2, 2, 2},
+                                                    {8, 4, 3, 3}, {16, 8, 3, 3}, {40, 2, 2, 2}};
+  for (const std::tuple<const char*, int, bool>& variant :
+       {std::tuple<const char*, int, bool>{"float32", 3, true}, {"float32", 2, false}, {"float32", 0, true},
+        {"bfloat16", 3, true}, {"bfloat16", 2, false}}) {
+    const char* dtype = std::get<0>(variant);  // named copies: lambdas below capture them (not bindings: clang)
+    const int ns_steps = std::get<1>(variant);
+    const bool normalize = std::get<2>(variant);
+    INFO("ns_dtype " << dtype << ", ns_steps " << ns_steps << ", normalize_weights " << normalize);
     const auto run = [&](Device d) {
       std::vector<Tensor> ws;
       std::vector<NamedParam> params;
@@ -245,9 +255,11 @@ TEST_CASE("Muon steps on CUDA match the CPU, banks of one shape iterated togethe
       Tensor b = test::random_tensor({8}, 5, -1.f, 1.f, d);
       b.set_requires_grad(true);
       params.push_back({"b", b, "Conv2d"});
-      json c = json::parse(R"({"type": "Muon", "lr": 0.1, "normalize_weights": true,
+      json c = json::parse(R"({"type": "Muon", "lr": 0.1, "nesterov": true,
                                "rest": {"type": "SGD", "lr": 0.1, "momentum": 0.9}})");
       c["ns_dtype"] = dtype;
+      c["ns_steps"] = ns_steps;
+      c["normalize_weights"] = normalize;
       auto opt = make_optimizer(c, params, "optimizer");
       for (int s = 0; s < 3; ++s) {
         for (size_t i = 0; i < ws.size(); ++i) ws[i].set_grad(test::random_tensor(shapes[i], 30 + 10 * s + i, -1.f, 1.f, d));

@@ -51,7 +51,9 @@ void conv2d_backward_bias_cuda(const Conv2dShape& s, const float* dy, float* db)
 // Channels-last operands of `dtype` (Float32, BFloat16, Float16): x (n, h, w, c), weight
 // (o, kh, kw, c), i.e. a channels-last (O, C, kh, kw) tensor, y (n, oh, ow, o); cuDNN's NHWC
 // engines, tensor cores with float32 accumulation (TF32 for float32 as allow_tf32 says). The
-// bias b (o) is of `dtype` too; db is written in `dtype` from float32 sums.
+// bias b (o) is of `dtype` too; db is written in `dtype` from float32 sums. Two forwards run our
+// own kernels, with the bias in the float32 sum and y rounded once: the patch GEMM
+// (conv2d_patchify.h) and, in bf16/fp16, the small-channel kernel (conv2d_small_cin.h).
 void conv2d_nhwc_forward_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* w, const void* b, void* y);
 void conv2d_nhwc_backward_data_cuda(const Conv2dShape& s, DType dtype, const void* dy, const void* w, void* dx);
 void conv2d_nhwc_backward_filter_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* dy, void* dw);
@@ -68,7 +70,8 @@ size_t conv2d_cuda_plan_count();
 // kernels (conv2d_small_cin.h) always report "fwd small_cin fma" and "bwd_filter small_cin fma".
 std::string conv2d_cuda_algorithms(const Conv2dShape& s);
 // The same for the channels-last operands of `dtype`; shapes that take the patch path
-// (conv2d_patchify.h) report "fwd patchify gemm | bwd_data patchify gemm | bwd_filter patchify gemm".
+// (conv2d_patchify.h) report "fwd patchify gemm | bwd_data patchify gemm | bwd_filter patchify gemm",
+// half shapes that take the small-channel forward "fwd small_cin fma | " and cuDNN's backward.
 std::string conv2d_nhwc_cuda_algorithms(const Conv2dShape& s, DType dtype);
 
 }  // namespace kernels

@@ -19,7 +19,8 @@ inline bool conv2d_small_cin_applies(const Conv2dShape& s) {
 }
 
 // Whether the channels-last forward serves this problem: bfloat16/float16 and the shapes above
-// (conv2d_nhwc_forward_cuda runs a patchify GEMM first where one applies: a 1x1 stride-1 layer).
+// (conv2d_nhwc_forward_cuda runs a patchify GEMM first where one applies: a 1x1 stride-1 layer
+// without padding).
 inline bool conv2d_small_cin_nhwc_applies(const Conv2dShape& s, DType dtype) {
   return is_half(dtype) && conv2d_small_cin_applies(s);
 }

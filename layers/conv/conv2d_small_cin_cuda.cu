@@ -10,17 +10,16 @@
 // only has to write y (134 MB, 0.033 ms at 4.19 TB/s) and 0.69 ms for a weight gradient that
 // only has to read dy (same size).
 //
-// Precision: both kernels use plain fp32 FMAs, never TF32, whatever compute_settings() says; they
+// Precision: every kernel here uses plain fp32 FMAs, never TF32, whatever compute_settings() says; they
 // are at least as precise as cuDNN in either mode, and deterministic (fixed summation order, no
 // atomics), so the conv2d launchers route here in every mode.
 #include <algorithm>
-
 #include <cstdint>
 
 #include "core/allocator.h"
 #include "core/cuda/runtime.h"
-#include "core/half_types.h"
 #include "core/error.h"
+#include "core/half_types.h"
 #include "layers/conv/conv2d_small_cin.h"
 
 namespace minidl::kernels {
@@ -115,8 +114,9 @@ __global__ void __launch_bounds__(kFwdThreads)
 // element (i, j, c) with k = (i * kw + j) * c_in + c, the channels-last weight's own order, at
 // offset (i * w + j) * c_in + c from the patch's top-left element. A thread's outputs are its
 // position's `o` consecutive values of y: eight channels are summed, then stored as one 16-byte
-// vector where the rows allow it, so a warp writes whole sectors. The bias joins the float32 sum
-// and y is rounded once.
+// vector where the rows allow it (a warp's store then spans 32 rows of 2 * o bytes, whose sectors
+// L2 merges as the thread's next stores fill them). The bias joins the float32 sum and y is
+// rounded once.
 constexpr int kStoreVec = 8;  // half values per 16-byte store
 
 __device__ void fill_taps_nhwc(const SmallConv& g, int kp, int* off, int* ti, int* tj) {
@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(kFwdThreads)
     alignas(16) T out[kStoreVec];
 #pragma unroll
     for (int v = 0; v < kStoreVec; ++v) {
-      const float4* wr = reinterpret_cast<const float4*>(w_s + min(c0 + v, kOTile - 1) * KP);
+      const float4* wr = reinterpret_cast<const float4*>(w_s + (c0 + v) * KP);
       float acc = 0.f;
 #pragma unroll
       for (int k4 = 0; k4 < KP / 4; ++k4) {
@@ -175,7 +175,7 @@ __global__ void __launch_bounds__(kFwdThreads)
         acc = __fmaf_rn(patch[4 * k4 + 2], wv.z, acc);
         acc = __fmaf_rn(patch[4 * k4 + 3], wv.w, acc);
       }
-      out[v] = from_float<T>(acc + b_s[min(c0 + v, kOTile - 1)]);
+      out[v] = from_float<T>(acc + b_s[c0 + v]);
     }
     if (vector_rows && c0 + kStoreVec <= on) {
       *reinterpret_cast<uint4*>(yq + c0) = *reinterpret_cast<const uint4*>(out);
