@@ -3,8 +3,8 @@
 // of bf16 iterates into a float32 product (beta = 0: with a bf16 C cuBLAS may split K and round
 // every partial sum there, see linear_cuda.cu), then one elementwise pass adds the other term in
 // float32 and rounds once to bf16. The Frobenius norms are summed in double in a fixed order
-// (momentum_sums_kernel, sum_partials_kernel) and applied on the device, so nothing syncs with the host and the whole update sits
-// in a CUDA graph. cuBLAS is deterministic on one stream.
+// (momentum_sums_kernel, sum_partials_kernel) and applied on the device, so nothing syncs with the
+// host and the whole update sits in a CUDA graph. cuBLAS is deterministic on one stream.
 //
 // Why bf16: the iteration's GEMMs have small outputs (a 256 x 2304 filter bank gives a 256 x 256
 // X X^T, a few tiles of output for 302 MFLOP), so fp32 SGEMM leaves most SMs idle; airbench's
@@ -177,8 +177,8 @@ void gemm_bf16(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n,
   MINIDL_CUDA_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
   MINIDL_CUDA_CHECK(cublasGemmStridedBatchedEx(h, ta, tb, as_int(m), as_int(n), as_int(k), &one, a.p, CUDA_R_16BF,
                                                as_int(a.ld), a.stride, b.p, CUDA_R_16BF, as_int(b.ld), b.stride, &zero,
-                                               c.p, CUDA_R_32F, as_int(c.ld), c.stride, as_int(count), CUBLAS_COMPUTE_32F,
-                                               CUBLAS_GEMM_DEFAULT));
+                                               c.p, CUDA_R_32F, as_int(c.ld), c.stride, as_int(count),
+                                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 void combine(const float* p, float alpha, const bf16* y, float beta, bf16* out, int64_t n) {

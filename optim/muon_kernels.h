@@ -1,12 +1,12 @@
 // Raw Muon launchers (optim/muon.h): the Newton-Schulz orthogonalization of one (rows, cols)
-// row-major float32 matrix, and the whole step of a set of filter banks. The iteration runs in float32 (matmul_cpu's GEMMs
-// on the CPU, cuBLAS SGEMM in full fp32, no TF32, on the GPU) or in bfloat16: every iterate X,
-// A and B is stored in bf16, each product accumulates in float32 and its other term (b A, a X) is
-// added in float32 before the one rounding to bf16 (cuBLAS GemmEx on tensor cores into a float32
-// product, then one elementwise pass; the CPU rounds at the same points). airbench's Muon also
-// iterates in bf16, but rounds after every op. The norms are summed in double
-// in a fixed order. Deterministic on each device; the two devices agree to rounding (different GEMM
-// summation orders).
+// row-major float32 matrix, and the whole step of a set of filter banks. The iteration runs in
+// float32 (matmul_cpu's GEMMs on the CPU, cuBLAS SGEMM in full fp32, no TF32, on the GPU) or in
+// bfloat16: every iterate X, A and B is stored in bf16, each product accumulates in float32 and
+// its other term (b A, a X) is added in float32 before the one rounding to bf16 (cuBLAS GemmEx on
+// tensor cores into a float32 product, then one elementwise pass; the CPU rounds at the same
+// points). airbench's Muon also iterates in bf16, but rounds after every op. The norms are summed
+// in double in a fixed order. Deterministic on each device; the two devices agree to rounding
+// (different GEMM summation orders).
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -262,7 +262,8 @@ TEST_CASE("Muon steps on CUDA match the CPU, banks of one shape iterated togethe
       c["normalize_weights"] = normalize;
       auto opt = make_optimizer(c, params, "optimizer");
       for (int s = 0; s < 3; ++s) {
-        for (size_t i = 0; i < ws.size(); ++i) ws[i].set_grad(test::random_tensor(shapes[i], 30 + 10 * s + i, -1.f, 1.f, d));
+        for (size_t i = 0; i < ws.size(); ++i)
+          ws[i].set_grad(test::random_tensor(shapes[i], 30 + 10 * s + i, -1.f, 1.f, d));
         b.set_grad(test::random_tensor({8}, 40 + s, -1.f, 1.f, d));
         opt->step(0.1);
       }
