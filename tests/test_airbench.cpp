@@ -163,7 +163,7 @@ TEST_CASE("airbench config: a resumed run equals an uninterrupted one", "[traini
           safetensors_payload_sha256((root / "b" / "model.safetensors").string()));
   // The frozen whitening filters and BatchNorm weights never moved.
   const SafeTensors weights = load_safetensors((root / "a" / "model.safetensors").string());
-  for (float v : find_tensor(weights, "4.weight", "model.safetensors").to_vector()) REQUIRE(v == 1.f);
+  for (float v : find_tensor(weights, "3.weight", "model.safetensors").to_vector()) REQUIRE(v == 1.f);
   Tensor whitening = find_tensor(weights, "0.weight", "model.safetensors");
   auto [train, test] = load_datasets(parse_train_config(c));
   Loader first(train, LoaderOptions::evaluation(DataOptions::from_json(c["data"], "data"), 64), Device::cpu());

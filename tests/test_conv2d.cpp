@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/init.h"
 #include "core/settings.h"
+#include "layers/activation/activation.h"
 #include "layers/conv/conv2d.h"
 #include "layers/conv/conv2d_kernels.h"
 #include "layers/registry.h"
@@ -301,6 +302,50 @@ TEST_CASE("Conv2d module: parameters, PyTorch initialization, describe, config r
   bad = spec;
   bad["stride"] = 0;
   REQUIRE_THROWS_WITH(build_layer(bad, "model.layers.0"), Catch::Contains("model.layers.0.stride"));
+}
+
+// "relu" / "gelu" on a Conv2d: the conv then the activation op, the same bits forward and
+// backward; read, described and printed back; both at once is an error naming the key.
+TEST_CASE("Conv2d with a fused activation is the conv followed by the activation", "[conv2d][activation]") {
+  for (const char* key : {"relu", "gelu"}) {
+    INFO(key);
+    const bool gelu_on = std::string(key) == "gelu";
+    const nlohmann::json spec = {{"type", "Conv2d"}, {"in_channels", 3}, {"out_channels", 5},
+                                 {"kernel_size", 2}, {key, true}};
+    set_init_seed(3);
+    auto built = build_layer(spec, "model.layers.0");
+    auto* c = dynamic_cast<Conv2d*>(built.get());
+    REQUIRE(c != nullptr);
+    CHECK(c->describe() == (gelu_on ? "Conv2d 3->5 k2 +GELU" : "Conv2d 3->5 k2 +ReLU"));
+    CHECK(c->to_json()[key] == true);
+    CHECK_FALSE(c->to_json().contains(gelu_on ? "relu" : "gelu"));
+    CHECK(build_layer(c->to_json(), "again")->to_json() == c->to_json());
+
+    Tensor x = random_tensor({2, 3, 6, 5}, 81);
+    x.set_requires_grad(true);
+    const Tensor dy = random_tensor({2, 5, 5, 4}, 82);
+    const Tensor y = (*c)(x);
+    autograd::backward(y, dy);
+    const std::vector<float> dx = x.grad().to_vector(), dw = c->weight.grad().to_vector(),
+                             db = c->bias.grad().to_vector();
+    x.set_grad(Tensor());
+    c->weight.set_grad(Tensor());
+    c->bias.set_grad(Tensor());
+    const Tensor z = conv2d(x, c->weight, c->bias, 1, 0);
+    const Tensor want = gelu_on ? gelu(z) : relu(z);
+    autograd::backward(want, dy);
+    CHECK(y.to_vector() == want.to_vector());
+    CHECK(dx == x.grad().to_vector());
+    CHECK(dw == c->weight.grad().to_vector());
+    CHECK(db == c->bias.grad().to_vector());
+  }
+  // Without one the spec prints back as it always has: neither key.
+  const nlohmann::json plain = Conv2d(3, 8, 3).to_json();
+  CHECK_FALSE(plain.contains("relu"));
+  CHECK_FALSE(plain.contains("gelu"));
+  const nlohmann::json both = {{"type", "Conv2d"}, {"in_channels", 3}, {"out_channels", 5},
+                               {"kernel_size", 2}, {"relu", true}, {"gelu", true}};
+  REQUIRE_THROWS_WITH(build_layer(both, "model.layers.0"), Catch::Contains("model.layers.0.gelu"));
 }
 
 // ---------------------------------------------------------------------------------------------
