@@ -275,7 +275,7 @@ class Exporter {
   std::string scale(const Module& m, const nlohmann::json&, const std::string& x) {
     return b_.add("Mul", {x, b_.scalar(dynamic_cast<const Scale&>(m).value())}, m.path());
   }
-  std::string conv(const Module& m, const nlohmann::json& spec, const std::string& x) {
+  std::string conv(const Module& m, const nlohmann::json&, const std::string& x) {
     const auto& c = dynamic_cast<const Conv2d&>(m);
     std::vector<std::string> in = {x, b_.weight(param_name(c, "weight"), c.weight)};
     if (c.bias.defined()) in.push_back(b_.weight(param_name(c, "bias"), c.bias));
@@ -283,7 +283,7 @@ class Exporter {
     attr(n, "kernel_shape", std::vector<int64_t>{c.kernel_size().h, c.kernel_size().w});
     attr(n, "strides", std::vector<int64_t>{c.stride().h, c.stride().w});
     attr(n, "pads", std::vector<int64_t>{c.padding().h, c.padding().w, c.padding().h, c.padding().w});
-    return activation_if(spec, n->output(0), c.path());
+    return n->output(0);
   }
 
  private:
@@ -377,7 +377,7 @@ class Exporter {
     return n->output(0);
   }
 
-  // A layer's fused "relu" or "gelu" (exact form: a normalization layer's, Conv2d's) after its nodes.
+  // A normalization layer's fused "relu" or "gelu" (exact form) after its nodes.
   std::string activation_if(const nlohmann::json& spec, const std::string& y, const std::string& scope) {
     if (spec.value("relu", false)) return b_.add("Relu", {y}, scope);
     if (spec.value("gelu", false)) return gelu_nodes(false, y, scope);

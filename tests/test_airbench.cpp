@@ -122,10 +122,12 @@ TEST_CASE("airbench config: a resumed run equals an uninterrupted one", "[traini
   json c = shrunk("airbench94.json");
   // Narrow the net so a CPU run of 10 steps and two evaluations stays quick.
   c["model"]["layers"] = json::parse(R"([
-    {"type": "Conv2d", "in_channels": 3, "out_channels": 24, "kernel_size": 2, "padding": 0, "bias": true, "gelu": true},
+    {"type": "Conv2d", "in_channels": 3, "out_channels": 24, "kernel_size": 2, "padding": 0, "bias": true},
+    {"type": "GELU"},
     {"type": "Conv2d", "in_channels": 24, "out_channels": 8, "kernel_size": 3, "padding": 1, "bias": false},
     {"type": "MaxPool2d", "kernel_size": 4},
-    {"type": "BatchNorm2d", "num_features": 8, "eps": 1e-12, "momentum": 0.4, "gelu": true},
+    {"type": "BatchNorm2d", "num_features": 8, "eps": 1e-12, "momentum": 0.4},
+    {"type": "GELU"},
     {"type": "MaxPool2d", "kernel_size": 7},
     {"type": "Flatten"},
     {"type": "Linear", "in_features": 8, "out_features": 10, "bias": false},
@@ -161,7 +163,7 @@ TEST_CASE("airbench config: a resumed run equals an uninterrupted one", "[traini
           safetensors_payload_sha256((root / "b" / "model.safetensors").string()));
   // The frozen whitening filters and BatchNorm weights never moved.
   const SafeTensors weights = load_safetensors((root / "a" / "model.safetensors").string());
-  for (float v : find_tensor(weights, "3.weight", "model.safetensors").to_vector()) REQUIRE(v == 1.f);
+  for (float v : find_tensor(weights, "4.weight", "model.safetensors").to_vector()) REQUIRE(v == 1.f);
   Tensor whitening = find_tensor(weights, "0.weight", "model.safetensors");
   auto [train, test] = load_datasets(parse_train_config(c));
   Loader first(train, LoaderOptions::evaluation(DataOptions::from_json(c["data"], "data"), 64), Device::cpu());

@@ -1,19 +1,16 @@
 // The small-input-channel Conv2d kernels (layers/conv/conv2d_small_cin_cuda.cu) against the CPU path:
 // forward (with and without bias) and weight gradient on ragged shapes, through the routed conv2d
 // launchers and through the op, outputs pre-filled with NaN, bit-identical repeats; the forward on
-// channels-last bfloat16/float16 operands, alone and with a fused activation; and a
+// channels-last bfloat16/float16 operands; and a
 // [.bench] timing of ResNet-9's first layer against the memory floor.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <functional>
 #include <limits>
 
-#include "core/autograd.h"
 #include "core/error.h"
 #include "core/settings.h"
-#include "layers/activation/activation.h"
 #include "layers/conv/conv2d.h"
 #include "layers/conv/conv2d_kernels.h"
 #include "layers/conv/conv2d_patchify.h"
@@ -65,17 +62,6 @@ const Conv2dShape kShapes[] = {
     {3, 2, 31, 17, 37, 3, 5, 1, 1, 1, 2},   // non-square kernel
     {3, 2, 31, 17, 64, 4, 4, 1, 1, 2, 1},   // the largest patch (32), even kernel, uneven padding
 };
-
-// The same bits (NaN included, unlike ==), else the first element that differs.
-[[maybe_unused]] void require_same_bits(const std::vector<float>& got, const std::vector<float>& want,
-                                        const std::string& what) {
-  REQUIRE(got.size() == want.size());
-  size_t i = 0;
-  while (i < got.size() && std::memcmp(&got[i], &want[i], sizeof(float)) == 0) ++i;
-  INFO(what << ": element " << i << " of " << got.size()
-            << (i < got.size() ? str(": got ", got[i], ", want ", want[i]) : std::string()));
-  CHECK(i == got.size());
-}
 
 struct SettingsGuard {
   ComputeSettings saved = compute_settings();
@@ -215,71 +201,6 @@ TEST_CASE("conv2d small-channel CUDA forward on channels-last half operands matc
   }
   CHECK_FALSE(kernels::conv2d_small_cin_nhwc_applies(kShapes[0], DType::Float32));
 #endif
-}
-
-// A fused activation (Conv2d's "relu" / "gelu") on channels-last half operands: the kernel's y,
-// and the gradients through its saved pre-activation output, are the bits of conv2d followed by
-// the activation op, with the input's gradient or without any; the 1x1 shape runs the two ops
-// (the patch GEMM's bits), every other shape the one kernel. Staged stores of 37 (scalar), 64 and
-// 130 (three tiles) channels, with y and pre both written.
-TEST_CASE("conv2d small-channel CUDA with a fused activation gives the bits of the two ops", "[conv2d][cuda][half]") {
-  MINIDL_REQUIRE_CUDA();
-  using norm::NormActivation;
-  const Device d = Device::cuda();
-  uint64_t seed = 900;
-  for (DType t : {DType::BFloat16, DType::Float16}) {
-    for (NormActivation a : {NormActivation::ReLU, NormActivation::GELU}) {
-      for (const Conv2dShape& s : kShapes) {
-        INFO(dtype_name(t) << (a == NormActivation::ReLU ? " relu " : " gelu ") << label(s));
-        const Tensor x =
-            random_tensor({s.n, s.c, s.h, s.w}, ++seed, -1.f, 1.f, d).to(t).to(MemoryFormat::ChannelsLast);
-        const Tensor w =
-            random_tensor({s.o, s.c, s.kh, s.kw}, ++seed, -1.f, 1.f, d).to(t).to(MemoryFormat::ChannelsLast);
-        const Tensor b = random_tensor({s.o}, ++seed, -1.f, 1.f, d).to(t);
-        const Tensor dy =
-            random_tensor({s.n, s.o, s.oh(), s.ow()}, ++seed, -1.f, 1.f, d).to(t).to(MemoryFormat::ChannelsLast);
-        const bool one_kernel = !kernels::conv2d_patchify_applies(s, t);
-        // grads: 0 none, 1 weight and bias (a first layer), 2 the input's too.
-        auto run = [&](bool fused, int grads) {
-          Tensor xg = x.detach(), wg = w.detach(), bg = b.detach();
-          if (grads >= 1) {
-            wg.set_requires_grad(true);
-            bg.set_requires_grad(true);
-          }
-          if (grads == 2) xg.set_requires_grad(true);
-          const Size2d pad(s.ph, s.pw);
-          Tensor y;
-          if (fused) {
-            y = conv2d_activation(xg, wg, bg, 1, pad, a);
-          } else {
-            const Tensor z = conv2d(xg, wg, bg, 1, pad);
-            y = a == NormActivation::ReLU ? relu(z) : gelu(z);
-          }
-          REQUIRE(y.is_channels_last());
-          if (fused && grads > 0)
-            CHECK(y.grad_fn()->name == (one_kernel ? (a == NormActivation::ReLU ? "conv2d_relu" : "conv2d_gelu")
-                                                   : (a == NormActivation::ReLU ? "relu" : "gelu")));
-          std::vector<std::vector<float>> out{y.to(DType::Float32).contiguous().to_vector()};
-          if (grads > 0) {
-            autograd::backward(y, dy);
-            for (const Tensor* p : {&wg, &bg}) out.push_back(p->grad().to(DType::Float32).contiguous().to_vector());
-            if (grads == 2) out.push_back(xg.grad().to(DType::Float32).contiguous().to_vector());
-          }
-          return out;
-        };
-        for (int grads : {0, 1, 2}) {
-          INFO("gradients " << grads);
-          const auto fused = run(true, grads), two_ops = run(false, grads), again = run(false, grads);
-          const char* names[] = {"y", "dw", "db", "dx"};
-          for (size_t i = 0; i < fused.size(); ++i) {
-            INFO(names[i]);
-            require_same_bits(again[i], two_ops[i], "the two ops, repeated");
-            require_same_bits(fused[i], two_ops[i], "one kernel against the two ops");
-          }
-        }
-      }
-    }
-  }
 }
 
 // Through the op and autograd, as a first layer runs: the input needs no gradient, so backward

@@ -43,9 +43,7 @@ std::string slurp(const std::string& path) {
 
 // A small net on 512 training images, 8 steps of 64 per epoch, on the GPU. `norm` picks the
 // variant: BatchNorm2d with ReLU and SGD; the same with a Linear bias, lookahead every 2 steps and
-// that bias frozen from epoch 1, and the first conv with a bias and a fused GELU, its bias frozen
-// from epoch 1 too (steps of several kinds, each its own graph; in fp16 the conv's kernel writes
-// its pre-activation output only before that); or GroupNorm,
+// that bias frozen from epoch 1 (steps of several kinds, each its own graph); or GroupNorm,
 // LayerNorm and GELU with AdamW and gradient clipping (its factor decided on the device). Float32
 // NCHW, named ("auto" would choose bf16 channels-last on the GPU); a "_fp16" suffix trains in
 // float16 channels-last from a loss scale of 2^24, which overflows the first steps' gradients:
@@ -81,10 +79,8 @@ std::string write_config(const std::string& dir, std::string norm) {
                                      "weight_decay": 5e-4})");
     if (norm == "batchnorm_lookahead_freeze") {
       c["model"]["layers"][6]["bias"] = true;
-      c["model"]["layers"][0]["bias"] = true;
-      c["model"]["layers"][0]["gelu"] = true;
       c["lookahead"] = json::parse(R"({"start_epochs": 0, "every_n_steps": 2})");
-      c["freeze"] = json::parse(R"([{"match": "0.bias", "from_epoch": 1}, {"match": "6.bias", "from_epoch": 1}])");
+      c["freeze"] = json::parse(R"([{"match": "6.bias", "from_epoch": 1}])");
     }
     if (norm == "batchnorm_dropout")
       c["model"]["layers"].insert(c["model"]["layers"].begin() + 6, json::parse(R"({"type": "Dropout", "p": 0.25})"));

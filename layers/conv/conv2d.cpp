@@ -8,22 +8,10 @@
 #include "core/error.h"
 #include "core/storage_rounding.h"
 #include "core/init.h"
-#include "layers/activation/activation.h"
-#include "layers/activation/activation_kernels.h"
 #include "layers/conv/conv2d_kernels.h"
-#include "layers/conv/conv2d_patchify.h"
-#include "layers/conv/conv2d_small_cin.h"
-#include "layers/norm/norm_activation.h"
 #include "layers/registry.h"
 
 namespace minidl {
-
-// Declared with the CUDA launchers (conv2d_kernels.h), defined here so that every build, and the
-// tests, can ask which problems pad.
-int64_t kernels::conv2d_nhwc_padded_channels(const Conv2dShape& s, DType dtype) {
-  const bool ours = conv2d_patchify_applies(s, dtype) || conv2d_small_cin_nhwc_applies(s, dtype);
-  return is_half(dtype) && !ours && s.c > 16 && s.c < 32 ? 32 : 0;
-}
 
 namespace {
 
@@ -58,103 +46,38 @@ Conv2dShape conv2d_shape(const Tensor& x, const Tensor& weight, const Tensor& bi
   return s;
 }
 
-// A channels-last problem on CUDA, its operands checked: the weight reordered to channels-last
-// (KRSC) if it is not; x, weight and bias of one dtype.
-struct ChannelsLastConv {
-  Tensor weight;
-  Conv2dShape s;
-  DType t;
-};
-
-ChannelsLastConv channels_last_conv(const Tensor& x, const Tensor& weight_in, const Tensor& bias, Size2d stride,
-                                    Size2d padding) {
+// A channels-last input on CUDA: cuDNN's NHWC engines in x's dtype, the weight reordered to
+// channels-last (KRSC) if it is not, output channels-last. x, weight and bias share one dtype.
+Tensor conv2d_channels_last_cuda(const Tensor& x, const Tensor& weight_in, const Tensor& bias, Size2d stride,
+                                 Size2d padding) {
   const Tensor weight = weight_in.defined() ? weight_in.to(MemoryFormat::ChannelsLast) : weight_in;
   const Conv2dShape s = conv2d_shape(x, weight, bias, stride, padding);
   const DType t = x.dtype();
   MINIDL_CHECK(weight.dtype() == t && (!bias.defined() || bias.dtype() == t), "conv2d: a ", dtype_name(t),
                " input needs a weight and bias of that dtype, got ", weight.str(),
                bias.defined() ? " and " + bias.str() : std::string());
-  return {weight, s, t};
-}
-
-// Which gradients a channels-last conv's backward computes, fixed at the forward.
-struct Conv2dGradsNeeded {
-  bool x, w, b, has_bias;
-};
-
-Conv2dGradsNeeded grads_needed(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  return {x.requires_grad(), weight.requires_grad(), bias.defined() && bias.requires_grad(), bias.defined()};
-}
-
-// The channels-last backward from dy (channels-last, dtype t): {dx, dw} and db when there is a
-// bias, each undefined where not needed.
-std::vector<Tensor> conv2d_channels_last_grads(const Conv2dShape& s, DType t, const Tensor& xs, const Tensor& ws,
-                                               const Tensor& dy, Conv2dGradsNeeded need) {
-  Tensor dx = need.x ? Tensor::empty_like(xs) : Tensor();
-  Tensor dw = need.w ? Tensor::empty_like(ws) : Tensor();
-  Tensor db = need.b ? Tensor::empty({s.o}, t, dy.device()) : Tensor();
-  if (need.x) kernels::conv2d_nhwc_backward_data_cuda(s, t, dy.raw_data(), ws.raw_data(), dx.raw_data());
-  if (need.w) kernels::conv2d_nhwc_backward_filter_cuda(s, t, xs.raw_data(), dy.raw_data(), dw.raw_data());
-  if (need.b) kernels::conv2d_nhwc_backward_bias_cuda(t, dy.raw_data(), db.raw_data(), s.n * s.oh() * s.ow(), s.o);
-  std::vector<Tensor> grads{dx, dw};
-  if (need.has_bias) grads.push_back(db);
-  return grads;
-}
-
-std::vector<Tensor> conv2d_inputs(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  std::vector<Tensor> inputs{x, weight};
-  if (bias.defined()) inputs.push_back(bias);
-  return inputs;
-}
-
-// A channels-last input on CUDA: cuDNN's NHWC engines in x's dtype (or one of our kernels where
-// it serves the shape: conv2d_nhwc_forward_cuda), output channels-last.
-Tensor conv2d_channels_last_cuda(const Tensor& x, const Tensor& weight_in, const Tensor& bias, Size2d stride,
-                                 Size2d padding) {
-  const auto [weight, s, t] = channels_last_conv(x, weight_in, bias, stride, padding);
   Tensor y = Tensor::empty({s.n, s.o, s.oh(), s.ow()}, t, x.device(), MemoryFormat::ChannelsLast);
   kernels::conv2d_nhwc_forward_cuda(s, t, x.raw_data(), weight.raw_data(), bias.defined() ? bias.raw_data() : nullptr,
                                     y.raw_data());
-  std::vector<Tensor> inputs = conv2d_inputs(x, weight, bias);
+  std::vector<Tensor> inputs{x, weight};
+  if (bias.defined()) inputs.push_back(bias);
   if (!autograd::needs_grad(inputs)) return y;
-  autograd::record(y, "conv2d", std::move(inputs),
-                   [s = s, t = t, xs = x.detach(), ws = weight.detach(),
-                    need = grads_needed(x, weight, bias)](const Tensor& dy_in) -> std::vector<Tensor> {
-                     return conv2d_channels_last_grads(s, t, xs, ws, dy_in.to(t, MemoryFormat::ChannelsLast), need);
-                   });
-  return y;
-}
-
-// The small-channel forward with the activation in its kernel (channels-last half on CUDA), or
-// an undefined tensor where that kernel does not serve the problem, or where the launcher would
-// take the patch GEMM instead (the two ops keep its bits). The conv's rounded output is kept for
-// the activation's backward only when a gradient will be taken, so a frozen first layer
-// (airbench's whitening conv) writes y alone.
-Tensor conv2d_activation_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d stride, Size2d padding,
-                              norm::NormActivation a) {
-  const ChannelsLastConv c = channels_last_conv(x, weight, bias, stride, padding);
-  const Conv2dShape& s = c.s;
-  if (!kernels::conv2d_small_cin_nhwc_applies(s, c.t) || kernels::conv2d_patchify_applies(s, c.t)) return Tensor();
-  std::vector<Tensor> inputs = conv2d_inputs(x, c.weight, bias);
-  const bool grad = autograd::needs_grad(inputs);
-  Tensor y = Tensor::empty({s.n, s.o, s.oh(), s.ow()}, c.t, x.device(), MemoryFormat::ChannelsLast);
-  Tensor pre = grad ? Tensor::empty_like(y) : Tensor();
-  kernels::conv2d_small_cin_nhwc_forward_cuda(s, c.t, x.raw_data(), c.weight.raw_data(),
-                                              bias.defined() ? bias.raw_data() : nullptr, y.raw_data(), a,
-                                              grad ? pre.raw_data() : nullptr);
-  if (!grad) return y;
+  const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
+  const bool need_b = bias.defined() && bias.requires_grad(), has_bias = bias.defined();
   autograd::record(
-      y, a == norm::NormActivation::ReLU ? "conv2d_relu" : "conv2d_gelu", std::move(inputs),
-      [s, t = c.t, a, pre, xs = x.detach(), ws = c.weight.detach(),
-       need = grads_needed(x, c.weight, bias)](const Tensor& dy_in) -> std::vector<Tensor> {
+      y, "conv2d", std::move(inputs),
+      [s, t, xs = x.detach(), ws = weight.detach(), need_x, need_w, need_b, has_bias](
+          const Tensor& dy_in) -> std::vector<Tensor> {
         const Tensor dy = dy_in.to(t, MemoryFormat::ChannelsLast);
-        Tensor g = Tensor::empty_like(pre);
-        if (a == norm::NormActivation::ReLU)
-          kernels::relu_backward_cuda(t, dy.raw_data(), pre.raw_data(), g.raw_data(), g.numel());
-        else
-          kernels::gelu_backward_cuda(t, dy.raw_data(), pre.raw_data(), g.raw_data(), g.numel(),
-                                      GeluApproximate::None);
-        return conv2d_channels_last_grads(s, t, xs, ws, g, need);
+        Tensor dx = need_x ? Tensor::empty_like(xs) : Tensor();
+        Tensor dw = need_w ? Tensor::empty_like(ws) : Tensor();
+        Tensor db = need_b ? Tensor::empty({s.o}, t, dy.device()) : Tensor();
+        if (need_x) kernels::conv2d_nhwc_backward_data_cuda(s, t, dy.raw_data(), ws.raw_data(), dx.raw_data());
+        if (need_w) kernels::conv2d_nhwc_backward_filter_cuda(s, t, xs.raw_data(), dy.raw_data(), dw.raw_data());
+        if (need_b) kernels::conv2d_nhwc_backward_bias_cuda(t, dy.raw_data(), db.raw_data(), s.n * s.oh() * s.ow(), s.o);
+        std::vector<Tensor> grads{dx, dw};
+        if (has_bias) grads.push_back(db);
+        return grads;
       });
   return y;
 }
@@ -231,27 +154,13 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d 
   return y;
 }
 
-Tensor conv2d_activation(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d stride, Size2d padding,
-                         norm::NormActivation activation) {
-  if (activation == norm::NormActivation::None) return conv2d(x, weight, bias, stride, padding);
-  if (x.defined() && x.is_channels_last() && holds_half(x)) {
-    const Tensor y = dispatch(
-        x.device(), "conv2d", [] { return Tensor(); },
-        [&] { return conv2d_activation_cuda(x, weight, bias, stride, padding, activation); });
-    if (y.defined()) return y;
-  }
-  const Tensor y = conv2d(x, weight, bias, stride, padding);
-  return activation == norm::NormActivation::ReLU ? relu(y) : gelu(y, GeluApproximate::None);
-}
-
 Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2d kernel_size, Size2d stride, Size2d padding,
-               bool with_bias, norm::NormActivation activation)
+               bool with_bias)
     : in_channels_(in_channels),
       out_channels_(out_channels),
       kernel_(kernel_size),
       stride_(stride),
-      padding_(padding),
-      activation_(activation) {
+      padding_(padding) {
   MINIDL_CHECK(in_channels >= 1 && out_channels >= 1, "Conv2d: in_channels and out_channels must be >= 1, got ",
                in_channels, " and ", out_channels);
   MINIDL_CHECK(kernel_.h >= 1 && kernel_.w >= 1, "Conv2d: kernel_size must be >= 1, got ", size_str(kernel_));
@@ -273,26 +182,21 @@ Tensor Conv2d::forward(const Tensor& x) {
   const MemoryFormat wf = x.memory_format();
   if (autocast_active()) {
     const DType t = autocast_dtype();
-    return conv2d_activation(x.to(t), weight.to(t, wf), bias.defined() ? bias.to(t) : bias, stride_, padding_,
-                             activation_);
+    return conv2d(x.to(t), weight.to(t, wf), bias.defined() ? bias.to(t) : bias, stride_, padding_);
   }
-  return conv2d_activation(x, weight.to(x.dtype(), wf), in_dtype_of(bias, x), stride_, padding_, activation_);
+  return conv2d(x, weight.to(x.dtype(), wf), in_dtype_of(bias, x), stride_, padding_);
 }
 
 std::string Conv2d::describe() const {
   std::string d = str("Conv2d ", in_channels_, "->", out_channels_, " k", size_str(kernel_));
   if (stride_.h != 1 || stride_.w != 1) d += str(" s", size_str(stride_));
-  return d + norm_activation_suffix(activation_);
+  return d;
 }
 
 nlohmann::json Conv2d::to_json() const {
-  nlohmann::json j = {{"type", "Conv2d"},           {"in_channels", in_channels_}, {"out_channels", out_channels_},
-                      {"kernel_size", size_json(kernel_)}, {"stride", size_json(stride_)},  {"padding", size_json(padding_)},
-                      {"bias", bias.defined()}};
-  // Written only when on, so the specs of layers without one print back as they always have.
-  if (activation_ == norm::NormActivation::ReLU) j["relu"] = true;
-  if (activation_ == norm::NormActivation::GELU) j["gelu"] = true;
-  return j;
+  return {{"type", "Conv2d"},           {"in_channels", in_channels_}, {"out_channels", out_channels_},
+          {"kernel_size", size_json(kernel_)}, {"stride", size_json(stride_)},  {"padding", size_json(padding_)},
+          {"bias", bias.defined()}};
 }
 
 namespace {
@@ -313,7 +217,6 @@ struct Conv2dSpec {
   int64_t in_channels, out_channels;
   Size2d kernel, stride, padding;
   bool bias;
-  norm::NormActivation activation;
 };
 
 // Reads and checks the spec's keys: what the factory builds and the memory check counts.
@@ -334,23 +237,21 @@ Conv2dSpec read_conv2d(LayerArgs& args) {
   MINIDL_CHECK(padding.h >= 0 && padding.w >= 0 && padding.h <= kMaxWindow && padding.w <= kMaxWindow,
                args.key_path("padding"), ": must be in 0..", kMaxWindow, ", got ", size_str(padding));
   const bool bias = args.get_bool("bias", true);
-  const norm::NormActivation activation = read_norm_activation(args);
   args.finish();
   check_weight_size(args, {out_channels, in_channels, kernel.h, kernel.w});
-  return {in_channels, out_channels, kernel, stride, padding, bias, activation};
+  return {in_channels, out_channels, kernel, stride, padding, bias};
 }
 
 std::shared_ptr<Module> make_conv2d(LayerArgs& args) {
   const Conv2dSpec s = read_conv2d(args);
-  return std::make_shared<Conv2d>(s.in_channels, s.out_channels, s.kernel, s.stride, s.padding, s.bias, s.activation);
+  return std::make_shared<Conv2d>(s.in_channels, s.out_channels, s.kernel, s.stride, s.padding, s.bias);
 }
 
 LayerState conv2d_state(LayerArgs& args) {
   const Conv2dSpec s = read_conv2d(args);
   const int64_t weight = s.out_channels * s.in_channels * s.kernel.h * s.kernel.w;
   return {weight + (s.bias ? s.out_channels : 0), weight,
-          str("Conv2d ", s.in_channels, "->", s.out_channels, " k", size_str(s.kernel),
-              norm_activation_suffix(s.activation))};
+          str("Conv2d ", s.in_channels, "->", s.out_channels, " k", size_str(s.kernel))};
 }
 
 }  // namespace
@@ -365,11 +266,7 @@ const LayerDescriptor& conv2d_layer() {
        required_key("kernel_size", "ints", "kernel (h, w): an int or a list of two, 1..65536"),
        default_key("stride", "ints", 1, "stride (h, w), 1..65536"),
        default_key("padding", "ints", 0, "zero padding (h, w) on each side, 0..65536"),
-       default_key("bias", "bool", true, "adds a learned bias per output channel"),
-       default_key("relu", "bool", false, "applies a ReLU to the output, in the same kernel where one serves"),
-       default_key("gelu", "bool", false,
-                   "applies GELU (exact form, as torch.nn.GELU()) to the output, in the same kernel where one "
-                   "serves (channels-last bf16/fp16 with c * kh * kw <= 32, stride 1); not with relu")},
+       default_key("bias", "bool", true, "adds a learned bias per output channel")},
       make_conv2d,
       {{"in_channels", 3}, {"out_channels", 4}, {"kernel_size", 3}, {"padding", 1}},
       {2, 3, 5, 5},
@@ -379,18 +276,9 @@ const LayerDescriptor& conv2d_layer() {
   return layer;
 }
 
-// layers/work.h gemm_layer_work: every output a dot product of Cin*kh*kw; an activation adds the
-// separate layer's FLOPs per output, and its backward reads the saved pre-activation output.
+// layers/work.h gemm_layer_work: every output a dot product of Cin*kh*kw.
 std::optional<LayerWork> Conv2d::work(const Tensor& x, const Tensor& y) const {
-  LayerWork w = gemm_layer_work(x, y, in_channels_ * kernel_.h * kernel_.w, weight, bias);
-  if (activation_ != norm::NormActivation::None) {
-    const double outputs = static_cast<double>(y.numel());
-    w.forward.flops += outputs * norm_activation_forward_flops(activation_);
-    w.backward.flops += outputs * norm_activation_backward_flops(activation_);
-    w.backward.bytes += work_bytes(y);
-    w.saved_bytes += work_bytes(y);
-  }
-  return w;
+  return gemm_layer_work(x, y, in_channels_ * kernel_.h * kernel_.w, weight, bias);
 }
 
 }  // namespace minidl

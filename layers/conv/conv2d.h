@@ -7,7 +7,6 @@
 
 #include "core/tensor.h"
 #include "layers/module.h"
-#include "layers/norm/norm_math.h"
 
 namespace minidl {
 
@@ -24,24 +23,16 @@ struct Size2d {
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d stride = 1,
               Size2d padding = 0);
 
-// relu or gelu (exact form) of conv2d(x, weight, bias, stride, padding), with the bits of the two
-// ops: one kernel where the channels-last bf16/fp16 small-channel forward serves the problem
-// (conv2d_small_cin.h; it keeps the conv's output for the activation's backward only when a
-// gradient will be taken), the two ops elsewhere. None: conv2d alone.
-Tensor conv2d_activation(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d stride, Size2d padding,
-                         norm::NormActivation activation);
-
 class Conv2d : public Module {
  public:
   // weight U(-1/sqrt(fan_in), 1/sqrt(fan_in)) and bias likewise, fan_in = in_channels*kh*kw, as
-  // PyTorch's default initialization; on the CPU. `activation` ("relu" or "gelu" in a spec) is
-  // applied to the output: conv2d_activation.
+  // PyTorch's default initialization; on the CPU.
   Conv2d(int64_t in_channels, int64_t out_channels, Size2d kernel_size, Size2d stride = 1,
-         Size2d padding = 0, bool bias = true, norm::NormActivation activation = norm::NormActivation::None);
+         Size2d padding = 0, bool bias = true);
 
   Tensor forward(const Tensor& x) override;
   std::string type_name() const override { return "Conv2d"; }
-  std::string describe() const override;  // "Conv2d 64->128 k3", "Conv2d 3->8 k3x1 s2", "Conv2d 3->24 k2 +GELU"
+  std::string describe() const override;  // "Conv2d 64->128 k3", "Conv2d 3->8 k3x1 s2"
   nlohmann::json to_json() const override;
   std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
 
@@ -50,7 +41,6 @@ class Conv2d : public Module {
   Size2d kernel_size() const { return kernel_; }
   Size2d stride() const { return stride_; }
   Size2d padding() const { return padding_; }
-  norm::NormActivation activation() const { return activation_; }
 
   Tensor weight;  // (out_channels, in_channels, kh, kw)
   Tensor bias;    // (out_channels) or undefined
@@ -58,7 +48,6 @@ class Conv2d : public Module {
  private:
   int64_t in_channels_, out_channels_;
   Size2d kernel_, stride_, padding_;
-  norm::NormActivation activation_;
 };
 
 // The layer type' descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.

@@ -6,7 +6,6 @@
 #pragma once
 #include "core/dtype.h"
 #include "layers/conv/conv2d_kernels.h"
-#include "layers/norm/norm_math.h"
 
 namespace minidl::kernels {
 
@@ -30,14 +29,9 @@ inline bool conv2d_small_cin_nhwc_applies(const Conv2dShape& s, DType dtype) {
 void conv2d_small_cin_forward_cuda(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y);
 // The same on channels-last operands of `dtype` (bfloat16 or float16): x (n, h, w, c), w (o, kh,
 // kw, c), b (o) or null, y (n, oh, ow, o). float32 FMAs on the widened values in the patch's
-// order, the bias added to the float32 sum, the result rounded once. With an activation, y is
-// that activation of the rounded result, computed as the separate layer computes it (the bits of
-// conv2d then relu or gelu), and pre (n, oh, ow, o), when not null, receives the rounded result
-// itself: the input the activation's backward needs.
+// order, the bias added to the float32 sum, y rounded once.
 void conv2d_small_cin_nhwc_forward_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* w,
-                                        const void* b, void* y,
-                                        norm::NormActivation activation = norm::NormActivation::None,
-                                        void* pre = nullptr);
+                                        const void* b, void* y);
 // dw = the weight gradient, overwritten; per-block partials plus a finalize kernel in a fixed
 // order (no atomics), so the same bits every run on a given GPU.
 void conv2d_small_cin_backward_filter_cuda(const Conv2dShape& s, const float* x, const float* dy, float* dw);

@@ -21,7 +21,6 @@
 #include "core/error.h"
 #include "core/half_types.h"
 #include "layers/conv/conv2d_small_cin.h"
-#include "layers/norm/norm_math.h"
 
 namespace minidl::kernels {
 namespace {
@@ -51,50 +50,6 @@ __device__ void fill_taps(const SmallConv& g, int kp, int* off, int* ti, int* tj
   }
 }
 
-// Stages the block's tile of output channels in shared memory as float32: the weights (kOTile x
-// KP, zero past the patch and past the last channel) and the bias (zero where there is none).
-template <class T, int KP>
-__device__ void stage_weights(const SmallConv& g, int o0, int on, const T* __restrict__ wt, const T* __restrict__ b,
-                              float* w_s, float* b_s) {
-  for (int e = threadIdx.x; e < kOTile * KP; e += blockDim.x) {
-    const int ol = e / KP, k = e - ol * KP;
-    w_s[e] = (ol < on && k < g.k) ? to_float(wt[static_cast<int64_t>(o0 + ol) * g.k + k]) : 0.f;
-  }
-  for (int ol = threadIdx.x; ol < kOTile; ol += blockDim.x) b_s[ol] = (b && ol < on) ? to_float(b[o0 + ol]) : 0.f;
-}
-
-// The thread's patch, widened to float32 (zero outside the input and past the patch); x0 is the
-// patch's top-left element, (ih0, iw0) its position, which may lie in the padding.
-template <int KP, class T>
-__device__ __forceinline__ void gather_patch(const SmallConv& g, const T* __restrict__ x, int64_t x0, int ih0,
-                                             int iw0, const int* tap_off, const int* tap_i, const int* tap_j,
-                                             float (&patch)[KP]) {
-#pragma unroll
-  for (int k = 0; k < KP; ++k) {
-    const int ih = ih0 + tap_i[k], iw = iw0 + tap_j[k];
-    const bool inside = k < g.k && static_cast<unsigned>(ih) < static_cast<unsigned>(g.h) &&
-                        static_cast<unsigned>(iw) < static_cast<unsigned>(g.w);
-    patch[k] = inside ? to_float(x[x0 + tap_off[k]]) : 0.f;
-  }
-}
-
-// One output channel: the patch against its staged weight row (float4 broadcasts), float32 FMAs
-// in tap order.
-template <int KP>
-__device__ __forceinline__ float dot_patch(const float (&patch)[KP], const float* w_row) {
-  const float4* wr = reinterpret_cast<const float4*>(w_row);
-  float acc = 0.f;
-#pragma unroll
-  for (int k4 = 0; k4 < KP / 4; ++k4) {
-    const float4 v = wr[k4];
-    acc = __fmaf_rn(patch[4 * k4 + 0], v.x, acc);
-    acc = __fmaf_rn(patch[4 * k4 + 1], v.y, acc);
-    acc = __fmaf_rn(patch[4 * k4 + 2], v.z, acc);
-    acc = __fmaf_rn(patch[4 * k4 + 3], v.w, acc);
-  }
-  return acc;
-}
-
 // ---------------------------------------------------------------------------------------------
 // Forward. One thread per output position (n, oh, ow), consecutive threads along ow, so that for
 // each output channel a warp stores 32 consecutive floats of y. The thread gathers its patch once
@@ -111,7 +66,11 @@ __global__ void __launch_bounds__(kFwdThreads)
   __shared__ float b_s[kOTile];
   __shared__ int tap_off[KP], tap_i[KP], tap_j[KP];
   const int o0 = blockIdx.y * kOTile, on = min(kOTile, g.o - o0);
-  stage_weights<float, KP>(g, o0, on, wt, b, w_s, b_s);
+  for (int e = threadIdx.x; e < kOTile * KP; e += blockDim.x) {
+    const int ol = e / KP, k = e - ol * KP;
+    w_s[e] = (ol < on && k < g.k) ? wt[static_cast<int64_t>(o0 + ol) * g.k + k] : 0.f;
+  }
+  for (int ol = threadIdx.x; ol < kOTile; ol += blockDim.x) b_s[ol] = (b && ol < on) ? b[o0 + ol] : 0.f;
   fill_taps(g, KP, tap_off, tap_i, tap_j);
   __syncthreads();
 
@@ -122,40 +81,43 @@ __global__ void __launch_bounds__(kFwdThreads)
   const int ih0 = oh - g.ph, iw0 = ow - g.pw;
   const int64_t x0 = n * g.c * g.h * g.w + static_cast<int64_t>(ih0) * g.w + iw0;
   float patch[KP];
-  gather_patch(g, x, x0, ih0, iw0, tap_off, tap_i, tap_j, patch);
+#pragma unroll
+  for (int k = 0; k < KP; ++k) {
+    const int ih = ih0 + tap_i[k], iw = iw0 + tap_j[k];
+    const bool inside = k < g.k && static_cast<unsigned>(ih) < static_cast<unsigned>(g.h) &&
+                        static_cast<unsigned>(iw) < static_cast<unsigned>(g.w);
+    patch[k] = inside ? __ldg(x + x0 + tap_off[k]) : 0.f;
+  }
   float* yq = y + (n * g.o + o0) * g.p + p;
 #pragma unroll 1
   for (int ol = 0; ol < on; ++ol) {
-    const float acc = dot_patch(patch, w_s + ol * KP);
+    const float4* wr = reinterpret_cast<const float4*>(w_s + ol * KP);
+    float acc = 0.f;
+#pragma unroll
+    for (int k4 = 0; k4 < KP / 4; ++k4) {
+      const float4 v = wr[k4];
+      acc = __fmaf_rn(patch[4 * k4 + 0], v.x, acc);
+      acc = __fmaf_rn(patch[4 * k4 + 1], v.y, acc);
+      acc = __fmaf_rn(patch[4 * k4 + 2], v.z, acc);
+      acc = __fmaf_rn(patch[4 * k4 + 3], v.w, acc);
+    }
     // Bias after the sum, as cuDNN's path adds it (cudnnAddTensor on the finished y).
     yq[static_cast<int64_t>(ol) * g.p] = b ? acc + b_s[ol] : acc;
   }
 }
 
+// ---------------------------------------------------------------------------------------------
 // Forward on channels-last bfloat16/float16 (airbench's whitening layer: 3 -> 24, k2, in bf16
 // NHWC, where cuDNN's pick took 0.61 ms on an H100 at batch 2000 for a problem that reads 12 MB
 // and writes 92 MB). The same shape of kernel as above: one thread per output position, its patch
 // widened to float32 in registers, the block's 64 x KP weights in shared memory. Tap k is input
 // element (i, j, c) with k = (i * kw + j) * c_in + c, the channels-last weight's own order, at
-// offset (i * w + j) * c_in + c from the patch's top-left element. The bias joins the float32 sum
-// and the output is rounded once; a fused activation then runs the separate layer's float
-// operations on that rounded value (the bits of conv2d followed by relu or gelu), and `pre`, where
-// the activation's backward needs it, receives the rounded value itself.
-//
-// Stores: a thread's outputs are `on` consecutive values of its position's row of y, 48 bytes for
-// airbench's 24 channels. Stored straight from registers, a warp's 16-byte stores land 48 bytes
-// apart and the kernel ran at 2.6x its memory floor. So the block first writes its rows to shared
-// memory, then copies them out with consecutive threads on consecutive 16 bytes of y: where the
-// block's rows are whole rows of y (o <= 64), one contiguous span.
+// offset (i * w + j) * c_in + c from the patch's top-left element. A thread's outputs are its
+// position's `o` consecutive values of y: eight channels are summed, then stored as one 16-byte
+// vector where the rows allow it (a warp's store then spans 32 rows of 2 * o bytes, whose sectors
+// L2 merges as the thread's next stores fill them). The bias joins the float32 sum and y is
+// rounded once.
 constexpr int kStoreVec = 8;  // half values per 16-byte store
-
-// Row stride, in half values, of a block's staged outputs: the widest tile rounded up to 8 values
-// and odd in 16-byte units, so that the 8 threads of a quarter-warp's 16-byte stores (rows apart)
-// fall in distinct banks.
-int stage_stride(int o) {
-  const int r = (std::min(o, kOTile) + kStoreVec - 1) / kStoreVec;
-  return kStoreVec * (r % 2 == 1 ? r : r + 1);
-}
 
 __device__ void fill_taps_nhwc(const SmallConv& g, int kp, int* off, int* ti, int* tj) {
   for (int k = threadIdx.x; k < kp; k += blockDim.x) {
@@ -167,72 +129,60 @@ __device__ void fill_taps_nhwc(const SmallConv& g, int kp, int* off, int* ti, in
   }
 }
 
-// Copies `rows` staged rows of `on` values to out (rows of g.o values, this tile's from column
-// o0): 16 bytes per thread where the rows allow it, else one value per thread.
-template <class T>
-__device__ void store_staged_rows(const SmallConv& g, const T* stage, int stride, int rows, int o0, int on,
-                                  bool vector_rows, T* __restrict__ out) {
-  if (vector_rows) {
-    const int per_row = on / kStoreVec;
-    for (int e = threadIdx.x; e < rows * per_row; e += blockDim.x) {
-      const int r = e / per_row, c = (e - r * per_row) * kStoreVec;
-      *reinterpret_cast<uint4*>(out + static_cast<int64_t>(r) * g.o + o0 + c) =
-          *reinterpret_cast<const uint4*>(stage + r * stride + c);
-    }
-  } else {
-    for (int e = threadIdx.x; e < rows * on; e += blockDim.x) {
-      const int r = e / on, c = e - r * on;
-      out[static_cast<int64_t>(r) * g.o + o0 + c] = stage[r * stride + c];
-    }
-  }
-}
-
-// Dynamic shared memory: the staged outputs, kFwdThreads rows of `stride` values, and as many
-// again for `pre` when it is written.
 template <class T, int KP>
 __global__ void __launch_bounds__(kFwdThreads)
     small_cin_nhwc_forward_kernel(SmallConv g, const T* __restrict__ x, const T* __restrict__ wt,
-                                  const T* __restrict__ b, norm::NormActivation act, T* __restrict__ pre,
-                                  T* __restrict__ y, int stride, bool vector_rows) {
+                                  const T* __restrict__ b, T* __restrict__ y, bool vector_rows) {
   __shared__ __align__(16) float w_s[kOTile * KP];
   __shared__ float b_s[kOTile];
   __shared__ int tap_off[KP], tap_i[KP], tap_j[KP];
-  extern __shared__ __align__(16) unsigned char staged_bytes[];
-  T* const staged_y = reinterpret_cast<T*>(staged_bytes);
-  T* const staged_pre = staged_y + kFwdThreads * stride;
   const int o0 = blockIdx.y * kOTile, on = min(kOTile, g.o - o0);
-  stage_weights<T, KP>(g, o0, on, wt, b, w_s, b_s);
+  for (int e = threadIdx.x; e < kOTile * KP; e += blockDim.x) {
+    const int ol = e / KP, k = e - ol * KP;
+    w_s[e] = (ol < on && k < g.k) ? to_float(wt[static_cast<int64_t>(o0 + ol) * g.k + k]) : 0.f;
+  }
+  for (int ol = threadIdx.x; ol < kOTile; ol += blockDim.x) b_s[ol] = (b && ol < on) ? to_float(b[o0 + ol]) : 0.f;
   fill_taps_nhwc(g, KP, tap_off, tap_i, tap_j);
   __syncthreads();
 
-  const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kFwdThreads, q = q0 + threadIdx.x;
-  if (q < g.np) {
-    const int64_t n = q / g.p;
-    const int p = static_cast<int>(q - n * g.p), oh = p / g.ow, ow = p - oh * g.ow;
-    const int ih0 = oh - g.ph, iw0 = ow - g.pw;
-    const int64_t x0 = ((n * g.h + ih0) * g.w + iw0) * g.c;
-    float patch[KP];
-    gather_patch(g, x, x0, ih0, iw0, tap_off, tap_i, tap_j, patch);
-    // Channels past `on` (up to the next multiple of 8) have zero weights and bias: staged, never
-    // copied out.
-#pragma unroll 1
-    for (int c0 = 0; c0 < on; c0 += kStoreVec) {
-      alignas(16) T out[kStoreVec], out_pre[kStoreVec];
+  const int64_t q = static_cast<int64_t>(blockIdx.x) * kFwdThreads + threadIdx.x;
+  if (q >= g.np) return;
+  const int64_t n = q / g.p;
+  const int p = static_cast<int>(q - n * g.p), oh = p / g.ow, ow = p - oh * g.ow;
+  const int ih0 = oh - g.ph, iw0 = ow - g.pw;
+  const int64_t x0 = ((n * g.h + ih0) * g.w + iw0) * g.c;
+  float patch[KP];
 #pragma unroll
-      for (int v = 0; v < kStoreVec; ++v) {
-        out_pre[v] = from_float<T>(dot_patch(patch, w_s + (c0 + v) * KP) + b_s[c0 + v]);
-        out[v] = act == norm::NormActivation::None ? out_pre[v]
-                                                   : from_float<T>(norm::activation_forward(act, to_float(out_pre[v])));
+  for (int k = 0; k < KP; ++k) {
+    const int ih = ih0 + tap_i[k], iw = iw0 + tap_j[k];
+    const bool inside = k < g.k && static_cast<unsigned>(ih) < static_cast<unsigned>(g.h) &&
+                        static_cast<unsigned>(iw) < static_cast<unsigned>(g.w);
+    patch[k] = inside ? to_float(x[x0 + tap_off[k]]) : 0.f;
+  }
+  T* yq = y + q * g.o + o0;
+#pragma unroll 1
+  for (int c0 = 0; c0 < on; c0 += kStoreVec) {
+    alignas(16) T out[kStoreVec];
+#pragma unroll
+    for (int v = 0; v < kStoreVec; ++v) {
+      const float4* wr = reinterpret_cast<const float4*>(w_s + (c0 + v) * KP);
+      float acc = 0.f;
+#pragma unroll
+      for (int k4 = 0; k4 < KP / 4; ++k4) {
+        const float4 wv = wr[k4];
+        acc = __fmaf_rn(patch[4 * k4 + 0], wv.x, acc);
+        acc = __fmaf_rn(patch[4 * k4 + 1], wv.y, acc);
+        acc = __fmaf_rn(patch[4 * k4 + 2], wv.z, acc);
+        acc = __fmaf_rn(patch[4 * k4 + 3], wv.w, acc);
       }
-      const int at = threadIdx.x * stride + c0;
-      *reinterpret_cast<uint4*>(staged_y + at) = *reinterpret_cast<const uint4*>(out);
-      if (pre) *reinterpret_cast<uint4*>(staged_pre + at) = *reinterpret_cast<const uint4*>(out_pre);
+      out[v] = from_float<T>(acc + b_s[c0 + v]);
+    }
+    if (vector_rows && c0 + kStoreVec <= on) {
+      *reinterpret_cast<uint4*>(yq + c0) = *reinterpret_cast<const uint4*>(out);
+    } else {
+      for (int v = 0; v < kStoreVec && c0 + v < on; ++v) yq[c0 + v] = out[v];
     }
   }
-  __syncthreads();
-  const int rows = static_cast<int>(g.np - q0 < kFwdThreads ? g.np - q0 : kFwdThreads);
-  store_staged_rows(g, staged_y, stride, rows, o0, on, vector_rows, y + q0 * g.o);
-  if (pre) store_staged_rows(g, staged_pre, stride, rows, o0, on, vector_rows, pre + q0 * g.o);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -429,44 +379,31 @@ void launch_forward(const SmallConv& g, const float* x, const float* w, const fl
 }
 
 template <class T, int KP>
-void launch_nhwc_forward(const SmallConv& g, const void* x, const void* w, const void* b, norm::NormActivation act,
-                         void* pre, void* y) {
+void launch_nhwc_forward(const SmallConv& g, const void* x, const void* w, const void* b, void* y) {
   const int64_t blocks = (g.np + kFwdThreads - 1) / kFwdThreads;
   MINIDL_CHECK(blocks <= INT32_MAX, "conv2d on CUDA: ", g.np, " output positions exceed the grid");
-  const int stride = stage_stride(g.o);
-  const size_t staged = sizeof(T) * kFwdThreads * stride * (pre ? 2 : 1);
-  // The most any launch stages (y and pre at 64 channels: 72 KiB) is above the 48 KiB a kernel
-  // gets without asking; asked once.
-  static const bool opted_in = [] {
-    const int most = static_cast<int>(sizeof(T) * kFwdThreads * stage_stride(kOTile) * 2);
-    MINIDL_CUDA_CHECK(cudaFuncSetAttribute(small_cin_nhwc_forward_kernel<T, KP>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, most));
-    return true;
-  }();
-  (void)opted_in;
-  // 16-byte stores need rows of a multiple of 8 values and 16-byte-aligned outputs.
-  auto aligned = [](const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool vector_rows = g.o % kStoreVec == 0 && aligned(y) && aligned(pre);
-  small_cin_nhwc_forward_kernel<T, KP><<<dim3(static_cast<unsigned>(blocks), o_tiles(g)), kFwdThreads, staged,
+  // 16-byte stores need rows of a multiple of 8 values on a 16-byte-aligned y.
+  const bool vector_rows = g.o % kStoreVec == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0;
+  small_cin_nhwc_forward_kernel<T, KP><<<dim3(static_cast<unsigned>(blocks), o_tiles(g)), kFwdThreads, 0,
                                          cuda::stream()>>>(g, static_cast<const T*>(x), static_cast<const T*>(w),
-                                                           static_cast<const T*>(b), act, static_cast<T*>(pre),
-                                                           static_cast<T*>(y), stride, vector_rows);
+                                                           static_cast<const T*>(b), static_cast<T*>(y), vector_rows);
   MINIDL_LAUNCH_CHECK();
 }
+
 template <class T>
-void nhwc_forward(const SmallConv& g, const void* x, const void* w, const void* b, norm::NormActivation act,
-                  void* pre, void* y) {
+void nhwc_forward(const SmallConv& g, const void* x, const void* w, const void* b, void* y) {
   switch ((g.k + 3) / 4) {
-    case 1: return launch_nhwc_forward<T, 4>(g, x, w, b, act, pre, y);
-    case 2: return launch_nhwc_forward<T, 8>(g, x, w, b, act, pre, y);
-    case 3: return launch_nhwc_forward<T, 12>(g, x, w, b, act, pre, y);
-    case 4: return launch_nhwc_forward<T, 16>(g, x, w, b, act, pre, y);
-    case 5: return launch_nhwc_forward<T, 20>(g, x, w, b, act, pre, y);
-    case 6: return launch_nhwc_forward<T, 24>(g, x, w, b, act, pre, y);
-    case 7: return launch_nhwc_forward<T, 28>(g, x, w, b, act, pre, y);
-    default: return launch_nhwc_forward<T, 32>(g, x, w, b, act, pre, y);
+    case 1: return launch_nhwc_forward<T, 4>(g, x, w, b, y);
+    case 2: return launch_nhwc_forward<T, 8>(g, x, w, b, y);
+    case 3: return launch_nhwc_forward<T, 12>(g, x, w, b, y);
+    case 4: return launch_nhwc_forward<T, 16>(g, x, w, b, y);
+    case 5: return launch_nhwc_forward<T, 20>(g, x, w, b, y);
+    case 6: return launch_nhwc_forward<T, 24>(g, x, w, b, y);
+    case 7: return launch_nhwc_forward<T, 28>(g, x, w, b, y);
+    default: return launch_nhwc_forward<T, 32>(g, x, w, b, y);
   }
 }
+
 template <int TK>
 void launch_backward_filter(const SmallConv& g, const float* x, const float* dy, float* dw) {
   static const int per_sm = [] {
@@ -510,13 +447,13 @@ void conv2d_small_cin_forward_cuda(const Conv2dShape& s, const float* x, const f
 }
 
 void conv2d_small_cin_nhwc_forward_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* w,
-                                        const void* b, void* y, norm::NormActivation activation, void* pre) {
+                                        const void* b, void* y) {
   MINIDL_CHECK(is_half(dtype), "conv2d small-channel kernels: channels-last forward in bfloat16 or float16, got ",
                dtype_name(dtype));
   const SmallConv g = small_conv(s);
   if (g.np == 0) return;
-  if (dtype == DType::BFloat16) return nhwc_forward<bf16>(g, x, w, b, activation, pre, y);
-  return nhwc_forward<fp16>(g, x, w, b, activation, pre, y);
+  if (dtype == DType::BFloat16) return nhwc_forward<bf16>(g, x, w, b, y);
+  return nhwc_forward<fp16>(g, x, w, b, y);
 }
 
 void conv2d_small_cin_backward_filter_cuda(const Conv2dShape& s, const float* x, const float* dy, float* dw) {

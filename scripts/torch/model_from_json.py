@@ -3,7 +3,7 @@
 Walking the config's layer list gives a model whose state_dict names are minidl's ("0.weight",
 "3.1.running_mean"), so weights move between the two frameworks by name (safetensors). A layer
 with "relu": true or "gelu": true stays ONE module (minidl fuses the activation into the
-normalization or the convolution), so indices line up. Keys are read as strictly as minidl's LayerArgs does: an
+normalization), so indices line up. Keys are read as strictly as minidl's LayerArgs does: an
 unknown key, or both activations on one layer, is an error here too, instead of a silently
 different network.
 
@@ -40,22 +40,8 @@ def _one_activation(relu, gelu):
 
 
 def _activate(y, relu, gelu):
-    """A layer's fused activation: "relu" or "gelu" (exact form)."""
+    """A normalization layer's fused activation: "relu" or "gelu" (exact form)."""
     return F.relu(y) if relu else F.gelu(y) if gelu else y
-
-
-class Conv2d(nn.Conv2d):
-    """minidl's Conv2d: "relu" or "gelu" applied to its output by the same module."""
-
-    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, bias=True, relu=False,
-                 gelu=False):
-        super().__init__(in_channels, out_channels, kernel_size, stride=stride, padding=padding, bias=bias)
-        _one_activation(relu, gelu)
-        self.relu = relu
-        self.gelu = gelu
-
-    def forward(self, x):
-        return _activate(super().forward(x), self.relu, self.gelu)
 
 
 class BatchNorm2d(nn.BatchNorm2d):
