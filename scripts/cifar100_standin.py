@@ -22,8 +22,11 @@ def convert(src_dir, names, out_path, limit):
     with open(out_path, "wb") as out:
         for name in names:
             path = os.path.join(src_dir, name)
-            with open(path, "rb") as f:
-                data = f.read()
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+            except OSError as e:
+                sys.exit(f"cifar100_standin: cannot read {path}: {e.strerror} (scripts/data.sh decodes CIFAR-10)")
             if len(data) == 0 or len(data) % RECORD:
                 sys.exit(f"cifar100_standin: {path}: {len(data)} bytes is not a whole number of {RECORD}-byte records")
             for r in range(len(data) // RECORD):
