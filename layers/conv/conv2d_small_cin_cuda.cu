@@ -50,6 +50,50 @@ __device__ void fill_taps(const SmallConv& g, int kp, int* off, int* ti, int* tj
   }
 }
 
+// Stages the block's tile of output channels in shared memory as float32: the weights (kOTile x
+// KP, zero past the patch and past the last channel) and the bias (zero where there is none).
+template <class T, int KP>
+__device__ void stage_weights(const SmallConv& g, int o0, int on, const T* __restrict__ wt, const T* __restrict__ b,
+                              float* w_s, float* b_s) {
+  for (int e = threadIdx.x; e < kOTile * KP; e += blockDim.x) {
+    const int ol = e / KP, k = e - ol * KP;
+    w_s[e] = (ol < on && k < g.k) ? to_float(wt[static_cast<int64_t>(o0 + ol) * g.k + k]) : 0.f;
+  }
+  for (int ol = threadIdx.x; ol < kOTile; ol += blockDim.x) b_s[ol] = (b && ol < on) ? to_float(b[o0 + ol]) : 0.f;
+}
+
+// The thread's patch, widened to float32 (zero outside the input and past the patch); x0 is the
+// patch's top-left element, (ih0, iw0) its position, which may lie in the padding.
+template <int KP, class T>
+__device__ __forceinline__ void gather_patch(const SmallConv& g, const T* __restrict__ x, int64_t x0, int ih0,
+                                             int iw0, const int* tap_off, const int* tap_i, const int* tap_j,
+                                             float (&patch)[KP]) {
+#pragma unroll
+  for (int k = 0; k < KP; ++k) {
+    const int ih = ih0 + tap_i[k], iw = iw0 + tap_j[k];
+    const bool inside = k < g.k && static_cast<unsigned>(ih) < static_cast<unsigned>(g.h) &&
+                        static_cast<unsigned>(iw) < static_cast<unsigned>(g.w);
+    patch[k] = inside ? to_float(x[x0 + tap_off[k]]) : 0.f;
+  }
+}
+
+// One output channel: the patch against its staged weight row (float4 broadcasts), float32 FMAs
+// in tap order.
+template <int KP>
+__device__ __forceinline__ float dot_patch(const float (&patch)[KP], const float* w_row) {
+  const float4* wr = reinterpret_cast<const float4*>(w_row);
+  float acc = 0.f;
+#pragma unroll
+  for (int k4 = 0; k4 < KP / 4; ++k4) {
+    const float4 v = wr[k4];
+    acc = __fmaf_rn(patch[4 * k4 + 0], v.x, acc);
+    acc = __fmaf_rn(patch[4 * k4 + 1], v.y, acc);
+    acc = __fmaf_rn(patch[4 * k4 + 2], v.z, acc);
+    acc = __fmaf_rn(patch[4 * k4 + 3], v.w, acc);
+  }
+  return acc;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Forward. One thread per output position (n, oh, ow), consecutive threads along ow, so that for
 // each output channel a warp stores 32 consecutive floats of y. The thread gathers its patch once
@@ -66,11 +110,7 @@ __global__ void __launch_bounds__(kFwdThreads)
   __shared__ float b_s[kOTile];
   __shared__ int tap_off[KP], tap_i[KP], tap_j[KP];
   const int o0 = blockIdx.y * kOTile, on = min(kOTile, g.o - o0);
-  for (int e = threadIdx.x; e < kOTile * KP; e += blockDim.x) {
-    const int ol = e / KP, k = e - ol * KP;
-    w_s[e] = (ol < on && k < g.k) ? wt[static_cast<int64_t>(o0 + ol) * g.k + k] : 0.f;
-  }
-  for (int ol = threadIdx.x; ol < kOTile; ol += blockDim.x) b_s[ol] = (b && ol < on) ? b[o0 + ol] : 0.f;
+  stage_weights<float, KP>(g, o0, on, wt, b, w_s, b_s);
   fill_taps(g, KP, tap_off, tap_i, tap_j);
   __syncthreads();
 
@@ -81,26 +121,11 @@ __global__ void __launch_bounds__(kFwdThreads)
   const int ih0 = oh - g.ph, iw0 = ow - g.pw;
   const int64_t x0 = n * g.c * g.h * g.w + static_cast<int64_t>(ih0) * g.w + iw0;
   float patch[KP];
-#pragma unroll
-  for (int k = 0; k < KP; ++k) {
-    const int ih = ih0 + tap_i[k], iw = iw0 + tap_j[k];
-    const bool inside = k < g.k && static_cast<unsigned>(ih) < static_cast<unsigned>(g.h) &&
-                        static_cast<unsigned>(iw) < static_cast<unsigned>(g.w);
-    patch[k] = inside ? __ldg(x + x0 + tap_off[k]) : 0.f;
-  }
+  gather_patch(g, x, x0, ih0, iw0, tap_off, tap_i, tap_j, patch);
   float* yq = y + (n * g.o + o0) * g.p + p;
 #pragma unroll 1
   for (int ol = 0; ol < on; ++ol) {
-    const float4* wr = reinterpret_cast<const float4*>(w_s + ol * KP);
-    float acc = 0.f;
-#pragma unroll
-    for (int k4 = 0; k4 < KP / 4; ++k4) {
-      const float4 v = wr[k4];
-      acc = __fmaf_rn(patch[4 * k4 + 0], v.x, acc);
-      acc = __fmaf_rn(patch[4 * k4 + 1], v.y, acc);
-      acc = __fmaf_rn(patch[4 * k4 + 2], v.z, acc);
-      acc = __fmaf_rn(patch[4 * k4 + 3], v.w, acc);
-    }
+    const float acc = dot_patch(patch, w_s + ol * KP);
     // Bias after the sum, as cuDNN's path adds it (cudnnAddTensor on the finished y).
     yq[static_cast<int64_t>(ol) * g.p] = b ? acc + b_s[ol] : acc;
   }
@@ -137,11 +162,7 @@ __global__ void __launch_bounds__(kFwdThreads)
   __shared__ float b_s[kOTile];
   __shared__ int tap_off[KP], tap_i[KP], tap_j[KP];
   const int o0 = blockIdx.y * kOTile, on = min(kOTile, g.o - o0);
-  for (int e = threadIdx.x; e < kOTile * KP; e += blockDim.x) {
-    const int ol = e / KP, k = e - ol * KP;
-    w_s[e] = (ol < on && k < g.k) ? to_float(wt[static_cast<int64_t>(o0 + ol) * g.k + k]) : 0.f;
-  }
-  for (int ol = threadIdx.x; ol < kOTile; ol += blockDim.x) b_s[ol] = (b && ol < on) ? to_float(b[o0 + ol]) : 0.f;
+  stage_weights<T, KP>(g, o0, on, wt, b, w_s, b_s);
   fill_taps_nhwc(g, KP, tap_off, tap_i, tap_j);
   __syncthreads();
 
@@ -152,30 +173,14 @@ __global__ void __launch_bounds__(kFwdThreads)
   const int ih0 = oh - g.ph, iw0 = ow - g.pw;
   const int64_t x0 = ((n * g.h + ih0) * g.w + iw0) * g.c;
   float patch[KP];
-#pragma unroll
-  for (int k = 0; k < KP; ++k) {
-    const int ih = ih0 + tap_i[k], iw = iw0 + tap_j[k];
-    const bool inside = k < g.k && static_cast<unsigned>(ih) < static_cast<unsigned>(g.h) &&
-                        static_cast<unsigned>(iw) < static_cast<unsigned>(g.w);
-    patch[k] = inside ? to_float(x[x0 + tap_off[k]]) : 0.f;
-  }
+  gather_patch(g, x, x0, ih0, iw0, tap_off, tap_i, tap_j, patch);
   T* yq = y + q * g.o + o0;
 #pragma unroll 1
   for (int c0 = 0; c0 < on; c0 += kStoreVec) {
     alignas(16) T out[kStoreVec];
 #pragma unroll
     for (int v = 0; v < kStoreVec; ++v) {
-      const float4* wr = reinterpret_cast<const float4*>(w_s + (c0 + v) * KP);
-      float acc = 0.f;
-#pragma unroll
-      for (int k4 = 0; k4 < KP / 4; ++k4) {
-        const float4 wv = wr[k4];
-        acc = __fmaf_rn(patch[4 * k4 + 0], wv.x, acc);
-        acc = __fmaf_rn(patch[4 * k4 + 1], wv.y, acc);
-        acc = __fmaf_rn(patch[4 * k4 + 2], wv.z, acc);
-        acc = __fmaf_rn(patch[4 * k4 + 3], wv.w, acc);
-      }
-      out[v] = from_float<T>(acc + b_s[c0 + v]);
+      out[v] = from_float<T>(dot_patch(patch, w_s + (c0 + v) * KP) + b_s[c0 + v]);
     }
     if (vector_rows && c0 + kStoreVec <= on) {
       *reinterpret_cast<uint4*>(yq + c0) = *reinterpret_cast<const uint4*>(out);
