@@ -35,11 +35,9 @@ void fsync_directory_of(const std::string& path, const std::string& what) {
 
 // The pid in "<name>.tmp.<pid>", or 0 when the name is not of that form.
 pid_t temp_file_pid(const std::string& name) {
-  const size_t at = name.rfind(".tmp.");
-  if (at == std::string::npos || at == 0) return 0;
-  const std::string digits = name.substr(at + 5);
-  if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return 0;
-  return static_cast<pid_t>(std::stol(digits));
+  if (temp_file_target(name).empty()) return 0;
+  const std::string digits = name.substr(name.rfind(".tmp.") + 5);
+  return digits.size() > 9 ? 0 : static_cast<pid_t>(std::stol(digits));
 }
 
 }  // namespace
@@ -85,12 +83,22 @@ void write_file_atomic(const std::string& path, const std::string& text, const s
   f.commit();
 }
 
-std::vector<std::string> remove_stale_temp_files(const std::string& dir) {
+std::string temp_file_target(const std::string& name) {
+  const size_t at = name.rfind(".tmp.");
+  if (at == std::string::npos || at == 0) return "";
+  const std::string digits = name.substr(at + 5);
+  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) return "";
+  return name.substr(0, at);
+}
+
+std::vector<std::string> remove_stale_temp_files(const std::string& dir,
+                                                 const std::function<bool(const std::string&)>& ours) {
   std::vector<std::string> removed;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     if (!entry.is_regular_file(ec)) continue;
     const std::string name = entry.path().filename().string();
+    if (!ours(temp_file_target(name))) continue;
     const pid_t pid = temp_file_pid(name);
     // kill(pid, 0) fails with ESRCH only when no such process exists (EPERM: it runs, not ours).
     if (pid <= 0 || pid == ::getpid() || ::kill(pid, 0) == 0 || errno != ESRCH) continue;

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,8 +33,13 @@ class AtomicFile {
 // Writes `text` to `path` atomically.
 void write_file_atomic(const std::string& path, const std::string& text, const std::string& what);
 
-// Removes "<name>.tmp.<pid>" files directly in `dir` whose process no longer runs, and returns
+// Removes "<name>.tmp.<pid>" files directly in `dir` whose process no longer runs and whose <name>
+// `ours` accepts (the files the caller writes there: a user's "notes.tmp.1" is not one), and returns
 // their names. Those of running processes (a concurrent writer) are left alone.
-std::vector<std::string> remove_stale_temp_files(const std::string& dir);
+std::vector<std::string> remove_stale_temp_files(const std::string& dir,
+                                                 const std::function<bool(const std::string&)>& ours);
+
+// <name> of a "<name>.tmp.<digits>" file name, or "" when the name is not of that form.
+std::string temp_file_target(const std::string& name);
 
 }  // namespace minidl

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +15,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/json_limits.h"
 #include "data/image_decode.h"
 #include "data/loader.h"
 
@@ -78,7 +80,15 @@ std::vector<std::string> sorted_class_folders(const std::string& root) {
   for (fs::directory_iterator it(root, fs::directory_options::follow_directory_symlink, ec), end; !ec && it != end;
        it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (!name.empty() && name[0] != '.' && is_dir(it->path())) names.push_back(name);
+    if (name.empty() || name[0] == '.' || !is_dir(it->path())) continue;
+    // A class name is stored in config.json, classes.json and checkpoints, which hold UTF-8 text.
+    try {
+      (void)nlohmann::json(name).dump();
+    } catch (const nlohmann::json::exception&) {
+      fail(str("image folder '", root, "': class folder '", text_excerpt(name),
+               "' has a name that is not UTF-8 text (class names are stored as text); rename it"));
+    }
+    names.push_back(name);
   }
   MINIDL_CHECK(!ec, "image folder '", root, "': cannot list it (", ec.message(), ")");
   std::sort(names.begin(), names.end());
@@ -97,6 +107,14 @@ Listing list_split(const std::string& root, const std::vector<std::string>& clas
     std::vector<ImageFile> files;
     std::error_code ec;
     const fs::path dir = fs::path(root) / folder;
+    // Symbolic links to folders are followed; one that leads back to a folder it sits in would
+    // list that folder's images again and again (or another class's under this label), so the
+    // folders on the walk's current path are kept, as (device, inode), to refuse it.
+    std::vector<std::pair<dev_t, ino_t>> path_dirs;
+    struct stat top {};
+    MINIDL_CHECK(::stat(dir.c_str(), &top) == 0, "image folder '", dir.string(), "': cannot read it (",
+                 std::strerror(errno), ")");
+    path_dirs.emplace_back(top.st_dev, top.st_ino);
     for (fs::recursive_directory_iterator r(dir, fs::directory_options::follow_directory_symlink, ec), end;
          !ec && r != end; r.increment(ec)) {
       const std::string name = r->path().filename().string();
@@ -105,7 +123,17 @@ Listing list_split(const std::string& root, const std::vector<std::string>& clas
         continue;
       }
       struct stat st {};
-      if (::stat(r->path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      if (::stat(r->path().c_str(), &st) != 0) continue;
+      if (S_ISDIR(st.st_mode)) {
+        path_dirs.resize(static_cast<size_t>(r.depth()) + 1);
+        const bool loop = std::find(path_dirs.begin(), path_dirs.end(), std::make_pair(st.st_dev, st.st_ino)) !=
+                          path_dirs.end();
+        MINIDL_CHECK(!loop, "image folder '", dir.string(), "': '", text_excerpt(r->path().lexically_relative(dir).string()),
+                     "' links back to a folder that contains it (a loop); remove the link");
+        path_dirs.emplace_back(st.st_dev, st.st_ino);
+        continue;
+      }
+      if (!S_ISREG(st.st_mode)) continue;
       if (!is_image_name(r->path())) {
         ++out.ignored;
         continue;
@@ -216,7 +244,8 @@ bool read_cache(const std::string& path, uint64_t key, int64_t size, Dataset& ou
 
 void write_cache(const std::string& path, uint64_t key, const Dataset& d, const CacheMeta& meta) {
   const nlohmann::json j = {{"skipped", meta.skipped}, {"skipped_files", meta.skipped_files}, {"classes", d.classes}};
-  const std::string text = j.dump();
+  // A skipped file's name need not be UTF-8: such bytes are replaced (the names are for messages).
+  const std::string text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   const int64_t head[6] = {static_cast<int64_t>(key), d.images.size(0), d.images.size(1), d.images.size(2),
                            d.images.size(3), static_cast<int64_t>(text.size())};
   AtomicFile f(path, "image cache");

@@ -19,6 +19,9 @@ class MpiWorld {
   virtual int rank() const = 0;
   virtual int local_rank() const = 0;
   virtual void broadcast_bytes(void* data, size_t bytes, int root) = 0;
+  // Communicator::end_job_after_error for a world of several ranks (MPI_Abort); returns in a world
+  // of one.
+  virtual void end_job_after_error(const std::string& message) = 0;
 };
 std::shared_ptr<MpiWorld> mpi_world();
 // An MPI call's status (MPI_SUCCESS or an error code): an error says which call and why.

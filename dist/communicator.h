@@ -48,6 +48,13 @@ class Communicator {
     std::function<void(const std::string& message)> record;
   };
   virtual void set_timeout_report(TimeoutReport report) { (void)report; }
+  // This rank failed with an error (`message`) that the others may not share (rank 0 alone writes
+  // the run folder; a data folder may be missing on one node). In a world of several ranks, prints
+  // "minidl: error: <message>" and ends the whole job at once (MPI_Abort), so the other ranks
+  // neither wait in a collective for this one until the timeout nor name it as hung; its own
+  // teardown (a collective) is never reached. In a world of one, returns: the error goes on as
+  // any other.
+  virtual void end_job_after_error(const std::string& message) { (void)message; }
 };
 
 // How long a rank waits in a collective for the others before it ends the job naming the rank

@@ -1,8 +1,11 @@
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <mutex>
 
 #include "core/error.h"
+#include "core/json_limits.h"
 #include "dist/backends.h"
 
 #ifdef MINIDL_HAVE_MPI
@@ -57,6 +60,14 @@ class MpiWorldImpl final : public MpiWorld {
   int local_rank() const override { return local_rank_; }
   void broadcast_bytes(void* data, size_t bytes, int root) override {
     check_mpi(MPI_Bcast(data, mpi_count(bytes, "broadcast"), MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
+  }
+  void end_job_after_error(const std::string& message) override {
+    if (size_ <= 1) return;
+    std::fprintf(stderr, "minidl: error: %s\n", text_excerpt(message, 2000).c_str());
+    std::fflush(stderr);
+    std::fflush(stdout);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    std::abort();
   }
 
  private:
@@ -124,6 +135,7 @@ class MpiCommunicator final : public Communicator {
     watch_->barrier();
   }
   void set_timeout_report(TimeoutReport report) override { watch_->set_report(std::move(report)); }
+  void end_job_after_error(const std::string& message) override { world_->end_job_after_error(message); }
 
  private:
   static void check_host(const Tensor& t, const char* op) {

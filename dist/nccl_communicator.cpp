@@ -108,6 +108,9 @@ class NcclCommunicator final : public Communicator {
   void set_timeout_report(TimeoutReport report) override {
     if (watch_) watch_->set_report(std::move(report));
   }
+  void end_job_after_error(const std::string& message) override {
+    if (mpi_) mpi_->end_job_after_error(message);
+  }
 
  private:
   static void check_device(const Tensor& t, const char* op) {

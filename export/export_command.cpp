@@ -24,13 +24,17 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// minidl's eval-mode logits on the first `limit` test images, saved with the images (as the
-// model sees them: normalized) and the labels. Returns the accuracy in percent.
-double write_reference(Module& model, const TrainConfig& config, const std::string& data_dir, int64_t limit,
-                       Device device, const std::string& path) {
+// The first `limit` test images (all with 0) of the run's data: data.dir, --data-dir, or
+// CIFAR10_DIR as training found it. Read before the ONNX file is written, so a missing folder
+// leaves no file behind.
+Dataset reference_images(const TrainConfig& config, const std::string& data_dir, int64_t limit) {
   DataOptions data = DataOptions::from_json(config.data, "data");
   if (!data_dir.empty()) data.dir = data_dir;
-  MINIDL_CHECK(!data.dir.empty(), "export --logits: the run's data.dir is empty; pass --data-dir CIFAR10_DIR");
+  try {
+    data.dir = data_dir_for(data);
+  } catch (const Error& e) {
+    fail(str("export --logits: ", e.what(), ", or pass --data-dir DIR"));
+  }
   Dataset test = data.format == "cifar10" ? load_cifar10(data.dir, Split::Test, limit) : load_dataset(data, Split::Test);
   if (limit > 0 && limit < test.size()) {
     const int64_t pixels = test.images.numel() / test.size();
@@ -39,6 +43,14 @@ double write_reference(Module& model, const TrainConfig& config, const std::stri
     test.images = Tensor::from_vector(px, {limit, test.images.size(1), test.images.size(2), test.images.size(3)});
     test.labels = Tensor::from_vector(la, {limit});
   }
+  return test;
+}
+
+// minidl's eval-mode logits on `test`, saved with the images (as the model sees them: normalized)
+// and the labels. Returns the accuracy in percent.
+double write_reference(Module& model, const TrainConfig& config, const Dataset& test, Device device,
+                       const std::string& path) {
+  const DataOptions data = DataOptions::from_json(config.data, "data");
   Loader loader(test, LoaderOptions::evaluation(data, config.eval_batch_size), device);
   autograd::NoGradGuard no_grad;
   model.eval();
@@ -115,12 +127,16 @@ int export_command(const ExportOptions& options) {
   const std::string classes_file = options.run_dir + "/classes.json";
   if (!options.run_dir.empty() && fs::exists(classes_file))
     onnx.metadata["minidl.classes"] = parse_json_limited(read_file_limited(classes_file, "class list"), classes_file).dump();
+  Dataset reference;
+  if (!options.logits_path.empty()) {
+    MINIDL_CHECK(options.limit >= 0, "export: --limit must be >= 0, got ", options.limit);
+    reference = reference_images(config, options.data_dir, options.limit);
+  }
   export_onnx(*model, options.onnx_path, onnx);
   std::cout << "minidl export: wrote " << options.onnx_path << " (" << fs::file_size(options.onnx_path)
             << " bytes, opset 17) from " << onnx.metadata["minidl.source"] << std::endl;
   if (!options.logits_path.empty()) {
-    MINIDL_CHECK(options.limit >= 0, "export: --limit must be >= 0, got ", options.limit);
-    const double acc = write_reference(*model, config, options.data_dir, options.limit, device, options.logits_path);
+    const double acc = write_reference(*model, config, reference, device, options.logits_path);
     std::cout << "minidl export: wrote " << options.logits_path << " (minidl's eval logits on " << device.str()
               << "): test accuracy " << acc << "%" << std::endl;
   }

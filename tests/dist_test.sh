@@ -134,6 +134,32 @@ b=$(sha256sum <"$work/one_rank/model.safetensors" | cut -d' ' -f1)
 [ "$a" = "$b" ] || { echo "FAIL: 1 rank x accumulate_steps 2 resuming 2 ranks ($b) differs from 2 ranks ($a)"; exit 1; }
 echo "dist: a 2-rank run resumed by 1 rank with accumulate_steps 2 == uninterrupted, sha256 $b"
 
+# A synchronized-BatchNorm run normalizes over its ranks' batches: resumed on another world size it
+# would train another model, so that is refused, naming the world size to use.
+"${mpi[@]}" "$minidl" train "${small[@]}" "${sync[@]}" --max-steps 2 --output "$work/sync_resume" >"$work/sr.out" 2>&1 ||
+  { cat "$work/sr.out"; echo "FAIL: the 2-rank sync BatchNorm run failed"; exit 1; }
+if "$minidl" train --resume "$work/sync_resume" --set accumulate_steps=2 >"$work/sr1.out" 2>&1; then
+  echo "FAIL: 1 rank resumed a 2-rank run with synchronized BatchNorm"; exit 1
+fi
+grep -q "3 synchronized BatchNorm layer(s) normalize over the batches of all 2 ranks.*resume it on 2 ranks" "$work/sr1.out" ||
+  { cat "$work/sr1.out"; echo "FAIL: the refusal does not say to resume on 2 ranks"; exit 1; }
+echo "dist: a sync BatchNorm run resumed at another world size is refused"
+
+# An error on one rank only (rank 0 alone checks the run folder; a --set on one rank): that rank's
+# message, and the job ends at once instead of its peers waiting out --dist-timeout.
+t0=$SECONDS
+rc=0
+timeout 60 "${mpi[@]}" "$minidl" train "${small[@]}" --max-steps 1 --output "$work/ranks2" >"$work/used.out" 2>&1 || rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ $((SECONDS - t0)) -le 30 ] || { cat "$work/used.out"; echo "FAIL: rank 0's error did not end the job at once (rc $rc)"; exit 1; }
+grep -q "^minidl: error: output folder '$work/ranks2' is not empty" "$work/used.out" ||
+  { cat "$work/used.out"; echo "FAIL: rank 0's own error was not printed"; exit 1; }
+rc=0
+timeout 60 mpirun --allow-run-as-root --oversubscribe -np 1 "$minidl" train "${small[@]}" --max-steps 1 --output "$work/mixed" :   -np 1 "$minidl" train "${small[@]}" --max-steps 1 --output "$work/mixed" --set seed=1 >"$work/mixed.out" 2>&1 || rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || { cat "$work/mixed.out"; echo "FAIL: ranks with different configs trained (rc $rc)"; exit 1; }
+grep -q "^minidl: error: rank 1 of 2 was started with another config than rank 0" "$work/mixed.out" ||
+  { cat "$work/mixed.out"; echo "FAIL: ranks with different configs were not named"; exit 1; }
+echo "dist: an error on one rank ends the job at once with its message; ranks with different configs are refused"
+
 # A rank killed once training runs: mpirun ends the job and names the rank; no rank is left waiting.
 "${mpi[@]}" "$minidl" train "${small[@]}" --max-steps 1000 --output "$work/killed" >"$work/killed.out" 2>&1 &
 job=$!

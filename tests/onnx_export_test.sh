@@ -48,4 +48,16 @@ if "$minidl" export --config "$src/tests/onnx/all_layers_b.json" --set model.lay
 fi
 grep -q "Flatten(start_dim=2, end_dim=-1) has no ONNX export" "$work/bad.err" || { cat "$work/bad.err"; exit 1; }
 cat "$work/bad.err"
+# --logits of a run that read CIFAR-10 from $CIFAR10_DIR (data.dir empty) finds it there as training
+# did; with neither, one message and no .onnx file left behind.
+first=$(ls "$src"/tests/onnx/*.json | head -1)
+CIFAR10_DIR="$data" "$minidl" train --config "$first" --set data.dir= --output "$work/env_run" >/dev/null
+CIFAR10_DIR="$data" "$minidl" export --run "$work/env_run" --onnx "$work/env.onnx" --logits "$work/env.ref" --limit 8
+"$python" "$src/scripts/onnx/onnx_eval.py" "$work/env.onnx" --logits "$work/env.ref"
+if CIFAR10_DIR= "$minidl" export --run "$work/env_run" --onnx "$work/none.onnx" --logits "$work/none.ref" 2> "$work/none.err"; then
+  echo "FAIL: export --logits without a data folder succeeded"
+  exit 1
+fi
+grep -q "export --logits: data.dir: no CIFAR-10 folder given" "$work/none.err" || { cat "$work/none.err"; exit 1; }
+[ ! -e "$work/none.onnx" ] || { echo "FAIL: a failed export --logits left $work/none.onnx behind"; exit 1; }
 echo "onnx_export: ok"

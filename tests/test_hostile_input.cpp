@@ -24,6 +24,7 @@
 #include "optim/optimizer.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
+#include "train/run_folder.h"
 #include "train/run_log.h"
 #include "test_util.h"
 
@@ -363,9 +364,15 @@ TEST_CASE("atomic files: no temp file left behind, stale ones of dead processes 
   const std::string dead = "checkpoint.safetensors.tmp." + std::to_string(child);
   const std::string mine = "model.safetensors.tmp." + std::to_string(getpid());
   const std::string init = "model.safetensors.tmp.1";  // pid 1 always runs
-  for (const auto& n : {dead, mine, init, std::string("notes.tmp.txt")}) write_file(dir + "/" + n, "x");
-  const std::vector<std::string> removed = remove_stale_temp_files(dir);
+  const std::string users = "results.tmp." + std::to_string(child);  // a dead pid, but not a run file's
+  for (const auto& n : {dead, mine, init, users, std::string("notes.tmp.txt")}) write_file(dir + "/" + n, "x");
+  const std::vector<std::string> removed = remove_stale_temp_files(dir, is_run_file);
   REQUIRE(removed == std::vector<std::string>{dead});
+  REQUIRE(fs::exists(dir + "/" + users));
+  REQUIRE(is_run_file(dead));
+  REQUIRE_FALSE(is_run_file(users));
+  REQUIRE_FALSE(is_run_file("notes.tmp.txt"));
+  REQUIRE_FALSE(is_run_file("config.json.tmp."));
   REQUIRE_FALSE(fs::exists(dir + "/" + dead));
   REQUIRE(fs::exists(dir + "/" + mine));
   REQUIRE(fs::exists(dir + "/" + init));

@@ -310,6 +310,27 @@ TEST_CASE("image folder: layouts and options that cannot work are one clear erro
   REQUIRE(load_image_folder(two, Split::Train).classes == std::vector<std::string>{"a"});
   REQUIRE(load_image_folder(two, Split::Test).size() == 1);
 
+  // A link back to a folder on the walk's path would list its images again and again (and a link
+  // to the split's root, other classes' images under this label): refused, naming the link.
+  fs::create_directory_symlink(".", root / "train/a/again");
+  REQUIRE_THROWS_WITH(load_image_folder(folder_options(root, 8), Split::Train),
+                      Catch::Contains("'again' links back to a folder that contains it"));
+  fs::remove(root / "train/a/again");
+  fs::create_directory_symlink("..", root / "train/a/up");
+  REQUIRE_THROWS_WITH(load_image_folder(folder_options(root, 8), Split::Train),
+                      Catch::Contains("links back to a folder that contains it"));
+  fs::remove(root / "train/a/up");
+  // A link to a folder elsewhere is followed: its images belong to the class.
+  write_png(root / "elsewhere/z.png", pattern(4, 4, 3), 4, 4, PNG_FORMAT_RGB);
+  fs::create_directory_symlink(root / "elsewhere", root / "train/a/linked");
+  REQUIRE(load_image_folder(folder_options(root, 8), Split::Train).size() == 2);
+  // Class names are stored as text (classes.json, checkpoints): a folder name that is not UTF-8
+  // is refused before anything is written, naming the folder with its bytes escaped.
+  fs::create_directories(root / "train/caf\xe9");
+  REQUIRE_THROWS_WITH(image_folder_classes(folder_options(root, 8)),
+                      Catch::Contains("class folder 'caf\\xe9' has a name that is not UTF-8 text"));
+  fs::remove_all(root / "train/caf\xe9");
+
   auto parse = [](const char* text) { return DataOptions::from_json(nlohmann::json::parse(text), "data"); };
   REQUIRE_THROWS_WITH(parse(R"({"format": "image_folder", "dir": "x"})"), Catch::Contains("data.image_size"));
   REQUIRE_THROWS_WITH(parse(R"({"format": "jpeg"})"), Catch::Contains("data.format"));
@@ -446,6 +467,13 @@ TEST_CASE("the model's output width must equal the data's class count", "[data][
           {{"type", "Linear"}, {"in_features", 4}, {"out_features", 10}}}}}}};
   REQUIRE_THROWS_WITH(Trainer(parse_train_config(j), Device::cpu()),
                       Catch::Contains("3 classes") && Catch::Contains("out_features to 3"));
+  // A model without its head gives a feature map: the message says so, with its shape.
+  nlohmann::json headless = j;
+  headless["model"]["layers"].erase(2);
+  headless["model"]["layers"].erase(1);
+  REQUIRE_THROWS_WITH(Trainer(parse_train_config(headless), Device::cpu()),
+                      Catch::Contains("the model gives (1, 4, 12, 12) for one 3x12x12 image") &&
+                          Catch::Contains("needs (N, classes) logits"));
   j["model"]["layers"][2]["out_features"] = 3;
   Trainer trainer(parse_train_config(j), Device::cpu());
   REQUIRE(trainer.classes() == std::vector<std::string>{"cat", "dog", "emu"});

@@ -410,6 +410,10 @@ TEST_CASE("checkpoints by cadence: a stopped run leaves complete ones, kept in o
   RunOptions oa = options_for(config, a), ob = options_for(config, b);
   oa.overrides = ob.overrides = {"checkpoint.every_steps=2", "checkpoint.keep=3"};
   REQUIRE(run_training(oa) == 0);
+  // The throughput counts every image trained, also those of steps a checkpoint came between.
+  const json summary = json::parse(slurp(a + "/summary.json"));
+  const double trained = summary["images_per_s"].get<double>() * summary["train_seconds"].get<double>();
+  REQUIRE(std::abs(trained - 16 * 64) < 1e-6 * 16 * 64);
   {
     SignalAtStep at(SIGINT, 5);  // checkpoints at steps 2 and 4 by cadence, then the stop's at 5
     REQUIRE(run_training(ob) == 130);

@@ -38,7 +38,13 @@ TrainConfig resume_config(const RunOptions& o, const CheckpointInfo& info, const
   return c;
 }
 
-void check_micro_batches(const CheckpointInfo& info, int64_t micro_batches, int world_size, const std::string& run_dir) {
+void check_micro_batches(const CheckpointInfo& info, int64_t micro_batches, int world_size, int64_t sync_norm_layers,
+                         const std::string& run_dir) {
+  MINIDL_CHECK(sync_norm_layers == 0 || info.world_size == world_size, "--resume ", run_dir, ": the model's ",
+               sync_norm_layers, " synchronized BatchNorm layer(s) normalize over the batches of all ", info.world_size,
+               " ranks it was trained on; at world size ", world_size,
+               " they would normalize other batches and train another model: resume it on ", info.world_size,
+               " ranks");
   const int64_t accumulate = info.config.value("accumulate_steps", int64_t{1});
   const int64_t trained = info.world_size * accumulate;
   MINIDL_CHECK(trained == micro_batches, "--resume ", run_dir, ": the run was trained with ", trained, " micro-batches per step (world size ",
@@ -73,8 +79,14 @@ void check_resume_position(const CheckpointInfo& info, int64_t steps_per_epoch, 
 
 CheckpointInfo read_resume_checkpoint(const std::string& run_dir) {
   const std::string ckpt = run_dir + "/" + kCheckpointFile;
-  if (!fs::exists(ckpt)) {
-    MINIDL_CHECK(!fs::exists(run_dir + "/config.json"), "--resume ", run_dir, ": the run stopped before its first ",
+  auto exists = [&](const std::string& path) {
+    std::error_code ec;
+    const bool found = fs::exists(path, ec);
+    MINIDL_CHECK(!ec, "--resume ", run_dir, ": cannot look for ", path, " (", ec.message(), ")");
+    return found;
+  };
+  if (!exists(ckpt)) {
+    MINIDL_CHECK(!exists(run_dir + "/config.json"), "--resume ", run_dir, ": the run stopped before its first ",
                  "checkpoint, so there is nothing to resume; start it again with: minidl train --resume ", run_dir,
                  " --restart");
     fail(str("--resume ", run_dir, ": no ", kCheckpointFile, " there (nothing to resume)"));

@@ -31,8 +31,10 @@ TrainConfig restart_config(const RunOptions& o, const std::string& run_dir);
 
 // A step's gradients are the ordered sum over its micro-batches (world size x accumulate_steps),
 // so a resumed run keeps their number to keep its bits; on another number of ranks,
-// accumulate_steps makes up the difference.
-void check_micro_batches(const CheckpointInfo& info, int64_t micro_batches, int world_size, const std::string& run_dir);
+// accumulate_steps makes up the difference. A model with synchronized BatchNorm (sync_norm_layers
+// > 0) normalizes over the batches of every rank, so it resumes at its own world size only.
+void check_micro_batches(const CheckpointInfo& info, int64_t micro_batches, int world_size, int64_t sync_norm_layers,
+                         const std::string& run_dir);
 
 // The checkpoint's position must be a step of its epoch at this run's steps per epoch (inside an
 // epoch it may be the epoch's end, written before the evaluation), and the partial epoch's sums

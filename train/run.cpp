@@ -37,6 +37,13 @@ std::string join(const std::vector<std::string>& names) {
   return out;
 }
 
+// A library caller catches minidl::Error: an exception of another kind from the libraries beneath
+// (std::filesystem, nlohmann::json) leaves a Run as one, with its message. Called in a handler.
+[[noreturn]] void throw_as_error(const std::exception& e) {
+  if (dynamic_cast<const Error*>(&e)) throw;
+  throw Error(e.what());
+}
+
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 std::string fixed(double v, int digits) {
@@ -45,6 +52,28 @@ std::string fixed(double v, int digits) {
   os.precision(digits);
   os << v;
   return os.str();
+}
+
+// Every rank must train the same model the same way: ranks started with different configs (a
+// --set on one of them) would each apply the averaged gradients to weights of their own and drift
+// apart, and rank 0 would save its own. One all-gather of a hash of the resolved config (where the
+// run folder is and whether progress shows may differ) finds that before the first step.
+void check_same_config(Communicator& comm, const nlohmann::json& resolved, Device device) {
+  if (comm.world_size() == 1) return;
+  nlohmann::json j = resolved;
+  j.erase("output");
+  const uint64_t h = std::hash<std::string>{}(j.dump());
+  const Tensor mine = Tensor::from_vector(
+      std::vector<int32_t>{static_cast<int32_t>(h & 0xffffffffu), static_cast<int32_t>(h >> 32)}, {2}, device);
+  Tensor all = Tensor::empty({2 * comm.world_size()}, DType::Int32, device);
+  comm.all_gather(mine, all);
+  const std::vector<int32_t> v = all.to(Device::cpu()).values<int32_t>();
+  // Every rank sees the same hashes; rank 0 alone says so, and ends the job.
+  if (comm.rank() != 0) return;
+  for (int r = 1; r < comm.world_size(); ++r)
+    MINIDL_CHECK(v[2 * r] == v[0] && v[2 * r + 1] == v[1], "rank ", r, " of ", comm.world_size(),
+                 " was started with another config than rank 0 (their resolved configs differ): every rank needs the ",
+                 "same --config and --set");
 }
 
 // The signal that stops the run at this step boundary, the same on every rank: the first rank's
@@ -69,10 +98,11 @@ struct Run::Epoch {
   int64_t first_step = 0;
   int64_t flushed = 0;
   CheckpointInfo sums;
+  int64_t entry_seen = 0;  // sums.epoch_seen when this process entered the epoch
   Clock::time_point t0 = Clock::now();
 };
 
-Run::Run(const RunOptions& options) : options_(options) {
+Run::Run(const RunOptions& options) try : options_(options) {
   MINIDL_CHECK(options.max_steps >= 0, "--max-steps: must be >= 0 (0: no limit), got ", options.max_steps);
   MINIDL_CHECK(!options.restart || !options.resume_dir.empty(), "--restart: only with --resume RUN_DIR (it starts ",
                "that run again from its config.json)");
@@ -98,37 +128,51 @@ Run::Run(const RunOptions& options) : options_(options) {
   select_local_gpu(launch);
   device_ = setup_compute(config_);
   comm_ = make_communicator(options.dist, launch, device_, options.dist_timeout);
-  // Rank 0 alone writes checkpoints, so only it can say that the last one is on disk.
-  Communicator::TimeoutReport report;
-  report.where = [this] {
-    if (!writer()) return str("at step ", step_);
-    return str("at step ", step_, checkpointed_step_ >= 0 ? str("; the last checkpoint, step ", checkpointed_step_, ", is intact")
-                                                          : std::string("; no checkpoint was written yet"));
-  };
-  report.record = [this](const std::string& message) {
-    if (log_) log_->error(message);
-  };
-  comm_->set_timeout_report(std::move(report));
-  trainer_ = std::make_unique<Trainer>(config_, device_);
-  trainer_->set_communicator(comm_);
-  MINIDL_CHECK(!options.profile || trainer_->micro_batches() == 1, "--profile times steps of one micro-batch; this ",
-               "run has ", trainer_->micro_batches(), " (world size x accumulate_steps): profile with ",
-               "accumulate_steps 1 on one process");
-  // The folder checks need the resolved config (a fresh run may reuse a folder whose run had the
-  // same one) and the steps per epoch (the resume position).
-  if (resume_) {
-    check_resume_position(start_, trainer_->steps_per_epoch(), trainer_->total_steps(), config_.batch_size, run_dir_,
-                          config_.epochs, !options.overrides.empty());
-    check_micro_batches(start_, trainer_->micro_batches(), comm_->world_size(), run_dir_);
-  } else if (writer()) {
-    check_fresh_run_folder(run_dir_, options.overwrite, trainer_->resolved_config(), options.restart);
+  // From here on an error may be this rank's alone (rank 0 alone checks and writes the run
+  // folder): in a world of several ranks it ends the job at once.
+  try {
+    // Rank 0 alone writes checkpoints, so only it can say that the last one is on disk.
+    Communicator::TimeoutReport report;
+    report.where = [this] {
+      if (!writer()) return str("at step ", step_);
+      return str("at step ", step_,
+                 checkpointed_step_ >= 0 ? str("; the last checkpoint, step ", checkpointed_step_, ", is intact")
+                                         : std::string("; no checkpoint was written yet"));
+    };
+    report.record = [this](const std::string& message) {
+      if (log_) log_->error(message);
+    };
+    comm_->set_timeout_report(std::move(report));
+    trainer_ = std::make_unique<Trainer>(config_, device_);
+    trainer_->set_communicator(comm_);
+    check_same_config(*comm_, trainer_->resolved_config(), device_);
+    MINIDL_CHECK(!options.profile || trainer_->micro_batches() == 1, "--profile times steps of one micro-batch; this ",
+                 "run has ", trainer_->micro_batches(), " (world size x accumulate_steps): profile with ",
+                 "accumulate_steps 1 on one process");
+    // The folder checks need the resolved config (a fresh run may reuse a folder whose run had the
+    // same one) and the steps per epoch (the resume position).
+    if (resume_) {
+      check_resume_position(start_, trainer_->steps_per_epoch(), trainer_->total_steps(), config_.batch_size, run_dir_,
+                            config_.epochs, !options.overrides.empty());
+      check_micro_batches(start_, trainer_->micro_batches(), comm_->world_size(), trainer_->sync_norm_layers(),
+                          run_dir_);
+    } else if (writer()) {
+      check_fresh_run_folder(run_dir_, options.overwrite, trainer_->resolved_config(), options.restart);
+    }
+  } catch (const std::exception& e) {
+    comm_->end_job_after_error(e.what());
+    throw;
   }
+} catch (const std::exception& e) {
+  throw_as_error(e);
 }
 
-Run::Run(const TrainConfig& config, Device device, Dataset train_set, Dataset test_set, int64_t max_steps)
+Run::Run(const TrainConfig& config, Device device, Dataset train_set, Dataset test_set, int64_t max_steps) try
     : config_(resolve_for_device(config, device)), device_(device), comm_(make_single_process_communicator()) {
   options_.max_steps = max_steps;
   trainer_ = std::make_unique<Trainer>(config_, device_, std::move(train_set), std::move(test_set));
+} catch (const std::exception& e) {
+  throw_as_error(e);
 }
 
 Run::~Run() = default;
@@ -242,7 +286,7 @@ bool Run::flush(Epoch& e) {
       } catch (...) {
         write_error = std::current_exception();
       }
-      log_->line(str("error: the loss is ", std::isnan(loss) ? "NaN" : loss > 0 ? "+inf" : "-inf", " at step ", s,
+      log_->fatal(str("error: the loss is ", std::isnan(loss) ? "NaN" : loss > 0 ? "+inf" : "-inf", " at step ", s,
                      " (epoch ", e.index + 1, "); stopping. ",
                      saved_step_ >= 0
                          ? str("The last good checkpoint is ", run_dir_, "/", kCheckpointFile, " (at step ",
@@ -305,13 +349,12 @@ int Run::stopped_by(int sig, Epoch& e) {
 bool Run::end_epoch(Epoch& e) {
   const int64_t spe = trainer_->steps_per_epoch();
   const int64_t epoch_steps = step_ - e.index * spe;
-  const int64_t seen_before = e.sums.epoch_seen;
   if (!flush(e)) return false;
   const double lr = trainer_->lr_at(step_ - 1);
   if (e.index == start_.epoch) log_->line(str("training step: ", trainer_->step_mode()));
   const double epoch_seconds = e.sums.epoch_seconds + since(e.t0);
   train_seconds_ += since(e.t0);
-  trained_images_ += e.sums.epoch_seen - seen_before;
+  trained_images_ += e.sums.epoch_seen - e.entry_seen;
   if (profiler_) {
     profiler_->finish(*log_, run_dir_);
     profiler_.reset();
@@ -372,7 +415,7 @@ bool Run::end_epoch(Epoch& e) {
   return true;
 }
 
-RunResult Run::execute() {
+RunResult Run::execute() try {
   if (!in_folder_) {
     // No folder: the steps alone, then one evaluation.
     const int64_t total = options_.max_steps > 0 ? std::min(options_.max_steps, trainer_->total_steps())
@@ -394,7 +437,7 @@ RunResult Run::execute() {
   }
   // The folder is locked before anything in it changes.
   const std::vector<std::string> replaced = take_folder();
-  const std::vector<std::string> stale = writer() ? remove_stale_temp_files(run_dir_) : std::vector<std::string>();
+  const std::vector<std::string> stale = writer() ? remove_stale_temp_files(run_dir_, is_run_file) : std::vector<std::string>();
   log_ = std::make_unique<RunLog>(run_dir_, writer());
   if (config_.tensorboard) log_->enable_tensorboard(start_.step);
   if (writer()) checkpoint_writer_ = std::make_unique<CheckpointWriter>();
@@ -410,8 +453,11 @@ RunResult Run::execute() {
     } catch (const std::exception& write_error) {
       log_->error(write_error.what());
     }
-    throw;
+    comm_->end_job_after_error(e.what());
+    throw_as_error(e);
   }
+} catch (const std::exception& e) {
+  throw_as_error(e);
 }
 
 RunResult Run::train_loop() {
@@ -434,6 +480,7 @@ RunResult Run::train_loop() {
     // carry on, so the epoch ends as if it had not been stopped.
     if (epoch == start_.epoch) {
       e.sums = start_;
+      e.entry_seen = start_.epoch_seen;
       for (int64_t i = start_.epoch * spe; i < start_.step; ++i)
         MINIDL_CHECK(trainer_->train_loader().advance(), "data loader: epoch ", epoch + 1,
                      " ended before the checkpoint's step");
@@ -461,6 +508,10 @@ RunResult Run::train_loop() {
       step(profiler_ ? profiler_->active() : nullptr);
       if (profiler_) profiler_->after_step();
       test_kill_point("step", step_);
+      // A non-finite loss stops the run within a few steps rather than at the epoch's end. Reading
+      // the steps' losses waits for the device, so on a GPU they are read every 32 steps; every
+      // rank reads at the same steps and holds the same all-reduced loss, so all stop together.
+      if (step_ % (device_.is_cuda() ? 32 : 1) == 0 && !flush(e)) return ended(3);
       log_->progress(epoch + 1, config_.epochs, step_ - epoch * spe, spe, since(e.t0));
     }
     // A resumed checkpoint at an epoch's end written before its evaluation: the epoch ends again

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/json_limits.h"
 #include "train/checkpoint.h"
@@ -25,10 +26,15 @@ const std::vector<std::string>& run_file_names() {
   return names;
 }
 
+bool is_run_temp_file(const std::string& name) {
+  const std::string target = temp_file_target(name);
+  return !target.empty() && is_run_file(target);
+}
+
 bool is_run_file(const std::string& name) {
   const auto& names = run_file_names();
   return std::find(names.begin(), names.end(), name) != names.end() || is_kept_checkpoint_name(name) ||
-         name.rfind("events.out.tfevents.", 0) == 0 || name.find(".tmp.") != std::string::npos;
+         name.rfind("events.out.tfevents.", 0) == 0 || is_run_temp_file(name);
 }
 
 FreshFolder check_fresh_run_folder(const std::string& dir, bool overwrite, const nlohmann::json& config,

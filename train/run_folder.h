@@ -14,8 +14,10 @@ namespace minidl {
 const std::vector<std::string>& run_file_names();
 
 // A name `minidl train` writes in its run folder: run_file_names(), kept checkpoints, TensorBoard
-// event files, temp files of killed writers.
+// event files, and their temp files left by killed writers (is_run_temp_file).
 bool is_run_file(const std::string& name);
+// "<a run file>.tmp.<pid>" (core/atomic_file.h); "notes.tmp.txt" or "results.tmp.1" is not one.
+bool is_run_temp_file(const std::string& name);
 
 // How a fresh run may start in its folder.
 enum class FreshFolder {

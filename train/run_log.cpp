@@ -60,6 +60,14 @@ void RunLog::error(const std::string& text) {
   log_ << "error: " << text << std::endl;
 }
 
+void RunLog::fatal(const std::string& text) {
+  if (!write_) return;
+  end_progress();
+  std::cerr << text << std::endl;
+  log_ << text << std::endl;
+  check(log_, "log.txt");
+}
+
 void RunLog::metrics(const nlohmann::json& record) {
   if (!write_) return;
   metrics_ << record.dump() << std::endl;

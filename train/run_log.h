@@ -26,6 +26,7 @@ class RunLog {
   void enable_tensorboard(int64_t start_step);
   void line(const std::string& text);                 // stdout + log.txt
   void error(const std::string& text);                // log.txt only ("error: ..."; stderr is the caller's)
+  void fatal(const std::string& text);                // stderr + log.txt: the run stops, the message is its own
   void metrics(const nlohmann::json& record);         // metrics.jsonl
   void step(int64_t step, int64_t epoch, float loss);  // steps.jsonl
   // A progress bar on stderr, redrawn in place when stderr is a terminal (no-op otherwise).

@@ -38,8 +38,6 @@
 
 namespace minidl {
 
-namespace {
-
 std::string data_dir_for(const DataOptions& data) {
   if (!data.dir.empty() || data.format != "cifar10") return data.dir;
   const char* env = std::getenv("CIFAR10_DIR");
@@ -47,6 +45,9 @@ std::string data_dir_for(const DataOptions& data) {
                "data.dir=PATH, or set CIFAR10_DIR (scripts/data.sh makes one)");
   return env;
 }
+
+namespace {
+
 
 // Eager steps before a capture: the first step makes cuDNN choose its algorithms and cuBLAS set
 // up, and fills the allocator's cache; the second runs as every later step will.
@@ -196,7 +197,12 @@ void Trainer::check_class_count() {
                images.size(3), " images: ", e.what()));
     }
     model_->train();
-    width = out.dim() == 2 ? out.size(1) : -1;
+    // Cross entropy takes (N, classes) logits: a model ending in a feature map (no pooling and
+    // Linear head) is told so, with the shape it gives.
+    MINIDL_CHECK(out.dim() == 2, "model.layers: the model gives ", shape_str(out.shape()), " for one ", images.size(1),
+                 "x", images.size(2), "x", images.size(3), " image; the loss needs (N, classes) logits: end the model ",
+                 "with a pooling layer (GlobalAvgPool2d or GlobalMaxPool2d), Flatten if needed, and a Linear layer");
+    width = out.size(1);
   }
   if (train_set_.num_classes() > 0) {
     classes_ = train_set_.classes;

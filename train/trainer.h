@@ -224,6 +224,10 @@ class Trainer {
   std::shared_ptr<void> eval_counts_;   // pinned: two int32 counts per test batch
 };
 
+// The data folder a run reads: data.dir, or for CIFAR-10 with data.dir empty, $CIFAR10_DIR (an
+// error when neither is set).
+std::string data_dir_for(const DataOptions& data);
+
 // Loads the training and test sets a config names (data.format, data.dir or CIFAR10_DIR, data.train_limit).
 std::pair<Dataset, Dataset> load_datasets(const TrainConfig& config);
 
