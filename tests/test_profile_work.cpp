@@ -8,6 +8,8 @@
 #include "core/allocator.h"
 #include "core/error.h"
 #include "layers/registry.h"
+#include "optim/lookahead.h"
+#include "optim/optimizer.h"
 #include "test_util.h"
 #include "train/device_limits.h"
 #include "train/profile_compare.h"
@@ -204,9 +206,10 @@ TEST_CASE("work: the profiler's roofline columns, memory and counter track on th
   REQUIRE(roof.known);
   REQUIRE(roof.tflops == Approx(conv->fwd_work.flops / (conv->fwd_host_ms * 1e-3) / 1e12));
   REQUIRE(roof.fraction_of_limit == Approx(std::max(roof.tflops / 0.05, roof.gbs / 10)));
-  const std::string expected =
-      roof.fraction_of_limit < kLatencyBoundFraction ? "latency" : roof.tflops / 0.05 >= roof.gbs / 10 ? "compute"
-                                                                                                      : "memory";
+  const std::string expected = roof.fraction_of_limit < kLatencyBoundFraction ? "latency"
+                               : roof.tflops / 0.05 >= roof.gbs / 10          ? "compute"
+                               : roof.gbs / 10 > 1                            ? "cache"
+                                                                              : "memory";
   REQUIRE(roof.bound == expected);
 
   const std::string table = format_profile_table(r);
@@ -400,4 +403,23 @@ TEST_CASE("grad clip work: the gradients read for the norm, then read and writte
   CHECK(w.forward.bytes == 3 * 22 * 4);
   CHECK(w.forward.flops == 3 * 22);
   CHECK(w.backward.flops == 0);
+}
+
+TEST_CASE("optimizer work: the state of the parameters with a gradient, not Lookahead's averages", "[profiler]") {
+  Tensor a = Tensor::zeros({10}, DType::Float32, Device::cpu());
+  Tensor frozen = Tensor::zeros({30}, DType::Float32, Device::cpu());  // no gradient this step
+  a.set_requires_grad(true);
+  frozen.set_requires_grad(true);
+  std::vector<NamedParam> params = {{"a", a, "Conv2d"}, {"frozen", frozen, "Conv2d"}};
+  const nlohmann::json sgd = nlohmann::json::parse(R"({"type": "SGD", "lr": 0.1, "momentum": 0.9})");
+  Lookahead la(make_optimizer(sgd, params, "optimizer"), {{"a", a}, {"frozen", frozen}},
+               LookaheadOptions::from_json(nlohmann::json::parse(R"({"every_n_steps": 5})"), "lookahead"), 4, 100);
+  a.set_grad(Tensor::zeros({10}, DType::Float32, Device::cpu()));
+  la.step(0.1);
+  REQUIRE(la.state_tensors().size() >= 4);  // momentum and the average, of both
+  const std::optional<LayerWork> w = optimizer_work(la, {a, frozen});
+  REQUIRE(w);
+  // a: parameter read and written, gradient read and zeroed, momentum read and written: 6 x 10 floats.
+  CHECK(w->forward.bytes == 6 * 10 * 4);
+  CHECK(w->forward.flops == 6 * 10);
 }

@@ -183,7 +183,10 @@ std::string format_profile_table(const ProfileReport& r, std::optional<double> u
   if (unprofiled_step_ms) {
     double u = *unprofiled_step_ms;
     s += str("unprofiled step: wall ", fixed(u), " ms");
-    if (u > 0) s += str(" (profiling adds ", fixed(100.0 * (r.step_wall_ms - u) / u, 1), "%)");
+    // Over few steps the unprofiled median can come out slower: within the noise, not a gain.
+    if (u > 0)
+      s += r.step_wall_ms >= u ? str(" (profiling adds ", fixed(100.0 * (r.step_wall_ms - u) / u, 1), "%)")
+                               : std::string(" (profiling adds nothing measurable)");
     s += "\n";
   } else {
     s += "unprofiled step: not measured\n";
@@ -211,7 +214,10 @@ PassRoofline pass_roofline(const ProfileReport& r, const ProfileRow& row, bool b
   if (r.limits && r.limits->peak_tflops > 0 && r.limits->copy_gbs > 0 && (p.flops > 0 || p.bytes > 0)) {
     const double compute = p.tflops / r.limits->peak_tflops, memory = p.gbs / r.limits->copy_gbs;
     p.fraction_of_limit = std::max(compute, memory);
-    p.bound = p.fraction_of_limit < kLatencyBoundFraction ? "latency" : compute >= memory ? "compute" : "memory";
+    p.bound = p.fraction_of_limit < kLatencyBoundFraction ? "latency"
+              : compute >= memory                          ? "compute"
+              : memory > 1                                 ? "cache"
+                                                           : "memory";
   }
   return p;
 }

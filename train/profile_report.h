@@ -29,9 +29,11 @@ struct PassRoofline {
   // Of the roof at the pass's arithmetic intensity: the time the limits allow (the larger of
   // FLOPs / peak rate and bytes / copy bandwidth) over the time taken. < 0 without limits.
   double fraction_of_limit = -1;
-  // "compute" or "memory" (the roof it is under: intensity above or below the ridge), or
-  // "latency" where it reaches under kLatencyBoundFraction of either roof (launches, latency, or a
-  // kernel far from the hardware); "" without limits.
+  // "compute" or "memory" (the roof it is under: intensity above or below the ridge), "cache"
+  // where it moves its bytes faster than the copy roof (a working set that stays in a cache, so
+  // its fraction above 1 says no more than that), or "latency" where it reaches under
+  // kLatencyBoundFraction of either roof (launches, latency, or a kernel far from the hardware);
+  // "" without limits.
   std::string bound;
 };
 constexpr double kLatencyBoundFraction = 0.10;

@@ -34,15 +34,20 @@ std::optional<LayerWork> optimizer_work(const Optimizer& optimizer, const std::v
   else
     return std::nullopt;
   LayerWork w;
-  double elements = 0, state_bytes = 0;
+  double elements = 0, all_elements = 0, state_bytes = 0;
   for (const Tensor& p : parameters) {
+    all_elements += static_cast<double>(p.numel());
     if (!p.grad().defined()) continue;
     elements += static_cast<double>(p.numel());
     // Parameter read and written, gradient read and zeroed.
     w.forward.bytes += 2 * work_bytes(p) + 2 * work_bytes(p.grad());
   }
-  for (const auto& [name, t] : optimizer.state_tensors()) state_bytes += work_bytes(t);
-  w.forward.bytes += 2 * state_bytes;
+  // The state (momentum; AdamW's two moments: the same slots for every parameter) is read and
+  // written for the parameters with a gradient only: a frozen parameter's is not touched.
+  // Lookahead's averages are touched once every few steps, not per step, and are left out.
+  for (const auto& [name, t] : optimizer.state_tensors())
+    if (name.rfind("lookahead.", 0) != 0) state_bytes += work_bytes(t);
+  if (all_elements > 0) w.forward.bytes += 2 * state_bytes * elements / all_elements;
   w.forward.flops = flops_per_element * elements;
   return w;
 }
