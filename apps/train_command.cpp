@@ -28,6 +28,11 @@ Command add_train_command(CLI::App& app) {
                   "that did not arrive; docs/distributed.md")
       ->capture_default_str()
       ->check(CLI::Range(0.001, 604800.0));
+  // Neither a config nor a run to resume is a usage error (exit 2), found once the options parsed.
+  cmd->final_callback([o] {
+    if (o->config_path.empty() && o->resume_dir.empty())
+      throw CLI::RequiredError("train: --config FILE (or --resume RUN_DIR)");
+  });
   return {cmd, [o] { return run_training(*o); }};
 }
 

@@ -11,7 +11,10 @@ JsonArgs::JsonArgs(const nlohmann::json& object, std::string path) : object_(obj
   MINIDL_CHECK(object_.is_object(), where(), ": expected a JSON object, got ", object_.type_name());
 }
 
-bool JsonArgs::has(const std::string& key) const { return object_.contains(key); }
+bool JsonArgs::has(const std::string& key) const {
+  asked_.insert(key);
+  return object_.contains(key);
+}
 
 const nlohmann::json& JsonArgs::at(const std::string& key) {
   used_.insert(key);
@@ -118,8 +121,10 @@ const nlohmann::json& JsonArgs::get_object(const std::string& key, bool required
 void JsonArgs::finish() const {
   for (const auto& kv : object_.items()) {
     if (used_.count(kv.key())) continue;
+    std::set<std::string> keys = used_;
+    keys.insert(asked_.begin(), asked_.end());
     std::string known;
-    for (const auto& k : used_) known += (known.empty() ? "" : ", ") + k;
+    for (const auto& k : keys) known += (known.empty() ? "" : ", ") + k;
     fail(str(key_path(text_excerpt(kv.key())), ": unknown key (known: ", known, ")"));
   }
 }

@@ -31,6 +31,7 @@ class JsonArgs {
   const nlohmann::json& get_json(const std::string& key);
   // A nested object; an empty one when it is absent and not required.
   const nlohmann::json& get_object(const std::string& key, bool required);
+  // Whether the key is present; a key asked about is a known one (finish() lists it).
   bool has(const std::string& key) const;
 
   const std::string& path() const { return path_; }
@@ -44,6 +45,7 @@ class JsonArgs {
   const nlohmann::json& object_;
   std::string path_;
   std::set<std::string> used_;
+  mutable std::set<std::string> asked_;  // by has(): optional keys read only when present
 };
 
 }  // namespace minidl

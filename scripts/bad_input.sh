@@ -208,6 +208,7 @@ usage_error() {  # usage_error NAME PATTERN COMMAND...
 }
 usage_error "--max-steps -5" "--max-steps" "${train[@]}" --config "$root/configs/quick_cpu.json" --max-steps -5 --output "$work/x"
 usage_error "unknown option" "--bogus" "${train[@]}" --bogus
+usage_error "train without a config" "--config FILE (or --resume RUN_DIR) is required" "${train[@]}"
 usage_error "bench without a benchmark" "which benchmark" "$minidl" bench
 usage_error "bench train --steps abc" "--steps" "$minidl" bench train --steps abc
 usage_error "bench accuracy --runs 0" "--runs" "$minidl" bench accuracy --config "$root/configs/quick_cpu.json" --runs 0

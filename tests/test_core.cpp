@@ -198,6 +198,11 @@ TEST_CASE("layer factory errors name the key path", "[core][module]") {
                       Catch::Contains("model.layers[0].type: unknown layer 'Conv3d'"));
   REQUIRE_THROWS_WITH(build_sequential(json::parse(R"([{"type": "ReLU", "inplace": true}])"), "model.layers"),
                       Catch::Contains("model.layers[0].inplace: unknown key"));
+  // The known keys listed include the optional ones a layer reads only when present.
+  REQUIRE_THROWS_WITH(build_sequential(json::parse(R"([{"type": "Conv2d", "in_channels": 3, "out_channels": 4,
+                                                        "kernel_size": 3, "strides": 2}])"),
+                                       "model.layers"),
+                      Catch::Contains("model.layers[0].strides: unknown key") && Catch::Contains(" stride,"));
   REQUIRE_THROWS_WITH(
       build_sequential(json::parse(R"([{"type": "Linear", "in_features": "4", "out_features": 2}])"), "m"),
       Catch::Contains("m[0].in_features: expected an integer"));

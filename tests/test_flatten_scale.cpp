@@ -46,6 +46,9 @@ TEST_CASE("Scale multiplies by a fixed value", "[scale]") {
                       Catch::Contains("model.layers[9].value"));
   REQUIRE_THROWS_WITH(build_layer(J(R"({"type": "Scale", "value": "big"})"), "model.layers[9]"),
                       Catch::Contains("model.layers[9].value"));
+  // Finite as a double, infinite as the float32 the layer multiplies by.
+  REQUIRE_THROWS_WITH(build_layer(J(R"({"type": "Scale", "value": -1e39})"), "model.layers[9]"),
+                      Catch::Contains("model.layers[9].value: expected a finite float32 number"));
 }
 
 TEST_CASE("Flatten factory reads start_dim and end_dim", "[flatten][config]") {

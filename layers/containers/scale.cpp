@@ -1,6 +1,7 @@
 #include "layers/containers/scale.h"
 
 #include <cmath>
+#include <limits>
 
 #include "core/error.h"
 #include "core/tensor_ops.h"
@@ -16,7 +17,9 @@ namespace {
 
 std::shared_ptr<Module> make_scale(LayerArgs& args) {
   const double value = args.get_float("value");
-  MINIDL_CHECK(std::isfinite(value), args.key_path("value"), ": expected a finite number, got ", value);
+  // The factor multiplies in float32: a double beyond its range would become infinity there.
+  MINIDL_CHECK(std::isfinite(value) && std::abs(value) <= std::numeric_limits<float>::max(), args.key_path("value"),
+               ": expected a finite float32 number (|value| <= 3.4e38), got ", value);
   args.finish();
   return std::make_shared<Scale>(static_cast<float>(value));
 }
