@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/autograd.h"
 #include "core/error.h"
@@ -415,4 +416,63 @@ TEST_CASE("Conv2d module on CUDA matches the module on CPU", "[conv2d][cuda]") {
   autograd::backward(gpu(x.to(Device::cuda())), dy.to(Device::cuda()));
   require_close_scaled(gpu.weight.grad().to_vector(), cpu.weight.grad().to_vector(), 1e-5, "module dw");
   require_close_scaled(gpu.bias.grad().to_vector(), cpu.bias.grad().to_vector(), 1e-5, "module db");
+}
+
+// A bfloat16/float16 channels-last forward with 17..31 input channels runs as the problem
+// zero-padded to 32 (conv2d_kernels.h says why): its y against the float32 CPU convolution of the
+// widened operands (a half result, so at the half type's rounding), the same bits on a repeat, the
+// route in the algorithm string; the padding kernel's rows exact, with vector and scalar loads.
+TEST_CASE("conv2d half channels-last forward with 17..31 input channels runs padded to 32", "[conv2d][cuda][half]") {
+  CHECK(kernels::conv2d_nhwc_padded_channels({2, 24, 9, 9, 64, 3, 3, 1, 1, 1, 1}, DType::BFloat16) == 32);
+  CHECK(kernels::conv2d_nhwc_padded_channels({2, 24, 9, 9, 64, 3, 3, 1, 1, 1, 1}, DType::Float32) == 0);
+  CHECK(kernels::conv2d_nhwc_padded_channels({2, 16, 9, 9, 64, 3, 3, 1, 1, 1, 1}, DType::Float16) == 0);
+  CHECK(kernels::conv2d_nhwc_padded_channels({2, 32, 9, 9, 64, 3, 3, 1, 1, 1, 1}, DType::Float16) == 0);
+  CHECK(kernels::conv2d_nhwc_padded_channels({2, 24, 9, 9, 64, 1, 1, 1, 1, 0, 0}, DType::Float16) == 0);  // patchify
+  MINIDL_REQUIRE_CUDA();
+#ifdef MINIDL_WITH_CUDA
+  const Device d = Device::cuda();
+  const Conv2dShape shapes[] = {{3, 24, 13, 11, 40, 3, 3, 1, 1, 1, 1},  // airbench's 24 channels: vector loads
+                                {2, 19, 9, 7, 24, 3, 3, 1, 1, 1, 1},    // scalar loads
+                                {2, 31, 8, 9, 33, 2, 3, 2, 1, 0, 1}};   // stride 2, uneven kernel
+  uint64_t seed = 700;
+  for (DType t : {DType::BFloat16, DType::Float16}) {
+    const double rounding = t == DType::BFloat16 ? 1.0 / 256 : 1.0 / 2048;
+    for (const Conv2dShape& s : shapes) {
+      INFO(dtype_name(t) << " " << shape_name(s));
+      const Tensor x = random_tensor(x_shape(s), ++seed, -1.f, 1.f, d).to(t);
+      const Tensor w = random_tensor(w_shape(s), ++seed, -1.f, 1.f, d).to(t);
+      const Tensor b = random_tensor({s.o}, ++seed, -1.f, 1.f, d).to(t);
+      std::vector<float> want(static_cast<size_t>(s.n * s.o * s.oh() * s.ow()));
+      kernels::conv2d_forward_cpu(s, x.to(DType::Float32).to_vector().data(), w.to(DType::Float32).to_vector().data(),
+                                  b.to(DType::Float32).to_vector().data(), want.data());
+      auto run = [&] {
+        return conv2d(x.to(MemoryFormat::ChannelsLast), w.to(MemoryFormat::ChannelsLast), b, Size2d(s.sh, s.sw),
+                      Size2d(s.ph, s.pw))
+            .to(DType::Float32)
+            .contiguous()
+            .to_vector();
+      };
+      const std::vector<float> got = run();
+      require_close_scaled(got, want, 2 * rounding, "y");
+      CHECK(run() == got);
+      CHECK(kernels::conv2d_nhwc_cuda_algorithms(s, t).find(" padded to 32 channels | ") != std::string::npos);
+
+      // The padding itself: rows of c values, then zeros to 32; every output element written.
+      const int64_t rows = s.n * s.h * s.w;
+      Tensor padded = Tensor::full({rows, 32}, std::numeric_limits<float>::quiet_NaN(), d).to(t);
+      const Tensor xl = x.to(MemoryFormat::ChannelsLast);
+      kernels::conv2d_nhwc_pad_channels_cuda(t, xl.raw_data(), padded.raw_data(), rows, s.c, 32);
+      const std::vector<float> in = x.to(DType::Float32).to_vector(), out = padded.to(DType::Float32).to_vector();
+      const Idx at{s};
+      bool exact = true;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < 32; ++j) {
+          const int64_t n = r / (s.h * s.w), hw = r % (s.h * s.w);
+          const float v = out[static_cast<size_t>(r * 32 + j)];
+          exact &= j < s.c ? v == in[static_cast<size_t>(at.x(n, j, hw / s.w, hw % s.w))] : (v == 0.f && !std::signbit(v));
+        }
+      CHECK(exact);
+    }
+  }
+#endif
 }

@@ -24,7 +24,8 @@
 // are deterministic and full fp32, so they satisfy any setting, and run near the memory floor
 // where cuDNN is 8-20x above it. Backward-data of such layers stays with cuDNN. On channels-last
 // bfloat16/float16 operands the forward goes to a direct kernel of the same file; both backward
-// directions stay with cuDNN there.
+// directions stay with cuDNN there. A half forward with 17..31 input channels runs as the
+// problem zero-padded to 32 (conv2d_nhwc_padded_channels, conv2d_kernels.h).
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -402,7 +403,18 @@ void conv2d_nhwc_forward_cuda(const Conv2dShape& s, DType dtype, const void* x, 
   if (s.n == 0) return;
   if (conv2d_patchify_applies(s, dtype)) return conv2d_patchify_forward_cuda(s, dtype, x, w, b, y);
   if (conv2d_small_cin_nhwc_applies(s, dtype)) return conv2d_small_cin_nhwc_forward_cuda(s, dtype, x, w, b, y);
-  run_forward(s, {dtype, true}, x, w, y);
+  if (const int64_t cp = conv2d_nhwc_padded_channels(s, dtype)) {
+    Conv2dShape p = s;
+    p.c = cp;
+    const size_t elem = dtype_size(dtype);
+    auto xp = allocate(elem * s.n * s.h * s.w * cp, Device::cuda());
+    auto wp = allocate(elem * s.o * s.kh * s.kw * cp, Device::cuda());
+    conv2d_nhwc_pad_channels_cuda(dtype, x, xp.get(), s.n * s.h * s.w, s.c, cp);
+    conv2d_nhwc_pad_channels_cuda(dtype, w, wp.get(), s.o * s.kh * s.kw, s.c, cp);
+    run_forward(p, {dtype, true}, xp.get(), wp.get(), y);
+  } else {
+    run_forward(s, {dtype, true}, x, w, y);
+  }
   if (b) conv2d_nhwc_add_bias_cuda(dtype, y, b, s.n * s.oh() * s.ow(), s.o);
 }
 
@@ -459,12 +471,19 @@ std::string conv2d_nhwc_cuda_algorithms(const Conv2dShape& s, DType dtype) {
   if (conv2d_patchify_applies(s, dtype)) return "fwd patchify gemm | bwd_data patchify gemm | bwd_filter patchify gemm";
   std::lock_guard<std::mutex> lock(g_mu);
   auto it = plans().find(key_for(s, {dtype, true}));
-  if (conv2d_small_cin_nhwc_applies(s, dtype)) {
-    const bool planned = it != plans().end();
-    return str("fwd small_cin fma | bwd_data ", planned ? choice_str(it->second->bwd_data, bwd_data_name) : "-",
-               " | bwd_filter ", planned ? choice_str(it->second->bwd_filter, bwd_filter_name) : "-");
+  const bool planned = it != plans().end();
+  const std::string backward =
+      str(" | bwd_data ", planned ? choice_str(it->second->bwd_data, bwd_data_name) : "-", " | bwd_filter ",
+          planned ? choice_str(it->second->bwd_filter, bwd_filter_name) : "-");
+  if (conv2d_small_cin_nhwc_applies(s, dtype)) return "fwd small_cin fma" + backward;
+  if (const int64_t cp = conv2d_nhwc_padded_channels(s, dtype)) {
+    Conv2dShape p = s;
+    p.c = cp;
+    auto padded = plans().find(key_for(p, {dtype, true}));
+    return str("fwd ", padded == plans().end() ? "-" : choice_str(padded->second->fwd, fwd_name), " padded to ", cp,
+               " channels", backward);
   }
-  return it == plans().end() ? "" : plan_algorithms(*it->second);
+  return planned ? plan_algorithms(*it->second) : "";
 }
 
 }  // namespace minidl::kernels
