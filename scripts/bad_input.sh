@@ -65,8 +65,10 @@ nested() {  # nested DEPTH OPEN CLOSE INNER
   python3 -c "import sys; d=int(sys.argv[1]); sys.stdout.write(sys.argv[2]*d + sys.argv[4] + sys.argv[3]*d)" "$@"
 }
 
-# Rewrites one metadata value of a safetensors file (tensors kept).
-set_metadata() {  # set_metadata FILE KEY VALUE_FILE
+# Rewrites one metadata value of a safetensors file (tensors kept), as a hand-made file would
+# have it: without the metadata's checksum (read as a file written before it existed), so the
+# value itself is what is checked; with "keep-crc", the checksum stays and no longer matches.
+set_metadata() {  # set_metadata FILE KEY VALUE_FILE [keep-crc]
   python3 - "$@" <<'PY'
 import json, struct, sys
 path, key, value_file = sys.argv[1:4]
@@ -74,6 +76,8 @@ raw = open(path, 'rb').read()
 n = struct.unpack('<Q', raw[:8])[0]
 header = json.loads(raw[8:8 + n])
 header['__metadata__'][key] = open(value_file).read()
+if sys.argv[4:] != ['keep-crc']:
+    header['__metadata__'].pop('metadata_crc32', None)
 text = json.dumps(header).encode()
 text += b' ' * ((8 - len(text) % 8) % 8)
 open(path, 'wb').write(struct.pack('<Q', len(text)) + text + raw[8 + n:])
@@ -106,6 +110,11 @@ expect_error "1 deep --set" "nested more than 64" "$run" -- "${train[@]}" --conf
 nested 100000 '[' ']' 1 >"$work/deep_value"
 set_metadata "$run/checkpoint.safetensors" config "$work/deep_value"
 expect_error "1 deep checkpoint config" "nested more than 64" "$run" -- "${train[@]}" --resume "$run" --set epochs=2
+restore
+printf '7' >"$work/value"
+set_metadata "$run/checkpoint.safetensors" step "$work/value" keep-crc
+expect_error "1 checkpoint metadata edited" "is damaged: its metadata's CRC-32 is" "$run" -- "${train[@]}" --resume "$run" \
+  --set epochs=2
 restore
 
 # 2. A finished run.

@@ -342,6 +342,18 @@ TEST_CASE("checkpoint integrity: a changed byte in a tensor makes the file damag
   const std::string m = error_of([&] { read_checkpoint_info(path); });
   require_clean_message(m);
   REQUIRE_THAT(m, Catch::StartsWith("checkpoint '" + path + "' is damaged: its tensors' CRC-32 is "));
+
+  // The metadata has a checksum of its own: an edited position or class list is found too.
+  const std::string written = dir + "/written.safetensors";
+  save_checkpoint_bytes(written, tensor_bytes(tensors), meta);
+  REQUIRE_NOTHROW(read_checkpoint_info(written));
+  SafeTensors st = load_safetensors(written);
+  REQUIRE(st.metadata.count("metadata_crc32"));
+  st.metadata["step"] = "9";
+  save_safetensors(written, st.tensors, st.metadata);
+  const std::string edited = error_of([&] { read_checkpoint_info(written); });
+  require_clean_message(edited);
+  REQUIRE_THAT(edited, Catch::StartsWith("checkpoint '" + written + "' is damaged: its metadata's CRC-32 is "));
 }
 
 TEST_CASE("atomic files: no temp file left behind, stale ones of dead processes removed", "[hostile]") {

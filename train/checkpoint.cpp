@@ -27,6 +27,21 @@ constexpr const char* kOptimizerPrefix = "optimizer.";
 // the optimizer state makes the file "damaged" instead of silently changing the run. Files
 // written without it still load.
 constexpr const char* kPayloadCrc32 = "payload_crc32";
+constexpr const char* kMetadataCrc32 = "metadata_crc32";
+
+// CRC-32 of every metadata entry but the two checksums, as "key=value\n" in key order: an edited
+// or damaged position, config or class list is found as a damaged tensor is.
+std::string metadata_crc32(const std::map<std::string, std::string>& metadata) {
+  uLong crc = crc32_z(0L, Z_NULL, 0);
+  for (const auto& [key, value] : metadata) {
+    if (key == kPayloadCrc32 || key == kMetadataCrc32) continue;
+    const std::string entry = key + "=" + value + "\n";
+    crc = crc32_z(crc, reinterpret_cast<const Bytef*>(entry.data()), entry.size());
+  }
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08lx", static_cast<unsigned long>(crc));
+  return hex;
+}
 
 // A whole decimal integer in [lo, hi]: "1xyz", "", "+-3" and values past int64 are errors.
 int64_t metadata_int(const std::string& text, const std::string& key, int64_t lo, int64_t hi,
@@ -120,6 +135,7 @@ std::map<std::string, std::string> checkpoint_metadata(const Optimizer& optimize
 void save_checkpoint_bytes(const std::string& path, const std::vector<TensorBytes>& tensors,
                            std::map<std::string, std::string> metadata) {
   metadata[kPayloadCrc32] = tensors_crc32(tensors);
+  metadata[kMetadataCrc32] = metadata_crc32(metadata);
   save_safetensors_bytes(path, tensors, metadata);
 }
 
@@ -189,6 +205,12 @@ void check_tensors(const SafeTensors& st, const std::string& path) {
   const std::string prefix = kOptimizerPrefix;
   for (const auto& [name, t] : st.tensors)
     if (name.compare(0, prefix.size(), prefix) != 0) check_running_stats(name, t, path);
+  if (auto m = st.metadata.find(kMetadataCrc32); m != st.metadata.end()) {
+    const std::string actual = metadata_crc32(st.metadata);
+    MINIDL_CHECK(actual == m->second, "checkpoint '", path, "' is damaged: its metadata's CRC-32 is ", actual,
+                 " but the file records ", text_excerpt(m->second),
+                 " (changed after it was written: a disk or copy error, or an edit)");
+  }
   auto it = st.metadata.find(kPayloadCrc32);
   if (it == st.metadata.end()) return;
   const std::string actual = tensors_crc32(st.tensors);

@@ -52,10 +52,12 @@ bool is_kept_checkpoint_name(const std::string& name);
 // (train/checkpoint_writer.h). The tensors, in file order: the model's state dict, then the
 // optimizer's state as "optimizer.<name>" (on their devices).
 std::vector<std::pair<std::string, Tensor>> checkpoint_tensors(const Module& model, const Optimizer& optimizer);
-// The metadata at `info`, without "payload_crc32" (computed from the bytes as they are written).
+// The metadata at `info`, without "payload_crc32" (computed from the bytes as they are written)
+// and "metadata_crc32".
 std::map<std::string, std::string> checkpoint_metadata(const Optimizer& optimizer, const CheckpointInfo& info);
-// The checkpoint file of `tensors` (host bytes in checkpoint_tensors' order) and `metadata`, its
-// CRC-32 added. Touches no Tensor: safe on any thread.
+// The checkpoint file of `tensors` (host bytes in checkpoint_tensors' order) and `metadata`, with
+// the CRC-32 of the tensors' bytes ("payload_crc32") and of the other metadata entries
+// ("metadata_crc32"), both checked on load where present. Touches no Tensor: safe on any thread.
 void save_checkpoint_bytes(const std::string& path, const std::vector<TensorBytes>& tensors,
                            std::map<std::string, std::string> metadata);
 // The run's checkpoint DIR/checkpoint.safetensors at global step `step`, written atomically: the
