@@ -290,7 +290,9 @@ std::string config_reference_markdown() {
       "(an `\"auto\"` precision or memory_format as chosen for the run's device), except those marked \"written "
       "when set\", which appear only when they differ from their default (a section of such keys appears whole). Sections that another part of minidl parses (data, model, "
       "optimizer, ...) name where their own keys are documented; `config.json` holds them resolved too, every "
-      "default filled in.\n\n"
+      "default filled in, except data keys written only when set (`data.format` when not `\"cifar10\"`, "
+      "`data.test_limit` when above 0, a format's own keys for that format only), so a CIFAR-10 run's "
+      "config.json reads as it always has.\n\n"
       "| Key | Type | Default | Allowed | Meaning |\n"
       "|---|---|---|---|---|\n";
   for (const ConfigKey& k : config_keys()) {
