@@ -50,7 +50,8 @@ class Communicator {
   virtual void set_timeout_report(TimeoutReport report) { (void)report; }
   // This rank failed with an error (`message`) that the others may not share (rank 0 alone writes
   // the run folder; a data folder may be missing on one node). In a world of several ranks, prints
-  // "minidl: error: <message>" and ends the whole job at once (MPI_Abort), so the other ranks
+  // "minidl: error: <message>" and ends the whole job (MPI_Abort; a rank other than 0 first waits
+  // 2 s, so that an error every rank meets is printed once, by rank 0), so the other ranks
   // neither wait in a collective for this one until the timeout nor name it as hung; its own
   // teardown (a collective) is never reached. In a world of one, returns: the error goes on as
   // any other.

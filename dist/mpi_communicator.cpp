@@ -1,8 +1,10 @@
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <mutex>
+#include <thread>
 
 #include "core/error.h"
 #include "core/json_limits.h"
@@ -63,6 +65,9 @@ class MpiWorldImpl final : public MpiWorld {
   }
   void end_job_after_error(const std::string& message) override {
     if (size_ <= 1) return;
+    // An error every rank meets (a batch that does not split) is said once: the other ranks give
+    // rank 0 a moment to end the job with it; an error of their own is said after that moment.
+    if (rank_ != 0) std::this_thread::sleep_for(std::chrono::seconds(2));
     std::fprintf(stderr, "minidl: error: %s\n", text_excerpt(message, 2000).c_str());
     std::fflush(stderr);
     std::fflush(stdout);
