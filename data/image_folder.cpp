@@ -128,7 +128,8 @@ Listing list_split(const std::string& root, const std::vector<std::string>& clas
         path_dirs.resize(static_cast<size_t>(r.depth()) + 1);
         const bool loop = std::find(path_dirs.begin(), path_dirs.end(), std::make_pair(st.st_dev, st.st_ino)) !=
                           path_dirs.end();
-        MINIDL_CHECK(!loop, "image folder '", dir.string(), "': '", text_excerpt(r->path().lexically_relative(dir).string()),
+        MINIDL_CHECK(!loop, "image folder '", dir.string(), "': '",
+                     text_excerpt(r->path().lexically_relative(dir).string()),
                      "' links back to a folder that contains it (a loop); remove the link");
         path_dirs.emplace_back(st.st_dev, st.st_ino);
         continue;

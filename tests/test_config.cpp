@@ -63,6 +63,17 @@ TEST_CASE("config overrides (--set) reach values, list items and nested keys", "
   REQUIRE_THROWS_WITH(apply_override(j, "epochs"), Catch::Contains("expected key.path=value"));
   REQUIRE_THROWS_WITH(apply_override(j, "model.layers.9.x=1"), Catch::Contains("past the end"));
   REQUIRE_THROWS_WITH(apply_override(j, "epochs.x=1"), Catch::Contains("not an object"));
+  // A number past a double's range is said to be one, not taken as a string of the wrong type;
+  // text that is not a number still is a string.
+  REQUIRE_THROWS_WITH(apply_override(j, "epochs=1e400"),
+                      Catch::Contains("--set 'epochs=1e400': the number is out of range"));
+  REQUIRE_THROWS_WITH(apply_override(j, "epochs=-2.5E+999"), Catch::Contains("the number is out of range"));
+  apply_override(j, "output.dir=1e");
+  REQUIRE(j["output"]["dir"] == "1e");
+  apply_override(j, "output.dir=01");
+  REQUIRE(j["output"]["dir"] == "01");
+  apply_override(j, "epochs=2.5e1");
+  REQUIRE(j["epochs"] == 25.0);
 }
 
 TEST_CASE("a malformed config file names the file", "[config]") {

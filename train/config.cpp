@@ -21,6 +21,33 @@ json read_json_file(const std::string& path) {
   return j;
 }
 
+namespace {
+
+// Whether `t` is written as a JSON number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][-+]?[0-9]+)?
+bool is_json_number_text(const std::string& t) {
+  size_t i = 0;
+  auto digits = [&] {
+    const size_t from = i;
+    while (i < t.size() && t[i] >= '0' && t[i] <= '9') ++i;
+    return i > from;
+  };
+  if (i < t.size() && t[i] == '-') ++i;
+  if (i < t.size() && t[i] == '0') {
+    ++i;
+  } else if (!digits()) {
+    return false;
+  }
+  if (i < t.size() && t[i] == '.' && (++i, !digits())) return false;
+  if (i < t.size() && (t[i] == 'e' || t[i] == 'E')) {
+    ++i;
+    if (i < t.size() && (t[i] == '+' || t[i] == '-')) ++i;
+    if (!digits()) return false;
+  }
+  return i == t.size();
+}
+
+}  // namespace
+
 void apply_override(json& config, const std::string& assignment) {
   const size_t eq = assignment.find('=');
   const std::string quoted = str("--set '", text_excerpt(assignment), "'");
@@ -32,7 +59,13 @@ void apply_override(json& config, const std::string& assignment) {
     fail(str(quoted, ": not valid UTF-8 text"));
   }
   json value;
-  if (!try_parse_json_limited(text, quoted, &value)) value = text;
+  if (!try_parse_json_limited(text, quoted, &value)) {
+    // Text that is not JSON is a string value, unless it is written as a number: one that does not
+    // parse is out of range (1e400), and as a string it would be reported as the wrong type.
+    MINIDL_CHECK(!is_json_number_text(text), quoted, ": the number is out of range (a JSON number is a ",
+                 "double: at most about 1.8e308)");
+    value = text;
+  }
   json* node = &config;
   std::string walked;
   size_t start = 0;

@@ -437,7 +437,8 @@ RunResult Run::execute() try {
   }
   // The folder is locked before anything in it changes.
   const std::vector<std::string> replaced = take_folder();
-  const std::vector<std::string> stale = writer() ? remove_stale_temp_files(run_dir_, is_run_file) : std::vector<std::string>();
+  const std::vector<std::string> stale =
+      writer() ? remove_stale_temp_files(run_dir_, is_run_file) : std::vector<std::string>();
   log_ = std::make_unique<RunLog>(run_dir_, writer());
   if (config_.tensorboard) log_->enable_tensorboard(start_.step);
   if (writer()) checkpoint_writer_ = std::make_unique<CheckpointWriter>();
