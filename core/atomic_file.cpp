@@ -35,8 +35,9 @@ void fsync_directory_of(const std::string& path, const std::string& what) {
 
 // The pid in "<name>.tmp.<pid>", or 0 when the name is not of that form.
 pid_t temp_file_pid(const std::string& name) {
-  if (temp_file_target(name).empty()) return 0;
-  const std::string digits = name.substr(name.rfind(".tmp.") + 5);
+  const std::string target = temp_file_target(name);
+  if (target.empty()) return 0;
+  const std::string digits = name.substr(target.size() + 5);
   return digits.size() > 9 ? 0 : static_cast<pid_t>(std::stol(digits));
 }
 

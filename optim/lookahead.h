@@ -38,6 +38,9 @@ struct LookaheadOptions {
 
 class Lookahead : public Optimizer {
  public:
+  // The names state_tensors() gives the averages: this prefix, then the averaged tensor's name.
+  static constexpr const char* kStatePrefix = "lookahead.";
+
   // `averaged`: the model tensors to average (float32, on the parameters' device).
   Lookahead(std::unique_ptr<Optimizer> inner, std::vector<std::pair<std::string, Tensor>> averaged,
             LookaheadOptions options, int64_t steps_per_epoch, int64_t total_steps);

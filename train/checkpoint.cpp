@@ -29,6 +29,13 @@ constexpr const char* kOptimizerPrefix = "optimizer.";
 constexpr const char* kPayloadCrc32 = "payload_crc32";
 constexpr const char* kMetadataCrc32 = "metadata_crc32";
 
+// A CRC-32 as the file records it: 8 hex digits.
+std::string crc_hex(uLong crc) {
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08lx", static_cast<unsigned long>(crc));
+  return hex;
+}
+
 // CRC-32 of every metadata entry but the two checksums, as "key=value\n" in key order: an edited
 // or damaged position, config or class list is found as a damaged tensor is.
 std::string metadata_crc32(const std::map<std::string, std::string>& metadata) {
@@ -38,9 +45,7 @@ std::string metadata_crc32(const std::map<std::string, std::string>& metadata) {
     const std::string entry = key + "=" + value + "\n";
     crc = crc32_z(crc, reinterpret_cast<const Bytef*>(entry.data()), entry.size());
   }
-  char hex[9];
-  std::snprintf(hex, sizeof hex, "%08lx", static_cast<unsigned long>(crc));
-  return hex;
+  return crc_hex(crc);
 }
 
 // A whole decimal integer in [lo, hi]: "1xyz", "", "+-3" and values past int64 are errors.
@@ -228,9 +233,7 @@ std::string tensors_crc32(const std::vector<std::pair<std::string, Tensor>>& hos
 std::string tensors_crc32(const std::vector<TensorBytes>& tensors) {
   uLong crc = crc32_z(0L, Z_NULL, 0);
   for (const TensorBytes& t : tensors) crc = crc32_z(crc, static_cast<const Bytef*>(t.data), t.nbytes);
-  char hex[9];
-  std::snprintf(hex, sizeof hex, "%08lx", static_cast<unsigned long>(crc));
-  return hex;
+  return crc_hex(crc);
 }
 
 CheckpointInfo read_checkpoint_info(const std::string& path) {

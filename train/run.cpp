@@ -30,6 +30,8 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 constexpr const char* kWeights = "model.safetensors";
+// On a GPU the steps' losses are read (a wait for the device) every this many steps.
+constexpr int64_t kGpuLossReadSteps = 32;
 
 std::string join(const std::vector<std::string>& names) {
   std::string out;
@@ -512,7 +514,7 @@ RunResult Run::train_loop() {
       // A non-finite loss stops the run within a few steps rather than at the epoch's end. Reading
       // the steps' losses waits for the device, so on a GPU they are read every 32 steps; every
       // rank reads at the same steps and holds the same all-reduced loss, so all stop together.
-      if (step_ % (device_.is_cuda() ? 32 : 1) == 0 && !flush(e)) return ended(3);
+      if (step_ % (device_.is_cuda() ? kGpuLossReadSteps : 1) == 0 && !flush(e)) return ended(3);
       log_->progress(epoch + 1, config_.epochs, step_ - epoch * spe, spe, since(e.t0));
     }
     // A resumed checkpoint at an epoch's end written before its evaluation: the epoch ends again

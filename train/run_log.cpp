@@ -46,13 +46,7 @@ void RunLog::enable_tensorboard(int64_t start_step) {
   tensorboard_ = std::make_unique<TensorBoardWriter>(dir_, start_step);
 }
 
-void RunLog::line(const std::string& text) {
-  if (!write_) return;
-  end_progress();
-  std::cout << text << std::endl;
-  log_ << text << std::endl;
-  check(log_, "log.txt");
-}
+void RunLog::line(const std::string& text) { echo(std::cout, text); }
 
 void RunLog::error(const std::string& text) {
   if (!write_) return;
@@ -60,10 +54,12 @@ void RunLog::error(const std::string& text) {
   log_ << "error: " << text << std::endl;
 }
 
-void RunLog::fatal(const std::string& text) {
+void RunLog::fatal(const std::string& text) { echo(std::cerr, text); }
+
+void RunLog::echo(std::ostream& terminal, const std::string& text) {
   if (!write_) return;
   end_progress();
-  std::cerr << text << std::endl;
+  terminal << text << std::endl;
   log_ << text << std::endl;
   check(log_, "log.txt");
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <fstream>
 #include <memory>
+#include <ostream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -35,6 +36,8 @@ class RunLog {
 
  private:
   void check(std::ofstream& f, const char* name);
+  // `text` on the terminal stream and in log.txt (line, fatal).
+  void echo(std::ostream& terminal, const std::string& text);
   void end_progress_quietly();  // clears the bar without flushing or checking
   std::string dir_;
   bool write_;

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "optim/lookahead.h"
+
 namespace minidl {
 
 LayerWork batch_work(const Batch& batch) {
@@ -46,7 +48,7 @@ std::optional<LayerWork> optimizer_work(const Optimizer& optimizer, const std::v
   // written for the parameters with a gradient only: a frozen parameter's is not touched.
   // Lookahead's averages are touched once every few steps, not per step, and are left out.
   for (const auto& [name, t] : optimizer.state_tensors())
-    if (name.rfind("lookahead.", 0) != 0) state_bytes += work_bytes(t);
+    if (name.rfind(Lookahead::kStatePrefix, 0) != 0) state_bytes += work_bytes(t);
   if (all_elements > 0) w.forward.bytes += 2 * state_bytes * elements / all_elements;
   w.forward.flops = flops_per_element * elements;
   return w;

@@ -48,7 +48,6 @@ std::string data_dir_for(const DataOptions& data) {
 
 namespace {
 
-
 // Eager steps before a capture: the first step makes cuDNN choose its algorithms and cuBLAS set
 // up, and fills the allocator's cache; the second runs as every later step will.
 constexpr int kTrainGraphWarmup = 2;
