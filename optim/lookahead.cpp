@@ -125,7 +125,7 @@ void Lookahead::apply_average() {
 
 std::vector<std::pair<std::string, Tensor>> Lookahead::state_tensors() const {
   std::vector<std::pair<std::string, Tensor>> out = inner_->state_tensors();
-  for (size_t i = 0; i < model_.size(); ++i) out.emplace_back(Lookahead::kStatePrefix + model_[i].first, average_[i]);
+  for (size_t i = 0; i < model_.size(); ++i) out.emplace_back(kStatePrefix + model_[i].first, average_[i]);
   return out;
 }
 
@@ -142,11 +142,11 @@ void Lookahead::load_state(const std::vector<std::pair<std::string, Tensor>>& te
   std::vector<std::pair<std::string, Tensor>> inner;
   std::vector<const Tensor*> found(model_.size(), nullptr);
   for (const auto& [name, t] : tensors) {
-    if (name.rfind(Lookahead::kStatePrefix, 0) != 0) {
+    if (name.rfind(kStatePrefix, 0) != 0) {
       inner.emplace_back(name, t);
       continue;
     }
-    const std::string target = name.substr(std::string(Lookahead::kStatePrefix).size());
+    const std::string target = name.substr(std::string(kStatePrefix).size());
     size_t i = 0;
     while (i < model_.size() && model_[i].first != target) ++i;
     MINIDL_CHECK(i < model_.size(), "lookahead: state tensor '", name, "' names no model tensor");
