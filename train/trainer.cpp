@@ -255,6 +255,7 @@ bool Trainer::train_step(int64_t step, StepRecord* record, Profiler* profiler) {
     set_dropout_step(step, device_);
   }
   freeze_.apply(step);
+  optimizer_->set_position({step, steps_per_epoch(), total_steps()});
   const double lr = lr_at(step);
   StepResults results;
   // The benchmark's timing of the reduction waits for the device inside the step: eager.
