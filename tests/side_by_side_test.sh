@@ -64,7 +64,8 @@ grep -q "torch hangs.py: no finished run read" "$work/hangs.txt" || { cat "$work
 # Usage mistakes: one message and exit 2.
 for bad in "--work $work/out" "--work $work/out --data $data --config x.json" "--work $work/out --runs 0 --table"; do
   rc=0
-  "${driver[@]}" $bad 2> "$work/err.txt" || rc=$?
+  read -ra args <<< "$bad"
+  "${driver[@]}" "${args[@]}" 2> "$work/err.txt" || rc=$?
   [ "$rc" -eq 2 ] || { cat "$work/err.txt"; echo "FAIL: '$bad' exited $rc, not 2"; exit 1; }
 done
 echo "side_by_side: the driver's rows, table, stop and errors are as expected"
