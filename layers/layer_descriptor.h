@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/json_args.h"
 #include "layers/module.h"
 
@@ -64,6 +65,12 @@ struct LayerDescriptor {
   // Reads and checks the spec as `make` does and returns what the layer would allocate. Null: the
   // layer holds no tensors of its own (the children of its "layers" keys are counted on their own).
   LayerState (*state)(LayerArgs& args) = nullptr;
+  // What the layer takes: floating activations, or int32 token ids (Embedding; the tests feed it
+  // ids below its example's num_embeddings).
+  DType input_dtype = DType::Float32;
+  // Layers the example needs before it in its list (LMHead: the Embedding it is tied to): the
+  // tests build them and the example as one list and feed example_input (of input_dtype) to it.
+  std::vector<nlohmann::json> example_before = {};
 };
 
 }  // namespace minidl

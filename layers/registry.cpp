@@ -17,6 +17,8 @@
 #include "layers/pool/pooling.h"
 #include "layers/regularization/dropout.h"
 #include "layers/transformer/attention.h"
+#include "layers/transformer/embedding.h"
+#include "layers/transformer/lm_head.h"
 #include "layers/transformer/encoder_layer.h"
 #include "layers/transformer/tokens.h"
 
@@ -31,7 +33,7 @@ const std::vector<const LayerDescriptor*>& layer_descriptors() {
       &sequential_layer(),     &residual_layer(),
       &dropout_layer(),        &drop_path_layer(),       &tokens_layer(),            &position_embedding_layer(),
       &class_token_layer(),    &token_pool_layer(),      &multihead_attention_layer(),
-      &transformer_encoder_layer_layer(),
+      &transformer_encoder_layer_layer(), &embedding_layer(), &lm_head_layer(),
   };
   return table;
 }

@@ -61,9 +61,21 @@ TEST_CASE("layer table: each example builds, runs, and round-trips to_json -> bu
     REQUIRE(printed.at("type") == layer->name);
     std::shared_ptr<Module> b = build_layer(printed, "printed");
     REQUIRE(b->to_json() == printed);
-    // Same state, same input: the rebuilt layer computes the same values.
+    // Same state, same input: the rebuilt layer computes the same values (after the layers it
+    // needs before it in its list, if any).
+    auto in_list = [&](const json& spec) {
+      json list = json::array();
+      for (const json& before : layer->example_before) list.push_back(before);
+      list.push_back(spec);
+      return build_sequential(list, "example");
+    };
+    if (!layer->example_before.empty()) {
+      a = in_list(example_spec(*layer));
+      b = in_list(printed);
+    }
     b->load_state_dict(a->state_dict());
-    const Tensor x = test::random_tensor(layer->example_input, 3);
+    const Tensor x = layer->input_dtype == DType::Int32 ? test::random_ids(layer->example_input, 5, 3)
+                                                        : test::random_tensor(layer->example_input, 3);
     autograd::NoGradGuard no_grad;
     REQUIRE(b->operator()(x).to_vector() == a->operator()(x).to_vector());
   }

@@ -27,6 +27,13 @@ std::shared_ptr<Module> build_sequential(const nlohmann::json& list, const std::
   MINIDL_CHECK(list.is_array(), path, ": expected a list of layers, got ", list.type_name());
   std::vector<std::shared_ptr<Module>> layers;
   for (size_t i = 0; i < list.size(); ++i) layers.push_back(build_layer(list[i], str(path, "[", i, "]")));
+  for (size_t i = 0; i < layers.size(); ++i) {
+    try {
+      layers[i]->bind_siblings(layers);
+    } catch (const Error& e) {
+      fail(str(path, "[", i, "]: ", e.what()));
+    }
+  }
   return std::make_shared<Sequential>(std::move(layers));
 }
 

@@ -18,28 +18,34 @@ namespace minidl {
 
 namespace {
 
-// Whether the fused kernels take a call; a CPU-only build has none (their launcher is CUDA code).
-bool fused_fits(DType t, const kernels::AttentionShape& s, const void* data) {
+// Which kernels run a call on the GPU.
+enum class AttentionPath { Gemm, Fused, Flash };
+
+// Whether the fused (short) or flash (long) kernels take a call with `data`; the GEMMs take any.
+// A CPU-only build has neither (their launchers are CUDA code).
+bool fits(AttentionPath path, DType t, const kernels::AttentionShape& s, const void* data) {
 #ifdef MINIDL_WITH_CUDA
-  return kernels::attention_fused_cuda_fits(t, s, data);
+  if (path == AttentionPath::Fused) return kernels::attention_fused_cuda_fits(t, s, data);
+  if (path == AttentionPath::Flash) return kernels::attention_flash_cuda_fits(t, s, data);
+  return true;
 #else
   (void)t, (void)s, (void)data;
-  return false;
+  return path == AttentionPath::Gemm;
 #endif
 }
 
 }  // namespace
 
-Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p, uint32_t salt) {
+Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p, uint32_t salt, bool causal) {
   MINIDL_CHECK(qkv.defined() && is_floating(qkv.dtype()) && qkv.dim() == 3,
                "self_attention: expects a float32, bfloat16 or float16 input (N, T, 3 * embed_dim), got ",
                qkv.defined() ? qkv.str() : "undefined");
   MINIDL_CHECK(num_heads >= 1 && qkv.size(2) % (3 * num_heads) == 0, "self_attention: the last dim ", qkv.size(2),
                " of ", shape_str(qkv.shape()), " is not 3 * num_heads (", num_heads, ") * head_dim");
   MINIDL_CHECK(dropout_p >= 0.f && dropout_p <= 1.f, "self_attention: dropout_p must be in [0, 1], got ", dropout_p);
-  if (holds_half(qkv) && !qkv.is_cuda()) return self_attention(as_float32(qkv), num_heads, dropout_p, salt).to(qkv.dtype());
+  if (holds_half(qkv) && !qkv.is_cuda()) return self_attention(as_float32(qkv), num_heads, dropout_p, salt, causal).to(qkv.dtype());
   const Tensor x = qkv.contiguous();
-  const kernels::AttentionShape s{x.size(0), x.size(1), num_heads, x.size(2) / (3 * num_heads)};
+  const kernels::AttentionShape s{x.size(0), x.size(1), num_heads, x.size(2) / (3 * num_heads), causal};
   const DType t = x.dtype();
   const Device dev = x.device();
   const bool drop = dropout_p > 0.f;
@@ -50,13 +56,19 @@ Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p, uin
                kMaxDropoutDraws, " draws in one step");
   const int64_t step = dropout_step();
   // Short sequences in half precision run the fused kernels (the faster path wherever they fit; they
-  // keep no probabilities); the rest the batched GEMMs with the probabilities saved for the backward.
-  const bool fused = dev.is_cuda() && fused_fits(t, s, x.raw_data());
-  Tensor probs, dropped;
-  if (!fused) {
+  // keep no probabilities), longer ones without dropout the flash kernels (they keep one float per
+  // query); the rest the batched GEMMs with the probabilities saved for the backward.
+  AttentionPath path = AttentionPath::Gemm;
+  if (dev.is_cuda() && fits(AttentionPath::Fused, t, s, x.raw_data()))
+    path = AttentionPath::Fused;
+  else if (dev.is_cuda() && !drop && fits(AttentionPath::Flash, t, s, x.raw_data()))
+    path = AttentionPath::Flash;
+  Tensor probs, dropped, lse;
+  if (path == AttentionPath::Gemm) {
     probs = Tensor::empty({s.batch, s.heads, s.tokens, s.tokens}, t, dev);
     dropped = drop ? Tensor::empty_like(probs) : probs;
   }
+  if (path == AttentionPath::Flash) lse = Tensor::empty({s.batch, s.heads, s.tokens}, DType::Float32, dev);
   Tensor y = Tensor::empty({s.batch, s.tokens, s.width()}, t, dev);
   dispatch(
       dev, "attention_forward",
@@ -65,19 +77,23 @@ Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p, uin
                                        y.data<float>());
       },
       [&] {
-        if (fused)
+        if (path == AttentionPath::Fused)
           kernels::attention_fused_forward_cuda(t, s, d, dropout_step_on(dev), x.raw_data(), y.raw_data());
+        else if (path == AttentionPath::Flash)
+          kernels::attention_flash_forward_cuda(t, s, x.raw_data(), y.raw_data(), lse.data<float>());
         else
           kernels::attention_forward_cuda(t, s, d, dropout_step_on(dev), x.raw_data(), probs.raw_data(),
                                           dropped.raw_data(), y.raw_data());
       });
   if (autograd::needs_grad({qkv})) {
-    autograd::record(y, "attention", {x}, [s, t, draw, drop, step, fused, xs = x.detach(), probs, dropped](
+    // The flash backward reads the output (detached: the node must not own its own output).
+    const Tensor ys = path == AttentionPath::Flash ? y.detach() : Tensor();
+    autograd::record(y, "attention", {x}, [s, t, draw, drop, step, path, xs = x.detach(), probs, dropped, lse, ys](
                                               const Tensor& dy_in) -> std::vector<Tensor> {
       Tensor dy = dy_in.to(t).contiguous();
       const DropoutDraw* d = drop ? &draw : nullptr;
       Tensor dqkv = Tensor::empty(xs.shape(), t, dy.device());
-      if (fused && !fused_fits(t, s, dy.raw_data())) dy = dy.clone();  // a misaligned view
+      if (!fits(path, t, s, dy.raw_data())) dy = dy.clone();  // a misaligned view
       dispatch(
           dy.device(), "attention_backward",
           [&] {
@@ -85,9 +101,12 @@ Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p, uin
                                             dy.data<float>(), dqkv.data<float>());
           },
           [&] {
-            if (fused)
+            if (path == AttentionPath::Fused)
               kernels::attention_fused_backward_cuda(t, s, d, dropout_step_on(dy.device()), xs.raw_data(),
                                                      dy.raw_data(), dqkv.raw_data());
+            else if (path == AttentionPath::Flash)
+              kernels::attention_flash_backward_cuda(t, s, xs.raw_data(), ys.raw_data(), dy.raw_data(),
+                                                     lse.data<float>(), dqkv.raw_data());
             else
               kernels::attention_backward_cuda(t, s, d, dropout_step_on(dy.device()), xs.raw_data(), probs.raw_data(),
                                                dropped.raw_data(), dy.raw_data(), dqkv.raw_data());
@@ -98,8 +117,8 @@ Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p, uin
   return y;
 }
 
-MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout, bool bias)
-    : embed_dim_(embed_dim), num_heads_(num_heads), dropout_(dropout) {
+MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout, bool bias, bool causal)
+    : embed_dim_(embed_dim), num_heads_(num_heads), dropout_(dropout), causal_(causal) {
   MINIDL_CHECK(embed_dim >= 1 && num_heads >= 1 && embed_dim % num_heads == 0, "MultiheadAttention: embed_dim (",
                embed_dim, ") must be a positive multiple of num_heads (", num_heads, ")");
   MINIDL_CHECK(dropout >= 0 && dropout <= 1, "MultiheadAttention: dropout must be in [0, 1], got ", dropout);
@@ -128,7 +147,7 @@ Tensor MultiheadAttention::forward(const Tensor& x) {
     qkv = linear(x, in_dtype_of(in_proj_weight, x), in_dtype_of(in_proj_bias, x));
   }
   const float p = is_training() ? static_cast<float>(dropout_) : 0.f;
-  return (*out_proj)(self_attention(qkv, num_heads_, p, dropout_salt(path())));
+  return (*out_proj)(self_attention(qkv, num_heads_, p, dropout_salt(path()), causal_));
 }
 
 // In-projection: 2 FLOPs per multiply-add of (N*T, D) x (D, 3D) plus the bias; x, the weight and
@@ -160,11 +179,13 @@ int64_t multihead_attention_elements(int64_t embed_dim, bool bias) {
   return 4 * embed_dim * embed_dim + (bias ? 4 * embed_dim : 0);
 }
 
-std::string MultiheadAttention::describe() const { return str("MultiheadAttention ", embed_dim_, " h", num_heads_); }
+std::string MultiheadAttention::describe() const {
+  return str("MultiheadAttention ", embed_dim_, " h", num_heads_, causal_ ? " causal" : "");
+}
 
 nlohmann::json MultiheadAttention::to_json() const {
   return {{"type", "MultiheadAttention"}, {"embed_dim", embed_dim_}, {"num_heads", num_heads_},
-          {"dropout", dropout_},          {"bias", in_proj_bias.defined()}};
+          {"dropout", dropout_},          {"bias", in_proj_bias.defined()}, {"causal", causal_}};
 }
 
 namespace {
@@ -172,7 +193,7 @@ namespace {
 struct AttentionSpec {
   int64_t embed_dim, num_heads;
   double dropout;
-  bool bias;
+  bool bias, causal;
 };
 
 // Reads and checks the spec's keys: what the factory builds and the memory check counts.
@@ -186,14 +207,15 @@ AttentionSpec read_multihead_attention(LayerArgs& args) {
   const double dropout = args.get_float("dropout", 0.0);
   MINIDL_CHECK(dropout >= 0 && dropout <= 1, args.key_path("dropout"), ": must be in [0, 1], got ", dropout);
   const bool bias = args.get_bool("bias", true);
+  const bool causal = args.get_bool("causal", false);
   args.finish();
   check_weight_size(args, {3 * embed_dim, embed_dim});
-  return {embed_dim, num_heads, dropout, bias};
+  return {embed_dim, num_heads, dropout, bias, causal};
 }
 
 std::shared_ptr<Module> make_multihead_attention(LayerArgs& args) {
   const AttentionSpec s = read_multihead_attention(args);
-  return std::make_shared<MultiheadAttention>(s.embed_dim, s.num_heads, s.dropout, s.bias);
+  return std::make_shared<MultiheadAttention>(s.embed_dim, s.num_heads, s.dropout, s.bias, s.causal);
 }
 
 LayerState multihead_attention_state(LayerArgs& args) {
@@ -212,7 +234,8 @@ const LayerDescriptor& multihead_attention_layer() {
       {required_key("embed_dim", "int", "model width D, 1..2^31"),
        required_key("num_heads", "int", "attention heads; must divide embed_dim"),
        default_key("dropout", "float", 0.0, "dropout on the attention probabilities in training, in [0, 1]"),
-       default_key("bias", "bool", true, "in_proj_bias and out_proj.bias")},
+       default_key("bias", "bool", true, "in_proj_bias and out_proj.bias"),
+       default_key("causal", "bool", false, "each token attends to itself and the tokens before it (is_causal=True)")},
       make_multihead_attention,
       {{"embed_dim", 8}, {"num_heads", 2}},
       {2, 5, 8},

@@ -17,24 +17,29 @@ namespace minidl {
 
 // qkv (N, T, 3D) = [q | k | v] with D = num_heads * head_dim -> (N, T, D), heads side by side.
 // softmax(q k^T / sqrt(head_dim)) v per head; dropout_p > 0 drops attention probabilities with
-// the draws of `salt` at the current dropout step (layers/regularization/dropout.h).
-Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p = 0.f, uint32_t salt = 0);
+// the draws of `salt` at the current dropout step (layers/regularization/dropout.h). causal: token i
+// attends to tokens 0..i only (F.scaled_dot_product_attention(..., is_causal=True)).
+Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p = 0.f, uint32_t salt = 0,
+                      bool causal = false);
 
 class MultiheadAttention : public Module {
  public:
   // in_proj_weight xavier_uniform, biases 0, out_proj.weight as Linear's default: PyTorch's
-  // _reset_parameters. On the CPU.
-  MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout = 0.0, bool bias = true);
+  // _reset_parameters. On the CPU. causal: every token attends to itself and the tokens before
+  // it, as mha(x, x, x, attn_mask=causal_mask, is_causal=True) (a language model's self-attention).
+  MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout = 0.0, bool bias = true,
+                     bool causal = false);
 
   Tensor forward(const Tensor& x) override;  // (N, T, D) -> (N, T, D)
   std::string type_name() const override { return "MultiheadAttention"; }
-  std::string describe() const override;  // "MultiheadAttention 384 h6"
+  std::string describe() const override;  // "MultiheadAttention 384 h6", "MultiheadAttention 768 h12 causal"
   nlohmann::json to_json() const override;
   // Its own work: the in-projection and the attention (out_proj, a child Linear, reports its own).
   std::optional<LayerWork> work(const Tensor& x, const Tensor& y) const override;
 
   int64_t embed_dim() const { return embed_dim_; }
   int64_t num_heads() const { return num_heads_; }
+  bool causal() const { return causal_; }
 
   Tensor in_proj_weight;  // (3D, D)
   Tensor in_proj_bias;    // (3D) or undefined
@@ -43,6 +48,7 @@ class MultiheadAttention : public Module {
  private:
   int64_t embed_dim_, num_heads_;
   double dropout_;
+  bool causal_;
 };
 
 const LayerDescriptor& multihead_attention_layer();

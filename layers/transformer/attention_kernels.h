@@ -16,6 +16,7 @@ namespace minidl::kernels {
 
 struct AttentionShape {
   int64_t batch, tokens, heads, head_dim;
+  bool causal = false;
   int64_t width() const { return heads * head_dim; }  // D
 };
 
@@ -45,5 +46,15 @@ void attention_fused_forward_cuda(DType dtype, const AttentionShape& s, const Dr
                                   const void* qkv, void* out);
 void attention_fused_backward_cuda(DType dtype, const AttentionShape& s, const DropoutDraw* drop, const int64_t* step,
                                    const void* qkv, const void* dout, void* dqkv);
+
+// The flash kernels (attention_flash_cuda.cu) for longer sequences: bfloat16/float16 without
+// attention dropout, head sizes 16, 32, 48 or 64, 16-byte aligned tensors, up to 4 M tokens; blocks of
+// 64 queries and keys on the tensor cores, the softmax online, nothing of size T x T in memory.
+// The forward writes lse (N * H * T floats: each query row's log-sum-exp) for the backward, which
+// recomputes the probabilities from it; dqkv is written whole (no accumulation, no atomics).
+bool attention_flash_cuda_fits(DType dtype, const AttentionShape& s, const void* tensor);
+void attention_flash_forward_cuda(DType dtype, const AttentionShape& s, const void* qkv, void* out, float* lse);
+void attention_flash_backward_cuda(DType dtype, const AttentionShape& s, const void* qkv, const void* out,
+                                   const void* dout, const float* lse, void* dqkv);
 
 }  // namespace minidl::kernels

@@ -12,10 +12,17 @@
 
 namespace minidl {
 
+namespace {
+
+bool known_activation(const std::string& a) { return a == "relu" || a == "gelu" || a == "gelu_tanh"; }
+
+}  // namespace
+
 TransformerEncoderLayer::TransformerEncoderLayer(const EncoderLayerOptions& o) : o_(o) {
-  MINIDL_CHECK(o.activation == "relu" || o.activation == "gelu",
-               "TransformerEncoderLayer: activation must be \"relu\" or \"gelu\", got ", json_excerpt(o.activation));
-  self_attn = std::make_shared<MultiheadAttention>(o.d_model, o.nhead, o.dropout, o.bias);
+  MINIDL_CHECK(known_activation(o.activation),
+               "TransformerEncoderLayer: activation must be \"relu\", \"gelu\" or \"gelu_tanh\", got ",
+               json_excerpt(o.activation));
+  self_attn = std::make_shared<MultiheadAttention>(o.d_model, o.nhead, o.dropout, o.bias, o.causal);
   linear1 = std::make_shared<Linear>(o.d_model, o.dim_feedforward, o.bias);
   dropout = std::make_shared<Dropout>(o.dropout);
   linear2 = std::make_shared<Linear>(o.dim_feedforward, o.d_model, o.bias);
@@ -42,7 +49,10 @@ TransformerEncoderLayer::TransformerEncoderLayer(const EncoderLayerOptions& o) :
 
 Tensor TransformerEncoderLayer::feed_forward(const Tensor& x) {
   Tensor h = (*linear1)(x);
-  h = o_.activation == "gelu" ? gelu(h) : relu(h);
+  if (o_.activation == "relu")
+    h = relu(h);
+  else
+    h = gelu(h, o_.activation == "gelu_tanh" ? GeluApproximate::Tanh : GeluApproximate::None);
   return (*dropout2)((*linear2)((*dropout)(h)));
 }
 
@@ -68,7 +78,7 @@ std::optional<LayerWork> TransformerEncoderLayer::work(const Tensor& x, const Te
   w.forward.flops = 2 * n;
   w.forward.bytes = 2 * (2 * work_bytes(x) + work_bytes(y));
   const double hidden = n / static_cast<double>(o_.d_model) * static_cast<double>(o_.dim_feedforward);
-  const bool gelu_act = o_.activation == "gelu";
+  const bool gelu_act = o_.activation != "relu";
   const double hidden_bytes = hidden * static_cast<double>(dtype_size(autocast_active() ? autocast_dtype() : y.dtype()));
   w.forward.flops += (gelu_act ? 8 : 1) * hidden;
   w.forward.bytes += 2 * hidden_bytes;
@@ -80,7 +90,7 @@ std::optional<LayerWork> TransformerEncoderLayer::work(const Tensor& x, const Te
 
 std::string TransformerEncoderLayer::describe() const {
   return str("TransformerEncoderLayer ", o_.d_model, " h", o_.nhead, " ff", o_.dim_feedforward,
-             o_.norm_first ? " pre-norm" : " post-norm");
+             o_.norm_first ? " pre-norm" : " post-norm", o_.causal ? " causal" : "");
 }
 
 nlohmann::json TransformerEncoderLayer::to_json() const {
@@ -93,7 +103,8 @@ nlohmann::json TransformerEncoderLayer::to_json() const {
           {"layer_norm_eps", o_.layer_norm_eps},
           {"norm_first", o_.norm_first},
           {"drop_path", o_.drop_path},
-          {"bias", o_.bias}};
+          {"bias", o_.bias},
+          {"causal", o_.causal}};
 }
 
 namespace {
@@ -113,8 +124,8 @@ EncoderLayerOptions read_encoder_layer(LayerArgs& args) {
   o.dropout = args.get_float("dropout", o.dropout);
   MINIDL_CHECK(o.dropout >= 0 && o.dropout <= 1, args.key_path("dropout"), ": must be in [0, 1], got ", o.dropout);
   o.activation = args.get_string("activation", o.activation);
-  MINIDL_CHECK(o.activation == "relu" || o.activation == "gelu", args.key_path("activation"),
-               ": must be \"relu\" or \"gelu\", got ", json_excerpt(o.activation));
+  MINIDL_CHECK(known_activation(o.activation), args.key_path("activation"),
+               ": must be \"relu\", \"gelu\" or \"gelu_tanh\", got ", json_excerpt(o.activation));
   o.layer_norm_eps = args.get_float("layer_norm_eps", o.layer_norm_eps);
   MINIDL_CHECK(o.layer_norm_eps >= 0, args.key_path("layer_norm_eps"), ": must be >= 0, got ", o.layer_norm_eps);
   o.norm_first = args.get_bool("norm_first", o.norm_first);
@@ -122,6 +133,7 @@ EncoderLayerOptions read_encoder_layer(LayerArgs& args) {
   MINIDL_CHECK(o.drop_path >= 0 && o.drop_path <= 1, args.key_path("drop_path"), ": must be in [0, 1], got ",
                o.drop_path);
   o.bias = args.get_bool("bias", o.bias);
+  o.causal = args.get_bool("causal", o.causal);
   args.finish();
   check_weight_size(args, {3 * o.d_model, o.d_model});
   check_weight_size(args, {o.dim_feedforward, o.d_model});
@@ -153,11 +165,13 @@ const LayerDescriptor& transformer_encoder_layer_layer() {
        required_key("nhead", "int", "attention heads; must divide d_model"),
        default_key("dim_feedforward", "int", 2048, "hidden width of the MLP block"),
        default_key("dropout", "float", 0.1, "dropout in attention, after it, and in the MLP block, in [0, 1]"),
-       default_key("activation", "string", "relu", "\"relu\" or \"gelu\""),
+       default_key("activation", "string", "relu",
+                   "\"relu\", \"gelu\" or \"gelu_tanh\" (GELU(approximate=\"tanh\"), GPT-2's)"),
        default_key("layer_norm_eps", "float", 1e-5, "LayerNorm's eps"),
        default_key("norm_first", "bool", false, "pre-norm (true) or post-norm (false, PyTorch's default)"),
        default_key("drop_path", "float", 0.0, "stochastic depth on both residual branches, in [0, 1]"),
-       default_key("bias", "bool", true, "biases in the attention and MLP projections")},
+       default_key("bias", "bool", true, "biases in the attention and MLP projections"),
+       default_key("causal", "bool", false, "causal self-attention: each token sees itself and the tokens before it")},
       make_transformer_encoder_layer,
       {{"d_model", 8}, {"nhead", 2}, {"dim_feedforward", 16}, {"dropout", 0.0}, {"norm_first", true}},
       {2, 5, 8},

@@ -4,6 +4,7 @@
 // (self_attn, linear1, dropout, linear2, norm1, norm2, dropout1, dropout2, in that order) so the
 // state_dict keys are PyTorch's ("layers.0.self_attn.in_proj_weight", "layers.0.norm1.weight"),
 // and drop_path1, drop_path2 (timm's names; they hold no tensors, and draw independently).
+// With causal and norm_first and activation "gelu_tanh" it is GPT-2's block (nanoGPT's Block).
 //   norm_first (pre-norm): x = x + drop_path1(dropout1(self_attn(norm1(x))))
 //                          x = x + drop_path2(dropout2(linear2(dropout(act(linear1(norm2(x)))))))
 //   post-norm:             x = norm1(x + drop_path1(dropout1(self_attn(x))))
@@ -26,11 +27,12 @@ namespace minidl {
 struct EncoderLayerOptions {
   int64_t d_model = 0, nhead = 0, dim_feedforward = 2048;
   double dropout = 0.1;     // PyTorch's default
-  std::string activation = "relu";  // "relu" or "gelu", PyTorch's default relu
+  std::string activation = "relu";  // "relu", "gelu" or "gelu_tanh" (GELU(approximate="tanh")); PyTorch's default relu
   double layer_norm_eps = 1e-5;
   bool norm_first = false;  // PyTorch's default post-norm
   double drop_path = 0.0;
   bool bias = true;
+  bool causal = false;  // self_attn's mask: each token sees itself and the tokens before it
 };
 
 class TransformerEncoderLayer : public Module {
