@@ -5,7 +5,8 @@
 // backward-filter) are made once per problem and cached under (shape, stride, padding, dilation,
 // groups, TF32, deterministic), so a training step does no descriptor setup and no algorithm
 // search. Grouped and dilated problems are cuDNN's too (its group count and dilation on the
-// convolution descriptor). The algorithm of a direction is chosen on its first call:
+// convolution descriptor), but for the depthwise problems our own kernels serve
+// (conv2d_depthwise.h). The algorithm of a direction is chosen on its first call:
 //  - deterministic mode (the default): cuDNN's heuristic ranking (Get_v7), first algorithm that
 //    cuDNN reports CUDNN_DETERMINISTIC. The heuristic is a pure function of the problem and the
 //    device, so two runs pick the same algorithm and give the same bits; a timed search would
@@ -28,6 +29,7 @@
 // directions stay with cuDNN there. A half forward with 17..31 input channels runs as the
 // problem zero-padded to 32 (conv2d_nhwc_padded_channels, conv2d_kernels.h).
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,6 +41,7 @@
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "core/settings.h"
+#include "layers/conv/conv2d_depthwise.h"
 #include "layers/conv/conv2d_kernels.h"
 #include "layers/conv/conv2d_patchify.h"
 #include "layers/conv/conv2d_small_cin.h"
@@ -388,6 +391,12 @@ void run_backward_filter(const Conv2dShape& s, Operands ops, const void* x, cons
                                                    dw));
 }
 
+// Whether our depthwise kernels take this problem with these operands: they load 16-byte vectors.
+bool depthwise(const Conv2dShape& s, const void* a, const void* b) {
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return conv2d_depthwise_applies(s) && aligned(a) && aligned(b);
+}
+
 }  // namespace
 
 void conv2d_forward_cuda(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y) {
@@ -410,6 +419,7 @@ void conv2d_backward_filter_cuda(const Conv2dShape& s, const float* x, const flo
 void conv2d_nhwc_forward_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* w, const void* b,
                               void* y) {
   if (s.n == 0) return;
+  if (depthwise(s, x, y)) return conv2d_depthwise_forward_cuda(s, dtype, x, w, b, y);
   if (conv2d_patchify_applies(s, dtype)) return conv2d_patchify_forward_cuda(s, dtype, x, w, b, y);
   if (conv2d_small_cin_nhwc_applies(s, dtype)) return conv2d_small_cin_nhwc_forward_cuda(s, dtype, x, w, b, y);
   if (const int64_t cp = conv2d_nhwc_padded_channels(s, dtype)) {
@@ -429,11 +439,13 @@ void conv2d_nhwc_forward_cuda(const Conv2dShape& s, DType dtype, const void* x, 
 
 void conv2d_nhwc_backward_data_cuda(const Conv2dShape& s, DType dtype, const void* dy, const void* w, void* dx) {
   if (s.n == 0) return;
+  if (depthwise(s, dy, dx)) return conv2d_depthwise_backward_data_cuda(s, dtype, dy, w, dx);
   if (conv2d_patchify_applies(s, dtype)) return conv2d_patchify_backward_data_cuda(s, dtype, dy, w, dx);
   run_backward_data(s, {dtype, true}, dy, w, dx);
 }
 
 void conv2d_nhwc_backward_filter_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* dy, void* dw) {
+  if (depthwise(s, x, dy)) return conv2d_depthwise_backward_filter_cuda(s, dtype, x, dy, dw);
   if (conv2d_patchify_applies(s, dtype)) return conv2d_patchify_backward_filter_cuda(s, dtype, x, dy, dw);
   run_backward_filter(s, {dtype, true}, x, dy, dw);
 }
@@ -477,6 +489,7 @@ std::string conv2d_cuda_algorithms(const Conv2dShape& s) {
 }
 
 std::string conv2d_nhwc_cuda_algorithms(const Conv2dShape& s, DType dtype) {
+  if (conv2d_depthwise_applies(s)) return "fwd depthwise direct | bwd_data depthwise direct | bwd_filter depthwise direct";
   if (conv2d_patchify_applies(s, dtype)) return "fwd patchify gemm | bwd_data patchify gemm | bwd_filter patchify gemm";
   std::lock_guard<std::mutex> lock(g_mu);
   auto it = plans().find(key_for(s, {dtype, true}));

@@ -60,8 +60,9 @@ void conv2d_backward_bias_cuda(const Conv2dShape& s, const float* dy, float* db)
 // (o, kh, kw, c), i.e. a channels-last (O, C, kh, kw) tensor, y (n, oh, ow, o); cuDNN's NHWC
 // engines, tensor cores with float32 accumulation (TF32 for float32 as allow_tf32 says). The
 // bias b (o) is of `dtype` too; db is written in `dtype` from float32 sums. Some problems run our
-// own kernels, with the bias in the float32 sum and y rounded once: the patch GEMM
-// (conv2d_patchify.h) and, in bf16/fp16, the small-channel forward (conv2d_small_cin.h).
+// own kernels, with the bias in the float32 sum and y rounded once: depthwise ones in all three
+// directions (conv2d_depthwise.h, 16-byte-aligned operands), the patch GEMM (conv2d_patchify.h)
+// and, in bf16/fp16, the small-channel forward (conv2d_small_cin.h).
 void conv2d_nhwc_forward_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* w, const void* b, void* y);
 void conv2d_nhwc_backward_data_cuda(const Conv2dShape& s, DType dtype, const void* dy, const void* w, void* dx);
 void conv2d_nhwc_backward_filter_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* dy, void* dw);
@@ -87,7 +88,9 @@ size_t conv2d_cuda_plan_count();
 // ("-" for a direction not run yet; empty when no plan exists). Shapes that take the small-C_in
 // kernels (conv2d_small_cin.h) always report "fwd small_cin fma" and "bwd_filter small_cin fma".
 std::string conv2d_cuda_algorithms(const Conv2dShape& s);
-// The same for the channels-last operands of `dtype`; shapes that take the patch path
+// The same for the channels-last operands of `dtype`; depthwise shapes our kernels serve report
+// "fwd depthwise direct | bwd_data depthwise direct | bwd_filter depthwise direct", shapes that
+// take the patch path
 // (conv2d_patchify.h) report "fwd patchify gemm | bwd_data patchify gemm | bwd_filter patchify gemm",
 // half shapes that take the small-channel forward "fwd small_cin fma | " and cuDNN's backward, and
 // a padded forward "fwd <algorithm> padded to 32 channels | ".

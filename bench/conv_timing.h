@@ -1,0 +1,53 @@
+// What `minidl bench conv`'s two halves share (bench/bench_conv.cpp, bench/bench_depthwise.cpp):
+// benchmark inputs and the stream time of a call.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#ifdef MINIDL_WITH_CUDA
+#include "core/cuda/profiler_events.h"
+#endif
+
+namespace minidl::conv_bench {
+
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Benchmark inputs: uniform in [-1, 1) from a xorshift generator (fast for 30M values; the values
+// only need to be non-trivial so no kernel gets an easy case like all zeros).
+inline std::vector<float> bench_values(int64_t n, uint32_t seed) {
+  std::vector<float> v(static_cast<size_t>(n));
+  uint32_t s = seed * 2654435761u + 1;
+  for (float& e : v) {
+    s ^= s << 13;
+    s ^= s >> 17;
+    s ^= s << 5;
+    e = static_cast<float>(s >> 8) * (2.0f / 16777216.0f) - 1.0f;
+  }
+  return v;
+}
+
+#ifdef MINIDL_WITH_CUDA
+// Stream time per call from CUDA events around `calls` back-to-back calls (launch gaps included,
+// as in a training step), median over `repeat` such spans.
+inline double time_cuda_ms(const std::function<void()>& fn, int repeat) {
+  const int calls = 20;
+  fn();  // warm-up: the plan and the algorithm of this direction are chosen here
+  cuda::TimingEvents ev;
+  std::vector<double> per_call, ms;
+  for (int r = 0; r < repeat; ++r) {
+    ev.record(0);
+    for (int i = 0; i < calls; ++i) fn();
+    ev.record(1);
+    ev.read_ms(2, ms);
+    per_call.push_back(ms[1] / calls);
+  }
+  return median(per_call);
+}
+#endif
+
+}  // namespace minidl::conv_bench
