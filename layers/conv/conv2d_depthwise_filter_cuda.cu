@@ -25,9 +25,11 @@ using depthwise::Plane;
 
 constexpr int kStrip = 4;
 constexpr int kTargetThreads = 128;
-// Blocks of pass 1 aimed for, whatever the GPU (the slices must not depend on the device): about
-// eight per SM of an H100, and partials of at most ~6 MB.
+// Blocks of pass 1 aimed for, whatever the GPU (the slices depend on the shape only): about eight
+// per SM of an H100. The partials pass 2 reads are kept to 1/16 of x's bytes, fewer slices where
+// they would be more (wide 7x7 layers on small planes).
 constexpr int64_t kTargetBlocks = 1024;
+constexpr int64_t kPartialShare = 16;
 
 template <int K>
 constexpr int row_groups() {
@@ -114,10 +116,12 @@ void launch(const Plane& g, const void* x, const void* dy, void* dw) {
   const int strips_per_row = (g.ow + kStrip - 1) / kStrip;
   const int64_t strips = g.n * g.oh * strips_per_row;
   const int64_t channel_blocks = (g.c + kBlockChannels - 1) / kBlockChannels;
-  const int64_t want = std::clamp<int64_t>(kTargetBlocks / channel_blocks, 1, strips);
+  const int64_t elems = static_cast<int64_t>(g.c) * K * K;
+  const int64_t x_elems = g.n * g.h * g.w * static_cast<int64_t>(g.c);
+  const int64_t by_bytes = x_elems * static_cast<int64_t>(sizeof(T)) / kPartialShare / (elems * 4);
+  const int64_t want = std::clamp<int64_t>(std::min(kTargetBlocks / channel_blocks, by_bytes), 1, strips);
   const int64_t per_slice = (strips + want - 1) / want, slices = (strips + per_slice - 1) / per_slice;
   MINIDL_CHECK(slices <= INT32_MAX, "conv2d on CUDA: ", strips, " depthwise strips exceed the grid");
-  const int64_t elems = static_cast<int64_t>(g.c) * K * K;
   auto buffer = allocate(sizeof(float) * slices * elems, Device::cuda());
   float* partials = static_cast<float*>(buffer.get());
   depthwise_filter_partials_kernel<T, K, S>
