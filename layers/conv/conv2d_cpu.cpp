@@ -1,4 +1,5 @@
-// Conv2d on the CPU: im2col + one Eigen GEMM per chunk of images and group, OpenMP over both.
+// Conv2d on the CPU: im2col + one Eigen GEMM per chunk of images and group, OpenMP over both;
+// depthwise problems go to their direct path (conv2d_depthwise_cpu.cpp).
 //
 // Why chunks of several images: one image of a small late layer (64->128 at 8x8) is a GEMM with
 // only 64 columns, too thin to run Eigen's kernel at speed; several images side by side in one
@@ -23,6 +24,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "layers/conv/conv2d_cpu_loops.h"
+#include "layers/conv/conv2d_depthwise.h"
 #include "layers/conv/conv2d_kernels.h"
 
 namespace minidl::kernels {
@@ -41,11 +44,6 @@ constexpr int64_t kChunkBytes = 512 << 10;
 // thread; the partial buffers are capped at kSlotBytes in all.
 constexpr int64_t kSlots = 16;
 constexpr int64_t kSlotBytes = 64 << 20;
-// Below this many FLOPs a convolution runs on the calling thread: waking the OpenMP team costs
-// microseconds when the cores are idle and a scheduler time slice when another process holds
-// one of them, which made the finite-difference tests (thousands of tiny convolutions) 50x
-// slower on a busy 2-core machine. Results do not depend on the thread count, so this is safe.
-constexpr double kParallelFlops = 4e6;
 
 // Per-thread scratch that lives as long as the OpenMP thread pool: no allocation (and no page
 // faults on fresh memory) per call.
@@ -56,28 +54,7 @@ float* scratch(std::vector<float>& buf, int64_t n) {
 thread_local std::vector<float> t_col;   // im2col buffer (K, B*P)
 thread_local std::vector<float> t_gemm;  // GEMM result (o, B*P) or gathered dy (o, B*P)
 
-// Runs body(i) for i in [0, n): on the OpenMP team, chunks handed out dynamically, when the
-// problem is big enough; on this thread otherwise. Either way Eigen sees one thread: in a team of
-// two Eigen stays serial by itself, and setting this region's own thread count to 1 keeps it
-// serial in a team of one too (it would otherwise start its own threads from the global count).
-template <class Body>
-void for_each_chunk(int64_t n, bool parallel, Body&& body) {
-#pragma omp parallel if (parallel)
-  {
-    omp_set_num_threads(1);
-#pragma omp for schedule(dynamic)
-    for (int64_t i = 0; i < n; ++i) body(i);
-  }
-}
 
-// The output columns ow whose input column ow*sw - pw + j lies inside [0, w): [lo, hi).
-void valid_range(int64_t out, int64_t in, int64_t stride, int64_t pad, int64_t j, int64_t& lo,
-                 int64_t& hi) {
-  lo = 0;
-  while (lo < out && lo * stride - pad + j < 0) ++lo;
-  hi = out;
-  while (hi > lo && (hi - 1) * stride - pad + j >= in) --hi;
-}
 
 // col (K, B*P) of group g (its c / groups input channels, K = c / groups * kh * kw) from B
 // consecutive images starting at x.
@@ -158,6 +135,7 @@ Conv2dCpuPartition conv2d_cpu_partition(const Conv2dShape& s) {
 // One task per (chunk, group): each writes its own rows of y, so the tasks are independent and
 // the result does not depend on which thread runs which.
 void conv2d_forward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y) {
+  if (conv2d_depthwise_cpu_applies(s)) return conv2d_depthwise_forward_cpu(s, x, w, b, y);
   const int64_t K = s.group_c() * s.kh * s.kw, P = s.oh() * s.ow(), og = s.group_o(), G = s.groups;
   const Conv2dCpuPartition part = conv2d_cpu_partition(s);
   for_each_chunk(part.chunks * G, s.flops() > kParallelFlops, [&](int64_t task) {
@@ -196,6 +174,7 @@ void conv2d_backward_cpu(const Conv2dShape& s, const float* x, const float* w, c
     if (db) std::fill(db, db + s.o, 0.f);
     return;
   }
+  if (conv2d_depthwise_cpu_applies(s)) return conv2d_depthwise_backward_cpu(s, x, w, dy, dx, dw, db);
   const Conv2dCpuPartition part = conv2d_cpu_partition(s);
   // Slot 0 accumulates straight into dw; slots 1.. into partials added in slot order below.
   std::vector<float> dw_part(dw ? static_cast<size_t>((part.slots - 1) * OK) : 0);

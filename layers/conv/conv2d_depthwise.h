@@ -1,10 +1,11 @@
-// Depthwise convolutions (groups = in_channels = out_channels) on channels-last operands: direct
-// CUDA kernels of our own (layers/conv/conv2d_depthwise_cuda.cu, conv2d_depthwise_filter_cuda.cu),
-// where cuDNN's grouped engines are far from the memory floor (docs/perf/depthwise.md). A depthwise
-// convolution does kh*kw multiply-adds per value it reads, too few for a GEMM: the kernels stream x
-// (or dy) once, each thread holding 8 channels of a strip of outputs, the weights staged in shared
-// memory. The CPU reference is the general CPU path (conv2d_cpu.cpp, one group per channel).
-// Plain C++ (no CUDA headers).
+// Depthwise convolutions (groups = in_channels = out_channels): kernels of our own. On CUDA, on
+// channels-last operands (layers/conv/conv2d_depthwise_cuda.cu, conv2d_depthwise_filter_cuda.cu),
+// where cuDNN's grouped engines are far from the memory floor (docs/perf/depthwise.md): a depthwise
+// convolution does kh*kw multiply-adds per value it reads, too few for a GEMM, so the kernels
+// stream x (or dy) once, each thread holding 8 channels of a strip of outputs, the weights staged
+// in shared memory. On the CPU (conv2d_depthwise_cpu.cpp), each plane convolved directly, which
+// the tests hold to the float64 definition as they do the CUDA kernels. Plain C++ (no CUDA
+// headers).
 #pragma once
 #include "core/dtype.h"
 #include "layers/conv/conv2d_kernels.h"
@@ -35,5 +36,13 @@ void conv2d_depthwise_forward_cuda(const Conv2dShape& s, DType dtype, const void
                                    void* y);
 void conv2d_depthwise_backward_data_cuda(const Conv2dShape& s, DType dtype, const void* dy, const void* w, void* dx);
 void conv2d_depthwise_backward_filter_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* dy, void* dw);
+
+// The CPU's direct path, NCHW float32, for every depthwise problem of more than one channel (any
+// kernel, stride, padding and dilation): what conv2d_forward_cpu and conv2d_backward_cpu
+// (conv2d_kernels.h) run for them, with their arguments.
+inline bool conv2d_depthwise_cpu_applies(const Conv2dShape& s) { return s.groups > 1 && s.groups == s.c && s.o == s.c; }
+void conv2d_depthwise_forward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y);
+void conv2d_depthwise_backward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* dy, float* dx,
+                                   float* dw, float* db);
 
 }  // namespace minidl::kernels

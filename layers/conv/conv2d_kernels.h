@@ -41,7 +41,8 @@ struct Conv2dCpuPartition {
 };
 Conv2dCpuPartition conv2d_cpu_partition(const Conv2dShape& s);
 
-// y = conv(x, w) + b; b may be null.
+// y = conv(x, w) + b; b may be null. Depthwise problems run a direct path of their own
+// (conv2d_depthwise.h).
 void conv2d_forward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y);
 // The gradients that are non-null (dx, dw, db) from one pass over the batch (one im2col per chunk
 // serves both the data and the filter GEMM). Each is overwritten, not accumulated into.
