@@ -10,8 +10,8 @@
 #include <functional>
 #include <memory>
 
-#include "bench/conv_timing.h"
 #include "bench/perf_data.h"
+#include "bench/timing.h"
 #include "core/error.h"
 #include "core/settings.h"
 #include "core/tensor.h"
@@ -21,8 +21,8 @@ namespace minidl {
 
 namespace {
 
-using conv_bench::bench_values;
-using conv_bench::median;
+using bench_timing::bench_values;
+using bench_timing::median;
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -126,7 +126,7 @@ int bench_cpu(int repeat, std::ofstream* csv) {
 // device-to-device copy bandwidth is the one measured in docs/perf/anchors.json.
 constexpr double kH200Tf32 = 494.7e12, kH200Fp32 = 66.9e12;
 
-using conv_bench::time_cuda_ms;
+using bench_timing::time_cuda_ms;
 
 int bench_cuda(int repeat, std::ofstream* csv) {
   // ResNet-9's convolutions (k3 p1, batch 512) and how often each runs in one training step.

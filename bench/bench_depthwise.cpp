@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "bench/bench_conv.h"
-#include "bench/conv_timing.h"
+#include "bench/timing.h"
 #include "core/error.h"
 #include "core/tensor.h"
 #include "layers/conv/conv2d_kernels.h"
@@ -40,7 +40,7 @@ std::string label(const Conv2dShape& s) { return str("dw", s.kh, " ", s.c, " @",
 
 #ifdef MINIDL_WITH_CUDA
 Tensor filled(const Shape& shape, uint32_t seed, DType dtype, MemoryFormat format) {
-  return Tensor::from_vector(conv_bench::bench_values(shape_numel(shape), seed), shape, Device::cuda())
+  return Tensor::from_vector(bench_timing::bench_values(shape_numel(shape), seed), shape, Device::cuda())
       .to(dtype, format);
 }
 
@@ -66,11 +66,11 @@ int run(const BenchConvOptions& o, std::ofstream* csv) {
     const Tensor w = filled({s.o, 1, s.kh, s.kw}, 2, t, MemoryFormat::ChannelsLast);
     const Tensor dy = filled({s.n, s.o, s.oh(), s.ow()}, 3, t, MemoryFormat::ChannelsLast);
     Tensor y = Tensor::empty_like(dy), dx = Tensor::empty_like(x), dw = Tensor::empty_like(w);
-    const double fwd = conv_bench::time_cuda_ms(
+    const double fwd = bench_timing::time_cuda_ms(
         [&] { kernels::conv2d_nhwc_forward_cuda(s, t, x.raw_data(), w.raw_data(), nullptr, y.raw_data()); }, o.repeat);
-    const double bd = conv_bench::time_cuda_ms(
+    const double bd = bench_timing::time_cuda_ms(
         [&] { kernels::conv2d_nhwc_backward_data_cuda(s, t, dy.raw_data(), w.raw_data(), dx.raw_data()); }, o.repeat);
-    const double bf = conv_bench::time_cuda_ms(
+    const double bf = bench_timing::time_cuda_ms(
         [&] { kernels::conv2d_nhwc_backward_filter_cuda(s, t, x.raw_data(), dy.raw_data(), dw.raw_data()); }, o.repeat);
     const double xb = static_cast<double>(x.nbytes()), yb = static_cast<double>(y.nbytes());
     // Each direction moves an x-sized and a y-sized tensor (fwd x, y; bwd_data dy, dx; bwd_filter

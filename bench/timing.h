@@ -1,4 +1,4 @@
-// What `minidl bench conv`'s two halves share (bench/bench_conv.cpp, bench/bench_depthwise.cpp):
+// What the benchmarks share (bench/bench_conv.cpp, bench_depthwise.cpp, bench_attention.cpp):
 // benchmark inputs and the stream time of a call.
 #pragma once
 #include <algorithm>
@@ -10,7 +10,7 @@
 #include "core/cuda/profiler_events.h"
 #endif
 
-namespace minidl::conv_bench {
+namespace minidl::bench_timing {
 
 inline double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -33,13 +33,17 @@ inline std::vector<float> bench_values(int64_t n, uint32_t seed) {
 
 #ifdef MINIDL_WITH_CUDA
 // Stream time per call from CUDA events around `calls` back-to-back calls (launch gaps included,
-// as in a training step), median over `repeat` such spans.
-inline double time_cuda_ms(const std::function<void()>& fn, int repeat) {
+// as in a training step), median over `repeat` such spans, after one warm-up call (where a cuDNN
+// plan or cuBLAS's kernels are chosen and the allocator caches its blocks). stall_ms > 0 queues a
+// stall of that long before each span, so the host has launched the span by the time the GPU
+// reaches it: the GPU's own time, without the gaps of a slow host.
+inline double time_cuda_ms(const std::function<void()>& fn, int repeat, double stall_ms = 0) {
   const int calls = 20;
-  fn();  // warm-up: the plan and the algorithm of this direction are chosen here
+  fn();
   cuda::TimingEvents ev;
   std::vector<double> per_call, ms;
   for (int r = 0; r < repeat; ++r) {
+    if (stall_ms > 0) cuda::stall_stream(stall_ms);
     ev.record(0);
     for (int i = 0; i < calls; ++i) fn();
     ev.record(1);
@@ -50,4 +54,4 @@ inline double time_cuda_ms(const std::function<void()>& fn, int repeat) {
 }
 #endif
 
-}  // namespace minidl::conv_bench
+}  // namespace minidl::bench_timing
