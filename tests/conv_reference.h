@@ -147,10 +147,10 @@ inline ConvRun run_conv(const Conv2dShape& s, bool with_bias, Device dev, uint64
   return r;
 }
 
-// Forward and backward on CUDA in `t`, channels-last, through autograd: float32 leaves holding
+// Forward and backward on CUDA in `t` and `format`, through autograd: float32 leaves holding
 // values of `t` (only float32 takes gradients), cast inside the graph; dy of `t`. `ref`, when
 // given, gets the float64 definition on the same values.
-inline ConvRun run_channels_last(const Conv2dShape& s, DType t, uint64_t seed, ConvRun* ref) {
+inline ConvRun run_cuda(const Conv2dShape& s, DType t, MemoryFormat format, uint64_t seed, ConvRun* ref) {
   const Device d = Device::cuda();
   auto leaf = [&](const Shape& shape, uint64_t sd) {
     Tensor v = random_tensor(shape, sd, -1.f, 1.f, d).to(t).to(DType::Float32);
@@ -159,10 +159,10 @@ inline ConvRun run_channels_last(const Conv2dShape& s, DType t, uint64_t seed, C
   };
   Tensor x = leaf(x_shape(s), seed), w = leaf(w_shape(s), seed + 1), b = leaf({s.o}, seed + 2);
   const Tensor dy = random_tensor(y_shape(s), seed + 3, -1.f, 1.f, d).to(t);
-  const Tensor y = conv2d(x.to(t).to(MemoryFormat::ChannelsLast), w.to(t), b.to(t), Size2d(s.sh, s.sw),
-                          Size2d(s.ph, s.pw), Size2d(s.dil_h, s.dil_w), s.groups);
-  REQUIRE(y.is_channels_last());
-  autograd::backward(y, dy.to(MemoryFormat::ChannelsLast));
+  const Tensor y = conv2d(x.to(t).to(format), w.to(t), b.to(t), Size2d(s.sh, s.sw), Size2d(s.ph, s.pw),
+                          Size2d(s.dil_h, s.dil_w), s.groups);
+  REQUIRE(y.memory_format() == format);
+  autograd::backward(y, dy.to(format));
   ConvRun r{y.to(DType::Float32).contiguous().to_vector(), x.grad().contiguous().to_vector(), w.grad().to_vector(),
             b.grad().to_vector()};
   if (ref) {
@@ -175,15 +175,16 @@ inline ConvRun run_channels_last(const Conv2dShape& s, DType t, uint64_t seed, C
   return r;
 }
 
-// Runs run_channels_last and holds it to the float64 definition at the dtype's tolerance: float32
-// sums for float32; for half types one rounding of each output (2 ulp of the tensor's largest
-// value leaves room for the float32 sum beneath it). Returns the run.
-inline ConvRun require_channels_last_matches(const Conv2dShape& s, DType t, uint64_t seed) {
+// Runs run_cuda and holds it to the float64 definition at the dtype's tolerance: float32 sums for
+// float32; for half types one rounding of each output (2 ulp of the tensor's largest value leaves
+// room for the float32 sum beneath it). Returns the run.
+inline ConvRun require_cuda_matches(const Conv2dShape& s, DType t, MemoryFormat format, uint64_t seed) {
   const double tol = t == DType::Float32 ? 1e-5 : (t == DType::BFloat16 ? 2.0 / 256 : 2.0 / 2048);
-  const std::string what = str(dtype_name(t), " ", shape_name(s));
+  const std::string what =
+      str(dtype_name(t), format == MemoryFormat::ChannelsLast ? " channels_last " : " contiguous ", shape_name(s));
   INFO(what);
   ConvRun ref;
-  const ConvRun got = run_channels_last(s, t, seed, &ref);
+  const ConvRun got = run_cuda(s, t, format, seed, &ref);
   require_close_scaled(got.y, ref.y, tol, "y " + what);
   require_close_scaled(got.dx, ref.dx, tol, "dx " + what);
   require_close_scaled(got.dw, ref.dw, tol, "dw " + what);

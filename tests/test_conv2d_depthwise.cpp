@@ -59,7 +59,7 @@ TEST_CASE("conv2d depthwise kernels match the float64 definition in every dtype"
   for (DType t : {DType::Float32, DType::BFloat16, DType::Float16})
     for (const Conv2dShape& s : kShapes) {
       // db comes from the channels-last bias reduction (conv2d_nhwc_backward_bias_cuda).
-      require_channels_last_matches(s, t, seed += 10);
+      require_cuda_matches(s, t, MemoryFormat::ChannelsLast, seed += 10);
 #ifdef MINIDL_WITH_CUDA
       CHECK(kernels::conv2d_nhwc_cuda_algorithms(s, t) ==
             "fwd depthwise direct | bwd_data depthwise direct | bwd_filter depthwise direct");
@@ -72,7 +72,8 @@ TEST_CASE("conv2d depthwise kernels give the same bits on a second run", "[conv2
   for (DType t : {DType::BFloat16, DType::Float32})
     for (const Conv2dShape& s : {kShapes[1], kShapes[4], kShapes[9]}) {
       INFO(dtype_name(t) << " " << shape_name(s));
-      const ConvRun a = run_channels_last(s, t, 7, nullptr), b = run_channels_last(s, t, 7, nullptr);
+      const MemoryFormat cl = MemoryFormat::ChannelsLast;
+      const ConvRun a = run_cuda(s, t, cl, 7, nullptr), b = run_cuda(s, t, cl, 7, nullptr);
       CHECK(a.y == b.y);
       CHECK(a.dx == b.dx);
       CHECK(a.dw == b.dw);

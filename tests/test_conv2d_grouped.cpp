@@ -2,8 +2,8 @@
 // (conv_reference.h), gradients against finite differences, a grouped forward equal bit for bit to
 // its groups run one by one, thread-count independence; the module, its keys, its errors (each
 // naming the key, a config's before anything is written), its parameter count; [cuda]: cuDNN's
-// grouped and dilated convolutions (float32 NCHW and channels-last in every dtype) against the CPU
-// path.
+// grouped and dilated convolutions, in every dtype and layout, against the CPU path and the
+// definition.
 #include <filesystem>
 #include <fstream>
 
@@ -227,19 +227,21 @@ TEST_CASE("grouped and dilated conv2d on CUDA matches the CPU path, float32 NCHW
   }
 }
 
-TEST_CASE("grouped and dilated conv2d on CUDA, channels-last in every dtype, matches the definition",
+TEST_CASE("grouped and dilated conv2d on CUDA, every dtype and layout, matches the definition",
           "[conv2d][grouped][cuda][half]") {
   MINIDL_REQUIRE_CUDA();
   SettingsGuard g(/*tf32=*/false, /*deterministic=*/true);
   uint64_t seed = 300;
-  for (DType t : {DType::Float32, DType::BFloat16, DType::Float16})
-    for (const Conv2dShape& s : kAll) {
-      const ConvRun got = require_channels_last_matches(s, t, seed += 10);
-      CHECK(run_channels_last(s, t, seed, nullptr).dw == got.dw);  // deterministic algorithms: the same bits
+  for (MemoryFormat format : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast})
+    for (DType t : {DType::Float32, DType::BFloat16, DType::Float16})
+      for (const Conv2dShape& s : kAll) {
+        const ConvRun got = require_cuda_matches(s, t, format, seed += 10);
+        CHECK(run_cuda(s, t, format, seed, nullptr).dw == got.dw);  // deterministic algorithms: the same bits
 #ifdef MINIDL_WITH_CUDA
-      WARN(dtype_name(t) << " " << shape_name(s) << ": " << kernels::conv2d_nhwc_cuda_algorithms(s, t));
+        if (format == MemoryFormat::ChannelsLast)
+          WARN(dtype_name(t) << " " << shape_name(s) << ": " << kernels::conv2d_nhwc_cuda_algorithms(s, t));
 #endif
-    }
+      }
 }
 
 // Bad input from a config: one error naming the key, before anything is written.
