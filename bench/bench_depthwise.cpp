@@ -1,6 +1,6 @@
-// `minidl bench conv --device cuda --depthwise`: the depthwise convolutions of issue 48's configs
-// (MobileNetV2's 3x3, a small ConvNeXt's 7x7) at batch 512, channels-last, against the memory
-// floor: the bytes each pass must move, at this GPU's measured copy roof (train/device_limits.h).
+// `minidl bench conv --device cuda --depthwise`: the depthwise convolutions of MobileNetV2 (3x3)
+// and a small ConvNeXt (7x7) at batch 512, channels-last, against the memory floor: the bytes
+// each pass must move, at this GPU's measured copy roof (train/device_limits.h).
 #include <algorithm>
 #include <cstdio>
 #include <fstream>

@@ -8,7 +8,7 @@
 # (their [cuda] cases included), `minidl bench conv --device cuda --depthwise` and
 # scripts/bench/torch_conv.py --depthwise on the same shapes, keeps the outputs and CSVs in
 # OUT_DIR, and prints per shape: minidl's forward + backward, the floor (the bytes each pass must
-# move at the copy roof), minidl/floor, PyTorch's time and torch/minidl; then the two
+# move at the copy roof), minidl/floor, PyTorch's time and torch/minidl; then the two
 # targets (docs/perf/depthwise.md): within 1.5x the floor and faster than PyTorch at every shape.
 # Exits non-zero if the tests or a benchmark fail (a missed target is reported, not an error).
 set -euo pipefail
