@@ -107,7 +107,7 @@ int export_command(const ExportOptions& options) {
   const Device device = setup_compute(config);
 
   set_init_seed(config.seed);
-  std::shared_ptr<Module> model = build_sequential(config.model.at("layers"), "model.layers");
+  std::shared_ptr<Module> model = build_sequential(config.model.at("layers"), "model.layers", device);
   model->assign_paths();
   if (!weights.empty()) model->load_state_dict(load_safetensors(weights).tensors);
   model->to(device);

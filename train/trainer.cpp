@@ -12,7 +12,6 @@
 #include <optional>
 
 #include "train/checkpoint.h"
-#include "train/model_memory.h"
 #include "train/run_log.h"
 #include "train/step_work.h"
 #include "core/allocator.h"
@@ -128,8 +127,7 @@ Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Da
     grad_scaler_ = std::make_unique<GradScaler>(GradScalerOptions::from_json(config.grad_scaler, "grad_scaler"), device);
   }
   set_cuda_graphs(config.cuda_graph);
-  check_model_fits(config.model.at("layers"), "model.layers", device_);
-  model_ = build_sequential(config.model.at("layers"), "model.layers");
+  model_ = build_sequential(config.model.at("layers"), "model.layers", device_);
   model_->assign_paths();
   model_->to(device_);
 
