@@ -454,5 +454,11 @@ else
   passed=$((passed + 1)); echo "ok   3 stale temp files removed"
 fi
 
+# 17. What a command must not replace or trust: a user's run in repro's folders.
+"${train[@]}" "${tiny[@]}" --max-steps 1 --output "$work/repro_user/run_a" >/dev/null 2>&1
+expect_error "17 repro: a user's run in run_a" "run_a' holds a run that repro did not make" "$work/repro_user" -- \
+  "$minidl" repro "${tiny[@]}" --steps 1 --output "$work/repro_user"
+expect_rc "17 repro replaces the runs it made itself" 0 "$minidl" repro "${tiny[@]}" --steps 1 --output "$work/repro"
+
 echo "bad_input: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
