@@ -18,6 +18,7 @@
 #include "data/image_decode.h"
 #include "data/image_folder.h"
 #include "data/loader.h"
+#include "train/run.h"
 #include "train/trainer.h"
 #include "test_util.h"
 
@@ -483,4 +484,38 @@ TEST_CASE("the model's output width must equal the data's class count", "[data][
   int64_t dog_row = 0;
   for (int k = 0; k < 3; ++k) dog_row += confusion[3 + k];
   REQUIRE(dog_row == 1);  // the one test image is a dog
+}
+
+TEST_CASE("resume: training data that changed since the checkpoint is refused", "[image_folder][training][resume]") {
+  test::TempDir tmp("resume_data");
+  for (const char* c : {"cat", "dog"})
+    for (int i = 0; i < 8; ++i)
+      write_png(tmp.path / "train" / c / (std::to_string(i) + ".png"), pattern(12, 12, 3), 12, 12, PNG_FORMAT_RGB);
+  write_png(tmp.path / "test/dog/t.png", pattern(12, 12, 3), 12, 12, PNG_FORMAT_RGB);
+  const nlohmann::json j = {
+      {"device", "cpu"},
+      {"batch_size", 4},
+      {"epochs", 2},
+      {"output", {{"dir", (tmp.path / "run").string()}, {"progress", false}}},
+      {"data", {{"format", "image_folder"}, {"dir", tmp.path.string()}, {"image_size", 12}}},
+      {"optimizer", {{"type", "SGD"}, {"lr", 0.1}}},
+      {"model",
+       {{"layers",
+         {{{"type", "Conv2d"}, {"in_channels", 3}, {"out_channels", 4}, {"kernel_size", 3}, {"padding", 1}},
+          {{"type", "GlobalAvgPool2d"}},
+          {{"type", "Linear"}, {"in_features", 4}, {"out_features", 2}}}}}}};
+  std::ofstream(tmp.file("config.json")) << j.dump();
+  RunOptions fresh;
+  fresh.config_path = tmp.file("config.json");
+  fresh.max_steps = 2;
+  REQUIRE(Run(fresh).execute().exit_code == 0);
+  RunOptions resume;
+  resume.resume_dir = (tmp.path / "run").string();
+  // 8 images added to a class: the checkpoint's position is still a step of the (longer) epoch.
+  for (int i = 8; i < 16; ++i)
+    write_png(tmp.path / "train/cat" / (std::to_string(i) + ".png"), pattern(12, 12, 3), 12, 12, PNG_FORMAT_RGB);
+  REQUIRE_THROWS_WITH(Run(resume), Catch::Contains("the training data changed since the checkpoint was written") &&
+                                       Catch::Contains("of the 24 training images now"));
+  for (int i = 8; i < 16; ++i) fs::remove(tmp.path / "train/cat" / (std::to_string(i) + ".png"));
+  REQUIRE(Run(resume).execute().exit_code == 0);
 }

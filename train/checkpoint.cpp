@@ -29,11 +29,9 @@ constexpr const char* kOptimizerPrefix = "optimizer.";
 constexpr const char* kPayloadCrc32 = "payload_crc32";
 constexpr const char* kMetadataCrc32 = "metadata_crc32";
 
-// A CRC-32 as the file records it: 8 hex digits.
-std::string crc_hex(uLong crc) {
-  char hex[9];
-  std::snprintf(hex, sizeof hex, "%08lx", static_cast<unsigned long>(crc));
-  return hex;
+
+bool is_crc_hex(const std::string& s) {
+  return s.size() == 8 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
 }
 
 // CRC-32 of every metadata entry but the two checksums, as "key=value\n" in key order: an edited
@@ -45,7 +43,7 @@ std::string metadata_crc32(const std::map<std::string, std::string>& metadata) {
     const std::string entry = key + "=" + value + "\n";
     crc = crc32_z(crc, reinterpret_cast<const Bytef*>(entry.data()), entry.size());
   }
-  return crc_hex(crc);
+  return crc_hex(static_cast<uint32_t>(crc));
 }
 
 // A whole decimal integer in [lo, hi]: "1xyz", "", "+-3" and values past int64 are errors.
@@ -104,6 +102,11 @@ CheckpointInfo info_from_metadata(const std::map<std::string, std::string>& meta
     info.evaluated = metadata_int(get("evaluated"), "evaluated", 0, 1, path) == 1;
   }
   if (meta.count("world_size")) info.world_size = metadata_int(get("world_size"), "world_size", 1, 1 << 20, path);
+  if (meta.count("data_crc32")) {
+    info.data_crc32 = get("data_crc32");
+    MINIDL_CHECK(is_crc_hex(info.data_crc32), "checkpoint '", path, "': metadata 'data_crc32' is '",
+                 text_excerpt(info.data_crc32), "', expected 8 hex digits");
+  }
   if (meta.count("grad_scaler")) {
     info.grad_scaler = parse_json_limited(get("grad_scaler"), str("checkpoint '", path, "': metadata 'grad_scaler'"));
     MINIDL_CHECK(info.grad_scaler.is_object(), "checkpoint '", path, "': metadata 'grad_scaler' is a JSON ",
@@ -134,6 +137,7 @@ std::map<std::string, std::string> checkpoint_metadata(const Optimizer& optimize
   if (!info.grad_scaler.is_null()) meta["grad_scaler"] = info.grad_scaler.dump();
   if (!info.classes.is_null()) meta["classes"] = info.classes.dump();
   if (info.world_size > 1) meta["world_size"] = std::to_string(info.world_size);
+  if (!info.data_crc32.empty()) meta["data_crc32"] = info.data_crc32;
   return meta;
 }
 
@@ -226,6 +230,12 @@ void check_tensors(const SafeTensors& st, const std::string& path) {
 
 }  // namespace
 
+std::string crc_hex(uint32_t crc) {
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08lx", static_cast<unsigned long>(crc));
+  return hex;
+}
+
 std::string tensors_crc32(const std::vector<std::pair<std::string, Tensor>>& host_tensors) {
   return tensors_crc32(tensor_bytes(host_tensors));
 }
@@ -233,7 +243,7 @@ std::string tensors_crc32(const std::vector<std::pair<std::string, Tensor>>& hos
 std::string tensors_crc32(const std::vector<TensorBytes>& tensors) {
   uLong crc = crc32_z(0L, Z_NULL, 0);
   for (const TensorBytes& t : tensors) crc = crc32_z(crc, static_cast<const Bytef*>(t.data), t.nbytes);
-  return crc_hex(crc);
+  return crc_hex(static_cast<uint32_t>(crc));
 }
 
 CheckpointInfo read_checkpoint_info(const std::string& path) {

@@ -40,6 +40,9 @@ struct CheckpointInfo {
   // The ranks that trained it, metadata "world_size" (written above 1; absent: 1). With the
   // config's accumulate_steps it gives the micro-batches per step a resume must keep.
   int64_t world_size = 1;
+  // The CRC-32 of the training data it trained on (Trainer::training_data_crc32), 8 hex digits,
+  // metadata "data_crc32"; empty when not recorded. A resume with other data is refused.
+  std::string data_crc32;
 };
 
 // The checkpoint of `model` and `optimizer` at `info`, written to `path` on the calling thread.
@@ -79,6 +82,8 @@ CheckpointInfo load_checkpoint(const std::string& path, Module& model, Optimizer
 // gigabytes per second (our SHA-256 took seconds per checkpoint of a few hundred MB).
 std::string tensors_crc32(const std::vector<std::pair<std::string, Tensor>>& host_tensors);
 std::string tensors_crc32(const std::vector<TensorBytes>& tensors);
+// A CRC-32 as the files record it: 8 lowercase hex digits.
+std::string crc_hex(uint32_t crc);
 // Reads only the metadata (resolved config, epoch, step).
 CheckpointInfo read_checkpoint_info(const std::string& path);
 

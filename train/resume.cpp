@@ -77,6 +77,15 @@ void check_resume_position(const CheckpointInfo& info, int64_t steps_per_epoch, 
                " steps of ", batch_size);
 }
 
+void check_resume_data(const CheckpointInfo& info, uint32_t data_crc32, int64_t images, const std::string& run_dir) {
+  if (info.data_crc32.empty()) return;
+  const std::string now = crc_hex(data_crc32);
+  MINIDL_CHECK(now == info.data_crc32, "--resume ", run_dir, ": the training data changed since the checkpoint was ",
+               "written (CRC-32 ", now, " of the ", images, " training images now, ", info.data_crc32,
+               " then): the run would go on with other images than it trained on; restore the data it trained on, ",
+               "or start a new run");
+}
+
 CheckpointInfo read_resume_checkpoint(const std::string& run_dir) {
   const std::string ckpt = run_dir + "/" + kCheckpointFile;
   auto exists = [&](const std::string& path) {

@@ -175,6 +175,11 @@ Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Da
   schedule_ = make_schedule(config.schedule, "schedule");
 }
 
+uint32_t Trainer::training_data_crc32() const {
+  if (!train_set_crc32_) train_set_crc32_ = dataset_crc32(train_set_);
+  return *train_set_crc32_;
+}
+
 void Trainer::check_class_count() {
   // The model's output width, from one zero image in eval mode without autograd (no state changes).
   const Tensor& images = train_set_.images;
