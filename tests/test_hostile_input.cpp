@@ -325,8 +325,8 @@ TEST_CASE("checkpoint integrity: a changed byte in a tensor makes the file damag
   const std::string old_file = dir + "/old.safetensors";
   save_safetensors(old_file, tensors, meta);
   REQUIRE_NOTHROW(read_checkpoint_info(old_file));
-  meta["payload_crc32"] = tensors_crc32(tensors);
-  REQUIRE(meta["payload_crc32"].size() == 8);
+  meta["tensors_crc32"] = tensors_crc32(tensors);
+  REQUIRE(meta["tensors_crc32"].size() == 8);
   const std::string path = dir + "/checkpoint.safetensors";
   save_safetensors(path, tensors, meta);
   REQUIRE_NOTHROW(read_checkpoint_info(path));

@@ -23,11 +23,17 @@ namespace {
 
 constexpr const char* kFormat = "minidl-checkpoint-1";
 constexpr const char* kOptimizerPrefix = "optimizer.";
-// The CRC-32 of the tensors' bytes, written with them: a flipped bit anywhere in the weights or
-// the optimizer state makes the file "damaged" instead of silently changing the run. Files
-// written without it still load.
+// The CRC-32 of every tensor's header entry (name, dtype, shape, offsets) and bytes, written with
+// them: a flipped bit anywhere in the weights or the optimizer state, or two names swapped in the
+// header, makes the file "damaged" instead of silently changing the run.
+constexpr const char* kTensorsCrc32 = "tensors_crc32";
+// Files written before kTensorsCrc32 carry the CRC-32 of the bytes alone, which binds no name to
+// its bytes: such a file loads only when its tensors lie in the order minidl writes them (the
+// model's state dict, then the optimizer's state), which then binds each name to its place.
 constexpr const char* kPayloadCrc32 = "payload_crc32";
 constexpr const char* kMetadataCrc32 = "metadata_crc32";
+// model.safetensors: the CRC-32 of the config parts that define the model and its input.
+constexpr const char* kModelConfigCrc32 = "model_config_crc32";
 
 
 bool is_crc_hex(const std::string& s) {
@@ -39,7 +45,7 @@ bool is_crc_hex(const std::string& s) {
 std::string metadata_crc32(const std::map<std::string, std::string>& metadata) {
   uLong crc = crc32_z(0L, Z_NULL, 0);
   for (const auto& [key, value] : metadata) {
-    if (key == kPayloadCrc32 || key == kMetadataCrc32) continue;
+    if (key == kTensorsCrc32 || key == kPayloadCrc32 || key == kMetadataCrc32) continue;
     const std::string entry = key + "=" + value + "\n";
     crc = crc32_z(crc, reinterpret_cast<const Bytef*>(entry.data()), entry.size());
   }
@@ -143,7 +149,7 @@ std::map<std::string, std::string> checkpoint_metadata(const Optimizer& optimize
 
 void save_checkpoint_bytes(const std::string& path, const std::vector<TensorBytes>& tensors,
                            std::map<std::string, std::string> metadata) {
-  metadata[kPayloadCrc32] = tensors_crc32(tensors);
+  metadata[kTensorsCrc32] = tensors_crc32(tensors);
   metadata[kMetadataCrc32] = metadata_crc32(metadata);
   save_safetensors_bytes(path, tensors, metadata);
 }
@@ -199,14 +205,29 @@ bool ends_with(const std::string& s, const std::string& tail) {
 // Normalization statistics no run can produce (a NaN, infinite or negative running variance, a
 // non-finite running mean) mean a corrupt or edited file; loaded, they would silently ruin every
 // evaluation from then on.
-void check_running_stats(const std::string& name, const Tensor& t, const std::string& path) {
+void check_running_stats(const std::string& name, const Tensor& t, const std::string& path,
+                         const char* what = "checkpoint") {
   const bool var = ends_with(name, "running_var");
   if ((!var && !ends_with(name, "running_mean")) || t.dtype() != DType::Float32) return;
   const float* v = t.data<float>();
   for (int64_t i = 0; i < t.numel(); ++i)
-    MINIDL_CHECK(std::isfinite(v[i]) && (!var || v[i] >= 0), "checkpoint '", path, "': ", text_excerpt(name), "[", i,
+    MINIDL_CHECK(std::isfinite(v[i]) && (!var || v[i] >= 0), what, " '", path, "': ", text_excerpt(name), "[", i,
                  "] is ", v[i], ", which no run produces (", var ? "a variance is finite and >= 0" : "a mean is finite",
                  "): the file is corrupt");
+}
+
+// The CRC-32 of the tensors' bytes alone, as files written before kTensorsCrc32 record it.
+std::string payload_crc32(const std::vector<TensorBytes>& tensors) {
+  uLong crc = crc32_z(0L, Z_NULL, 0);
+  for (const TensorBytes& t : tensors) crc = crc32_z(crc, static_cast<const Bytef*>(t.data), t.nbytes);
+  return crc_hex(static_cast<uint32_t>(crc));
+}
+
+void check_crc(const std::string& recorded, const std::string& actual, const std::string& what,
+               const std::string& path) {
+  MINIDL_CHECK(actual == recorded, what, " '", path, "' is damaged: its tensors' CRC-32 is ", actual,
+               " but the file records ", text_excerpt(recorded),
+               " (changed after it was written: a disk or copy error, or an edit)");
 }
 
 // The tensors as written: statistics a run can produce, and the CRC-32 the writer recorded.
@@ -220,12 +241,23 @@ void check_tensors(const SafeTensors& st, const std::string& path) {
                  " but the file records ", text_excerpt(m->second),
                  " (changed after it was written: a disk or copy error, or an edit)");
   }
-  auto it = st.metadata.find(kPayloadCrc32);
-  if (it == st.metadata.end()) return;
-  const std::string actual = tensors_crc32(st.tensors);
-  MINIDL_CHECK(actual == it->second, "checkpoint '", path, "' is damaged: its tensors' CRC-32 is ", actual,
-               " but the file records ", text_excerpt(it->second),
-               " (changed after it was written: a disk or copy error, or an edit)");
+  if (auto it = st.metadata.find(kTensorsCrc32); it != st.metadata.end())
+    check_crc(it->second, tensors_crc32(st.tensors), "checkpoint", path);
+  else if (auto old = st.metadata.find(kPayloadCrc32); old != st.metadata.end())
+    check_crc(old->second, payload_crc32(tensor_bytes(st.tensors)), "checkpoint", path);
+}
+
+// A file whose CRC binds no name to its bytes (kPayloadCrc32 only) must hold the tensors in the
+// order `expected` (checkpoint_tensors') lists them.
+void check_legacy_order(const SafeTensors& st, const std::vector<std::pair<std::string, Tensor>>& expected,
+                        const std::string& path) {
+  if (st.metadata.count(kTensorsCrc32) || !st.metadata.count(kPayloadCrc32)) return;
+  const size_t n = std::min(st.tensors.size(), expected.size());
+  for (size_t i = 0; i < n; ++i)
+    MINIDL_CHECK(st.tensors[i].first == expected[i].first, "checkpoint '", path, "' was written before checkpoints ",
+                 "checksummed their tensors' names, and its tensor '", text_excerpt(st.tensors[i].first),
+                 "' lies where minidl writes '", expected[i].first, "': its header may have been edited (names ",
+                 "swapped), so it is refused");
 }
 
 }  // namespace
@@ -242,8 +274,49 @@ std::string tensors_crc32(const std::vector<std::pair<std::string, Tensor>>& hos
 
 std::string tensors_crc32(const std::vector<TensorBytes>& tensors) {
   uLong crc = crc32_z(0L, Z_NULL, 0);
-  for (const TensorBytes& t : tensors) crc = crc32_z(crc, static_cast<const Bytef*>(t.data), t.nbytes);
+  uint64_t offset = 0;
+  for (const TensorBytes& t : tensors) {
+    std::string entry = t.name + '\0' + dtype_name(t.dtype) + '\0';
+    for (const int64_t d : t.shape) entry += std::to_string(d) + ',';
+    entry += str('\0', offset, ',', offset + t.nbytes, '\n');
+    offset += t.nbytes;
+    crc = crc32_z(crc, reinterpret_cast<const Bytef*>(entry.data()), entry.size());
+    crc = crc32_z(crc, static_cast<const Bytef*>(t.data), t.nbytes);
+  }
   return crc_hex(static_cast<uint32_t>(crc));
+}
+
+std::string model_config_crc32(const nlohmann::json& config) {
+  nlohmann::json parts = {{"model", config.value("model", nlohmann::json())}};
+  const nlohmann::json data = config.value("data", nlohmann::json::object());
+  for (const char* key : {"format", "image_size", "normalize"})
+    parts[key] = data.is_object() ? data.value(key, nlohmann::json()) : nlohmann::json();
+  const std::string text = parts.dump();
+  return crc_hex(static_cast<uint32_t>(crc32_z(0L, reinterpret_cast<const Bytef*>(text.data()), text.size())));
+}
+
+std::map<std::string, std::string> weights_metadata(const std::vector<TensorBytes>& tensors,
+                                                    const nlohmann::json& config) {
+  return {{"format", "pt"}, {kTensorsCrc32, tensors_crc32(tensors)}, {kModelConfigCrc32, model_config_crc32(config)}};
+}
+
+void save_weights(const std::string& path, const Module& model, const nlohmann::json& config) {
+  std::vector<std::pair<std::string, Tensor>> host = model.state_dict();
+  for (auto& entry : host) entry.second = entry.second.cpu();
+  const std::vector<TensorBytes> bytes = tensor_bytes(host);
+  save_safetensors_bytes(path, bytes, weights_metadata(bytes, config));
+}
+
+void check_weights(const SafeTensors& st, const nlohmann::json& config, const std::string& path,
+                   const std::string& config_path) {
+  for (const auto& [name, t] : st.tensors) check_running_stats(name, t, path, "weights file");
+  if (auto it = st.metadata.find(kTensorsCrc32); it != st.metadata.end())
+    check_crc(it->second, tensors_crc32(st.tensors), "weights file", path);
+  if (auto it = st.metadata.find(kModelConfigCrc32); it != st.metadata.end())
+    MINIDL_CHECK(it->second == model_config_crc32(config), "'", config_path, "' does not describe the model '", path,
+                 "' holds: its model, data.format, data.image_size or data.normalize changed after the run wrote ",
+                 "them (CRC-32 ", model_config_crc32(config), ", recorded ", text_excerpt(it->second),
+                 "); restore the run's config.json");
 }
 
 CheckpointInfo read_checkpoint_info(const std::string& path) {
@@ -255,6 +328,7 @@ CheckpointInfo read_checkpoint_info(const std::string& path) {
 CheckpointInfo load_checkpoint(const std::string& path, Module& model, Optimizer& optimizer) {
   SafeTensors st = load_safetensors(path);
   check_tensors(st, path);
+  check_legacy_order(st, checkpoint_tensors(model, optimizer), path);
   CheckpointInfo info = info_from_metadata(st.metadata, path);
   std::vector<std::pair<std::string, Tensor>> weights, opt;
   const std::string prefix = kOptimizerPrefix;

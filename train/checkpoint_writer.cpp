@@ -60,6 +60,7 @@ void CheckpointWriter::write(const std::string& dir, const Module& model, const 
   previous_step_ = previous_step;
   keep_ = keep;
   weights_path_ = weights_path;
+  weights_config_ = info.config;
   weights_count_ = model.state_dict().size();
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -90,9 +91,10 @@ void CheckpointWriter::loop() {
     try {
       test_pause_point("CHECKPOINT_WRITE");
       write_run_checkpoint(dir_, tensors_, metadata_, step_, previous_step_, keep_);
-      if (!weights_path_.empty())
-        save_safetensors_bytes(weights_path_, {tensors_.begin(), tensors_.begin() + static_cast<long>(weights_count_)},
-                               {{"format", "pt"}});
+      if (!weights_path_.empty()) {
+        const std::vector<TensorBytes> weights(tensors_.begin(), tensors_.begin() + static_cast<long>(weights_count_));
+        save_safetensors_bytes(weights_path_, weights, weights_metadata(weights, weights_config_));
+      }
     } catch (...) {
       error = std::current_exception();
     }
