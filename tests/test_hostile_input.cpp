@@ -4,6 +4,7 @@
 // allocate, and atomic files with the clean-up of what killed writers leave. Each case must
 // throw one minidl::Error with a short, printable message naming what is wrong.
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -402,4 +403,18 @@ TEST_CASE("run log: a failed write (full disk) is an error naming the file", "[h
   fs::create_symlink("/dev/zero", dir + "/steps_zero.jsonl");
   REQUIRE_THAT(error_of([&] { truncate_jsonl(dir + "/steps_zero.jsonl", "step", 1); }),
                Catch::Contains("not a regular file"));
+}
+
+TEST_CASE("files: a FIFO where a checkpoint, a run log or a config belongs is an error, never a wait", "[hostile]") {
+  const std::string dir = temp_dir("fifo");
+  for (const char* name : {"checkpoint.safetensors", "steps.jsonl", "log.txt", "config.json"})
+    REQUIRE(::mkfifo((dir + "/" + name).c_str(), 0600) == 0);
+  REQUIRE_THAT(test::error_in_child([&] { read_checkpoint_info(dir + "/checkpoint.safetensors"); }),
+               Catch::Contains("safetensors file '" + dir + "/checkpoint.safetensors' is not a regular file (a FIFO"));
+  REQUIRE_THAT(test::error_in_child([&] { check_jsonl(dir + "/steps.jsonl"); }),
+               Catch::Contains("run log '" + dir + "/steps.jsonl' is not a regular file (a FIFO"));
+  REQUIRE_THAT(test::error_in_child([&] { RunLog log(dir); }),
+               Catch::Contains("cannot open '" + dir + "/log.txt' for writing: it is a FIFO or a socket"));
+  REQUIRE_THAT(test::error_in_child([&] { read_json_file(dir + "/config.json"); }),
+               Catch::Contains("config.json' is not a regular file (a FIFO"));
 }

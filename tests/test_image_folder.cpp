@@ -3,11 +3,16 @@
 // cache (hit, invalidation, stale files), skip_bad, bad layouts; the CIFAR JPEG subset against
 // the bytes prepare-cifar10.sh (PIL) wrote; CIFAR-100 binaries; the model/data class check.
 #include <png.h>
+#include <sys/stat.h>
 #include <turbojpeg.h>
+#include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <vector>
@@ -518,4 +523,122 @@ TEST_CASE("resume: training data that changed since the checkpoint is refused", 
                                        Catch::Contains("of the 24 training images now"));
   for (int i = 8; i < 16; ++i) fs::remove(tmp.path / "train/cat" / (std::to_string(i) + ".png"));
   REQUIRE(Run(resume).execute().exit_code == 0);
+}
+
+namespace {
+
+// The only file in `dir`.
+fs::path only_file(const fs::path& dir) {
+  REQUIRE(cache_files(dir) == 1);
+  return fs::directory_iterator(dir)->path();
+}
+
+// The image cache's layout: magic (8 bytes), then 7 int64: key, n, c, h, w, metadata bytes, the
+// CRC-32 of the labels and pixels; the metadata; the labels (int32); the pixels.
+struct CacheBytes {
+  std::string bytes;
+  int64_t n = 0, labels_at = 0, pixels_at = 0;
+  explicit CacheBytes(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+    int64_t head[7];
+    std::memcpy(head, bytes.data() + 8, sizeof head);
+    n = head[1];
+    labels_at = 8 + 56 + head[5];
+    pixels_at = labels_at + 4 * n;
+  }
+  void set_label(int64_t i, int32_t v) { std::memcpy(&bytes[static_cast<size_t>(labels_at + 4 * i)], &v, 4); }
+  // The CRC-32 recomputed, as a hand-made cache would carry it.
+  void fix_crc() {
+    const int64_t crc = static_cast<int64_t>(crc32_z(0L, reinterpret_cast<const Bytef*>(bytes.data() + labels_at),
+                                                     bytes.size() - static_cast<size_t>(labels_at)));
+    std::memcpy(&bytes[8 + 48], &crc, 8);
+  }
+  void write(const fs::path& path) const { std::ofstream(path, std::ios::binary) << bytes; }
+};
+
+}  // namespace
+
+TEST_CASE("image folder: a damaged cache is decoded again, and says so", "[data][image_folder][hostile]") {
+  test::TempDir tmp("imgcache_damaged");
+  const fs::path root = tmp.path / "data";
+  for (int i = 0; i < 6; ++i)
+    write_png(root / "train" / (i % 2 ? "odd" : "even") / (std::to_string(i) + ".png"), pattern(6 + i, 6, 3), 6 + i, 6,
+              PNG_FORMAT_RGB);
+  DataOptions o = folder_options(root, 6);
+  o.cache_dir = (tmp.path / "cache").string();
+  const Dataset good = load_image_folder(o, Split::Train);
+  const fs::path cache = only_file(o.cache_dir);
+  const auto reload = [&] {
+    ImageFolderStats st;
+    const Dataset d = load_image_folder(o, Split::Train, &st);
+    REQUIRE_FALSE(st.from_cache);
+    REQUIRE(d.labels.values<int32_t>() == good.labels.values<int32_t>());
+    REQUIRE(d.images.values<uint8_t>() == good.images.values<uint8_t>());
+    return d.note;
+  };
+  // Every label zeroed, then every pixel inverted: a cache of the right size and key.
+  CacheBytes zeroed(cache);
+  for (int64_t i = 0; i < zeroed.n; ++i) zeroed.set_label(i, 0);
+  zeroed.write(cache);
+  REQUIRE_THAT(reload(), Catch::StartsWith("the image cache " + cache.string() + " was damaged (its labels' and "
+                                           "pixels' CRC-32 is "));
+  CacheBytes inverted(cache);
+  for (size_t i = static_cast<size_t>(inverted.pixels_at); i < inverted.bytes.size(); ++i)
+    inverted.bytes[i] = static_cast<char>(~inverted.bytes[i]);
+  inverted.write(cache);
+  REQUIRE_THAT(reload(), Catch::Contains("was damaged (its labels' and pixels' CRC-32 is "));
+  // A label no class has, with a CRC-32 that matches it.
+  CacheBytes negative(cache);
+  negative.set_label(2, -7);
+  negative.fix_crc();
+  negative.write(cache);
+  REQUIRE_THAT(reload(), Catch::Contains("was damaged (image 2 has label -7, not one of the 2 classes)"));
+  ImageFolderStats st;
+  load_image_folder(o, Split::Train, &st);
+  REQUIRE(st.from_cache);
+
+  // A FIFO where the cache belongs is named, not opened (which would wait for a writer forever).
+  fs::remove(cache);
+  REQUIRE(::mkfifo(cache.c_str(), 0600) == 0);
+  REQUIRE_THAT(test::error_in_child([&] { load_image_folder(o, Split::Train); }),
+               Catch::Contains("image cache '" + cache.string() + "' is not a regular file (a FIFO"));
+}
+
+TEST_CASE("image folder: a file that cannot be read is skipped for this run only, never cached as bad",
+          "[data][image_folder]") {
+  test::TempDir tmp("imgcache_unreadable");
+  const fs::path root = tmp.path / "data";
+  for (int i = 0; i < 4; ++i)
+    write_png(root / "train" / (i % 2 ? "odd" : "even") / (std::to_string(i) + ".png"), pattern(6, 6, 3), 6, 6,
+              PNG_FORMAT_RGB);
+  DataOptions o = folder_options(root, 6);
+  o.cache_dir = (tmp.path / "cache").string();
+  o.skip_bad = true;
+  fs::create_directories(o.cache_dir);
+  fs::permissions(o.cache_dir, fs::perms::all);
+  const fs::path locked = root / "train/odd/1.png";
+  fs::permissions(locked, fs::perms::none);
+  // Permissions bind root only through another effective user (restored after).
+  const bool root_user = ::geteuid() == 0;
+  if (root_user) REQUIRE(::seteuid(65534) == 0);
+  ImageFolderStats first;
+  Dataset d;
+  try {
+    d = load_image_folder(o, Split::Train, &first);
+  } catch (...) {
+    if (root_user) REQUIRE(::seteuid(0) == 0);
+    throw;
+  }
+  if (root_user) REQUIRE(::seteuid(0) == 0);
+  REQUIRE(first.skipped == 1);
+  REQUIRE(d.size() == 3);
+  REQUIRE(first.cache_path.empty());
+  REQUIRE_THAT(d.note, Catch::StartsWith("image cache not written: 1 files could not be read, e.g. '" +
+                                         locked.string() + "': cannot open (Permission denied)"));
+  fs::permissions(locked, fs::perms::owner_read | fs::perms::owner_write);
+  ImageFolderStats second;
+  REQUIRE(load_image_folder(o, Split::Train, &second).size() == 4);
+  REQUIRE(second.skipped == 0);
+  REQUIRE_FALSE(second.from_cache);
 }

@@ -1,5 +1,6 @@
 #include "train/run_log.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,12 +13,18 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/json_limits.h"
+#include "core/regular_file.h"
 #include "train/tensorboard.h"
 
 namespace minidl {
 
 namespace {
 std::ofstream open_append(const std::string& path) {
+  // Opening a FIFO to write would wait for a reader forever.
+  struct stat st {};
+  MINIDL_CHECK(::stat(path.c_str(), &st) != 0 || !(S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode) || S_ISDIR(st.st_mode)),
+               "cannot open '", path, "' for writing: it is ", S_ISDIR(st.st_mode) ? "a folder" : "a FIFO or a socket",
+               ", not a file");
   std::ofstream f(path, std::ios::app);
   MINIDL_CHECK(f.good(), "cannot open '", path, "' for writing");
   return f;
@@ -146,11 +153,11 @@ std::vector<std::pair<std::string, nlohmann::json>> read_jsonl(const std::string
 }  // namespace
 
 void check_jsonl(const std::string& path) {
-  if (std::ifstream(path).good()) read_jsonl(path);
+  if (path_exists(path)) read_jsonl(path);
 }
 
 void truncate_jsonl(const std::string& path, const std::string& key, int64_t limit) {
-  if (!std::ifstream(path).good()) return;
+  if (!path_exists(path)) return;
   std::vector<std::string> keep;
   for (const auto& [line, j] : read_jsonl(path))
     if (j.is_object() && j.contains(key) && j[key].is_number_integer() && j[key].get<int64_t>() < limit)
