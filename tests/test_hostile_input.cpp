@@ -401,7 +401,7 @@ TEST_CASE("run log: a failed write (full disk) is an error naming the file", "[h
   REQUIRE_THAT(m, Catch::Contains("metrics.jsonl") && Catch::Contains("No space left on device"));
   // truncate_jsonl reads only bounded regular files (/dev/zero would never end).
   fs::create_symlink("/dev/zero", dir + "/steps_zero.jsonl");
-  REQUIRE_THAT(error_of([&] { truncate_jsonl(dir + "/steps_zero.jsonl", "step", 1); }),
+  REQUIRE_THAT(error_of([&] { truncate_jsonl(dir + "/steps_zero.jsonl", "step", 1, 0); }),
                Catch::Contains("not a regular file"));
 }
 
@@ -411,10 +411,32 @@ TEST_CASE("files: a FIFO where a checkpoint, a run log or a config belongs is an
     REQUIRE(::mkfifo((dir + "/" + name).c_str(), 0600) == 0);
   REQUIRE_THAT(test::error_in_child([&] { read_checkpoint_info(dir + "/checkpoint.safetensors"); }),
                Catch::Contains("safetensors file '" + dir + "/checkpoint.safetensors' is not a regular file (a FIFO"));
-  REQUIRE_THAT(test::error_in_child([&] { check_jsonl(dir + "/steps.jsonl"); }),
+  REQUIRE_THAT(test::error_in_child([&] { check_jsonl(dir + "/steps.jsonl", "step", 0, 0); }),
                Catch::Contains("run log '" + dir + "/steps.jsonl' is not a regular file (a FIFO"));
   REQUIRE_THAT(test::error_in_child([&] { RunLog log(dir); }),
                Catch::Contains("cannot open '" + dir + "/log.txt' for writing: it is a FIFO or a socket"));
   REQUIRE_THAT(test::error_in_child([&] { read_json_file(dir + "/config.json"); }),
                Catch::Contains("config.json' is not a regular file (a FIFO"));
+}
+
+TEST_CASE("run log: a torn last line is dropped only when the checkpoint does not need it", "[hostile]") {
+  const std::string dir = temp_dir("torn");
+  std::string text;
+  for (int step = 0; step < 4; ++step) text += nlohmann::json{{"step", step}, {"loss", 1.5}}.dump() + "\n";
+  text += "{\"step\": 4, \"lo";  // step 4's record, cut by a crash
+  const std::string path = write_file(dir + "/steps.jsonl", text);
+  // A checkpoint at step 5 trained steps 0..4: step 4's record is lost, not merely unfinished.
+  const std::string needed = "run log '" + path + "': line 5 is not a JSON record, and the checkpoint needs the "
+                             "records up to step 4 (the last whole one is step 3)";
+  REQUIRE_THAT(error_of([&] { check_jsonl(path, "step", 5, 0); }), Catch::StartsWith(needed));
+  REQUIRE_THAT(error_of([&] { truncate_jsonl(path, "step", 5, 0); }), Catch::StartsWith(needed));
+  REQUIRE(read_file_limited(path, "run log") == text);
+  // A checkpoint at step 4: the torn line was a step past it, and goes.
+  truncate_jsonl(path, "step", 4, 0);
+  REQUIRE(read_file_limited(path, "run log") == text.substr(0, text.rfind('\n') + 1));
+  // metrics.jsonl counts epochs from 1: a checkpoint in epoch 1 needs no record.
+  const std::string metrics = write_file(dir + "/metrics.jsonl", "{\"epoch\": 1, \"tra");
+  REQUIRE_NOTHROW(check_jsonl(metrics, "epoch", 1, 1));
+  REQUIRE_THAT(error_of([&] { check_jsonl(metrics, "epoch", 2, 1); }),
+               Catch::Contains("needs the records up to epoch 1 (the last whole one is epoch 0)"));
 }

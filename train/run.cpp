@@ -262,10 +262,10 @@ std::vector<std::string> Run::take_folder() {
   }
   if (!writer()) return replaced;
   if (resume_) {
-    check_jsonl(run_dir_ + "/metrics.jsonl");
-    check_jsonl(run_dir_ + "/steps.jsonl");
-    truncate_jsonl(run_dir_ + "/metrics.jsonl", "epoch", start_.epoch + 1);
-    truncate_jsonl(run_dir_ + "/steps.jsonl", "step", start_.step);
+    check_jsonl(run_dir_ + "/metrics.jsonl", "epoch", start_.epoch + 1, 1);
+    check_jsonl(run_dir_ + "/steps.jsonl", "step", start_.step, 0);
+    truncate_jsonl(run_dir_ + "/metrics.jsonl", "epoch", start_.epoch + 1, 1);
+    truncate_jsonl(run_dir_ + "/steps.jsonl", "step", start_.step, 0);
     if (trainer_->resolved_config() != start_.config)  // --set epochs or accumulate_steps
       write_file_atomic(run_dir_ + "/config.json", trainer_->resolved_config().dump(2) + "\n", "run config");
   } else {
