@@ -642,3 +642,57 @@ TEST_CASE("image folder: a file that cannot be read is skipped for this run only
   REQUIRE(second.skipped == 0);
   REQUIRE_FALSE(second.from_cache);
 }
+
+namespace {
+
+std::vector<uint8_t> from_hex(const std::string& hex) {
+  std::vector<uint8_t> out;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) out.push_back(static_cast<uint8_t>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("image decode: CMYK and YCCK JPEGs decode as Pillow's convert(\"RGB\")", "[data][image_folder]") {
+  // A 4x4 CMYK JPEG that Pillow 9.4 wrote, and the bytes its Image.open(f).convert("RGB") gives.
+  const std::vector<uint8_t> cmyk_jpeg = from_hex(
+      "ffd8ffee000e41646f626500640000000000ffdb0043000302020302020303030304030304050805050404050a070706080c"
+      "0a0c0c0b0a0b0b0d0e12100d0e110e0b0b1016101113141515150c0f171816141812141514ffc00014080004000404431100"
+      "4d11005911004b1100ffc400160001010100000000000000000000000000080407ffc4002210000202020202020300000000"
+      "00000000010203040506071112210031084251ffda000e0443004d0059004b00003f002c72cee1676ae45cbd9c857490c095"
+      "2b578c59b3e30429521091af7293d283f649627b662cc4b14b414e3d5ede49ec193619f276e4bed365e57635c31f05821119"
+      "4548516350a9d7af7ecfcda786bf11751dcab6c976de5b394275bf595d70d2d7c7432336328cad2186bc291076691892aa3b"
+      "fb3efb265d1790aef1e6a34ce1e862e2197b37edd846a6be08d0dfb346258d57a0a8b053814281fa9fefcfffd9");
+  const RgbImage cmyk = decode_image(cmyk_jpeg.data(), cmyk_jpeg.size(), "cmyk.jpg");
+  REQUIRE(cmyk.width == 4);
+  REQUIRE(cmyk.pixels == from_hex("0507036e790407080122785d26a8936e3171020a0713963784690411050e21291b3aa14a275c42060b0d"
+                                  "07b644104662"));
+
+  // YCCK (what libjpeg writes from CMYK pixels): libjpeg turns it back into the stored CMYK, then
+  // Pillow's rule: the values inverted (Adobe's convention), R = (255 - K) - C (255 - K) / 255.
+  std::vector<uint8_t> ink(16 * 16 * 4);
+  for (size_t i = 0; i < ink.size(); ++i) ink[i] = static_cast<uint8_t>((i * 37 + i / 64 * 11) % 256);
+  tjhandle t = tjInitCompress();
+  unsigned char* buf = nullptr;
+  unsigned long size = 0;
+  REQUIRE(tjCompress2(t, ink.data(), 16, 0, 16, TJPF_CMYK, &buf, &size, TJSAMP_444, 95, 0) == 0);
+  const std::vector<uint8_t> ycck_jpeg(buf, buf + size);
+  tjFree(buf);
+  tjDestroy(t);
+  tjhandle d = tjInitDecompress();
+  int w = 0, h = 0, subsamp = 0, colorspace = 0;
+  REQUIRE(tjDecompressHeader3(d, ycck_jpeg.data(), size, &w, &h, &subsamp, &colorspace) == 0);
+  REQUIRE(colorspace == TJCS_YCCK);
+  std::vector<uint8_t> stored(16 * 16 * 4);
+  REQUIRE(tjDecompress2(d, ycck_jpeg.data(), size, stored.data(), 16, 0, 16, TJPF_CMYK, 0) == 0);
+  tjDestroy(d);
+  std::vector<uint8_t> want;
+  for (size_t p = 0; p < 16 * 16; ++p) {
+    const int k = 255 - stored[p * 4 + 3], nk = 255 - k;
+    for (int c = 0; c < 3; ++c) {
+      const int tmp = (255 - stored[p * 4 + static_cast<size_t>(c)]) * nk + 128;
+      want.push_back(static_cast<uint8_t>(nk - (((tmp >> 8) + tmp) >> 8)));
+    }
+  }
+  REQUIRE(decode_image(ycck_jpeg.data(), ycck_jpeg.size(), "ycck.jpg").pixels == want);
+}
