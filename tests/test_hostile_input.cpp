@@ -24,6 +24,7 @@
 #include "layers/registry.h"
 #include "optim/optimizer.h"
 #include "train/checkpoint.h"
+#include "train/class_metrics.h"
 #include "train/config.h"
 #include "train/run_folder.h"
 #include "train/run_log.h"
@@ -439,4 +440,11 @@ TEST_CASE("run log: a torn last line is dropped only when the checkpoint does no
   REQUIRE_NOTHROW(check_jsonl(metrics, "epoch", 1, 1));
   REQUIRE_THAT(error_of([&] { check_jsonl(metrics, "epoch", 2, 1); }),
                Catch::Contains("needs the records up to epoch 1 (the last whole one is epoch 0)"));
+}
+
+TEST_CASE("class names: control bytes are escaped in the per-class line, UTF-8 text is kept", "[hostile]") {
+  const std::vector<std::string> classes = {"caf\xc3\xa9", "red\x1b[31mflag", "two\nlines"};
+  const std::string line = class_metrics_line(class_metrics(classes, {1, 0, 0, 0, 1, 0, 0, 1, 1}));
+  REQUIRE(line == "caf\xc3\xa9 100.0%, red\\x1b[31mflag 100.0%, two\\x0alines 50.0%");
+  for (const char c : line) REQUIRE(static_cast<unsigned char>(c) >= 0x20);
 }
