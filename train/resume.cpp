@@ -32,7 +32,12 @@ TrainConfig resume_config(const RunOptions& o, const CheckpointInfo& info, const
   TrainConfig c = parse_train_config(j);
   if (!o.device.empty()) c.device = o.device;
   c.output_dir = run_dir;
-  *raised = c.epochs != before;
+  // Fewer epochs would change the run's schedule from the resumed step on (a cosine or piecewise
+  // schedule follows the run's length): the logs and the checkpoint would describe another run.
+  MINIDL_CHECK(c.epochs >= before, where, ": --set epochs=", c.epochs, " is fewer than the ", before,
+               " epochs the run was started with; a resumed run trains as long or longer (to stop it earlier, ",
+               "pass --max-steps N)");
+  *raised = c.epochs > before;
   MINIDL_CHECK(o.max_steps == 0 || o.max_steps > info.step, where, ": --max-steps ", o.max_steps,
                " is already reached (the checkpoint is at step ", info.step, ")");
   return c;
