@@ -13,7 +13,9 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "core/allocator.h"
 #include "core/atomic_file.h"
+#include "core/checked_math.h"
 #include "core/error.h"
 #include "core/json_limits.h"
 #include "core/regular_file.h"
@@ -398,6 +400,22 @@ void remove_stale_caches(const std::string& folder, const std::string& prefix, c
   }
 }
 
+// The split is held in memory as 3 x S x S bytes per image (train_limit keeps the first images
+// of all of them): a set too large is refused at once, naming the folder and image_size, rather
+// than by the allocator's "a tensor of N GB does not fit".
+void check_fits_in_memory(const Listing& l, int64_t size) {
+  const int64_t n = static_cast<int64_t>(l.files.size());
+  const uint64_t bytes = static_cast<uint64_t>(checked_mul(n, checked_mul(3 * size, size, "image bytes"), "image bytes"));
+  const uint64_t available = bytes < (uint64_t{256} << 20) ? 0 : available_host_bytes();
+  if (available == 0 || bytes <= available) return;
+  char need[32], have[32];
+  std::snprintf(need, sizeof need, "%.1f GB", static_cast<double>(bytes) / 1e9);
+  std::snprintf(have, sizeof have, "%.1f GB", static_cast<double>(available) / 1e9);
+  fail(str("image folder '", l.root, "': its ", n, " images at data.image_size ", size, " take ", need,
+           " of host memory (3 x ", size, " x ", size, " bytes each), more than the ", have,
+           " available: lower data.image_size, or train from fewer images"));
+}
+
 }  // namespace
 
 std::vector<std::string> image_folder_classes(const DataOptions& data) {
@@ -419,6 +437,7 @@ Dataset load_image_folder(const DataOptions& data, Split split, ImageFolderStats
   const std::string prefix = cache_prefix(listing, data, split);
   const std::string path = (fs::path(folder) / (prefix + hex(key, 16) + ".u8")).string();
 
+  check_fits_in_memory(listing, data.image_size);
   ImageFolderStats st;
   st.ignored = listing.ignored;
   Dataset d;

@@ -208,6 +208,13 @@ TEST_CASE("config integers: range-checked, never wrapped", "[hostile]") {
     REQUIRE_THAT(m, Catch::Contains("epochs: expected a number in (0, 1000000], got"));
   }
   REQUIRE(parse_train_config(config_with("epochs=9.9")).epochs == 9.9);
+  // Values are echoed as written, not rounded to 6 digits (1000001 read as "1e+06").
+  REQUIRE_THAT(error_of([&] { parse_train_config(config_with("epochs=1000001")); }), Catch::EndsWith("got 1000001"));
+  REQUIRE_THAT(error_of([&] { parse_train_config(config_with("loss.label_smoothing=1.0000001")); }),
+               Catch::EndsWith("got 1.0000001"));
+  REQUIRE_THAT(error_of([&] { parse_train_config(config_with("grad_clip=-0.0")); }), Catch::EndsWith("got -0"));
+  m = error_of([] { DataOptions::from_json(json::parse(R"({"format": "image_folder", "image_size": 4097})"), "data"); });
+  REQUIRE_THAT(m, Catch::Contains("data.image_size: expected an integer in 1..4096, got 4097"));
   m = error_of([&] { parse_train_config(config_with("batch_size=0")); });
   REQUIRE_THAT(m, Catch::Contains("batch_size: expected an integer in 1..1000000, got 0"));
   m = error_of([] { DataOptions::from_json(json::parse(R"({"augment": {"crop_padding": 4294967297}})"), "data"); });
@@ -447,4 +454,14 @@ TEST_CASE("class names: control bytes are escaped in the per-class line, UTF-8 t
   const std::string line = class_metrics_line(class_metrics(classes, {1, 0, 0, 0, 1, 0, 0, 1, 1}));
   REQUIRE(line == "caf\xc3\xa9 100.0%, red\\x1b[31mflag 100.0%, two\\x0alines 50.0%");
   for (const char c : line) REQUIRE(static_cast<unsigned char>(c) >= 0x20);
+}
+
+TEST_CASE("run folders: a second lock of this process, or a second execute(), says so", "[hostile]") {
+  const std::string dir = temp_dir("lock_twice");
+  {
+    const RunFolderLock first(dir);
+    REQUIRE_THAT(error_of([&] { RunFolderLock second(dir); }),
+                 Catch::Contains("is in use by another run of this process"));
+  }
+  REQUIRE_NOTHROW(RunFolderLock(dir));  // released with the first
 }

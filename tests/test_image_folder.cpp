@@ -17,6 +17,7 @@
 #include <sstream>
 #include <vector>
 
+#include "core/allocator.h"
 #include "core/error.h"
 #include "data/cifar10.h"
 #include "data/datasets.h"
@@ -695,4 +696,25 @@ TEST_CASE("image decode: CMYK and YCCK JPEGs decode as Pillow's convert(\"RGB\")
     }
   }
   REQUIRE(decode_image(ycck_jpeg.data(), ycck_jpeg.size(), "ycck.jpg").pixels == want);
+}
+
+TEST_CASE("image folder: a set larger than memory at its image_size is refused, naming both", "[data][image_folder]") {
+  // Enough 1x1 images that 3 x 4096 x 4096 bytes each exceed the memory available now.
+  const uint64_t available = available_host_bytes();
+  const uint64_t per_image = 3ull * 4096 * 4096;
+  const uint64_t n = available / per_image + 2;
+  if (available == 0 || n > 3000) {
+    WARN("SKIPPED: this machine's available memory (" << available << " bytes) needs too many files");
+    return;
+  }
+  test::TempDir tmp("imgfolder_huge");
+  for (uint64_t i = 0; i < n; ++i)
+    write_png(tmp.path / "train" / (i % 2 ? "a" : "b") / (std::to_string(i) + ".png"), pattern(1, 1, 3), 1, 1,
+              PNG_FORMAT_RGB);
+  DataOptions o = folder_options(tmp.path, 4096);
+  o.cache_dir = (tmp.path / "cache").string();
+  REQUIRE_THAT(test::error_of([&] { load_image_folder(o, Split::Train); }),
+               Catch::StartsWith("image folder '" + (tmp.path / "train").string() + "': its " + std::to_string(n) +
+                                 " images at data.image_size 4096 take ") &&
+                   Catch::Contains("lower data.image_size"));
 }

@@ -199,7 +199,7 @@ TEST_CASE("Muon state round-trips and the config is checked", "[muon]") {
   // subnormal there, and the first step divides by 0.
   REQUIRE_THROWS_WITH(make_optimizer(json::parse(R"({"type": "Muon", "ns_eps": 1e-39, "rest": {"type": "SGD"}})"),
                                      ps, "optimizer"),
-                      Catch::Contains("optimizer.ns_eps: expected 0 < ns_eps <= 1 and at least 1.17549e-38"));
+                      Catch::Contains("optimizer.ns_eps: expected 0 < ns_eps <= 1 and at least 1.1754944e-38"));
   REQUIRE_NOTHROW(make_optimizer(json::parse(R"({"type": "Muon", "ns_eps": 1.2e-38, "rest": {"type": "SGD"}})"), ps,
                                  "optimizer"));
   Tensor empty = Tensor::zeros({0, 2, 3, 3});

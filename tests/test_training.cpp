@@ -243,8 +243,11 @@ TEST_CASE("resume: --set epochs=N never lowers the epoch count", "[training][res
   RunOptions same = resume_of(run);
   same.overrides = {"epochs=2"};
   same.max_steps = 4;
-  REQUIRE(run_training(same) == 0);
+  Run resumed(same);
+  REQUIRE(resumed.execute().exit_code == 0);
   REQUIRE(slurp(run + "/log.txt").find("raised") == std::string::npos);
+  // A Run trains once: a second execute() says so (it blamed another process).
+  REQUIRE_THROWS_WITH(resumed.execute(), Catch::Contains("this run has been executed already"));
 }
 
 TEST_CASE("resume: other options are refused and a bad checkpoint changes nothing", "[training][resume]") {

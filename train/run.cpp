@@ -492,6 +492,9 @@ RunResult Run::execute() try {
     r.train_seconds = seconds;
     return r;
   }
+  MINIDL_CHECK(!executed_, "Run::execute: this run has been executed already; a Run trains once (make another Run, ",
+               "with --resume to continue it)");
+  executed_ = true;
   if (const int sig = StopSignals::received()) {
     std::cerr << "minidl: stopped by " << signal_name(sig) << " before the run started; nothing was written" << std::endl;
     return ended(128 + sig);
