@@ -35,7 +35,6 @@ constexpr const char* kMetadataCrc32 = "metadata_crc32";
 // model.safetensors: the CRC-32 of the config parts that define the model and its input.
 constexpr const char* kModelConfigCrc32 = "model_config_crc32";
 
-
 bool is_crc_hex(const std::string& s) {
   return s.size() == 8 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
 }
