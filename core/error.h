@@ -33,8 +33,10 @@ void put_number(std::ostringstream& os, T v) {
 }
 template <class T, class... Rest>
 void format_into(std::ostringstream& os, const T& first, const Rest&... rest) {
-  if constexpr (std::is_floating_point_v<T>) put_number(os, first);
-  else os << first;
+  if constexpr (std::is_floating_point_v<T>)
+    put_number(os, first);
+  else
+    os << first;
   format_into(os, rest...);
 }
 }  // namespace detail

@@ -17,7 +17,6 @@ namespace minidl {
 
 namespace {
 
-
 [[noreturn]] void too_deep(const std::string& what, const std::string& where) {
   fail(str(what, ": JSON nested more than ", kMaxJsonDepth, " levels deep", where));
 }

@@ -263,11 +263,13 @@ CacheRead read_cache(const std::string& path, uint64_t key, int64_t size, int64_
   out.labels = Tensor::empty({n}, DType::Int32);
   out.images = Tensor::empty({n, c, h, w}, DType::UInt8);
   why = "it could not be read";
-  if (!read_exact(in.get(), out.labels.raw_data(), n * 4) || !read_exact(in.get(), out.images.raw_data(), n * c * h * w))
+  if (!read_exact(in.get(), out.labels.raw_data(), n * 4) ||
+      !read_exact(in.get(), out.images.raw_data(), n * c * h * w))
     return CacheRead::Damaged;
   const uint32_t crc = payload_crc32(out);
   if (crc != static_cast<uint32_t>(head[6])) {
-    why = str("its labels' and pixels' CRC-32 is ", hex(crc, 8), ", written as ", hex(static_cast<uint32_t>(head[6]), 8));
+    why =
+        str("its labels' and pixels' CRC-32 is ", hex(crc, 8), ", written as ", hex(static_cast<uint32_t>(head[6]), 8));
     return CacheRead::Damaged;
   }
   const int32_t* labels = out.labels.data<int32_t>();
@@ -283,8 +285,9 @@ void write_cache(const std::string& path, uint64_t key, const Dataset& d, const 
   const nlohmann::json j = {{"skipped", meta.skipped}, {"skipped_files", meta.skipped_files}, {"classes", d.classes}};
   // A skipped file's name need not be UTF-8: such bytes are replaced (the names are for messages).
   const std::string text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  const int64_t head[7] = {static_cast<int64_t>(key), d.images.size(0), d.images.size(1), d.images.size(2),
-                           d.images.size(3), static_cast<int64_t>(text.size()), payload_crc32(d)};
+  const int64_t head[7] = {static_cast<int64_t>(key), d.images.size(0), d.images.size(1),
+                           d.images.size(2),          d.images.size(3), static_cast<int64_t>(text.size()),
+                           payload_crc32(d)};
   AtomicFile f(path, "image cache");
   f.write(kCacheMagic, 8);
   f.write(head, sizeof(head));
@@ -313,7 +316,8 @@ bool read_file(const std::string& path, std::vector<uint8_t>& buf, std::string& 
   }
   const int err = errno;
   ::close(fd);
-  if (!ok) error = str("'", path, "': cannot read (", S_ISREG(st.st_mode) ? std::strerror(err) : "not a regular file", ")");
+  if (!ok)
+    error = str("'", path, "': cannot read (", S_ISREG(st.st_mode) ? std::strerror(err) : "not a regular file", ")");
   return ok;
 }
 
@@ -405,7 +409,8 @@ void remove_stale_caches(const std::string& folder, const std::string& prefix, c
 // than by the allocator's "a tensor of N GB does not fit".
 void check_fits_in_memory(const Listing& l, int64_t size) {
   const int64_t n = static_cast<int64_t>(l.files.size());
-  const uint64_t bytes = static_cast<uint64_t>(checked_mul(n, checked_mul(3 * size, size, "image bytes"), "image bytes"));
+  const uint64_t bytes =
+      static_cast<uint64_t>(checked_mul(n, checked_mul(3 * size, size, "image bytes"), "image bytes"));
   const uint64_t available = bytes < (uint64_t{256} << 20) ? 0 : available_host_bytes();
   if (available == 0 || bytes <= available) return;
   char need[32], have[32];

@@ -91,7 +91,9 @@ void check_output_file(const std::string& path, const char* option, const Export
   const fs::file_status st = fs::symlink_status(path, ec);
   if (!fs::exists(st)) return;
   MINIDL_CHECK(fs::is_regular_file(st), "export ", option, " ", path, ": exists and is not a regular file (",
-               fs::is_directory(st) ? "a folder" : fs::is_symlink(st) ? "a symbolic link" : "a device, FIFO or socket",
+               fs::is_directory(st) ? "a folder"
+               : fs::is_symlink(st) ? "a symbolic link"
+                                    : "a device, FIFO or socket",
                "); export writes a new file there: choose another path");
   const auto same = [&](const std::string& other) { return !other.empty() && fs::equivalent(path, other, ec); };
   MINIDL_CHECK(!same(options.config_path), "export ", option, " ", path, ": is the --config file; choose another path");
@@ -114,8 +116,9 @@ int export_command(const ExportOptions& options) {
   if (!options.logits_path.empty()) {
     check_output_file(options.logits_path, "--logits", options);
     std::error_code ec;
-    MINIDL_CHECK(options.logits_path != options.onnx_path && !fs::equivalent(options.logits_path, options.onnx_path, ec),
-                 "export: --onnx and --logits name the same file, ", options.onnx_path);
+    MINIDL_CHECK(
+        options.logits_path != options.onnx_path && !fs::equivalent(options.logits_path, options.onnx_path, ec),
+        "export: --onnx and --logits name the same file, ", options.onnx_path);
   }
   nlohmann::json j;
   std::string weights;

@@ -77,8 +77,7 @@ ModelMemory estimate_model_memory(const nlohmann::json& layers, const std::strin
   return out;
 }
 
-void check_model_memory(const ModelMemory& memory, Device device, uint64_t host_available,
-                        uint64_t device_available) {
+void check_model_memory(const ModelMemory& memory, Device device, uint64_t host_available, uint64_t device_available) {
   const LayerMemory* largest = memory.largest();
   if (largest == nullptr) return;
   const auto refuse = [&](uint64_t needed, const char* where, uint64_t available) {

@@ -38,8 +38,7 @@ ModelMemory estimate_model_memory(const nlohmann::json& layers, const std::strin
 // Errors when building `memory` on the host (then moving it to `device`) does not fit in the bytes
 // available ("model.layers[3] (Linear 65536->32768): 8.6 GB of parameters and buffers; the model
 // needs about 25.8 GB of host memory, 16.0 GB available"). An availability of 0 means unknown.
-void check_model_memory(const ModelMemory& memory, Device device, uint64_t host_available,
-                        uint64_t device_available);
+void check_model_memory(const ModelMemory& memory, Device device, uint64_t host_available, uint64_t device_available);
 
 // The two together, with the memory available now: what the builders call before building.
 void check_model_fits(const nlohmann::json& layers, const std::string& path, Device device);

@@ -28,8 +28,7 @@ void check_weight_size(const LayerArgs& args, const Shape& shape);
 // everything the spec holds fits in memory, on the host and, for a model to be moved to a GPU,
 // on `device` (layers/model_memory.h): a model too large is refused, naming its largest layer,
 // before anything is allocated.
-std::shared_ptr<Module> build_layer(const nlohmann::json& spec, const std::string& path,
-                                    Device device = Device::cpu());
+std::shared_ptr<Module> build_layer(const nlohmann::json& spec, const std::string& path, Device device = Device::cpu());
 // Builds a Sequential from a JSON list of layer specs, with the same check.
 std::shared_ptr<Module> build_sequential(const nlohmann::json& list, const std::string& path,
                                          Device device = Device::cpu());

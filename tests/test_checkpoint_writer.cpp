@@ -211,8 +211,7 @@ TEST_CASE("checkpoint integrity: names swapped in the header are found; an older
   fs::copy_file(path, older);
   const std::string data = edit_header(older, as_older);
   char crc[9];
-  std::snprintf(crc, sizeof crc, "%08lx",
-                crc32_z(0L, reinterpret_cast<const Bytef*>(data.data()), data.size()));
+  std::snprintf(crc, sizeof crc, "%08lx", crc32_z(0L, reinterpret_cast<const Bytef*>(data.data()), data.size()));
   edit_header(older, [&](nlohmann::ordered_json& h) { h["__metadata__"]["payload_crc32"] = crc; });
   const Trained loaded = load(older);
   REQUIRE(loaded.model->state_dict().at(1).second.to_vector() == s.model->state_dict().at(1).second.to_vector());

@@ -10,8 +10,8 @@
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "export/export_command.h"
-#include "train/run.h"
 #include "test_util.h"
+#include "train/run.h"
 
 using namespace minidl;
 namespace fs = std::filesystem;
@@ -30,8 +30,9 @@ void write(const std::string& path, const std::string& bytes) { std::ofstream(pa
 void train_run(const std::string& dir) {
   RunOptions o;
   o.config_path = std::string(MINIDL_SOURCE_DIR) + "/configs/quick_cpu.json";
-  o.overrides = {"data.dir=" + test::data_dir(), "data.train_limit=256", "data.test_limit=100", "epochs=1",
-                 "eval.tta=none", "output.progress=false"};
+  o.overrides = {
+      "data.dir=" + test::data_dir(), "data.train_limit=256", "data.test_limit=100", "epochs=1", "eval.tta=none",
+      "output.progress=false"};
   o.output_dir = dir;
   REQUIRE(Run(o).execute().exit_code == 0);
 }

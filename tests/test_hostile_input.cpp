@@ -23,12 +23,12 @@
 #include "data/options.h"
 #include "layers/registry.h"
 #include "optim/optimizer.h"
+#include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/class_metrics.h"
 #include "train/config.h"
 #include "train/run_folder.h"
 #include "train/run_log.h"
-#include "test_util.h"
 
 using namespace minidl;
 namespace fs = std::filesystem;
@@ -213,7 +213,8 @@ TEST_CASE("config integers: range-checked, never wrapped", "[hostile]") {
   REQUIRE_THAT(error_of([&] { parse_train_config(config_with("loss.label_smoothing=1.0000001")); }),
                Catch::EndsWith("got 1.0000001"));
   REQUIRE_THAT(error_of([&] { parse_train_config(config_with("grad_clip=-0.0")); }), Catch::EndsWith("got -0"));
-  m = error_of([] { DataOptions::from_json(json::parse(R"({"format": "image_folder", "image_size": 4097})"), "data"); });
+  m = error_of(
+      [] { DataOptions::from_json(json::parse(R"({"format": "image_folder", "image_size": 4097})"), "data"); });
   REQUIRE_THAT(m, Catch::Contains("data.image_size: expected an integer in 1..4096, got 4097"));
   m = error_of([&] { parse_train_config(config_with("batch_size=0")); });
   REQUIRE_THAT(m, Catch::Contains("batch_size: expected an integer in 1..1000000, got 0"));
@@ -434,7 +435,8 @@ TEST_CASE("run log: a torn last line is dropped only when the checkpoint does no
   text += "{\"step\": 4, \"lo";  // step 4's record, cut by a crash
   const std::string path = write_file(dir + "/steps.jsonl", text);
   // A checkpoint at step 5 trained steps 0..4: step 4's record is lost, not merely unfinished.
-  const std::string needed = "run log '" + path + "': line 5 is not a JSON record, and the checkpoint needs the "
+  const std::string needed = "run log '" + path +
+                             "': line 5 is not a JSON record, and the checkpoint needs the "
                              "records up to step 4 (the last whole one is step 3)";
   REQUIRE_THAT(error_of([&] { check_jsonl(path, "step", 5, 0); }), Catch::StartsWith(needed));
   REQUIRE_THAT(error_of([&] { truncate_jsonl(path, "step", 5, 0); }), Catch::StartsWith(needed));

@@ -24,9 +24,9 @@
 #include "data/image_decode.h"
 #include "data/image_folder.h"
 #include "data/loader.h"
+#include "test_util.h"
 #include "train/run.h"
 #include "train/trainer.h"
-#include "test_util.h"
 
 using namespace minidl;
 namespace fs = std::filesystem;
@@ -582,7 +582,8 @@ TEST_CASE("image folder: a damaged cache is decoded again, and says so", "[data]
   CacheBytes zeroed(cache);
   for (int64_t i = 0; i < zeroed.n; ++i) zeroed.set_label(i, 0);
   zeroed.write(cache);
-  REQUIRE_THAT(reload(), Catch::StartsWith("the image cache " + cache.string() + " was damaged (its labels' and "
+  REQUIRE_THAT(reload(), Catch::StartsWith("the image cache " + cache.string() +
+                                           " was damaged (its labels' and "
                                            "pixels' CRC-32 is "));
   CacheBytes inverted(cache);
   for (size_t i = static_cast<size_t>(inverted.pixels_at); i < inverted.bytes.size(); ++i)
@@ -648,7 +649,8 @@ namespace {
 
 std::vector<uint8_t> from_hex(const std::string& hex) {
   std::vector<uint8_t> out;
-  for (size_t i = 0; i + 1 < hex.size(); i += 2) out.push_back(static_cast<uint8_t>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  for (size_t i = 0; i + 1 < hex.size(); i += 2)
+    out.push_back(static_cast<uint8_t>(std::stoi(hex.substr(i, 2), nullptr, 16)));
   return out;
 }
 

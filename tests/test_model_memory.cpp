@@ -14,10 +14,10 @@
 #include "core/error.h"
 #include "core/init.h"
 #include "export/export_command.h"
-#include "train/config.h"
+#include "layers/model_memory.h"
 #include "layers/registry.h"
 #include "test_util.h"
-#include "layers/model_memory.h"
+#include "train/config.h"
 
 using namespace minidl;
 using nlohmann::json;
@@ -154,7 +154,9 @@ TEST_CASE("model memory: every way of building a model makes the check (build_se
   const size_t host_before = host_memory_stats().current_bytes;
   const auto start = std::chrono::steady_clock::now();
   REQUIRE_THAT(error_of([&] { build_sequential(huge, "model.layers"); }), Catch::StartsWith(want));
-  REQUIRE_THAT(error_of([&] { build_layer({{"type", "Sequential"}, {"layers", huge}}, "model"); }),
+  REQUIRE_THAT(error_of([&] {
+                 build_layer({{"type", "Sequential"}, {"layers", huge}}, "model");
+               }),
                Catch::StartsWith("model.layers[0] (Linear 32768->32768): 4.3 GB"));
   test::TempDir dir("export_memory");
   json config = read_json_file(std::string(MINIDL_SOURCE_DIR) + "/configs/quick_cpu.json");

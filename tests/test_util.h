@@ -37,9 +37,7 @@ std::string error_of(F&& f) {
 // The message of the Error `f` throws, run in a child process that must end within `seconds`:
 // for calls that would block forever (an open() of a FIFO) when broken. A child that throws no
 // Error, or does not end in time (it is killed), gives a message saying so, which no check expects.
-// `setup` runs in the child first (dropping root, say).
-inline std::string error_in_child(const std::function<void()>& f, int seconds = 10,
-                                  const std::function<void()>& setup = [] {}) {
+inline std::string error_in_child(const std::function<void()>& f, int seconds = 10) {
   int fds[2];
   REQUIRE(::pipe(fds) == 0);
   std::fflush(nullptr);
@@ -49,7 +47,6 @@ inline std::string error_in_child(const std::function<void()>& f, int seconds = 
     ::close(fds[0]);
     std::string message = "no minidl::Error thrown";
     try {
-      setup();
       f();
     } catch (const Error& e) {
       message = e.what();
