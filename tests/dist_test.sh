@@ -194,8 +194,8 @@ ends_fast "rank 0 finds the folder locked" "^minidl: error: run folder '$work/lo
 kill "$holder" 2>/dev/null || true
 wait "$holder" 2>/dev/null || true
 # Both ranks are held just before the folder's lock (the test hook MINIDL_TEST_PAUSE_BEFORE_LOCK);
-# rank 0 goes on, locks the folder, loads the checkpoint and waits for rank 1; then another process
-# moves the checkpoint on and rank 1, let go, finds it changed.
+# rank 0 goes on, locks the folder, loads the checkpoint, rewrites the logs and waits for rank 1;
+# then another process moves the checkpoint on and rank 1, let go, finds it changed.
 cp -r "$work/part" "$work/moved"
 cp -r "$work/part" "$work/later"
 "$minidl" train --resume "$work/later" --set accumulate_steps=2 --max-steps 3 >"$work/later.out" 2>&1 ||
@@ -204,9 +204,10 @@ cp -r "$work/part" "$work/later"
   "$minidl" train --resume "$work/moved" >"$work/moved.out" 2>&1 &
 job=$!
 for _ in $(seq 600); do [ -f "$work/go.0.waiting" ] && [ -f "$work/go.1.waiting" ] && break; sleep 0.1; done
+# Rank 0 rewrites steps.jsonl (a new file) once it has loaded the checkpoint.
+before=$(stat -c %i "$work/moved/steps.jsonl")
 touch "$work/go.0"
-for _ in $(seq 600); do flock -n "$work/moved" true || break; sleep 0.1; done
-sleep 1
+for _ in $(seq 600); do [ "$(stat -c %i "$work/moved/steps.jsonl")" != "$before" ] && break; sleep 0.1; done
 cp "$work/later/checkpoint.safetensors" "$work/moved/checkpoint.safetensors"
 t0=$SECONDS
 touch "$work/go.1"
