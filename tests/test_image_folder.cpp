@@ -93,6 +93,29 @@ DataOptions folder_options(const fs::path& root, int64_t size) {
   return o;
 }
 
+// A small net on the 12 x 12 image folder at `root`, its head `classes` wide.
+nlohmann::json tiny_folder_config(const fs::path& root, int64_t classes, double epochs) {
+  return {{"device", "cpu"},
+          {"batch_size", 4},
+          {"epochs", epochs},
+          {"data", {{"format", "image_folder"}, {"dir", root.string()}, {"image_size", 12}}},
+          {"optimizer", {{"type", "SGD"}, {"lr", 0.1}}},
+          {"model",
+           {{"layers",
+             {{{"type", "Conv2d"}, {"in_channels", 3}, {"out_channels", 4}, {"kernel_size", 3}, {"padding", 1}},
+              {{"type", "GlobalAvgPool2d"}},
+              {{"type", "Linear"}, {"in_features", 4}, {"out_features", classes}}}}}}};
+}
+
+// ROOT/train/{even,odd}/<i>.png for i < n, 6 pixels high and 6 + i wide (`wider`) or 6.
+void write_odd_even(const fs::path& root, int n, bool wider) {
+  for (int i = 0; i < n; ++i) {
+    const int w = wider ? 6 + i : 6;
+    write_png(root / "train" / (i % 2 ? "odd" : "even") / (std::to_string(i) + ".png"), pattern(w, 6, 3), w, 6,
+              PNG_FORMAT_RGB);
+  }
+}
+
 size_t cache_files(const fs::path& dir) {
   size_t n = 0;
   std::error_code ec;
@@ -156,9 +179,7 @@ TEST_CASE("image folder: sorted classes, labels, PNG, gray, alpha, JPEG as PIL d
 TEST_CASE("image folder: the cache is read back, and a changed folder is decoded again", "[data][image_folder]") {
   test::TempDir tmp("imgcache");
   const fs::path root = tmp.path / "data";
-  for (int i = 0; i < 5; ++i)
-    write_png(root / "train" / (i % 2 ? "odd" : "even") / (std::to_string(i) + ".png"), pattern(6 + i, 6, 3), 6 + i, 6,
-              PNG_FORMAT_RGB);
+  write_odd_even(root, 5, true);
   write_png(root / "test/odd/t.png", pattern(6, 6, 3), 6, 6, PNG_FORMAT_RGB);
   DataOptions o = folder_options(root, 6);
   o.cache_dir = (tmp.path / "cache").string();
@@ -461,17 +482,7 @@ TEST_CASE("the model's output width must equal the data's class count", "[data][
       write_png(tmp.path / "train" / c / (std::to_string(i) + ".png"), pattern(10 + i, 12, 3), 10 + i, 12,
                 PNG_FORMAT_RGB);
   write_png(tmp.path / "test/dog/t.png", pattern(12, 12, 3), 12, 12, PNG_FORMAT_RGB);
-  nlohmann::json j = {
-      {"device", "cpu"},
-      {"batch_size", 4},
-      {"epochs", 1},
-      {"data", {{"format", "image_folder"}, {"dir", tmp.path.string()}, {"image_size", 12}}},
-      {"optimizer", {{"type", "SGD"}, {"lr", 0.1}}},
-      {"model",
-       {{"layers",
-         {{{"type", "Conv2d"}, {"in_channels", 3}, {"out_channels", 4}, {"kernel_size", 3}, {"padding", 1}},
-          {{"type", "GlobalAvgPool2d"}},
-          {{"type", "Linear"}, {"in_features", 4}, {"out_features", 10}}}}}}};
+  nlohmann::json j = tiny_folder_config(tmp.path, 10, 1);
   REQUIRE_THROWS_WITH(Trainer(parse_train_config(j), Device::cpu()),
                       Catch::Contains("3 classes") && Catch::Contains("out_features to 3"));
   // A model without its head gives a feature map: the message says so, with its shape.
@@ -498,18 +509,8 @@ TEST_CASE("resume: training data that changed since the checkpoint is refused", 
     for (int i = 0; i < 8; ++i)
       write_png(tmp.path / "train" / c / (std::to_string(i) + ".png"), pattern(12, 12, 3), 12, 12, PNG_FORMAT_RGB);
   write_png(tmp.path / "test/dog/t.png", pattern(12, 12, 3), 12, 12, PNG_FORMAT_RGB);
-  const nlohmann::json j = {
-      {"device", "cpu"},
-      {"batch_size", 4},
-      {"epochs", 2},
-      {"output", {{"dir", (tmp.path / "run").string()}, {"progress", false}}},
-      {"data", {{"format", "image_folder"}, {"dir", tmp.path.string()}, {"image_size", 12}}},
-      {"optimizer", {{"type", "SGD"}, {"lr", 0.1}}},
-      {"model",
-       {{"layers",
-         {{{"type", "Conv2d"}, {"in_channels", 3}, {"out_channels", 4}, {"kernel_size", 3}, {"padding", 1}},
-          {{"type", "GlobalAvgPool2d"}},
-          {{"type", "Linear"}, {"in_features", 4}, {"out_features", 2}}}}}}};
+  nlohmann::json j = tiny_folder_config(tmp.path, 2, 2);
+  j["output"] = {{"dir", (tmp.path / "run").string()}, {"progress", false}};
   std::ofstream(tmp.file("config.json")) << j.dump();
   RunOptions fresh;
   fresh.config_path = tmp.file("config.json");
@@ -563,9 +564,7 @@ struct CacheBytes {
 TEST_CASE("image folder: a damaged cache is decoded again, and says so", "[data][image_folder][hostile]") {
   test::TempDir tmp("imgcache_damaged");
   const fs::path root = tmp.path / "data";
-  for (int i = 0; i < 6; ++i)
-    write_png(root / "train" / (i % 2 ? "odd" : "even") / (std::to_string(i) + ".png"), pattern(6 + i, 6, 3), 6 + i, 6,
-              PNG_FORMAT_RGB);
+  write_odd_even(root, 6, true);
   DataOptions o = folder_options(root, 6);
   o.cache_dir = (tmp.path / "cache").string();
   const Dataset good = load_image_folder(o, Split::Train);
@@ -611,9 +610,7 @@ TEST_CASE("image folder: a file that cannot be read is skipped for this run only
           "[data][image_folder]") {
   test::TempDir tmp("imgcache_unreadable");
   const fs::path root = tmp.path / "data";
-  for (int i = 0; i < 4; ++i)
-    write_png(root / "train" / (i % 2 ? "odd" : "even") / (std::to_string(i) + ".png"), pattern(6, 6, 3), 6, 6,
-              PNG_FORMAT_RGB);
+  write_odd_even(root, 4, false);
   DataOptions o = folder_options(root, 6);
   o.cache_dir = (tmp.path / "cache").string();
   o.skip_bad = true;
