@@ -131,7 +131,10 @@ int export_command(const ExportOptions& options) {
                  ": no model.safetensors there (the run has not finished an epoch)");
     j = read_json_file(config_file);
     trained = load_safetensors(weights);
-    check_weights(trained, j, weights, config_file);
+    check_weights(trained, weights);
+    // A run folder copied without its checkpoint cannot be checked further.
+    const std::string checkpoint = options.run_dir + "/checkpoint.safetensors";
+    if (fs::exists(checkpoint)) check_run_config(j, config_file, checkpoint);
   } else {
     j = read_json_file(options.config_path);
     for (const std::string& o : options.overrides) apply_override(j, o);

@@ -85,7 +85,7 @@ TEST_CASE("export: an edited config.json or a damaged model.safetensors is refus
   j["model"]["layers"][11]["value"] = 0.5;
   write(config, j.dump(2));
   REQUIRE_THAT(test::error_of([&] { export_command(export_of(run, tmp.file("b.onnx"))); }),
-               Catch::Contains("does not describe the model '" + weights + "' holds"));
+               Catch::Contains("'" + config + "' does not describe the model the run trained"));
   write(config, good_config);
 
   // One bit of the first weight flipped.

@@ -32,8 +32,6 @@ constexpr const char* kTensorsCrc32 = "tensors_crc32";
 // model's state dict, then the optimizer's state), which then binds each name to its place.
 constexpr const char* kPayloadCrc32 = "payload_crc32";
 constexpr const char* kMetadataCrc32 = "metadata_crc32";
-// model.safetensors: the CRC-32 of the config parts that define the model and its input.
-constexpr const char* kModelConfigCrc32 = "model_config_crc32";
 
 bool is_crc_hex(const std::string& s) {
   return s.size() == 8 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
@@ -285,37 +283,43 @@ std::string tensors_crc32(const std::vector<TensorBytes>& tensors) {
   return crc_hex(static_cast<uint32_t>(crc));
 }
 
-std::string model_config_crc32(const nlohmann::json& config) {
+std::map<std::string, std::string> weights_metadata(const std::vector<TensorBytes>& tensors) {
+  return {{"format", "pt"}, {kTensorsCrc32, tensors_crc32(tensors)}};
+}
+
+void save_weights(const std::string& path, const Module& model) {
+  std::vector<std::pair<std::string, Tensor>> host = model.state_dict();
+  for (auto& entry : host) entry.second = entry.second.cpu();
+  const std::vector<TensorBytes> bytes = tensor_bytes(host);
+  save_safetensors_bytes(path, bytes, weights_metadata(bytes));
+}
+
+void check_weights(const SafeTensors& st, const std::string& path) {
+  for (const auto& [name, t] : st.tensors) check_running_stats(name, t, path, "weights file");
+  if (auto it = st.metadata.find(kTensorsCrc32); it != st.metadata.end())
+    check_crc(it->second, tensors_crc32(st.tensors), "weights file", path);
+}
+
+namespace {
+
+// The parts of a run's config that define its model and what the model is given.
+nlohmann::json model_parts(const nlohmann::json& config) {
   nlohmann::json parts = {{"model", config.value("model", nlohmann::json())}};
   const nlohmann::json data = config.value("data", nlohmann::json::object());
   for (const char* key : {"format", "image_size", "normalize"})
     parts[key] = data.is_object() ? data.value(key, nlohmann::json()) : nlohmann::json();
-  const std::string text = parts.dump();
-  return crc_hex(static_cast<uint32_t>(crc32_z(0L, reinterpret_cast<const Bytef*>(text.data()), text.size())));
+  return parts;
 }
 
-std::map<std::string, std::string> weights_metadata(const std::vector<TensorBytes>& tensors,
-                                                    const nlohmann::json& config) {
-  return {{"format", "pt"}, {kTensorsCrc32, tensors_crc32(tensors)}, {kModelConfigCrc32, model_config_crc32(config)}};
-}
+}  // namespace
 
-void save_weights(const std::string& path, const Module& model, const nlohmann::json& config) {
-  std::vector<std::pair<std::string, Tensor>> host = model.state_dict();
-  for (auto& entry : host) entry.second = entry.second.cpu();
-  const std::vector<TensorBytes> bytes = tensor_bytes(host);
-  save_safetensors_bytes(path, bytes, weights_metadata(bytes, config));
-}
-
-void check_weights(const SafeTensors& st, const nlohmann::json& config, const std::string& path,
-                   const std::string& config_path) {
-  for (const auto& [name, t] : st.tensors) check_running_stats(name, t, path, "weights file");
-  if (auto it = st.metadata.find(kTensorsCrc32); it != st.metadata.end())
-    check_crc(it->second, tensors_crc32(st.tensors), "weights file", path);
-  if (auto it = st.metadata.find(kModelConfigCrc32); it != st.metadata.end())
-    MINIDL_CHECK(it->second == model_config_crc32(config), "'", config_path, "' does not describe the model '", path,
-                 "' holds: its model, data.format, data.image_size or data.normalize changed after the run wrote ",
-                 "them (CRC-32 ", model_config_crc32(config), ", recorded ", text_excerpt(it->second),
-                 "); restore the run's config.json");
+void check_run_config(const nlohmann::json& config, const std::string& config_path,
+                      const std::string& checkpoint_path) {
+  const CheckpointInfo info = read_checkpoint_info(checkpoint_path);
+  MINIDL_CHECK(model_parts(config) == model_parts(info.config), "'", config_path,
+               "' does not describe the model the run trained: its model, data.format, data.image_size or ",
+               "data.normalize differ from those its checkpoint '", checkpoint_path,
+               "' records (config.json was edited after the run wrote it); restore the run's config.json");
 }
 
 CheckpointInfo read_checkpoint_info(const std::string& path) {

@@ -86,20 +86,21 @@ CheckpointInfo load_checkpoint(const std::string& path, Module& model, Optimizer
 std::string tensors_crc32(const std::vector<std::pair<std::string, Tensor>>& host_tensors);
 std::string tensors_crc32(const std::vector<TensorBytes>& tensors);
 
-// model.safetensors: the weights alone, loadable by PyTorch, and protected as a checkpoint is. Its
-// metadata: "format": "pt", "tensors_crc32", and "model_config_crc32", the CRC-32 of the parts of
-// the run's config that define the model and its input (model, data.format, data.image_size,
-// data.normalize), so an edited config.json is not silently exported with these weights.
-std::string model_config_crc32(const nlohmann::json& config);
-std::map<std::string, std::string> weights_metadata(const std::vector<TensorBytes>& tensors,
-                                                    const nlohmann::json& config);
+// model.safetensors: the weights alone, loadable by PyTorch, and protected as a checkpoint is: its
+// metadata is "format": "pt" and "tensors_crc32". It records nothing of the config, so runs that
+// end with the same weights write the same file.
+std::map<std::string, std::string> weights_metadata(const std::vector<TensorBytes>& tensors);
 // model.safetensors of `model`, written atomically on the calling thread.
-void save_weights(const std::string& path, const Module& model, const nlohmann::json& config);
-// A weights file read back: statistics a run can produce, its tensors' CRC-32 and that `config`
-// (read from `config_path`) describes its model, each checked where the file records it (files
-// written before these keys carry none).
-void check_weights(const SafeTensors& st, const nlohmann::json& config, const std::string& path,
-                   const std::string& config_path);
+void save_weights(const std::string& path, const Module& model);
+// A weights file read back: statistics a run can produce, and its tensors' CRC-32 where the file
+// records it (files written before carry none).
+void check_weights(const SafeTensors& st, const std::string& path);
+// A run's config.json against its checkpoint (whose metadata, config included, has a CRC-32 of
+// its own): the model, data.format, data.image_size and data.normalize must be the checkpoint's,
+// so an edited config.json is not silently exported with the run's weights. --resume --set
+// epochs=N and accumulate_steps=K change neither.
+void check_run_config(const nlohmann::json& config, const std::string& config_path,
+                      const std::string& checkpoint_path);
 // A CRC-32 as the files record it: 8 lowercase hex digits.
 std::string crc_hex(uint32_t crc);
 // Reads only the metadata (resolved config, epoch, step).

@@ -60,7 +60,6 @@ void CheckpointWriter::write(const std::string& dir, const Module& model, const 
   previous_step_ = previous_step;
   keep_ = keep;
   weights_path_ = weights_path;
-  weights_config_ = info.config;
   weights_count_ = model.state_dict().size();
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -93,7 +92,7 @@ void CheckpointWriter::loop() {
       write_run_checkpoint(dir_, tensors_, metadata_, step_, previous_step_, keep_);
       if (!weights_path_.empty()) {
         const std::vector<TensorBytes> weights(tensors_.begin(), tensors_.begin() + static_cast<long>(weights_count_));
-        save_safetensors_bytes(weights_path_, weights, weights_metadata(weights, weights_config_));
+        save_safetensors_bytes(weights_path_, weights, weights_metadata(weights));
       }
     } catch (...) {
       error = std::current_exception();

@@ -459,7 +459,7 @@ bool Run::end_epoch(Epoch& e) {
                  fixed(lr, 4), "  ", fixed(epoch_seconds, 1), "s (", fixed(record["images_per_s"], 0),
                  " img/s)  eval ", fixed(eval_seconds, 1), "s"));
   if (writer() && !weights_with_checkpoint)
-    save_weights(run_dir_ + "/" + kWeights, trainer_->model(), trainer_->resolved_config());
+    save_weights(run_dir_ + "/" + kWeights, trainer_->model());
   // Where the run ends, the checkpoint records that the evaluation is logged, so a resume does
   // not evaluate again (a finished run is refused; --max-steps or more epochs go on).
   if (stopped_at_limit_ || step_ >= trainer_->total_steps()) {
