@@ -255,12 +255,17 @@ TEST_CASE("layers: sizes are bounded before anything is allocated", "[hostile]")
   REQUIRE_THAT(m, Catch::Contains("model.layers[0].padding: must be in 0..65536"));
   m = error_of([&] { build(R"({"type": "MaxPool2d", "kernel_size": 2, "stride": 4611686018427387904})"); });
   REQUIRE_THAT(m, Catch::Contains("model.layers[0].stride: must be in 0..65536"));
-  // No per-type bound: the allocation itself is refused, naming the layer.
+  // No per-type bound: the layer's memory, read from its spec, is refused before anything is
+  // allocated, naming the layer.
   m = error_of([&] { build(R"({"type": "BatchNorm2d", "num_features": 4611686018427387904})"); });
   require_clean_message(m);
-  REQUIRE_THAT(m, Catch::StartsWith("model.layers[0] (BatchNorm2d): "));
+  REQUIRE_THAT(m, Catch::StartsWith("model.layers[0] (BatchNorm2d"));
   m = error_of([&] { build(R"({"type": "BatchNorm2d", "num_features": 1000000000000})"); });
-  REQUIRE_THAT(m, Catch::StartsWith("model.layers[0] (BatchNorm2d): out of host memory: a tensor of 4000 GB"));
+  REQUIRE_THAT(m, Catch::StartsWith("model.layers[0] (BatchNorm2d 1000000000000): 16000.0 GB of parameters and "
+                                    "buffers; the model needs about"));
+  // And any host allocation past the memory available is refused at once, with its size.
+  m = error_of([] { Tensor::empty({1000000000000}, DType::Float32); });
+  REQUIRE_THAT(m, Catch::StartsWith("out of host memory: a tensor of 4000 GB"));
 }
 
 TEST_CASE("tensor sizes: checked arithmetic, no signed overflow", "[hostile]") {
