@@ -226,7 +226,7 @@ echo "dist: rank 1's error ends the job in ${elapsed} s with its message"
 # other data (CIFAR10_DIR per node, one image changed), one rank resuming while another starts
 # fresh, another --max-steps, other weights at the same step (a checkpoint edited by hand).
 mkdir -p "$work/data2"
-for f in "$data"/*; do ln -s "$f" "$work/data2/"; done
+for f in "$data"/*; do ln -s "$(realpath "$f")" "$work/data2/"; done
 rm "$work/data2/data_batch_1.bin"
 python3 -c 'import sys; b = bytearray(open(sys.argv[1], "rb").read()); b[100] ^= 0x40; open(sys.argv[2], "wb").write(b)' \
   "$data/data_batch_1.bin" "$work/data2/data_batch_1.bin"
