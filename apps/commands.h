@@ -24,6 +24,7 @@ Command add_layers_command(CLI::App& app);    // apps/layers_command.cpp
 Command add_config_command(CLI::App& app);    // apps/config_command.cpp
 Command add_bench_command(CLI::App& app);     // apps/bench_command.cpp
 Command add_parity_command(CLI::App& app);    // apps/parity_command.cpp
+Command add_tokenize_command(CLI::App& app);  // apps/tokenize_command.cpp
 
 // An integer option's check: a whole number in lo..hi, else "must be a whole number (lo..hi), got
 // 1.5" or "must be >= 0, got -1" (apps/cli_checks.cpp).

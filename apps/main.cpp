@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   const Command commands[] = {add_train_command(app),  add_profile_command(app), add_repro_command(app),
                               add_export_command(app), add_layers_command(app),  add_config_command(app),
-                              add_bench_command(app),  add_parity_command(app)};
+                              add_bench_command(app),  add_parity_command(app),  add_tokenize_command(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
