@@ -2,12 +2,13 @@
 #include "data/gpt2_tokenizer.h"
 
 #include <climits>
-#include <fstream>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/error.h"
+#include "core/json_limits.h"
+#include "core/regular_file.h"
 #include "data/unicode_classes.h"
 
 namespace minidl {
@@ -102,11 +103,9 @@ size_t piece_end(const std::vector<Char>& t, size_t i) {
 }
 
 std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  MINIDL_CHECK(f.good(), "GPT-2 tokenizer: cannot open '", path, "' (scripts/fetch-gpt2-tokenizer.sh DIR fetches it)");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  MINIDL_CHECK(path_exists(path), "GPT-2 tokenizer: no file '", path,
+               "' (scripts/fetch-gpt2-tokenizer.sh DIR fetches it)");
+  return read_file_limited(path, "GPT-2 tokenizer file");
 }
 
 }  // namespace

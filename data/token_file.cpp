@@ -2,11 +2,11 @@
 // little-endian, as llm.c writes them with numpy on x86 and reads them with fread.
 #include "data/token_file.h"
 
-#include <cstring>
-#include <fstream>
+#include <cstdio>
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/regular_file.h"
 
 namespace minidl {
 
@@ -15,14 +15,16 @@ constexpr int64_t kHeaderBytes = kTokenFileHeaderInts * 4;
 }  // namespace
 
 std::vector<int32_t> read_token_file(const std::string& path, int64_t vocab_size) {
-  std::ifstream f(path, std::ios::binary | std::ios::ate);
-  MINIDL_CHECK(f.good(), "token file '", path, "': cannot open it");
-  const int64_t size = static_cast<int64_t>(f.tellg());
+  // Opened without blocking (a FIFO at the path is refused, not waited on).
+  const File f = open_regular_file(path, "token file");
+  MINIDL_CHECK(std::fseek(f.get(), 0, SEEK_END) == 0, "token file '", path, "': cannot seek");
+  const int64_t size = std::ftell(f.get());
+  std::rewind(f.get());
   MINIDL_CHECK(size >= kHeaderBytes, "token file '", path, "': ", size, " bytes, shorter than the ", kHeaderBytes,
                "-byte header (256 int32: magic ", kTokenFileMagic, ", version, token count)");
-  f.seekg(0);
   std::vector<int32_t> header(kTokenFileHeaderInts);
-  f.read(reinterpret_cast<char*>(header.data()), kHeaderBytes);
+  MINIDL_CHECK(std::fread(header.data(), 1, kHeaderBytes, f.get()) == static_cast<size_t>(kHeaderBytes), "token file '",
+               path, "': cannot read the header");
   MINIDL_CHECK(header[0] == kTokenFileMagic, "token file '", path, "': magic ", header[0], ", expected ",
                kTokenFileMagic, " (llm.c's token format)");
   MINIDL_CHECK(header[1] == kTokenFileVersion, "token file '", path, "': version ", header[1], ", expected ",
@@ -31,8 +33,8 @@ std::vector<int32_t> read_token_file(const std::string& path, int64_t vocab_size
   MINIDL_CHECK(count >= 0 && size == kHeaderBytes + 2 * count, "token file '", path, "': the header says ", count,
                " tokens, which take ", kHeaderBytes + 2 * count, " bytes, but the file has ", size);
   std::vector<uint16_t> raw(static_cast<size_t>(count));
-  f.read(reinterpret_cast<char*>(raw.data()), 2 * count);
-  MINIDL_CHECK(f.good(), "token file '", path, "': read failed after the header");
+  MINIDL_CHECK(std::fread(raw.data(), 2, raw.size(), f.get()) == raw.size(), "token file '", path,
+               "': read failed after the header");
   std::vector<int32_t> tokens(raw.begin(), raw.end());
   if (vocab_size > 0)
     for (size_t i = 0; i < tokens.size(); ++i)

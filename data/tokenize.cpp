@@ -4,11 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "core/error.h"
+#include "core/json_limits.h"
 #include "data/gpt2_tokenizer.h"
 #include "data/token_file.h"
 
@@ -18,11 +17,7 @@ TokenizeResult tokenize_text_file(const std::string& tokenizer_dir, const std::s
                                   const std::string& out_dir, double val_fraction) {
   MINIDL_CHECK(val_fraction > 0 && val_fraction < 1, "tokenize: the validation fraction must be in (0, 1), got ",
                val_fraction);
-  std::ifstream f(text_path, std::ios::binary);
-  MINIDL_CHECK(f.good(), "tokenize: cannot open the text file '", text_path, "'");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const std::string text = ss.str();
+  const std::string text = read_file_limited(text_path, "text file", kMaxTextBytes);
   MINIDL_CHECK(!text.empty(), "tokenize: the text file '", text_path, "' is empty");
   const Gpt2Tokenizer tokenizer(tokenizer_dir);
   std::vector<int32_t> tokens{kGpt2EndOfText};

@@ -4,10 +4,14 @@
 // (the rest), in llm.c's format (data/token_file.h). `minidl tokenize` and scripts/tokenize.sh
 // call it.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
 namespace minidl {
+
+// The text is read whole: 1 GiB (about 250M tokens) bounds it, a device or /dev/zero is an error.
+constexpr size_t kMaxTextBytes = size_t{1} << 30;
 
 struct TokenizeResult {
   int64_t text_bytes = 0, train_tokens = 0, val_tokens = 0;

@@ -1,5 +1,7 @@
 // llm.c's token files: what write_token_file writes reads back, the header is llm.c's (checked
 // byte by byte), and each kind of damage is one message naming the file.
+#include <sys/stat.h>
+
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -63,7 +65,11 @@ TEST_CASE("token files: damage is one message naming the file", "[tokens][hostil
     return path;
   };
   REQUIRE_THROWS_WITH(read_token_file(tmp.file("none.bin")),
-                      Catch::Contains("none.bin") && Catch::Contains("cannot open"));
+                      Catch::Contains("token file") && Catch::Contains("none.bin"));
+  // A FIFO where the file belongs is refused, not waited on.
+  REQUIRE(::mkfifo(tmp.file("fifo.bin").c_str(), 0600) == 0);
+  REQUIRE_THAT(test::error_in_child([&] { read_token_file(tmp.file("fifo.bin")); }),
+               Catch::Contains("not a regular file"));
   REQUIRE_THROWS_WITH(read_token_file(damaged([](std::vector<char>& b) { b.resize(100); })),
                       Catch::Contains("t.bin") && Catch::Contains("shorter than the 1024-byte header"));
   REQUIRE_THROWS_WITH(read_token_file(damaged([](std::vector<char>& b) { b[0] = 1; })),
