@@ -75,20 +75,26 @@ double JsonArgs::get_float(const std::string& key, double fallback) {
   return has(key) ? get_float(key) : fallback;
 }
 
-bool JsonArgs::get_bool(const std::string& key, bool fallback) {
-  used_.insert(key);
-  if (!has(key)) return fallback;
+bool JsonArgs::get_bool(const std::string& key) {
   const nlohmann::json& v = at(key);
   MINIDL_CHECK(v.is_boolean(), key_path(key), ": expected true or false, got ", v.type_name());
   return v.get<bool>();
 }
 
-std::string JsonArgs::get_string(const std::string& key, const std::string& fallback) {
+bool JsonArgs::get_bool(const std::string& key, bool fallback) {
   used_.insert(key);
-  if (!has(key)) return fallback;
+  return has(key) ? get_bool(key) : fallback;
+}
+
+std::string JsonArgs::get_string(const std::string& key) {
   const nlohmann::json& v = at(key);
   MINIDL_CHECK(v.is_string(), key_path(key), ": expected a string, got ", v.type_name());
   return v.get<std::string>();
+}
+
+std::string JsonArgs::get_string(const std::string& key, const std::string& fallback) {
+  used_.insert(key);
+  return has(key) ? get_string(key) : fallback;
 }
 
 std::vector<int64_t> JsonArgs::get_ints(const std::string& key) {

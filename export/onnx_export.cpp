@@ -146,7 +146,7 @@ class Exporter {
 
   // Emits `m` applied to the value `x`; returns the output value.
   std::string emit(const Module& m, const std::string& x) {
-    const LayerDescriptor* layer = find_layer(m.type_name());
+    const LayerDescriptor* layer = m.descriptor();
     const auto it = layer ? emitters().find(layer) : emitters().end();
     if (it == emitters().end())
       fail(str("export: ", m.label(), ": layer type '", m.type_name(), "' has no ONNX export"));

@@ -75,23 +75,24 @@ void check_weight_size(const LayerArgs& args, const Shape& shape) {
 nlohmann::json layer_schema() {
   nlohmann::json out = nlohmann::json::object();
   for (const LayerDescriptor* d : layer_descriptors()) {
-    nlohmann::json keys = nlohmann::json::array();
-    for (const LayerKey& k : d->keys) {
-      nlohmann::json key = {{"name", k.name}, {"type", k.type}, {"required", k.required}, {"doc", k.doc}};
-      if (!k.required && !k.default_value.is_null()) key["default"] = k.default_value;
-      keys.push_back(std::move(key));
-    }
     nlohmann::json example = d->example;
     example["type"] = d->name;
     out[d->name] = {{"family", d->family},
                     {"summary", d->summary},
-                    {"keys", std::move(keys)},
+                    {"keys", fields_schema(d->fields)},
                     {"example", std::move(example)},
                     {"example_input", d->example_input},
                     {"autocast", autocast_rule_name(d->autocast)},
                     {"onnx", d->onnx}};
   }
   return out;
+}
+
+std::vector<std::shared_ptr<Module>> build_layers(const nlohmann::json& list, const std::string& path) {
+  MINIDL_CHECK(list.is_array(), path, ": expected a list of layers, got ", list.type_name());
+  std::vector<std::shared_ptr<Module>> layers;
+  for (size_t i = 0; i < list.size(); ++i) layers.push_back(build_layer(list[i], str(path, "[", i, "]")));
+  return layers;
 }
 
 std::shared_ptr<Module> build_layer(const nlohmann::json& spec, const std::string& path) {

@@ -26,6 +26,8 @@ void check_weight_size(const LayerArgs& args, const Shape& shape);
 // Builds one layer (and, for containers, its children) from its spec at `path`. Any error while
 // building it (an allocation too large, say) names `path`.
 std::shared_ptr<Module> build_layer(const nlohmann::json& spec, const std::string& path);
+// Builds each layer of a JSON list of layer specs at `path` ("model.layers" -> "model.layers[0]").
+std::vector<std::shared_ptr<Module>> build_layers(const nlohmann::json& list, const std::string& path);
 // Builds a Sequential from a JSON list of layer specs.
 std::shared_ptr<Module> build_sequential(const nlohmann::json& list, const std::string& path);
 
@@ -36,8 +38,9 @@ const LayerDescriptor* find_layer(const std::string& type);
 // The type names build_layer knows, for error messages and docs.
 std::vector<std::string> layer_types();
 // The schema of every layer type, keyed by type name: {"Conv2d": {"family", "summary", "keys":
-// [{"name", "type", "required", "default", "doc"}], "example", "example_input", "autocast",
-// "onnx"}, ...}. `minidl layers --json` prints it; docs/layers.json is a copy the tests compare.
+// [{"name", "type", "required", "default", "range", "doc"}] (fields_schema), "example",
+// "example_input", "autocast", "onnx"}, ...}. `minidl layers --json` prints it; docs/layers.json
+// is a copy the tests compare.
 nlohmann::json layer_schema();
 
 }  // namespace minidl

@@ -169,7 +169,7 @@ expect_error "11 checkpoint grad_scaler in an fp32 run" "holds loss-scaler state
 restore
 
 # 7. Sizes that would overflow.
-expect_error "7 Conv2d out_channels 2^62" "must be in 1\.\.2147483648" "$run" -- "${train[@]}" --config "$root/configs/quick_cpu.json" \
+expect_error "7 Conv2d out_channels 2^62" "expected an integer in 1\.\.2147483648" "$run" -- "${train[@]}" --config "$root/configs/quick_cpu.json" \
   "${small[@]}" --set model.layers.0.out_channels=4611686018427387904 --output "$work/x"
 expect_error "7 epochs near INT64_MAX" "epochs: expected a number in \\(0, 1000000\\], got" "$run" -- \
   "${train[@]}" --config "$root/configs/quick_cpu.json" --set epochs=9223372036854775807 --output "$work/x"

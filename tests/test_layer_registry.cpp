@@ -1,7 +1,8 @@
 // The layer table (layers/layer_descriptor.h, layers/registry.cpp): every descriptor's example
-// builds and runs, its config round-trips (to_json -> build -> to_json, same output), its
-// declared keys are the keys its factory reads with the defaults it uses, and docs/layers.json
-// (which the PyTorch builders in scripts/ read) is the schema the library prints.
+// builds and runs, the module it builds answers with that descriptor, its config round-trips
+// (to_json -> build -> to_json, same output), its declared keys are the keys its factory reads
+// with the defaults it uses, and docs/layers.json (which the PyTorch builders in scripts/ read)
+// is the schema the library prints.
 #include <set>
 
 #include "core/error.h"
@@ -41,11 +42,14 @@ TEST_CASE("layer table: names are unique, found by name, and every key has a kno
     REQUIRE(layer->make != nullptr);
     REQUIRE(!layer->family.empty());
     REQUIRE(!layer->summary.empty());
-    for (const LayerKey& k : layer->keys) {
+    for (const FieldInfo& k : layer->fields) {
       INFO(k.name);
       REQUIRE(std::set<std::string>{"int", "float", "bool", "string", "ints", "layers"}.count(k.type) == 1);
       REQUIRE(!k.doc.empty());
       REQUIRE(!(k.required && !k.default_value.is_null()));
+      // A number or a choice says what it may be (Flatten's dims, counted from either end, are any).
+      if (k.type == "float" || k.type == "string" || (k.type == "int" && layer->name != "Flatten"))
+        REQUIRE(!k.range.empty());
     }
   }
   REQUIRE(find_layer("Conv3d") == nullptr);
@@ -56,6 +60,7 @@ TEST_CASE("layer table: each example builds, runs, and round-trips to_json -> bu
   for (const LayerDescriptor* layer : layer_descriptors()) {
     INFO(layer->name);
     std::shared_ptr<Module> a = build_layer(example_spec(*layer), "example");
+    REQUIRE(a->descriptor() == layer);
     REQUIRE(a->type_name() == layer->name);
     const json printed = a->to_json();
     REQUIRE(printed.at("type") == layer->name);
@@ -73,14 +78,14 @@ TEST_CASE("layer table: the declared keys are the factory's, with its defaults",
   for (const LayerDescriptor* layer : layer_descriptors()) {
     INFO(layer->name);
     std::set<std::string> declared;
-    for (const LayerKey& k : layer->keys) declared.insert(k.name);
+    for (const FieldInfo& k : layer->fields) declared.insert(k.name);
     // Every key the layer prints back is declared.
     const json printed_back = build_layer(example_spec(*layer), "x")->to_json();
     for (const auto& [key, value] : printed_back.items()) {
       INFO("printed key " << key);
       REQUIRE((key == "type" || declared.count(key) == 1));
     }
-    for (const LayerKey& k : layer->keys) {
+    for (const FieldInfo& k : layer->fields) {
       INFO("key " << k.name);
       json without = example_spec(*layer);
       without.erase(k.name);
@@ -111,7 +116,7 @@ TEST_CASE("layer table: docs/layers.json is the schema the library prints", "[re
   for (const LayerDescriptor* layer : layer_descriptors()) {
     INFO(layer->name);
     REQUIRE(schema.at(layer->name).at("example") == example_spec(*layer));
-    REQUIRE(schema.at(layer->name).at("keys").size() == layer->keys.size());
+    REQUIRE(schema.at(layer->name).at("keys").size() == layer->fields.size());
   }
   INFO("docs/layers.json is out of date: build/minidl layers --json > docs/layers.json");
   REQUIRE(read_json_file(std::string(MINIDL_SOURCE_DIR) + "/docs/layers.json") == schema);

@@ -138,5 +138,5 @@ TEST_CASE("model memory: a model larger than memory is refused at once, naming i
   msg = error_of([] {
     estimate_model_memory(json::parse(R"([{"type": "Linear", "in_features": 0, "out_features": 2}])"), "model.layers");
   });
-  REQUIRE_THAT(msg, Catch::StartsWith("model.layers[0].in_features: must be in 1..2147483648, got 0"));
+  REQUIRE_THAT(msg, Catch::StartsWith("model.layers[0].in_features: expected an integer in 1..2147483648, got 0"));
 }

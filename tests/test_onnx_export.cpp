@@ -26,7 +26,7 @@ void collect_types(const json& layers, std::set<std::string>& out) {
   for (const json& l : layers) {
     const std::string type = l.at("type").get<std::string>();
     out.insert(type);
-    for (const LayerKey& k : find_layer(type)->keys)
+    for (const FieldInfo& k : find_layer(type)->fields)
       if (k.type == "layers" && l.contains(k.name)) collect_types(l[k.name], out);
   }
 }

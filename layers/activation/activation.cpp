@@ -4,6 +4,7 @@
 #include "core/autograd.h"
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "core/field_kinds.h"
 #include "core/storage_rounding.h"
 #include "layers/activation/activation_math.h"
 #include "layers/registry.h"
@@ -16,8 +17,6 @@ void check_float(const Tensor& x, const char* what) {
   MINIDL_CHECK(x.defined(), what, ": input is undefined");
   MINIDL_CHECK(is_floating(x.dtype()), what, ": expects a float32, bfloat16 or float16 input, got ", x.str());
 }
-
-const char* approximate_name(GeluApproximate a) { return a == GeluApproximate::Tanh ? "tanh" : "none"; }
 
 }  // namespace
 
@@ -80,45 +79,31 @@ Tensor gelu(const Tensor& x, GeluApproximate approximate) {
 }
 
 std::string GELU::describe() const {
-  return approximate_ == GeluApproximate::Tanh ? "GELU(approximate='tanh')" : "GELU";
+  return spec().approximate == GeluApproximate::Tanh ? "GELU(approximate='tanh')" : "GELU";
 }
 
-nlohmann::json GELU::to_json() const { return {{"type", "GELU"}, {"approximate", approximate_name(approximate_)}}; }
-
-namespace {
-
-std::shared_ptr<Module> make_relu(LayerArgs& args) {
-  args.finish();
-  return std::make_shared<ReLU>();
+const Fields<GELUSpec>& GELUSpec::fields() {
+  static const Fields<GELUSpec> f{{choice("approximate", &GELUSpec::approximate, GeluApproximate::None,
+                                          "the erf form (\"none\") or the tanh approximation (\"tanh\")")}};
+  return f;
 }
-
-std::shared_ptr<Module> make_gelu(LayerArgs& args) {
-  const std::string a = args.get_string("approximate", "none");
-  MINIDL_CHECK(a == "none" || a == "tanh", args.key_path("approximate"), ": expected \"none\" or \"tanh\", got \"",
-               a, "\"");
-  args.finish();
-  return std::make_shared<GELU>(a == "tanh" ? GeluApproximate::Tanh : GeluApproximate::None);
-}
-
-}  // namespace
 
 const LayerDescriptor& relu_layer() {
-  static const LayerDescriptor layer{
-      "ReLU", "activation", "max(x, 0), as torch.nn.ReLU", {}, make_relu, nlohmann::json::object(), {2, 3, 4, 4},
-      AutocastRule::InputType};
+  static const LayerDescriptor layer{"ReLU",       "activation",           "max(x, 0), as torch.nn.ReLU",
+                                     {},           make_layer<ReLU>,       nlohmann::json::object(),
+                                     {2, 3, 4, 4}, AutocastRule::InputType};
   return layer;
 }
 
 const LayerDescriptor& gelu_layer() {
-  static const LayerDescriptor layer{
-      "GELU",
-      "activation",
-      "x * Phi(x), as torch.nn.GELU",
-      {default_key("approximate", "string", "none", "\"none\" (the erf form) or \"tanh\" (the tanh approximation)")},
-      make_gelu,
-      nlohmann::json::object(),
-      {2, 3, 4, 4},
-      AutocastRule::InputType};
+  static const LayerDescriptor layer{"GELU",
+                                     "activation",
+                                     "x * Phi(x), as torch.nn.GELU",
+                                     layer_fields<GELU>(),
+                                     make_layer<GELU>,
+                                     nlohmann::json::object(),
+                                     {2, 3, 4, 4},
+                                     AutocastRule::InputType};
   return layer;
 }
 

@@ -2,12 +2,13 @@
 
 #include "core/error.h"
 #include "core/tensor_ops.h"
+#include "layers/layer_fields.h"
 #include "layers/registry.h"
 
 namespace minidl {
 
-Residual::Residual(std::vector<std::shared_ptr<Module>> body) {
-  for (size_t i = 0; i < body.size(); ++i) register_module(std::to_string(i), std::move(body[i]));
+Residual::Residual(const ResidualSpec& spec) : Layer(residual_layer(), spec) {
+  for (size_t i = 0; i < spec.body.size(); ++i) register_module(std::to_string(i), spec.body[i]);
 }
 
 Tensor Residual::forward(const Tensor& x) {
@@ -18,32 +19,19 @@ Tensor Residual::forward(const Tensor& x) {
   return add(x, y);
 }
 
-nlohmann::json Residual::to_json() const {
-  nlohmann::json body = nlohmann::json::array();
-  for (const auto& kv : children()) body.push_back(kv.second->to_json());
-  return {{"type", "Residual"}, {"body", body}};
+const Fields<ResidualSpec>& ResidualSpec::fields() {
+  static const Fields<ResidualSpec> f{
+      {layer_list("body", &ResidualSpec::body, true, "a non-empty list of layer specs")}};
+  return f;
 }
-
-namespace {
-
-std::shared_ptr<Module> make_residual(LayerArgs& args) {
-  const nlohmann::json& body = args.get_json("body");
-  const std::string path = args.key_path("body");
-  MINIDL_CHECK(body.is_array() && !body.empty(), path, ": expected a non-empty list of layers");
-  std::vector<std::shared_ptr<Module>> layers;
-  for (size_t i = 0; i < body.size(); ++i) layers.push_back(build_layer(body[i], str(path, "[", i, "]")));
-  return std::make_shared<Residual>(std::move(layers));
-}
-
-}  // namespace
 
 const LayerDescriptor& residual_layer() {
   static const LayerDescriptor layer{
       "Residual",
       "containers",
       "x + body(x); the body's layers are children 0, 1, ...",
-      {required_key("body", "layers", "a non-empty list of layer specs")},
-      make_residual,
+      layer_fields<Residual>(),
+      make_layer<Residual>,
       {{"body", {{{"type", "Linear"}, {"in_features", 3}, {"out_features", 3}}, {{"type", "ReLU"}}}}},
       {2, 3},
       AutocastRule::InputType};

@@ -4,21 +4,25 @@
 #include <memory>
 #include <vector>
 
-#include "layers/module.h"
+#include "core/fields.h"
+#include "layers/layer.h"
 
 namespace minidl {
 
-class Residual : public Module {
- public:
-  explicit Residual(std::vector<std::shared_ptr<Module>> body);
-  Tensor forward(const Tensor& x) override;
-  std::string type_name() const override { return "Residual"; }
-  nlohmann::json to_json() const override;
-  std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
+// The layer type's descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.
+const LayerDescriptor& residual_layer();
+
+struct ResidualSpec {
+  std::vector<std::shared_ptr<Module>> body;
+  static const Fields<ResidualSpec>& fields();
 };
 
-// The layer type' descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.
-struct LayerDescriptor;
-const LayerDescriptor& residual_layer();
+class Residual : public Layer<ResidualSpec> {
+ public:
+  explicit Residual(std::vector<std::shared_ptr<Module>> body) : Residual(ResidualSpec{std::move(body)}) {}
+  explicit Residual(const ResidualSpec& spec);
+  Tensor forward(const Tensor& x) override;
+  std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
+};
 
 }  // namespace minidl

@@ -8,6 +8,7 @@
 #include "core/autograd.h"
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "core/field_kinds.h"
 #include "core/init.h"
 #include "core/storage_rounding.h"
 #include "layers/registry.h"
@@ -98,8 +99,10 @@ Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p, uin
   return y;
 }
 
-MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout, bool bias)
-    : embed_dim_(embed_dim), num_heads_(num_heads), dropout_(dropout) {
+MultiheadAttention::MultiheadAttention(const MultiheadAttentionSpec& spec) : Layer(multihead_attention_layer(), spec) {
+  const int64_t embed_dim = spec.embed_dim, num_heads = spec.num_heads;
+  const double dropout = spec.dropout;
+  const bool bias = spec.bias;
   MINIDL_CHECK(embed_dim >= 1 && num_heads >= 1 && embed_dim % num_heads == 0, "MultiheadAttention: embed_dim (",
                embed_dim, ") must be a positive multiple of num_heads (", num_heads, ")");
   MINIDL_CHECK(dropout >= 0 && dropout <= 1, "MultiheadAttention: dropout must be in [0, 1], got ", dropout);
@@ -117,8 +120,8 @@ MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads, dou
 }
 
 Tensor MultiheadAttention::forward(const Tensor& x) {
-  MINIDL_CHECK(x.defined() && x.dim() == 3 && x.size(2) == embed_dim_, label(), ": expected input (N, T, ",
-               embed_dim_, "), got ", x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
+  MINIDL_CHECK(x.defined() && x.dim() == 3 && x.size(2) == embed_dim(), label(), ": expected input (N, T, ",
+               embed_dim(), "), got ", x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
   // The input projection as Linear::forward runs it (autocast casts the operands).
   Tensor qkv;
   if (autocast_active()) {
@@ -127,8 +130,8 @@ Tensor MultiheadAttention::forward(const Tensor& x) {
   } else {
     qkv = linear(x, in_dtype_of(in_proj_weight, x), in_dtype_of(in_proj_bias, x));
   }
-  const float p = is_training() ? static_cast<float>(dropout_) : 0.f;
-  return (*out_proj)(self_attention(qkv, num_heads_, p, dropout_salt(path())));
+  const float p = is_training() ? static_cast<float>(spec().dropout) : 0.f;
+  return (*out_proj)(self_attention(qkv, num_heads(), p, dropout_salt(path())));
 }
 
 // In-projection: 2 FLOPs per multiply-add of (N*T, D) x (D, 3D) plus the bias; x, the weight and
@@ -138,8 +141,8 @@ Tensor MultiheadAttention::forward(const Tensor& x) {
 // FLOPs each, the softmax's again; dout and qkv read, dqkv written; dW (float32), db and dx.
 // Saved: x and qkv.
 std::optional<LayerWork> MultiheadAttention::work(const Tensor& x, const Tensor& y) const {
-  const double tokens = static_cast<double>(x.numel() / embed_dim_), d = static_cast<double>(embed_dim_);
-  const double t = static_cast<double>(x.size(1)), scores = tokens * t * static_cast<double>(num_heads_);
+  const double tokens = static_cast<double>(x.numel() / embed_dim()), d = static_cast<double>(embed_dim());
+  const double t = static_cast<double>(x.size(1)), scores = tokens * t * static_cast<double>(num_heads());
   const double act = work_bytes(y);  // one (N, T, D) activation
   const double w_bytes = work_bytes(in_proj_weight.numel(), y.dtype()) +
                          work_bytes(in_proj_bias.defined() ? in_proj_bias.numel() : 0, y.dtype());
@@ -160,44 +163,26 @@ int64_t multihead_attention_elements(int64_t embed_dim, bool bias) {
   return 4 * embed_dim * embed_dim + (bias ? 4 * embed_dim : 0);
 }
 
-std::string MultiheadAttention::describe() const { return str("MultiheadAttention ", embed_dim_, " h", num_heads_); }
+std::string MultiheadAttention::describe() const { return str("MultiheadAttention ", embed_dim(), " h", num_heads()); }
 
-nlohmann::json MultiheadAttention::to_json() const {
-  return {{"type", "MultiheadAttention"}, {"embed_dim", embed_dim_}, {"num_heads", num_heads_},
-          {"dropout", dropout_},          {"bias", in_proj_bias.defined()}};
+const Fields<MultiheadAttentionSpec>& MultiheadAttentionSpec::fields() {
+  using S = MultiheadAttentionSpec;
+  static const Fields<S> f{
+      {integer("embed_dim", &S::embed_dim, kRequired, {1, kMaxFeatures}, "model width D"),
+       integer("num_heads", &S::num_heads, kRequired, {1, kMaxFeatures}, "attention heads; must divide embed_dim"),
+       number("dropout", &S::dropout, 0.0, kUnitInterval, "dropout on the attention probabilities in training"),
+       flag("bias", &S::bias, true, "in_proj_bias and out_proj.bias")},
+      [](const S& s, const JsonArgs& args) {
+        MINIDL_CHECK(s.embed_dim % s.num_heads == 0, args.key_path("num_heads"), ": must divide embed_dim (",
+                     s.embed_dim, "), got ", s.num_heads);
+        check_weight_size(args, {3 * s.embed_dim, s.embed_dim});
+      }};
+  return f;
 }
 
 namespace {
 
-struct AttentionSpec {
-  int64_t embed_dim, num_heads;
-  double dropout;
-  bool bias;
-};
-
-// Reads and checks the spec's keys: what the factory builds and the memory check counts.
-AttentionSpec read_multihead_attention(LayerArgs& args) {
-  const int64_t embed_dim = args.get_int("embed_dim");
-  const int64_t num_heads = args.get_int("num_heads");
-  MINIDL_CHECK(embed_dim >= 1 && embed_dim <= kMaxFeatures, args.key_path("embed_dim"), ": must be in 1..",
-               kMaxFeatures, ", got ", embed_dim);
-  MINIDL_CHECK(num_heads >= 1 && embed_dim % num_heads == 0, args.key_path("num_heads"),
-               ": must divide embed_dim (", embed_dim, "), got ", num_heads);
-  const double dropout = args.get_float("dropout", 0.0);
-  MINIDL_CHECK(dropout >= 0 && dropout <= 1, args.key_path("dropout"), ": must be in [0, 1], got ", dropout);
-  const bool bias = args.get_bool("bias", true);
-  args.finish();
-  check_weight_size(args, {3 * embed_dim, embed_dim});
-  return {embed_dim, num_heads, dropout, bias};
-}
-
-std::shared_ptr<Module> make_multihead_attention(LayerArgs& args) {
-  const AttentionSpec s = read_multihead_attention(args);
-  return std::make_shared<MultiheadAttention>(s.embed_dim, s.num_heads, s.dropout, s.bias);
-}
-
-LayerState multihead_attention_state(LayerArgs& args) {
-  const AttentionSpec s = read_multihead_attention(args);
+LayerState multihead_attention_state(const MultiheadAttentionSpec& s) {
   return {multihead_attention_elements(s.embed_dim, s.bias), 3 * s.embed_dim * s.embed_dim,
           str("MultiheadAttention ", s.embed_dim, " h", s.num_heads)};
 }
@@ -209,16 +194,13 @@ const LayerDescriptor& multihead_attention_layer() {
       "MultiheadAttention",
       "transformer",
       "self-attention on (N, T, embed_dim), as torch.nn.MultiheadAttention(batch_first=True)(x, x, x)",
-      {required_key("embed_dim", "int", "model width D, 1..2^31"),
-       required_key("num_heads", "int", "attention heads; must divide embed_dim"),
-       default_key("dropout", "float", 0.0, "dropout on the attention probabilities in training, in [0, 1]"),
-       default_key("bias", "bool", true, "in_proj_bias and out_proj.bias")},
-      make_multihead_attention,
+      layer_fields<MultiheadAttention>(),
+      make_layer<MultiheadAttention>,
       {{"embed_dim", 8}, {"num_heads", 2}},
       {2, 5, 8},
       AutocastRule::LowerPrecision,
       true,
-      multihead_attention_state};
+      layer_state<MultiheadAttention, multihead_attention_state>};
   return layer;
 }
 
