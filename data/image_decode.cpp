@@ -246,13 +246,6 @@ RgbImage decode_image(const uint8_t* bytes, size_t size, const std::string& name
   fail(str("'", name, "': neither JPEG nor PNG (", size == 0 ? "an empty file" : "unknown signature", ")"));
 }
 
-FitMode parse_fit_mode(const std::string& name) {
-  if (name == "crop") return FitMode::Crop;
-  if (name == "pad") return FitMode::Pad;
-  MINIDL_CHECK(name == "stretch", "data.resize: expected \"crop\", \"pad\" or \"stretch\", got \"", name, "\"");
-  return FitMode::Stretch;
-}
-
 void fit_to_square(const RgbImage& im, int size, FitMode mode, uint8_t* out) {
   const size_t plane = static_cast<size_t>(size) * size;
   if (im.width == size && im.height == size) {

@@ -30,7 +30,6 @@ RgbImage decode_image(const uint8_t* bytes, size_t size, const std::string& name
 //   pad      scale the longer side to S (aspect kept), center it on a black square
 //   stretch  scale each side to S (aspect changes)
 enum class FitMode { Crop, Pad, Stretch };
-FitMode parse_fit_mode(const std::string& name);
 
 // Writes `image` fitted to S x S as 3 planes (R, G, B: CHW) into out[3 * S * S]. An S x S image is
 // copied unchanged. Otherwise each axis is resampled with a triangle (bilinear) filter whose

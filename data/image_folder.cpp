@@ -171,7 +171,7 @@ uint64_t cache_key(const Listing& l, const DataOptions& data, const std::vector<
   Fnv f;
   f.bytes(kCacheMagic, sizeof(kCacheMagic));
   f.number(data.image_size);
-  f.text(data.resize);
+  f.text(to_string(data.resize));
   f.number(data.skip_bad ? 1 : 0);
   for (const std::string& c : classes) f.text(c);
   for (const ImageFile& file : l.files) {
@@ -201,7 +201,8 @@ std::string cache_prefix(const Listing& l, const DataOptions& data, Split split)
   const fs::path canonical = fs::weakly_canonical(l.root, ec);
   Fnv f;
   f.text(ec ? l.root : canonical.string());
-  return str(split == Split::Train ? "train" : "test", "-", hex(f.h, 8), "-s", data.image_size, "-", data.resize, "-");
+  return str(split == Split::Train ? "train" : "test", "-", hex(f.h, 8), "-s", data.image_size, "-",
+             to_string(data.resize), "-");
 }
 
 struct CacheMeta {
@@ -282,7 +283,7 @@ bool read_file(const std::string& path, std::vector<uint8_t>& buf, std::string& 
 Dataset decode_all(const Listing& l, const DataOptions& data, std::vector<std::string>& errors) {
   const int64_t n = static_cast<int64_t>(l.files.size());
   const int64_t s = data.image_size;
-  const FitMode mode = parse_fit_mode(data.resize);
+  const FitMode mode = data.resize;
   Dataset d;
   d.images = Tensor::empty({n, 3, s, s}, DType::UInt8);
   d.labels = Tensor::empty({n}, DType::Int32);

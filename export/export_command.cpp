@@ -35,7 +35,8 @@ Dataset reference_images(const TrainConfig& config, const std::string& data_dir,
   } catch (const Error& e) {
     fail(str("export --logits: ", e.what(), ", or pass --data-dir DIR"));
   }
-  Dataset test = data.format == "cifar10" ? load_cifar10(data.dir, Split::Test, limit) : load_dataset(data, Split::Test);
+  Dataset test =
+      data.format == DataFormat::Cifar10 ? load_cifar10(data.dir, Split::Test, limit) : load_dataset(data, Split::Test);
   if (limit > 0 && limit < test.size()) {
     const int64_t pixels = test.images.numel() / test.size();
     std::vector<uint8_t> px(test.images.data<uint8_t>(), test.images.data<uint8_t>() + limit * pixels);
@@ -114,7 +115,7 @@ int export_command(const ExportOptions& options) {
 
   OnnxExportOptions onnx;
   const DataOptions data = DataOptions::from_json(config.data, "data");
-  const int64_t side = data.format == "image_folder" ? data.image_size : 32;
+  const int64_t side = data.format == DataFormat::ImageFolder ? data.image_size : 32;
   onnx.height = onnx.width = side;
   onnx.metadata = {
       {"minidl.source", weights.empty() ? str("config ", options.config_path, " (initialised, untrained)") : weights},

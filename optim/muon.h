@@ -28,8 +28,12 @@ struct MuonOptions {
   bool nesterov = true;
   kernels::NewtonSchulz ns;
   bool normalize_weights = false;
+  // The optimizer of the parameters that are not 4-D filters, as its config object (built with
+  // them by make_muon; null: none given).
+  nlohmann::json rest;
 
-  static MuonOptions read(JsonArgs& args);
+  // The keys after "type".
+  static const Fields<MuonOptions>& fields();
 };
 
 class Muon : public GroupedOptimizer {
@@ -47,13 +51,19 @@ class Muon : public GroupedOptimizer {
   void to(Device device) override;
   void set_skip_flag(const float* found_inf) override;
   nlohmann::json to_json() const override;
+  // The momentum, the Newton-Schulz iterations of each filter as a matrix and the update, plus the
+  // rest optimizer's work.
+  std::optional<LayerWork> work() const override;
 
  private:
+  // The momentum (2, Nesterov 2 more), the update (2) and, normalizing, the weight norm (3).
+  double flops_per_element() const override;
   MuonOptions options_;
   std::unique_ptr<Optimizer> rest_;
 };
 
 // The Muon factory: splits `params` into filters and the rest (built from config "rest").
-std::unique_ptr<Optimizer> make_muon(JsonArgs& args, std::vector<NamedParam> params, const std::string& path);
+// The optimizer type's descriptor, listed in optimizer_types() (optim/optimizer.cpp).
+const OptimizerDescriptor& muon_optimizer();
 
 }  // namespace minidl

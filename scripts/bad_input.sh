@@ -264,7 +264,7 @@ race "13 resume: another run resumed there first" "checkpoint changed while this
 muon=(--config "$root/configs/airbench94_muon.json" --set "data.dir=$data" --set data.train_limit=512 --set batch_size=64)
 expect_error "14 freeze from_epoch 1e30" "freeze\[2\].from_epoch: expected 0..1000000" "$run" -- \
   "${train[@]}" "${muon[@]}" --set freeze.2.from_epoch=1e30 --output "$work/x"
-expect_error "14 ns_eps 1e300" "ns_eps: expected 0 < ns_eps <= 1" "$run" -- \
+expect_error "14 ns_eps 1e300" "ns_eps: expected a number in \\(0, 1\\]" "$run" -- \
   "${train[@]}" "${muon[@]}" --set optimizer.ns_eps=1e300 --output "$work/x"
 expect_error "14 ns_steps 2^32+1" "ns_steps: expected an integer in 0..100" "$run" -- \
   "${train[@]}" "${muon[@]}" --set optimizer.ns_steps=4294967297 --output "$work/x"

@@ -22,11 +22,12 @@
 #include "data/options.h"
 #include "layers/registry.h"
 #include "optim/optimizer.h"
+#include "optim/schedule.h"
+#include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/run_folder.h"
 #include "train/run_log.h"
-#include "test_util.h"
 
 using namespace minidl;
 namespace fs = std::filesystem;

@@ -80,7 +80,7 @@ std::vector<uint8_t> planes(const std::vector<uint8_t>& hwc, int w, int h) {
 
 DataOptions folder_options(const fs::path& root, int64_t size) {
   DataOptions o;
-  o.format = "image_folder";
+  o.format = DataFormat::ImageFolder;
   o.dir = root.string();
   o.image_size = size;
   return o;
@@ -287,7 +287,7 @@ TEST_CASE("image folder: mixed sizes are cropped, padded or stretched to S x S",
     for (int c = 0; c < 3; ++c) stripes.pixels[p * 3 + c] = (p % 2) ? 255 : 0;
   fit_to_square(stripes, 8, FitMode::Stretch, out.data());
   for (int x = 1; x < 7; ++x) REQUIRE(std::abs(at(0, 4, x) - 128) <= 1);
-  REQUIRE_THROWS_WITH(parse_fit_mode("zoom"), Catch::Contains("data.resize"));
+  REQUIRE_THROWS_WITH(from_string<FitMode>("zoom", "data.resize"), Catch::Contains("data.resize"));
 }
 
 TEST_CASE("image folder: layouts and options that cannot work are one clear error", "[data][image_folder]") {
@@ -433,7 +433,7 @@ TEST_CASE("CIFAR-100 binaries: fine and coarse labels, names, bad files", "[data
   REQUIRE(coarse.classes[3] == "super3");
   REQUIRE(coarse.labels.data<int32_t>()[45] == 5);
   DataOptions o;
-  o.format = "cifar100";
+  o.format = DataFormat::Cifar100;
   o.dir = dir.string();
   o.train_limit = 100;
   REQUIRE(load_dataset(o, Split::Train).size() == 100);

@@ -417,9 +417,30 @@ TEST_CASE("optimizer work: the state of the parameters with a gradient, not Look
   a.set_grad(Tensor::zeros({10}, DType::Float32, Device::cpu()));
   la.step(0.1);
   REQUIRE(la.state_tensors().size() >= 4);  // momentum and the average, of both
-  const std::optional<LayerWork> w = optimizer_work(la, {a, frozen});
+  const std::optional<LayerWork> w = la.work();
   REQUIRE(w);
   // a: parameter read and written, gradient read and zeroed, momentum read and written: 6 x 10 floats.
   CHECK(w->forward.bytes == 6 * 10 * 4);
   CHECK(w->forward.flops == 6 * 10);
+}
+
+TEST_CASE("optimizer work: Muon counts its Newton-Schulz products and its rest optimizer", "[profiler]") {
+  Tensor filter = Tensor::zeros({2, 3, 1, 1}, DType::Float32, Device::cpu());  // a 2 x 3 matrix
+  Tensor bias = Tensor::zeros({2}, DType::Float32, Device::cpu());
+  filter.set_requires_grad(true);
+  bias.set_requires_grad(true);
+  std::vector<NamedParam> params = {{"w", filter, "Conv2d"}, {"b", bias, "Conv2d"}};
+  const nlohmann::json muon = nlohmann::json::parse(
+      R"({"type": "Muon", "lr": 0.1, "ns_steps": 2, "rest": {"type": "SGD", "lr": 0.1, "momentum": 0.9}})");
+  std::unique_ptr<Optimizer> opt = make_optimizer(muon, params, "optimizer");
+  filter.set_grad(Tensor::zeros({2, 3, 1, 1}, DType::Float32, Device::cpu()));
+  bias.set_grad(Tensor::zeros({2}, DType::Float32, Device::cpu()));
+  const std::optional<LayerWork> w = opt->work();
+  REQUIRE(w);
+  // Muon on 6 elements: momentum with Nesterov 4 + update 2, and the norm's scaling 3, per element;
+  // r = 2, c = 3, per iteration 4 r^2 c + 2 r^3 + 3 r^2 + 2 r c = 48 + 16 + 12 + 12 = 88. SGD on 2: 6 each.
+  CHECK(w->forward.flops == 6 * 6 + 3 * 6 + 2 * 88 + 6 * 2);
+  // Muon: the filter, its gradient and momentum read and written (6 x 6 floats), and per iteration
+  // 6 r c + 7 r^2 = 64 floats; SGD: 6 x 2 floats.
+  CHECK(w->forward.bytes == 4 * (6 * 6 + 2 * 64 + 6 * 2));
 }

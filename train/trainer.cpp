@@ -39,7 +39,7 @@
 namespace minidl {
 
 std::string data_dir_for(const DataOptions& data) {
-  if (!data.dir.empty() || data.format != "cifar10") return data.dir;
+  if (!data.dir.empty() || data.format != DataFormat::Cifar10) return data.dir;
   const char* env = std::getenv("CIFAR10_DIR");
   MINIDL_CHECK(env && *env, "data.dir: no CIFAR-10 folder given; set data.dir in the config, pass --set "
                "data.dir=PATH, or set CIFAR10_DIR (scripts/data.sh makes one)");
@@ -207,8 +207,8 @@ void Trainer::check_class_count() {
     classes_ = train_set_.classes;
     const int64_t classes = num_classes();
     MINIDL_CHECK(width == classes, "model.layers: the model's output has ", width, " values per image, but the data (",
-                 data_options_.format, ") has ", classes, " classes; set the last layer's out_features to ", classes,
-                 " (e.g. --set model.layers.N.out_features=", classes, ")");
+                 to_string(data_options_.format), ") has ", classes, " classes; set the last layer's out_features to ",
+                 classes, " (e.g. --set model.layers.N.out_features=", classes, ")");
     return;
   }
   // Data sets made in memory carry no class names: the labels bound the class count from below.
@@ -578,7 +578,7 @@ void Trainer::update(bool prepared, double lr, Profiler* profiler) {
   optimizer_->zero_grad();
   if (profiler)
     profiler->add_work([&] {
-      std::optional<LayerWork> w = optimizer_work(*optimizer_, parameters_);
+      std::optional<LayerWork> w = optimizer_->work();
       if (w && grad_clipper_) {
         const LayerWork clip = grad_clip_work(parameters_);
         w->forward.bytes += clip.forward.bytes;

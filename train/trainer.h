@@ -10,8 +10,6 @@
 #include <utility>
 #include <vector>
 
-#include "train/config.h"
-#include "train/step_graph.h"
 #include "core/run_context.h"
 #include "core/tensor.h"
 #include "data/cifar10.h"
@@ -23,7 +21,10 @@
 #include "optim/grad_scaler.h"
 #include "optim/lookahead.h"
 #include "optim/optimizer.h"
+#include "optim/schedule.h"
+#include "train/config.h"
 #include "train/param_rules.h"
+#include "train/step_graph.h"
 
 namespace minidl {
 
