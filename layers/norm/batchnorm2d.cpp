@@ -67,7 +67,7 @@ const Fields<BatchNorm2dSpec>& BatchNorm2dSpec::fields() {
       one->write = [write](const S& s) { return s.weight != s.bias ? write(s) : std::nullopt; };
     }
     return std::vector<Field<S>>{
-        integer("num_features", &S::num_features, kRequired, {1, kMaxFeatures}, "channels C"),
+        integer("num_features", &S::num_features, kRequired, {1}, "channels C"),
         number("eps", &S::eps, 1e-5, kAtLeastZero, "added to the variance"),
         number("momentum", &S::momentum, 0.1, kUnitInterval, "running statistics' update rate"),
         affine,

@@ -35,8 +35,8 @@ std::string GroupNorm::describe() const {
 
 const Fields<GroupNormSpec>& GroupNormSpec::fields() {
   using S = GroupNormSpec;
-  static const Fields<S> f{{integer("num_groups", &S::num_groups, kRequired, {1, kMaxFeatures}, "groups"),
-                            integer("num_channels", &S::num_channels, kRequired, {1, kMaxFeatures},
+  static const Fields<S> f{{integer("num_groups", &S::num_groups, kRequired, {1}, "groups"),
+                            integer("num_channels", &S::num_channels, kRequired, {1},
                                     "channels C, a positive multiple of num_groups"),
                             number("eps", &S::eps, 1e-5, kAtLeastZero, "added to the variance"),
                             flag("affine", &S::affine, true, "learned per-channel scale and shift"),

@@ -45,7 +45,7 @@ std::string LayerNorm::describe() const {
 const Fields<LayerNormSpec>& LayerNormSpec::fields() {
   using S = LayerNormSpec;
   static const Fields<S> f{
-      {int_list("normalized_shape", &S::normalized_shape, {1, kMaxFeatures}, "the trailing dims normalized together"),
+      {int_list("normalized_shape", &S::normalized_shape, {1}, "the trailing dims normalized together"),
        number("eps", &S::eps, 1e-5, kAtLeastZero, "added to the variance"),
        flag("elementwise_affine", &S::elementwise_affine, true, "learned scale and shift of normalized_shape"),
        norm_relu_field(&S::activation), norm_gelu_field(&S::activation)},
