@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/fields.h"
 #include "core/json_args.h"
 #include "core/json_limits.h"
 
@@ -31,6 +32,26 @@ const D& read_type(const std::vector<const D*>& table, JsonArgs& args, const cha
     if (d->name == name) return *d;
   fail(str(args.key_path("type"), ": unknown ", what, " \"", text_excerpt(name), "\" (expected ", type_choices(table),
            ")"));
+}
+
+// The rows of a section whose "type" picks one table entry: the "type" row, then each type's rows
+// marked with it.
+template <typename D>
+std::vector<FieldInfo> typed_rows(const std::vector<const D*>& table, const char* what) {
+  FieldInfo type;
+  type.name = "type";
+  type.type = "string";
+  type.required = true;
+  type.range = type_choices(table);
+  type.doc = str("the ", what);
+  std::vector<FieldInfo> rows = {type};
+  for (const D* d : table) {
+    for (FieldInfo f : d->fields) {
+      f.variant = d->name;
+      rows.push_back(std::move(f));
+    }
+  }
+  return rows;
 }
 
 }  // namespace minidl

@@ -106,7 +106,14 @@ const Fields<AugmentOptions>& AugmentOptions::fields() {
        choice("flip_mode", &A::flip_mode, FlipMode::Random,
               "a new draw each epoch, or each image flipped every other epoch (airbench)"),
        integer("cutout", &A::cutout, 0, {0, 4096}, "the side of a zeroed square at a random place (0: off)"),
-       resized_crop_field()},
+       resized_crop_field(),
+       // Written only when on, like random_resized_crop: a run without it keeps its config.json.
+       written_when_set(number("color_jitter.brightness", &A::brightness, 0, {0, false, 100, false},
+                               "the largest shift b added to the normalized values, b ~ U(-brightness, brightness)",
+                               "in standard deviations")),
+       written_when_set(number("color_jitter.contrast", &A::contrast, 0, {0, false, 1, true},
+                               "the largest scale change, c ~ U(1 - contrast, 1 + contrast) multiplying x + b",
+                               "contrast < 1: no image's sign flips"))},
       [](const A& o, const JsonArgs& args) { o.validate(args.path()); }};
   return f;
 }
@@ -122,6 +129,12 @@ void AugmentOptions::validate(const std::string& path) const {
                crop_padding);
   MINIDL_CHECK(cutout >= 0 && cutout <= 4096, path, ".cutout: expected a square side of 0..4096 pixels, got ",
                cutout);
+  // A contrast of 1 or more could flip an image's sign; a brightness past 100 standard deviations
+  // is no jitter.
+  MINIDL_CHECK(std::isfinite(brightness) && brightness >= 0 && brightness <= 100, path,
+               ".color_jitter.brightness: expected 0..100 (in standard deviations), got ", brightness);
+  MINIDL_CHECK(std::isfinite(contrast) && contrast >= 0 && contrast < 1, path,
+               ".color_jitter.contrast: expected 0 <= contrast < 1, got ", contrast);
   if (!resized_crop) return;
   MINIDL_CHECK(crop_padding == 0, path, ".random_resized_crop replaces the padded crop: set crop_padding to 0 (got ",
                crop_padding, ")");
@@ -155,7 +168,9 @@ const Fields<DataOptions>& DataOptions::fields() {
        only_for(DataFormat::Cifar100, choice("label", &D::label, Cifar100Label::Fine,
                                              "the 100 classes (fine) or the 20 superclasses (coarse)")),
        only_for(DataFormat::ImageFolder,
-                integer("image_size", &D::image_size, 0, {0, 4096}, "every image becomes S x S; required")),
+                derived(integer("image_size", &D::image_size, kRequired, {1, 4096},
+                                "every image becomes S x S; required"),
+                        &D::image_size, +[](const D&) -> int64_t { return 0; })),
        only_for(DataFormat::ImageFolder,
                 choice("resize", &D::resize, FitMode::Crop,
                        "to S x S: the shorter side to S and a center crop, the longer side to S on black, or both "
@@ -213,6 +228,8 @@ kernels::AugmentParams augment_params(const Normalization& normalize, const Augm
       p.crop_scale[k] = static_cast<float>(augment->crop_scale[k]);
       p.crop_log_ratio[k] = static_cast<float>(std::log(augment->crop_ratio[k]));
     }
+    p.brightness = static_cast<float>(augment->brightness);
+    p.contrast = static_cast<float>(augment->contrast);
   }
   return p;
 }

@@ -2,17 +2,23 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/dispatch.h"
 #include "core/enum_names.h"
 #include "core/error.h"
 #include "core/field_kinds.h"
 #include "core/json_args.h"
+#include "core/json_limits.h"
 
 namespace minidl {
 
 namespace {
 constexpr const char* kRest = "rest.";
+constexpr int64_t kMaxInterval = 1000000000;
+// The scalar table's row of a filter bank: its lr, whether this step renormalizes (1 or 0), and
+// the decoupled weight decay's factor 1 - lr * weight_decay.
+constexpr int kScalars = 3;
 }
 
 enum class NsDtype { Float32, BFloat16 };
@@ -49,12 +55,18 @@ std::vector<Field<MuonOptions>> newton_schulz_fields() {
   coefficients.write = [](const O& o) {
     return std::optional<nlohmann::json>(nlohmann::json::array({o.ns.a, o.ns.b, o.ns.c}));
   };
-  // Checked as a double: a larger value would become an infinite float (saved as null, never resumable).
+  // Checked as a double, in float32's terms: a larger value would become an infinite float (saved
+  // as null, never resumable), one below float32's smallest normal number 0 or subnormal (flushed
+  // to 0), and the first step would divide by 0.
   const Interval eps_range{0, true, 1, false};
-  Field<O> eps = custom_field<O>("ns_eps", "float", d.eps, eps_range.text(), "X0 = G / (||G||_F + ns_eps), as float32");
-  eps.read = [d, eps_range](JsonArgs& a, const std::string& key, O& o) {
+  const float smallest = std::numeric_limits<float>::min();
+  Field<O> eps = custom_field<O>("ns_eps", "float", d.eps, str(eps_range.text(), ", at least ", smallest),
+                                 "X0 = G / (||G||_F + ns_eps), as float32");
+  eps.read = [d, eps_range, smallest](JsonArgs& a, const std::string& key, O& o) {
     const double v = a.get_float(key, d.eps);
     if (!eps_range.contains(v)) fail_range(a, key, "a number", eps_range.text(), str(v));
+    MINIDL_CHECK(v >= smallest, a.key_path(key), ": expected 0 < ns_eps <= 1 and at least ", smallest,
+                 " (float32's smallest normal number), got ", v);
     o.ns.eps = static_cast<float>(v);
   };
   eps.write = [](const O& o) { return std::optional<nlohmann::json>(o.ns.eps); };
@@ -69,41 +81,83 @@ std::vector<Field<MuonOptions>> newton_schulz_fields() {
   return {steps, coefficients, eps, dtype};
 }
 
+// "normalize_interval": n, or [start, end] growing over the run; written back only when not 1.
+Field<MuonOptions> normalize_interval_field() {
+  using O = MuonOptions;
+  Field<O> f = written_when_set(
+      custom_field<O>("normalize_interval", "ints", 1, str("1..", kMaxInterval, " or [start, end]"),
+                      "renormalize every n-th step, or at an interval growing from start to end over the run "
+                      "(needs normalize_weights)"));
+  f.read = [](JsonArgs& a, const std::string& key, O& o) {
+    o.normalize_interval[0] = o.normalize_interval[1] = 1;
+    if (!a.has(key)) return;
+    const nlohmann::json& v = a.get_json(key);
+    const std::string where = a.key_path(key);
+    const auto whole = [](const nlohmann::json& x) { return x.is_number_integer() && x.get<int64_t>() >= 1; };
+    MINIDL_CHECK(whole(v) || (v.is_array() && v.size() == 2 && whole(v[0]) && whole(v[1])), where,
+                 ": expected a whole number of steps >= 1, or [start, end] (e.g. [2, 17]), got ", json_excerpt(v));
+    o.normalize_interval[0] = v.is_array() ? v[0].get<int64_t>() : v.get<int64_t>();
+    o.normalize_interval[1] = v.is_array() ? v[1].get<int64_t>() : v.get<int64_t>();
+    MINIDL_CHECK(o.normalize_interval[0] <= kMaxInterval && o.normalize_interval[1] <= kMaxInterval, where,
+                 ": expected at most ", kMaxInterval, " steps, got ", json_excerpt(v));
+  };
+  f.write = [](const O& o) {
+    const int64_t start = o.normalize_interval[0], end = o.normalize_interval[1];
+    return std::optional<nlohmann::json>(start == end ? nlohmann::json(start) : nlohmann::json({start, end}));
+  };
+  return f;
+}
+
 }  // namespace
 
-// Muon's published defaults: lr 0.02, momentum 0.95 with Nesterov, 3 quintic iterations.
+// Muon's published defaults: lr 0.02, momentum 0.95 with Nesterov, 3 quintic iterations. The keys
+// the record added (weight_decay, normalize_interval, ns_batching) are written only when set, so
+// an older config resolves as it did.
 const Fields<MuonOptions>& MuonOptions::fields() {
   using O = MuonOptions;
-  static const Fields<O> f{[] {
-    std::vector<Field<O>> rows = {
-        number("lr", &O::lr, 0.02, kAtLeastZero, "the learning rate; the schedule's factor multiplies it"),
-        number("momentum", &O::momentum, 0.95, {0, false, 1, true}, "momentum factor"),
-        flag("nesterov", &O::nesterov, true, "Nesterov momentum")};
-    for (Field<O>& r : newton_schulz_fields()) rows.push_back(r);
-    rows.push_back(flag("normalize_weights", &O::normalize_weights, false,
-                        "rescale each filter to Frobenius norm sqrt(rows) before the step"));
-    Field<O> rest = custom_field<O>("rest", "object", nullptr, "\"SGD\" or \"AdamW\"",
-                                    "the optimizer (its config object) of the parameters that are not 4-D filters; "
-                                    "required when there are any");
-    rest.required = false;
-    rest.read = [](JsonArgs& a, const std::string& key, O& o) {
-      o.rest = nullptr;
-      if (!a.has(key)) return;
-      o.rest = a.get_json(key);
-      MINIDL_CHECK(!(o.rest.is_object() && o.rest.value("type", "") == "Muon"), a.key_path(key),
-                   ": the rest optimizer cannot be Muon");
-    };
-    // Written back by Muon::to_json, as the rest optimizer it built prints itself.
-    rest.write = [](const O&) { return std::optional<nlohmann::json>(); };
-    rows.push_back(rest);
-    return rows;
-  }()};
+  static const Fields<O> f{
+      [] {
+        std::vector<Field<O>> rows = {
+            number("lr", &O::lr, 0.02, kAtLeastZero, "the learning rate; the schedule's factor multiplies it"),
+            number("momentum", &O::momentum, 0.95, {0, false, 1, true}, "momentum factor"),
+            flag("nesterov", &O::nesterov, true, "Nesterov momentum")};
+        for (Field<O>& r : newton_schulz_fields()) rows.push_back(r);
+        rows.push_back(flag("normalize_weights", &O::normalize_weights, false,
+                            "rescale each filter to Frobenius norm sqrt(rows) before the step"));
+        rows.push_back(written_when_set(number("weight_decay", &O::weight_decay, 0, kAtLeastZero,
+                                               "decoupled weight decay: W *= 1 - lr * weight_decay before the update "
+                                               "(torch.optim.Muon's order)")));
+        rows.push_back(normalize_interval_field());
+        rows.push_back(written_when_set(choice("ns_batching", &O::ns_batching, NsBatching::ByShape,
+                                               "iterate the banks of each shape together, or every bank zero-padded "
+                                               "into one batch (fewer launches on the GPU)")));
+        Field<O> rest = custom_field<O>("rest", "object", nullptr, "\"SGD\" or \"AdamW\"",
+                                        "the optimizer (its config object) of the parameters that are not 4-D "
+                                        "filters; required when there are any");
+        rest.required = false;
+        rest.read = [](JsonArgs& a, const std::string& key, O& o) {
+          o.rest = nullptr;
+          if (!a.has(key)) return;
+          o.rest = a.get_json(key);
+          MINIDL_CHECK(!(o.rest.is_object() && o.rest.value("type", "") == "Muon"), a.key_path(key),
+                       ": the rest optimizer cannot be Muon");
+        };
+        // Written back by Muon::to_json, as the rest optimizer it built prints itself.
+        rest.write = [](const O&) { return std::optional<nlohmann::json>(); };
+        rows.push_back(rest);
+        return rows;
+      }(),
+      [](const O& o, const JsonArgs& args) {
+        MINIDL_CHECK(o.normalize_weights || (o.normalize_interval[0] == 1 && o.normalize_interval[1] == 1),
+                     args.key_path("normalize_interval"),
+                     ": renormalizes the weights, which needs \"normalize_weights\": true");
+      }};
   return f;
 }
 
 Muon::Muon(std::vector<NamedParam> filters, MuonOptions options, std::unique_ptr<Optimizer> rest,
            const std::string& path)
-    : GroupedOptimizer("Muon", std::move(filters), {}, 0.0, {"momentum_buffer"}, 1, path),
+    : GroupedOptimizer("Muon", std::move(filters), {}, 0.0, {"momentum_buffer"}, kScalars, path),
       options_(options),
       rest_(std::move(rest)) {
   for (const NamedParam& p : params_)
@@ -114,11 +168,34 @@ Muon::Muon(std::vector<NamedParam> filters, MuonOptions options, std::unique_ptr
 // The lr goes through the scalar table, so a replayed CUDA graph reads each step's value.
 void Muon::prepare(double lr) {
   if (rest_) rest_->prepare(options_.lr > 0 ? lr * rest_->base_lr() / options_.lr : 0.0);
+  const float renormalize = options_.normalize_weights && renormalizes() ? 1.f : 0.f;
   for (size_t i = 0; i < params_.size(); ++i) {
-    scalar_row(i)[0] = static_cast<float>(lr);
+    float* row = scalar_row(i);
+    row[0] = static_cast<float>(lr);
+    row[1] = renormalize;
+    row[2] = static_cast<float>(1.0 - lr * options_.weight_decay);
     count_step(i);
   }
   upload_scalars();
+}
+
+bool Muon::renormalizes() {
+  const int64_t start = options_.normalize_interval[0], end = options_.normalize_interval[1];
+  if (start == 1 && end == 1) return true;
+  const int64_t c = position("Muon's normalize_interval").step + 1;
+  if (start == end) return c % start == 0;
+  // A pure function of c, walked from the start (again after a jump back, e.g. a resume).
+  if (c <= walked_) walked_ = last_renormalized_ = 0;
+  const double total = static_cast<double>(position_.total_steps);
+  bool renormalized = false;
+  for (int64_t k = walked_ + 1; k <= c; ++k) {
+    const double interval =
+        static_cast<double>(start) + std::floor(static_cast<double>(end - start) * (static_cast<double>(k) / total));
+    renormalized = static_cast<double>(k - last_renormalized_) >= interval;
+    if (renormalized) last_renormalized_ = k;
+  }
+  walked_ = c;
+  return renormalized;
 }
 
 void Muon::apply() {
@@ -131,13 +208,14 @@ void Muon::apply() {
     Tensor& p = params_[i].tensor;
     const int64_t rows = p.size(0);
     banks.push_back({p.grad().data<float>(), entries_[i].slots[0].data<float>(), p.data<float>(), rows,
-                     p.numel() / rows, scalar_table() + i});
+                     p.numel() / rows, scalar_table() + i * kScalars});
   }
   kernels::MuonStepArgs args;
   args.momentum = static_cast<float>(options_.momentum);
   args.nesterov = options_.nesterov ? 1 : 0;
   args.normalize = options_.normalize_weights ? 1 : 0;
   args.ns = options_.ns;
+  args.padded = options_.ns_batching == NsBatching::Padded ? 1 : 0;
   args.skip = skip_flag();
   dispatch(
       params_device(), "muon_step", [&] { kernels::muon_step_cpu(banks, args); },
@@ -183,6 +261,11 @@ void Muon::set_skip_flag(const float* found_inf) {
   if (rest_) rest_->set_skip_flag(found_inf);
 }
 
+void Muon::set_position(const StepPosition& at) {
+  Optimizer::set_position(at);
+  if (rest_) rest_->set_position(at);
+}
+
 void Muon::to(Device device) {
   GroupedOptimizer::to(device);
   if (rest_) rest_->to(device);
@@ -195,7 +278,7 @@ nlohmann::json Muon::to_json() const {
 }
 
 double Muon::flops_per_element() const {
-  return (options_.nesterov ? 4 : 2) + 2 + (options_.normalize_weights ? 3 : 0);
+  return (options_.nesterov ? 4 : 2) + 2 + (options_.weight_decay != 0 ? 1 : 0) + (options_.normalize_weights ? 3 : 0);
 }
 
 // Each filter as a matrix r x c, r <= c (the wide orientation the kernels take): the scaling by

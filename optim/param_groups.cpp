@@ -4,6 +4,7 @@
 #include "core/field_kinds.h"
 #include "core/json_args.h"
 #include "core/json_limits.h"
+#include "core/type_table.h"
 #include "layers/registry.h"
 
 namespace minidl {
@@ -56,6 +57,28 @@ std::string read_module_type(JsonArgs& args) {
   return type;
 }
 
+namespace {
+
+// "schedule": the group's own lr schedule, an object as the config's "schedule"; left out: the
+// run's.
+Field<ParamGroup> schedule_field() {
+  using G = ParamGroup;
+  Field<G> f = written_when_set(custom_field<G>(
+      "schedule", "object", nullptr, "",
+      "the group's own lr schedule (an object as the config's \"schedule\"), used instead of the run's: its lr is "
+      "the optimizer's lr * lr_scale * this factor; left out: the run's"));
+  f.required = false;
+  f.children = typed_rows(schedule_types(), "schedule");
+  f.read = [](JsonArgs& a, const std::string& key, G& g) {
+    g.schedule = nullptr;
+    if (a.has(key)) g.schedule = make_schedule(a.get_json(key), a.key_path(key));
+  };
+  f.write = [](const G& g) { return g.schedule ? std::optional<nlohmann::json>(g.schedule->to_json()) : std::nullopt; };
+  return f;
+}
+
+}  // namespace
+
 const Fields<ParamGroup>& ParamGroup::fields() {
   using G = ParamGroup;
   static const Fields<G> f{
@@ -65,7 +88,8 @@ const Fields<ParamGroup>& ParamGroup::fields() {
        module_type_field(&G::module_type, "the type of the module owning the parameter"),
        number("lr_scale", &G::lr_scale, 1.0, kAtLeastZero, "multiplies the optimizer's lr for these parameters"),
        optional_number("weight_decay", &G::weight_decay, kAtLeastZero,
-                       "the weight decay of these parameters; left out: the optimizer's")},
+                       "the weight decay of these parameters; left out: the optimizer's"),
+       schedule_field()},
       [](const G& g, const JsonArgs& args) {
         MINIDL_CHECK(!g.match.empty() || !g.module_type.empty(), args.path(),
                      ": a group needs \"match\" (a parameter name pattern) and/or \"module_type\"");

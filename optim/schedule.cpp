@@ -81,25 +81,26 @@ struct WarmupSpec {
   }
 };
 
-// The points are epochs, or fractions of the run: one of the two lists is given.
+// The points are epochs, fractions of the run or global steps: one of the three lists is given.
 struct PiecewiseLinearSpec {
   static constexpr const char* kName = "piecewise_linear";
-  std::vector<double> epochs, fractions, factors;
+  std::vector<double> epochs, fractions, steps, factors;
   static const Fields<PiecewiseLinearSpec>& fields() {
     using S = PiecewiseLinearSpec;
     static const Fields<S> f{
         {number_list("epochs", &S::epochs, "the points in epochs, strictly increasing"),
          number_list("fractions", &S::fractions,
-                     "the points as fractions of the run, strictly increasing (not with "
-                     "epochs)"),
+                     "the points as fractions of the run, strictly increasing (instead of epochs)"),
+         number_list("steps", &S::steps, "the points in global steps, strictly increasing (instead of epochs)"),
          number_list("factors", &S::factors, "the factor at each point (required)")},
         [](const S& s, const JsonArgs& args) {
-          const bool in_fractions = !s.fractions.empty();
-          MINIDL_CHECK(!(in_fractions && !s.epochs.empty()), args.path(),
-                       ": give the points as \"epochs\" or as \"fractions\" of the run, not both");
-          const std::string key = in_fractions ? "fractions" : "epochs";
+          const int given = !s.epochs.empty() + !s.fractions.empty() + !s.steps.empty();
+          MINIDL_CHECK(given <= 1, args.path(),
+                       ": give the points as \"epochs\", \"fractions\" of the run or \"steps\", not both");
+          const std::string key = s.points_key();
           const std::vector<double>& points = s.points();
-          MINIDL_CHECK(!points.empty(), args.key_path("epochs"), ": required key is missing (or give \"fractions\")");
+          MINIDL_CHECK(!points.empty(), args.key_path("epochs"),
+                       ": required key is missing (or give \"fractions\" or \"steps\")");
           MINIDL_CHECK(!s.factors.empty(), args.key_path("factors"), ": required key is missing");
           MINIDL_CHECK(points.size() == s.factors.size(), args.path(), ": \"", key, "\" has ", points.size(),
                        " points but \"factors\" has ", s.factors.size());
@@ -109,10 +110,12 @@ struct PiecewiseLinearSpec {
         }};
     return f;
   }
-  const std::vector<double>& points() const { return fractions.empty() ? epochs : fractions; }
+  const char* points_key() const { return !fractions.empty() ? "fractions" : !steps.empty() ? "steps" : "epochs"; }
+  const std::vector<double>& points() const { return !fractions.empty() ? fractions : !steps.empty() ? steps : epochs; }
   double factor(int64_t step, int64_t spe, int64_t total) const {
     const std::vector<double>& p = points();
-    const double e = static_cast<double>(step) / static_cast<double>(fractions.empty() ? spe : total);
+    const double per = !fractions.empty() ? static_cast<double>(total) : !steps.empty() ? 1.0 : static_cast<double>(spe);
+    const double e = static_cast<double>(step) / per;
     if (e <= p.front()) return factors.front();
     for (size_t k = 1; k < p.size(); ++k) {
       if (e <= p[k]) {

@@ -13,6 +13,8 @@
 //                                               linear between the points, flat outside (np.interp)
 //                    {"fractions": [0, 0.23, 1], "factors": [0.2, 1, 0.07]}
 //                                               the same with points in t (airbench's triangle)
+//                    {"steps": [0, 7], "factors": [1, 0]}
+//                                               the same with points in global steps
 #pragma once
 #include <cstdint>
 #include <memory>

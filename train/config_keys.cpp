@@ -67,26 +67,6 @@ Field<C> rule_list(const char* path, json C::*member, std::vector<FieldInfo> chi
   return k;
 }
 
-// The rows of a section whose "type" picks one table entry: the "type" row, then each type's rows
-// marked with it.
-template <typename D>
-std::vector<FieldInfo> typed_rows(const std::vector<const D*>& table, const char* what) {
-  FieldInfo type;
-  type.name = "type";
-  type.type = "string";
-  type.required = true;
-  type.range = type_choices(table);
-  type.doc = str("the ", what);
-  std::vector<FieldInfo> rows = {type};
-  for (const D* d : table) {
-    for (FieldInfo f : d->fields) {
-      f.variant = d->name;
-      rows.push_back(std::move(f));
-    }
-  }
-  return rows;
-}
-
 std::vector<Field<C>> make_config_keys() {
   std::vector<Field<C>> keys = {
       count("seed", &C::seed, 0,
@@ -152,6 +132,13 @@ std::vector<Field<C>> make_config_keys() {
                     "torch.nn.utils.clip_grad_norm_"),
       choice("eval.tta", &C::tta, TtaMode::None,
              "test-time augmentation: the views of each test image whose logits are averaged"),
+      number("eval.tta_share", &C::tta_share, 1.0, {0, true, 1, false},
+             "selective TTA: below 1, one plain pass classifies every test image and only this share of them, the "
+             "least confident (lowest largest softmax probability), is classified again with eval.tta's views, as "
+             "the CIFAR-10 speedrun record does with 0.25"),
+      choice("eval.tta_weights", &C::tta_weights, TtaWeights::Mode,
+             "how eval.tta's views are weighted: mode: the mode's own weights (1 each; airbench: 0.25 for the "
+             "image and its mirror, 0.125 for each shifted view); equal: 1 / views each, the mean of their logits"),
       integer("eval.batch_size", &C::eval_batch_size, 1000, {1, kMaxBatchSize}, "images per evaluation batch"),
       text("output.dir", &C::output_dir, "runs/run", "a folder", "the run folder; --output overrides it"),
       flag("output.progress", &C::progress, true, "a progress bar while stderr is a terminal"),

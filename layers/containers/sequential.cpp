@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "layers/layer_fields.h"
+#include "layers/model_memory.h"
 #include "layers/registry.h"
 
 namespace minidl {
@@ -16,7 +17,10 @@ Tensor Sequential::forward(const Tensor& x) {
   return y;
 }
 
-std::shared_ptr<Module> build_sequential(const nlohmann::json& list, const std::string& path) {
+std::shared_ptr<Module> build_sequential(const nlohmann::json& list, const std::string& path, Device device) {
+  MINIDL_CHECK(list.is_array(), path, ": expected a list of layers, got ", list.type_name());
+  const OutermostBuild outermost;
+  if (outermost) check_model_fits(list, path, device);
   return std::make_shared<Sequential>(build_layers(list, path));
 }
 
