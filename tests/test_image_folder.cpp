@@ -15,11 +15,12 @@
 #include "core/error.h"
 #include "data/cifar10.h"
 #include "data/datasets.h"
+#include "data/holdout.h"
 #include "data/image_decode.h"
 #include "data/image_folder.h"
 #include "data/loader.h"
-#include "train/trainer.h"
 #include "test_util.h"
+#include "train/trainer.h"
 
 using namespace minidl;
 namespace fs = std::filesystem;
@@ -33,6 +34,20 @@ std::vector<uint8_t> pattern(int w, int h, int channels) {
     for (int x = 0; x < w; ++x)
       for (int c = 0; c < channels; ++c) px[(y * w + x) * channels + c] = static_cast<uint8_t>((x * 7 + y * 13 + c * 50) % 256);
   return px;
+}
+
+// A one-epoch CPU run of a small net with `classes` outputs on the 12x12 image folder at `root`.
+nlohmann::json folder_config(const fs::path& root, int classes) {
+  return {{"device", "cpu"},
+          {"batch_size", 4},
+          {"epochs", 1},
+          {"data", {{"format", "image_folder"}, {"dir", root.string()}, {"image_size", 12}}},
+          {"optimizer", {{"type", "SGD"}, {"lr", 0.1}}},
+          {"model",
+           {{"layers",
+             {{{"type", "Conv2d"}, {"in_channels", 3}, {"out_channels", 4}, {"kernel_size", 3}, {"padding", 1}},
+              {{"type", "GlobalAvgPool2d"}},
+              {{"type", "Linear"}, {"in_features", 4}, {"out_features", classes}}}}}}};
 }
 
 std::vector<uint8_t> jpeg_bytes(const std::vector<uint8_t>& px, int w, int h, bool gray) {
@@ -454,17 +469,7 @@ TEST_CASE("the model's output width must equal the data's class count", "[data][
       write_png(tmp.path / "train" / c / (std::to_string(i) + ".png"), pattern(10 + i, 12, 3), 10 + i, 12,
                 PNG_FORMAT_RGB);
   write_png(tmp.path / "test/dog/t.png", pattern(12, 12, 3), 12, 12, PNG_FORMAT_RGB);
-  nlohmann::json j = {
-      {"device", "cpu"},
-      {"batch_size", 4},
-      {"epochs", 1},
-      {"data", {{"format", "image_folder"}, {"dir", tmp.path.string()}, {"image_size", 12}}},
-      {"optimizer", {{"type", "SGD"}, {"lr", 0.1}}},
-      {"model",
-       {{"layers",
-         {{{"type", "Conv2d"}, {"in_channels", 3}, {"out_channels", 4}, {"kernel_size", 3}, {"padding", 1}},
-          {{"type", "GlobalAvgPool2d"}},
-          {{"type", "Linear"}, {"in_features", 4}, {"out_features", 10}}}}}}};
+  nlohmann::json j = folder_config(tmp.path, 10);
   REQUIRE_THROWS_WITH(Trainer(parse_train_config(j), Device::cpu()),
                       Catch::Contains("3 classes") && Catch::Contains("out_features to 3"));
   // A model without its head gives a feature map: the message says so, with its shape.
@@ -478,9 +483,41 @@ TEST_CASE("the model's output width must equal the data's class count", "[data][
   Trainer trainer(parse_train_config(j), Device::cpu());
   REQUIRE(trainer.classes() == std::vector<std::string>{"cat", "dog", "emu"});
   REQUIRE(trainer.train_loader().dataset_size() == 12);
-  const std::vector<int64_t> confusion = trainer.confusion_matrix(TtaMode::Flip);
+  const std::vector<int64_t> confusion = trainer.evaluate(TtaMode::Flip).confusion;
   REQUIRE(confusion.size() == 9);
   int64_t dog_row = 0;
   for (int k = 0; k < 3; ++k) dog_row += confusion[3 + k];
   REQUIRE(dog_row == 1);  // the one test image is a dog
+}
+
+TEST_CASE("an image folder's val/ beside train/ and test/ is the validation split; mean/std default to its own",
+          "[data][image_folder][training][validation]") {
+  test::TempDir tmp("imgval");
+  for (const char* c : {"cat", "dog"})
+    for (int i = 0; i < 4; ++i)
+      write_png(tmp.path / "train" / c / (std::to_string(i) + ".png"), pattern(12, 12, 3), 12, 12, PNG_FORMAT_RGB);
+  write_png(tmp.path / "test/dog/t.png", pattern(12, 12, 3), 12, 12, PNG_FORMAT_RGB);
+  nlohmann::json j = folder_config(tmp.path, 2);
+  REQUIRE_FALSE(Trainer(parse_train_config(j), Device::cpu()).has_validation());
+  write_png(tmp.path / "val/cat/v.png", pattern(12, 12, 3), 12, 12, PNG_FORMAT_RGB);
+  write_png(tmp.path / "val/dog/v.png", pattern(12, 12, 3), 12, 12, PNG_FORMAT_RGB);
+  Trainer trainer(parse_train_config(j), Device::cpu());
+  REQUIRE(trainer.has_validation());
+  REQUIRE(trainer.val_size() == 2);
+  REQUIRE(trainer.test_size() == 1);
+  REQUIRE(trainer.evaluate(TtaMode::None, Split::Val).images == 2);
+  // The normalization is the training images' own, recorded as numbers.
+  const nlohmann::json data = trainer.resolved_config()["data"];
+  REQUIRE(data["mean"].is_array());
+  REQUIRE(data["std"].is_array());
+  const ChannelStats st =
+      channel_stats(load_image_folder(DataOptions::from_json(j["data"], "data"), Split::Train).images);
+  REQUIRE(data["mean"][0].get<double>() == st.mean[0]);
+  bool noted = false;
+  for (const std::string& note : trainer.data_notes())
+    noted |= note.find("data.mean/std \"auto\"") != std::string::npos;
+  REQUIRE(noted);
+  j["data"]["val_fraction"] = 0.5;
+  REQUIRE_THROWS_WITH(Trainer(parse_train_config(j), Device::cpu()),
+                      Catch::Contains("data.val_fraction: the image folder") && Catch::Contains("has a val/ split"));
 }
