@@ -231,8 +231,9 @@ std::vector<ConfigKey> make_config_keys() {
           "has completed it (PyTorch DDP's bucket_cap_mb); 0: one reduction after backward. The bits do not "
           "depend on it (docs/distributed.md)")),
       object("data", &C::data, json::object(), false, "data/options.h, docs/data.md",
-             "the data set (format, folder, limits, val_fraction: a validation split held out of the training "
-             "images), normalization (mean/std, \"auto\": from the training images) and training augmentation"),
+             "the data set (format, folder, limits; val_fraction and val_seed: a validation split held out of the "
+             "training images), normalization (mean and std, or \"auto\": from the training images, the default "
+             "for image folders) and training augmentation"),
       object("model", &C::model, json(), true, "`minidl layers`, docs/layers.json",
              "the network: {\"layers\": [layer specs, PyTorch names]}"),
       number("loss.label_smoothing", &C::label_smoothing, 0, {0, false, 1, true}, "",

@@ -59,8 +59,8 @@ void MetricWatch::load_state(const nlohmann::json& state, const std::string& whe
   for (const char* key : {"best", "epoch", "step", "wait"})
     MINIDL_CHECK(state.contains(key) && state[key].is_number(), where, ": '", key, "' is missing or not a number");
   for (const char* key : {"epoch", "step", "wait"})
-    MINIDL_CHECK(state[key].is_number_unsigned(), where, ": '", key, "' is ", json_excerpt(state[key]),
-                 ", expected an integer >= 0");
+    MINIDL_CHECK(state[key].is_number_integer() && state[key].get<int64_t>() >= 0, where, ": '", key, "' is ",
+                 json_excerpt(state[key]), ", expected an integer >= 0");
   best = state["best"].get<double>();
   best_epoch = state["epoch"].get<int64_t>();
   best_step = state["step"].get<int64_t>();
