@@ -135,15 +135,15 @@ TEST_CASE("data keys: val_fraction and mean/std \"auto\" are checked and written
   REQUIRE_THROWS_WITH(parse(R"({"val_seed": 3})"), Contains("data.val_seed: only with data.val_fraction"));
   REQUIRE_THROWS_WITH(parse(R"({"mean": "mean"})"), Contains("data.mean: expected \"auto\" or a list of 3 numbers"));
   const DataOptions v = parse(R"({"val_fraction": 0.1, "val_seed": 3})");
-  REQUIRE(v.to_json()["val_fraction"] == 0.1);
-  REQUIRE(v.to_json()["val_seed"] == 3);
+  REQUIRE(v.to_json().at("val_fraction") == 0.1);
+  REQUIRE(v.to_json().at("val_seed") == 3);
   REQUIRE_FALSE(parse("{}").to_json().contains("val_fraction"));  // written only when set
   // CIFAR keeps its constants; an image folder's default is its own statistics.
   REQUIRE_FALSE(parse("{}").normalize.auto_mean);
   const DataOptions folder = parse(R"({"format": "image_folder", "dir": "x", "image_size": 8})");
   REQUIRE(folder.normalize.auto_mean);
   REQUIRE(folder.normalize.auto_std);
-  REQUIRE(folder.to_json()["mean"] == "auto");
+  REQUIRE(folder.to_json().at("mean") == "auto");
   const DataOptions cifar_auto = parse(R"({"std": "auto"})");
   REQUIRE_FALSE(cifar_auto.normalize.auto_mean);
   REQUIRE(cifar_auto.normalize.auto_std);
@@ -181,20 +181,20 @@ TEST_CASE("validation run: evaluated every epoch, stopped early, best.safetensor
     REQUIRE(rec.contains("val_loss"));
   }
   REQUIRE_FALSE(m[0].contains("test_acc"));  // the test set once, at the end
-  REQUIRE(m[1]["test_acc"] == r.test_acc);
+  REQUIRE(m[1].at("test_acc") == r.test_acc);
   const json summary = json::parse(slurp(run + "/summary.json"));
   // About a tenth of each class is held out (rounded per class).
-  const int64_t val = summary["splits"]["val"].get<int64_t>();
-  REQUIRE(summary["splits"]["train"].get<int64_t>() + val == 512);
+  const int64_t val = summary.at("splits").at("val").get<int64_t>();
+  REQUIRE(summary.at("splits").at("train").get<int64_t>() + val == 512);
   REQUIRE(std::abs(val - 51) <= 5);
-  REQUIRE(summary["splits"]["test"] == 500);
-  REQUIRE(summary["val_acc"] == m[1]["val_acc"]);
-  REQUIRE(summary["class_metrics_split"] == "test");
-  REQUIRE_THAT(summary["stopped_early"].get<std::string>(), Contains("val_loss has not improved by more than 100"));
+  REQUIRE(summary.at("splits").at("test") == 500);
+  REQUIRE(summary.at("val_acc") == m[1].at("val_acc"));
+  REQUIRE(summary.at("class_metrics_split") == "test");
+  REQUIRE_THAT(summary.at("stopped_early").get<std::string>(), Contains("val_loss has not improved by more than 100"));
   // best.safetensors: the epoch with the best val_acc (the first on a tie), named in its metadata.
-  const int best_epoch = m[1]["val_acc"].get<double>() > m[0]["val_acc"].get<double>() ? 2 : 1;
-  REQUIRE(summary["best"]["epoch"] == best_epoch);
-  REQUIRE(summary["best"]["value"] == m[best_epoch - 1]["val_acc"]);
+  const int best_epoch = m[1].at("val_acc").get<double>() > m[0].at("val_acc").get<double>() ? 2 : 1;
+  REQUIRE(summary.at("best").at("epoch") == best_epoch);
+  REQUIRE(summary.at("best").at("value") == m[best_epoch - 1].at("val_acc"));
   const SafeTensors best = load_safetensors(run + "/best.safetensors");
   REQUIRE(best.metadata.at("epoch") == std::to_string(best_epoch));
   REQUIRE(best.metadata.at("monitor") == "val_acc");
@@ -239,7 +239,7 @@ TEST_CASE("validation run: stopped part-way and resumed, the same bits and the s
   REQUIRE(slurp(a + "/best.safetensors") == slurp(b + "/best.safetensors"));
   REQUIRE(slurp(a + "/model.safetensors") == slurp(b + "/model.safetensors"));
   const json sa = json::parse(slurp(a + "/summary.json")), sb = json::parse(slurp(b + "/summary.json"));
-  REQUIRE(sa["best"] == sb["best"]);
+  REQUIRE(sa.at("best") == sb.at("best"));
   REQUIRE(sa.value("stopped_early", "") == sb.value("stopped_early", ""));
   REQUIRE(read_checkpoint_info(a + "/checkpoint.safetensors").selection ==
           read_checkpoint_info(b + "/checkpoint.safetensors").selection);

@@ -408,9 +408,8 @@ bool Run::end_epoch(Epoch& e) {
     record["val_acc"] = eval.acc;
     record["val_loss"] = eval.loss;
     if (eval.tta_acc >= 0) record["val_acc_tta"] = eval.tta_acc;
-    scores = str("val ", fixed(eval.acc, 2), "%",
-                 eval.tta_acc >= 0 ? str("  val+", tta, " ", fixed(eval.tta_acc, 2), "%") : "", " (loss ",
-                 fixed(eval.loss, 4), ")");
+    scores = str("val ", fixed(eval.acc, 2), "% (loss ", fixed(eval.loss, 4), ")",
+                 eval.tta_acc >= 0 ? str("  val+", tta, " ", fixed(eval.tta_acc, 2), "%") : "");
   } else {
     last_test_eval_ = eval;
     last_test_ = eval.acc;
@@ -680,7 +679,12 @@ RunResult Run::finish() {
     r.summary["best"]["path"] = kBestWeights;
     const MetricWatch& b = selection_->best();
     validation +=
-        str(", best ", to_string(b.metric), " ", fixed(b.best, 4), " at epoch ", b.best_epoch, " (", kBestWeights, ")");
+        str(", best ", to_string(b.metric), " ", fixed(b.best, 4), " at epoch ", b.best_epoch, " (", kBestWeights,
+            best_test_eval_ ? str(": test ", fixed(best_test_eval_->acc, 2), "%") : std::string(), ")");
+    if (best_test_eval_) {
+      r.summary["best"]["test_acc"] = best_test_eval_->acc;
+      if (best_test_eval_->tta_acc >= 0) r.summary["best"]["test_acc_tta"] = best_test_eval_->tta_acc;
+    }
   }
   if (stopped_early_) r.summary["stopped_early"] = selection_->stop_reason();
   if (!writer()) return r;
