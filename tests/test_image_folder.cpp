@@ -490,7 +490,7 @@ TEST_CASE("the model's output width must equal the data's class count", "[data][
   REQUIRE(dog_row == 1);  // the one test image is a dog
 }
 
-TEST_CASE("an image folder's val/ beside train/ and test/ is the validation split; mean/std default to its own",
+TEST_CASE("an image folder's val/ beside train/ and test/ is the validation split and mean/std default to its own",
           "[data][image_folder][training][validation]") {
   test::TempDir tmp("imgval");
   for (const char* c : {"cat", "dog"})

@@ -126,7 +126,7 @@ TEST_CASE("val_fraction: a fixed, class-stratified hold-out that keeps the image
                       Contains("data.val_fraction: 0.01 of the 30 training images holds out none"));
 }
 
-TEST_CASE("data keys: val_fraction and mean/std \"auto\" are checked and written back", "[validation]") {
+TEST_CASE("data keys: val_fraction and mean/std auto are checked and written back", "[validation]") {
   auto parse = [](const std::string& text) { return DataOptions::from_json(json::parse(text), "data"); };
   for (const char* bad : {"0", "1", "-0.5", "1.5"})
     REQUIRE_THROWS_WITH(parse(std::string(R"({"val_fraction": )") + bad + "}"),
@@ -245,7 +245,7 @@ TEST_CASE("validation run: stopped part-way and resumed, the same bits and the s
           read_checkpoint_info(b + "/checkpoint.safetensors").selection);
 }
 
-TEST_CASE("validation keys: a watched val_* metric without a validation split is refused before the folder exists",
+TEST_CASE("validation keys: a watched validation metric without a validation split is refused before the folder exists",
           "[validation][training]") {
   MINIDL_REQUIRE_DATA();
   test::TempDir tmp("valnone");
