@@ -299,6 +299,7 @@ bool Trainer::train_step(int64_t step, StepRecord* record, Profiler* profiler) {
     set_dropout_step(step, device_);
   }
   freeze_.apply(step);
+  optimizer_->set_position({step, steps_per_epoch(), total_steps()});
   const double lr = lr_at(step);
   StepResults results;
   // The benchmark's timing of the reduction waits for the device inside the step: eager.
@@ -658,7 +659,7 @@ Trainer::EvalOutputs Trainer::device_eval(TtaMode tta, const Loader& loader) {
   EvalOutputs out;
   out.predicted = argmax_rows(logits);
   out.loss = cross_entropy(logits, batch.labels, static_cast<float>(config_.label_smoothing));
-  const std::vector<TtaView> views = tta_views(tta);
+  const std::vector<TtaView> views = eval_views(tta);
   if (views.size() > 1) out.tta_predicted = argmax_rows(tta_logits(batch.images, logits, views));
   return out;
 }
@@ -667,10 +668,11 @@ Trainer::EvalResult Trainer::evaluate(TtaMode tta, Split split, const EvalProgre
   MINIDL_CHECK(split != Split::Train, "evaluate: the training split is not evaluated");
   MINIDL_CHECK(split == Split::Test || has_validation(), "evaluate: the data has no validation split (set ",
                "data.val_fraction)");
+  EvalSplit& e = split == Split::Val ? val_eval_ : test_eval_;
+  if (tta != TtaMode::None && config_.tta_share < 1) return evaluate_selective(tta, *e.loader);
   const RunContextScope scope(context_);
   autograd::NoGradGuard no_grad;
   model_->eval();
-  EvalSplit& e = split == Split::Val ? val_eval_ : test_eval_;
   Loader& loader = *e.loader;
   const int64_t batches = loader.batches_per_epoch();
   if (!e.graph || e.graph_tta != tta) {

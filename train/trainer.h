@@ -70,9 +70,11 @@ class Trainer {
   // when tta is "none"), the mean loss of the plain logits (the training loss, label smoothing
   // included), and the confusion counts of the predictions the TTA makes (the plain ones without
   // TTA), K x K row-major (row: true class, column: predicted), K = num_classes(): per-class
-  // metrics need no second pass. Full batches replay a CUDA graph as training steps do; the host
-  // waits for the GPU once, at the end. `progress` (optional) is called after each batch is queued
-  // with the batches done and their total.
+  // metrics need no second pass. The views are weighted as eval.tta_weights says. Full batches
+  // replay a CUDA graph as training steps do; the host waits for the GPU once, at the end. With
+  // eval.tta_share below 1 the TTA is selective (selective_tta): eager, and the host reads the plain
+  // pass's logits between the two passes. `progress` (optional) is called after each batch is
+  // queued with the batches done and their total.
   struct EvalResult {
     double acc = 0;
     double tta_acc = -1;
@@ -217,6 +219,19 @@ class Trainer {
     Tensor predicted, tta_predicted, loss;
   };
   EvalOutputs device_eval(TtaMode tta, const Loader& loader);
+  // Selective TTA (train/selective_tta.cpp): one plain pass over the loader's split, then the
+  // floor(tta_share * n) images least confident in it (least_confident, data/tta.h) again with
+  // the views; the others keep their plain logits. Host copies of the logits, plain and final,
+  // (n, classes) row-major, and of the labels. Eager, in eval mode without autograd (the caller's).
+  struct TestLogits {
+    std::vector<float> plain, tta;
+    std::vector<int32_t> labels;
+    int64_t classes = 0;
+  };
+  TestLogits selective_tta(TtaMode tta, Loader& loader);
+  EvalResult evaluate_selective(TtaMode tta, Loader& loader);
+  // The views of `tta` weighted as the config's eval.tta_weights says.
+  std::vector<TtaView> eval_views(TtaMode tta) const { return tta_views(tta, config_.tta_weights); }
   // The weighted sum of the TTA views' logits (views[0] is the plain image, whose logits are given).
   Tensor tta_logits(const Tensor& images, const Tensor& logits, const std::vector<TtaView>& views);
   // An evaluated split: its loader (the images in order), labels on the host, the graph of its full
