@@ -22,6 +22,17 @@ std::array<double, 3> read_triple(const nlohmann::json& j, const std::string& ke
   return v;
 }
 
+// data.mean or data.std: three numbers, or "auto" (true); left out, `auto_default`.
+bool read_stats(JsonArgs& args, const char* key, bool auto_default, std::array<double, 3>& out) {
+  if (!args.has(key)) return auto_default;
+  const nlohmann::json& j = args.get_json(key);
+  if (j == "auto") return true;
+  MINIDL_CHECK(!j.is_string(), args.key_path(key), ": expected \"auto\" or a list of 3 numbers (R, G, B), got ",
+               json_excerpt(j));
+  out = read_triple(j, args.key_path(key));
+  return false;
+}
+
 std::array<double, 2> read_pair(const nlohmann::json& j, const std::string& key_path) {
   MINIDL_CHECK(j.is_array() && j.size() == 2 && j[0].is_number() && j[1].is_number(), key_path,
                ": expected a list of 2 numbers [min, max], got ", json_excerpt(j));
@@ -117,6 +128,15 @@ DataOptions DataOptions::from_json(const nlohmann::json& j, const std::string& p
   o.dir = args.get_string("dir", o.dir);
   o.train_limit = args.get_int("train_limit", o.train_limit);
   o.test_limit = args.get_int("test_limit", o.test_limit, 0, std::numeric_limits<int64_t>::max());
+  if (args.has("val_fraction")) {
+    o.val_fraction = args.get_float("val_fraction");
+    MINIDL_CHECK(o.val_fraction > 0 && o.val_fraction < 1, args.key_path("val_fraction"),
+                 ": expected a fraction of the training images in (0, 1), e.g. 0.1 (leave the key out for no ",
+                 "validation split), got ", o.val_fraction);
+  }
+  o.val_seed = args.get_uint("val_seed", o.val_seed);
+  MINIDL_CHECK(!args.has("val_seed") || o.val_fraction > 0, args.key_path("val_seed"),
+               ": only with data.val_fraction (it picks the held-out images)");
   // Keys of another format are errors: they would be silently ignored.
   const auto only_for = [&](const char* key, const char* format) {
     MINIDL_CHECK(!args.has(key) || o.format == format, args.key_path(key), ": only for \"format\": \"", format,
@@ -136,8 +156,10 @@ DataOptions DataOptions::from_json(const nlohmann::json& j, const std::string& p
   o.test_dir = args.get_string("test_dir", o.test_dir);
   o.cache_dir = args.get_string("cache_dir", o.cache_dir);
   o.skip_bad = args.get_bool("skip_bad", o.skip_bad);
-  if (args.has("mean")) o.normalize.mean = read_triple(args.get_json("mean"), args.key_path("mean"));
-  if (args.has("std")) o.normalize.std = read_triple(args.get_json("std"), args.key_path("std"));
+  // An image folder's pixels have no published statistics: its default is its own.
+  const bool folder = o.format == "image_folder";
+  o.normalize.auto_mean = read_stats(args, "mean", folder, o.normalize.mean);
+  o.normalize.auto_std = read_stats(args, "std", folder, o.normalize.std);
   if (args.has("augment"))
     o.augment = AugmentOptions::from_json(args.get_json("augment"), args.key_path("augment"));
   args.finish();
@@ -150,8 +172,16 @@ DataOptions DataOptions::from_json(const nlohmann::json& j, const std::string& p
 }
 
 nlohmann::json DataOptions::to_json() const {
-  nlohmann::json j = {{"dir", dir}, {"train_limit", train_limit}, {"mean", normalize.mean},
-                      {"std", normalize.std}, {"augment", augment.to_json()}};
+  nlohmann::json j = {{"dir", dir},
+                      {"train_limit", train_limit},
+                      {"mean", normalize.auto_mean ? nlohmann::json("auto") : nlohmann::json(normalize.mean)},
+                      {"std", normalize.auto_std ? nlohmann::json("auto") : nlohmann::json(normalize.std)},
+                      {"augment", augment.to_json()}};
+  // Written only when set: a run without a validation split keeps its config.json.
+  if (val_fraction > 0) {
+    j["val_fraction"] = val_fraction;
+    j["val_seed"] = val_seed;
+  }
   // CIFAR-10, the default, prints no format keys: its runs' config.json stays as it was.
   if (format != "cifar10") j["format"] = format;
   // Written only when set, like the format: a run on the whole test set keeps its config.json.
@@ -173,6 +203,8 @@ kernels::AugmentParams augment_params(const Normalization& normalize, const Augm
   kernels::AugmentParams p;
   p.seed = seed;
   p.epoch = epoch;
+  MINIDL_CHECK(!normalize.auto_mean && !normalize.auto_std, "data.mean/std \"auto\": the statistics are computed ",
+               "from the training images when a run starts (Trainer); give numbers to make batches without one");
   for (int c = 0; c < 3; ++c) {
     MINIDL_CHECK(normalize.std[c] > 0, "data.std[", c, "]: expected > 0, got ", normalize.std[c]);
     p.scale[c] = static_cast<float>(1.0 / (255.0 * normalize.std[c]));

@@ -91,10 +91,19 @@ class LrSchedule {
   // `total_steps`, with `steps_per_epoch` (so schedules can be written in epochs).
   virtual double factor(int64_t step, int64_t steps_per_epoch, int64_t total_steps) const = 0;
   virtual nlohmann::json to_json() const = 0;
+  // Why the schedule, written in epochs, does not fit a run of `total_steps` (it ends before the
+  // run does, so the steps after it keep its last factor, or its warm-up outlasts the run), with
+  // the fix; "" when it fits. Schedules in fractions of the run always fit.
+  virtual std::string check_length(int64_t steps_per_epoch, int64_t total_steps) const {
+    (void)steps_per_epoch;
+    (void)total_steps;
+    return "";
+  }
 };
 
-// Builds "constant", "step", "cosine", "warmup" (linear warm-up then linear or cosine decay) or
-// "piecewise_linear" (one-cycle) from its config object at `path`.
+// Builds "constant", "step", "cosine", "warmup" (linear warm-up then linear or cosine decay; its
+// length in "warmup_epochs" or as "warmup_fraction" of the run) or "piecewise_linear"
+// (one-cycle; its points in "epochs" or as "fractions" of the run) from its config object at `path`.
 std::unique_ptr<LrSchedule> make_schedule(const nlohmann::json& config, const std::string& path);
 
 }  // namespace minidl

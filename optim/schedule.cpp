@@ -6,14 +6,18 @@
 //   cosine       {"min_factor": 0}              min + (1 - min) (1 + cos(pi t)) / 2
 //   warmup       {"warmup_epochs": 2, "decay": "linear"|"cosine"}
 //                                               e / warmup_epochs, then 1 -> 0 over the rest
+//                {"warmup_fraction": 0.1, ...}  the same with the warm-up a fraction of the run
 //   piecewise_linear {"epochs": [0, 5, 24], "factors": [0, 1, 0]}
 //                                               linear between the points, flat outside (np.interp)
 //                    {"fractions": [0, 0.23, 1], "factors": [0.2, 1, 0.07]}
 //                                               the same with points in t (airbench's triangle)
 //                    {"steps": [0, 7], "factors": [1, 0]}
 //                                               the same with points in global steps
+// A schedule in fractions of the run stretches with it (--set epochs=N); one in epochs or steps
+// that ends before the run does is reported by check_length (the run logs it as a warning).
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -73,24 +77,36 @@ class CosineSchedule : public LrSchedule {
   double min_;
 };
 
+// The run's length in epochs, for messages.
+double run_epochs(int64_t spe, int64_t total) { return static_cast<double>(total) / static_cast<double>(spe); }
+
 class WarmupSchedule : public LrSchedule {
  public:
-  WarmupSchedule(double warmup_epochs, std::string decay)
-      : warmup_(warmup_epochs), decay_(std::move(decay)) {}
+  // `warmup` is in epochs, or a fraction of the run when `in_fraction`.
+  WarmupSchedule(double warmup, bool in_fraction, std::string decay)
+      : warmup_(warmup), fraction_(in_fraction), decay_(std::move(decay)) {}
   double factor(int64_t step, int64_t spe, int64_t total) const override {
     check_steps(step, spe, total);
+    const double warm_steps = fraction_ ? warmup_ * static_cast<double>(total) : warmup_ * spe;
+    if (fraction_ && step < warm_steps) return static_cast<double>(step) / warm_steps;
     const double e = static_cast<double>(step) / spe;
-    if (e < warmup_) return e / warmup_;
-    const double warm_steps = warmup_ * spe;
+    if (!fraction_ && e < warmup_) return e / warmup_;
     const double t = total > warm_steps ? (step - warm_steps) / (total - warm_steps) : 1.0;
     return decay_ == "cosine" ? cosine_decay(t) : 1 - std::min(std::max(t, 0.0), 1.0);
   }
   nlohmann::json to_json() const override {
-    return {{"type", "warmup"}, {"warmup_epochs", warmup_}, {"decay", decay_}};
+    return {{"type", "warmup"}, {fraction_ ? "warmup_fraction" : "warmup_epochs", warmup_}, {"decay", decay_}};
+  }
+  std::string check_length(int64_t spe, int64_t total) const override {
+    if (fraction_ || warmup_ * static_cast<double>(spe) < static_cast<double>(total)) return "";
+    return str("schedule.warmup_epochs ", warmup_, " is not shorter than the run's ", run_epochs(spe, total),
+               " epochs: the lr rises for the whole run and never decays; set schedule.warmup_fraction (e.g. 0.1 of ",
+               "the run) instead");
   }
 
  private:
   double warmup_;
+  bool fraction_;
   std::string decay_;
 };
 
@@ -119,6 +135,21 @@ class PiecewiseLinearSchedule : public LrSchedule {
   }
   nlohmann::json to_json() const override {
     return {{"type", "piecewise_linear"}, {kPointKeys[static_cast<int>(unit_)], epochs_}, {"factors", factors_}};
+  }
+  std::string check_length(int64_t spe, int64_t total) const override {
+    const double end = epochs_.back();
+    const bool epochs = unit_ == PointUnit::Epochs;
+    if (unit_ == PointUnit::Fractions || end * (epochs ? static_cast<double>(spe) : 1.0) >= static_cast<double>(total))
+      return "";
+    std::string points;
+    for (double e : epochs_) points += (points.empty() ? "" : ", ") + str(std::round(e / end * 1000) / 1000);
+    const char* unit = epochs ? "epoch" : "step";
+    return str("schedule.", kPointKeys[static_cast<int>(unit_)], " ends at ", unit, " ", end, " but the run trains ",
+               epochs ? run_epochs(spe, total) : static_cast<double>(total), " ", unit,
+               "s: every step after it trains at its last factor, ", factors_.back(),
+               factors_.back() == 0 ? " (lr 0: those steps change nothing)" : "",
+               "; give the points as fractions of the run, \"fractions\": [", points, "], or end schedule.",
+               kPointKeys[static_cast<int>(unit_)], " at the run's last ", unit);
   }
 
  private:
@@ -159,12 +190,17 @@ std::unique_ptr<LrSchedule> make_schedule(const nlohmann::json& config, const st
                  ": expected 0..1 (a fraction of the lr), got ", min_factor);
     s = std::make_unique<CosineSchedule>(min_factor);
   } else if (type == "warmup") {
-    const double warmup = args.get_float("warmup_epochs");
+    const bool fraction = args.has("warmup_fraction");
+    MINIDL_CHECK(!(fraction && args.has("warmup_epochs")), path,
+                 ": give the warm-up as \"warmup_epochs\" or as \"warmup_fraction\" of the run, not both");
+    const std::string key = fraction ? "warmup_fraction" : "warmup_epochs";
+    const double warmup = args.get_float(key);
     const std::string decay = args.get_string("decay", "linear");
-    MINIDL_CHECK(warmup > 0, args.key_path("warmup_epochs"), ": expected > 0, got ", warmup);
+    MINIDL_CHECK(warmup > 0 && (!fraction || warmup < 1), args.key_path(key), ": expected ",
+                 fraction ? "a fraction of the run in (0, 1)" : "> 0 epochs", ", got ", warmup);
     MINIDL_CHECK(decay == "linear" || decay == "cosine", args.key_path("decay"),
                  ": expected \"linear\" or \"cosine\", got ", json_excerpt(decay));
-    s = std::make_unique<WarmupSchedule>(warmup, decay);
+    s = std::make_unique<WarmupSchedule>(warmup, fraction, decay);
   } else if (type == "piecewise_linear") {
     PointUnit unit = PointUnit::Epochs;
     int given = 0;

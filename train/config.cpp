@@ -122,6 +122,15 @@ TrainConfig parse_train_config(const json& config) {
 
   MINIDL_CHECK(c.batch_size % c.accumulate_steps == 0, "accumulate_steps: ", c.accumulate_steps,
                " micro-batches do not split batch_size ", c.batch_size, " evenly");
+  // The settings of a feature that is off would be silently ignored. (config.json writes the
+  // checkpoint section whole, its monitor and mode at their defaults included.)
+  if (config.contains("early_stopping"))
+    MINIDL_CHECK(c.early_stopping_patience.has_value(), "early_stopping.patience: required to stop early (how many ",
+                 "epochs without improvement to wait, e.g. 5)");
+  MINIDL_CHECK(c.save_best || c.best_monitor == Metric::ValLoss, "checkpoint.monitor: only with checkpoint.save_best: ",
+               "true (it chooses the epoch best.safetensors keeps)");
+  MINIDL_CHECK(c.save_best || !c.best_mode, "checkpoint.mode: only with checkpoint.save_best: true (it chooses the ",
+               "epoch best.safetensors keeps)");
   MINIDL_CHECK(c.grad_scaler.is_null() || c.precision == Precision::Fp16,
                "grad_scaler: loss scaling is for precision \"fp16\" only, this config's precision is \"",
                to_string_or_auto(c.precision), "\" (bfloat16 and float32 have float32's range and need none)");

@@ -10,6 +10,7 @@
 
 #include "core/device.h"
 #include "data/tta.h"
+#include "train/monitor.h"
 #include "train/precision.h"
 
 namespace minidl {
@@ -56,6 +57,16 @@ struct TrainConfig {
   int64_t checkpoint_every_steps{};
   double checkpoint_every_minutes{};
   int64_t checkpoint_keep{};
+  // checkpoint.save_best: best.safetensors holds the weights of the epoch where best_monitor was
+  // best (train/model_selection.h).
+  bool save_best{};
+  Metric best_monitor{};
+  std::optional<MonitorMode> best_mode;  // std::nullopt: "auto" (auto_mode)
+  // early_stopping: off while the patience is unset (train/model_selection.h).
+  std::optional<int64_t> early_stopping_patience;
+  Metric early_stopping_monitor{};
+  std::optional<MonitorMode> early_stopping_mode;
+  double early_stopping_min_delta{};
 
   // The config as JSON with every default filled in (what config.json in a run folder holds).
   nlohmann::json to_json() const;

@@ -162,9 +162,33 @@ ConfigKey rule_list(const char* path, json TrainConfig::*member, const char* mea
   return k;
 }
 
+// An integer in lo..hi that is off while left out (std::nullopt; config.json leaves it out).
+ConfigKey optional_integer(const char* path, std::optional<int64_t> TrainConfig::*member, int64_t lo, int64_t hi,
+                           const char* meaning) {
+  ConfigKey k = row(path, "integer", json(), false, hi == INT64_MAX ? str(">= ", lo) : str(lo, "..", hi), meaning);
+  k.read = [member, lo, hi](JsonArgs& a, const std::string& key, TrainConfig& c) {
+    c.*member = a.has(key) ? std::optional<int64_t>(a.get_int(key, 0, lo, hi)) : std::nullopt;
+  };
+  k.write = [member](const TrainConfig& c) { return c.*member ? json(*(c.*member)) : json(); };
+  return k;
+}
+
 ConfigKey written_when_set(ConfigKey k) {
   k.written_at_default = false;
   return k;
+}
+
+// The metric a section watches (checkpoint.save_best, early_stopping) and which way is better.
+ConfigKey monitor_key(const char* path, Metric TrainConfig::*member, const char* watcher) {
+  const std::string meaning = str("the epoch metric ", watcher,
+                                  " watches (val_*: data.val_fraction or an image folder's val/ is needed)");
+  return written_when_set(choice(path, member, Metric::ValLoss, meaning.c_str()));
+}
+
+ConfigKey mode_key(const char* path, std::optional<MonitorMode> TrainConfig::*member, const char* monitor) {
+  const std::string meaning =
+      str("whether lower (min) or higher (max) ", monitor, " is better; auto: min for a loss, max for an accuracy");
+  return written_when_set(choice_or_auto(path, member, meaning.c_str()));
 }
 
 std::vector<ConfigKey> make_config_keys() {
@@ -207,7 +231,9 @@ std::vector<ConfigKey> make_config_keys() {
           "has completed it (PyTorch DDP's bucket_cap_mb); 0: one reduction after backward. The bits do not "
           "depend on it (docs/distributed.md)")),
       object("data", &C::data, json::object(), false, "data/options.h, docs/data.md",
-             "the data set (format, folder, limits), normalization and training augmentation"),
+             "the data set (format, folder, limits; val_fraction and val_seed: a validation split held out of the "
+             "training images), normalization (mean and std, or \"auto\": from the training images, the default "
+             "for image folders) and training augmentation"),
       object("model", &C::model, json(), true, "`minidl layers`, docs/layers.json",
              "the network: {\"layers\": [layer specs, PyTorch names]}"),
       number("loss.label_smoothing", &C::label_smoothing, 0, {0, false, 1, true}, "",
@@ -249,6 +275,20 @@ std::vector<ConfigKey> make_config_keys() {
       written_when_set(number("checkpoint.every_minutes", &C::checkpoint_every_minutes, 0, {0, false, 1000000, false},
                               "0: off", "also write a checkpoint every this many minutes")),
       written_when_set(integer("checkpoint.keep", &C::checkpoint_keep, 1, 1, 1000, "checkpoints kept")),
+      written_when_set(flag("checkpoint.save_best", &C::save_best, false,
+                            "keep best.safetensors: the weights of the epoch whose checkpoint.monitor was best so far, "
+                            "with that epoch and value in its metadata, as Lightning's ModelCheckpoint(save_top_k=1)")),
+      monitor_key("checkpoint.monitor", &C::best_monitor, "save_best"),
+      mode_key("checkpoint.mode", &C::best_mode, "checkpoint.monitor"),
+      written_when_set(optional_integer(
+          "early_stopping.patience", &C::early_stopping_patience, 0, kMaxEpochs,
+          "stop after this many epochs in a row without an improvement of early_stopping.monitor (Lightning's "
+          "EarlyStopping; 0: at the first); left out: no early stopping")),
+      monitor_key("early_stopping.monitor", &C::early_stopping_monitor, "early stopping"),
+      mode_key("early_stopping.mode", &C::early_stopping_mode, "early_stopping.monitor"),
+      written_when_set(number("early_stopping.min_delta", &C::early_stopping_min_delta, 0,
+                              {0, false, kUnbounded, false}, "",
+                              "the least change of early_stopping.monitor that counts as an improvement")),
       flag("log.tensorboard", &C::tensorboard, false, "TensorBoard event files in the run folder"),
   };
   // Whole epochs print as integers, as they were written.

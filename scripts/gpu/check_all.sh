@@ -24,6 +24,7 @@
 #   tensorboard  TensorBoard round trip (scripts/gpu/tensorboard_check.sh)
 #   profile    the profile with its roofline beside bench conv (scripts/gpu/profile_check.sh)
 #   image_folder  airbench94 from the CIFAR-10 JPEG folder against the binaries (scripts/gpu/image_folder.sh)
+#   validation  a validation split, early stopping and the best checkpoint, resumed (scripts/gpu/validation.sh)
 # A failing stage does not stop the next; the script exits 1 when any failed, listing them.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -71,6 +72,9 @@ for stage in $stages; do
         --epochs 0 --out "$s/torch_train.json" 2>&1 | tee "$s/torch_train.log" | tail -5 ;;
     torch_resnet9)
       run timeout 500 bash "$root/scripts/gpu/torch_resnet9.sh" "$s" "$data" 2>&1 | tee "$s/torch_resnet9.log" | tail -8 ;;
+    validation)
+      run timeout 600 bash "$root/scripts/gpu/validation.sh" "$bin" "$s" 2>&1 | tee "$s/validation.log" |
+        grep -E "resume:|best:|per-class|FAILED|test cases" ;;
     graph)
       run bash "$root/scripts/gpu/graph.sh" "$bin" "$s" 2>&1 | tee "$s/graph.log" |
         grep -E "repro:|graphed resume|training:|GPU time|torch |FAILED|test cases" ;;
