@@ -145,7 +145,8 @@ Run::Run(const RunOptions& options) try : options_(options) {
       if (log_) log_->error(message);
     };
     comm_->set_timeout_report(std::move(report));
-    trainer_ = std::make_unique<Trainer>(config_, device_);
+    trainer_ = std::make_unique<Trainer>(config_, device_,
+                                         resume_ ? Trainer::Weights::FromCheckpoint : Trainer::Weights::FromConfig);
     trainer_->set_communicator(comm_);
     check_same_config(*comm_, trainer_->resolved_config(), device_);
     MINIDL_CHECK(!options.profile || trainer_->micro_batches() == 1, "--profile times steps of one micro-batch; this ",
@@ -248,6 +249,7 @@ void Run::log_start(const std::vector<std::string>& replaced, const std::vector<
                        : ""));
   for (const std::string& note : trainer_->data_notes())
     if (!note.empty()) log_->line("data: " + note);
+  for (const std::string& line : trainer_->init_from_lines()) log_->line(line);
   const int64_t spe = trainer_->steps_per_epoch();
   const int64_t resumed_in_epoch = start_.step - start_.epoch * spe;
   if (resume_)

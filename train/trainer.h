@@ -36,12 +36,17 @@ class Profiler;
 // so trainers alive at once, used in turn, each compute as if alone.
 class Trainer {
  public:
+  // Where the model's first weights come from: the config (the seed, the "init" rules, then
+  // "init_from"), or a checkpoint loaded over them right after (a resumed run, which reads no
+  // init_from file).
+  enum class Weights { FromConfig, FromCheckpoint };
   // Reads the data set from data.dir (or CIFAR10_DIR). An "auto" precision or memory_format is
   // resolved for `device` (resolve_for_device); config() and resolved_config() hold the choice.
-  Trainer(const TrainConfig& config, Device device);
+  Trainer(const TrainConfig& config, Device device, Weights weights = Weights::FromConfig);
   ~Trainer();
   // Uses data sets already loaded (on the host or on `device`): the benchmark loads them once.
-  Trainer(const TrainConfig& config, Device device, Dataset train_set, Dataset test_set);
+  Trainer(const TrainConfig& config, Device device, Dataset train_set, Dataset test_set,
+          Weights weights = Weights::FromConfig);
 
   // What the host reads of one training step once the GPU is done with it (after
   // synchronize(device())): its loss and how many of its images the model classified correctly.
@@ -70,6 +75,8 @@ class Trainer {
   // The test set's confusion counts with the given TTA, K x K row-major (row: true class,
   // column: predicted), K = num_classes(). Eager; run once at the end of a run.
   std::vector<int64_t> confusion_matrix(TtaMode tta);
+  // What init_from loaded, and the run log's lines on it (none without init_from or from a checkpoint).
+  const std::vector<std::string>& init_from_lines() const { return init_from_lines_; }
   // The class names of the data (index = label), and the data's notes for the run log.
   const std::vector<std::string>& classes() const { return classes_; }
   int64_t num_classes() const { return static_cast<int64_t>(classes_.size()); }
@@ -155,6 +162,7 @@ class Trainer {
   const Lookahead* lookahead_ = nullptr;  // inside optimizer_, when the config has "lookahead"
   Dataset train_set_, test_set_;
   std::vector<std::string> classes_;  // the data's names, or "0" .. for data sets without names
+  std::vector<std::string> init_from_lines_;
   std::unique_ptr<Loader> train_loader_;
   std::unique_ptr<Loader> test_loader_;
   int64_t total_steps_ = 0;
