@@ -3,6 +3,7 @@
 // only: the ops are not recorded by autograd.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/enum_names.h"
@@ -46,6 +47,11 @@ struct EnumNames<TtaMode> {
 //                   for the image shifted by one pixel down-right and up-left, and the mirrors of
 //                   those two (translate first, then mirror, as airbench does)
 std::vector<TtaView> tta_views(TtaMode mode);
+
+// The weighted sum of the views' float32 logits: views[0]'s (the plain image's) are `logits`, each
+// other view's are forward(flip_translate(images, ...)) converted to float32.
+Tensor tta_logits(const std::function<Tensor(const Tensor&)>& forward, const Tensor& images, const Tensor& logits,
+                  const std::vector<TtaView>& views);
 
 namespace kernels {
 void flip_translate_cpu(const float* in, float* out, int64_t planes, int h, int w, bool flip,
