@@ -5,7 +5,9 @@
 #   - `minidl completion bash` is valid bash and completes commands, sub-commands, options and
 #     the values of options with a fixed set, from the parser itself; the zsh script wraps it;
 #   - no help text cites a source header;
-#   - `minidl summary` counts quick_cpu's parameters and shapes.
+#   - `minidl summary` counts quick_cpu's parameters and shapes;
+#   - scripts/fetch-archive.sh (behind fetch-cifar10.sh and fetch-cifar100.sh) unpacks an archive
+#     whose md5 matches, does nothing the second time, and refuses one whose md5 differs.
 #   tests/cli_test.sh MINIDL SOURCE_DIR
 set -euo pipefail
 minidl=$1 src=$2
@@ -67,4 +69,18 @@ grep -Eq "^0  Conv2d .* \(128, 32, 32, 32\) +864 " "$work/summary" || { cat "$wo
 grep -Eq "^10  Linear .* \(128, 10\) +1,280 " "$work/summary" || { cat "$work/summary"; fail "summary: the head"; }
 "$minidl" summary --config "$src/configs/quick_cpu.json" --batch-size 1 --json >"$work/summary.json"
 grep -q '"batch_size": 1,' "$work/summary.json" || fail "summary --json --batch-size 1"
+# The download scripts' checksum, on an archive made here and fetched through file://.
+if command -v curl >/dev/null; then
+  mkdir -p "$work/archive/data"
+  echo "payload" >"$work/archive/data/a.bin"
+  tar -czf "$work/data.tar.gz" -C "$work/archive" data
+  md5=$(md5sum "$work/data.tar.gz" | cut -d' ' -f1)
+  bash "$src/scripts/fetch-archive.sh" test "file://$work/data.tar.gz" "$md5" "$work/got" data a.bin >"$work/fetch" 2>&1
+  grep -q "test: unpacked into $work/got/data" "$work/fetch" && [ -f "$work/got/data/a.bin" ] || fail "fetch-archive.sh"
+  bash "$src/scripts/fetch-archive.sh" test "file://$work/data.tar.gz" "$md5" "$work/got" data a.bin | grep -q "already in" ||
+    fail "fetch-archive.sh fetched again"
+  rc=0; bash "$src/scripts/fetch-archive.sh" test "file://$work/data.tar.gz" 0123 "$work/bad" data a.bin >"$work/err" 2>&1 || rc=$?
+  [ "$rc" -eq 1 ] && grep -q "has md5 $md5, expected 0123 (corrupt download" "$work/err" && [ ! -e "$work/bad/data" ] ||
+    fail "fetch-archive.sh accepted a wrong md5"
+fi
 echo "cli: ok"
