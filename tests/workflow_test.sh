@@ -7,7 +7,8 @@
 #   3. predict three PNGs of other sizes: the right class names, as text and JSON;
 #   4. eval the run: its accuracy (and TTA accuracy) equals the last epoch's evaluation, bit for bit;
 #   5. a safetensors file laid out as PyTorch writes it (a DDP "module." prefix, I64
-#      num_batches_tracked counters, format "pt") loads by name through init_from.map;
+#      num_batches_tracked counters, format "pt") loads by name through init_from.map, and the run
+#      resumes without it;
 #   6. bad input: a missing run, a corrupt image, an image of 0 bytes, a FIFO, a 10000x10000 image
 #      (predicted) and one past the pixel limit, weights and init_from files of another model, a
 #      misspelt key: one clear message naming it, a non-zero exit, and the run folder unchanged.
@@ -129,6 +130,10 @@ PY
 grep -q "init_from $work/torch_layout.safetensors: loaded 7 tensors (275 values)$" "$work/torch.out" ||
   { cat "$work/torch.out"; fail "the PyTorch-layout file did not load by name"; }
 grep -q "not used from the file: 1 num_batches_tracked counters" "$work/torch.out" || fail "num_batches_tracked not reported"
+# A resumed run takes its weights from its checkpoint: the init_from file is not read again.
+mv "$work/torch_layout.safetensors" "$work/torch_layout.moved"
+"$minidl" train --resume "$work/runs/torch" --max-steps 2 >"$work/resume.out" || { cat "$work/resume.out"; fail "resume needed the init_from file"; }
+mv "$work/torch_layout.moved" "$work/torch_layout.safetensors"
 expect_error "PyTorch names without the map" "none of its 8 tensors (module.0.weight, " \
   -- "$minidl" train --config "$work/tiny.json" --set init_from.path="$work/torch_layout.safetensors" \
   --output "$work/runs/refused"
