@@ -26,12 +26,14 @@ struct EvalOptions {
 int eval_command(const EvalOptions& o) {
   TrainedRun run(o.run_dir, o.weights, o.device);
   const TtaMode tta = run.tta(o.tta);
-  const Dataset data = evaluation_data(run, o.data_dir, o.split == "train" ? Split::Train : Split::Test, o.limit);
+  std::string dir;
+  const Dataset data =
+      evaluation_data(run, o.data_dir, o.split == "train" ? Split::Train : Split::Test, o.limit, &dir);
   nlohmann::json m = evaluate_run(run, data, tta);
   m["run"] = o.run_dir;
   m["weights"] = run.weights_file();
   m["split"] = o.split;
-  m["data"] = o.data_dir.empty() ? run.data().dir : o.data_dir;
+  m["data"] = dir;
   m["device"] = run.device().str();
   const std::string output = o.output.empty() ? o.run_dir + "/eval.json" : o.output;
   write_file_atomic(output, m.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n", "evaluation");

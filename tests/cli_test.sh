@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ctest cli: what every command-line tool does, checked on the built minidl:
-#   - an unknown command is named (with a did-you-mean when one is close), exit 2;
+#   - an unknown command is named (with a did-you-mean when one is close), exit 2; so are a
+#     misspelt config key and layer type;
 #   - --version gives the version, the git commit, the CUDA/cuDNN and NCCL/MPI lines, the flags;
 #   - `minidl completion bash` is valid bash and completes commands, sub-commands, options and
 #     the values of options with a fixed set, from the parser itself; the zsh script wraps it;
@@ -24,6 +25,14 @@ rc=0; "$minidl" trian --config x 2>"$work/err" || rc=$?
 [ "$rc" -eq 2 ] && grep -q "unknown command 'trian' (did you mean 'train'?)" "$work/err" || { cat "$work/err"; fail "trian"; }
 rc=0; "$minidl" 2>"$work/err" || rc=$?
 [ "$rc" -eq 2 ] && grep -q "^Usage: " "$work/err" || { cat "$work/err"; fail "minidl without a command"; }
+
+# Mistyped config keys and layer types.
+rc=0; "$minidl" summary --config "$src/configs/quick_cpu.json" --set epoch=3 2>"$work/err" || rc=$?
+[ "$rc" -eq 1 ] && grep -q "^minidl: error: epoch: unknown key (did you mean 'epochs'?) (known: " "$work/err" ||
+  { cat "$work/err"; fail "a misspelt key"; }
+rc=0; "$minidl" summary --config "$src/configs/quick_cpu.json" --set model.layers.0.type=Conv2D 2>"$work/err" || rc=$?
+[ "$rc" -eq 1 ] && grep -q "model.layers\[0\].type: unknown layer 'Conv2D' (did you mean 'Conv2d'?)" "$work/err" ||
+  { cat "$work/err"; fail "a misspelt layer type"; }
 
 # --version.
 "$minidl" --version >"$work/version"

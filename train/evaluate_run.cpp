@@ -37,12 +37,14 @@ std::string padded(const std::string& s, size_t width, bool left = false) {
 
 }  // namespace
 
-Dataset evaluation_data(const TrainedRun& run, const std::string& data_dir, Split split, int64_t limit) {
+Dataset evaluation_data(const TrainedRun& run, const std::string& data_dir, Split split, int64_t limit,
+                        std::string* dir) {
   MINIDL_CHECK(limit >= 0, "eval: --limit must be >= 0, got ", limit);
   DataOptions data = run.data();
   if (!data_dir.empty()) data.dir = data_dir;
   if (limit > 0) (split == Split::Test ? data.test_limit : data.train_limit) = limit;
   data.dir = data_dir_for(data);
+  if (dir) *dir = data.dir;
   return load_dataset(data, split);
 }
 
