@@ -34,10 +34,12 @@ assert abs(cpu["accuracy"] - last["test_acc"]) < 0.5, "eval on the CPU is far fr
 PY
 
 for c in red green blue; do python3 "$root/tests/png_folder.py" image "$out/$c.png" "$c" 40 30; done
-run "$bin/minidl" predict --run "$out/run" --device cuda --json "$out/red.png" "$out/green.png" "$out/blue.png" \
-  >"$out/predict_cuda.json"
-run "$bin/minidl" predict --run "$out/run" --device cpu --json "$out/red.png" "$out/green.png" "$out/blue.png" \
-  >"$out/predict_cpu.json"
+predict_json() {  # DEVICE: the three images' predictions as JSON in OUT/predict_DEVICE.json (run prints around it)
+  "$bin/minidl" predict --run "$out/run" --device "$1" --json "$out/red.png" "$out/green.png" "$out/blue.png" \
+    >"$out/predict_$1.json"
+}
+run predict_json cuda
+run predict_json cpu
 run python3 - "$out" <<'PY'
 import json, sys
 out = sys.argv[1]
