@@ -56,7 +56,8 @@ nlohmann::json evaluate_run(TrainedRun& run, const Dataset& data, TtaMode tta) {
                  text_excerpt(nlohmann::json(data.classes).dump(), 200), ") are not the run's ", k, " (",
                  text_excerpt(nlohmann::json(run.classes()).dump(), 200), ")");
   std::vector<float> plain;
-  const std::vector<float> logits = run.all_logits(data, tta, &plain);
+  double loss = 0;
+  const std::vector<float> logits = run.all_logits(data, tta, &plain, &loss);
   const std::vector<int32_t> labels = data.labels.values<int32_t>();
   const int64_t top_k = std::min<int64_t>(5, k);
   int64_t correct = 0, correct_tta = 0, in_top_k = 0;
@@ -87,11 +88,9 @@ nlohmann::json evaluate_run(TrainedRun& run, const Dataset& data, TtaMode tta) {
     rows.push_back(std::vector<int64_t>(confusion.begin() + c * k, confusion.begin() + (c + 1) * k));
   }
   const auto total = static_cast<double>(n);
-  nlohmann::json m = {{"images", n},
-                      {"accuracy", 100.0 * static_cast<double>(correct) / total},
-                      {"top_k", top_k},
-                      {"top5_accuracy", 100.0 * static_cast<double>(in_top_k) / total},
-                      {"tta", to_string(tta)}};
+  nlohmann::json m = {
+      {"images", n},    {"accuracy", 100.0 * static_cast<double>(correct) / total},       {"loss", loss},
+      {"top_k", top_k}, {"top5_accuracy", 100.0 * static_cast<double>(in_top_k) / total}, {"tta", to_string(tta)}};
   if (tta != TtaMode::None) m["accuracy_tta"] = 100.0 * static_cast<double>(correct_tta) / total;
   m["classes"] = run.classes();
   m["precision"] = precision;
@@ -103,8 +102,11 @@ nlohmann::json evaluate_run(TrainedRun& run, const Dataset& data, TtaMode tta) {
 
 std::string evaluation_text(const nlohmann::json& m) {
   const bool tta = m.contains("accuracy_tta");
+  char loss[32];
+  std::snprintf(loss, sizeof(loss), "%.4f", m["loss"].get<double>());
   std::string out =
-      str("accuracy ", percent(m["accuracy"]), "   top-", m["top_k"].get<int64_t>(), " ", percent(m["top5_accuracy"]),
+      str("accuracy ", percent(m["accuracy"]), "   loss ", loss, "   top-", m["top_k"].get<int64_t>(), " ",
+          percent(m["top5_accuracy"]),
           tta ? str("   with ", m["tta"].get<std::string>(), " TTA ", percent(m["accuracy_tta"])) : std::string(),
           "   (", m["images"].get<int64_t>(), " images)\n");
   const size_t k = m["classes"].size();

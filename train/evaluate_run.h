@@ -23,7 +23,8 @@ Dataset evaluation_data(const TrainedRun& run, const std::string& data_dir, Spli
                         std::string* dir = nullptr);
 
 // The metrics of `run` on `data` (whose classes must be the run's), as eval.json holds them:
-//   {"images", "accuracy", "top5_accuracy" (top-k with k = min(5, classes)), "tta",
+//   {"images", "accuracy", "loss" (of the plain logits, the run's label smoothing included),
+//    "top5_accuracy" (top-k with k = min(5, classes)), "tta",
 //    "accuracy_tta" (with a TTA), "classes", "precision", "recall", "support", "confusion"}
 // Per-class figures and the confusion matrix (row: true class, column: predicted) come from the
 // TTA logits when there is a TTA, as the run's per-class metrics do; a precision without any

@@ -9,6 +9,7 @@
 #include "core/json_limits.h"
 #include "core/safetensors.h"
 #include "data/loader.h"
+#include "layers/loss/loss.h"
 #include "layers/registry.h"
 #include "train/model_memory.h"
 #include "train/precision.h"
@@ -108,14 +109,20 @@ Tensor TrainedRun::with_views(const Tensor& images, const Tensor& plain, TtaMode
   return tta_logits([this](const Tensor& x) { return forward(x); }, images, plain, views);
 }
 
-std::vector<float> TrainedRun::all_logits(const Dataset& images, TtaMode tta, std::vector<float>* plain) {
+std::vector<float> TrainedRun::all_logits(const Dataset& images, TtaMode tta, std::vector<float>* plain, double* loss) {
   Loader loader(images, LoaderOptions::evaluation(data_, config_.eval_batch_size), device_);
   loader.start_epoch(0);
   std::vector<float> out;
   out.reserve(static_cast<size_t>(images.size() * num_classes()));
+  double loss_sum = 0;
   Batch batch;
   while (loader.next(batch)) {
     const Tensor first = logits(batch.images, TtaMode::None);
+    if (loss) {
+      autograd::NoGradGuard no_grad;
+      const float mean = cross_entropy(first, batch.labels, static_cast<float>(config_.label_smoothing)).item();
+      loss_sum += static_cast<double>(mean) * static_cast<double>(batch.labels.numel());
+    }
     const std::vector<float> v = with_views(batch.images, first, tta).to(Device::cpu()).to_vector();
     out.insert(out.end(), v.begin(), v.end());
     if (plain) {
@@ -123,6 +130,7 @@ std::vector<float> TrainedRun::all_logits(const Dataset& images, TtaMode tta, st
       plain->insert(plain->end(), p.begin(), p.end());
     }
   }
+  if (loss) *loss = loss_sum / static_cast<double>(images.size());
   return out;
 }
 

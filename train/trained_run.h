@@ -45,8 +45,11 @@ class TrainedRun {
   Tensor logits(const Tensor& images, TtaMode tta);
   // The logits of every image of `images` (uint8 N x 3 x S x S, host), in batches of the
   // config's eval.batch_size: float32 (N, classes) on the host; with `plain`, the plain view's
-  // too, from the same forward passes.
-  std::vector<float> all_logits(const Dataset& images, TtaMode tta, std::vector<float>* plain = nullptr);
+  // too, from the same forward passes; with `loss`, the mean loss of the plain logits against the
+  // labels (the run's label smoothing included), each batch's mean weighted by its size and summed
+  // in batch order, as the run's evaluation sums it.
+  std::vector<float> all_logits(const Dataset& images, TtaMode tta, std::vector<float>* plain = nullptr,
+                                double* loss = nullptr);
 
  private:
   Tensor forward(const Tensor& images);
