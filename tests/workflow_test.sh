@@ -5,7 +5,8 @@
 #   2. fine-tune from it with init_from and a new 2-class head (skip), the loaded tensors' values
 #      checked; the shape mismatch without skip refused, naming the tensor;
 #   3. predict three PNGs of other sizes: the right class names, as text and JSON;
-#   4. eval the run: its accuracy (and TTA accuracy) equals the last epoch's evaluation, bit for bit;
+#   4. eval the run: its accuracy (and TTA accuracy) equals the last epoch's evaluation, bit for bit,
+#      also with selective TTA and equal view weights (eval.tta_share, eval.tta_weights);
 #   5. a safetensors file laid out as PyTorch writes it (a DDP "module." prefix, I64
 #      num_batches_tracked counters, format "pt") loads by name through init_from.map, and the run
 #      resumes without it;
@@ -74,6 +75,11 @@ done
 "$minidl" eval --run "$run" >"$work/eval.out"
 grep -q "^accuracy .* with flip TTA" "$work/eval.out" || { cat "$work/eval.out"; fail "eval printed no accuracy"; }
 
+# Selective TTA with equal weights (eval.tta_share, eval.tta_weights): eval follows the run's.
+"$minidl" train --config "$work/tiny.json" --set epochs=1 --set optimizer.lr=0.02 --set eval.tta_share=0.5 \
+  --set eval.tta_weights=equal --output "$work/runs/selective" >/dev/null
+"$minidl" eval --run "$work/runs/selective" --output "$work/eval_selective.json" >/dev/null
+
 "$python" - "$work" "$run" <<'PY'
 import json, struct, sys
 work, run = sys.argv[1], sys.argv[2]
@@ -106,6 +112,9 @@ assert e["images"] == 30 and e["support"] == [10, 10, 10] and e["classes"] == ["
 conf = e["confusion"]
 assert abs(100.0 * sum(conf[i][i] for i in range(3)) / 30 - e["accuracy_tta"]) < 1e-9
 assert e["top5_accuracy"] == 100.0 and e["top_k"] == 3
+sel_last = [json.loads(l) for l in open(f"{work}/runs/selective/metrics.jsonl")][-1]
+sel = json.load(open(f"{work}/eval_selective.json"))
+assert (sel["accuracy"], sel["accuracy_tta"]) == (sel_last["test_acc"], sel_last["test_acc_tta"]), (sel, sel_last)
 print(f"workflow: trained to {last['test_acc']:.1f}% ({last['test_acc_tta']:.1f}% flip TTA); eval agrees")
 
 # 5: the run's weights as PyTorch writes a DDP model's state dict: "module." names, I64

@@ -42,9 +42,8 @@ std::vector<Prediction> predict_images(TrainedRun& run, const std::vector<std::s
   MINIDL_CHECK(!files.empty(), "predict: no image files given");
   MINIDL_CHECK(top_k >= 1, "predict: --top-k must be at least 1, got ", top_k);
   const Dataset images = decode_files(files, run.image_size(), parse_fit_mode(run.data().resize));
-  const std::vector<float> logits = run.all_logits(images, tta);
-  double weights = 0;
-  for (const TtaView& v : tta_views(tta)) weights += v.weight;
+  const std::vector<float> logits = run.every_image_logits(images, tta);
+  const double weights = run.view_weight_sum(tta);
   const int64_t k = run.num_classes();
   std::vector<Prediction> out;
   for (size_t i = 0; i < files.size(); ++i) {

@@ -1,5 +1,6 @@
 #include "train/trained_run.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "core/autocast.h"
@@ -104,15 +105,32 @@ Tensor TrainedRun::logits(const Tensor& images, TtaMode tta) {
 
 Tensor TrainedRun::with_views(const Tensor& images, const Tensor& plain, TtaMode tta) {
   autograd::NoGradGuard no_grad;
-  const std::vector<TtaView> views = tta_views(tta);
+  const std::vector<TtaView> views = tta_views(tta, config_.tta_weights);
   if (views.size() == 1) return plain;
   return tta_logits([this](const Tensor& x) { return forward(x); }, images, plain, views);
 }
 
 std::vector<float> TrainedRun::all_logits(const Dataset& images, TtaMode tta, std::vector<float>* plain, double* loss) {
+  return logits_of(images, tta, tta != TtaMode::None && config_.tta_share < 1, plain, loss);
+}
+
+std::vector<float> TrainedRun::every_image_logits(const Dataset& images, TtaMode tta) {
+  return logits_of(images, tta, false, nullptr, nullptr);
+}
+
+double TrainedRun::view_weight_sum(TtaMode tta) const {
+  double sum = 0;
+  for (const TtaView& v : tta_views(tta, config_.tta_weights)) sum += v.weight;
+  return sum;
+}
+
+std::vector<float> TrainedRun::logits_of(const Dataset& images, TtaMode tta, bool selective, std::vector<float>* plain,
+                                         double* loss) {
   Loader loader(images, LoaderOptions::evaluation(data_, config_.eval_batch_size), device_);
   loader.start_epoch(0);
-  std::vector<float> out;
+  // Selective: the views go to the least confident images only, in a second pass over them (the
+  // run's evaluation with eval.tta_share < 1).
+  std::vector<float> out, first_pass;
   out.reserve(static_cast<size_t>(images.size() * num_classes()));
   double loss_sum = 0;
   Batch batch;
@@ -123,14 +141,29 @@ std::vector<float> TrainedRun::all_logits(const Dataset& images, TtaMode tta, st
       const float mean = cross_entropy(first, batch.labels, static_cast<float>(config_.label_smoothing)).item();
       loss_sum += static_cast<double>(mean) * static_cast<double>(batch.labels.numel());
     }
+    const std::vector<float> p = first.to(Device::cpu()).to_vector();
+    first_pass.insert(first_pass.end(), p.begin(), p.end());
+    if (selective) continue;
     const std::vector<float> v = with_views(batch.images, first, tta).to(Device::cpu()).to_vector();
     out.insert(out.end(), v.begin(), v.end());
-    if (plain) {
-      const std::vector<float> p = first.to(Device::cpu()).to_vector();
-      plain->insert(plain->end(), p.begin(), p.end());
+  }
+  const int64_t n = images.size(), k = num_classes();
+  if (selective) {
+    out = first_pass;
+    // floor, as the run's evaluation takes it.
+    const auto count = static_cast<int64_t>(config_.tta_share * static_cast<double>(n));
+    const std::vector<int32_t> chosen = count > 0 ? least_confident(first_pass, n, k, count) : std::vector<int32_t>();
+    if (!chosen.empty()) loader.start_subset(chosen);
+    size_t next = 0;
+    while (!chosen.empty() && loader.next(batch)) {
+      const std::vector<float> v =
+          with_views(batch.images, logits(batch.images, TtaMode::None), tta).to(Device::cpu()).to_vector();
+      for (int64_t r = 0; r < batch.images.size(0); ++r, ++next)
+        std::copy_n(v.begin() + r * k, k, out.begin() + static_cast<int64_t>(chosen[next]) * k);
     }
   }
-  if (loss) *loss = loss_sum / static_cast<double>(images.size());
+  if (plain) *plain = std::move(first_pass);
+  if (loss) *loss = loss_sum / static_cast<double>(n);
   return out;
 }
 

@@ -41,20 +41,28 @@ class TrainedRun {
   int64_t image_size() const;
 
   // float32 logits for a batch of normalized float32 images on device(), the views of `tta`
-  // summed (data/tta.h), as the run's evaluation computes them.
+  // summed with the run's eval.tta_weights (data/tta.h), as the run's evaluation computes them.
   Tensor logits(const Tensor& images, TtaMode tta);
   // The logits of every image of `images` (uint8 N x 3 x S x S, host), in batches of the
-  // config's eval.batch_size: float32 (N, classes) on the host; with `plain`, the plain view's
+  // config's eval.batch_size, with selective TTA where the run's eval.tta_share is below 1 (the
+  // views for its least confident images only, as its evaluation chose them): float32
+  // (N, classes) on the host; with `plain`, the plain view's
   // too, from the same forward passes; with `loss`, the mean loss of the plain logits against the
   // labels (the run's label smoothing included), each batch's mean weighted by its size and summed
   // in batch order, as the run's evaluation sums it.
   std::vector<float> all_logits(const Dataset& images, TtaMode tta, std::vector<float>* plain = nullptr,
                                 double* loss = nullptr);
+  // The same with the views on every image, whatever eval.tta_share says (predictions), and the
+  // sum of the views' weights (the logits' scale).
+  std::vector<float> every_image_logits(const Dataset& images, TtaMode tta);
+  double view_weight_sum(TtaMode tta) const;
 
  private:
   Tensor forward(const Tensor& images);
   // `plain` (the plain view's logits) with the other views of `tta` added.
   Tensor with_views(const Tensor& images, const Tensor& plain, TtaMode tta);
+  std::vector<float> logits_of(const Dataset& images, TtaMode tta, bool selective, std::vector<float>* plain,
+                               double* loss);
 
   std::string run_dir_, weights_;
   TrainConfig config_;
