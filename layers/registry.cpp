@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/json_limits.h"
+#include "core/spelling.h"
 #include "layers/activation/activation.h"
 #include "layers/containers/flatten.h"
 #include "layers/containers/residual.h"
@@ -105,7 +106,8 @@ std::shared_ptr<Module> build_layer(const nlohmann::json& spec, const std::strin
   if (!layer) {
     std::string known;
     for (const auto& t : layer_types()) known += (known.empty() ? "" : ", ") + t;
-    fail(str(path, ".type: unknown layer '", text_excerpt(type), "' (known: ", known, ")"));
+    fail(str(path, ".type: unknown layer '", text_excerpt(type), "'", did_you_mean(type, layer_types()), " (known: ",
+             known, ")"));
   }
   LayerArgs args(spec, path);
   args.get_string("type", type);

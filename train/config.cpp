@@ -120,6 +120,8 @@ TrainConfig parse_train_config(const json& config) {
   for (const auto& s : sections) s.second.finish();
   top.finish();
 
+  MINIDL_CHECK(c.init_from.enabled() || (c.init_from.skip.empty() && c.init_from.map.empty() && c.init_from.strict),
+               "init_from: skip, map and strict go with init_from.path (the weights to start from), which is not set");
   MINIDL_CHECK(c.batch_size % c.accumulate_steps == 0, "accumulate_steps: ", c.accumulate_steps,
                " micro-batches do not split batch_size ", c.batch_size, " evenly");
   // The settings of a feature that is off would be silently ignored. (config.json writes the

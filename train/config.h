@@ -11,6 +11,7 @@
 #include "core/device.h"
 #include "data/tta.h"
 #include "train/monitor.h"
+#include "train/init_from.h"
 #include "train/precision.h"
 
 namespace minidl {
@@ -44,6 +45,7 @@ struct TrainConfig {
   nlohmann::json schedule;    // parsed by optim/ (optim/optimizer.h)
   nlohmann::json init;        // parameter init rules (train/param_rules.h)
   nlohmann::json freeze;      // parameter freeze rules (train/param_rules.h)
+  InitFromOptions init_from;  // trained weights to start from (train/init_from.h)
   nlohmann::json lookahead;   // null: off; else optim/lookahead.h options
   nlohmann::json grad_scaler; // null: defaults; fp16 only (optim/grad_scaler.h)
   double grad_clip{};         // 0: off

@@ -1,11 +1,13 @@
 #include "train/config_keys.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <utility>
 
 #include "core/error.h"
+#include "core/json_limits.h"
 
 namespace minidl {
 
@@ -173,6 +175,67 @@ ConfigKey optional_integer(const char* path, std::optional<int64_t> TrainConfig:
   return k;
 }
 
+// A list of non-empty strings.
+ConfigKey string_list(const char* path, std::vector<std::string> InitFromOptions::*member, const char* allowed,
+                      const char* meaning) {
+  ConfigKey k = row(path, "list", json::array(), false, allowed, meaning);
+  k.read = [member](JsonArgs& a, const std::string& key, TrainConfig& c) {
+    c.init_from.*member = {};
+    if (!a.has(key)) return;
+    const json& list = a.get_json(key);
+    MINIDL_CHECK(list.is_array(), a.key_path(key), ": expected a list of strings, got ", json_excerpt(list));
+    for (size_t i = 0; i < list.size(); ++i) {
+      MINIDL_CHECK(list[i].is_string() && !list[i].get<std::string>().empty(), a.key_path(key), "[", i,
+                   "]: expected a non-empty string, got ", json_excerpt(list[i]));
+      (c.init_from.*member).push_back(list[i].get<std::string>());
+    }
+  };
+  k.write = [member](const TrainConfig& c) { return json(c.init_from.*member); };
+  return k;
+}
+
+// init_from's keys: a file, which of its tensors, under which names (train/init_from.h).
+std::vector<ConfigKey> init_from_keys() {
+  ConfigKey path = row("init_from.path", "string", "", false, "a run folder or a .safetensors file",
+                       "start from these trained weights (a run folder's model.safetensors, or any safetensors file "
+                       "with PyTorch state-dict names), loaded by name over the initialized model; \"\": off");
+  path.read = [](JsonArgs& a, const std::string& key, TrainConfig& c) { c.init_from.path = a.get_string(key, ""); };
+  path.write = [](const TrainConfig& c) { return json(c.init_from.path); };
+  ConfigKey map = row("init_from.map", "object", json::object(), false, "{\"file prefix\": \"model prefix\"}",
+                      "renames the file's tensors first: a name equal to a key or starting with the key and a dot "
+                      "has that prefix replaced (\"module\": \"\" drops a DDP prefix)");
+  map.read = [](JsonArgs& a, const std::string& key, TrainConfig& c) {
+    c.init_from.map.clear();
+    if (!a.has(key)) return;
+    const json& m = a.get_json(key);
+    MINIDL_CHECK(m.is_object(), a.key_path(key), ": expected an object of names {\"from\": \"to\"}, got ",
+                 json_excerpt(m));
+    for (const auto& item : m.items()) {
+      MINIDL_CHECK(!item.key().empty() && item.value().is_string(), a.key_path(key), ".", text_excerpt(item.key()),
+                   ": expected a non-empty name mapped to a string, got ", json_excerpt(item.value()));
+      c.init_from.map.emplace_back(item.key(), item.value().get<std::string>());
+    }
+  };
+  map.write = [](const TrainConfig& c) {
+    json m = json::object();
+    for (const auto& [from, to] : c.init_from.map) m[from] = to;
+    return m;
+  };
+  ConfigKey strict = row("init_from.strict", "bool", true, false, "true, false",
+                         "every model tensor not skipped must be in the file and every file tensor in the model "
+                         "(PyTorch's load_state_dict strict); a shape that differs is an error either way");
+  strict.read = [](JsonArgs& a, const std::string& key, TrainConfig& c) { c.init_from.strict = a.get_bool(key, true); };
+  strict.write = [](const TrainConfig& c) { return json(c.init_from.strict); };
+  std::vector<ConfigKey> keys = {
+      path,
+      string_list("init_from.skip", &InitFromOptions::skip, "patterns, as optimizer groups' match",
+                  "model tensors that keep their initialization (a new head: [\"8.*\"]): a dotted suffix, or a glob "
+                  "with * and ? over the whole name"),
+      map, strict};
+  for (ConfigKey& k : keys) k.written_at_default = false;
+  return keys;
+}
+
 ConfigKey written_when_set(ConfigKey k) {
   k.written_at_default = false;
   return k;
@@ -291,6 +354,9 @@ std::vector<ConfigKey> make_config_keys() {
                               "the least change of early_stopping.monitor that counts as an improvement")),
       flag("log.tensorboard", &C::tensorboard, false, "TensorBoard event files in the run folder"),
   };
+  const std::vector<ConfigKey> init_from = init_from_keys();
+  keys.insert(std::find_if(keys.begin(), keys.end(), [](const ConfigKey& k) { return k.path == "freeze"; }) + 1,
+              init_from.begin(), init_from.end());
   // Whole epochs print as integers, as they were written.
   for (ConfigKey& k : keys)
     if (k.path == "epochs") {

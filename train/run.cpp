@@ -205,7 +205,8 @@ Run::Run(const RunOptions& options) try : options_(options) {
       if (log_) log_->error(message);
     };
     comm_->set_timeout_report(std::move(report));
-    trainer_ = std::make_unique<Trainer>(config_, device_);
+    trainer_ = std::make_unique<Trainer>(config_, device_,
+                                         resume_ ? Trainer::Weights::FromCheckpoint : Trainer::Weights::FromConfig);
     trainer_->set_communicator(comm_);
     check_same_run(*comm_, device_, trainer_->resolved_config(),
                    comm_->world_size() > 1 ? trainer_->training_data_crc32() : 0, options,
@@ -320,6 +321,7 @@ void Run::log_start(const std::vector<std::string>& replaced, const std::vector<
   for (const std::string& note : trainer_->data_notes())
     if (!note.empty()) log_->line("data: " + note);
   if (const std::string w = trainer_->schedule_warning(); !w.empty()) log_->line("warning: " + w);
+  for (const std::string& line : trainer_->init_from_lines()) log_->line(line);
   const int64_t spe = trainer_->steps_per_epoch();
   const int64_t resumed_in_epoch = start_.step - start_.epoch * spe;
   if (resume_)

@@ -32,6 +32,7 @@
 #include "optim/named_params.h"
 #include "train/checkpoint.h"
 #include "train/gradient_buckets.h"
+#include "train/init_from.h"
 #include "train/precision.h"
 #include "train/profiler.h"
 #include "train/run_log.h"
@@ -127,11 +128,12 @@ std::pair<Dataset, Dataset> load_datasets(const TrainConfig& config) {
   return {load_split(config, Split::Train), load_split(config, Split::Test)};
 }
 
-Trainer::Trainer(const TrainConfig& config, Device device)
+Trainer::Trainer(const TrainConfig& config, Device device, Weights weights)
     : Trainer(config, device, load_split(config, Split::Train), load_split(config, Split::Test),
-              load_val_folder(config)) {}
+              load_val_folder(config), weights) {}
 
-Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Dataset test_set, Dataset val_set)
+Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Dataset test_set, Dataset val_set,
+                 Weights weights)
     : config_(resolve_for_device(config, device)),
       context_(run_context_for(config)),
       device_(device),
@@ -202,6 +204,13 @@ Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Da
     return b.images;
   });
   freeze_ = FreezeRules(config.freeze, params, steps_per_epoch());
+  if (config.init_from.enabled() && weights == Weights::FromConfig) {
+    const InitFromReport report = load_init_from(*model_, config.init_from);
+    int64_t total = 0;
+    for (const NamedParam& p : params) total += p.tensor.numel();
+    const int64_t frozen = freeze_.frozen_elements(0);
+    init_from_lines_ = minidl::init_from_lines(report, total - frozen, frozen);
+  }
   optimizer_ = make_optimizer(config.optimizer, params, "optimizer");
   optimizer_->to(device_);
   if (!config.lookahead.is_null()) {
@@ -637,13 +646,7 @@ void Trainer::update(bool prepared, double lr, Profiler* profiler) {
 }
 
 Tensor Trainer::tta_logits(const Tensor& images, const Tensor& logits, const std::vector<TtaView>& views) {
-  // The weighted sum of every view's logits (x * 1.0f is exact: weights of 1 add plainly).
-  Tensor sum = mul(logits, views[0].weight);
-  for (size_t v = 1; v < views.size(); ++v) {
-    const TtaView& view = views[v];
-    sum = add(sum, mul(forward(flip_translate(images, view.flip, view.dy, view.dx)).to(DType::Float32), view.weight));
-  }
-  return sum;
+  return minidl::tta_logits([this](const Tensor& x) { return forward(x); }, images, logits, views);
 }
 
 void Trainer::make_eval_split(EvalSplit& e, const Dataset& data) {

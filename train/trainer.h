@@ -38,14 +38,19 @@ class Profiler;
 // so trainers alive at once, used in turn, each compute as if alone.
 class Trainer {
  public:
+  // Where the model's first weights come from: the config (the seed, the "init" rules, then
+  // "init_from"), or a checkpoint loaded over them right after (a resumed run, which reads no
+  // init_from file).
+  enum class Weights { FromConfig, FromCheckpoint };
   // Reads the data set from data.dir (or CIFAR10_DIR). An "auto" precision or memory_format is
   // resolved for `device` (resolve_for_device); config() and resolved_config() hold the choice.
-  Trainer(const TrainConfig& config, Device device);
+  Trainer(const TrainConfig& config, Device device, Weights weights = Weights::FromConfig);
   ~Trainer();
   // Uses data sets already loaded (on the host or on `device`): the benchmark loads them once.
   // data.val_fraction holds the validation split out of `train_set`; else `val_set` (an image
   // folder's val/; empty: none) is it.
-  Trainer(const TrainConfig& config, Device device, Dataset train_set, Dataset test_set, Dataset val_set = Dataset());
+  Trainer(const TrainConfig& config, Device device, Dataset train_set, Dataset test_set, Dataset val_set = Dataset(),
+          Weights weights = Weights::FromConfig);
 
   // What the host reads of one training step once the GPU is done with it (after
   // synchronize(device())): its loss and how many of its images the model classified correctly.
@@ -88,6 +93,8 @@ class Trainer {
   // Whether the data has a validation split (data.val_fraction, or an image folder's val/), which
   // evaluate(tta, Split::Val) reads.
   bool has_validation() const { return val_set_.size() > 0; }
+  // What init_from loaded, and the run log's lines on it (none without init_from or from a checkpoint).
+  const std::vector<std::string>& init_from_lines() const { return init_from_lines_; }
   // The class names of the data (index = label), and the data's notes for the run log.
   const std::vector<std::string>& classes() const { return classes_; }
   int64_t num_classes() const { return static_cast<int64_t>(classes_.size()); }
@@ -181,6 +188,7 @@ class Trainer {
   mutable std::optional<uint32_t> train_set_crc32_;
   std::string normalization_note_;    // what data.mean/std "auto" computed (empty: not asked)
   std::vector<std::string> classes_;  // the data's names, or "0" .. for data sets without names
+  std::vector<std::string> init_from_lines_;
   std::unique_ptr<Loader> train_loader_;
   int64_t total_steps_ = 0;
   DType activation_dtype_ = DType::Float32;

@@ -25,6 +25,7 @@
 #   profile    the profile with its roofline beside bench conv (scripts/gpu/profile_check.sh)
 #   image_folder  airbench94 from the CIFAR-10 JPEG folder against the binaries (scripts/gpu/image_folder.sh)
 #   validation  a validation split, early stopping and the best checkpoint, resumed (scripts/gpu/validation.sh)
+#   workflow   eval and predict on CUDA against training, PyTorch's weights through init_from (scripts/gpu/workflow.sh)
 # A failing stage does not stop the next; the script exits 1 when any failed, listing them.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -81,6 +82,9 @@ for stage in $stages; do
     half)
       run timeout 300 bash "$root/scripts/gpu/half_safetensors.sh" "$bin" "$s" 2>&1 | tee "$s/half.log" |
         grep -E "^==|half_safetensors|test cases|FAILED" | tail -30 ;;
+    workflow)
+      run timeout 400 bash "$root/scripts/gpu/workflow.sh" "$bin" "$s" 2>&1 | tee "$s/workflow.log" |
+        grep -E "^==|epoch:|init_from|workflow.sh|Error|error" | tail -30 ;;
     precision)
       {
         run timeout 150 "$bin/minidl_tests" "[precision][cuda]"
