@@ -27,8 +27,11 @@ int eval_command(const EvalOptions& o) {
   TrainedRun run(o.run_dir, o.weights, o.device);
   const TtaMode tta = run.tta(o.tta);
   std::string dir;
-  const Dataset data =
-      evaluation_data(run, o.data_dir, o.split == "train" ? Split::Train : Split::Test, o.limit, &dir);
+  const Dataset data = evaluation_data(run, o.data_dir,
+                                       o.split == "train" ? Split::Train
+                                       : o.split == "val" ? Split::Val
+                                                          : Split::Test,
+                                       o.limit, &dir);
   nlohmann::json m = evaluate_run(run, data, tta);
   m["run"] = o.run_dir;
   m["weights"] = run.weights_file();
@@ -51,9 +54,9 @@ Command add_eval_command(CLI::App& app) {
       "eval", "evaluate a trained run: accuracy, top-5, per-class precision and recall, confusion matrix");
   add_trained_run_options(cmd, o->run_dir, o->weights, o->device, o->tta);
   cmd->add_option("--data", o->data_dir, "another copy of the data in the run's layout (default: the run's data.dir)");
-  cmd->add_option("--split", o->split, "which split to evaluate")
+  cmd->add_option("--split", o->split, "which split to evaluate (val: the run's validation split)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"test", "train"}));
+      ->check(CLI::IsMember({"test", "val", "train"}));
   cmd->add_option("--limit", o->limit, "the first N images of the split (default: as the run evaluated)");
   cmd->add_option("--output", o->output, "the JSON file to write (default: RUN/eval.json)");
   return {cmd, [o] { return eval_command(*o); }};

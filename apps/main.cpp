@@ -32,7 +32,9 @@ CLI::Option* add_config_options(CLI::App* cmd, std::string& config, std::vector<
 void add_trained_run_options(CLI::App* cmd, std::string& run_dir, std::string& weights, std::string& device,
                              std::string& tta) {
   cmd->add_option("--run", run_dir, "the run folder: its config.json, model.safetensors and classes.json")->required();
-  cmd->add_option("--weights", weights, "another weights file of the run's model (default: its model.safetensors)");
+  cmd->add_option("--weights", weights,
+                  "another weights file of the run's model, or best: its best.safetensors (default: its "
+                  "model.safetensors, the last epoch's)");
   cmd->add_option("--device", device, "cpu, cuda or auto (default: the run's)");
   cmd->add_option("--tta", tta, "test-time augmentation (default: the run's eval.tta)")
       ->check(CLI::IsMember(enum_names<TtaMode>()));

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # ctest guide: every `sh` block of docs/guide.md, in order, in a scratch copy of the repository
-# root (configs/, scripts/ and docs/ linked, build/minidl and CIFAR-10 linked, the JPEG subset copied
-# into build/). Each
-# `minidl train` and `minidl repro` runs shortened: --max-steps (8 steps, and 8 more for a resume)
-# and a test set of 500 images; everything else runs as written. A line fails the test when it
-# exits non-zero; the plot line is skipped without python3-matplotlib.
+# root (configs/, scripts/ and docs/ linked, build/minidl and CIFAR-10 linked, the JPEG subset
+# copied into build/). Each `minidl train` runs shortened to 1,280 training and 500 test images and
+# 16 steps (an epoch of 10, then 6 of the next; a resume 16 more), `minidl repro` to 500 test
+# images; everything else runs as written. A line fails the test when it exits non-zero; the plot
+# line is skipped without python3-matplotlib.
 #   tests/guide_test.sh MINIDL SOURCE_DIR CIFAR10_DIR JPEG_DIR
 # Exit 4 (ctest: skipped) without the decoded CIFAR-10 or the JPEG subset.
 set -euo pipefail
@@ -34,8 +34,8 @@ n=0
 while IFS= read -r line; do
   n=$((n + 1))
   case $line in
-    *"minidl train --resume"*) line="$line --max-steps 16" ;;
-    *"minidl train "*) line="$line --max-steps 8 --set data.test_limit=500" ;;
+    *"minidl train --resume"*) line="$line --max-steps 32" ;;
+    *"minidl train "*) line="$line --max-steps 16 --set data.train_limit=1280 --set data.test_limit=500" ;;
     *"minidl repro "*) line="$line --set data.test_limit=500" ;;
     *scripts/plot.py*) [ "$has_matplotlib" = 1 ] || { echo "guide $n: skipped without matplotlib: $line"; continue; } ;;
   esac

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # ctest workflow: the everyday loop on the CPU, as docs/guide.md walks it, on a 3-class folder of
 # PNG images made here (tests/png_folder.py):
-#   1. train a tiny config; classes.json holds the folder's classes;
+#   1. train a tiny config with a validation split held out (data.val_fraction), the best epoch's
+#      weights kept (checkpoint.save_best) and early stopping, which ends it before its 30 epochs;
+#      classes.json holds the folder's classes;
 #   2. fine-tune from it with init_from and a new 2-class head (skip), the loaded tensors' values
 #      checked; the shape mismatch without skip refused, naming the tensor;
 #   3. predict three PNGs of other sizes: the right class names, as text and JSON;
-#   4. eval the run: its accuracy (and TTA accuracy) equals the last epoch's evaluation, bit for bit,
-#      also with selective TTA and equal view weights (eval.tta_share, eval.tta_weights);
+#   4. eval the run: on the validation split its accuracy, TTA accuracy and loss equal the last
+#      epoch's evaluation, bit for bit; on the test split those of the test pass at the run's end;
+#      with --weights best those of the best epoch's test pass; with selective TTA and equal view
+#      weights (eval.tta_share, eval.tta_weights) eval follows the run's;
 #   5. a safetensors file laid out as PyTorch writes it (a DDP "module." prefix, I64
 #      num_batches_tracked counters, format "pt") loads by name through init_from.map, and the run
 #      resumes without it;
@@ -32,9 +36,11 @@ expect_error() {
 for c in red green blue; do "$python" "$src/tests/png_folder.py" image "$work/$c.png" "$c" 37 29; done
 cat >"$work/tiny.json" <<EOF
 {
-  "seed": 1, "device": "cpu", "epochs": 6, "batch_size": 20,
-  "data": {"format": "image_folder", "dir": "$work/colours", "image_size": 16,
+  "seed": 1, "device": "cpu", "epochs": 30, "batch_size": 20,
+  "data": {"format": "image_folder", "dir": "$work/colours", "image_size": 16, "val_fraction": 0.2,
            "mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25]},
+  "checkpoint": {"save_best": true, "monitor": "val_acc"},
+  "early_stopping": {"monitor": "val_acc", "patience": 2},
   "model": {"layers": [
     {"type": "Conv2d", "in_channels": 3, "out_channels": 8, "kernel_size": 3, "padding": 1, "bias": false},
     {"type": "BatchNorm2d", "num_features": 8, "relu": true},
@@ -50,6 +56,9 @@ EOF
 "$minidl" train --config "$work/tiny.json" >"$work/train.out"
 run=$work/runs/colours
 grep -q '^\["blue","green","red"\]$' "$run/classes.json" || fail "classes.json: $(cat "$run/classes.json")"
+grep -q "early stopping: val_acc has not improved by more than 0 for 2 epochs" "$work/train.out" ||
+  { cat "$work/train.out"; fail "the run did not stop early"; }
+[ -f "$run/best.safetensors" ] || fail "no best.safetensors"
 
 # 2. Fine-tune with a new head: the file's 3-class head is skipped, everything else loaded.
 finetune=(--config "$work/tiny.json" --set data.dir="$work/two" --set model.layers.3.out_features=2
@@ -71,8 +80,10 @@ for c in red green blue; do
 done
 "$minidl" predict --run "$run" "$work/red.png" "$work/blue.png" --json --tta none >"$work/predict.json"
 
-# 4. Eval.
-"$minidl" eval --run "$run" >"$work/eval.out"
+# 4. Eval: the validation split, the test split, the best epoch's weights.
+"$minidl" eval --run "$run" --split val --output "$work/eval_val.json" >"$work/eval.out"
+"$minidl" eval --run "$run" --weights best --output "$work/eval_best.json" >>"$work/eval.out"
+"$minidl" eval --run "$run" >>"$work/eval.out"
 grep -q "^accuracy .* with flip TTA" "$work/eval.out" || { cat "$work/eval.out"; fail "eval printed no accuracy"; }
 
 # Selective TTA with equal weights (eval.tta_share, eval.tta_weights): eval follows the run's.
@@ -104,10 +115,19 @@ p = json.load(open(f"{work}/predict.json"))
 assert [x["top"][0]["class"] for x in p] == ["red", "blue"], p
 assert all(abs(sum(t["probability"] for t in x["top"]) - 1) < 1e-6 for x in p), p
 
-# 4: eval = the last epoch's evaluation, and eval.json's figures agree with themselves.
-last = [json.loads(l) for l in open(f"{run}/metrics.jsonl")][-1]
+# 4: eval = the last epoch's evaluation (the validation split), the run's final test pass, and the
+# best epoch's test pass; eval.json's figures agree with themselves.
+records = [json.loads(l) for l in open(f"{run}/metrics.jsonl")]
+assert len(records) < 30, "early stopping did not stop the run"
+last = records[-1]
+v = json.load(open(f"{work}/eval_val.json"))
+assert v["images"] == 24 and v["split"] == "val", v
+assert (v["accuracy"], v["accuracy_tta"], v["loss"]) == (last["val_acc"], last["val_acc_tta"], last["val_loss"]), (v, last)
 e = json.load(open(f"{run}/eval.json"))
 assert e["accuracy"] == last["test_acc"] and e["accuracy_tta"] == last["test_acc_tta"], (e, last)
+best = json.load(open(f"{run}/summary.json"))["best"]
+b = json.load(open(f"{work}/eval_best.json"))
+assert b["weights"].endswith("best.safetensors") and b["accuracy"] == best["test_acc"], (b, best)
 assert e["images"] == 30 and e["support"] == [10, 10, 10] and e["classes"] == ["blue", "green", "red"], e
 conf = e["confusion"]
 assert abs(100.0 * sum(conf[i][i] for i in range(3)) / 30 - e["accuracy_tta"]) < 1e-9
@@ -115,7 +135,8 @@ assert e["top5_accuracy"] == 100.0 and e["top_k"] == 3
 sel_last = [json.loads(l) for l in open(f"{work}/runs/selective/metrics.jsonl")][-1]
 sel = json.load(open(f"{work}/eval_selective.json"))
 assert (sel["accuracy"], sel["accuracy_tta"]) == (sel_last["test_acc"], sel_last["test_acc_tta"]), (sel, sel_last)
-print(f"workflow: trained to {last['test_acc']:.1f}% ({last['test_acc_tta']:.1f}% flip TTA); eval agrees")
+print(f"workflow: stopped early after {len(records)} epochs at {last['val_acc']:.1f}% validation and "
+      f"{last['test_acc']:.1f}% test accuracy; eval agrees")
 
 # 5: the run's weights as PyTorch writes a DDP model's state dict: "module." names, I64
 # num_batches_tracked, F32 tensors ordered by name, metadata {"format": "pt"}.
@@ -172,6 +193,8 @@ grep -q "^$work/huge.png: [a-z]* [0-9.]*%$" "$work/huge.out" || { cat "$work/hug
 expect_error "an image past the pixel limit" \
   "predict: '$work/too_large.png': PNG does not decode (20000x20000 pixels of 1 channels: at most 2^28 pixels are read)" \
   -- "$minidl" predict --run "$run" "$work/too_large.png"
+expect_error "--weights best without a best epoch" "--weights best: '$work/runs/torch' has no best.safetensors" \
+  -- "$minidl" eval --run "$work/runs/torch" --weights best
 expect_error "weights of another model" "minidl: error: '$work/runs/finetune/model.safetensors' does not hold this run's model" \
   -- "$minidl" eval --run "$run" --weights "$work/runs/finetune/model.safetensors"
 expect_error "init_from a file of another model" "init_from '$work/runs/finetune/model.safetensors': tensor '3.weight' is (2, 8)" \

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/json_limits.h"
 #include "data/datasets.h"
+#include "data/holdout.h"
 #include "train/trained_run.h"
 #include "train/trainer.h"
 
@@ -42,6 +43,16 @@ Dataset evaluation_data(const TrainedRun& run, const std::string& data_dir, Spli
   MINIDL_CHECK(limit >= 0, "eval: --limit must be >= 0, got ", limit);
   DataOptions data = run.data();
   if (!data_dir.empty()) data.dir = data_dir;
+  if (split == Split::Val) {
+    MINIDL_CHECK(limit == 0, "eval --split val: --limit does not apply (the validation split is the run's own)");
+    MINIDL_CHECK(data.val_fraction > 0 || data.format == "image_folder", "eval --split val: the run has no validation ",
+                 "split (its data.val_fraction is 0)");
+    data.dir = data_dir_for(data);
+    if (dir) *dir = data.dir;
+    // The images the run held out of its training set: the same hold-out of the same images.
+    if (data.val_fraction > 0) return hold_out(load_dataset(data, Split::Train), data.val_fraction, data.val_seed).val;
+    return load_dataset(data, Split::Val);
+  }
   if (limit > 0) (split == Split::Test ? data.test_limit : data.train_limit) = limit;
   data.dir = data_dir_for(data);
   if (dir) *dir = data.dir;

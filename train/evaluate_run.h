@@ -17,7 +17,8 @@ class TrainedRun;
 
 // The split of the run's data to evaluate: its data section with data.dir replaced by `data_dir`
 // when given (another copy of the data, in the same layout), and at most `limit` images (0: the
-// split's data.test_limit or train_limit as the run had them). `dir`, when given, receives the
+// split's data.test_limit or train_limit as the run had them). Split::Val is the run's validation
+// split: the images data.val_fraction held out of its training set, or an image folder's val/. `dir`, when given, receives the
 // folder read (data.dir, or CIFAR10_DIR for a CIFAR run without one).
 Dataset evaluation_data(const TrainedRun& run, const std::string& data_dir, Split split, int64_t limit,
                         std::string* dir = nullptr);

@@ -51,11 +51,18 @@ TrainedRun::TrainedRun(const std::string& run_dir, const std::string& weights, c
   const std::string config_file = (fs::path(run_dir) / "config.json").string();
   MINIDL_CHECK(fs::exists(config_file, ec), "--run '", text_excerpt(run_dir),
                "': no config.json there (not a run folder)");
-  weights_ = weights.empty() ? (fs::path(run_dir) / "model.safetensors").string() : weights;
-  MINIDL_CHECK(fs::exists(weights_, ec), weights.empty()
-                                             ? str("--run '", text_excerpt(run_dir),
-                                                   "': no model.safetensors there (the run has not finished an epoch)")
-                                             : str("--weights '", text_excerpt(weights), "': no such file"));
+  // "best": the weights of the run's best epoch (checkpoint.save_best), as Lightning's ckpt_path="best".
+  const bool best = weights == "best";
+  weights_ = weights.empty() ? (fs::path(run_dir) / "model.safetensors").string()
+             : best          ? (fs::path(run_dir) / "best.safetensors").string()
+                             : weights;
+  MINIDL_CHECK(
+      fs::exists(weights_, ec),
+      weights.empty()
+          ? str("--run '", text_excerpt(run_dir), "': no model.safetensors there (the run has not finished an epoch)")
+      : best ? str("--weights best: '", text_excerpt(run_dir), "' has no best.safetensors (the run did not set ",
+                   "checkpoint.save_best, or has not finished an epoch)")
+             : str("--weights '", text_excerpt(weights), "': no such file"));
   nlohmann::json j = read_json_file(config_file);
   if (!device.empty()) j["device"] = device;
   try {

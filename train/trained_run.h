@@ -22,8 +22,9 @@ class Module;
 
 class TrainedRun {
  public:
-  // `weights` "": the run's model.safetensors; `device` "": the config's. Errors name the run
-  // folder and the file that is missing or wrong.
+  // `weights` "": the run's model.safetensors (the last epoch's), "best": its best.safetensors
+  // (checkpoint.save_best), else a file; `device` "": the config's. Errors name the run folder and
+  // the file that is missing or wrong.
   TrainedRun(const std::string& run_dir, const std::string& weights, const std::string& device);
   ~TrainedRun();
 
