@@ -15,6 +15,7 @@
 #include "layers/containers/residual.h"
 #include "layers/containers/scale.h"
 #include "layers/containers/sequential.h"
+#include "layers/containers/squeeze_excitation.h"
 #include "layers/conv/conv2d.h"
 #include "layers/linear/linear.h"
 #include "layers/norm/batchnorm2d.h"
@@ -297,6 +298,13 @@ class Exporter {
     const Tensor& gamma = dynamic_cast<const LayerScale2d&>(m).gamma;
     return b_.add("Mul", {x, b_.weight(param_name(m, "gamma"), gamma, {gamma.numel(), 1, 1})}, m.path());
   }
+  // The gate from GlobalAveragePool, fc1, Relu, fc2 and Sigmoid, then x times it (broadcast).
+  std::string squeeze_excitation(const Module& m, const nlohmann::json&, const std::string& x) {
+    const auto& se = dynamic_cast<const SqueezeExcitation&>(m);
+    const std::string squeezed = b_.add("GlobalAveragePool", {x}, m.path());
+    const std::string hidden = b_.add("Relu", {emit(se.fc1(), squeezed)}, m.path());
+    return b_.add("Mul", {x, b_.add("Sigmoid", {emit(se.fc2(), hidden)}, m.path())}, m.path());
+  }
   std::string max_pool(const Module& m, const nlohmann::json& spec, const std::string& x) {
     const auto [kh, kw] = size_pair(spec.at("kernel_size"));
     const auto [sh, sw] = size_pair(spec.at("stride"));
@@ -481,6 +489,7 @@ const std::map<const LayerDescriptor*, Emitter>& emitters() {
       {&avgpool2d_layer(), &Exporter::avg_pool},
       {&adaptive_avgpool2d_layer(), &Exporter::adaptive_avg_pool},
       {&layer_scale_2d_layer(), &Exporter::layer_scale},
+      {&squeeze_excitation_layer(), &Exporter::squeeze_excitation},
       {&maxpool2d_layer(), &Exporter::max_pool},
       {&global_avg_pool2d_layer(), &Exporter::global_avg_pool},
       {&global_max_pool2d_layer(), &Exporter::global_max_pool},

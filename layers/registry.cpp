@@ -11,6 +11,7 @@
 #include "layers/containers/residual.h"
 #include "layers/containers/scale.h"
 #include "layers/containers/sequential.h"
+#include "layers/containers/squeeze_excitation.h"
 #include "layers/conv/conv2d.h"
 #include "layers/linear/linear.h"
 #include "layers/norm/batchnorm2d.h"
@@ -48,6 +49,7 @@ const std::vector<const LayerDescriptor*>& layer_descriptors() {
       &flatten_layer(),
       &scale_layer(),
       &layer_scale_2d_layer(),
+      &squeeze_excitation_layer(),
       &sequential_layer(),
       &residual_layer(),
       &dropout_layer(),

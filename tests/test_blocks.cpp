@@ -1,5 +1,6 @@
 // The blocks of modern backbones: Residual with a projection shortcut (ResNet's downsample),
-// LayerNorm2d (ConvNeXt's LayerNorm over channels) and LayerScale2d (its per-channel gamma), each
+// LayerNorm2d (ConvNeXt's LayerNorm over channels), LayerScale2d (its per-channel gamma) and
+// SqueezeExcitation (torchvision's, over channel_gate), each
 // against a float64 reference or an equivalent composition, backward against finite differences,
 // in both layouts, their specs and errors, and CUDA against the CPU.
 #include <cmath>
@@ -9,8 +10,11 @@
 #include "core/error.h"
 #include "core/tensor_ops.h"
 #include "cuda_vs_cpu.h"
+#include "layers/activation/activation.h"
+#include "layers/activation/pointwise.h"
 #include "layers/containers/layer_scale.h"
 #include "layers/containers/residual.h"
+#include "layers/containers/squeeze_excitation.h"
 #include "layers/norm/layernorm2d.h"
 #include "layers/norm/norm.h"
 #include "layers/registry.h"
@@ -196,6 +200,63 @@ TEST_CASE("LayerScale2d spec: gamma at init_values, round trip, errors naming th
              Catch::Contains("expected input (N, 6, H, W)"));
 }
 
+TEST_CASE("channel_gate scales each sample's channels by its own factor; gradients of x and the gate", "[blocks]") {
+  const Tensor x = test::random_tensor({3, 4, 2, 5}, 11);
+  const Tensor gate = test::random_tensor({3, 4, 1, 1}, 12, 0.f, 1.f);
+  const std::vector<float> xv = x.to_vector(), gv = gate.to_vector();
+  std::vector<float> want(xv.size());
+  for (size_t i = 0; i < xv.size(); ++i) want[i] = xv[i] * gv[i / 10];  // (n, c) = i / (H * W)
+  REQUIRE(channel_gate(x, gate).to_vector() == want);
+  REQUIRE(channel_gate(x.to(MemoryFormat::ChannelsLast), gate).contiguous().to_vector() == want);
+  test::gradcheck([&](const Tensor& v) { return channel_gate(v, gate); }, x.clone(), 1e-2, 1e-3, 1e-4);
+  test::gradcheck([&](const Tensor& v) { return channel_gate(x, v); }, gate.clone(), 1e-2, 1e-3, 1e-4);
+  test::gradcheck([&](const Tensor& v) { return channel_gate(x.to(MemoryFormat::ChannelsLast), v); }, gate.clone(),
+                  1e-2, 1e-3, 1e-4);
+  CHECK_THAT(test::error_of([&] {
+               channel_gate(x, Tensor::zeros({3, 4}));
+             }),
+             Catch::Contains("the gate must be float32 of shape (3, 4, 1, 1)"));
+}
+
+TEST_CASE("SqueezeExcitation is torchvision's: x * sigmoid(fc2(relu(fc1(mean)))), its names and keys",
+          "[blocks][config]") {
+  auto se =
+      build_layer(J(R"({"type": "SqueezeExcitation", "input_channels": 6, "squeeze_channels": 2})"), "model.layers[7]");
+  se->assign_paths();
+  std::vector<std::string> names;
+  for (const auto& [name, t] : se->named_parameters()) names.push_back(name);
+  REQUIRE(names == std::vector<std::string>{"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"});
+  REQUIRE(se->to_json() == J(R"({"type": "SqueezeExcitation", "input_channels": 6, "squeeze_channels": 2})"));
+  const Tensor x = test::random_tensor({2, 6, 3, 4}, 13);
+  const auto& m = dynamic_cast<const SqueezeExcitation&>(*se);
+  Module &fc1 = m.fc1(), &fc2 = m.fc2();
+  // The gate recomputed from the float64 mean of each plane through the same convolutions.
+  std::vector<float> mean(12);
+  const std::vector<float> xv = x.to_vector();
+  for (int64_t p = 0; p < 12; ++p) {
+    double s = 0;
+    for (int64_t i = 0; i < 12; ++i) s += xv[p * 12 + i];
+    mean[p] = static_cast<float>(s / 12);
+  }
+  const std::vector<float> gate = sigmoid(fc2(relu(fc1(Tensor::from_vector(mean, {2, 6, 1, 1}))))).to_vector();
+  std::vector<double> want(xv.size());
+  for (size_t i = 0; i < xv.size(); ++i) want[i] = static_cast<double>(xv[i]) * gate[i / 12];
+  test::require_close((*se)(x).to_vector(), want, 1e-5, 1e-6, "y");
+  test::gradcheck([&](const Tensor& v) { return (*se)(v); }, x.clone(), 1e-2, 1e-2, 1e-3);
+  CHECK_THAT(test::error_of(
+                 [] { build_layer(J(R"({"type": "SqueezeExcitation", "input_channels": 6})"), "model.layers[7]"); }),
+             Catch::Contains("model.layers[7].squeeze_channels"));
+  CHECK_THAT(test::error_of([] {
+               build_layer(J(R"({"type": "SqueezeExcitation", "input_channels": 0, "squeeze_channels": 2})"),
+                           "model.layers[7]");
+             }),
+             Catch::Contains("model.layers[7].input_channels"));
+  CHECK_THAT(test::error_of([&] {
+               (*se)(Tensor::zeros({1, 5, 2, 2}));
+             }),
+             Catch::Contains("expected input (N, 6, H, W)"));
+}
+
 TEST_CASE("LayerNorm2d, LayerScale2d and a projection Residual on CUDA match the CPU", "[blocks][cuda]") {
   MINIDL_REQUIRE_CUDA();
   test::require_cuda_matches_cpu(J(R"({"type": "LayerNorm2d", "num_channels": 96})"), {4, 96, 9, 7}, 31);
@@ -203,4 +264,8 @@ TEST_CASE("LayerNorm2d, LayerScale2d and a projection Residual on CUDA match the
   test::require_cuda_matches_cpu(J(R"({"type": "LayerScale2d", "dim": 96, "init_values": 0.5})"), {16, 96, 8, 8}, 33);
   test::require_cuda_matches_cpu(J(R"({"type": "LayerScale2d", "dim": 7, "init_values": 2.0})"), {3, 7, 5, 3}, 34);
   test::require_cuda_matches_cpu(J(kProjection), {2, 4, 9, 8}, 35);
+  test::require_cuda_matches_cpu(J(R"({"type": "SqueezeExcitation", "input_channels": 96, "squeeze_channels": 24})"),
+                                 {8, 96, 8, 8}, 36);
+  test::require_cuda_matches_cpu(J(R"({"type": "SqueezeExcitation", "input_channels": 5, "squeeze_channels": 3})"),
+                                 {3, 5, 7, 3}, 37);
 }

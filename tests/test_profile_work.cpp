@@ -112,6 +112,11 @@ TEST_CASE("work: FLOPs and bytes per layer against hand counts", "[profiler][wor
   // LayerScale2d 3 on 96 elements: 1 multiply forward; backward dx and the multiply-add of dgamma
   // (3 each); x 384 + gamma 12 + y 384; bwd dy + x + gamma and dgamma + dx; x saved.
   require_work(work_of(R"({"type": "LayerScale2d", "dim": 3})", {2, 3, 4, 4}), 96, 780, 288, 384 + 384 + 24 + 384, 384);
+  // SqueezeExcitation 3->2 on 96 elements (its convolutions report their own): the mean and the
+  // gate's multiply, 2 FLOPs per element forward, 4 backward; x read twice forward; dy and x read,
+  // dx written twice backward; x saved.
+  require_work(work_of(R"({"type": "SqueezeExcitation", "input_channels": 3, "squeeze_channels": 2})", {2, 3, 4, 4}),
+               192, 3 * 384, 384, 4 * 384, 384);
   require_work(work_of(R"({"type": "Sequential", "layers": [{"type": "ReLU"}]})", {2, 3, 4, 4}), 0, 0, 0, 0, 0);
   require_work(work_of(R"({"type": "Flatten"})", {2, 3, 4, 4}), 0, 0, 0, 0, 0);
 

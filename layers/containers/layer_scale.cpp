@@ -1,4 +1,4 @@
-// The per-channel scale op (one autograd node), LayerScale2d, its factory and descriptor.
+// The per-channel scale ops (one autograd node each), LayerScale2d, its factory and descriptor.
 #include "layers/containers/layer_scale.h"
 
 #include <cmath>
@@ -13,32 +13,40 @@
 
 namespace minidl {
 
-Tensor layer_scale_2d(const Tensor& x, const Tensor& gamma) {
-  MINIDL_CHECK(x.defined() && is_floating(x.dtype()) && x.dim() == 4, "layer_scale_2d: expects a 4-d float32, ",
+namespace {
+
+// y = x * gamma, gamma (C) shared by the samples or (N, C, 1, 1) per sample: one autograd node.
+Tensor scale_channels(const Tensor& x, const Tensor& gamma, bool per_sample, const char* op) {
+  MINIDL_CHECK(x.defined() && is_floating(x.dtype()) && x.dim() == 4, op, ": expects a 4-d float32, ",
                "bfloat16 or float16 input (N, C, H, W), got ", x.defined() ? x.str() : std::string("undefined"));
-  MINIDL_CHECK(gamma.defined() && gamma.dtype() == DType::Float32 && gamma.shape() == Shape{x.size(1)},
-               "layer_scale_2d: gamma must be float32 of shape (", x.size(1), "), got ",
-               gamma.defined() ? gamma.str() : std::string("undefined"));
-  check_same_device(x, gamma, "layer_scale_2d input and gamma");
+  const Shape want = per_sample ? Shape{x.size(0), x.size(1), 1, 1} : Shape{x.size(1)};
+  MINIDL_CHECK(gamma.defined() && gamma.dtype() == DType::Float32 && gamma.shape() == want, op,
+               per_sample ? ": the gate must be float32 of shape " : ": gamma must be float32 of shape ",
+               shape_str(want), ", got ", gamma.defined() ? gamma.str() : std::string("undefined"));
+  check_same_device(x, gamma, str(op, " input and ", per_sample ? "gate" : "gamma"));
   // Half tensors: the GPU kernels read and write them; the CPU runs storage-rounded.
-  if (holds_half(x) && !x.is_cuda()) return layer_scale_2d(as_float32(x), gamma).to(x.dtype());
+  if (holds_half(x) && !x.is_cuda()) return scale_channels(as_float32(x), gamma, per_sample, op).to(x.dtype());
   const int64_t n = x.size(0), c = x.size(1), hw = x.size(2) * x.size(3);
-  const kernels::ChannelScaleShape s =
-      x.is_channels_last() ? kernels::ChannelScaleShape{n * hw, c, 1} : kernels::ChannelScaleShape{n, c, hw};
+  // A (N, C, 1, 1) gate is read as its N*C values whatever its layout.
+  const Tensor g = per_sample ? gamma.contiguous() : gamma;
+  const bool nhwc = x.is_channels_last();
+  const kernels::ChannelScaleShape s = per_sample ? (nhwc ? kernels::ChannelScaleShape{n, hw, c, 1, true}
+                                                          : kernels::ChannelScaleShape{n, 1, c, hw, true})
+                                                  : (nhwc ? kernels::ChannelScaleShape{1, n * hw, c, 1, false}
+                                                          : kernels::ChannelScaleShape{1, n, c, hw, false});
   Tensor y = Tensor::empty_like(x);
   dispatch(
-      x.device(), "layer_scale_forward",
-      [&] { kernels::channel_scale_forward_cpu(x.data<float>(), gamma.data<float>(), y.data<float>(), s); },
-      [&] { kernels::channel_scale_forward_cuda(x.dtype(), x.raw_data(), gamma.data<float>(), y.raw_data(), s); });
+      x.device(), "channel_scale_forward",
+      [&] { kernels::channel_scale_forward_cpu(x.data<float>(), g.data<float>(), y.data<float>(), s); },
+      [&] { kernels::channel_scale_forward_cuda(x.dtype(), x.raw_data(), g.data<float>(), y.raw_data(), s); });
   if (autograd::needs_grad({x, gamma})) {
     autograd::record(
-        y, "layer_scale_2d", {x, gamma},
-        [xs = x.detach(), gs = gamma.detach(), s](const Tensor& dy_in) -> std::vector<Tensor> {
+        y, op, {x, gamma}, [xs = x.detach(), gs = g.detach(), s](const Tensor& dy_in) -> std::vector<Tensor> {
           const Tensor dy = dy_in.to(xs.dtype(), xs.memory_format());
           Tensor dx = Tensor::empty_like(xs);
-          Tensor dgamma = Tensor::empty_like(gs);
+          Tensor dgamma = Tensor::empty(gs.shape(), DType::Float32, gs.device());
           dispatch(
-              dy.device(), "layer_scale_backward",
+              dy.device(), "channel_scale_backward",
               [&] {
                 kernels::channel_scale_backward_cpu(dy.data<float>(), xs.data<float>(), gs.data<float>(),
                                                     dx.data<float>(), dgamma.data<float>(), s);
@@ -53,6 +61,14 @@ Tensor layer_scale_2d(const Tensor& x, const Tensor& gamma) {
   }
   return y;
 }
+
+}  // namespace
+
+Tensor layer_scale_2d(const Tensor& x, const Tensor& gamma) {
+  return scale_channels(x, gamma, false, "layer_scale_2d");
+}
+
+Tensor channel_gate(const Tensor& x, const Tensor& gate) { return scale_channels(x, gate, true, "channel_gate"); }
 
 LayerScale2d::LayerScale2d(int64_t dim, double init_values) : dim_(dim), init_values_(init_values) {
   MINIDL_CHECK(dim >= 1, "LayerScale2d: dim must be >= 1, got ", dim);

@@ -12,6 +12,9 @@ namespace minidl {
 
 // x (N, C, H, W), gamma (C) float32; differentiable in both.
 Tensor layer_scale_2d(const Tensor& x, const Tensor& gamma);
+// x (N, C, H, W) times gate (N, C, 1, 1) float32, each sample's channels by their own factor (the
+// squeeze-excitation gate); differentiable in both. CPU kernels and CUDA kernels as layer_scale_2d's.
+Tensor channel_gate(const Tensor& x, const Tensor& gate);
 
 class LayerScale2d : public Module {
  public:

@@ -77,6 +77,8 @@ LAYER_CASES = [
     ("Hardswish", {"type": "Hardswish"}, (4, 7, 5, 3), "train", 0.0, 3.0),
     ("Sigmoid", {"type": "Sigmoid"}, (4, 7, 5, 3), "train", 0.0, 3.0),
     ("LayerScale2d", {"type": "LayerScale2d", "dim": 7, "init_values": 0.5}, (4, 7, 5, 3), "train", 0.0, 1.0),
+    ("SqueezeExcitation", {"type": "SqueezeExcitation", "input_channels": 12, "squeeze_channels": 4}, (3, 12, 5, 7),
+     "train", 0.0, 1.0),
     ("GELU", {"type": "GELU"}, (4, 7, 5, 3), "train", 0.0, 2.0),
     ("MaxPool2d k2", {"type": "MaxPool2d", "kernel_size": 2}, (3, 5, 9, 10), "train", 0.0, 1.0),
     ("MaxPool2d k3 s2 p1", {"type": "MaxPool2d", "kernel_size": 3, "stride": 2, "padding": 1}, (3, 5, 9, 11),

@@ -214,6 +214,18 @@ class TransformerEncoderLayer(nn.TransformerEncoderLayer):
         return self.norm2(x + dp(self._ff_block(x)))
 
 
+class SqueezeExcitation(nn.Module):
+    """torchvision.ops.SqueezeExcitation with its defaults (ReLU, sigmoid): parameters fc1.*, fc2.*."""
+
+    def __init__(self, input_channels, squeeze_channels):
+        super().__init__()
+        self.fc1 = nn.Conv2d(input_channels, squeeze_channels, 1)
+        self.fc2 = nn.Conv2d(squeeze_channels, input_channels, 1)
+
+    def forward(self, x):
+        return x * torch.sigmoid(self.fc2(F.relu(self.fc1(F.adaptive_avg_pool2d(x, 1)))))
+
+
 class Sequential(nn.Sequential):
     """minidl's Sequential: its "layers" are children "0", "1", ..."""
 
