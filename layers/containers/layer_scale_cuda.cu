@@ -1,9 +1,9 @@
-// CUDA kernels of the per-channel scale (CPU reference in layer_scale_cpu.cpp). The forward and
-// dx go row by row (scale_kernel); dgamma is a two-stage sum with no atomics: blocks of 32
-// channels x 8 rows each add a fixed chunk of a factor's rows (and the inner positions) in float32
-// and leave one partial per (chunk, factor); a second kernel adds each factor's partials in chunk
-// order.
-// Channels-last (inner 1) reads are coalesced: a warp reads 32 neighbouring channels of a row.
+// CUDA kernels of the per-channel scale (CPU reference in layer_scale_cpu.cpp). The forward goes
+// row by row (scale_kernel). The backward is one pass over dy and x that writes dx and leaves
+// dgamma's partial sums, with no atomics: blocks of 32 channels x 8 rows each take a fixed chunk
+// of a factor's rows (and the inner positions), adding in float32 one partial per (chunk, factor);
+// a second kernel adds each factor's partials in chunk order. Channels-last (inner 1) reads are
+// coalesced: a warp reads 32 neighbouring channels of a row.
 #include "core/cast_kernels.h"
 #include "core/cuda/kernel_helpers.cuh"
 #include "core/cuda/runtime.h"
@@ -48,23 +48,31 @@ __global__ void scale_kernel(const T* __restrict__ x, const float* __restrict__ 
   }
 }
 
-// Block (channel tile, chunk, factor group): thread (tx, ty) adds rows ty, ty + 8, ... of the
-// chunk for channel tile * 32 + tx; the 8 row sums are then added in ty order. The factor group
-// is the sample (per_sample) or the one group of all samples.
+// Block (channel tile, chunk, factor group): thread (tx, ty) goes over rows ty, ty + 8, ... of the
+// chunk for channel tile * 32 + tx, writing dx = dy * gamma and adding dy * x; the 8 row sums are
+// then added in ty order. The factor group is the sample (per_sample) or the one group of all
+// samples. One pass: dy and x read once, dx written once.
 template <class T>
-__global__ void partial_kernel(const T* __restrict__ dy, const T* __restrict__ x, float* __restrict__ partial,
-                               const ChannelScaleShape s, int64_t chunks) {
+__global__ void backward_kernel(const T* __restrict__ dy, const T* __restrict__ x, const float* __restrict__ gamma,
+                                T* __restrict__ dx, float* __restrict__ partial, const ChannelScaleShape s,
+                                int64_t chunks) {
   __shared__ float sums[kTileR][kTileC];
   const int64_t c = blockIdx.x * static_cast<int64_t>(kTileC) + threadIdx.x;
   const int64_t chunk = blockIdx.y, group = blockIdx.z;
   const int64_t rows = rows_per_factor(s), first = group * rows;
   const int64_t begin = first + chunk * rows / chunks, end = first + (chunk + 1) * rows / chunks;
   float sum = 0.f;
-  if (c < s.channels)
+  if (c < s.channels) {
+    const float g = gamma[(s.per_sample ? group * s.channels : 0) + c];
     for (int64_t q = begin + threadIdx.y; q < end; q += kTileR) {
       const int64_t base = (q * s.channels + c) * s.inner;
-      for (int64_t k = 0; k < s.inner; ++k) sum += to_float(dy[base + k]) * to_float(x[base + k]);
+      for (int64_t k = 0; k < s.inner; ++k) {
+        const float d = to_float(dy[base + k]);
+        dx[base + k] = from_float<T>(d * g);
+        sum += d * to_float(x[base + k]);
+      }
     }
+  }
   sums[threadIdx.y][threadIdx.x] = sum;
   __syncthreads();
   if (threadIdx.y == 0 && c < s.channels) {
@@ -113,16 +121,17 @@ void channel_scale_backward_cuda(DType dtype, const void* dy, const void* x, con
                                  float* dgamma, float* partial, const ChannelScaleShape& s) {
   visit_floating(dtype, "channel scale", [&](auto tag) {
     using T = decltype(tag);
-    scale(static_cast<const T*>(dy), gamma, static_cast<T*>(dx), s);
     const int64_t chunks = chunks_of(s), groups = s.per_sample ? s.samples : 1;
-    if (chunks == 0 || groups == 0 || s.channels == 0) return;
-    const dim3 grid(static_cast<unsigned>(cuda::ceil_div(s.channels, kTileC)), static_cast<unsigned>(chunks),
-                    static_cast<unsigned>(groups));
-    partial_kernel<T><<<grid, dim3(kTileC, kTileR), 0, cuda::stream()>>>(static_cast<const T*>(dy),
-                                                                         static_cast<const T*>(x), partial, s, chunks);
-    MINIDL_LAUNCH_CHECK();
-    constexpr int kBlock = 256;
     const int64_t factors = groups * s.channels;
+    if (factors == 0) return;
+    if (chunks > 0 && s.inner > 0) {
+      const dim3 grid(static_cast<unsigned>(cuda::ceil_div(s.channels, kTileC)), static_cast<unsigned>(chunks),
+                      static_cast<unsigned>(groups));
+      backward_kernel<T><<<grid, dim3(kTileC, kTileR), 0, cuda::stream()>>>(
+          static_cast<const T*>(dy), static_cast<const T*>(x), gamma, static_cast<T*>(dx), partial, s, chunks);
+      MINIDL_LAUNCH_CHECK();
+    }
+    constexpr int kBlock = 256;
     finish_kernel<<<static_cast<unsigned>(cuda::ceil_div(factors, kBlock)), kBlock, 0, cuda::stream()>>>(
         partial, dgamma, factors, s.channels, chunks);
     MINIDL_LAUNCH_CHECK();
