@@ -86,6 +86,13 @@ BenchCommand::BenchCommand(CLI::App& app) {
   conv_->add_option("--device", c.device, "cpu or cuda")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
   conv_->add_option("--repeat", c.repeat, "timed repetitions (median)")->capture_default_str()->check(CLI::Range(1, 1000000));
   conv_->add_option("--csv", c.csv, "one row per measurement to this file");
+  conv_->add_flag("--depthwise", c.depthwise, "the depthwise kernels at MobileNetV2's and ConvNeXt's shapes (CUDA)");
+  conv_->add_option("--batch", c.batch, "--depthwise: batch size")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{65536}));
+  conv_->add_option("--dtype", c.dtype, "--depthwise: channels-last operands of this type")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
 
   data_ = bench_->add_subcommand("data", "decoding, caching and batching an image folder (bench/bench_data.h)");
   BenchDataOptions& d = data_options_;

@@ -6,41 +6,21 @@
 #include <functional>
 #include <memory>
 
+#include "bench/timing.h"
 #include "core/autograd.h"
 #include "core/error.h"
 #include "core/tensor.h"
 #include "layers/regularization/dropout.h"
 #include "layers/transformer/attention.h"
 #include "layers/transformer/attention_kernels.h"
-#ifdef MINIDL_WITH_CUDA
-#include "core/cuda/profiler_events.h"
-#endif
 
 namespace minidl {
 
 namespace {
 
 #ifdef MINIDL_WITH_CUDA
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-double time_cuda_ms(const std::function<void()>& fn, int repeat) {
-  const int calls = 20;
-  fn();  // warm-up: cuBLAS picks its kernels, the allocator caches the blocks
-  cuda::TimingEvents ev;
-  std::vector<double> per_call, ms;
-  for (int r = 0; r < repeat; ++r) {
-    cuda::stall_stream(2.0);
-    ev.record(0);
-    for (int i = 0; i < calls; ++i) fn();
-    ev.record(1);
-    ev.read_ms(2, ms);
-    per_call.push_back(ms[1] / calls);
-  }
-  return median(per_call);
-}
+// The GPU's own time: a stall before each span (bench/timing.h).
+double time_cuda_ms(const std::function<void()>& fn, int repeat) { return bench_timing::time_cuda_ms(fn, repeat, 2.0); }
 #endif
 
 DType parse_dtype(const std::string& s) {

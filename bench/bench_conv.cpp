@@ -11,40 +11,21 @@
 #include <memory>
 
 #include "bench/perf_data.h"
+#include "bench/timing.h"
 #include "core/error.h"
 #include "core/settings.h"
 #include "core/tensor.h"
 #include "layers/conv/conv2d_kernels.h"
-#ifdef MINIDL_WITH_CUDA
-#include "core/cuda/profiler_events.h"
-#endif
 
 namespace minidl {
 
 namespace {
 
+using bench_timing::bench_values;
+using bench_timing::median;
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-// Benchmark inputs: uniform in [-1, 1) from a xorshift generator (fast for 30M values; the values
-// only need to be non-trivial so no kernel gets an easy case like all zeros).
-std::vector<float> bench_values(int64_t n, uint32_t seed) {
-  std::vector<float> v(static_cast<size_t>(n));
-  uint32_t s = seed * 2654435761u + 1;
-  for (float& e : v) {
-    s ^= s << 13;
-    s ^= s >> 17;
-    s ^= s << 5;
-    e = static_cast<float>(s >> 8) * (2.0f / 16777216.0f) - 1.0f;
-  }
-  return v;
-}
 
 std::string shape_label(const Conv2dShape& s) {
   return str(s.c, "->", s.o, " @", s.h, "x", s.w, " k", s.kh);
@@ -145,22 +126,7 @@ int bench_cpu(int repeat, std::ofstream* csv) {
 // device-to-device copy bandwidth is the one measured in docs/perf/anchors.json.
 constexpr double kH200Tf32 = 494.7e12, kH200Fp32 = 66.9e12;
 
-// Stream time per call from CUDA events around `calls` back-to-back calls (launch gaps included,
-// as in a training step), median over `repeat` such spans.
-double time_cuda_ms(const std::function<void()>& fn, int repeat) {
-  const int calls = 20;
-  fn();  // warm-up: the plan and the algorithm of this direction are chosen here
-  cuda::TimingEvents ev;
-  std::vector<double> per_call, ms;
-  for (int r = 0; r < repeat; ++r) {
-    ev.record(0);
-    for (int i = 0; i < calls; ++i) fn();
-    ev.record(1);
-    ev.read_ms(2, ms);
-    per_call.push_back(ms[1] / calls);
-  }
-  return median(per_call);
-}
+using bench_timing::time_cuda_ms;
 
 int bench_cuda(int repeat, std::ofstream* csv) {
   // ResNet-9's convolutions (k3 p1, batch 512) and how often each runs in one training step.
@@ -246,6 +212,7 @@ int bench_cuda(int repeat, std::ofstream* csv) {
 }  // namespace
 
 int bench_conv(const BenchConvOptions& options) {
+  if (options.depthwise) return bench_depthwise(options);
   const int repeat = options.repeat;
   const std::string& csv_path = options.csv;
   MINIDL_CHECK(repeat >= 1, "bench conv: --repeat must be >= 1, got ", repeat);

@@ -339,6 +339,10 @@ class Exporter {
     attr(n, "kernel_shape", std::vector<int64_t>{c.kernel_size().h, c.kernel_size().w});
     attr(n, "strides", std::vector<int64_t>{c.stride().h, c.stride().w});
     attr(n, "pads", std::vector<int64_t>{c.padding().h, c.padding().w, c.padding().h, c.padding().w});
+    // ONNX's defaults are 1: written only where they are not, as Conv2d::to_json does.
+    if (c.dilation().h != 1 || c.dilation().w != 1)
+      attr(n, "dilations", std::vector<int64_t>{c.dilation().h, c.dilation().w});
+    if (c.groups() != 1) attr(n, "group", c.groups());
     return n->output(0);
   }
 

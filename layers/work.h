@@ -35,8 +35,8 @@ LayerWork elementwise_work(const Tensor& x, const Tensor& y, double fwd_flops, d
                            const Tensor& saved);
 
 // A layer whose every output element is a dot product of length `reduction` (Conv2d:
-// Cin*kh*kw; Linear: in_features) against `weight`, plus `bias` when defined: forward 2 FLOPs per
-// multiply-add and one add per output for the bias; x, the weight and bias (read in y's dtype,
+// Cin/groups*kh*kw; Linear: in_features) against `weight`, plus `bias` when defined: forward 2
+// FLOPs per multiply-add and one add per output for the bias; x, the weight and bias (read in y's dtype,
 // as the kernel reads them) and y moved. Backward: dW (and db) always, dx when x needs it, each
 // GEMM as many FLOPs again; dy, x (and the weight for dx) read once, dx written in x's dtype, dW
 // and db in float32 (the parameters' gradients). Saved for backward: x.

@@ -1,4 +1,4 @@
-// Conv2d: CPU forward and backward against a float64 direct convolution written here, gradients
+// Conv2d: CPU forward and backward against a float64 direct convolution (conv_reference.h), gradients
 // against finite differences, thread-count independence, errors, the module and its factory;
 // [cuda]: cuDNN against the CPU path (TF32 off and on, heuristic and timed algorithm choice),
 // bit-identical repeats, the plan cache, and errors.
@@ -15,105 +15,13 @@
 #include "layers/conv/conv2d.h"
 #include "layers/conv/conv2d_kernels.h"
 #include "layers/registry.h"
+#include "tests/conv_reference.h"
 #include "tests/test_util.h"
 
 using namespace minidl;
 using namespace minidl::test;
 
 namespace {
-
-Shape x_shape(const Conv2dShape& s) { return {s.n, s.c, s.h, s.w}; }
-Shape w_shape(const Conv2dShape& s) { return {s.o, s.c, s.kh, s.kw}; }
-Shape y_shape(const Conv2dShape& s) { return {s.n, s.o, s.oh(), s.ow()}; }
-
-std::string shape_name(const Conv2dShape& s) {
-  return str("x (", s.n, ", ", s.c, ", ", s.h, ", ", s.w, ") w (", s.o, ", ", s.c, ", ", s.kh, ", ", s.kw, ") s ", s.sh,
-             "x", s.sw, " p ", s.ph, "x", s.pw);
-}
-
-// Index helpers for the reference loops.
-struct Idx {
-  const Conv2dShape& s;
-  int64_t x(int64_t n, int64_t c, int64_t h, int64_t w) const { return ((n * s.c + c) * s.h + h) * s.w + w; }
-  int64_t wt(int64_t o, int64_t c, int64_t i, int64_t j) const { return ((o * s.c + c) * s.kh + i) * s.kw + j; }
-  int64_t y(int64_t n, int64_t o, int64_t h, int64_t w) const { return ((n * s.o + o) * s.oh() + h) * s.ow() + w; }
-};
-
-// The definition: y[n,o,p,q] = b[o] + sum_{c,i,j} x[n,c,p*sh-ph+i,q*sw-pw+j] w[o,c,i,j], zero outside.
-std::vector<double> conv_ref(const Conv2dShape& s, const std::vector<float>& x, const std::vector<float>& w,
-                             const std::vector<float>* b) {
-  Idx I{s};
-  std::vector<double> y(static_cast<size_t>(s.n * s.o * s.oh() * s.ow()));
-  for (int64_t n = 0; n < s.n; ++n)
-    for (int64_t o = 0; o < s.o; ++o)
-      for (int64_t p = 0; p < s.oh(); ++p)
-        for (int64_t q = 0; q < s.ow(); ++q) {
-          double acc = b ? (*b)[o] : 0.0;
-          for (int64_t c = 0; c < s.c; ++c)
-            for (int64_t i = 0; i < s.kh; ++i)
-              for (int64_t j = 0; j < s.kw; ++j) {
-                const int64_t ih = p * s.sh - s.ph + i, iw = q * s.sw - s.pw + j;
-                if (ih < 0 || ih >= s.h || iw < 0 || iw >= s.w) continue;
-                acc += static_cast<double>(x[I.x(n, c, ih, iw)]) * w[I.wt(o, c, i, j)];
-              }
-          y[I.y(n, o, p, q)] = acc;
-        }
-  return y;
-}
-
-// The adjoint of conv_ref for a given dy.
-void conv_backward_ref(const Conv2dShape& s, const std::vector<float>& x, const std::vector<float>& w,
-                       const std::vector<float>& dy, std::vector<double>& dx, std::vector<double>& dw,
-                       std::vector<double>& db) {
-  Idx I{s};
-  dx.assign(x.size(), 0.0);
-  dw.assign(w.size(), 0.0);
-  db.assign(static_cast<size_t>(s.o), 0.0);
-  for (int64_t n = 0; n < s.n; ++n)
-    for (int64_t o = 0; o < s.o; ++o)
-      for (int64_t p = 0; p < s.oh(); ++p)
-        for (int64_t q = 0; q < s.ow(); ++q) {
-          const double g = dy[I.y(n, o, p, q)];
-          db[o] += g;
-          for (int64_t c = 0; c < s.c; ++c)
-            for (int64_t i = 0; i < s.kh; ++i)
-              for (int64_t j = 0; j < s.kw; ++j) {
-                const int64_t ih = p * s.sh - s.ph + i, iw = q * s.sw - s.pw + j;
-                if (ih < 0 || ih >= s.h || iw < 0 || iw >= s.w) continue;
-                dx[I.x(n, c, ih, iw)] += g * w[I.wt(o, c, i, j)];
-                dw[I.wt(o, c, i, j)] += g * x[I.x(n, c, ih, iw)];
-              }
-        }
-}
-
-// |got - want| <= tol * max|want| everywhere: error relative to the tensor's scale, the right
-// measure for sums whose terms cancel (a single output near zero has no meaningful relative error).
-void require_close_scaled(const std::vector<float>& got, const std::vector<float>& want, double tol,
-                          const std::string& what) {
-  double scale = 0;
-  for (float v : want) scale = std::max(scale, std::fabs(static_cast<double>(v)));
-  require_close(got, want, 0.0, tol * std::max(scale, 1e-30), what + str(" (tolerance ", tol, " x max|want| = ", scale, ")"));
-}
-
-// Forward and backward through autograd (all three inputs require grad) on one device.
-struct ConvRun {
-  std::vector<float> y, dx, dw, db;
-};
-
-ConvRun run_conv(const Conv2dShape& s, bool with_bias, Device dev, uint64_t seed) {
-  Tensor x = random_tensor(x_shape(s), seed, -1.f, 1.f, dev);
-  Tensor w = random_tensor(w_shape(s), seed + 1, -1.f, 1.f, dev);
-  Tensor b = with_bias ? random_tensor({s.o}, seed + 2, -1.f, 1.f, dev) : Tensor();
-  x.set_requires_grad(true);
-  w.set_requires_grad(true);
-  if (with_bias) b.set_requires_grad(true);
-  Tensor y = conv2d(x, w, b, Size2d(s.sh, s.sw), Size2d(s.ph, s.pw));
-  REQUIRE(y.shape() == y_shape(s));
-  autograd::backward(y, random_tensor(y.shape(), seed + 3, -1.f, 1.f, dev));
-  ConvRun r{y.to_vector(), x.grad().to_vector(), w.grad().to_vector(), {}};
-  if (with_bias) r.db = b.grad().to_vector();
-  return r;
-}
 
 // Problems that walk the CPU path's cases: padding, stride, non-square kernel and stride, 1x1,
 // several images per GEMM chunk with a short last chunk, and more chunks than reduction slots.
@@ -124,21 +32,6 @@ const Conv2dShape kNonSquare = {2, 4, 6, 9, 5, 2, 3, 2, 1, 1, 0};
 const Conv2dShape kPointwise = {2, 6, 4, 4, 3, 1, 1, 1, 1, 0, 0};
 const Conv2dShape kManyImagesPerChunk = {13, 3, 32, 32, 5, 3, 3, 1, 1, 1, 1};
 const Conv2dShape kManySlots = {18, 32, 16, 16, 4, 3, 3, 1, 1, 1, 1};
-
-struct OmpThreads {
-  int saved = omp_get_max_threads();
-  explicit OmpThreads(int n) { omp_set_num_threads(n); }
-  ~OmpThreads() { omp_set_num_threads(saved); }
-};
-
-struct SettingsGuard {
-  ComputeSettings saved = compute_settings();
-  SettingsGuard(bool tf32, bool deterministic) {
-    set_compute_settings({compute_settings().deterministic, tf32});
-    set_compute_settings({deterministic, compute_settings().allow_tf32});
-  }
-  ~SettingsGuard() { set_compute_settings(saved); }
-};
 
 }  // namespace
 
@@ -167,24 +60,7 @@ TEST_CASE("conv2d CPU forward matches a float64 direct convolution", "[conv2d]")
 }
 
 TEST_CASE("conv2d CPU backward matches the float64 adjoint", "[conv2d]") {
-  for (const Conv2dShape& s : {kNonSquare, kManyImagesPerChunk, kManySlots}) {
-    const auto x = random_values(s.n * s.c * s.h * s.w, 21);
-    const auto w = random_values(s.o * s.c * s.kh * s.kw, 22);
-    const auto dy = random_values(s.n * s.o * s.oh() * s.ow(), 23);
-    std::vector<double> dx, dw, db;
-    conv_backward_ref(s, x, w, dy, dx, dw, db);
-    Tensor xt = Tensor::from_vector(x, x_shape(s)), wt = Tensor::from_vector(w, w_shape(s));
-    Tensor bt = Tensor::zeros({s.o});
-    xt.set_requires_grad(true);
-    wt.set_requires_grad(true);
-    bt.set_requires_grad(true);
-    autograd::backward(conv2d(xt, wt, bt, Size2d(s.sh, s.sw), Size2d(s.ph, s.pw)), Tensor::from_vector(dy, y_shape(s)));
-    // Weight and bias gradients sum n*oh*ow terms: absolute tolerance grows with that count.
-    const double atol = 1e-5 * std::sqrt(static_cast<double>(s.n * s.oh() * s.ow()));
-    require_close(xt.grad().to_vector(), dx, 1e-5, 1e-5, "dx " + shape_name(s));
-    require_close(wt.grad().to_vector(), dw, 1e-5, atol, "dw " + shape_name(s));
-    require_close(bt.grad().to_vector(), db, 1e-5, atol, "db " + shape_name(s));
-  }
+  for (const Conv2dShape& s : {kNonSquare, kManyImagesPerChunk, kManySlots}) require_backward_matches_adjoint(s);
 }
 
 TEST_CASE("conv2d CPU gradients match finite differences", "[conv2d]") {
@@ -215,16 +91,7 @@ TEST_CASE("conv2d CPU backward computes only the gradients that are needed", "[c
 }
 
 TEST_CASE("conv2d CPU results do not depend on the thread count", "[conv2d]") {
-  REQUIRE(kManySlots.flops() > 4e6);  // above the size where the CPU path goes parallel
-  auto run = [](int threads) {
-    OmpThreads t(threads);
-    return run_conv(kManySlots, true, Device::cpu(), 51);
-  };
-  const ConvRun one = run(1), two = run(2);
-  CHECK(one.y == two.y);
-  CHECK(one.dx == two.dx);
-  CHECK(one.dw == two.dw);
-  CHECK(one.db == two.db);
+  require_thread_count_independent(kManySlots);
 }
 
 TEST_CASE("conv2d rejects bad operands with a message naming the shapes", "[conv2d]") {
@@ -463,7 +330,7 @@ TEST_CASE("conv2d half channels-last forward with 17..31 input channels runs pad
       const Tensor xl = x.to(MemoryFormat::ChannelsLast);
       kernels::conv2d_nhwc_pad_channels_cuda(t, xl.raw_data(), padded.raw_data(), rows, s.c, 32);
       const std::vector<float> in = x.to(DType::Float32).to_vector(), out = padded.to(DType::Float32).to_vector();
-      const Idx at{s};
+      const ConvIdx at{s};
       bool exact = true;
       for (int64_t r = 0; r < rows; ++r)
         for (int64_t j = 0; j < 32; ++j) {

@@ -146,3 +146,26 @@ TEST_CASE("onnx: what cannot export is refused, naming the layer", "[onnx]") {
   REQUIRE_THROWS_WITH(export_onnx(*good, dir.file("no/such/dir/m.onnx"), {}),
                       Catch::Contains("cannot write ONNX file") && Catch::Contains("m.onnx"));
 }
+
+TEST_CASE("onnx: Conv carries group and dilations where they are not 1", "[onnx][grouped]") {
+  std::shared_ptr<Module> model = model_of(std::string(MINIDL_SOURCE_DIR) + "/tests/onnx/grouped_conv.json");
+  onnx::ModelProto proto;
+  REQUIRE(proto.ParseFromString(onnx_model_bytes(*model, {})));
+  std::vector<std::map<std::string, std::vector<int64_t>>> convs;
+  for (const onnx::NodeProto& n : proto.graph().node()) {
+    if (n.op_type() != "Conv") continue;
+    std::map<std::string, std::vector<int64_t>> attrs;
+    for (const onnx::AttributeProto& a : n.attribute())
+      attrs[a.name()] = a.type() == onnx::AttributeProto::INT ? std::vector<int64_t>{a.i()}
+                                                              : std::vector<int64_t>(a.ints().begin(), a.ints().end());
+    convs.push_back(attrs);
+  }
+  REQUIRE(convs.size() == 4);
+  CHECK(convs[0].count("group") == 0);
+  CHECK(convs[0].count("dilations") == 0);
+  CHECK(convs[1]["group"] == std::vector<int64_t>{8});  // depthwise
+  CHECK(convs[1].count("dilations") == 0);
+  CHECK(convs[3]["group"] == std::vector<int64_t>{4});
+  CHECK(convs[3]["dilations"] == std::vector<int64_t>{2, 2});
+  CHECK(convs[3]["kernel_shape"] == std::vector<int64_t>{3, 5});
+}

@@ -65,6 +65,14 @@ TEST_CASE("work: FLOPs and bytes per layer against hand counts", "[profiler][wor
   require_work(work_of(R"({"type": "Conv2d", "in_channels": 3, "out_channels": 4, "kernel_size": 3, "padding": 1})",
                        {2, 3, 8, 8}, false),
                28160, 4032, 2 * 13824 + 512, 2048 + 1536 + 432 + 16, 1536);
+  // Conv2d 4->6 k3 groups 2 on x (2,4,8,8), padding = dilation (1 or 2): y (2,6,8,8) = 768 outputs
+  // of 2*9 = 18 MACs, whatever the dilation. fwd 2*768*18 + 768 = 28416; x 2048 + w (6,2,3,3) 432 +
+  // b 24 + y 3072. bwd 4*768*18 + 768; dy 3072 + x 2048 + w 432 + dx 2048 + dW 432 + db 24.
+  for (int d : {1, 2})
+    require_work(work_of(str(R"({"type": "Conv2d", "in_channels": 4, "out_channels": 6, "kernel_size": 3, )",
+                             R"("groups": 2, "padding": )", d, R"(, "dilation": )", d, "}"),
+                         {2, 4, 8, 8}),
+                 28416, 5576, 56064, 8056, 2048);
   // Linear 8->3 on (4,8): 12 outputs of 8 MACs; fwd 192 + 12; x 128 + w 96 + b 12 + y 48.
   require_work(work_of(R"({"type": "Linear", "in_features": 8, "out_features": 3})", {4, 8}), 204, 284, 396,
                48 + 128 + 96 + 128 + 96 + 12, 128);

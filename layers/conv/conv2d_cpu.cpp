@@ -1,4 +1,5 @@
-// Conv2d on the CPU: im2col + one Eigen GEMM per chunk of images, OpenMP over chunks.
+// Conv2d on the CPU: im2col + one Eigen GEMM per chunk of images and group, OpenMP over both;
+// depthwise problems go to their direct path (conv2d_depthwise_cpu.cpp).
 //
 // Why chunks of several images: one image of a small late layer (64->128 at 8x8) is a GEMM with
 // only 64 columns, too thin to run Eigen's kernel at speed; several images side by side in one
@@ -12,15 +13,19 @@
 // out dynamically: which thread runs a chunk does not change its result, and a core shared with
 // the data loader (or another process) then slows the step by its share, not by half.
 //
-// Layouts (all row-major): x (n, c, h, w); w (o, K); col (K, B*P) with column b*P + p for image b
-// of the chunk and output pixel p (P = oh*ow); the GEMM result (o, B*P) is scattered to y
-// (n, o, P). A chunk of one image needs no scatter: its GEMM writes y in place.
+// Layouts (all row-major): x (n, c, h, w); w (o, K) with K = c / groups * kh * kw; col (K, B*P)
+// of one group with column b*P + p for image b of the chunk and output pixel p (P = oh*ow); the
+// group's GEMM result (o / groups, B*P), its rows of w times col, is scattered to its rows of y
+// (n, o, P). A chunk of one image needs no scatter: its GEMM writes y in place. Dilation only
+// moves where im2col reads.
 #include <omp.h>
 
 #include <Eigen/Core>
 #include <algorithm>
 #include <vector>
 
+#include "layers/conv/conv2d_cpu_loops.h"
+#include "layers/conv/conv2d_depthwise.h"
 #include "layers/conv/conv2d_kernels.h"
 
 namespace minidl::kernels {
@@ -39,11 +44,6 @@ constexpr int64_t kChunkBytes = 512 << 10;
 // thread; the partial buffers are capped at kSlotBytes in all.
 constexpr int64_t kSlots = 16;
 constexpr int64_t kSlotBytes = 64 << 20;
-// Below this many FLOPs a convolution runs on the calling thread: waking the OpenMP team costs
-// microseconds when the cores are idle and a scheduler time slice when another process holds
-// one of them, which made the finite-difference tests (thousands of tiny convolutions) 50x
-// slower on a busy 2-core machine. Results do not depend on the thread count, so this is safe.
-constexpr double kParallelFlops = 4e6;
 
 // Per-thread scratch that lives as long as the OpenMP thread pool: no allocation (and no page
 // faults on fresh memory) per call.
@@ -54,48 +54,29 @@ float* scratch(std::vector<float>& buf, int64_t n) {
 thread_local std::vector<float> t_col;   // im2col buffer (K, B*P)
 thread_local std::vector<float> t_gemm;  // GEMM result (o, B*P) or gathered dy (o, B*P)
 
-// Runs body(i) for i in [0, n): on the OpenMP team, chunks handed out dynamically, when the
-// problem is big enough; on this thread otherwise. Either way Eigen sees one thread: in a team of
-// two Eigen stays serial by itself, and setting this region's own thread count to 1 keeps it
-// serial in a team of one too (it would otherwise start its own threads from the global count).
-template <class Body>
-void for_each_chunk(int64_t n, bool parallel, Body&& body) {
-#pragma omp parallel if (parallel)
-  {
-    omp_set_num_threads(1);
-#pragma omp for schedule(dynamic)
-    for (int64_t i = 0; i < n; ++i) body(i);
-  }
-}
 
-// The output columns ow whose input column ow*sw - pw + j lies inside [0, w): [lo, hi).
-void valid_range(int64_t out, int64_t in, int64_t stride, int64_t pad, int64_t j, int64_t& lo,
-                 int64_t& hi) {
-  lo = 0;
-  while (lo < out && lo * stride - pad + j < 0) ++lo;
-  hi = out;
-  while (hi > lo && (hi - 1) * stride - pad + j >= in) --hi;
-}
 
-// col (K, B*P) from B consecutive images starting at x.
-void im2col(const Conv2dShape& s, const float* x, int64_t B, float* col) {
-  const int64_t OH = s.oh(), OW = s.ow(), P = OH * OW, BP = B * P;
-  for (int64_t c = 0; c < s.c; ++c)
+// col (K, B*P) of group g (its c / groups input channels, K = c / groups * kh * kw) from B
+// consecutive images starting at x.
+void im2col(const Conv2dShape& s, const float* x, int64_t B, int64_t g, float* col) {
+  const int64_t OH = s.oh(), OW = s.ow(), P = OH * OW, BP = B * P, cg = s.group_c();
+  for (int64_t c = 0; c < cg; ++c)
     for (int64_t i = 0; i < s.kh; ++i)
       for (int64_t j = 0; j < s.kw; ++j) {
         float* row = col + ((c * s.kh + i) * s.kw + j) * BP;
+        const int64_t dj = j * s.dil_w;
         int64_t lo, hi;
-        valid_range(OW, s.w, s.sw, s.pw, j, lo, hi);
+        valid_range(OW, s.w, s.sw, s.pw, dj, lo, hi);
         for (int64_t b = 0; b < B; ++b) {
-          const float* xc = x + (b * s.c + c) * s.h * s.w;
+          const float* xc = x + (b * s.c + g * cg + c) * s.h * s.w;
           for (int64_t oh = 0; oh < OH; ++oh) {
             float* out = row + b * P + oh * OW;
-            const int64_t ih = oh * s.sh - s.ph + i;
+            const int64_t ih = oh * s.sh - s.ph + i * s.dil_h;
             if (ih < 0 || ih >= s.h) {
               std::fill(out, out + OW, 0.f);
               continue;
             }
-            const float* xr = xc + ih * s.w - s.pw + j;
+            const float* xr = xc + ih * s.w - s.pw + dj;
             std::fill(out, out + lo, 0.f);
             if (s.sw == 1) {
               std::copy(xr + lo, xr + hi, out + lo);
@@ -108,23 +89,28 @@ void im2col(const Conv2dShape& s, const float* x, int64_t B, float* col) {
       }
 }
 
-// The adjoint of im2col: dx of B consecutive images (zeroed here) += col scattered back.
-void col2im(const Conv2dShape& s, const float* col, int64_t B, float* dx) {
-  const int64_t OH = s.oh(), OW = s.ow(), P = OH * OW, BP = B * P;
-  std::fill(dx, dx + B * s.c * s.h * s.w, 0.f);
-  for (int64_t c = 0; c < s.c; ++c)
+// The adjoint of im2col: group g's channels of dx of B consecutive images (zeroed here) += col
+// scattered back.
+void col2im(const Conv2dShape& s, const float* col, int64_t B, int64_t g, float* dx) {
+  const int64_t OH = s.oh(), OW = s.ow(), P = OH * OW, BP = B * P, cg = s.group_c(), plane = s.h * s.w;
+  for (int64_t b = 0; b < B; ++b) {
+    float* first = dx + (b * s.c + g * cg) * plane;
+    std::fill(first, first + cg * plane, 0.f);
+  }
+  for (int64_t c = 0; c < cg; ++c)
     for (int64_t i = 0; i < s.kh; ++i)
       for (int64_t j = 0; j < s.kw; ++j) {
         const float* row = col + ((c * s.kh + i) * s.kw + j) * BP;
+        const int64_t dj = j * s.dil_w;
         int64_t lo, hi;
-        valid_range(OW, s.w, s.sw, s.pw, j, lo, hi);
+        valid_range(OW, s.w, s.sw, s.pw, dj, lo, hi);
         for (int64_t b = 0; b < B; ++b) {
-          float* dxc = dx + (b * s.c + c) * s.h * s.w;
+          float* dxc = dx + (b * s.c + g * cg + c) * plane;
           for (int64_t oh = 0; oh < OH; ++oh) {
-            const int64_t ih = oh * s.sh - s.ph + i;
+            const int64_t ih = oh * s.sh - s.ph + i * s.dil_h;
             if (ih < 0 || ih >= s.h) continue;
             const float* in = row + b * P + oh * OW;
-            float* dr = dxc + ih * s.w - s.pw + j;
+            float* dr = dxc + ih * s.w - s.pw + dj;
             if (s.sw == 1) {  // contiguous: lets the compiler vectorize the add
               for (int64_t ow = lo; ow < hi; ++ow) dr[ow] += in[ow];
             } else {
@@ -138,90 +124,100 @@ void col2im(const Conv2dShape& s, const float* col, int64_t B, float* dx) {
 }  // namespace
 
 Conv2dCpuPartition conv2d_cpu_partition(const Conv2dShape& s) {
-  const int64_t col_bytes_per_image = s.c * s.kh * s.kw * s.oh() * s.ow() * 4;
+  const int64_t col_bytes_per_image = s.group_c() * s.kh * s.kw * s.oh() * s.ow() * 4;
   const int64_t ipc = std::clamp<int64_t>(kChunkBytes / std::max<int64_t>(col_bytes_per_image, 1), 1,
                                           std::max<int64_t>(s.n, 1));
   const int64_t chunks = (s.n + ipc - 1) / ipc;
-  const int64_t slot_bytes = std::max<int64_t>(s.o * s.c * s.kh * s.kw * 4, 1);
+  const int64_t slot_bytes = std::max<int64_t>(s.o * s.group_c() * s.kh * s.kw * 4, 1);
   return {ipc, chunks, std::max<int64_t>(1, std::min({kSlotBytes / slot_bytes, chunks, kSlots}))};
 }
 
+// One task per (chunk, group): each writes its own rows of y, so the tasks are independent and
+// the result does not depend on which thread runs which.
 void conv2d_forward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y) {
-  const int64_t K = s.c * s.kh * s.kw, P = s.oh() * s.ow();
+  if (conv2d_depthwise_cpu_applies(s)) return conv2d_depthwise_forward_cpu(s, x, w, b, y);
+  const int64_t K = s.group_c() * s.kh * s.kw, P = s.oh() * s.ow(), og = s.group_o(), G = s.groups;
   const Conv2dCpuPartition part = conv2d_cpu_partition(s);
-  ConstMapMat W(w, s.o, K);
-  for_each_chunk(part.chunks, s.flops() > kParallelFlops, [&](int64_t ch) {
+  for_each_chunk(part.chunks * G, s.flops() > kParallelFlops, [&](int64_t task) {
+    const int64_t ch = task / G, g = task % G;
     const int64_t b0 = ch * part.images_per_chunk;
     const int64_t B = std::min(part.images_per_chunk, s.n - b0), BP = B * P;
     float* col = scratch(t_col, K * BP);
-    im2col(s, x + b0 * s.c * s.h * s.w, B, col);
+    im2col(s, x + b0 * s.c * s.h * s.w, B, g, col);
     float* yb = y + b0 * s.o * P;
-    float* out = B == 1 ? yb : scratch(t_gemm, s.o * BP);
-    MapMat Y(out, s.o, BP);
-    Y.noalias() = W * ConstMapMat(col, K, BP);
+    float* out = B == 1 ? yb + g * og * P : scratch(t_gemm, og * BP);
+    MapMat Y(out, og, BP);
+    Y.noalias() = ConstMapMat(w + g * og * K, og, K) * ConstMapMat(col, K, BP);
     if (B == 1) {
       if (b)
-        for (int64_t o = 0; o < s.o; ++o)
-          for (int64_t p = 0; p < P; ++p) yb[o * P + p] += b[o];
+        for (int64_t o = 0; o < og; ++o)
+          for (int64_t p = 0; p < P; ++p) out[o * P + p] += b[g * og + o];
       return;
     }
     for (int64_t bb = 0; bb < B; ++bb)
-      for (int64_t o = 0; o < s.o; ++o) {
+      for (int64_t o = 0; o < og; ++o) {
         const float* src = out + o * BP + bb * P;
-        float* dst = yb + (bb * s.o + o) * P;
-        const float bias = b ? b[o] : 0.f;
+        float* dst = yb + (bb * s.o + g * og + o) * P;
+        const float bias = b ? b[g * og + o] : 0.f;
         for (int64_t p = 0; p < P; ++p) dst[p] = src[p] + bias;
       }
   });
 }
 
+// One task per (slot, group): a slot's chunks in order, the group's rows of dw, db and dy and its
+// channels of dx only.
 void conv2d_backward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* dy,
                          float* dx, float* dw, float* db) {
-  const int64_t K = s.c * s.kh * s.kw, P = s.oh() * s.ow(), OK = s.o * K;
+  const int64_t K = s.group_c() * s.kh * s.kw, P = s.oh() * s.ow(), OK = s.o * K, og = s.group_o(), G = s.groups;
   if (s.n == 0) {  // an empty batch: zero gradients, as in PyTorch
     if (dw) std::fill(dw, dw + OK, 0.f);
     if (db) std::fill(db, db + s.o, 0.f);
     return;
   }
+  if (conv2d_depthwise_cpu_applies(s)) return conv2d_depthwise_backward_cpu(s, x, w, dy, dx, dw, db);
   const Conv2dCpuPartition part = conv2d_cpu_partition(s);
   // Slot 0 accumulates straight into dw; slots 1.. into partials added in slot order below.
   std::vector<float> dw_part(dw ? static_cast<size_t>((part.slots - 1) * OK) : 0);
   std::vector<double> db_part(db ? static_cast<size_t>(part.slots * s.o) : 0, 0.0);
-  ConstMapMat W(w, s.o, K);
-  for_each_chunk(part.slots, s.flops() > kParallelFlops, [&](int64_t slot) {
+  for_each_chunk(part.slots * G, s.flops() > kParallelFlops, [&](int64_t task) {
+    const int64_t slot = task / G, g = task % G;
+    ConstMapMat W(w + g * og * K, og, K);
     const int64_t first = slot * part.chunks / part.slots, last = (slot + 1) * part.chunks / part.slots;
     for (int64_t ch = first; ch < last; ++ch) {
       const int64_t b0 = ch * part.images_per_chunk;
       const int64_t B = std::min(part.images_per_chunk, s.n - b0), BP = B * P;
-      // dy of the chunk as one (o, B*P) matrix: in place for one image, gathered otherwise.
+      // The group's dy of the chunk as one (og, B*P) matrix: in place for one image, gathered
+      // otherwise.
       const float* dyb = dy + b0 * s.o * P;
-      const float* g = dyb;
+      const float* gm = dyb + g * og * P;
       if (B > 1) {
-        float* gathered = scratch(t_gemm, s.o * BP);
+        float* gathered = scratch(t_gemm, og * BP);
         for (int64_t bb = 0; bb < B; ++bb)
-          for (int64_t o = 0; o < s.o; ++o)
-            std::copy(dyb + (bb * s.o + o) * P, dyb + (bb * s.o + o + 1) * P, gathered + o * BP + bb * P);
-        g = gathered;
+          for (int64_t o = 0; o < og; ++o) {
+            const float* src = dyb + (bb * s.o + g * og + o) * P;
+            std::copy(src, src + P, gathered + o * BP + bb * P);
+          }
+        gm = gathered;
       }
-      ConstMapMat G(g, s.o, BP);
+      ConstMapMat Gm(gm, og, BP);
       if (db) {
-        double* acc = db_part.data() + slot * s.o;
-        for (int64_t o = 0; o < s.o; ++o)
-          for (int64_t p = 0; p < BP; ++p) acc[o] += g[o * BP + p];
+        double* acc = db_part.data() + slot * s.o + g * og;
+        for (int64_t o = 0; o < og; ++o)
+          for (int64_t p = 0; p < BP; ++p) acc[o] += gm[o * BP + p];
       }
       float* col = scratch(t_col, K * BP);
       if (dw) {
-        im2col(s, x + b0 * s.c * s.h * s.w, B, col);
-        MapMat DW(slot == 0 ? dw : dw_part.data() + (slot - 1) * OK, s.o, K);
+        im2col(s, x + b0 * s.c * s.h * s.w, B, g, col);
+        MapMat DW((slot == 0 ? dw : dw_part.data() + (slot - 1) * OK) + g * og * K, og, K);
         if (ch == first) {
-          DW.noalias() = G * ConstMapMat(col, K, BP).transpose();
+          DW.noalias() = Gm * ConstMapMat(col, K, BP).transpose();
         } else {
-          DW.noalias() += G * ConstMapMat(col, K, BP).transpose();
+          DW.noalias() += Gm * ConstMapMat(col, K, BP).transpose();
         }
       }
       if (dx) {
-        MapMat(col, K, BP).noalias() = W.transpose() * G;
-        col2im(s, col, B, dx + b0 * s.c * s.h * s.w);
+        MapMat(col, K, BP).noalias() = W.transpose() * Gm;
+        col2im(s, col, B, g, dx + b0 * s.c * s.h * s.w);
       }
     }
   });

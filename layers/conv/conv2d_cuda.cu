@@ -2,9 +2,11 @@
 // bias-gradient reduction.
 //
 // Plans: cuDNN's descriptors and the algorithm for each direction (forward, backward-data,
-// backward-filter) are made once per problem and cached under (shape, stride, padding, TF32,
-// deterministic), so a training step does no descriptor setup and no algorithm search. The
-// algorithm of a direction is chosen on its first call:
+// backward-filter) are made once per problem and cached under (shape, stride, padding, dilation,
+// groups, TF32, deterministic), so a training step does no descriptor setup and no algorithm
+// search. Grouped and dilated problems are cuDNN's too (its group count and dilation on the
+// convolution descriptor), but for the depthwise problems our own kernels serve
+// (conv2d_depthwise.h). The algorithm of a direction is chosen on its first call:
 //  - deterministic mode (the default): cuDNN's heuristic ranking (Get_v7), first algorithm that
 //    cuDNN reports CUDNN_DETERMINISTIC. The heuristic is a pure function of the problem and the
 //    device, so two runs pick the same algorithm and give the same bits; a timed search would
@@ -27,6 +29,7 @@
 // directions stay with cuDNN there. A half forward with 17..31 input channels runs as the
 // problem zero-padded to 32 (conv2d_nhwc_padded_channels, conv2d_kernels.h).
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -38,6 +41,7 @@
 #include "core/cuda/runtime.h"
 #include "core/error.h"
 #include "core/settings.h"
+#include "layers/conv/conv2d_depthwise.h"
 #include "layers/conv/conv2d_kernels.h"
 #include "layers/conv/conv2d_patchify.h"
 #include "layers/conv/conv2d_small_cin.h"
@@ -54,11 +58,13 @@ struct Operands {
 constexpr Operands kNchwFloat{};
 
 struct PlanKey {
-  int64_t n, c, h, w, o, kh, kw, sh, sw, ph, pw;
+  int64_t n, c, h, w, o, kh, kw, sh, sw, ph, pw, dil_h, dil_w, groups;
   bool tf32, deterministic;
   DType dtype;
   bool nhwc;
-  auto tie() const { return std::tie(n, c, h, w, o, kh, kw, sh, sw, ph, pw, tf32, deterministic, dtype, nhwc); }
+  auto tie() const {
+    return std::tie(n, c, h, w, o, kh, kw, sh, sw, ph, pw, dil_h, dil_w, groups, tf32, deterministic, dtype, nhwc);
+  }
   bool operator<(const PlanKey& k) const { return tie() < k.tie(); }
 };
 
@@ -103,8 +109,10 @@ cudnnConvolutionDescriptor_t make_conv_desc(const Conv2dShape& s, cudnnMathType_
   cudnnConvolutionDescriptor_t d;
   MINIDL_CUDA_CHECK(cudnnCreateConvolutionDescriptor(&d));
   MINIDL_CUDA_CHECK(cudnnSetConvolution2dDescriptor(d, static_cast<int>(s.ph), static_cast<int>(s.pw),
-                                                    static_cast<int>(s.sh), static_cast<int>(s.sw), 1, 1,
+                                                    static_cast<int>(s.sh), static_cast<int>(s.sw),
+                                                    static_cast<int>(s.dil_h), static_cast<int>(s.dil_w),
                                                     CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  MINIDL_CUDA_CHECK(cudnnSetConvolutionGroupCount(d, static_cast<int>(s.groups)));
   MINIDL_CUDA_CHECK(cudnnSetConvolutionMathType(d, math));
   return d;
 }
@@ -127,8 +135,9 @@ Plan* make_plan(const Conv2dShape& s, bool tf32, Operands ops) {
   MINIDL_CUDA_CHECK(cudnnSetTensor4dDescriptor(p->x, format, type, static_cast<int>(s.n), static_cast<int>(s.c),
                                                static_cast<int>(s.h), static_cast<int>(s.w)));
   MINIDL_CUDA_CHECK(cudnnCreateFilterDescriptor(&p->w));
-  MINIDL_CUDA_CHECK(cudnnSetFilter4dDescriptor(p->w, type, format, static_cast<int>(s.o), static_cast<int>(s.c),
-                                               static_cast<int>(s.kh), static_cast<int>(s.kw)));
+  MINIDL_CUDA_CHECK(cudnnSetFilter4dDescriptor(p->w, type, format, static_cast<int>(s.o),
+                                               static_cast<int>(s.group_c()), static_cast<int>(s.kh),
+                                               static_cast<int>(s.kw)));
   // Half operands ask for tensor cores from the start: the heuristics rank under the
   // descriptor's math type.
   const cudnnMathType_t math =
@@ -147,8 +156,8 @@ Plan* make_plan(const Conv2dShape& s, bool tf32, Operands ops) {
 // The cached plan for s under the current settings (made on first use). Called with g_mu held.
 PlanKey key_for(const Conv2dShape& s, Operands ops) {
   const ComputeSettings& cs = compute_settings();
-  return {s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.sh, s.sw, s.ph, s.pw, cs.allow_tf32, cs.deterministic,
-          ops.dtype, ops.nhwc};
+  return {s.n, s.c, s.h, s.w, s.o, s.kh, s.kw, s.sh, s.sw, s.ph, s.pw, s.dil_h, s.dil_w, s.groups,
+          cs.allow_tf32, cs.deterministic, ops.dtype, ops.nhwc};
 }
 
 Plan& plan_for(const Conv2dShape& s, Operands ops, PlanKey* key_out) {
@@ -193,7 +202,10 @@ void adopt_best(Choice<Algo>& choice, const std::vector<Perf>& perf, int count, 
   }
   fail(str("conv2d on CUDA: cuDNN offers no ", key.deterministic ? "deterministic " : "", direction,
            " algorithm for ", dtype_name(key.dtype), key.nhwc ? " channels_last" : "", " input (", key.n, ", ", key.c, ", ", key.h, ", ", key.w, "), weight (", key.o, ", ",
-           key.c, ", ", key.kh, ", ", key.kw, ") within a ", max_workspace() >> 20, " MiB workspace",
+           key.c / key.groups, ", ", key.kh, ", ", key.kw, ")",
+           key.groups > 1 ? str(", ", key.groups, " groups") : std::string(),
+           key.dil_h > 1 || key.dil_w > 1 ? str(", dilation ", key.dil_h, "x", key.dil_w) : std::string(), " within a ",
+           max_workspace() >> 20, " MiB workspace",
            key.deterministic ? " (set \"deterministic\": false to allow the others)" : ""));
 }
 
@@ -365,7 +377,7 @@ void run_backward_data(const Conv2dShape& s, Operands ops, const void* dy, const
 void run_backward_filter(const Conv2dShape& s, Operands ops, const void* x, const void* dy, void* dw) {
   if (s.n == 0) {
     MINIDL_CUDA_CHECK(
-        cudaMemsetAsync(dw, 0, dtype_size(ops.dtype) * s.o * s.c * s.kh * s.kw, cuda::stream()));
+        cudaMemsetAsync(dw, 0, dtype_size(ops.dtype) * s.o * s.group_c() * s.kh * s.kw, cuda::stream()));
     return;
   }
   std::lock_guard<std::mutex> lock(g_mu);
@@ -377,6 +389,12 @@ void run_backward_filter(const Conv2dShape& s, Operands ops, const void* x, cons
   MINIDL_CUDA_CHECK(cudnnConvolutionBackwardFilter(cuda::cudnn(), &one, p.x, x, p.y, dy, p.bwd_filter.conv,
                                                    p.bwd_filter.algo, ws.get(), p.bwd_filter.workspace, &zero, p.w,
                                                    dw));
+}
+
+// Whether our depthwise kernels take this problem with these operands: they load 16-byte vectors.
+bool depthwise(const Conv2dShape& s, const void* a, const void* b) {
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return conv2d_depthwise_applies(s) && aligned(a) && aligned(b);
 }
 
 }  // namespace
@@ -401,6 +419,7 @@ void conv2d_backward_filter_cuda(const Conv2dShape& s, const float* x, const flo
 void conv2d_nhwc_forward_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* w, const void* b,
                               void* y) {
   if (s.n == 0) return;
+  if (depthwise(s, x, y)) return conv2d_depthwise_forward_cuda(s, dtype, x, w, b, y);
   if (conv2d_patchify_applies(s, dtype)) return conv2d_patchify_forward_cuda(s, dtype, x, w, b, y);
   if (conv2d_small_cin_nhwc_applies(s, dtype)) return conv2d_small_cin_nhwc_forward_cuda(s, dtype, x, w, b, y);
   if (const int64_t cp = conv2d_nhwc_padded_channels(s, dtype)) {
@@ -420,11 +439,13 @@ void conv2d_nhwc_forward_cuda(const Conv2dShape& s, DType dtype, const void* x, 
 
 void conv2d_nhwc_backward_data_cuda(const Conv2dShape& s, DType dtype, const void* dy, const void* w, void* dx) {
   if (s.n == 0) return;
+  if (depthwise(s, dy, dx)) return conv2d_depthwise_backward_data_cuda(s, dtype, dy, w, dx);
   if (conv2d_patchify_applies(s, dtype)) return conv2d_patchify_backward_data_cuda(s, dtype, dy, w, dx);
   run_backward_data(s, {dtype, true}, dy, w, dx);
 }
 
 void conv2d_nhwc_backward_filter_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* dy, void* dw) {
+  if (depthwise(s, x, dy)) return conv2d_depthwise_backward_filter_cuda(s, dtype, x, dy, dw);
   if (conv2d_patchify_applies(s, dtype)) return conv2d_patchify_backward_filter_cuda(s, dtype, x, dy, dw);
   run_backward_filter(s, {dtype, true}, x, dy, dw);
 }
@@ -468,6 +489,7 @@ std::string conv2d_cuda_algorithms(const Conv2dShape& s) {
 }
 
 std::string conv2d_nhwc_cuda_algorithms(const Conv2dShape& s, DType dtype) {
+  if (conv2d_depthwise_applies(s)) return "fwd depthwise direct | bwd_data depthwise direct | bwd_filter depthwise direct";
   if (conv2d_patchify_applies(s, dtype)) return "fwd patchify gemm | bwd_data patchify gemm | bwd_filter patchify gemm";
   std::lock_guard<std::mutex> lock(g_mu);
   auto it = plans().find(key_for(s, {dtype, true}));

@@ -11,15 +11,23 @@
 
 namespace minidl {
 
-// One convolution problem: input (n, c, h, w), weight (o, c, kh, kw), stride (sh, sw), zero
-// padding (ph, pw), output (n, o, oh, ow). Cross-correlation, as in PyTorch.
+// One convolution problem: input (n, c, h, w), weight (o, c / groups, kh, kw), stride (sh, sw),
+// zero padding (ph, pw), dilation (dil_h, dil_w), output (n, o, oh, ow). Cross-correlation, as in
+// PyTorch: output channel k of group g = k / (o / groups) sees input channels g * c / groups ..
+// (g + 1) * c / groups - 1 only; groups = c = o is a depthwise convolution.
 struct Conv2dShape {
   int64_t n, c, h, w, o, kh, kw, sh, sw, ph, pw;
-  int64_t oh() const { return (h + 2 * ph - kh) / sh + 1; }
-  int64_t ow() const { return (w + 2 * pw - kw) / sw + 1; }
+  int64_t dil_h = 1, dil_w = 1, groups = 1;
+  // The input rows and columns one output reads: the kernel with its dilation gaps.
+  int64_t span_h() const { return dil_h * (kh - 1) + 1; }
+  int64_t span_w() const { return dil_w * (kw - 1) + 1; }
+  int64_t oh() const { return (h + 2 * ph - span_h()) / sh + 1; }
+  int64_t ow() const { return (w + 2 * pw - span_w()) / sw + 1; }
+  int64_t group_c() const { return c / groups; }  // input channels of one group: the weight's dim 1
+  int64_t group_o() const { return o / groups; }  // output channels of one group
   // 2 * multiply-adds: the work of the forward pass, and equally of backward-data and of
-  // backward-filter (each is one GEMM of the same three sizes).
-  double flops() const { return 2.0 * n * o * oh() * ow() * c * kh * kw; }
+  // backward-filter (each is one GEMM per group of the same three sizes).
+  double flops() const { return 2.0 * n * o * oh() * ow() * group_c() * kh * kw; }
 };
 
 namespace kernels {
@@ -33,7 +41,8 @@ struct Conv2dCpuPartition {
 };
 Conv2dCpuPartition conv2d_cpu_partition(const Conv2dShape& s);
 
-// y = conv(x, w) + b; b may be null.
+// y = conv(x, w) + b; b may be null. Depthwise problems run a direct path of their own
+// (conv2d_depthwise.h).
 void conv2d_forward_cpu(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y);
 // The gradients that are non-null (dx, dw, db) from one pass over the batch (one im2col per chunk
 // serves both the data and the filter GEMM). Each is overwritten, not accumulated into.
@@ -51,9 +60,10 @@ void conv2d_backward_bias_cuda(const Conv2dShape& s, const float* dy, float* db)
 // Channels-last operands of `dtype` (Float32, BFloat16, Float16): x (n, h, w, c), weight
 // (o, kh, kw, c), i.e. a channels-last (O, C, kh, kw) tensor, y (n, oh, ow, o); cuDNN's NHWC
 // engines, tensor cores with float32 accumulation (TF32 for float32 as allow_tf32 says). The
-// bias b (o) is of `dtype` too; db is written in `dtype` from float32 sums. Two forwards run our
-// own kernels, with the bias in the float32 sum and y rounded once: the patch GEMM
-// (conv2d_patchify.h) and, in bf16/fp16, the small-channel kernel (conv2d_small_cin.h).
+// bias b (o) is of `dtype` too; db is written in `dtype` from float32 sums. Some problems run our
+// own kernels, with the bias in the float32 sum and y rounded once: depthwise ones in all three
+// directions (conv2d_depthwise.h, 16-byte-aligned operands), the patch GEMM (conv2d_patchify.h)
+// and, in bf16/fp16, the small-channel forward (conv2d_small_cin.h).
 void conv2d_nhwc_forward_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* w, const void* b, void* y);
 void conv2d_nhwc_backward_data_cuda(const Conv2dShape& s, DType dtype, const void* dy, const void* w, void* dx);
 void conv2d_nhwc_backward_filter_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* dy, void* dw);
@@ -79,7 +89,9 @@ size_t conv2d_cuda_plan_count();
 // ("-" for a direction not run yet; empty when no plan exists). Shapes that take the small-C_in
 // kernels (conv2d_small_cin.h) always report "fwd small_cin fma" and "bwd_filter small_cin fma".
 std::string conv2d_cuda_algorithms(const Conv2dShape& s);
-// The same for the channels-last operands of `dtype`; shapes that take the patch path
+// The same for the channels-last operands of `dtype`; depthwise shapes our kernels serve report
+// "fwd depthwise direct | bwd_data depthwise direct | bwd_filter depthwise direct", shapes that
+// take the patch path
 // (conv2d_patchify.h) report "fwd patchify gemm | bwd_data patchify gemm | bwd_filter patchify gemm",
 // half shapes that take the small-channel forward "fwd small_cin fma | " and cuDNN's backward, and
 // a padded forward "fwd <algorithm> padded to 32 channels | ".

@@ -10,9 +10,10 @@
 namespace minidl::kernels {
 
 // Whether the patch path serves this problem: bfloat16/float16, stride equal to the kernel size,
-// no padding.
+// no padding, no dilation, one group.
 inline bool conv2d_patchify_applies(const Conv2dShape& s, DType dtype) {
-  return is_half(dtype) && s.sh == s.kh && s.sw == s.kw && s.ph == 0 && s.pw == 0;
+  return is_half(dtype) && s.sh == s.kh && s.sw == s.kw && s.ph == 0 && s.pw == 0 && s.dil_h == 1 && s.dil_w == 1 &&
+         s.groups == 1;
 }
 
 // The channels-last operands of conv2d_nhwc_*_cuda (conv2d_kernels.h): x (n, h, w, c), weight

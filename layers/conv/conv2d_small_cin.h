@@ -12,10 +12,11 @@ namespace minidl::kernels {
 // Largest patch (c * kh * kw) the kernels hold in registers.
 constexpr int64_t kConv2dSmallCinMaxPatch = 32;
 
-// Whether the small-input-channel kernels serve this problem: stride 1 and a patch of at most
-// kConv2dSmallCinMaxPatch values (any padding, any number of output channels).
+// Whether the small-input-channel kernels serve this problem: stride 1, no dilation, one group and
+// a patch of at most kConv2dSmallCinMaxPatch values (any padding, any number of output channels).
 inline bool conv2d_small_cin_applies(const Conv2dShape& s) {
-  return s.sh == 1 && s.sw == 1 && s.c * s.kh * s.kw <= kConv2dSmallCinMaxPatch;
+  return s.sh == 1 && s.sw == 1 && s.dil_h == 1 && s.dil_w == 1 && s.groups == 1 &&
+         s.c * s.kh * s.kw <= kConv2dSmallCinMaxPatch;
 }
 
 // Whether the channels-last forward serves this problem: bfloat16/float16 and the shapes above

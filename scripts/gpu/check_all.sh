@@ -8,6 +8,7 @@
 #   bench      train/profile benchmarks of ResNet-9 beside PyTorch, then the norm, conv and parity stages
 #   norm       minidl bench norm beside PyTorch (scripts/gpu/norm.sh)
 #   conv       minidl bench conv beside PyTorch (scripts/gpu/conv.sh)
+#   depthwise  grouped/depthwise tests, our depthwise kernels beside the floor and PyTorch (scripts/gpu/depthwise.sh)
 #   parity     every layer and one ResNet-9 step against PyTorch (scripts/gpu/parity.sh)
 #   train      the three ResNet-9 configs trained to the end
 #   torchtrain PyTorch's BatchNorm ResNet-9 trained to the end
@@ -56,6 +57,8 @@ for stage in $stages; do
       run timeout 200 bash "$root/scripts/gpu/norm.sh" "$bin/minidl" "$s" 2>&1 | tee "$s/norm.log" | tail -40 ;;
     conv)
       run timeout 150 bash "$root/scripts/gpu/conv.sh" "$bin/minidl" "$s" 2>&1 | tee "$s/conv.log" | tail -30 ;;
+    depthwise)
+      run timeout 500 bash "$root/scripts/gpu/depthwise.sh" "$bin" "$s" 2>&1 | tee "$s/depthwise.log" | tail -36 ;;
     parity)
       run timeout 200 bash "$root/scripts/gpu/parity.sh" "$bin/minidl" "$s" 2>&1 | tee "$s/parity.log" |
         grep -E "FAIL|parity:" | tail -30 ;;

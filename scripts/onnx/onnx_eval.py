@@ -32,13 +32,19 @@ def attrs(node):
 
 
 def conv(x, w, b, a):
+    """ONNX Conv: output channel o of group g = o // (O / group) sees the input channels of g only;
+    a dilation d spreads the kernel's taps d pixels apart."""
     kh, kw = a["kernel_shape"]
     sh, sw = a.get("strides", [1, 1])
+    dh, dw = a.get("dilations", [1, 1])
     pt, pl, pb, pr = a.get("pads", [0, 0, 0, 0])
-    assert a.get("group", 1) == 1 and a.get("dilations", [1, 1]) == [1, 1]
+    groups = a.get("group", 1)
     x = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
-    win = np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(2, 3))[:, :, ::sh, ::sw]
-    y = np.einsum("nchwij,ocij->nohw", win, w, optimize=True)
+    span = (dh * (kh - 1) + 1, dw * (kw - 1) + 1)
+    win = np.lib.stride_tricks.sliding_window_view(x, span, axis=(2, 3))[:, :, ::sh, ::sw, ::dh, ::dw]
+    cg, og = x.shape[1] // groups, w.shape[0] // groups
+    y = np.concatenate([np.einsum("nchwij,ocij->nohw", win[:, g * cg:(g + 1) * cg], w[g * og:(g + 1) * og],
+                                  optimize=True) for g in range(groups)], axis=1)
     return y if b is None else y + b[None, :, None, None]
 
 
