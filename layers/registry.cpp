@@ -6,16 +6,21 @@
 #include "core/json_limits.h"
 #include "core/spelling.h"
 #include "layers/activation/activation.h"
+#include "layers/activation/pointwise.h"
 #include "layers/containers/flatten.h"
+#include "layers/containers/layer_scale.h"
 #include "layers/containers/residual.h"
 #include "layers/containers/scale.h"
 #include "layers/containers/sequential.h"
+#include "layers/containers/squeeze_excitation.h"
 #include "layers/conv/conv2d.h"
 #include "layers/linear/linear.h"
 #include "layers/model_memory.h"
 #include "layers/norm/batchnorm2d.h"
 #include "layers/norm/groupnorm.h"
 #include "layers/norm/layernorm.h"
+#include "layers/norm/layernorm2d.h"
+#include "layers/pool/avg_pool.h"
 #include "layers/pool/pooling.h"
 #include "layers/regularization/dropout.h"
 #include "layers/transformer/attention.h"
@@ -27,12 +32,35 @@ namespace minidl {
 const std::vector<const LayerDescriptor*>& layer_descriptors() {
   // The one list of layer types. A new type adds its descriptor here (and its header above).
   static const std::vector<const LayerDescriptor*> table = {
-      &conv2d_layer(),         &linear_layer(),          &batchnorm2d_layer(),       &groupnorm_layer(),
-      &layernorm_layer(),      &relu_layer(),            &gelu_layer(),              &maxpool2d_layer(),
-      &global_avg_pool2d_layer(), &global_max_pool2d_layer(), &flatten_layer(),       &scale_layer(),
-      &sequential_layer(),     &residual_layer(),
-      &dropout_layer(),        &drop_path_layer(),       &tokens_layer(),            &position_embedding_layer(),
-      &class_token_layer(),    &token_pool_layer(),      &multihead_attention_layer(),
+      &conv2d_layer(),
+      &linear_layer(),
+      &batchnorm2d_layer(),
+      &groupnorm_layer(),
+      &layernorm_layer(),
+      &layernorm2d_layer(),
+      &relu_layer(),
+      &gelu_layer(),
+      &silu_layer(),
+      &hardswish_layer(),
+      &sigmoid_layer(),
+      &maxpool2d_layer(),
+      &avgpool2d_layer(),
+      &adaptive_avgpool2d_layer(),
+      &global_avg_pool2d_layer(),
+      &global_max_pool2d_layer(),
+      &flatten_layer(),
+      &scale_layer(),
+      &layer_scale_2d_layer(),
+      &squeeze_excitation_layer(),
+      &sequential_layer(),
+      &residual_layer(),
+      &dropout_layer(),
+      &drop_path_layer(),
+      &tokens_layer(),
+      &position_embedding_layer(),
+      &class_token_layer(),
+      &token_pool_layer(),
+      &multihead_attention_layer(),
       &transformer_encoder_layer_layer(),
   };
   return table;

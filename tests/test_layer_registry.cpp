@@ -26,6 +26,7 @@ json value_of_type(const std::string& type) {
   if (type == "bool") return true;
   if (type == "int" || type == "ints") return 1;
   if (type == "float") return 0.5;
+  if (type == "layers") return json::array({{{"type", "ReLU"}}});
   FAIL("no sample value for key type '" << type << "'");
   return nullptr;
 }

@@ -213,7 +213,8 @@ void compare(const std::string& what, const Outputs& got, const Outputs& want, T
 }
 
 // Every activation the kernels may fuse (a case's name ends with norm_activation_suffix's).
-const NormActivation kActivations[] = {NormActivation::None, NormActivation::ReLU, NormActivation::GELU};
+const NormActivation kActivations[] = {NormActivation::None, NormActivation::ReLU,      NormActivation::GELU,
+                                       NormActivation::SiLU, NormActivation::Hardswish, NormActivation::Sigmoid};
 
 // A case of `layout` named `name` (the fused activation appended), the other options at their
 // defaults.

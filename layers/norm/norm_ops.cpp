@@ -280,4 +280,21 @@ Tensor layer_norm_to(const Tensor& x, DType out, const Shape& normalized_shape, 
   return normalize("layer_norm", layout, x, weight, bias, Tensor(), Tensor(), o, out);
 }
 
+Tensor layer_norm_2d(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                     norm::NormActivation activation) {
+  check_input(x, "layer_norm_2d");
+  MINIDL_CHECK(x.dim() == 4, "layer_norm_2d: expected input (N, C, H, W), got ", shape_str(x.shape()));
+  const int64_t c = x.size(1);
+  check_param(weight, x, {c}, "layer_norm_2d", "weight");
+  check_param(bias, x, {c}, "layer_norm_2d", "bias");
+  MINIDL_CHECK(eps >= 0, "layer_norm_2d: eps must be >= 0, got ", eps);
+  if (!x.is_channels_last())
+    return layer_norm_2d(x.to(MemoryFormat::ChannelsLast), weight, bias, eps, activation).contiguous();
+  Options o;
+  o.eps = eps;
+  o.activation = activation;
+  return normalize("layer_norm_2d", NormLayout::layer_norm(x.numel() / c, c), x, weight, bias, Tensor(), Tensor(), o,
+                   x.dtype());
+}
+
 }  // namespace minidl

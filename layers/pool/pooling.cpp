@@ -8,6 +8,7 @@
 #include "core/dispatch.h"
 #include "core/error.h"
 #include "core/storage_rounding.h"
+#include "layers/pool/pool_args.h"
 #include "layers/registry.h"
 
 namespace minidl {
@@ -29,19 +30,6 @@ int64_t planes_of(const Tensor& x, const char* what) {
   check_rank(x, 4, what);
   return x.size(0) * x.size(1);
 }
-
-// An int or [a, b] as in PyTorch's _pair.
-std::vector<int64_t> pair_arg(LayerArgs& args, const std::string& key, int64_t fallback) {
-  std::vector<int64_t> v = args.has(key) ? args.get_ints(key) : std::vector<int64_t>{fallback};
-  MINIDL_CHECK(v.size() == 1 || v.size() == 2, args.key_path(key), ": expected an integer or a list of two, got ",
-               v.size(), " values");
-  if (v.size() == 1) v.push_back(v[0]);
-  for (int64_t x : v)
-    MINIDL_CHECK(x >= 0 && x <= kMaxWindow, args.key_path(key), ": must be in 0..", kMaxWindow, ", got ", x);
-  return v;
-}
-
-nlohmann::json pair_json(int64_t a, int64_t b) { return a == b ? nlohmann::json(a) : nlohmann::json({a, b}); }
 
 // The output size (OH, OW) of max_pool2d on x, after checking both.
 std::pair<int64_t, int64_t> pooled_size(const Tensor& x, const Pool2dGeometry& g) {
@@ -262,9 +250,8 @@ Tensor global_max_pool2d(const Tensor& x) {
 }
 
 std::string MaxPool2d::describe() const {
-  auto pair = [](int64_t a, int64_t b) { return a == b ? str(a) : str("(", a, ", ", b, ")"); };
-  return str("MaxPool2d(kernel_size=", pair(g_.kernel_h, g_.kernel_w), ", stride=", pair(g_.stride_h, g_.stride_w),
-             ", padding=", pair(g_.pad_h, g_.pad_w), ")");
+  return str("MaxPool2d(kernel_size=", pair_str(g_.kernel_h, g_.kernel_w),
+             ", stride=", pair_str(g_.stride_h, g_.stride_w), ", padding=", pair_str(g_.pad_h, g_.pad_w), ")");
 }
 
 nlohmann::json MaxPool2d::to_json() const {

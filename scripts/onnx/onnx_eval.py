@@ -57,6 +57,34 @@ def max_pool(x, a):
     return win.max(axis=(4, 5))
 
 
+def avg_pool(x, a):
+    """AveragePool as PyTorch's AvgPool2d computes it: windows clipped to the padded input, the
+    divisor the clipped window (count_include_pad) or its part inside the input."""
+    kh, kw = a["kernel_shape"]
+    sh, sw = a.get("strides", [1, 1])
+    pt, pl, pb, pr = a.get("pads", [0, 0, 0, 0])
+    ceil, include = a.get("ceil_mode", 0), a.get("count_include_pad", 0)
+
+    def windows(n, k, s, p0, p1):
+        span = n + p0 + p1 - k
+        out = (-(-span // s) if ceil else span // s) + 1
+        if ceil and (out - 1) * s >= n + p0:
+            out -= 1
+        for o in range(out):
+            lo = o * s - p0
+            hi = min(lo + k, n + p1)
+            yield max(lo, 0), min(hi, n), hi - lo
+
+    rows = list(windows(x.shape[2], kh, sh, pt, pb))
+    cols = list(windows(x.shape[3], kw, sw, pl, pr))
+    y = np.zeros(x.shape[:2] + (len(rows), len(cols)), dtype=x.dtype)
+    for i, (h0, h1, hs) in enumerate(rows):
+        for j, (w0, w1, ws) in enumerate(cols):
+            div = hs * ws if include else (h1 - h0) * (w1 - w0)
+            y[:, :, i, j] = x[:, :, h0:h1, w0:w1].sum(axis=(2, 3)) / div
+    return y
+
+
 def normalize(x, axes, eps):
     mean = x.mean(axis=axes, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
@@ -99,6 +127,8 @@ def run_node(op, ins, a):
         return y + ins[2] if len(ins) > 2 else y
     if op == "MaxPool":
         return max_pool(ins[0], a)
+    if op == "AveragePool":
+        return avg_pool(ins[0], a)
     if op == "GlobalAveragePool":
         return ins[0].mean(axis=(2, 3), keepdims=True)
     if op == "GlobalMaxPool":
@@ -126,7 +156,9 @@ def run_node(op, ins, a):
     if op == "Expand":
         return ins[0] * np.ones(tuple(int(d) for d in ins[1]), dtype=ins[0].dtype)
     simple = {"Relu": lambda t: np.maximum(t[0], 0), "Add": lambda t: t[0] + t[1], "Mul": lambda t: t[0] * t[1],
-              "Erf": lambda t: _erf(t[0]), "Tanh": lambda t: np.tanh(t[0]), "Identity": lambda t: t[0]}
+              "Erf": lambda t: _erf(t[0]), "Tanh": lambda t: np.tanh(t[0]), "Identity": lambda t: t[0],
+              "Sigmoid": lambda t: 1 / (1 + np.exp(-t[0])),
+              "HardSwish": lambda t: t[0] * np.clip(t[0] / 6 + 0.5, 0, 1)}
     if op in simple:
         return simple[op](ins)
     raise SystemExit(f"onnx_eval.py: operator {op} is not in this evaluator")
