@@ -50,6 +50,7 @@ enum RngStream : uint64_t {
   kStreamShuffle = 2,       // per-epoch permutation: index = epoch << 32 | position
   kStreamAugment = 3,       // per-image augmentation: index = epoch << 32 | dataset index
   kStreamResizedCrop = 4,   // random-resized-crop boxes: stream | attempt << 32, index as kStreamAugment
+  kStreamExamples = 5,      // layer examples' values (export --examples): seed = tensor ordinal
   kStreamTest = 100,        // tests
 };
 

@@ -118,7 +118,10 @@ const LayerDescriptor& gelu_layer() {
       make_gelu,
       nlohmann::json::object(),
       {2, 3, 4, 4},
-      AutocastRule::InputType};
+      AutocastRule::InputType,
+      true,
+      nullptr,
+      {{{{"approximate", "tanh"}}, {2, 3, 5, 3}}}};
   return layer;
 }
 

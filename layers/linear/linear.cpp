@@ -177,7 +177,8 @@ const LayerDescriptor& linear_layer() {
       {2, 4},
       AutocastRule::LowerPrecision,
       true,
-      linear_state};
+      linear_state,
+      {{{{"in_features", 5}, {"out_features", 7}, {"bias", false}}, {2, 3, 5}}}};
   return layer;
 }
 

@@ -311,7 +311,10 @@ const LayerDescriptor& maxpool2d_layer() {
       make_maxpool2d,
       {{"kernel_size", 2}},
       {2, 3, 4, 4},
-      AutocastRule::InputType};
+      AutocastRule::InputType,
+      true,
+      nullptr,
+      {{{{"kernel_size", 3}, {"stride", 2}, {"padding", 1}}, {2, 3, 7, 6}}}};
   return layer;
 }
 

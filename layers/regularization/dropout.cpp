@@ -179,7 +179,9 @@ const LayerDescriptor& dropout_layer() {
       {{"p", 0.1}},
       {2, 3, 4},
       AutocastRule::InputType,
-      true};
+      true,
+      nullptr,
+      {{{{"p", 0.3}}, {2, 3, 4, 5}}}};
   return layer;
 }
 

@@ -218,7 +218,8 @@ const LayerDescriptor& multihead_attention_layer() {
       {2, 5, 8},
       AutocastRule::LowerPrecision,
       true,
-      multihead_attention_state};
+      multihead_attention_state,
+      {{{{"embed_dim", 12}, {"num_heads", 3}, {"dropout", 0.2}, {"bias", false}}, {3, 7, 12}}}};
   return layer;
 }
 
