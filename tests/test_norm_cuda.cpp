@@ -578,13 +578,26 @@ TEST_CASE("layer_norm_to on CUDA: half y from float32 x in the Warp kernel, the 
       a.x = x.data<float>();
       a.mean = mean.data<float>();
       a.rstd = rstd.data<float>();
-      CHECK(norm::forward_float_half_cuda(layout, a, out, y.raw_data()) == s.warp);
+      CHECK((out == DType::BFloat16 ? norm::forward_float_half_cuda(layout, a, y.data<bf16>())
+                                    : norm::forward_float_half_cuda(layout, a, y.data<fp16>())) == s.warp);
     }
 }
 
 // ---- every path, forced ----
 
 namespace {
+
+// The half pass of x's dtype (bfloat16 or float16) on typed pointers.
+norm::NormRun forward_half(const NormLayout& l, const norm::NormForward& a, const Tensor& x, const Tensor& y) {
+  if (x.dtype() == DType::BFloat16) return norm::forward_half_cuda(l, a, x.data<bf16>(), y.data<bf16>());
+  return norm::forward_half_cuda(l, a, x.data<fp16>(), y.data<fp16>());
+}
+norm::NormRun backward_half(const NormLayout& l, const norm::NormBackward& b, const Tensor& x, const Tensor& dy,
+                            const Tensor& dx) {
+  if (x.dtype() == DType::BFloat16)
+    return norm::backward_half_cuda(l, b, x.data<bf16>(), dy.data<bf16>(), dx.data<bf16>());
+  return norm::backward_half_cuda(l, b, x.data<fp16>(), dy.data<fp16>(), dx.data<fp16>());
+}
 
 struct PathChoice {
   norm::NormPath path;
@@ -975,7 +988,7 @@ HalfPass run_stored(const NormLayout& l, DType dtype, const Tensor& x, const Ten
   }
   a.activation = act;
   a.path = path;
-  o.fwd = half ? norm::forward_half_cuda(l, a, dtype, x.raw_data(), o.y.raw_data()) : norm::forward_cuda(l, a);
+  o.fwd = half ? forward_half(l, a, x, o.y) : norm::forward_cuda(l, a);
   o.dx = Tensor::empty_like(x);
   o.dweight = Tensor::zeros_like(weight);
   o.dbias = Tensor::zeros_like(bias);
@@ -991,8 +1004,7 @@ HalfPass run_stored(const NormLayout& l, DType dtype, const Tensor& x, const Ten
   b.dweight = affine_grads ? o.dweight.data<float>() : nullptr;
   b.dbias = affine_grads ? o.dbias.data<float>() : nullptr;
   b.path = path;
-  o.bwd = half ? norm::backward_half_cuda(l, b, dtype, x.raw_data(), dy.raw_data(), o.dx.raw_data())
-               : norm::backward_cuda(l, b);
+  o.bwd = half ? backward_half(l, b, x, dy, o.dx) : norm::backward_cuda(l, b);
   return o;
 }
 
