@@ -88,9 +88,12 @@ int bench_accuracy(const BenchAccuracyOptions& options) {
   const Dataset test{test_host.images.to(dev), test_host.labels.to(dev), test_host.classes, test_host.note};
   std::printf("data: %s\ndata: %s\n", train_host.note.c_str(), test_host.note.c_str());
 
+  const std::string tta_text = config.tta != TtaMode::None && config.tta_share < 1
+                              ? str(to_string(config.tta), " on the ", config.tta_share * 100, "% least confident")
+                              : std::string(to_string(config.tta));
   std::printf("bench accuracy: %s on %s, %s %s, %lld runs (seeds 0..%lld), eval.tta %s, %s\n", config_path.c_str(),
               dev.str().c_str(), to_string(*config.precision), to_string(*config.memory_format),
-              static_cast<long long>(runs), static_cast<long long>(runs - 1), to_string(config.tta),
+              static_cast<long long>(runs), static_cast<long long>(runs - 1), tta_text.c_str(),
               config.deterministic ? "deterministic" : "not deterministic");
   std::printf("timed per run: model build, data-dependent init, training and the final evaluation (data already in "
               "%s memory)\n", dev.is_cuda() ? "device" : "host");

@@ -46,12 +46,13 @@ MINIDL_HD uint32_t uniform_below(uint32_t bits, uint32_t n) {
 
 // The streams minidl draws from. New uses get new numbers; existing ones never change.
 enum RngStream : uint64_t {
-  kStreamInit = 1,          // weight initialization: index = parameter ordinal << 32 | element
-  kStreamShuffle = 2,       // per-epoch permutation: index = epoch << 32 | position
-  kStreamAugment = 3,       // per-image augmentation: index = epoch << 32 | dataset index
-  kStreamResizedCrop = 4,   // random-resized-crop boxes: stream | attempt << 32, index as kStreamAugment
-  kStreamExamples = 5,      // layer examples' values (export --examples): seed = tensor ordinal
-  kStreamTest = 100,        // tests
+  kStreamInit = 1,         // weight initialization: index = parameter ordinal << 32 | element
+  kStreamShuffle = 2,      // per-epoch permutation: index = epoch << 32 | position
+  kStreamAugment = 3,      // per-image augmentation: index = epoch << 32 | dataset index
+  kStreamResizedCrop = 4,  // random-resized-crop boxes: stream | attempt << 32, index as kStreamAugment
+  kStreamColorJitter = 5,  // brightness and contrast jitter: index as kStreamAugment
+  kStreamExamples = 6,     // layer examples' values (export --examples): seed = tensor ordinal
+  kStreamTest = 100,       // tests
 };
 
 }  // namespace minidl

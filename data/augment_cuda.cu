@@ -15,7 +15,7 @@ constexpr int kAugmentBlock = 256;
 // One block per image: the block's threads share one draw (made once, kept in shared memory)
 // and walk the image's C * H * W outputs in memory order (NCHW or NHWC), so each warp writes 32
 // consecutive elements while the uint8 reads stay within a few cache lines. Every thread reads
-// the 80-byte cursor itself (one or two cached lines; cheaper than staging it through shared memory with
+// the ~100-byte cursor itself (one or two cached lines; cheaper than staging it through shared memory with
 // a barrier).
 template <class T, bool kChannelsLast>
 __global__ void augment_batch_kernel(const uint8_t* __restrict__ images,

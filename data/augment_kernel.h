@@ -10,9 +10,12 @@
 //   xs = flip ? W - 1 - x : x;  (sy, sx) = (y + dy - p, xs + dx - p), with dy, dx in [0, 2p]
 //   outside the image: reflect (torch 'reflect', edge not repeated) or a zero (black) pixel
 //   value = fmaf(pixel, scale[c], shift[c]) = (pixel / 255 - mean) / std, rounded once
+//   color jitter (on the normalized value, as the CIFAR-10 speedrun record does): value =
+//   (value + b) * c, with b ~ U(-brightness, brightness) and c ~ U(1 - contrast, 1 + contrast)
+//   drawn per image and epoch
 //   cutout: a size x size square at a random center (cy, cx), rows cy - size/2 .. +size,
 //   clipped at the borders, set to 0 after normalization (the dataset mean; as in the DAWNBench
-//   ResNet-9 code, which cuts out of the normalized image).
+//   ResNet-9 code, which cuts out of the normalized image), after the jitter.
 // With random-resized-crop (instead of the padded crop): torchvision's RandomResizedCrop((H, W),
 // scale, ratio) box, read with bilinear interpolation (align_corners=False; the box is never
 // larger than the image, so it only magnifies and needs no antialiasing), then the flip and
@@ -47,6 +50,7 @@ struct AugmentParams {
   int resized_crop = 0;                        // 1: random-resized-crop instead of the padded crop
   float crop_scale[2] = {0.08f, 1.f};          // box area as a fraction of the image's
   float crop_log_ratio[2] = {-0.287682f, 0.287682f};  // log(width / height) of the box
+  float brightness = 0.f, contrast = 0.f;             // color jitter's half-ranges (0, 0: none)
 };
 
 // Plain (no member initializers), so the CUDA kernel can hold one in shared memory.
@@ -55,6 +59,7 @@ struct ImageDraw {
   int flip;
   int cy, cx;  // cutout center
   int box_y, box_x, box_h, box_w;  // random-resized-crop box
+  float shift, gain;               // color jitter: value = (value + shift) * gain
 };
 
 // exp(x) for |x| < 8 from +, * and fmaf only (x / 16 exactly, a degree-9 Taylor polynomial,
@@ -143,8 +148,20 @@ MINIDL_HD ImageDraw draw_image_augment(const AugmentParams& p, int64_t index) {
     d.flip = static_cast<int>(w0.v[3] >> 31) ^ static_cast<int>(p.epoch & 1);
   }
   if (p.resized_crop) draw_resized_crop(p, index, d);
+  d.shift = 0.f;
+  d.gain = 1.f;
+  if (p.brightness > 0.f || p.contrast > 0.f) {
+    // Words 0 and 1 of philox(seed, kStreamColorJitter, epoch << 32 | index): b, then c.
+    const Philox4 j =
+        philox(p.seed, kStreamColorJitter, (static_cast<uint64_t>(p.epoch) << 32) | static_cast<uint64_t>(index));
+    d.shift = fmaf(uniform01(j.v[0]), 2.f * p.brightness, -p.brightness);
+    d.gain = fmaf(uniform01(j.v[1]), 2.f * p.contrast, 1.f - p.contrast);
+  }
   return d;
 }
+
+// The color jitter of one normalized value: two correctly rounded ops (no multiply-add to fuse).
+MINIDL_HD float color_jitter(float value, const ImageDraw& d) { return (value + d.shift) * d.gain; }
 
 // Index along an axis of n pixels after padding; -1 when it falls on a zero pad (reflect needs
 // a padding below n).
@@ -162,11 +179,16 @@ MINIDL_HD float augment_pixel(const uint8_t* image, const ImageDraw& d, const Au
     if (y >= y0 && y < y0 + p.cutout && x >= x0 && x < x0 + p.cutout) return 0.f;
   }
   const int xs = d.flip ? p.width - 1 - x : x;
-  if (p.resized_crop) return fmaf(resized_crop_value(image, d, p, c, y, xs), p.scale[c], p.shift[c]);
-  const int sy = augment_source(y + d.dy - p.crop_padding, p.height, p.reflect);
-  const int sx = augment_source(xs + d.dx - p.crop_padding, p.width, p.reflect);
-  const int v = (sy < 0 || sx < 0) ? 0 : image[(c * p.height + sy) * p.width + sx];
-  return fmaf(static_cast<float>(v), p.scale[c], p.shift[c]);
+  float value;
+  if (p.resized_crop) {
+    value = fmaf(resized_crop_value(image, d, p, c, y, xs), p.scale[c], p.shift[c]);
+  } else {
+    const int sy = augment_source(y + d.dy - p.crop_padding, p.height, p.reflect);
+    const int sx = augment_source(xs + d.dx - p.crop_padding, p.width, p.reflect);
+    const int v = (sy < 0 || sx < 0) ? 0 : image[(c * p.height + sy) * p.width + sx];
+    value = fmaf(static_cast<float>(v), p.scale[c], p.shift[c]);
+  }
+  return (p.brightness > 0.f || p.contrast > 0.f) ? color_jitter(value, d) : value;
 }
 
 // Where a batch comes from: the epoch's draw parameters and the batch's first position in the

@@ -80,11 +80,17 @@ void Loader::start_epoch(int64_t epoch) {
   params_.channels = channels_;
   params_.height = height_;
   params_.width = width_;
-  if (options_.shuffle) {
+  if (options_.shuffle || reordered_) {
     // Into the same storage: a captured graph holds the address of order_.
-    const std::vector<int32_t> order = epoch_permutation(options_.seed, epoch, size_);
+    std::vector<int32_t> order(static_cast<size_t>(size_));
+    if (options_.shuffle)
+      order = epoch_permutation(options_.seed, epoch, size_);
+    else
+      std::iota(order.begin(), order.end(), 0);
     copy_bytes_async(order_.raw_data(), device_, order.data(), Device::cpu(), order.size() * sizeof(int32_t));
+    reordered_ = false;
   }
+  limit_ = size_;
   epoch_ = epoch;
   position_ = 0;
   current_batch_ = 0;
@@ -92,9 +98,21 @@ void Loader::start_epoch(int64_t epoch) {
   batch_size_ = 0;
 }
 
+void Loader::start_subset(const std::vector<int32_t>& indices) {
+  const int64_t n = static_cast<int64_t>(indices.size());
+  MINIDL_CHECK(n <= size_, "data loader: a subset of ", n, " images of ", size_);
+  for (int32_t i : indices)
+    MINIDL_CHECK(i >= 0 && i < size_, "data loader: subset index ", i, " is outside the ", size_, " images");
+  start_epoch(0);
+  if (n > 0)
+    copy_bytes_async(order_.raw_data(), device_, indices.data(), Device::cpu(), indices.size() * sizeof(int32_t));
+  reordered_ = true;
+  limit_ = n;
+}
+
 bool Loader::advance() {
   MINIDL_CHECK(epoch_ >= 0, "data loader: call start_epoch() before next()");
-  const int64_t b = std::min(options_.batch_size, size_ - position_);
+  const int64_t b = std::min(options_.batch_size, limit_ - position_);
   if (b <= 0 || (options_.drop_last && b < options_.batch_size)) return false;
   const kernels::BatchCursor cursor{params_, position_};
   copy_bytes_async(cursor_.raw_data(), device_, &cursor, Device::cpu(), sizeof(cursor));

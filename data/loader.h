@@ -56,6 +56,9 @@ class Loader {
 
   // Rewinds to the first batch of `epoch` (0-based), which fixes its order and its draws.
   void start_epoch(int64_t epoch);
+  // Rewinds to a pass over the images `indices` (dataset indices, taken in this order) with epoch
+  // 0's draws: selective TTA's second pass. The next start_epoch() returns to the whole set.
+  void start_subset(const std::vector<int32_t>& indices);
   // The next batch of the epoch (fresh tensors); false when the epoch is over. advance() and then
   // emit().
   bool next(Batch& out);
@@ -83,6 +86,8 @@ class Loader {
   Tensor cursor_;  // one kernels::BatchCursor on device_, rewritten before each batch
   kernels::AugmentParams params_;
   int64_t epoch_ = -1;
+  int64_t limit_ = 0;          // images in this pass: size_, or a subset's count
+  bool reordered_ = false;     // order_ holds a subset (an unshuffled loader restores the identity)
   int64_t position_ = 0;       // where the next advance() starts
   int64_t current_batch_ = 0;  // size of the batch emit() queues
   int64_t micro_offset_ = 0;   // where it starts inside the cursor's batch

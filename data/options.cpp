@@ -28,6 +28,13 @@ std::array<double, 2> read_pair(const nlohmann::json& j, const std::string& key_
   return {j[0].get<double>(), j[1].get<double>()};
 }
 
+// The object at `key` read through JsonArgs of its own; anything else is an error showing `example`.
+JsonArgs nested(JsonArgs& args, const char* key, const char* example) {
+  const nlohmann::json& j = args.get_json(key);
+  MINIDL_CHECK(j.is_object(), args.key_path(key), ": expected an object like ", example, ", got ", json_excerpt(j));
+  return JsonArgs(j, args.key_path(key));
+}
+
 }  // namespace
 
 AugmentOptions AugmentOptions::from_json(const nlohmann::json& j, const std::string& path) {
@@ -40,15 +47,17 @@ AugmentOptions AugmentOptions::from_json(const nlohmann::json& j, const std::str
   o.flip_mode = args.get_string("flip_mode", o.flip_mode);
   o.cutout = static_cast<int>(args.get_int("cutout", o.cutout, 0, 4096));
   if (args.has("random_resized_crop")) {
-    const std::string rpath = args.key_path("random_resized_crop");
-    const nlohmann::json& r = args.get_json("random_resized_crop");
-    MINIDL_CHECK(r.is_object(), rpath, ": expected an object like {\"scale\": [0.08, 1], \"ratio\": [0.75, 1.3333]}, got ",
-                 json_excerpt(r));
-    JsonArgs rargs(r, rpath);
+    JsonArgs rargs = nested(args, "random_resized_crop", "{\"scale\": [0.08, 1], \"ratio\": [0.75, 1.3333]}");
     o.resized_crop = true;
     if (rargs.has("scale")) o.crop_scale = read_pair(rargs.get_json("scale"), rargs.key_path("scale"));
     if (rargs.has("ratio")) o.crop_ratio = read_pair(rargs.get_json("ratio"), rargs.key_path("ratio"));
     rargs.finish();
+  }
+  if (args.has("color_jitter")) {
+    JsonArgs jargs = nested(args, "color_jitter", "{\"brightness\": 0.14, \"contrast\": 0.13}");
+    o.brightness = jargs.get_float("brightness", o.brightness);
+    o.contrast = jargs.get_float("contrast", o.contrast);
+    jargs.finish();
   }
   args.finish();
   o.validate(path);
@@ -64,6 +73,12 @@ void AugmentOptions::validate(const std::string& path) const {
                ".flip_mode: expected \"random\" or \"alternating\", got ", json_excerpt(flip_mode));
   MINIDL_CHECK(cutout >= 0 && cutout <= 4096, path, ".cutout: expected a square side of 0..4096 pixels, got ",
                cutout);
+  // A contrast of 1 or more could flip an image's sign; a brightness past 100 standard deviations
+  // is no jitter.
+  MINIDL_CHECK(std::isfinite(brightness) && brightness >= 0 && brightness <= 100, path,
+               ".color_jitter.brightness: expected 0..100 (in standard deviations), got ", brightness);
+  MINIDL_CHECK(std::isfinite(contrast) && contrast >= 0 && contrast < 1, path,
+               ".color_jitter.contrast: expected 0 <= contrast < 1, got ", contrast);
   if (!resized_crop) return;
   MINIDL_CHECK(crop_padding == 0, path, ".random_resized_crop replaces the padded crop: set crop_padding to 0 (got ",
                crop_padding, ")");
@@ -87,6 +102,8 @@ nlohmann::json AugmentOptions::to_json() const {
   nlohmann::json j = {{"crop_padding", crop_padding}, {"padding_mode", padding_mode}, {"flip", flip},
                       {"flip_mode", flip_mode}, {"cutout", cutout}};
   if (resized_crop) j["random_resized_crop"] = {{"scale", crop_scale}, {"ratio", crop_ratio}};
+  // Written only when on, like random_resized_crop: a run without it keeps its config.json.
+  if (brightness > 0 || contrast > 0) j["color_jitter"] = {{"brightness", brightness}, {"contrast", contrast}};
   return j;
 }
 
@@ -174,6 +191,8 @@ kernels::AugmentParams augment_params(const Normalization& normalize, const Augm
       p.crop_scale[k] = static_cast<float>(augment->crop_scale[k]);
       p.crop_log_ratio[k] = static_cast<float>(std::log(augment->crop_ratio[k]));
     }
+    p.brightness = static_cast<float>(augment->brightness);
+    p.contrast = static_cast<float>(augment->contrast);
   }
   return p;
 }

@@ -4,7 +4,8 @@
 //   "data": {"format": "cifar10", "dir": "", "train_limit": 0, "test_limit": 0,
 //            "mean": [0.4914, 0.4822, 0.4465], "std": [0.2470, 0.2435, 0.2616],
 //            "augment": {"crop_padding": 4, "padding_mode": "reflect", "flip": true,
-//                        "flip_mode": "random", "cutout": 8}}
+//                        "flip_mode": "random", "cutout": 8,
+//                        "color_jitter": {"brightness": 0.14, "contrast": 0.13}}}
 // Every key is optional; a missing "augment" means no augmentation. Format-specific keys:
 //   "cifar100": "label": "fine" (100 classes, the default) or "coarse" (20 superclasses)
 //   "image_folder": "image_size": S (required), "resize": "crop" | "pad" | "stretch",
@@ -30,6 +31,12 @@ struct AugmentOptions {
   bool resized_crop = false;
   std::array<double, 2> crop_scale = {0.08, 1.0};
   std::array<double, 2> crop_ratio = {3.0 / 4.0, 4.0 / 3.0};
+  // "color_jitter": {"brightness": 0.14, "contrast": 0.13}: each image's normalized values become
+  // (x + b) * c, b ~ U(-brightness, brightness), c ~ U(1 - contrast, 1 + contrast), drawn anew
+  // every epoch (the CIFAR-10 speedrun record's jitter; not torchvision's ColorJitter, which works
+  // on [0, 1] pixels and blends contrast toward the image's gray mean).
+  double brightness = 0;
+  double contrast = 0;
 
   // Reads the object at key path `path`; unknown keys and bad values are errors naming the key.
   static AugmentOptions from_json(const nlohmann::json& j, const std::string& path);

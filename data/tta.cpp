@@ -1,6 +1,9 @@
 #include "data/tta.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <numeric>
 
 #include "core/dispatch.h"
 #include "core/error.h"
@@ -64,6 +67,34 @@ std::vector<TtaView> tta_views(TtaMode mode) {
   // Mirroring after a shift by (dy, dx) is the mirror shifted by (dy, -dx).
   return {{false, 0, 0, 0.25f}, {true, 0, 0, 0.25f},   {false, 1, 1, 0.125f},
           {true, 1, -1, 0.125f}, {false, -1, -1, 0.125f}, {true, -1, 1, 0.125f}};
+}
+
+std::vector<TtaView> tta_views(TtaMode mode, TtaWeights weights) {
+  std::vector<TtaView> views = tta_views(mode);
+  if (weights == TtaWeights::Equal)
+    for (TtaView& v : views) v.weight = static_cast<float>(1.0 / static_cast<double>(views.size()));
+  return views;
+}
+
+std::vector<int32_t> least_confident(const std::vector<float>& logits, int64_t n, int64_t classes, int64_t count) {
+  MINIDL_CHECK(n >= 0 && classes > 0 && static_cast<int64_t>(logits.size()) == n * classes && count >= 0 && count <= n,
+               "least_confident: ", logits.size(), " logits for ", n, " rows of ", classes, " classes, ", count,
+               " to pick");
+  // max softmax = 1 / sum_j exp(l_j - max): the least confident rows have the largest sums.
+  std::vector<double> spread(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const float* row = logits.data() + i * classes;
+    const float top = *std::max_element(row, row + classes);
+    double sum = 0;
+    for (int64_t j = 0; j < classes; ++j) sum += std::exp(static_cast<double>(row[j]) - top);
+    spread[static_cast<size_t>(i)] = std::isnan(sum) ? INFINITY : sum;
+  }
+  std::vector<int32_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return spread[a] > spread[b]; });
+  order.resize(static_cast<size_t>(count));
+  std::sort(order.begin(), order.end());
+  return order;
 }
 
 }  // namespace minidl

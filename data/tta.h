@@ -38,6 +38,15 @@ struct EnumNames<TtaMode> {
                                                  {TtaMode::Airbench, "airbench"}};
 };
 
+// The config's "eval.tta_weights": the mode's own weights, or 1 / views for each view (the mean
+// of the views' logits, as the CIFAR-10 speedrun record's TTA takes it).
+enum class TtaWeights { Mode, Equal };
+
+template <>
+struct EnumNames<TtaWeights> {
+  static constexpr EnumName<TtaWeights> values[] = {{TtaWeights::Mode, "mode"}, {TtaWeights::Equal, "equal"}};
+};
+
 // The views of a TTA mode, the plain image first:
 //   none            the image
 //   flip            the image and its mirror, weights 1
@@ -46,6 +55,14 @@ struct EnumNames<TtaMode> {
 //                   for the image shifted by one pixel down-right and up-left, and the mirrors of
 //                   those two (translate first, then mirror, as airbench does)
 std::vector<TtaView> tta_views(TtaMode mode);
+// The same views with `weights` applied: TtaWeights::Equal gives each 1 / (number of views).
+std::vector<TtaView> tta_views(TtaMode mode, TtaWeights weights);
+
+// Selective TTA: the `count` images whose plain prediction is least confident (the lowest
+// largest softmax probability), as indices into the (n, classes) row-major logits, in increasing
+// index order. Ties go to the lower index; a row holding a NaN or an infinity counts as the least
+// confident.
+std::vector<int32_t> least_confident(const std::vector<float>& logits, int64_t n, int64_t classes, int64_t count);
 
 namespace kernels {
 void flip_translate_cpu(const float* in, float* out, int64_t planes, int h, int w, bool flip,

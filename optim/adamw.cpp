@@ -56,7 +56,7 @@ void AdamW::prepare(double lr) {
   for (size_t i = 0; i < params_.size(); ++i) {
     Entry& e = entries_[i];
     count_step(i);
-    const double group_lr = lr * e.lr_scale;
+    const double group_lr = param_lr(i, lr);
     float* row = scalar_row(i);
     row[0] = static_cast<float>(1 - group_lr * e.weight_decay);
     if (skip_flag())

@@ -37,6 +37,7 @@ GroupedOptimizer::GroupedOptimizer(std::string type, std::vector<NamedParam> par
     if (g >= 0) {
       group_used[g] = true;
       e.lr_scale = groups_[g].lr_scale;
+      e.schedule = groups_[g].schedule.get();
       e.weight_decay = groups_[g].weight_decay.value_or(weight_decay);
     } else {
       e.weight_decay = weight_decay;
@@ -51,6 +52,13 @@ GroupedOptimizer::GroupedOptimizer(std::string type, std::vector<NamedParam> par
   scalars_host_.assign(params_.size() * static_cast<size_t>(scalar_width_), 0.f);
   scalars_ = Tensor::zeros({static_cast<int64_t>(scalars_host_.size())}, DType::Float32,
                            params_.empty() ? Device::cpu() : params_[0].tensor.device());
+}
+
+double GroupedOptimizer::param_lr(size_t i, double lr) const {
+  const Entry& e = entries_[i];
+  if (!e.schedule) return lr * e.lr_scale;
+  const StepPosition& at = position("a parameter group's \"schedule\"");
+  return base_lr() * e.lr_scale * e.schedule->factor(at.step, at.steps_per_epoch, at.total_steps);
 }
 
 void GroupedOptimizer::upload_scalars() {

@@ -29,6 +29,7 @@ class GroupedOptimizer : public Optimizer {
   struct Entry {
     double lr_scale = 1.0;
     double weight_decay = 0.0;
+    const LrSchedule* schedule = nullptr;  // the group's own (groups_ holds it), or null
     int64_t steps = 0;          // updates this parameter has had (on the host; see steps_device_)
     std::vector<Tensor> slots;  // one per slot name, zeros at first
   };
@@ -38,6 +39,9 @@ class GroupedOptimizer : public Optimizer {
                    double weight_decay, std::vector<std::string> slot_names, int scalar_width,
                    const std::string& path);
 
+  // Parameter i's lr this step: lr * lr_scale, or with its group's own schedule base_lr() *
+  // lr_scale * that schedule's factor at the position set last.
+  double param_lr(size_t i, double lr) const;
   // Row `i` of the host copy of the scalar table.
   float* scalar_row(size_t i) { return scalars_host_.data() + i * static_cast<size_t>(scalar_width_); }
   // Queues the copy of the host table to the device table (prepare() ends with it).

@@ -50,6 +50,10 @@ class Lookahead : public Optimizer {
   // The inner optimizer skips on the flag; the averaging of every step (take, blend, copy back)
   // runs whatever it says.
   void set_skip_flag(const float* found_inf) override { inner_->set_skip_flag(found_inf); }
+  void set_position(const StepPosition& at) override {
+    Optimizer::set_position(at);
+    inner_->set_position(at);
+  }
   double base_lr() const override { return inner_->base_lr(); }
   void zero_grad() override { inner_->zero_grad(); }
   std::vector<std::pair<std::string, Tensor>> state_tensors() const override;

@@ -71,9 +71,10 @@ void muon_step_cpu(const std::vector<MuonBank>& banks, const MuonStepArgs& args)
     for (int64_t i = 0; i < n; ++i) muon_momentum(b.grad, b.buf, u.data(), args.momentum, args.nesterov, i);
     newton_schulz_cpu(u.data(), x.data(), b.rows, b.cols, args.ns);
     const float target = std::sqrt(static_cast<float>(b.rows));
-    const float scale = args.normalize ? static_cast<float>(target / std::sqrt(sum_squares(b.param, n))) : 1.f;
-    const float step = *b.lr;
-    for (int64_t i = 0; i < n; ++i) b.param[i] = fmaf(-step, x[i], b.param[i] * scale);
+    const bool renormalize = args.normalize && b.scalars[1] != 0.f;
+    const float scale = renormalize ? static_cast<float>(target / std::sqrt(sum_squares(b.param, n))) : 1.f;
+    const float step = b.scalars[0], factor = scale * b.scalars[2];
+    for (int64_t i = 0; i < n; ++i) b.param[i] = fmaf(-step, x[i], b.param[i] * factor);
   }
 }
 

@@ -20,10 +20,13 @@
 // airbench's Muon has six filter banks, three of them 256 x 2304; one bank's products fill a few
 // SMs and each launch costs more than its arithmetic, so launches, not FLOPs, set the step's time
 // (docs/perf/airbench.md). For the same reason the momentum update shares its pass with the
-// norms' partial sums, and the update reads the last iterate in its own type.
+// norms' partial sums, and the update reads the last iterate in its own type. With "ns_batching":
+// "padded" every bank joins one group, each zero-padded into a slot of the largest shape: one
+// launch per product and pass for all banks, at the padded banks' extra FLOPs.
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "core/allocator.h"
@@ -106,28 +109,48 @@ __global__ void sum_partials_kernel(const double* __restrict__ partials, int64_t
   if (threadIdx.x == 0) out[blockIdx.x] = total;
 }
 
-// out = x / (sqrt(ss) + eps), the scale rounded to float once, as on the CPU; stored as T (float,
-// or bf16: the float32 value rounded once).
+// A bank's (rows, cols) row-major matrix inside its group's (padded_rows, padded_cols) slot, whose
+// extra rows and columns are zeros ("ns_batching": "padded"); without padding the two shapes agree.
+struct BankShape {
+  int64_t rows, cols, padded_rows, padded_cols;
+  __host__ __device__ bool padded() const { return rows != padded_rows || cols != padded_cols; }
+  // Where element i of the bank sits in its slot.
+  __device__ int64_t slot_index(int64_t i) const { return padded() ? (i / cols) * padded_cols + i % cols : i; }
+};
+
+// out (the slot) = x / (sqrt(ss) + eps), the scale rounded to float once, as on the CPU, and zero
+// in the padding; stored as T (float, or bf16: the float32 value rounded once).
 template <class T>
-__global__ void normalize_kernel(const float* __restrict__ x, T* __restrict__ out, int64_t n,
+__global__ void normalize_kernel(const float* __restrict__ x, T* __restrict__ out, BankShape shape,
                                  const double* __restrict__ ss, float eps) {
   const float scale = static_cast<float>(1.0 / (sqrt(ss[0]) + eps));
+  const int64_t n = shape.padded_rows * shape.padded_cols;
+  const bool padded = shape.padded();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[i] = from_float<T>(x[i] * scale);
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (!padded) {
+      out[i] = from_float<T>(x[i] * scale);
+      continue;
+    }
+    const int64_t r = i / shape.padded_cols, c = i - r * shape.padded_cols;
+    out[i] = from_float<T>(r < shape.rows && c < shape.cols ? x[r * shape.cols + c] * scale : 0.f);
+  }
 }
 
-// p = p * (target / sqrt(ss)) - lr * x (no rescale when ss is null), x the last iterate in its
-// own type (a bf16 value widens exactly).
+// p = fmaf(-lr, x, p * (s * decay)): s = target / sqrt(ss) where ss is set and the bank's scalars
+// say to renormalize this step, else 1; x the last iterate in its own type (a bf16 value widens
+// exactly), read from the bank's slot. scalars: lr, renormalize, decay (optim/muon_kernels.h).
 template <class T>
-__global__ void apply_kernel(float* __restrict__ p, const T* __restrict__ x, int64_t n, const double* __restrict__ ss,
-                             float target, const float* __restrict__ lr_ptr, const float* __restrict__ skip) {
+__global__ void apply_kernel(float* __restrict__ p, const T* __restrict__ x, BankShape shape,
+                             const double* __restrict__ ss, float target, const float* __restrict__ scalars,
+                             const float* __restrict__ skip) {
   if (skip && *skip != 0.f) return;
-  const float scale = ss ? static_cast<float>(target / sqrt(ss[0])) : 1.f;
-  const float lr = *lr_ptr;
+  const float scale = ss && scalars[1] != 0.f ? static_cast<float>(target / sqrt(ss[0])) : 1.f;
+  const float lr = scalars[0], factor = scale * scalars[2];
+  const int64_t n = shape.rows * shape.cols;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    p[i] = fmaf(-lr, to_float(x[i]), p[i] * scale);
+    p[i] = fmaf(-lr, to_float(x[shape.slot_index(i)]), p[i] * factor);
 }
 
 // out = bf16(alpha * p + beta * y): a float32 product plus the other term, rounded once. The
@@ -213,14 +236,23 @@ class NewtonSchulzGroup {
   // input is normalized.
   float* momentum_out(int64_t j) const { return (ns_.bf16 ? product() : fp32() + count_ * n_) + j * n_; }
 
-  // Bank j's X0 = u / (sqrt(ss[0]) + eps).
-  void set_input(int64_t j, const float* u, const double* ss) const {
+  // Bank j's X0 = u / (sqrt(ss[0]) + eps), u a (rows, cols) matrix that fits the group's shape,
+  // zero-padded to it.
+  void set_input(int64_t j, const float* u, int64_t rows, int64_t cols, const double* ss) const {
+    const BankShape shape = slot(rows, cols);
     if (ns_.bf16) {
-      normalize_kernel<<<grid_for(n_), kThreads, 0, cuda::stream()>>>(u, bf16_x() + j * n_, n_, ss, ns_.eps);
+      normalize_kernel<<<grid_for(n_), kThreads, 0, cuda::stream()>>>(u, bf16_x() + j * n_, shape, ss, ns_.eps);
     } else {
-      normalize_kernel<<<grid_for(n_), kThreads, 0, cuda::stream()>>>(u, fp32() + j * n_, n_, ss, ns_.eps);
+      normalize_kernel<<<grid_for(n_), kThreads, 0, cuda::stream()>>>(u, fp32() + j * n_, shape, ss, ns_.eps);
     }
     MINIDL_LAUNCH_CHECK();
+  }
+
+  // A (rows, cols) bank in this group's slots.
+  BankShape slot(int64_t rows, int64_t cols) const {
+    MINIDL_CHECK(rows <= r_ && cols <= k_, "Muon: a ", rows, " x ", cols, " bank does not fit a ", r_, " x ", k_,
+                 " slot");
+    return {rows, cols, r_, k_};
   }
 
   void run() {
@@ -293,6 +325,27 @@ class NewtonSchulzGroup {
   std::shared_ptr<void> product_, iterates_;
 };
 
+// Every bank in one group ("ns_batching": "padded"), in their order.
+std::vector<std::vector<const MuonBank*>> one_group(const std::vector<MuonBank>& banks) {
+  std::vector<const MuonBank*> all;
+  for (const MuonBank& b : banks) all.push_back(&b);
+  return {all};
+}
+
+// The shape every bank of a group fits: the most rows, the most columns rounded up to 16 (whole
+// tensor-core tiles, as the CIFAR-10 speedrun record pads); a group of one shape keeps it.
+std::pair<int64_t, int64_t> group_shape(const std::vector<const MuonBank*>& members) {
+  int64_t rows = 0, cols = 0;
+  bool same = true;
+  for (const MuonBank* b : members) {
+    same = same && b->rows == members[0]->rows && b->cols == members[0]->cols;
+    rows = std::max(rows, b->rows);
+    cols = std::max(cols, b->cols);
+  }
+  if (same) return {rows, cols};
+  return {rows, (cols + 15) / 16 * 16};
+}
+
 // Banks of one shape, in the order of their first appearance.
 std::vector<std::vector<const MuonBank*>> group_by_shape(const std::vector<MuonBank>& banks) {
   std::vector<std::vector<const MuonBank*>> groups;
@@ -319,7 +372,7 @@ void newton_schulz_cuda(const float* g, float* out, int64_t rows, int64_t cols, 
   sum_partials_kernel<<<1, kReduceThreads, 0, cuda::stream()>>>(ss + 1, partials, ss);
   MINIDL_LAUNCH_CHECK();
   NewtonSchulzGroup group(rows, cols, 1, ns);
-  group.set_input(0, g, ss);
+  group.set_input(0, g, rows, cols, ss);
   group.run();
   if (group.bf16_result())
     cast_cuda(group.last_bf16(0), DType::BFloat16, out, DType::Float32, n);
@@ -329,38 +382,47 @@ void newton_schulz_cuda(const float* g, float* out, int64_t rows, int64_t cols, 
 
 void muon_step_cuda(const std::vector<MuonBank>& banks, const MuonStepArgs& args) {
   const int sums_per_bank = args.normalize ? 2 : 1;  // ||u||^2, and ||p||^2 with normalize
-  for (const std::vector<const MuonBank*>& members : group_by_shape(banks)) {
+  for (const std::vector<const MuonBank*>& members : args.padded ? one_group(banks) : group_by_shape(banks)) {
     const int64_t count = static_cast<int64_t>(members.size());
-    const int64_t rows = members[0]->rows, n = rows * members[0]->cols, partials = sum_partials_count(n);
-    const float target = std::sqrt(static_cast<float>(rows));
+    const auto [rows, cols] = group_shape(members);
+    // Every bank's sums have the largest bank's number of partials: a smaller bank's chunks past
+    // its end sum to zero, which leaves its total's bits as they are.
+    int64_t partials = 1;
+    for (const MuonBank* b : members) partials = std::max(partials, sum_partials_count(b->rows * b->cols));
     const int64_t sums = count * sums_per_bank;
     // [the sums (count * sums_per_bank)] [their partials, partials apiece, in the same order]
     std::shared_ptr<void> sums_buf = allocate(static_cast<size_t>(sums * (1 + partials)) * sizeof(double),
                                               Device::cuda());
     double* totals = static_cast<double*>(sums_buf.get());
     double* parts = totals + sums;
-    NewtonSchulzGroup group(rows, members[0]->cols, count, args.ns);
+    NewtonSchulzGroup group(rows, cols, count, args.ns);
     for (int64_t j = 0; j < count; ++j) {
       const MuonBank& b = *members[j];
       double* own = parts + j * sums_per_bank * partials;
       momentum_sums_kernel<<<static_cast<unsigned>(partials), kReduceThreads, 0, cuda::stream()>>>(
-          b.grad, b.buf, group.momentum_out(j), b.param, n, args.momentum, args.nesterov, args.skip, own,
+          b.grad, b.buf, group.momentum_out(j), b.param, b.rows * b.cols, args.momentum, args.nesterov, args.skip, own,
           args.normalize ? own + partials : nullptr);
       MINIDL_LAUNCH_CHECK();
     }
     sum_partials_kernel<<<static_cast<unsigned>(sums), kReduceThreads, 0, cuda::stream()>>>(parts, partials, totals);
     MINIDL_LAUNCH_CHECK();
-    for (int64_t j = 0; j < count; ++j) group.set_input(j, group.momentum_out(j), totals + j * sums_per_bank);
+    for (int64_t j = 0; j < count; ++j) {
+      const MuonBank& b = *members[j];
+      group.set_input(j, group.momentum_out(j), b.rows, b.cols, totals + j * sums_per_bank);
+    }
     group.run();
     for (int64_t j = 0; j < count; ++j) {
       const MuonBank& b = *members[j];
+      const BankShape shape = group.slot(b.rows, b.cols);
+      const int64_t n = b.rows * b.cols;
+      const float target = std::sqrt(static_cast<float>(b.rows));
       const double* p_sum = args.normalize ? totals + j * sums_per_bank + 1 : nullptr;
       if (group.bf16_result())
-        apply_kernel<<<grid_for(n), kThreads, 0, cuda::stream()>>>(b.param, group.last_bf16(j), n, p_sum, target, b.lr,
-                                                                    args.skip);
+        apply_kernel<<<grid_for(n), kThreads, 0, cuda::stream()>>>(b.param, group.last_bf16(j), shape, p_sum, target,
+                                                                   b.scalars, args.skip);
       else
-        apply_kernel<<<grid_for(n), kThreads, 0, cuda::stream()>>>(b.param, group.last_fp32(j), n, p_sum, target, b.lr,
-                                                                    args.skip);
+        apply_kernel<<<grid_for(n), kThreads, 0, cuda::stream()>>>(b.param, group.last_fp32(j), shape, p_sum, target,
+                                                                   b.scalars, args.skip);
       MINIDL_LAUNCH_CHECK();
     }
   }

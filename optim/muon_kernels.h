@@ -36,30 +36,33 @@ void newton_schulz_cpu(const float* g, float* out, int64_t rows, int64_t cols, c
 void newton_schulz_cuda(const float* g, float* out, int64_t rows, int64_t cols, const NewtonSchulz& ns);
 
 // One filter bank of a Muon step: its gradient, momentum buffer and weights, (rows, cols) row-major
-// float32 on the step's device, and where its lr sits there (the optimizer's scalar table, so a
-// replayed CUDA graph reads each step's value).
+// float32 on the step's device, and where its step's scalars sit there (its row of the
+// optimizer's scalar table, so a replayed CUDA graph reads each step's values): the lr, whether
+// to renormalize (nonzero: yes) and the weight decay's factor 1 - lr * weight_decay.
 struct MuonBank {
   const float* grad;
   float* buf;
   float* param;
   int64_t rows, cols;
-  const float* lr;
+  const float* scalars;
 };
 
 struct MuonStepArgs {
   float momentum = 0;
   int nesterov = 0;
-  int normalize = 0;  // rescale each bank to norm sqrt(rows) before the update
+  int normalize = 0;  // rescale each bank to norm sqrt(rows) before the update, where its scalars say
+  int padded = 0;     // the GPU iterates every bank zero-padded to one shape (the CPU unpadded)
   NewtonSchulz ns;
   const float* skip = nullptr;  // nonzero *skip (float16 loss scaling found an inf or NaN): no change
 };
 
 // The step of every bank: buf = m buf + g, u = nesterov ? g + m buf : buf, x = NS(u);
-// p = p * sqrt(rows) / ||p||_F (with normalize), then p -= lr x. On the GPU, banks of one shape
-// run their Newton-Schulz iterations together (strided-batched GEMMs, one elementwise pass per
-// group); the groups follow from the shapes of the banks in the step, so a step's bits do not
-// change from run to run (cuBLAS may pick another kernel for another group size, so a bank's bits
-// can depend on how many banks share its shape).
+// p = fmaf(-lr, x, p * (s * decay)), s = sqrt(rows) / ||p||_F when normalize and the bank's
+// renormalize scalar is set, else 1. On the GPU, banks of one shape run their Newton-Schulz
+// iterations together (strided-batched GEMMs, one elementwise pass per group), or with padded all
+// banks as one group of the largest shape; the groups follow from the shapes of the banks in the
+// step, so a step's bits do not change from run to run (cuBLAS may pick another kernel for another
+// group size, so a bank's bits can depend on how many banks share its shape).
 void muon_step_cpu(const std::vector<MuonBank>& banks, const MuonStepArgs& args);
 void muon_step_cuda(const std::vector<MuonBank>& banks, const MuonStepArgs& args);
 

@@ -9,6 +9,12 @@
 
 namespace minidl {
 
+const StepPosition& Optimizer::position(const char* what) const {
+  MINIDL_CHECK(position_.total_steps > 0 && position_.steps_per_epoch > 0, what,
+               " needs the run's position: call set_position() before each step (the trainer does)");
+  return position_;
+}
+
 void Optimizer::zero_grad() {
   for (NamedParam& p : params_) {
     Tensor g = p.tensor.grad();

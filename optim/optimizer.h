@@ -12,6 +12,15 @@
 
 namespace minidl {
 
+// Where a run is: the global step (0-based) the next update belongs to, the steps per epoch and
+// the run's total steps. Per-group schedules and Muon's renormalization interval read it; a
+// total of 0 means no one has said (an Optimizer used on its own, without set_position).
+struct StepPosition {
+  int64_t step = 0;
+  int64_t steps_per_epoch = 0;
+  int64_t total_steps = 0;
+};
+
 struct NamedParam {
   std::string name;         // "layer1.0.weight"
   Tensor tensor;            // the parameter (its grad() is read by step())
@@ -44,6 +53,9 @@ class Optimizer {
   // takes its step on a skipped one. After to() another device's flag must be set again (the
   // step counts carry over).
   virtual void set_skip_flag(const float* found_inf) = 0;
+  // The position of the next prepare() (the trainer sets it before each step). Wrappers pass it
+  // to what they hold.
+  virtual void set_position(const StepPosition& at) { position_ = at; }
   virtual double base_lr() const = 0;  // the config's "lr"
   // Zeroes every parameter's gradient in place (PyTorch's zero_grad(set_to_none=False)): the
   // gradient tensors stay defined, so the next backward sums into fresh tensors and the set of
@@ -61,7 +73,11 @@ class Optimizer {
   virtual nlohmann::json to_json() const = 0;
 
  protected:
+  // The position set last; errors naming `what` (the feature that needs it) when none was set.
+  const StepPosition& position(const char* what) const;
+
   std::vector<NamedParam> params_;
+  StepPosition position_;
 };
 
 // Builds "SGD", "AdamW" or "Muon" (optim/muon.h) from its config object at key path `path` (unknown keys are errors).

@@ -63,6 +63,7 @@ ParamGroup ParamGroup::from_json(const nlohmann::json& j, const std::string& pat
   g.module_type = read_module_type(args);
   g.lr_scale = args.get_float("lr_scale", 1.0);
   if (args.has("weight_decay")) g.weight_decay = args.get_float("weight_decay");
+  if (args.has("schedule")) g.schedule = make_schedule(args.get_json("schedule"), args.key_path("schedule"));
   args.finish();
   MINIDL_CHECK(!g.match.empty() || !g.module_type.empty(), path,
                ": a group needs \"match\" (a parameter name pattern) and/or \"module_type\"");
@@ -78,6 +79,7 @@ nlohmann::json ParamGroup::to_json() const {
   if (!module_type.empty()) j["module_type"] = module_type;
   j["lr_scale"] = lr_scale;
   if (weight_decay) j["weight_decay"] = *weight_decay;
+  if (schedule) j["schedule"] = schedule->to_json();
   return j;
 }
 

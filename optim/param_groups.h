@@ -8,10 +8,15 @@
 //            ("bias" matches "bias", "0.bias" and "2.1.bias", not "0.unbias"); with '*' (any run of
 //            characters, dots included) or '?' (one character) it must match the whole name.
 //   "module_type": the type of the module that owns the parameter ("BatchNorm2d").
-// Overrides: "lr_scale" (multiplies the lr, default 1), "weight_decay" (default: the optimizer's).
+// Overrides: "lr_scale" (multiplies the lr, default 1), "weight_decay" (default: the optimizer's),
+// "schedule": the group's own lr schedule (an object as the config's "schedule"), used instead of
+// the run's: the group's lr is the optimizer's lr * lr_scale * its factor (PyTorch's LambdaLR with
+// one lambda per group). E.g. a bias that trains only for the first 7 steps at a decaying lr:
+//   {"match": "0.bias", "schedule": {"type": "piecewise_linear", "steps": [0, 7], "factors": [1, 0]}}
 // A group needs a selector; a module type no layer has, and a group that matches no parameter,
 // are errors (a typo would otherwise silently change nothing).
 #pragma once
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -28,6 +33,7 @@ struct ParamGroup {
   std::string module_type;  // empty: any module
   double lr_scale = 1.0;
   std::optional<double> weight_decay;
+  std::shared_ptr<const LrSchedule> schedule;  // null: the run's schedule
 
   bool matches(const NamedParam& p) const;
   static ParamGroup from_json(const nlohmann::json& j, const std::string& path);

@@ -10,6 +10,8 @@
 //                                               linear between the points, flat outside (np.interp)
 //                    {"fractions": [0, 0.23, 1], "factors": [0.2, 1, 0.07]}
 //                                               the same with points in t (airbench's triangle)
+//                    {"steps": [0, 7], "factors": [1, 0]}
+//                                               the same with points in global steps
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -92,14 +94,20 @@ class WarmupSchedule : public LrSchedule {
   std::string decay_;
 };
 
+// The unit of a piecewise_linear schedule's points: its JSON key.
+enum class PointUnit { Epochs, Fractions, Steps };
+constexpr const char* kPointKeys[] = {"epochs", "fractions", "steps"};
+
 class PiecewiseLinearSchedule : public LrSchedule {
  public:
-  // `points` are epochs, or fractions of the run when `in_fractions`.
-  PiecewiseLinearSchedule(std::vector<double> points, std::vector<double> factors, bool in_fractions)
-      : epochs_(std::move(points)), factors_(std::move(factors)), fractions_(in_fractions) {}
+  PiecewiseLinearSchedule(std::vector<double> points, std::vector<double> factors, PointUnit unit)
+      : epochs_(std::move(points)), factors_(std::move(factors)), unit_(unit) {}
   double factor(int64_t step, int64_t spe, int64_t total) const override {
     check_steps(step, spe, total);
-    const double e = static_cast<double>(step) / static_cast<double>(fractions_ ? total : spe);
+    const double per = unit_ == PointUnit::Fractions ? static_cast<double>(total)
+                       : unit_ == PointUnit::Epochs  ? static_cast<double>(spe)
+                                                     : 1.0;
+    const double e = static_cast<double>(step) / per;
     if (e <= epochs_.front()) return factors_.front();
     for (size_t k = 1; k < epochs_.size(); ++k) {
       if (e <= epochs_[k]) {
@@ -110,12 +118,12 @@ class PiecewiseLinearSchedule : public LrSchedule {
     return factors_.back();
   }
   nlohmann::json to_json() const override {
-    return {{"type", "piecewise_linear"}, {fractions_ ? "fractions" : "epochs", epochs_}, {"factors", factors_}};
+    return {{"type", "piecewise_linear"}, {kPointKeys[static_cast<int>(unit_)], epochs_}, {"factors", factors_}};
   }
 
  private:
   std::vector<double> epochs_, factors_;
-  bool fractions_;
+  PointUnit unit_;
 };
 
 std::vector<double> read_numbers(JsonArgs& args, const std::string& key) {
@@ -158,10 +166,15 @@ std::unique_ptr<LrSchedule> make_schedule(const nlohmann::json& config, const st
                  ": expected \"linear\" or \"cosine\", got ", json_excerpt(decay));
     s = std::make_unique<WarmupSchedule>(warmup, decay);
   } else if (type == "piecewise_linear") {
-    const bool fractions = args.has("fractions");
-    MINIDL_CHECK(!(fractions && args.has("epochs")), path,
-                 ": give the points as \"epochs\" or as \"fractions\" of the run, not both");
-    const std::string key = fractions ? "fractions" : "epochs";
+    PointUnit unit = PointUnit::Epochs;
+    int given = 0;
+    for (PointUnit u : {PointUnit::Epochs, PointUnit::Fractions, PointUnit::Steps})
+      if (args.has(kPointKeys[static_cast<int>(u)])) {
+        unit = u;
+        ++given;
+      }
+    MINIDL_CHECK(given <= 1, path, ": give the points as \"epochs\", \"fractions\" of the run or \"steps\", not both");
+    const std::string key = kPointKeys[static_cast<int>(unit)];
     std::vector<double> epochs = read_numbers(args, key);
     std::vector<double> factors = read_numbers(args, "factors");
     MINIDL_CHECK(epochs.size() == factors.size(), path, ": \"", key, "\" has ", epochs.size(),
@@ -169,7 +182,7 @@ std::unique_ptr<LrSchedule> make_schedule(const nlohmann::json& config, const st
     for (size_t k = 1; k < epochs.size(); ++k)
       MINIDL_CHECK(epochs[k] > epochs[k - 1], args.key_path(key), ": expected strictly increasing ", key, ", got ",
                    epochs[k - 1], " then ", epochs[k]);
-    s = std::make_unique<PiecewiseLinearSchedule>(std::move(epochs), std::move(factors), fractions);
+    s = std::make_unique<PiecewiseLinearSchedule>(std::move(epochs), std::move(factors), unit);
   } else {
     fail(str(args.key_path("type"), ": unknown schedule \"", type,
              "\" (expected constant, step, cosine, warmup or piecewise_linear)"));

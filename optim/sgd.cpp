@@ -49,7 +49,7 @@ void SGD::prepare(double lr) {
   for (size_t i = 0; i < params_.size(); ++i) {
     Entry& e = entries_[i];
     float* row = scalar_row(i);
-    row[0] = static_cast<float>(lr * e.lr_scale);
+    row[0] = static_cast<float>(param_lr(i, lr));
     row[1] = static_cast<float>(e.weight_decay);
     count_step(i);
   }

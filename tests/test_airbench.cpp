@@ -1,8 +1,8 @@
 // The airbench recipe end to end on the CPU: the TTA views and weights, the lr schedule in run
-// fractions, fractional epochs, and a few training steps of configs/airbench94.json and
-// configs/airbench94_muon.json (shrunk: small batches, few images) twice with the same seed,
-// identical in bits; then a resumed run (lookahead, freezing and whitening in play) equal to an
-// uninterrupted one.
+// fractions, fractional epochs, and a few training steps of configs/airbench94.json,
+// configs/airbench94_muon.json and configs/airbench94_record.json (shrunk: small batches, few
+// images) twice with the same seed, identical in bits; then a resumed run (lookahead, freezing and
+// whitening in play) equal to an uninterrupted one.
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -98,7 +98,7 @@ TEST_CASE("fractional epochs: ceil(epochs * steps per epoch) steps", "[config][a
 
 TEST_CASE("airbench configs train on the CPU, the same seed giving the same bits", "[training][airbench]") {
   MINIDL_REQUIRE_DATA();
-  for (const char* name : {"airbench94.json", "airbench94_muon.json"}) {
+  for (const char* name : {"airbench94.json", "airbench94_muon.json", "airbench94_record.json"}) {
     INFO(name);
     json c = shrunk(name);
     if (c.contains("lookahead")) c["lookahead"] = {{"start_epochs", 0}, {"every_n_steps", 2}};
@@ -115,13 +115,19 @@ TEST_CASE("airbench configs train on the CPU, the same seed giving the same bits
   }
 }
 
-TEST_CASE("airbench config: a resumed run equals an uninterrupted one", "[training][airbench][repro]") {
+TEST_CASE("airbench configs: a resumed run equals an uninterrupted one", "[training][airbench][repro]") {
   MINIDL_REQUIRE_DATA();
   const test::TempDir work("airbench_resume");
-  const fs::path& root = work.path;
-  json c = shrunk("airbench94.json");
-  // Narrow the net so a CPU run of 10 steps and two evaluations stays quick.
-  c["model"]["layers"] = json::parse(R"([
+  // airbench94: lookahead, freezing and whitening in play; the record: color jitter, Muon's weight
+  // decay and renormalization interval, the whitening bias's own schedule across the resume, and
+  // selective TTA at each evaluation.
+  for (const char* name : {"airbench94.json", "airbench94_record.json"}) {
+    INFO(name);
+    const fs::path root = work.path / name;
+    fs::create_directories(root);
+    json c = shrunk(name);
+    // Narrow the net so a CPU run of 10 steps and two evaluations stays quick.
+    c["model"]["layers"] = json::parse(R"([
     {"type": "Conv2d", "in_channels": 3, "out_channels": 24, "kernel_size": 2, "padding": 0, "bias": true},
     {"type": "GELU"},
     {"type": "Conv2d", "in_channels": 24, "out_channels": 8, "kernel_size": 3, "padding": 1, "bias": false},
@@ -132,43 +138,51 @@ TEST_CASE("airbench config: a resumed run equals an uninterrupted one", "[traini
     {"type": "Flatten"},
     {"type": "Linear", "in_features": 8, "out_features": 10, "bias": false},
     {"type": "Scale", "value": 0.111}])");
-  c["epochs"] = 2.5;
-  c["lookahead"] = {{"start_epochs", 0.5}, {"every_n_steps", 3}};
-  c["freeze"][2]["from_epoch"] = 1;
-  c["eval"]["tta"] = "none";  // the test images twice per run: keep it to one view
-  const std::string config = (root / "config.in.json").string();
-  std::ofstream(config) << c.dump(2);
-  auto opts = [&](const std::string& out) {
-    RunOptions o;
-    o.config_path = config;
-    o.output_dir = (root / out).string();
-    return o;
-  };
-  REQUIRE(run_training(opts("a")) == 0);
-  RunOptions half = opts("b");
-  half.max_steps = 4;
-  REQUIRE(run_training(half) == 0);
-  RunOptions resume;
-  resume.resume_dir = (root / "b").string();
-  REQUIRE(run_training(resume) == 0);
-  {
-    // A fractional epoch count resumes as it was: not "raised" (2.5 once read back as 2).
-    std::ifstream log(root / "b" / "log.txt");
-    const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
-    REQUIRE(text.find("resumed at step 4") != std::string::npos);
-    REQUIRE(text.find("epochs raised") == std::string::npos);
+    c["epochs"] = 2.5;
+    if (c.contains("lookahead")) {
+      c["lookahead"] = {{"start_epochs", 0.5}, {"every_n_steps", 3}};
+      c["freeze"][2]["from_epoch"] = 1;
+      c["eval"]["tta"] = "none";  // the test images twice per run: keep it to one view
+    } else {
+      c["model"]["layers"][9]["value"] = 0.00390625;  // its own head scale: its head lr is tuned to it
+      c["data"]["test_limit"] = 200;                   // selective TTA redoes 50 of them
+    }
+    const std::string config = (root / "config.in.json").string();
+    std::ofstream(config) << c.dump(2);
+    auto opts = [&](const std::string& out) {
+      RunOptions o;
+      o.config_path = config;
+      o.output_dir = (root / out).string();
+      return o;
+    };
+    REQUIRE(run_training(opts("a")) == 0);
+    RunOptions half = opts("b");
+    half.max_steps = 4;
+    REQUIRE(run_training(half) == 0);
+    RunOptions resume;
+    resume.resume_dir = (root / "b").string();
+    REQUIRE(run_training(resume) == 0);
+    {
+      // A fractional epoch count resumes as it was: not "raised" (2.5 once read back as 2).
+      std::ifstream log(root / "b" / "log.txt");
+      const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+      REQUIRE(text.find("resumed at step 4") != std::string::npos);
+      REQUIRE(text.find("epochs raised") == std::string::npos);
+    }
+    REQUIRE(read_checkpoint_info((root / "a" / "checkpoint.safetensors").string()).step == 10);  // ceil(4 * 2.5)
+    REQUIRE(safetensors_payload_sha256((root / "a" / "model.safetensors").string()) ==
+            safetensors_payload_sha256((root / "b" / "model.safetensors").string()));
+    const auto summary = [&](const char* run) { return json::parse(std::ifstream(root / run / "summary.json")); };
+    REQUIRE(summary("a").value("test_acc_tta", -1.0) == summary("b").value("test_acc_tta", -1.0));
+    // The frozen whitening filters and BatchNorm weights never moved.
+    const SafeTensors weights = load_safetensors((root / "a" / "model.safetensors").string());
+    for (float v : find_tensor(weights, "4.weight", "model.safetensors").to_vector()) REQUIRE(v == 1.f);
+    Tensor whitening = find_tensor(weights, "0.weight", "model.safetensors");
+    auto [train, test] = load_datasets(parse_train_config(c));
+    Loader first(train, LoaderOptions::evaluation(DataOptions::from_json(c["data"], "data"), 64), Device::cpu());
+    first.start_epoch(0);
+    Batch b;
+    first.next(b);
+    REQUIRE(whitening.to_vector() == whitening_filters(patch_moments(b.images, 2, 2), 3, 2, 2, 5e-4).to_vector());
   }
-  REQUIRE(read_checkpoint_info((root / "a" / "checkpoint.safetensors").string()).step == 10);  // ceil(4 * 2.5)
-  REQUIRE(safetensors_payload_sha256((root / "a" / "model.safetensors").string()) ==
-          safetensors_payload_sha256((root / "b" / "model.safetensors").string()));
-  // The frozen whitening filters and BatchNorm weights never moved.
-  const SafeTensors weights = load_safetensors((root / "a" / "model.safetensors").string());
-  for (float v : find_tensor(weights, "4.weight", "model.safetensors").to_vector()) REQUIRE(v == 1.f);
-  Tensor whitening = find_tensor(weights, "0.weight", "model.safetensors");
-  auto [train, test] = load_datasets(parse_train_config(c));
-  Loader first(train, LoaderOptions::evaluation(DataOptions::from_json(c["data"], "data"), 64), Device::cpu());
-  first.start_epoch(0);
-  Batch b;
-  first.next(b);
-  REQUIRE(whitening.to_vector() == whitening_filters(patch_moments(b.images, 2, 2), 3, 2, 2, 5e-4).to_vector());
 }

@@ -1,6 +1,6 @@
 // Augmentation and test-time views: crop (reflect and zero padding), flip and cutout against a
 // straightforward reference written here (explicit padded canvas, crop, mirror, normalize in
-// float64, cut out); the draws' ranges and balance; same seed and epoch -> same batch, another
+// float64, color jitter, cut out); the draws' ranges and balance; same seed and epoch -> same batch, another
 // epoch or seed -> another; alternating flips; hflip / flip_translate; GPU bit-identical to CPU.
 #include <algorithm>
 #include <cmath>
@@ -40,8 +40,8 @@ std::vector<int> padded_axis(int p, bool reflect, int n = 32) {
   return idx;
 }
 
-// Reference: pad -> crop at (dy, dx) -> mirror -> (v / 255 - mean) / std in float64 -> cutout,
-// for a 3 x h x w image.
+// Reference: pad -> crop at (dy, dx) -> mirror -> (v / 255 - mean) / std in float64 -> color
+// jitter (x + shift) * gain -> cutout, for a 3 x h x w image.
 std::vector<double> reference_image(const uint8_t* img, const kernels::ImageDraw& d,
                                     const AugmentOptions& a, const Normalization& norm, int h = 32, int w = 32) {
   const int p = a.crop_padding;
@@ -54,7 +54,9 @@ std::vector<double> reference_image(const uint8_t* img, const kernels::ImageDraw
         const int cropped_x = d.flip ? w - 1 - x : x;
         const int sy = rows[y + d.dy], sx = cols[cropped_x + d.dx];
         const double v = (sy < 0 || sx < 0) ? 0.0 : img[(c * h + sy) * w + sx];
-        out[(c * h + y) * w + x] = (v / 255.0 - norm.mean[c]) / norm.std[c];
+        const double value = (v / 255.0 - norm.mean[c]) / norm.std[c];
+        const bool jitter = a.brightness > 0 || a.contrast > 0;
+        out[(c * h + y) * w + x] = jitter ? (value + d.shift) * d.gain : value;
       }
   if (a.cutout > 0)
     for (int y = d.cy - a.cutout / 2; y < d.cy - a.cutout / 2 + a.cutout; ++y)
@@ -83,12 +85,15 @@ TEST_CASE("augmented batches match the reference for every padding, flip and cut
   for (int p : {0, 1, 4})
     for (const char* mode : {"reflect", "zero"})
       for (int cutout : {0, 8, 5})
-        for (bool flip : {false, true}) {
+        for (int flip_jitter = 0; flip_jitter < 4; ++flip_jitter) {
+          const bool flip = flip_jitter & 1, jitter = flip_jitter & 2;
           AugmentOptions a;
           a.crop_padding = p;
           a.padding_mode = mode;
           a.cutout = cutout;
           a.flip = flip;
+          a.brightness = jitter ? 0.25 : 0;
+          a.contrast = jitter ? 0.2 : 0;
           if (cutout > std::min(h, w)) continue;
           kernels::AugmentParams params = augment_params(norm, &a, 5, 3);
           params.height = h;
@@ -107,8 +112,8 @@ TEST_CASE("augmented batches match the reference for every padding, flip and cut
                 data.images.data<uint8_t>() + indices[k] * elements, d, a, norm, h, w);
             const std::vector<float> got(out.begin() + k * elements, out.begin() + (k + 1) * elements);
             test::require_close(got, want, 1e-6, 1e-6,
-                                str(h, "x", w, " p=", p, " ", mode, " cutout=", cutout, " flip=", flip, " image ",
-                                    indices[k]));
+                                str(h, "x", w, " p=", p, " ", mode, " cutout=", cutout, " flip=", flip,
+                                    " jitter=", jitter, " image ", indices[k]));
             REQUIRE(labels[k] == indices[k] % 10);
           }
         }
@@ -216,6 +221,8 @@ Tensor batch_in(const Dataset& data, bool train, DType dtype, MemoryFormat forma
   opts.augment.crop_padding = 4;
   opts.augment.flip = true;
   opts.augment.cutout = 6;
+  opts.augment.brightness = 0.2;
+  opts.augment.contrast = 0.1;
   LoaderOptions lo = train ? LoaderOptions::training(opts, 20, 9) : LoaderOptions::evaluation(opts, 20);
   lo.dtype = dtype;
   lo.format = format;
@@ -320,6 +327,54 @@ TEST_CASE("augmentation draws cover their ranges evenly", "[data][augment]") {
   REQUIRE(std::fabs(flips - n / 2.0) < 5 * std::sqrt(n / 4.0));
 }
 
+TEST_CASE("color jitter: a shift and gain per image, uniform in their ranges, redrawn every epoch", "[data][augment]") {
+  AugmentOptions a;
+  a.brightness = 0.1399;
+  a.contrast = 0.1308;
+  const int n = 20000;
+  const kernels::AugmentParams p0 = augment_params(Normalization(), &a, 4, 0);
+  const kernels::AugmentParams p1 = augment_params(Normalization(), &a, 4, 1);
+  std::vector<int> shift_bins(10), gain_bins(10);
+  int same_across_epochs = 0;
+  for (int i = 0; i < n; ++i) {
+    const kernels::ImageDraw d = kernels::draw_image_augment(p0, i);
+    REQUIRE(d.shift >= -0.1399f);
+    REQUIRE(d.shift < 0.1399f);
+    REQUIRE(d.gain >= 1.f - 0.1308f);
+    REQUIRE(d.gain < 1.f + 0.1308f);
+    shift_bins[static_cast<size_t>((d.shift + 0.1399f) / (2 * 0.1399f) * 10)]++;
+    gain_bins[static_cast<size_t>((d.gain - (1 - 0.1308f)) / (2 * 0.1308f) * 10)]++;
+    const kernels::ImageDraw e = kernels::draw_image_augment(p1, i);
+    same_across_epochs += e.shift == d.shift || e.gain == d.gain;
+  }
+  const double expected = n / 10.0, sd = std::sqrt(expected);
+  for (int k = 0; k < 10; ++k) {
+    REQUIRE(std::fabs(shift_bins[k] - expected) < 5 * sd);
+    REQUIRE(std::fabs(gain_bins[k] - expected) < 5 * sd);
+  }
+  REQUIRE(same_across_epochs < 5);
+  // Off: no draw, the value untouched; only brightness on: gain stays 1.
+  const kernels::ImageDraw off = kernels::draw_image_augment(augment_params(Normalization(), nullptr, 4, 0), 3);
+  REQUIRE(off.shift == 0.f);
+  REQUIRE(off.gain == 1.f);
+  a.contrast = 0;
+  const kernels::ImageDraw shift_only = kernels::draw_image_augment(augment_params(Normalization(), &a, 4, 0), 3);
+  REQUIRE(shift_only.shift != 0.f);
+  REQUIRE(shift_only.gain == 1.f);
+  // The jitter draws come from their own stream: the crop, flip and cutout of an image stay as they were.
+  AugmentOptions plain;
+  plain.crop_padding = 2;
+  plain.flip = true;
+  plain.cutout = 4;
+  AugmentOptions jittered = plain;
+  jittered.brightness = 0.1;
+  for (int i = 0; i < 100; ++i) {
+    const kernels::ImageDraw x = kernels::draw_image_augment(augment_params(Normalization(), &plain, 8, 2), i);
+    const kernels::ImageDraw y = kernels::draw_image_augment(augment_params(Normalization(), &jittered, 8, 2), i);
+    REQUIRE((x.dy == y.dy && x.dx == y.dx && x.flip == y.flip && x.cy == y.cy && x.cx == y.cx));
+  }
+}
+
 TEST_CASE("alternating flips invert every other epoch", "[data][augment]") {
   AugmentOptions a;
   a.flip = true;
@@ -371,8 +426,22 @@ TEST_CASE("data options: defaults, round trip and errors naming the key path", "
   REQUIRE(o.augment.padding_mode == "zero");
   REQUIRE(o.augment.flip_mode == "alternating");
   REQUIRE(DataOptions::from_json(o.to_json(), "data").to_json() == o.to_json());
+  REQUIRE(!o.to_json()["augment"].contains("color_jitter"));
 
   auto with = [](const char* text) { return DataOptions::from_json(nlohmann::json::parse(text), "data"); };
+  const DataOptions jitter = with(R"({"augment": {"color_jitter": {"brightness": 0.14, "contrast": 0.13}}})");
+  REQUIRE(jitter.augment.brightness == 0.14);
+  REQUIRE(jitter.augment.contrast == 0.13);
+  REQUIRE(DataOptions::from_json(jitter.to_json(), "data").to_json() == jitter.to_json());
+  REQUIRE(jitter.to_json()["augment"]["color_jitter"]["contrast"] == 0.13);
+  REQUIRE_THROWS_WITH(with(R"({"augment": {"color_jitter": {"contrast": 1}}})"),
+                      Catch::Contains("data.augment.color_jitter.contrast") && Catch::Contains("< 1"));
+  REQUIRE_THROWS_WITH(with(R"({"augment": {"color_jitter": {"brightness": -0.1}}})"),
+                      Catch::Contains("data.augment.color_jitter.brightness"));
+  REQUIRE_THROWS_WITH(with(R"({"augment": {"color_jitter": {"brightnes": 0.1}}})"),
+                      Catch::Contains("data.augment.color_jitter.brightnes"));
+  REQUIRE_THROWS_WITH(with(R"({"augment": {"color_jitter": 0.1}})"),
+                      Catch::Contains("data.augment.color_jitter") && Catch::Contains("expected an object"));
   REQUIRE_THROWS_WITH(with(R"({"augment": {"cutuot": 8}})"), Catch::Contains("data.augment.cutuot"));
   REQUIRE_THROWS_WITH(with(R"({"trian_limit": 8})"), Catch::Contains("data.trian_limit"));
   REQUIRE_THROWS_WITH(with(R"({"augment": {"padding_mode": "edge"}})"),
@@ -443,6 +512,9 @@ TEST_CASE("GPU batches are bit-identical to CPU batches", "[data][augment][cuda]
       opts.augment.flip = true;
       opts.augment.flip_mode = flip_mode;
       opts.augment.cutout = 7;
+      // The jitter with the alternating flips, none with the random ones.
+      opts.augment.brightness = std::string(flip_mode) == "alternating" ? 0.1399 : 0;
+      opts.augment.contrast = std::string(flip_mode) == "alternating" ? 0.1308 : 0;
       for (bool train : {true, false}) {
         const LoaderOptions lo =
             train ? LoaderOptions::training(opts, 100, 42) : LoaderOptions::evaluation(opts, 100);

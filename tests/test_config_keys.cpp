@@ -72,6 +72,8 @@ const std::map<std::string, Sample>& samples() {
       {"grad_scaler", {{{"init_scale", 1024}}, {{"precision", "fp16"}}}},
       {"grad_clip", {1.5}},
       {"eval.tta", {"flip_translate"}},
+      {"eval.tta_share", {0.25}},
+      {"eval.tta_weights", {"equal"}},
       {"eval.batch_size", {500}},
       {"output.dir", {"runs/x"}},
       {"output.progress", {false}},
@@ -146,6 +148,9 @@ TEST_CASE("a value outside the table's range is refused naming the key and the r
       {"precision", "fp8"},
       {"memory_format", "nhwc"},
       {"eval.tta", "mirror"},
+      {"eval.tta_share", 0},
+      {"eval.tta_share", 1.5},
+      {"eval.tta_weights", "mean"},
   };
   for (const auto& [path, value] : bad) {
     INFO(path << " = " << value.dump());

@@ -1,12 +1,14 @@
 // Muon: Newton-Schulz against a float64 implementation of the same iteration (wide and tall
 // matrices), the orthogonalizing effect, one full step (momentum, weight normalization, update)
-// against float64, the split into filters and the "rest" optimizer, state round trip, config
-// errors, and the CUDA path against the CPU.
+// against float64, weight decay and the renormalization interval, the split into filters and the
+// "rest" optimizer, state round trip, config errors, and the CUDA path (grouped by shape or
+// padded) against the CPU.
 #include <omp.h>
 
 #include <Eigen/Dense>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <tuple>
 #include <vector>
 
@@ -48,6 +50,23 @@ bool all_bf16(const std::vector<float>& v) {
 }
 
 std::vector<double> flat(const MatD& m) { return std::vector<double>(m.data(), m.data() + m.size()); }
+
+// One float64 Nesterov Muon step of a bank of `rows` rows: buf and p move; the weights are first
+// renormalized to norm sqrt(rows) when `renormalize`, and decayed by 1 - lr wd.
+void reference_step(std::vector<double>& buf, std::vector<double>& p, const std::vector<float>& g, int64_t rows,
+                    double lr, double momentum, bool renormalize, double wd, const kernels::NewtonSchulz& ns) {
+  const size_t n = p.size();
+  std::vector<float> u(n);
+  for (size_t i = 0; i < n; ++i) {
+    buf[i] = momentum * buf[i] + g[i];
+    u[i] = static_cast<float>(g[i] + momentum * buf[i]);
+  }
+  double norm = 0;
+  for (double v : p) norm += v * v;
+  const double scale = renormalize ? std::sqrt(static_cast<double>(rows) / norm) : 1.0;
+  const std::vector<double> x = flat(reference_ns(u, rows, static_cast<int64_t>(n) / rows, ns));
+  for (size_t i = 0; i < n; ++i) p[i] = p[i] * scale * (1 - lr * wd) - lr * x[i];
+}
 
 }  // namespace
 
@@ -137,19 +156,70 @@ TEST_CASE("Muon step: momentum, weight normalization and the orthogonalized upda
     const double factor = 0.5;  // the schedule: rest's lr moves with Muon's
     opt->step(0.2 * factor);
     opt->zero_grad();
-    std::vector<float> u(72);
-    for (size_t i = 0; i < 72; ++i) {
-      buf[i] = 0.6 * buf[i] + g[i];
-      u[i] = static_cast<float>(g[i] + 0.6 * buf[i]);
-    }
-    double norm = 0;
-    for (double v : p) norm += v * v;
-    norm = std::sqrt(norm);
-    const std::vector<double> x = flat(reference_ns(u, 4, 18, ns));
-    for (size_t i = 0; i < 72; ++i) p[i] = p[i] * 2.0 / norm - 0.2 * factor * x[i];  // sqrt(4) = 2
+    reference_step(buf, p, g, 4, 0.2 * factor, 0.6, true, 0, ns);
     test::require_close(w.to_vector(), p, 1e-4, 1e-5, "Muon step vs float64");
     for (size_t i = 0; i < 4; ++i) REQUIRE(bias.to_vector()[i] == Approx(b0[i] - 0.05 * (s + 1)).epsilon(1e-5));
   }
+}
+
+TEST_CASE("Muon weight decay and a growing renormalization interval against float64", "[muon]") {
+  Tensor w = test::random_tensor({4, 2, 3, 3}, 15);
+  w.set_requires_grad(true);
+  auto opt = make_optimizer(json::parse(R"({"type": "Muon", "lr": 0.2, "momentum": 0.6, "nesterov": true,
+                                            "normalize_weights": true, "ns_steps": 2, "weight_decay": 0.05,
+                                            "normalize_interval": [2, 5]})"),
+                            {{"0.weight", w, "Conv2d"}}, "optimizer");
+  const std::vector<float> w0 = w.to_vector();
+  std::vector<double> buf(72, 0.0), p(w0.begin(), w0.end());
+  kernels::NewtonSchulz ns;
+  ns.steps = 2;
+  // Over 10 steps, [2, 5] renormalizes at step counts 2, 5 and 9 (intervals 2, 3, 4 by then).
+  const std::vector<bool> renormalized = {false, true, false, false, true, false, false, false, true, false};
+  for (int s = 0; s < 10; ++s) {
+    const std::vector<float> g = test::random_values(72, 60 + s);
+    w.set_grad(Tensor::from_vector(g, w.shape()));
+    const double lr = 0.2 * (1 - s / 10.0);
+    opt->set_position({s, 5, 10});
+    opt->step(lr);
+    reference_step(buf, p, g, 4, lr, 0.6, renormalized[static_cast<size_t>(s)], 0.05, ns);
+    test::require_close(w.to_vector(), p, 1e-4, 1e-5, str("Muon step ", s, " vs float64"));
+  }
+}
+
+TEST_CASE("Muon's renormalization interval: every n-th step, or growing over the run", "[muon]") {
+  Tensor w = test::random_tensor({2, 1, 2, 2}, 1);
+  const auto muon = [&](const char* interval) {
+    json c = {{"type", "Muon"}, {"normalize_weights", true}};
+    c["normalize_interval"] = json::parse(interval);
+    return make_optimizer(c, {{"w", w, "Conv2d"}}, "optimizer");
+  };
+  const auto picked = [](Optimizer& o, int64_t total, const std::vector<int64_t>& steps) {
+    std::vector<int64_t> out;
+    for (int64_t s : steps) {
+      o.set_position({s, 1, total});
+      if (dynamic_cast<Muon&>(o).renormalizes()) out.push_back(s + 1);
+    }
+    return out;
+  };
+  std::vector<int64_t> all(243);
+  std::iota(all.begin(), all.end(), 0);
+  // The CIFAR-10 speedrun record's schedule over its 243 steps: 37 renormalizations.
+  auto record = muon("[2, 17]");
+  const std::vector<int64_t> counts = picked(*record, 243, all);
+  REQUIRE(counts.size() == 37);
+  REQUIRE(std::vector<int64_t>(counts.begin(), counts.begin() + 10) ==
+          std::vector<int64_t>{2, 4, 6, 8, 10, 12, 14, 16, 19, 22});
+  REQUIRE(std::vector<int64_t>(counts.end() - 5, counts.end()) == std::vector<int64_t>{172, 185, 199, 214, 230});
+  // A pure function of the step: walking back (a resume) and forward again gives the same answers.
+  REQUIRE(picked(*record, 243, {21, 15, 18, 171, 184}) == std::vector<int64_t>{22, 16, 19, 172, 185});
+  auto every3 = muon("3");
+  REQUIRE(picked(*every3, 10, {0, 1, 2, 3, 4, 5, 6, 7, 8}) == std::vector<int64_t>{3, 6, 9});
+  REQUIRE(every3->to_json()["normalize_interval"] == 3);
+  REQUIRE(record->to_json()["normalize_interval"] == json::parse("[2, 17]"));
+  // Without the run's position the interval cannot be followed.
+  auto unplaced = muon("[2, 17]");
+  w.set_grad(Tensor::zeros(w.shape()));
+  REQUIRE_THROWS_WITH(unplaced->step(0.1), Catch::Contains("normalize_interval") && Catch::Contains("set_position"));
 }
 
 TEST_CASE("Muon state round-trips and the config is checked", "[muon]") {
@@ -202,6 +272,36 @@ TEST_CASE("Muon state round-trips and the config is checked", "[muon]") {
     const json c = {{"type", "Muon"}, {"ns_dtype", dtype}, {"rest", {{"type", "SGD"}}}};
     REQUIRE(make_optimizer(c, ps, "optimizer")->to_json()["ns_dtype"] == dtype);
   }
+  const auto error = [&](const char* text) {
+    json c = json::parse(text);
+    c["type"] = "Muon";
+    c["rest"] = {{"type", "SGD"}};
+    try {
+      make_optimizer(c, ps, "optimizer");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  REQUIRE_THAT(error(R"({"weight_decay": -1})"), Catch::Contains("optimizer.weight_decay"));
+  REQUIRE_THAT(error(R"({"normalize_interval": 4})"),
+               Catch::Contains("optimizer.normalize_interval") && Catch::Contains("normalize_weights"));
+  for (const char* bad : {R"({"normalize_weights": true, "normalize_interval": 0})",
+                          R"({"normalize_weights": true, "normalize_interval": [2]})",
+                          R"({"normalize_weights": true, "normalize_interval": 2.5})",
+                          R"({"normalize_weights": true, "normalize_interval": [2, "17"]})"})
+    REQUIRE_THAT(error(bad), Catch::Contains("optimizer.normalize_interval: expected a whole number"));
+  REQUIRE_THAT(error(R"({"ns_batching": "stacked"})"),
+               Catch::Contains("optimizer.ns_batching") && Catch::Contains("\"padded\""));
+  // The new keys are written when set, so an older config resolves as it did.
+  const json plain = make_optimizer({{"type", "Muon"}, {"rest", {{"type", "SGD"}}}}, ps, "optimizer")->to_json();
+  for (const char* key : {"weight_decay", "normalize_interval", "ns_batching"}) REQUIRE(!plain.contains(key));
+  const json set = make_optimizer(json::parse(R"({"type": "Muon", "weight_decay": 0.002, "ns_batching": "padded",
+                                                  "rest": {"type": "SGD"}})"),
+                                  ps, "optimizer")
+                       ->to_json();
+  REQUIRE(set["weight_decay"] == 0.002);
+  REQUIRE(set["ns_batching"] == "padded");
 }
 
 TEST_CASE("Muon on CUDA matches the CPU", "[muon][cuda]") {
@@ -233,17 +333,28 @@ TEST_CASE("Muon on CUDA matches the CPU", "[muon][cuda]") {
 // two tall ones (more rows than columns) of another, in float32 and bf16, with 3, 2 and 0
 // Newton-Schulz steps (the float32 iterate ends in either buffer), with and without weight
 // normalization, Nesterov on, three optimizer steps; and the same bits when the run is repeated.
+// Then all seven zero-padded into one batch (the CPU iterates them unpadded), with weight decay
+// and renormalization on every other step.
 TEST_CASE("Muon steps on CUDA match the CPU, banks of one shape iterated together", "[muon][cuda]") {
   MINIDL_REQUIRE_CUDA();
   const std::vector<std::vector<int64_t>> shapes = {{8, 4, 3, 3}, {16, 4, 3, 3}, {8, 4, 3, 3}, {40, 2, 2, 2},
                                                     {8, 4, 3, 3}, {16, 8, 3, 3}, {40, 2, 2, 2}};
-  for (const std::tuple<const char*, int, bool>& variant :
-       {std::tuple<const char*, int, bool>{"float32", 3, true}, {"float32", 2, false}, {"float32", 0, true},
-        {"bfloat16", 3, true}, {"bfloat16", 2, false}}) {
+  for (const std::tuple<const char*, int, bool, bool>& variant :
+       {std::tuple<const char*, int, bool, bool>{"float32", 3, true, false},
+        {"float32", 2, false, false},
+        {"float32", 0, true, false},
+        {"bfloat16", 3, true, false},
+        {"bfloat16", 2, false, false},
+        {"float32", 3, true, true},
+        {"float32", 2, false, true},
+        {"bfloat16", 3, true, true}}) {
     const char* dtype = std::get<0>(variant);  // named copies: lambdas below capture them (not bindings: clang)
     const int ns_steps = std::get<1>(variant);
     const bool normalize = std::get<2>(variant);
-    INFO("ns_dtype " << dtype << ", ns_steps " << ns_steps << ", normalize_weights " << normalize);
+    // The padded variants also decay the weights and renormalize on every other step.
+    const bool padded = std::get<3>(variant);
+    INFO("ns_dtype " << dtype << ", ns_steps " << ns_steps << ", normalize_weights " << normalize << ", padded "
+                     << padded);
     const auto run = [&](Device d) {
       std::vector<Tensor> ws;
       std::vector<NamedParam> params;
@@ -260,11 +371,17 @@ TEST_CASE("Muon steps on CUDA match the CPU, banks of one shape iterated togethe
       c["ns_dtype"] = dtype;
       c["ns_steps"] = ns_steps;
       c["normalize_weights"] = normalize;
+      if (padded) {
+        c["ns_batching"] = "padded";
+        c["weight_decay"] = 0.3;
+        if (normalize) c["normalize_interval"] = 2;
+      }
       auto opt = make_optimizer(c, params, "optimizer");
       for (int s = 0; s < 3; ++s) {
         for (size_t i = 0; i < ws.size(); ++i)
           ws[i].set_grad(test::random_tensor(shapes[i], 30 + 10 * s + i, -1.f, 1.f, d));
         b.set_grad(test::random_tensor({8}, 40 + s, -1.f, 1.f, d));
+        opt->set_position({s, 3, 3});
         opt->step(0.1);
       }
       std::vector<std::vector<float>> out;

@@ -210,6 +210,46 @@ TEST_CASE("parameter groups: first match wins, lr_scale and weight_decay per gro
   REQUIRE(opt->to_json().at("groups").size() == 3);
 }
 
+TEST_CASE("a parameter group's own schedule replaces the run's for its parameters", "[optim][schedule]") {
+  std::vector<NamedParam> params = make_params(kSpecs);
+  std::vector<Ref> refs = reference_init(params);
+  // 0.weight: its own decay over 3 steps at 0.5x the lr, then 0 (frozen in place); the others
+  // follow the lr the caller passes (the run's schedule).
+  const json config = json::parse(R"({"type": "SGD", "lr": 0.1, "momentum": 0.9, "weight_decay": 0.05, "groups": [
+        {"match": "0.weight", "lr_scale": 0.5, "schedule": {"type": "piecewise_linear", "steps": [0, 3],
+                                                            "factors": [1, 0]}}]})");
+  for (size_t i = 0; i < params.size(); ++i) {
+    refs[i].lr_scale = params[i].name == "0.weight" ? 0.5 : 1;
+    refs[i].wd = 0.05;
+  }
+  auto opt = make_optimizer(config, params, "optimizer");
+  std::vector<float> frozen;
+  for (int step = 0; step < 5; ++step) {
+    set_grads(params, step);
+    const double run_lr = lr_at(step) * 0.01;
+    opt->set_position({step, 2, 5});
+    opt->step(run_lr);
+    for (size_t i = 0; i < refs.size(); ++i) {
+      const bool own = params[i].name == "0.weight";
+      // 0.1 * (1 - step / 3) before scaling by lr_scale: the group ignores the run's lr.
+      const double lr = own ? 0.1 * std::max(0.0, 1 - step / 3.0) : run_lr;
+      reference_sgd(refs[i], grad_values(params[i].tensor.numel(), step, i), lr, 0.9, false);
+    }
+    if (step == 3) frozen = params[0].tensor.to_vector();
+  }
+  require_params_close(params, refs, 1e-5, "group schedule");
+  REQUIRE(params[0].tensor.to_vector() == frozen);  // lr 0 from step 3 on: not one bit moves
+  REQUIRE(opt->to_json()["groups"][0]["schedule"]["steps"] == json::parse("[0, 3]"));
+  REQUIRE(make_optimizer(opt->to_json(), make_params(kSpecs), "optimizer")->to_json() == opt->to_json());
+  // The schedule needs the run's position, and its mistakes are named by key path.
+  auto unplaced = make_optimizer(config, make_params(kSpecs), "optimizer");
+  REQUIRE_THROWS_WITH(unplaced->step(0.1), Catch::Contains("schedule") && Catch::Contains("set_position"));
+  json bad = config;
+  bad["groups"][0]["schedule"]["type"] = "linear";
+  REQUIRE_THROWS_WITH(make_optimizer(bad, make_params(kSpecs), "optimizer"),
+                      Catch::Contains("optimizer.groups[0].schedule.type"));
+}
+
 TEST_CASE("parameters without a gradient are left alone, zero_grad keeps the buffers", "[optim]") {
   std::vector<NamedParam> params = make_params(kSpecs);
   auto opt = make_optimizer({{"type", "SGD"}, {"lr", 0.1}, {"momentum", 0.9}, {"weight_decay", 0.1}}, params,

@@ -1,6 +1,6 @@
 // Patch whitening: the patch second moments against a direct float64 sum, the filters whitening
 // the patches they came from (W C W^T = diag(lambda / (lambda + eps)), negations below), the init
-// rule's shape errors, and the CUDA moments against the CPU ones.
+// rule's shape errors and image count, and the CUDA moments against the CPU ones.
 #include <cmath>
 #include <vector>
 
@@ -108,6 +108,28 @@ TEST_CASE("patch_whitening init: errors name the rule and the shape", "[whitenin
   apply_init_rules(rules, ok, images);
   const std::vector<float> want = whitening_filters(patch_moments(images(5000), 2, 2), 3, 2, 2, 5e-4).to_vector();
   REQUIRE(good.to_vector() == want);
+}
+
+TEST_CASE("patch_whitening init: \"images\" is how many training images the filters come from",
+          "[whitening][init]") {
+  Tensor w = Tensor::zeros({24, 3, 2, 2});
+  const std::vector<NamedParam> params = {{"0.weight", w, "Conv2d"}};
+  int64_t asked = 0;
+  auto images = [&](int64_t n) {
+    asked = n;
+    return correlated_images(n, 3, 8, 8, 2);
+  };
+  const auto rule = [](const char* images) {
+    return nlohmann::json::parse(str(R"([{"match": "0.weight", "type": "patch_whitening", "images": )", images, "}]"));
+  };
+  apply_init_rules(rule("960"), params, images);
+  REQUIRE(asked == 960);
+  const std::vector<float> from_960 = w.to_vector();
+  REQUIRE(from_960 == whitening_filters(patch_moments(images(960), 2, 2), 3, 2, 2, 5e-4).to_vector());
+  apply_init_rules(rule("5000"), params, images);
+  REQUIRE(asked == 5000);
+  REQUIRE(w.to_vector() != from_960);
+  REQUIRE_THROWS_WITH(apply_init_rules(rule("0"), params, images), Catch::Contains("init[0].images"));
 }
 
 TEST_CASE("patch_moments on CUDA matches the CPU", "[whitening][cuda]") {

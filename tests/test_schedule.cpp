@@ -67,11 +67,26 @@ TEST_CASE("piecewise_linear interpolates in fractional epochs (DAWNBench one-cyc
   REQUIRE(shifted->factor(15, 10, 100) == Approx(1.25));
 }
 
+TEST_CASE("piecewise_linear in global steps: a linear decay over the first 7 steps, then 0", "[schedule]") {
+  auto s = schedule(R"({"type": "piecewise_linear", "steps": [0, 7], "factors": [1, 0]})");
+  for (int64_t step = 0; step < 7; ++step) REQUIRE(s->factor(step, 32, 243) == Approx(1 - step / 7.0));
+  REQUIRE(s->factor(7, 32, 243) == 0.0);
+  REQUIRE(s->factor(200, 32, 243) == 0.0);
+  REQUIRE(s->factor(3, 5, 10) == s->factor(3, 32, 243));  // steps do not depend on the epoch's length
+  REQUIRE(s->to_json()["steps"] == json::parse("[0, 7]"));
+  REQUIRE_THROWS_WITH(schedule(R"({"type": "piecewise_linear", "steps": [0, 7], "epochs": [0, 1],
+                                   "factors": [1, 0]})"),
+                      Catch::Contains("not both"));
+  REQUIRE_THROWS_WITH(schedule(R"({"type": "piecewise_linear", "steps": [7, 0], "factors": [1, 0]})"),
+                      Catch::Contains("schedule.steps") && Catch::Contains("increasing"));
+}
+
 TEST_CASE("schedules print back and reject mistakes by key path", "[schedule][config]") {
-  for (const char* text : {R"({"type": "constant"})", R"({"type": "step", "step_size": 8, "gamma": 0.2})",
-                           R"({"type": "cosine", "min_factor": 0.05})",
-                           R"({"type": "warmup", "warmup_epochs": 1.5, "decay": "cosine"})",
-                           R"({"type": "piecewise_linear", "epochs": [0, 5, 24], "factors": [0, 1, 0]})"}) {
+  for (const char* text :
+       {R"({"type": "constant"})", R"({"type": "step", "step_size": 8, "gamma": 0.2})",
+        R"({"type": "cosine", "min_factor": 0.05})", R"({"type": "warmup", "warmup_epochs": 1.5, "decay": "cosine"})",
+        R"({"type": "piecewise_linear", "epochs": [0, 5, 24], "factors": [0, 1, 0]})",
+        R"({"type": "piecewise_linear", "steps": [0, 40], "factors": [1, 0.5]})"}) {
     auto s = schedule(text);
     auto again = make_schedule(s->to_json(), "schedule");
     REQUIRE(again->to_json() == s->to_json());

@@ -47,6 +47,8 @@ struct TrainConfig {
   nlohmann::json grad_scaler; // null: defaults; fp16 only (optim/grad_scaler.h)
   double grad_clip{};         // 0: off
   TtaMode tta{};
+  double tta_share{};  // < 1: selective TTA over this share of the test images
+  TtaWeights tta_weights{};
   int64_t eval_batch_size{};
   std::string output_dir;
   bool progress{};

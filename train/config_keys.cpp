@@ -233,6 +233,13 @@ std::vector<ConfigKey> make_config_keys() {
                               "torch.nn.utils.clip_grad_norm_ (optim/grad_clip.h)")),
       choice("eval.tta", &C::tta, TtaMode::None,
              "test-time augmentation: the views of each test image whose logits are averaged (data/tta.h)"),
+      number("eval.tta_share", &C::tta_share, 1, {0, true, 1, false}, "",
+             "selective TTA: below 1, one plain pass classifies every test image and only this share of them, the "
+             "least confident (lowest largest softmax probability), is classified again with eval.tta's views, as "
+             "the CIFAR-10 speedrun record does with 0.25 (Trainer::selective_tta)"),
+      choice("eval.tta_weights", &C::tta_weights, TtaWeights::Mode,
+             "how eval.tta's views are weighted: mode: the mode's own weights (data/tta.h); equal: 1 / views each, "
+             "the mean of their logits"),
       integer("eval.batch_size", &C::eval_batch_size, 1000, 1, kMaxBatchSize, "images per evaluation batch"),
       text("output.dir", &C::output_dir, "runs/run", "a folder", "the run folder; --output overrides it"),
       flag("output.progress", &C::progress, true, "a progress bar while stderr is a terminal"),

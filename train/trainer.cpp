@@ -255,6 +255,7 @@ bool Trainer::train_step(int64_t step, StepRecord* record, Profiler* profiler) {
     set_dropout_step(step, device_);
   }
   freeze_.apply(step);
+  optimizer_->set_position({step, steps_per_epoch(), total_steps()});
   const double lr = lr_at(step);
   StepResults results;
   // The benchmark's timing of the reduction waits for the device inside the step: eager.
@@ -604,7 +605,7 @@ Trainer::EvalCounts Trainer::device_eval(TtaMode tta) {
   Tensor logits = forward(batch.images).to(DType::Float32);
   EvalCounts counts;
   counts.correct = correct_predictions(logits, batch.labels);
-  const std::vector<TtaView> views = tta_views(tta);
+  const std::vector<TtaView> views = eval_views(tta);
   if (views.size() == 1) return counts;
   counts.tta_correct = correct_predictions(tta_logits(batch.images, logits, views), batch.labels);
   return counts;
@@ -614,9 +615,18 @@ std::vector<int64_t> Trainer::confusion_matrix(TtaMode tta) {
   const RunContextScope scope(context_);
   autograd::NoGradGuard no_grad;
   model_->eval();
-  const std::vector<TtaView> views = tta_views(tta);
+  const std::vector<TtaView> views = eval_views(tta);
   const int64_t k = num_classes();
   std::vector<int64_t> counts(static_cast<size_t>(k * k), 0);
+  if (tta != TtaMode::None && config_.tta_share < 1) {
+    const TestLogits t = selective_tta(tta);
+    for (size_t i = 0; i < t.labels.size(); ++i) {
+      const float* row = t.tta.data() + static_cast<int64_t>(i) * t.classes;
+      counts[static_cast<size_t>(t.labels[i] * k + (std::max_element(row, row + t.classes) - row))] += 1;
+    }
+    model_->train();
+    return counts;
+  }
   Loader& loader = *test_loader_;
   loader.start_epoch(0);
   Batch batch;
@@ -638,6 +648,7 @@ std::vector<int64_t> Trainer::confusion_matrix(TtaMode tta) {
 }
 
 Trainer::EvalResult Trainer::evaluate(TtaMode tta) {
+  if (tta != TtaMode::None && config_.tta_share < 1) return evaluate_selective(tta);
   const RunContextScope scope(context_);
   autograd::NoGradGuard no_grad;
   model_->eval();

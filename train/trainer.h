@@ -60,8 +60,10 @@ class Trainer {
   // The learning rate of the default group at `step` (base lr times the schedule).
   double lr_at(int64_t step) const;
   // Test accuracy (percent) in eval mode, plain and with the given test-time augmentation (the
-  // same forward passes serve both; tta_acc < 0 when tta is "none"). Full batches replay a CUDA
-  // graph as training steps do; the host waits for the GPU once, at the end.
+  // same forward passes serve both; tta_acc < 0 when tta is "none"), the views weighted as
+  // eval.tta_weights says. Full batches replay a CUDA graph as training steps do; the host waits
+  // for the GPU once, at the end. With eval.tta_share below 1 the TTA is selective
+  // (selective_tta): eager, and the host reads the plain pass's logits between the two passes.
   struct EvalResult {
     double acc = 0;
     double tta_acc = -1;
@@ -198,6 +200,19 @@ class Trainer {
     Tensor correct, tta_correct;  // int32 scalars on the device; tta_correct is empty without TTA
   };
   EvalCounts device_eval(TtaMode tta);
+  // Selective TTA (train/selective_tta.cpp): one plain pass over the test set, then the
+  // floor(tta_share * n) images least confident in it (least_confident, data/tta.h) again with
+  // the views; the others keep their plain logits. Host copies of the logits, plain and final,
+  // (n, classes) row-major, and of the labels. Eager, in eval mode without autograd (the caller's).
+  struct TestLogits {
+    std::vector<float> plain, tta;
+    std::vector<int32_t> labels;
+    int64_t classes = 0;
+  };
+  TestLogits selective_tta(TtaMode tta);
+  EvalResult evaluate_selective(TtaMode tta);
+  // The views of `tta` weighted as the config's eval.tta_weights says.
+  std::vector<TtaView> eval_views(TtaMode tta) const { return tta_views(tta, config_.tta_weights); }
   // The weighted sum of the TTA views' logits (views[0] is the plain image, whose logits are given).
   Tensor tta_logits(const Tensor& images, const Tensor& logits, const std::vector<TtaView>& views);
   // Errors unless the model takes the data's images and gives one value per class.
