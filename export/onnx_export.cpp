@@ -147,7 +147,7 @@ const std::map<const LayerDescriptor*, Emitter>& emitters();
 
 class Exporter {
  public:
-  explicit Exporter(onnx::GraphProto* g) : b_(g) {}
+  Exporter(onnx::GraphProto* g, int64_t input_rank) : b_(g), rank_(input_rank) {}
 
   // Emits `m` applied to the value `x`; returns the output value.
   std::string emit(const Module& m, const std::string& x) {
@@ -472,7 +472,7 @@ class Exporter {
   }
 
   GraphBuilder b_;
-  int64_t rank_ = 4;  // of the value being emitted: images (4), tokens (3), features (2)
+  int64_t rank_;  // of the value being emitted: images (4), tokens (3), features (2)
 };
 
 // The emitter of every layer type whose descriptor says it exports (onnx_exported_layers() lets
@@ -534,7 +534,9 @@ std::string onnx_model_bytes(Module& model, const OnnxExportOptions& options) {
   proto.set_ir_version(8);  // the IR version of opset 17 (onnx 1.12 to 1.13)
   proto.set_producer_name("minidl");
   proto.set_producer_version("0.1");
-  proto.set_doc_string("minidl model in eval mode: input = normalized images (batch, C, H, W), output = logits");
+  proto.set_doc_string(options.logits
+                           ? "minidl model in eval mode: input = normalized images (batch, C, H, W), output = logits"
+                           : "minidl layer in eval mode");
   onnx::OperatorSetIdProto* opset = proto.add_opset_import();
   opset->set_domain("");
   opset->set_version(kOpset);
@@ -545,37 +547,40 @@ std::string onnx_model_bytes(Module& model, const OnnxExportOptions& options) {
   }
   onnx::GraphProto* g = proto.mutable_graph();
   g->set_name("minidl");
-  set_shape(g->add_input(), {options.channels, options.height, options.width});
+  set_shape(g->add_input(), options.sample);
   g->mutable_input(0)->set_name("input");
-  Exporter exporter(g);
+  Exporter exporter(g, static_cast<int64_t>(options.sample.size()) + 1);
   const std::string out = exporter.emit(model, "input");
-  // One forward pass on a zero image in eval mode: checks that the model takes the input shape
-  // and gives the logits' width.
-  int64_t classes;
+  // One forward pass on a zero sample in eval mode: checks that the model takes the input shape
+  // and gives the output's (the logits') shape.
+  Shape output;
   {
     autograd::NoGradGuard no_grad;
     const bool was_training = model.is_training();
     model.eval();
     Device device = model.state_dict().empty() ? Device::cpu() : model.state_dict().front().second.device();
-    Tensor logits = model(Tensor::zeros({1, options.channels, options.height, options.width}, DType::Float32, device));
+    Shape one{1};
+    one.insert(one.end(), options.sample.begin(), options.sample.end());
+    Tensor y = model(Tensor::zeros(one, DType::Float32, device));
     model.train(was_training);
-    MINIDL_CHECK(logits.dim() == 2, "export: the model gives ", shape_str(logits.shape()),
+    MINIDL_CHECK(!options.logits || y.dim() == 2, "export: the model gives ", shape_str(y.shape()),
                  " for one image; ONNX export expects (batch, classes) logits");
-    classes = logits.size(1);
+    output.assign(y.shape().begin() + 1, y.shape().end());
   }
-  // Name the graph's output "logits": rename the last node's output, or add an Identity when
-  // the model is the identity.
+  // Name the graph's output: rename the last node's output, or add an Identity when the model is
+  // the identity.
+  const std::string name = options.logits ? "logits" : "output";
   if (g->node_size() > 0 && g->node(g->node_size() - 1).output(0) == out) {
-    g->mutable_node(g->node_size() - 1)->set_output(0, "logits");
+    g->mutable_node(g->node_size() - 1)->set_output(0, name);
   } else {
     onnx::NodeProto* n = g->add_node();
     n->set_op_type("Identity");
     n->set_name("model/Identity");
     n->add_input(out);
-    n->add_output("logits");
+    n->add_output(name);
   }
-  set_shape(g->add_output(), {classes});
-  g->mutable_output(0)->set_name("logits");
+  set_shape(g->add_output(), output);
+  g->mutable_output(0)->set_name(name);
   return proto.SerializeAsString();
 }
 

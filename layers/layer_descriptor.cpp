@@ -1,6 +1,5 @@
 #include "layers/layer_descriptor.h"
 
-
 namespace minidl {
 
 LayerKey required_key(std::string name, std::string type, std::string doc) {
@@ -13,6 +12,13 @@ LayerKey default_key(std::string name, std::string type, nlohmann::json default_
 
 LayerKey derived_key(std::string name, std::string type, std::string doc) {
   return {std::move(name), std::move(type), false, nullptr, std::move(doc)};
+}
+
+std::vector<LayerExample> layer_examples(const LayerDescriptor& layer) {
+  std::vector<LayerExample> out{{layer.example, layer.example_input}};
+  out.insert(out.end(), layer.more_examples.begin(), layer.more_examples.end());
+  for (LayerExample& e : out) e.spec["type"] = layer.name;
+  return out;
 }
 
 const char* autocast_rule_name(AutocastRule rule) {

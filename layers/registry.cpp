@@ -111,13 +111,12 @@ nlohmann::json layer_schema() {
       if (!k.required && !k.default_value.is_null()) key["default"] = k.default_value;
       keys.push_back(std::move(key));
     }
-    nlohmann::json example = d->example;
-    example["type"] = d->name;
+    nlohmann::json examples = nlohmann::json::array();
+    for (const LayerExample& e : layer_examples(*d)) examples.push_back({{"spec", e.spec}, {"input", e.input}});
     out[d->name] = {{"family", d->family},
                     {"summary", d->summary},
                     {"keys", std::move(keys)},
-                    {"example", std::move(example)},
-                    {"example_input", d->example_input},
+                    {"examples", std::move(examples)},
                     {"autocast", autocast_rule_name(d->autocast)},
                     {"onnx", d->onnx}};
   }

@@ -40,7 +40,7 @@ const LayerDescriptor* find_layer(const std::string& type);
 // The type names build_layer knows, for error messages and docs.
 std::vector<std::string> layer_types();
 // The schema of every layer type, keyed by type name: {"Conv2d": {"family", "summary", "keys":
-// [{"name", "type", "required", "default", "doc"}], "example", "example_input", "autocast",
+// [{"name", "type", "required", "default", "doc"}], "examples": [{"spec", "input"}], "autocast",
 // "onnx"}, ...}. `minidl layers --json` prints it; docs/layers.json is a copy the tests compare.
 nlohmann::json layer_schema();
 

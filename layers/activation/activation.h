@@ -15,7 +15,7 @@
 
 namespace minidl {
 
-Tensor relu(const Tensor& x);                                             // any shape, float32
+Tensor relu(const Tensor& x);  // any shape; float32, bfloat16 or float16
 Tensor gelu(const Tensor& x, GeluApproximate approximate = GeluApproximate::None);
 
 class ReLU : public Module {

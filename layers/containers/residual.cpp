@@ -67,7 +67,13 @@ const LayerDescriptor& residual_layer() {
       {{"body", {{{"type", "Linear"}, {"in_features", 3}, {"out_features", 4}}, {{"type", "ReLU"}}}},
        {"shortcut", {{{"type", "Linear"}, {"in_features", 3}, {"out_features", 4}, {"bias", false}}}}},
       {2, 3},
-      AutocastRule::InputType};
+      AutocastRule::InputType,
+      true,
+      nullptr,
+      {{{{"body",
+          {{{"type", "Conv2d"}, {"in_channels", 3}, {"out_channels", 3}, {"kernel_size", 3}, {"padding", 1}},
+           {{"type", "GELU"}}}}},
+        {2, 3, 4, 4}}}};
   return layer;
 }
 

@@ -34,7 +34,10 @@ const LayerDescriptor& scale_layer() {
                                      make_scale,
                                      {{"value", 0.5}},
                                      {2, 3},
-                                     AutocastRule::InputType};
+                                     AutocastRule::InputType,
+                                     true,
+                                     nullptr,
+                                     {{{{"value", -1.5}}, {2, 3, 3, 5}}}};
   return layer;
 }
 

@@ -119,7 +119,9 @@ const LayerDescriptor& batchnorm2d_layer() {
       {2, 3, 4, 4},
       AutocastRule::InputType,
       true,
-      batchnorm2d_state};
+      batchnorm2d_state,
+      {{{{"num_features", 5}, {"relu", true}}, {3, 5, 4, 3}},
+       {{{"num_features", 4}, {"gelu", true}, {"affine", false}}, {2, 4, 3, 5}}}};
   return layer;
 }
 

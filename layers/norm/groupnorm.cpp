@@ -96,7 +96,8 @@ const LayerDescriptor& groupnorm_layer() {
       {2, 4, 3, 3},
       AutocastRule::Float32,
       true,
-      groupnorm_state};
+      groupnorm_state,
+      {{{{"num_groups", 3}, {"num_channels", 6}, {"relu", true}}, {2, 6, 3, 5}}}};
   return layer;
 }
 

@@ -104,7 +104,8 @@ const LayerDescriptor& layernorm_layer() {
       {2, 3, 4, 4},
       AutocastRule::Float32,
       true,
-      layernorm_state};
+      layernorm_state,
+      {{{{"normalized_shape", {8}}}, {2, 5, 8}}}};
   return layer;
 }
 

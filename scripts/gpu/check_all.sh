@@ -5,6 +5,7 @@
 # OUT_DIR/<stage>/; the data is $CIFAR10_DIR, else CIFAR-10 decoded into OUT_DIR/cifar10
 # (scripts/gpu/run_stage.sh). STAGES (default "tests bench"), any of:
 #   tests      the [cuda] tests
+#   op_harness every layer's examples on CUDA against the CPU, every dtype and layout, graphed (op_harness.sh)
 #   bench      train/profile benchmarks of ResNet-9 beside PyTorch, then the norm, conv and parity stages
 #   norm       minidl bench norm beside PyTorch (scripts/gpu/norm.sh)
 #   conv       minidl bench conv beside PyTorch (scripts/gpu/conv.sh)
@@ -122,6 +123,8 @@ for stage in $stages; do
       run timeout 580 bash "$root/scripts/gpu/airbench.sh" "$bin" "$s" 2>&1 | tee "$s/airbench.log" | tail -12 ;;
     norm_single_read)
       run timeout 300 bash "$root/scripts/gpu/norm_single_read.sh" "$bin" "$s" 2>&1 | tee "$s/norm_single_read.log" | tail -40 ;;
+    op_harness)
+      run timeout 300 bash "$root/scripts/gpu/op_harness.sh" "$bin" "$s" 2>&1 | tail -40 ;;
     onnx)
       run timeout 580 bash "$root/scripts/gpu/onnx_check.sh" "$bin" "$s" 2>&1 | tee "$s/onnx.log" | tail -8 ;;
     tensorboard)

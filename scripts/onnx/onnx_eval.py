@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Checks an ONNX file from `minidl export` and runs it with a small float64 numpy evaluator.
 
-    scripts/onnx/onnx_eval.py MODEL.onnx [--logits REF.safetensors] [--atol A] [--rtol R]
+    scripts/onnx/onnx_eval.py MODEL.onnx [--logits REF.safetensors | --outputs REF.safetensors]
+                              [--atol A] [--rtol R]
 
 1. onnx.checker.check_model(full_check=True): the schema checks and ONNX's shape inference.
 2. With --logits (from `minidl export --logits`): runs the graph on the file's images with the
    evaluator below, an implementation of the ONNX operators minidl exports written from the
    ONNX operator spec (not from minidl's kernels), and compares the logits with minidl's.
+   With --outputs (from `minidl export --examples`: one layer's "input" and "output"): the same for
+   a layer's output, element by element.
 Exits 0 when both pass; 1 on a mismatch; 2 when python3-onnx is missing.
 """
 import argparse
@@ -17,7 +20,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reference import compare, read_safetensors  # noqa: E402
+from reference import compare, compare_outputs, read_safetensors  # noqa: E402
 
 try:
     import onnx
@@ -178,6 +181,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model")
     p.add_argument("--logits", help="minidl export --logits file to compare with")
+    p.add_argument("--outputs", help="minidl export --examples file (input, output) to compare with")
     p.add_argument("--atol", type=float, default=1e-4)
     p.add_argument("--rtol", type=float, default=1e-4)
     args = p.parse_args()
@@ -186,6 +190,10 @@ def main():
     ops = sorted({n.op_type for n in model.graph.node})
     print(f"{args.model}: onnx {onnx.__version__} checker ok: opset {model.opset_import[0].version}, "
           f"{len(model.graph.node)} nodes ({', '.join(ops)}), {len(model.graph.initializer)} initializers")
+    if args.outputs:
+        ref, meta = read_safetensors(args.outputs)
+        return 0 if compare_outputs(f"numpy evaluator vs minidl ({meta.get('spec', '')})", evaluate(model, ref["input"]),
+                                    ref["output"], args.atol, args.rtol) else 1
     if not args.logits:
         return 0
     ref, meta = read_safetensors(args.logits)
