@@ -11,7 +11,7 @@
 #include "layers/module.h"
 #include "layers/registry.h"
 #include "optim/named_params.h"
-#include "train/model_memory.h"
+#include "layers/model_memory.h"
 #include "train/param_rules.h"
 #include "train/precision.h"
 

@@ -12,7 +12,7 @@
 #include "data/loader.h"
 #include "layers/loss/loss.h"
 #include "layers/registry.h"
-#include "train/model_memory.h"
+#include "layers/model_memory.h"
 #include "train/precision.h"
 #include "train/trainer.h"
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "core/cast_kernels.h"
+#include "core/dispatch.h"
 #include "core/cuda/elementwise.cuh"
 #include "layers/activation/pointwise_kernels.h"
 
@@ -23,7 +24,7 @@ struct Backward {  // (dy, saved)
 }  // namespace
 
 void pointwise_forward_cuda(Activation a, DType dtype, const void* x, void* y, int64_t n) {
-  visit_floating(dtype, "pointwise activation", [&](auto tag) {
+  dispatch_dtype(dtype, "pointwise activation", [&](auto tag) {
     using T = decltype(tag);
     act::with_activation(a, [&](auto kind) {
       cuda::launch_map1(static_cast<const T*>(x), static_cast<T*>(y), n, Forward<decltype(kind)::value>{});
@@ -32,7 +33,7 @@ void pointwise_forward_cuda(Activation a, DType dtype, const void* x, void* y, i
 }
 
 void pointwise_backward_cuda(Activation a, DType dtype, const void* dy, const void* saved, void* dx, int64_t n) {
-  visit_floating(dtype, "pointwise activation", [&](auto tag) {
+  dispatch_dtype(dtype, "pointwise activation", [&](auto tag) {
     using T = decltype(tag);
     act::with_activation(a, [&](auto kind) {
       cuda::launch_map2(static_cast<const T*>(dy), static_cast<const T*>(saved), static_cast<T*>(dx), n,

@@ -5,6 +5,7 @@
 // a second kernel adds each factor's partials in chunk order. Channels-last (inner 1) reads are
 // coalesced: a warp reads 32 neighbouring channels of a row.
 #include "core/cast_kernels.h"
+#include "core/dispatch.h"
 #include "core/cuda/kernel_helpers.cuh"
 #include "core/cuda/runtime.h"
 #include "core/half_types.h"
@@ -111,7 +112,7 @@ int64_t channel_scale_partials(const ChannelScaleShape& s) {
 }
 
 void channel_scale_forward_cuda(DType dtype, const void* x, const float* gamma, void* y, const ChannelScaleShape& s) {
-  visit_floating(dtype, "channel scale", [&](auto tag) {
+  dispatch_dtype(dtype, "channel scale", [&](auto tag) {
     using T = decltype(tag);
     scale(static_cast<const T*>(x), gamma, static_cast<T*>(y), s);
   });
@@ -119,7 +120,7 @@ void channel_scale_forward_cuda(DType dtype, const void* x, const float* gamma, 
 
 void channel_scale_backward_cuda(DType dtype, const void* dy, const void* x, const float* gamma, void* dx,
                                  float* dgamma, float* partial, const ChannelScaleShape& s) {
-  visit_floating(dtype, "channel scale", [&](auto tag) {
+  dispatch_dtype(dtype, "channel scale", [&](auto tag) {
     using T = decltype(tag);
     const int64_t chunks = chunks_of(s), groups = s.per_sample ? s.samples : 1;
     const int64_t factors = groups * s.channels;

@@ -5,6 +5,7 @@
 // channels of one pixel. Values in float32, bfloat16 or float16, read widened, summed in float32
 // and rounded once.
 #include "core/cast_kernels.h"
+#include "core/dispatch.h"
 #include "core/half_types.h"
 #include "layers/pool/avg_pool_kernels.h"
 #include "layers/pool/avg_pool_window.h"
@@ -74,7 +75,7 @@ void avg_pool2d_forward_cuda(DType dtype, const void* x, void* y, const AvgPool2
                              bool channels_last) {
   const int64_t total = s.n * s.c * s.OH * s.OW;
   if (total == 0) return;
-  visit_floating(dtype, "avg_pool2d", [&](auto tag) {
+  dispatch_dtype(dtype, "avg_pool2d", [&](auto tag) {
     using T = decltype(tag);
     if (channels_last)
       pool_index::launch(avg_pool_forward_kernel<T, true>, total, static_cast<const T*>(x), static_cast<T*>(y), s, g);
@@ -87,7 +88,7 @@ void avg_pool2d_backward_cuda(DType dtype, const void* dy, void* dx, const AvgPo
                               const AvgPool2dGeometry& g, bool channels_last) {
   const int64_t total = s.n * s.c * s.H * s.W;
   if (total == 0) return;
-  visit_floating(dtype, "avg_pool2d", [&](auto tag) {
+  dispatch_dtype(dtype, "avg_pool2d", [&](auto tag) {
     using T = decltype(tag);
     if (channels_last)
       pool_index::launch(avg_pool_backward_kernel<T, true>, total, static_cast<const T*>(dy), static_cast<T*>(dx), s,
