@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/json_limits.h"
+#include "core/spelling.h"
 
 namespace minidl {
 
@@ -131,7 +132,8 @@ void JsonArgs::finish() const {
     keys.insert(asked_.begin(), asked_.end());
     std::string known;
     for (const auto& k : keys) known += (known.empty() ? "" : ", ") + k;
-    fail(str(key_path(text_excerpt(kv.key())), ": unknown key (known: ", known, ")"));
+    fail(str(key_path(text_excerpt(kv.key())), ": unknown key",
+             did_you_mean(kv.key(), std::vector<std::string>(keys.begin(), keys.end())), " (known: ", known, ")"));
   }
 }
 

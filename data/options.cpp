@@ -94,7 +94,71 @@ Field<DataOptions> only_for(DataFormat format, Field<DataOptions> f) {
   return f;
 }
 
+// data.mean or data.std: three numbers, or "auto" (`is_auto` true: the training images' own,
+// computed when the run starts); left out, "auto" for an image folder (its pixels have no
+// published statistics) and CIFAR's constants otherwise. Written back as given.
+Field<DataOptions> stats_field(const char* name, std::array<double, 3> Normalization::*values,
+                               bool Normalization::*is_auto, std::string doc) {
+  using D = DataOptions;
+  const Normalization n;
+  Field<D> f = custom_field<D>(name, "floats", n.*values, "(R, G, B) or \"auto\"",
+                               doc + "; \"auto\": the training images' own (the default for image folders)");
+  Field<D> triple = numbers<D, 3>(
+      name, [values](auto& d) -> auto& { return d.normalize.*values; }, n.*values, "(R, G, B)", "");
+  f.read = [values, is_auto, triple](JsonArgs& a, const std::string& key, D& o) {
+    o.normalize.*values = Normalization{}.*values;
+    o.normalize.*is_auto = !a.has(key) && o.format == DataFormat::ImageFolder;
+    if (!a.has(key)) return;
+    const nlohmann::json& j = a.get_json(key);
+    o.normalize.*is_auto = j == "auto";
+    if (o.normalize.*is_auto) return;
+    MINIDL_CHECK(!j.is_string(), a.key_path(key), ": expected \"auto\" or a list of 3 numbers (R, G, B), got ",
+                 json_excerpt(j));
+    triple.read(a, key, o);
+  };
+  f.write = [values, is_auto](const D& o) {
+    return std::optional<nlohmann::json>(o.normalize.*is_auto ? nlohmann::json("auto")
+                                                              : nlohmann::json(o.normalize.*values));
+  };
+  return f;
+}
+
+// data.val_fraction, in (0, 1) when given; written back only when set, with val_seed.
+Field<DataOptions> val_fraction_field() {
+  using D = DataOptions;
+  Field<D> f = written_when_set(custom_field<D>(
+      "val_fraction", "float", 0.0, "(0, 1)",
+      "this fraction of the training images (after train_limit), stratified by class, is held out as the "
+      "validation split; left out: none (an image folder's val/ may give one)"));
+  f.read = [](JsonArgs& a, const std::string& key, D& o) {
+    o.val_fraction = 0;
+    if (!a.has(key)) return;
+    o.val_fraction = a.get_float(key);
+    MINIDL_CHECK(o.val_fraction > 0 && o.val_fraction < 1, a.key_path(key),
+                 ": expected a fraction of the training images in (0, 1), e.g. 0.1 (leave the key out for no ",
+                 "validation split), got ", o.val_fraction);
+  };
+  f.write = [](const D& o) { return nlohmann::json(o.val_fraction); };
+  return f;
+}
+
+Field<DataOptions> val_seed_field() {
+  using D = DataOptions;
+  Field<D> f = count("val_seed", &D::val_seed, 0,
+                     "which images val_fraction holds out; independent of the run's seed (with val_fraction only)");
+  auto read = f.read;
+  f.read = [read](JsonArgs& a, const std::string& key, D& o) {
+    MINIDL_CHECK(!a.has(key) || o.val_fraction > 0, a.key_path(key),
+                 ": only with data.val_fraction (it picks the held-out images)");
+    read(a, key, o);
+  };
+  auto write = f.write;
+  f.write = [write](const D& o) { return o.val_fraction > 0 ? write(o) : std::nullopt; };
+  return f;
+}
+
 }  // namespace
+
 
 const Fields<AugmentOptions>& AugmentOptions::fields() {
   using A = AugmentOptions;
@@ -156,7 +220,6 @@ void AugmentOptions::validate_for_size(const std::string& path, int64_t height, 
 
 const Fields<DataOptions>& DataOptions::fields() {
   using D = DataOptions;
-  const Normalization n;
   static const Fields<D> f{
       {written_when_set(choice("format", &D::format, DataFormat::Cifar10, "the data set's format (docs/data.md)")),
        text("dir", &D::dir, "", "a folder",
@@ -165,6 +228,8 @@ const Fields<DataOptions>& DataOptions::fields() {
        integer("train_limit", &D::train_limit, 0, {0}, "train on the first train_limit images only (0: all)"),
        written_when_set(
            integer("test_limit", &D::test_limit, 0, {0}, "evaluate on the first test_limit images only (0: all)")),
+       val_fraction_field(),
+       val_seed_field(),
        only_for(DataFormat::Cifar100, choice("label", &D::label, Cifar100Label::Fine,
                                              "the 100 classes (fine) or the 20 superclasses (coarse)")),
        only_for(DataFormat::ImageFolder,
@@ -181,17 +246,15 @@ const Fields<DataOptions>& DataOptions::fields() {
                 text("cache_dir", &D::cache_dir, "", "a folder", "the decoded cache; \"\": <dir>/.minidl-cache")),
        only_for(DataFormat::ImageFolder,
                 flag("skip_bad", &D::skip_bad, false, "skip (and count) files that do not decode instead of failing")),
-       numbers<D, 3>(
-           "mean", [](auto& d) -> auto& { return d.normalize.mean; }, n.mean, "(R, G, B)",
-           "per-channel mean subtracted, in [0, 1] units"),
-       numbers<D, 3>(
-           "std", [](auto& d) -> auto& { return d.normalize.std; }, n.std, "(R, G, B)",
-           "per-channel standard deviation divided by, each > 0"),
+       stats_field("mean", &Normalization::mean, &Normalization::auto_mean,
+                   "per-channel mean subtracted, in [0, 1] units"),
+       stats_field("std", &Normalization::std, &Normalization::auto_std,
+                   "per-channel standard deviation divided by, each > 0"),
        section("augment", &D::augment, AugmentOptions::fields(), "the training augmentation; left out: none")},
       [](const D& o, const JsonArgs& args) {
         MINIDL_CHECK(o.format != DataFormat::ImageFolder || o.image_size > 0, args.key_path("image_size"),
                      ": an image folder needs the size every image is resized to (e.g. 32, 64, 224)");
-        for (size_t c = 0; c < 3; ++c)
+        for (size_t c = 0; c < 3 && !o.normalize.auto_std; ++c)
           MINIDL_CHECK(o.normalize.std[c] > 0, args.key_path("std"), "[", c, "]: expected > 0, got ",
                        o.normalize.std[c]);
       }};
@@ -210,6 +273,8 @@ kernels::AugmentParams augment_params(const Normalization& normalize, const Augm
   kernels::AugmentParams p;
   p.seed = seed;
   p.epoch = epoch;
+  MINIDL_CHECK(!normalize.auto_mean && !normalize.auto_std, "data.mean/std \"auto\": the statistics are computed ",
+               "from the training images when a run starts (Trainer); give numbers to make batches without one");
   for (int c = 0; c < 3; ++c) {
     MINIDL_CHECK(normalize.std[c] > 0, "data.std[", c, "]: expected > 0, got ", normalize.std[c]);
     p.scale[c] = static_cast<float>(1.0 / (255.0 * normalize.std[c]));

@@ -2,11 +2,14 @@
 // files are, how many training images to use, the per-channel normalization and the training
 // augmentation (docs/data.md).
 //   "data": {"format": "cifar10", "dir": "", "train_limit": 0, "test_limit": 0,
+//            "val_fraction": 0.1, "val_seed": 0,
 //            "mean": [0.4914, 0.4822, 0.4465], "std": [0.2470, 0.2435, 0.2616],
 //            "augment": {"crop_padding": 4, "padding_mode": "reflect", "flip": true,
 //                        "flip_mode": "random", "cutout": 8,
 //                        "color_jitter": {"brightness": 0.14, "contrast": 0.13}}}
-// Every key is optional; a missing "augment" means no augmentation. Format-specific keys:
+// Every key is optional; a missing "augment" means no augmentation. "mean" and "std" may be "auto":
+// computed from the training images when the run starts (the default for image folders; CIFAR
+// keeps its published constants). Format-specific keys:
 //   "cifar100": "label": "fine" (100 classes, the default) or "coarse" (20 superclasses)
 //   "image_folder": "image_size": S (required), "resize": "crop" | "pad" | "stretch",
 //                   "test_dir": "", "cache_dir": "", "skip_bad": false
@@ -90,6 +93,10 @@ struct AugmentOptions {
 struct Normalization {
   std::array<double, 3> mean = {0.4914, 0.4822, 0.4465};  // CIFAR-10, in [0, 1] units
   std::array<double, 3> std = {0.2470, 0.2435, 0.2616};
+  // "auto": the training images' own statistics (data/holdout.h, channel_stats), filled in by the
+  // Trainer before any batch is made; config.json records the numbers.
+  bool auto_mean = false;
+  bool auto_std = false;
 };
 
 struct DataOptions {
@@ -98,6 +105,10 @@ struct DataOptions {
                             // or an image folder's root (dir/train/<class>/*, dir/test/<class>/*)
   int64_t train_limit = 0;  // > 0: train on the first train_limit images only
   int64_t test_limit = 0;   // > 0: evaluate on the first test_limit test images only (quick checks)
+  // > 0: this fraction of the training images (after train_limit) is held out as the validation
+  // split, stratified by class (data/holdout.h); 0: none (an image folder's val/ may give one).
+  double val_fraction = 0;
+  uint64_t val_seed = 0;                      // which images are held out; independent of the run's seed
   Cifar100Label label = Cifar100Label::Fine;  // cifar100 only
   // image_folder (data/image_folder.h):
   int64_t image_size = 0;          // every image becomes S x S

@@ -4,6 +4,13 @@
 
 namespace minidl {
 
+std::vector<LayerExample> layer_examples(const LayerDescriptor& layer) {
+  std::vector<LayerExample> out{{layer.example, layer.example_input}};
+  out.insert(out.end(), layer.more_examples.begin(), layer.more_examples.end());
+  for (LayerExample& e : out) e.spec["type"] = layer.name;
+  return out;
+}
+
 const char* autocast_rule_name(AutocastRule rule) {
   switch (rule) {
     case AutocastRule::LowerPrecision: return "lower_precision";

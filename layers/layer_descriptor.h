@@ -34,6 +34,12 @@ struct LayerState {
   std::string description;     // "Linear 65536->32768"
 };
 
+// A spec (with its "type") and an input shape it takes.
+struct LayerExample {
+  nlohmann::json spec;
+  Shape input;
+};
+
 struct LayerDescriptor {
   std::string name;     // the spec's "type" and the module's type_name(): "Conv2d"
   std::string family;   // its folder under layers/: "conv", "norm", "containers", ...
@@ -44,7 +50,8 @@ struct LayerDescriptor {
   std::vector<FieldInfo> fields;
   std::shared_ptr<Module> (*make)(LayerArgs& args);  // reads the spec, finish()es, builds: make_layer<Foo>
   // A small valid spec (without "type") and an input shape it takes: the tests build it, run it,
-  // round-trip its config and export it; the parity script uses it where it has no case of its own.
+  // round-trip its config and export it; the op harness, the parity script and the ONNX check run
+  // it (with `more_examples`).
   nlohmann::json example;
   Shape example_input;
   AutocastRule autocast = AutocastRule::InputType;
@@ -54,6 +61,15 @@ struct LayerDescriptor {
   // Reads and checks the spec as `make` does and returns what the layer would allocate. Null: the
   // layer holds no tensors of its own (the children of its "layers" keys are counted on their own).
   LayerState (*state)(LayerArgs& args) = nullptr;
+  // Examples beyond `example` (specs without "type"), for the paths it does not reach: a strided
+  // Conv2d without bias, a fused activation, another mode. Every reader of `example` runs these
+  // too: the op harness (tests/test_op_harness.cpp: CPU against finite differences, CUDA against
+  // the CPU in every dtype and layout, graphed against eager), the PyTorch parity script and the
+  // ONNX check.
+  std::vector<LayerExample> more_examples = {};
 };
+
+// `example` then `more_examples`, each spec with its "type".
+std::vector<LayerExample> layer_examples(const LayerDescriptor& layer);
 
 }  // namespace minidl

@@ -4,17 +4,23 @@
 
 #include "core/error.h"
 #include "core/json_limits.h"
+#include "core/spelling.h"
 #include "layers/activation/activation.h"
+#include "layers/activation/pointwise.h"
 #include "layers/containers/flatten.h"
+#include "layers/containers/layer_scale.h"
 #include "layers/containers/residual.h"
 #include "layers/containers/scale.h"
 #include "layers/containers/sequential.h"
+#include "layers/containers/squeeze_excitation.h"
 #include "layers/conv/conv2d.h"
 #include "layers/linear/linear.h"
 #include "layers/model_memory.h"
 #include "layers/norm/batchnorm2d.h"
 #include "layers/norm/groupnorm.h"
 #include "layers/norm/layernorm.h"
+#include "layers/norm/layernorm2d.h"
+#include "layers/pool/avg_pool.h"
 #include "layers/pool/pooling.h"
 #include "layers/regularization/dropout.h"
 #include "layers/transformer/attention.h"
@@ -26,12 +32,35 @@ namespace minidl {
 const std::vector<const LayerDescriptor*>& layer_descriptors() {
   // The one list of layer types. A new type adds its descriptor here (and its header above).
   static const std::vector<const LayerDescriptor*> table = {
-      &conv2d_layer(),         &linear_layer(),          &batchnorm2d_layer(),       &groupnorm_layer(),
-      &layernorm_layer(),      &relu_layer(),            &gelu_layer(),              &maxpool2d_layer(),
-      &global_avg_pool2d_layer(), &global_max_pool2d_layer(), &flatten_layer(),       &scale_layer(),
-      &sequential_layer(),     &residual_layer(),
-      &dropout_layer(),        &drop_path_layer(),       &tokens_layer(),            &position_embedding_layer(),
-      &class_token_layer(),    &token_pool_layer(),      &multihead_attention_layer(),
+      &conv2d_layer(),
+      &linear_layer(),
+      &batchnorm2d_layer(),
+      &groupnorm_layer(),
+      &layernorm_layer(),
+      &layernorm2d_layer(),
+      &relu_layer(),
+      &gelu_layer(),
+      &silu_layer(),
+      &hardswish_layer(),
+      &sigmoid_layer(),
+      &maxpool2d_layer(),
+      &avgpool2d_layer(),
+      &adaptive_avgpool2d_layer(),
+      &global_avg_pool2d_layer(),
+      &global_max_pool2d_layer(),
+      &flatten_layer(),
+      &scale_layer(),
+      &layer_scale_2d_layer(),
+      &squeeze_excitation_layer(),
+      &sequential_layer(),
+      &residual_layer(),
+      &dropout_layer(),
+      &drop_path_layer(),
+      &tokens_layer(),
+      &position_embedding_layer(),
+      &class_token_layer(),
+      &token_pool_layer(),
+      &multihead_attention_layer(),
       &transformer_encoder_layer_layer(),
   };
   return table;
@@ -76,13 +105,12 @@ void check_weight_size(const LayerArgs& args, const Shape& shape) {
 nlohmann::json layer_schema() {
   nlohmann::json out = nlohmann::json::object();
   for (const LayerDescriptor* d : layer_descriptors()) {
-    nlohmann::json example = d->example;
-    example["type"] = d->name;
+    nlohmann::json examples = nlohmann::json::array();
+    for (const LayerExample& e : layer_examples(*d)) examples.push_back({{"spec", e.spec}, {"input", e.input}});
     out[d->name] = {{"family", d->family},
                     {"summary", d->summary},
                     {"keys", fields_schema(d->fields)},
-                    {"example", std::move(example)},
-                    {"example_input", d->example_input},
+                    {"examples", std::move(examples)},
                     {"autocast", autocast_rule_name(d->autocast)},
                     {"onnx", d->onnx}};
   }
@@ -106,7 +134,8 @@ std::shared_ptr<Module> build_layer(const nlohmann::json& spec, const std::strin
   if (!layer) {
     std::string known;
     for (const auto& t : layer_types()) known += (known.empty() ? "" : ", ") + t;
-    fail(str(path, ".type: unknown layer '", text_excerpt(type), "' (known: ", known, ")"));
+    fail(str(path, ".type: unknown layer '", text_excerpt(type), "'", did_you_mean(type, layer_types()), " (known: ",
+             known, ")"));
   }
   LayerArgs args(spec, path);
   args.get_string("type", type);

@@ -43,9 +43,9 @@ const LayerDescriptor* find_layer(const std::string& type);
 // The type names build_layer knows, for error messages and docs.
 std::vector<std::string> layer_types();
 // The schema of every layer type, keyed by type name: {"Conv2d": {"family", "summary", "keys":
-// [{"name", "type", "required", "default", "range", "doc"}] (fields_schema), "example",
-// "example_input", "autocast", "onnx"}, ...}. `minidl layers --json` prints it; docs/layers.json
-// is a copy the tests compare.
+// [{"name", "type", "required", "default", "range", "doc"}] (fields_schema), "examples": [{"spec",
+// "input"}], "autocast", "onnx"}, ...}. `minidl layers --json` prints it; docs/layers.json is a copy
+// the tests compare.
 nlohmann::json layer_schema();
 
 }  // namespace minidl

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -25,7 +27,12 @@ constexpr double kPi = 3.14159265358979323846;
 
 double cosine_decay(double t) { return 0.5 * (1 + std::cos(kPi * std::min(std::max(t, 0.0), 1.0))); }
 
-struct ConstantSpec {
+// A schedule that fits a run of any length (check_length's "").
+struct FitsAnyRun {
+  std::string check_length(int64_t, int64_t) const { return ""; }
+};
+
+struct ConstantSpec : FitsAnyRun {
   static constexpr const char* kName = "constant";
   static const Fields<ConstantSpec>& fields() {
     static const Fields<ConstantSpec> f;
@@ -34,7 +41,7 @@ struct ConstantSpec {
   double factor(int64_t, int64_t, int64_t) const { return 1.0; }
 };
 
-struct StepSpec {
+struct StepSpec : FitsAnyRun {
   static constexpr const char* kName = "step";
   int64_t step_size;
   double gamma;
@@ -48,7 +55,7 @@ struct StepSpec {
   }
 };
 
-struct CosineSpec {
+struct CosineSpec : FitsAnyRun {
   static constexpr const char* kName = "cosine";
   double min_factor;
   static const Fields<CosineSpec>& fields() {
@@ -61,23 +68,53 @@ struct CosineSpec {
   }
 };
 
+// The run's length in epochs, for messages.
+double run_epochs(int64_t spe, int64_t total) { return static_cast<double>(total) / static_cast<double>(spe); }
+
+// The warm-up's length is in epochs or a fraction of the run: one of the two is given.
 struct WarmupSpec {
   static constexpr const char* kName = "warmup";
-  double warmup_epochs;
+  std::optional<double> warmup_epochs, warmup_fraction;
   WarmupDecay decay;
   static const Fields<WarmupSpec>& fields() {
-    static const Fields<WarmupSpec> f{
-        {number("warmup_epochs", &WarmupSpec::warmup_epochs, kRequired, {0, true, kUnbounded, false},
-                "epochs of the linear rise from 0 to 1"),
-         choice("decay", &WarmupSpec::decay, WarmupDecay::Linear, "the fall from 1 to 0 over the rest of the run")}};
+    using S = WarmupSpec;
+    // Their ranges are checked with the rule between them, in the run's words.
+    Field<S> epochs = optional_number("warmup_epochs", &S::warmup_epochs, {},
+                                      "epochs of the linear rise from 0 to 1 (required unless warmup_fraction)");
+    epochs.range = "> 0";
+    Field<S> fraction = optional_number("warmup_fraction", &S::warmup_fraction, {},
+                                        "the rise as a fraction of the run, however long (instead of warmup_epochs)");
+    fraction.range = "(0, 1)";
+    static const Fields<S> f{
+        {epochs, fraction,
+         choice("decay", &S::decay, WarmupDecay::Linear, "the fall from 1 to 0 over the rest of the run")},
+        [](const S& s, const JsonArgs& args) {
+          MINIDL_CHECK(!(s.warmup_epochs && s.warmup_fraction), args.path(),
+                       ": give the warm-up as \"warmup_epochs\" or as \"warmup_fraction\" of the run, not both");
+          MINIDL_CHECK(s.warmup_epochs || s.warmup_fraction, args.key_path("warmup_epochs"),
+                       ": required key is missing (or give \"warmup_fraction\")");
+          const bool in_fraction = s.warmup_fraction.has_value();
+          const double warmup = s.warmup();
+          MINIDL_CHECK(warmup > 0 && (!in_fraction || warmup < 1),
+                       args.key_path(in_fraction ? "warmup_fraction" : "warmup_epochs"), ": expected ",
+                       in_fraction ? "a fraction of the run in (0, 1)" : "> 0 epochs", ", got ", warmup);
+        }};
     return f;
   }
+  double warmup() const { return warmup_fraction ? *warmup_fraction : *warmup_epochs; }
   double factor(int64_t step, int64_t spe, int64_t total) const {
+    const double warm_steps = warmup_fraction ? warmup() * static_cast<double>(total) : warmup() * spe;
+    if (warmup_fraction && step < warm_steps) return static_cast<double>(step) / warm_steps;
     const double e = static_cast<double>(step) / spe;
-    if (e < warmup_epochs) return e / warmup_epochs;
-    const double warm_steps = warmup_epochs * spe;
+    if (!warmup_fraction && e < warmup()) return e / warmup();
     const double t = total > warm_steps ? (step - warm_steps) / (total - warm_steps) : 1.0;
     return decay == WarmupDecay::Cosine ? cosine_decay(t) : 1 - std::min(std::max(t, 0.0), 1.0);
+  }
+  std::string check_length(int64_t spe, int64_t total) const {
+    if (warmup_fraction || *warmup_epochs * static_cast<double>(spe) < static_cast<double>(total)) return "";
+    return str("schedule.warmup_epochs ", *warmup_epochs, " is not shorter than the run's ", run_epochs(spe, total),
+               " epochs: the lr rises for the whole run and never decays; set schedule.warmup_fraction (e.g. 0.1 of ",
+               "the run) instead");
   }
 };
 
@@ -125,6 +162,22 @@ struct PiecewiseLinearSpec {
     }
     return factors.back();
   }
+  std::string check_length(int64_t spe, int64_t total) const {
+    if (!fractions.empty()) return "";
+    const std::vector<double>& p = points();
+    const double end = p.back();
+    const bool in_epochs = steps.empty();
+    if (end * (in_epochs ? static_cast<double>(spe) : 1.0) >= static_cast<double>(total)) return "";
+    std::string scaled;
+    for (double e : p) scaled += (scaled.empty() ? "" : ", ") + str(std::round(e / end * 1000) / 1000);
+    const char* unit = in_epochs ? "epoch" : "step";
+    return str("schedule.", points_key(), " ends at ", unit, " ", end, " but the run trains ",
+               in_epochs ? run_epochs(spe, total) : static_cast<double>(total), " ", unit,
+               "s: every step after it trains at its last factor, ", factors.back(),
+               factors.back() == 0 ? " (lr 0: those steps change nothing)" : "",
+               "; give the points as fractions of the run, \"fractions\": [", scaled, "], or end schedule.",
+               points_key(), " at the run's last ", unit);
+  }
 };
 
 // A schedule of type Spec: its factor, after checking the counts, and its keys written back.
@@ -142,6 +195,7 @@ class SpecSchedule : public LrSchedule {
     j["type"] = Spec::kName;
     return j;
   }
+  std::string check_length(int64_t spe, int64_t total) const override { return spec_.check_length(spe, total); }
 
  private:
   Spec spec_;
@@ -167,7 +221,7 @@ const std::vector<const ScheduleDescriptor*>& schedule_types() {
       "min_factor + (1 - min_factor) (1 + cos(pi t)) / 2, t "
       "the fraction of the run");
   static const ScheduleDescriptor warmup =
-      describe<WarmupSpec>("epoch / warmup_epochs, then from 1 to 0 over the rest of the run");
+      describe<WarmupSpec>("epoch / warmup_epochs (or t / warmup_fraction), then from 1 to 0 over the rest of the run");
   static const ScheduleDescriptor piecewise = describe<PiecewiseLinearSpec>(
       "linear between (point, factor) pairs, flat outside (np.interp): one-cycle, airbench's triangle");
   static const std::vector<const ScheduleDescriptor*> table = {&constant, &step, &cosine, &warmup, &piecewise};

@@ -9,12 +9,15 @@
 //   cosine       {"min_factor": 0}              min + (1 - min) (1 + cos(pi t)) / 2
 //   warmup       {"warmup_epochs": 2, "decay": "linear"|"cosine"}
 //                                               e / warmup_epochs, then 1 -> 0 over the rest
+//                {"warmup_fraction": 0.1, ...}  the same with the warm-up a fraction of the run
 //   piecewise_linear {"epochs": [0, 5, 24], "factors": [0, 1, 0]}
 //                                               linear between the points, flat outside (np.interp)
 //                    {"fractions": [0, 0.23, 1], "factors": [0.2, 1, 0.07]}
 //                                               the same with points in t (airbench's triangle)
 //                    {"steps": [0, 7], "factors": [1, 0]}
 //                                               the same with points in global steps
+// A schedule in fractions of the run stretches with it (--set epochs=N); one in epochs or steps
+// that ends before the run does is reported by check_length (the run logs it as a warning).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -35,6 +38,10 @@ class LrSchedule {
   virtual double factor(int64_t step, int64_t steps_per_epoch, int64_t total_steps) const = 0;
   // {"type": ..., every key of the schedule}: what builds it again.
   virtual nlohmann::json to_json() const = 0;
+  // Why the schedule, written in epochs or steps, does not fit a run of `total_steps` (it ends
+  // before the run does, so the steps after it keep its last factor, or its warm-up outlasts the
+  // run), with the fix; "" when it fits. Schedules in fractions of the run always fit.
+  virtual std::string check_length(int64_t steps_per_epoch, int64_t total_steps) const = 0;
 };
 
 struct ScheduleDescriptor {

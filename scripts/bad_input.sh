@@ -216,6 +216,8 @@ usage_error() {  # usage_error NAME PATTERN COMMAND...
   fi
 }
 usage_error "--max-steps -5" "--max-steps" "${train[@]}" --config "$root/configs/quick_cpu.json" --max-steps -5 --output "$work/x"
+usage_error "--max-steps 0" "leave --max-steps out for no limit" "${train[@]}" --config "$root/configs/quick_cpu.json" \
+  --max-steps 0 --output "$work/x"
 usage_error "unknown option" "--bogus" "${train[@]}" --bogus
 usage_error "train without a config" "--config FILE (or --resume RUN_DIR) is required" "${train[@]}"
 usage_error "bench without a benchmark" "which benchmark" "$minidl" bench
@@ -223,6 +225,26 @@ usage_error "bench train --steps abc" "--steps" "$minidl" bench train --steps ab
 usage_error "bench accuracy --runs 0" "--runs" "$minidl" bench accuracy --config "$root/configs/quick_cpu.json" --runs 0
 usage_error "bench attention --dtype fp8" "--dtype" "$minidl" bench attention --dtype fp8
 usage_error "bench data without --dir" "--dir" "$minidl" bench data --image-size 32
+
+# 17. A validation split and the keys that watch it: each bad value is one message naming its key,
+# before the run folder exists.
+for v in 0 1 -0.1 NaN; do
+  expect_error "17 data.val_fraction=$v" "data\.val_fraction: expected" "$run" -- \
+    "${train[@]}" --config "$root/configs/quick_cpu.json" --set "data.val_fraction=$v" --output "$work/x"
+done
+expect_error "17 early_stopping.patience=-1" "early_stopping\.patience: expected an integer in 0\.\.1000000, got -1" "$run" -- \
+  "${train[@]}" --config "$root/configs/quick_cpu.json" --set early_stopping.patience=-1 --output "$work/x"
+expect_error "17 early_stopping without patience" "early_stopping\.patience: required" "$run" -- \
+  "${train[@]}" --config "$root/configs/quick_cpu.json" --set early_stopping.monitor=val_acc --output "$work/x"
+expect_error "17 early_stopping.monitor=val_accuracy" 'early_stopping\.monitor: expected "val_loss"' "$run" -- \
+  "${train[@]}" --config "$root/configs/quick_cpu.json" --set early_stopping.patience=2 \
+  --set early_stopping.monitor=val_accuracy --output "$work/x"
+expect_error "17 val_loss without a validation split" "early_stopping\.monitor: \"val_loss\" is measured on a validation split" \
+  "$run" -- "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --set early_stopping.patience=2 \
+  --output "$work/x"
+expect_error "17 checkpoint.monitor without save_best" "checkpoint\.monitor: only with checkpoint\.save_best" "$run" -- \
+  "${train[@]}" --config "$root/configs/quick_cpu.json" --set checkpoint.monitor=val_acc --output "$work/x"
+if [ -e "$work/x" ]; then fail "17: a refused run made its folder"; fi
 
 # 13. Races: another run starts, resumes or finishes in the folder between a run's checks and
 # its lock (MINIDL_TEST_PAUSE_BEFORE_LOCK holds the first run there, core/test_hooks.h). The checks
@@ -414,9 +436,10 @@ timeout 120 "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" 
   --output "$work/fatal" >"$work/out" 2>"$work/err"
 code=$?
 # On the CPU the losses are read after every step: the run stops at the NaN's step, not the epoch's end.
-if [ $code -eq 3 ] && grep -q "^error: the loss is NaN at step 1" "$work/fatal/log.txt" &&
+# log.txt's lines start with their UTC time.
+if [ $code -eq 3 ] && grep -qE "^[0-9T:-]+Z error: the loss is NaN at step 1" "$work/fatal/log.txt" &&
     grep -q "^error: the loss is NaN" "$work/err" && [ "$(wc -l < "$work/fatal/steps.jsonl")" -eq 2 ]; then
-  passed=$((passed + 1)); echo "ok   10 NaN loss in log.txt: $(grep '^error: ' "$work/fatal/log.txt" | cut -c1-120)"
+  passed=$((passed + 1)); echo "ok   10 NaN loss in log.txt: $(grep 'Z error: ' "$work/fatal/log.txt" | cut -c1-140)"
 else
   fail "10 NaN loss: exit $code, $(cat "$work/out" "$work/err" | tail -3)"
 fi

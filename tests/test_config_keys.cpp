@@ -69,6 +69,10 @@ const std::map<std::string, Sample>& samples() {
       {"schedule", {{{"type", "piecewise_linear"}, {"epochs", {0, 1}}, {"factors", {1, 0}}}}},
       {"init", {json::array({{{"match", "bias"}, {"type", "zeros"}}})}},
       {"freeze", {json::array({{{"match", "0.weight"}}})}},
+      {"init_from.path", {"runs/x"}},
+      {"init_from.skip", {json::array({"3.*"}), {{"init_from", {{"path", "runs/x"}}}}}},
+      {"init_from.map", {{{"module", ""}}, {{"init_from", {{"path", "runs/x"}}}}}},
+      {"init_from.strict", {false, {{"init_from", {{"path", "runs/x"}}}}}},
       {"lookahead", {{{"every_n_steps", 5}}}},
       {"grad_scaler", {{{"init_scale", 1024}}, {{"precision", "fp16"}}}},
       {"grad_clip", {1.5}},
@@ -81,6 +85,13 @@ const std::map<std::string, Sample>& samples() {
       {"checkpoint.every_steps", {10}},
       {"checkpoint.every_minutes", {2.5}},
       {"checkpoint.keep", {3}},
+      {"checkpoint.save_best", {true}},
+      {"checkpoint.monitor", {"val_acc", {{"checkpoint", {{"save_best", true}}}}}},
+      {"checkpoint.mode", {"max", {{"checkpoint", {{"save_best", true}}}}}},
+      {"early_stopping.patience", {5}},
+      {"early_stopping.monitor", {"train_loss", {{"early_stopping", {{"patience", 2}}}}}},
+      {"early_stopping.mode", {"min", {{"early_stopping", {{"patience", 2}}}}}},
+      {"early_stopping.min_delta", {0.01, {{"early_stopping", {{"patience", 2}}}}}},
       {"log.tensorboard", {true}},
   };
   return s;
@@ -125,7 +136,12 @@ TEST_CASE("a missing key gets the table's default, written back unless written o
   }
   // The checkpoint section is written whole once one of its keys is set.
   const json set = parse_train_config(with("checkpoint.keep", 2)).to_json();
-  REQUIRE(set.at("checkpoint") == json({{"every_steps", 0}, {"every_minutes", 0.0}, {"keep", 2}}));
+  REQUIRE(set.at("checkpoint") == json({{"every_steps", 0},
+                                        {"every_minutes", 0.0},
+                                        {"keep", 2},
+                                        {"save_best", false},
+                                        {"monitor", "val_loss"},
+                                        {"mode", "auto"}}));
 }
 
 TEST_CASE("a value outside the table's range is refused naming the key and the range", "[config]") {
@@ -149,6 +165,11 @@ TEST_CASE("a value outside the table's range is refused naming the key and the r
       {"precision", "fp8"},
       {"memory_format", "nhwc"},
       {"eval.tta", "mirror"},
+      {"early_stopping.patience", -1},
+      {"early_stopping.patience", 1.5},
+      {"early_stopping.min_delta", -0.1},
+      {"early_stopping.monitor", "val_accuracy"},
+      {"checkpoint.monitor", "test_acc"},
       {"eval.tta_share", 0},
       {"eval.tta_share", 1.5},
       {"eval.tta_weights", "mean"},
@@ -168,6 +189,13 @@ TEST_CASE("a value outside the table's range is refused naming the key and the r
   // Rules between keys.
   REQUIRE_THAT(error_of(with("accumulate_steps", 3)), Contains("3 micro-batches do not split batch_size 128"));
   REQUIRE_THAT(error_of(with("grad_scaler", json::object())), Contains("grad_scaler: loss scaling is for precision"));
+  // A setting of a feature left off would be ignored: refused, naming the key that turns it on.
+  REQUIRE_THAT(error_of(with("early_stopping", {{"monitor", "val_acc"}})),
+               Contains("early_stopping.patience: required to stop early"));
+  REQUIRE_THAT(error_of(with("checkpoint", {{"monitor", "val_acc"}})),
+               Contains("checkpoint.monitor: only with checkpoint.save_best: true"));
+  REQUIRE(error_of(with("early_stopping.patience", -1)) ==
+          "early_stopping.patience: expected an integer in 0..1000000, got -1");
 }
 
 TEST_CASE("named enums: one list of names for to_string, from_string, JSON and errors", "[config]") {

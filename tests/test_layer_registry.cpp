@@ -27,6 +27,7 @@ json value_of_type(const std::string& type) {
   if (type == "bool") return true;
   if (type == "int" || type == "ints") return 1;
   if (type == "float") return 0.5;
+  if (type == "layers") return json::array({{{"type", "ReLU"}}});
   FAIL("no sample value for key type '" << type << "'");
   return nullptr;
 }
@@ -58,19 +59,22 @@ TEST_CASE("layer table: names are unique, found by name, and every key has a kno
 
 TEST_CASE("layer table: each example builds, runs, and round-trips to_json -> build -> to_json", "[registry]") {
   for (const LayerDescriptor* layer : layer_descriptors()) {
-    INFO(layer->name);
-    std::shared_ptr<Module> a = build_layer(example_spec(*layer), "example");
-    REQUIRE(a->descriptor() == layer);
-    REQUIRE(a->type_name() == layer->name);
-    const json printed = a->to_json();
-    REQUIRE(printed.at("type") == layer->name);
-    std::shared_ptr<Module> b = build_layer(printed, "printed");
-    REQUIRE(b->to_json() == printed);
-    // Same state, same input: the rebuilt layer computes the same values.
-    b->load_state_dict(a->state_dict());
-    const Tensor x = test::random_tensor(layer->example_input, 3);
-    autograd::NoGradGuard no_grad;
-    REQUIRE(b->operator()(x).to_vector() == a->operator()(x).to_vector());
+    for (const LayerExample& e : layer_examples(*layer)) {
+      INFO(e.spec.dump());
+      REQUIRE(!e.input.empty());
+      std::shared_ptr<Module> a = build_layer(e.spec, "example");
+      REQUIRE(a->descriptor() == layer);
+      REQUIRE(a->type_name() == layer->name);
+      const json printed = a->to_json();
+      REQUIRE(printed.at("type") == layer->name);
+      std::shared_ptr<Module> b = build_layer(printed, "printed");
+      REQUIRE(b->to_json() == printed);
+      // Same state, same input: the rebuilt layer computes the same values.
+      b->load_state_dict(a->state_dict());
+      const Tensor x = test::random_tensor(e.input, 3);
+      autograd::NoGradGuard no_grad;
+      REQUIRE(b->operator()(x).to_vector() == a->operator()(x).to_vector());
+    }
   }
 }
 
@@ -115,7 +119,10 @@ TEST_CASE("layer table: docs/layers.json is the schema the library prints", "[re
   REQUIRE(schema.size() == layer_descriptors().size());
   for (const LayerDescriptor* layer : layer_descriptors()) {
     INFO(layer->name);
-    REQUIRE(schema.at(layer->name).at("example") == example_spec(*layer));
+    const json& examples = schema.at(layer->name).at("examples");
+    REQUIRE(examples.size() == 1 + layer->more_examples.size());
+    REQUIRE(examples.at(0).at("spec") == example_spec(*layer));
+    REQUIRE(examples.at(0).at("input") == layer->example_input);
     REQUIRE(schema.at(layer->name).at("keys").size() == layer->fields.size());
   }
   INFO("docs/layers.json is out of date: build/minidl layers --json > docs/layers.json");

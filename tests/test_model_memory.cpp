@@ -60,15 +60,15 @@ int64_t status_bytes(const char* key) {
 
 TEST_CASE("model memory: the estimate is what building allocates, for every layer type", "[hostile][model_memory]") {
   for (const LayerDescriptor* d : layer_descriptors()) {
-    INFO(d->name);
-    json spec = d->example;
-    spec["type"] = d->name;
-    const ModelMemory m = estimate_model_memory(json::array({spec}), "model.layers");
-    const std::shared_ptr<Module> built = build_layer(spec, "model.layers[0]");
-    REQUIRE(m.state_bytes == state_bytes(*built));
-    int64_t largest = 0;
-    for (const LayerMemory& l : m.layers) largest = std::max(largest, l.largest_tensor_bytes);
-    REQUIRE(largest == largest_tensor_bytes(*built));
+    for (const LayerExample& e : layer_examples(*d)) {
+      INFO(e.spec.dump());
+      const ModelMemory m = estimate_model_memory(json::array({e.spec}), "model.layers");
+      const std::shared_ptr<Module> built = build_layer(e.spec, "model.layers[0]");
+      REQUIRE(m.state_bytes == state_bytes(*built));
+      int64_t largest = 0;
+      for (const LayerMemory& l : m.layers) largest = std::max(largest, l.largest_tensor_bytes);
+      REQUIRE(largest == largest_tensor_bytes(*built));
+    }
   }
   // Whole configs, containers and transformer blocks included.
   for (const char* name : {"quick_cpu.json", "airbench94_muon.json", "vit_tiny_cpu.json"}) {

@@ -103,6 +103,28 @@ TEST_CASE("work: FLOPs and bytes per layer against hand counts", "[profiler][wor
   require_work(work_of(R"({"type": "Scale", "value": 0.5})", {2, 3, 4, 4}), 96, 768, 96, 768, 0);
   // Residual: only the add (its body reports its own); Sequential and a contiguous Flatten: nothing.
   require_work(work_of(R"({"type": "Residual", "body": [{"type": "ReLU"}]})", {2, 3, 4, 4}), 96, 1152, 0, 0, 0);
+  // With a shortcut halving the resolution: the add of two (2,3,2,2) outputs into a third.
+  require_work(work_of(R"({"type": "Residual", "body": [{"type": "AvgPool2d", "kernel_size": 2}],
+                           "shortcut": [{"type": "MaxPool2d", "kernel_size": 2}]})",
+                       {2, 3, 4, 4}),
+               24, 3 * 96, 0, 0, 0);
+  // SiLU 4 FLOPs forward, 8 backward, its input saved; Sigmoid 3 and 3, its output saved.
+  require_work(work_of(R"({"type": "SiLU"})", {2, 3, 4, 4}), 384, 768, 768, 1152, 384);
+  require_work(work_of(R"({"type": "Sigmoid"})", {2, 3, 4, 4}), 288, 768, 288, 1152, 384);
+  // BatchNorm2d with a fused SiLU: the SiLU layer's counts added per element.
+  require_work(work_of(R"({"type": "BatchNorm2d", "num_features": 3, "silu": true})", {2, 3, 4, 4}), 864, 864, 1632,
+               1224, 408);
+  // AvgPool2d k2 on (2,3,4,4): 24 outputs of 4 cells each way; AdaptiveAvgPool2d to 2x2 the same.
+  require_work(work_of(R"({"type": "AvgPool2d", "kernel_size": 2})", {2, 3, 4, 4}), 96, 384 + 96, 96, 96 + 384, 0);
+  require_work(work_of(R"({"type": "AdaptiveAvgPool2d", "output_size": 2})", {2, 3, 4, 4}), 96, 480, 96, 480, 0);
+  // LayerScale2d 3 on 96 elements: 1 multiply forward; backward dx and the multiply-add of dgamma
+  // (3 each); x 384 + gamma 12 + y 384; bwd dy + x + gamma and dgamma + dx; x saved.
+  require_work(work_of(R"({"type": "LayerScale2d", "dim": 3})", {2, 3, 4, 4}), 96, 780, 288, 384 + 384 + 24 + 384, 384);
+  // SqueezeExcitation 3->2 on 96 elements (its convolutions report their own): the mean and the
+  // gate's multiply, 2 FLOPs per element forward, 4 backward; x read twice forward; dy and x read,
+  // dx written twice backward; x saved.
+  require_work(work_of(R"({"type": "SqueezeExcitation", "input_channels": 3, "squeeze_channels": 2})", {2, 3, 4, 4}),
+               192, 3 * 384, 384, 4 * 384, 384);
   require_work(work_of(R"({"type": "Sequential", "layers": [{"type": "ReLU"}]})", {2, 3, 4, 4}), 0, 0, 0, 0, 0);
   require_work(work_of(R"({"type": "Flatten"})", {2, 3, 4, 4}), 0, 0, 0, 0, 0);
 

@@ -37,6 +37,9 @@ struct CheckpointInfo {
   nlohmann::json grad_scaler;
   // The data's class names (index = label), metadata "classes"; null when not recorded.
   nlohmann::json classes;
+  // Early stopping's and the best checkpoint's state after the last evaluation before this position
+  // (train/model_selection.h), metadata "selection"; null when neither is on.
+  nlohmann::json selection;
   // The ranks that trained it, metadata "world_size" (written above 1; absent: 1). With the
   // config's accumulate_steps it gives the micro-batches per step a resume must keep.
   int64_t world_size = 1;

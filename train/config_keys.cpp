@@ -1,5 +1,6 @@
 #include "train/config_keys.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -7,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/field_kinds.h"
+#include "core/json_limits.h"
 #include "core/type_table.h"
 #include "data/options.h"
 #include "optim/grad_scaler.h"
@@ -67,6 +69,89 @@ Field<C> rule_list(const char* path, json C::*member, std::vector<FieldInfo> chi
   return k;
 }
 
+// An integer in `range` that is off while left out (std::nullopt; config.json leaves it out).
+Field<C> optional_integer(const char* path, std::optional<int64_t> C::*member, IntRange range, const char* meaning) {
+  Field<C> k = written_when_set(custom_field<C>(path, "int", nullptr, range.text(), meaning));
+  k.required = false;
+  k.read = [member, range](JsonArgs& a, const std::string& key, C& c) {
+    c.*member = std::nullopt;
+    if (!a.has(key)) return;
+    const int64_t v = a.get_int(key);
+    if (!range.contains(v)) fail_range(a, key, "an integer", range.text(), std::to_string(v));
+    c.*member = v;
+  };
+  k.write = [member](const C& c) { return c.*member ? std::optional<json>(*(c.*member)) : std::nullopt; };
+  return k;
+}
+
+// init_from's keys: a file, which of its tensors, under which names (train/init_from.h); each
+// written only when set, so the section is left out of a run without it.
+std::vector<Field<C>> init_from_keys() {
+  Field<C> path = custom_field<C>("init_from.path", "string", "", "a run folder or a .safetensors file",
+                                  "start from these trained weights (a run folder's model.safetensors, or any "
+                                  "safetensors file with PyTorch state-dict names), loaded by name over the "
+                                  "initialized model; \"\": off");
+  path.read = [](JsonArgs& a, const std::string& key, C& c) { c.init_from.path = a.get_string(key, ""); };
+  path.write = [](const C& c) { return std::optional<json>(c.init_from.path); };
+  Field<C> skip = custom_field<C>("init_from.skip", "list", json::array(), "patterns, as optimizer groups' match",
+                                  "model tensors that keep their initialization (a new head: [\"8.*\"]): a dotted "
+                                  "suffix, or a glob with * and ? over the whole name");
+  skip.read = [](JsonArgs& a, const std::string& key, C& c) {
+    c.init_from.skip.clear();
+    if (!a.has(key)) return;
+    const json& list = a.get_json(key);
+    MINIDL_CHECK(list.is_array(), a.key_path(key), ": expected a list of strings, got ", json_excerpt(list));
+    for (size_t i = 0; i < list.size(); ++i) {
+      MINIDL_CHECK(list[i].is_string() && !list[i].get<std::string>().empty(), a.key_path(key), "[", i,
+                   "]: expected a non-empty string, got ", json_excerpt(list[i]));
+      c.init_from.skip.push_back(list[i].get<std::string>());
+    }
+  };
+  skip.write = [](const C& c) { return std::optional<json>(c.init_from.skip); };
+  Field<C> map = custom_field<C>("init_from.map", "object", json::object(), "{\"file prefix\": \"model prefix\"}",
+                                 "renames the file's tensors first: a name equal to a key or starting with the key "
+                                 "and a dot has that prefix replaced (\"module\": \"\" drops a DDP prefix)");
+  map.read = [](JsonArgs& a, const std::string& key, C& c) {
+    c.init_from.map.clear();
+    if (!a.has(key)) return;
+    const json& m = a.get_json(key);
+    MINIDL_CHECK(m.is_object(), a.key_path(key), ": expected an object of names {\"from\": \"to\"}, got ",
+                 json_excerpt(m));
+    for (const auto& item : m.items()) {
+      MINIDL_CHECK(!item.key().empty() && item.value().is_string(), a.key_path(key), ".", text_excerpt(item.key()),
+                   ": expected a non-empty name mapped to a string, got ", json_excerpt(item.value()));
+      c.init_from.map.emplace_back(item.key(), item.value().get<std::string>());
+    }
+  };
+  map.write = [](const C& c) {
+    json m = json::object();
+    for (const auto& [from, to] : c.init_from.map) m[from] = to;
+    return std::optional<json>(m);
+  };
+  Field<C> strict = custom_field<C>("init_from.strict", "bool", true, "",
+                                    "every model tensor not skipped must be in the file and every file tensor in the "
+                                    "model (PyTorch's load_state_dict strict); a shape that differs is an error "
+                                    "either way");
+  strict.read = [](JsonArgs& a, const std::string& key, C& c) { c.init_from.strict = a.get_bool(key, true); };
+  strict.write = [](const C& c) { return std::optional<json>(c.init_from.strict); };
+  std::vector<Field<C>> keys = {path, skip, map, strict};
+  for (Field<C>& k : keys) k.written_at_default = false;
+  return keys;
+}
+
+// The metric a section watches (checkpoint.save_best, early_stopping) and which way is better.
+Field<C> monitor_key(const char* path, Metric C::*member, const char* watcher) {
+  return written_when_set(choice(path, member, Metric::ValLoss,
+                                 str("the epoch metric ", watcher,
+                                     " watches (val_*: data.val_fraction or an image folder's val/ is needed)")));
+}
+
+Field<C> mode_key(const char* path, std::optional<MonitorMode> C::*member, const char* monitor) {
+  return written_when_set(choice_or_auto(
+      path, member,
+      str("whether lower (min) or higher (max) ", monitor, " is better; auto: min for a loss, max for an accuracy")));
+}
+
 std::vector<Field<C>> make_config_keys() {
   std::vector<Field<C>> keys = {
       count("seed", &C::seed, 0,
@@ -106,7 +191,9 @@ std::vector<Field<C>> make_config_keys() {
                  "has completed it (PyTorch DDP's bucket_cap_mb); 0: one reduction after backward. The bits do not "
                  "depend on it (docs/distributed.md)")),
       object("data", &C::data, json::object(), false, field_infos(DataOptions::fields()),
-             "the data set (format, folder, limits), normalization and training augmentation (docs/data.md)"),
+             "the data set (format, folder, limits; val_fraction and val_seed: a validation split held out of the "
+             "training images), normalization (mean and std, or \"auto\": from the training images, the default "
+             "for image folders) and training augmentation (docs/data.md)"),
       object("model", &C::model, json(), true, {},
              "the network: {\"layers\": [layer specs, PyTorch names]}; the layer types and their keys: `minidl "
              "layers`, docs/layers.json"),
@@ -148,8 +235,23 @@ std::vector<Field<C>> make_config_keys() {
       written_when_set(number("checkpoint.every_minutes", &C::checkpoint_every_minutes, 0.0, {0, false, 1000000, false},
                               "also write a checkpoint every this many minutes", "0: off")),
       written_when_set(integer("checkpoint.keep", &C::checkpoint_keep, 1, {1, 1000}, "checkpoints kept")),
+      written_when_set(flag("checkpoint.save_best", &C::save_best, false,
+                            "keep best.safetensors: the weights of the epoch whose checkpoint.monitor was best so far, "
+                            "with that epoch and value in its metadata, as Lightning's ModelCheckpoint(save_top_k=1)")),
+      monitor_key("checkpoint.monitor", &C::best_monitor, "save_best"),
+      mode_key("checkpoint.mode", &C::best_mode, "checkpoint.monitor"),
+      optional_integer("early_stopping.patience", &C::early_stopping_patience, {0, kMaxEpochs},
+                       "stop after this many epochs in a row without an improvement of early_stopping.monitor "
+                       "(Lightning's EarlyStopping; 0: at the first); left out: no early stopping"),
+      monitor_key("early_stopping.monitor", &C::early_stopping_monitor, "early stopping"),
+      mode_key("early_stopping.mode", &C::early_stopping_mode, "early_stopping.monitor"),
+      written_when_set(number("early_stopping.min_delta", &C::early_stopping_min_delta, 0.0, kAtLeastZero,
+                              "the least change of early_stopping.monitor that counts as an improvement")),
       flag("log.tensorboard", &C::tensorboard, false, "TensorBoard event files in the run folder"),
   };
+  const std::vector<Field<C>> init_from = init_from_keys();
+  keys.insert(std::find_if(keys.begin(), keys.end(), [](const Field<C>& k) { return k.name == "freeze"; }) + 1,
+              init_from.begin(), init_from.end());
   for (Field<C>& k : keys) {
     // Whole epochs print as integers, as they were written.
     if (k.name == "epochs") {
@@ -184,9 +286,22 @@ std::string cell(const std::string& s) {
 
 const Fields<TrainConfig>& config_keys() {
   static const Fields<TrainConfig> keys{
-      make_config_keys(), [](const TrainConfig& c, const JsonArgs&) {
+      make_config_keys(), [](const TrainConfig& c, const JsonArgs& args) {
+        MINIDL_CHECK(
+            c.init_from.enabled() || (c.init_from.skip.empty() && c.init_from.map.empty() && c.init_from.strict),
+            "init_from: skip, map and strict go with init_from.path (the weights to start from), which is not set");
         MINIDL_CHECK(c.batch_size % c.accumulate_steps == 0, "accumulate_steps: ", c.accumulate_steps,
                      " micro-batches do not split batch_size ", c.batch_size, " evenly");
+        // The settings of a feature that is off would be silently ignored. (config.json writes
+        // the checkpoint section whole, its monitor and mode at their defaults included.)
+        if (args.has("early_stopping"))
+          MINIDL_CHECK(c.early_stopping_patience.has_value(), "early_stopping.patience: required to stop early (how ",
+                       "many epochs without improvement to wait, e.g. 5)");
+        MINIDL_CHECK(c.save_best || c.best_monitor == Metric::ValLoss,
+                     "checkpoint.monitor: only with checkpoint.save_best: true (it chooses the epoch "
+                     "best.safetensors keeps)");
+        MINIDL_CHECK(c.save_best || !c.best_mode, "checkpoint.mode: only with checkpoint.save_best: true (it chooses ",
+                     "the epoch best.safetensors keeps)");
         MINIDL_CHECK(c.grad_scaler.is_null() || c.precision == Precision::Fp16,
                      "grad_scaler: loss scaling is for precision \"fp16\" only, "
                      "this config's precision is \"",

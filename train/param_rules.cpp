@@ -178,6 +178,12 @@ int FreezeRules::phase(int64_t step) const {
   return frozen;
 }
 
+int64_t FreezeRules::frozen_elements(int64_t step) const {
+  int64_t frozen = 0;
+  for (const Entry& e : entries_) frozen += step >= e.from_step ? e.tensor.numel() : 0;
+  return frozen;
+}
+
 void FreezeRules::apply(int64_t step) {
   for (Entry& e : entries_) {
     const bool train = step < e.from_step;

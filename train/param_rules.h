@@ -75,6 +75,8 @@ class FreezeRules {
   // How many ruled parameters are frozen at `step`: steps with the same phase train the same
   // parameters (the phase only grows), so they run the same device work.
   int phase(int64_t step) const;
+  // The elements of the ruled parameters frozen at `step`.
+  int64_t frozen_elements(int64_t step) const;
   bool empty() const { return entries_.empty(); }
 
  private:

@@ -5,7 +5,6 @@
 #include "core/dispatch.h"
 #include "core/error.h"
 #include "core/field_kinds.h"
-#include "core/storage_rounding.h"
 #include "layers/activation/activation_math.h"
 #include "layers/registry.h"
 
@@ -21,26 +20,27 @@ void check_float(const Tensor& x, const char* what) {
 }  // namespace
 
 Tensor relu(const Tensor& x) {
-  // Half tensors: the GPU kernels read and write them; the CPU runs storage-rounded.
-  if (holds_half(x) && !x.is_cuda()) return relu(as_float32(x)).to(x.dtype());
   check_float(x, "relu");
   Tensor y = Tensor::empty_like(x);
-  dispatch(
-      x.device(), "relu_forward", [&] { kernels::relu_forward_cpu(x.data<float>(), y.data<float>(), x.numel()); },
-      [&] { kernels::relu_forward_cuda(x.dtype(), x.raw_data(), y.raw_data(), x.numel()); });
+  dispatch_dtype(x.dtype(), "relu", [&](auto tag) {
+    using T = decltype(tag);
+    dispatch(
+        x.device(), "relu_forward", [&] { kernels::relu_forward_cpu(x.data<T>(), y.data<T>(), x.numel()); },
+        [&] { kernels::relu_forward_cuda(x.data<T>(), y.data<T>(), x.numel()); });
+  });
   if (autograd::needs_grad({x})) {
     // The mask comes from the output (a detached handle: capturing y itself would be a cycle).
     autograd::record(y, "relu", {x}, [saved = y.detach()](const Tensor& dy_in) -> std::vector<Tensor> {
       const Tensor dy = dy_in.to(saved.dtype());
       Tensor dx = Tensor::empty_like(dy);
-      dispatch(
-          dy.device(), "relu_backward",
-          [&] {
-            kernels::relu_backward_cpu(dy.data<float>(), saved.data<float>(), dx.data<float>(), dy.numel());
-          },
-          [&] {
-            kernels::relu_backward_cuda(dy.dtype(), dy.raw_data(), saved.raw_data(), dx.raw_data(), dy.numel());
-          });
+      dispatch_dtype(dy.dtype(), "relu", [&](auto tag) {
+        using T = decltype(tag);
+        const int64_t n = dy.numel();
+        dispatch(
+            dy.device(), "relu_backward",
+            [&] { kernels::relu_backward_cpu(dy.data<T>(), saved.data<T>(), dx.data<T>(), n); },
+            [&] { kernels::relu_backward_cuda(dy.data<T>(), saved.data<T>(), dx.data<T>(), n); });
+      });
       return {dx};
     });
   }
@@ -48,30 +48,27 @@ Tensor relu(const Tensor& x) {
 }
 
 Tensor gelu(const Tensor& x, GeluApproximate approximate) {
-  if (holds_half(x) && !x.is_cuda()) return gelu(as_float32(x), approximate).to(x.dtype());
   check_float(x, "gelu");
   Tensor y = Tensor::empty_like(x);
-  dispatch(
-      x.device(), "gelu_forward",
-      [&] {
-        kernels::gelu_forward_cpu(x.data<float>(), y.data<float>(), x.numel(), approximate);
-      },
-      [&] {
-        kernels::gelu_forward_cuda(x.dtype(), x.raw_data(), y.raw_data(), x.numel(), approximate);
-      });
+  dispatch_dtype(x.dtype(), "gelu", [&](auto tag) {
+    using T = decltype(tag);
+    dispatch(
+        x.device(), "gelu_forward",
+        [&] { kernels::gelu_forward_cpu(x.data<T>(), y.data<T>(), x.numel(), approximate); },
+        [&] { kernels::gelu_forward_cuda(x.data<T>(), y.data<T>(), x.numel(), approximate); });
+  });
   if (autograd::needs_grad({x})) {
     autograd::record(y, "gelu", {x}, [saved = x.detach(), approximate](const Tensor& dy_in) -> std::vector<Tensor> {
       const Tensor dy = dy_in.to(saved.dtype());
       Tensor dx = Tensor::empty_like(dy);
-      dispatch(
-          dy.device(), "gelu_backward",
-          [&] {
-            kernels::gelu_backward_cpu(dy.data<float>(), saved.data<float>(), dx.data<float>(), dy.numel(), approximate);
-          },
-          [&] {
-            kernels::gelu_backward_cuda(dy.dtype(), dy.raw_data(), saved.raw_data(), dx.raw_data(), dy.numel(),
-                                        approximate);
-          });
+      dispatch_dtype(dy.dtype(), "gelu", [&](auto tag) {
+        using T = decltype(tag);
+        const int64_t n = dy.numel();
+        dispatch(
+            dy.device(), "gelu_backward",
+            [&] { kernels::gelu_backward_cpu(dy.data<T>(), saved.data<T>(), dx.data<T>(), n, approximate); },
+            [&] { kernels::gelu_backward_cuda(dy.data<T>(), saved.data<T>(), dx.data<T>(), n, approximate); });
+      });
       return {dx};
     });
   }
@@ -103,7 +100,10 @@ const LayerDescriptor& gelu_layer() {
                                      make_layer<GELU>,
                                      nlohmann::json::object(),
                                      {2, 3, 4, 4},
-                                     AutocastRule::InputType};
+                                     AutocastRule::InputType,
+                                     true,
+                                     nullptr,
+                                     {{{{"approximate", "tanh"}}, {2, 3, 5, 3}}}};
   return layer;
 }
 

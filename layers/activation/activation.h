@@ -23,7 +23,7 @@ struct EnumNames<GeluApproximate> {
                                                          {GeluApproximate::Tanh, "tanh"}};
 };
 
-Tensor relu(const Tensor& x);                                             // any shape, float32
+Tensor relu(const Tensor& x);  // any shape; float32, bfloat16 or float16
 Tensor gelu(const Tensor& x, GeluApproximate approximate = GeluApproximate::None);
 
 // The layer types' descriptors (layers/layer_descriptor.h), listed in layers/registry.cpp.

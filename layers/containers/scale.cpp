@@ -18,9 +18,17 @@ const Fields<ScaleSpec>& ScaleSpec::fields() {
 }
 
 const LayerDescriptor& scale_layer() {
-  static const LayerDescriptor layer{
-      "Scale",          "containers", "multiplies by a constant", layer_fields<Scale>(), make_layer<Scale>,
-      {{"value", 0.5}}, {2, 3},       AutocastRule::InputType};
+  static const LayerDescriptor layer{"Scale",
+                                     "containers",
+                                     "multiplies by a constant",
+                                     layer_fields<Scale>(),
+                                     make_layer<Scale>,
+                                     {{"value", 0.5}},
+                                     {2, 3},
+                                     AutocastRule::InputType,
+                                     true,
+                                     nullptr,
+                                     {{{{"value", -1.5}}, {2, 3, 3, 5}}}};
   return layer;
 }
 

@@ -274,7 +274,14 @@ const LayerDescriptor& conv2d_layer() {
       {2, 3, 5, 5},
       AutocastRule::LowerPrecision,
       true,
-      layer_state<Conv2d, conv2d_state>};
+      layer_state<Conv2d, conv2d_state>,
+      // cuDNN with a stride and no bias; a rectangular kernel; in half channels-last, 17..31 input
+      // channels padded to 32, and a patchify (kernel = stride) problem.
+      {{{{"in_channels", 5}, {"out_channels", 6}, {"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"bias", false}},
+        {3, 5, 9, 7}},
+       {{{"in_channels", 4}, {"out_channels", 8}, {"kernel_size", {3, 1}}, {"padding", {1, 0}}}, {2, 4, 6, 5}},
+       {{{"in_channels", 20}, {"out_channels", 8}, {"kernel_size", 3}, {"padding", 1}}, {2, 20, 6, 6}},
+       {{{"in_channels", 3}, {"out_channels", 8}, {"kernel_size", 2}, {"stride", 2}}, {2, 3, 8, 6}}}};
   return layer;
 }
 

@@ -16,7 +16,10 @@ namespace minidl {
 
 namespace {
 
-const void* raw_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
+template <class T>
+const T* data_or_null(const Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
 
 }  // namespace
 
@@ -56,12 +59,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                                     bias.defined() ? bias.data<float>() : nullptr, y.data<float>());
       },
       [&] {
-        if (half)
-          kernels::linear_forward_half_cuda(t, rows, in, out, x.raw_data(), weight.raw_data(), raw_or_null(bias),
-                                            y.raw_data());
-        else
-          kernels::linear_forward_cuda(rows, in, out, x.data<float>(), weight.data<float>(),
-                                       bias.defined() ? bias.data<float>() : nullptr, y.data<float>());
+        dispatch_dtype(t, "linear", [&](auto tag) {
+          using T = decltype(tag);
+          kernels::linear_forward_cuda(rows, in, out, x.data<T>(), weight.data<T>(), data_or_null<T>(bias),
+                                       y.data<T>());
+        });
       });
   std::vector<Tensor> inputs{x, weight};
   if (bias.defined()) inputs.push_back(bias);
@@ -70,8 +72,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     const bool need_b = bias.defined() && bias.requires_grad(), has_bias = bias.defined();
     autograd::record(
         y, "linear", std::move(inputs),
-        [rows, in, out, half, t, xs = x.detach(), ws = weight.detach(), need_x, need_w, need_b, has_bias](
-            const Tensor& dy_in) -> std::vector<Tensor> {
+        [rows, in, out, t, xs = x.detach(), ws = weight.detach(), need_x, need_w, need_b,
+         has_bias](const Tensor& dy_in) -> std::vector<Tensor> {
           const Tensor dy = dy_in.to(t);
           const Device dev = dy.device();
           Tensor dx = need_x ? Tensor::empty(xs.shape(), t, dev) : Tensor();
@@ -80,20 +82,23 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
           dispatch(
               dev, "linear_backward",
               [&] {
-                if (need_x) kernels::linear_backward_data_cpu(rows, in, out, dy.data<float>(), ws.data<float>(), dx.data<float>());
-                if (need_w) kernels::linear_backward_weight_cpu(rows, in, out, xs.data<float>(), dy.data<float>(), dw.data<float>());
+                if (need_x)
+                  kernels::linear_backward_data_cpu(rows, in, out, dy.data<float>(), ws.data<float>(),
+                                                    dx.data<float>());
+                if (need_w)
+                  kernels::linear_backward_weight_cpu(rows, in, out, xs.data<float>(), dy.data<float>(),
+                                                      dw.data<float>());
                 if (need_b) kernels::linear_backward_bias_cpu(rows, out, dy.data<float>(), db.data<float>());
               },
               [&] {
-                if (half) {
-                  if (need_x) kernels::linear_backward_data_half_cuda(t, rows, in, out, dy.raw_data(), ws.raw_data(), dx.raw_data());
-                  if (need_w) kernels::linear_backward_weight_half_cuda(t, rows, in, out, xs.raw_data(), dy.raw_data(), dw.raw_data());
-                  if (need_b) kernels::linear_backward_bias_half_cuda(t, rows, out, dy.raw_data(), db.raw_data());
-                  return;
-                }
-                if (need_x) kernels::linear_backward_data_cuda(rows, in, out, dy.data<float>(), ws.data<float>(), dx.data<float>());
-                if (need_w) kernels::linear_backward_weight_cuda(rows, in, out, xs.data<float>(), dy.data<float>(), dw.data<float>());
-                if (need_b) kernels::linear_backward_bias_cuda(rows, out, dy.data<float>(), db.data<float>());
+                dispatch_dtype(t, "linear", [&](auto tag) {
+                  using T = decltype(tag);
+                  if (need_x)
+                    kernels::linear_backward_data_cuda(rows, in, out, dy.data<T>(), ws.data<T>(), dx.data<T>());
+                  if (need_w)
+                    kernels::linear_backward_weight_cuda(rows, in, out, xs.data<T>(), dy.data<T>(), dw.data<T>());
+                  if (need_b) kernels::linear_backward_bias_cuda(rows, out, dy.data<T>(), db.data<T>());
+                });
               });
           std::vector<Tensor> grads{dx, dw};
           if (has_bias) grads.push_back(db);
@@ -158,7 +163,8 @@ const LayerDescriptor& linear_layer() {
                                      {2, 4},
                                      AutocastRule::LowerPrecision,
                                      true,
-                                     layer_state<Linear, linear_state>};
+                                     layer_state<Linear, linear_state>,
+                                     {{{{"in_features", 5}, {"out_features", 7}, {"bias", false}}, {2, 3, 5}}}};
   return layer;
 }
 

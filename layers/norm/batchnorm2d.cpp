@@ -66,18 +66,17 @@ const Fields<BatchNorm2dSpec>& BatchNorm2dSpec::fields() {
       auto write = one->write;
       one->write = [write](const S& s) { return s.weight != s.bias ? write(s) : std::nullopt; };
     }
-    return std::vector<Field<S>>{
-        integer("num_features", &S::num_features, kRequired, {1}, "channels C"),
-        number("eps", &S::eps, 1e-5, kAtLeastZero, "added to the variance"),
-        number("momentum", &S::momentum, 0.1, kUnitInterval, "running statistics' update rate"),
-        affine,
-        weight,
-        bias,
-        norm_relu_field(&S::activation),
-        norm_gelu_field(&S::activation),
-        written_when_set(flag("sync", &S::sync, false,
-                              "data parallel: training statistics over every rank's batch (SyncBatchNorm); no "
-                              "effect on one process"))};
+    std::vector<Field<S>> rows{integer("num_features", &S::num_features, kRequired, {1}, "channels C"),
+                               number("eps", &S::eps, 1e-5, kAtLeastZero, "added to the variance"),
+                               number("momentum", &S::momentum, 0.1, kUnitInterval, "running statistics' update rate"),
+                               affine,
+                               weight,
+                               bias};
+    for (Field<S>& r : norm_activation_fields(&S::activation)) rows.push_back(r);
+    rows.push_back(written_when_set(flag("sync", &S::sync, false,
+                                         "data parallel: training statistics over every rank's batch (SyncBatchNorm); "
+                                         "no effect on one process")));
+    return rows;
   }()};
   return f;
 }
@@ -104,7 +103,9 @@ const LayerDescriptor& batchnorm2d_layer() {
       {2, 3, 4, 4},
       AutocastRule::InputType,
       true,
-      layer_state<BatchNorm2d, batchnorm2d_state>};
+      layer_state<BatchNorm2d, batchnorm2d_state>,
+      {{{{"num_features", 5}, {"relu", true}}, {3, 5, 4, 3}},
+       {{{"num_features", 4}, {"gelu", true}, {"affine", false}}, {2, 4, 3, 5}}}};
   return layer;
 }
 

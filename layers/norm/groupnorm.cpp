@@ -35,17 +35,17 @@ std::string GroupNorm::describe() const {
 
 const Fields<GroupNormSpec>& GroupNormSpec::fields() {
   using S = GroupNormSpec;
-  static const Fields<S> f{{integer("num_groups", &S::num_groups, kRequired, {1}, "groups"),
-                            integer("num_channels", &S::num_channels, kRequired, {1},
-                                    "channels C, a positive multiple of num_groups"),
-                            number("eps", &S::eps, 1e-5, kAtLeastZero, "added to the variance"),
-                            flag("affine", &S::affine, true, "learned per-channel scale and shift"),
-                            norm_relu_field(&S::activation), norm_gelu_field(&S::activation)},
-                           [](const S& s, const JsonArgs& args) {
-                             MINIDL_CHECK(s.num_channels % s.num_groups == 0, args.key_path("num_channels"),
-                                          ": must be a positive multiple of num_groups (", s.num_groups, "), got ",
-                                          s.num_channels);
-                           }};
+  static const Fields<S> f{
+      with_norm_activation<S>(
+          {integer("num_groups", &S::num_groups, kRequired, {1}, "groups"),
+           integer("num_channels", &S::num_channels, kRequired, {1}, "channels C, a positive multiple of num_groups"),
+           number("eps", &S::eps, 1e-5, kAtLeastZero, "added to the variance"),
+           flag("affine", &S::affine, true, "learned per-channel scale and shift")},
+          &S::activation),
+      [](const S& s, const JsonArgs& args) {
+        MINIDL_CHECK(s.num_channels % s.num_groups == 0, args.key_path("num_channels"),
+                     ": must be a positive multiple of num_groups (", s.num_groups, "), got ", s.num_channels);
+      }};
   return f;
 }
 
@@ -68,7 +68,8 @@ const LayerDescriptor& groupnorm_layer() {
                                      {2, 4, 3, 3},
                                      AutocastRule::Float32,
                                      true,
-                                     layer_state<GroupNorm, groupnorm_state>};
+                                     layer_state<GroupNorm, groupnorm_state>,
+                                     {{{{"num_groups", 3}, {"num_channels", 6}, {"relu", true}}, {2, 6, 3, 5}}}};
   return layer;
 }
 

@@ -45,10 +45,11 @@ std::string LayerNorm::describe() const {
 const Fields<LayerNormSpec>& LayerNormSpec::fields() {
   using S = LayerNormSpec;
   static const Fields<S> f{
-      {int_list("normalized_shape", &S::normalized_shape, {1}, "the trailing dims normalized together"),
-       number("eps", &S::eps, 1e-5, kAtLeastZero, "added to the variance"),
-       flag("elementwise_affine", &S::elementwise_affine, true, "learned scale and shift of normalized_shape"),
-       norm_relu_field(&S::activation), norm_gelu_field(&S::activation)},
+      with_norm_activation<S>(
+          {int_list("normalized_shape", &S::normalized_shape, {1}, "the trailing dims normalized together"),
+           number("eps", &S::eps, 1e-5, kAtLeastZero, "added to the variance"),
+           flag("elementwise_affine", &S::elementwise_affine, true, "learned scale and shift of normalized_shape")},
+          &S::activation),
       [](const S& s, const JsonArgs& args) { check_weight_size(args, s.normalized_shape); }};
   return f;
 }
@@ -73,7 +74,8 @@ const LayerDescriptor& layernorm_layer() {
       {2, 3, 4, 4},
       AutocastRule::Float32,
       true,
-      layer_state<LayerNorm, layernorm_state>};
+      layer_state<LayerNorm, layernorm_state>,
+      {{{{"normalized_shape", {8}}}, {2, 5, 8}}}};
   return layer;
 }
 

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/storage_rounding.h"
 #include "layers/layer_fields.h"
+#include "layers/pool/pool_args.h"
 #include "layers/registry.h"
 
 namespace minidl {
@@ -57,21 +58,25 @@ Tensor max_pool2d_channels_last_cuda(const Tensor& x, const Pool2dGeometry& g) {
   const bool grad = autograd::needs_grad({x});
   const DType index = kernels::max_pool2d_argmax_dtype(g);
   Tensor argmax = grad ? Tensor::empty({s.n, OH, OW, s.c}, index, x.device()) : Tensor();
-  if (index == DType::UInt8)
-    kernels::max_pool2d_nhwc_forward_cuda(t, x.raw_data(), y.raw_data(),
-                                          grad ? argmax.data<uint8_t>() : static_cast<uint8_t*>(nullptr), s, g);
-  else
-    kernels::max_pool2d_nhwc_forward_cuda(t, x.raw_data(), y.raw_data(),
-                                          grad ? argmax.data<int32_t>() : static_cast<int32_t*>(nullptr), s, g);
+  dispatch_dtype(t, "max_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    if (index == DType::UInt8)
+      kernels::max_pool2d_nhwc_forward_cuda(x.data<T>(), y.data<T>(), grad ? argmax.data<uint8_t>() : nullptr, s, g);
+    else
+      kernels::max_pool2d_nhwc_forward_cuda(x.data<T>(), y.data<T>(), grad ? argmax.data<int32_t>() : nullptr, s, g);
+  });
   if (grad) {
     const Shape in_shape = x.shape();
     autograd::record(y, "max_pool2d", {x}, [argmax, in_shape, s, g, t](const Tensor& dy_in) -> std::vector<Tensor> {
       const Tensor dy = dy_in.to(t, MemoryFormat::ChannelsLast);
       Tensor dx = Tensor::empty(in_shape, t, dy.device(), MemoryFormat::ChannelsLast);
-      if (argmax.dtype() == DType::UInt8)
-        kernels::max_pool2d_nhwc_backward_cuda(t, dy.raw_data(), argmax.data<uint8_t>(), dx.raw_data(), s, g);
-      else
-        kernels::max_pool2d_nhwc_backward_cuda(t, dy.raw_data(), argmax.data<int32_t>(), dx.raw_data(), s, g);
+      dispatch_dtype(t, "max_pool2d", [&](auto tag) {
+        using T = decltype(tag);
+        if (argmax.dtype() == DType::UInt8)
+          kernels::max_pool2d_nhwc_backward_cuda(dy.data<T>(), argmax.data<uint8_t>(), dx.data<T>(), s, g);
+        else
+          kernels::max_pool2d_nhwc_backward_cuda(dy.data<T>(), argmax.data<int32_t>(), dx.data<T>(), s, g);
+      });
       return {dx};
     });
   }
@@ -84,13 +89,19 @@ Tensor global_avg_pool2d_channels_last_cuda(const Tensor& x) {
   MINIDL_CHECK(hw > 0, "global_avg_pool2d: empty planes in input ", shape_str(x.shape()));
   const DType t = x.dtype();
   Tensor y = Tensor::empty({n, c}, t, x.device());
-  kernels::global_avg_pool2d_nhwc_forward_cuda(t, x.raw_data(), y.raw_data(), n, hw, c);
+  dispatch_dtype(t, "global_avg_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    kernels::global_avg_pool2d_nhwc_forward_cuda(x.data<T>(), y.data<T>(), n, hw, c);
+  });
   if (autograd::needs_grad({x})) {
     const Shape in_shape = x.shape();
     autograd::record(y, "global_avg_pool2d", {x}, [in_shape, n, hw, c, t](const Tensor& dy_in) -> std::vector<Tensor> {
       const Tensor dy = dy_in.to(t);
       Tensor dx = Tensor::empty(in_shape, t, dy.device(), MemoryFormat::ChannelsLast);
-      kernels::global_avg_pool2d_nhwc_backward_cuda(t, dy.raw_data(), dx.raw_data(), n, hw, c);
+      dispatch_dtype(t, "global_avg_pool2d", [&](auto tag) {
+        using T = decltype(tag);
+        kernels::global_avg_pool2d_nhwc_backward_cuda(dy.data<T>(), dx.data<T>(), n, hw, c);
+      });
       return {dx};
     });
   }
@@ -105,14 +116,20 @@ Tensor global_max_pool2d_channels_last_cuda(const Tensor& x) {
   Tensor y = Tensor::empty({n, c}, t, x.device());
   const bool grad = autograd::needs_grad({x});
   Tensor argmax = grad ? Tensor::empty({n, c}, DType::Int32, x.device()) : Tensor();
-  kernels::global_max_pool2d_nhwc_forward_cuda(t, x.raw_data(), y.raw_data(), grad ? argmax.data<int32_t>() : nullptr,
-                                               n, hw, c);
+  dispatch_dtype(t, "global_max_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    kernels::global_max_pool2d_nhwc_forward_cuda(x.data<T>(), y.data<T>(), grad ? argmax.data<int32_t>() : nullptr, n,
+                                                 hw, c);
+  });
   if (grad) {
     const Shape in_shape = x.shape();
     autograd::record(y, "global_max_pool2d", {x}, [argmax, in_shape, n, hw, c, t](const Tensor& dy_in) -> std::vector<Tensor> {
       const Tensor dy = dy_in.to(t);
       Tensor dx = Tensor::empty(in_shape, t, dy.device(), MemoryFormat::ChannelsLast);
-      kernels::global_max_pool2d_nhwc_backward_cuda(t, dy.raw_data(), argmax.data<int32_t>(), dx.raw_data(), n, hw, c);
+      dispatch_dtype(t, "global_max_pool2d", [&](auto tag) {
+        using T = decltype(tag);
+        kernels::global_max_pool2d_nhwc_backward_cuda(dy.data<T>(), argmax.data<int32_t>(), dx.data<T>(), n, hw, c);
+      });
       return {dx};
     });
   }
@@ -250,9 +267,8 @@ Tensor global_max_pool2d(const Tensor& x) {
 }
 
 std::string MaxPool2d::describe() const {
-  auto pair = [](int64_t a, int64_t b) { return a == b ? str(a) : str("(", a, ", ", b, ")"); };
-  return str("MaxPool2d(kernel_size=", pair(g_.kernel_h, g_.kernel_w), ", stride=", pair(g_.stride_h, g_.stride_w),
-             ", padding=", pair(g_.pad_h, g_.pad_w), ")");
+  return str("MaxPool2d(kernel_size=", pair_str(g_.kernel_h, g_.kernel_w),
+             ", stride=", pair_str(g_.stride_h, g_.stride_w), ", padding=", pair_str(g_.pad_h, g_.pad_w), ")");
 }
 
 namespace {
@@ -289,7 +305,10 @@ const LayerDescriptor& maxpool2d_layer() {
                                      make_layer<MaxPool2d>,
                                      {{"kernel_size", 2}},
                                      {2, 3, 4, 4},
-                                     AutocastRule::InputType};
+                                     AutocastRule::InputType,
+                                     true,
+                                     nullptr,
+                                     {{{{"kernel_size", 3}, {"stride", 2}, {"padding", 1}}, {2, 3, 7, 6}}}};
   return layer;
 }
 

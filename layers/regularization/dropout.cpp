@@ -12,7 +12,6 @@
 #include "core/error.h"
 #include "core/field_kinds.h"
 #include "core/run_context.h"
-#include "core/storage_rounding.h"
 #include "layers/registry.h"
 #include "layers/regularization/dropout_kernels.h"
 
@@ -94,10 +93,12 @@ namespace {
 // The map y = x * factor on x's device; the CPU runs the step it is given, the GPU the device word.
 Tensor apply_mask(const Tensor& x, const DropoutDraw& draw, int64_t step) {
   Tensor y = Tensor::empty_like(x);
-  dispatch(
-      x.device(), "dropout",
-      [&] { kernels::dropout_cpu(draw, step, x.data<float>(), y.data<float>(), x.numel()); },
-      [&] { kernels::dropout_cuda(x.dtype(), draw, dropout_step_on(x.device()), x.raw_data(), y.raw_data(), x.numel()); });
+  dispatch_dtype(x.dtype(), "dropout", [&](auto tag) {
+    using T = decltype(tag);
+    dispatch(
+        x.device(), "dropout", [&] { kernels::dropout_cpu(draw, step, x.data<T>(), y.data<T>(), x.numel()); },
+        [&] { kernels::dropout_cuda(draw, dropout_step_on(x.device()), x.data<T>(), y.data<T>(), x.numel()); });
+  });
   return y;
 }
 
@@ -106,7 +107,6 @@ Tensor apply_mask(const Tensor& x, const DropoutDraw& draw, int64_t step) {
 Tensor dropout(const Tensor& x, const DropoutDraw& draw) {
   MINIDL_CHECK(x.defined() && is_floating(x.dtype()), "dropout: expects a float32, bfloat16 or float16 input, got ",
                x.defined() ? x.str() : "undefined");
-  if (holds_half(x) && !x.is_cuda()) return dropout(as_float32(x), draw).to(x.dtype());
   MINIDL_CHECK(draw.group >= 1 && x.numel() % draw.group == 0, "dropout: ", x.numel(),
                " elements do not split into draws of ", draw.group);
   MINIDL_CHECK(x.numel() / draw.group <= kMaxDropoutDraws, "dropout: ", x.numel() / draw.group,
@@ -175,7 +175,9 @@ const LayerDescriptor& dropout_layer() {
       {{"p", 0.1}},
       {2, 3, 4},
       AutocastRule::InputType,
-      true};
+      true,
+      nullptr,
+      {{{{"p", 0.3}}, {2, 3, 4, 5}}}};
   return layer;
 }
 

@@ -3,6 +3,7 @@
 #include "layers/transformer/attention.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include "core/autocast.h"
 #include "core/autograd.h"
@@ -20,13 +21,19 @@ namespace minidl {
 namespace {
 
 // Whether the fused kernels take a call; a CPU-only build has none (their launcher is CUDA code).
-bool fused_fits(DType t, const kernels::AttentionShape& s, const void* data) {
+template <class T>
+bool fused_fits(const kernels::AttentionShape& s, const T* data) {
 #ifdef MINIDL_WITH_CUDA
-  return kernels::attention_fused_cuda_fits(t, s, data);
+  return kernels::attention_fused_cuda_fits(s, data);
 #else
-  (void)t, (void)s, (void)data;
+  (void)s, (void)data;
   return false;
 #endif
+}
+
+// Whether the fused kernels take x (on CUDA, any floating dtype).
+bool fused_fits(const kernels::AttentionShape& s, const Tensor& x) {
+  return dispatch_dtype(x.dtype(), "attention", [&](auto tag) { return fused_fits(s, x.data<decltype(tag)>()); });
 }
 
 }  // namespace
@@ -52,7 +59,7 @@ Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p, uin
   const int64_t step = dropout_step();
   // Short sequences in half precision run the fused kernels (the faster path wherever they fit; they
   // keep no probabilities); the rest the batched GEMMs with the probabilities saved for the backward.
-  const bool fused = dev.is_cuda() && fused_fits(t, s, x.raw_data());
+  const bool fused = dev.is_cuda() && fused_fits(s, x);
   Tensor probs, dropped;
   if (!fused) {
     probs = Tensor::empty({s.batch, s.heads, s.tokens, s.tokens}, t, dev);
@@ -66,11 +73,15 @@ Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p, uin
                                        y.data<float>());
       },
       [&] {
-        if (fused)
-          kernels::attention_fused_forward_cuda(t, s, d, dropout_step_on(dev), x.raw_data(), y.raw_data());
-        else
-          kernels::attention_forward_cuda(t, s, d, dropout_step_on(dev), x.raw_data(), probs.raw_data(),
-                                          dropped.raw_data(), y.raw_data());
+        dispatch_dtype(t, "attention", [&](auto tag) {
+          using T = decltype(tag);
+          if constexpr (!std::is_same_v<T, float>) {
+            if (fused)
+              return kernels::attention_fused_forward_cuda(s, d, dropout_step_on(dev), x.data<T>(), y.data<T>());
+          }
+          kernels::attention_forward_cuda(s, d, dropout_step_on(dev), x.data<T>(), probs.data<T>(), dropped.data<T>(),
+                                          y.data<T>());
+        });
       });
   if (autograd::needs_grad({qkv})) {
     autograd::record(y, "attention", {x}, [s, t, draw, drop, step, fused, xs = x.detach(), probs, dropped](
@@ -78,7 +89,7 @@ Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p, uin
       Tensor dy = dy_in.to(t).contiguous();
       const DropoutDraw* d = drop ? &draw : nullptr;
       Tensor dqkv = Tensor::empty(xs.shape(), t, dy.device());
-      if (fused && !fused_fits(t, s, dy.raw_data())) dy = dy.clone();  // a misaligned view
+      if (fused && !fused_fits(s, dy)) dy = dy.clone();  // a misaligned view
       dispatch(
           dy.device(), "attention_backward",
           [&] {
@@ -86,12 +97,17 @@ Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p, uin
                                             dy.data<float>(), dqkv.data<float>());
           },
           [&] {
-            if (fused)
-              kernels::attention_fused_backward_cuda(t, s, d, dropout_step_on(dy.device()), xs.raw_data(),
-                                                     dy.raw_data(), dqkv.raw_data());
-            else
-              kernels::attention_backward_cuda(t, s, d, dropout_step_on(dy.device()), xs.raw_data(), probs.raw_data(),
-                                               dropped.raw_data(), dy.raw_data(), dqkv.raw_data());
+            dispatch_dtype(t, "attention", [&](auto tag) {
+              using T = decltype(tag);
+              const int64_t* step_word = dropout_step_on(dy.device());
+              if constexpr (!std::is_same_v<T, float>) {
+                if (fused)
+                  return kernels::attention_fused_backward_cuda(s, d, step_word, xs.data<T>(), dy.data<T>(),
+                                                                dqkv.data<T>());
+              }
+              kernels::attention_backward_cuda(s, d, step_word, xs.data<T>(), probs.data<T>(), dropped.data<T>(),
+                                               dy.data<T>(), dqkv.data<T>());
+            });
           });
       return {dqkv};
     });
@@ -200,7 +216,8 @@ const LayerDescriptor& multihead_attention_layer() {
       {2, 5, 8},
       AutocastRule::LowerPrecision,
       true,
-      layer_state<MultiheadAttention, multihead_attention_state>};
+      layer_state<MultiheadAttention, multihead_attention_state>,
+      {{{{"embed_dim", 12}, {"num_heads", 3}, {"dropout", 0.2}, {"bias", false}}, {3, 7, 12}}}};
   return layer;
 }
 

@@ -130,7 +130,8 @@ const LayerDescriptor& transformer_encoder_layer_layer() {
       {2, 5, 8},
       AutocastRule::InputType,
       true,
-      layer_state<TransformerEncoderLayer, encoder_layer_state>};
+      layer_state<TransformerEncoderLayer, encoder_layer_state>,
+      {{{{"d_model", 8}, {"nhead", 2}, {"dim_feedforward", 12}, {"dropout", 0.1}}, {2, 5, 8}}}};
   return layer;
 }
 

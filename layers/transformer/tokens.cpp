@@ -300,7 +300,9 @@ const LayerDescriptor& token_pool_layer() {
                                      nlohmann::json::object(),
                                      {2, 5, 4},
                                      AutocastRule::InputType,
-                                     true};
+                                     true,
+                                     nullptr,
+                                     {{{{"mode", "cls"}}, {2, 5, 4}}}};
   return layer;
 }
 

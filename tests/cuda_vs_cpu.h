@@ -1,0 +1,52 @@
+// A layer on CUDA against the same layer on the CPU in float32, in every dtype and layout: the
+// inputs are rounded to the dtype first, so both sides see the same values; y, dx and every
+// parameter gradient must agree within the dtype's rounding (one ulp of the half types per result,
+// a few float32 ulps in float32, where the summation orders differ).
+#pragma once
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/tensor.h"
+#include "layers/module.h"
+#include "layers/registry.h"
+#include "test_util.h"
+
+namespace minidl::test {
+
+// rtol for results rounded to `t` (float32: the sums' order differs between the devices).
+inline double dtype_rtol(DType t) { return t == DType::BFloat16 ? 1.6e-2 : t == DType::Float16 ? 2e-3 : 2e-5; }
+
+// Runs the layer of `spec` on x of `shape` (values in [lo, hi)) on both devices, forward and
+// backward, in float32, bfloat16 and float16, contiguous and (4-d inputs) channels_last.
+inline void require_cuda_matches_cpu(const nlohmann::json& spec, const Shape& shape, uint64_t seed, float lo = -2.f,
+                                     float hi = 2.f) {
+  for (DType t : {DType::Float32, DType::BFloat16, DType::Float16}) {
+    for (MemoryFormat f : {MemoryFormat::Contiguous, MemoryFormat::ChannelsLast}) {
+      if (f == MemoryFormat::ChannelsLast && shape.size() != 4) continue;
+      INFO(spec.dump() << " " << dtype_name(t) << " " << memory_format_name(f));
+      std::shared_ptr<Module> cpu = build_layer(spec, "layer"), gpu = build_layer(spec, "layer");
+      gpu->load_state_dict(cpu->state_dict());
+      gpu->to(Device::cuda());
+      const Tensor x0 = random_tensor(shape, seed, lo, hi).to(t).to(DType::Float32);
+      Tensor xc = x0.clone(), xg = x0.to(t).to(f).to(Device::cuda());
+      xc.set_requires_grad(true);
+      xg.set_requires_grad(true);
+      const Tensor yc = (*cpu)(xc), yg = (*gpu)(xg);
+      REQUIRE(yg.dtype() == t);
+      const Tensor dy = random_tensor(yc.shape(), seed + 1).to(t).to(DType::Float32);
+      autograd::backward(yc, dy);
+      autograd::backward(yg, dy.to(t).to(yg.memory_format()).to(Device::cuda()));
+      const double rtol = dtype_rtol(t), atol = std::max(rtol * 1e-2, 1e-5);
+      require_close(yg.to(DType::Float32).contiguous().to_vector(), yc.to_vector(), rtol, atol, "y");
+      require_close(xg.grad().to(DType::Float32).contiguous().to_vector(), xc.grad().to_vector(), rtol, atol, "dx");
+      const auto pc = cpu->named_parameters(), pg = gpu->named_parameters();
+      for (size_t i = 0; i < pc.size(); ++i)
+        require_close(pg[i].second.grad().to_vector(), pc[i].second.grad().to_vector(), rtol, rtol, "d" + pc[i].first);
+    }
+  }
+}
+
+}  // namespace minidl::test
