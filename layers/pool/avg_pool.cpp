@@ -159,9 +159,13 @@ const LayerDescriptor& adaptive_avgpool2d_layer() {
       "mean over the windows that split H and W into output_size, as torch.nn.AdaptiveAvgPool2d",
       {required_key("output_size", "ints", "(OH, OW): an int or a list of two, each >= 1")},
       make_adaptive_avgpool2d,
-      {{"output_size", {2, 3}}},
+      {{"output_size", 1}},
       {2, 3, 5, 7},
-      AutocastRule::InputType};
+      AutocastRule::InputType,
+      true,
+      nullptr,
+      // Overlapping windows of uneven sizes; ONNX has no adaptive pool beyond GlobalAveragePool.
+      {{{{"output_size", {2, 3}}}, {2, 3, 5, 7}, false}}};
   return layer;
 }
 
