@@ -36,6 +36,7 @@ std::vector<std::string> export_layer_examples(const std::string& dir) {
     if (!layer->onnx) continue;
     const std::vector<LayerExample> examples = layer_examples(*layer);
     for (size_t i = 0; i < examples.size(); ++i) {
+      if (!examples[i].onnx) continue;
       std::shared_ptr<Module> m = build_layer(examples[i].spec, layer->name);
       m->assign_paths();
       uint64_t ordinal = 0;

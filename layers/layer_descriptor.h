@@ -38,6 +38,9 @@ struct LayerState {
 struct LayerExample {
   nlohmann::json spec;
   Shape input;
+  // False for a spec that the layer's ONNX emitter refuses (ONNX has no operator for it): the ONNX
+  // checks skip it and tests/test_onnx_export.cpp checks that export refuses it.
+  bool onnx = true;
 };
 
 struct LayerDescriptor {

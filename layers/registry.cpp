@@ -106,7 +106,11 @@ nlohmann::json layer_schema() {
   nlohmann::json out = nlohmann::json::object();
   for (const LayerDescriptor* d : layer_descriptors()) {
     nlohmann::json examples = nlohmann::json::array();
-    for (const LayerExample& e : layer_examples(*d)) examples.push_back({{"spec", e.spec}, {"input", e.input}});
+    for (const LayerExample& e : layer_examples(*d)) {
+      nlohmann::json example = {{"spec", e.spec}, {"input", e.input}};
+      if (!e.onnx) example["onnx"] = false;
+      examples.push_back(std::move(example));
+    }
     out[d->name] = {{"family", d->family},
                     {"summary", d->summary},
                     {"keys", fields_schema(d->fields)},

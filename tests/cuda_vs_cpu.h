@@ -31,10 +31,12 @@ inline void require_cuda_matches_cpu(const nlohmann::json& spec, const Shape& sh
       gpu->load_state_dict(cpu->state_dict());
       gpu->to(Device::cuda());
       const Tensor x0 = random_tensor(shape, seed, lo, hi).to(t).to(DType::Float32);
-      Tensor xc = x0.clone(), xg = x0.to(t).to(f).to(Device::cuda());
+      // Gradients are float32 (only float32 tensors require grad): the GPU side's cast to the dtype
+      // and layout is part of its graph, as a network's input cast is.
+      Tensor xc = x0.clone(), xg = x0.to(Device::cuda());
       xc.set_requires_grad(true);
       xg.set_requires_grad(true);
-      const Tensor yc = (*cpu)(xc), yg = (*gpu)(xg);
+      const Tensor yc = (*cpu)(xc), yg = (*gpu)(xg.to(t).to(f));
       REQUIRE(yg.dtype() == t);
       const Tensor dy = random_tensor(yc.shape(), seed + 1).to(t).to(DType::Float32);
       autograd::backward(yc, dy);

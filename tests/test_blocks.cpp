@@ -162,7 +162,7 @@ TEST_CASE("LayerNorm2d spec: timm's defaults, parameters, round trip, errors nam
              Catch::Contains("expected input (N, 8, H, W)"));
 }
 
-TEST_CASE("layer_scale_2d multiplies each channel by gamma; gradients of x and gamma", "[blocks]") {
+TEST_CASE("layer_scale_2d multiplies each channel by gamma, with the gradients of x and gamma", "[blocks]") {
   const Tensor x = test::random_tensor({3, 4, 5, 2}, 8);
   const Tensor gamma = test::random_tensor({4}, 9, 0.5f, 2.f);
   const std::vector<float> xv = x.to_vector(), gv = gamma.to_vector();
@@ -200,7 +200,7 @@ TEST_CASE("LayerScale2d spec: gamma at init_values, round trip, errors naming th
              Catch::Contains("expected input (N, 6, H, W)"));
 }
 
-TEST_CASE("channel_gate scales each sample's channels by its own factor; gradients of x and the gate", "[blocks]") {
+TEST_CASE("channel_gate scales each sample's channels by its own factor, with the gradients of x and the gate", "[blocks]") {
   const Tensor x = test::random_tensor({3, 4, 2, 5}, 11);
   const Tensor gate = test::random_tensor({3, 4, 1, 1}, 12, 0.f, 1.f);
   const std::vector<float> xv = x.to_vector(), gv = gate.to_vector();

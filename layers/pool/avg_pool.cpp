@@ -155,9 +155,13 @@ const LayerDescriptor& adaptive_avgpool2d_layer() {
       "mean over the windows that split H and W into output_size, as torch.nn.AdaptiveAvgPool2d",
       layer_fields<AdaptiveAvgPool2d>(),
       make_layer<AdaptiveAvgPool2d>,
-      {{"output_size", {2, 3}}},
+      {{"output_size", 1}},
       {2, 3, 5, 7},
-      AutocastRule::InputType};
+      AutocastRule::InputType,
+      true,
+      nullptr,
+      // Overlapping windows of uneven sizes; ONNX has no adaptive pool beyond GlobalAveragePool.
+      {{{{"output_size", {2, 3}}}, {2, 3, 5, 7}, false}}};
   return layer;
 }
 
