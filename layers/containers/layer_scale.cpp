@@ -1,6 +1,7 @@
 // The per-channel scale ops (one autograd node each), LayerScale2d, its factory and descriptor.
 #include "layers/containers/layer_scale.h"
 
+#include <cmath>
 #include <limits>
 
 #include "core/autograd.h"
@@ -87,11 +88,16 @@ std::string LayerScale2d::describe() const { return str("LayerScale2d ", spec().
 
 const Fields<LayerScale2dSpec>& LayerScale2dSpec::fields() {
   using S = LayerScale2dSpec;
-  // Kept as a double, so config.json writes back the value given; gamma holds it as float32.
-  const double largest = std::numeric_limits<float>::max();
-  static const Fields<S> f{{integer("dim", &S::dim, kRequired, {1, kMaxFeatures}, "channels C"),
-                            number("init_values", &S::init_values, 1e-5, {-largest, false, largest, false},
-                                   "gamma's initial value (ConvNeXt: 1e-6)", "float32")}};
+  // Kept as a double, so config.json writes back the value given; gamma holds it as float32, so
+  // the rule checks it fits.
+  Field<S> init_values = number("init_values", &S::init_values, 1e-5, {}, "gamma's initial value (ConvNeXt: 1e-6)");
+  init_values.range = "|value| <= 3.4e38";
+  static const Fields<S> f{{integer("dim", &S::dim, kRequired, {1, kMaxFeatures}, "channels C"), init_values},
+                           [](const S& s, const JsonArgs& args) {
+                             MINIDL_CHECK(std::abs(s.init_values) <= std::numeric_limits<float>::max(),
+                                          args.key_path("init_values"), ": expected a finite float32 number, got ",
+                                          s.init_values);
+                           }};
   return f;
 }
 
