@@ -120,12 +120,6 @@ Device GroupedOptimizer::params_device() const {
   return d;
 }
 
-nlohmann::json GroupedOptimizer::groups_json() const {
-  nlohmann::json list = nlohmann::json::array();
-  for (const ParamGroup& g : groups_) list.push_back(g.to_json());
-  return list;
-}
-
 std::optional<LayerWork> GroupedOptimizer::work() const {
   LayerWork w;
   for (size_t i = 0; i < params_.size(); ++i) {

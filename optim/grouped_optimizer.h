@@ -65,7 +65,6 @@ class GroupedOptimizer : public Optimizer {
   const float* skip_flag() const { return skip_flag_; }
   // The device all parameters live on (errors when they are spread over devices).
   Device params_device() const;
-  nlohmann::json groups_json() const;
   // The update's FLOPs per parameter element (a multiply-add is 2).
   virtual double flops_per_element() const = 0;
 

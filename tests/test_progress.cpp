@@ -2,6 +2,7 @@
 // running loss, durations, the per-class line, the schedule-length warning, and the decisions of
 // early stopping and the best checkpoint.
 #include <cmath>
+#include <limits>
 
 #include "optim/schedule.h"
 #include "test_util.h"
@@ -176,4 +177,29 @@ TEST_CASE("model selection: patience, min_delta, mode and the state a checkpoint
   REQUIRE_FALSE(zero.update(json{{"train_acc", 10.0}}, 1, 1).stop);
   REQUIRE(zero.update(json{{"train_acc", 10.0}}, 2, 2).stop);
   REQUIRE(ModelSelection(TrainConfig()).state().is_null());  // neither on: no metadata
+}
+
+TEST_CASE("model selection: a first value that is not finite leaves the best to the next finite one",
+          "[progress][selection]") {
+  TrainConfig c;
+  c.save_best = true;
+  c.best_monitor = Metric::ValLoss;
+  c.early_stopping_patience = 3;
+  c.early_stopping_monitor = Metric::ValLoss;
+  ModelSelection s(c);
+  s.check_data(true);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  ModelSelection::Decision d = s.update(json{{"val_loss", nan}}, 1, 10);
+  REQUIRE_FALSE(d.new_best);
+  REQUIRE_FALSE(d.stop);
+  const json after_nan = s.state();
+  d = s.update(json{{"val_loss", 2.5}}, 2, 20);  // not compared with a best of 0
+  REQUIRE(d.new_best);
+  REQUIRE(s.best_record()["value"] == 2.5);
+  // The count of epochs without a best survives a checkpoint taken before any best.
+  ModelSelection r(c);
+  r.load_state(after_nan, "metadata 'selection'");
+  REQUIRE(r.state() == after_nan);
+  REQUIRE(r.update(json{{"val_loss", 2.5}}, 2, 20).new_best);
+  REQUIRE(r.state() == s.state());
 }

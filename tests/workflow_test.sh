@@ -84,6 +84,7 @@ done
 "$minidl" eval --run "$run" --split val --output "$work/eval_val.json" >"$work/eval.out"
 "$minidl" eval --run "$run" --weights best --output "$work/eval_best.json" >>"$work/eval.out"
 "$minidl" eval --run "$run" >>"$work/eval.out"
+"$minidl" eval --run "$run" --split train --output "$work/eval_train.json" >>"$work/eval.out"
 grep -q "^accuracy .* with flip TTA" "$work/eval.out" || { cat "$work/eval.out"; fail "eval printed no accuracy"; }
 
 # Selective TTA with equal weights (eval.tta_share, eval.tta_weights): eval follows the run's.
@@ -92,7 +93,7 @@ grep -q "^accuracy .* with flip TTA" "$work/eval.out" || { cat "$work/eval.out";
 "$minidl" eval --run "$work/runs/selective" --output "$work/eval_selective.json" >/dev/null
 
 "$python" - "$work" "$run" <<'PY'
-import json, struct, sys
+import json, os, struct, sys
 work, run = sys.argv[1], sys.argv[2]
 
 def tensors(path):
@@ -122,6 +123,9 @@ assert len(records) < 30, "early stopping did not stop the run"
 last = records[-1]
 v = json.load(open(f"{work}/eval_val.json"))
 assert v["images"] == 24 and v["split"] == "val", v
+trained = sum(len(files) for _, _, files in os.walk(f"{work}/colours/train"))
+t = json.load(open(f"{work}/eval_train.json"))
+assert t["images"] == trained - 24 and t["split"] == "train", (t["images"], trained)  # the hold-out left out
 assert (v["accuracy"], v["accuracy_tta"], v["loss"]) == (last["val_acc"], last["val_acc_tta"], last["val_loss"]), (v, last)
 e = json.load(open(f"{run}/eval.json"))
 assert e["accuracy"] == last["test_acc"] and e["accuracy_tta"] == last["test_acc_tta"], (e, last)

@@ -293,11 +293,13 @@ std::map<std::string, std::string> weights_metadata(const std::vector<TensorByte
   return {{"format", "pt"}, {kTensorsCrc32, tensors_crc32(tensors)}};
 }
 
-void save_weights(const std::string& path, const Module& model) {
+void save_weights(const std::string& path, const Module& model, const std::map<std::string, std::string>& extra) {
   std::vector<std::pair<std::string, Tensor>> host = model.state_dict();
   for (auto& entry : host) entry.second = entry.second.cpu();
   const std::vector<TensorBytes> bytes = tensor_bytes(host);
-  save_safetensors_bytes(path, bytes, weights_metadata(bytes));
+  std::map<std::string, std::string> metadata = weights_metadata(bytes);
+  metadata.insert(extra.begin(), extra.end());
+  save_safetensors_bytes(path, bytes, metadata);
 }
 
 void check_weights(const SafeTensors& st, const std::string& path) {

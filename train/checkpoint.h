@@ -93,8 +93,9 @@ std::string tensors_crc32(const std::vector<TensorBytes>& tensors);
 // metadata is "format": "pt" and "tensors_crc32". It records nothing of the config, so runs that
 // end with the same weights write the same file.
 std::map<std::string, std::string> weights_metadata(const std::vector<TensorBytes>& tensors);
-// model.safetensors of `model`, written atomically on the calling thread.
-void save_weights(const std::string& path, const Module& model);
+// model.safetensors of `model`, written atomically on the calling thread, with `extra` metadata
+// beside the weights' own (best.safetensors records the epoch and metric it was chosen by).
+void save_weights(const std::string& path, const Module& model, const std::map<std::string, std::string>& extra = {});
 // A weights file read back: statistics a run can produce, and its tensors' CRC-32 where the file
 // records it (files written before carry none).
 void check_weights(const SafeTensors& st, const std::string& path);

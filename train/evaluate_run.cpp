@@ -53,9 +53,14 @@ Dataset evaluation_data(const TrainedRun& run, const std::string& data_dir, Spli
     if (data.val_fraction > 0) return hold_out(load_dataset(data, Split::Train), data.val_fraction, data.val_seed).val;
     return load_dataset(data, Split::Val);
   }
+  // The images the run trained on: its training set less the hold-out, when it held one out.
+  const bool trained_part = split == Split::Train && data.val_fraction > 0;
+  MINIDL_CHECK(!trained_part || limit == 0, "eval --split train: --limit does not apply (the run trained on its ",
+               "training set less the validation hold-out, data.val_fraction ", data.val_fraction, ")");
   if (limit > 0) (split == Split::Test ? data.test_limit : data.train_limit) = limit;
   data.dir = data_dir_for(data);
   if (dir) *dir = data.dir;
+  if (trained_part) return hold_out(load_dataset(data, Split::Train), data.val_fraction, data.val_seed).train;
   return load_dataset(data, split);
 }
 

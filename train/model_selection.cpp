@@ -41,21 +41,28 @@ bool MetricWatch::update(double value, int64_t epoch, int64_t step) {
     wait = 0;
     return true;
   }
-  // A first value that is not finite starts the count too: it is no improvement.
-  seen = true;
+  // A value that is not finite is no improvement, and no best either: the first finite value
+  // after it becomes the best, while the count of epochs without one goes on.
   ++wait;
   return false;
 }
 
 nlohmann::json MetricWatch::state() const {
-  if (!seen) return nlohmann::json::object();
+  if (!seen) return wait == 0 ? nlohmann::json::object() : nlohmann::json{{"wait", wait}};
   return {{"best", best}, {"epoch", best_epoch}, {"step", best_step}, {"wait", wait}};
 }
 
 void MetricWatch::load_state(const nlohmann::json& state, const std::string& where) {
   MINIDL_CHECK(state.is_object(), where, ": expected an object, got ", json_excerpt(state));
-  seen = !state.empty();
-  if (!seen) return;
+  seen = state.contains("best");
+  wait = 0;
+  if (!seen && state.contains("wait") && state.size() == 1) {
+    MINIDL_CHECK(state["wait"].is_number_integer() && state["wait"].get<int64_t>() >= 0, where, ": 'wait' is ",
+                 json_excerpt(state["wait"]), ", expected an integer >= 0");
+    wait = state["wait"].get<int64_t>();
+    return;
+  }
+  if (!seen && state.empty()) return;
   for (const char* key : {"best", "epoch", "step", "wait"})
     MINIDL_CHECK(state.contains(key) && state[key].is_number(), where, ": '", key, "' is missing or not a number");
   for (const char* key : {"epoch", "step", "wait"})

@@ -11,7 +11,6 @@
 #include "layers/module.h"
 #include "layers/registry.h"
 #include "optim/named_params.h"
-#include "layers/model_memory.h"
 #include "train/param_rules.h"
 #include "train/precision.h"
 
@@ -122,9 +121,8 @@ ModelSummary summarize_model(const TrainConfig& config, Device device, int64_t b
   MINIDL_CHECK(n >= 1 && n <= kMaxBatchSize, "summary: the batch size must be 1..", kMaxBatchSize, ", got ", n);
   const DataOptions data = DataOptions::from_json(config.data, "data");
   const int64_t side = data.format == DataFormat::ImageFolder ? data.image_size : 32;
-  check_model_fits(config.model.at("layers"), "model.layers", device);
   set_init_seed(config.seed);
-  std::shared_ptr<Module> model = build_sequential(config.model.at("layers"), "model.layers");
+  std::shared_ptr<Module> model = build_sequential(config.model.at("layers"), "model.layers", device);
   model->assign_paths();
   model->to(device);
   model->train();

@@ -537,7 +537,10 @@ void Run::evaluate_best() {
   Module& model = trainer_->model();
   std::vector<std::pair<std::string, Tensor>> final_weights;
   for (const auto& [name, t] : model.state_dict()) final_weights.emplace_back(name, t.clone());
-  model.load_state_dict(load_safetensors(run_dir_ + "/" + kBestWeights).tensors);
+  const std::string best_path = run_dir_ + "/" + kBestWeights;
+  const SafeTensors best_weights = load_safetensors(best_path);
+  check_weights(best_weights, best_path);
+  model.load_state_dict(best_weights.tensors);
   best_test_eval_ = evaluate(Split::Test);
   model.load_state_dict(final_weights);
   const MetricWatch& b = selection_->best();
@@ -567,9 +570,9 @@ bool Run::select(const nlohmann::json& record, int64_t epoch) {
   const ModelSelection::Decision d = selection_->update(record, epoch, step_);
   if (d.new_best && writer()) {
     nlohmann::json meta = selection_->best_record();
-    std::map<std::string, std::string> metadata = {{"format", "pt"}};
+    std::map<std::string, std::string> metadata;
     for (auto& [key, value] : meta.items()) metadata[key] = value.is_string() ? value.get<std::string>() : value.dump();
-    save_safetensors(run_dir_ + "/" + kBestWeights, trainer_->model().state_dict(), metadata);
+    save_weights(run_dir_ + "/" + kBestWeights, trainer_->model(), metadata);
   }
   stopped_early_ = rank0_decides(*comm_, device_, d.stop);
   return d.new_best;
@@ -585,11 +588,14 @@ void Run::show_progress(const Epoch& e) {
                                  eta_->seconds_left(step_)));
 }
 
+int64_t Run::steps_to_run() const {
+  return options_.max_steps > 0 ? std::min(options_.max_steps, trainer_->total_steps()) : trainer_->total_steps();
+}
+
 RunResult Run::execute() try {
   if (!in_folder_) {
     // No folder: the steps alone, then one evaluation.
-    const int64_t total = options_.max_steps > 0 ? std::min(options_.max_steps, trainer_->total_steps())
-                                                 : trainer_->total_steps();
+    const int64_t total = steps_to_run();
     const auto t0 = Clock::now();
     while (step_ < total) step();
     const double seconds = since(t0);
@@ -645,7 +651,7 @@ RunResult Run::train_loop() {
   saved_step_ = checkpointed_step_;
   checkpointed_at_ = Clock::now();
   const auto t0 = Clock::now();
-  eta_ = std::make_unique<Eta>(trainer_->total_steps(), spe, trainer_->has_validation() ? 1 : 0);
+  eta_ = std::make_unique<Eta>(steps_to_run(), spe, trainer_->has_validation() ? 1 : 0);
   for (int64_t epoch = start_.epoch; epoch < config_.epochs && !stopped_at_limit_ && !stopped_early_; ++epoch) {
     // --profile: 5 warm-up and 20 measured steps (fewer in a short epoch) at the start of the run.
     if (options_.profile && epoch == start_.epoch) {

@@ -94,6 +94,8 @@ class Run {
  private:
   struct Epoch;  // the epoch in progress: its position and sums (run.cpp)
   bool writer() const;
+  // The steps this run will train: the config's, or fewer under --max-steps.
+  int64_t steps_to_run() const;
   // Locks the folder, checks it again under the lock, loads the resumed checkpoint and writes the
   // run's config; returns the files it removed (--overwrite, or a run without a checkpoint).
   std::vector<std::string> take_folder();

@@ -12,7 +12,7 @@
 #include "data/loader.h"
 #include "layers/loss/loss.h"
 #include "layers/registry.h"
-#include "layers/model_memory.h"
+#include "train/checkpoint.h"
 #include "train/precision.h"
 #include "train/trainer.h"
 
@@ -64,6 +64,10 @@ TrainedRun::TrainedRun(const std::string& run_dir, const std::string& weights, c
                    "checkpoint.save_best, or has not finished an epoch)")
              : str("--weights '", text_excerpt(weights), "': no such file"));
   nlohmann::json j = read_json_file(config_file);
+  // An edited config.json would run the weights with another model or normalization: checked
+  // against the checkpoint's own record where the folder still has it (as export does).
+  const std::string checkpoint = (fs::path(run_dir) / "checkpoint.safetensors").string();
+  if (fs::exists(checkpoint, ec)) check_run_config(j, config_file, checkpoint);
   if (!device.empty()) j["device"] = device;
   try {
     config_ = parse_train_config(j);
@@ -73,12 +77,13 @@ TrainedRun::TrainedRun(const std::string& run_dir, const std::string& weights, c
   device_ = setup_compute(config_);
   data_ = DataOptions::from_json(config_.data, "data");
   activation_dtype_ = activation_dtype(*config_.precision);
-  check_model_fits(config_.model.at("layers"), "model.layers", device_);
   set_init_seed(config_.seed);
-  model_ = build_sequential(config_.model.at("layers"), "model.layers");
+  model_ = build_sequential(config_.model.at("layers"), "model.layers", device_);
   model_->assign_paths();
+  const SafeTensors trained = load_safetensors(weights_);
+  check_weights(trained, weights_);
   try {
-    model_->load_state_dict(load_safetensors(weights_).tensors);
+    model_->load_state_dict(trained.tensors);
   } catch (const Error& e) {
     fail(str("'", weights_, "' does not hold this run's model (", config_file, "): ", e.what()));
   }
