@@ -10,13 +10,15 @@
 #   4. eval the run: on the validation split its accuracy, TTA accuracy and loss equal the last
 #      epoch's evaluation, bit for bit; on the test split those of the test pass at the run's end;
 #      with --weights best those of the best epoch's test pass; with selective TTA and equal view
-#      weights (eval.tta_share, eval.tta_weights) eval follows the run's;
+#      weights (eval.tta_share, eval.tta_weights) eval follows the run's; --split train counts the
+#      training images less the hold-out;
 #   5. a safetensors file laid out as PyTorch writes it (a DDP "module." prefix, I64
 #      num_batches_tracked counters, format "pt") loads by name through init_from.map, and the run
 #      resumes without it;
 #   6. bad input: a missing run, a corrupt image, an image of 0 bytes, a FIFO, a 10000x10000 image
 #      (predicted) and one past the pixel limit, weights and init_from files of another model, a
-#      misspelt key: one clear message naming it, a non-zero exit, and the run folder unchanged.
+#      misspelt key: one clear message naming it, a non-zero exit, and the run folder unchanged;
+#      a copy with config.json edited or best.safetensors damaged is refused by eval and predict.
 #   tests/workflow_test.sh MINIDL PYTHON3 SOURCE_DIR
 set -euo pipefail
 minidl=$1 python=$2 src=$3
@@ -214,4 +216,24 @@ expect_error "init_from.skip without a path" "init_from: skip, map and strict go
   -- "$minidl" train --config "$work/tiny.json" --set 'init_from.skip=["3.*"]' --output "$run" --overwrite
 after=$(cd "$run" && find . -type f -exec sha256sum {} + | sort)
 [ "$before" == "$after" ] || fail "bad input changed the run folder"
+# A copy of the run with config.json edited (another image size) or best.safetensors damaged: eval
+# and predict refuse it, naming the file.
+cp -r "$run" "$work/edited"
+"$python" - "$work/edited/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["data"]["image_size"] = 24
+json.dump(c, open(sys.argv[1], "w"), indent=2)
+PY
+expect_error "eval of an edited config.json" "config.json' does not describe the model the run trained" \
+  -- "$minidl" eval --run "$work/edited"
+cp "$run/config.json" "$work/edited/config.json"
+"$python" - "$work/edited/best.safetensors" <<'PY'
+import sys
+raw = bytearray(open(sys.argv[1], "rb").read())
+raw[-1] ^= 0x40  # one bit of the last tensor
+open(sys.argv[1], "wb").write(raw)
+PY
+expect_error "predict with damaged best weights" "best.safetensors' is damaged: its tensors' CRC-32" \
+  -- "$minidl" predict --run "$work/edited" --weights best "$work/red.png"
 echo "workflow: ok"
