@@ -111,7 +111,8 @@ TEST_CASE("adaptive_avg_pool2d matches the float64 reference: overlapping, even 
     test::require_close(y.to_vector(),
                         pool_ref(x, adaptive_windows(in[2], out.first), adaptive_windows(in[3], out.second), true),
                         1e-6, 1e-7, "y");
-    test::gradcheck([&](const Tensor& v) { return adaptive_avg_pool2d(v, out.first, out.second); },
+    const int64_t oh = out.first, ow = out.second;  // a lambda cannot capture a structured binding in C++17
+    test::gradcheck([&](const Tensor& v) { return adaptive_avg_pool2d(v, oh, ow); },
                     test::random_tensor(in, 4), 1e-2, 1e-3, 1e-4);
   }
 }

@@ -100,10 +100,11 @@ TEST_CASE("op harness: every layer's CPU gradients match finite differences, inp
       float* values = p.data<float>();
       for (int64_t i = 0; i < p.numel(); ++i)
         dp.push_back(differentiate(values[i], [&] { return objective(*layer, x0, w); }));
+      const std::string grad_name = "grad." + name;  // a lambda cannot capture a structured binding in C++17
       const auto it = std::find_if(run.tensors.begin(), run.tensors.end(),
-                                   [&](const auto& t) { return t.first == "grad." + name; });
+                                   [&](const auto& t) { return t.first == grad_name; });
       REQUIRE(it != run.tensors.end());
-      require_gradient(it->second, dp, "grad." + name);
+      require_gradient(it->second, dp, grad_name);
     }
   }
   set_dropout_seed(seed);
