@@ -284,7 +284,7 @@ race "13 resume: another run resumed there first" "checkpoint changed while this
 # 14. Values that overflowed or became infinite (and so unresumable) are refused; repro keeps a
 # user's files in its run folders; repro --steps must not be negative.
 muon=(--config "$root/configs/airbench94_muon.json" --set "data.dir=$data" --set data.train_limit=512 --set batch_size=64)
-expect_error "14 freeze from_epoch 1e30" "freeze\[2\].from_epoch: expected 0..1000000" "$run" -- \
+expect_error "14 freeze from_epoch 1e30" "freeze\[2\].from_epoch: expected a number in \\[0, 1000000\\]" "$run" -- \
   "${train[@]}" "${muon[@]}" --set freeze.2.from_epoch=1e30 --output "$work/x"
 expect_error "14 ns_eps 1e300" "ns_eps: expected a number in \\(0, 1\\]" "$run" -- \
   "${train[@]}" "${muon[@]}" --set optimizer.ns_eps=1e300 --output "$work/x"
@@ -393,7 +393,7 @@ expect_error "16 a 5 MB config value" 'precision: expected "auto", "fp32", "bf16
 [ "$(wc -c <"$work/err")" -lt 300 ] || fail "16 a 5 MB config value: a message of $(wc -c <"$work/err") bytes"
 expect_error "16 ESC bytes in a config value" 'got "fp32\\x1b\[2J\\x1b\[31m"' "$run" -- \
   "${train[@]}" --config "$work/esc_value.json" "${small[@]}" --output "$work/x"
-expect_error "16 a 100 KB --set value" 'data.format: expected .*, got "y+\.\.\.$' "$run" -- \
+expect_error "16 a 100 KB --set value" 'data.format: expected .*, got "y+\.\.\."$' "$run" -- \
   "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --set "data.format=$(head -c 100000 /dev/zero | tr '\0' y)" \
   --output "$work/x"
 [ "$(wc -c <"$work/err")" -lt 300 ] || fail "16 a 100 KB --set value: a message of $(wc -c <"$work/err") bytes"
@@ -493,7 +493,7 @@ expect_error "17 profile into a training run's folder" "is a training run's fold
   "$minidl" profile "${tiny[@]}" --steps 1 --warmup 0 --output "$work/repro_user/run_a"
 usage_error "profile --warmup -1" "--warmup: must be >= 0, got -1" \
   "$minidl" profile "${tiny[@]}" --warmup -1
-usage_error "--max-steps 1.5" "--max-steps: must be a whole number (>= 0), got 1.5" \
+usage_error "--max-steps 1.5" "--max-steps: must be a whole number (>= 1), got 1.5" \
   "${train[@]}" --config "$root/configs/quick_cpu.json" --max-steps 1.5 --output "$work/x"
 expect_error "17 epochs 1000001 echoed as written" "epochs: expected a number in \(0, 1000000\], got 1000001$" "$run" -- \
   "${train[@]}" "${tiny[@]}" --set epochs=1000001 --output "$work/x"
