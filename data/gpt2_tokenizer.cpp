@@ -139,9 +139,16 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& dir) {
         id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < static_cast<int64_t>(enc.size()),
         "GPT-2 tokenizer: '", enc_path, "': the id of ", nlohmann::json(token).dump(), " is not in 0..",
         enc.size() - 1);
+    const auto i = static_cast<size_t>(id.get<int32_t>());
+    MINIDL_CHECK(decoder_[i].empty(), "GPT-2 tokenizer: '", enc_path, "': id ", i, " is given to both ",
+                 nlohmann::json(decoder_[i]).dump(), " and ", nlohmann::json(token).dump());
+    MINIDL_CHECK(!token.empty(), "GPT-2 tokenizer: '", enc_path, "': id ", i, " is given to an empty token");
     encoder_[token] = id.get<int32_t>();
-    decoder_[static_cast<size_t>(id.get<int32_t>())] = token;
+    decoder_[i] = token;
   }
+  const auto eot = encoder_.find("<|endoftext|>");
+  MINIDL_CHECK(eot != encoder_.end(), "GPT-2 tokenizer: '", enc_path, "' has no \"<|endoftext|>\" token");
+  end_of_text_ = eot->second;
   std::istringstream lines(read_file(bpe_path));
   std::string line;
   int32_t rank = 0;

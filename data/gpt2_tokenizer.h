@@ -13,7 +13,7 @@
 
 namespace minidl {
 
-constexpr int32_t kGpt2EndOfText = 50256;  // <|endoftext|>, between documents
+constexpr int32_t kGpt2EndOfText = 50256;  // <|endoftext|> in GPT-2's vocabulary, between documents
 
 // The pieces GPT-2's pattern splits `text` (UTF-8) into, in order; they concatenate to `text`.
 std::vector<std::string> gpt2_pretokenize(const std::string& text);
@@ -21,12 +21,16 @@ std::vector<std::string> gpt2_pretokenize(const std::string& text);
 class Gpt2Tokenizer {
  public:
   // Reads DIR/encoder.json and DIR/vocab.bpe; a missing or malformed file is one message naming it.
+  // Any vocabulary in GPT-2's format is taken (a small one trained the same way, a test's), as
+  // long as it has "<|endoftext|>" and ids 0..size-1 each once.
   explicit Gpt2Tokenizer(const std::string& dir);
 
   std::vector<int32_t> encode(const std::string& text) const;
   // The text of `tokens` (ids out of range are an error naming the first).
   std::string decode(const std::vector<int32_t>& tokens) const;
   int64_t vocab_size() const { return static_cast<int64_t>(decoder_.size()); }
+  // The id of "<|endoftext|>" (kGpt2EndOfText in GPT-2's vocabulary).
+  int32_t end_of_text() const { return end_of_text_; }
 
  private:
   // The tokens of one piece's byte-mapped characters.
@@ -37,6 +41,7 @@ class Gpt2Tokenizer {
   std::unordered_map<std::string, int32_t> ranks_;   // "first second" -> merge rank
   std::string byte_char_[256];                       // byte -> its printable character (UTF-8)
   std::unordered_map<uint32_t, uint8_t> char_byte_;  // and back
+  int32_t end_of_text_ = 0;
 };
 
 }  // namespace minidl

@@ -20,7 +20,7 @@ TokenizeResult tokenize_text_file(const std::string& tokenizer_dir, const std::s
   const std::string text = read_file_limited(text_path, "text file", kMaxTextBytes);
   MINIDL_CHECK(!text.empty(), "tokenize: the text file '", text_path, "' is empty");
   const Gpt2Tokenizer tokenizer(tokenizer_dir);
-  std::vector<int32_t> tokens{kGpt2EndOfText};
+  std::vector<int32_t> tokens{tokenizer.end_of_text()};
   const std::vector<int32_t> body = tokenizer.encode(text);
   tokens.insert(tokens.end(), body.begin(), body.end());
   const auto n = static_cast<int64_t>(tokens.size());

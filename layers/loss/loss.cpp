@@ -59,8 +59,11 @@ Tensor token_cross_entropy(const Tensor& logits_in, const Tensor& labels_in, flo
       [&] {
         kernels::raise_flagged_label_error();
         Tensor row_loss = Tensor::empty({rows}, DType::Float32, logits.device());
-        kernels::token_cross_entropy_forward_cuda(t, logits.raw_data(), labels.data<int32_t>(), rows, classes, eps,
-                                                  row_lse.data<float>(), row_loss.data<float>(), loss.data<float>());
+        dispatch_dtype(t, "cross_entropy", [&](auto tag) {
+          using T = decltype(tag);
+          kernels::token_cross_entropy_forward_cuda(logits.data<T>(), labels.data<int32_t>(), rows, classes, eps,
+                                                    row_lse.data<float>(), row_loss.data<float>(), loss.data<float>());
+        });
       });
   if (autograd::needs_grad({logits})) {
     autograd::record(loss, "cross_entropy", {logits},
@@ -74,9 +77,12 @@ Tensor token_cross_entropy(const Tensor& logits_in, const Tensor& labels_in, flo
                                                                        g.item(), dx.data<float>());
                            },
                            [&] {
-                             kernels::token_cross_entropy_backward_cuda(
-                                 xs.dtype(), xs.raw_data(), labels.data<int32_t>(), row_lse.data<float>(), rows,
-                                 classes, eps, g.data<float>(), dx.raw_data());
+                             dispatch_dtype(xs.dtype(), "cross_entropy", [&](auto tag) {
+                               using T = decltype(tag);
+                               kernels::token_cross_entropy_backward_cuda(xs.data<T>(), labels.data<int32_t>(),
+                                                                          row_lse.data<float>(), rows, classes, eps,
+                                                                          g.data<float>(), dx.data<T>());
+                             });
                            });
                        return {dx};
                      });

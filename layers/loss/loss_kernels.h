@@ -36,15 +36,15 @@ void token_cross_entropy_forward_cpu(const float* logits, const int32_t* labels,
                                      float label_smoothing, float* row_lse, float* loss);
 void token_cross_entropy_backward_cpu(const float* logits, const int32_t* labels, const float* row_lse, int64_t rows,
                                       int64_t classes, float label_smoothing, float g, float* dlogits);
-// CUDA: logits and dlogits of `dtype` (float32, bfloat16, float16), float32 arithmetic; one block
-// per row, fixed reduction trees; row_loss scratch of `rows` floats; g and *loss on the device.
-// Bad labels as cross_entropy_forward_cuda's.
-void token_cross_entropy_forward_cuda(DType dtype, const void* logits, const int32_t* labels, int64_t rows,
-                                      int64_t classes, float label_smoothing, float* row_lse, float* row_loss,
-                                      float* loss);
-void token_cross_entropy_backward_cuda(DType dtype, const void* logits, const int32_t* labels, const float* row_lse,
-                                       int64_t rows, int64_t classes, float label_smoothing, const float* g,
-                                       void* dlogits);
+// CUDA: logits and dlogits of T (float, bf16 or fp16), float32 arithmetic; one block per row,
+// fixed reduction trees; row_loss scratch of `rows` floats; g and *loss on the device. Bad labels
+// as cross_entropy_forward_cuda's.
+template <class T>
+void token_cross_entropy_forward_cuda(const T* logits, const int32_t* labels, int64_t rows, int64_t classes,
+                                      float label_smoothing, float* row_lse, float* row_loss, float* loss);
+template <class T>
+void token_cross_entropy_backward_cuda(const T* logits, const int32_t* labels, const float* row_lse, int64_t rows,
+                                       int64_t classes, float label_smoothing, const float* g, T* dlogits);
 // Throws the Error for the first bad label a CUDA kernel has flagged since the last call, if any.
 void raise_flagged_label_error();
 }  // namespace kernels

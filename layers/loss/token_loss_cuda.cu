@@ -12,6 +12,7 @@
 #include "core/cast_kernels.h"
 #include "core/cuda/kernel_helpers.cuh"
 #include "core/cuda/runtime.h"
+#include "core/dispatch.h"
 #include "core/error.h"
 #include "core/half_types.h"
 #include "layers/loss/loss_kernels.h"
@@ -113,29 +114,30 @@ void check_rows(int64_t rows, int64_t classes) {
 
 }  // namespace
 
-void token_cross_entropy_forward_cuda(DType dtype, const void* logits, const int32_t* labels, int64_t rows,
-                                      int64_t classes, float label_smoothing, float* row_lse, float* row_loss,
-                                      float* loss) {
+template <class E>
+void token_cross_entropy_forward_cuda(const E* logits, const int32_t* labels, int64_t rows, int64_t classes,
+                                      float label_smoothing, float* row_lse, float* row_loss, float* loss) {
   check_rows(rows, classes);
-  visit_floating(dtype, "cross_entropy", [&](auto tag) {
-    using E = decltype(tag);
-    token_loss_forward_kernel<E><<<static_cast<unsigned>(rows), kThreads, 0, cuda::stream()>>>(
-        static_cast<const E*>(logits), labels, classes, label_smoothing, row_lse, row_loss);
-    MINIDL_LAUNCH_CHECK();
-  });
+  token_loss_forward_kernel<E><<<static_cast<unsigned>(rows), kThreads, 0, cuda::stream()>>>(
+      logits, labels, classes, label_smoothing, row_lse, row_loss);
+  MINIDL_LAUNCH_CHECK();
   cross_entropy_mean_cuda(row_loss, labels, rows, classes, loss);
 }
 
-void token_cross_entropy_backward_cuda(DType dtype, const void* logits, const int32_t* labels, const float* row_lse,
-                                       int64_t rows, int64_t classes, float label_smoothing, const float* g,
-                                       void* dlogits) {
+template <class E>
+void token_cross_entropy_backward_cuda(const E* logits, const int32_t* labels, const float* row_lse, int64_t rows,
+                                       int64_t classes, float label_smoothing, const float* g, E* dlogits) {
   check_rows(rows, classes);
-  visit_floating(dtype, "cross_entropy", [&](auto tag) {
-    using E = decltype(tag);
-    token_loss_backward_kernel<E><<<static_cast<unsigned>(rows), kThreads, 0, cuda::stream()>>>(
-        static_cast<const E*>(logits), labels, row_lse, rows, classes, label_smoothing, g, static_cast<E*>(dlogits));
-    MINIDL_LAUNCH_CHECK();
-  });
+  token_loss_backward_kernel<E><<<static_cast<unsigned>(rows), kThreads, 0, cuda::stream()>>>(
+      logits, labels, row_lse, rows, classes, label_smoothing, g, dlogits);
+  MINIDL_LAUNCH_CHECK();
 }
+
+#define MINIDL_TOKEN_LOSS_CUDA(E)                                                                                    \
+  template void token_cross_entropy_forward_cuda<E>(const E*, const int32_t*, int64_t, int64_t, float, float*, float*, \
+                                                    float*);                                                          \
+  template void token_cross_entropy_backward_cuda<E>(const E*, const int32_t*, const float*, int64_t, int64_t, float,  \
+                                                     const float*, E*);
+MINIDL_FOR_FLOATING_TYPES(MINIDL_TOKEN_LOSS_CUDA)
 
 }  // namespace minidl::kernels

@@ -10,29 +10,42 @@
 #include <memory>
 #include <string>
 
-#include "layers/module.h"
+#include "core/fields.h"
+#include "layers/layer.h"
 #include "layers/norm/norm.h"
 
 namespace minidl {
 
-class BatchNorm2d : public Module {
+// The layer type's descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.
+const LayerDescriptor& batchnorm2d_layer();
+
+struct BatchNorm2dSpec {
+  int64_t num_features;
+  double eps, momentum;
+  bool affine, weight, bias;
+  norm::NormActivation activation;
+  bool sync;
+  static const Fields<BatchNorm2dSpec>& fields();
+};
+
+class BatchNorm2d : public Layer<BatchNorm2dSpec> {
  public:
   // weight 1, bias 0, running_mean 0, running_var 1, on the CPU, as PyTorch.
   explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool weight = true,
                        bool bias = true, norm::NormActivation activation = norm::NormActivation::None,
-                       bool sync = false);
+                       bool sync = false)
+      : BatchNorm2d(BatchNorm2dSpec{num_features, eps, momentum, weight && bias, weight, bias, activation, sync}) {}
+  explicit BatchNorm2d(const BatchNorm2dSpec& spec);
 
   Tensor forward(const Tensor& x) override;
-  std::string type_name() const override { return "BatchNorm2d"; }
   std::string describe() const override;  // "BatchNorm2d 128", "BatchNorm2d 128 +ReLU", "BatchNorm2d 128 +GELU"
-  nlohmann::json to_json() const override;
   std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
 
-  int64_t num_features() const { return num_features_; }
-  double eps() const { return eps_; }
-  double momentum() const { return momentum_; }
-  norm::NormActivation activation() const { return activation_; }
-  bool sync() const { return sync_; }
+  int64_t num_features() const { return spec().num_features; }
+  double eps() const { return spec().eps; }
+  double momentum() const { return spec().momentum; }
+  norm::NormActivation activation() const { return spec().activation; }
+  bool sync() const { return spec().sync; }
   // The ranks a "sync" layer takes its statistics over (null: this process alone).
   void set_sync_group(std::shared_ptr<const NormGroup> group) { sync_group_ = std::move(group); }
 
@@ -42,15 +55,7 @@ class BatchNorm2d : public Module {
   Tensor running_var;   // (C) buffer
 
  private:
-  int64_t num_features_;
-  double eps_, momentum_;
-  norm::NormActivation activation_;
-  bool sync_;
   std::shared_ptr<const NormGroup> sync_group_;
 };
-
-// The layer type' descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.
-struct LayerDescriptor;
-const LayerDescriptor& batchnorm2d_layer();
 
 }  // namespace minidl

@@ -9,9 +9,9 @@
 #include <optional>
 #include <string>
 
+#include "core/fields.h"
+#include "layers/layer.h"
 #include "layers/linear/linear.h"
-#include "layers/layer_descriptor.h"
-#include "layers/module.h"
 
 namespace minidl {
 
@@ -22,36 +22,41 @@ namespace minidl {
 Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p = 0.f, uint32_t salt = 0,
                       bool causal = false);
 
-class MultiheadAttention : public Module {
+const LayerDescriptor& multihead_attention_layer();
+
+struct MultiheadAttentionSpec {
+  int64_t embed_dim, num_heads;
+  double dropout;
+  bool bias;
+  // Every token attends to itself and the tokens before it, as mha(x, x, x, attn_mask=causal_mask,
+  // is_causal=True): a language model's self-attention.
+  bool causal = false;
+  static const Fields<MultiheadAttentionSpec>& fields();
+};
+
+class MultiheadAttention : public Layer<MultiheadAttentionSpec> {
  public:
   // in_proj_weight xavier_uniform, biases 0, out_proj.weight as Linear's default: PyTorch's
-  // _reset_parameters. On the CPU. causal: every token attends to itself and the tokens before
-  // it, as mha(x, x, x, attn_mask=causal_mask, is_causal=True) (a language model's self-attention).
+  // _reset_parameters. On the CPU.
   MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout = 0.0, bool bias = true,
-                     bool causal = false);
+                     bool causal = false)
+      : MultiheadAttention(MultiheadAttentionSpec{embed_dim, num_heads, dropout, bias, causal}) {}
+  explicit MultiheadAttention(const MultiheadAttentionSpec& spec);
 
   Tensor forward(const Tensor& x) override;  // (N, T, D) -> (N, T, D)
-  std::string type_name() const override { return "MultiheadAttention"; }
-  std::string describe() const override;  // "MultiheadAttention 384 h6", "MultiheadAttention 768 h12 causal"
-  nlohmann::json to_json() const override;
+  std::string describe() const override;     // "MultiheadAttention 384 h6", "MultiheadAttention 768 h12 causal"
   // Its own work: the in-projection and the attention (out_proj, a child Linear, reports its own).
   std::optional<LayerWork> work(const Tensor& x, const Tensor& y) const override;
 
-  int64_t embed_dim() const { return embed_dim_; }
-  int64_t num_heads() const { return num_heads_; }
-  bool causal() const { return causal_; }
+  int64_t embed_dim() const { return spec().embed_dim; }
+  int64_t num_heads() const { return spec().num_heads; }
+  bool causal() const { return spec().causal; }
 
   Tensor in_proj_weight;  // (3D, D)
   Tensor in_proj_bias;    // (3D) or undefined
   std::shared_ptr<Linear> out_proj;
-
- private:
-  int64_t embed_dim_, num_heads_;
-  double dropout_;
-  bool causal_;
 };
 
-const LayerDescriptor& multihead_attention_layer();
 // The parameters a MultiheadAttention of `embed_dim` holds (what its constructor allocates).
 int64_t multihead_attention_elements(int64_t embed_dim, bool bias);
 

@@ -23,6 +23,7 @@
 #include "core/allocator.h"
 #include "core/cuda/kernel_helpers.cuh"
 #include "core/cuda/runtime.h"
+#include "core/dispatch.h"
 #include "core/error.h"
 #include "core/half_types.h"
 #include "layers/transformer/attention_kernels.h"
@@ -260,59 +261,65 @@ dim3 flash_grid(const AttentionShape& s) {
   return dim3(static_cast<unsigned>(s.batch * s.heads), static_cast<unsigned>(cuda::ceil_div(s.tokens, kBlockTokens)));
 }
 
-void check_flash(DType dtype, const AttentionShape& s, std::initializer_list<const void*> tensors) {
+template <class E>
+void check_flash(const AttentionShape& s, std::initializer_list<const E*> tensors) {
   bool ok = true;
-  for (const void* p : tensors) ok = ok && attention_flash_cuda_fits(dtype, s, p);
-  MINIDL_CHECK(ok, "attention: the flash kernels do not take ", dtype_name(dtype), " with ", s.tokens,
+  for (const E* p : tensors) ok = ok && attention_flash_cuda_fits(s, p);
+  MINIDL_CHECK(ok, "attention: the flash kernels do not take ", dtype_name(DTypeOf<E>::value), " with ", s.tokens,
                " tokens of head size ", s.head_dim);
 }
 
 }  // namespace
 
-bool attention_flash_cuda_fits(DType dtype, const AttentionShape& s, const void* tensor) {
-  return is_half(dtype) && reinterpret_cast<uintptr_t>(tensor) % 16 == 0 && s.tokens >= 1 &&
+template <class T>
+bool attention_flash_cuda_fits(const AttentionShape& s, const T* tensor) {
+  return !std::is_same_v<T, float> && aligned16(tensor) && s.tokens >= 1 &&
          s.tokens <= int64_t{65535} * kBlockTokens && s.head_dim % 16 == 0 && s.head_dim >= 16 && s.head_dim <= 64 &&
          s.batch * s.heads <= INT32_MAX;
 }
 
-void attention_flash_forward_cuda(DType dtype, const AttentionShape& s, const void* qkv, void* out, float* lse) {
-  check_flash(dtype, s, {qkv, out});
+template <class E>
+void attention_flash_forward_cuda(const AttentionShape& s, const E* qkv, E* out, float* lse) {
+  check_flash<E>(s, {qkv, out});
   if (s.batch * s.heads == 0) return;
   const float scale = 1.f / std::sqrt(static_cast<float>(s.head_dim));
-  with_tile_kernel(dtype, s.head_dim, [&](auto tag, auto hd) {
-    using E = decltype(tag);
+  with_head_dim(s.head_dim, [&](auto hd) {
     flash_forward_kernel<E, decltype(hd)::value><<<flash_grid(s), kThreads, 0, cuda::stream()>>>(
-        static_cast<int>(s.tokens), s.width(), s.heads, scale, s.causal, static_cast<const E*>(qkv),
-        static_cast<E*>(out), lse);
+        static_cast<int>(s.tokens), s.width(), s.heads, scale, s.causal, qkv, out, lse);
     MINIDL_LAUNCH_CHECK();
   });
 }
 
-void attention_flash_backward_cuda(DType dtype, const AttentionShape& s, const void* qkv, const void* out,
-                                   const void* dout, const float* lse, void* dqkv) {
-  check_flash(dtype, s, {qkv, out, dout, dqkv});
+template <class E>
+void attention_flash_backward_cuda(const AttentionShape& s, const E* qkv, const E* out, const E* dout, const float* lse,
+                                   E* dqkv) {
+  check_flash<E>(s, {qkv, out, dout, dqkv});
   const int64_t rows = s.batch * s.heads * s.tokens;
   if (rows == 0) return;
   const float scale = 1.f / std::sqrt(static_cast<float>(s.head_dim));
   auto delta = allocate(sizeof(float) * rows, Device::cuda());
   float* d = static_cast<float*>(delta.get());
-  with_tile_kernel(dtype, s.head_dim, [&](auto tag, auto hd) {
-    using E = decltype(tag);
+  with_head_dim(s.head_dim, [&](auto hd) {
     constexpr int HD = decltype(hd)::value;
     constexpr int kDeltaBlock = 256;
     flash_delta_kernel<E><<<cuda::grid_blocks(cuda::ceil_div(rows, kDeltaBlock / 32), kDeltaBlock), kDeltaBlock, 0,
-                            cuda::stream()>>>(static_cast<int>(s.tokens), s.width(), s.heads, HD, rows,
-                                              static_cast<const E*>(out), static_cast<const E*>(dout), d);
+                            cuda::stream()>>>(static_cast<int>(s.tokens), s.width(), s.heads, HD, rows, out, dout, d);
     MINIDL_LAUNCH_CHECK();
     flash_backward_kv_kernel<E, HD><<<flash_grid(s), kThreads, 0, cuda::stream()>>>(
-        static_cast<int>(s.tokens), s.width(), s.heads, scale, s.causal, static_cast<const E*>(qkv),
-        static_cast<const E*>(dout), lse, d, static_cast<E*>(dqkv));
+        static_cast<int>(s.tokens), s.width(), s.heads, scale, s.causal, qkv, dout, lse, d, dqkv);
     MINIDL_LAUNCH_CHECK();
     flash_backward_q_kernel<E, HD><<<flash_grid(s), kThreads, 0, cuda::stream()>>>(
-        static_cast<int>(s.tokens), s.width(), s.heads, scale, s.causal, static_cast<const E*>(qkv),
-        static_cast<const E*>(dout), lse, d, static_cast<E*>(dqkv));
+        static_cast<int>(s.tokens), s.width(), s.heads, scale, s.causal, qkv, dout, lse, d, dqkv);
     MINIDL_LAUNCH_CHECK();
   });
 }
+
+template bool attention_flash_cuda_fits<float>(const AttentionShape&, const float*);
+#define MINIDL_ATTENTION_FLASH_CUDA(E)                                                                              \
+  template bool attention_flash_cuda_fits<E>(const AttentionShape&, const E*);                                     \
+  template void attention_flash_forward_cuda<E>(const AttentionShape&, const E*, E*, float*);                      \
+  template void attention_flash_backward_cuda<E>(const AttentionShape&, const E*, const E*, const E*, const float*, \
+                                                 E*);
+MINIDL_FOR_HALF_TYPES(MINIDL_ATTENTION_FLASH_CUDA)
 
 }  // namespace minidl::kernels

@@ -24,6 +24,7 @@
 
 #include "core/cuda/kernel_helpers.cuh"
 #include "core/cuda/runtime.h"
+#include "core/dispatch.h"
 #include "core/error.h"
 #include "core/half_types.h"
 #include "layers/transformer/attention_kernels.h"
@@ -196,43 +197,43 @@ constexpr size_t backward_smem() {
   return sizeof(uint16_t) * (4 * kMaxTokens * (HD + kPad) + 2 * kMaxTokens * kScoreLd);
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 
-bool attention_fused_cuda_fits(DType dtype, const AttentionShape& s, const void* tensor) {
-  return is_half(dtype) && aligned16(tensor) && s.tokens >= 1 && s.tokens <= kMaxTokens && s.head_dim % 16 == 0 &&
+template <class T>
+bool attention_fused_cuda_fits(const AttentionShape& s, const T* tensor) {
+  return !std::is_same_v<T, float> && aligned16(tensor) && s.tokens >= 1 && s.tokens <= kMaxTokens && s.head_dim % 16 == 0 &&
          s.head_dim >= 16 && s.head_dim <= 64 && s.batch * s.heads <= INT32_MAX;
 }
 
-void attention_fused_forward_cuda(DType dtype, const AttentionShape& s, const DropoutDraw* drop, const int64_t* step,
-                                  const void* qkv, void* out) {
-  MINIDL_CHECK(attention_fused_cuda_fits(dtype, s, qkv) && attention_fused_cuda_fits(dtype, s, out),
-               "attention: the fused kernel does not take ", dtype_name(dtype), " with ", s.tokens,
+template <class E>
+void attention_fused_forward_cuda(const AttentionShape& s, const DropoutDraw* drop, const int64_t* step, const E* qkv,
+                                  E* out) {
+  MINIDL_CHECK(attention_fused_cuda_fits(s, qkv) && attention_fused_cuda_fits(s, out),
+               "attention: the fused kernel does not take ", dtype_name(DTypeOf<E>::value), " with ", s.tokens,
                " tokens of head size ", s.head_dim);
   const int64_t pairs = s.batch * s.heads;
   if (pairs == 0) return;
   const float scale = 1.f / std::sqrt(static_cast<float>(s.head_dim));
-  with_tile_kernel(dtype, s.head_dim, [&](auto tag, auto hd) {
-    using E = decltype(tag);
+  with_head_dim(s.head_dim, [&](auto hd) {
     fused_forward_kernel<E, decltype(hd)::value><<<static_cast<unsigned>(pairs), kThreads, 0, cuda::stream()>>>(
         static_cast<int>(s.tokens), s.width(), s.heads, scale, s.causal, drop != nullptr, drop ? *drop : DropoutDraw{}, step,
-        static_cast<const E*>(qkv), static_cast<E*>(out));
+        qkv, out);
     MINIDL_LAUNCH_CHECK();
   });
 }
 
-void attention_fused_backward_cuda(DType dtype, const AttentionShape& s, const DropoutDraw* drop, const int64_t* step,
-                                   const void* qkv, const void* dout, void* dqkv) {
-  MINIDL_CHECK(attention_fused_cuda_fits(dtype, s, qkv) && attention_fused_cuda_fits(dtype, s, dout) &&
-                   attention_fused_cuda_fits(dtype, s, dqkv),
-               "attention: the fused kernel does not take ", dtype_name(dtype), " with ", s.tokens,
+template <class E>
+void attention_fused_backward_cuda(const AttentionShape& s, const DropoutDraw* drop, const int64_t* step, const E* qkv,
+                                   const E* dout, E* dqkv) {
+  MINIDL_CHECK(attention_fused_cuda_fits(s, qkv) && attention_fused_cuda_fits(s, dout) &&
+                   attention_fused_cuda_fits(s, dqkv),
+               "attention: the fused kernel does not take ", dtype_name(DTypeOf<E>::value), " with ", s.tokens,
                " tokens of head size ", s.head_dim);
   const int64_t pairs = s.batch * s.heads;
   if (pairs == 0) return;
   const float scale = 1.f / std::sqrt(static_cast<float>(s.head_dim));
-  with_tile_kernel(dtype, s.head_dim, [&](auto tag, auto hd) {
-    using E = decltype(tag);
+  with_head_dim(s.head_dim, [&](auto hd) {
     constexpr int HD = decltype(hd)::value;
     constexpr size_t smem = backward_smem<HD>();
     // More than the default 48 KiB of dynamic shared memory at head size 64: allowed once per kernel.
@@ -244,9 +245,18 @@ void attention_fused_backward_cuda(DType dtype, const AttentionShape& s, const D
     (void)allowed;
     fused_backward_kernel<E, HD><<<static_cast<unsigned>(pairs), kThreads, smem, cuda::stream()>>>(
         static_cast<int>(s.tokens), s.width(), s.heads, scale, s.causal, drop != nullptr, drop ? *drop : DropoutDraw{}, step,
-        static_cast<const E*>(qkv), static_cast<const E*>(dout), static_cast<E*>(dqkv));
+        qkv, dout, dqkv);
     MINIDL_LAUNCH_CHECK();
   });
 }
+
+template bool attention_fused_cuda_fits<float>(const AttentionShape&, const float*);
+#define MINIDL_ATTENTION_FUSED_CUDA(E)                                                                           \
+  template bool attention_fused_cuda_fits<E>(const AttentionShape&, const E*);                                  \
+  template void attention_fused_forward_cuda<E>(const AttentionShape&, const DropoutDraw*, const int64_t*,      \
+                                                const E*, E*);                                                  \
+  template void attention_fused_backward_cuda<E>(const AttentionShape&, const DropoutDraw*, const int64_t*,     \
+                                                 const E*, const E*, E*);
+MINIDL_FOR_HALF_TYPES(MINIDL_ATTENTION_FUSED_CUDA)
 
 }  // namespace minidl::kernels

@@ -20,18 +20,21 @@ constexpr int kWarps = kBlockTokens / 16;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kPad = 8;  // elements of padding per shared-memory row
 
-__device__ __forceinline__ uint32_t smem_address(const void* p) {
+template <class P>
+__device__ __forceinline__ uint32_t smem_address(const P* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
 // Four 8 x 8 matrices of 16-bit elements; lanes 8i..8i+7 give the row addresses of matrix i, and
 // lane l receives element (l / 4, 2 (l % 4) .. +1) of each (of its transpose with .trans).
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+template <class P>
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const P* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_address(p)));
 }
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
+template <class P>
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const P* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_address(p)));
@@ -186,23 +189,22 @@ __device__ __forceinline__ void times_tokens(float (&c)[HD / 8][4], AOf&& a_of, 
   add_times_tokens<E, HD>(c, a_of, b, T);
 }
 
-// Calls f(E{}, integral_constant<HD>) for the storage type (bfloat16, else float16) and a head
-// size of 16, 32, 48 or 64.
+// Calls f(integral_constant<HD>) for a head size of 16, 32, 48 or 64.
 template <class F>
-void with_tile_kernel(DType dtype, int64_t head_dim, F&& f) {
-  auto by_size = [&](auto tag) {
-    switch (head_dim) {
-      case 16: f(tag, std::integral_constant<int, 16>{}); return;
-      case 32: f(tag, std::integral_constant<int, 32>{}); return;
-      case 48: f(tag, std::integral_constant<int, 48>{}); return;
-      case 64: f(tag, std::integral_constant<int, 64>{}); return;
-    }
-    MINIDL_ASSERT(false);
-  };
-  if (dtype == DType::BFloat16)
-    by_size(bf16{});
-  else
-    by_size(fp16{});
+void with_head_dim(int64_t head_dim, F&& f) {
+  switch (head_dim) {
+    case 16: f(std::integral_constant<int, 16>{}); return;
+    case 32: f(std::integral_constant<int, 32>{}); return;
+    case 48: f(std::integral_constant<int, 48>{}); return;
+    case 64: f(std::integral_constant<int, 64>{}); return;
+  }
+  MINIDL_ASSERT(false);
+}
+
+// The 16-byte loads and stores need 16-byte aligned tensors.
+template <class T>
+bool aligned16(const T* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
 }  // namespace minidl::kernels::attention_tiles

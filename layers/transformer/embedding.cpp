@@ -2,9 +2,12 @@
 // factory.
 #include "layers/transformer/embedding.h"
 
+#include <cstdint>
+
 #include "core/autograd.h"
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "core/field_kinds.h"
 #include "core/init.h"
 #include "layers/registry.h"
 #include "layers/transformer/embedding_kernels.h"
@@ -51,12 +54,12 @@ Tensor embedding(const Tensor& ids_in, const Tensor& weight) {
   return y;
 }
 
-Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim, double init_std)
-    : num_embeddings_(num_embeddings), embedding_dim_(embedding_dim), init_std_(init_std) {
-  MINIDL_CHECK(num_embeddings >= 1 && embedding_dim >= 1, "Embedding: num_embeddings (", num_embeddings,
-               ") and embedding_dim (", embedding_dim, ") must be >= 1");
-  weight = Tensor::empty({num_embeddings, embedding_dim});
-  init_normal_(weight, static_cast<float>(init_std));
+Embedding::Embedding(const EmbeddingSpec& spec) : Layer(embedding_layer(), spec) {
+  MINIDL_CHECK(spec.num_embeddings >= 1 && spec.embedding_dim >= 1 && spec.init_std >= 0,
+               "Embedding: num_embeddings (", spec.num_embeddings, ") and embedding_dim (", spec.embedding_dim,
+               ") must be >= 1 and init_std >= 0, got ", spec.init_std);
+  weight = Tensor::empty({spec.num_embeddings, spec.embedding_dim});
+  init_normal_(weight, static_cast<float>(spec.init_std));
   register_parameter("weight", &weight);
 }
 
@@ -69,44 +72,22 @@ std::optional<LayerWork> Embedding::work(const Tensor& x, const Tensor& y) const
   return w;
 }
 
-std::string Embedding::describe() const { return str("Embedding ", num_embeddings_, "x", embedding_dim_); }
+std::string Embedding::describe() const { return str("Embedding ", num_embeddings(), "x", embedding_dim()); }
 
-nlohmann::json Embedding::to_json() const {
-  return {{"type", "Embedding"},
-          {"num_embeddings", num_embeddings_},
-          {"embedding_dim", embedding_dim_},
-          {"init_std", init_std_}};
+const Fields<EmbeddingSpec>& EmbeddingSpec::fields() {
+  using S = EmbeddingSpec;
+  static const Fields<S> f{
+      {integer("num_embeddings", &S::num_embeddings, kRequired, {1, INT32_MAX}, "vocabulary size V: ids are in [0, V)"),
+       integer("embedding_dim", &S::embedding_dim, kRequired, {1, kMaxFeatures}, "width D"),
+       number("init_std", &S::init_std, 1.0, kAtLeastZero,
+              "the weight's normal_ standard deviation (PyTorch's 1; GPT-2's 0.02)")},
+      [](const S& s, const JsonArgs& args) { check_weight_size(args, {s.num_embeddings, s.embedding_dim}); }};
+  return f;
 }
 
 namespace {
 
-struct EmbeddingSpec {
-  int64_t num_embeddings, embedding_dim;
-  double init_std;
-};
-
-// Reads and checks the spec's keys: what the factory builds and the memory check counts.
-EmbeddingSpec read_embedding(LayerArgs& args) {
-  const int64_t num = args.get_int("num_embeddings");
-  const int64_t dim = args.get_int("embedding_dim");
-  MINIDL_CHECK(num >= 1 && num <= INT32_MAX, args.key_path("num_embeddings"), ": must be in 1..", INT32_MAX,
-               " (int32 ids), got ", num);
-  MINIDL_CHECK(dim >= 1 && dim <= kMaxFeatures, args.key_path("embedding_dim"), ": must be in 1..", kMaxFeatures,
-               ", got ", dim);
-  const double init_std = args.get_float("init_std", 1.0);
-  MINIDL_CHECK(init_std >= 0, args.key_path("init_std"), ": must be >= 0, got ", init_std);
-  args.finish();
-  check_weight_size(args, {num, dim});
-  return {num, dim, init_std};
-}
-
-std::shared_ptr<Module> make_embedding(LayerArgs& args) {
-  const EmbeddingSpec s = read_embedding(args);
-  return std::make_shared<Embedding>(s.num_embeddings, s.embedding_dim, s.init_std);
-}
-
-LayerState embedding_state(LayerArgs& args) {
-  const EmbeddingSpec s = read_embedding(args);
+LayerState embedding_state(const EmbeddingSpec& s) {
   const int64_t n = s.num_embeddings * s.embedding_dim;
   return {n, n, str("Embedding ", s.num_embeddings, "x", s.embedding_dim)};
 }
@@ -118,16 +99,15 @@ const LayerDescriptor& embedding_layer() {
       "Embedding",
       "transformer",
       "int32 token ids (B, T) -> their rows of weight (num_embeddings, embedding_dim), as torch.nn.Embedding",
-      {required_key("num_embeddings", "int", "vocabulary size V: ids are in [0, V)"),
-       required_key("embedding_dim", "int", "width D, 1..2^31"),
-       default_key("init_std", "float", 1.0, "the weight's normal_ standard deviation (PyTorch's 1; GPT-2's 0.02)")},
-      make_embedding,
+      layer_fields<Embedding>(),
+      make_layer<Embedding>,
       {{"num_embeddings", 11}, {"embedding_dim", 4}},
       {2, 5},
       AutocastRule::Float32,
       false,
-      embedding_state,
-      DType::Int32};
+      layer_state<Embedding, embedding_state>,
+      {},
+      11};
   return layer;
 }
 

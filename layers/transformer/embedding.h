@@ -8,8 +8,8 @@
 #include <optional>
 #include <string>
 
-#include "layers/layer_descriptor.h"
-#include "layers/module.h"
+#include "core/fields.h"
+#include "layers/layer.h"
 
 namespace minidl {
 
@@ -17,26 +17,28 @@ namespace minidl {
 // CUDA a bad id gives a NaN row), weight float32 (num_embeddings, D).
 Tensor embedding(const Tensor& ids, const Tensor& weight);
 
-class Embedding : public Module {
- public:
-  // weight ~ N(0, init_std^2): PyTorch's default is 1; GPT-2 uses 0.02.
-  Embedding(int64_t num_embeddings, int64_t embedding_dim, double init_std = 1.0);
-  Tensor forward(const Tensor& ids) override { return embedding(ids, weight); }
-  std::string type_name() const override { return "Embedding"; }
-  std::string describe() const override;  // "Embedding 50257x768"
-  nlohmann::json to_json() const override;
-  std::optional<LayerWork> work(const Tensor& x, const Tensor& y) const override;
+const LayerDescriptor& embedding_layer();
 
-  int64_t num_embeddings() const { return num_embeddings_; }
-  int64_t embedding_dim() const { return embedding_dim_; }
-
-  Tensor weight;  // (num_embeddings, embedding_dim)
-
- private:
-  int64_t num_embeddings_, embedding_dim_;
-  double init_std_;
+struct EmbeddingSpec {
+  int64_t num_embeddings, embedding_dim;
+  double init_std;  // weight ~ N(0, init_std^2): PyTorch's default is 1; GPT-2 uses 0.02
+  static const Fields<EmbeddingSpec>& fields();
 };
 
-const LayerDescriptor& embedding_layer();
+class Embedding : public Layer<EmbeddingSpec> {
+ public:
+  Embedding(int64_t num_embeddings, int64_t embedding_dim, double init_std = 1.0)
+      : Embedding(EmbeddingSpec{num_embeddings, embedding_dim, init_std}) {}
+  explicit Embedding(const EmbeddingSpec& spec);
+  Tensor forward(const Tensor& ids) override { return embedding(ids, weight); }
+  std::string describe() const override;  // "Embedding 50257x768"
+  std::optional<LayerWork> work(const Tensor& x, const Tensor& y) const override;
+
+  int64_t num_embeddings() const { return spec().num_embeddings; }
+  int64_t embedding_dim() const { return spec().embedding_dim; }
+
+  Tensor weight;  // (num_embeddings, embedding_dim)
+};
+
 
 }  // namespace minidl

@@ -3,6 +3,7 @@
 
 #include "core/autocast.h"
 #include "core/error.h"
+#include "core/field_kinds.h"
 #include "core/storage_rounding.h"
 #include "layers/linear/linear.h"
 #include "layers/registry.h"
@@ -10,16 +11,16 @@
 namespace minidl {
 
 void LMHead::bind_siblings(const std::vector<std::shared_ptr<Module>>& layers) {
-  MINIDL_CHECK(tied_to_ < static_cast<int64_t>(layers.size()), "LMHead: tied_to ", tied_to_, " is past the ",
+  MINIDL_CHECK(tied_to() < static_cast<int64_t>(layers.size()), "LMHead: tied_to ", tied_to(), " is past the ",
                layers.size(), " layers of its list");
-  embedding_ = std::dynamic_pointer_cast<Embedding>(layers[static_cast<size_t>(tied_to_)]);
-  MINIDL_CHECK(embedding_ != nullptr, "LMHead: tied_to ", tied_to_, " names a ",
-               layers[static_cast<size_t>(tied_to_)]->type_name(), ", not an Embedding");
+  embedding_ = std::dynamic_pointer_cast<Embedding>(layers[static_cast<size_t>(tied_to())]);
+  MINIDL_CHECK(embedding_ != nullptr, "LMHead: tied_to ", tied_to(), " names a ",
+               layers[static_cast<size_t>(tied_to())]->type_name(), ", not an Embedding");
 }
 
 Tensor LMHead::forward(const Tensor& x) {
   MINIDL_CHECK(embedding_ != nullptr, label(),
-               ": not tied to an Embedding (it must sit in a layer list with one at index ", tied_to_, ")");
+               ": not tied to an Embedding (it must sit in a layer list with one at index ", tied_to(), ")");
   const Tensor& w = embedding_->weight;
   MINIDL_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == w.size(1), label(), ": expected input (..., ", w.size(1),
                "), got ", x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
@@ -31,8 +32,8 @@ Tensor LMHead::forward(const Tensor& x) {
 }
 
 std::string LMHead::describe() const {
-  if (!embedding_) return str("LMHead tied to ", tied_to_);
-  return str("LMHead tied to ", tied_to_, " (", embedding_->embedding_dim(), "->", embedding_->num_embeddings(), ")");
+  if (!embedding_) return str("LMHead tied to ", tied_to());
+  return str("LMHead tied to ", tied_to(), " (", embedding_->embedding_dim(), "->", embedding_->num_embeddings(), ")");
 }
 
 // x (M, D) times W^T (D, V): 2 M D V FLOPs; backward twice that (dx and dW).
@@ -51,33 +52,26 @@ std::optional<LayerWork> LMHead::work(const Tensor& x, const Tensor& y) const {
   return w;
 }
 
-namespace {
-
-std::shared_ptr<Module> make_lm_head(LayerArgs& args) {
-  const int64_t tied_to = args.get_int("tied_to");
-  MINIDL_CHECK(tied_to >= 0, args.key_path("tied_to"),
-               ": must be the index (>= 0) of an Embedding in the same "
-               "layer list, got ",
-               tied_to);
-  args.finish();
-  return std::make_shared<LMHead>(tied_to);
+const Fields<LMHeadSpec>& LMHeadSpec::fields() {
+  static const Fields<LMHeadSpec> f{{integer("tied_to", &LMHeadSpec::tied_to, kRequired, {0, kMaxFeatures},
+                                             "the index of the Embedding in the same layer list whose weight it shares")}};
+  return f;
 }
-
-}  // namespace
 
 const LayerDescriptor& lm_head_layer() {
   static const LayerDescriptor layer{
       "LMHead",
       "transformer",
       "logits = F.linear(x, wte.weight): a language model's head tied to the Embedding at index tied_to of its list",
-      {required_key("tied_to", "int", "the index of the Embedding in the same layer list whose weight it shares")},
-      make_lm_head,
+      layer_fields<LMHead>(),
+      make_layer<LMHead>,
       {{"tied_to", 0}},
       {2, 5},
       AutocastRule::LowerPrecision,
       false,
       nullptr,
-      DType::Int32,
+      {},
+      11,
       {nlohmann::json{{"type", "Embedding"}, {"num_embeddings", 11}, {"embedding_dim", 4}}}};
   return layer;
 }

@@ -12,34 +12,37 @@
 #include <string>
 #include <vector>
 
-#include "layers/layer_descriptor.h"
-#include "layers/module.h"
+#include "core/fields.h"
+#include "layers/layer.h"
 #include "layers/transformer/embedding.h"
 
 namespace minidl {
 
-class LMHead : public Module {
+const LayerDescriptor& lm_head_layer();
+
+struct LMHeadSpec {
+  int64_t tied_to;  // the index of the Embedding in the same layer list
+  static const Fields<LMHeadSpec>& fields();
+};
+
+class LMHead : public Layer<LMHeadSpec> {
  public:
-  explicit LMHead(int64_t tied_to) : tied_to_(tied_to) {}
+  explicit LMHead(int64_t tied_to) : LMHead(LMHeadSpec{tied_to}) {}
+  explicit LMHead(const LMHeadSpec& spec) : Layer(lm_head_layer(), spec) {}
   // (..., D) -> (..., V) with the tied embedding's weight (V, D).
   Tensor forward(const Tensor& x) override;
-  std::string type_name() const override { return "LMHead"; }
   std::string describe() const override;  // "LMHead tied to 0 (768->50257)"
-  nlohmann::json to_json() const override { return {{"type", "LMHead"}, {"tied_to", tied_to_}}; }
   std::optional<LayerWork> work(const Tensor& x, const Tensor& y) const override;
-  // The layers of the list that holds it (build_sequential calls it once every layer is built):
+  // The layers of the list that holds it (build_layers calls it once every layer is built):
   // checks that layer `tied_to` is an Embedding and keeps it.
   void bind_siblings(const std::vector<std::shared_ptr<Module>>& layers) override;
 
-  int64_t tied_to() const { return tied_to_; }
+  int64_t tied_to() const { return spec().tied_to; }
   // The embedding whose weight it uses (null before bind_siblings).
   const Embedding* embedding() const { return embedding_.get(); }
 
  private:
-  int64_t tied_to_;
   std::shared_ptr<Embedding> embedding_;
 };
-
-const LayerDescriptor& lm_head_layer();
 
 }  // namespace minidl
