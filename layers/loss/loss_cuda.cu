@@ -212,6 +212,13 @@ void cross_entropy_forward_cuda(const float* logits, const int32_t* labels, int6
   MINIDL_LAUNCH_CHECK();
 }
 
+void cross_entropy_mean_cuda(const float* row_loss, const int32_t* labels, int64_t rows, int64_t classes, float* loss) {
+  check_sizes(rows, classes, "cross_entropy");
+  cross_entropy_mean_kernel<<<1, kReduceBlock, 0, cuda::stream()>>>(row_loss, labels, static_cast<int>(rows),
+                                                                    static_cast<int>(classes), loss, label_status());
+  MINIDL_LAUNCH_CHECK();
+}
+
 void scale_by_device_scalar_cuda(const float* d, const float* g, float* dx, int64_t n) {
   if (n == 0) return;
   scale_by_device_scalar_kernel<<<cuda::grid_blocks(cuda::ceil_div(n, kBlock), kBlock), kBlock, 0, cuda::stream()>>>(

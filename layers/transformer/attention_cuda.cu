@@ -93,25 +93,27 @@ constexpr int kSoftmaxBlock = 256;
 constexpr int kWarpsPerBlock = kSoftmaxBlock / 32;
 
 // P = softmax(S) by rows (S float32, scaled already), and Pd = P * dropout factor when drop.
-// One warp per row; each lane strides through the row, the warp reduces by butterfly.
+// One warp per row; each lane strides through the row, the warp reduces by butterfly. Causal:
+// row r is query r % cols, whose keys past it get P = 0 (the GEMM wrote scores there too).
 template <class T>
 __global__ void softmax_forward_kernel(const float* __restrict__ s, T* __restrict__ p, T* __restrict__ pd,
-                                       int64_t rows, int64_t cols, bool drop, DropoutDraw draw,
+                                       int64_t rows, int64_t cols, bool causal, bool drop, DropoutDraw draw,
                                        const int64_t* __restrict__ step) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
   const int64_t step_now = drop ? *step : 0;
   for (int64_t row = blockIdx.x * static_cast<int64_t>(kWarpsPerBlock) + threadIdx.x / 32; row < rows; row += warps) {
     const float* srow = s + row * cols;
+    const int64_t seen = causal ? row % cols + 1 : cols;
     float m = -INFINITY;
-    for (int64_t j = lane; j < cols; j += 32) m = fmaxf(m, srow[j]);
+    for (int64_t j = lane; j < seen; j += 32) m = fmaxf(m, srow[j]);
     m = warp_max(m);
     float sum = 0.f;
-    for (int64_t j = lane; j < cols; j += 32) sum += expf(srow[j] - m);
+    for (int64_t j = lane; j < seen; j += 32) sum += expf(srow[j] - m);
     const float inv = 1.f / cuda::warp_sum(sum);
     for (int64_t j = lane; j < cols; j += 32) {
       const int64_t e = row * cols + j;
-      const float v = expf(srow[j] - m) * inv;
+      const float v = j < seen ? expf(srow[j] - m) * inv : 0.f;
       p[e] = from_float<T>(v);
       if (drop) pd[e] = from_float<T>(v * dropout_factor(draw, step_now, e));
     }
@@ -185,7 +187,7 @@ void attention_forward_cuda(const AttentionShape& s, const DropoutDraw* drop, co
   gemm(dtype, DType::Float32, CUBLAS_OP_T, CUBLAS_OP_N, T, T, s.head_dim, attention_scale(s), ptr[K], 3 * D, ptr[Q],
        3 * D, ptr.out(S), T, pairs);
   softmax_forward_kernel<E><<<softmax_grid(pairs * T), kSoftmaxBlock, 0, cuda::stream()>>>(
-      static_cast<const float*>(scores.get()), probs, dropped, pairs * T, T, drop != nullptr,
+      static_cast<const float*>(scores.get()), probs, dropped, pairs * T, T, s.causal, drop != nullptr,
       drop ? *drop : DropoutDraw{}, step);
   MINIDL_LAUNCH_CHECK();
   // O^T = V^T Pd^T (hd x T per pair), written into the pair's columns of out.
