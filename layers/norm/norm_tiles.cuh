@@ -471,7 +471,10 @@ __device__ __forceinline__ void block_sum_entries(int64_t n, Add add, double& a,
 
 // ---- host side ----
 
-inline bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+template <class P>
+bool aligned16(const P* p) {
+  return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 // Blocks of kBlock threads of `kernel` that fit on the chip at once (its own occupancy).
 inline int resident_blocks_of(const void* kernel) { return cuda::resident_blocks_of(kernel, kBlock); }

@@ -126,18 +126,12 @@ const void* forward_kernel_of(NormKind kind, bool vec, bool cluster, bool four_a
              : forward_kernel_of<T, NormKind::Segment, 1>(cluster, false);
 }
 
-const void* forward_kernel_of(DType dtype, NormKind kind, bool vec, bool cluster, bool four_affine) {
-  const void* kernel = nullptr;
-  dispatch_dtype(dtype, "normalization",
-                 [&](auto tag) { kernel = forward_kernel_of<decltype(tag)>(kind, vec, cluster, four_affine); });
-  return kernel;
-}
-
 }  // namespace
 
 namespace single {
 
-Plan plan_forward(const NormLayout& l, const NormForward& a, DType dtype, const void* x, const void* y) {
+template <class T>
+Plan plan_forward(const NormLayout& l, const NormForward& a, const T* x, const T* y) {
   const bool aligned = tiles::aligned16(x) && tiles::aligned16(y);
   const bool channels_last_groups = l.kind == NormKind::ChannelGroup;
   const bool four = four_affine(l, a.weight, a.bias);
@@ -145,21 +139,25 @@ Plan plan_forward(const NormLayout& l, const NormForward& a, DType dtype, const 
                        channels_last_groups ? "a channels-last GroupNorm group is strided over its sample"
                                             : "eval mode normalizes with the running statistics",
                        [&](int cluster, int threads, size_t smem, bool vec) {
-                         return resident_of(forward_kernel_of(dtype, l.kind, vec, cluster > 1, four), cluster, threads,
+                         return resident_of(forward_kernel_of<T>(l.kind, vec, cluster > 1, four), cluster, threads,
                                             smem);
                        });
   p.four_affine = four && p.vec;
   return p;
 }
 
-void run_forward(const Plan& p, const NormLayout& l, const NormForward& a, DType dtype, const void* x, void* y) {
+template <class T>
+void run_forward(const Plan& p, const NormLayout& l, const NormForward& a, const T* x, T* y) {
   Geometry g = p.g;
   NormForward args = a;
-  const void* xp = x;
-  void* yp = y;
-  void* params[] = {&g, &args, &xp, &yp};
-  launch_plan(forward_kernel_of(dtype, l.kind, p.vec, p.cluster > 1, p.four_affine), p, params);
+  void* params[] = {&g, &args, &x, &y};
+  launch_plan(forward_kernel_of<T>(l.kind, p.vec, p.cluster > 1, p.four_affine), p, params);
 }
+
+#define MINIDL_NORM_SINGLE_FORWARD(T)                                                  \
+  template Plan plan_forward<T>(const NormLayout&, const NormForward&, const T*, const T*); \
+  template void run_forward<T>(const Plan&, const NormLayout&, const NormForward&, const T*, T*);
+MINIDL_FOR_FLOATING_TYPES(MINIDL_NORM_SINGLE_FORWARD)
 
 }  // namespace single
 

@@ -345,13 +345,15 @@ void sum_affine_partials(const float* partials, int64_t sets, int64_t features, 
 
 // The passes (norm_single_forward.cu, norm_single_backward.cu): the plan of a pass for its
 // arguments (path ThreeLaunch when the single-read path does not apply and args.path allows
-// that), and its launch on a Block or Cluster plan. x and y (dy, dx) are of `dtype`, float32 or a
-// half type (the args' own x/y/dy/dx are not read); statistics and parameters are float32.
-Plan plan_forward(const NormLayout& l, const NormForward& a, DType dtype, const void* x, const void* y);
-void run_forward(const Plan& p, const NormLayout& l, const NormForward& a, DType dtype, const void* x, void* y);
-Plan plan_backward(const NormLayout& l, const NormBackward& b, DType dtype, const void* x, const void* dy,
-                   const void* dx);
-void run_backward(const Plan& p, const NormLayout& l, const NormBackward& b, DType dtype, const void* x,
-                  const void* dy, void* dx);
+// that), and its launch on a Block or Cluster plan. x and y (dy, dx) are of T, float or a half
+// type (the args' own x/y/dy/dx are not read); statistics and parameters are float32.
+template <class T>
+Plan plan_forward(const NormLayout& l, const NormForward& a, const T* x, const T* y);
+template <class T>
+void run_forward(const Plan& p, const NormLayout& l, const NormForward& a, const T* x, T* y);
+template <class T>
+Plan plan_backward(const NormLayout& l, const NormBackward& b, const T* x, const T* dy, const T* dx);
+template <class T>
+void run_backward(const Plan& p, const NormLayout& l, const NormBackward& b, const T* x, const T* dy, T* dx);
 
 }  // namespace minidl::norm::single
