@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The typed kernel boundary (docs/architecture.md, "The kernel boundary is typed") on the GPU, in
 # one device run: the launchers of Conv2d's channels-last paths (cuDNN, depthwise, patchify,
-# small-channel, bias, channel padding), the normalization's warp and single-read paths, attention,
+# small-channel, bias, channel padding), the normalization's warp and single-read paths (their
+# occupancy queries and cluster launches through the CUDA runtime's typed overloads), attention,
 # the pointwise activations, LayerScale/squeeze-excitation and average pooling now take typed
 # pointers; the arithmetic, launch shapes and algorithm choices are those of BASE_BIN_DIR's build.
 #   scripts/gpu/typed_kernels.sh BIN_DIR OUT_DIR BASE_BIN_DIR

@@ -20,7 +20,7 @@
 #include "core/allocator.h"
 #include "core/cast_kernels.h"
 #include "core/dispatch.h"
-#include "layers/norm/single_read/norm_single_read.cuh"
+#include "layers/norm/single_read/norm_single_launch.cuh"
 
 namespace minidl::norm {
 
@@ -149,13 +149,16 @@ __global__ void __launch_bounds__(single::kMaxThreads)
   }
 }
 
+template <class T>
+using BackwardKernel = void (*)(Geometry, NormBackward, float*, const T*, const T*, T*);
+
 template <class T, NormKind kKind, int kV, bool kCluster>
-const void* backward_kernel() {
-  return reinterpret_cast<const void*>(single_backward_kernel<T, kKind, kV, kCluster>);
+BackwardKernel<T> backward_kernel() {
+  return single_backward_kernel<T, kKind, kV, kCluster>;
 }
 
 template <class T>
-const void* backward_kernel_of(NormKind kind, bool vec, bool cluster) {
+BackwardKernel<T> backward_kernel_of(NormKind kind, bool vec, bool cluster) {
   if (kind == NormKind::Channel) {
     if (vec)
       return cluster ? backward_kernel<T, NormKind::Channel, 4, true>() : backward_kernel<T, NormKind::Channel, 4, false>();
@@ -192,13 +195,10 @@ Plan plan_backward(const NormLayout& l, const NormBackward& b, const T* x, const
 
 template <class T>
 void run_backward(const Plan& p, const NormLayout& l, const NormBackward& b, const T* x, const T* dy, T* dx) {
-  Geometry g = p.g;
-  NormBackward args = b;
   std::shared_ptr<void> partials;
   if (p.affine) partials = allocate(2 * static_cast<size_t>(l.rows) * l.features * sizeof(float), Device::cuda());
   float* affine = static_cast<float*>(partials.get());
-  void* params[] = {&g, &args, &affine, &x, &dy, &dx};
-  launch_plan(backward_kernel_of<T>(l.kind, p.vec, p.cluster > 1), p, params);
+  launch_plan(backward_kernel_of<T>(l.kind, p.vec, p.cluster > 1), p, p.g, b, affine, x, dy, dx);
   if (p.affine) sum_affine_partials(affine, l.rows, l.features, b.dweight, b.dbias);
 }
 

@@ -9,7 +9,7 @@
 // x and y are float32 or a half type (T); what is held and computed is float32 either way.
 #include "core/cast_kernels.h"
 #include "core/dispatch.h"
-#include "layers/norm/single_read/norm_single_read.cuh"
+#include "layers/norm/single_read/norm_single_launch.cuh"
 
 namespace minidl::norm {
 
@@ -103,13 +103,16 @@ __global__ void __launch_bounds__(single::kMaxThreads)
   }
 }
 
+template <class T>
+using ForwardKernel = void (*)(Geometry, NormForward, const T*, T*);
+
 template <class T, NormKind kKind, int kV, bool kCluster, bool kFourAffine>
-const void* forward_kernel() {
-  return reinterpret_cast<const void*>(single_forward_kernel<T, kKind, kV, kCluster, kFourAffine>);
+ForwardKernel<T> forward_kernel() {
+  return single_forward_kernel<T, kKind, kV, kCluster, kFourAffine>;
 }
 
 template <class T, NormKind kKind, int kV>
-const void* forward_kernel_of(bool cluster, bool four_affine) {
+ForwardKernel<T> forward_kernel_of(bool cluster, bool four_affine) {
   if constexpr (kKind == NormKind::Segment && kV == 4) {
     if (four_affine)
       return cluster ? forward_kernel<T, kKind, kV, true, true>() : forward_kernel<T, kKind, kV, false, true>();
@@ -118,7 +121,7 @@ const void* forward_kernel_of(bool cluster, bool four_affine) {
 }
 
 template <class T>
-const void* forward_kernel_of(NormKind kind, bool vec, bool cluster, bool four_affine) {
+ForwardKernel<T> forward_kernel_of(NormKind kind, bool vec, bool cluster, bool four_affine) {
   if (kind == NormKind::Channel)
     return vec ? forward_kernel_of<T, NormKind::Channel, 4>(cluster, false)
                : forward_kernel_of<T, NormKind::Channel, 1>(cluster, false);
@@ -148,10 +151,7 @@ Plan plan_forward(const NormLayout& l, const NormForward& a, const T* x, const T
 
 template <class T>
 void run_forward(const Plan& p, const NormLayout& l, const NormForward& a, const T* x, T* y) {
-  Geometry g = p.g;
-  NormForward args = a;
-  void* params[] = {&g, &args, &x, &y};
-  launch_plan(forward_kernel_of<T>(l.kind, p.vec, p.cluster > 1, p.four_affine), p, params);
+  launch_plan(forward_kernel_of<T>(l.kind, p.vec, p.cluster > 1, p.four_affine), p, p.g, a, x, y);
 }
 
 #define MINIDL_NORM_SINGLE_FORWARD(T)                                                  \

@@ -328,15 +328,6 @@ inline bool four_affine(const NormLayout& l, const float* weight, const float* b
   return l.kind == NormKind::Segment && l.plane == 1 && tiles::aligned16(weight) && tiles::aligned16(bias);
 }
 
-// Resident CTAs (cluster 1) or clusters of `kernel` at `threads` and `smem`, 0 when it cannot run.
-// Raises the kernel's dynamic shared memory limit (and allows 16-CTA clusters) on first use.
-// Cached per (kernel, cluster, threads, smem): the answer depends on nothing else.
-int resident_of(const void* kernel, int cluster, int threads, size_t smem);
-
-// Launches `kernel` (arguments `args`, cudaLaunchKernelEx style) on the plan: as many CTAs or
-// clusters as are resident, at most one per group.
-void launch_plan(const void* kernel, const Plan& p, void** args);
-
 // dweight[f] and dbias[f] (either may be null) from per-set float partials[2][sets][features]
 // (the sums of g*(x - mean)*rstd, then of g), added per feature in float64 in set order: the
 // second launch of the backward passes that produce GroupNorm/LayerNorm weight and bias

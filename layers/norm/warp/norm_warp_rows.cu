@@ -34,7 +34,7 @@
 #include "core/cast_kernels.h"
 #include "core/dispatch.h"
 #include "layers/norm/norm_math.h"
-#include "layers/norm/single_read/norm_single_read.cuh"
+#include "layers/norm/single_read/norm_single_launch.cuh"
 #include "layers/norm/warp/norm_warp_rows.h"
 
 namespace minidl::norm::warp_rows {
@@ -338,16 +338,6 @@ void with_variant(const Plan& p, F&& f) {
   MINIDL_ASSERT(false);
 }
 
-template <bool kVec, int kA, class T, class Y>
-const void* forward_kernel() {
-  return reinterpret_cast<const void*>(warp_rows_forward_kernel<kVec, kA, T, Y>);
-}
-
-template <bool kVec, int kA, class T, class Y>
-const void* backward_kernel() {
-  return reinterpret_cast<const void*>(warp_rows_backward_kernel<kVec, kA, T, Y>);
-}
-
 // What the Warp path needs of a pass, or why it cannot run it (nullptr: it can).
 const char* refusal(const NormLayout& l) {
   if (l.kind != NormKind::Segment || l.plane != 1 || l.segments_per_row() != 1)
@@ -378,7 +368,8 @@ Plan shape_of(const NormLayout& l, NormPath want, const char* pass, DType io, bo
   return p;
 }
 
-int64_t ctas_of(const void* kernel, size_t smem, int64_t rows) {
+template <class Kernel>
+int64_t ctas_of(Kernel kernel, size_t smem, int64_t rows) {
   const int64_t resident = single::resident_of(kernel, 1, kThreads, smem);
   MINIDL_CHECK(resident > 0, "normalization: the warp-row kernel cannot run with ", smem, " bytes of shared memory");
   const int64_t wanted = tiles::ceil_div(rows, kWarps);
@@ -397,7 +388,7 @@ Plan plan_forward(const NormLayout& l, const NormForward& a, const T* x, const Y
   if (!p.runs) return p;
   with_variant<T>(p, [&](auto vec, auto accesses) {
     p.ctas = static_cast<int>(
-        ctas_of(forward_kernel<decltype(vec)::value, decltype(accesses)::value, T, Y>(), 0, l.rows));
+        ctas_of(warp_rows_forward_kernel<decltype(vec)::value, decltype(accesses)::value, T, Y>, 0, l.rows));
   });
   return p;
 }
@@ -413,7 +404,7 @@ Plan plan_backward(const NormLayout& l, const NormBackward& b, const T* x, const
   p.smem = p.affine ? static_cast<size_t>(kWarps) * 2 * 32 * p.elements * p.accesses * sizeof(float) : 0;
   with_variant<T>(p, [&](auto vec, auto accesses) {
     p.ctas = static_cast<int>(
-        ctas_of(backward_kernel<decltype(vec)::value, decltype(accesses)::value, T, Y>(), p.smem, l.rows));
+        ctas_of(warp_rows_backward_kernel<decltype(vec)::value, decltype(accesses)::value, T, Y>, p.smem, l.rows));
   });
   return p;
 }
