@@ -33,7 +33,7 @@ void pointwise_backward_cuda(Activation a, const T* dy, const T* saved, T* dx, i
   act::with_activation(a, [&](auto kind) { cuda::launch_map2(dy, saved, dx, n, Backward<decltype(kind)::value>{}); });
 }
 
-#define MINIDL_POINTWISE_CUDA(T)                                                    \
+#define MINIDL_POINTWISE_CUDA(T)                                              \
   template void pointwise_forward_cuda<T>(Activation, const T*, T*, int64_t); \
   template void pointwise_backward_cuda<T>(Activation, const T*, const T*, T*, int64_t);
 MINIDL_FOR_FLOATING_TYPES(MINIDL_POINTWISE_CUDA)

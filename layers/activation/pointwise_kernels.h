@@ -12,6 +12,8 @@ namespace minidl::kernels {
 // act::backward_reads_output(a) (Sigmoid), else its input.
 void pointwise_forward_cpu(Activation a, const float* x, float* y, int64_t n);
 void pointwise_backward_cpu(Activation a, const float* dy, const float* saved, float* dx, int64_t n);
-template <class T> void pointwise_forward_cuda(Activation a, const T* x, T* y, int64_t n);
-template <class T> void pointwise_backward_cuda(Activation a, const T* dy, const T* saved, T* dx, int64_t n);
+template <class T>
+void pointwise_forward_cuda(Activation a, const T* x, T* y, int64_t n);
+template <class T>
+void pointwise_backward_cuda(Activation a, const T* dy, const T* saved, T* dx, int64_t n);
 }  // namespace minidl::kernels

@@ -129,9 +129,9 @@ void channel_scale_backward_cuda(const T* dy, const T* x, const float* gamma, T*
   MINIDL_LAUNCH_CHECK();
 }
 
-#define MINIDL_CHANNEL_SCALE_CUDA(T)                                                                          \
+#define MINIDL_CHANNEL_SCALE_CUDA(T)                                                                 \
   template void channel_scale_forward_cuda<T>(const T*, const float*, T*, const ChannelScaleShape&); \
-  template void channel_scale_backward_cuda<T>(const T*, const T*, const float*, T*, float*, float*,  \
+  template void channel_scale_backward_cuda<T>(const T*, const T*, const float*, T*, float*, float*, \
                                                const ChannelScaleShape&);
 MINIDL_FOR_FLOATING_TYPES(MINIDL_CHANNEL_SCALE_CUDA)
 

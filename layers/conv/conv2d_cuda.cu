@@ -384,8 +384,7 @@ void run_backward_data(const Conv2dShape& s, Operands ops, const T* dy, const T*
 template <class T>
 void run_backward_filter(const Conv2dShape& s, Operands ops, const T* x, const T* dy, T* dw) {
   if (s.n == 0) {
-    MINIDL_CUDA_CHECK(
-        cudaMemsetAsync(dw, 0, sizeof(T) * s.o * s.group_c() * s.kh * s.kw, cuda::stream()));
+    MINIDL_CUDA_CHECK(cudaMemsetAsync(dw, 0, sizeof(T) * s.o * s.group_c() * s.kh * s.kw, cuda::stream()));
     return;
   }
   std::lock_guard<std::mutex> lock(g_mu);
@@ -479,7 +478,7 @@ void conv2d_nhwc_backward_filter_cuda(const Conv2dShape& s, const T* x, const T*
   run_backward_filter(s, {DTypeOf<T>::value, true}, x, dy, dw);
 }
 
-#define MINIDL_CONV2D_NHWC_CUDA(T)                                                                      \
+#define MINIDL_CONV2D_NHWC_CUDA(T)                                                                 \
   template void conv2d_nhwc_forward_cuda<T>(const Conv2dShape&, const T*, const T*, const T*, T*); \
   template void conv2d_nhwc_backward_data_cuda<T>(const Conv2dShape&, const T*, const T*, T*);     \
   template void conv2d_nhwc_backward_filter_cuda<T>(const Conv2dShape&, const T*, const T*, T*);

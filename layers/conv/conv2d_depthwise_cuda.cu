@@ -159,8 +159,8 @@ dim3 grid_of(int64_t items, const Plane& g) {
 template <class T, int K, int S, bool FLIP>
 void launch_strips(const Plane& g, const T* x, const T* w, const T* b, T* y) {
   const int strips_per_row = (g.ow + kStrip - 1) / kStrip;
-  depthwise_strip_kernel<T, K, S, FLIP><<<grid_of(g.n * g.oh * strips_per_row, g), kThreads, 0, cuda::stream()>>>(
-      g, strips_per_row, x, w, b, y);
+  depthwise_strip_kernel<T, K, S, FLIP>
+      <<<grid_of(g.n * g.oh * strips_per_row, g), kThreads, 0, cuda::stream()>>>(g, strips_per_row, x, w, b, y);
   MINIDL_LAUNCH_CHECK();
 }
 
@@ -178,8 +178,7 @@ void backward_data(const Conv2dShape& s, const Plane& p, const T* dy, const T* w
     return launch_strips<T, K, 1, true>(g, dy, w, nullptr, dx);
   }
   const Plane g{p.n, p.oh, p.ow, p.h, p.w, p.c, p.ph, p.pw};
-  depthwise_strided_data_kernel<T, K, 2><<<grid_of(g.n * g.oh * g.ow, g), kThreads, 0, cuda::stream()>>>(
-      g, dy, w, dx);
+  depthwise_strided_data_kernel<T, K, 2><<<grid_of(g.n * g.oh * g.ow, g), kThreads, 0, cuda::stream()>>>(g, dy, w, dx);
   MINIDL_LAUNCH_CHECK();
 }
 
@@ -223,7 +222,7 @@ void conv2d_depthwise_backward_data_cuda(const Conv2dShape& s, const T* dy, cons
   backward_data_by_size<T>(s, g, dy, w, dx);
 }
 
-#define MINIDL_DEPTHWISE_CUDA(T)                                                                             \
+#define MINIDL_DEPTHWISE_CUDA(T)                                                                        \
   template void conv2d_depthwise_forward_cuda<T>(const Conv2dShape&, const T*, const T*, const T*, T*); \
   template void conv2d_depthwise_backward_data_cuda<T>(const Conv2dShape&, const T*, const T*, T*);
 MINIDL_FOR_FLOATING_TYPES(MINIDL_DEPTHWISE_CUDA)

@@ -127,8 +127,7 @@ void launch(const Plane& g, const T* x, const T* dy, T* dw) {
   float* partials = static_cast<float*>(buffer.get());
   depthwise_filter_partials_kernel<T, K, S>
       <<<dim3(static_cast<unsigned>(slices), static_cast<unsigned>(channel_blocks)),
-         kVecsPerBlock * K * row_groups<K>(), 0, cuda::stream()>>>(
-          g, strips_per_row, per_slice, x, dy, partials);
+         kVecsPerBlock * K * row_groups<K>(), 0, cuda::stream()>>>(g, strips_per_row, per_slice, x, dy, partials);
   MINIDL_LAUNCH_CHECK();
   depthwise_filter_finalize_kernel<T>
       <<<static_cast<unsigned>((elems + kFinLanes - 1) / kFinLanes), kFinLanes * kFinGroups, 0, cuda::stream()>>>(

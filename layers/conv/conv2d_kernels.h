@@ -72,10 +72,12 @@ template <class T>
 void conv2d_nhwc_backward_filter_cuda(const Conv2dShape& s, const T* x, const T* dy, T* dw);
 // y[r][c] += b[c] over y [rows][channels] (conv2d_nhwc_bias_cuda.cu), and db[c] = sum over r of
 // dy[r][c], deterministic (fixed-order partials, no atomics).
-template <class T> void conv2d_nhwc_add_bias_cuda(T* y, const T* b, int64_t rows, int64_t channels);
+template <class T>
+void conv2d_nhwc_add_bias_cuda(T* y, const T* b, int64_t rows, int64_t channels);
 // out (rows, cp) = in (rows, c) followed by cp - c zero channels, T bf16 or fp16, cp a multiple of
 // 8 and out 16-byte aligned (conv2d_pad_channels_cuda.cu).
-template <class T> void conv2d_nhwc_pad_channels_cuda(const T* in, T* out, int64_t rows, int64_t c, int64_t cp);
+template <class T>
+void conv2d_nhwc_pad_channels_cuda(const T* in, T* out, int64_t rows, int64_t c, int64_t cp);
 // The channel count a bfloat16/float16 channels-last forward pads its input to before cuDNN (0:
 // none). cuDNN's NHWC engines are ~2x faster with input channels in multiples of 32: on an H100,
 // Conv2d 24->64 k3 at 31x31 (airbench, batch 2000) took 0.402 ms forward, 32->64 0.199 ms. So
@@ -83,7 +85,8 @@ template <class T> void conv2d_nhwc_pad_channels_cuda(const T* in, T* out, int64
 // in cuDNN's order for the padded problem), where our own kernels do not serve the problem. The
 // backward directions run unpadded: there the padded problem measured no faster.
 int64_t conv2d_nhwc_padded_channels(const Conv2dShape& s, DType dtype);
-template <class T> void conv2d_nhwc_backward_bias_cuda(const T* dy, T* db, int64_t rows, int64_t channels);
+template <class T>
+void conv2d_nhwc_backward_bias_cuda(const T* dy, T* db, int64_t rows, int64_t channels);
 
 // Plans (descriptors + chosen algorithms) cached so far; one per shape, operand kind and math setting.
 size_t conv2d_cuda_plan_count();

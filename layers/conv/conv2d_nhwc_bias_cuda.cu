@@ -55,8 +55,9 @@ void conv2d_nhwc_add_bias_cuda(T* y, const T* b, int64_t rows, int64_t channels)
   constexpr int kThreads = 256;
   const int64_t total = rows * channels;
   if (total == 0) return;
-  add_bias_nhwc_kernel<T><<<cuda::grid_blocks(cuda::ceil_div(total, kThreads), kThreads), kThreads, 0,
-                            cuda::stream()>>>(y, b, total, channels);
+  add_bias_nhwc_kernel<T>
+      <<<cuda::grid_blocks(cuda::ceil_div(total, kThreads), kThreads), kThreads, 0, cuda::stream()>>>(y, b, total,
+                                                                                                      channels);
   MINIDL_LAUNCH_CHECK();
 }
 
@@ -73,15 +74,15 @@ void conv2d_nhwc_backward_bias_cuda(const T* dy, T* db, int64_t rows, int64_t ch
   float* part = static_cast<float*>(partials.get());
   float* out = static_cast<float*>(sums.get());
   if constexpr (std::is_same_v<T, float>) out = db;
-  bias_grad_nhwc_partials_kernel<T><<<dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(slices)),
-                                      dim3(kCols, kRowLanes), 0, cuda::stream()>>>(dy, rows, channels,
-                                                                                   rows_per_slice, part);
+  bias_grad_nhwc_partials_kernel<T>
+      <<<dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(slices)), dim3(kCols, kRowLanes), 0,
+         cuda::stream()>>>(dy, rows, channels, rows_per_slice, part);
   MINIDL_LAUNCH_CHECK();
   cuda::sum_partials_by_column(part, slices, channels, out);
   if constexpr (!std::is_same_v<T, float>) cast_cuda(out, DType::Float32, db, DTypeOf<T>::value, channels);
 }
 
-#define MINIDL_NHWC_BIAS_CUDA(T)                                                          \
+#define MINIDL_NHWC_BIAS_CUDA(T)                                              \
   template void conv2d_nhwc_add_bias_cuda<T>(T*, const T*, int64_t, int64_t); \
   template void conv2d_nhwc_backward_bias_cuda<T>(const T*, T*, int64_t, int64_t);
 MINIDL_FOR_FLOATING_TYPES(MINIDL_NHWC_BIAS_CUDA)

@@ -44,13 +44,14 @@ template <class T>
 void conv2d_nhwc_pad_channels_cuda(const T* in, T* out, int64_t rows, int64_t c, int64_t cp) {
   MINIDL_CHECK(cp % kChunk == 0 && c <= cp && reinterpret_cast<uintptr_t>(out) % 16 == 0,
                "conv2d channel padding: bfloat16/float16 rows to a multiple of 8 channels on a 16-byte-aligned "
-               "output, got ", dtype_name(DTypeOf<T>::value), " ", c, " -> ", cp);
+               "output, got ",
+               dtype_name(DTypeOf<T>::value), " ", c, " -> ", cp);
   if (rows == 0) return;
   const bool vector_in = c % kChunk == 0 && reinterpret_cast<uintptr_t>(in) % 16 == 0;
   const int64_t chunks = rows * (cp / kChunk);
   const int grid = cuda::grid_blocks((chunks + kPadThreads - 1) / kPadThreads, kPadThreads);
-  pad_channels_kernel<T><<<grid, kPadThreads, 0, cuda::stream()>>>(in, out, rows, static_cast<int>(c),
-                                                                   static_cast<int>(cp), vector_in);
+  pad_channels_kernel<T>
+      <<<grid, kPadThreads, 0, cuda::stream()>>>(in, out, rows, static_cast<int>(c), static_cast<int>(cp), vector_in);
   MINIDL_LAUNCH_CHECK();
 }
 

@@ -100,7 +100,7 @@ void conv2d_patchify_backward_data_cuda(const Conv2dShape& s, const T* dy, const
   MINIDL_LAUNCH_CHECK();
 }
 
-#define MINIDL_PATCHIFY_CUDA(T)                                                                             \
+#define MINIDL_PATCHIFY_CUDA(T)                                                                        \
   template void conv2d_patchify_forward_cuda<T>(const Conv2dShape&, const T*, const T*, const T*, T*); \
   template void conv2d_patchify_backward_filter_cuda<T>(const Conv2dShape&, const T*, const T*, T*);   \
   template void conv2d_patchify_backward_data_cuda<T>(const Conv2dShape&, const T*, const T*, T*);

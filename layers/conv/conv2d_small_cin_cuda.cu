@@ -390,8 +390,8 @@ void launch_nhwc_forward(const SmallConv& g, const T* x, const T* w, const T* b,
   MINIDL_CHECK(blocks <= INT32_MAX, "conv2d on CUDA: ", g.np, " output positions exceed the grid");
   // 16-byte stores need rows of a multiple of 8 values on a 16-byte-aligned y.
   const bool vector_rows = g.o % kStoreVec == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0;
-  small_cin_nhwc_forward_kernel<T, KP><<<dim3(static_cast<unsigned>(blocks), o_tiles(g)), kFwdThreads, 0,
-                                         cuda::stream()>>>(g, x, w, b, y, vector_rows);
+  small_cin_nhwc_forward_kernel<T, KP>
+      <<<dim3(static_cast<unsigned>(blocks), o_tiles(g)), kFwdThreads, 0, cuda::stream()>>>(g, x, w, b, y, vector_rows);
   MINIDL_LAUNCH_CHECK();
 }
 

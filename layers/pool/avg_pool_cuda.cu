@@ -72,7 +72,8 @@ __global__ void avg_pool_backward_kernel(const T* __restrict__ dy, T* __restrict
 }  // namespace
 
 template <class T>
-void avg_pool2d_forward_cuda(const T* x, T* y, const AvgPool2dShape& s, const AvgPool2dGeometry& g, bool channels_last) {
+void avg_pool2d_forward_cuda(const T* x, T* y, const AvgPool2dShape& s, const AvgPool2dGeometry& g,
+                             bool channels_last) {
   const int64_t total = s.n * s.c * s.OH * s.OW;
   if (total == 0) return;
   if (channels_last)
@@ -92,7 +93,7 @@ void avg_pool2d_backward_cuda(const T* dy, T* dx, const AvgPool2dShape& s, const
     pool_index::launch(avg_pool_backward_kernel<T, false>, total, dy, dx, s, g);
 }
 
-#define MINIDL_AVG_POOL_CUDA(T)                                                                                    \
+#define MINIDL_AVG_POOL_CUDA(T)                                                                                  \
   template void avg_pool2d_forward_cuda<T>(const T*, T*, const AvgPool2dShape&, const AvgPool2dGeometry&, bool); \
   template void avg_pool2d_backward_cuda<T>(const T*, T*, const AvgPool2dShape&, const AvgPool2dGeometry&, bool);
 MINIDL_FOR_FLOATING_TYPES(MINIDL_AVG_POOL_CUDA)

@@ -78,11 +78,11 @@ void gemm(DType ab, DType c, cublasOperation_t ta, cublasOperation_t tb, int64_t
   // cuBLAS takes the pointer arrays untyped, C's as writable: they convert here and nowhere else.
   const auto untyped = [](const char* const* p) { return reinterpret_cast<const void* const*>(p); };
   MINIDL_CUDA_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
-  MINIDL_CUDA_CHECK(cublasGemmBatchedEx(h, ta, tb, checked_int(m, "m"), checked_int(n, "n"), checked_int(k, "k"), &alpha,
-                                        untyped(a), cuda_type(ab), checked_int(lda, "lda"), untyped(b), cuda_type(ab),
-                                        checked_int(ldb, "ldb"), &zero, const_cast<void* const*>(untyped(out)),
-                                        cuda_type(c), checked_int(ldc, "ldc"), checked_int(batch, "batch"),
-                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  MINIDL_CUDA_CHECK(cublasGemmBatchedEx(h, ta, tb, checked_int(m, "m"), checked_int(n, "n"), checked_int(k, "k"),
+                                        &alpha, untyped(a), cuda_type(ab), checked_int(lda, "lda"), untyped(b),
+                                        cuda_type(ab), checked_int(ldb, "ldb"), &zero,
+                                        const_cast<void* const*>(untyped(out)), cuda_type(c), checked_int(ldc, "ldc"),
+                                        checked_int(batch, "batch"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 __device__ __forceinline__ float warp_max(float v) {

@@ -202,7 +202,7 @@ void run_backward(const Plan& p, const NormLayout& l, const NormBackward& b, con
   if (p.affine) sum_affine_partials(affine, l.rows, l.features, b.dweight, b.dbias);
 }
 
-#define MINIDL_NORM_SINGLE_BACKWARD(T)                                                                     \
+#define MINIDL_NORM_SINGLE_BACKWARD(T)                                                                  \
   template Plan plan_backward<T>(const NormLayout&, const NormBackward&, const T*, const T*, const T*); \
   template void run_backward<T>(const Plan&, const NormLayout&, const NormBackward&, const T*, const T*, T*);
 MINIDL_FOR_FLOATING_TYPES(MINIDL_NORM_SINGLE_BACKWARD)

@@ -138,13 +138,13 @@ Plan plan_forward(const NormLayout& l, const NormForward& a, const T* x, const T
   const bool aligned = tiles::aligned16(x) && tiles::aligned16(y);
   const bool channels_last_groups = l.kind == NormKind::ChannelGroup;
   const bool four = four_affine(l, a.weight, a.bias);
-  Plan p = plan_single(l, 1, aligned, a.path, a.cluster, a.training && !channels_last_groups, false,
-                       channels_last_groups ? "a channels-last GroupNorm group is strided over its sample"
-                                            : "eval mode normalizes with the running statistics",
-                       [&](int cluster, int threads, size_t smem, bool vec) {
-                         return resident_of(forward_kernel_of<T>(l.kind, vec, cluster > 1, four), cluster, threads,
-                                            smem);
-                       });
+  Plan p =
+      plan_single(l, 1, aligned, a.path, a.cluster, a.training && !channels_last_groups, false,
+                  channels_last_groups ? "a channels-last GroupNorm group is strided over its sample"
+                                       : "eval mode normalizes with the running statistics",
+                  [&](int cluster, int threads, size_t smem, bool vec) {
+                    return resident_of(forward_kernel_of<T>(l.kind, vec, cluster > 1, four), cluster, threads, smem);
+                  });
   p.four_affine = four && p.vec;
   return p;
 }
@@ -154,7 +154,7 @@ void run_forward(const Plan& p, const NormLayout& l, const NormForward& a, const
   launch_plan(forward_kernel_of<T>(l.kind, p.vec, p.cluster > 1, p.four_affine), p, p.g, a, x, y);
 }
 
-#define MINIDL_NORM_SINGLE_FORWARD(T)                                                  \
+#define MINIDL_NORM_SINGLE_FORWARD(T)                                                       \
   template Plan plan_forward<T>(const NormLayout&, const NormForward&, const T*, const T*); \
   template void run_forward<T>(const Plan&, const NormLayout&, const NormForward&, const T*, T*);
 MINIDL_FOR_FLOATING_TYPES(MINIDL_NORM_SINGLE_FORWARD)

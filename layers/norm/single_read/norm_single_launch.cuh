@@ -34,8 +34,8 @@ int resident_of(void (*kernel)(Params...), int cluster, int threads, size_t smem
   const auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   if (prepared.insert(kernel).second) {
-    MINIDL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(shared_capacity())));
+    MINIDL_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared_capacity())));
     if (cluster > 1) MINIDL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   }
   int n = 0;

@@ -437,7 +437,7 @@ void run_backward(const Plan& p, const NormLayout& l, const NormBackward& b, con
 }
 
 // x of T and y of Y: the same floating type, or float32 x with a half y (nothing else is built).
-#define MINIDL_WARP_ROWS(T, Y)                                                                              \
+#define MINIDL_WARP_ROWS(T, Y)                                                                             \
   template Plan plan_forward<T, Y>(const NormLayout&, const NormForward&, const T*, const Y*);             \
   template Plan plan_backward<T, Y>(const NormLayout&, const NormBackward&, const T*, const Y*, const T*); \
   template void run_forward<T, Y>(const Plan&, const NormLayout&, const NormForward&, const T*, Y*);       \
