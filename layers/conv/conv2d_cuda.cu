@@ -34,11 +34,13 @@
 #include <memory>
 #include <mutex>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "core/allocator.h"
 #include "core/cuda/kernel_helpers.cuh"
 #include "core/cuda/runtime.h"
+#include "core/dispatch.h"
 #include "core/error.h"
 #include "core/settings.h"
 #include "layers/conv/conv2d_depthwise.h"
@@ -213,7 +215,8 @@ std::shared_ptr<void> workspace(size_t bytes) {
   return bytes ? allocate(bytes, Device::cuda()) : std::shared_ptr<void>();
 }
 
-void choose_forward(Plan& p, const PlanKey& key, const void* x, const void* w, void* y) {
+template <class T>
+void choose_forward(Plan& p, const PlanKey& key, const T* x, const T* w, T* y) {
   cudnnHandle_t h = cuda::cudnn();
   int max_count = 0, count = 0;
   MINIDL_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max_count));
@@ -231,7 +234,8 @@ void choose_forward(Plan& p, const PlanKey& key, const void* x, const void* w, v
   });
 }
 
-void choose_backward_data(Plan& p, const PlanKey& key, const void* dy, const void* w, void* dx) {
+template <class T>
+void choose_backward_data(Plan& p, const PlanKey& key, const T* dy, const T* w, T* dx) {
   cudnnHandle_t h = cuda::cudnn();
   int max_count = 0, count = 0;
   MINIDL_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max_count));
@@ -250,7 +254,8 @@ void choose_backward_data(Plan& p, const PlanKey& key, const void* dy, const voi
   });
 }
 
-void choose_backward_filter(Plan& p, const PlanKey& key, const void* x, const void* dy, void* dw) {
+template <class T>
+void choose_backward_filter(Plan& p, const PlanKey& key, const T* x, const T* dy, T* dw) {
   cudnnHandle_t h = cuda::cudnn();
   int max_count = 0, count = 0;
   MINIDL_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max_count));
@@ -352,7 +357,8 @@ __global__ void bias_grad_partials_kernel(const float* __restrict__ dy, int64_t 
 }
 
 // The three cuDNN directions on operands of any kind (conv2d_*_cuda and conv2d_nhwc_*_cuda).
-void run_forward(const Conv2dShape& s, Operands ops, const void* x, const void* w, void* y) {
+template <class T>
+void run_forward(const Conv2dShape& s, Operands ops, const T* x, const T* w, T* y) {
   std::lock_guard<std::mutex> lock(g_mu);
   PlanKey key;
   Plan& p = plan_for(s, ops, &key);
@@ -363,7 +369,8 @@ void run_forward(const Conv2dShape& s, Operands ops, const void* x, const void* 
                                             p.fwd.workspace, &zero, p.y, y));
 }
 
-void run_backward_data(const Conv2dShape& s, Operands ops, const void* dy, const void* w, void* dx) {
+template <class T>
+void run_backward_data(const Conv2dShape& s, Operands ops, const T* dy, const T* w, T* dx) {
   std::lock_guard<std::mutex> lock(g_mu);
   PlanKey key;
   Plan& p = plan_for(s, ops, &key);
@@ -374,10 +381,10 @@ void run_backward_data(const Conv2dShape& s, Operands ops, const void* dy, const
                                                  p.bwd_data.algo, ws.get(), p.bwd_data.workspace, &zero, p.x, dx));
 }
 
-void run_backward_filter(const Conv2dShape& s, Operands ops, const void* x, const void* dy, void* dw) {
+template <class T>
+void run_backward_filter(const Conv2dShape& s, Operands ops, const T* x, const T* dy, T* dw) {
   if (s.n == 0) {
-    MINIDL_CUDA_CHECK(
-        cudaMemsetAsync(dw, 0, dtype_size(ops.dtype) * s.o * s.group_c() * s.kh * s.kw, cuda::stream()));
+    MINIDL_CUDA_CHECK(cudaMemsetAsync(dw, 0, sizeof(T) * s.o * s.group_c() * s.kh * s.kw, cuda::stream()));
     return;
   }
   std::lock_guard<std::mutex> lock(g_mu);
@@ -392,9 +399,33 @@ void run_backward_filter(const Conv2dShape& s, Operands ops, const void* x, cons
 }
 
 // Whether our depthwise kernels take this problem with these operands: they load 16-byte vectors.
-bool depthwise(const Conv2dShape& s, const void* a, const void* b) {
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+template <class T>
+bool depthwise(const Conv2dShape& s, const T* a, const T* b) {
+  const auto aligned = [](const T* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   return conv2d_depthwise_applies(s) && aligned(a) && aligned(b);
+}
+
+// The paths of bf16 and fp16 operands only (patchify, small-channel forward, channel padding).
+template <class T>
+constexpr bool kHalf = !std::is_same_v<T, float>;
+
+// cuDNN's channels-last forward, on input channels padded first where conv2d_nhwc_padded_channels
+// says so (half operands only).
+template <class T>
+void run_nhwc_forward(const Conv2dShape& s, const T* x, const T* w, T* y) {
+  constexpr Operands ops{DTypeOf<T>::value, true};
+  if constexpr (kHalf<T>) {
+    if (const int64_t cp = conv2d_nhwc_padded_channels(s, ops.dtype)) {
+      Conv2dShape p = s;
+      p.c = cp;
+      auto xp = allocate(sizeof(T) * s.n * s.h * s.w * cp, Device::cuda());
+      auto wp = allocate(sizeof(T) * s.o * s.kh * s.kw * cp, Device::cuda());
+      conv2d_nhwc_pad_channels_cuda(x, static_cast<T*>(xp.get()), s.n * s.h * s.w, s.c, cp);
+      conv2d_nhwc_pad_channels_cuda(w, static_cast<T*>(wp.get()), s.o * s.kh * s.kw, s.c, cp);
+      return run_forward(p, ops, static_cast<const T*>(xp.get()), static_cast<const T*>(wp.get()), y);
+    }
+  }
+  run_forward(s, ops, x, w, y);
 }
 
 }  // namespace
@@ -416,39 +447,42 @@ void conv2d_backward_filter_cuda(const Conv2dShape& s, const float* x, const flo
   run_backward_filter(s, kNchwFloat, x, dy, dw);
 }
 
-void conv2d_nhwc_forward_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* w, const void* b,
-                              void* y) {
+template <class T>
+void conv2d_nhwc_forward_cuda(const Conv2dShape& s, const T* x, const T* w, const T* b, T* y) {
   if (s.n == 0) return;
-  if (depthwise(s, x, y)) return conv2d_depthwise_forward_cuda(s, dtype, x, w, b, y);
-  if (conv2d_patchify_applies(s, dtype)) return conv2d_patchify_forward_cuda(s, dtype, x, w, b, y);
-  if (conv2d_small_cin_nhwc_applies(s, dtype)) return conv2d_small_cin_nhwc_forward_cuda(s, dtype, x, w, b, y);
-  if (const int64_t cp = conv2d_nhwc_padded_channels(s, dtype)) {
-    Conv2dShape p = s;
-    p.c = cp;
-    const size_t elem = dtype_size(dtype);
-    auto xp = allocate(elem * s.n * s.h * s.w * cp, Device::cuda());
-    auto wp = allocate(elem * s.o * s.kh * s.kw * cp, Device::cuda());
-    conv2d_nhwc_pad_channels_cuda(dtype, x, xp.get(), s.n * s.h * s.w, s.c, cp);
-    conv2d_nhwc_pad_channels_cuda(dtype, w, wp.get(), s.o * s.kh * s.kw, s.c, cp);
-    run_forward(p, {dtype, true}, xp.get(), wp.get(), y);
-  } else {
-    run_forward(s, {dtype, true}, x, w, y);
+  if (depthwise(s, x, y)) return conv2d_depthwise_forward_cuda(s, x, w, b, y);
+  if constexpr (kHalf<T>) {
+    if (conv2d_patchify_applies(s, DTypeOf<T>::value)) return conv2d_patchify_forward_cuda(s, x, w, b, y);
+    if (conv2d_small_cin_nhwc_applies(s, DTypeOf<T>::value)) return conv2d_small_cin_nhwc_forward_cuda(s, x, w, b, y);
   }
-  if (b) conv2d_nhwc_add_bias_cuda(dtype, y, b, s.n * s.oh() * s.ow(), s.o);
+  run_nhwc_forward(s, x, w, y);
+  if (b) conv2d_nhwc_add_bias_cuda(y, b, s.n * s.oh() * s.ow(), s.o);
 }
 
-void conv2d_nhwc_backward_data_cuda(const Conv2dShape& s, DType dtype, const void* dy, const void* w, void* dx) {
+template <class T>
+void conv2d_nhwc_backward_data_cuda(const Conv2dShape& s, const T* dy, const T* w, T* dx) {
   if (s.n == 0) return;
-  if (depthwise(s, dy, dx)) return conv2d_depthwise_backward_data_cuda(s, dtype, dy, w, dx);
-  if (conv2d_patchify_applies(s, dtype)) return conv2d_patchify_backward_data_cuda(s, dtype, dy, w, dx);
-  run_backward_data(s, {dtype, true}, dy, w, dx);
+  if (depthwise(s, dy, dx)) return conv2d_depthwise_backward_data_cuda(s, dy, w, dx);
+  if constexpr (kHalf<T>) {
+    if (conv2d_patchify_applies(s, DTypeOf<T>::value)) return conv2d_patchify_backward_data_cuda(s, dy, w, dx);
+  }
+  run_backward_data(s, {DTypeOf<T>::value, true}, dy, w, dx);
 }
 
-void conv2d_nhwc_backward_filter_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* dy, void* dw) {
-  if (depthwise(s, x, dy)) return conv2d_depthwise_backward_filter_cuda(s, dtype, x, dy, dw);
-  if (conv2d_patchify_applies(s, dtype)) return conv2d_patchify_backward_filter_cuda(s, dtype, x, dy, dw);
-  run_backward_filter(s, {dtype, true}, x, dy, dw);
+template <class T>
+void conv2d_nhwc_backward_filter_cuda(const Conv2dShape& s, const T* x, const T* dy, T* dw) {
+  if (depthwise(s, x, dy)) return conv2d_depthwise_backward_filter_cuda(s, x, dy, dw);
+  if constexpr (kHalf<T>) {
+    if (conv2d_patchify_applies(s, DTypeOf<T>::value)) return conv2d_patchify_backward_filter_cuda(s, x, dy, dw);
+  }
+  run_backward_filter(s, {DTypeOf<T>::value, true}, x, dy, dw);
 }
+
+#define MINIDL_CONV2D_NHWC_CUDA(T)                                                                 \
+  template void conv2d_nhwc_forward_cuda<T>(const Conv2dShape&, const T*, const T*, const T*, T*); \
+  template void conv2d_nhwc_backward_data_cuda<T>(const Conv2dShape&, const T*, const T*, T*);     \
+  template void conv2d_nhwc_backward_filter_cuda<T>(const Conv2dShape&, const T*, const T*, T*);
+MINIDL_FOR_FLOATING_TYPES(MINIDL_CONV2D_NHWC_CUDA)
 
 void conv2d_backward_bias_cuda(const Conv2dShape& s, const float* dy, float* db) {
   const int64_t hw = s.oh() * s.ow(), total = s.n * hw;

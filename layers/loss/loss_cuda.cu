@@ -39,7 +39,7 @@ LabelStatus* label_status() {
   static LabelStatus* status = [] {
     MINIDL_CHECK(cuda::props().unifiedAddressing, "cross_entropy (CUDA): the GPU lacks unified addressing");
     LabelStatus* s = nullptr;
-    MINIDL_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&s), sizeof(LabelStatus), cudaHostAllocMapped));
+    MINIDL_CUDA_CHECK(cudaHostAlloc(&s, sizeof(LabelStatus), cudaHostAllocMapped));
     *s = LabelStatus{0, 0, 0, 0};
     return s;
   }();
