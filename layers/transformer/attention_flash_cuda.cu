@@ -68,6 +68,33 @@ __device__ __forceinline__ void probabilities_and_grads(float (&p)[8][4], float 
     }
 }
 
+// The four 64-token tiles a backward block stages in shared memory, rows HD + kPad apart: two it
+// keeps (its own block's) and two it reloads for each block it sums over.
+template <class E, int HD>
+struct BackwardTiles {
+  __align__(16) E at[4][kBlockTokens * (HD + kPad)];
+};
+
+// The (sample, head) pair of a block (blockIdx.x) and where its Q rows start in the packed QKV
+// rows (K at + D, V at + 2 D; rows 3 D apart).
+template <class E>
+struct BlockPair {
+  int64_t pair, n, h;
+  const E* base;
+  __device__ BlockPair(const E* qkv, int T, int64_t D, int64_t heads, int head_dim)
+      : pair(blockIdx.x), n(pair / heads), h(pair % heads), base(qkv + n * T * 3 * D + h * head_dim) {}
+};
+
+// Stages the key block from k0 (its K and V rows) for every warp of the block: waits until each
+// warp is done with the previous block's, then until all of this one is in.
+template <int HD, class E>
+__device__ __forceinline__ void stage_keys(const E* base, int64_t D, int T, int k0, E* k, E* v) {
+  __syncthreads();
+  load_rows<HD>(base + D + k0 * 3 * D, 3 * D, T - k0, k);
+  load_rows<HD>(base + 2 * D + k0 * 3 * D, 3 * D, T - k0, v);
+  __syncthreads();
+}
+
 template <class E, int HD>
 __global__ void __launch_bounds__(kThreads)
     flash_forward_kernel(int T, int64_t D, int64_t heads, float scale, bool causal, const E* __restrict__ qkv,
@@ -76,23 +103,18 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ __align__(16) E q[kBlockTokens * kLd];
   __shared__ __align__(16) E k[kBlockTokens * kLd];
   __shared__ __align__(16) E v[kBlockTokens * kLd];
-  const int64_t pair = blockIdx.x, n = pair / heads, h = pair % heads;
+  const BlockPair<E> b(qkv, T, D, heads, HD);
+  const int64_t pair = b.pair, n = b.n, h = b.h;
+  const E* base = b.base;
   const int q0 = blockIdx.y * kBlockTokens;
-  const E* base = qkv + n * T * 3 * D + h * HD;
   load_rows<HD>(base + q0 * 3 * D, 3 * D, T - q0, q);
   const int r0 = 16 * (threadIdx.x >> 5), row0 = q0 + r0;
   float o[HD / 8][4];
-#pragma unroll
-  for (int nt = 0; nt < HD / 8; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) o[nt][e] = 0.f;
+  zero_tiles(o);
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   const int key_end = causal ? min(T, q0 + kBlockTokens) : T;
   for (int k0 = 0; k0 < key_end; k0 += kBlockTokens) {
-    __syncthreads();  // every warp is done with the previous K and V
-    load_rows<HD>(base + D + k0 * 3 * D, 3 * D, T - k0, k);
-    load_rows<HD>(base + 2 * D + k0 * 3 * D, 3 * D, T - k0, v);
-    __syncthreads();
+    stage_keys<HD>(base, D, T, k0, k, v);
     float s[8][4];
     scores<E, HD>(s, q, k, r0, T - k0);
     // Every row sees key k0 (k0 <= its query, and k0 < T), so the new max is finite.
@@ -130,7 +152,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int nt = 0; nt < HD / 8; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[nt][e] *= corr[e >> 1];
-    add_times_tokens<E, HD>(o, [&](int kb, uint32_t(&a)[4]) { accumulator_as_a<E>(a, s, kb); }, v, T - k0);
+    add_times_tokens<E, HD>(
+        o, [&](int kb, uint32_t(&a)[4]) { accumulator_as_a<E>(a, s, kb); }, v, T - k0);
   }
   const float inv[2] = {1.f / l[0], 1.f / l[1]};
 #pragma unroll
@@ -163,98 +186,84 @@ __global__ void flash_delta_kernel(int T, int64_t D, int64_t heads, int hd, int6
   }
 }
 
-// dK and dV of one block of 64 keys: warp w owns key rows 16w.., summing over the query blocks.
-template <class E, int HD>
+// The backward's second and third launches, one kernel in two modes. kKeys: dK and dV of one block
+// of 64 keys, warp w owning key rows 16w.. and summing over the query blocks; else dQ of one block
+// of 64 queries, warp w owning query rows 16w.. and summing over the key blocks. Each block writes
+// only its own rows, so every sum keeps one order.
+template <class E, int HD, bool kKeys>
 __global__ void __launch_bounds__(kThreads)
-    flash_backward_kv_kernel(int T, int64_t D, int64_t heads, float scale, bool causal, const E* __restrict__ qkv,
-                             const E* __restrict__ dout, const float* __restrict__ lse,
-                             const float* __restrict__ delta, E* __restrict__ dqkv) {
-  constexpr int kLd = HD + kPad;
-  __shared__ __align__(16) E k[kBlockTokens * kLd];
-  __shared__ __align__(16) E v[kBlockTokens * kLd];
-  __shared__ __align__(16) E q[kBlockTokens * kLd];
-  __shared__ __align__(16) E dO[kBlockTokens * kLd];
-  __shared__ float lse_s[kBlockTokens], delta_s[kBlockTokens];
-  const int64_t pair = blockIdx.x, n = pair / heads, h = pair % heads;
-  const int k0 = blockIdx.y * kBlockTokens;
-  const E* base = qkv + n * T * 3 * D + h * HD;
-  load_rows<HD>(base + D + k0 * 3 * D, 3 * D, T - k0, k);
-  load_rows<HD>(base + 2 * D + k0 * 3 * D, 3 * D, T - k0, v);
-  const int r0 = 16 * (threadIdx.x >> 5), key0 = k0 + r0;
-  float dk[HD / 8][4], dv[HD / 8][4];
-#pragma unroll
-  for (int nt = 0; nt < HD / 8; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) dk[nt][e] = dv[nt][e] = 0.f;
-  for (int q0 = causal ? k0 : 0; q0 < T; q0 += kBlockTokens) {
-    __syncthreads();  // every warp is done with the previous Q and dO
-    load_rows<HD>(base + q0 * 3 * D, 3 * D, T - q0, q);
-    load_rows<HD>(dout + (n * T + q0) * D + h * HD, D, T - q0, dO);
-    for (int i = threadIdx.x; i < kBlockTokens; i += kThreads) {
-      lse_s[i] = q0 + i < T ? lse[pair * T + q0 + i] : 0.f;
-      delta_s[i] = q0 + i < T ? delta[pair * T + q0 + i] : 0.f;
-    }
-    __syncthreads();
-    float p[8][4], ds[8][4];  // P^T and dS^T: rows keys, columns queries
-    scores<E, HD>(p, k, q, r0, T - q0);
-    scores<E, HD>(ds, v, dO, r0, T - q0);  // dP^T = V dO^T
-    probabilities_and_grads(
-        p, ds, scale, [&](int nt, int e) { return visible(q0 + tile_col(0, nt, e), tile_row(key0, e), T, causal); },
-        [&](int nt, int e) { return lse_s[tile_col(0, nt, e)]; },
-        [&](int nt, int e) { return delta_s[tile_col(0, nt, e)]; });
-    add_times_tokens<E, HD>(dv, [&](int kb, uint32_t(&a)[4]) { accumulator_as_a<E>(a, p, kb); }, dO, T - q0);
-    add_times_tokens<E, HD>(dk, [&](int kb, uint32_t(&a)[4]) { accumulator_as_a<E>(a, ds, kb); }, q, T - q0);
-  }
-  // The warp's own rows of K and V stage its outputs (no other warp reads them).
-  E* dbase = dqkv + (n * T + k0) * 3 * D + h * HD;
-  store_block<HD>(dk, scale, k, r0, T - k0, dbase + D, 3 * D);
-  store_block<HD>(dv, 1.f, v, r0, T - k0, dbase + 2 * D, 3 * D);
-}
-
-// dQ of one block of 64 queries: warp w owns query rows 16w.., summing over the key blocks.
-template <class E, int HD>
-__global__ void __launch_bounds__(kThreads)
-    flash_backward_q_kernel(int T, int64_t D, int64_t heads, float scale, bool causal, const E* __restrict__ qkv,
-                            const E* __restrict__ dout, const float* __restrict__ lse,
-                            const float* __restrict__ delta, E* __restrict__ dqkv) {
-  constexpr int kLd = HD + kPad;
-  __shared__ __align__(16) E q[kBlockTokens * kLd];
-  __shared__ __align__(16) E dO[kBlockTokens * kLd];
-  __shared__ __align__(16) E k[kBlockTokens * kLd];
-  __shared__ __align__(16) E v[kBlockTokens * kLd];
-  const int64_t pair = blockIdx.x, n = pair / heads, h = pair % heads;
-  const int q0 = blockIdx.y * kBlockTokens;
-  const E* base = qkv + n * T * 3 * D + h * HD;
-  load_rows<HD>(base + q0 * 3 * D, 3 * D, T - q0, q);
-  load_rows<HD>(dout + (n * T + q0) * D + h * HD, D, T - q0, dO);
-  const int r0 = 16 * (threadIdx.x >> 5), row0 = q0 + r0;
-  float row_lse[2], row_delta[2];
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int row = tile_row(row0, 2 * hh);
-    row_lse[hh] = row < T ? lse[pair * T + row] : 0.f;
-    row_delta[hh] = row < T ? delta[pair * T + row] : 0.f;
-  }
-  float dq[HD / 8][4];
-#pragma unroll
-  for (int nt = 0; nt < HD / 8; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) dq[nt][e] = 0.f;
-  const int key_end = causal ? min(T, q0 + kBlockTokens) : T;
-  for (int k0 = 0; k0 < key_end; k0 += kBlockTokens) {
-    __syncthreads();  // every warp is done with the previous K and V
+    flash_backward_kernel(int T, int64_t D, int64_t heads, float scale, bool causal, const E* __restrict__ qkv,
+                          const E* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
+                          E* __restrict__ dqkv) {
+  __shared__ BackwardTiles<E, HD> tiles;
+  const BlockPair<E> b(qkv, T, D, heads, HD);
+  const int64_t pair = b.pair, n = b.n, h = b.h;
+  const E* base = b.base;
+  const int r0 = 16 * (threadIdx.x >> 5), block0 = blockIdx.y * kBlockTokens;
+  if constexpr (kKeys) {
+    __shared__ float lse_s[kBlockTokens], delta_s[kBlockTokens];
+    E *k = tiles.at[0], *v = tiles.at[1], *q = tiles.at[2], *dO = tiles.at[3];
+    const int k0 = block0;
     load_rows<HD>(base + D + k0 * 3 * D, 3 * D, T - k0, k);
     load_rows<HD>(base + 2 * D + k0 * 3 * D, 3 * D, T - k0, v);
-    __syncthreads();
-    float p[8][4], ds[8][4];
-    scores<E, HD>(p, q, k, r0, T - k0);
-    scores<E, HD>(ds, dO, v, r0, T - k0);  // dP = dO V^T
-    probabilities_and_grads(
-        p, ds, scale, [&](int nt, int e) { return visible(tile_row(row0, e), tile_col(k0, nt, e), T, causal); },
-        [&](int, int e) { return row_lse[e >> 1]; }, [&](int, int e) { return row_delta[e >> 1]; });
-    add_times_tokens<E, HD>(dq, [&](int kb, uint32_t(&a)[4]) { accumulator_as_a<E>(a, ds, kb); }, k, T - k0);
+    const int key0 = k0 + r0;
+    float dk[HD / 8][4], dv[HD / 8][4];
+    zero_tiles(dk);
+    zero_tiles(dv);
+    for (int q0 = causal ? k0 : 0; q0 < T; q0 += kBlockTokens) {
+      __syncthreads();  // every warp is done with the previous Q and dO
+      load_rows<HD>(base + q0 * 3 * D, 3 * D, T - q0, q);
+      load_rows<HD>(dout + (n * T + q0) * D + h * HD, D, T - q0, dO);
+      for (int i = threadIdx.x; i < kBlockTokens; i += kThreads) {
+        lse_s[i] = q0 + i < T ? lse[pair * T + q0 + i] : 0.f;
+        delta_s[i] = q0 + i < T ? delta[pair * T + q0 + i] : 0.f;
+      }
+      __syncthreads();
+      float p[8][4], ds[8][4];  // P^T and dS^T: rows keys, columns queries
+      scores<E, HD>(p, k, q, r0, T - q0);
+      scores<E, HD>(ds, v, dO, r0, T - q0);  // dP^T = V dO^T
+      probabilities_and_grads(
+          p, ds, scale, [&](int nt, int e) { return visible(q0 + tile_col(0, nt, e), tile_row(key0, e), T, causal); },
+          [&](int nt, int e) { return lse_s[tile_col(0, nt, e)]; },
+          [&](int nt, int e) { return delta_s[tile_col(0, nt, e)]; });
+      add_times_tokens<E, HD>(
+          dv, [&](int kb, uint32_t(&a)[4]) { accumulator_as_a<E>(a, p, kb); }, dO, T - q0);
+      add_times_tokens<E, HD>(
+          dk, [&](int kb, uint32_t(&a)[4]) { accumulator_as_a<E>(a, ds, kb); }, q, T - q0);
+    }
+    // The warp's own rows of K and V stage its outputs (no other warp reads them).
+    E* dbase = dqkv + (n * T + k0) * 3 * D + h * HD;
+    store_block<HD>(dk, scale, k, r0, T - k0, dbase + D, 3 * D);
+    store_block<HD>(dv, 1.f, v, r0, T - k0, dbase + 2 * D, 3 * D);
+  } else {
+    E *q = tiles.at[0], *dO = tiles.at[1], *k = tiles.at[2], *v = tiles.at[3];
+    const int q0 = block0;
+    load_rows<HD>(base + q0 * 3 * D, 3 * D, T - q0, q);
+    load_rows<HD>(dout + (n * T + q0) * D + h * HD, D, T - q0, dO);
+    const int row0 = q0 + r0;
+    float row_lse[2], row_delta[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int row = tile_row(row0, 2 * hh);
+      row_lse[hh] = row < T ? lse[pair * T + row] : 0.f;
+      row_delta[hh] = row < T ? delta[pair * T + row] : 0.f;
+    }
+    float dq[HD / 8][4];
+    zero_tiles(dq);
+    const int key_end = causal ? min(T, q0 + kBlockTokens) : T;
+    for (int k0 = 0; k0 < key_end; k0 += kBlockTokens) {
+      stage_keys<HD>(base, D, T, k0, k, v);
+      float p[8][4], ds[8][4];
+      scores<E, HD>(p, q, k, r0, T - k0);
+      scores<E, HD>(ds, dO, v, r0, T - k0);  // dP = dO V^T
+      probabilities_and_grads(
+          p, ds, scale, [&](int nt, int e) { return visible(tile_row(row0, e), tile_col(k0, nt, e), T, causal); },
+          [&](int, int e) { return row_lse[e >> 1]; }, [&](int, int e) { return row_delta[e >> 1]; });
+      add_times_tokens<E, HD>(
+          dq, [&](int kb, uint32_t(&a)[4]) { accumulator_as_a<E>(a, ds, kb); }, k, T - k0);
+    }
+    store_block<HD>(dq, scale, q, r0, T - q0, dqkv + (n * T + q0) * 3 * D + h * HD, 3 * D);
   }
-  store_block<HD>(dq, scale, q, r0, T - q0, dqkv + (n * T + q0) * 3 * D + h * HD, 3 * D);
 }
 
 dim3 flash_grid(const AttentionShape& s) {
@@ -273,9 +282,8 @@ void check_flash(const AttentionShape& s, std::initializer_list<const E*> tensor
 
 template <class T>
 bool attention_flash_cuda_fits(const AttentionShape& s, const T* tensor) {
-  return !std::is_same_v<T, float> && aligned16(tensor) && s.tokens >= 1 &&
-         s.tokens <= int64_t{65535} * kBlockTokens && s.head_dim % 16 == 0 && s.head_dim >= 16 && s.head_dim <= 64 &&
-         s.batch * s.heads <= INT32_MAX;
+  return !std::is_same_v<T, float> && aligned16(tensor) && s.tokens >= 1 && s.tokens <= int64_t{65535} * kBlockTokens &&
+         s.head_dim % 16 == 0 && s.head_dim >= 16 && s.head_dim <= 64 && s.batch * s.heads <= INT32_MAX;
 }
 
 template <class E>
@@ -302,24 +310,24 @@ void attention_flash_backward_cuda(const AttentionShape& s, const E* qkv, const 
   with_head_dim(s.head_dim, [&](auto hd) {
     constexpr int HD = decltype(hd)::value;
     constexpr int kDeltaBlock = 256;
-    flash_delta_kernel<E><<<cuda::grid_blocks(cuda::ceil_div(rows, kDeltaBlock / 32), kDeltaBlock), kDeltaBlock, 0,
-                            cuda::stream()>>>(static_cast<int>(s.tokens), s.width(), s.heads, HD, rows, out, dout, d);
+    flash_delta_kernel<E>
+        <<<cuda::grid_blocks(cuda::ceil_div(rows, kDeltaBlock / 32), kDeltaBlock), kDeltaBlock, 0, cuda::stream()>>>(
+            static_cast<int>(s.tokens), s.width(), s.heads, HD, rows, out, dout, d);
     MINIDL_LAUNCH_CHECK();
-    flash_backward_kv_kernel<E, HD><<<flash_grid(s), kThreads, 0, cuda::stream()>>>(
+    flash_backward_kernel<E, HD, true><<<flash_grid(s), kThreads, 0, cuda::stream()>>>(
         static_cast<int>(s.tokens), s.width(), s.heads, scale, s.causal, qkv, dout, lse, d, dqkv);
     MINIDL_LAUNCH_CHECK();
-    flash_backward_q_kernel<E, HD><<<flash_grid(s), kThreads, 0, cuda::stream()>>>(
+    flash_backward_kernel<E, HD, false><<<flash_grid(s), kThreads, 0, cuda::stream()>>>(
         static_cast<int>(s.tokens), s.width(), s.heads, scale, s.causal, qkv, dout, lse, d, dqkv);
     MINIDL_LAUNCH_CHECK();
   });
 }
 
 template bool attention_flash_cuda_fits<float>(const AttentionShape&, const float*);
-#define MINIDL_ATTENTION_FLASH_CUDA(E)                                                                              \
-  template bool attention_flash_cuda_fits<E>(const AttentionShape&, const E*);                                     \
-  template void attention_flash_forward_cuda<E>(const AttentionShape&, const E*, E*, float*);                      \
-  template void attention_flash_backward_cuda<E>(const AttentionShape&, const E*, const E*, const E*, const float*, \
-                                                 E*);
+#define MINIDL_ATTENTION_FLASH_CUDA(E)                                                        \
+  template bool attention_flash_cuda_fits<E>(const AttentionShape&, const E*);                \
+  template void attention_flash_forward_cuda<E>(const AttentionShape&, const E*, E*, float*); \
+  template void attention_flash_backward_cuda<E>(const AttentionShape&, const E*, const E*, const E*, const float*, E*);
 MINIDL_FOR_HALF_TYPES(MINIDL_ATTENTION_FLASH_CUDA)
 
 }  // namespace minidl::kernels

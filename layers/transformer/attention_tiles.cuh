@@ -131,7 +131,38 @@ __device__ void store_block(const float (&c)[HD / 8][4], float scale, E* stage, 
   __syncwarp();
   for (int i = lane; i < 16 * kVec; i += 32) {
     const int r = r0 + i / kVec, v = i % kVec;
-    if (r < T) *reinterpret_cast<uint4*>(dst + r * ld + 8 * v) = *reinterpret_cast<const uint4*>(stage + r * kLd + 8 * v);
+    if (r < T)
+      *reinterpret_cast<uint4*>(dst + r * ld + 8 * v) = *reinterpret_cast<const uint4*>(stage + r * kLd + 8 * v);
+  }
+}
+
+// Zeros a warp's accumulator tiles.
+template <int NT>
+__device__ __forceinline__ void zero_tiles(float (&c)[NT][4]) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) c[nt][e] = 0.f;
+}
+
+// c (16 x 16 NB) += sum over the k-blocks kb < KB of A_kb B_kb, k-blocks outside, n-blocks inside:
+// a_of(kb, a) loads A's 16 x 16 block kb, b_of(np, kb, b) B's block (kb, np). Blocks from
+// `k_limit` (in k) or `n_limit` (in n) on are skipped: the tiles past the last token.
+template <class E, int KB, int NB, class AOf, class BOf>
+__device__ __forceinline__ void mma_blocks(float (&c)[2 * NB][4], AOf&& a_of, BOf&& b_of, int k_limit, int n_limit) {
+#pragma unroll
+  for (int kb = 0; kb < KB; ++kb) {
+    if (16 * kb >= k_limit) break;
+    uint32_t a[4];
+    a_of(kb, a);
+#pragma unroll
+    for (int np = 0; np < NB; ++np) {
+      if (16 * np >= n_limit) break;
+      uint32_t b[4];
+      b_of(np, kb, b);
+      mma<E>(c[2 * np], a, b[0], b[1]);
+      mma<E>(c[2 * np + 1], a, b[2], b[3]);
+    }
   }
 }
 
@@ -139,23 +170,10 @@ __device__ void store_block(const float (&c)[HD / 8][4], float scale, E* stage, 
 template <class E, int HD>
 __device__ __forceinline__ void scores(float (&s)[8][4], const E* q, const E* k, int r0, int T) {
   constexpr int kLd = HD + kPad;
-#pragma unroll
-  for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) s[nt][e] = 0.f;
-#pragma unroll
-  for (int kk = 0; kk < HD / 16; ++kk) {
-    uint32_t a[4];
-    load_a(a, q, kLd, r0, 16 * kk);
-#pragma unroll
-    for (int np = 0; np < 4; ++np) {
-      if (16 * np >= T) break;
-      uint32_t b[4];
-      load_b(b, k, kLd, 16 * np, 16 * kk);
-      mma<E>(s[2 * np], a, b[0], b[1]);
-      mma<E>(s[2 * np + 1], a, b[2], b[3]);
-    }
-  }
+  zero_tiles(s);
+  mma_blocks<E, HD / 16, 4>(
+      s, [&](int kk, uint32_t(&a)[4]) { load_a(a, q, kLd, r0, 16 * kk); },
+      [&](int np, int kk, uint32_t(&b)[4]) { load_b(b, k, kLd, 16 * np, 16 * kk); }, HD, T);
 }
 
 // c (16 x HD) += A B, A the 16 x 64 row block given per k-block by `a_of(kb, a)`, B the 64 x HD
@@ -163,29 +181,14 @@ __device__ __forceinline__ void scores(float (&s)[8][4], const E* q, const E* k,
 template <class E, int HD, class AOf>
 __device__ __forceinline__ void add_times_tokens(float (&c)[HD / 8][4], AOf&& a_of, const E* b, int T) {
   constexpr int kLd = HD + kPad;
-#pragma unroll
-  for (int kb = 0; kb < 4; ++kb) {
-    if (16 * kb >= T) break;
-    uint32_t a[4];
-    a_of(kb, a);
-#pragma unroll
-    for (int np = 0; np < HD / 16; ++np) {
-      uint32_t bf[4];
-      load_b_trans(bf, b, kLd, 16 * np, 16 * kb);
-      mma<E>(c[2 * np], a, bf[0], bf[1]);
-      mma<E>(c[2 * np + 1], a, bf[2], bf[3]);
-    }
-  }
+  mma_blocks<E, 4, HD / 16>(
+      c, a_of, [&](int np, int kb, uint32_t(&bf)[4]) { load_b_trans(bf, b, kLd, 16 * np, 16 * kb); }, T, HD);
 }
-
 
 // c (16 x HD) = A B, as add_times_tokens from zero.
 template <class E, int HD, class AOf>
 __device__ __forceinline__ void times_tokens(float (&c)[HD / 8][4], AOf&& a_of, const E* b, int T) {
-#pragma unroll
-  for (int nt = 0; nt < HD / 8; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) c[nt][e] = 0.f;
+  zero_tiles(c);
   add_times_tokens<E, HD>(c, a_of, b, T);
 }
 
@@ -193,10 +196,18 @@ __device__ __forceinline__ void times_tokens(float (&c)[HD / 8][4], AOf&& a_of, 
 template <class F>
 void with_head_dim(int64_t head_dim, F&& f) {
   switch (head_dim) {
-    case 16: f(std::integral_constant<int, 16>{}); return;
-    case 32: f(std::integral_constant<int, 32>{}); return;
-    case 48: f(std::integral_constant<int, 48>{}); return;
-    case 64: f(std::integral_constant<int, 64>{}); return;
+    case 16:
+      f(std::integral_constant<int, 16>{});
+      return;
+    case 32:
+      f(std::integral_constant<int, 32>{});
+      return;
+    case 48:
+      f(std::integral_constant<int, 48>{});
+      return;
+    case 64:
+      f(std::integral_constant<int, 64>{});
+      return;
   }
   MINIDL_ASSERT(false);
 }
