@@ -9,11 +9,14 @@
 #include "layers/containers/residual.h"
 #include "layers/containers/scale.h"
 #include "layers/containers/sequential.h"
+#include "layers/containers/skip_connection.h"
 #include "layers/conv/conv2d.h"
+#include "layers/conv/conv3d.h"
 #include "layers/linear/linear.h"
 #include "layers/norm/batchnorm2d.h"
 #include "layers/norm/groupnorm.h"
 #include "layers/norm/layernorm.h"
+#include "layers/pool/max_pool3d.h"
 #include "layers/pool/pooling.h"
 #include "layers/regularization/dropout.h"
 #include "layers/transformer/attention.h"
@@ -32,6 +35,8 @@ const std::vector<const LayerDescriptor*>& layer_descriptors() {
       &dropout_layer(),        &drop_path_layer(),       &tokens_layer(),            &position_embedding_layer(),
       &class_token_layer(),    &token_pool_layer(),      &multihead_attention_layer(),
       &transformer_encoder_layer_layer(),
+      &conv3d_layer(),         &conv_transpose3d_layer(), &max_pool3d_layer(),       &skip_connection_layer(),
+      &batchnorm3d_layer(),
   };
   return table;
 }
@@ -61,6 +66,15 @@ std::vector<std::string> layer_types() {
   std::vector<std::string> out;
   for (const auto& kv : by_name()) out.push_back(kv.first);
   return out;
+}
+
+std::vector<std::shared_ptr<Module>> build_layer_list(LayerArgs& args, const std::string& key) {
+  const nlohmann::json& list = args.get_json(key);
+  const std::string path = args.key_path(key);
+  MINIDL_CHECK(list.is_array() && !list.empty(), path, ": expected a non-empty list of layers");
+  std::vector<std::shared_ptr<Module>> layers;
+  for (size_t i = 0; i < list.size(); ++i) layers.push_back(build_layer(list[i], str(path, "[", i, "]")));
+  return layers;
 }
 
 void check_weight_size(const LayerArgs& args, const Shape& shape) {

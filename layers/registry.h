@@ -26,6 +26,8 @@ void check_weight_size(const LayerArgs& args, const Shape& shape);
 // Builds one layer (and, for containers, its children) from its spec at `path`. Any error while
 // building it (an allocation too large, say) names `path`.
 std::shared_ptr<Module> build_layer(const nlohmann::json& spec, const std::string& path);
+// The layers of a container's non-empty list at `key` (Residual's and SkipConnection's "body").
+std::vector<std::shared_ptr<Module>> build_layer_list(LayerArgs& args, const std::string& key);
 // Builds a Sequential from a JSON list of layer specs.
 std::shared_ptr<Module> build_sequential(const nlohmann::json& list, const std::string& path);
 

@@ -27,12 +27,7 @@ nlohmann::json Residual::to_json() const {
 namespace {
 
 std::shared_ptr<Module> make_residual(LayerArgs& args) {
-  const nlohmann::json& body = args.get_json("body");
-  const std::string path = args.key_path("body");
-  MINIDL_CHECK(body.is_array() && !body.empty(), path, ": expected a non-empty list of layers");
-  std::vector<std::shared_ptr<Module>> layers;
-  for (size_t i = 0; i < body.size(); ++i) layers.push_back(build_layer(body[i], str(path, "[", i, "]")));
-  return std::make_shared<Residual>(std::move(layers));
+  return std::make_shared<Residual>(build_layer_list(args, "body"));
 }
 
 }  // namespace

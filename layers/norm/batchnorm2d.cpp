@@ -11,10 +11,16 @@
 namespace minidl {
 
 BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum, bool weight, bool bias,
-                         norm::NormActivation activation, bool sync)
-    : num_features_(num_features), eps_(eps), momentum_(momentum), activation_(activation), sync_(sync) {
-  MINIDL_CHECK(num_features >= 1, "BatchNorm2d: num_features must be >= 1, got ", num_features);
-  MINIDL_CHECK(momentum >= 0 && momentum <= 1, "BatchNorm2d: momentum must be in [0, 1], got ", momentum);
+                         norm::NormActivation activation, bool sync, int spatial_dims)
+    : num_features_(num_features),
+      eps_(eps),
+      momentum_(momentum),
+      activation_(activation),
+      sync_(sync),
+      spatial_dims_(spatial_dims) {
+  MINIDL_CHECK(spatial_dims == 2 || spatial_dims == 3, "BatchNorm: spatial_dims must be 2 or 3, got ", spatial_dims);
+  MINIDL_CHECK(num_features >= 1, type_name(), ": num_features must be >= 1, got ", num_features);
+  MINIDL_CHECK(momentum >= 0 && momentum <= 1, type_name(), ": momentum must be in [0, 1], got ", momentum);
   if (weight) {
     this->weight = Tensor::full({num_features}, 1.f);
     register_parameter("weight", &this->weight);
@@ -30,20 +36,20 @@ BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum, bool
 }
 
 Tensor BatchNorm2d::forward(const Tensor& x) {
-  MINIDL_CHECK(x.defined() && x.dim() == 4 && x.size(1) == num_features_,
-               label(), ": expected input (N, ",
-               num_features_, ", H, W), got ", x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
+  MINIDL_CHECK(x.defined() && x.dim() == 2 + spatial_dims_ && x.size(1) == num_features_, label(), ": expected input (N, ",
+               num_features_, spatial_dims_ == 3 ? ", D, H, W), got " : ", H, W), got ",
+               x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
   if (sync_ && sync_group_ && is_training())
     return sync_batch_norm(x, running_mean, running_var, weight, bias, sync_group_, momentum_, eps_, activation_);
   return batch_norm(x, running_mean, running_var, weight, bias, is_training(), momentum_, eps_, activation_);
 }
 
 std::string BatchNorm2d::describe() const {
-  return str("BatchNorm2d ", num_features_, norm_activation_suffix(activation_), sync_ ? " sync" : "");
+  return str(type_name(), " ", num_features_, norm_activation_suffix(activation_), sync_ ? " sync" : "");
 }
 
 nlohmann::json BatchNorm2d::to_json() const {
-  nlohmann::json j = {{"type", "BatchNorm2d"}, {"num_features", num_features_}, {"eps", eps_}, {"momentum", momentum_}};
+  nlohmann::json j = {{"type", type_name()}, {"num_features", num_features_}, {"eps", eps_}, {"momentum", momentum_}};
   if (weight.defined() == bias.defined()) {
     j["affine"] = weight.defined();
   } else {
@@ -87,12 +93,38 @@ std::shared_ptr<Module> make_batchnorm2d(LayerArgs& args) {
   return std::make_shared<BatchNorm2d>(s.num_features, s.eps, s.momentum, s.weight, s.bias, s.activation, s.sync);
 }
 
+std::shared_ptr<Module> make_batchnorm3d(LayerArgs& args) {
+  const BatchNorm2dSpec s = read_batchnorm2d(args);
+  return std::make_shared<BatchNorm2d>(s.num_features, s.eps, s.momentum, s.weight, s.bias, s.activation, s.sync, 3);
+}
+
 // weight and bias (when learned), running_mean and running_var: one value per channel each.
 LayerState batchnorm2d_state(LayerArgs& args) {
   const BatchNorm2dSpec s = read_batchnorm2d(args);
   const int64_t tensors = 2 + (s.weight ? 1 : 0) + (s.bias ? 1 : 0);
   return {checked_mul(tensors, s.num_features, "BatchNorm2d state"), s.num_features,
           str("BatchNorm2d ", s.num_features)};
+}
+
+LayerState batchnorm3d_state(LayerArgs& args) {
+  LayerState state = batchnorm2d_state(args);
+  state.description.replace(0, 11, "BatchNorm3d");
+  return state;
+}
+
+// The keys of BatchNorm2d and BatchNorm3d.
+std::vector<LayerKey> batchnorm_keys() {
+  return {required_key("num_features", "int", "channels C, >= 1"),
+          default_key("eps", "float", 1e-5, "added to the variance, >= 0"),
+          default_key("momentum", "float", 0.1, "running statistics' update rate, in [0, 1]"),
+          default_key("affine", "bool", true, "learned scale and shift"),
+          derived_key("weight", "bool", "learned scale; defaults to affine"),
+          derived_key("bias", "bool", "learned shift; defaults to affine"),
+          norm_relu_key(),
+          norm_gelu_key(),
+          default_key("sync", "bool", false,
+                      "data parallel: training statistics over every rank's batch (SyncBatchNorm); no effect on one "
+                      "process")};
 }
 
 }  // namespace
@@ -102,22 +134,28 @@ const LayerDescriptor& batchnorm2d_layer() {
       "BatchNorm2d",
       "norm",
       "batch normalization per channel of (N, C, H, W) with running statistics, as torch.nn.BatchNorm2d",
-      {required_key("num_features", "int", "channels C, >= 1"),
-       default_key("eps", "float", 1e-5, "added to the variance, >= 0"),
-       default_key("momentum", "float", 0.1, "running statistics' update rate, in [0, 1]"),
-       default_key("affine", "bool", true, "learned scale and shift"),
-       derived_key("weight", "bool", "learned scale; defaults to affine"),
-       derived_key("bias", "bool", "learned shift; defaults to affine"),
-       norm_relu_key(),
-       norm_gelu_key(),
-       default_key("sync", "bool", false,
-                   "data parallel: training statistics over every rank's batch (SyncBatchNorm); no effect on one process")},
+      batchnorm_keys(),
       make_batchnorm2d,
       {{"num_features", 3}},
       {2, 3, 4, 4},
       AutocastRule::InputType,
       true,
       batchnorm2d_state};
+  return layer;
+}
+
+const LayerDescriptor& batchnorm3d_layer() {
+  static const LayerDescriptor layer{
+      "BatchNorm3d",
+      "norm",
+      "batch normalization per channel of (N, C, D, H, W) with running statistics, as torch.nn.BatchNorm3d",
+      batchnorm_keys(),
+      make_batchnorm3d,
+      {{"num_features", 3}},
+      {2, 3, 2, 4, 4},
+      AutocastRule::InputType,
+      false,
+      batchnorm3d_state};
   return layer;
 }
 

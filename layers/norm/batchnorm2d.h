@@ -4,7 +4,8 @@
 // applies that activation in the same kernels (norm_activation.h).
 // "sync" (torch.nn.SyncBatchNorm): in a data-parallel run, the training statistics are those of
 // every rank's batch together (sync_batch_norm), over the ranks the run gives (set_sync_group);
-// on one process it is BatchNorm2d itself.
+// on one process it is BatchNorm2d itself. BatchNorm3d (torch.nn.BatchNorm3d) is the same module
+// over (N, C, D, H, W): spatial_dims 3.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -20,11 +21,11 @@ class BatchNorm2d : public Module {
   // weight 1, bias 0, running_mean 0, running_var 1, on the CPU, as PyTorch.
   explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool weight = true,
                        bool bias = true, norm::NormActivation activation = norm::NormActivation::None,
-                       bool sync = false);
+                       bool sync = false, int spatial_dims = 2);
 
   Tensor forward(const Tensor& x) override;
-  std::string type_name() const override { return "BatchNorm2d"; }
-  std::string describe() const override;  // "BatchNorm2d 128", "BatchNorm2d 128 +ReLU", "BatchNorm2d 128 +GELU"
+  std::string type_name() const override { return spatial_dims_ == 3 ? "BatchNorm3d" : "BatchNorm2d"; }
+  std::string describe() const override;  // "BatchNorm2d 128", "BatchNorm2d 128 +ReLU", "BatchNorm3d 32 +GELU"
   nlohmann::json to_json() const override;
   std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
 
@@ -46,11 +47,13 @@ class BatchNorm2d : public Module {
   double eps_, momentum_;
   norm::NormActivation activation_;
   bool sync_;
+  int spatial_dims_;
   std::shared_ptr<const NormGroup> sync_group_;
 };
 
 // The layer type' descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.
 struct LayerDescriptor;
 const LayerDescriptor& batchnorm2d_layer();
+const LayerDescriptor& batchnorm3d_layer();
 
 }  // namespace minidl

@@ -44,10 +44,10 @@ def _activate(y, relu, gelu):
     return F.relu(y) if relu else F.gelu(y) if gelu else y
 
 
-class BatchNorm2d(nn.BatchNorm2d):
-    """minidl's BatchNorm2d: "weight" and "bias" each default to "affine"; "relu" or "gelu" fused after.
-    "sync" (statistics over the ranks of a data-parallel run) is BatchNorm2d itself in the one
-    process the twin runs in, as in minidl."""
+class _BatchNorm:
+    """minidl's BatchNorm2d and BatchNorm3d: "weight" and "bias" each default to "affine"; "relu" or
+    "gelu" fused after. "sync" (statistics over the ranks of a data-parallel run) is the layer itself
+    in the one process the twin runs in, as in minidl."""
 
     def __init__(self, num_features, eps, momentum, affine, relu, gelu=False, sync=False, weight=None, bias=None):
         weight = affine if weight is None else weight
@@ -64,6 +64,14 @@ class BatchNorm2d(nn.BatchNorm2d):
     def forward(self, x):
         y = super().forward(x)
         return _activate(y, self.relu, self.gelu)
+
+
+class BatchNorm2d(_BatchNorm, nn.BatchNorm2d):
+    pass
+
+
+class BatchNorm3d(_BatchNorm, nn.BatchNorm3d):
+    pass
 
 
 class GroupNorm(nn.GroupNorm):
@@ -218,6 +226,22 @@ class Residual(nn.Module):
         for layer in self.children():
             y = layer(y)
         return x + y
+
+
+class SkipConnection(nn.Module):
+    """y = cat([x, body(x)], dim=1), MONAI's SkipConnection(mode="cat"); the body's layers are
+    direct children "0", "1", ... as in minidl."""
+
+    def __init__(self, body):
+        super().__init__()
+        for i, layer in enumerate(body):
+            self.add_module(str(i), layer)
+
+    def forward(self, x):
+        y = x
+        for layer in self.children():
+            y = layer(y)
+        return torch.cat([x.to(y.dtype), y], dim=1)
 
 
 def twin_class(type_name):
