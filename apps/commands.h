@@ -3,7 +3,9 @@
 // bench/); these files only turn arguments into its calls.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,10 @@ Command add_layers_command(CLI::App& app);    // apps/layers_command.cpp
 Command add_config_command(CLI::App& app);    // apps/config_command.cpp
 Command add_bench_command(CLI::App& app);     // apps/bench_command.cpp
 Command add_parity_command(CLI::App& app);    // apps/parity_command.cpp
+
+// An integer option's check: a whole number in lo..hi, else "must be a whole number (lo..hi), got
+// 1.5" or "must be >= 0, got -1" (apps/cli_checks.cpp).
+CLI::Validator whole_number(int64_t lo, int64_t hi = std::numeric_limits<int64_t>::max());
 
 // --config, --set and --device, which the commands that build a run from a config take alike.
 CLI::Option* add_config_options(CLI::App* cmd, std::string& config, std::vector<std::string>& overrides,

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "train/profile_compare.h"
 #include "train/run.h"
+#include "train/run_folder.h"
 #include "train/run_log.h"
 #include "train/step_profiler.h"
 
@@ -30,7 +31,17 @@ int profile_command(const ProfileOptions& options) {
   MINIDL_CHECK(!options.config_path.empty(), "minidl profile: --config is required (or --compare A.json B.json)");
   TrainConfig config = load_train_config(options.config_path, options.overrides, options.device, "");
   const std::string dir = options.output_dir.empty() ? config.output_dir + "-profile" : options.output_dir;
-  std::filesystem::create_directories(dir);
+  // The folder gets log.txt, profile.json and trace.json: never those of a training run, and never
+  // while another minidl process writes there.
+  std::error_code ec;
+  MINIDL_CHECK(!std::filesystem::exists(dir, ec) || std::filesystem::is_directory(dir, ec), "profile --output ", dir,
+               ": exists and is not a folder");
+  for (const char* run_file : {"config.json", "checkpoint.safetensors"})
+    MINIDL_CHECK(!std::filesystem::exists(dir + "/" + run_file, ec), "profile --output ", dir,
+                 ": is a training run's folder (it holds ", run_file, "); profile writes log.txt, profile.json and ",
+                 "trace.json, which would mix with that run's: choose another --output");
+  create_run_folder(dir);
+  const RunFolderLock lock(dir);
   const Device device = setup_compute(config);
   auto [train_set, test_set] = load_datasets(config);
   Run run(config, device, std::move(train_set), std::move(test_set));
@@ -78,8 +89,8 @@ Command add_profile_command(CLI::App& app) {
   auto o = std::make_shared<ProfileOptions>();
   CLI::App* cmd = app.add_subcommand("profile", "per-layer time breakdown of training steps");
   add_config_options(cmd, o->config_path, o->overrides, o->device);
-  cmd->add_option("--steps", o->steps, "measured steps (median over them)");
-  cmd->add_option("--warmup", o->warmup, "warm-up steps before measuring");
+  cmd->add_option("--steps", o->steps, "measured steps (median over them)")->check(whole_number(1));
+  cmd->add_option("--warmup", o->warmup, "warm-up steps before measuring")->check(whole_number(0));
   cmd->add_option("--output", o->output_dir, "folder for profile.json and trace.json");
   cmd->add_option("--compare", o->compare, "A.json B.json: two profiles side by side, B/A per row")->expected(2);
   return {cmd, [o] { return profile_command(*o); }};

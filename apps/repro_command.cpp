@@ -10,8 +10,11 @@
 #include <iostream>
 
 #include "apps/commands.h"
+#include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/json_limits.h"
 #include "train/compare_runs.h"
+#include "train/run_folder.h"
 #include "train/trainer.h"
 
 namespace minidl {
@@ -47,6 +50,37 @@ int run_child(const std::vector<std::string>& args) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+// repro trains with --overwrite into OUT/run_a and OUT/run_b; OUT/repro.json, written before its
+// first run, records that those runs are its own. A run there that repro did not make (a user's
+// training run) would be replaced, so it is refused.
+constexpr const char* kMarker = "repro.json";
+constexpr const char* kMadeBy = "minidl repro";
+
+bool made_by_repro(const std::string& out, const std::string& run) {
+  const std::string path = out + "/" + kMarker;
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return false;
+  nlohmann::json j;
+  if (!try_parse_json_limited(read_file_limited(path, "repro record"), path, &j) || !j.is_object()) return false;
+  if (j.value("made_by", "") != kMadeBy || !j.contains("runs") || !j["runs"].is_array()) return false;
+  for (const auto& r : j["runs"])
+    if (r == run) return true;
+  return false;
+}
+
+void check_repro_folders(const std::string& out, const std::string (&runs)[2]) {
+  for (const std::string& run : runs) {
+    const std::string dir = out + "/" + run;
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) continue;
+    bool holds_run = false;
+    for (const auto& e : fs::directory_iterator(dir, ec)) holds_run |= is_run_file(e.path().filename().string());
+    MINIDL_CHECK(!ec, "repro: cannot list '", dir, "': ", ec.message());
+    MINIDL_CHECK(!holds_run || made_by_repro(out, run), "repro: '", dir, "' holds a run that repro did not make (no ",
+                 out, "/", kMarker, " names it); repro would replace it: choose another --output");
+  }
+}
+
 int repro_command(const ReproOptions& options) {
   MINIDL_CHECK(options.steps >= 0, "repro: --steps must be >= 0 (0: the whole config), got ", options.steps);
   const TrainConfig config = load_train_config(options.config_path, options.overrides, options.device, "");
@@ -57,7 +91,12 @@ int repro_command(const ReproOptions& options) {
   }
   const std::string out = options.output_dir.empty() ? config.output_dir + "-repro" : options.output_dir;
   const std::string self = fs::canonical("/proc/self/exe").string();
-  std::string dirs[2] = {out + "/run_a", out + "/run_b"};
+  const std::string runs[2] = {"run_a", "run_b"};
+  const std::string dirs[2] = {out + "/run_a", out + "/run_b"};
+  check_repro_folders(out, runs);
+  create_run_folder(out);
+  write_file_atomic(out + "/" + kMarker,
+                    nlohmann::json{{"made_by", kMadeBy}, {"runs", {runs[0], runs[1]}}}.dump(2) + "\n", "repro record");
   for (int r = 0; r < 2; ++r) {
     // --overwrite replaces an earlier repro's run files and nothing else a user kept there.
     std::vector<std::string> args = {self, "train", "--config", options.config_path, "--output", dirs[r], "--overwrite"};

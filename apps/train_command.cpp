@@ -1,5 +1,4 @@
 // `minidl train`: a run in its folder (train/run.h), from a config or resumed.
-#include <limits>
 #include <memory>
 
 #include "apps/commands.h"
@@ -16,8 +15,7 @@ Command add_train_command(CLI::App& app) {
   cmd->add_flag("--overwrite", o->overwrite, "replace the run files in a non-empty output folder");
   cmd->add_flag("--restart", o->restart,
                 "with --resume: start the run again from its config.json (a run stopped before its first checkpoint)");
-  cmd->add_option("--max-steps", o->max_steps, "stop after this many steps in total")
-      ->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));
+  cmd->add_option("--max-steps", o->max_steps, "stop after this many steps in total")->check(whole_number(0));
   cmd->add_flag("--profile", o->profile, "print a per-layer time breakdown of the first epoch");
   cmd->add_option("--dist", o->dist,
                   "communicator: auto (mpi or nccl under a launcher of several ranks, else single), single, "

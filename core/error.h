@@ -2,9 +2,12 @@
 // failure (a CUDA call) both throw minidl::Error with one message that names what went wrong;
 // the command line catches it, prints it and exits non-zero.
 #pragma once
+#include <charconv>
+#include <cmath>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace minidl {
 
@@ -15,9 +18,25 @@ class Error : public std::runtime_error {
 
 namespace detail {
 inline void format_into(std::ostringstream&) {}
+// A double or float as the shortest text that reads back as the same value, whole numbers as
+// integers: a value the user wrote (1000001, 1.0000001, -0) is echoed as written, where operator<<
+// rounds to 6 digits ("1e+06", "1", "0").
+template <class T>
+void put_number(std::ostringstream& os, T v) {
+  if (v == std::floor(v) && std::fabs(v) < T(1e15) && !(v == 0 && std::signbit(v))) {
+    os << static_cast<long long>(v);
+    return;
+  }
+  char text[64];
+  const std::to_chars_result r = std::to_chars(text, text + sizeof text, v);
+  os.write(text, r.ptr - text);
+}
 template <class T, class... Rest>
 void format_into(std::ostringstream& os, const T& first, const Rest&... rest) {
-  os << first;
+  if constexpr (std::is_floating_point_v<T>)
+    put_number(os, first);
+  else
+    os << first;
   format_into(os, rest...);
 }
 }  // namespace detail

@@ -11,14 +11,11 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 
 namespace minidl {
 
 namespace {
-
-struct FileCloser {
-  void operator()(FILE* f) const { std::fclose(f); }
-};
 
 [[noreturn]] void too_deep(const std::string& what, const std::string& where) {
   fail(str(what, ": JSON nested more than ", kMaxJsonDepth, " levels deep", where));
@@ -27,14 +24,11 @@ struct FileCloser {
 }  // namespace
 
 std::string read_file_limited(const std::string& path, const std::string& what, size_t limit) {
+  const File f = open_regular_file(path, what);
   struct stat st {};
-  MINIDL_CHECK(::stat(path.c_str(), &st) == 0, "cannot open ", what, " '", path, "': ", std::strerror(errno));
-  MINIDL_CHECK(!S_ISDIR(st.st_mode), what, " '", path, "' is a directory, not a file");
-  MINIDL_CHECK(S_ISREG(st.st_mode), what, " '", path, "' is not a regular file");
+  MINIDL_CHECK(::fstat(::fileno(f.get()), &st) == 0, "cannot read ", what, " '", path, "': ", std::strerror(errno));
   MINIDL_CHECK(static_cast<uint64_t>(st.st_size) <= limit, what, " '", path, "' is ", st.st_size,
                " bytes, larger than the ", limit, "-byte limit");
-  std::unique_ptr<FILE, FileCloser> f(std::fopen(path.c_str(), "rb"));
-  MINIDL_CHECK(f != nullptr, "cannot open ", what, " '", path, "': ", std::strerror(errno));
   // Read one byte past the limit: a file that grew after stat() is still refused.
   std::string text;
   char buf[1 << 16];

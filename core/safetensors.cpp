@@ -18,6 +18,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/json_limits.h"
+#include "core/regular_file.h"
 
 namespace minidl {
 namespace {
@@ -50,11 +51,6 @@ bool parse_dtype(const std::string& s, DType* out) {
 }
 
 std::string errno_text() { return std::strerror(errno); }
-
-struct FileCloser {
-  void operator()(FILE* f) const { std::fclose(f); }
-};
-using File = std::unique_ptr<FILE, FileCloser>;
 
 struct Entry {
   std::string name;
@@ -181,11 +177,7 @@ Header read_header(FILE* f, uint64_t file_size, const std::string& path) {
 }
 
 File open_for_read(const std::string& path, uint64_t* size) {
-  File f(std::fopen(path.c_str(), "rb"));
-  MINIDL_CHECK(f != nullptr, "cannot open safetensors file '", path, "': ", errno_text());
-  struct stat st {};
-  MINIDL_CHECK(::fstat(::fileno(f.get()), &st) == 0 && S_ISREG(st.st_mode), "safetensors file '", path,
-               "' is ", S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
+  File f = open_regular_file(path, "safetensors file");
   MINIDL_CHECK(std::fseek(f.get(), 0, SEEK_END) == 0, "cannot seek in '", path, "': ", errno_text());
   const long end = std::ftell(f.get());
   MINIDL_CHECK(end >= 0, "cannot read the size of '", path, "': ", errno_text());

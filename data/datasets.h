@@ -10,4 +10,10 @@ namespace minidl {
 // note for the run log saying where it came from.
 Dataset load_dataset(const DataOptions& data, Split split);
 
+// zlib's CRC-32 of a data set as it trains: its images' and labels' bytes and its class names. Two
+// copies of the same data give the same value wherever they were read from; one image, label or
+// class more, less or changed gives another (ranks that loaded different data, a resume after the
+// training folder changed).
+uint32_t dataset_crc32(const Dataset& d);
+
 }  // namespace minidl

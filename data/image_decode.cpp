@@ -32,6 +32,20 @@ struct JpegDecoder {
   }
 };
 
+// Pillow's image.convert("RGB") of a CMYK JPEG, byte for byte: Pillow reads the stored values
+// inverted (Adobe's convention, which it assumes for every CMYK JPEG), then takes each channel as
+// (255 - K) - C * (255 - K) / 255, rounded as its MULDIV255 rounds.
+void cmyk_to_rgb(const uint8_t* stored, uint8_t* rgb, size_t pixels) {
+  for (size_t p = 0; p < pixels; ++p, stored += 4, rgb += 3) {
+    const int nk = stored[3];  // 255 - K, K = 255 - stored
+    for (int c = 0; c < 3; ++c) {
+      const int ink = 255 - stored[c];
+      const int t = ink * nk + 128;
+      rgb[c] = static_cast<uint8_t>(nk - (((t >> 8) + t) >> 8));
+    }
+  }
+}
+
 RgbImage decode_jpeg(const uint8_t* bytes, size_t size, const std::string& name) {
   thread_local JpegDecoder decoder;
   if (decoder.failed) decoder.renew();
@@ -48,8 +62,12 @@ RgbImage decode_jpeg(const uint8_t* bytes, size_t size, const std::string& name)
   out.width = width;
   out.height = height;
   out.pixels.resize(static_cast<size_t>(width) * height * 3);
+  // CMYK and YCCK files (print-oriented, some of ImageNet's) decode to CMYK, as Pillow reads them.
+  const bool cmyk = colorspace == TJCS_CMYK || colorspace == TJCS_YCCK;
+  std::vector<uint8_t> ink(cmyk ? static_cast<size_t>(width) * height * 4 : 0);
   // Flags 0: the accurate integer IDCT and fancy upsampling, libjpeg's defaults, which Pillow uses.
-  if (tjDecompress2(decoder.handle, bytes, n, out.pixels.data(), width, 0, height, TJPF_RGB, 0) != 0) {
+  if (tjDecompress2(decoder.handle, bytes, n, cmyk ? ink.data() : out.pixels.data(), width, 0, height,
+                    cmyk ? TJPF_CMYK : TJPF_RGB, 0) != 0) {
     const std::string message = tjGetErrorStr2(decoder.handle);
     // A warning leaves a decoded image; the one that matters is data ending early (a truncated
     // file, which Pillow refuses too). Others (extra bytes before a marker) are what Pillow reads.
@@ -57,6 +75,7 @@ RgbImage decode_jpeg(const uint8_t* bytes, size_t size, const std::string& name)
     if (tjGetErrorCode(decoder.handle) != TJERR_WARNING || truncated)
       fail(str("'", name, "': JPEG does not decode (", message, ")"));
   }
+  if (cmyk) cmyk_to_rgb(ink.data(), out.pixels.data(), static_cast<size_t>(width) * height);
   decoder.failed = false;
   return out;
 }

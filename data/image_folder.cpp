@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -10,12 +11,14 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/allocator.h"
 #include "core/atomic_file.h"
+#include "core/checked_math.h"
 #include "core/error.h"
 #include "core/json_limits.h"
+#include "core/regular_file.h"
 #include "data/image_decode.h"
 #include "data/loader.h"
 
@@ -26,8 +29,9 @@ namespace fs = std::filesystem;
 namespace {
 
 // Bumped whenever decoding, fitting or the file layout changes what a cache holds.
-constexpr char kCacheMagic[8] = {'M', 'D', 'L', 'I', 'M', 'G', '0', '1'};
-constexpr int64_t kCacheHeaderBytes = 8 + 8 * 6;  // magic, key, n, c, h, w, meta bytes
+constexpr char kCacheMagic[8] = {'M', 'D', 'L', 'I', 'M', 'G', '0', '2'};
+// magic, then key, n, c, h, w, meta bytes and the CRC-32 of the labels and pixels.
+constexpr int64_t kCacheHeaderBytes = 8 + 8 * 7;
 // The shuffle of a folder's images (data/loader.h's epoch_permutation, epoch 0): fixed forever.
 constexpr uint64_t kFolderOrderSeed = 0x1f01de5;
 
@@ -209,46 +213,81 @@ struct CacheMeta {
   std::vector<std::string> skipped_files;
 };
 
-bool read_exact(std::ifstream& in, void* p, int64_t n) {
-  in.read(static_cast<char*>(p), n);
-  return in.good();
+bool read_exact(FILE* in, void* p, int64_t n) {
+  return n == 0 || std::fread(p, 1, static_cast<size_t>(n), in) == static_cast<size_t>(n);
 }
 
-// The cached dataset, or false when the file is missing or does not hold what `key` describes.
-bool read_cache(const std::string& path, uint64_t key, int64_t size, Dataset& out, CacheMeta& meta) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in.good()) return false;
-  const int64_t bytes = static_cast<int64_t>(in.tellg());
-  in.seekg(0);
+uint32_t payload_crc32(const Dataset& d) {
+  uLong crc = crc32_z(0L, Z_NULL, 0);
+  crc = crc32_z(crc, static_cast<const Bytef*>(d.labels.raw_data()), d.labels.nbytes());
+  crc = crc32_z(crc, static_cast<const Bytef*>(d.images.raw_data()), d.images.nbytes());
+  return static_cast<uint32_t>(crc);
+}
+
+// What reading a cache found.
+enum class CacheRead {
+  Hit,      // `out` holds the cached split
+  Missing,  // no file, or one made for another state of the folder (its key differs)
+  Damaged,  // a file of this key whose bytes changed: `why` says how
+};
+
+// The cached split at `path` for `key`: its labels checked against the class count and its bytes
+// against the CRC-32 it was written with (a cache is trusted no more than a checkpoint). A path
+// that is not a regular file (a FIFO) is an error naming it, as for every file minidl reads.
+CacheRead read_cache(const std::string& path, uint64_t key, int64_t size, int64_t classes, Dataset& out,
+                     CacheMeta& meta, std::string& why) {
+  if (!path_exists(path)) return CacheRead::Missing;
+  const File in = open_regular_file(path, "image cache");
+  struct stat st {};
+  if (::fstat(::fileno(in.get()), &st) != 0) return CacheRead::Missing;
+  const int64_t bytes = static_cast<int64_t>(st.st_size);
   char magic[8];
-  int64_t head[6];
-  if (bytes < kCacheHeaderBytes || !read_exact(in, magic, 8) || std::memcmp(magic, kCacheMagic, 8) != 0 ||
-      !read_exact(in, head, sizeof(head)))
-    return false;
+  int64_t head[7];
+  if (bytes < kCacheHeaderBytes || !read_exact(in.get(), magic, 8) || std::memcmp(magic, kCacheMagic, 8) != 0 ||
+      !read_exact(in.get(), head, sizeof(head)) || static_cast<uint64_t>(head[0]) != key)
+    return CacheRead::Missing;
   const int64_t n = head[1], c = head[2], h = head[3], w = head[4], meta_bytes = head[5];
-  if (static_cast<uint64_t>(head[0]) != key || c != 3 || h != size || w != size || n <= 0 || n > (int64_t{1} << 31) ||
-      meta_bytes < 0 || meta_bytes > (int64_t{1} << 24) ||
-      bytes != kCacheHeaderBytes + meta_bytes + n * 4 + n * c * h * w)
-    return false;
+  why = "its header does not fit its size";
+  if (c != 3 || h != size || w != size || n <= 0 || n > (int64_t{1} << 31) || meta_bytes < 0 ||
+      meta_bytes > (int64_t{1} << 24) || bytes != kCacheHeaderBytes + meta_bytes + n * 4 + n * c * h * w)
+    return CacheRead::Damaged;
   std::string text(static_cast<size_t>(meta_bytes), '\0');
-  if (!read_exact(in, text.data(), meta_bytes)) return false;
-  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-  if (!j.is_object() || !j.contains("skipped") || !j["skipped"].is_number_integer()) return false;
+  const nlohmann::json j =
+      read_exact(in.get(), text.data(), meta_bytes) ? nlohmann::json::parse(text, nullptr, false) : nlohmann::json();
+  why = "its record of skipped files is not JSON";
+  if (!j.is_object() || !j.contains("skipped") || !j["skipped"].is_number_integer()) return CacheRead::Damaged;
   meta.skipped = j["skipped"].get<int64_t>();
   if (j.contains("skipped_files") && j["skipped_files"].is_array())
     for (const auto& s : j["skipped_files"])
       if (s.is_string()) meta.skipped_files.push_back(s.get<std::string>());
   out.labels = Tensor::empty({n}, DType::Int32);
   out.images = Tensor::empty({n, c, h, w}, DType::UInt8);
-  return read_exact(in, out.labels.raw_data(), n * 4) && read_exact(in, out.images.raw_data(), n * c * h * w);
+  why = "it could not be read";
+  if (!read_exact(in.get(), out.labels.raw_data(), n * 4) ||
+      !read_exact(in.get(), out.images.raw_data(), n * c * h * w))
+    return CacheRead::Damaged;
+  const uint32_t crc = payload_crc32(out);
+  if (crc != static_cast<uint32_t>(head[6])) {
+    why =
+        str("its labels' and pixels' CRC-32 is ", hex(crc, 8), ", written as ", hex(static_cast<uint32_t>(head[6]), 8));
+    return CacheRead::Damaged;
+  }
+  const int32_t* labels = out.labels.data<int32_t>();
+  for (int64_t i = 0; i < n; ++i)
+    if (labels[i] < 0 || labels[i] >= classes) {
+      why = str("image ", i, " has label ", labels[i], ", not one of the ", classes, " classes");
+      return CacheRead::Damaged;
+    }
+  return CacheRead::Hit;
 }
 
 void write_cache(const std::string& path, uint64_t key, const Dataset& d, const CacheMeta& meta) {
   const nlohmann::json j = {{"skipped", meta.skipped}, {"skipped_files", meta.skipped_files}, {"classes", d.classes}};
   // A skipped file's name need not be UTF-8: such bytes are replaced (the names are for messages).
   const std::string text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  const int64_t head[6] = {static_cast<int64_t>(key), d.images.size(0), d.images.size(1), d.images.size(2),
-                           d.images.size(3), static_cast<int64_t>(text.size())};
+  const int64_t head[7] = {static_cast<int64_t>(key), d.images.size(0), d.images.size(1),
+                           d.images.size(2),          d.images.size(3), static_cast<int64_t>(text.size()),
+                           payload_crc32(d)};
   AtomicFile f(path, "image cache");
   f.write(kCacheMagic, 8);
   f.write(head, sizeof(head));
@@ -258,14 +297,16 @@ void write_cache(const std::string& path, uint64_t key, const Dataset& d, const 
   f.commit();
 }
 
+// A file's bytes; false with `error` set when it cannot be opened or read (a condition that may
+// pass: a permission, a network filesystem), as opposed to bytes that do not decode.
 bool read_file(const std::string& path, std::vector<uint8_t>& buf, std::string& error) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     error = str("'", path, "': cannot open (", std::strerror(errno), ")");
     return false;
   }
   struct stat st {};
-  bool ok = ::fstat(fd, &st) == 0;
+  bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
   buf.resize(ok ? static_cast<size_t>(st.st_size) : 0);
   size_t got = 0;
   while (ok && got < buf.size()) {
@@ -273,13 +314,17 @@ bool read_file(const std::string& path, std::vector<uint8_t>& buf, std::string& 
     if (r <= 0) ok = false;
     else got += static_cast<size_t>(r);
   }
+  const int err = errno;
   ::close(fd);
-  if (!ok) error = str("'", path, "': cannot read (", std::strerror(errno), ")");
+  if (!ok)
+    error = str("'", path, "': cannot read (", S_ISREG(st.st_mode) ? std::strerror(err) : "not a regular file", ")");
   return ok;
 }
 
-// Decodes and fits every file on all cores. Files that fail leave their message in errors[i].
-Dataset decode_all(const Listing& l, const DataOptions& data, std::vector<std::string>& errors) {
+// Decodes and fits every file on all cores. Files that fail leave their message in errors[i], and
+// unreadable[i] is set for those that could not be read at all.
+Dataset decode_all(const Listing& l, const DataOptions& data, std::vector<std::string>& errors,
+                   std::vector<char>& unreadable) {
   const int64_t n = static_cast<int64_t>(l.files.size());
   const int64_t s = data.image_size;
   const FitMode mode = parse_fit_mode(data.resize);
@@ -289,6 +334,7 @@ Dataset decode_all(const Listing& l, const DataOptions& data, std::vector<std::s
   uint8_t* images = d.images.data<uint8_t>();
   int32_t* labels = d.labels.data<int32_t>();
   errors.assign(static_cast<size_t>(n), std::string());
+  unreadable.assign(static_cast<size_t>(n), 0);
 #pragma omp parallel
   {
     std::vector<uint8_t> buf;
@@ -302,6 +348,8 @@ Dataset decode_all(const Listing& l, const DataOptions& data, std::vector<std::s
         if (read_file(path, buf, error)) {
           const RgbImage im = decode_image(buf.data(), buf.size(), path);
           fit_to_square(im, static_cast<int>(s), mode, images + i * 3 * s * s);
+        } else {
+          unreadable[static_cast<size_t>(i)] = 1;
         }
       } catch (const std::exception& e) {
         error = e.what();
@@ -356,6 +404,23 @@ void remove_stale_caches(const std::string& folder, const std::string& prefix, c
   }
 }
 
+// The split is held in memory as 3 x S x S bytes per image (train_limit keeps the first images
+// of all of them): a set too large is refused at once, naming the folder and image_size, rather
+// than by the allocator's "a tensor of N GB does not fit".
+void check_fits_in_memory(const Listing& l, int64_t size) {
+  const int64_t n = static_cast<int64_t>(l.files.size());
+  const uint64_t bytes =
+      static_cast<uint64_t>(checked_mul(n, checked_mul(3 * size, size, "image bytes"), "image bytes"));
+  const uint64_t available = bytes < (uint64_t{256} << 20) ? 0 : available_host_bytes();
+  if (available == 0 || bytes <= available) return;
+  char need[32], have[32];
+  std::snprintf(need, sizeof need, "%.1f GB", static_cast<double>(bytes) / 1e9);
+  std::snprintf(have, sizeof have, "%.1f GB", static_cast<double>(available) / 1e9);
+  fail(str("image folder '", l.root, "': its ", n, " images at data.image_size ", size, " take ", need,
+           " of host memory (3 x ", size, " x ", size, " bytes each), more than the ", have,
+           " available: lower data.image_size, or train from fewer images"));
+}
+
 }  // namespace
 
 std::vector<std::string> image_folder_classes(const DataOptions& data) {
@@ -377,37 +442,53 @@ Dataset load_image_folder(const DataOptions& data, Split split, ImageFolderStats
   const std::string prefix = cache_prefix(listing, data, split);
   const std::string path = (fs::path(folder) / (prefix + hex(key, 16) + ".u8")).string();
 
+  check_fits_in_memory(listing, data.image_size);
   ImageFolderStats st;
   st.ignored = listing.ignored;
   Dataset d;
   CacheMeta meta;
-  if (read_cache(path, key, data.image_size, d, meta)) {
+  std::string damage;
+  const CacheRead cached =
+      read_cache(path, key, data.image_size, static_cast<int64_t>(classes.size()), d, meta, damage);
+  if (cached == CacheRead::Hit) {
     st.from_cache = true;
     st.cache_path = path;
   } else {
     std::vector<std::string> errors;
-    d = decode_all(listing, data, errors);
+    std::vector<char> unreadable;
+    d = decode_all(listing, data, errors, unreadable);
     meta = CacheMeta();
-    for (const std::string& e : errors) {
+    int64_t unread = 0;
+    std::string first_unread;
+    for (size_t i = 0; i < errors.size(); ++i) {
+      const std::string& e = errors[i];
       if (e.empty()) continue;
       MINIDL_CHECK(data.skip_bad, "image folder: ", e,
                    "; set data.skip_bad=true to leave out files that do not decode");
       if (meta.skipped++ < 20) meta.skipped_files.push_back(e);
+      if (unreadable[i] && unread++ == 0) first_unread = e;
     }
     if (meta.skipped > 0) d = drop_bad(d, errors);
     MINIDL_CHECK(d.size() > 0, "image folder '", listing.root, "': none of its ", listing.files.size(),
                  " images decodes (the first: ", meta.skipped_files.front(), ")");
     d.classes = classes;
+    if (cached == CacheRead::Damaged)
+      d.note = str("the image cache ", path, " was damaged (", damage, "); decoded the images again. ");
     std::error_code ec;
     fs::create_directories(folder, ec);
     try {
       MINIDL_CHECK(!ec, "cannot make '", folder, "' (", ec.message(), ")");
+      // A file that could not be read (a permission, a network filesystem) may read next time:
+      // skipping it for good would be wrong, so nothing is cached and the next run reads again.
+      MINIDL_CHECK(unread == 0, unread, " files could not be read, e.g. ", first_unread,
+                   "; the next run reads them again");
       write_cache(path, key, d, meta);
       remove_stale_caches(folder, prefix, path);
       st.cache_path = path;
     } catch (const std::exception& e) {
       st.cache_path.clear();
-      d.note = str("image cache not written (", e.what(), "); set data.cache_dir to a writable folder. ");
+      d.note += unread > 0 ? str("image cache not written: ", e.what(), ". ")
+                           : str("image cache not written (", e.what(), "); set data.cache_dir to a writable folder. ");
     }
   }
   d.classes = classes;

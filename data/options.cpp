@@ -127,7 +127,7 @@ DataOptions DataOptions::from_json(const nlohmann::json& j, const std::string& p
   o.label = args.get_string("label", o.label);
   MINIDL_CHECK(o.label == "fine" || o.label == "coarse", args.key_path("label"),
                ": expected \"fine\" or \"coarse\", got ", json_excerpt(o.label));
-  o.image_size = args.get_int("image_size", o.image_size, 0, 4096);
+  if (args.has("image_size")) o.image_size = args.get_int("image_size", o.image_size, 1, 4096);
   MINIDL_CHECK(o.format != "image_folder" || o.image_size > 0, args.key_path("image_size"),
                ": an image folder needs the size every image is resized to (e.g. 32, 64, 224)");
   o.resize = args.get_string("resize", o.resize);

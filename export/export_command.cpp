@@ -15,7 +15,9 @@
 #include "export/onnx_export.h"
 #include "layers/loss/loss.h"
 #include "layers/registry.h"
+#include "train/checkpoint.h"
 #include "train/config.h"
+#include "train/run_folder.h"
 #include "train/trainer.h"
 
 namespace minidl {
@@ -81,6 +83,27 @@ double write_reference(Module& model, const TrainConfig& config, const Dataset& 
   return acc;
 }
 
+// The file `option` names is written anew (atomically): a path that exists must be a regular
+// file the run does not own. A device (--logits /dev/null), a FIFO, a folder or a link would be
+// replaced by a regular file, and a run file (--onnx RUN/checkpoint.safetensors) destroyed.
+void check_output_file(const std::string& path, const char* option, const ExportOptions& options) {
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(path, ec);
+  if (!fs::exists(st)) return;
+  MINIDL_CHECK(fs::is_regular_file(st), "export ", option, " ", path, ": exists and is not a regular file (",
+               fs::is_directory(st) ? "a folder"
+               : fs::is_symlink(st) ? "a symbolic link"
+                                    : "a device, FIFO or socket",
+               "); export writes a new file there: choose another path");
+  const auto same = [&](const std::string& other) { return !other.empty() && fs::equivalent(path, other, ec); };
+  MINIDL_CHECK(!same(options.config_path), "export ", option, " ", path, ": is the --config file; choose another path");
+  const fs::path parent = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  MINIDL_CHECK(options.run_dir.empty() || !fs::equivalent(parent, options.run_dir, ec) ||
+                   !is_run_file(fs::path(path).filename().string()),
+               "export ", option, " ", path, ": is a file of the run ", options.run_dir,
+               " (export writes beside the run's files, never over them); choose another name");
+}
+
 }  // namespace
 
 int export_command(const ExportOptions& options) {
@@ -89,8 +112,17 @@ int export_command(const ExportOptions& options) {
   MINIDL_CHECK(!options.onnx_path.empty(), "export: --onnx FILE is required");
   MINIDL_CHECK(options.overrides.empty() || !options.config_path.empty(),
                "export: --set goes with --config (a run's config is what it trained with)");
+  check_output_file(options.onnx_path, "--onnx", options);
+  if (!options.logits_path.empty()) {
+    check_output_file(options.logits_path, "--logits", options);
+    std::error_code ec;
+    MINIDL_CHECK(
+        options.logits_path != options.onnx_path && !fs::equivalent(options.logits_path, options.onnx_path, ec),
+        "export: --onnx and --logits name the same file, ", options.onnx_path);
+  }
   nlohmann::json j;
   std::string weights;
+  SafeTensors trained;
   if (!options.run_dir.empty()) {
     const std::string config_file = options.run_dir + "/config.json";
     weights = options.run_dir + "/model.safetensors";
@@ -98,6 +130,11 @@ int export_command(const ExportOptions& options) {
     MINIDL_CHECK(fs::exists(weights), "export --run ", options.run_dir,
                  ": no model.safetensors there (the run has not finished an epoch)");
     j = read_json_file(config_file);
+    trained = load_safetensors(weights);
+    check_weights(trained, weights);
+    // A run folder copied without its checkpoint cannot be checked further.
+    const std::string checkpoint = options.run_dir + "/checkpoint.safetensors";
+    if (fs::exists(checkpoint)) check_run_config(j, config_file, checkpoint);
   } else {
     j = read_json_file(options.config_path);
     for (const std::string& o : options.overrides) apply_override(j, o);
@@ -107,9 +144,9 @@ int export_command(const ExportOptions& options) {
   const Device device = setup_compute(config);
 
   set_init_seed(config.seed);
-  std::shared_ptr<Module> model = build_sequential(config.model.at("layers"), "model.layers");
+  std::shared_ptr<Module> model = build_sequential(config.model.at("layers"), "model.layers", device);
   model->assign_paths();
-  if (!weights.empty()) model->load_state_dict(load_safetensors(weights).tensors);
+  if (!weights.empty()) model->load_state_dict(trained.tensors);
   model->to(device);
 
   OnnxExportOptions onnx;

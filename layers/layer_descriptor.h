@@ -40,7 +40,7 @@ enum class AutocastRule { LowerPrecision, Float32, InputType };
 const char* autocast_rule_name(AutocastRule rule);
 
 // The float32 parameters and buffers one layer allocates when it is built, read from its spec
-// without building it: train/model_memory.h adds them up before a model is built.
+// without building it: layers/model_memory.h adds them up before a model is built.
 struct LayerState {
   int64_t elements = 0;        // all of its tensors (children it builds itself, as an encoder layer's, included)
   int64_t largest_tensor = 0;  // the largest of them (initializing one holds two more copies of it for a moment)

@@ -13,6 +13,7 @@
 #include "layers/conv/conv2d.h"
 #include "layers/conv/conv3d.h"
 #include "layers/linear/linear.h"
+#include "layers/model_memory.h"
 #include "layers/norm/batchnorm2d.h"
 #include "layers/norm/groupnorm.h"
 #include "layers/norm/layernorm.h"
@@ -108,7 +109,9 @@ nlohmann::json layer_schema() {
   return out;
 }
 
-std::shared_ptr<Module> build_layer(const nlohmann::json& spec, const std::string& path) {
+std::shared_ptr<Module> build_layer(const nlohmann::json& spec, const std::string& path, Device device) {
+  const OutermostBuild outermost;
+  if (outermost) check_layer_fits(spec, path, device);
   MINIDL_CHECK(spec.is_object(), path, ": a layer must be a JSON object like {\"type\": \"Conv2d\", ...}");
   MINIDL_CHECK(spec.contains("type") && spec["type"].is_string(), path, ".type: missing (a string naming the layer)");
   const std::string type = spec["type"].get<std::string>();

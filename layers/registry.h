@@ -24,12 +24,16 @@ constexpr int64_t kMaxLayerParameters = int64_t{1} << 31;  // elements of one we
 void check_weight_size(const LayerArgs& args, const Shape& shape);
 
 // Builds one layer (and, for containers, its children) from its spec at `path`. Any error while
-// building it (an allocation too large, say) names `path`.
-std::shared_ptr<Module> build_layer(const nlohmann::json& spec, const std::string& path);
+// building it (an allocation too large, say) names `path`. The outermost call first checks that
+// everything the spec holds fits in memory, on the host and, for a model to be moved to a GPU,
+// on `device` (layers/model_memory.h): a model too large is refused, naming its largest layer,
+// before anything is allocated.
+std::shared_ptr<Module> build_layer(const nlohmann::json& spec, const std::string& path, Device device = Device::cpu());
 // The layers of a container's non-empty list at `key` (Residual's and SkipConnection's "body").
 std::vector<std::shared_ptr<Module>> build_layer_list(LayerArgs& args, const std::string& key);
-// Builds a Sequential from a JSON list of layer specs.
-std::shared_ptr<Module> build_sequential(const nlohmann::json& list, const std::string& path);
+// Builds a Sequential from a JSON list of layer specs, with the same check.
+std::shared_ptr<Module> build_sequential(const nlohmann::json& list, const std::string& path,
+                                         Device device = Device::cpu());
 
 // Every layer type, in the table's order.
 const std::vector<const LayerDescriptor*>& layer_descriptors();

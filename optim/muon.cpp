@@ -1,6 +1,7 @@
 #include "optim/muon.h"
 
 #include <cmath>
+#include <limits>
 
 #include "core/dispatch.h"
 #include "core/error.h"
@@ -31,10 +32,13 @@ MuonOptions MuonOptions::read(JsonArgs& args) {
     o.ns.b = c[1].get<float>();
     o.ns.c = c[2].get<float>();
   }
-  // Checked as a double: a larger value would become an infinite float (saved as null, never resumable).
+  // Checked as a double, in float32's terms: a larger value would become an infinite float (saved
+  // as null, never resumable), one below float32's smallest normal number 0 or subnormal (flushed
+  // to 0), and the first step would divide by 0.
   const double ns_eps = args.get_float("ns_eps", o.ns.eps);
-  MINIDL_CHECK(std::isfinite(ns_eps) && ns_eps > 0 && ns_eps <= 1, args.key_path("ns_eps"), ": expected 0 < ns_eps <= 1, got ",
-               ns_eps);
+  MINIDL_CHECK(std::isfinite(ns_eps) && ns_eps >= std::numeric_limits<float>::min() && ns_eps <= 1,
+               args.key_path("ns_eps"), ": expected 0 < ns_eps <= 1 and at least ", std::numeric_limits<float>::min(),
+               " (float32's smallest normal number), got ", ns_eps);
   o.ns.eps = static_cast<float>(ns_eps);
   o.normalize_weights = args.get_bool("normalize_weights", o.normalize_weights);
   const std::string ns_dtype = args.get_string("ns_dtype", "float32");

@@ -454,5 +454,26 @@ else
   passed=$((passed + 1)); echo "ok   3 stale temp files removed"
 fi
 
+# 17. What a command must not replace or trust: a user's run in repro's folders.
+"${train[@]}" "${tiny[@]}" --max-steps 1 --output "$work/repro_user/run_a" >/dev/null 2>&1
+expect_error "17 repro: a user's run in run_a" "run_a' holds a run that repro did not make" "$work/repro_user" -- \
+  "$minidl" repro "${tiny[@]}" --steps 1 --output "$work/repro_user"
+expect_rc "17 repro replaces the runs it made itself" 0 "$minidl" repro "${tiny[@]}" --steps 1 --output "$work/repro"
+
+# Profile's folder and files, and messages that named the wrong problem.
+echo data >"$work/profile_file"
+expect_error "17 profile --output a file" "profile --output $work/profile_file: exists and is not a folder" "$run" -- \
+  "$minidl" profile "${tiny[@]}" --steps 1 --warmup 0 --output "$work/profile_file"
+expect_error "17 profile --compare a folder" "is a directory, not a file" "$run" -- \
+  "$minidl" profile --compare "$work" "$work"
+expect_error "17 profile into a training run's folder" "is a training run's folder \(it holds config.json\)" "$work/repro_user/run_a" -- \
+  "$minidl" profile "${tiny[@]}" --steps 1 --warmup 0 --output "$work/repro_user/run_a"
+usage_error "profile --warmup -1" "--warmup: must be >= 0, got -1" \
+  "$minidl" profile "${tiny[@]}" --warmup -1
+usage_error "--max-steps 1.5" "--max-steps: must be a whole number (>= 0), got 1.5" \
+  "${train[@]}" --config "$root/configs/quick_cpu.json" --max-steps 1.5 --output "$work/x"
+expect_error "17 epochs 1000001 echoed as written" "epochs: expected a number in \(0, 1000000\], got 1000001$" "$run" -- \
+  "${train[@]}" "${tiny[@]}" --set epochs=1000001 --output "$work/x"
+
 echo "bad_input: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -9,7 +9,10 @@
 #      (to float rounding), and on one process it changes no bit.
 #   3. A 2-rank run stopped after its first epoch and resumed by 2 ranks == an uninterrupted one;
 #      resumed by 1 rank it is refused unless --set accumulate_steps=2, and then equal too.
-#   4. A rank killed mid-run ends the whole job, non-zero, with a message naming the rank.
+#   4. A rank killed mid-run ends the whole job, non-zero, with a message naming the rank. An
+#      error one rank meets anywhere (the folder, the logs, the checkpoint) ends the job within
+#      seconds with its message; ranks with other data, another start, another --max-steps or
+#      other weights are refused before the first step.
 #   5. A rank that hangs without dying: after --dist-timeout, rank 0 names it and ends the job,
 #      non-zero, and the checkpoint written before resumes to the uninterrupted run's bits; when
 #      rank 0 hangs, rank 1 ends the job a little later, saying so.
@@ -159,6 +162,104 @@ timeout 60 mpirun --allow-run-as-root --oversubscribe -np 1 "$minidl" train "${s
 grep -q "^minidl: error: rank 1 of 2 was started with another config than rank 0" "$work/mixed.out" ||
   { cat "$work/mixed.out"; echo "FAIL: ranks with different configs were not named"; exit 1; }
 echo "dist: an error on one rank ends the job at once with its message; ranks with different configs are refused"
+
+# An error one rank meets at any point of the job (creating or locking the folder, a damaged log,
+# a checkpoint that changed while the job started) ends it within seconds with that rank's own
+# message, not after --dist-timeout (600 s here) naming the wrong rank.
+ends_fast() {  # ends_fast NAME PATTERN COMMAND...: the job fails within 30 s and prints PATTERN
+  local name=$1 pattern=$2
+  shift 2
+  local t0=$SECONDS rc=0
+  timeout 120 "$@" >"$work/$name.out" 2>&1 || rc=$?
+  local elapsed=$((SECONDS - t0))
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$elapsed" -le 30 ] ||
+    { cat "$work/$name.out"; echo "FAIL: $name: the job did not end within 30 s with an error (rc $rc, ${elapsed} s)"; exit 1; }
+  grep -Eq "$pattern" "$work/$name.out" ||
+    { cat "$work/$name.out"; echo "FAIL: $name: the job's message /$pattern/ was not printed"; exit 1; }
+  echo "dist: $name: the job ends in ${elapsed} s: $(grep -Eo "$pattern.{0,50}" "$work/$name.out" | head -1)"
+}
+ends_fast "rank 0 cannot create the folder" "^minidl: error: cannot create output folder '/proc/nope/x'" \
+  "${mpi[@]}" "$minidl" train "${small[@]}" --max-steps 1 --output /proc/nope/x
+"${mpi[@]}" "$minidl" train "${small[@]}" "${two[@]}" --max-steps 2 --output "$work/part" >"$work/part.out" 2>&1 ||
+  { cat "$work/part.out"; echo "FAIL: the 2-rank run to step 2 failed"; exit 1; }
+cp -r "$work/part" "$work/torn"
+sed -i '1s/.*/{"step": 0, "lo/' "$work/torn/steps.jsonl"
+ends_fast "rank 0 finds a damaged steps.jsonl" "^minidl: error: run log '.*steps.jsonl': line 1 is not a JSON record" \
+  "${mpi[@]}" "$minidl" train --resume "$work/torn"
+cp -r "$work/part" "$work/locked"
+flock "$work/locked" sleep 60 &
+holder=$!
+ends_fast "rank 0 finds the folder locked" "^minidl: error: run folder '$work/locked' is in use by another minidl process" \
+  "${mpi[@]}" "$minidl" train --resume "$work/locked"
+kill "$holder" 2>/dev/null || true
+wait "$holder" 2>/dev/null || true
+# Both ranks are held just before the folder's lock (the test hook MINIDL_TEST_PAUSE_BEFORE_LOCK);
+# rank 0 goes on, locks the folder, loads the checkpoint, rewrites the logs and waits for rank 1;
+# then another process moves the checkpoint on and rank 1, let go, finds it changed.
+cp -r "$work/part" "$work/moved"
+cp -r "$work/part" "$work/later"
+"$minidl" train --resume "$work/later" --set accumulate_steps=2 --max-steps 3 >"$work/later.out" 2>&1 ||
+  { cat "$work/later.out"; echo "FAIL: the run to step 3 failed"; exit 1; }
+"${mpi[@]}" sh -c 'export MINIDL_TEST_PAUSE_BEFORE_LOCK=$0.$OMPI_COMM_WORLD_RANK; exec "$@"' "$work/go" \
+  "$minidl" train --resume "$work/moved" >"$work/moved.out" 2>&1 &
+job=$!
+for _ in $(seq 600); do [ -f "$work/go.0.waiting" ] && [ -f "$work/go.1.waiting" ] && break; sleep 0.1; done
+# Rank 0 rewrites steps.jsonl (a new file) once it has loaded the checkpoint.
+before=$(stat -c %i "$work/moved/steps.jsonl")
+touch "$work/go.0"
+for _ in $(seq 600); do [ "$(stat -c %i "$work/moved/steps.jsonl")" != "$before" ] && break; sleep 0.1; done
+cp "$work/later/checkpoint.safetensors" "$work/moved/checkpoint.safetensors"
+t0=$SECONDS
+touch "$work/go.1"
+rc=0
+for _ in $(seq 600); do kill -0 "$job" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$job" 2>/dev/null; then echo "FAIL: the job still runs 60 s after rank 1's error"; exit 1; fi
+wait "$job" || rc=$?
+job=
+elapsed=$((SECONDS - t0))
+[ "$rc" -ne 0 ] && [ "$elapsed" -le 30 ] || { cat "$work/moved.out"; echo "FAIL: rank 1's error did not end the job within 30 s (rc $rc, ${elapsed} s)"; exit 1; }
+grep -q "^minidl: error: --resume $work/moved: its checkpoint changed while this command was starting" "$work/moved.out" ||
+  { cat "$work/moved.out"; echo "FAIL: rank 1's own error was not printed"; exit 1; }
+echo "dist: rank 1's error ends the job in ${elapsed} s with its message"
+
+# Ranks that would train apart are refused before the first step, by rank 0, naming what differs:
+# other data (CIFAR10_DIR per node, one image changed), one rank resuming while another starts
+# fresh, another --max-steps, other weights at the same step (a checkpoint edited by hand).
+mkdir -p "$work/data2"
+for f in "$data"/*; do ln -s "$(realpath "$f")" "$work/data2/"; done
+rm "$work/data2/data_batch_1.bin"
+python3 -c 'import sys; b = bytearray(open(sys.argv[1], "rb").read()); b[100] ^= 0x40; open(sys.argv[2], "wb").write(b)' \
+  "$data/data_batch_1.bin" "$work/data2/data_batch_1.bin"
+nodir=(--config "$src/configs/quick_cpu.json" --set data.train_limit=512 --set data.test_limit=500 --set eval.tta=none
+       --set output.progress=false --max-steps 1 --output "$work/data_differs")
+ends_fast "ranks with other data" "^minidl: error: rank 1 of 2 loaded other training data than rank 0 \(CRC-32 [0-9a-f]{8}, rank 0's [0-9a-f]{8}\)" \
+  "${mpi[@]}" sh -c '[ "$OMPI_COMM_WORLD_RANK" = 1 ] && CIFAR10_DIR=$1 || CIFAR10_DIR=$0; export CIFAR10_DIR; shift; exec "$@"' \
+  "$data" "$work/data2" "$minidl" train "${nodir[@]}"
+ends_fast "one rank resumes, one starts fresh" "^minidl: error: rank 1 of 2 starts as a fresh run, rank 0 from a checkpoint at step 2" \
+  mpirun --allow-run-as-root --oversubscribe -np 1 "$minidl" train --resume "$work/part" : \
+  -np 1 "$minidl" train "${small[@]}" "${two[@]}" --output "$work/fresh_rank1"
+ends_fast "ranks with another --max-steps" "^minidl: error: rank 1 of 2 was started with --max-steps 3, rank 0 with 2" \
+  mpirun --allow-run-as-root --oversubscribe -np 1 "$minidl" train "${small[@]}" --max-steps 2 --output "$work/steps_differ" : \
+  -np 1 "$minidl" train "${small[@]}" --max-steps 3 --output "$work/steps_differ"
+cp -r "$work/part" "$work/edited"
+python3 - "$work/edited/checkpoint.safetensors" <<'PY'
+import json, struct, sys
+path = sys.argv[1]
+raw = bytearray(open(path, 'rb').read())
+n = struct.unpack('<Q', raw[:8])[0]
+header = json.loads(raw[8:8 + n])
+for key in ('payload_crc32', 'tensors_crc32', 'metadata_crc32'):
+    header['__metadata__'].pop(key, None)
+begin = header['0.weight']['data_offsets'][0]
+data = raw[8 + n:]
+data[begin + 3] ^= 0x01
+text = json.dumps(header, separators=(',', ':')).encode()
+text += b' ' * ((8 - len(text) % 8) % 8)
+open(path, 'wb').write(struct.pack('<Q', len(text)) + text + data)
+PY
+ends_fast "ranks with other weights" "^minidl: error: rank 1 of 2 holds other weights than rank 0 before the first step" \
+  mpirun --allow-run-as-root --oversubscribe -np 1 "$minidl" train --resume "$work/part" : \
+  -np 1 "$minidl" train --resume "$work/edited"
 
 # A rank killed once training runs: mpirun ends the job and names the rank; no rank is left waiting.
 "${mpi[@]}" "$minidl" train "${small[@]}" --max-steps 1000 --output "$work/killed" >"$work/killed.out" 2>&1 &

@@ -2,8 +2,11 @@
 // synchronous save_checkpoint's for the state at write() (training changing the tensors right
 // after does not reach it), the snapshot buffer grows for a larger state, the kept checkpoints
 // rotate through it, and a failed background write surfaces naming the file, once.
+#include <zlib.h>
+
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <set>
 
@@ -94,6 +97,27 @@ void same_file_as_save_checkpoint(Device device) {
   }
 }
 
+// The safetensors file at `path` with its header passed through `edit` (the data section kept);
+// returns that data section.
+std::string edit_header(const std::string& path, const std::function<void(nlohmann::ordered_json&)>& edit) {
+  const std::string bytes = slurp(path);
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= uint64_t{static_cast<unsigned char>(bytes[static_cast<size_t>(i)])} << (8 * i);
+  nlohmann::ordered_json header = nlohmann::ordered_json::parse(bytes.substr(8, n));
+  edit(header);
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>(text.size() >> (8 * i));
+  const std::string data = bytes.substr(8 + n);
+  std::ofstream(path, std::ios::binary) << out << text << data;
+  return data;
+}
+
+void swap_entries(nlohmann::ordered_json& header, const char* a, const char* b) {
+  std::swap(header[a]["data_offsets"], header[b]["data_offsets"]);
+}
+
 std::set<std::string> files_in(const test::TempDir& dir) {
   std::set<std::string> names;
   for (const auto& e : fs::directory_iterator(dir.path)) names.insert(e.path().filename().string());
@@ -157,4 +181,44 @@ TEST_CASE("checkpoint writer: a failed background write is thrown once, naming t
   writer.write(run, *s.model, *s.optimizer, info_at(10), -1, 1);
   writer.wait();
   REQUIRE(read_checkpoint_info(file).step == 10);
+}
+
+TEST_CASE("checkpoint integrity: names swapped in the header are found; an older file loads only in minidl's order",
+          "[checkpoint][hostile]") {
+  test::TempDir dir("checkpoint_names");
+  Trained s = trained_state(Device::cpu(), 4, 1);
+  const std::string path = dir.file("checkpoint.safetensors");
+  save_checkpoint(path, *s.model, *s.optimizer, info_at(12));
+  const auto load = [&](const std::string& file) {
+    Trained t = trained_state(Device::cpu(), 4, 99);
+    load_checkpoint(file, *t.model, *t.optimizer);
+    return t;
+  };
+  REQUIRE_NOTHROW(load(path));
+  // BatchNorm's weight and bias have the same shape: swapped, each would load the other's values.
+  const std::string swapped = dir.file("swapped.safetensors");
+  fs::copy_file(path, swapped);
+  edit_header(swapped, [](nlohmann::ordered_json& h) { swap_entries(h, "1.weight", "1.bias"); });
+  REQUIRE_THAT(test::error_of([&] { load(swapped); }),
+               Catch::StartsWith("checkpoint '" + swapped + "' is damaged: its tensors' CRC-32 is "));
+
+  // A file written before the names were checksummed: the CRC-32 of the bytes alone.
+  const auto as_older = [](nlohmann::ordered_json& h) {
+    h["__metadata__"].erase("tensors_crc32");
+    h["__metadata__"]["payload_crc32"] = "00000000";
+  };
+  const std::string older = dir.file("older.safetensors");
+  fs::copy_file(path, older);
+  const std::string data = edit_header(older, as_older);
+  char crc[9];
+  std::snprintf(crc, sizeof crc, "%08lx", crc32_z(0L, reinterpret_cast<const Bytef*>(data.data()), data.size()));
+  edit_header(older, [&](nlohmann::ordered_json& h) { h["__metadata__"]["payload_crc32"] = crc; });
+  const Trained loaded = load(older);
+  REQUIRE(loaded.model->state_dict().at(1).second.to_vector() == s.model->state_dict().at(1).second.to_vector());
+  const std::string older_swapped = dir.file("older_swapped.safetensors");
+  fs::copy_file(older, older_swapped);
+  edit_header(older_swapped, [](nlohmann::ordered_json& h) { swap_entries(h, "1.weight", "1.bias"); });
+  REQUIRE_THAT(test::error_of([&] { load(older_swapped); }),
+               Catch::Contains("was written before checkpoints checksummed their tensors' names, and its tensor "
+                               "'1.bias' lies where minidl writes '1.weight'"));
 }

@@ -4,6 +4,7 @@
 // allocate, and atomic files with the clean-up of what killed writers leave. Each case must
 // throw one minidl::Error with a short, printable message naming what is wrong.
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,11 +23,12 @@
 #include "data/options.h"
 #include "layers/registry.h"
 #include "optim/optimizer.h"
+#include "test_util.h"
 #include "train/checkpoint.h"
+#include "train/class_metrics.h"
 #include "train/config.h"
 #include "train/run_folder.h"
 #include "train/run_log.h"
-#include "test_util.h"
 
 using namespace minidl;
 namespace fs = std::filesystem;
@@ -206,6 +208,14 @@ TEST_CASE("config integers: range-checked, never wrapped", "[hostile]") {
     REQUIRE_THAT(m, Catch::Contains("epochs: expected a number in (0, 1000000], got"));
   }
   REQUIRE(parse_train_config(config_with("epochs=9.9")).epochs == 9.9);
+  // Values are echoed as written, not rounded to 6 digits (1000001 read as "1e+06").
+  REQUIRE_THAT(error_of([&] { parse_train_config(config_with("epochs=1000001")); }), Catch::EndsWith("got 1000001"));
+  REQUIRE_THAT(error_of([&] { parse_train_config(config_with("loss.label_smoothing=1.0000001")); }),
+               Catch::EndsWith("got 1.0000001"));
+  REQUIRE_THAT(error_of([&] { parse_train_config(config_with("grad_clip=-0.0")); }), Catch::EndsWith("got -0"));
+  m = error_of(
+      [] { DataOptions::from_json(json::parse(R"({"format": "image_folder", "image_size": 4097})"), "data"); });
+  REQUIRE_THAT(m, Catch::Contains("data.image_size: expected an integer in 1..4096, got 4097"));
   m = error_of([&] { parse_train_config(config_with("batch_size=0")); });
   REQUIRE_THAT(m, Catch::Contains("batch_size: expected an integer in 1..1000000, got 0"));
   m = error_of([] { DataOptions::from_json(json::parse(R"({"augment": {"crop_padding": 4294967297}})"), "data"); });
@@ -245,12 +255,17 @@ TEST_CASE("layers: sizes are bounded before anything is allocated", "[hostile]")
   REQUIRE_THAT(m, Catch::Contains("model.layers[0].padding: must be in 0..65536"));
   m = error_of([&] { build(R"({"type": "MaxPool2d", "kernel_size": 2, "stride": 4611686018427387904})"); });
   REQUIRE_THAT(m, Catch::Contains("model.layers[0].stride: must be in 0..65536"));
-  // No per-type bound: the allocation itself is refused, naming the layer.
+  // No per-type bound: the layer's memory, read from its spec, is refused before anything is
+  // allocated, naming the layer.
   m = error_of([&] { build(R"({"type": "BatchNorm2d", "num_features": 4611686018427387904})"); });
   require_clean_message(m);
-  REQUIRE_THAT(m, Catch::StartsWith("model.layers[0] (BatchNorm2d): "));
+  REQUIRE_THAT(m, Catch::StartsWith("model.layers[0] (BatchNorm2d"));
   m = error_of([&] { build(R"({"type": "BatchNorm2d", "num_features": 1000000000000})"); });
-  REQUIRE_THAT(m, Catch::StartsWith("model.layers[0] (BatchNorm2d): out of host memory: a tensor of 4000 GB"));
+  REQUIRE_THAT(m, Catch::StartsWith("model.layers[0] (BatchNorm2d 1000000000000): 16000.0 GB of parameters and "
+                                    "buffers; the model needs about"));
+  // And any host allocation past the memory available is refused at once, with its size.
+  m = error_of([] { Tensor::empty({1000000000000}, DType::Float32); });
+  REQUIRE_THAT(m, Catch::StartsWith("out of host memory: a tensor of 4000 GB"));
 }
 
 TEST_CASE("tensor sizes: checked arithmetic, no signed overflow", "[hostile]") {
@@ -325,8 +340,8 @@ TEST_CASE("checkpoint integrity: a changed byte in a tensor makes the file damag
   const std::string old_file = dir + "/old.safetensors";
   save_safetensors(old_file, tensors, meta);
   REQUIRE_NOTHROW(read_checkpoint_info(old_file));
-  meta["payload_crc32"] = tensors_crc32(tensors);
-  REQUIRE(meta["payload_crc32"].size() == 8);
+  meta["tensors_crc32"] = tensors_crc32(tensors);
+  REQUIRE(meta["tensors_crc32"].size() == 8);
   const std::string path = dir + "/checkpoint.safetensors";
   save_safetensors(path, tensors, meta);
   REQUIRE_NOTHROW(read_checkpoint_info(path));
@@ -400,6 +415,60 @@ TEST_CASE("run log: a failed write (full disk) is an error naming the file", "[h
   REQUIRE_THAT(m, Catch::Contains("metrics.jsonl") && Catch::Contains("No space left on device"));
   // truncate_jsonl reads only bounded regular files (/dev/zero would never end).
   fs::create_symlink("/dev/zero", dir + "/steps_zero.jsonl");
-  REQUIRE_THAT(error_of([&] { truncate_jsonl(dir + "/steps_zero.jsonl", "step", 1); }),
+  REQUIRE_THAT(error_of([&] { truncate_jsonl(dir + "/steps_zero.jsonl", "step", 1, 0); }),
                Catch::Contains("not a regular file"));
+}
+
+TEST_CASE("files: a FIFO where a checkpoint, a run log or a config belongs is an error, never a wait", "[hostile]") {
+  const std::string dir = temp_dir("fifo");
+  for (const char* name : {"checkpoint.safetensors", "steps.jsonl", "log.txt", "config.json"})
+    REQUIRE(::mkfifo((dir + "/" + name).c_str(), 0600) == 0);
+  REQUIRE_THAT(test::error_in_child([&] { read_checkpoint_info(dir + "/checkpoint.safetensors"); }),
+               Catch::Contains("safetensors file '" + dir + "/checkpoint.safetensors' is not a regular file (a FIFO"));
+  REQUIRE_THAT(test::error_in_child([&] { check_jsonl(dir + "/steps.jsonl", "step", 0, 0); }),
+               Catch::Contains("run log '" + dir + "/steps.jsonl' is not a regular file (a FIFO"));
+  REQUIRE_THAT(test::error_in_child([&] { RunLog log(dir); }),
+               Catch::Contains("cannot open '" + dir + "/log.txt' for writing: it is a FIFO or a socket"));
+  REQUIRE_THAT(test::error_in_child([&] { read_json_file(dir + "/config.json"); }),
+               Catch::Contains("config.json' is not a regular file (a FIFO"));
+}
+
+TEST_CASE("run log: a torn last line is dropped only when the checkpoint does not need it", "[hostile]") {
+  const std::string dir = temp_dir("torn");
+  std::string text;
+  for (int step = 0; step < 4; ++step) text += nlohmann::json{{"step", step}, {"loss", 1.5}}.dump() + "\n";
+  text += "{\"step\": 4, \"lo";  // step 4's record, cut by a crash
+  const std::string path = write_file(dir + "/steps.jsonl", text);
+  // A checkpoint at step 5 trained steps 0..4: step 4's record is lost, not merely unfinished.
+  const std::string needed = "run log '" + path +
+                             "': line 5 is not a JSON record, and the checkpoint needs the "
+                             "records up to step 4 (the last whole one is step 3)";
+  REQUIRE_THAT(error_of([&] { check_jsonl(path, "step", 5, 0); }), Catch::StartsWith(needed));
+  REQUIRE_THAT(error_of([&] { truncate_jsonl(path, "step", 5, 0); }), Catch::StartsWith(needed));
+  REQUIRE(read_file_limited(path, "run log") == text);
+  // A checkpoint at step 4: the torn line was a step past it, and goes.
+  truncate_jsonl(path, "step", 4, 0);
+  REQUIRE(read_file_limited(path, "run log") == text.substr(0, text.rfind('\n') + 1));
+  // metrics.jsonl counts epochs from 1: a checkpoint in epoch 1 needs no record.
+  const std::string metrics = write_file(dir + "/metrics.jsonl", "{\"epoch\": 1, \"tra");
+  REQUIRE_NOTHROW(check_jsonl(metrics, "epoch", 1, 1));
+  REQUIRE_THAT(error_of([&] { check_jsonl(metrics, "epoch", 2, 1); }),
+               Catch::Contains("needs the records up to epoch 1 (the last whole one is epoch 0)"));
+}
+
+TEST_CASE("class names: control bytes are escaped in the per-class line, UTF-8 text is kept", "[hostile]") {
+  const std::vector<std::string> classes = {"caf\xc3\xa9", "red\x1b[31mflag", "two\nlines"};
+  const std::string line = class_metrics_line(class_metrics(classes, {1, 0, 0, 0, 1, 0, 0, 1, 1}));
+  REQUIRE(line == "caf\xc3\xa9 100.0%, red\\x1b[31mflag 100.0%, two\\x0alines 50.0%");
+  for (const char c : line) REQUIRE(static_cast<unsigned char>(c) >= 0x20);
+}
+
+TEST_CASE("run folders: a second lock of this process, or a second execute(), says so", "[hostile]") {
+  const std::string dir = temp_dir("lock_twice");
+  {
+    const RunFolderLock first(dir);
+    REQUIRE_THAT(error_of([&] { RunFolderLock second(dir); }),
+                 Catch::Contains("is in use by another run of this process"));
+  }
+  REQUIRE_NOTHROW(RunFolderLock(dir));  // released with the first
 }

@@ -3,23 +3,30 @@
 // cache (hit, invalidation, stale files), skip_bad, bad layouts; the CIFAR JPEG subset against
 // the bytes prepare-cifar10.sh (PIL) wrote; CIFAR-100 binaries; the model/data class check.
 #include <png.h>
+#include <sys/stat.h>
 #include <turbojpeg.h>
+#include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <vector>
 
+#include "core/allocator.h"
 #include "core/error.h"
 #include "data/cifar10.h"
 #include "data/datasets.h"
 #include "data/image_decode.h"
 #include "data/image_folder.h"
 #include "data/loader.h"
-#include "train/trainer.h"
 #include "test_util.h"
+#include "train/run.h"
+#include "train/trainer.h"
 
 using namespace minidl;
 namespace fs = std::filesystem;
@@ -86,6 +93,29 @@ DataOptions folder_options(const fs::path& root, int64_t size) {
   return o;
 }
 
+// A small net on the 12 x 12 image folder at `root`, its head `classes` wide.
+nlohmann::json tiny_folder_config(const fs::path& root, int64_t classes, double epochs) {
+  return {{"device", "cpu"},
+          {"batch_size", 4},
+          {"epochs", epochs},
+          {"data", {{"format", "image_folder"}, {"dir", root.string()}, {"image_size", 12}}},
+          {"optimizer", {{"type", "SGD"}, {"lr", 0.1}}},
+          {"model",
+           {{"layers",
+             {{{"type", "Conv2d"}, {"in_channels", 3}, {"out_channels", 4}, {"kernel_size", 3}, {"padding", 1}},
+              {{"type", "GlobalAvgPool2d"}},
+              {{"type", "Linear"}, {"in_features", 4}, {"out_features", classes}}}}}}};
+}
+
+// ROOT/train/{even,odd}/<i>.png for i < n, 6 pixels high and 6 + i wide (`wider`) or 6.
+void write_odd_even(const fs::path& root, int n, bool wider) {
+  for (int i = 0; i < n; ++i) {
+    const int w = wider ? 6 + i : 6;
+    write_png(root / "train" / (i % 2 ? "odd" : "even") / (std::to_string(i) + ".png"), pattern(w, 6, 3), w, 6,
+              PNG_FORMAT_RGB);
+  }
+}
+
 size_t cache_files(const fs::path& dir) {
   size_t n = 0;
   std::error_code ec;
@@ -149,9 +179,7 @@ TEST_CASE("image folder: sorted classes, labels, PNG, gray, alpha, JPEG as PIL d
 TEST_CASE("image folder: the cache is read back, and a changed folder is decoded again", "[data][image_folder]") {
   test::TempDir tmp("imgcache");
   const fs::path root = tmp.path / "data";
-  for (int i = 0; i < 5; ++i)
-    write_png(root / "train" / (i % 2 ? "odd" : "even") / (std::to_string(i) + ".png"), pattern(6 + i, 6, 3), 6 + i, 6,
-              PNG_FORMAT_RGB);
+  write_odd_even(root, 5, true);
   write_png(root / "test/odd/t.png", pattern(6, 6, 3), 6, 6, PNG_FORMAT_RGB);
   DataOptions o = folder_options(root, 6);
   o.cache_dir = (tmp.path / "cache").string();
@@ -454,17 +482,7 @@ TEST_CASE("the model's output width must equal the data's class count", "[data][
       write_png(tmp.path / "train" / c / (std::to_string(i) + ".png"), pattern(10 + i, 12, 3), 10 + i, 12,
                 PNG_FORMAT_RGB);
   write_png(tmp.path / "test/dog/t.png", pattern(12, 12, 3), 12, 12, PNG_FORMAT_RGB);
-  nlohmann::json j = {
-      {"device", "cpu"},
-      {"batch_size", 4},
-      {"epochs", 1},
-      {"data", {{"format", "image_folder"}, {"dir", tmp.path.string()}, {"image_size", 12}}},
-      {"optimizer", {{"type", "SGD"}, {"lr", 0.1}}},
-      {"model",
-       {{"layers",
-         {{{"type", "Conv2d"}, {"in_channels", 3}, {"out_channels", 4}, {"kernel_size", 3}, {"padding", 1}},
-          {{"type", "GlobalAvgPool2d"}},
-          {{"type", "Linear"}, {"in_features", 4}, {"out_features", 10}}}}}}};
+  nlohmann::json j = tiny_folder_config(tmp.path, 10, 1);
   REQUIRE_THROWS_WITH(Trainer(parse_train_config(j), Device::cpu()),
                       Catch::Contains("3 classes") && Catch::Contains("out_features to 3"));
   // A model without its head gives a feature map: the message says so, with its shape.
@@ -483,4 +501,219 @@ TEST_CASE("the model's output width must equal the data's class count", "[data][
   int64_t dog_row = 0;
   for (int k = 0; k < 3; ++k) dog_row += confusion[3 + k];
   REQUIRE(dog_row == 1);  // the one test image is a dog
+}
+
+TEST_CASE("resume: training data that changed since the checkpoint is refused", "[image_folder][training][resume]") {
+  test::TempDir tmp("resume_data");
+  for (const char* c : {"cat", "dog"})
+    for (int i = 0; i < 8; ++i)
+      write_png(tmp.path / "train" / c / (std::to_string(i) + ".png"), pattern(12, 12, 3), 12, 12, PNG_FORMAT_RGB);
+  write_png(tmp.path / "test/dog/t.png", pattern(12, 12, 3), 12, 12, PNG_FORMAT_RGB);
+  nlohmann::json j = tiny_folder_config(tmp.path, 2, 2);
+  j["output"] = {{"dir", (tmp.path / "run").string()}, {"progress", false}};
+  std::ofstream(tmp.file("config.json")) << j.dump();
+  RunOptions fresh;
+  fresh.config_path = tmp.file("config.json");
+  fresh.max_steps = 2;
+  REQUIRE(Run(fresh).execute().exit_code == 0);
+  RunOptions resume;
+  resume.resume_dir = (tmp.path / "run").string();
+  // 8 images added to a class: the checkpoint's position is still a step of the (longer) epoch.
+  for (int i = 8; i < 16; ++i)
+    write_png(tmp.path / "train/cat" / (std::to_string(i) + ".png"), pattern(12, 12, 3), 12, 12, PNG_FORMAT_RGB);
+  REQUIRE_THROWS_WITH(Run(resume), Catch::Contains("the training data changed since the checkpoint was written") &&
+                                       Catch::Contains("of the 24 training images now"));
+  for (int i = 8; i < 16; ++i) fs::remove(tmp.path / "train/cat" / (std::to_string(i) + ".png"));
+  REQUIRE(Run(resume).execute().exit_code == 0);
+}
+
+namespace {
+
+// The only file in `dir`.
+fs::path only_file(const fs::path& dir) {
+  REQUIRE(cache_files(dir) == 1);
+  return fs::directory_iterator(dir)->path();
+}
+
+// The image cache's layout: magic (8 bytes), then 7 int64: key, n, c, h, w, metadata bytes, the
+// CRC-32 of the labels and pixels; the metadata; the labels (int32); the pixels.
+struct CacheBytes {
+  std::string bytes;
+  int64_t n = 0, labels_at = 0, pixels_at = 0;
+  explicit CacheBytes(const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+    int64_t head[7];
+    std::memcpy(head, bytes.data() + 8, sizeof head);
+    n = head[1];
+    labels_at = 8 + 56 + head[5];
+    pixels_at = labels_at + 4 * n;
+  }
+  void set_label(int64_t i, int32_t v) { std::memcpy(&bytes[static_cast<size_t>(labels_at + 4 * i)], &v, 4); }
+  // The CRC-32 recomputed, as a hand-made cache would carry it.
+  void fix_crc() {
+    const int64_t crc = static_cast<int64_t>(crc32_z(0L, reinterpret_cast<const Bytef*>(bytes.data() + labels_at),
+                                                     bytes.size() - static_cast<size_t>(labels_at)));
+    std::memcpy(&bytes[8 + 48], &crc, 8);
+  }
+  void write(const fs::path& path) const { std::ofstream(path, std::ios::binary) << bytes; }
+};
+
+}  // namespace
+
+TEST_CASE("image folder: a damaged cache is decoded again, and says so", "[data][image_folder][hostile]") {
+  test::TempDir tmp("imgcache_damaged");
+  const fs::path root = tmp.path / "data";
+  write_odd_even(root, 6, true);
+  DataOptions o = folder_options(root, 6);
+  o.cache_dir = (tmp.path / "cache").string();
+  const Dataset good = load_image_folder(o, Split::Train);
+  const fs::path cache = only_file(o.cache_dir);
+  const auto reload = [&] {
+    ImageFolderStats st;
+    const Dataset d = load_image_folder(o, Split::Train, &st);
+    REQUIRE_FALSE(st.from_cache);
+    REQUIRE(d.labels.values<int32_t>() == good.labels.values<int32_t>());
+    REQUIRE(d.images.values<uint8_t>() == good.images.values<uint8_t>());
+    return d.note;
+  };
+  // Every label zeroed, then every pixel inverted: a cache of the right size and key.
+  CacheBytes zeroed(cache);
+  for (int64_t i = 0; i < zeroed.n; ++i) zeroed.set_label(i, 0);
+  zeroed.write(cache);
+  REQUIRE_THAT(reload(), Catch::StartsWith("the image cache " + cache.string() +
+                                           " was damaged (its labels' and "
+                                           "pixels' CRC-32 is "));
+  CacheBytes inverted(cache);
+  for (size_t i = static_cast<size_t>(inverted.pixels_at); i < inverted.bytes.size(); ++i)
+    inverted.bytes[i] = static_cast<char>(~inverted.bytes[i]);
+  inverted.write(cache);
+  REQUIRE_THAT(reload(), Catch::Contains("was damaged (its labels' and pixels' CRC-32 is "));
+  // A label no class has, with a CRC-32 that matches it.
+  CacheBytes negative(cache);
+  negative.set_label(2, -7);
+  negative.fix_crc();
+  negative.write(cache);
+  REQUIRE_THAT(reload(), Catch::Contains("was damaged (image 2 has label -7, not one of the 2 classes)"));
+  ImageFolderStats st;
+  load_image_folder(o, Split::Train, &st);
+  REQUIRE(st.from_cache);
+
+  // A FIFO where the cache belongs is named, not opened (which would wait for a writer forever).
+  fs::remove(cache);
+  REQUIRE(::mkfifo(cache.c_str(), 0600) == 0);
+  REQUIRE_THAT(test::error_in_child([&] { load_image_folder(o, Split::Train); }),
+               Catch::Contains("image cache '" + cache.string() + "' is not a regular file (a FIFO"));
+}
+
+TEST_CASE("image folder: a file that cannot be read is skipped for this run only, never cached as bad",
+          "[data][image_folder]") {
+  test::TempDir tmp("imgcache_unreadable");
+  const fs::path root = tmp.path / "data";
+  write_odd_even(root, 4, false);
+  DataOptions o = folder_options(root, 6);
+  o.cache_dir = (tmp.path / "cache").string();
+  o.skip_bad = true;
+  fs::create_directories(o.cache_dir);
+  fs::permissions(o.cache_dir, fs::perms::all);
+  const fs::path locked = root / "train/odd/1.png";
+  fs::permissions(locked, fs::perms::none);
+  // Permissions bind root only through another effective user (restored after).
+  const bool root_user = ::geteuid() == 0;
+  if (root_user) REQUIRE(::seteuid(65534) == 0);
+  ImageFolderStats first;
+  Dataset d;
+  try {
+    d = load_image_folder(o, Split::Train, &first);
+  } catch (...) {
+    if (root_user) REQUIRE(::seteuid(0) == 0);
+    throw;
+  }
+  if (root_user) REQUIRE(::seteuid(0) == 0);
+  REQUIRE(first.skipped == 1);
+  REQUIRE(d.size() == 3);
+  REQUIRE(first.cache_path.empty());
+  REQUIRE_THAT(d.note, Catch::StartsWith("image cache not written: 1 files could not be read, e.g. '" +
+                                         locked.string() + "': cannot open (Permission denied)"));
+  fs::permissions(locked, fs::perms::owner_read | fs::perms::owner_write);
+  ImageFolderStats second;
+  REQUIRE(load_image_folder(o, Split::Train, &second).size() == 4);
+  REQUIRE(second.skipped == 0);
+  REQUIRE_FALSE(second.from_cache);
+}
+
+namespace {
+
+std::vector<uint8_t> from_hex(const std::string& hex) {
+  std::vector<uint8_t> out;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2)
+    out.push_back(static_cast<uint8_t>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("image decode: CMYK and YCCK JPEGs decode as Pillow's convert(\"RGB\")", "[data][image_folder]") {
+  // A 4x4 CMYK JPEG that Pillow 9.4 wrote, and the bytes its Image.open(f).convert("RGB") gives.
+  const std::vector<uint8_t> cmyk_jpeg = from_hex(
+      "ffd8ffee000e41646f626500640000000000ffdb0043000302020302020303030304030304050805050404050a070706080c"
+      "0a0c0c0b0a0b0b0d0e12100d0e110e0b0b1016101113141515150c0f171816141812141514ffc00014080004000404431100"
+      "4d11005911004b1100ffc400160001010100000000000000000000000000080407ffc4002210000202020202020300000000"
+      "00000000010203040506071112210031084251ffda000e0443004d0059004b00003f002c72cee1676ae45cbd9c857490c095"
+      "2b578c59b3e30429521091af7293d283f649627b662cc4b14b414e3d5ede49ec193619f276e4bed365e57635c31f05821119"
+      "4548516350a9d7af7ecfcda786bf11751dcab6c976de5b394275bf595d70d2d7c7432336328cad2186bc291076691892aa3b"
+      "fb3efb265d1790aef1e6a34ce1e862e2197b37edd846a6be08d0dfb346258d57a0a8b053814281fa9fefcfffd9");
+  const RgbImage cmyk = decode_image(cmyk_jpeg.data(), cmyk_jpeg.size(), "cmyk.jpg");
+  REQUIRE(cmyk.width == 4);
+  REQUIRE(cmyk.pixels == from_hex("0507036e790407080122785d26a8936e3171020a0713963784690411050e21291b3aa14a275c42060b0d"
+                                  "07b644104662"));
+
+  // YCCK (what libjpeg writes from CMYK pixels): libjpeg turns it back into the stored CMYK, then
+  // Pillow's rule: the values inverted (Adobe's convention), R = (255 - K) - C (255 - K) / 255.
+  std::vector<uint8_t> ink(16 * 16 * 4);
+  for (size_t i = 0; i < ink.size(); ++i) ink[i] = static_cast<uint8_t>((i * 37 + i / 64 * 11) % 256);
+  tjhandle t = tjInitCompress();
+  unsigned char* buf = nullptr;
+  unsigned long size = 0;
+  REQUIRE(tjCompress2(t, ink.data(), 16, 0, 16, TJPF_CMYK, &buf, &size, TJSAMP_444, 95, 0) == 0);
+  const std::vector<uint8_t> ycck_jpeg(buf, buf + size);
+  tjFree(buf);
+  tjDestroy(t);
+  tjhandle d = tjInitDecompress();
+  int w = 0, h = 0, subsamp = 0, colorspace = 0;
+  REQUIRE(tjDecompressHeader3(d, ycck_jpeg.data(), size, &w, &h, &subsamp, &colorspace) == 0);
+  REQUIRE(colorspace == TJCS_YCCK);
+  std::vector<uint8_t> stored(16 * 16 * 4);
+  REQUIRE(tjDecompress2(d, ycck_jpeg.data(), size, stored.data(), 16, 0, 16, TJPF_CMYK, 0) == 0);
+  tjDestroy(d);
+  std::vector<uint8_t> want;
+  for (size_t p = 0; p < 16 * 16; ++p) {
+    const int k = 255 - stored[p * 4 + 3], nk = 255 - k;
+    for (int c = 0; c < 3; ++c) {
+      const int tmp = (255 - stored[p * 4 + static_cast<size_t>(c)]) * nk + 128;
+      want.push_back(static_cast<uint8_t>(nk - (((tmp >> 8) + tmp) >> 8)));
+    }
+  }
+  REQUIRE(decode_image(ycck_jpeg.data(), ycck_jpeg.size(), "ycck.jpg").pixels == want);
+}
+
+TEST_CASE("image folder: a set larger than memory at its image_size is refused, naming both", "[data][image_folder]") {
+  // Enough 1x1 images that 3 x 4096 x 4096 bytes each exceed the memory available now.
+  const uint64_t available = available_host_bytes();
+  const uint64_t per_image = 3ull * 4096 * 4096;
+  const uint64_t n = available / per_image + 2;
+  if (available == 0 || n > 3000) {
+    WARN("SKIPPED: this machine's available memory (" << available << " bytes) needs too many files");
+    return;
+  }
+  test::TempDir tmp("imgfolder_huge");
+  for (uint64_t i = 0; i < n; ++i)
+    write_png(tmp.path / "train" / (i % 2 ? "a" : "b") / (std::to_string(i) + ".png"), pattern(1, 1, 3), 1, 1,
+              PNG_FORMAT_RGB);
+  DataOptions o = folder_options(tmp.path, 4096);
+  o.cache_dir = (tmp.path / "cache").string();
+  REQUIRE_THAT(test::error_of([&] { load_image_folder(o, Split::Train); }),
+               Catch::StartsWith("image folder '" + (tmp.path / "train").string() + "': its " + std::to_string(n) +
+                                 " images at data.image_size 4096 take ") &&
+                   Catch::Contains("lower data.image_size"));
 }

@@ -1,4 +1,4 @@
-// The whole-model memory check (train/model_memory.h): the estimate read from the config matches
+// The whole-model memory check (layers/model_memory.h): the estimate read from the config matches
 // what building allocates for every layer type, the peak it assumes is the peak the init path
 // reaches, and a model larger than memory is refused before anything is allocated, naming its
 // largest layer.
@@ -6,15 +6,18 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "core/allocator.h"
 #include "core/error.h"
 #include "core/init.h"
+#include "export/export_command.h"
+#include "layers/model_memory.h"
 #include "layers/registry.h"
 #include "test_util.h"
-#include "train/model_memory.h"
+#include "train/config.h"
 
 using namespace minidl;
 using nlohmann::json;
@@ -139,4 +142,31 @@ TEST_CASE("model memory: a model larger than memory is refused at once, naming i
     estimate_model_memory(json::parse(R"([{"type": "Linear", "in_features": 0, "out_features": 2}])"), "model.layers");
   });
   REQUIRE_THAT(msg, Catch::StartsWith("model.layers[0].in_features: must be in 1..2147483648, got 0"));
+}
+
+TEST_CASE("model memory: every way of building a model makes the check (build_sequential, build_layer, export)",
+          "[hostile][model_memory]") {
+  // Linear 32768->32768 layers (4.3 GB each): export built 25 of them one by one until the kernel
+  // killed it, where train refused the same config at once. 100 are more than any machine holds.
+  json huge = json::array();
+  for (int i = 0; i < 100; ++i) huge.push_back({{"type", "Linear"}, {"in_features", 32768}, {"out_features", 32768}});
+  const std::string want = "model.layers[0] (Linear 32768->32768): 4.3 GB of parameters and buffers; the model needs";
+  const size_t host_before = host_memory_stats().current_bytes;
+  const auto start = std::chrono::steady_clock::now();
+  REQUIRE_THAT(error_of([&] { build_sequential(huge, "model.layers"); }), Catch::StartsWith(want));
+  REQUIRE_THAT(error_of([&] {
+                 build_layer({{"type", "Sequential"}, {"layers", huge}}, "model");
+               }),
+               Catch::StartsWith("model.layers[0] (Linear 32768->32768): 4.3 GB"));
+  test::TempDir dir("export_memory");
+  json config = read_json_file(std::string(MINIDL_SOURCE_DIR) + "/configs/quick_cpu.json");
+  config["model"]["layers"] = huge;
+  std::ofstream(dir.file("huge.json")) << config.dump();
+  ExportOptions options;
+  options.config_path = dir.file("huge.json");
+  options.onnx_path = dir.file("huge.onnx");
+  REQUIRE_THAT(error_of([&] { export_command(options); }), Catch::StartsWith(want));
+  REQUIRE(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  REQUIRE(host_memory_stats().current_bytes == host_before);
+  REQUIRE_FALSE(std::filesystem::exists(dir.file("huge.onnx")));
 }

@@ -265,6 +265,13 @@ TEST_CASE("Muon state round-trips and the config is checked", "[muon]") {
   REQUIRE_THROWS_WITH(make_optimizer(json::parse(R"({"type": "Muon", "ns_dtype": "float16", "rest": {"type": "SGD"}})"),
                                      ps, "optimizer"),
                       Catch::Contains("optimizer.ns_dtype") && Catch::Contains("\"float16\""));
+  // ns_eps in float32's terms: below its smallest normal number (1.17549435e-38) it is 0 or
+  // subnormal there, and the first step divides by 0.
+  REQUIRE_THROWS_WITH(
+      make_optimizer(json::parse(R"({"type": "Muon", "ns_eps": 1e-39, "rest": {"type": "SGD"}})"), ps, "optimizer"),
+      Catch::Contains("optimizer.ns_eps: expected 0 < ns_eps <= 1 and at least 1.1754944e-38"));
+  REQUIRE_NOTHROW(
+      make_optimizer(json::parse(R"({"type": "Muon", "ns_eps": 1.2e-38, "rest": {"type": "SGD"}})"), ps, "optimizer"));
   Tensor empty = Tensor::zeros({0, 2, 3, 3});
   REQUIRE_THROWS_WITH(make_optimizer(json::parse(R"({"type": "Muon"})"), {{"e", empty, "Conv2d"}}, "optimizer"),
                       Catch::Contains("non-empty") && Catch::Contains("'e'"));

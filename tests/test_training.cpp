@@ -226,6 +226,30 @@ TEST_CASE("resume: a finished run is refused unless --set epochs=N raises the co
   REQUIRE(read_checkpoint_info(run + "/checkpoint.safetensors").epoch == 3);
 }
 
+TEST_CASE("resume: --set epochs=N never lowers the epoch count", "[training][resume]") {
+  MINIDL_REQUIRE_DATA();
+  const std::string root = test_root() + "/fewer";
+  fs::remove_all(root);
+  const std::string run = root + "/run";
+  RunOptions part = options_for(write_config(root), run);
+  part.max_steps = 3;
+  REQUIRE(run_training(part) == 0);
+  const auto before = snapshot(run);
+  RunOptions fewer = resume_of(run);
+  fewer.overrides = {"epochs=1.5"};
+  REQUIRE_THROWS_WITH(run_training(fewer), Catch::Contains("--set epochs=1.5 is fewer than the 2 epochs the run was "
+                                                           "started with"));
+  REQUIRE(snapshot(run) == before);
+  RunOptions same = resume_of(run);
+  same.overrides = {"epochs=2"};
+  same.max_steps = 4;
+  Run resumed(same);
+  REQUIRE(resumed.execute().exit_code == 0);
+  REQUIRE(slurp(run + "/log.txt").find("raised") == std::string::npos);
+  // A Run trains once: a second execute() says so (it blamed another process).
+  REQUIRE_THROWS_WITH(resumed.execute(), Catch::Contains("this run has been executed already"));
+}
+
 TEST_CASE("resume: other options are refused and a bad checkpoint changes nothing", "[training][resume]") {
   MINIDL_REQUIRE_DATA();
   const std::string root = test_root() + "/refused";

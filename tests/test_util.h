@@ -3,6 +3,8 @@
 #pragma once
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -30,6 +32,49 @@ std::string error_of(F&& f) {
   }
   FAIL("no minidl::Error thrown");
   return "";
+}
+
+// The message of the Error `f` throws, run in a child process that must end within `seconds`:
+// for calls that would block forever (an open() of a FIFO) when broken. A child that throws no
+// Error, or does not end in time (it is killed), gives a message saying so, which no check expects.
+inline std::string error_in_child(const std::function<void()>& f, int seconds = 10) {
+  int fds[2];
+  REQUIRE(::pipe(fds) == 0);
+  std::fflush(nullptr);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::close(fds[0]);
+    std::string message = "no minidl::Error thrown";
+    try {
+      f();
+    } catch (const Error& e) {
+      message = e.what();
+    } catch (const std::exception& e) {
+      message = std::string("another exception: ") + e.what();
+    }
+    if (::write(fds[1], message.data(), message.size()) < 0) _exit(2);
+    _exit(0);
+  }
+  ::close(fds[1]);
+  int status = 0;
+  bool ended = false;
+  for (int i = 0; i < seconds * 100 && !ended; ++i) {
+    ended = ::waitpid(pid, &status, WNOHANG) == pid;
+    if (!ended) ::usleep(10000);
+  }
+  if (!ended) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    ::close(fds[0]);
+    return "the call did not end within " + std::to_string(seconds) + " s";
+  }
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  ::close(fds[0]);
+  return out;
 }
 
 // Uniform values in [lo, hi) from (seed, kStreamTest, i): the same on every machine.

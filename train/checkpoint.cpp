@@ -23,17 +23,18 @@ namespace {
 
 constexpr const char* kFormat = "minidl-checkpoint-1";
 constexpr const char* kOptimizerPrefix = "optimizer.";
-// The CRC-32 of the tensors' bytes, written with them: a flipped bit anywhere in the weights or
-// the optimizer state makes the file "damaged" instead of silently changing the run. Files
-// written without it still load.
+// The CRC-32 of every tensor's header entry (name, dtype, shape, offsets) and bytes, written with
+// them: a flipped bit anywhere in the weights or the optimizer state, or two names swapped in the
+// header, makes the file "damaged" instead of silently changing the run.
+constexpr const char* kTensorsCrc32 = "tensors_crc32";
+// Files written before kTensorsCrc32 carry the CRC-32 of the bytes alone, which binds no name to
+// its bytes: such a file loads only when its tensors lie in the order minidl writes them (the
+// model's state dict, then the optimizer's state), which then binds each name to its place.
 constexpr const char* kPayloadCrc32 = "payload_crc32";
 constexpr const char* kMetadataCrc32 = "metadata_crc32";
 
-// A CRC-32 as the file records it: 8 hex digits.
-std::string crc_hex(uLong crc) {
-  char hex[9];
-  std::snprintf(hex, sizeof hex, "%08lx", static_cast<unsigned long>(crc));
-  return hex;
+bool is_crc_hex(const std::string& s) {
+  return s.size() == 8 && s.find_first_not_of("0123456789abcdef") == std::string::npos;
 }
 
 // CRC-32 of every metadata entry but the two checksums, as "key=value\n" in key order: an edited
@@ -41,11 +42,11 @@ std::string crc_hex(uLong crc) {
 std::string metadata_crc32(const std::map<std::string, std::string>& metadata) {
   uLong crc = crc32_z(0L, Z_NULL, 0);
   for (const auto& [key, value] : metadata) {
-    if (key == kPayloadCrc32 || key == kMetadataCrc32) continue;
+    if (key == kTensorsCrc32 || key == kPayloadCrc32 || key == kMetadataCrc32) continue;
     const std::string entry = key + "=" + value + "\n";
     crc = crc32_z(crc, reinterpret_cast<const Bytef*>(entry.data()), entry.size());
   }
-  return crc_hex(crc);
+  return crc_hex(static_cast<uint32_t>(crc));
 }
 
 // A whole decimal integer in [lo, hi]: "1xyz", "", "+-3" and values past int64 are errors.
@@ -104,6 +105,11 @@ CheckpointInfo info_from_metadata(const std::map<std::string, std::string>& meta
     info.evaluated = metadata_int(get("evaluated"), "evaluated", 0, 1, path) == 1;
   }
   if (meta.count("world_size")) info.world_size = metadata_int(get("world_size"), "world_size", 1, 1 << 20, path);
+  if (meta.count("data_crc32")) {
+    info.data_crc32 = get("data_crc32");
+    MINIDL_CHECK(is_crc_hex(info.data_crc32), "checkpoint '", path, "': metadata 'data_crc32' is '",
+                 text_excerpt(info.data_crc32), "', expected 8 hex digits");
+  }
   if (meta.count("grad_scaler")) {
     info.grad_scaler = parse_json_limited(get("grad_scaler"), str("checkpoint '", path, "': metadata 'grad_scaler'"));
     MINIDL_CHECK(info.grad_scaler.is_object(), "checkpoint '", path, "': metadata 'grad_scaler' is a JSON ",
@@ -134,12 +140,13 @@ std::map<std::string, std::string> checkpoint_metadata(const Optimizer& optimize
   if (!info.grad_scaler.is_null()) meta["grad_scaler"] = info.grad_scaler.dump();
   if (!info.classes.is_null()) meta["classes"] = info.classes.dump();
   if (info.world_size > 1) meta["world_size"] = std::to_string(info.world_size);
+  if (!info.data_crc32.empty()) meta["data_crc32"] = info.data_crc32;
   return meta;
 }
 
 void save_checkpoint_bytes(const std::string& path, const std::vector<TensorBytes>& tensors,
                            std::map<std::string, std::string> metadata) {
-  metadata[kPayloadCrc32] = tensors_crc32(tensors);
+  metadata[kTensorsCrc32] = tensors_crc32(tensors);
   metadata[kMetadataCrc32] = metadata_crc32(metadata);
   save_safetensors_bytes(path, tensors, metadata);
 }
@@ -195,14 +202,29 @@ bool ends_with(const std::string& s, const std::string& tail) {
 // Normalization statistics no run can produce (a NaN, infinite or negative running variance, a
 // non-finite running mean) mean a corrupt or edited file; loaded, they would silently ruin every
 // evaluation from then on.
-void check_running_stats(const std::string& name, const Tensor& t, const std::string& path) {
+void check_running_stats(const std::string& name, const Tensor& t, const std::string& path,
+                         const char* what = "checkpoint") {
   const bool var = ends_with(name, "running_var");
   if ((!var && !ends_with(name, "running_mean")) || t.dtype() != DType::Float32) return;
   const float* v = t.data<float>();
   for (int64_t i = 0; i < t.numel(); ++i)
-    MINIDL_CHECK(std::isfinite(v[i]) && (!var || v[i] >= 0), "checkpoint '", path, "': ", text_excerpt(name), "[", i,
+    MINIDL_CHECK(std::isfinite(v[i]) && (!var || v[i] >= 0), what, " '", path, "': ", text_excerpt(name), "[", i,
                  "] is ", v[i], ", which no run produces (", var ? "a variance is finite and >= 0" : "a mean is finite",
                  "): the file is corrupt");
+}
+
+// The CRC-32 of the tensors' bytes alone, as files written before kTensorsCrc32 record it.
+std::string payload_crc32(const std::vector<TensorBytes>& tensors) {
+  uLong crc = crc32_z(0L, Z_NULL, 0);
+  for (const TensorBytes& t : tensors) crc = crc32_z(crc, static_cast<const Bytef*>(t.data), t.nbytes);
+  return crc_hex(static_cast<uint32_t>(crc));
+}
+
+void check_crc(const std::string& recorded, const std::string& actual, const std::string& what,
+               const std::string& path) {
+  MINIDL_CHECK(actual == recorded, what, " '", path, "' is damaged: its tensors' CRC-32 is ", actual,
+               " but the file records ", text_excerpt(recorded),
+               " (changed after it was written: a disk or copy error, or an edit)");
 }
 
 // The tensors as written: statistics a run can produce, and the CRC-32 the writer recorded.
@@ -216,15 +238,32 @@ void check_tensors(const SafeTensors& st, const std::string& path) {
                  " but the file records ", text_excerpt(m->second),
                  " (changed after it was written: a disk or copy error, or an edit)");
   }
-  auto it = st.metadata.find(kPayloadCrc32);
-  if (it == st.metadata.end()) return;
-  const std::string actual = tensors_crc32(st.tensors);
-  MINIDL_CHECK(actual == it->second, "checkpoint '", path, "' is damaged: its tensors' CRC-32 is ", actual,
-               " but the file records ", text_excerpt(it->second),
-               " (changed after it was written: a disk or copy error, or an edit)");
+  if (auto it = st.metadata.find(kTensorsCrc32); it != st.metadata.end())
+    check_crc(it->second, tensors_crc32(st.tensors), "checkpoint", path);
+  else if (auto old = st.metadata.find(kPayloadCrc32); old != st.metadata.end())
+    check_crc(old->second, payload_crc32(tensor_bytes(st.tensors)), "checkpoint", path);
+}
+
+// A file whose CRC binds no name to its bytes (kPayloadCrc32 only) must hold the tensors in the
+// order `expected` (checkpoint_tensors') lists them.
+void check_legacy_order(const SafeTensors& st, const std::vector<std::pair<std::string, Tensor>>& expected,
+                        const std::string& path) {
+  if (st.metadata.count(kTensorsCrc32) || !st.metadata.count(kPayloadCrc32)) return;
+  const size_t n = std::min(st.tensors.size(), expected.size());
+  for (size_t i = 0; i < n; ++i)
+    MINIDL_CHECK(st.tensors[i].first == expected[i].first, "checkpoint '", path, "' was written before checkpoints ",
+                 "checksummed their tensors' names, and its tensor '", text_excerpt(st.tensors[i].first),
+                 "' lies where minidl writes '", expected[i].first, "': its header may have been edited (names ",
+                 "swapped), so it is refused");
 }
 
 }  // namespace
+
+std::string crc_hex(uint32_t crc) {
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08lx", static_cast<unsigned long>(crc));
+  return hex;
+}
 
 std::string tensors_crc32(const std::vector<std::pair<std::string, Tensor>>& host_tensors) {
   return tensors_crc32(tensor_bytes(host_tensors));
@@ -232,8 +271,55 @@ std::string tensors_crc32(const std::vector<std::pair<std::string, Tensor>>& hos
 
 std::string tensors_crc32(const std::vector<TensorBytes>& tensors) {
   uLong crc = crc32_z(0L, Z_NULL, 0);
-  for (const TensorBytes& t : tensors) crc = crc32_z(crc, static_cast<const Bytef*>(t.data), t.nbytes);
-  return crc_hex(crc);
+  uint64_t offset = 0;
+  for (const TensorBytes& t : tensors) {
+    std::string entry = t.name + '\0' + dtype_name(t.dtype) + '\0';
+    for (const int64_t d : t.shape) entry += std::to_string(d) + ',';
+    entry += str('\0', offset, ',', offset + t.nbytes, '\n');
+    offset += t.nbytes;
+    crc = crc32_z(crc, reinterpret_cast<const Bytef*>(entry.data()), entry.size());
+    crc = crc32_z(crc, static_cast<const Bytef*>(t.data), t.nbytes);
+  }
+  return crc_hex(static_cast<uint32_t>(crc));
+}
+
+std::map<std::string, std::string> weights_metadata(const std::vector<TensorBytes>& tensors) {
+  return {{"format", "pt"}, {kTensorsCrc32, tensors_crc32(tensors)}};
+}
+
+void save_weights(const std::string& path, const Module& model) {
+  std::vector<std::pair<std::string, Tensor>> host = model.state_dict();
+  for (auto& entry : host) entry.second = entry.second.cpu();
+  const std::vector<TensorBytes> bytes = tensor_bytes(host);
+  save_safetensors_bytes(path, bytes, weights_metadata(bytes));
+}
+
+void check_weights(const SafeTensors& st, const std::string& path) {
+  for (const auto& [name, t] : st.tensors) check_running_stats(name, t, path, "weights file");
+  if (auto it = st.metadata.find(kTensorsCrc32); it != st.metadata.end())
+    check_crc(it->second, tensors_crc32(st.tensors), "weights file", path);
+}
+
+namespace {
+
+// The parts of a run's config that define its model and what the model is given.
+nlohmann::json model_parts(const nlohmann::json& config) {
+  nlohmann::json parts = {{"model", config.value("model", nlohmann::json())}};
+  const nlohmann::json data = config.value("data", nlohmann::json::object());
+  for (const char* key : {"format", "image_size", "normalize"})
+    parts[key] = data.is_object() ? data.value(key, nlohmann::json()) : nlohmann::json();
+  return parts;
+}
+
+}  // namespace
+
+void check_run_config(const nlohmann::json& config, const std::string& config_path,
+                      const std::string& checkpoint_path) {
+  const CheckpointInfo info = read_checkpoint_info(checkpoint_path);
+  MINIDL_CHECK(model_parts(config) == model_parts(info.config), "'", config_path,
+               "' does not describe the model the run trained: its model, data.format, data.image_size or ",
+               "data.normalize differ from those its checkpoint '", checkpoint_path,
+               "' records (config.json was edited after the run wrote it); restore the run's config.json");
 }
 
 CheckpointInfo read_checkpoint_info(const std::string& path) {
@@ -245,6 +331,7 @@ CheckpointInfo read_checkpoint_info(const std::string& path) {
 CheckpointInfo load_checkpoint(const std::string& path, Module& model, Optimizer& optimizer) {
   SafeTensors st = load_safetensors(path);
   check_tensors(st, path);
+  check_legacy_order(st, checkpoint_tensors(model, optimizer), path);
   CheckpointInfo info = info_from_metadata(st.metadata, path);
   std::vector<std::pair<std::string, Tensor>> weights, opt;
   const std::string prefix = kOptimizerPrefix;

@@ -40,6 +40,9 @@ struct CheckpointInfo {
   // The ranks that trained it, metadata "world_size" (written above 1; absent: 1). With the
   // config's accumulate_steps it gives the micro-batches per step a resume must keep.
   int64_t world_size = 1;
+  // The CRC-32 of the training data it trained on (Trainer::training_data_crc32), 8 hex digits,
+  // metadata "data_crc32"; empty when not recorded. A resume with other data is refused.
+  std::string data_crc32;
 };
 
 // The checkpoint of `model` and `optimizer` at `info`, written to `path` on the calling thread.
@@ -52,12 +55,13 @@ bool is_kept_checkpoint_name(const std::string& name);
 // (train/checkpoint_writer.h). The tensors, in file order: the model's state dict, then the
 // optimizer's state as "optimizer.<name>" (on their devices).
 std::vector<std::pair<std::string, Tensor>> checkpoint_tensors(const Module& model, const Optimizer& optimizer);
-// The metadata at `info`, without "payload_crc32" (computed from the bytes as they are written)
+// The metadata at `info`, without "tensors_crc32" (computed from the bytes as they are written)
 // and "metadata_crc32".
 std::map<std::string, std::string> checkpoint_metadata(const Optimizer& optimizer, const CheckpointInfo& info);
 // The checkpoint file of `tensors` (host bytes in checkpoint_tensors' order) and `metadata`, with
-// the CRC-32 of the tensors' bytes ("payload_crc32") and of the other metadata entries
-// ("metadata_crc32"), both checked on load where present. Touches no Tensor: safe on any thread.
+// the CRC-32 of the tensors ("tensors_crc32": every header entry and its bytes) and of the other
+// metadata entries ("metadata_crc32"), both checked on load where present. Touches no Tensor: safe
+// on any thread.
 void save_checkpoint_bytes(const std::string& path, const std::vector<TensorBytes>& tensors,
                            std::map<std::string, std::string> metadata);
 // The run's checkpoint DIR/checkpoint.safetensors at global step `step`, written atomically: the
@@ -73,12 +77,32 @@ void write_run_checkpoint(const std::string& dir, const std::vector<TensorBytes>
 // that is not an object or nested too deep, a tensor missing or mis-shaped) is an Error naming
 // the file, raised before anything is changed.
 CheckpointInfo load_checkpoint(const std::string& path, Module& model, Optimizer& optimizer);
-// zlib's CRC-32 of host tensors' bytes in file order, 8 hex digits: the checksum a checkpoint
-// records as "payload_crc32" and is checked against on load. A CRC rather than a SHA-256: it
-// catches every flipped bit and torn block a disk or a copy makes, and zlib computes it at
-// gigabytes per second (our SHA-256 took seconds per checkpoint of a few hundred MB).
+// zlib's CRC-32 of host tensors in file order, each as its header entry (name, dtype, shape, data
+// offsets) then its bytes, 8 hex digits: the checksum a checkpoint records as "tensors_crc32" and
+// is checked against on load, so a flipped bit and a renamed or swapped tensor are both found. A
+// CRC rather than a SHA-256: it catches every flipped bit and torn block a disk or a copy makes,
+// and zlib computes it at gigabytes per second (our SHA-256 took seconds per checkpoint of a few
+// hundred MB).
 std::string tensors_crc32(const std::vector<std::pair<std::string, Tensor>>& host_tensors);
 std::string tensors_crc32(const std::vector<TensorBytes>& tensors);
+
+// model.safetensors: the weights alone, loadable by PyTorch, and protected as a checkpoint is: its
+// metadata is "format": "pt" and "tensors_crc32". It records nothing of the config, so runs that
+// end with the same weights write the same file.
+std::map<std::string, std::string> weights_metadata(const std::vector<TensorBytes>& tensors);
+// model.safetensors of `model`, written atomically on the calling thread.
+void save_weights(const std::string& path, const Module& model);
+// A weights file read back: statistics a run can produce, and its tensors' CRC-32 where the file
+// records it (files written before carry none).
+void check_weights(const SafeTensors& st, const std::string& path);
+// A run's config.json against its checkpoint (whose metadata, config included, has a CRC-32 of
+// its own): the model, data.format, data.image_size and data.normalize must be the checkpoint's,
+// so an edited config.json is not silently exported with the run's weights. --resume --set
+// epochs=N and accumulate_steps=K change neither.
+void check_run_config(const nlohmann::json& config, const std::string& config_path,
+                      const std::string& checkpoint_path);
+// A CRC-32 as the files record it: 8 lowercase hex digits.
+std::string crc_hex(uint32_t crc);
 // Reads only the metadata (resolved config, epoch, step).
 CheckpointInfo read_checkpoint_info(const std::string& path);
 

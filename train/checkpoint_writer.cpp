@@ -90,9 +90,10 @@ void CheckpointWriter::loop() {
     try {
       test_pause_point("CHECKPOINT_WRITE");
       write_run_checkpoint(dir_, tensors_, metadata_, step_, previous_step_, keep_);
-      if (!weights_path_.empty())
-        save_safetensors_bytes(weights_path_, {tensors_.begin(), tensors_.begin() + static_cast<long>(weights_count_)},
-                               {{"format", "pt"}});
+      if (!weights_path_.empty()) {
+        const std::vector<TensorBytes> weights(tensors_.begin(), tensors_.begin() + static_cast<long>(weights_count_));
+        save_safetensors_bytes(weights_path_, weights, weights_metadata(weights));
+      }
     } catch (...) {
       error = std::current_exception();
     }

@@ -39,7 +39,7 @@ class CheckpointWriter {
   // `optimizer` at `info`, and returns: from here training may change them. The write is
   // write_run_checkpoint(dir, ..., info.step, previous_step, keep) on the writer's thread, then,
   // when `weights_path` is not empty, the model's state dict alone to that file from the same
-  // snapshot (the bytes of save_safetensors(weights_path, model.state_dict(), {"format": "pt"})).
+  // snapshot (the bytes of save_weights(weights_path, model)).
   void write(const std::string& dir, const Module& model, const Optimizer& optimizer, const CheckpointInfo& info,
              int64_t previous_step, int64_t keep, const std::string& weights_path = "");
   // Waits for the write in flight: once it returns, that checkpoint is complete on disk. Throws

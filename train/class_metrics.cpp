@@ -26,11 +26,32 @@ nlohmann::json class_metrics(const std::vector<std::string>& classes, const std:
   return {{"classes", classes}, {"per_class_acc", acc}, {"confusion", rows}};
 }
 
+namespace {
+
+// A class name as the terminal and log.txt show it: its UTF-8 text, with control bytes (ESC,
+// newlines: a folder's name may hold any) written as \xNN, as error messages write them.
+std::string shown_name(const std::string& name) {
+  std::string out;
+  for (const char c : name) {
+    const auto b = static_cast<unsigned char>(c);
+    if (b < 0x20 || b == 0x7f) {
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02x", b);
+      out += hex;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string class_metrics_line(const nlohmann::json& m) {
   std::vector<std::pair<double, std::string>> scored;
   for (size_t i = 0; i < m["classes"].size(); ++i)
     if (!m["per_class_acc"][i].is_null())
-      scored.emplace_back(m["per_class_acc"][i].get<double>(), m["classes"][i].get<std::string>());
+      scored.emplace_back(m["per_class_acc"][i].get<double>(), shown_name(m["classes"][i].get<std::string>()));
   auto item = [](const std::pair<double, std::string>& s) {
     char buf[32];
     std::snprintf(buf, sizeof(buf), " %.1f%%", s.first);

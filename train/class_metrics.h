@@ -17,7 +17,8 @@ class Trainer;
 //  "confusion": [[...], ...]} from K x K row-major counts.
 nlohmann::json class_metrics(const std::vector<std::string>& classes, const std::vector<int64_t>& confusion);
 
-// One line for the log: every class's accuracy, or the 5 worst and 5 best of more than 10.
+// One line for the log: every class's accuracy, or the 5 worst and 5 best of more than 10. Names
+// keep their UTF-8 text; control bytes in them are written as \xNN.
 std::string class_metrics_line(const nlohmann::json& metrics);
 
 // Runs the trainer's confusion pass with `tta`, adds class_metrics (and "class_metrics_tta") to

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/json_limits.h"
 
 namespace minidl {
 
@@ -142,15 +143,22 @@ std::string format_profile_comparison(const nlohmann::json& a, const nlohmann::j
 
 int profile_compare_command(const std::string& a_path, const std::string& b_path) {
   auto load = [](const std::string& path) {
-    std::ifstream in(path);
-    MINIDL_CHECK(in.good(), "profile --compare: cannot open '", path, "'");
-    nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    MINIDL_CHECK(!j.is_discarded(), "profile --compare: '", path, "' is not valid JSON");
+    nlohmann::json j;
+    const std::string text = read_file_limited(path, "profile --compare: profile", size_t{1} << 30);
+    MINIDL_CHECK(try_parse_json_limited(text, path, &j) && j.is_object(), "profile --compare: '", path,
+                 "' is not a profile.json (not a JSON object)");
     return j;
   };
   const nlohmann::json a = load(a_path);
   const nlohmann::json b = load(b_path);
-  std::cout << format_profile_comparison(a, b, a_path, b_path) << std::flush;
+  std::string table;
+  try {
+    table = format_profile_comparison(a, b, a_path, b_path);
+  } catch (const nlohmann::json::exception& e) {
+    fail(str("profile --compare: '", a_path, "' and '", b_path, "' are not both profile.json files of minidl profile (",
+             text_excerpt(e.what()), ")"));
+  }
+  std::cout << table << std::flush;
   return 0;
 }
 

@@ -32,7 +32,12 @@ TrainConfig resume_config(const RunOptions& o, const CheckpointInfo& info, const
   TrainConfig c = parse_train_config(j);
   if (!o.device.empty()) c.device = o.device;
   c.output_dir = run_dir;
-  *raised = c.epochs != before;
+  // Fewer epochs would change the run's schedule from the resumed step on (a cosine or piecewise
+  // schedule follows the run's length): the logs and the checkpoint would describe another run.
+  MINIDL_CHECK(c.epochs >= before, where, ": --set epochs=", c.epochs, " is fewer than the ", before,
+               " epochs the run was started with; a resumed run trains as long or longer (to stop it earlier, ",
+               "pass --max-steps N)");
+  *raised = c.epochs > before;
   MINIDL_CHECK(o.max_steps == 0 || o.max_steps > info.step, where, ": --max-steps ", o.max_steps,
                " is already reached (the checkpoint is at step ", info.step, ")");
   return c;
@@ -75,6 +80,15 @@ void check_resume_position(const CheckpointInfo& info, int64_t steps_per_epoch, 
                    (in_epoch == 0) == (info.epoch_seen == 0),
                "checkpoint '", ckpt, "': ", info.epoch_seen, " images seen in the epoch do not match its ", in_epoch,
                " steps of ", batch_size);
+}
+
+void check_resume_data(const CheckpointInfo& info, uint32_t data_crc32, int64_t images, const std::string& run_dir) {
+  if (info.data_crc32.empty()) return;
+  const std::string now = crc_hex(data_crc32);
+  MINIDL_CHECK(now == info.data_crc32, "--resume ", run_dir, ": the training data changed since the checkpoint was ",
+               "written (CRC-32 ", now, " of the ", images, " training images now, ", info.data_crc32,
+               " then): the run would go on with other images than it trained on; restore the data it trained on, ",
+               "or start a new run");
 }
 
 CheckpointInfo read_resume_checkpoint(const std::string& run_dir) {

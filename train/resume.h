@@ -42,6 +42,11 @@ void check_micro_batches(const CheckpointInfo& info, int64_t micro_batches, int 
 void check_resume_position(const CheckpointInfo& info, int64_t steps_per_epoch, int64_t total_steps,
                            int64_t batch_size, const std::string& run_dir, double epochs, bool epochs_set);
 
+// The checkpoint records the CRC-32 of the training data it trained on (checkpoints written
+// before it was recorded have none): other data now (images added, changed or removed) would go
+// on training another run than the one its logs describe, so it is refused.
+void check_resume_data(const CheckpointInfo& info, uint32_t data_crc32, int64_t images, const std::string& run_dir);
+
 // The same position and config: the checkpoint did not change between two reads.
 bool same_position(const CheckpointInfo& a, const CheckpointInfo& b);
 

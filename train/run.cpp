@@ -4,6 +4,7 @@
 #include <cmath>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <sstream>
 
@@ -56,26 +57,80 @@ std::string fixed(double v, int digits) {
   return os.str();
 }
 
-// Every rank must train the same model the same way: ranks started with different configs (a
-// --set on one of them) would each apply the averaged gradients to weights of their own and drift
-// apart, and rank 0 would save its own. One all-gather of a hash of the resolved config (where the
-// run folder is and whether progress shows may differ) finds that before the first step.
-void check_same_config(Communicator& comm, const nlohmann::json& resolved, Device device) {
+// Every rank's `value`, all-gathered (rank order). Rank 0 alone speaks for the job: it ends it,
+// naming the first rank whose value differs from its own with `says(rank, its value, rank 0's)`.
+void check_ranks_agree(Communicator& comm, Device device, uint64_t value,
+                       const std::function<std::string(int, uint64_t, uint64_t)>& says) {
   if (comm.world_size() == 1) return;
-  nlohmann::json j = resolved;
-  j.erase("output");
-  const uint64_t h = std::hash<std::string>{}(j.dump());
   const Tensor mine = Tensor::from_vector(
-      std::vector<int32_t>{static_cast<int32_t>(h & 0xffffffffu), static_cast<int32_t>(h >> 32)}, {2}, device);
+      std::vector<int32_t>{static_cast<int32_t>(value & 0xffffffffu), static_cast<int32_t>(value >> 32)}, {2}, device);
   Tensor all = Tensor::empty({2 * comm.world_size()}, DType::Int32, device);
   comm.all_gather(mine, all);
   const std::vector<int32_t> v = all.to(Device::cpu()).values<int32_t>();
-  // Every rank sees the same hashes; rank 0 alone says so, and ends the job.
   if (comm.rank() != 0) return;
-  for (int r = 1; r < comm.world_size(); ++r)
-    MINIDL_CHECK(v[2 * r] == v[0] && v[2 * r + 1] == v[1], "rank ", r, " of ", comm.world_size(),
-                 " was started with another config than rank 0 (their resolved configs differ): every rank needs the ",
-                 "same --config and --set");
+  const auto at = [&](int r) {
+    return static_cast<uint64_t>(static_cast<uint32_t>(v[2 * r])) |
+           static_cast<uint64_t>(static_cast<uint32_t>(v[2 * r + 1])) << 32;
+  };
+  for (int r = 1; r < comm.world_size(); ++r) MINIDL_CHECK(at(r) == at(0), says(r, at(r), at(0)));
+}
+
+std::string crc_text(uint64_t crc) { return crc_hex(static_cast<uint32_t>(crc)); }
+
+// Every rank must train the same model the same way from the same place: ranks started with
+// different configs (a --set on one of them), other data (a CIFAR10_DIR or node-local image
+// folder of their own), another start (one resumes, another starts fresh) or other options that
+// change the run (--max-steps) would each apply the averaged gradients to weights of their own and
+// drift apart, or wait for each other in different collectives; rank 0 would save its own. One
+// all-gather per thing finds that before the first step. Where the run folder is and whether
+// progress shows may differ.
+void check_same_run(Communicator& comm, Device device, const nlohmann::json& resolved, uint32_t data_crc,
+                    const RunOptions& options, int64_t start) {
+  if (comm.world_size() == 1) return;
+  const std::string n = std::to_string(comm.world_size());
+  nlohmann::json j = resolved;
+  j.erase("output");
+  check_ranks_agree(comm, device, std::hash<std::string>{}(j.dump()), [&](int r, uint64_t, uint64_t) {
+    return str("rank ", r, " of ", n, " was started with another config than rank 0 (their resolved configs ",
+               "differ): every rank needs the same --config and --set");
+  });
+  check_ranks_agree(comm, device, data_crc, [&](int r, uint64_t theirs, uint64_t ours) {
+    return str("rank ", r, " of ", n, " loaded other training data than rank 0 (CRC-32 ", crc_text(theirs),
+               ", rank 0's ", crc_text(ours), "): every rank needs the same data (data.dir, CIFAR10_DIR, the ",
+               "image folder on each node)");
+  });
+  // The step a rank starts at, + 1 (0: a fresh run).
+  const auto start_text = [](uint64_t v) {
+    return v == 0 ? std::string("as a fresh run") : str("from a checkpoint at step ", v - 1);
+  };
+  check_ranks_agree(comm, device, static_cast<uint64_t>(start), [&](int r, uint64_t theirs, uint64_t ours) {
+    return str("rank ", r, " of ", n, " starts ", start_text(theirs), ", rank 0 ", start_text(ours),
+               ": every rank needs the same --resume RUN_DIR (or none)");
+  });
+  check_ranks_agree(comm, device, static_cast<uint64_t>(options.max_steps), [&](int r, uint64_t theirs, uint64_t ours) {
+    return str("rank ", r, " of ", n, " was started with --max-steps ", theirs, ", rank 0 with ", ours,
+               " (0: none): every rank needs the same --max-steps");
+  });
+  check_ranks_agree(comm, device, options.profile ? 1 : 0, [&](int r, uint64_t theirs, uint64_t) {
+    return str("rank ", r, " of ", n, theirs ? " was" : " was not", " started with --profile and rank 0 ",
+               theirs ? "was not" : "was", ": every rank needs the same options");
+  });
+}
+
+// Before the first step every rank holds the same weights and optimizer state (the same seed, or
+// the same checkpoint, which each rank loads itself): ranks that do not would average the
+// gradients of different models.
+void check_same_state(Communicator& comm, Device device, Trainer& trainer) {
+  if (comm.world_size() == 1) return;
+  std::vector<std::pair<std::string, Tensor>> host = checkpoint_tensors(trainer.model(), trainer.optimizer());
+  for (auto& entry : host) entry.second = entry.second.cpu();
+  const std::string n = std::to_string(comm.world_size());
+  check_ranks_agree(comm, device, std::stoull(tensors_crc32(host), nullptr, 16),
+                    [&](int r, uint64_t theirs, uint64_t ours) {
+                      return str("rank ", r, " of ", n, " holds other weights than rank 0 before the first step ",
+                                 "(CRC-32 ", crc_text(theirs), " of its model and optimizer state, rank 0's ",
+                                 crc_text(ours), "): every rank needs the same checkpoint, or the same seed");
+                    });
 }
 
 // The signal that stops the run at this step boundary, the same on every rank: the first rank's
@@ -147,7 +202,9 @@ Run::Run(const RunOptions& options) try : options_(options) {
     comm_->set_timeout_report(std::move(report));
     trainer_ = std::make_unique<Trainer>(config_, device_);
     trainer_->set_communicator(comm_);
-    check_same_config(*comm_, trainer_->resolved_config(), device_);
+    check_same_run(*comm_, device_, trainer_->resolved_config(),
+                   comm_->world_size() > 1 ? trainer_->training_data_crc32() : 0, options,
+                   resume_ ? start_.step + 1 : 0);
     MINIDL_CHECK(!options.profile || trainer_->micro_batches() == 1, "--profile times steps of one micro-batch; this ",
                  "run has ", trainer_->micro_batches(), " (world size x accumulate_steps): profile with ",
                  "accumulate_steps 1 on one process");
@@ -158,6 +215,7 @@ Run::Run(const RunOptions& options) try : options_(options) {
                             config_.epochs, !options.overrides.empty());
       check_micro_batches(start_, trainer_->micro_batches(), comm_->world_size(), trainer_->sync_norm_layers(),
                           run_dir_);
+      check_resume_data(start_, trainer_->training_data_crc32(), trainer_->train_size(), run_dir_);
     } else if (writer()) {
       check_fresh_run_folder(run_dir_, options.overwrite, trainer_->resolved_config(), options.restart);
     }
@@ -204,10 +262,10 @@ std::vector<std::string> Run::take_folder() {
   }
   if (!writer()) return replaced;
   if (resume_) {
-    check_jsonl(run_dir_ + "/metrics.jsonl");
-    check_jsonl(run_dir_ + "/steps.jsonl");
-    truncate_jsonl(run_dir_ + "/metrics.jsonl", "epoch", start_.epoch + 1);
-    truncate_jsonl(run_dir_ + "/steps.jsonl", "step", start_.step);
+    check_jsonl(run_dir_ + "/metrics.jsonl", "epoch", start_.epoch + 1, 1);
+    check_jsonl(run_dir_ + "/steps.jsonl", "step", start_.step, 0);
+    truncate_jsonl(run_dir_ + "/metrics.jsonl", "epoch", start_.epoch + 1, 1);
+    truncate_jsonl(run_dir_ + "/steps.jsonl", "step", start_.step, 0);
     if (trainer_->resolved_config() != start_.config)  // --set epochs or accumulate_steps
       write_file_atomic(run_dir_ + "/config.json", trainer_->resolved_config().dump(2) + "\n", "run config");
   } else {
@@ -320,6 +378,7 @@ void Run::checkpoint(CheckpointInfo info, bool with_weights) {
     info.config = trainer_->resolved_config();
     info.grad_scaler = trainer_->grad_scaler_state();
     info.classes = trainer_->classes();
+    info.data_crc32 = crc_hex(trainer_->training_data_crc32());
     wait_for_checkpoint();
     checkpoint_writer_->write(run_dir_, trainer_->model(), trainer_->optimizer(), info, checkpointed_step_,
                               config_.checkpoint_keep, with_weights ? run_dir_ + "/" + kWeights : std::string());
@@ -400,7 +459,7 @@ bool Run::end_epoch(Epoch& e) {
                  fixed(lr, 4), "  ", fixed(epoch_seconds, 1), "s (", fixed(record["images_per_s"], 0),
                  " img/s)  eval ", fixed(eval_seconds, 1), "s"));
   if (writer() && !weights_with_checkpoint)
-    save_safetensors(run_dir_ + "/" + kWeights, trainer_->model().state_dict(), {{"format", "pt"}});
+    save_weights(run_dir_ + "/" + kWeights, trainer_->model());
   // Where the run ends, the checkpoint records that the evaluation is logged, so a resume does
   // not evaluate again (a finished run is refused; --max-steps or more epochs go on).
   if (stopped_at_limit_ || step_ >= trainer_->total_steps()) {
@@ -433,28 +492,34 @@ RunResult Run::execute() try {
     r.train_seconds = seconds;
     return r;
   }
+  MINIDL_CHECK(!executed_, "Run::execute: this run has been executed already; a Run trains once (make another Run, ",
+               "with --resume to continue it)");
+  executed_ = true;
   if (const int sig = StopSignals::received()) {
     std::cerr << "minidl: stopped by " << signal_name(sig) << " before the run started; nothing was written" << std::endl;
     return ended(128 + sig);
   }
-  // The folder is locked before anything in it changes.
-  const std::vector<std::string> replaced = take_folder();
-  const std::vector<std::string> stale =
-      writer() ? remove_stale_temp_files(run_dir_, is_run_file) : std::vector<std::string>();
-  log_ = std::make_unique<RunLog>(run_dir_, writer());
-  if (config_.tensorboard) log_->enable_tensorboard(start_.step);
-  if (writer()) checkpoint_writer_ = std::make_unique<CheckpointWriter>();
-  // The run itself; any error from here on is written to log.txt as well as the terminal.
+  // Any error from here on may be this rank's alone (rank 0 alone creates, locks and checks the
+  // folder and writes the logs): it ends the job at once, with its message. Once the log exists it
+  // is written to log.txt as well as the terminal.
   try {
+    // The folder is locked before anything in it changes.
+    const std::vector<std::string> replaced = take_folder();
+    check_same_state(*comm_, device_, *trainer_);
+    const std::vector<std::string> stale =
+        writer() ? remove_stale_temp_files(run_dir_, is_run_file) : std::vector<std::string>();
+    log_ = std::make_unique<RunLog>(run_dir_, writer());
+    if (config_.tensorboard) log_->enable_tensorboard(start_.step);
+    if (writer()) checkpoint_writer_ = std::make_unique<CheckpointWriter>();
     log_start(replaced, stale);
     return train_loop();
   } catch (const std::exception& e) {
-    log_->error(e.what());
+    if (log_) log_->error(e.what());
     // The checkpoint write in flight ends before the run does, and its own failure is reported.
     try {
       wait_for_checkpoint();
     } catch (const std::exception& write_error) {
-      log_->error(write_error.what());
+      if (log_) log_->error(write_error.what());
     }
     comm_->end_job_after_error(e.what());
     throw_as_error(e);

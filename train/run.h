@@ -68,7 +68,8 @@ class Run {
   Run& operator=(const Run&) = delete;
 
   // Trains to the end of the config's epochs (or options.max_steps, a stop signal, a NaN loss).
-  // A run in a folder takes the folder's lock first and checks it again under the lock.
+  // A run in a folder takes the folder's lock first and checks it again under the lock; it is
+  // executed once (a second call is an error).
   RunResult execute();
 
   // One training step at the run's position, starting the next epoch when this one has no batch
@@ -116,6 +117,7 @@ class Run {
   TrainConfig config_;
   Device device_;
   bool in_folder_ = false;       // false: a run without a folder (nothing written or printed)
+  bool executed_ = false;        // execute() ran: a run in a folder trains once
   std::string run_dir_;
   bool resume_ = false;
   bool epochs_raised_ = false;   // --resume --set epochs=N raised the epoch count

@@ -2,12 +2,15 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
+#include <set>
 #include <system_error>
 
 #include "core/atomic_file.h"
@@ -78,9 +81,34 @@ FreshFolder check_fresh_run_folder(const std::string& dir, bool overwrite, const
            "pass --overwrite to replace ", has_checkpoint ? "it" : "its run files", ", or choose another --output"));
 }
 
+namespace {
+
+// The folders this process has locked, as (device, inode): flock() cannot tell a second lock of
+// this process from another process's, and the message would blame another process.
+std::mutex held_mutex;
+std::set<std::pair<dev_t, ino_t>>& held_folders() {
+  static std::set<std::pair<dev_t, ino_t>> held;
+  return held;
+}
+
+}  // namespace
+
 RunFolderLock::RunFolderLock(const std::string& dir) {
   fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   MINIDL_CHECK(fd_ >= 0, "cannot open run folder '", dir, "': ", std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) {
+    const int err = errno;
+    ::close(fd_);
+    fd_ = -1;
+    fail(str("cannot open run folder '", dir, "': ", std::strerror(err)));
+  }
+  const std::lock_guard<std::mutex> guard(held_mutex);
+  if (held_folders().count({st.st_dev, st.st_ino}) > 0) {
+    ::close(fd_);
+    fd_ = -1;
+    fail(str("run folder '", dir, "' is in use by another run of this process (one Run per folder at a time)"));
+  }
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     ::close(fd_);
@@ -88,10 +116,17 @@ RunFolderLock::RunFolderLock(const std::string& dir) {
     fail(str("run folder '", dir, "' is in use by another minidl process",
              err == EWOULDBLOCK ? "" : str(" (flock: ", std::strerror(err), ")")));
   }
+  id_ = {st.st_dev, st.st_ino};
+  held_folders().insert(id_);
 }
 
 RunFolderLock::~RunFolderLock() {
-  if (fd_ >= 0) ::close(fd_);
+  if (fd_ < 0) return;
+  {
+    const std::lock_guard<std::mutex> guard(held_mutex);
+    held_folders().erase(id_);
+  }
+  ::close(fd_);
 }
 
 void create_run_folder(const std::string& dir) {

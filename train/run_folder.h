@@ -4,8 +4,11 @@
 // are made once before anything is loaded and again under the folder's lock, since another run
 // may have started, resumed or finished there in between.
 #pragma once
+#include <sys/types.h>
+
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace minidl {
@@ -38,7 +41,8 @@ std::vector<std::string> remove_run_files(const std::string& dir);
 
 // An exclusive lock on a run folder (flock on the folder itself, so no file is added), held
 // while a run writes there: a second `minidl train` into the same folder fails at once instead
-// of interleaving its lines with the first's. Released when the process ends, however it ends.
+// of interleaving its lines with the first's, and so does a second Run of the same process.
+// Released when the process ends, however it ends.
 class RunFolderLock {
  public:
   explicit RunFolderLock(const std::string& dir);  // errors when another process holds it
@@ -48,6 +52,7 @@ class RunFolderLock {
 
  private:
   int fd_ = -1;
+  std::pair<dev_t, ino_t> id_{};
 };
 
 }  // namespace minidl

@@ -1,7 +1,9 @@
 #include "train/run_log.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -12,12 +14,18 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/json_limits.h"
+#include "core/regular_file.h"
 #include "train/tensorboard.h"
 
 namespace minidl {
 
 namespace {
 std::ofstream open_append(const std::string& path) {
+  // Opening a FIFO to write would wait for a reader forever.
+  struct stat st {};
+  MINIDL_CHECK(::stat(path.c_str(), &st) != 0 || !(S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode) || S_ISDIR(st.st_mode)),
+               "cannot open '", path, "' for writing: it is ", S_ISDIR(st.st_mode) ? "a folder" : "a FIFO or a socket",
+               ", not a file");
   std::ofstream f(path, std::ios::app);
   MINIDL_CHECK(f.good(), "cannot open '", path, "' for writing");
   return f;
@@ -116,9 +124,10 @@ void RunLog::end_progress_quietly() {
 namespace {
 
 // The lines of a run log, parsed. Only the last line may be torn (a crash mid-write: it is
-// dropped); a line before it that is not JSON means the file was damaged, and dropping it and
-// everything after would silently lose records, so it is an error naming the line.
-std::vector<std::pair<std::string, nlohmann::json>> read_jsonl(const std::string& path) {
+// dropped, and `*torn` is its number); a line before it that is not JSON means the file was
+// damaged, and dropping it and everything after would silently lose records, so it is an error
+// naming the line.
+std::vector<std::pair<std::string, nlohmann::json>> read_jsonl(const std::string& path, int64_t* torn = nullptr) {
   // Bounded and regular-file-only, like every file minidl reads (a 1 GiB steps.jsonl is 10M steps).
   const std::string text = read_file_limited(path, "run log", size_t{1} << 30);
   std::istringstream in(text);
@@ -140,23 +149,37 @@ std::vector<std::pair<std::string, nlohmann::json>> read_jsonl(const std::string
     if (ok) lines.push_back({line, std::move(j)});
     else bad = number;
   }
+  if (torn) *torn = bad;
   return lines;
+}
+
+// The lines of `path` whose `key` is below `limit`. The log holds every record before the
+// checkpoint's position (steps.jsonl is flushed before each checkpoint): a torn last line that
+// those records end short of held one of them, which is an error as a damaged middle line is.
+std::vector<std::string> lines_below(const std::string& path, const std::string& key, int64_t limit, int64_t first) {
+  std::vector<std::string> keep;
+  int64_t torn = 0, last = first - 1;
+  for (const auto& [line, j] : read_jsonl(path, &torn))
+    if (j.is_object() && j.contains(key) && j[key].is_number_integer() && j[key].get<int64_t>() < limit) {
+      keep.push_back(line);
+      last = std::max(last, j[key].get<int64_t>());
+    }
+  MINIDL_CHECK(torn == 0 || last >= limit - 1, "run log '", path, "': line ", torn, " is not a JSON record, and ",
+               "the checkpoint needs the records up to ", key, " ", limit - 1, " (the last whole one is ", key, " ",
+               last, "): the file was damaged; repair that line to resume");
+  return keep;
 }
 
 }  // namespace
 
-void check_jsonl(const std::string& path) {
-  if (std::ifstream(path).good()) read_jsonl(path);
+void check_jsonl(const std::string& path, const std::string& key, int64_t limit, int64_t first) {
+  if (path_exists(path)) lines_below(path, key, limit, first);
 }
 
-void truncate_jsonl(const std::string& path, const std::string& key, int64_t limit) {
-  if (!std::ifstream(path).good()) return;
-  std::vector<std::string> keep;
-  for (const auto& [line, j] : read_jsonl(path))
-    if (j.is_object() && j.contains(key) && j[key].is_number_integer() && j[key].get<int64_t>() < limit)
-      keep.push_back(line);
+void truncate_jsonl(const std::string& path, const std::string& key, int64_t limit, int64_t first) {
+  if (!path_exists(path)) return;
   std::string out;
-  for (const auto& k : keep) out += k + '\n';
+  for (const auto& k : lines_below(path, key, limit, first)) out += k + '\n';
   write_file_atomic(path, out, "run log");
 }
 

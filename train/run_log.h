@@ -49,11 +49,12 @@ class RunLog {
 };
 
 // Keeps only the JSON lines of `path` whose `key` is below `limit` (resume: forget what a
-// resumed run will redo). A missing file is fine.
-// A torn last line is dropped; a damaged line with lines after it is an error (check_jsonl
-// finds it without changing anything).
-void truncate_jsonl(const std::string& path, const std::string& key, int64_t limit);
-void check_jsonl(const std::string& path);
+// resumed run will redo). A missing file is fine. The records from `first` (0 for steps, 1 for
+// epochs) to limit - 1 are the checkpoint's: a torn last line is dropped unless they end short of
+// limit - 1 (it held one of them); that and a damaged line with lines after it are errors
+// (check_jsonl finds them without changing anything).
+void truncate_jsonl(const std::string& path, const std::string& key, int64_t limit, int64_t first);
+void check_jsonl(const std::string& path, const std::string& key, int64_t limit, int64_t first);
 
 // "3f8a1b2c": the bits of a float, for bit-exact comparisons in text.
 std::string float_bits_hex(float v);

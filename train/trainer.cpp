@@ -12,7 +12,6 @@
 #include <optional>
 
 #include "train/checkpoint.h"
-#include "train/model_memory.h"
 #include "train/run_log.h"
 #include "train/step_work.h"
 #include "core/allocator.h"
@@ -128,8 +127,7 @@ Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Da
     grad_scaler_ = std::make_unique<GradScaler>(GradScalerOptions::from_json(config.grad_scaler, "grad_scaler"), device);
   }
   set_cuda_graphs(config.cuda_graph);
-  check_model_fits(config.model.at("layers"), "model.layers", device_);
-  model_ = build_sequential(config.model.at("layers"), "model.layers");
+  model_ = build_sequential(config.model.at("layers"), "model.layers", device_);
   model_->assign_paths();
   model_->to(device_);
 
@@ -175,6 +173,11 @@ Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Da
   }
   if (grad_scaler_) optimizer_->set_skip_flag(grad_scaler_->found_inf_flag());
   schedule_ = make_schedule(config.schedule, "schedule");
+}
+
+uint32_t Trainer::training_data_crc32() const {
+  if (!train_set_crc32_) train_set_crc32_ = dataset_crc32(train_set_);
+  return *train_set_crc32_;
 }
 
 void Trainer::check_class_count() {

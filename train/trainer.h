@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -76,7 +77,11 @@ class Trainer {
   const std::vector<std::string>& classes() const { return classes_; }
   int64_t num_classes() const { return static_cast<int64_t>(classes_.size()); }
   int64_t test_size() const { return test_set_.size(); }  // images evaluate() classifies
+  int64_t train_size() const { return train_set_.size(); }
   std::vector<std::string> data_notes() const { return {train_set_.note, test_set_.note}; }
+  // dataset_crc32 of the training set (data/datasets.h), computed on first use: what the ranks of
+  // a job compare and a checkpoint records, so no run goes on with other data silently.
+  uint32_t training_data_crc32() const;
   // How the training step runs now: "CUDA graph" (with how many kinds of step when several are
   // captured), "eager", or why a capture failed.
   std::string step_mode() const;
@@ -156,6 +161,7 @@ class Trainer {
   FreezeRules freeze_;
   const Lookahead* lookahead_ = nullptr;  // inside optimizer_, when the config has "lookahead"
   Dataset train_set_, test_set_;
+  mutable std::optional<uint32_t> train_set_crc32_;
   std::vector<std::string> classes_;  // the data's names, or "0" .. for data sets without names
   std::unique_ptr<Loader> train_loader_;
   std::unique_ptr<Loader> test_loader_;

@@ -1,6 +1,7 @@
 #include "layers/containers/sequential.h"
 
 #include "core/error.h"
+#include "layers/model_memory.h"
 #include "layers/registry.h"
 
 namespace minidl {
@@ -23,8 +24,10 @@ nlohmann::json Sequential::layers_json() const {
 
 nlohmann::json Sequential::to_json() const { return {{"type", "Sequential"}, {"layers", layers_json()}}; }
 
-std::shared_ptr<Module> build_sequential(const nlohmann::json& list, const std::string& path) {
+std::shared_ptr<Module> build_sequential(const nlohmann::json& list, const std::string& path, Device device) {
   MINIDL_CHECK(list.is_array(), path, ": expected a list of layers, got ", list.type_name());
+  const OutermostBuild outermost;
+  if (outermost) check_model_fits(list, path, device);
   std::vector<std::shared_ptr<Module>> layers;
   for (size_t i = 0; i < list.size(); ++i) layers.push_back(build_layer(list[i], str(path, "[", i, "]")));
   return std::make_shared<Sequential>(std::move(layers));

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole-model memory check on a GPU (train/model_memory.h), in one device run.
+# The whole-model memory check on a GPU (layers/model_memory.h), in one device run.
 #   scripts/gpu/model_memory.sh BIN_DIR CIFAR10_DIR
 # BIN_DIR holds the built `minidl`. Prints the GPU's free memory and the host's MemAvailable, then
 # trains quick_cpu's model with Linear layers at the 2^31-element limit (8.6 GB each) added, as

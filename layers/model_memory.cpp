@@ -1,4 +1,4 @@
-#include "train/model_memory.h"
+#include "layers/model_memory.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -55,6 +55,13 @@ void add_layers(const nlohmann::json& list, const std::string& path, ModelMemory
   for (size_t i = 0; i < list.size(); ++i) add_layer(list[i], str(path, "[", i, "]"), out);
 }
 
+// The host peak: every tensor, plus two more copies of the largest while it is initialized.
+void finish_estimate(ModelMemory& out) {
+  int64_t largest_tensor = 0;
+  for (const LayerMemory& m : out.layers) largest_tensor = std::max(largest_tensor, m.largest_tensor_bytes);
+  out.host_peak_bytes = checked_add(out.state_bytes, checked_mul(2, largest_tensor, "model bytes"), "model bytes");
+}
+
 }  // namespace
 
 const LayerMemory* ModelMemory::largest() const {
@@ -66,14 +73,11 @@ const LayerMemory* ModelMemory::largest() const {
 ModelMemory estimate_model_memory(const nlohmann::json& layers, const std::string& path) {
   ModelMemory out;
   add_layers(layers, path, out);
-  int64_t largest_tensor = 0;
-  for (const LayerMemory& m : out.layers) largest_tensor = std::max(largest_tensor, m.largest_tensor_bytes);
-  out.host_peak_bytes = checked_add(out.state_bytes, checked_mul(2, largest_tensor, "model bytes"), "model bytes");
+  finish_estimate(out);
   return out;
 }
 
-void check_model_memory(const ModelMemory& memory, Device device, uint64_t host_available,
-                        uint64_t device_available) {
+void check_model_memory(const ModelMemory& memory, Device device, uint64_t host_available, uint64_t device_available) {
   const LayerMemory* largest = memory.largest();
   if (largest == nullptr) return;
   const auto refuse = [&](uint64_t needed, const char* where, uint64_t available) {
@@ -88,9 +92,27 @@ void check_model_memory(const ModelMemory& memory, Device device, uint64_t host_
     refuse(device_needed, "device", device_available);
 }
 
-void check_model_fits(const nlohmann::json& layers, const std::string& path, Device device) {
-  check_model_memory(estimate_model_memory(layers, path), device, available_host_bytes(),
-                     device.is_cuda() ? available_device_bytes() : 0);
+namespace {
+thread_local int build_depth = 0;
+
+void check_fits(const ModelMemory& memory, Device device) {
+  if (memory.largest() == nullptr) return;
+  check_model_memory(memory, device, available_host_bytes(), device.is_cuda() ? available_device_bytes() : 0);
 }
+}  // namespace
+
+void check_model_fits(const nlohmann::json& layers, const std::string& path, Device device) {
+  check_fits(estimate_model_memory(layers, path), device);
+}
+
+void check_layer_fits(const nlohmann::json& spec, const std::string& path, Device device) {
+  ModelMemory memory;
+  add_layer(spec, path, memory);
+  finish_estimate(memory);
+  check_fits(memory, device);
+}
+
+OutermostBuild::OutermostBuild() : outermost_(build_depth++ == 0) {}
+OutermostBuild::~OutermostBuild() { --build_depth; }
 
 }  // namespace minidl
