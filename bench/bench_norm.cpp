@@ -484,8 +484,8 @@ nlohmann::json summarize_volumes(const std::vector<Result>& results) {
   constexpr double kFraction = 0.9, kSpeedup = 2.0;
   nlohmann::json out = nlohmann::json::object();
   auto mark = [](bool ok) { return ok ? "met" : "MISSED"; };
-  std::printf("
-the large shapes (128^3 and 64^3 levels) against the copy roof and PyTorch (--torch), and the targets\n");
+  std::printf(
+      "\nthe large shapes (128^3 and 64^3 levels) against the copy roof and PyTorch (--torch), and the targets\n");
   for (const char* layer : {"GroupNorm", "BatchNorm3d"}) {
     bool roof = true, faster = true, have_torch = true;
     std::vector<double> fractions, speedups;

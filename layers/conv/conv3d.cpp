@@ -66,16 +66,10 @@ Conv3dShape conv3d_shape(const Tensor& x, const Tensor& weight, const Tensor& bi
 }  // namespace
 
 Tensor conv3d(const Tensor& x, const Tensor& weight_in, const Tensor& bias, Size3d stride, Size3d padding) {
-  MINIDL_CHECK(x.defined() && weight_in.defined(), "conv3d: input and weight must be defined");
+  conv3d_detail::check_dtypes("conv3d", x, weight_in, bias);
   const DType t = x.dtype();
-  MINIDL_CHECK(weight_in.dtype() == t && (!bias.defined() || bias.dtype() == t), "conv3d: a ", dtype_name(t),
-               " input needs a weight and bias of that dtype, got ", weight_in.str(),
-               bias.defined() ? " and " + bias.str() : std::string());
   const MemoryFormat f = x.memory_format();
-  // The CPU convolves float32 NCDHW, and CUDA's half engines want NDHWC: other operands run
-  // storage-rounded through float32 NCDHW (exact products of half values, float32 sums) and are
-  // converted back, the bits of a float32 NCDHW run of the widened values.
-  if ((!x.is_cuda() && (f != MemoryFormat::Contiguous || is_half(t))) || (f == MemoryFormat::Contiguous && is_half(t)))
+  if (!conv3d_detail::native(x))
     return conv3d(as_float32(x).contiguous(), as_float32(weight_in).contiguous(), as_float32(bias), stride, padding)
         .to(t, f);
   const Tensor weight = weight_in.to(f);
@@ -155,16 +149,7 @@ std::optional<LayerWork> Conv3d::work(const Tensor& x, const Tensor& y) const {
   return gemm_layer_work(x, y, in_channels_ * kernel_.d * kernel_.h * kernel_.w, weight, bias);
 }
 
-namespace {
-
-struct Conv3dSpec {
-  int64_t in_channels, out_channels;
-  Size3d kernel, stride, padding;
-  bool bias;
-};
-
-// Reads and checks the spec's keys: what the factory builds and the memory check counts.
-Conv3dSpec read_conv3d(LayerArgs& args) {
+Conv3dSpec read_conv3d_spec(LayerArgs& args) {
   const int64_t in_channels = args.get_int("in_channels");
   const int64_t out_channels = args.get_int("out_channels");
   MINIDL_CHECK(in_channels >= 1 && in_channels <= kMaxFeatures, args.key_path("in_channels"), ": must be in 1..",
@@ -174,10 +159,28 @@ Conv3dSpec read_conv3d(LayerArgs& args) {
   const Size3d kernel = get_size3d(args, "kernel_size", std::nullopt, 1);
   const Size3d stride = get_size3d(args, "stride", 1, 1);
   const Size3d padding = get_size3d(args, "padding", 0, 0);
-  const bool bias = args.get_bool("bias", true);
+  return {in_channels, out_channels, kernel, stride, padding, args.get_bool("bias", true)};
+}
+
+std::vector<LayerKey> conv3d_keys(const std::string& padding, std::vector<LayerKey> extra) {
+  std::vector<LayerKey> keys{
+      required_key("in_channels", "int", "input channels, 1..2^31"),
+      required_key("out_channels", "int", "output channels, 1..2^31"),
+      required_key("kernel_size", "ints", "kernel (d, h, w): an int or a list of three, 1..65536"),
+      default_key("stride", "ints", 1, "stride (d, h, w), 1..65536"), default_key("padding", "ints", 0, padding)};
+  for (LayerKey& k : extra) keys.push_back(std::move(k));
+  keys.push_back(default_key("bias", "bool", true, "adds a learned bias per output channel"));
+  return keys;
+}
+
+namespace {
+
+// Reads and checks the spec's keys: what the factory builds and the memory check counts.
+Conv3dSpec read_conv3d(LayerArgs& args) {
+  const Conv3dSpec s = read_conv3d_spec(args);
   args.finish();
-  check_weight_size(args, {out_channels, in_channels, kernel.d, kernel.h, kernel.w});
-  return {in_channels, out_channels, kernel, stride, padding, bias};
+  check_weight_size(args, {s.out_channels, s.in_channels, s.kernel.d, s.kernel.h, s.kernel.w});
+  return s;
 }
 
 std::shared_ptr<Module> make_conv3d(LayerArgs& args) {
@@ -199,12 +202,7 @@ const LayerDescriptor& conv3d_layer() {
       "Conv3d",
       "conv",
       "3-D convolution over (N, C, D, H, W), as torch.nn.Conv3d (NCDHW or channels_last_3d)",
-      {required_key("in_channels", "int", "input channels, 1..2^31"),
-       required_key("out_channels", "int", "output channels, 1..2^31"),
-       required_key("kernel_size", "ints", "kernel (d, h, w): an int or a list of three, 1..65536"),
-       default_key("stride", "ints", 1, "stride (d, h, w), 1..65536"),
-       default_key("padding", "ints", 0, "zero padding (d, h, w) on each side, 0..65536"),
-       default_key("bias", "bool", true, "adds a learned bias per output channel")},
+      conv3d_keys("zero padding (d, h, w) on each side, 0..65536"),
       make_conv3d,
       {{"in_channels", 2}, {"out_channels", 3}, {"kernel_size", 3}, {"padding", 1}},
       {2, 2, 4, 4, 4},

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 #include "layers/layer_descriptor.h"
@@ -27,6 +28,18 @@ std::string size3d_str(Size3d s);      // "3" or "3x1x1"
 nlohmann::json size3d_json(Size3d s);  // 3 or [3, 1, 1]
 // An int or a list of three ints at `key` (required without a fallback), each in [lo, kMaxWindow].
 Size3d get_size3d(LayerArgs& args, const std::string& key, std::optional<Size3d> fallback, int64_t lo);
+
+// The keys Conv3d and ConvTranspose3d share, read and checked (the caller reads its own, then
+// finish()es): in_channels, out_channels, kernel_size, stride, padding, bias.
+struct Conv3dSpec {
+  int64_t in_channels, out_channels;
+  Size3d kernel, stride, padding;
+  bool bias;
+};
+Conv3dSpec read_conv3d_spec(LayerArgs& args);
+// Their declarations, `extra` (ConvTranspose3d's output_padding) before bias; `padding` says what
+// the padding does.
+std::vector<LayerKey> conv3d_keys(const std::string& padding, std::vector<LayerKey> extra = {});
 
 // y = conv(x, weight) + bias: x (N, C, D, H, W), weight (O, C, kd, kh, kw), bias (O) or undefined,
 // y (N, O, (D + 2*pd - kd)/sd + 1, ...). Differentiable in all three; F.conv3d's arguments.

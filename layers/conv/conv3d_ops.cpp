@@ -2,6 +2,7 @@
 #include "layers/conv/conv3d_ops.h"
 
 #include "core/dispatch.h"
+#include "core/error.h"
 
 namespace minidl::conv3d_detail {
 namespace {
@@ -10,6 +11,20 @@ bool channels_last(const Tensor& t) { return t.is_channels_last_3d(); }
 int64_t spatial(const Tensor& t) { return t.numel() / (t.size(0) * t.size(1)); }
 
 }  // namespace
+
+void check_dtypes(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  MINIDL_CHECK(x.defined() && weight.defined(), op, ": input and weight must be defined");
+  const DType t = x.dtype();
+  MINIDL_CHECK(is_floating(t), op, ": expects a float32, bfloat16 or float16 input, got ", x.str());
+  MINIDL_CHECK(weight.dtype() == t && (!bias.defined() || bias.dtype() == t), op, ": a ", dtype_name(t),
+               " input needs a weight and bias of that dtype, got ", weight.str(),
+               bias.defined() ? " and " + bias.str() : std::string());
+}
+
+bool native(const Tensor& x) {
+  const bool contiguous = x.memory_format() == MemoryFormat::Contiguous;
+  return x.is_cuda() ? !(contiguous && is_half(x.dtype())) : contiguous && x.dtype() == DType::Float32;
+}
 
 Tensor forward(const Conv3dShape& s, const Tensor& x, const Tensor& w, const Tensor& b) {
   Tensor y = Tensor::empty({s.n, s.o, s.od(), s.oh(), s.ow()}, x.dtype(), x.device(), x.memory_format());

@@ -8,6 +8,15 @@
 
 namespace minidl::conv3d_detail {
 
+// Errors naming `op` unless x and weight are defined, x is floating and weight and bias (when
+// defined) have x's dtype.
+void check_dtypes(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias);
+// Whether the device's kernels take x as it is. The CPU convolves float32 NCDHW, and CUDA's half
+// engines want NDHWC: the ops run other operands storage-rounded through float32 NCDHW (exact
+// products of half values, float32 sums) and convert back, the bits of a float32 NCDHW run of the
+// widened values.
+bool native(const Tensor& x);
+
 // (n, o, od, oh, ow) = conv(x, w) + b (b may be undefined).
 Tensor forward(const Conv3dShape& s, const Tensor& x, const Tensor& w, const Tensor& b);
 // dx (n, c, d, h, w) from dy (n, o, od, oh, ow).

@@ -51,14 +51,11 @@ Conv3dShape transposed_shape(const Tensor& x, const Tensor& weight, const Tensor
 
 Tensor conv_transpose3d(const Tensor& x, const Tensor& weight_in, const Tensor& bias, Size3d stride, Size3d padding,
                         Size3d output_padding) {
-  MINIDL_CHECK(x.defined() && weight_in.defined(), "conv_transpose3d: input and weight must be defined");
+  conv3d_detail::check_dtypes("conv_transpose3d", x, weight_in, bias);
   const DType t = x.dtype();
-  MINIDL_CHECK(weight_in.dtype() == t && (!bias.defined() || bias.dtype() == t), "conv_transpose3d: a ", dtype_name(t),
-               " input needs a weight and bias of that dtype, got ", weight_in.str(),
-               bias.defined() ? " and " + bias.str() : std::string());
   const MemoryFormat f = x.memory_format();
   // As conv3d: what the device's kernels do not take runs storage-rounded in float32 NCDHW.
-  if ((!x.is_cuda() && (f != MemoryFormat::Contiguous || is_half(t))) || (f == MemoryFormat::Contiguous && is_half(t)))
+  if (!conv3d_detail::native(x))
     return conv_transpose3d(as_float32(x).contiguous(), as_float32(weight_in).contiguous(), as_float32(bias), stride,
                             padding, output_padding)
         .to(t, f);
@@ -147,39 +144,30 @@ std::optional<LayerWork> ConvTranspose3d::work(const Tensor& x, const Tensor& y)
 namespace {
 
 struct ConvTranspose3dSpec {
-  int64_t in_channels, out_channels;
-  Size3d kernel, stride, padding, output_padding;
-  bool bias;
+  Conv3dSpec conv;
+  Size3d output_padding;
 };
 
 ConvTranspose3dSpec read_conv_transpose3d(LayerArgs& args) {
-  const int64_t in_channels = args.get_int("in_channels");
-  const int64_t out_channels = args.get_int("out_channels");
-  MINIDL_CHECK(in_channels >= 1 && in_channels <= kMaxFeatures, args.key_path("in_channels"), ": must be in 1..",
-               kMaxFeatures, ", got ", in_channels);
-  MINIDL_CHECK(out_channels >= 1 && out_channels <= kMaxFeatures, args.key_path("out_channels"), ": must be in 1..",
-               kMaxFeatures, ", got ", out_channels);
-  const Size3d kernel = get_size3d(args, "kernel_size", std::nullopt, 1);
-  const Size3d stride = get_size3d(args, "stride", 1, 1);
-  const Size3d padding = get_size3d(args, "padding", 0, 0);
+  const Conv3dSpec s = read_conv3d_spec(args);
   const Size3d output_padding = get_size3d(args, "output_padding", 0, 0);
-  MINIDL_CHECK(output_padding.d < stride.d && output_padding.h < stride.h && output_padding.w < stride.w,
-               args.key_path("output_padding"), ": must be smaller than stride (", size3d_str(stride), "), got ",
+  MINIDL_CHECK(output_padding.d < s.stride.d && output_padding.h < s.stride.h && output_padding.w < s.stride.w,
+               args.key_path("output_padding"), ": must be smaller than stride (", size3d_str(s.stride), "), got ",
                size3d_str(output_padding));
-  const bool bias = args.get_bool("bias", true);
   args.finish();
-  check_weight_size(args, {in_channels, out_channels, kernel.d, kernel.h, kernel.w});
-  return {in_channels, out_channels, kernel, stride, padding, output_padding, bias};
+  check_weight_size(args, {s.in_channels, s.out_channels, s.kernel.d, s.kernel.h, s.kernel.w});
+  return {s, output_padding};
 }
 
 std::shared_ptr<Module> make_conv_transpose3d(LayerArgs& args) {
-  const ConvTranspose3dSpec s = read_conv_transpose3d(args);
+  const ConvTranspose3dSpec t = read_conv_transpose3d(args);
+  const Conv3dSpec& s = t.conv;
   return std::make_shared<ConvTranspose3d>(s.in_channels, s.out_channels, s.kernel, s.stride, s.padding,
-                                           s.output_padding, s.bias);
+                                           t.output_padding, s.bias);
 }
 
 LayerState conv_transpose3d_state(LayerArgs& args) {
-  const ConvTranspose3dSpec s = read_conv_transpose3d(args);
+  const Conv3dSpec s = read_conv_transpose3d(args).conv;
   const int64_t weight = s.in_channels * s.out_channels * s.kernel.d * s.kernel.h * s.kernel.w;
   return {weight + (s.bias ? s.out_channels : 0), weight,
           str("ConvTranspose3d ", s.in_channels, "->", s.out_channels, " k", size3d_str(s.kernel))};
@@ -192,13 +180,9 @@ const LayerDescriptor& conv_transpose3d_layer() {
       "ConvTranspose3d",
       "conv",
       "3-D transposed convolution (up-sampling) over (N, C, D, H, W), as torch.nn.ConvTranspose3d",
-      {required_key("in_channels", "int", "input channels, 1..2^31"),
-       required_key("out_channels", "int", "output channels, 1..2^31"),
-       required_key("kernel_size", "ints", "kernel (d, h, w): an int or a list of three, 1..65536"),
-       default_key("stride", "ints", 1, "stride (d, h, w), 1..65536: the up-sampling factor"),
-       default_key("padding", "ints", 0, "(d, h, w) taken off each side of the output, 0..65536"),
-       default_key("output_padding", "ints", 0, "(d, h, w) added to one side of the output, below stride"),
-       default_key("bias", "bool", true, "adds a learned bias per output channel")},
+      conv3d_keys(
+          "(d, h, w) taken off each side of the output, 0..65536",
+          {default_key("output_padding", "ints", 0, "(d, h, w) added to one side of the output, below stride")}),
       make_conv_transpose3d,
       {{"in_channels", 4}, {"out_channels", 2}, {"kernel_size", 2}, {"stride", 2}},
       {2, 4, 2, 2, 2},

@@ -213,34 +213,32 @@ class Sequential(nn.Sequential):
         super().__init__(*layers)
 
 
-class Residual(nn.Module):
-    """y = x + body(x); the body's layers are direct children "0", "1", ... as in minidl."""
+class _Body(nn.Module):
+    """A container whose body's layers are direct children "0", "1", ... as in minidl."""
 
     def __init__(self, body):
         super().__init__()
         for i, layer in enumerate(body):
             self.add_module(str(i), layer)
 
-    def forward(self, x):
-        y = x
+    def body(self, x):
         for layer in self.children():
-            y = layer(y)
-        return x + y
+            x = layer(x)
+        return x
 
 
-class SkipConnection(nn.Module):
-    """y = cat([x, body(x)], dim=1), MONAI's SkipConnection(mode="cat"); the body's layers are
-    direct children "0", "1", ... as in minidl."""
-
-    def __init__(self, body):
-        super().__init__()
-        for i, layer in enumerate(body):
-            self.add_module(str(i), layer)
+class Residual(_Body):
+    """y = x + body(x)."""
 
     def forward(self, x):
-        y = x
-        for layer in self.children():
-            y = layer(y)
+        return x + self.body(x)
+
+
+class SkipConnection(_Body):
+    """y = cat([x, body(x)], dim=1), MONAI's SkipConnection(mode="cat")."""
+
+    def forward(self, x):
+        y = self.body(x)
         return torch.cat([x.to(y.dtype), y], dim=1)
 
 
