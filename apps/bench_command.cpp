@@ -49,8 +49,9 @@ BenchCommand::BenchCommand(CLI::App& app) {
                                        "(the ordered reduction against the engine's)");
   bench_->require_subcommand(0, 1);
 
-  accuracy_ = bench_->add_subcommand("accuracy", "time to accuracy: N seeds of a config, each timed to its final "
-                                                 "test accuracy (bench/bench_accuracy.h)");
+  accuracy_ = bench_->add_subcommand("accuracy",
+                                     "time to accuracy: N seeds of a config, each timed to its final "
+                                     "test accuracy");
   BenchAccuracyOptions& a = accuracy_options_;
   add_config_options(accuracy_, a.config, a.overrides, a.device);
   accuracy_->get_option("--config")->required();
@@ -59,7 +60,7 @@ BenchCommand::BenchCommand(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(int64_t{0}, std::numeric_limits<int64_t>::max()));
   accuracy_->add_option("--json", a.json, "write every figure to this file");
 
-  train_ = bench_->add_subcommand("train", "training and evaluation images/s of a config (bench/bench_train.h)");
+  train_ = bench_->add_subcommand("train", "training and evaluation images/s of a config");
   BenchTrainOptions& t = train_options_;
   add_config_options(train_, t.config, t.overrides, t.device);
   train_->add_option("--steps", t.steps, "timed steps")->capture_default_str()->check(CLI::Range(int64_t{1}, kMaxCount));
@@ -68,8 +69,9 @@ BenchCommand::BenchCommand(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "single", "mpi", "nccl"}));
 
-  norm_ = bench_->add_subcommand("norm", "the normalization kernels against the DRAM floor and PyTorch "
-                                         "(bench/bench_norm.h; needs a GPU)");
+  norm_ = bench_->add_subcommand("norm",
+                                 "the normalization kernels against the DRAM floor and PyTorch "
+                                 "(needs a GPU)");
   BenchNormOptions& n = norm_options_;
   norm_->add_option("--json", n.json, "write every number to this file");
   norm_->add_option("--reps", n.reps, "timed calls (median)")->capture_default_str()->check(CLI::Range(1, 1000000));
@@ -82,7 +84,7 @@ BenchCommand::BenchCommand(CLI::App& app) {
   norm_->add_option("--torch", n.torch, "PyTorch's figures of this mode (scripts/bench/torch_norm.py --json)");
   norm_->add_flag("--volumes", n.volumes, "GroupNorm and BatchNorm3d at a 128^3 3-D UNet's shapes instead of the anchors");
 
-  conv_ = bench_->add_subcommand("conv", "convolution GFLOP/s against the machine's ceiling (bench/bench_conv.h)");
+  conv_ = bench_->add_subcommand("conv", "convolution GFLOP/s against the machine's ceiling");
   BenchConvOptions& c = conv_options_;
   conv_->add_option("--device", c.device, "cpu or cuda")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
   conv_->add_option("--repeat", c.repeat, "timed repetitions (median)")->capture_default_str()->check(CLI::Range(1, 1000000));
@@ -95,7 +97,7 @@ BenchCommand::BenchCommand(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
 
-  data_ = bench_->add_subcommand("data", "decoding, caching and batching an image folder (bench/bench_data.h)");
+  data_ = bench_->add_subcommand("data", "decoding, caching and batching an image folder");
   BenchDataOptions& d = data_options_;
   data_->add_option("--dir", d.dir, "the image folder (train/<class>/..., test/<class>/...)")->required();
   data_->add_option("--image-size", d.image_size, "the size every image is fitted to")->required()->check(CLI::Range(int64_t{1}, int64_t{65536}));
@@ -106,8 +108,7 @@ BenchCommand::BenchCommand(CLI::App& app) {
   data_->add_option("--batch", d.batch, "batch size")->capture_default_str()->check(CLI::Range(int64_t{1}, kMaxCount));
   data_->add_option("--cifar10", d.cifar10, "CIFAR-10 binaries to time beside the folder");
 
-  attention_ = bench_->add_subcommand("attention", "self-attention forward + backward on the GPU "
-                                                   "(bench/bench_attention.h)");
+  attention_ = bench_->add_subcommand("attention", "self-attention forward + backward on the GPU");
   BenchAttentionOptions& at = attention_options_;
   attention_->add_option("--batch", at.batch, "batch")->capture_default_str()->check(CLI::Range(int64_t{1}, kMaxCount));
   attention_->add_option("--tokens", at.tokens, "tokens per sequence")->capture_default_str()->check(CLI::Range(int64_t{1}, kMaxCount));
@@ -118,8 +119,9 @@ BenchCommand::BenchCommand(CLI::App& app) {
   attention_->add_option("--repeat", at.repeat, "timed spans (median)")->capture_default_str()->check(CLI::Range(1, 1000000));
   attention_->add_option("--csv", at.csv, "one row per measurement to this file");
 
-  allreduce_ = bench_->add_subcommand("allreduce", "the ordered gradient reduction against the engine's all-reduce "
-                                                   "per message size; run it under mpirun (bench/bench_allreduce.h)");
+  allreduce_ = bench_->add_subcommand("allreduce",
+                                      "the ordered gradient reduction against the engine's all-reduce "
+                                      "per message size; run it under mpirun");
   BenchAllreduceOptions& r = allreduce_options_;
   allreduce_->add_option("--device", r.device, "cpu, cuda or auto")->capture_default_str();
   allreduce_->add_option("--dist", r.dist, "the communicator")->capture_default_str()->check(CLI::IsMember({"auto", "single", "mpi", "nccl"}));

@@ -21,12 +21,13 @@ int layers_command(bool json) {
   for (const LayerDescriptor* layer : layer_descriptors()) {
     std::cout << layer->name << " (layers/" << layer->family << "/): " << layer->summary << "\n";
     size_t width = 0;
-    for (const LayerKey& k : layer->keys) width = std::max(width, k.name.size());
-    for (const LayerKey& k : layer->keys) {
+    for (const FieldInfo& k : layer->fields) width = std::max(width, k.name.size());
+    for (const FieldInfo& k : layer->fields) {
       const std::string value = k.required ? "required" : k.default_value.is_null() ? "derived" : k.default_value.dump();
       std::cout << "  " << k.name << std::string(width - k.name.size() + 2, ' ') << k.type
                 << std::string(k.type.size() < 8 ? 8 - k.type.size() : 1, ' ') << value
-                << std::string(value.size() < 10 ? 10 - value.size() : 1, ' ') << k.doc << "\n";
+                << std::string(value.size() < 10 ? 10 - value.size() : 1, ' ') << k.doc
+                << (k.range.empty() ? "" : " (" + k.range + ")") << "\n";
     }
   }
   return 0;

@@ -1,6 +1,8 @@
-// The minidl command: train, profile, repro, export, layers, config, bench, parity
-// (apps/commands.h, one file each). Every error reaches here as one message and a non-zero exit code.
+// The minidl command: train, predict, eval, summary, profile, repro, export, layers, config, bench,
+// parity, completion (apps/commands.h, one file each). Every error reaches here as one message and a non-zero exit
+// code.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <iostream>
 #include <new>
 #include <stdexcept>
@@ -8,6 +10,8 @@
 #include "apps/commands.h"
 #include "core/error.h"
 #include "core/json_limits.h"
+#include "core/spelling.h"
+#include "data/tta.h"
 
 namespace minidl {
 
@@ -25,15 +29,48 @@ CLI::Option* add_config_options(CLI::App* cmd, std::string& config, std::vector<
   return c;
 }
 
+void add_trained_run_options(CLI::App* cmd, std::string& run_dir, std::string& weights, std::string& device,
+                             std::string& tta) {
+  cmd->add_option("--run", run_dir, "the run folder: its config.json, model.safetensors and classes.json")->required();
+  cmd->add_option("--weights", weights,
+                  "another weights file of the run's model, or best: its best.safetensors (default: its "
+                  "model.safetensors, the last epoch's)");
+  cmd->add_option("--device", device, "cpu, cuda or auto (default: the run's)");
+  cmd->add_option("--tta", tta, "test-time augmentation (default: the run's eval.tta)")
+      ->check(CLI::IsMember(enum_names<TtaMode>()));
+}
+
 }  // namespace minidl
 
 int main(int argc, char** argv) {
   using namespace minidl;
-  CLI::App app{"minidl: train CIFAR-10 from a JSON config on the CPU or an NVIDIA GPU"};
+  CLI::App app{"minidl: train image classifiers from a JSON config on the CPU or an NVIDIA GPU"};
   app.require_subcommand(1);
-  const Command commands[] = {add_train_command(app),  add_profile_command(app), add_repro_command(app),
-                              add_export_command(app), add_layers_command(app),  add_config_command(app),
-                              add_bench_command(app),  add_parity_command(app)};
+  app.set_version_flag(
+      "--version", [] { return version_text(); },
+      "print the version, git commit, build flags and "
+      "CUDA, cuDNN, NCCL and MPI versions");
+  const Command commands[] = {add_train_command(app),   add_predict_command(app), add_eval_command(app),
+                              add_summary_command(app), add_profile_command(app), add_repro_command(app),
+                              add_export_command(app),  add_layers_command(app),  add_config_command(app),
+                              add_bench_command(app),   add_parity_command(app),  add_completion_command(app)};
+  if (argc < 2) {
+    std::cerr << app.help() << std::endl;
+    return 2;
+  }
+  // A first word that is no option and no command is a mistyped command: CLI11 alone would say
+  // only that a command is required.
+  if (argv[1][0] != '-') {
+    std::vector<std::string> names;
+    for (const Command& command : commands) names.push_back(command.app->get_name());
+    if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+      std::string list;
+      for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+      std::cerr << "minidl: error: unknown command '" << printable(argv[1]) << "'" << did_you_mean(argv[1], names)
+                << "; the commands are " << list << " (minidl --help)" << std::endl;
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -15,7 +15,16 @@ Command add_train_command(CLI::App& app) {
   cmd->add_flag("--overwrite", o->overwrite, "replace the run files in a non-empty output folder");
   cmd->add_flag("--restart", o->restart,
                 "with --resume: start the run again from its config.json (a run stopped before its first checkpoint)");
-  cmd->add_option("--max-steps", o->max_steps, "stop after this many steps in total")->check(whole_number(0));
+  // 0 is refused rather than read as "no limit" (RunOptions' internal meaning): leaving the option
+  // out says that.
+  cmd->add_option("--max-steps", o->max_steps,
+                  "stop after this many global steps in total (>= 1; leave it out for no limit)")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            return v == "0" ? std::string("0 steps would train nothing; leave --max-steps out for no limit") : "";
+          },
+          "INT >= 1"))
+      ->check(whole_number(1));
   cmd->add_flag("--profile", o->profile, "print a per-layer time breakdown of the first epoch");
   cmd->add_option("--dist", o->dist,
                   "communicator: auto (mpi or nccl under a launcher of several ranks, else single), single, "

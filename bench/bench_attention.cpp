@@ -5,9 +5,11 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <type_traits>
 
 #include "bench/timing.h"
 #include "core/autograd.h"
+#include "core/dispatch.h"
 #include "core/error.h"
 #include "core/tensor.h"
 #include "layers/regularization/dropout.h"
@@ -59,24 +61,33 @@ int bench_attention(const BenchAttentionOptions& options) {
   const DropoutDraw draw = dropout_draw(static_cast<float>(dropout_p), 1, 1);
   const DropoutDraw* dp = dropout_p > 0 ? &draw : nullptr;
   const int64_t* step = dropout_step_on(d);
-  const double gemm_fwd = time_cuda_ms(
-      [&] { kernels::attention_forward_cuda(t, s, dp, step, qkv.raw_data(), probs.raw_data(), dropped.raw_data(), out.raw_data()); },
-      repeat);
-  const double gemm_bwd = time_cuda_ms(
-      [&] {
-        kernels::attention_backward_cuda(t, s, dp, step, qkv.raw_data(), probs.raw_data(), dropped.raw_data(),
-                                         dout.raw_data(), dqkv.raw_data());
-      },
-      repeat);
-  const bool fused = kernels::attention_fused_cuda_fits(t, s, qkv.raw_data());
-  double fused_fwd = 0, fused_bwd = 0;
-  if (fused) {
-    fused_fwd = time_cuda_ms(
-        [&] { kernels::attention_fused_forward_cuda(t, s, dp, step, qkv.raw_data(), out.raw_data()); }, repeat);
-    fused_bwd = time_cuda_ms(
-        [&] { kernels::attention_fused_backward_cuda(t, s, dp, step, qkv.raw_data(), dout.raw_data(), dqkv.raw_data()); },
+  double gemm_fwd = 0, gemm_bwd = 0, fused_fwd = 0, fused_bwd = 0;
+  bool fused = false;
+  dispatch_dtype(t, "bench attention", [&](auto tag) {
+    using T = decltype(tag);
+    gemm_fwd = time_cuda_ms(
+        [&] {
+          kernels::attention_forward_cuda(s, dp, step, qkv.data<T>(), probs.data<T>(), dropped.data<T>(),
+                                          out.data<T>());
+        },
         repeat);
-  }
+    gemm_bwd = time_cuda_ms(
+        [&] {
+          kernels::attention_backward_cuda(s, dp, step, qkv.data<T>(), probs.data<T>(), dropped.data<T>(),
+                                           dout.data<T>(), dqkv.data<T>());
+        },
+        repeat);
+    fused = kernels::attention_fused_cuda_fits(s, qkv.data<T>());
+    if constexpr (!std::is_same_v<T, float>) {
+      if (fused) {
+        fused_fwd = time_cuda_ms(
+            [&] { kernels::attention_fused_forward_cuda(s, dp, step, qkv.data<T>(), out.data<T>()); }, repeat);
+        fused_bwd = time_cuda_ms(
+            [&] { kernels::attention_fused_backward_cuda(s, dp, step, qkv.data<T>(), dout.data<T>(), dqkv.data<T>()); },
+            repeat);
+      }
+    }
+  });
   // What the op runs: the fused kernels where they fit.
   const double fwd = fused ? fused_fwd : gemm_fwd, bwd = fused ? fused_bwd : gemm_bwd;
   // The op as a model runs it: a float32 leaf (only they take gradients) cast to the type inside

@@ -48,10 +48,10 @@ double batch_rate(const Dataset& data, int64_t batch, Device device) {
 
 int bench_data(const BenchDataOptions& options) {
   DataOptions data;
-  data.format = "image_folder";
+  data.format = DataFormat::ImageFolder;
   data.dir = options.dir;
   data.image_size = options.image_size;
-  data.resize = options.resize;
+  data.resize = from_string<FitMode>(options.resize, "--resize");
   const std::string& device_name = options.device;
   const std::string& cifar10 = options.cifar10;
   const int64_t repeats = options.repeats, batch = options.batch;
@@ -59,7 +59,7 @@ int bench_data(const BenchDataOptions& options) {
   MINIDL_CHECK(repeats >= 1 && batch >= 1, "bench data: --repeats and --batch must be >= 1");
   const Device device = parse_device(device_name);
   std::printf("bench data: %s at %lldx%lld (%s), %d threads, device %s\n", data.dir.c_str(),
-              static_cast<long long>(data.image_size), static_cast<long long>(data.image_size), data.resize.c_str(),
+              static_cast<long long>(data.image_size), static_cast<long long>(data.image_size), to_string(data.resize),
               omp_get_max_threads(), device.str().c_str());
 
   // Cold caches in a folder of our own, removed at the end.

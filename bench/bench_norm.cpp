@@ -241,12 +241,15 @@ struct Problem {
   }
 
   norm::NormRun forward(const norm::NormForward& a) const {
-    return half() ? norm::forward_half_cuda(subject.layout, a, dtype, x.raw_data(), y.raw_data())
-                  : norm::forward_cuda(subject.layout, a);
+    if (!half()) return norm::forward_cuda(subject.layout, a);
+    if (dtype == DType::BFloat16) return norm::forward_half_cuda(subject.layout, a, x.data<bf16>(), y.data<bf16>());
+    return norm::forward_half_cuda(subject.layout, a, x.data<fp16>(), y.data<fp16>());
   }
   norm::NormRun backward(const norm::NormBackward& b) const {
-    return half() ? norm::backward_half_cuda(subject.layout, b, dtype, x.raw_data(), dy.raw_data(), dx.raw_data())
-                  : norm::backward_cuda(subject.layout, b);
+    if (!half()) return norm::backward_cuda(subject.layout, b);
+    if (dtype == DType::BFloat16)
+      return norm::backward_half_cuda(subject.layout, b, x.data<bf16>(), dy.data<bf16>(), dx.data<bf16>());
+    return norm::backward_half_cuda(subject.layout, b, x.data<fp16>(), dy.data<fp16>(), dx.data<fp16>());
   }
 };
 

@@ -1,5 +1,6 @@
 // CPU side of core/cast_kernels.h: one conversion per element, threaded on large tensors.
 #include "core/cast_kernels.h"
+#include "core/dispatch.h"
 
 namespace minidl::kernels {
 
@@ -21,8 +22,8 @@ void cast_cpu(const void* x, DType from, void* y, DType to, int64_t n) {
     return convert_loop(static_cast<const int32_t*>(x), static_cast<float*>(y), n);
   if (from == DType::Float32 && to == DType::Int32)
     return convert_loop(static_cast<const float*>(x), static_cast<int32_t*>(y), n);
-  visit_floating(from, "cast", [&](auto a) {
-    visit_floating(to, "cast", [&](auto b) {
+  dispatch_dtype(from, "cast", [&](auto a) {
+    dispatch_dtype(to, "cast", [&](auto b) {
       using From = decltype(a);
       using To = decltype(b);
       cast_loop(static_cast<const From*>(x), static_cast<To*>(y), n);

@@ -13,20 +13,6 @@
 
 namespace minidl {
 
-// Calls f(T{}) with T the storage type of a floating dtype (float, bf16, fp16); errors naming
-// `what` for any other dtype.
-template <class F>
-void visit_floating(DType t, const char* what, F&& f) {
-  switch (t) {
-    case DType::Float32: f(float{}); return;
-    case DType::BFloat16: f(bf16{}); return;
-    case DType::Float16: f(fp16{}); return;
-    case DType::Int32:
-    case DType::UInt8: break;
-  }
-  fail(str(what, ": ", dtype_name(t), " is not a floating dtype (float32, bfloat16 or float16)"));
-}
-
 // Whether to(dtype) converts `from` to `to`: between floating dtypes, or int32 <-> float32.
 inline bool castable(DType from, DType to) {
   if (is_floating(from) && is_floating(to)) return true;

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/json_limits.h"
+#include "core/versions.h"
 #ifdef MINIDL_WITH_CUDA
 #include "core/cuda/device_memory.h"
 #endif
@@ -41,6 +42,14 @@ int compute_capability(Device device) {
 #endif
   MINIDL_CHECK(device.is_cpu(), "device ", device.str(), ": this minidl was built without CUDA");
   return 0;
+}
+
+std::string cuda_versions() {
+#ifdef MINIDL_WITH_CUDA
+  return cuda::versions();
+#else
+  return "built without CUDA";
+#endif
 }
 
 void synchronize(Device device) {

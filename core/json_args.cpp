@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/json_limits.h"
+#include "core/spelling.h"
 
 namespace minidl {
 
@@ -75,20 +76,26 @@ double JsonArgs::get_float(const std::string& key, double fallback) {
   return has(key) ? get_float(key) : fallback;
 }
 
-bool JsonArgs::get_bool(const std::string& key, bool fallback) {
-  used_.insert(key);
-  if (!has(key)) return fallback;
+bool JsonArgs::get_bool(const std::string& key) {
   const nlohmann::json& v = at(key);
   MINIDL_CHECK(v.is_boolean(), key_path(key), ": expected true or false, got ", v.type_name());
   return v.get<bool>();
 }
 
-std::string JsonArgs::get_string(const std::string& key, const std::string& fallback) {
+bool JsonArgs::get_bool(const std::string& key, bool fallback) {
   used_.insert(key);
-  if (!has(key)) return fallback;
+  return has(key) ? get_bool(key) : fallback;
+}
+
+std::string JsonArgs::get_string(const std::string& key) {
   const nlohmann::json& v = at(key);
   MINIDL_CHECK(v.is_string(), key_path(key), ": expected a string, got ", v.type_name());
   return v.get<std::string>();
+}
+
+std::string JsonArgs::get_string(const std::string& key, const std::string& fallback) {
+  used_.insert(key);
+  return has(key) ? get_string(key) : fallback;
 }
 
 std::vector<int64_t> JsonArgs::get_ints(const std::string& key) {
@@ -125,7 +132,8 @@ void JsonArgs::finish() const {
     keys.insert(asked_.begin(), asked_.end());
     std::string known;
     for (const auto& k : keys) known += (known.empty() ? "" : ", ") + k;
-    fail(str(key_path(text_excerpt(kv.key())), ": unknown key (known: ", known, ")"));
+    fail(str(key_path(text_excerpt(kv.key())), ": unknown key",
+             did_you_mean(kv.key(), std::vector<std::string>(keys.begin(), keys.end())), " (known: ", known, ")"));
   }
 }
 

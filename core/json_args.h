@@ -25,7 +25,9 @@ class JsonArgs {
   uint64_t get_uint(const std::string& key, uint64_t fallback);
   double get_float(const std::string& key);
   double get_float(const std::string& key, double fallback);
+  bool get_bool(const std::string& key);
   bool get_bool(const std::string& key, bool fallback);
+  std::string get_string(const std::string& key);
   std::string get_string(const std::string& key, const std::string& fallback);
   std::vector<int64_t> get_ints(const std::string& key);  // a number or a list of numbers
   const nlohmann::json& get_json(const std::string& key);

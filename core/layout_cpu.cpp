@@ -1,6 +1,7 @@
 // CPU side of core/layout_kernels.h: blocked so that both the reads and the writes of a block
 // stay in cache; threaded over (matrix, block row) on large tensors.
 #include "core/cast_kernels.h"
+#include "core/dispatch.h"
 #include "core/layout_kernels.h"
 
 namespace minidl::kernels {
@@ -29,8 +30,8 @@ void transpose_loop(const From* x, To* y, int64_t batch, int64_t rows, int64_t c
 }  // namespace
 
 void transpose_cast_cpu(const void* x, DType from, void* y, DType to, int64_t batch, int64_t rows, int64_t cols) {
-  visit_floating(from, "to(memory_format)", [&](auto a) {
-    visit_floating(to, "to(memory_format)", [&](auto b) {
+  dispatch_dtype(from, "to(memory_format)", [&](auto a) {
+    dispatch_dtype(to, "to(memory_format)", [&](auto b) {
       using From = decltype(a);
       using To = decltype(b);
       transpose_loop(static_cast<const From*>(x), static_cast<To*>(y), batch, rows, cols);

@@ -51,6 +51,7 @@ enum RngStream : uint64_t {
   kStreamAugment = 3,      // per-image augmentation: index = epoch << 32 | dataset index
   kStreamResizedCrop = 4,  // random-resized-crop boxes: stream | attempt << 32, index as kStreamAugment
   kStreamColorJitter = 5,  // brightness and contrast jitter: index as kStreamAugment
+  kStreamExamples = 6,     // layer examples' values (export --examples): seed = tensor ordinal
   kStreamTest = 100,       // tests
 };
 

@@ -50,11 +50,22 @@ bool parse_dtype(const std::string& s, DType* out) {
   return true;
 }
 
+// The element size of a dtype of the format that minidl holds no tensor type for (PyTorch writes
+// BatchNorm's num_batches_tracked as I64); 0 for a name the format does not have.
+size_t other_dtype_size(const std::string& s) {
+  static const std::map<std::string, size_t> sizes = {{"BOOL", 1}, {"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1},
+                                                      {"I16", 2},  {"U16", 2}, {"U32", 4},     {"I64", 8},
+                                                      {"U64", 8},  {"F64", 8}};
+  const auto it = sizes.find(s);
+  return it == sizes.end() ? 0 : it->second;
+}
+
 std::string errno_text() { return std::strerror(errno); }
 
 struct Entry {
   std::string name;
-  DType dtype;
+  DType dtype = DType::Float32;
+  std::string other_dtype;  // a dtype minidl does not hold (with other_dtypes): dtype is unused
   Shape shape;
   uint64_t begin, end;
 };
@@ -73,8 +84,8 @@ uint64_t json_u64(const ordered_json& v, const std::string& what, const std::str
   return v.get<uint64_t>();
 }
 
-Entry parse_entry(const std::string& name, const ordered_json& v, uint64_t data_size,
-                  const std::string& path) {
+Entry parse_entry(const std::string& name, const ordered_json& v, uint64_t data_size, const std::string& path,
+                  bool other_dtypes) {
   const std::string where = "safetensors file '" + path + "': tensor '" + text_excerpt(name) + "'";
   MINIDL_CHECK(v.is_object(), where, " must be an object, got ", json_excerpt(v));
   MINIDL_CHECK(v.contains("dtype") && v["dtype"].is_string(), where, " has no string \"dtype\"");
@@ -85,8 +96,15 @@ Entry parse_entry(const std::string& name, const ordered_json& v, uint64_t data_
   Entry e;
   e.name = name;
   const std::string dt = v["dtype"].get<std::string>();
-  MINIDL_CHECK(parse_dtype(dt, &e.dtype), where, " has unknown or unsupported dtype '", text_excerpt(dt),
-               "' (minidl reads F32, BF16, F16, I32 and U8)");
+  size_t element_size = 0;
+  if (parse_dtype(dt, &e.dtype)) {
+    element_size = dtype_size(e.dtype);
+  } else {
+    element_size = other_dtypes ? other_dtype_size(dt) : 0;
+    MINIDL_CHECK(element_size > 0, where, " has unknown or unsupported dtype '", text_excerpt(dt),
+                 "' (minidl reads F32, BF16, F16, I32 and U8)");
+    e.other_dtype = dt;
+  }
   // Byte count with an overflow guard: any product past the data size is already an error.
   uint64_t numel = 1;
   for (const auto& d : v["shape"]) {
@@ -107,7 +125,7 @@ Entry parse_entry(const std::string& name, const ordered_json& v, uint64_t data_
                "] with begin after end");
   MINIDL_CHECK(e.end <= data_size, where, " has data_offsets [", e.begin, ", ", e.end,
                "] beyond the data section (", data_size, " bytes)");
-  const uint64_t want = numel * dtype_size(e.dtype);
+  const uint64_t want = numel * element_size;
   MINIDL_CHECK(e.end - e.begin == want, where, " has data_offsets [", e.begin, ", ", e.end,
                "] holding ", e.end - e.begin, " bytes, but shape ", shape_str(e.shape), " of ", dt,
                " needs ", want, " bytes");
@@ -115,7 +133,7 @@ Entry parse_entry(const std::string& name, const ordered_json& v, uint64_t data_
 }
 
 // Reads and validates the header of an open file of `file_size` bytes.
-Header read_header(FILE* f, uint64_t file_size, const std::string& path) {
+Header read_header(FILE* f, uint64_t file_size, const std::string& path, bool other_dtypes = false) {
   MINIDL_CHECK(file_size >= 8, "safetensors file '", path, "' is ", file_size,
                " bytes long, shorter than the 8-byte header length");
   uint8_t len_bytes[8];
@@ -151,7 +169,7 @@ Header read_header(FILE* f, uint64_t file_size, const std::string& path) {
       }
       continue;
     }
-    h.entries.push_back(parse_entry(item.key(), item.value(), h.data_size, path));
+    h.entries.push_back(parse_entry(item.key(), item.value(), h.data_size, path, other_dtypes));
   }
   // (begin, end) order puts an empty tensor before the one that starts where it sits.
   std::stable_sort(h.entries.begin(), h.entries.end(),
@@ -257,14 +275,21 @@ void save_safetensors_bytes(const std::string& path, const std::vector<TensorByt
   f.commit();
 }
 
-SafeTensors load_safetensors(const std::string& path) {
+SafeTensors load_safetensors(const std::string& path, bool other_dtypes) {
   uint64_t size = 0;
   File f = open_for_read(path, &size);
-  const Header h = read_header(f.get(), size, path);
+  const Header h = read_header(f.get(), size, path, other_dtypes);
   SafeTensors out;
   out.metadata = h.metadata;
-  // Entries are sorted and tile the data, so the bytes are read front to back with no seeking.
+  // Entries are sorted and tile the data, so the bytes are read front to back, seeking only past
+  // the tensors of other dtypes.
   for (const Entry& e : h.entries) {
+    if (!e.other_dtype.empty()) {
+      MINIDL_CHECK(std::fseek(f.get(), static_cast<long>(e.end - e.begin), SEEK_CUR) == 0, "cannot seek in '", path,
+                   "': ", errno_text());
+      out.other_dtypes.push_back({e.name, e.other_dtype, e.shape});
+      continue;
+    }
     Tensor t = Tensor::empty(e.shape, e.dtype);
     const size_t n = static_cast<size_t>(e.end - e.begin);
     MINIDL_CHECK(n == 0 || std::fread(t.raw_data(), 1, n, f.get()) == n, "safetensors file '",

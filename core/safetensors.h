@@ -19,9 +19,17 @@
 
 namespace minidl {
 
+// A tensor of a dtype the format has and minidl holds no tensor type for (I64, F64, BOOL, ...).
+struct OtherDTypeTensor {
+  std::string name;
+  std::string dtype;  // the format's name: "I64"
+  Shape shape;
+};
+
 struct SafeTensors {
   std::vector<std::pair<std::string, Tensor>> tensors;  // CPU tensors, in file (data) order
   std::map<std::string, std::string> metadata;
+  std::vector<OtherDTypeTensor> other_dtypes;  // with load_safetensors(path, true): not loaded
 };
 
 // Writes `tensors` (any device; copied to the host) in the given order, atomically
@@ -49,8 +57,11 @@ std::vector<TensorBytes> tensor_bytes(const std::vector<std::pair<std::string, T
 void save_safetensors_bytes(const std::string& path, const std::vector<TensorBytes>& tensors,
                             const std::map<std::string, std::string>& metadata = {});
 
-// Reads and validates a whole file; every error names the path and what is wrong with it.
-SafeTensors load_safetensors(const std::string& path);
+// Reads and validates a whole file; every error names the path and what is wrong with it. A tensor
+// of a dtype minidl does not hold is an error, or with `other_dtypes` is listed in
+// SafeTensors::other_dtypes and not loaded (files written by PyTorch: its BatchNorm's I64
+// num_batches_tracked).
+SafeTensors load_safetensors(const std::string& path, bool other_dtypes = false);
 
 // Finds a tensor by name; errors naming `what` (e.g. the file) when absent.
 const Tensor& find_tensor(const SafeTensors& st, const std::string& name, const std::string& what);

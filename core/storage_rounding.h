@@ -1,6 +1,7 @@
 // The storage-rounded way of running an op on bfloat16/float16 tensors where no kernel of its own
-// reads them (every op on the CPU, the ops without a half kernel on the GPU): the op runs in
-// float32 on float32 copies of its half inputs, and its result is rounded back to the half type.
+// reads them (on the CPU all but the activations and dropout; on the GPU the ops without a half
+// kernel): the op runs in float32 on float32 copies of its half inputs, and its result is rounded
+// back to the half type.
 // A kernel that reads half, computes in float32 and writes half has the same rounding points (the
 // widening is exact, the output is rounded once), so this is the reference such kernels are tested
 // against, and the way every low-precision config also runs on a CPU-only machine. Both casts are

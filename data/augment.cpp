@@ -1,6 +1,7 @@
 #include <cmath>
 
 #include "core/cast_kernels.h"
+#include "core/dispatch.h"
 #include "core/half_types.h"
 #include "data/augment_kernel.h"
 
@@ -12,7 +13,7 @@ void augment_batch_cpu(const uint8_t* images, const int32_t* labels, const int32
   const AugmentParams& p = cursor->params;
   const int32_t* indices = order + cursor->position + offset;
   const int64_t elements = augment_image_elements(p);
-  visit_floating(dtype, "augment_batch", [&](auto tag) {
+  dispatch_dtype(dtype, "augment_batch", [&](auto tag) {
     using T = decltype(tag);
 #pragma omp parallel for schedule(static)
     for (int64_t b = 0; b < batch; ++b) {

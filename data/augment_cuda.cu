@@ -1,6 +1,7 @@
 // The GPU side of data/augment_kernel.h: builds the normalized, augmented batch (float32 or a
 // half type, NCHW or NHWC) from the uint8 training set resident on the device, in one launch.
 #include "core/cast_kernels.h"
+#include "core/dispatch.h"
 #include "core/cuda/runtime.h"
 #include "core/half_types.h"
 #include "data/augment_kernel.h"
@@ -48,7 +49,7 @@ void augment_batch_cuda(const uint8_t* images, const int32_t* labels, const int3
                         const BatchCursor* cursor, int64_t offset, void* out, DType dtype, bool channels_last,
                         int32_t* out_labels) {
   if (batch == 0) return;
-  visit_floating(dtype, "augment_batch", [&](auto tag) {
+  dispatch_dtype(dtype, "augment_batch", [&](auto tag) {
     using T = decltype(tag);
     T* dst = static_cast<T*>(out);
     const unsigned grid = static_cast<unsigned>(batch);

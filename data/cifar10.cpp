@@ -131,6 +131,7 @@ Dataset read_cifar10_batch(const std::string& path, int64_t records) {
 
 Dataset load_cifar10(const std::string& dir, Split split, int64_t limit) {
   MINIDL_CHECK(limit >= 0, "CIFAR-10: the image limit must be >= 0, got ", limit);
+  MINIDL_CHECK(split != Split::Val, "CIFAR-10 has no validation split of its own (data.val_fraction holds one out)");
   const fs::path root(resolve_cifar10_dir(dir));
   std::vector<std::string> files;
   if (split == Split::Train) files.assign(std::begin(kTrainFiles), std::end(kTrainFiles));
@@ -160,6 +161,7 @@ std::string resolve_cifar100_dir(const std::string& dir) {
 
 Dataset load_cifar100(const std::string& dir, Split split, bool coarse, int64_t limit) {
   MINIDL_CHECK(limit >= 0, "CIFAR-100: the image limit must be >= 0, got ", limit);
+  MINIDL_CHECK(split != Split::Val, "CIFAR-100 has no validation split of its own (data.val_fraction holds one out)");
   const fs::path root(resolve_cifar100_dir(dir));
   const RecordFormat f{"CIFAR-100", 2, coarse ? 0 : 1, coarse ? kCifar100Coarse : kCifar100Classes};
   std::vector<uint8_t> raw;

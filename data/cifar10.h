@@ -35,7 +35,10 @@ struct Dataset {
   std::string note;
 };
 
-enum class Split { Train, Test };
+// Val: an image folder's val/ split (data/image_folder.h); CIFAR has none (data.val_fraction holds
+// one out of the training set instead, data/holdout.h).
+enum class Split { Train, Val, Test };
+inline const char* split_name(Split s) { return s == Split::Train ? "train" : s == Split::Val ? "val" : "test"; }
 
 // The folder holding the batch files: `dir` itself, or its cifar-10-batches-bin subfolder (what
 // the official archive unpacks to). Errors naming both places when neither has the files.

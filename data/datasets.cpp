@@ -9,11 +9,19 @@ namespace minidl {
 
 Dataset load_dataset(const DataOptions& data, Split split) {
   const int64_t limit = split == Split::Train ? data.train_limit : data.test_limit;
-  if (data.format == "image_folder") return load_image_folder(data, split);
-  Dataset d = data.format == "cifar100" ? load_cifar100(data.dir, split, data.label == "coarse", limit)
-                                        : load_cifar10(data.dir, split, limit);
+  Dataset d;
+  switch (data.format) {
+    case DataFormat::ImageFolder:
+      return load_image_folder(data, split);
+    case DataFormat::Cifar100:
+      d = load_cifar100(data.dir, split, data.label == Cifar100Label::Coarse, limit);
+      break;
+    case DataFormat::Cifar10:
+      d = load_cifar10(data.dir, split, limit);
+      break;
+  }
   d.note = str(split == Split::Train ? "training" : "test", " images: ", d.size(), " from ", data.dir, " (",
-               data.format == "cifar100" ? "CIFAR-100" : "CIFAR-10", ", ", d.num_classes(), " classes)");
+               data.format == DataFormat::Cifar100 ? "CIFAR-100" : "CIFAR-10", ", ", d.num_classes(), " classes)");
   return d;
 }
 

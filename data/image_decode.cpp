@@ -1,9 +1,14 @@
 #include "data/image_decode.h"
 
+#include <fcntl.h>
 #include <png.h>
+#include <sys/stat.h>
 #include <turbojpeg.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <csetjmp>
 #include <cstring>
@@ -145,8 +150,9 @@ RgbImage decode_png(const uint8_t* bytes, size_t size, const std::string& name) 
   if (ok && (shape.width == 0 || shape.height == 0 ||
              static_cast<int64_t>(shape.width) * shape.height > kMaxPixels || shape.channels < 1 ||
              shape.channels > 4)) {
-    std::snprintf(src.message, sizeof(src.message), "%ux%u pixels of %d channels", shape.width, shape.height,
-                  shape.channels);
+    std::snprintf(
+        src.message, sizeof(src.message), "%ux%u pixels of %d channels%s", shape.width, shape.height, shape.channels,
+        static_cast<int64_t>(shape.width) * shape.height > kMaxPixels ? ": at most 2^28 pixels are read" : "");
     ok = false;
   }
   if (ok) {
@@ -265,11 +271,38 @@ RgbImage decode_image(const uint8_t* bytes, size_t size, const std::string& name
   fail(str("'", name, "': neither JPEG nor PNG (", size == 0 ? "an empty file" : "unknown signature", ")"));
 }
 
-FitMode parse_fit_mode(const std::string& name) {
-  if (name == "crop") return FitMode::Crop;
-  if (name == "pad") return FitMode::Pad;
-  MINIDL_CHECK(name == "stretch", "data.resize: expected \"crop\", \"pad\" or \"stretch\", got \"", name, "\"");
-  return FitMode::Stretch;
+RgbImage decode_image_file(const std::string& path) {
+  constexpr int64_t kMaxFileBytes = int64_t{1} << 30;
+  // O_NONBLOCK: opening a FIFO returns at once, and fstat refuses it.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  MINIDL_CHECK(fd >= 0, "'", path, "': cannot open (", std::strerror(errno), ")");
+  std::vector<uint8_t> bytes;
+  std::string error;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0)
+    error = str("cannot read (", std::strerror(errno), ")");
+  else if (S_ISDIR(st.st_mode))
+    error = "a folder, not an image file";
+  else if (!S_ISREG(st.st_mode))
+    error = "not a regular file";
+  else if (st.st_size > kMaxFileBytes)
+    error = str(st.st_size, " bytes, larger than the ", kMaxFileBytes, "-byte limit");
+  if (error.empty()) {
+    bytes.resize(static_cast<size_t>(st.st_size));
+    size_t got = 0;
+    while (got < bytes.size()) {
+      const ssize_t r = ::read(fd, bytes.data() + got, bytes.size() - got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {
+        error = r < 0 ? str("cannot read (", std::strerror(errno), ")") : "cannot read (it shrank while read)";
+        break;
+      }
+      got += static_cast<size_t>(r);
+    }
+  }
+  ::close(fd);
+  MINIDL_CHECK(error.empty(), "'", path, "': ", error);
+  return decode_image(bytes.data(), bytes.size(), path);
 }
 
 void fit_to_square(const RgbImage& im, int size, FitMode mode, uint8_t* out) {

@@ -24,13 +24,17 @@ struct RgbImage {
 // than 2^28 pixels.
 RgbImage decode_image(const uint8_t* bytes, size_t size, const std::string& name);
 
+// Reads and decodes one image file, as decode_image; errors name the path: a file that does not
+// exist, a folder or other file that is not regular (a FIFO would block), one that cannot be read
+// or is larger than 1 GiB.
+RgbImage decode_image_file(const std::string& path);
+
 // How an image of another shape becomes S x S:
 //   crop     scale the shorter side to S (aspect kept), keep the centered S x S square
 //            (torchvision Resize(S) + CenterCrop(S))
 //   pad      scale the longer side to S (aspect kept), center it on a black square
 //   stretch  scale each side to S (aspect changes)
 enum class FitMode { Crop, Pad, Stretch };
-FitMode parse_fit_mode(const std::string& name);
 
 // Writes `image` fitted to S x S as 3 planes (R, G, B: CHW) into out[3 * S * S]. An S x S image is
 // copied unchanged. Otherwise each axis is resampled with a triangle (bilinear) filter whose

@@ -19,6 +19,7 @@
 #include "core/error.h"
 #include "core/json_limits.h"
 #include "core/regular_file.h"
+#include "data/holdout.h"
 #include "data/image_decode.h"
 #include "data/loader.h"
 
@@ -73,6 +74,10 @@ std::string split_root(const DataOptions& data, Split split) {
                "/train/<class>/*.jpg and ", data.dir, "/test/<class>/*.jpg, or set data.test_dir to train from ",
                data.dir, "/<class>/*.jpg and test from another root");
   if (split == Split::Train) return (root / "train").string();
+  if (split == Split::Val) {
+    MINIDL_CHECK(image_folder_has_val(data), "image folder '", data.dir, "': no val/ folder beside train/ and test/");
+    return (root / "val").string();
+  }
   if (is_dir(root / "test")) return (root / "test").string();
   MINIDL_CHECK(is_dir(root / "val"), "image folder '", data.dir, "': no test/ (or val/) folder beside train/");
   return (root / "val").string();
@@ -175,7 +180,7 @@ uint64_t cache_key(const Listing& l, const DataOptions& data, const std::vector<
   Fnv f;
   f.bytes(kCacheMagic, sizeof(kCacheMagic));
   f.number(data.image_size);
-  f.text(data.resize);
+  f.text(to_string(data.resize));
   f.number(data.skip_bad ? 1 : 0);
   for (const std::string& c : classes) f.text(c);
   for (const ImageFile& file : l.files) {
@@ -205,7 +210,7 @@ std::string cache_prefix(const Listing& l, const DataOptions& data, Split split)
   const fs::path canonical = fs::weakly_canonical(l.root, ec);
   Fnv f;
   f.text(ec ? l.root : canonical.string());
-  return str(split == Split::Train ? "train" : "test", "-", hex(f.h, 8), "-s", data.image_size, "-", data.resize, "-");
+  return str(split_name(split), "-", hex(f.h, 8), "-s", data.image_size, "-", to_string(data.resize), "-");
 }
 
 struct CacheMeta {
@@ -327,7 +332,7 @@ Dataset decode_all(const Listing& l, const DataOptions& data, std::vector<std::s
                    std::vector<char>& unreadable) {
   const int64_t n = static_cast<int64_t>(l.files.size());
   const int64_t s = data.image_size;
-  const FitMode mode = parse_fit_mode(data.resize);
+  const FitMode mode = data.resize;
   Dataset d;
   d.images = Tensor::empty({n, 3, s, s}, DType::UInt8);
   d.labels = Tensor::empty({n}, DType::Int32);
@@ -377,23 +382,6 @@ Dataset drop_bad(const Dataset& d, const std::vector<std::string>& errors) {
   return out;
 }
 
-// The first `count` images of `order` (indices into d).
-Dataset reorder(const Dataset& d, const std::vector<int32_t>& order, int64_t count) {
-  const int64_t pixels = d.images.numel() / d.size();
-  Dataset out;
-  out.images = Tensor::empty({count, d.images.size(1), d.images.size(2), d.images.size(3)}, DType::UInt8);
-  out.labels = Tensor::empty({count}, DType::Int32);
-  for (int64_t k = 0; k < count; ++k) {
-    const int64_t i = order[static_cast<size_t>(k)];
-    std::memcpy(out.images.data<uint8_t>() + k * pixels, d.images.data<uint8_t>() + i * pixels,
-                static_cast<size_t>(pixels));
-    out.labels.data<int32_t>()[k] = d.labels.data<int32_t>()[i];
-  }
-  out.classes = d.classes;
-  out.note = d.note;
-  return out;
-}
-
 // Removes the caches of `prefix` other than `keep`; they describe an older state of the folder.
 void remove_stale_caches(const std::string& folder, const std::string& prefix, const std::string& keep) {
   std::error_code ec;
@@ -422,6 +410,11 @@ void check_fits_in_memory(const Listing& l, int64_t size) {
 }
 
 }  // namespace
+
+bool image_folder_has_val(const DataOptions& data) {
+  const fs::path root(data.dir);
+  return data.test_dir.empty() && is_dir(root / "test") && is_dir(root / "val");
+}
 
 std::vector<std::string> image_folder_classes(const DataOptions& data) {
   const std::string root = split_root(data, Split::Train);
@@ -495,23 +488,29 @@ Dataset load_image_folder(const DataOptions& data, Split split, ImageFolderStats
   st.skipped = meta.skipped;
   // A fixed pseudo-random order, as the CIFAR binaries' records have: the first images of the set
   // (train_limit, patch whitening's sample, export's --limit) then hold every class.
-  const int64_t wanted = split == Split::Train ? data.train_limit : data.test_limit;
+  const int64_t wanted = split == Split::Train ? data.train_limit : split == Split::Test ? data.test_limit : 0;
   const int64_t limit = wanted > 0 ? std::min(wanted, d.size()) : d.size();
   if (!class_sorted) {
-    d = reorder(d, epoch_permutation(kFolderOrderSeed, 0, d.size()), limit);
+    std::vector<int32_t> order = epoch_permutation(kFolderOrderSeed, 0, d.size());
+    order.resize(static_cast<size_t>(limit));
+    d = select_images(d, order);
   } else if (limit < d.size()) {
     std::vector<int32_t> identity(static_cast<size_t>(limit));
     for (int64_t i = 0; i < limit; ++i) identity[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-    d = reorder(d, identity, limit);
+    d = select_images(d, identity);
   }
   st.images = d.size();
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   char seconds[32];
   std::snprintf(seconds, sizeof(seconds), "%.2f s", st.seconds);
-  std::string note = str(d.note, split == Split::Train ? "training" : "test", " images: ", st.images, " from ",
-                         listing.root, " (", classes.size(), " classes, ", data.image_size, "x", data.image_size, ", ",
-                         st.from_cache ? str("read from the cache ", path, " in ") : std::string("decoded in "),
-                         seconds, ")");
+  std::string note =
+      str(d.note,
+          split == Split::Train ? "training"
+          : split == Split::Val ? "validation"
+                                : "test",
+          " images: ", st.images, " from ", listing.root, " (", classes.size(), " classes, ", data.image_size, "x",
+          data.image_size, ", ", st.from_cache ? str("read from the cache ", path, " in ") : std::string("decoded in "),
+          seconds, ")");
   if (st.skipped > 0) {
     note += str("; skipped ", st.skipped, " files that do not decode (skip_bad), e.g. ", meta.skipped_files.front());
   }

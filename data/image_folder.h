@@ -2,6 +2,8 @@
 //
 //   ROOT/train/<class>/**/*.{jpg,jpeg,png}    the training split
 //   ROOT/test/<class>/**/*.{jpg,jpeg,png}     the test split (ROOT/val when there is no test/)
+//   ROOT/val/<class>/**/*.{jpg,jpeg,png}      beside train/ and test/: the validation split, evaluated
+//                                             every epoch (the test split then once, at the end)
 //
 // or, with data.test_dir set (two roots, as torchvision users pass them), ROOT itself is the
 // training root and test_dir the test root. Classes are the training root's sub-folder names in
@@ -39,6 +41,10 @@ struct ImageFolderStats {
 // keeps the first images of that order.
 Dataset load_image_folder(const DataOptions& data, Split split, ImageFolderStats* stats = nullptr,
                           bool class_sorted = false);
+
+// Whether the folder has a validation split of its own: ROOT/val beside ROOT/train and ROOT/test
+// (without test/, val/ is the test split; with data.test_dir there is none).
+bool image_folder_has_val(const DataOptions& data);
 
 // The class names: the sorted sub-folder names of the training root.
 std::vector<std::string> image_folder_classes(const DataOptions& data);

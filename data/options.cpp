@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/field_kinds.h"
 #include "core/json_args.h"
 #include "core/json_limits.h"
 
@@ -11,66 +12,185 @@ namespace minidl {
 
 namespace {
 
-std::array<double, 3> read_triple(const nlohmann::json& j, const std::string& key_path) {
-  MINIDL_CHECK(j.is_array() && j.size() == 3, key_path, ": expected a list of 3 numbers (R, G, B), got ",
-               json_excerpt(j));
-  std::array<double, 3> v{};
-  for (size_t c = 0; c < 3; ++c) {
-    MINIDL_CHECK(j[c].is_number(), key_path, "[", c, "]: expected a number, got ", json_excerpt(j[c]));
-    v[c] = j[c].get<double>();
-  }
-  return v;
+// A list of `n` numbers into the std::array `at(value)` refers to: "mean": [0.49, 0.48, 0.45].
+template <typename T, size_t n, typename At>
+Field<T> numbers(const std::string& name, At at, std::array<double, n> fallback, const char* what, std::string doc) {
+  Field<T> f = custom_field<T>(name, "floats", fallback, "", std::move(doc));
+  f.read = [at, fallback, what](JsonArgs& a, const std::string& key, T& out) {
+    std::array<double, n>& v = at(out);
+    v = fallback;
+    if (!a.has(key)) return;
+    const nlohmann::json& j = a.get_json(key);
+    MINIDL_CHECK(j.is_array() && j.size() == n, a.key_path(key), ": expected a list of ", n, " numbers ", what,
+                 ", got ", json_excerpt(j));
+    for (size_t c = 0; c < n; ++c) {
+      MINIDL_CHECK(j[c].is_number(), a.key_path(key), "[", c, "]: expected a number, got ", json_excerpt(j[c]));
+      v[c] = j[c].get<double>();
+    }
+  };
+  f.write = [at](const T& in) { return std::optional<nlohmann::json>(at(in)); };
+  return f;
 }
 
-std::array<double, 2> read_pair(const nlohmann::json& j, const std::string& key_path) {
-  MINIDL_CHECK(j.is_array() && j.size() == 2 && j[0].is_number() && j[1].is_number(), key_path,
-               ": expected a list of 2 numbers [min, max], got ", json_excerpt(j));
-  return {j[0].get<double>(), j[1].get<double>()};
+// "random_resized_crop": {"scale": [min, max], "ratio": [min, max]}, given or not.
+Field<AugmentOptions> resized_crop_field() {
+  using A = AugmentOptions;
+  Field<A> f = custom_field<A>("random_resized_crop", "object", nullptr, "",
+                               "torchvision's RandomResizedCrop to the images' own size instead of the padded crop "
+                               "(for larger images); left out: off");
+  f.required = false;
+  f.children = {custom_field<A>("scale", "floats", nlohmann::json::array({0.08, 1.0}), "0 < min <= max <= 1",
+                                "the crop's area as a fraction of the image's [min, max]"),
+                custom_field<A>("ratio", "floats", nlohmann::json::array({3.0 / 4.0, 4.0 / 3.0}),
+                                "0.001 <= min <= max <= 1000", "the crop's aspect ratio [min, max]")};
+  f.read = [](JsonArgs& a, const std::string& key, A& o) {
+    const A d;
+    o.resized_crop = a.has(key);
+    o.crop_scale = d.crop_scale;
+    o.crop_ratio = d.crop_ratio;
+    if (!o.resized_crop) return;
+    const std::string path = a.key_path(key);
+    const nlohmann::json& r = a.get_json(key);
+    MINIDL_CHECK(r.is_object(), path,
+                 ": expected an object like {\"scale\": [0.08, 1], \"ratio\": [0.75, 1.3333]}, got ", json_excerpt(r));
+    struct Pairs {
+      std::array<double, 2> scale, ratio;
+      static const Fields<Pairs>& fields() {
+        static const Fields<Pairs> f{
+            {numbers<Pairs, 2>(
+                 "scale", [](auto& p) -> auto& { return p.scale; }, {0.08, 1.0}, "[min, max]", "the crop's area"),
+             numbers<Pairs, 2>(
+                 "ratio", [](auto& p) -> auto& { return p.ratio; }, {3.0 / 4.0, 4.0 / 3.0}, "[min, max]",
+                 "the crop's aspect ratio")}};
+        return f;
+      }
+    };
+    JsonArgs args(r, path);
+    const Pairs p = read_struct(Pairs::fields(), args);
+    o.crop_scale = p.scale;
+    o.crop_ratio = p.ratio;
+  };
+  f.write = [](const A& o) {
+    return o.resized_crop ? std::optional<nlohmann::json>({{"scale", o.crop_scale}, {"ratio", o.crop_ratio}})
+                          : std::nullopt;
+  };
+  return f;
 }
 
-// The object at `key` read through JsonArgs of its own; anything else is an error showing `example`.
-JsonArgs nested(JsonArgs& args, const char* key, const char* example) {
-  const nlohmann::json& j = args.get_json(key);
-  MINIDL_CHECK(j.is_object(), args.key_path(key), ": expected an object like ", example, ", got ", json_excerpt(j));
-  return JsonArgs(j, args.key_path(key));
+// A key of one format only: refused for another (it would be silently ignored) and written back
+// only for its own.
+Field<DataOptions> only_for(DataFormat format, Field<DataOptions> f) {
+  f.doc += str(" (", to_string(format), " only)");
+  auto read = f.read;
+  auto write = f.write;
+  f.read = [format, read](JsonArgs& a, const std::string& key, DataOptions& o) {
+    MINIDL_CHECK(!a.has(key) || o.format == format, a.key_path(key), ": only for \"format\": \"", to_string(format),
+                 "\" (this is \"", to_string(o.format), "\")");
+    read(a, key, o);
+  };
+  f.write = [format, write](const DataOptions& o) {
+    return o.format == format ? write(o) : std::optional<nlohmann::json>();
+  };
+  return f;
+}
+
+// data.mean or data.std: three numbers, or "auto" (`is_auto` true: the training images' own,
+// computed when the run starts); left out, "auto" for an image folder (its pixels have no
+// published statistics) and CIFAR's constants otherwise. Written back as given.
+Field<DataOptions> stats_field(const char* name, std::array<double, 3> Normalization::*values,
+                               bool Normalization::*is_auto, std::string doc) {
+  using D = DataOptions;
+  const Normalization n;
+  Field<D> f = custom_field<D>(name, "floats", n.*values, "(R, G, B) or \"auto\"",
+                               doc + "; \"auto\": the training images' own (the default for image folders)");
+  Field<D> triple = numbers<D, 3>(
+      name, [values](auto& d) -> auto& { return d.normalize.*values; }, n.*values, "(R, G, B)", "");
+  f.read = [values, is_auto, triple](JsonArgs& a, const std::string& key, D& o) {
+    o.normalize.*values = Normalization{}.*values;
+    o.normalize.*is_auto = !a.has(key) && o.format == DataFormat::ImageFolder;
+    if (!a.has(key)) return;
+    const nlohmann::json& j = a.get_json(key);
+    o.normalize.*is_auto = j == "auto";
+    if (o.normalize.*is_auto) return;
+    MINIDL_CHECK(!j.is_string(), a.key_path(key), ": expected \"auto\" or a list of 3 numbers (R, G, B), got ",
+                 json_excerpt(j));
+    triple.read(a, key, o);
+  };
+  f.write = [values, is_auto](const D& o) {
+    return std::optional<nlohmann::json>(o.normalize.*is_auto ? nlohmann::json("auto")
+                                                              : nlohmann::json(o.normalize.*values));
+  };
+  return f;
+}
+
+// data.val_fraction, in (0, 1) when given; written back only when set, with val_seed.
+Field<DataOptions> val_fraction_field() {
+  using D = DataOptions;
+  Field<D> f = written_when_set(custom_field<D>(
+      "val_fraction", "float", 0.0, "(0, 1)",
+      "this fraction of the training images (after train_limit), stratified by class, is held out as the "
+      "validation split; left out: none (an image folder's val/ may give one)"));
+  f.read = [](JsonArgs& a, const std::string& key, D& o) {
+    o.val_fraction = 0;
+    if (!a.has(key)) return;
+    o.val_fraction = a.get_float(key);
+    MINIDL_CHECK(o.val_fraction > 0 && o.val_fraction < 1, a.key_path(key),
+                 ": expected a fraction of the training images in (0, 1), e.g. 0.1 (leave the key out for no ",
+                 "validation split), got ", o.val_fraction);
+  };
+  f.write = [](const D& o) { return nlohmann::json(o.val_fraction); };
+  return f;
+}
+
+Field<DataOptions> val_seed_field() {
+  using D = DataOptions;
+  Field<D> f = count("val_seed", &D::val_seed, 0,
+                     "which images val_fraction holds out; independent of the run's seed (with val_fraction only)");
+  auto read = f.read;
+  f.read = [read](JsonArgs& a, const std::string& key, D& o) {
+    MINIDL_CHECK(!a.has(key) || o.val_fraction > 0, a.key_path(key),
+                 ": only with data.val_fraction (it picks the held-out images)");
+    read(a, key, o);
+  };
+  auto write = f.write;
+  f.write = [write](const D& o) { return o.val_fraction > 0 ? write(o) : std::nullopt; };
+  return f;
 }
 
 }  // namespace
 
+
+const Fields<AugmentOptions>& AugmentOptions::fields() {
+  using A = AugmentOptions;
+  static const Fields<A> f{
+      {integer("crop_padding", &A::crop_padding, 0, {0, 1023}, "RandomCrop's padding in pixels (0: no crop)"),
+       choice("padding_mode", &A::padding_mode, PaddingMode::Reflect,
+              "the padded border: the image mirrored (needs padding < H and W) or black"),
+       flag("flip", &A::flip, false, "horizontal flips with p = 0.5"),
+       choice("flip_mode", &A::flip_mode, FlipMode::Random,
+              "a new draw each epoch, or each image flipped every other epoch (airbench)"),
+       integer("cutout", &A::cutout, 0, {0, 4096}, "the side of a zeroed square at a random place (0: off)"),
+       resized_crop_field(),
+       // Written only when on, like random_resized_crop: a run without it keeps its config.json.
+       written_when_set(number("color_jitter.brightness", &A::brightness, 0, {0, false, 100, false},
+                               "the largest shift b added to the normalized values, b ~ U(-brightness, brightness)",
+                               "in standard deviations")),
+       written_when_set(number("color_jitter.contrast", &A::contrast, 0, {0, false, 1, true},
+                               "the largest scale change, c ~ U(1 - contrast, 1 + contrast) multiplying x + b",
+                               "contrast < 1: no image's sign flips"))},
+      [](const A& o, const JsonArgs& args) { o.validate(args.path()); }};
+  return f;
+}
+
 AugmentOptions AugmentOptions::from_json(const nlohmann::json& j, const std::string& path) {
   MINIDL_CHECK(j.is_object(), path, ": expected an object, got ", json_excerpt(j));
   JsonArgs args(j, path);
-  AugmentOptions o;
-  o.crop_padding = static_cast<int>(args.get_int("crop_padding", o.crop_padding, 0, 1023));
-  o.padding_mode = args.get_string("padding_mode", o.padding_mode);
-  o.flip = args.get_bool("flip", o.flip);
-  o.flip_mode = args.get_string("flip_mode", o.flip_mode);
-  o.cutout = static_cast<int>(args.get_int("cutout", o.cutout, 0, 4096));
-  if (args.has("random_resized_crop")) {
-    JsonArgs rargs = nested(args, "random_resized_crop", "{\"scale\": [0.08, 1], \"ratio\": [0.75, 1.3333]}");
-    o.resized_crop = true;
-    if (rargs.has("scale")) o.crop_scale = read_pair(rargs.get_json("scale"), rargs.key_path("scale"));
-    if (rargs.has("ratio")) o.crop_ratio = read_pair(rargs.get_json("ratio"), rargs.key_path("ratio"));
-    rargs.finish();
-  }
-  if (args.has("color_jitter")) {
-    JsonArgs jargs = nested(args, "color_jitter", "{\"brightness\": 0.14, \"contrast\": 0.13}");
-    o.brightness = jargs.get_float("brightness", o.brightness);
-    o.contrast = jargs.get_float("contrast", o.contrast);
-    jargs.finish();
-  }
-  args.finish();
-  o.validate(path);
-  return o;
+  return read_struct(fields(), args);
 }
 
 void AugmentOptions::validate(const std::string& path) const {
   MINIDL_CHECK(crop_padding >= 0 && crop_padding <= 1023, path, ".crop_padding: expected 0..1023 pixels, got ",
                crop_padding);
-  MINIDL_CHECK(padding_mode == "reflect" || padding_mode == "zero", path,
-               ".padding_mode: expected \"reflect\" or \"zero\", got ", json_excerpt(padding_mode));
-  MINIDL_CHECK(flip_mode == "random" || flip_mode == "alternating", path,
-               ".flip_mode: expected \"random\" or \"alternating\", got ", json_excerpt(flip_mode));
   MINIDL_CHECK(cutout >= 0 && cutout <= 4096, path, ".cutout: expected a square side of 0..4096 pixels, got ",
                cutout);
   // A contrast of 1 or more could flip an image's sign; a brightness past 100 standard deviations
@@ -91,80 +211,60 @@ void AugmentOptions::validate(const std::string& path) const {
 
 void AugmentOptions::validate_for_size(const std::string& path, int64_t height, int64_t width) const {
   validate(path);
-  MINIDL_CHECK(padding_mode != "reflect" || resized_crop || (crop_padding < height && crop_padding < width), path,
-               ".crop_padding: reflect padding of ", crop_padding, " pixels needs images larger than that; these are ",
-               height, "x", width);
+  MINIDL_CHECK(padding_mode != PaddingMode::Reflect || resized_crop || (crop_padding < height && crop_padding < width),
+               path, ".crop_padding: reflect padding of ", crop_padding,
+               " pixels needs images larger than that; these are ", height, "x", width);
   MINIDL_CHECK(cutout <= height && cutout <= width, path, ".cutout: a square of ", cutout,
                " pixels does not fit the ", height, "x", width, " images");
 }
 
-nlohmann::json AugmentOptions::to_json() const {
-  nlohmann::json j = {{"crop_padding", crop_padding}, {"padding_mode", padding_mode}, {"flip", flip},
-                      {"flip_mode", flip_mode}, {"cutout", cutout}};
-  if (resized_crop) j["random_resized_crop"] = {{"scale", crop_scale}, {"ratio", crop_ratio}};
-  // Written only when on, like random_resized_crop: a run without it keeps its config.json.
-  if (brightness > 0 || contrast > 0) j["color_jitter"] = {{"brightness", brightness}, {"contrast", contrast}};
-  return j;
+const Fields<DataOptions>& DataOptions::fields() {
+  using D = DataOptions;
+  static const Fields<D> f{
+      {written_when_set(choice("format", &D::format, DataFormat::Cifar10, "the data set's format (docs/data.md)")),
+       text("dir", &D::dir, "", "a folder",
+            "the CIFAR batch files (or their folder), or an image folder's root (dir/train/<class>/*); \"\": "
+            "$CIFAR10_DIR"),
+       integer("train_limit", &D::train_limit, 0, {0}, "train on the first train_limit images only (0: all)"),
+       written_when_set(
+           integer("test_limit", &D::test_limit, 0, {0}, "evaluate on the first test_limit images only (0: all)")),
+       val_fraction_field(),
+       val_seed_field(),
+       only_for(DataFormat::Cifar100, choice("label", &D::label, Cifar100Label::Fine,
+                                             "the 100 classes (fine) or the 20 superclasses (coarse)")),
+       only_for(DataFormat::ImageFolder,
+                derived(integer("image_size", &D::image_size, kRequired, {1, 4096},
+                                "every image becomes S x S; required"),
+                        &D::image_size, +[](const D&) -> int64_t { return 0; })),
+       only_for(DataFormat::ImageFolder,
+                choice("resize", &D::resize, FitMode::Crop,
+                       "to S x S: the shorter side to S and a center crop, the longer side to S on black, or both "
+                       "sides to S")),
+       only_for(DataFormat::ImageFolder,
+                text("test_dir", &D::test_dir, "", "a folder", "the test split's root; \"\": dir/test")),
+       only_for(DataFormat::ImageFolder,
+                text("cache_dir", &D::cache_dir, "", "a folder", "the decoded cache; \"\": <dir>/.minidl-cache")),
+       only_for(DataFormat::ImageFolder,
+                flag("skip_bad", &D::skip_bad, false, "skip (and count) files that do not decode instead of failing")),
+       stats_field("mean", &Normalization::mean, &Normalization::auto_mean,
+                   "per-channel mean subtracted, in [0, 1] units"),
+       stats_field("std", &Normalization::std, &Normalization::auto_std,
+                   "per-channel standard deviation divided by, each > 0"),
+       section("augment", &D::augment, AugmentOptions::fields(), "the training augmentation; left out: none")},
+      [](const D& o, const JsonArgs& args) {
+        MINIDL_CHECK(o.format != DataFormat::ImageFolder || o.image_size > 0, args.key_path("image_size"),
+                     ": an image folder needs the size every image is resized to (e.g. 32, 64, 224)");
+        for (size_t c = 0; c < 3 && !o.normalize.auto_std; ++c)
+          MINIDL_CHECK(o.normalize.std[c] > 0, args.key_path("std"), "[", c, "]: expected > 0, got ",
+                       o.normalize.std[c]);
+      }};
+  return f;
 }
 
 DataOptions DataOptions::from_json(const nlohmann::json& j, const std::string& path) {
   MINIDL_CHECK(j.is_object(), path, ": expected an object, got ", json_excerpt(j));
   JsonArgs args(j, path);
-  DataOptions o;
-  o.format = args.get_string("format", o.format);
-  MINIDL_CHECK(o.format == "cifar10" || o.format == "cifar100" || o.format == "image_folder", args.key_path("format"),
-               ": expected \"cifar10\", \"cifar100\" or \"image_folder\", got ", json_excerpt(o.format));
-  o.dir = args.get_string("dir", o.dir);
-  o.train_limit = args.get_int("train_limit", o.train_limit);
-  o.test_limit = args.get_int("test_limit", o.test_limit, 0, std::numeric_limits<int64_t>::max());
-  // Keys of another format are errors: they would be silently ignored.
-  const auto only_for = [&](const char* key, const char* format) {
-    MINIDL_CHECK(!args.has(key) || o.format == format, args.key_path(key), ": only for \"format\": \"", format,
-                 "\" (this is \"", o.format, "\")");
-  };
-  only_for("label", "cifar100");
-  for (const char* key : {"image_size", "resize", "test_dir", "cache_dir", "skip_bad"}) only_for(key, "image_folder");
-  o.label = args.get_string("label", o.label);
-  MINIDL_CHECK(o.label == "fine" || o.label == "coarse", args.key_path("label"),
-               ": expected \"fine\" or \"coarse\", got ", json_excerpt(o.label));
-  if (args.has("image_size")) o.image_size = args.get_int("image_size", o.image_size, 1, 4096);
-  MINIDL_CHECK(o.format != "image_folder" || o.image_size > 0, args.key_path("image_size"),
-               ": an image folder needs the size every image is resized to (e.g. 32, 64, 224)");
-  o.resize = args.get_string("resize", o.resize);
-  MINIDL_CHECK(o.resize == "crop" || o.resize == "pad" || o.resize == "stretch", args.key_path("resize"),
-               ": expected \"crop\", \"pad\" or \"stretch\", got ", json_excerpt(o.resize));
-  o.test_dir = args.get_string("test_dir", o.test_dir);
-  o.cache_dir = args.get_string("cache_dir", o.cache_dir);
-  o.skip_bad = args.get_bool("skip_bad", o.skip_bad);
-  if (args.has("mean")) o.normalize.mean = read_triple(args.get_json("mean"), args.key_path("mean"));
-  if (args.has("std")) o.normalize.std = read_triple(args.get_json("std"), args.key_path("std"));
-  if (args.has("augment"))
-    o.augment = AugmentOptions::from_json(args.get_json("augment"), args.key_path("augment"));
-  args.finish();
-  MINIDL_CHECK(o.train_limit >= 0, args.key_path("train_limit"), ": expected >= 0 (0 = all), got ",
-               o.train_limit);
-  for (size_t c = 0; c < 3; ++c)
-    MINIDL_CHECK(o.normalize.std[c] > 0, args.key_path("std"), "[", c, "]: expected > 0, got ",
-                 o.normalize.std[c]);
-  return o;
-}
-
-nlohmann::json DataOptions::to_json() const {
-  nlohmann::json j = {{"dir", dir}, {"train_limit", train_limit}, {"mean", normalize.mean},
-                      {"std", normalize.std}, {"augment", augment.to_json()}};
-  // CIFAR-10, the default, prints no format keys: its runs' config.json stays as it was.
-  if (format != "cifar10") j["format"] = format;
-  // Written only when set, like the format: a run on the whole test set keeps its config.json.
-  if (test_limit > 0) j["test_limit"] = test_limit;
-  if (format == "cifar100") j["label"] = label;
-  if (format == "image_folder") {
-    j["image_size"] = image_size;
-    j["resize"] = resize;
-    j["test_dir"] = test_dir;
-    j["cache_dir"] = cache_dir;
-    j["skip_bad"] = skip_bad;
-  }
-  return j;
+  return read_struct(fields(), args);
 }
 
 kernels::AugmentParams augment_params(const Normalization& normalize, const AugmentOptions* augment,
@@ -173,6 +273,8 @@ kernels::AugmentParams augment_params(const Normalization& normalize, const Augm
   kernels::AugmentParams p;
   p.seed = seed;
   p.epoch = epoch;
+  MINIDL_CHECK(!normalize.auto_mean && !normalize.auto_std, "data.mean/std \"auto\": the statistics are computed ",
+               "from the training images when a run starts (Trainer); give numbers to make batches without one");
   for (int c = 0; c < 3; ++c) {
     MINIDL_CHECK(normalize.std[c] > 0, "data.std[", c, "]: expected > 0, got ", normalize.std[c]);
     p.scale[c] = static_cast<float>(1.0 / (255.0 * normalize.std[c]));
@@ -181,10 +283,10 @@ kernels::AugmentParams augment_params(const Normalization& normalize, const Augm
   if (augment) {
     augment->validate("data.augment");
     p.crop_padding = augment->crop_padding;
-    p.reflect = augment->padding_mode == "reflect" ? 1 : 0;
-    p.flip_mode = !augment->flip ? kernels::kFlipNone
-                  : augment->flip_mode == "alternating" ? kernels::kFlipAlternating
-                                                        : kernels::kFlipRandom;
+    p.reflect = augment->padding_mode == PaddingMode::Reflect ? 1 : 0;
+    p.flip_mode = !augment->flip                                ? kernels::kFlipNone
+                  : augment->flip_mode == FlipMode::Alternating ? kernels::kFlipAlternating
+                                                                : kernels::kFlipRandom;
     p.cutout = augment->cutout;
     p.resized_crop = augment->resized_crop ? 1 : 0;
     for (int k = 0; k < 2; ++k) {

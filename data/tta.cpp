@@ -7,6 +7,7 @@
 
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "core/tensor_ops.h"
 
 namespace minidl {
 
@@ -67,6 +68,17 @@ std::vector<TtaView> tta_views(TtaMode mode) {
   // Mirroring after a shift by (dy, dx) is the mirror shifted by (dy, -dx).
   return {{false, 0, 0, 0.25f}, {true, 0, 0, 0.25f},   {false, 1, 1, 0.125f},
           {true, 1, -1, 0.125f}, {false, -1, -1, 0.125f}, {true, -1, 1, 0.125f}};
+}
+
+Tensor tta_logits(const std::function<Tensor(const Tensor&)>& forward, const Tensor& images, const Tensor& logits,
+                  const std::vector<TtaView>& views) {
+  // x * 1.0f is exact: weights of 1 add plainly.
+  Tensor sum = mul(logits, views[0].weight);
+  for (size_t v = 1; v < views.size(); ++v) {
+    const TtaView& view = views[v];
+    sum = add(sum, mul(forward(flip_translate(images, view.flip, view.dy, view.dx)).to(DType::Float32), view.weight));
+  }
+  return sum;
 }
 
 std::vector<TtaView> tta_views(TtaMode mode, TtaWeights weights) {

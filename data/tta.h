@@ -3,6 +3,7 @@
 // only: the ops are not recorded by autograd.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/enum_names.h"
@@ -63,6 +64,11 @@ std::vector<TtaView> tta_views(TtaMode mode, TtaWeights weights);
 // index order. Ties go to the lower index; a row holding a NaN or an infinity counts as the least
 // confident.
 std::vector<int32_t> least_confident(const std::vector<float>& logits, int64_t n, int64_t classes, int64_t count);
+
+// The weighted sum of the views' float32 logits: views[0]'s (the plain image's) are `logits`, each
+// other view's are forward(flip_translate(images, ...)) converted to float32.
+Tensor tta_logits(const std::function<Tensor(const Tensor&)>& forward, const Tensor& images, const Tensor& logits,
+                  const std::vector<TtaView>& views);
 
 namespace kernels {
 void flip_translate_cpu(const float* in, float* out, int64_t planes, int h, int w, bool flip,

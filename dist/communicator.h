@@ -76,5 +76,8 @@ std::unique_ptr<Communicator> make_single_process_communicator();
 // Whether this minidl was built with the MPI and NCCL backends.
 bool built_with_mpi();
 bool built_with_nccl();
+// The NCCL and MPI libraries this binary runs with ("NCCL 2.19.3, Open MPI v4.1.6"), or that a
+// backend was not built.
+std::string communicator_versions();
 
 }  // namespace minidl

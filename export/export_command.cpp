@@ -12,6 +12,7 @@
 #include "data/datasets.h"
 #include "data/loader.h"
 #include "data/options.h"
+#include "export/onnx_examples.h"
 #include "export/onnx_export.h"
 #include "layers/loss/loss.h"
 #include "layers/registry.h"
@@ -37,7 +38,8 @@ Dataset reference_images(const TrainConfig& config, const std::string& data_dir,
   } catch (const Error& e) {
     fail(str("export --logits: ", e.what(), ", or pass --data-dir DIR"));
   }
-  Dataset test = data.format == "cifar10" ? load_cifar10(data.dir, Split::Test, limit) : load_dataset(data, Split::Test);
+  Dataset test =
+      data.format == DataFormat::Cifar10 ? load_cifar10(data.dir, Split::Test, limit) : load_dataset(data, Split::Test);
   if (limit > 0 && limit < test.size()) {
     const int64_t pixels = test.images.numel() / test.size();
     std::vector<uint8_t> px(test.images.data<uint8_t>(), test.images.data<uint8_t>() + limit * pixels);
@@ -107,6 +109,15 @@ void check_output_file(const std::string& path, const char* option, const Export
 }  // namespace
 
 int export_command(const ExportOptions& options) {
+  if (!options.examples_dir.empty()) {
+    MINIDL_CHECK(options.run_dir.empty() && options.config_path.empty() && options.onnx_path.empty() &&
+                     options.logits_path.empty(),
+                 "export: --examples DIR writes the layer examples alone (no --run, --config, --onnx or --logits)");
+    const std::vector<std::string> stems = export_layer_examples(options.examples_dir);
+    std::cout << "minidl export: wrote " << stems.size() << " layer examples (.onnx and .safetensors) to "
+              << options.examples_dir << std::endl;
+    return 0;
+  }
   MINIDL_CHECK(options.run_dir.empty() != options.config_path.empty(),
                "export: pass exactly one of --run RUN_DIR (a trained run) or --config FILE (a fresh model)");
   MINIDL_CHECK(!options.onnx_path.empty(), "export: --onnx FILE is required");
@@ -151,8 +162,8 @@ int export_command(const ExportOptions& options) {
 
   OnnxExportOptions onnx;
   const DataOptions data = DataOptions::from_json(config.data, "data");
-  const int64_t side = data.format == "image_folder" ? data.image_size : 32;
-  onnx.height = onnx.width = side;
+  const int64_t side = data.format == DataFormat::ImageFolder ? data.image_size : 32;
+  onnx.sample = {3, side, side};
   onnx.metadata = {
       {"minidl.source", weights.empty() ? str("config ", options.config_path, " (initialised, untrained)") : weights},
       {"minidl.input", str("float32 (batch, 3, ", side, ", ", side,

@@ -1,6 +1,7 @@
 // `minidl export`: a trained run (or a config's freshly initialised model) as an ONNX file, and
 // optionally minidl's own eval-mode logits on the CIFAR-10 test set beside it, for comparing an
-// ONNX runtime's outputs with minidl's (scripts/onnx_eval.py, scripts/gpu/onnx_check.sh).
+// ONNX runtime's outputs with minidl's (scripts/onnx_eval.py, scripts/gpu/onnx_check.sh); or, with
+// --examples, every layer type's examples as models of their own with minidl's outputs.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -17,6 +18,7 @@ struct ExportOptions {
   int64_t limit = 0;                   // --limit: the first N test images for --logits (0: all)
   std::string device;                  // --device for --logits ("" = the config's)
   std::string data_dir;                // --data-dir: the CIFAR-10 folder (default: the config's)
+  std::string examples_dir;            // --examples: every layer type's examples instead (onnx_examples.h)
 };
 
 // Returns the process exit code; every problem is an Error naming what is wrong.

@@ -9,15 +9,20 @@
 #include "core/autograd.h"
 #include "core/error.h"
 #include "layers/activation/activation.h"
+#include "layers/activation/pointwise.h"
 #include "layers/containers/flatten.h"
+#include "layers/containers/layer_scale.h"
 #include "layers/containers/residual.h"
 #include "layers/containers/scale.h"
 #include "layers/containers/sequential.h"
+#include "layers/containers/squeeze_excitation.h"
 #include "layers/conv/conv2d.h"
 #include "layers/linear/linear.h"
 #include "layers/norm/batchnorm2d.h"
 #include "layers/norm/groupnorm.h"
 #include "layers/norm/layernorm.h"
+#include "layers/norm/layernorm2d.h"
+#include "layers/pool/avg_pool.h"
 #include "layers/pool/pooling.h"
 #include "layers/registry.h"
 #include "layers/regularization/dropout.h"
@@ -142,11 +147,11 @@ const std::map<const LayerDescriptor*, Emitter>& emitters();
 
 class Exporter {
  public:
-  explicit Exporter(onnx::GraphProto* g) : b_(g) {}
+  Exporter(onnx::GraphProto* g, int64_t input_rank) : b_(g), rank_(input_rank) {}
 
   // Emits `m` applied to the value `x`; returns the output value.
   std::string emit(const Module& m, const std::string& x) {
-    const LayerDescriptor* layer = find_layer(m.type_name());
+    const LayerDescriptor* layer = m.descriptor();
     const auto it = layer ? emitters().find(layer) : emitters().end();
     if (it == emitters().end())
       fail(str("export: ", m.label(), ": layer type '", m.type_name(), "' has no ONNX export"));
@@ -158,8 +163,11 @@ class Exporter {
     for (const auto& kv : m.children()) y = emit(*kv.second, y);
     return y;
   }
-  std::string residual(const Module& m, const nlohmann::json& spec, const std::string& x) {
-    return b_.add("Add", {x, sequential(m, spec, x)}, m.path());
+  std::string residual(const Module& m, const nlohmann::json&, const std::string& x) {
+    const auto& r = dynamic_cast<const Residual&>(m);
+    std::string y = x;
+    for (const auto& layer : r.body()) y = emit(*layer, y);
+    return b_.add("Add", {r.shortcut() ? emit(*r.shortcut(), x) : x, y}, m.path());
   }
   std::string linear(const Module& m, const nlohmann::json&, const std::string& x) {
     const auto& l = dynamic_cast<const Linear&>(m);
@@ -248,6 +256,54 @@ class Exporter {
   }
   std::string gelu(const Module& m, const nlohmann::json& spec, const std::string& x) {
     return gelu_nodes(spec.at("approximate").get<std::string>() == "tanh", x, m.path());
+  }
+  std::string pointwise(const Module& m, const nlohmann::json&, const std::string& x) {
+    return activation_nodes(dynamic_cast<const PointwiseActivation&>(m).activation(), x, m.path());
+  }
+  std::string avg_pool(const Module& m, const nlohmann::json&, const std::string& x) {
+    const AvgPool2dGeometry& g = dynamic_cast<const AvgPool2d&>(m).geometry();
+    onnx::NodeProto* n = b_.node("AveragePool", {x}, m.path());
+    attr(n, "kernel_shape", std::vector<int64_t>{g.kernel_h, g.kernel_w});
+    attr(n, "strides", std::vector<int64_t>{g.stride_h, g.stride_w});
+    attr(n, "pads", std::vector<int64_t>{g.pad_h, g.pad_w, g.pad_h, g.pad_w});
+    attr(n, "ceil_mode", int64_t{g.ceil_mode});
+    attr(n, "count_include_pad", int64_t{g.count_include_pad});
+    return n->output(0);
+  }
+  // ONNX has no adaptive pool: an output of 1x1 is GlobalAveragePool; others need the input's
+  // size, which the graph does not carry here.
+  std::string adaptive_avg_pool(const Module& m, const nlohmann::json&, const std::string& x) {
+    const auto& p = dynamic_cast<const AdaptiveAvgPool2d&>(m);
+    MINIDL_CHECK(p.out_h() == 1 && p.out_w() == 1, "export: ", m.label(), ": ", p.describe(),
+                 " has no ONNX export; only output_size=1 (GlobalAveragePool) does");
+    return b_.add("GlobalAveragePool", {x}, m.path());
+  }
+  // (N, C, H, W) -> (N, H, W, C), LayerNormalization over the last axis, and back.
+  std::string layer_norm_2d(const Module& m, const nlohmann::json& spec, const std::string& x) {
+    const auto& ln = dynamic_cast<const LayerNorm2d&>(m);
+    const std::string& scope = m.path();
+    const std::vector<int64_t> c = {spec.at("num_channels").get<int64_t>()};
+    onnx::NodeProto* last = b_.node("Transpose", {x}, scope);
+    attr(last, "perm", std::vector<int64_t>{0, 2, 3, 1});
+    onnx::NodeProto* n =
+        b_.node("LayerNormalization",
+                {last->output(0), affine(ln, ln.weight, "weight", 1.f, c), affine(ln, ln.bias, "bias", 0.f, c)}, scope);
+    attr(n, "axis", int64_t{-1});
+    attr(n, "epsilon", static_cast<float>(spec.at("eps").get<double>()));
+    onnx::NodeProto* back = b_.node("Transpose", {n->output(0)}, scope);
+    attr(back, "perm", std::vector<int64_t>{0, 3, 1, 2});
+    return activation_if(spec, back->output(0), scope);
+  }
+  std::string layer_scale(const Module& m, const nlohmann::json&, const std::string& x) {
+    const Tensor& gamma = dynamic_cast<const LayerScale2d&>(m).gamma;
+    return b_.add("Mul", {x, b_.weight(param_name(m, "gamma"), gamma, {gamma.numel(), 1, 1})}, m.path());
+  }
+  // The gate from GlobalAveragePool, fc1, Relu, fc2 and Sigmoid, then x times it (broadcast).
+  std::string squeeze_excitation(const Module& m, const nlohmann::json&, const std::string& x) {
+    const auto& se = dynamic_cast<const SqueezeExcitation&>(m);
+    const std::string squeezed = b_.add("GlobalAveragePool", {x}, m.path());
+    const std::string hidden = b_.add("Relu", {emit(se.fc1(), squeezed)}, m.path());
+    return b_.add("Mul", {x, b_.add("Sigmoid", {emit(se.fc2(), hidden)}, m.path())}, m.path());
   }
   std::string max_pool(const Module& m, const nlohmann::json& spec, const std::string& x) {
     const auto [kh, kw] = size_pair(spec.at("kernel_size"));
@@ -381,11 +437,23 @@ class Exporter {
     return n->output(0);
   }
 
-  // A normalization layer's fused "relu" or "gelu" (exact form) after its nodes.
+  // A normalization layer's fused activation ("relu", "gelu" (exact form), "silu", ...) after its
+  // nodes.
   std::string activation_if(const nlohmann::json& spec, const std::string& y, const std::string& scope) {
     if (spec.value("relu", false)) return b_.add("Relu", {y}, scope);
     if (spec.value("gelu", false)) return gelu_nodes(false, y, scope);
+    if (spec.value("silu", false)) return activation_nodes(Activation::SiLU, y, scope);
+    if (spec.value("hardswish", false)) return activation_nodes(Activation::Hardswish, y, scope);
+    if (spec.value("sigmoid", false)) return activation_nodes(Activation::Sigmoid, y, scope);
     return y;
+  }
+
+  // SiLU as x * Sigmoid(x), Hardswish (opset 14) and Sigmoid.
+  std::string activation_nodes(Activation a, const std::string& x, const std::string& scope) {
+    if (a == Activation::SiLU) return b_.add("Mul", {x, b_.add("Sigmoid", {x}, scope)}, scope);
+    if (a == Activation::Hardswish) return b_.add("HardSwish", {x}, scope);
+    MINIDL_CHECK(a == Activation::Sigmoid, "export: no ONNX nodes for activation ", static_cast<int>(a));
+    return b_.add("Sigmoid", {x}, scope);
   }
 
   // GELU from opset-17 ops: x/2 (1 + erf(x/sqrt 2)), or with approximate="tanh"
@@ -404,7 +472,7 @@ class Exporter {
   }
 
   GraphBuilder b_;
-  int64_t rank_ = 4;  // of the value being emitted: images (4), tokens (3), features (2)
+  int64_t rank_;  // of the value being emitted: images (4), tokens (3), features (2)
 };
 
 // The emitter of every layer type whose descriptor says it exports (onnx_exported_layers() lets
@@ -414,10 +482,19 @@ const std::map<const LayerDescriptor*, Emitter>& emitters() {
       {&conv2d_layer(), &Exporter::conv},
       {&linear_layer(), &Exporter::linear},
       {&batchnorm2d_layer(), &Exporter::batch_norm},
+      {&batchnorm3d_layer(), &Exporter::batch_norm},
       {&groupnorm_layer(), &Exporter::group_norm},
       {&layernorm_layer(), &Exporter::layer_norm},
       {&relu_layer(), &Exporter::relu},
       {&gelu_layer(), &Exporter::gelu},
+      {&silu_layer(), &Exporter::pointwise},
+      {&hardswish_layer(), &Exporter::pointwise},
+      {&sigmoid_layer(), &Exporter::pointwise},
+      {&layernorm2d_layer(), &Exporter::layer_norm_2d},
+      {&avgpool2d_layer(), &Exporter::avg_pool},
+      {&adaptive_avgpool2d_layer(), &Exporter::adaptive_avg_pool},
+      {&layer_scale_2d_layer(), &Exporter::layer_scale},
+      {&squeeze_excitation_layer(), &Exporter::squeeze_excitation},
       {&maxpool2d_layer(), &Exporter::max_pool},
       {&global_avg_pool2d_layer(), &Exporter::global_avg_pool},
       {&global_max_pool2d_layer(), &Exporter::global_max_pool},
@@ -458,7 +535,9 @@ std::string onnx_model_bytes(Module& model, const OnnxExportOptions& options) {
   proto.set_ir_version(8);  // the IR version of opset 17 (onnx 1.12 to 1.13)
   proto.set_producer_name("minidl");
   proto.set_producer_version("0.1");
-  proto.set_doc_string("minidl model in eval mode: input = normalized images (batch, C, H, W), output = logits");
+  proto.set_doc_string(options.logits
+                           ? "minidl model in eval mode: input = normalized images (batch, C, H, W), output = logits"
+                           : "minidl layer in eval mode");
   onnx::OperatorSetIdProto* opset = proto.add_opset_import();
   opset->set_domain("");
   opset->set_version(kOpset);
@@ -469,37 +548,40 @@ std::string onnx_model_bytes(Module& model, const OnnxExportOptions& options) {
   }
   onnx::GraphProto* g = proto.mutable_graph();
   g->set_name("minidl");
-  set_shape(g->add_input(), {options.channels, options.height, options.width});
+  set_shape(g->add_input(), options.sample);
   g->mutable_input(0)->set_name("input");
-  Exporter exporter(g);
+  Exporter exporter(g, static_cast<int64_t>(options.sample.size()) + 1);
   const std::string out = exporter.emit(model, "input");
-  // One forward pass on a zero image in eval mode: checks that the model takes the input shape
-  // and gives the logits' width.
-  int64_t classes;
+  // One forward pass on a zero sample in eval mode: checks that the model takes the input shape
+  // and gives the output's (the logits') shape.
+  Shape output;
   {
     autograd::NoGradGuard no_grad;
     const bool was_training = model.is_training();
     model.eval();
     Device device = model.state_dict().empty() ? Device::cpu() : model.state_dict().front().second.device();
-    Tensor logits = model(Tensor::zeros({1, options.channels, options.height, options.width}, DType::Float32, device));
+    Shape one{1};
+    one.insert(one.end(), options.sample.begin(), options.sample.end());
+    Tensor y = model(Tensor::zeros(one, DType::Float32, device));
     model.train(was_training);
-    MINIDL_CHECK(logits.dim() == 2, "export: the model gives ", shape_str(logits.shape()),
+    MINIDL_CHECK(!options.logits || y.dim() == 2, "export: the model gives ", shape_str(y.shape()),
                  " for one image; ONNX export expects (batch, classes) logits");
-    classes = logits.size(1);
+    output.assign(y.shape().begin() + 1, y.shape().end());
   }
-  // Name the graph's output "logits": rename the last node's output, or add an Identity when
-  // the model is the identity.
+  // Name the graph's output: rename the last node's output, or add an Identity when the model is
+  // the identity.
+  const std::string name = options.logits ? "logits" : "output";
   if (g->node_size() > 0 && g->node(g->node_size() - 1).output(0) == out) {
-    g->mutable_node(g->node_size() - 1)->set_output(0, "logits");
+    g->mutable_node(g->node_size() - 1)->set_output(0, name);
   } else {
     onnx::NodeProto* n = g->add_node();
     n->set_op_type("Identity");
     n->set_name("model/Identity");
     n->add_input(out);
-    n->add_output("logits");
+    n->add_output(name);
   }
-  set_shape(g->add_output(), {classes});
-  g->mutable_output(0)->set_name("logits");
+  set_shape(g->add_output(), output);
+  g->mutable_output(0)->set_name(name);
   return proto.SerializeAsString();
 }
 

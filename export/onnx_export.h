@@ -30,13 +30,14 @@
 namespace minidl {
 
 struct OnnxExportOptions {
-  int64_t channels = 3, height = 32, width = 32;  // the image the model takes (CIFAR-10)
-  std::map<std::string, std::string> metadata;     // written as the model's metadata_props
+  Shape sample = {3, 32, 32};                   // one input without the batch: the image (CIFAR-10)
+  bool logits = true;                           // the output is (batch, classes) "logits"; else any "output"
+  std::map<std::string, std::string> metadata;  // written as the model's metadata_props
 };
 
 // The serialized ONNX ModelProto of `model` (any device; weights are copied to the host). Runs
-// one forward pass of a zero image in eval mode (then restores the mode) to check the model
-// takes the input shape and to learn the logits' width. Paths must be assigned (assign_paths).
+// one forward pass of a zero sample in eval mode (then restores the mode) to check the model
+// takes the input shape and to learn the output's. Paths must be assigned (assign_paths).
 std::string onnx_model_bytes(Module& model, const OnnxExportOptions& options);
 // Writes it to `path`; errors name the path.
 void export_onnx(Module& model, const std::string& path, const OnnxExportOptions& options);

@@ -1,18 +1,14 @@
 #include "layers/layer_descriptor.h"
 
+#include "layers/layer.h"
 
 namespace minidl {
 
-LayerKey required_key(std::string name, std::string type, std::string doc) {
-  return {std::move(name), std::move(type), true, nullptr, std::move(doc)};
-}
-
-LayerKey default_key(std::string name, std::string type, nlohmann::json default_value, std::string doc) {
-  return {std::move(name), std::move(type), false, std::move(default_value), std::move(doc)};
-}
-
-LayerKey derived_key(std::string name, std::string type, std::string doc) {
-  return {std::move(name), std::move(type), false, nullptr, std::move(doc)};
+std::vector<LayerExample> layer_examples(const LayerDescriptor& layer) {
+  std::vector<LayerExample> out{{layer.example, layer.example_input}};
+  out.insert(out.end(), layer.more_examples.begin(), layer.more_examples.end());
+  for (LayerExample& e : out) e.spec["type"] = layer.name;
+  return out;
 }
 
 const char* autocast_rule_name(AutocastRule rule) {
@@ -22,6 +18,11 @@ const char* autocast_rule_name(AutocastRule rule) {
     case AutocastRule::InputType: return "input_type";
   }
   return "?";
+}
+
+const Fields<NoKeys>& NoKeys::fields() {
+  static const Fields<NoKeys> none;
+  return none;
 }
 
 }  // namespace minidl

@@ -1,16 +1,18 @@
-// A layer type declared once: its name, its keys (type, default, meaning), its factory, a small
-// example spec, how autocast runs it, and whether it exports to ONNX. The
-// registry (layers/registry.cpp) holds the one table of descriptors; building from JSON, the
-// schema (`minidl layers --json`, docs/layers.json, read by the PyTorch builders in scripts/),
-// the trainer's choice of batch type and the ONNX exporter's completeness check all read it.
-// Each descriptor lives in its layer's .cpp beside the factory; the header of the layer declares
-// its getter (`conv2d_layer()`).
+// A layer type declared once: its name, its family, its keys (the rows of its spec's fields,
+// core/fields.h: type, default, range, meaning), its factory, a small example spec, how autocast
+// runs it, whether it exports to ONNX, and what it allocates. The registry
+// (layers/registry.cpp) holds the one table of descriptors; building from JSON, the schema
+// (`minidl layers --json`, docs/layers.json, read by the PyTorch builders in scripts/), the
+// trainer's choice of batch type, the memory check and the ONNX exporter's completeness check
+// all read it. Each descriptor lives in its layer's .cpp beside the module; the header of the
+// layer declares its getter (`conv2d_layer()`).
 #pragma once
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "core/fields.h"
 #include "core/json_args.h"
 #include "layers/module.h"
 
@@ -18,21 +20,6 @@ namespace minidl {
 
 // Layer factories read their spec with the core JSON reader.
 using LayerArgs = JsonArgs;
-
-// One key of a layer spec. `type` is one of: "int", "float", "bool", "string", "ints" (an int or a
-// list of ints, as PyTorch's int-or-tuple arguments), "layers" (a list of layer specs). A key is
-// required, or has a fixed default, or (default null, not required) a default computed from
-// other keys that `doc` names.
-struct LayerKey {
-  std::string name;
-  std::string type;
-  bool required = false;
-  nlohmann::json default_value;
-  std::string doc;
-};
-LayerKey required_key(std::string name, std::string type, std::string doc);
-LayerKey default_key(std::string name, std::string type, nlohmann::json default_value, std::string doc);
-LayerKey derived_key(std::string name, std::string type, std::string doc);
 
 // What the layer computes in under autocast (core/autocast.h): the half type (its input is cast,
 // as Conv2d and Linear), float32 (GroupNorm, LayerNorm), or the type of its input.
@@ -47,14 +34,27 @@ struct LayerState {
   std::string description;     // "Linear 65536->32768"
 };
 
+// A spec (with its "type") and an input shape it takes.
+struct LayerExample {
+  nlohmann::json spec;
+  Shape input;
+  // False for a spec that the layer's ONNX emitter refuses (ONNX has no operator for it): the ONNX
+  // checks skip it and tests/test_onnx_export.cpp checks that export refuses it.
+  bool onnx = true;
+};
+
 struct LayerDescriptor {
   std::string name;     // the spec's "type" and the module's type_name(): "Conv2d"
   std::string family;   // its folder under layers/: "conv", "norm", "containers", ...
   std::string summary;  // one line for `minidl layers`
-  std::vector<LayerKey> keys;
-  std::shared_ptr<Module> (*make)(LayerArgs& args);  // reads the keys, finish()es, builds
+  // The spec's keys: name, type ("int", "float", "bool", "string", "ints": an int or a list of
+  // ints as PyTorch's int-or-tuple arguments, "layers": a list of layer specs), required or
+  // default, range, meaning. layer_fields<Foo>() (layers/layer.h).
+  std::vector<FieldInfo> fields;
+  std::shared_ptr<Module> (*make)(LayerArgs& args);  // reads the spec, finish()es, builds: make_layer<Foo>
   // A small valid spec (without "type") and an input shape it takes: the tests build it, run it,
-  // round-trip its config and export it; the parity script uses it where it has no case of its own.
+  // round-trip its config and export it; the op harness, the parity script and the ONNX check run
+  // it (with `more_examples`).
   nlohmann::json example;
   Shape example_input;
   AutocastRule autocast = AutocastRule::InputType;
@@ -64,6 +64,15 @@ struct LayerDescriptor {
   // Reads and checks the spec as `make` does and returns what the layer would allocate. Null: the
   // layer holds no tensors of its own (the children of its "layers" keys are counted on their own).
   LayerState (*state)(LayerArgs& args) = nullptr;
+  // Examples beyond `example` (specs without "type"), for the paths it does not reach: a strided
+  // Conv2d without bias, a fused activation, another mode. Every reader of `example` runs these
+  // too: the op harness (tests/test_op_harness.cpp: CPU against finite differences, CUDA against
+  // the CPU in every dtype and layout, graphed against eager), the PyTorch parity script and the
+  // ONNX check.
+  std::vector<LayerExample> more_examples = {};
 };
+
+// `example` then `more_examples`, each spec with its "type".
+std::vector<LayerExample> layer_examples(const LayerDescriptor& layer);
 
 }  // namespace minidl

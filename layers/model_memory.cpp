@@ -46,7 +46,7 @@ void add_layer(const nlohmann::json& spec, const std::string& path, ModelMemory&
     out.state_bytes = checked_add(out.state_bytes, m.bytes, "model bytes");
     out.layers.push_back(std::move(m));
   }
-  for (const LayerKey& key : layer->keys)
+  for (const FieldInfo& key : layer->fields)
     if (key.type == "layers" && spec.contains(key.name)) add_layers(spec[key.name], path + "." + key.name, out);
 }
 

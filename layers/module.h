@@ -17,6 +17,8 @@
 
 namespace minidl {
 
+struct LayerDescriptor;
+
 class Module {
  public:
   virtual ~Module();
@@ -29,9 +31,12 @@ class Module {
   Tensor operator()(const Tensor& x);
   virtual Tensor forward(const Tensor& x) = 0;
 
+  // A registered layer type (layers/layer.h) answers these three from its descriptor and spec; a
+  // module of one's own, outside the layer table, names itself and has no descriptor.
   virtual std::string type_name() const = 0;        // "Conv2d"
   virtual std::string describe() const { return type_name(); }  // "Conv2d 64->128"
   virtual nlohmann::json to_json() const = 0;       // the config that rebuilds this module
+  virtual const LayerDescriptor* descriptor() const { return nullptr; }
   // The FLOPs and bytes of the call that mapped `input` to `output` (layers/work.h), the layer's
   // own only (a container's children report theirs). nullopt: the layer does not say, and the
   // profile shows "-" rather than a misleading 0.

@@ -4,12 +4,16 @@
 
 #include "core/error.h"
 #include "core/json_limits.h"
+#include "core/spelling.h"
 #include "layers/activation/activation.h"
+#include "layers/activation/pointwise.h"
 #include "layers/containers/flatten.h"
+#include "layers/containers/layer_scale.h"
 #include "layers/containers/residual.h"
 #include "layers/containers/scale.h"
 #include "layers/containers/sequential.h"
 #include "layers/containers/skip_connection.h"
+#include "layers/containers/squeeze_excitation.h"
 #include "layers/conv/conv2d.h"
 #include "layers/conv/conv3d.h"
 #include "layers/linear/linear.h"
@@ -17,6 +21,8 @@
 #include "layers/norm/batchnorm2d.h"
 #include "layers/norm/groupnorm.h"
 #include "layers/norm/layernorm.h"
+#include "layers/norm/layernorm2d.h"
+#include "layers/pool/avg_pool.h"
 #include "layers/pool/max_pool3d.h"
 #include "layers/pool/pooling.h"
 #include "layers/regularization/dropout.h"
@@ -29,14 +35,40 @@ namespace minidl {
 const std::vector<const LayerDescriptor*>& layer_descriptors() {
   // The one list of layer types. A new type adds its descriptor here (and its header above).
   static const std::vector<const LayerDescriptor*> table = {
-      &conv2d_layer(),         &linear_layer(),          &batchnorm2d_layer(),       &groupnorm_layer(),
-      &layernorm_layer(),      &relu_layer(),            &gelu_layer(),              &maxpool2d_layer(),
-      &global_avg_pool2d_layer(), &global_max_pool2d_layer(), &flatten_layer(),       &scale_layer(),
-      &sequential_layer(),     &residual_layer(),
-      &dropout_layer(),        &drop_path_layer(),       &tokens_layer(),            &position_embedding_layer(),
-      &class_token_layer(),    &token_pool_layer(),      &multihead_attention_layer(),
+      &conv2d_layer(),
+      &linear_layer(),
+      &batchnorm2d_layer(),
+      &groupnorm_layer(),
+      &layernorm_layer(),
+      &layernorm2d_layer(),
+      &relu_layer(),
+      &gelu_layer(),
+      &silu_layer(),
+      &hardswish_layer(),
+      &sigmoid_layer(),
+      &maxpool2d_layer(),
+      &avgpool2d_layer(),
+      &adaptive_avgpool2d_layer(),
+      &global_avg_pool2d_layer(),
+      &global_max_pool2d_layer(),
+      &flatten_layer(),
+      &scale_layer(),
+      &layer_scale_2d_layer(),
+      &squeeze_excitation_layer(),
+      &sequential_layer(),
+      &residual_layer(),
+      &dropout_layer(),
+      &drop_path_layer(),
+      &tokens_layer(),
+      &position_embedding_layer(),
+      &class_token_layer(),
+      &token_pool_layer(),
+      &multihead_attention_layer(),
       &transformer_encoder_layer_layer(),
-      &conv3d_layer(),         &conv_transpose3d_layer(), &max_pool3d_layer(),       &skip_connection_layer(),
+      &conv3d_layer(),
+      &conv_transpose3d_layer(),
+      &max_pool3d_layer(),
+      &skip_connection_layer(),
       &batchnorm3d_layer(),
   };
   return table;
@@ -69,15 +101,6 @@ std::vector<std::string> layer_types() {
   return out;
 }
 
-std::vector<std::shared_ptr<Module>> build_layer_list(LayerArgs& args, const std::string& key) {
-  const nlohmann::json& list = args.get_json(key);
-  const std::string path = args.key_path(key);
-  MINIDL_CHECK(list.is_array() && !list.empty(), path, ": expected a non-empty list of layers");
-  std::vector<std::shared_ptr<Module>> layers;
-  for (size_t i = 0; i < list.size(); ++i) layers.push_back(build_layer(list[i], str(path, "[", i, "]")));
-  return layers;
-}
-
 void check_weight_size(const LayerArgs& args, const Shape& shape) {
   int64_t n = 1;
   bool overflow = false;
@@ -90,23 +113,27 @@ void check_weight_size(const LayerArgs& args, const Shape& shape) {
 nlohmann::json layer_schema() {
   nlohmann::json out = nlohmann::json::object();
   for (const LayerDescriptor* d : layer_descriptors()) {
-    nlohmann::json keys = nlohmann::json::array();
-    for (const LayerKey& k : d->keys) {
-      nlohmann::json key = {{"name", k.name}, {"type", k.type}, {"required", k.required}, {"doc", k.doc}};
-      if (!k.required && !k.default_value.is_null()) key["default"] = k.default_value;
-      keys.push_back(std::move(key));
+    nlohmann::json examples = nlohmann::json::array();
+    for (const LayerExample& e : layer_examples(*d)) {
+      nlohmann::json example = {{"spec", e.spec}, {"input", e.input}};
+      if (!e.onnx) example["onnx"] = false;
+      examples.push_back(std::move(example));
     }
-    nlohmann::json example = d->example;
-    example["type"] = d->name;
     out[d->name] = {{"family", d->family},
                     {"summary", d->summary},
-                    {"keys", std::move(keys)},
-                    {"example", std::move(example)},
-                    {"example_input", d->example_input},
+                    {"keys", fields_schema(d->fields)},
+                    {"examples", std::move(examples)},
                     {"autocast", autocast_rule_name(d->autocast)},
                     {"onnx", d->onnx}};
   }
   return out;
+}
+
+std::vector<std::shared_ptr<Module>> build_layers(const nlohmann::json& list, const std::string& path) {
+  MINIDL_CHECK(list.is_array(), path, ": expected a list of layers, got ", list.type_name());
+  std::vector<std::shared_ptr<Module>> layers;
+  for (size_t i = 0; i < list.size(); ++i) layers.push_back(build_layer(list[i], str(path, "[", i, "]")));
+  return layers;
 }
 
 std::shared_ptr<Module> build_layer(const nlohmann::json& spec, const std::string& path, Device device) {
@@ -119,7 +146,8 @@ std::shared_ptr<Module> build_layer(const nlohmann::json& spec, const std::strin
   if (!layer) {
     std::string known;
     for (const auto& t : layer_types()) known += (known.empty() ? "" : ", ") + t;
-    fail(str(path, ".type: unknown layer '", text_excerpt(type), "' (known: ", known, ")"));
+    fail(str(path, ".type: unknown layer '", text_excerpt(type), "'", did_you_mean(type, layer_types()), " (known: ",
+             known, ")"));
   }
   LayerArgs args(spec, path);
   args.get_string("type", type);

@@ -29,8 +29,9 @@ void check_weight_size(const LayerArgs& args, const Shape& shape);
 // on `device` (layers/model_memory.h): a model too large is refused, naming its largest layer,
 // before anything is allocated.
 std::shared_ptr<Module> build_layer(const nlohmann::json& spec, const std::string& path, Device device = Device::cpu());
-// The layers of a container's non-empty list at `key` (Residual's and SkipConnection's "body").
-std::vector<std::shared_ptr<Module>> build_layer_list(LayerArgs& args, const std::string& key);
+// Builds each layer of a JSON list of layer specs at `path` ("model.layers" -> "model.layers[0]"),
+// inside an outer build that checked the memory.
+std::vector<std::shared_ptr<Module>> build_layers(const nlohmann::json& list, const std::string& path);
 // Builds a Sequential from a JSON list of layer specs, with the same check.
 std::shared_ptr<Module> build_sequential(const nlohmann::json& list, const std::string& path,
                                          Device device = Device::cpu());
@@ -42,8 +43,9 @@ const LayerDescriptor* find_layer(const std::string& type);
 // The type names build_layer knows, for error messages and docs.
 std::vector<std::string> layer_types();
 // The schema of every layer type, keyed by type name: {"Conv2d": {"family", "summary", "keys":
-// [{"name", "type", "required", "default", "doc"}], "example", "example_input", "autocast",
-// "onnx"}, ...}. `minidl layers --json` prints it; docs/layers.json is a copy the tests compare.
+// [{"name", "type", "required", "default", "range", "doc"}] (fields_schema), "examples": [{"spec",
+// "input"}], "autocast", "onnx"}, ...}. `minidl layers --json` prints it; docs/layers.json is a copy
+// the tests compare.
 nlohmann::json layer_schema();
 
 }  // namespace minidl

@@ -6,8 +6,9 @@
 #include "core/allocator.h"
 #include "core/dispatch.h"
 #include "core/error.h"
-#include "core/json_limits.h"
+#include "core/field_kinds.h"
 #include "core/json_args.h"
+#include "core/json_limits.h"
 #include "optim/update_kernels.h"
 
 namespace minidl {
@@ -22,26 +23,32 @@ void adamw_step_cpu(const AdamwTensor& t, const AdamwHyper& h, const float* skip
 
 }  // namespace kernels
 
-AdamwOptions AdamwOptions::read(JsonArgs& args) {
-  AdamwOptions o;
-  o.lr = args.get_float("lr", o.lr);
-  if (args.has("betas")) {
-    const nlohmann::json& b = args.get_json("betas");
-    MINIDL_CHECK(b.is_array() && b.size() == 2 && b[0].is_number() && b[1].is_number(),
-                 args.key_path("betas"), ": expected two numbers [beta1, beta2], got ", json_excerpt(b));
-    o.beta1 = b[0].get<double>();
-    o.beta2 = b[1].get<double>();
-  }
-  o.eps = args.get_float("eps", o.eps);
-  o.weight_decay = args.get_float("weight_decay", o.weight_decay);
-  o.groups = read_param_groups(args);
-  MINIDL_CHECK(o.lr >= 0, args.key_path("lr"), ": expected >= 0, got ", o.lr);
-  MINIDL_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, args.key_path("betas"),
-               ": expected each in [0, 1), got [", o.beta1, ", ", o.beta2, "]");
-  MINIDL_CHECK(o.eps > 0, args.key_path("eps"), ": expected > 0, got ", o.eps);
-  MINIDL_CHECK(o.weight_decay >= 0, args.key_path("weight_decay"), ": expected >= 0, got ",
-               o.weight_decay);
-  return o;
+// PyTorch's defaults (lr 1e-3, betas (0.9, 0.999), eps 1e-8, weight decay 1e-2).
+const Fields<AdamwOptions>& AdamwOptions::fields() {
+  using O = AdamwOptions;
+  static const Fields<O> f{[] {
+    Field<O> betas = custom_field<O>("betas", "floats", nlohmann::json::array({0.9, 0.999}), "each in [0, 1)",
+                                     "the moments' decay rates [beta1, beta2]");
+    betas.read = [](JsonArgs& a, const std::string& key, O& o) {
+      o.beta1 = 0.9;
+      o.beta2 = 0.999;
+      if (!a.has(key)) return;
+      const nlohmann::json& b = a.get_json(key);
+      MINIDL_CHECK(b.is_array() && b.size() == 2 && b[0].is_number() && b[1].is_number(), a.key_path(key),
+                   ": expected two numbers [beta1, beta2], got ", json_excerpt(b));
+      o.beta1 = b[0].get<double>();
+      o.beta2 = b[1].get<double>();
+      MINIDL_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, a.key_path(key),
+                   ": expected each in [0, 1), got [", o.beta1, ", ", o.beta2, "]");
+    };
+    betas.write = [](const O& o) { return std::optional<nlohmann::json>(nlohmann::json::array({o.beta1, o.beta2})); };
+    return std::vector<Field<O>>{
+        number("lr", &O::lr, 1e-3, kAtLeastZero, "the learning rate; the schedule's factor multiplies it"), betas,
+        number("eps", &O::eps, 1e-8, {0, true, kUnbounded, false}, "added to the denominator"),
+        number("weight_decay", &O::weight_decay, 1e-2, kAtLeastZero, "decoupled weight decay, as torch.optim.AdamW"),
+        param_groups_field(&O::groups)};
+  }()};
+  return f;
 }
 
 AdamW::AdamW(std::vector<NamedParam> params, AdamwOptions options, const std::string& path)
@@ -115,13 +122,12 @@ void AdamW::to(Device device) {
   if (group_lr_) group_lr_ = allocate(group_lr_host_.size() * sizeof(double), device);  // rewritten by each prepare()
 }
 
-nlohmann::json AdamW::to_json() const {
-  return {{"type", "AdamW"},
-          {"lr", options_.lr},
-          {"betas", {options_.beta1, options_.beta2}},
-          {"eps", options_.eps},
-          {"weight_decay", options_.weight_decay},
-          {"groups", groups_json()}};
+nlohmann::json AdamW::to_json() const { return optimizer_json(adamw_optimizer(), options_); }
+
+const OptimizerDescriptor& adamw_optimizer() {
+  static const OptimizerDescriptor d =
+      describe_optimizer<AdamW, AdamwOptions>("AdamW", "Adam with decoupled weight decay, as torch.optim.AdamW");
+  return d;
 }
 
 }  // namespace minidl

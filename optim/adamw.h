@@ -19,7 +19,8 @@ struct AdamwOptions {
   double weight_decay = 1e-2;
   std::vector<ParamGroup> groups;
 
-  static AdamwOptions read(JsonArgs& args);
+  // The keys after "type".
+  static const Fields<AdamwOptions>& fields();
 };
 
 class AdamW : public GroupedOptimizer {
@@ -33,10 +34,15 @@ class AdamW : public GroupedOptimizer {
   void to(Device device) override;
 
  private:
+  // Two moments 4, the bias-corrected denominator with a sqrt 4, decay and step 6.
+  double flops_per_element() const override { return 14; }
   AdamwOptions options_;
   // Under a skip flag: each parameter's group lr of this step, on the host and on the device.
   std::vector<double> group_lr_host_;
   std::shared_ptr<void> group_lr_;
 };
+
+// The optimizer type's descriptor, listed in optimizer_types() (optim/optimizer.cpp).
+const OptimizerDescriptor& adamw_optimizer();
 
 }  // namespace minidl

@@ -6,6 +6,7 @@
 #include "core/device.h"
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "core/field_kinds.h"
 #include "core/json_args.h"
 #include "optim/grad_scaler_kernels.h"
 
@@ -21,32 +22,27 @@ void unscale_cpu(const std::vector<UnscaleTensor>& grads, const float* scale, fl
 
 }  // namespace kernels
 
+const Fields<GradScalerOptions>& GradScalerOptions::fields() {
+  using O = GradScalerOptions;
+  static const Fields<O> f{
+      {number("init_scale", &O::init_scale, 65536.0, {}, "the first loss scale", "a normal positive float32 value"),
+       number("growth_factor", &O::growth_factor, 2.0, {1, true, kUnbounded, false},
+              "the scale's factor after growth_interval steps without an inf or NaN"),
+       number("backoff_factor", &O::backoff_factor, 0.5, {0, true, 1, true}, "the scale's factor after an inf or NaN"),
+       integer("growth_interval", &O::growth_interval, 2000, {1, INT32_MAX},
+               "steps without an inf or NaN before the scale grows")},
+      [](const O& o, const JsonArgs& args) {
+        MINIDL_CHECK(kernels::usable_scale(static_cast<float>(o.init_scale)), args.key_path("init_scale"),
+                     ": expected a normal positive float32 value (", FLT_MIN, " to ", FLT_MAX, "), got ", o.init_scale);
+      }};
+  return f;
+}
+
 GradScalerOptions GradScalerOptions::from_json(const nlohmann::json& j, const std::string& path) {
   if (j.is_null()) return {};
   MINIDL_CHECK(j.is_object(), path, ": expected an object, got ", j.dump());
   JsonArgs args(j, path);
-  GradScalerOptions o;
-  o.init_scale = args.get_float("init_scale", o.init_scale);
-  o.growth_factor = args.get_float("growth_factor", o.growth_factor);
-  o.backoff_factor = args.get_float("backoff_factor", o.backoff_factor);
-  o.growth_interval = args.get_int("growth_interval", o.growth_interval);
-  args.finish();
-  MINIDL_CHECK(kernels::usable_scale(static_cast<float>(o.init_scale)), args.key_path("init_scale"),
-               ": expected a normal positive float32 value (", FLT_MIN, " to ", FLT_MAX, "), got ", o.init_scale);
-  MINIDL_CHECK(o.growth_factor > 1 && std::isfinite(o.growth_factor), args.key_path("growth_factor"),
-               ": expected > 1, got ", o.growth_factor);
-  MINIDL_CHECK(o.backoff_factor > 0 && o.backoff_factor < 1, args.key_path("backoff_factor"),
-               ": expected between 0 and 1, got ", o.backoff_factor);
-  MINIDL_CHECK(o.growth_interval >= 1 && o.growth_interval <= INT32_MAX, args.key_path("growth_interval"),
-               ": expected 1 to ", INT32_MAX, ", got ", o.growth_interval);
-  return o;
-}
-
-nlohmann::json GradScalerOptions::to_json() const {
-  return {{"init_scale", init_scale},
-          {"growth_factor", growth_factor},
-          {"backoff_factor", backoff_factor},
-          {"growth_interval", growth_interval}};
+  return read_struct(fields(), args);
 }
 
 GradScaler::GradScaler(GradScalerOptions options, Device device)

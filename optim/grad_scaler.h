@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/fields.h"
 #include "core/tensor.h"
 
 namespace minidl {
@@ -28,10 +29,12 @@ struct GradScalerOptions {
   double growth_factor = 2.0;
   double backoff_factor = 0.5;
   int64_t growth_interval = 2000;
+  // The keys of "grad_scaler" (PyTorch GradScaler's defaults).
+  static const Fields<GradScalerOptions>& fields();
   // The config's "grad_scaler" object (every key optional; unknown keys are errors); null, the
   // key left out, gives the defaults.
   static GradScalerOptions from_json(const nlohmann::json& j, const std::string& path);
-  nlohmann::json to_json() const;
+  nlohmann::json to_json() const { return write_fields(fields(), *this); }
 };
 
 class GradScaler {

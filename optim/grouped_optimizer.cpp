@@ -120,10 +120,16 @@ Device GroupedOptimizer::params_device() const {
   return d;
 }
 
-nlohmann::json GroupedOptimizer::groups_json() const {
-  nlohmann::json list = nlohmann::json::array();
-  for (const ParamGroup& g : groups_) list.push_back(g.to_json());
-  return list;
+std::optional<LayerWork> GroupedOptimizer::work() const {
+  LayerWork w;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i].tensor;
+    if (!p.grad().defined()) continue;
+    w.forward.bytes += 2 * work_bytes(p) + 2 * work_bytes(p.grad());
+    for (const Tensor& slot : entries_[i].slots) w.forward.bytes += 2 * work_bytes(slot);
+    w.forward.flops += flops_per_element() * static_cast<double>(p.numel());
+  }
+  return w;
 }
 
 std::vector<std::pair<std::string, Tensor>> GroupedOptimizer::state_tensors() const {

@@ -24,6 +24,9 @@ class GroupedOptimizer : public Optimizer {
                   const nlohmann::json& scalars) override;
   void to(Device device) override;
   void set_skip_flag(const float* found_inf) override;
+  // Each parameter with a gradient: it, its gradient and its state read, it and its state
+  // written, the gradient zeroed; flops_per_element() FLOPs an element.
+  std::optional<LayerWork> work() const override;
 
  protected:
   struct Entry {
@@ -62,7 +65,8 @@ class GroupedOptimizer : public Optimizer {
   const float* skip_flag() const { return skip_flag_; }
   // The device all parameters live on (errors when they are spread over devices).
   Device params_device() const;
-  nlohmann::json groups_json() const;
+  // The update's FLOPs per parameter element (a multiply-add is 2).
+  virtual double flops_per_element() const = 0;
 
   std::string type_;
   std::vector<ParamGroup> groups_;

@@ -5,6 +5,7 @@
 #include "core/allocator.h"
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "core/field_kinds.h"
 #include "core/json_args.h"
 #include "optim/lookahead_kernels.h"
 
@@ -33,26 +34,21 @@ void lerp_cpu(float* avg, const float* x, const float* w, int64_t n) {
 
 }  // namespace kernels
 
+const Fields<LookaheadOptions>& LookaheadOptions::fields() {
+  using O = LookaheadOptions;
+  static const Fields<O> f{
+      {number("start_epochs", &O::start_epochs, 0.0, kAtLeastZero, "epochs before the averaging starts"),
+       integer("every_n_steps", &O::every_n_steps, 1, {1}, "steps between two updates of the average"),
+       number("decay_base", &O::decay_base, 0.95, kUnitInterval,
+              "the average keeps decay_base^every_n_steps * (s / total)^decay_pow of itself at update s"),
+       number("decay_pow", &O::decay_pow, 3.0, kAtLeastZero, "see decay_base")}};
+  return f;
+}
+
 LookaheadOptions LookaheadOptions::from_json(const nlohmann::json& j, const std::string& path) {
   MINIDL_CHECK(j.is_object(), path, ": expected an object, got ", j.dump());
   JsonArgs args(j, path);
-  LookaheadOptions o;
-  o.start_epochs = args.get_float("start_epochs", o.start_epochs);
-  o.every_n_steps = args.get_int("every_n_steps", o.every_n_steps);
-  o.decay_base = args.get_float("decay_base", o.decay_base);
-  o.decay_pow = args.get_float("decay_pow", o.decay_pow);
-  args.finish();
-  MINIDL_CHECK(o.start_epochs >= 0, args.key_path("start_epochs"), ": expected >= 0, got ", o.start_epochs);
-  MINIDL_CHECK(o.every_n_steps >= 1, args.key_path("every_n_steps"), ": expected >= 1, got ", o.every_n_steps);
-  MINIDL_CHECK(o.decay_base >= 0 && o.decay_base <= 1, args.key_path("decay_base"), ": expected 0..1, got ",
-               o.decay_base);
-  MINIDL_CHECK(o.decay_pow >= 0, args.key_path("decay_pow"), ": expected >= 0, got ", o.decay_pow);
-  return o;
-}
-
-nlohmann::json LookaheadOptions::to_json() const {
-  return {{"start_epochs", start_epochs}, {"every_n_steps", every_n_steps}, {"decay_base", decay_base},
-          {"decay_pow", decay_pow}};
+  return read_struct(fields(), args);
 }
 
 double LookaheadOptions::decay(int64_t s, int64_t total_steps) const {

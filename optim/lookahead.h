@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/fields.h"
 #include "optim/optimizer.h"
 
 namespace minidl {
@@ -30,8 +31,10 @@ struct LookaheadOptions {
   double decay_base = 0.95;
   double decay_pow = 3;
 
+  // The keys of "lookahead".
+  static const Fields<LookaheadOptions>& fields();
   static LookaheadOptions from_json(const nlohmann::json& j, const std::string& path);
-  nlohmann::json to_json() const;
+  nlohmann::json to_json() const { return write_fields(fields(), *this); }
   // The decay after update s (1-based) of total_steps.
   double decay(int64_t s, int64_t total_steps) const;
 };
@@ -61,6 +64,8 @@ class Lookahead : public Optimizer {
   void load_state(const std::vector<std::pair<std::string, Tensor>>& tensors, const nlohmann::json& scalars) override;
   void to(Device device) override;
   nlohmann::json to_json() const override { return inner_->to_json(); }
+  // The inner optimizer's: the averaging runs once every few steps, not per step, and is left out.
+  std::optional<LayerWork> work() const override { return inner_->work(); }
   const LookaheadOptions& options() const { return options_; }
   // The kind of the next step's device work (what the next prepare() will decide): a bit each for
   // taking the average, blending into it and copying it back; 0 for a plain update.

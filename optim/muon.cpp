@@ -1,10 +1,13 @@
 #include "optim/muon.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "core/dispatch.h"
+#include "core/enum_names.h"
 #include "core/error.h"
+#include "core/field_kinds.h"
 #include "core/json_args.h"
 #include "core/json_limits.h"
 
@@ -18,39 +21,78 @@ constexpr int64_t kMaxInterval = 1000000000;
 constexpr int kScalars = 3;
 }
 
-MuonOptions MuonOptions::read(JsonArgs& args) {
-  MuonOptions o;
-  o.lr = args.get_float("lr", o.lr);
-  o.momentum = args.get_float("momentum", o.momentum);
-  o.nesterov = args.get_bool("nesterov", o.nesterov);
-  o.ns.steps = static_cast<int>(args.get_int("ns_steps", o.ns.steps, 0, 100));
-  if (args.has("ns_coefficients")) {
-    const nlohmann::json& c = args.get_json("ns_coefficients");
+enum class NsDtype { Float32, BFloat16 };
+template <>
+struct EnumNames<NsDtype> {
+  static constexpr EnumName<NsDtype> values[] = {{NsDtype::Float32, "float32"}, {NsDtype::BFloat16, "bfloat16"}};
+};
+
+namespace {
+
+// The Newton-Schulz settings live in the kernels' own struct: rows with their own readers.
+std::vector<Field<MuonOptions>> newton_schulz_fields() {
+  using O = MuonOptions;
+  const kernels::NewtonSchulz d;
+  Field<O> steps = custom_field<O>("ns_steps", "int", d.steps, "0..100", "Newton-Schulz iterations");
+  steps.read = [d](JsonArgs& a, const std::string& key, O& o) {
+    o.ns.steps = static_cast<int>(a.get_int(key, d.steps, 0, 100));
+  };
+  steps.write = [](const O& o) { return std::optional<nlohmann::json>(o.ns.steps); };
+  Field<O> coefficients = custom_field<O>("ns_coefficients", "floats", nlohmann::json::array({d.a, d.b, d.c}), "",
+                                          "the quintic's coefficients [a, b, c], as float32");
+  coefficients.read = [d](JsonArgs& a, const std::string& key, O& o) {
+    o.ns.a = d.a;
+    o.ns.b = d.b;
+    o.ns.c = d.c;
+    if (!a.has(key)) return;
+    const nlohmann::json& c = a.get_json(key);
     MINIDL_CHECK(c.is_array() && c.size() == 3 && c[0].is_number() && c[1].is_number() && c[2].is_number(),
-                 args.key_path("ns_coefficients"), ": expected three numbers [a, b, c], got ", c.dump());
+                 a.key_path(key), ": expected three numbers [a, b, c], got ", c.dump());
     o.ns.a = c[0].get<float>();
     o.ns.b = c[1].get<float>();
     o.ns.c = c[2].get<float>();
-  }
+  };
+  coefficients.write = [](const O& o) {
+    return std::optional<nlohmann::json>(nlohmann::json::array({o.ns.a, o.ns.b, o.ns.c}));
+  };
   // Checked as a double, in float32's terms: a larger value would become an infinite float (saved
   // as null, never resumable), one below float32's smallest normal number 0 or subnormal (flushed
   // to 0), and the first step would divide by 0.
-  const double ns_eps = args.get_float("ns_eps", o.ns.eps);
-  MINIDL_CHECK(std::isfinite(ns_eps) && ns_eps >= std::numeric_limits<float>::min() && ns_eps <= 1,
-               args.key_path("ns_eps"), ": expected 0 < ns_eps <= 1 and at least ", std::numeric_limits<float>::min(),
-               " (float32's smallest normal number), got ", ns_eps);
-  o.ns.eps = static_cast<float>(ns_eps);
-  o.normalize_weights = args.get_bool("normalize_weights", o.normalize_weights);
-  const std::string ns_dtype = args.get_string("ns_dtype", "float32");
-  MINIDL_CHECK(ns_dtype == "float32" || ns_dtype == "bfloat16", args.key_path("ns_dtype"),
-               ": expected \"float32\" or \"bfloat16\", got \"", ns_dtype, "\"");
-  o.ns.bf16 = ns_dtype == "bfloat16";
-  o.weight_decay = args.get_float("weight_decay", o.weight_decay);
-  MINIDL_CHECK(std::isfinite(o.weight_decay) && o.weight_decay >= 0, args.key_path("weight_decay"),
-               ": expected >= 0, got ", o.weight_decay);
-  if (args.has("normalize_interval")) {
-    const nlohmann::json& v = args.get_json("normalize_interval");
-    const std::string where = args.key_path("normalize_interval");
+  const Interval eps_range{0, true, 1, false};
+  const float smallest = std::numeric_limits<float>::min();
+  Field<O> eps = custom_field<O>("ns_eps", "float", d.eps, str(eps_range.text(), ", at least ", smallest),
+                                 "X0 = G / (||G||_F + ns_eps), as float32");
+  eps.read = [d, eps_range, smallest](JsonArgs& a, const std::string& key, O& o) {
+    const double v = a.get_float(key, d.eps);
+    if (!eps_range.contains(v)) fail_range(a, key, "a number", eps_range.text(), str(v));
+    MINIDL_CHECK(v >= smallest, a.key_path(key), ": expected 0 < ns_eps <= 1 and at least ", smallest,
+                 " (float32's smallest normal number), got ", v);
+    o.ns.eps = static_cast<float>(v);
+  };
+  eps.write = [](const O& o) { return std::optional<nlohmann::json>(o.ns.eps); };
+  Field<O> dtype = custom_field<O>("ns_dtype", "string", "float32", enum_choices<NsDtype>(),
+                                   "the iterates' type (bfloat16: the GEMMs in bf16, as airbench)");
+  dtype.read = [](JsonArgs& a, const std::string& key, O& o) {
+    o.ns.bf16 = from_string<NsDtype>(a.get_string(key, "float32"), a.key_path(key)) == NsDtype::BFloat16;
+  };
+  dtype.write = [](const O& o) {
+    return std::optional<nlohmann::json>(to_string(o.ns.bf16 ? NsDtype::BFloat16 : NsDtype::Float32));
+  };
+  return {steps, coefficients, eps, dtype};
+}
+
+// "normalize_interval": n, or [start, end] growing over the run; written back only when not 1.
+Field<MuonOptions> normalize_interval_field() {
+  using O = MuonOptions;
+  Field<O> f = written_when_set(
+      custom_field<O>("normalize_interval", "ints", 1, str("1..", kMaxInterval, " or [start, end]"),
+                      "renormalize every n-th step, or at an interval growing from start to end over the run "
+                      "(needs normalize_weights)"));
+  f.read = [](JsonArgs& a, const std::string& key, O& o) {
+    o.normalize_interval[0] = o.normalize_interval[1] = 1;
+    if (!a.has(key)) return;
+    const nlohmann::json& v = a.get_json(key);
+    const std::string where = a.key_path(key);
     const auto whole = [](const nlohmann::json& x) { return x.is_number_integer() && x.get<int64_t>() >= 1; };
     MINIDL_CHECK(whole(v) || (v.is_array() && v.size() == 2 && whole(v[0]) && whole(v[1])), where,
                  ": expected a whole number of steps >= 1, or [start, end] (e.g. [2, 17]), got ", json_excerpt(v));
@@ -58,17 +100,59 @@ MuonOptions MuonOptions::read(JsonArgs& args) {
     o.normalize_interval[1] = v.is_array() ? v[1].get<int64_t>() : v.get<int64_t>();
     MINIDL_CHECK(o.normalize_interval[0] <= kMaxInterval && o.normalize_interval[1] <= kMaxInterval, where,
                  ": expected at most ", kMaxInterval, " steps, got ", json_excerpt(v));
-    MINIDL_CHECK(o.normalize_weights || (o.normalize_interval[0] == 1 && o.normalize_interval[1] == 1), where,
-                 ": renormalizes the weights, which needs \"normalize_weights\": true");
-  }
-  const std::string batching = args.get_string("ns_batching", "by_shape");
-  MINIDL_CHECK(batching == "by_shape" || batching == "padded", args.key_path("ns_batching"),
-               ": expected \"by_shape\" or \"padded\", got \"", batching, "\"");
-  o.padded = batching == "padded";
-  MINIDL_CHECK(o.lr >= 0, args.key_path("lr"), ": expected >= 0, got ", o.lr);
-  MINIDL_CHECK(o.momentum >= 0 && o.momentum < 1, args.key_path("momentum"), ": expected 0 <= momentum < 1, got ",
-               o.momentum);
-  return o;
+  };
+  f.write = [](const O& o) {
+    const int64_t start = o.normalize_interval[0], end = o.normalize_interval[1];
+    return std::optional<nlohmann::json>(start == end ? nlohmann::json(start) : nlohmann::json({start, end}));
+  };
+  return f;
+}
+
+}  // namespace
+
+// Muon's published defaults: lr 0.02, momentum 0.95 with Nesterov, 3 quintic iterations. The keys
+// the record added (weight_decay, normalize_interval, ns_batching) are written only when set, so
+// an older config resolves as it did.
+const Fields<MuonOptions>& MuonOptions::fields() {
+  using O = MuonOptions;
+  static const Fields<O> f{
+      [] {
+        std::vector<Field<O>> rows = {
+            number("lr", &O::lr, 0.02, kAtLeastZero, "the learning rate; the schedule's factor multiplies it"),
+            number("momentum", &O::momentum, 0.95, {0, false, 1, true}, "momentum factor"),
+            flag("nesterov", &O::nesterov, true, "Nesterov momentum")};
+        for (Field<O>& r : newton_schulz_fields()) rows.push_back(r);
+        rows.push_back(flag("normalize_weights", &O::normalize_weights, false,
+                            "rescale each filter to Frobenius norm sqrt(rows) before the step"));
+        rows.push_back(written_when_set(number("weight_decay", &O::weight_decay, 0, kAtLeastZero,
+                                               "decoupled weight decay: W *= 1 - lr * weight_decay before the update "
+                                               "(torch.optim.Muon's order)")));
+        rows.push_back(normalize_interval_field());
+        rows.push_back(written_when_set(choice("ns_batching", &O::ns_batching, NsBatching::ByShape,
+                                               "iterate the banks of each shape together, or every bank zero-padded "
+                                               "into one batch (fewer launches on the GPU)")));
+        Field<O> rest = custom_field<O>("rest", "object", nullptr, "\"SGD\" or \"AdamW\"",
+                                        "the optimizer (its config object) of the parameters that are not 4-D "
+                                        "filters; required when there are any");
+        rest.required = false;
+        rest.read = [](JsonArgs& a, const std::string& key, O& o) {
+          o.rest = nullptr;
+          if (!a.has(key)) return;
+          o.rest = a.get_json(key);
+          MINIDL_CHECK(!(o.rest.is_object() && o.rest.value("type", "") == "Muon"), a.key_path(key),
+                       ": the rest optimizer cannot be Muon");
+        };
+        // Written back by Muon::to_json, as the rest optimizer it built prints itself.
+        rest.write = [](const O&) { return std::optional<nlohmann::json>(); };
+        rows.push_back(rest);
+        return rows;
+      }(),
+      [](const O& o, const JsonArgs& args) {
+        MINIDL_CHECK(o.normalize_weights || (o.normalize_interval[0] == 1 && o.normalize_interval[1] == 1),
+                     args.key_path("normalize_interval"),
+                     ": renormalizes the weights, which needs \"normalize_weights\": true");
+      }};
+  return f;
 }
 
 Muon::Muon(std::vector<NamedParam> filters, MuonOptions options, std::unique_ptr<Optimizer> rest,
@@ -131,7 +215,7 @@ void Muon::apply() {
   args.nesterov = options_.nesterov ? 1 : 0;
   args.normalize = options_.normalize_weights ? 1 : 0;
   args.ns = options_.ns;
-  args.padded = options_.padded ? 1 : 0;
+  args.padded = options_.ns_batching == NsBatching::Padded ? 1 : 0;
   args.skip = skip_flag();
   dispatch(
       params_device(), "muon_step", [&] { kernels::muon_step_cpu(banks, args); },
@@ -188,43 +272,63 @@ void Muon::to(Device device) {
 }
 
 nlohmann::json Muon::to_json() const {
-  nlohmann::json j = {{"type", "Muon"},
-                      {"lr", options_.lr},
-                      {"momentum", options_.momentum},
-                      {"nesterov", options_.nesterov},
-                      {"ns_steps", options_.ns.steps},
-                      {"ns_coefficients", {options_.ns.a, options_.ns.b, options_.ns.c}},
-                      {"ns_eps", options_.ns.eps},
-                      {"normalize_weights", options_.normalize_weights},
-                      {"ns_dtype", options_.ns.bf16 ? "bfloat16" : "float32"}};
-  // Written when set: a config without them keeps its resolved form.
-  if (options_.weight_decay != 0) j["weight_decay"] = options_.weight_decay;
-  const int64_t start = options_.normalize_interval[0], end = options_.normalize_interval[1];
-  if (start != 1 || end != 1)
-    j["normalize_interval"] = start == end ? nlohmann::json(start) : nlohmann::json({start, end});
-  if (options_.padded) j["ns_batching"] = "padded";
+  nlohmann::json j = optimizer_json(muon_optimizer(), options_);
   if (rest_) j["rest"] = rest_->to_json();
   return j;
 }
 
+double Muon::flops_per_element() const {
+  return (options_.nesterov ? 4 : 2) + 2 + (options_.weight_decay != 0 ? 1 : 0) + (options_.normalize_weights ? 3 : 0);
+}
+
+// Each filter as a matrix r x c, r <= c (the wide orientation the kernels take): the scaling by
+// its norm (3 FLOPs an element), then per iteration X X^T (2 r^2 c), A A (2 r^3), b A + c A^2
+// (3 r^2), B X (2 r^2 c) and a X + B X (2 r c); each product's operands read and its output
+// written once, in the iterates' type.
+std::optional<LayerWork> Muon::work() const {
+  std::optional<LayerWork> w = GroupedOptimizer::work();
+  const double elem = options_.ns.bf16 ? 2 : 4, steps = options_.ns.steps;
+  for (const NamedParam& p : params_) {
+    if (!p.tensor.grad().defined()) continue;
+    const double rows = static_cast<double>(p.tensor.size(0)), cols = static_cast<double>(p.tensor.numel()) / rows;
+    const double r = std::min(rows, cols), c = std::max(rows, cols);
+    w->forward.flops += 3 * r * c + steps * (4 * r * r * c + 2 * r * r * r + 3 * r * r + 2 * r * c);
+    w->forward.bytes += steps * (6 * r * c + 7 * r * r) * elem;
+  }
+  if (rest_) {
+    const std::optional<LayerWork> rest = rest_->work();
+    if (!rest) return std::nullopt;
+    w->forward.flops += rest->forward.flops;
+    w->forward.bytes += rest->forward.bytes;
+  }
+  return w;
+}
+
+namespace {
+
 std::unique_ptr<Optimizer> make_muon(JsonArgs& args, std::vector<NamedParam> params, const std::string& path) {
-  MuonOptions o = MuonOptions::read(args);
+  MuonOptions o = read_struct(MuonOptions::fields(), args);
   std::vector<NamedParam> filters, others;
   for (NamedParam& p : params) (p.tensor.dim() == 4 ? filters : others).push_back(std::move(p));
   std::unique_ptr<Optimizer> rest;
-  if (args.has("rest")) {
-    const nlohmann::json& r = args.get_json("rest");
-    MINIDL_CHECK(!(r.is_object() && r.value("type", "") == "Muon"), args.key_path("rest"),
-                 ": the rest optimizer cannot be Muon");
-    if (!others.empty()) rest = make_optimizer(r, std::move(others), args.key_path("rest"));
+  if (!o.rest.is_null()) {
+    if (!others.empty()) rest = make_optimizer(o.rest, std::move(others), args.key_path("rest"));
   } else {
     MINIDL_CHECK(others.empty(), args.key_path("rest"), ": required: Muon updates only 4-D filters, and '",
                  others.front().name, "' (", shape_str(others.front().tensor.shape()),
                  ") needs another optimizer (e.g. \"rest\": {\"type\": \"SGD\", ...})");
   }
-  args.finish();
   MINIDL_CHECK(!filters.empty(), path, ": Muon found no 4-D parameter to update");
   return std::make_unique<Muon>(std::move(filters), o, std::move(rest), path);
+}
+
+}  // namespace
+
+const OptimizerDescriptor& muon_optimizer() {
+  static const OptimizerDescriptor d{
+      "Muon", "momentum orthogonalized by Newton-Schulz for the 4-D filters (airbench); \"rest\" takes the others",
+      field_infos(MuonOptions::fields()), make_muon};
+  return d;
 }
 
 }  // namespace minidl

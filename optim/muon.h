@@ -27,10 +27,18 @@
 #include <string>
 #include <vector>
 
+#include "core/enum_names.h"
 #include "optim/grouped_optimizer.h"
 #include "optim/muon_kernels.h"
 
 namespace minidl {
+
+// How the Newton-Schulz iterations batch the filter banks (the header's comment says more).
+enum class NsBatching { ByShape, Padded };
+template <>
+struct EnumNames<NsBatching> {
+  static constexpr EnumName<NsBatching> values[] = {{NsBatching::ByShape, "by_shape"}, {NsBatching::Padded, "padded"}};
+};
 
 struct MuonOptions {
   double lr = 0.02;
@@ -40,9 +48,13 @@ struct MuonOptions {
   bool normalize_weights = false;
   double weight_decay = 0;
   int64_t normalize_interval[2] = {1, 1};  // from [0] at the start to [1] at the end of the run
-  bool padded = false;                     // "ns_batching": "padded"
+  NsBatching ns_batching = NsBatching::ByShape;
+  // The optimizer of the parameters that are not 4-D filters, as its config object (built with
+  // them by make_muon; null: none given).
+  nlohmann::json rest;
 
-  static MuonOptions read(JsonArgs& args);
+  // The keys after "type".
+  static const Fields<MuonOptions>& fields();
 };
 
 class Muon : public GroupedOptimizer {
@@ -61,10 +73,16 @@ class Muon : public GroupedOptimizer {
   void set_skip_flag(const float* found_inf) override;
   void set_position(const StepPosition& at) override;
   nlohmann::json to_json() const override;
+  // The momentum, the Newton-Schulz iterations of each filter as a matrix and the update, plus the
+  // rest optimizer's work.
+  std::optional<LayerWork> work() const override;
   // Whether the step at `position_` renormalizes the weights (normalize_interval).
   bool renormalizes();
 
  private:
+  // The momentum (2, Nesterov 2 more), the update (2), the weight decay (1, when set) and,
+  // normalizing, the weight norm (3).
+  double flops_per_element() const override;
   MuonOptions options_;
   std::unique_ptr<Optimizer> rest_;
   // The renormalization schedule walked so far: its last step count and renormalized step.
@@ -72,6 +90,7 @@ class Muon : public GroupedOptimizer {
 };
 
 // The Muon factory: splits `params` into filters and the rest (built from config "rest").
-std::unique_ptr<Optimizer> make_muon(JsonArgs& args, std::vector<NamedParam> params, const std::string& path);
+// The optimizer type's descriptor, listed in optimizer_types() (optim/optimizer.cpp).
+const OptimizerDescriptor& muon_optimizer();
 
 }  // namespace minidl

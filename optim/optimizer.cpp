@@ -1,8 +1,9 @@
 #include "optim/optimizer.h"
 
 #include "core/error.h"
-#include "core/json_limits.h"
 #include "core/json_args.h"
+#include "core/json_limits.h"
+#include "core/type_table.h"
 #include "optim/adamw.h"
 #include "optim/muon.h"
 #include "optim/sgd.h"
@@ -22,27 +23,18 @@ void Optimizer::zero_grad() {
   }
 }
 
+const std::vector<const OptimizerDescriptor*>& optimizer_types() {
+  static const std::vector<const OptimizerDescriptor*> table = {&sgd_optimizer(), &adamw_optimizer(),
+                                                                &muon_optimizer()};
+  return table;
+}
+
 std::unique_ptr<Optimizer> make_optimizer(const nlohmann::json& config, std::vector<NamedParam> params,
                                           const std::string& path) {
-  MINIDL_CHECK(config.is_object(), path, ": expected an object with \"type\" (\"SGD\", \"AdamW\" or \"Muon\"), got ",
-               json_excerpt(config));
+  MINIDL_CHECK(config.is_object(), path, ": expected an object with \"type\" (", type_choices(optimizer_types()),
+               "), got ", json_excerpt(config));
   JsonArgs args(config, path);
-  const std::string type = args.get_string("type", "");
-  std::unique_ptr<Optimizer> opt;
-  if (type == "SGD") {
-    SgdOptions o = SgdOptions::read(args);
-    args.finish();
-    opt = std::make_unique<SGD>(std::move(params), std::move(o), path);
-  } else if (type == "AdamW") {
-    AdamwOptions o = AdamwOptions::read(args);
-    args.finish();
-    opt = std::make_unique<AdamW>(std::move(params), std::move(o), path);
-  } else if (type == "Muon") {
-    opt = make_muon(args, std::move(params), path);
-  } else {
-    fail(str(args.key_path("type"), ": unknown optimizer \"", type, "\" (expected \"SGD\", \"AdamW\" or \"Muon\")"));
-  }
-  return opt;
+  return read_type(optimizer_types(), args, "optimizer").make(args, std::move(params), path);
 }
 
 }  // namespace minidl

@@ -1,14 +1,19 @@
-// Optimizers and learning-rate schedules, built from JSON by small factories and able to print
-// their config back. Parameters come with their PyTorch names and the type of the module that
-// owns them, so a config can put e.g. every normalization bias in a group of its own.
+// Optimizers, built from a config object whose "type" picks one of the table optimizer_types()
+// (SGD, AdamW, Muon: each a descriptor with its keys and factory), and able to print their config
+// back. Parameters come with their PyTorch names and the type of the module that owns them, so a
+// config can put e.g. every normalization bias in a group of its own.
 #pragma once
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/fields.h"
+#include "core/json_args.h"
 #include "core/tensor.h"
+#include "layers/work.h"
 
 namespace minidl {
 
@@ -71,6 +76,9 @@ class Optimizer {
   // Moves state to the parameters' device (call after the model moved).
   virtual void to(Device device) = 0;
   virtual nlohmann::json to_json() const = 0;
+  // The FLOPs and bytes of one update of the parameters that have a gradient now, with the
+  // zeroing of their gradients (layers/work.h; the profiler's optimizer row). nullopt: not counted.
+  virtual std::optional<LayerWork> work() const { return std::nullopt; }
 
  protected:
   // The position set last; errors naming `what` (the feature that needs it) when none was set.
@@ -80,21 +88,39 @@ class Optimizer {
   StepPosition position_;
 };
 
-// Builds "SGD", "AdamW" or "Muon" (optim/muon.h) from its config object at key path `path` (unknown keys are errors).
+struct OptimizerDescriptor {
+  std::string name;               // the config's "type": "SGD"
+  std::string summary;            // one line
+  std::vector<FieldInfo> fields;  // its keys besides "type"
+  // Reads the keys after "type" (finishing `args`) and builds the optimizer of `params`; `path`
+  // names the config object in errors.
+  std::unique_ptr<Optimizer> (*make)(JsonArgs& args, std::vector<NamedParam> params, const std::string& path);
+};
+
+// Every optimizer type, in docs/config.md's order.
+const std::vector<const OptimizerDescriptor*>& optimizer_types();
+
+// Builds the optimizer `config` names by its "type" from its object at key path `path`; unknown
+// keys, a type outside the table and values out of range are errors naming the key.
 std::unique_ptr<Optimizer> make_optimizer(const nlohmann::json& config, std::vector<NamedParam> params,
                                           const std::string& path);
 
-class LrSchedule {
- public:
-  virtual ~LrSchedule() = default;
-  // The factor the optimizer's base lr is multiplied by at global step `step` (0-based) of
-  // `total_steps`, with `steps_per_epoch` (so schedules can be written in epochs).
-  virtual double factor(int64_t step, int64_t steps_per_epoch, int64_t total_steps) const = 0;
-  virtual nlohmann::json to_json() const = 0;
-};
+// {"type": d.name, every key of `options`}: an optimizer's to_json.
+template <typename O>
+nlohmann::json optimizer_json(const OptimizerDescriptor& d, const O& options) {
+  nlohmann::json j = write_fields(O::fields(), options);
+  j["type"] = d.name;
+  return j;
+}
 
-// Builds "constant", "step", "cosine", "warmup" (linear warm-up then linear or cosine decay) or
-// "piecewise_linear" (one-cycle) from its config object at `path`.
-std::unique_ptr<LrSchedule> make_schedule(const nlohmann::json& config, const std::string& path);
+// The descriptor of an optimizer Opt built as Opt(params, options, path) from options O read
+// through O::fields().
+template <typename Opt, typename O>
+OptimizerDescriptor describe_optimizer(std::string name, std::string summary) {
+  return {std::move(name), std::move(summary), field_infos(O::fields()),
+          [](JsonArgs& args, std::vector<NamedParam> params, const std::string& path) -> std::unique_ptr<Optimizer> {
+            return std::make_unique<Opt>(std::move(params), read_struct(O::fields(), args), path);
+          }};
+}
 
 }  // namespace minidl

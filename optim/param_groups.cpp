@@ -1,8 +1,10 @@
 #include "optim/param_groups.h"
 
 #include "core/error.h"
-#include "core/json_limits.h"
+#include "core/field_kinds.h"
 #include "core/json_args.h"
+#include "core/json_limits.h"
+#include "core/type_table.h"
 #include "layers/registry.h"
 
 namespace minidl {
@@ -55,43 +57,52 @@ std::string read_module_type(JsonArgs& args) {
   return type;
 }
 
-ParamGroup ParamGroup::from_json(const nlohmann::json& j, const std::string& path) {
-  MINIDL_CHECK(j.is_object(), path, ": expected a group object, got ", json_excerpt(j));
-  JsonArgs args(j, path);
-  ParamGroup g;
-  g.match = args.get_string("match", "");
-  g.module_type = read_module_type(args);
-  g.lr_scale = args.get_float("lr_scale", 1.0);
-  if (args.has("weight_decay")) g.weight_decay = args.get_float("weight_decay");
-  if (args.has("schedule")) g.schedule = make_schedule(args.get_json("schedule"), args.key_path("schedule"));
-  args.finish();
-  MINIDL_CHECK(!g.match.empty() || !g.module_type.empty(), path,
-               ": a group needs \"match\" (a parameter name pattern) and/or \"module_type\"");
-  MINIDL_CHECK(g.lr_scale >= 0, args.key_path("lr_scale"), ": expected >= 0, got ", g.lr_scale);
-  MINIDL_CHECK(!g.weight_decay || *g.weight_decay >= 0, args.key_path("weight_decay"),
-               ": expected >= 0, got ", g.weight_decay.value_or(0));
-  return g;
+namespace {
+
+// "schedule": the group's own lr schedule, an object as the config's "schedule"; left out: the
+// run's.
+Field<ParamGroup> schedule_field() {
+  using G = ParamGroup;
+  Field<G> f = written_when_set(custom_field<G>(
+      "schedule", "object", nullptr, "",
+      "the group's own lr schedule (an object as the config's \"schedule\"), used instead of the run's: its lr is "
+      "the optimizer's lr * lr_scale * this factor; left out: the run's"));
+  f.required = false;
+  f.children = typed_rows(schedule_types(), "schedule");
+  f.read = [](JsonArgs& a, const std::string& key, G& g) {
+    g.schedule = nullptr;
+    if (a.has(key)) g.schedule = make_schedule(a.get_json(key), a.key_path(key));
+  };
+  f.write = [](const G& g) { return g.schedule ? std::optional<nlohmann::json>(g.schedule->to_json()) : std::nullopt; };
+  return f;
 }
 
-nlohmann::json ParamGroup::to_json() const {
-  nlohmann::json j = nlohmann::json::object();
-  if (!match.empty()) j["match"] = match;
-  if (!module_type.empty()) j["module_type"] = module_type;
-  j["lr_scale"] = lr_scale;
-  if (weight_decay) j["weight_decay"] = *weight_decay;
-  if (schedule) j["schedule"] = schedule->to_json();
-  return j;
+}  // namespace
+
+const Fields<ParamGroup>& ParamGroup::fields() {
+  using G = ParamGroup;
+  static const Fields<G> f{
+      {written_when_set(text("match", &G::match, "", "a name pattern",
+                             "the parameter names it takes: a dotted suffix (\"bias\"), or a glob with * and ? over "
+                             "the whole name")),
+       module_type_field(&G::module_type, "the type of the module owning the parameter"),
+       number("lr_scale", &G::lr_scale, 1.0, kAtLeastZero, "multiplies the optimizer's lr for these parameters"),
+       optional_number("weight_decay", &G::weight_decay, kAtLeastZero,
+                       "the weight decay of these parameters; left out: the optimizer's"),
+       schedule_field()},
+      [](const G& g, const JsonArgs& args) {
+        MINIDL_CHECK(!g.match.empty() || !g.module_type.empty(), args.path(),
+                     ": a group needs \"match\" (a parameter name pattern) and/or \"module_type\"");
+      }};
+  return f;
 }
 
 std::vector<ParamGroup> read_param_groups(JsonArgs& args) {
-  std::vector<ParamGroup> groups;
-  if (!args.has("groups")) return groups;
-  const nlohmann::json& list = args.get_json("groups");
-  const std::string path = args.key_path("groups");
-  MINIDL_CHECK(list.is_array(), path, ": expected a list of group objects, got ", json_excerpt(list));
-  for (size_t i = 0; i < list.size(); ++i)
-    groups.push_back(ParamGroup::from_json(list[i], str(path, "[", i, "]")));
-  return groups;
+  struct Holder {
+    std::vector<ParamGroup> groups;
+  } holder;
+  param_groups_field(&Holder::groups).read(args, "groups", holder);
+  return holder.groups;
 }
 
 int find_param_group(const std::vector<ParamGroup>& groups, const NamedParam& p) {

@@ -22,11 +22,13 @@
 #include <string>
 #include <vector>
 
+#include "core/field_kinds.h"
+#include "core/fields.h"
+#include "core/json_args.h"
 #include "optim/optimizer.h"
+#include "optim/schedule.h"
 
 namespace minidl {
-
-class JsonArgs;
 
 struct ParamGroup {
   std::string match;        // empty: any name
@@ -36,9 +38,14 @@ struct ParamGroup {
   std::shared_ptr<const LrSchedule> schedule;  // null: the run's schedule
 
   bool matches(const NamedParam& p) const;
-  static ParamGroup from_json(const nlohmann::json& j, const std::string& path);
-  nlohmann::json to_json() const;
+  // The keys of one group object; a group needs a selector.
+  static const Fields<ParamGroup>& fields();
+  nlohmann::json to_json() const { return write_fields(fields(), *this); }
 };
+
+// The "groups" key of an optimizer config: a list of ParamGroup objects.
+template <typename T>
+Field<T> param_groups_field(std::vector<ParamGroup> T::*member);
 
 // '*' and '?' glob over the whole name; a pattern without them matches a dotted suffix.
 bool param_name_matches(const std::string& pattern, const std::string& name);
@@ -46,11 +53,28 @@ bool param_name_matches(const std::string& pattern, const std::string& name);
 // Reads the optional "module_type" selector of a group or rule: "" or a layer type of the layer
 // table (layers/registry.h); anything else is an error naming the key and the known types.
 std::string read_module_type(JsonArgs& args);
+// The row of that key, written back only when set.
+template <typename T>
+Field<T> module_type_field(std::string T::*member, std::string doc);
 
 // Reads the optional "groups" list of an optimizer config.
 std::vector<ParamGroup> read_param_groups(JsonArgs& args);
 
 // Index of the first group matching p, or -1 for the optimizer's own settings.
 int find_param_group(const std::vector<ParamGroup>& groups, const NamedParam& p);
+
+template <typename T>
+Field<T> module_type_field(std::string T::*member, std::string doc) {
+  Field<T> f = written_when_set(text("module_type", member, "", "a layer type (`minidl layers`)", std::move(doc)));
+  f.read = [member](JsonArgs& a, const std::string&, T& out) { out.*member = read_module_type(a); };
+  return f;
+}
+
+template <typename T>
+Field<T> param_groups_field(std::vector<ParamGroup> T::*member) {
+  return object_list("groups", member, ParamGroup::fields(),
+                     "parameter groups, each selectors (match, module_type) and overrides (lr_scale, "
+                     "weight_decay, schedule): a parameter takes the first group that matches it");
+}
 
 }  // namespace minidl

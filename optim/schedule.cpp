@@ -1,194 +1,237 @@
-// Learning-rate schedules as factors of the optimizer's lr, functions of the fractional epoch
-// e = step / steps_per_epoch (so they change every step, as in the DAWNBench and airbench
-// recipes) or of the fraction of the run t = step / total_steps:
-//   constant                                    1
-//   step         {"step_size": 8, "gamma": 0.1} gamma ^ floor(floor(e) / step_size) (StepLR per epoch)
-//   cosine       {"min_factor": 0}              min + (1 - min) (1 + cos(pi t)) / 2
-//   warmup       {"warmup_epochs": 2, "decay": "linear"|"cosine"}
-//                                               e / warmup_epochs, then 1 -> 0 over the rest
-//   piecewise_linear {"epochs": [0, 5, 24], "factors": [0, 1, 0]}
-//                                               linear between the points, flat outside (np.interp)
-//                    {"fractions": [0, 0.23, 1], "factors": [0.2, 1, 0.07]}
-//                                               the same with points in t (airbench's triangle)
-//                    {"steps": [0, 7], "factors": [1, 0]}
-//                                               the same with points in global steps
+#include "optim/schedule.h"
+
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "core/enum_names.h"
 #include "core/error.h"
+#include "core/field_kinds.h"
 #include "core/json_limits.h"
-#include "core/json_args.h"
-#include "optim/optimizer.h"
+#include "core/type_table.h"
 
 namespace minidl {
+
+enum class WarmupDecay { Linear, Cosine };
+template <>
+struct EnumNames<WarmupDecay> {
+  static constexpr EnumName<WarmupDecay> values[] = {{WarmupDecay::Linear, "linear"}, {WarmupDecay::Cosine, "cosine"}};
+};
 
 namespace {
 
 constexpr double kPi = 3.14159265358979323846;
 
-void check_steps(int64_t step, int64_t steps_per_epoch, int64_t total_steps) {
-  MINIDL_CHECK(steps_per_epoch > 0 && total_steps > 0 && step >= 0, "lr schedule: step ", step,
-               " with ", steps_per_epoch, " steps per epoch and ", total_steps,
-               " in total (expected step >= 0 and positive counts)");
-}
-
 double cosine_decay(double t) { return 0.5 * (1 + std::cos(kPi * std::min(std::max(t, 0.0), 1.0))); }
 
-class ConstantSchedule : public LrSchedule {
- public:
-  double factor(int64_t step, int64_t spe, int64_t total) const override {
-    check_steps(step, spe, total);
-    return 1.0;
-  }
-  nlohmann::json to_json() const override { return {{"type", "constant"}}; }
+// A schedule that fits a run of any length (check_length's "").
+struct FitsAnyRun {
+  std::string check_length(int64_t, int64_t) const { return ""; }
 };
 
-class StepSchedule : public LrSchedule {
- public:
-  StepSchedule(int64_t step_size, double gamma) : step_size_(step_size), gamma_(gamma) {}
-  double factor(int64_t step, int64_t spe, int64_t total) const override {
-    check_steps(step, spe, total);
-    return std::pow(gamma_, static_cast<double>(step / spe / step_size_));
+struct ConstantSpec : FitsAnyRun {
+  static constexpr const char* kName = "constant";
+  static const Fields<ConstantSpec>& fields() {
+    static const Fields<ConstantSpec> f;
+    return f;
   }
-  nlohmann::json to_json() const override {
-    return {{"type", "step"}, {"step_size", step_size_}, {"gamma", gamma_}};
-  }
-
- private:
-  int64_t step_size_;
-  double gamma_;
+  double factor(int64_t, int64_t, int64_t) const { return 1.0; }
 };
 
-class CosineSchedule : public LrSchedule {
- public:
-  explicit CosineSchedule(double min_factor) : min_(min_factor) {}
-  double factor(int64_t step, int64_t spe, int64_t total) const override {
-    check_steps(step, spe, total);
-    return min_ + (1 - min_) * cosine_decay(static_cast<double>(step) / total);
+struct StepSpec : FitsAnyRun {
+  static constexpr const char* kName = "step";
+  int64_t step_size;
+  double gamma;
+  static const Fields<StepSpec>& fields() {
+    static const Fields<StepSpec> f{{integer("step_size", &StepSpec::step_size, kRequired, {1}, "epochs per step"),
+                                     number("gamma", &StepSpec::gamma, 0.1, kAtLeastZero, "the factor per step")}};
+    return f;
   }
-  nlohmann::json to_json() const override { return {{"type", "cosine"}, {"min_factor", min_}}; }
-
- private:
-  double min_;
+  double factor(int64_t step, int64_t spe, int64_t) const {
+    return std::pow(gamma, static_cast<double>(step / spe / step_size));
+  }
 };
 
-class WarmupSchedule : public LrSchedule {
- public:
-  WarmupSchedule(double warmup_epochs, std::string decay)
-      : warmup_(warmup_epochs), decay_(std::move(decay)) {}
-  double factor(int64_t step, int64_t spe, int64_t total) const override {
-    check_steps(step, spe, total);
+struct CosineSpec : FitsAnyRun {
+  static constexpr const char* kName = "cosine";
+  double min_factor;
+  static const Fields<CosineSpec>& fields() {
+    static const Fields<CosineSpec> f{{number("min_factor", &CosineSpec::min_factor, 0.0, kUnitInterval,
+                                              "the factor at the end (a fraction of the lr)")}};
+    return f;
+  }
+  double factor(int64_t step, int64_t, int64_t total) const {
+    return min_factor + (1 - min_factor) * cosine_decay(static_cast<double>(step) / total);
+  }
+};
+
+// The run's length in epochs, for messages.
+double run_epochs(int64_t spe, int64_t total) { return static_cast<double>(total) / static_cast<double>(spe); }
+
+// The warm-up's length is in epochs or a fraction of the run: one of the two is given.
+struct WarmupSpec {
+  static constexpr const char* kName = "warmup";
+  std::optional<double> warmup_epochs, warmup_fraction;
+  WarmupDecay decay;
+  static const Fields<WarmupSpec>& fields() {
+    using S = WarmupSpec;
+    // Their ranges are checked with the rule between them, in the run's words.
+    Field<S> epochs = optional_number("warmup_epochs", &S::warmup_epochs, {},
+                                      "epochs of the linear rise from 0 to 1 (required unless warmup_fraction)");
+    epochs.range = "> 0";
+    Field<S> fraction = optional_number("warmup_fraction", &S::warmup_fraction, {},
+                                        "the rise as a fraction of the run, however long (instead of warmup_epochs)");
+    fraction.range = "(0, 1)";
+    static const Fields<S> f{
+        {epochs, fraction,
+         choice("decay", &S::decay, WarmupDecay::Linear, "the fall from 1 to 0 over the rest of the run")},
+        [](const S& s, const JsonArgs& args) {
+          MINIDL_CHECK(!(s.warmup_epochs && s.warmup_fraction), args.path(),
+                       ": give the warm-up as \"warmup_epochs\" or as \"warmup_fraction\" of the run, not both");
+          MINIDL_CHECK(s.warmup_epochs || s.warmup_fraction, args.key_path("warmup_epochs"),
+                       ": required key is missing (or give \"warmup_fraction\")");
+          const bool in_fraction = s.warmup_fraction.has_value();
+          const double warmup = s.warmup();
+          MINIDL_CHECK(warmup > 0 && (!in_fraction || warmup < 1),
+                       args.key_path(in_fraction ? "warmup_fraction" : "warmup_epochs"), ": expected ",
+                       in_fraction ? "a fraction of the run in (0, 1)" : "> 0 epochs", ", got ", warmup);
+        }};
+    return f;
+  }
+  double warmup() const { return warmup_fraction ? *warmup_fraction : *warmup_epochs; }
+  double factor(int64_t step, int64_t spe, int64_t total) const {
+    const double warm_steps = warmup_fraction ? warmup() * static_cast<double>(total) : warmup() * spe;
+    if (warmup_fraction && step < warm_steps) return static_cast<double>(step) / warm_steps;
     const double e = static_cast<double>(step) / spe;
-    if (e < warmup_) return e / warmup_;
-    const double warm_steps = warmup_ * spe;
+    if (!warmup_fraction && e < warmup()) return e / warmup();
     const double t = total > warm_steps ? (step - warm_steps) / (total - warm_steps) : 1.0;
-    return decay_ == "cosine" ? cosine_decay(t) : 1 - std::min(std::max(t, 0.0), 1.0);
+    return decay == WarmupDecay::Cosine ? cosine_decay(t) : 1 - std::min(std::max(t, 0.0), 1.0);
   }
-  nlohmann::json to_json() const override {
-    return {{"type", "warmup"}, {"warmup_epochs", warmup_}, {"decay", decay_}};
+  std::string check_length(int64_t spe, int64_t total) const {
+    if (warmup_fraction || *warmup_epochs * static_cast<double>(spe) < static_cast<double>(total)) return "";
+    return str("schedule.warmup_epochs ", *warmup_epochs, " is not shorter than the run's ", run_epochs(spe, total),
+               " epochs: the lr rises for the whole run and never decays; set schedule.warmup_fraction (e.g. 0.1 of ",
+               "the run) instead");
   }
-
- private:
-  double warmup_;
-  std::string decay_;
 };
 
-// The unit of a piecewise_linear schedule's points: its JSON key.
-enum class PointUnit { Epochs, Fractions, Steps };
-constexpr const char* kPointKeys[] = {"epochs", "fractions", "steps"};
-
-class PiecewiseLinearSchedule : public LrSchedule {
- public:
-  PiecewiseLinearSchedule(std::vector<double> points, std::vector<double> factors, PointUnit unit)
-      : epochs_(std::move(points)), factors_(std::move(factors)), unit_(unit) {}
-  double factor(int64_t step, int64_t spe, int64_t total) const override {
-    check_steps(step, spe, total);
-    const double per = unit_ == PointUnit::Fractions ? static_cast<double>(total)
-                       : unit_ == PointUnit::Epochs  ? static_cast<double>(spe)
-                                                     : 1.0;
+// The points are epochs, fractions of the run or global steps: one of the three lists is given.
+struct PiecewiseLinearSpec {
+  static constexpr const char* kName = "piecewise_linear";
+  std::vector<double> epochs, fractions, steps, factors;
+  static const Fields<PiecewiseLinearSpec>& fields() {
+    using S = PiecewiseLinearSpec;
+    static const Fields<S> f{
+        {number_list("epochs", &S::epochs, "the points in epochs, strictly increasing"),
+         number_list("fractions", &S::fractions,
+                     "the points as fractions of the run, strictly increasing (instead of epochs)"),
+         number_list("steps", &S::steps, "the points in global steps, strictly increasing (instead of epochs)"),
+         number_list("factors", &S::factors, "the factor at each point (required)")},
+        [](const S& s, const JsonArgs& args) {
+          const int given = !s.epochs.empty() + !s.fractions.empty() + !s.steps.empty();
+          MINIDL_CHECK(given <= 1, args.path(),
+                       ": give the points as \"epochs\", \"fractions\" of the run or \"steps\", not both");
+          const std::string key = s.points_key();
+          const std::vector<double>& points = s.points();
+          MINIDL_CHECK(!points.empty(), args.key_path("epochs"),
+                       ": required key is missing (or give \"fractions\" or \"steps\")");
+          MINIDL_CHECK(!s.factors.empty(), args.key_path("factors"), ": required key is missing");
+          MINIDL_CHECK(points.size() == s.factors.size(), args.path(), ": \"", key, "\" has ", points.size(),
+                       " points but \"factors\" has ", s.factors.size());
+          for (size_t k = 1; k < points.size(); ++k)
+            MINIDL_CHECK(points[k] > points[k - 1], args.key_path(key), ": expected strictly increasing ", key,
+                         ", got ", points[k - 1], " then ", points[k]);
+        }};
+    return f;
+  }
+  const char* points_key() const { return !fractions.empty() ? "fractions" : !steps.empty() ? "steps" : "epochs"; }
+  const std::vector<double>& points() const { return !fractions.empty() ? fractions : !steps.empty() ? steps : epochs; }
+  double factor(int64_t step, int64_t spe, int64_t total) const {
+    const std::vector<double>& p = points();
+    const double per = !fractions.empty() ? static_cast<double>(total) : !steps.empty() ? 1.0 : static_cast<double>(spe);
     const double e = static_cast<double>(step) / per;
-    if (e <= epochs_.front()) return factors_.front();
-    for (size_t k = 1; k < epochs_.size(); ++k) {
-      if (e <= epochs_[k]) {
-        const double w = (e - epochs_[k - 1]) / (epochs_[k] - epochs_[k - 1]);
-        return factors_[k - 1] + w * (factors_[k] - factors_[k - 1]);
+    if (e <= p.front()) return factors.front();
+    for (size_t k = 1; k < p.size(); ++k) {
+      if (e <= p[k]) {
+        const double w = (e - p[k - 1]) / (p[k] - p[k - 1]);
+        return factors[k - 1] + w * (factors[k] - factors[k - 1]);
       }
     }
-    return factors_.back();
+    return factors.back();
   }
-  nlohmann::json to_json() const override {
-    return {{"type", "piecewise_linear"}, {kPointKeys[static_cast<int>(unit_)], epochs_}, {"factors", factors_}};
+  std::string check_length(int64_t spe, int64_t total) const {
+    if (!fractions.empty()) return "";
+    const std::vector<double>& p = points();
+    const double end = p.back();
+    const bool in_epochs = steps.empty();
+    if (end * (in_epochs ? static_cast<double>(spe) : 1.0) >= static_cast<double>(total)) return "";
+    std::string scaled;
+    for (double e : p) scaled += (scaled.empty() ? "" : ", ") + str(std::round(e / end * 1000) / 1000);
+    const char* unit = in_epochs ? "epoch" : "step";
+    return str("schedule.", points_key(), " ends at ", unit, " ", end, " but the run trains ",
+               in_epochs ? run_epochs(spe, total) : static_cast<double>(total), " ", unit,
+               "s: every step after it trains at its last factor, ", factors.back(),
+               factors.back() == 0 ? " (lr 0: those steps change nothing)" : "",
+               "; give the points as fractions of the run, \"fractions\": [", scaled, "], or end schedule.",
+               points_key(), " at the run's last ", unit);
   }
-
- private:
-  std::vector<double> epochs_, factors_;
-  PointUnit unit_;
 };
 
-std::vector<double> read_numbers(JsonArgs& args, const std::string& key) {
-  const nlohmann::json& j = args.get_json(key);
-  MINIDL_CHECK(j.is_array() && !j.empty(), args.key_path(key), ": expected a non-empty list of numbers, got ",
-               json_excerpt(j));
-  std::vector<double> v;
-  for (size_t i = 0; i < j.size(); ++i) {
-    MINIDL_CHECK(j[i].is_number(), args.key_path(key), "[", i, "]: expected a number, got ", json_excerpt(j[i]));
-    v.push_back(j[i].get<double>());
+// A schedule of type Spec: its factor, after checking the counts, and its keys written back.
+template <typename Spec>
+class SpecSchedule : public LrSchedule {
+ public:
+  explicit SpecSchedule(Spec spec) : spec_(std::move(spec)) {}
+  double factor(int64_t step, int64_t spe, int64_t total) const override {
+    MINIDL_CHECK(spe > 0 && total > 0 && step >= 0, "lr schedule: step ", step, " with ", spe, " steps per epoch and ",
+                 total, " in total (expected step >= 0 and positive counts)");
+    return spec_.factor(step, spe, total);
   }
-  return v;
+  nlohmann::json to_json() const override {
+    nlohmann::json j = write_fields(Spec::fields(), spec_);
+    j["type"] = Spec::kName;
+    return j;
+  }
+  std::string check_length(int64_t spe, int64_t total) const override { return spec_.check_length(spe, total); }
+
+ private:
+  Spec spec_;
+};
+
+template <typename Spec>
+std::unique_ptr<LrSchedule> make(JsonArgs& args) {
+  return std::make_unique<SpecSchedule<Spec>>(read_struct(Spec::fields(), args));
+}
+
+template <typename Spec>
+ScheduleDescriptor describe(const char* summary) {
+  return {Spec::kName, summary, field_infos(Spec::fields()), make<Spec>};
 }
 
 }  // namespace
 
+const std::vector<const ScheduleDescriptor*>& schedule_types() {
+  static const ScheduleDescriptor constant = describe<ConstantSpec>("1");
+  static const ScheduleDescriptor step =
+      describe<StepSpec>("gamma ^ floor(epoch / step_size), stepped per epoch (torch.optim.lr_scheduler.StepLR)");
+  static const ScheduleDescriptor cosine = describe<CosineSpec>(
+      "min_factor + (1 - min_factor) (1 + cos(pi t)) / 2, t "
+      "the fraction of the run");
+  static const ScheduleDescriptor warmup =
+      describe<WarmupSpec>("epoch / warmup_epochs (or t / warmup_fraction), then from 1 to 0 over the rest of the run");
+  static const ScheduleDescriptor piecewise = describe<PiecewiseLinearSpec>(
+      "linear between (point, factor) pairs, flat outside (np.interp): one-cycle, airbench's triangle");
+  static const std::vector<const ScheduleDescriptor*> table = {&constant, &step, &cosine, &warmup, &piecewise};
+  return table;
+}
+
 std::unique_ptr<LrSchedule> make_schedule(const nlohmann::json& config, const std::string& path) {
   MINIDL_CHECK(config.is_object(), path, ": expected an object with \"type\", got ", json_excerpt(config));
   JsonArgs args(config, path);
-  const std::string type = args.get_string("type", "");
-  std::unique_ptr<LrSchedule> s;
-  if (type == "constant") {
-    s = std::make_unique<ConstantSchedule>();
-  } else if (type == "step") {
-    const int64_t step_size = args.get_int("step_size");
-    const double gamma = args.get_float("gamma", 0.1);
-    MINIDL_CHECK(step_size > 0, args.key_path("step_size"), ": expected > 0 epochs, got ", step_size);
-    MINIDL_CHECK(gamma >= 0, args.key_path("gamma"), ": expected >= 0, got ", gamma);
-    s = std::make_unique<StepSchedule>(step_size, gamma);
-  } else if (type == "cosine") {
-    const double min_factor = args.get_float("min_factor", 0.0);
-    MINIDL_CHECK(min_factor >= 0 && min_factor <= 1, args.key_path("min_factor"),
-                 ": expected 0..1 (a fraction of the lr), got ", min_factor);
-    s = std::make_unique<CosineSchedule>(min_factor);
-  } else if (type == "warmup") {
-    const double warmup = args.get_float("warmup_epochs");
-    const std::string decay = args.get_string("decay", "linear");
-    MINIDL_CHECK(warmup > 0, args.key_path("warmup_epochs"), ": expected > 0, got ", warmup);
-    MINIDL_CHECK(decay == "linear" || decay == "cosine", args.key_path("decay"),
-                 ": expected \"linear\" or \"cosine\", got ", json_excerpt(decay));
-    s = std::make_unique<WarmupSchedule>(warmup, decay);
-  } else if (type == "piecewise_linear") {
-    PointUnit unit = PointUnit::Epochs;
-    int given = 0;
-    for (PointUnit u : {PointUnit::Epochs, PointUnit::Fractions, PointUnit::Steps})
-      if (args.has(kPointKeys[static_cast<int>(u)])) {
-        unit = u;
-        ++given;
-      }
-    MINIDL_CHECK(given <= 1, path, ": give the points as \"epochs\", \"fractions\" of the run or \"steps\", not both");
-    const std::string key = kPointKeys[static_cast<int>(unit)];
-    std::vector<double> epochs = read_numbers(args, key);
-    std::vector<double> factors = read_numbers(args, "factors");
-    MINIDL_CHECK(epochs.size() == factors.size(), path, ": \"", key, "\" has ", epochs.size(),
-                 " points but \"factors\" has ", factors.size());
-    for (size_t k = 1; k < epochs.size(); ++k)
-      MINIDL_CHECK(epochs[k] > epochs[k - 1], args.key_path(key), ": expected strictly increasing ", key, ", got ",
-                   epochs[k - 1], " then ", epochs[k]);
-    s = std::make_unique<PiecewiseLinearSchedule>(std::move(epochs), std::move(factors), unit);
-  } else {
-    fail(str(args.key_path("type"), ": unknown schedule \"", type,
-             "\" (expected constant, step, cosine, warmup or piecewise_linear)"));
-  }
-  args.finish();
-  return s;
+  return read_type(schedule_types(), args, "schedule").make(args);
 }
 
 }  // namespace minidl

@@ -2,6 +2,7 @@
 
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "core/field_kinds.h"
 #include "core/json_args.h"
 #include "optim/update_kernels.h"
 
@@ -17,21 +18,21 @@ void sgd_step_cpu(const SgdTensor& t, const SgdHyper& h, const float* skip) {
 
 }  // namespace kernels
 
-SgdOptions SgdOptions::read(JsonArgs& args) {
-  SgdOptions o;
-  o.lr = args.get_float("lr", o.lr);
-  o.momentum = args.get_float("momentum", o.momentum);
-  o.nesterov = args.get_bool("nesterov", o.nesterov);
-  o.weight_decay = args.get_float("weight_decay", o.weight_decay);
-  o.groups = read_param_groups(args);
-  MINIDL_CHECK(o.lr >= 0, args.key_path("lr"), ": expected >= 0, got ", o.lr);
-  MINIDL_CHECK(o.momentum >= 0 && o.momentum < 1, args.key_path("momentum"),
-               ": expected 0 <= momentum < 1, got ", o.momentum);
-  MINIDL_CHECK(!o.nesterov || o.momentum > 0, args.key_path("nesterov"),
-               ": Nesterov momentum needs momentum > 0");
-  MINIDL_CHECK(o.weight_decay >= 0, args.key_path("weight_decay"), ": expected >= 0, got ",
-               o.weight_decay);
-  return o;
+// PyTorch's defaults (lr 1e-3, no momentum, no weight decay).
+const Fields<SgdOptions>& SgdOptions::fields() {
+  using O = SgdOptions;
+  static const Fields<O> f{
+      {number("lr", &O::lr, 1e-3, kAtLeastZero, "the learning rate; the schedule's factor multiplies it"),
+       number("momentum", &O::momentum, 0.0, {0, false, 1, true}, "momentum factor"),
+       flag("nesterov", &O::nesterov, false, "Nesterov momentum (needs momentum > 0)"),
+       number("weight_decay", &O::weight_decay, 0.0, kAtLeastZero,
+              "L2 penalty added to the gradient, as torch.optim.SGD"),
+       param_groups_field(&O::groups)},
+      [](const O& o, const JsonArgs& args) {
+        MINIDL_CHECK(!o.nesterov || o.momentum > 0, args.key_path("nesterov"),
+                     ": Nesterov momentum needs momentum > 0");
+      }};
+  return f;
 }
 
 SGD::SGD(std::vector<NamedParam> params, SgdOptions options, const std::string& path)
@@ -76,13 +77,12 @@ void SGD::apply() {
       [&] { kernels::sgd_step_cuda(tensors, hyper, scalar_table(), skip_flag()); });
 }
 
-nlohmann::json SGD::to_json() const {
-  return {{"type", "SGD"},
-          {"lr", options_.lr},
-          {"momentum", options_.momentum},
-          {"nesterov", options_.nesterov},
-          {"weight_decay", options_.weight_decay},
-          {"groups", groups_json()}};
+nlohmann::json SGD::to_json() const { return optimizer_json(sgd_optimizer(), options_); }
+
+const OptimizerDescriptor& sgd_optimizer() {
+  static const OptimizerDescriptor d =
+      describe_optimizer<SGD, SgdOptions>("SGD", "stochastic gradient descent with momentum, as torch.optim.SGD");
+  return d;
 }
 
 }  // namespace minidl

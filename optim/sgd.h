@@ -17,8 +17,8 @@ struct SgdOptions {
   double weight_decay = 0.0;
   std::vector<ParamGroup> groups;
 
-  // Reads the keys after "type"; `args` is then finished by the caller.
-  static SgdOptions read(JsonArgs& args);
+  // The keys after "type".
+  static const Fields<SgdOptions>& fields();
 };
 
 class SGD : public GroupedOptimizer {
@@ -30,7 +30,12 @@ class SGD : public GroupedOptimizer {
   nlohmann::json to_json() const override;
 
  private:
+  // The weight decay, momentum and step: a multiply-add each.
+  double flops_per_element() const override { return 6; }
   SgdOptions options_;
 };
+
+// The optimizer type's descriptor, listed in optimizer_types() (optim/optimizer.cpp).
+const OptimizerDescriptor& sgd_optimizer();
 
 }  // namespace minidl

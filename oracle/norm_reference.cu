@@ -51,10 +51,38 @@ __device__ int64_t group_of(const Layout& l, int64_t i) {
   return l.kind == NormKind::Channel ? feature_of(l, i) : i / l.segment;
 }
 
-// The fused activation in float64: GELU x Phi(x), and its derivative Phi(x) + x phi(x).
-__device__ double gelu_ref(double x) { return 0.5 * x * (1.0 + erf(x * 0.70710678118654752440)); }
-__device__ double gelu_grad_ref(double x) {
-  return 0.5 * (1.0 + erf(x * 0.70710678118654752440)) + x * 0.39894228040143267794 * exp(-0.5 * x * x);
+// The fused activation in float64 and its derivative (ReLU has no rounding to check: float32).
+__device__ double activation_ref(NormActivation a, double x) {
+  switch (a) {
+    case NormActivation::GELU:
+      return 0.5 * x * (1.0 + erf(x * 0.70710678118654752440));
+    case NormActivation::SiLU:
+      return x / (1.0 + exp(-x));
+    case NormActivation::Hardswish:
+      return x * fmin(fmax(x + 3.0, 0.0), 6.0) / 6.0;
+    case NormActivation::Sigmoid:
+      return 1.0 / (1.0 + exp(-x));
+    default:
+      return act::forward(a, static_cast<float>(x));
+  }
+}
+__device__ double activation_grad_ref(NormActivation a, double x) {
+  switch (a) {
+    case NormActivation::GELU:
+      return 0.5 * (1.0 + erf(x * 0.70710678118654752440)) + x * 0.39894228040143267794 * exp(-0.5 * x * x);
+    case NormActivation::SiLU: {
+      const double s = 1.0 / (1.0 + exp(-x));
+      return s * (1.0 + x * (1.0 - s));
+    }
+    case NormActivation::Hardswish:
+      return x < -3.0 ? 0.0 : x <= 3.0 ? x / 3.0 + 0.5 : 1.0;
+    case NormActivation::Sigmoid: {
+      const double s = 1.0 / (1.0 + exp(-x));
+      return s * (1.0 - s);
+    }
+    default:
+      return 1.0;
+  }
 }
 
 // y of element i (feature f) from float64 statistics, before the activation.
@@ -68,13 +96,12 @@ __device__ double normalized_ref(const Layout& l, const float* x, const float* w
 }
 
 // dy of element i through the fused activation: ReLU's mask from the forward under test's output
-// y (so both sides mask the same elements), GELU's derivative at the float64 normalized value.
+// y (so both sides mask the same elements), the others' derivative at the float64 normalized value.
 __device__ double activation_grad_ref(const Layout& l, const NormBackward& a, const float* y, int64_t i, double mean,
                                       double rstd) {
   if (a.activation == NormActivation::ReLU) return act::relu_backward(a.dy[i], y[i]);
-  if (a.activation == NormActivation::GELU)
-    return a.dy[i] * gelu_grad_ref(normalized_ref(l, a.x, a.weight, a.bias, i, mean, rstd));
-  return a.dy[i];
+  if (a.activation == NormActivation::None) return a.dy[i];
+  return a.dy[i] * activation_grad_ref(a.activation, normalized_ref(l, a.x, a.weight, a.bias, i, mean, rstd));
 }
 
 // Sum over the block, as a fixed tree in shared memory; every thread gets the result.
@@ -127,8 +154,8 @@ __global__ void reference_forward_kernel(const Layout l, const NormForward a) {
     for (int64_t k = threadIdx.x; k < l.group_size; k += kBlock) {
       const int64_t i = element_of_group(l, g, k);
       const double y = normalized_ref(l, a.x, a.weight, a.bias, i, mean, rstd);
-      a.y[i] = a.activation == NormActivation::GELU ? static_cast<float>(gelu_ref(y))
-                                                   : activation_forward(a.activation, static_cast<float>(y));
+      a.y[i] = a.activation == NormActivation::ReLU ? act::relu_forward(static_cast<float>(y))
+                                                    : static_cast<float>(activation_ref(a.activation, y));
     }
   }
 }

@@ -169,7 +169,7 @@ expect_error "11 checkpoint grad_scaler in an fp32 run" "holds loss-scaler state
 restore
 
 # 7. Sizes that would overflow.
-expect_error "7 Conv2d out_channels 2^62" "must be in 1\.\.2147483648" "$run" -- "${train[@]}" --config "$root/configs/quick_cpu.json" \
+expect_error "7 Conv2d out_channels 2^62" "expected an integer in 1\.\.2147483648" "$run" -- "${train[@]}" --config "$root/configs/quick_cpu.json" \
   "${small[@]}" --set model.layers.0.out_channels=4611686018427387904 --output "$work/x"
 expect_error "7 epochs near INT64_MAX" "epochs: expected a number in \\(0, 1000000\\], got" "$run" -- \
   "${train[@]}" --config "$root/configs/quick_cpu.json" --set epochs=9223372036854775807 --output "$work/x"
@@ -216,6 +216,8 @@ usage_error() {  # usage_error NAME PATTERN COMMAND...
   fi
 }
 usage_error "--max-steps -5" "--max-steps" "${train[@]}" --config "$root/configs/quick_cpu.json" --max-steps -5 --output "$work/x"
+usage_error "--max-steps 0" "leave --max-steps out for no limit" "${train[@]}" --config "$root/configs/quick_cpu.json" \
+  --max-steps 0 --output "$work/x"
 usage_error "unknown option" "--bogus" "${train[@]}" --bogus
 usage_error "train without a config" "--config FILE (or --resume RUN_DIR) is required" "${train[@]}"
 usage_error "bench without a benchmark" "which benchmark" "$minidl" bench
@@ -223,6 +225,26 @@ usage_error "bench train --steps abc" "--steps" "$minidl" bench train --steps ab
 usage_error "bench accuracy --runs 0" "--runs" "$minidl" bench accuracy --config "$root/configs/quick_cpu.json" --runs 0
 usage_error "bench attention --dtype fp8" "--dtype" "$minidl" bench attention --dtype fp8
 usage_error "bench data without --dir" "--dir" "$minidl" bench data --image-size 32
+
+# 17. A validation split and the keys that watch it: each bad value is one message naming its key,
+# before the run folder exists.
+for v in 0 1 -0.1 NaN; do
+  expect_error "17 data.val_fraction=$v" "data\.val_fraction: expected" "$run" -- \
+    "${train[@]}" --config "$root/configs/quick_cpu.json" --set "data.val_fraction=$v" --output "$work/x"
+done
+expect_error "17 early_stopping.patience=-1" "early_stopping\.patience: expected an integer in 0\.\.1000000, got -1" "$run" -- \
+  "${train[@]}" --config "$root/configs/quick_cpu.json" --set early_stopping.patience=-1 --output "$work/x"
+expect_error "17 early_stopping without patience" "early_stopping\.patience: required" "$run" -- \
+  "${train[@]}" --config "$root/configs/quick_cpu.json" --set early_stopping.monitor=val_acc --output "$work/x"
+expect_error "17 early_stopping.monitor=val_accuracy" 'early_stopping\.monitor: expected "val_loss"' "$run" -- \
+  "${train[@]}" --config "$root/configs/quick_cpu.json" --set early_stopping.patience=2 \
+  --set early_stopping.monitor=val_accuracy --output "$work/x"
+expect_error "17 val_loss without a validation split" "early_stopping\.monitor: \"val_loss\" is measured on a validation split" \
+  "$run" -- "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --set early_stopping.patience=2 \
+  --output "$work/x"
+expect_error "17 checkpoint.monitor without save_best" "checkpoint\.monitor: only with checkpoint\.save_best" "$run" -- \
+  "${train[@]}" --config "$root/configs/quick_cpu.json" --set checkpoint.monitor=val_acc --output "$work/x"
+if [ -e "$work/x" ]; then fail "17: a refused run made its folder"; fi
 
 # 13. Races: another run starts, resumes or finishes in the folder between a run's checks and
 # its lock (MINIDL_TEST_PAUSE_BEFORE_LOCK holds the first run there, core/test_hooks.h). The checks
@@ -262,9 +284,9 @@ race "13 resume: another run resumed there first" "checkpoint changed while this
 # 14. Values that overflowed or became infinite (and so unresumable) are refused; repro keeps a
 # user's files in its run folders; repro --steps must not be negative.
 muon=(--config "$root/configs/airbench94_muon.json" --set "data.dir=$data" --set data.train_limit=512 --set batch_size=64)
-expect_error "14 freeze from_epoch 1e30" "freeze\[2\].from_epoch: expected 0..1000000" "$run" -- \
+expect_error "14 freeze from_epoch 1e30" "freeze\[2\].from_epoch: expected a number in \\[0, 1000000\\]" "$run" -- \
   "${train[@]}" "${muon[@]}" --set freeze.2.from_epoch=1e30 --output "$work/x"
-expect_error "14 ns_eps 1e300" "ns_eps: expected 0 < ns_eps <= 1" "$run" -- \
+expect_error "14 ns_eps 1e300" "ns_eps: expected a number in \\(0, 1\\]" "$run" -- \
   "${train[@]}" "${muon[@]}" --set optimizer.ns_eps=1e300 --output "$work/x"
 expect_error "14 ns_steps 2^32+1" "ns_steps: expected an integer in 0..100" "$run" -- \
   "${train[@]}" "${muon[@]}" --set optimizer.ns_steps=4294967297 --output "$work/x"
@@ -371,7 +393,7 @@ expect_error "16 a 5 MB config value" 'precision: expected "auto", "fp32", "bf16
 [ "$(wc -c <"$work/err")" -lt 300 ] || fail "16 a 5 MB config value: a message of $(wc -c <"$work/err") bytes"
 expect_error "16 ESC bytes in a config value" 'got "fp32\\x1b\[2J\\x1b\[31m"' "$run" -- \
   "${train[@]}" --config "$work/esc_value.json" "${small[@]}" --output "$work/x"
-expect_error "16 a 100 KB --set value" 'data.format: expected .*, got "y+\.\.\.$' "$run" -- \
+expect_error "16 a 100 KB --set value" 'data.format: expected .*, got "y+\.\.\."$' "$run" -- \
   "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" --set "data.format=$(head -c 100000 /dev/zero | tr '\0' y)" \
   --output "$work/x"
 [ "$(wc -c <"$work/err")" -lt 300 ] || fail "16 a 100 KB --set value: a message of $(wc -c <"$work/err") bytes"
@@ -414,9 +436,10 @@ timeout 120 "${train[@]}" --config "$root/configs/quick_cpu.json" "${small[@]}" 
   --output "$work/fatal" >"$work/out" 2>"$work/err"
 code=$?
 # On the CPU the losses are read after every step: the run stops at the NaN's step, not the epoch's end.
-if [ $code -eq 3 ] && grep -q "^error: the loss is NaN at step 1" "$work/fatal/log.txt" &&
+# log.txt's lines start with their UTC time.
+if [ $code -eq 3 ] && grep -qE "^[0-9T:-]+Z error: the loss is NaN at step 1" "$work/fatal/log.txt" &&
     grep -q "^error: the loss is NaN" "$work/err" && [ "$(wc -l < "$work/fatal/steps.jsonl")" -eq 2 ]; then
-  passed=$((passed + 1)); echo "ok   10 NaN loss in log.txt: $(grep '^error: ' "$work/fatal/log.txt" | cut -c1-120)"
+  passed=$((passed + 1)); echo "ok   10 NaN loss in log.txt: $(grep 'Z error: ' "$work/fatal/log.txt" | cut -c1-140)"
 else
   fail "10 NaN loss: exit $code, $(cat "$work/out" "$work/err" | tail -3)"
 fi
@@ -470,7 +493,7 @@ expect_error "17 profile into a training run's folder" "is a training run's fold
   "$minidl" profile "${tiny[@]}" --steps 1 --warmup 0 --output "$work/repro_user/run_a"
 usage_error "profile --warmup -1" "--warmup: must be >= 0, got -1" \
   "$minidl" profile "${tiny[@]}" --warmup -1
-usage_error "--max-steps 1.5" "--max-steps: must be a whole number (>= 0), got 1.5" \
+usage_error "--max-steps 1.5" "--max-steps: must be a whole number (>= 1), got 1.5" \
   "${train[@]}" --config "$root/configs/quick_cpu.json" --max-steps 1.5 --output "$work/x"
 expect_error "17 epochs 1000001 echoed as written" "epochs: expected a number in \(0, 1000000\], got 1000001$" "$run" -- \
   "${train[@]}" "${tiny[@]}" --set epochs=1000001 --output "$work/x"

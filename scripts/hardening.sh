@@ -34,16 +34,16 @@ stage_sanitize() {
   # The end-to-end runs on real data (the Catch2 tag [training]: the airbench configs, resume,
   # signals, fresh-run and precision runs) take 1-13 minutes each under ASan: they run in the
   # Release suite of scripts/test.sh and through the real command in badinput. The script tests
-  # (plot, onnx_export, image_folder, dist, dist_configs, kill_resume, config_doc) drive the
-  # minidl command, which this build does not make; they run in the Release suite too. Every
-  # other test runs here.
+  # (plot, onnx_export, image_folder, dist, dist_configs, kill_resume, config_doc, workflow,
+  # guide, cli, side_by_side) drive the minidl command, which this build does not make; they run
+  # in the Release suite too. Every other test runs here.
   # Catch2 exits with the number of tests it listed, hence the || true; an empty list fails below.
   local training
   training=$({ "$asan/minidl_tests" "[training]" --list-test-names-only || true; } | sed '/^$/d' |
              sed 's/[][\.*^$()+?{}|]/\\&/g' | paste -sd'|')
   [ -n "$training" ] || { echo "hardening: no [training] tests listed"; return 1; }
   (cd "$asan" && ctest --output-on-failure -j "$(nproc)" \
-    -E "^($training)\$|^(plot|onnx_export|image_folder|dist|dist_configs|kill_resume|config_doc)\$")
+    -E "^($training)\$|^(plot|onnx_export|image_folder|dist|dist_configs|kill_resume|config_doc|workflow|guide|cli|side_by_side)\$")
 }
 
 stage_fuzz() {

@@ -73,9 +73,14 @@ class Run:
         self.metrics = read_jsonl(mpath)
         if not self.metrics:
             raise InputError(f"{mpath}: no epoch finished yet (the file is empty)")
-        for key in ("epoch", "step", "train_loss", "train_acc", "test_acc", "lr", "seconds", "images_per_s"):
+        for key in ("epoch", "step", "train_loss", "train_acc", "lr", "seconds", "images_per_s"):
             for r in self.metrics:
                 need(r, key, mpath)
+        # Each epoch is evaluated on the test split, or on the validation split (the test split
+        # then at the end only).
+        for r in self.metrics:
+            if "test_acc" not in r and "val_acc" not in r:
+                raise InputError(f"{mpath}: a record without 'test_acc' or 'val_acc': {r}")
         spath = os.path.join(folder, "steps.jsonl")
         self.steps = read_jsonl(spath) if os.path.exists(spath) else []
         # Steps per epoch from the records (the first epoch of a resumed run starts at its step).
@@ -89,6 +94,11 @@ class Run:
 
     def col(self, key):
         return [r.get(key) for r in self.metrics]
+
+    def points(self, x, key):
+        """(x, value) of the records that hold `key`."""
+        pairs = [(a, r[key]) for a, r in zip(x, self.metrics) if key in r]
+        return [a for a, _ in pairs], [v for _, v in pairs]
 
 
 DPI = 110  # of the PNGs; --dpi
@@ -108,10 +118,11 @@ def training_chart(runs, out):
         loss_t.plot(run.wall, run.col("train_loss"), color=c, marker="o", markersize=3, label=run.label)
         for ax, x in ((acc_e, epochs), (acc_t, run.wall)):
             ax.plot(x, run.col("train_acc"), color=c, linestyle="-", marker="s", markersize=3, label=f"{run.label} train")
-            ax.plot(x, run.col("test_acc"), color=c, linestyle="--", marker="o", markersize=3, label=f"{run.label} test")
-            if all(v is not None for v in run.col("test_acc_tta")):
-                ax.plot(x, run.col("test_acc_tta"), color=c, linestyle=":", marker="^", markersize=3,
-                        label=f"{run.label} test + TTA")
+            for key, style, marker, name in (("val_acc", "-.", "D", "val"), ("test_acc", "--", "o", "test"),
+                                             ("test_acc_tta", ":", "^", "test + TTA")):
+                px, py = run.points(x, key)
+                if py:
+                    ax.plot(px, py, color=c, linestyle=style, marker=marker, markersize=3, label=f"{run.label} {name}")
         lr_e.plot(epochs, run.col("lr"), color=c, marker="o", markersize=3, label=run.label)
         ips_e.plot(epochs, run.col("images_per_s"), color=c, marker="o", markersize=3, label=run.label)
     for ax, title, xl, yl in (

@@ -305,7 +305,7 @@ hang_rank() {  # RANK NAME ARGS...: a 2-rank run of `small` and `two` whose rank
 hang_rank 1 hung
 said="minidl: error: rank 1 of 2 did not reach collective #[0-9]+ \(all_gather\) within 3 s \(it is at #[0-9]+\): it hangs or is stuck; ending the job \(rank 0 is at step 2; the last checkpoint, step 2, is intact\)"
 grep -Eq "$said" "$work/hung.out" || { cat "$work/hung.out"; echo "FAIL: rank 0 did not name rank 1, the rank that hangs"; exit 1; }
-grep -q "^error: rank 1 of 2 did not reach" "$work/hung/log.txt" || { cat "$work/hung/log.txt"; echo "FAIL: log.txt does not say why the run ended"; exit 1; }
+grep -qE "^[0-9T:-]+Z error: rank 1 of 2 did not reach" "$work/hung/log.txt" || { cat "$work/hung/log.txt"; echo "FAIL: log.txt does not say why the run ended"; exit 1; }
 [ "$(grep -c "^minidl: error: " "$work/hung.out")" -eq 1 ] || { cat "$work/hung.out"; echo "FAIL: more than one rank said why the job ended"; exit 1; }
 "${mpi[@]}" "$minidl" train --resume "$work/hung" >"$work/hung2.out" 2>&1 ||
   { cat "$work/hung2.out"; echo "FAIL: the checkpoint of the run whose rank hung did not resume"; exit 1; }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# ctest onnx_export: every model config exports, python3-onnx's checker accepts the file, and a
-# float64 numpy evaluator of the graph (scripts/onnx/onnx_eval.py) gives minidl's eval logits, and
-# so does onnxruntime for the tests/onnx models where python3 imports it (a SKIPPED line otherwise).
+# ctest onnx_export: every model config and every layer type's examples (`minidl export --examples`)
+# export, python3-onnx's checker accepts the file, and a float64 numpy evaluator of the graph
+# (scripts/onnx/onnx_eval.py) gives minidl's eval outputs, and so does onnxruntime for the
+# tests/onnx models where python3 imports it (a SKIPPED line otherwise).
 #   tests/onnx_export_test.sh MINIDL PYTHON3 SOURCE_DIR DATA_DIR
 # tests/onnx/*.json (every layer type, options included) are trained for one short epoch first,
 # so BatchNorm's running statistics are real, then exported with --run; configs/*.json are
@@ -32,6 +33,12 @@ PY
   else
     echo "$name: onnxruntime SKIPPED: $python cannot import onnxruntime (pip install onnxruntime)"
   fi
+done
+# Every example of every exportable layer type (the specs the op harness and parity.py run), each
+# as a model of its own, against minidl's eval-mode output.
+"$minidl" export --examples "$work/examples"
+for model in "$work"/examples/*.onnx; do
+  "$python" "$src/scripts/onnx/onnx_eval.py" "$model" --outputs "${model%.onnx}.safetensors"
 done
 for cfg in "$src"/configs/*.json; do
   name=$(basename "$cfg" .json)

@@ -181,13 +181,9 @@ TEST_CASE("bench: relu and gelu against the DRAM floor", "[.bench][activation][c
               bwd_floor);
   for (int op = 0; op < 3; ++op) {
     const GeluApproximate ap = op == 2 ? GeluApproximate::Tanh : GeluApproximate::None;
-    const DType f32 = DType::Float32;
-    auto fwd = [&] {
-      op == 0 ? kernels::relu_forward_cuda(f32, xp, yp, n) : kernels::gelu_forward_cuda(f32, xp, yp, n, ap);
-    };
+    auto fwd = [&] { op == 0 ? kernels::relu_forward_cuda(xp, yp, n) : kernels::gelu_forward_cuda(xp, yp, n, ap); };
     auto bwd = [&] {
-      op == 0 ? kernels::relu_backward_cuda(f32, dyp, yp, dxp, n)
-              : kernels::gelu_backward_cuda(f32, dyp, xp, dxp, n, ap);
+      op == 0 ? kernels::relu_backward_cuda(dyp, yp, dxp, n) : kernels::gelu_backward_cuda(dyp, xp, dxp, n, ap);
     };
     const double f = time_ms(fwd), b = time_ms(bwd);
     fwd();

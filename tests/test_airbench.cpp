@@ -12,10 +12,11 @@
 #include "data/tta.h"
 #include "layers/conv/patch_whitening.h"
 #include "optim/optimizer.h"
+#include "optim/schedule.h"
+#include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/run.h"
 #include "train/trainer.h"
-#include "test_util.h"
 
 using namespace minidl;
 using nlohmann::json;

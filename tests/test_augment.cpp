@@ -45,8 +45,8 @@ std::vector<int> padded_axis(int p, bool reflect, int n = 32) {
 std::vector<double> reference_image(const uint8_t* img, const kernels::ImageDraw& d,
                                     const AugmentOptions& a, const Normalization& norm, int h = 32, int w = 32) {
   const int p = a.crop_padding;
-  const std::vector<int> rows = padded_axis(p, a.padding_mode == "reflect", h);
-  const std::vector<int> cols = padded_axis(p, a.padding_mode == "reflect", w);
+  const std::vector<int> rows = padded_axis(p, a.padding_mode == PaddingMode::Reflect, h);
+  const std::vector<int> cols = padded_axis(p, a.padding_mode == PaddingMode::Reflect, w);
   std::vector<double> out(static_cast<size_t>(3 * h * w));
   for (int c = 0; c < 3; ++c)
     for (int y = 0; y < h; ++y)
@@ -83,7 +83,7 @@ TEST_CASE("augmented batches match the reference for every padding, flip and cut
   const std::vector<int32_t> indices = {7, 3, 39, 0, 7, 21, 22, 5, 38, 12, 1, 30};
   const int64_t b = static_cast<int64_t>(indices.size());
   for (int p : {0, 1, 4})
-    for (const char* mode : {"reflect", "zero"})
+    for (PaddingMode mode : {PaddingMode::Reflect, PaddingMode::Zero})
       for (int cutout : {0, 8, 5})
         for (int flip_jitter = 0; flip_jitter < 4; ++flip_jitter) {
           const bool flip = flip_jitter & 1, jitter = flip_jitter & 2;
@@ -112,7 +112,7 @@ TEST_CASE("augmented batches match the reference for every padding, flip and cut
                 data.images.data<uint8_t>() + indices[k] * elements, d, a, norm, h, w);
             const std::vector<float> got(out.begin() + k * elements, out.begin() + (k + 1) * elements);
             test::require_close(got, want, 1e-6, 1e-6,
-                                str(h, "x", w, " p=", p, " ", mode, " cutout=", cutout, " flip=", flip,
+                                str(h, "x", w, " p=", p, " ", to_string(mode), " cutout=", cutout, " flip=", flip,
                                     " jitter=", jitter, " image ", indices[k]));
             REQUIRE(labels[k] == indices[k] % 10);
           }
@@ -262,7 +262,7 @@ TEST_CASE("augment_pixel on hand-made draws: reflect vs zero padding, mirror, cu
   unit.mean = {0, 0, 0};
   unit.std = {1.0 / 255, 1.0 / 255, 1.0 / 255};  // scale 1, shift 0: the output is the pixel
   kernels::AugmentParams reflect = augment_params(unit, &a, 0, 0);
-  a.padding_mode = "zero";
+  a.padding_mode = PaddingMode::Zero;
   kernels::AugmentParams zero = augment_params(unit, &a, 0, 0);
   auto at = [&](int c, int y, int x) { return static_cast<float>(img[(c * 32 + y) * 32 + x]); };
 
@@ -378,7 +378,7 @@ TEST_CASE("color jitter: a shift and gain per image, uniform in their ranges, re
 TEST_CASE("alternating flips invert every other epoch", "[data][augment]") {
   AugmentOptions a;
   a.flip = true;
-  a.flip_mode = "alternating";
+  a.flip_mode = FlipMode::Alternating;
   int flipped0 = 0;
   for (int i = 0; i < 2000; ++i) {
     const int f0 = kernels::draw_image_augment(augment_params(Normalization(), &a, 9, 0), i).flip;
@@ -423,8 +423,8 @@ TEST_CASE("data options: defaults, round trip and errors naming the key path", "
   REQUIRE(o.dir == "/x");
   REQUIRE(o.train_limit == 100);
   REQUIRE(o.normalize.std[2] == 0.25);
-  REQUIRE(o.augment.padding_mode == "zero");
-  REQUIRE(o.augment.flip_mode == "alternating");
+  REQUIRE(o.augment.padding_mode == PaddingMode::Zero);
+  REQUIRE(o.augment.flip_mode == FlipMode::Alternating);
   REQUIRE(DataOptions::from_json(o.to_json(), "data").to_json() == o.to_json());
   REQUIRE(!o.to_json()["augment"].contains("color_jitter"));
 
@@ -508,9 +508,9 @@ TEST_CASE("GPU batches are bit-identical to CPU batches", "[data][augment][cuda]
       opts.augment.resized_crop = std::string(padding) == "resized_crop";
       if (opts.augment.resized_crop) padding = "reflect";
       opts.augment.crop_padding = opts.augment.resized_crop ? 0 : 4;
-      opts.augment.padding_mode = padding;
+      opts.augment.padding_mode = from_string<PaddingMode>(padding, "padding");
       opts.augment.flip = true;
-      opts.augment.flip_mode = flip_mode;
+      opts.augment.flip_mode = from_string<FlipMode>(flip_mode, "flip_mode");
       opts.augment.cutout = 7;
       // The jitter with the alternating flips, none with the random ones.
       opts.augment.brightness = std::string(flip_mode) == "alternating" ? 0.1399 : 0;

@@ -1,8 +1,9 @@
 // Channels-last (NHWC) tensors: the layout itself (strides, reordering, host order, printing),
 // how it travels through autograd and the elementwise ops, and every layer on a channels-last
-// input against the same layer on the contiguous one: on the CPU (which reorders around its NCHW
-// kernels, or runs BatchNorm as [N*H*W][C]) and on the GPU (cuDNN's NHWC engines and the NHWC
-// norm and pooling kernels) in float32, bfloat16 and float16.
+// input against the same layer on the contiguous one on the CPU (which reorders around its NCHW
+// kernels, or runs BatchNorm as [N*H*W][C]) in float32, bfloat16 and float16; the GPU's reordering
+// and repeatable bits. The op harness holds each layer's channels-last CUDA run (cuDNN's NHWC
+// engines, the NHWC norm and pooling kernels) to the CPU's (tests/test_op_harness_cuda.cpp).
 #include <cmath>
 #include <fstream>
 #include <string>
@@ -250,30 +251,6 @@ TEST_CASE("CUDA reordering gives the CPU's bits", "[layout][cuda]") {
         CHECK(stored_floats(gpu.contiguous()) == stored_floats(src.to(to)));
       }
   }
-}
-
-TEST_CASE("CUDA channels_last layers match the contiguous ones", "[layout][cuda]") {
-  MINIDL_REQUIRE_CUDA();
-  const ComputeSettings saved = compute_settings();
-  ComputeSettings exact = saved;
-  exact.allow_tf32 = false;  // float32 convolutions without TF32: NHWC and NCHW agree to float32 rounding
-  set_compute_settings(exact);
-  const Device gpu = Device::cuda();
-  for (const LayerCase& c : kLayerCases) {
-    auto layer = build_layer(json::parse(c.spec), "layer");
-    layer->to(gpu);
-    for (auto& [name, p] : layer->named_parameters()) p.copy_(test::random_tensor(p.shape(), 31, 0.5f, 1.5f, gpu));
-    const Tensor x = test::random_tensor(c.shape, 32, -2.f, 3.f, gpu);
-    const Tensor dy = test::random_tensor(output_shape(*layer, x), 33, -1.f, 1.f, gpu);
-    require_layout_agnostic(*layer, x, dy, DType::Float32, 1e-5, 1e-5, c.spec);
-    // Half types: each layout rounds its own float32 sums once; they may differ by a unit in the
-    // last place, and a gradient that went through two such roundings by two.
-    for (DType d : {DType::BFloat16, DType::Float16}) {
-      const double ulp = d == DType::BFloat16 ? std::ldexp(1.0, -7) : std::ldexp(1.0, -10);
-      require_layout_agnostic(*layer, x, dy, d, 2 * ulp, 2e-2, std::string(c.spec) + " in " + dtype_name(d));
-    }
-  }
-  set_compute_settings(saved);
 }
 
 TEST_CASE("CUDA channels_last forward and backward repeat their bits", "[layout][cuda]") {

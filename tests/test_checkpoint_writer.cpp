@@ -183,7 +183,7 @@ TEST_CASE("checkpoint writer: a failed background write is thrown once, naming t
   REQUIRE(read_checkpoint_info(file).step == 10);
 }
 
-TEST_CASE("checkpoint integrity: names swapped in the header are found; an older file loads only in minidl's order",
+TEST_CASE("checkpoint integrity: names swapped in the header are found and an older file loads only in minidl's order",
           "[checkpoint][hostile]") {
   test::TempDir dir("checkpoint_names");
   Trained s = trained_state(Device::cpu(), 4, 1);

@@ -1,6 +1,7 @@
 // The run config's key table (train/config_keys.h): every key round-trips through parse and
 // to_json, a missing key gets the table's default, a value outside the table's range is refused
-// naming the key, and the named enums refuse unknown names naming the allowed ones.
+// naming the key, the named enums refuse unknown names naming the allowed ones, and the reference
+// documents every key of every section.
 #include <set>
 
 #include "core/error.h"
@@ -68,6 +69,10 @@ const std::map<std::string, Sample>& samples() {
       {"schedule", {{{"type", "piecewise_linear"}, {"epochs", {0, 1}}, {"factors", {1, 0}}}}},
       {"init", {json::array({{{"match", "bias"}, {"type", "zeros"}}})}},
       {"freeze", {json::array({{{"match", "0.weight"}}})}},
+      {"init_from.path", {"runs/x"}},
+      {"init_from.skip", {json::array({"3.*"}), {{"init_from", {{"path", "runs/x"}}}}}},
+      {"init_from.map", {{{"module", ""}}, {{"init_from", {{"path", "runs/x"}}}}}},
+      {"init_from.strict", {false, {{"init_from", {{"path", "runs/x"}}}}}},
       {"lookahead", {{{"every_n_steps", 5}}}},
       {"grad_scaler", {{{"init_scale", 1024}}, {{"precision", "fp16"}}}},
       {"grad_clip", {1.5}},
@@ -80,6 +85,13 @@ const std::map<std::string, Sample>& samples() {
       {"checkpoint.every_steps", {10}},
       {"checkpoint.every_minutes", {2.5}},
       {"checkpoint.keep", {3}},
+      {"checkpoint.save_best", {true}},
+      {"checkpoint.monitor", {"val_acc", {{"checkpoint", {{"save_best", true}}}}}},
+      {"checkpoint.mode", {"max", {{"checkpoint", {{"save_best", true}}}}}},
+      {"early_stopping.patience", {5}},
+      {"early_stopping.monitor", {"train_loss", {{"early_stopping", {{"patience", 2}}}}}},
+      {"early_stopping.mode", {"min", {{"early_stopping", {{"patience", 2}}}}}},
+      {"early_stopping.min_delta", {0.01, {{"early_stopping", {{"patience", 2}}}}}},
       {"log.tensorboard", {true}},
   };
   return s;
@@ -89,16 +101,16 @@ const std::map<std::string, Sample>& samples() {
 
 TEST_CASE("every key of the config table round-trips through parse and to_json", "[config]") {
   std::set<std::string> paths;
-  for (const ConfigKey& k : config_keys()) {
-    INFO(k.path);
-    REQUIRE(paths.insert(k.path).second);  // one row per key
-    REQUIRE(!k.meaning.empty());
-    REQUIRE(samples().count(k.path) == 1);  // a new key needs a sample here
-    const Sample& s = samples().at(k.path);
+  for (const Field<TrainConfig>& k : config_keys().keys) {
+    INFO(k.name);
+    REQUIRE(paths.insert(k.name).second);  // one row per key
+    REQUIRE(!k.doc.empty());
+    REQUIRE(samples().count(k.name) == 1);  // a new key needs a sample here
+    const Sample& s = samples().at(k.name);
     REQUIRE(s.value != k.default_value);
-    const TrainConfig c = parse_train_config(with(k.path, s.value, s.extra));
+    const TrainConfig c = parse_train_config(with(k.name, s.value, s.extra));
     const json written = c.to_json();
-    REQUIRE(written.at(pointer(k.path)) == s.value);
+    REQUIRE(written.at(pointer(k.name)) == s.value);
     REQUIRE(k.write(c) == s.value);
     REQUIRE(parse_train_config(written).to_json() == written);
   }
@@ -108,23 +120,28 @@ TEST_CASE("every key of the config table round-trips through parse and to_json",
 TEST_CASE("a missing key gets the table's default, written back unless written only when set", "[config]") {
   const TrainConfig c = parse_train_config(minimal());
   const json written = c.to_json();
-  for (const ConfigKey& k : config_keys()) {
-    INFO(k.path);
+  for (const Field<TrainConfig>& k : config_keys().keys) {
+    INFO(k.name);
     if (k.required) {
       json j = minimal();
-      j.erase(k.path);
-      REQUIRE_THAT(error_of(j), Contains(k.path + ": required"));
+      j.erase(k.name);
+      REQUIRE_THAT(error_of(j), Contains(k.name + ": required"));
       continue;
     }
-    REQUIRE(k.write(c) == k.default_value);
+    REQUIRE(k.write(c).value_or(json()) == k.default_value);
     if (k.written_at_default)
-      REQUIRE(written.at(pointer(k.path)) == k.default_value);
+      REQUIRE(written.at(pointer(k.name)) == k.default_value);
     else
-      REQUIRE(!written.contains(pointer(k.path)));
+      REQUIRE(!written.contains(pointer(k.name)));
   }
   // The checkpoint section is written whole once one of its keys is set.
   const json set = parse_train_config(with("checkpoint.keep", 2)).to_json();
-  REQUIRE(set.at("checkpoint") == json({{"every_steps", 0}, {"every_minutes", 0.0}, {"keep", 2}}));
+  REQUIRE(set.at("checkpoint") == json({{"every_steps", 0},
+                                        {"every_minutes", 0.0},
+                                        {"keep", 2},
+                                        {"save_best", false},
+                                        {"monitor", "val_loss"},
+                                        {"mode", "auto"}}));
 }
 
 TEST_CASE("a value outside the table's range is refused naming the key and the range", "[config]") {
@@ -148,6 +165,11 @@ TEST_CASE("a value outside the table's range is refused naming the key and the r
       {"precision", "fp8"},
       {"memory_format", "nhwc"},
       {"eval.tta", "mirror"},
+      {"early_stopping.patience", -1},
+      {"early_stopping.patience", 1.5},
+      {"early_stopping.min_delta", -0.1},
+      {"early_stopping.monitor", "val_accuracy"},
+      {"checkpoint.monitor", "test_acc"},
       {"eval.tta_share", 0},
       {"eval.tta_share", 1.5},
       {"eval.tta_weights", "mean"},
@@ -156,8 +178,8 @@ TEST_CASE("a value outside the table's range is refused naming the key and the r
     INFO(path << " = " << value.dump());
     const std::string m = error_of(with(path, value));
     REQUIRE_THAT(m, Contains(path + ": expected"));
-    for (const ConfigKey& k : config_keys())
-      if (k.path == path && k.type != "integer") REQUIRE_THAT(m, Contains(k.allowed));
+    for (const Field<TrainConfig>& k : config_keys().keys)
+      if (k.name == path && k.type != "int") REQUIRE_THAT(m, Contains(k.range));
   }
   REQUIRE(error_of(with("epochs", 0)) == "epochs: expected a number in (0, 1000000], got 0");
   REQUIRE(error_of(with("grad_clip", 0)) ==
@@ -167,6 +189,13 @@ TEST_CASE("a value outside the table's range is refused naming the key and the r
   // Rules between keys.
   REQUIRE_THAT(error_of(with("accumulate_steps", 3)), Contains("3 micro-batches do not split batch_size 128"));
   REQUIRE_THAT(error_of(with("grad_scaler", json::object())), Contains("grad_scaler: loss scaling is for precision"));
+  // A setting of a feature left off would be ignored: refused, naming the key that turns it on.
+  REQUIRE_THAT(error_of(with("early_stopping", {{"monitor", "val_acc"}})),
+               Contains("early_stopping.patience: required to stop early"));
+  REQUIRE_THAT(error_of(with("checkpoint", {{"monitor", "val_acc"}})),
+               Contains("checkpoint.monitor: only with checkpoint.save_best: true"));
+  REQUIRE(error_of(with("early_stopping.patience", -1)) ==
+          "early_stopping.patience: expected an integer in 0..1000000, got -1");
 }
 
 TEST_CASE("named enums: one list of names for to_string, from_string, JSON and errors", "[config]") {
@@ -190,12 +219,23 @@ TEST_CASE("named enums: one list of names for to_string, from_string, JSON and e
 TEST_CASE("the config reference lists every key with its default and allowed values", "[config]") {
   const std::string md = config_reference_markdown();
   REQUIRE_THAT(md, Contains("Generated by `minidl config --doc`"));
-  for (const ConfigKey& k : config_keys()) {
-    INFO(k.path);
-    REQUIRE_THAT(md, Contains("| `" + k.path + "` | " + k.type + " | "));
-    if (!k.documented_in.empty()) REQUIRE_THAT(md, Contains(k.documented_in));
+  for (const Field<TrainConfig>& k : config_keys().keys) {
+    INFO(k.name);
+    REQUIRE_THAT(md, Contains("| `" + k.name + "` | " + k.type + " | "));
   }
   REQUIRE_THAT(
       md, Contains("| `eval.tta` | string | `\"none\"` | \"none\", \"flip\", \"flip_translate\" or \"airbench\" |"));
-  REQUIRE_THAT(md, Contains("| `batch_size` | integer | `128` | 1..1000000 |"));
+  REQUIRE_THAT(md, Contains("| `batch_size` | int | `128` | 1..1000000 |"));
+  // Every key of every section, from the section's own table; no line sends the reader to a header.
+  for (const char* row :
+       {"| `data.augment.flip` | bool | `false` |", "| `data.augment.random_resized_crop.scale` |",
+        "| `data.label` | string | `\"fine\"` |", "| `optimizer.type` | string |",
+        "| `optimizer.lr` (SGD) | float | `0.001` |", "| `optimizer.betas` (AdamW) |",
+        "| `optimizer.ns_steps` (Muon) | int | `3` | 0..100 |", "| `optimizer.groups` (SGD) | list |",
+        "| `optimizer.groups[].lr_scale` (SGD) | float | `1.0` |", "| `schedule.min_factor` (cosine) |",
+        "| `schedule.decay` (warmup) | string | `\"linear\"` |", "| `init[].type` | string | required |",
+        "| `init[].eps` | float | `0.0005` |", "| `freeze[].from_epoch` | float | `0.0` |",
+        "| `lookahead.every_n_steps` | int | `1` | >= 1 |", "| `grad_scaler.growth_interval` | int |"})
+    REQUIRE_THAT(md, Contains(row));
+  REQUIRE_THAT(md, !Contains(".h,") && !Contains(".h)") && !Contains("Keys: "));
 }

@@ -174,9 +174,9 @@ TEST_CASE("Conv2d groups and dilation: keys, errors naming them, module", "[conv
                                                  "out_channels (12), got 4"));
   CHECK_THAT(error("groups", 0), Catch::Contains("model.layers.2.groups: must be in 1..in_channels (6), got 0"));
   CHECK_THAT(error("groups", 12), Catch::Contains("model.layers.2.groups: must be in 1..in_channels (6), got 12"));
-  CHECK_THAT(error("dilation", 0), Catch::Contains("model.layers.2.dilation: must be in 1..65536, got 0"));
+  CHECK_THAT(error("dilation", 0), Catch::Contains("model.layers.2.dilation: expected integers in 1..65536, got 0"));
   CHECK_THAT(error("dilation", nlohmann::json::array({1, 0})),
-             Catch::Contains("model.layers.2.dilation: must be in 1..65536, got 1x0"));
+             Catch::Contains("model.layers.2.dilation: expected integers in 1..65536, got 1x0"));
   // A kernel that outgrows the padded input: the keys that set its span, and the input.
   Conv2d unpadded(6, 12, 3, 1, 0, true, 2, 3);
   unpadded.assign_paths("features.2");
@@ -280,7 +280,7 @@ TEST_CASE("a config with groups or dilation that do not fit stops before the run
   };
   CHECK_THAT(error_of({{"groups", 4}}), Catch::Contains("groups: must divide in_channels (6) and out_channels (6), "
                                                         "got 4"));
-  CHECK_THAT(error_of({{"dilation", 0}}), Catch::Contains("dilation: must be in 1..65536, got 0"));
+  CHECK_THAT(error_of({{"dilation", 0}}), Catch::Contains("dilation: expected integers in 1..65536, got 0"));
   CHECK_THAT(
       error_of({{"dilation", 20}}),
       Catch::Contains("does not take the data's 3x32x32 images") &&

@@ -1,5 +1,5 @@
 // Flatten (a view: shapes, shared storage, gradients) and Scale (values, gradients), with their
-// factories; both on CUDA.
+// factories; on CUDA, the op harness runs both (tests/test_op_harness_cuda.cpp).
 #include "core/autograd.h"
 #include "core/error.h"
 #include "layers/containers/flatten.h"
@@ -61,18 +61,3 @@ TEST_CASE("Flatten factory reads start_dim and end_dim", "[flatten][config]") {
                       Catch::Contains("model.layers[5].dim"));
 }
 
-TEST_CASE("Flatten and Scale on CUDA", "[flatten][scale][cuda]") {
-  MINIDL_REQUIRE_CUDA();
-  Tensor x = test::random_tensor({3, 5, 7}, 4, -1.f, 1.f, Device::cuda());
-  x.set_requires_grad(true);
-  Scale s(0.125f);
-  Tensor y = s(flatten(x));
-  REQUIRE(y.shape() == Shape{3, 35});
-  REQUIRE(y.device() == Device::cuda());
-  std::vector<float> want = x.to_vector();
-  for (float& v : want) v *= 0.125f;
-  REQUIRE(y.to_vector() == want);
-  autograd::backward(y, Tensor::full({3, 35}, 2.f, Device::cuda()));
-  REQUIRE(x.grad().shape() == Shape{3, 5, 7});
-  REQUIRE(x.grad().to_vector() == std::vector<float>(105, 0.25f));
-}

@@ -23,6 +23,7 @@
 #include "data/options.h"
 #include "layers/registry.h"
 #include "optim/optimizer.h"
+#include "optim/schedule.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/class_metrics.h"
@@ -248,13 +249,13 @@ TEST_CASE("layers: sizes are bounded before anything is allocated", "[hostile]")
   });
   REQUIRE_THAT(m, Catch::Contains("model.layers[0]: a weight of shape (100000000, 3, 3, 3) has 2700000000 elements"));
   m = error_of([&] { build(R"({"type": "Linear", "in_features": 4611686018427387904, "out_features": 4})"); });
-  REQUIRE_THAT(m, Catch::Contains("model.layers[0].in_features: must be in 1..2147483648"));
+  REQUIRE_THAT(m, Catch::Contains("model.layers[0].in_features: expected an integer in 1..2147483648"));
   m = error_of([&] {
     build(R"({"type": "Conv2d", "in_channels": 3, "out_channels": 8, "kernel_size": 3, "padding": 4611686018427387904})");
   });
-  REQUIRE_THAT(m, Catch::Contains("model.layers[0].padding: must be in 0..65536"));
+  REQUIRE_THAT(m, Catch::Contains("model.layers[0].padding: expected integers in 0..65536"));
   m = error_of([&] { build(R"({"type": "MaxPool2d", "kernel_size": 2, "stride": 4611686018427387904})"); });
-  REQUIRE_THAT(m, Catch::Contains("model.layers[0].stride: must be in 0..65536"));
+  REQUIRE_THAT(m, Catch::Contains("model.layers[0].stride: expected integers in 1..65536"));
   // No per-type bound: the layer's memory, read from its spec, is refused before anything is
   // allocated, naming the layer.
   m = error_of([&] { build(R"({"type": "BatchNorm2d", "num_features": 4611686018427387904})"); });

@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "data/cifar10.h"
 #include "data/datasets.h"
+#include "data/holdout.h"
 #include "data/image_decode.h"
 #include "data/image_folder.h"
 #include "data/loader.h"
@@ -87,7 +88,7 @@ std::vector<uint8_t> planes(const std::vector<uint8_t>& hwc, int w, int h) {
 
 DataOptions folder_options(const fs::path& root, int64_t size) {
   DataOptions o;
-  o.format = "image_folder";
+  o.format = DataFormat::ImageFolder;
   o.dir = root.string();
   o.image_size = size;
   return o;
@@ -315,7 +316,7 @@ TEST_CASE("image folder: mixed sizes are cropped, padded or stretched to S x S",
     for (int c = 0; c < 3; ++c) stripes.pixels[p * 3 + c] = (p % 2) ? 255 : 0;
   fit_to_square(stripes, 8, FitMode::Stretch, out.data());
   for (int x = 1; x < 7; ++x) REQUIRE(std::abs(at(0, 4, x) - 128) <= 1);
-  REQUIRE_THROWS_WITH(parse_fit_mode("zoom"), Catch::Contains("data.resize"));
+  REQUIRE_THROWS_WITH(from_string<FitMode>("zoom", "data.resize"), Catch::Contains("data.resize"));
 }
 
 TEST_CASE("image folder: layouts and options that cannot work are one clear error", "[data][image_folder]") {
@@ -461,7 +462,7 @@ TEST_CASE("CIFAR-100 binaries: fine and coarse labels, names, bad files", "[data
   REQUIRE(coarse.classes[3] == "super3");
   REQUIRE(coarse.labels.data<int32_t>()[45] == 5);
   DataOptions o;
-  o.format = "cifar100";
+  o.format = DataFormat::Cifar100;
   o.dir = dir.string();
   o.train_limit = 100;
   REQUIRE(load_dataset(o, Split::Train).size() == 100);
@@ -496,7 +497,7 @@ TEST_CASE("the model's output width must equal the data's class count", "[data][
   Trainer trainer(parse_train_config(j), Device::cpu());
   REQUIRE(trainer.classes() == std::vector<std::string>{"cat", "dog", "emu"});
   REQUIRE(trainer.train_loader().dataset_size() == 12);
-  const std::vector<int64_t> confusion = trainer.confusion_matrix(TtaMode::Flip);
+  const std::vector<int64_t> confusion = trainer.evaluate(TtaMode::Flip).confusion;
   REQUIRE(confusion.size() == 9);
   int64_t dog_row = 0;
   for (int k = 0; k < 3; ++k) dog_row += confusion[3 + k];
@@ -716,4 +717,36 @@ TEST_CASE("image folder: a set larger than memory at its image_size is refused, 
                Catch::StartsWith("image folder '" + (tmp.path / "train").string() + "': its " + std::to_string(n) +
                                  " images at data.image_size 4096 take ") &&
                    Catch::Contains("lower data.image_size"));
+}
+
+TEST_CASE("an image folder's val/ beside train/ and test/ is the validation split and mean/std default to its own",
+          "[data][image_folder][training][validation]") {
+  test::TempDir tmp("imgval");
+  for (const char* c : {"cat", "dog"})
+    for (int i = 0; i < 4; ++i)
+      write_png(tmp.path / "train" / c / (std::to_string(i) + ".png"), pattern(12, 12, 3), 12, 12, PNG_FORMAT_RGB);
+  write_png(tmp.path / "test/dog/t.png", pattern(12, 12, 3), 12, 12, PNG_FORMAT_RGB);
+  nlohmann::json j = tiny_folder_config(tmp.path, 2, 1);
+  REQUIRE_FALSE(Trainer(parse_train_config(j), Device::cpu()).has_validation());
+  write_png(tmp.path / "val/cat/v.png", pattern(12, 12, 3), 12, 12, PNG_FORMAT_RGB);
+  write_png(tmp.path / "val/dog/v.png", pattern(12, 12, 3), 12, 12, PNG_FORMAT_RGB);
+  Trainer trainer(parse_train_config(j), Device::cpu());
+  REQUIRE(trainer.has_validation());
+  REQUIRE(trainer.val_size() == 2);
+  REQUIRE(trainer.test_size() == 1);
+  REQUIRE(trainer.evaluate(TtaMode::None, Split::Val).images == 2);
+  // The normalization is the training images' own, recorded as numbers.
+  const nlohmann::json data = trainer.resolved_config()["data"];
+  REQUIRE(data["mean"].is_array());
+  REQUIRE(data["std"].is_array());
+  const ChannelStats st =
+      channel_stats(load_image_folder(DataOptions::from_json(j["data"], "data"), Split::Train).images);
+  REQUIRE(data["mean"][0].get<double>() == st.mean[0]);
+  bool noted = false;
+  for (const std::string& note : trainer.data_notes())
+    noted |= note.find("data.mean/std \"auto\"") != std::string::npos;
+  REQUIRE(noted);
+  j["data"]["val_fraction"] = 0.5;
+  REQUIRE_THROWS_WITH(Trainer(parse_train_config(j), Device::cpu()),
+                      Catch::Contains("data.val_fraction: the image folder") && Catch::Contains("has a val/ split"));
 }

@@ -60,15 +60,15 @@ int64_t status_bytes(const char* key) {
 
 TEST_CASE("model memory: the estimate is what building allocates, for every layer type", "[hostile][model_memory]") {
   for (const LayerDescriptor* d : layer_descriptors()) {
-    INFO(d->name);
-    json spec = d->example;
-    spec["type"] = d->name;
-    const ModelMemory m = estimate_model_memory(json::array({spec}), "model.layers");
-    const std::shared_ptr<Module> built = build_layer(spec, "model.layers[0]");
-    REQUIRE(m.state_bytes == state_bytes(*built));
-    int64_t largest = 0;
-    for (const LayerMemory& l : m.layers) largest = std::max(largest, l.largest_tensor_bytes);
-    REQUIRE(largest == largest_tensor_bytes(*built));
+    for (const LayerExample& e : layer_examples(*d)) {
+      INFO(e.spec.dump());
+      const ModelMemory m = estimate_model_memory(json::array({e.spec}), "model.layers");
+      const std::shared_ptr<Module> built = build_layer(e.spec, "model.layers[0]");
+      REQUIRE(m.state_bytes == state_bytes(*built));
+      int64_t largest = 0;
+      for (const LayerMemory& l : m.layers) largest = std::max(largest, l.largest_tensor_bytes);
+      REQUIRE(largest == largest_tensor_bytes(*built));
+    }
   }
   // Whole configs, containers and transformer blocks included.
   for (const char* name : {"quick_cpu.json", "airbench94_muon.json", "vit_tiny_cpu.json"}) {
@@ -141,7 +141,7 @@ TEST_CASE("model memory: a model larger than memory is refused at once, naming i
   msg = error_of([] {
     estimate_model_memory(json::parse(R"([{"type": "Linear", "in_features": 0, "out_features": 2}])"), "model.layers");
   });
-  REQUIRE_THAT(msg, Catch::StartsWith("model.layers[0].in_features: must be in 1..2147483648, got 0"));
+  REQUIRE_THAT(msg, Catch::StartsWith("model.layers[0].in_features: expected an integer in 1..2147483648, got 0"));
 }
 
 TEST_CASE("model memory: every way of building a model makes the check (build_sequential, build_layer, export)",

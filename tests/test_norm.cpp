@@ -1,5 +1,5 @@
 // Normalization layers on the CPU: forward against a float64 reference written here, backward
-// against finite differences and against an unfused ReLU or GELU, BatchNorm's train/eval semantics and
+// against finite differences and against the unfused activation layer, BatchNorm's train/eval semantics and
 // running statistics, affine parts switched off, GroupNorm's groups, LayerNorm over several
 // trailing dims, NaN/Inf propagation, thread-count independence, and the modules' factories.
 #include <omp.h>
@@ -11,11 +11,12 @@
 #include "core/autograd.h"
 #include "core/error.h"
 #include "layers/activation/activation.h"
+#include "layers/activation/pointwise.h"
 #include "layers/norm/batchnorm2d.h"
 #include "layers/norm/groupnorm.h"
 #include "layers/norm/layernorm.h"
-#include "layers/norm/norm_activation.h"
 #include "layers/norm/norm.h"
+#include "layers/norm/norm_activation.h"
 #include "layers/registry.h"
 #include "test_util.h"
 
@@ -25,12 +26,26 @@ using norm::NormActivation;
 namespace {
 
 // Every activation a normalization layer may fuse.
-const NormActivation kActivations[] = {NormActivation::None, NormActivation::ReLU, NormActivation::GELU};
+const NormActivation kActivations[] = {NormActivation::None, NormActivation::ReLU,      NormActivation::GELU,
+                                       NormActivation::SiLU, NormActivation::Hardswish, NormActivation::Sigmoid};
 
-// The activation in float64: ReLU, GELU x Phi(x).
+// The activation in float64: ReLU, GELU x Phi(x), SiLU x sigmoid(x), Hardswish x relu6(x + 3) / 6,
+// the sigmoid.
 double activate_reference(NormActivation a, double v) {
-  if (a == NormActivation::ReLU) return v <= 0 ? 0.0 : v;
-  if (a == NormActivation::GELU) return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+  switch (a) {
+    case NormActivation::ReLU:
+      return v <= 0 ? 0.0 : v;
+    case NormActivation::GELU:
+      return 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+    case NormActivation::SiLU:
+      return v / (1.0 + std::exp(-v));
+    case NormActivation::Hardswish:
+      return v * std::min(std::max(v + 3.0, 0.0), 6.0) / 6.0;
+    case NormActivation::Sigmoid:
+      return 1.0 / (1.0 + std::exp(-v));
+    case NormActivation::None:
+      break;
+  }
   return v;
 }
 
@@ -284,7 +299,7 @@ TEST_CASE("group_norm and layer_norm backward match finite differences", "[norm]
   test::gradcheck([&](const Tensor& v) { return layer_norm(v, {6, 2, 3}, Tensor(), Tensor()); }, x.clone());
 }
 
-TEST_CASE("a fused ReLU or GELU gives the output and gradients of the separate layer", "[norm][autograd]") {
+TEST_CASE("a fused activation gives the output and gradients of the separate layer", "[norm][autograd]") {
   // Compares y and all three gradients of op(activation) with relu/gelu(op(None)), element by
   // element: in float32 the fused activation reads the float y the separate layer would.
   Tensor x0 = input({3, 4, 5, 3}, 81);
@@ -309,12 +324,14 @@ TEST_CASE("a fused ReLU or GELU gives the output and gradients of the separate l
     Tensor x = x0.clone(), w = wi.clone(), b = bi.clone();
     for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
     Tensor y = fused ? op(x, w, b, act) : op(x, w, b, NormActivation::None);
-    if (!fused) y = act == NormActivation::ReLU ? relu(y) : gelu(y);
+    if (!fused)
+      y = act == NormActivation::ReLU ? relu(y) : act == NormActivation::GELU ? gelu(y) : pointwise_activation(y, act);
     autograd::backward(y, Tensor::from_vector(dyv, x.shape()));
     return std::vector<std::vector<float>>{y.to_vector(), x.grad().to_vector(), w.grad().to_vector(),
                                            b.grad().to_vector()};
   };
-  for (NormActivation act : {NormActivation::ReLU, NormActivation::GELU}) {
+  for (NormActivation act : kActivations) {
+    if (act == NormActivation::None) continue;
     for (const auto& [name, op] : ops) {
       INFO(name << norm_activation_suffix(act));
       const bool layer = name == "layer_norm";

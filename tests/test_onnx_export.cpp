@@ -1,7 +1,7 @@
-// ONNX export from C++: every layer type is covered by a model the onnx_export ctest checks
-// numerically, the graph's interface and initializers (parsed back with the same ONNX classes),
-// and the refusals. The numbers themselves are checked by tests/onnx_export_test.sh (checker and
-// a numpy evaluator against minidl's logits).
+// ONNX export from C++: every example of every exportable layer type is written as a model of its
+// own with its output, the graph's interface and initializers (parsed back with the same ONNX
+// classes), and the refusals. The numbers themselves are checked by tests/onnx_export_test.sh
+// (checker and a numpy evaluator against minidl's logits and the examples' outputs).
 #include <functional>
 #include <cstring>
 #include <filesystem>
@@ -9,6 +9,9 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/json_limits.h"
+#include "core/safetensors.h"
+#include "export/onnx_examples.h"
 #include "export/onnx_export.h"
 #include "layers/containers/sequential.h"
 #include "layers/registry.h"
@@ -21,15 +24,6 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-void collect_types(const json& layers, std::set<std::string>& out) {
-  for (const json& l : layers) {
-    const std::string type = l.at("type").get<std::string>();
-    out.insert(type);
-    for (const LayerKey& k : find_layer(type)->keys)
-      if (k.type == "layers" && l.contains(k.name)) collect_types(l[k.name], out);
-  }
-}
 
 // A module no descriptor knows: what export does with a layer type it has no emitter for.
 class Unregistered : public Module {
@@ -55,14 +49,47 @@ std::shared_ptr<Module> model_of(const std::string& config) {
 
 }  // namespace
 
-TEST_CASE("onnx: every layer type appears in a model the onnx_export test checks", "[onnx]") {
-  std::set<std::string> used;
-  for (const std::string& c : exported_configs()) collect_types(read_json_file(c).at("model").at("layers"), used);
+TEST_CASE("onnx: export --examples writes every example of every exportable layer type, with its output", "[onnx]") {
+  // The onnx_export ctest evaluates each of these files against the output beside it.
+  test::TempDir dir("onnx_examples");
+  const std::vector<std::string> stems = export_layer_examples(dir.path.string());
+  const std::set<std::string> written(stems.begin(), stems.end());
+  REQUIRE(written.size() == stems.size());
+  size_t expected = 0;
   for (const LayerDescriptor* layer : layer_descriptors()) {
     if (!layer->onnx) continue;
-    INFO("layer type " << layer->name << ": add it to a tests/onnx/*.json model");
-    REQUIRE(used.count(layer->name) == 1);
+    const std::vector<LayerExample> examples = layer_examples(*layer);
+    for (size_t i = 0; i < examples.size(); ++i) {
+      const std::string stem = layer->name + "_" + std::to_string(i);
+      INFO(stem);
+      if (!examples[i].onnx) {
+        REQUIRE(written.count(stem) == 0);
+        std::shared_ptr<Module> m = build_layer(examples[i].spec, layer->name);
+        m->assign_paths();
+        REQUIRE_THROWS_WITH(onnx_model_bytes(*m, {}), Catch::Contains("has no ONNX export"));
+        continue;
+      }
+      ++expected;
+      REQUIRE(written.count(stem) == 1);
+      const SafeTensors ref = load_safetensors(dir.file(stem + ".safetensors"));
+      REQUIRE(ref.tensors.size() == 2);
+      REQUIRE(ref.tensors[0].second.shape() == examples[i].input);
+      const Shape& out = ref.tensors[1].second.shape();
+      onnx::ModelProto proto;
+      REQUIRE(proto.ParseFromString(read_file_limited(dir.file(stem + ".onnx"), "ONNX file", size_t(1) << 26)));
+      const onnx::GraphProto& g = proto.graph();
+      REQUIRE(g.output(0).name() == "output");
+      const auto& in_shape = g.input(0).type().tensor_type().shape();
+      const auto& out_shape = g.output(0).type().tensor_type().shape();
+      REQUIRE(in_shape.dim_size() == static_cast<int>(examples[i].input.size()));
+      REQUIRE(out_shape.dim_size() == static_cast<int>(out.size()));
+      REQUIRE(in_shape.dim(0).dim_param() == "batch");
+      for (size_t d = 1; d < examples[i].input.size(); ++d)
+        REQUIRE(in_shape.dim(static_cast<int>(d)).dim_value() == examples[i].input[d]);
+      for (size_t d = 1; d < out.size(); ++d) REQUIRE(out_shape.dim(static_cast<int>(d)).dim_value() == out[d]);
+    }
   }
+  REQUIRE(stems.size() == expected);
 }
 
 TEST_CASE("onnx: export has an emitter for exactly the layer types whose descriptor says onnx", "[onnx][registry]") {

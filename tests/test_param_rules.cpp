@@ -77,7 +77,7 @@ TEST_CASE("init rules apply in order to every match", "[init]") {
   REQUIRE_THROWS_WITH(apply_init_rules(json::parse(R"([{"match": "9.weight", "type": "zeros"}])"), all, no_images),
                       Catch::Contains("init[0]") && Catch::Contains("matches no parameter"));
   REQUIRE_THROWS_WITH(apply_init_rules(json::parse(R"([{"match": "bias", "type": "xavier"}])"), all, no_images),
-                      Catch::Contains("init[0].type") && Catch::Contains("unknown init"));
+                      Catch::Contains("init[0].type") && Catch::Contains("expected \"patch_whitening\""));
   REQUIRE_THROWS_WITH(apply_init_rules(json::parse(R"([{"type": "zeros"}])"), all, no_images),
                       Catch::Contains("needs \"match\""));
   REQUIRE_THROWS_WITH(apply_init_rules(json::parse(R"([{"match": "bias", "type": "zeros", "value": 2}])"), all,

@@ -154,9 +154,9 @@ void require_max_pool_matches(int64_t n, int64_t c, int64_t H, int64_t W, const 
   const auto yg = DeviceBuffer<T>::output(outputs, shift), y_only = DeviceBuffer<T>::output(outputs, shift);
   const auto dxg = DeviceBuffer<T>::output(inputs, shift);
   const auto ag = DeviceBuffer<Index>::output(outputs, shift);
-  kernels::max_pool2d_nhwc_forward_cuda(dtype, xg.ptr(), yg.ptr(), ag.ptr(), s, g);
-  kernels::max_pool2d_nhwc_forward_cuda(dtype, xg.ptr(), y_only.ptr(), static_cast<Index*>(nullptr), s, g);
-  kernels::max_pool2d_nhwc_backward_cuda(dtype, dyg.ptr(), ag.ptr(), dxg.ptr(), s, g);
+  kernels::max_pool2d_nhwc_forward_cuda(xg.ptr(), yg.ptr(), ag.ptr(), s, g);
+  kernels::max_pool2d_nhwc_forward_cuda(xg.ptr(), y_only.ptr(), static_cast<Index*>(nullptr), s, g);
+  kernels::max_pool2d_nhwc_backward_cuda(dyg.ptr(), ag.ptr(), dxg.ptr(), s, g);
 
   REQUIRE(same_bits(to_nchw(yg.download(), n, c, OH * OW), round_to<T>(y_ref)));
   REQUIRE(same_bits(to_nchw(ag.download(), n, c, OH * OW), a_ref));
@@ -190,9 +190,9 @@ void require_global_max_matches(int64_t n, int64_t c, int64_t hw, int shift) {
   const auto yg = DeviceBuffer<T>::output(planes, shift), y_only = DeviceBuffer<T>::output(planes, shift);
   const auto ag = DeviceBuffer<int32_t>::output(planes, shift);
   const auto dxg = DeviceBuffer<T>::output(planes * hw, shift);
-  kernels::global_max_pool2d_nhwc_forward_cuda(dtype, xg.ptr(), yg.ptr(), ag.ptr(), n, hw, c);
-  kernels::global_max_pool2d_nhwc_forward_cuda(dtype, xg.ptr(), y_only.ptr(), nullptr, n, hw, c);
-  kernels::global_max_pool2d_nhwc_backward_cuda(dtype, dyg.ptr(), ag.ptr(), dxg.ptr(), n, hw, c);
+  kernels::global_max_pool2d_nhwc_forward_cuda(xg.ptr(), yg.ptr(), ag.ptr(), n, hw, c);
+  kernels::global_max_pool2d_nhwc_forward_cuda(xg.ptr(), y_only.ptr(), nullptr, n, hw, c);
+  kernels::global_max_pool2d_nhwc_backward_cuda(dyg.ptr(), ag.ptr(), dxg.ptr(), n, hw, c);
   REQUIRE(same_bits(yg.download(), round_to<T>(y_ref)));
   REQUIRE(same_bits(ag.download(), a_ref));
   REQUIRE(same_bits(y_only.download(), round_to<T>(y_ref)));
@@ -222,8 +222,8 @@ void require_global_avg_matches(int64_t n, int64_t c, int64_t hw, int shift) {
 
   const DeviceBuffer<T> xg(to_nhwc(x, n, c, hw), shift), dyg(dy, shift);
   const auto yg = DeviceBuffer<T>::output(planes, shift), dxg = DeviceBuffer<T>::output(planes * hw, shift);
-  kernels::global_avg_pool2d_nhwc_forward_cuda(dtype, xg.ptr(), yg.ptr(), n, hw, c);
-  kernels::global_avg_pool2d_nhwc_backward_cuda(dtype, dyg.ptr(), dxg.ptr(), n, hw, c);
+  kernels::global_avg_pool2d_nhwc_forward_cuda(xg.ptr(), yg.ptr(), n, hw, c);
+  kernels::global_avg_pool2d_nhwc_backward_cuda(dyg.ptr(), dxg.ptr(), n, hw, c);
   const std::vector<T> y = yg.download();
   REQUIRE(same_bits(y, round_to<T>(y_sum)));
   // Within the float32 sum's error of the float64 mean, plus T's rounding: at most half an ulp,

@@ -103,6 +103,28 @@ TEST_CASE("work: FLOPs and bytes per layer against hand counts", "[profiler][wor
   require_work(work_of(R"({"type": "Scale", "value": 0.5})", {2, 3, 4, 4}), 96, 768, 96, 768, 0);
   // Residual: only the add (its body reports its own); Sequential and a contiguous Flatten: nothing.
   require_work(work_of(R"({"type": "Residual", "body": [{"type": "ReLU"}]})", {2, 3, 4, 4}), 96, 1152, 0, 0, 0);
+  // With a shortcut halving the resolution: the add of two (2,3,2,2) outputs into a third.
+  require_work(work_of(R"({"type": "Residual", "body": [{"type": "AvgPool2d", "kernel_size": 2}],
+                           "shortcut": [{"type": "MaxPool2d", "kernel_size": 2}]})",
+                       {2, 3, 4, 4}),
+               24, 3 * 96, 0, 0, 0);
+  // SiLU 4 FLOPs forward, 8 backward, its input saved; Sigmoid 3 and 3, its output saved.
+  require_work(work_of(R"({"type": "SiLU"})", {2, 3, 4, 4}), 384, 768, 768, 1152, 384);
+  require_work(work_of(R"({"type": "Sigmoid"})", {2, 3, 4, 4}), 288, 768, 288, 1152, 384);
+  // BatchNorm2d with a fused SiLU: the SiLU layer's counts added per element.
+  require_work(work_of(R"({"type": "BatchNorm2d", "num_features": 3, "silu": true})", {2, 3, 4, 4}), 864, 864, 1632,
+               1224, 408);
+  // AvgPool2d k2 on (2,3,4,4): 24 outputs of 4 cells each way; AdaptiveAvgPool2d to 2x2 the same.
+  require_work(work_of(R"({"type": "AvgPool2d", "kernel_size": 2})", {2, 3, 4, 4}), 96, 384 + 96, 96, 96 + 384, 0);
+  require_work(work_of(R"({"type": "AdaptiveAvgPool2d", "output_size": 2})", {2, 3, 4, 4}), 96, 480, 96, 480, 0);
+  // LayerScale2d 3 on 96 elements: 1 multiply forward; backward dx and the multiply-add of dgamma
+  // (3 each); x 384 + gamma 12 + y 384; bwd dy + x + gamma and dgamma + dx; x saved.
+  require_work(work_of(R"({"type": "LayerScale2d", "dim": 3})", {2, 3, 4, 4}), 96, 780, 288, 384 + 384 + 24 + 384, 384);
+  // SqueezeExcitation 3->2 on 96 elements (its convolutions report their own): the mean and the
+  // gate's multiply, 2 FLOPs per element forward, 4 backward; x read twice forward; dy and x read,
+  // dx written twice backward; x saved.
+  require_work(work_of(R"({"type": "SqueezeExcitation", "input_channels": 3, "squeeze_channels": 2})", {2, 3, 4, 4}),
+               192, 3 * 384, 384, 4 * 384, 384);
   require_work(work_of(R"({"type": "Sequential", "layers": [{"type": "ReLU"}]})", {2, 3, 4, 4}), 0, 0, 0, 0, 0);
   require_work(work_of(R"({"type": "Flatten"})", {2, 3, 4, 4}), 0, 0, 0, 0, 0);
 
@@ -425,9 +447,30 @@ TEST_CASE("optimizer work: the state of the parameters with a gradient, not Look
   a.set_grad(Tensor::zeros({10}, DType::Float32, Device::cpu()));
   la.step(0.1);
   REQUIRE(la.state_tensors().size() >= 4);  // momentum and the average, of both
-  const std::optional<LayerWork> w = optimizer_work(la, {a, frozen});
+  const std::optional<LayerWork> w = la.work();
   REQUIRE(w);
   // a: parameter read and written, gradient read and zeroed, momentum read and written: 6 x 10 floats.
   CHECK(w->forward.bytes == 6 * 10 * 4);
   CHECK(w->forward.flops == 6 * 10);
+}
+
+TEST_CASE("optimizer work: Muon counts its Newton-Schulz products and its rest optimizer", "[profiler]") {
+  Tensor filter = Tensor::zeros({2, 3, 1, 1}, DType::Float32, Device::cpu());  // a 2 x 3 matrix
+  Tensor bias = Tensor::zeros({2}, DType::Float32, Device::cpu());
+  filter.set_requires_grad(true);
+  bias.set_requires_grad(true);
+  std::vector<NamedParam> params = {{"w", filter, "Conv2d"}, {"b", bias, "Conv2d"}};
+  const nlohmann::json muon = nlohmann::json::parse(
+      R"({"type": "Muon", "lr": 0.1, "ns_steps": 2, "rest": {"type": "SGD", "lr": 0.1, "momentum": 0.9}})");
+  std::unique_ptr<Optimizer> opt = make_optimizer(muon, params, "optimizer");
+  filter.set_grad(Tensor::zeros({2, 3, 1, 1}, DType::Float32, Device::cpu()));
+  bias.set_grad(Tensor::zeros({2}, DType::Float32, Device::cpu()));
+  const std::optional<LayerWork> w = opt->work();
+  REQUIRE(w);
+  // Muon on 6 elements: momentum with Nesterov 4 + update 2, and the norm's scaling 3, per element;
+  // r = 2, c = 3, per iteration 4 r^2 c + 2 r^3 + 3 r^2 + 2 r c = 48 + 16 + 12 + 12 = 88. SGD on 2: 6 each.
+  CHECK(w->forward.flops == 6 * 6 + 3 * 6 + 2 * 88 + 6 * 2);
+  // Muon: the filter, its gradient and momentum read and written (6 x 6 floats), and per iteration
+  // 6 r c + 7 r^2 = 64 floats; SGD: 6 x 2 floats.
+  CHECK(w->forward.bytes == 4 * (6 * 6 + 2 * 64 + 6 * 2));
 }

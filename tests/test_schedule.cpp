@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "optim/optimizer.h"
+#include "optim/schedule.h"
 #include "test_util.h"
 
 using namespace minidl;

@@ -320,7 +320,7 @@ TEST_CASE("fresh run: a non-empty folder is refused unless --overwrite", "[train
   fs::create_directories(root + "/busy");
   const RunFolderLock other(root + "/busy");
   REQUIRE_THROWS_WITH(run_training(options_for(config, root + "/busy")),
-                      Catch::Contains("is in use by another minidl process"));
+                      Catch::Contains("is in use by another run of this process"));
 }
 
 TEST_CASE("signals: SIGINT/SIGTERM checkpoint at a step boundary and the resumed run is bit-exact",

@@ -5,58 +5,22 @@
 #include <string>
 #include <vector>
 
-#include "core/allocator.h"
 #include "core/json_args.h"
-#include "data/cifar10.h"
 #include "layers/module.h"
 #include "layers/registry.h"
 #include "optim/named_params.h"
 #include "optim/param_groups.h"
-#include "train/config.h"
-#include "train/trainer.h"
 #include "test_util.h"
+#include "tiny_run.h"
+#include "train/config.h"
 
 using namespace minidl;
 using nlohmann::json;
 
-namespace {
-
-TrainConfig shipped(const std::string& name) {
-  return parse_train_config(read_json_file(std::string(MINIDL_SOURCE_DIR) + "/configs/" + name));
-}
-
-Dataset first_images(const Dataset& d, int64_t n) {
-  std::vector<uint8_t> px = d.images.values<uint8_t>();
-  std::vector<int32_t> lb = d.labels.values<int32_t>();
-  px.resize(static_cast<size_t>(n * kCifarImageBytes));
-  lb.resize(static_cast<size_t>(n));
-  return {Tensor::from_vector(px, {n, 3, 32, 32}), Tensor::from_vector(lb, {n}), d.classes, ""};
-}
-
-struct TinyRun {
-  std::vector<float> losses;
-  std::vector<std::vector<float>> state;  // after `state_at` steps
-};
-
-TinyRun train_tiny(const TrainConfig& config, const Dataset& train, const Dataset& test, int64_t steps,
-                   int64_t state_at) {
-  Trainer trainer(config, Device::cpu(), train, test);
-  const std::shared_ptr<void> memory = allocate_pinned(sizeof(Trainer::StepRecord));
-  auto* record = static_cast<Trainer::StepRecord*>(memory.get());
-  TinyRun run;
-  int64_t step = 0;
-  for (int64_t epoch = 0; step < steps; ++epoch) {
-    trainer.train_loader().start_epoch(epoch);
-    while (step < steps && trainer.train_step(step, record)) {
-      run.losses.push_back(record->loss);
-      if (++step == state_at)
-        for (auto& [name, t] : trainer.model().state_dict()) run.state.push_back(t.to_vector());
-    }
-  }
-  return run;
-}
-
-}  // namespace
+using test::first_images;
+using test::shipped;
+using test::TinyRun;
+using test::train_tiny;
 
 TEST_CASE("ViT config: vit_cifar10.json is the issue's 8.9M-parameter ViT with weight decay on matrices only",
           "[config][vit]") {

@@ -104,6 +104,11 @@ CheckpointInfo info_from_metadata(const std::map<std::string, std::string>& meta
     MINIDL_CHECK(info.epoch_seen > 0, "checkpoint '", path, "': metadata 'evaluated' belongs to a position inside an epoch");
     info.evaluated = metadata_int(get("evaluated"), "evaluated", 0, 1, path) == 1;
   }
+  if (meta.count("selection")) {
+    info.selection = parse_json_limited(get("selection"), str("checkpoint '", path, "': metadata 'selection'"));
+    MINIDL_CHECK(info.selection.is_object(), "checkpoint '", path, "': metadata 'selection' is a JSON ",
+                 info.selection.type_name(), ", expected an object");
+  }
   if (meta.count("world_size")) info.world_size = metadata_int(get("world_size"), "world_size", 1, 1 << 20, path);
   if (meta.count("data_crc32")) {
     info.data_crc32 = get("data_crc32");
@@ -139,6 +144,7 @@ std::map<std::string, std::string> checkpoint_metadata(const Optimizer& optimize
   if (info.epoch_seen > 0) meta["evaluated"] = info.evaluated ? "1" : "0";
   if (!info.grad_scaler.is_null()) meta["grad_scaler"] = info.grad_scaler.dump();
   if (!info.classes.is_null()) meta["classes"] = info.classes.dump();
+  if (!info.selection.is_null()) meta["selection"] = info.selection.dump();
   if (info.world_size > 1) meta["world_size"] = std::to_string(info.world_size);
   if (!info.data_crc32.empty()) meta["data_crc32"] = info.data_crc32;
   return meta;
@@ -287,11 +293,13 @@ std::map<std::string, std::string> weights_metadata(const std::vector<TensorByte
   return {{"format", "pt"}, {kTensorsCrc32, tensors_crc32(tensors)}};
 }
 
-void save_weights(const std::string& path, const Module& model) {
+void save_weights(const std::string& path, const Module& model, const std::map<std::string, std::string>& extra) {
   std::vector<std::pair<std::string, Tensor>> host = model.state_dict();
   for (auto& entry : host) entry.second = entry.second.cpu();
   const std::vector<TensorBytes> bytes = tensor_bytes(host);
-  save_safetensors_bytes(path, bytes, weights_metadata(bytes));
+  std::map<std::string, std::string> metadata = weights_metadata(bytes);
+  metadata.insert(extra.begin(), extra.end());
+  save_safetensors_bytes(path, bytes, metadata);
 }
 
 void check_weights(const SafeTensors& st, const std::string& path) {

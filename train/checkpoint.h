@@ -37,6 +37,9 @@ struct CheckpointInfo {
   nlohmann::json grad_scaler;
   // The data's class names (index = label), metadata "classes"; null when not recorded.
   nlohmann::json classes;
+  // Early stopping's and the best checkpoint's state after the last evaluation before this position
+  // (train/model_selection.h), metadata "selection"; null when neither is on.
+  nlohmann::json selection;
   // The ranks that trained it, metadata "world_size" (written above 1; absent: 1). With the
   // config's accumulate_steps it gives the micro-batches per step a resume must keep.
   int64_t world_size = 1;
@@ -90,8 +93,9 @@ std::string tensors_crc32(const std::vector<TensorBytes>& tensors);
 // metadata is "format": "pt" and "tensors_crc32". It records nothing of the config, so runs that
 // end with the same weights write the same file.
 std::map<std::string, std::string> weights_metadata(const std::vector<TensorBytes>& tensors);
-// model.safetensors of `model`, written atomically on the calling thread.
-void save_weights(const std::string& path, const Module& model);
+// model.safetensors of `model`, written atomically on the calling thread, with `extra` metadata
+// beside the weights' own (best.safetensors records the epoch and metric it was chosen by).
+void save_weights(const std::string& path, const Module& model, const std::map<std::string, std::string>& extra = {});
 // A weights file read back: statistics a run can produce, and its tensors' CRC-32 where the file
 // records it (files written before carry none).
 void check_weights(const SafeTensors& st, const std::string& path);

@@ -5,7 +5,6 @@
 
 #include "core/error.h"
 #include "train/run_log.h"
-#include "train/trainer.h"
 
 namespace minidl {
 
@@ -65,17 +64,26 @@ std::string class_metrics_line(const nlohmann::json& m) {
   std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   line = "worst: ";
   for (size_t i = 0; i < 5; ++i) line += (i ? ", " : "") + item(scored[i]);
-  line += "; best: ";
-  for (size_t i = 0; i < 5; ++i) line += (i ? ", " : "") + item(scored[scored.size() - 1 - i]);
+  // A class at 0% is among the worst, never among the best: with most classes at 0% (an early
+  // epoch, a collapsed model) the best list is shorter, or says that none is above 0%.
+  size_t zero = 0;
+  for (const auto& s : scored) zero += s.first > 0 ? 0 : 1;
+  std::string best;
+  for (size_t i = 0; i < 5 && i + zero < scored.size(); ++i)
+    best += (i ? ", " : "") + item(scored[scored.size() - 1 - i]);
+  line += "; best: " + (best.empty() ? std::string("none above 0%") : best);
+  if (zero > 0) line += str("; ", zero, " of ", scored.size(), " classes at 0%");
   return line;
 }
 
-void add_class_metrics(nlohmann::json& summary, Trainer& trainer, TtaMode tta, RunLog& log) {
-  const nlohmann::json m = class_metrics(trainer.classes(), trainer.confusion_matrix(tta));
+void add_class_metrics(nlohmann::json& summary, const std::vector<std::string>& classes,
+                       const std::vector<int64_t>& confusion, TtaMode tta, const std::string& split, RunLog& log) {
+  const nlohmann::json m = class_metrics(classes, confusion);
   for (const char* key : {"classes", "per_class_acc", "confusion"}) summary[key] = m[key];
   summary["class_metrics_tta"] = to_string(tta);
-  log.line(str("per-class test accuracy", tta == TtaMode::None ? std::string() : str(" (", to_string(tta), " TTA)"), ": ",
-               class_metrics_line(m)));
+  summary["class_metrics_split"] = split;
+  log.line(str("per-class ", split, " accuracy",
+               tta == TtaMode::None ? std::string() : str(" (", to_string(tta), " TTA)"), ": ", class_metrics_line(m)));
 }
 
 }  // namespace minidl

@@ -1,10 +1,5 @@
 #include "train/config.h"
 
-#include <algorithm>
-#include <map>
-#include <utility>
-#include <vector>
-
 #include "core/error.h"
 #include "core/json_args.h"
 #include "core/json_limits.h"
@@ -101,31 +96,8 @@ void apply_override(json& config, const std::string& assignment) {
 TrainConfig parse_train_config(const json& config) {
   // Before anything copies or prints the tree (both recurse once per level).
   check_json_depth(config, "config");
-  TrainConfig c;
   JsonArgs top(config, "");
-  // The nested sections ("eval", "checkpoint", ...) in the order their keys come in the table.
-  std::vector<std::pair<std::string, JsonArgs>> sections;
-  for (const ConfigKey& k : config_keys()) {
-    JsonArgs* args = &top;
-    if (!k.section().empty()) {
-      auto it = std::find_if(sections.begin(), sections.end(), [&](const auto& s) { return s.first == k.section(); });
-      if (it == sections.end()) {
-        sections.emplace_back(k.section(), JsonArgs(top.get_object(k.section(), false), k.section()));
-        it = sections.end() - 1;
-      }
-      args = &it->second;
-    }
-    k.read(*args, k.name(), c);
-  }
-  for (const auto& s : sections) s.second.finish();
-  top.finish();
-
-  MINIDL_CHECK(c.batch_size % c.accumulate_steps == 0, "accumulate_steps: ", c.accumulate_steps,
-               " micro-batches do not split batch_size ", c.batch_size, " evenly");
-  MINIDL_CHECK(c.grad_scaler.is_null() || c.precision == Precision::Fp16,
-               "grad_scaler: loss scaling is for precision \"fp16\" only, this config's precision is \"",
-               to_string_or_auto(c.precision), "\" (bfloat16 and float32 have float32's range and need none)");
-  return c;
+  return read_struct(config_keys(), top);
 }
 
 TrainConfig resolve_for_device(TrainConfig config, Device device) {
@@ -134,22 +106,6 @@ TrainConfig resolve_for_device(TrainConfig config, Device device) {
   return config;
 }
 
-json TrainConfig::to_json() const {
-  json j = json::object();
-  // A section of keys all written only when set is left out while they all hold their defaults.
-  std::map<std::string, bool> section_set;
-  for (const ConfigKey& k : config_keys())
-    if (!k.section().empty())
-      section_set[k.section()] |= k.written_at_default || k.write(*this) != k.default_value;
-  for (const ConfigKey& k : config_keys()) {
-    const json value = k.write(*this);
-    if (k.section().empty()) {
-      if (k.written_at_default || value != k.default_value) j[k.path] = value;
-    } else if (section_set[k.section()]) {
-      j[k.section()][k.name()] = value;
-    }
-  }
-  return j;
-}
+json TrainConfig::to_json() const { return write_fields(config_keys(), *this); }
 
 }  // namespace minidl

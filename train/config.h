@@ -10,6 +10,8 @@
 
 #include "core/device.h"
 #include "data/tta.h"
+#include "train/monitor.h"
+#include "train/init_from.h"
 #include "train/precision.h"
 
 namespace minidl {
@@ -43,6 +45,7 @@ struct TrainConfig {
   nlohmann::json schedule;    // parsed by optim/ (optim/optimizer.h)
   nlohmann::json init;        // parameter init rules (train/param_rules.h)
   nlohmann::json freeze;      // parameter freeze rules (train/param_rules.h)
+  InitFromOptions init_from;  // trained weights to start from (train/init_from.h)
   nlohmann::json lookahead;   // null: off; else optim/lookahead.h options
   nlohmann::json grad_scaler; // null: defaults; fp16 only (optim/grad_scaler.h)
   double grad_clip{};         // 0: off
@@ -56,6 +59,16 @@ struct TrainConfig {
   int64_t checkpoint_every_steps{};
   double checkpoint_every_minutes{};
   int64_t checkpoint_keep{};
+  // checkpoint.save_best: best.safetensors holds the weights of the epoch where best_monitor was
+  // best (train/model_selection.h).
+  bool save_best{};
+  Metric best_monitor{};
+  std::optional<MonitorMode> best_mode;  // std::nullopt: "auto" (auto_mode)
+  // early_stopping: off while the patience is unset (train/model_selection.h).
+  std::optional<int64_t> early_stopping_patience;
+  Metric early_stopping_monitor{};
+  std::optional<MonitorMode> early_stopping_mode;
+  double early_stopping_min_delta{};
 
   // The config as JSON with every default filled in (what config.json in a run folder holds).
   nlohmann::json to_json() const;

@@ -1,175 +1,159 @@
 #include "train/config_keys.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <utility>
 
 #include "core/error.h"
+#include "core/field_kinds.h"
+#include "core/json_limits.h"
+#include "core/type_table.h"
+#include "data/options.h"
+#include "optim/grad_scaler.h"
+#include "optim/lookahead.h"
+#include "optim/optimizer.h"
+#include "optim/schedule.h"
+#include "train/param_rules.h"
 
 namespace minidl {
 
 using nlohmann::json;
 
-std::string ConfigKey::section() const {
-  const size_t dot = path.find('.');
-  return dot == std::string::npos ? std::string() : path.substr(0, dot);
-}
-
-std::string ConfigKey::name() const { return path.substr(path.find('.') + 1); }
-
 namespace {
 
-// Whole numbers print as integers ("1000000", not "1e+06").
-std::string number_text(double v) {
-  if (std::fabs(v) < 1e15 && v == std::floor(v)) return std::to_string(static_cast<int64_t>(v));
-  return str(v);
-}
+using C = TrainConfig;
 
-// A range of a "number" key; hi = infinity: no upper bound.
-struct Interval {
-  double lo;
-  bool lo_open;
-  double hi;
-  bool hi_open;
-
-  bool contains(double v) const {
-    return std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
-  }
-  std::string text() const {
-    if (std::isinf(hi)) return (lo_open ? "> " : ">= ") + number_text(lo);
-    return (lo_open ? "(" : "[") + number_text(lo) + ", " + number_text(hi) + (hi_open ? ")" : "]");
-  }
-};
-constexpr double kUnbounded = std::numeric_limits<double>::infinity();
-
-ConfigKey row(const char* path, const char* type, json fallback, bool required, std::string allowed,
-              const char* meaning, const char* documented_in = "") {
-  ConfigKey k;
-  k.path = path;
-  k.type = type;
-  k.default_value = std::move(fallback);
-  k.required = required;
-  k.allowed = std::move(allowed);
-  k.meaning = meaning;
-  k.documented_in = documented_in;
-  return k;
-}
-
-ConfigKey flag(const char* path, bool TrainConfig::*member, bool fallback, const char* meaning) {
-  ConfigKey k = row(path, "bool", fallback, false, "true, false", meaning);
-  k.read = [member, fallback](JsonArgs& a, const std::string& key, TrainConfig& c) {
-    c.*member = a.get_bool(key, fallback);
-  };
-  k.write = [member](const TrainConfig& c) { return json(c.*member); };
-  return k;
-}
-
-ConfigKey count(const char* path, uint64_t TrainConfig::*member, uint64_t fallback, const char* meaning) {
-  ConfigKey k = row(path, "integer", fallback, false, ">= 0", meaning);
-  k.read = [member, fallback](JsonArgs& a, const std::string& key, TrainConfig& c) {
-    c.*member = a.get_uint(key, fallback);
-  };
-  k.write = [member](const TrainConfig& c) { return json(c.*member); };
-  return k;
-}
-
-ConfigKey integer(const char* path, int64_t TrainConfig::*member, int64_t fallback, int64_t lo, int64_t hi,
-                  const char* meaning) {
-  const std::string allowed = hi == INT64_MAX ? str(">= ", lo) : str(lo, "..", hi);
-  ConfigKey k = row(path, "integer", fallback, false, allowed, meaning);
-  k.read = [member, fallback, lo, hi](JsonArgs& a, const std::string& key, TrainConfig& c) {
-    c.*member = a.get_int(key, fallback, lo, hi);
-  };
-  k.write = [member](const TrainConfig& c) { return json(c.*member); };
-  return k;
-}
-
-// A number in `range`; `fallback` NaN: the key is off when left out (the member holds 0 and
-// config.json leaves it out). `note` follows the range in docs and errors.
-ConfigKey number(const char* path, double TrainConfig::*member, double fallback, Interval range, const char* note,
-                 const char* meaning) {
-  const bool off = std::isnan(fallback);
-  const std::string allowed = range.text() + (*note ? str(" (", note, ")") : std::string());
-  ConfigKey k = row(path, "number", off ? json() : json(fallback), false, allowed, meaning);
-  k.read = [member, fallback, off, range, allowed](JsonArgs& a, const std::string& key, TrainConfig& c) {
-    if (off && !a.has(key)) {
-      c.*member = 0;
-      return;
-    }
-    const double v = a.get_float(key, off ? 0 : fallback);
-    MINIDL_CHECK(range.contains(v), a.key_path(key), ": expected a number ", std::isinf(range.hi) ? "" : "in ", allowed,
-                 ", got ", v);
+// A number that is off when left out (the member holds 0 and config.json leaves it out).
+Field<C> number_or_off(const char* path, double C::*member, Interval range, const char* note, const char* meaning) {
+  const std::string allowed = range.text() + str(" (", note, ")");
+  Field<C> k = written_when_set(custom_field<C>(path, "float", nullptr, allowed, meaning));
+  k.required = false;
+  k.read = [member, range, allowed](JsonArgs& a, const std::string& key, C& c) {
+    c.*member = 0;
+    if (!a.has(key)) return;
+    const double v = a.get_float(key);
+    if (!range.contains(v)) fail_range(a, key, "a number", allowed, str(v));
     c.*member = v;
   };
-  k.write = [member, off](const TrainConfig& c) { return off && c.*member == 0 ? json() : json(c.*member); };
+  k.write = [member](const C& c) { return c.*member == 0 ? std::nullopt : std::optional<json>(c.*member); };
   return k;
 }
 
-template <typename E>
-ConfigKey choice(const char* path, E TrainConfig::*member, E fallback, const char* meaning) {
-  ConfigKey k = row(path, "string", to_string(fallback), false, enum_choices<E>(), meaning);
-  k.read = [member, fallback](JsonArgs& a, const std::string& key, TrainConfig& c) {
-    c.*member = from_string<E>(a.get_string(key, to_string(fallback)), a.key_path(key));
-  };
-  k.write = [member](const TrainConfig& c) { return json(to_string(c.*member)); };
-  return k;
-}
-
-// "auto" (std::nullopt, resolved once the run's device is known: resolve_for_device) or one of
-// E's names; "auto" is the default.
-template <typename E>
-ConfigKey choice_or_auto(const char* path, std::optional<E> TrainConfig::*member, const char* meaning) {
-  ConfigKey k = row(path, "string", "auto", false, enum_choices_or_auto<E>(), meaning);
-  k.read = [member](JsonArgs& a, const std::string& key, TrainConfig& c) {
-    c.*member = from_string_or_auto<E>(a.get_string(key, "auto"), a.key_path(key));
-  };
-  k.write = [member](const TrainConfig& c) { return json(to_string_or_auto(c.*member)); };
-  return k;
-}
-
-ConfigKey text(const char* path, std::string TrainConfig::*member, const char* fallback, const char* allowed,
-               const char* meaning) {
-  ConfigKey k = row(path, "string", fallback, false, allowed, meaning);
-  k.read = [member, fallback](JsonArgs& a, const std::string& key, TrainConfig& c) {
-    c.*member = a.get_string(key, fallback);
-  };
-  k.write = [member](const TrainConfig& c) { return json(c.*member); };
-  return k;
-}
-
-// A section another part of minidl parses, kept as JSON; `fallback` null and not `required`: off.
-ConfigKey object(const char* path, json TrainConfig::*member, json fallback, bool required, const char* documented_in,
-                 const char* meaning) {
-  ConfigKey k = row(path, "object", fallback, required, "", meaning, documented_in);
-  k.read = [member, fallback, required](JsonArgs& a, const std::string& key, TrainConfig& c) {
+// A section another part of minidl reads from its own table, kept as JSON until then: `children`
+// are that table's rows, for the docs. `fallback` null and not `required`: off when left out.
+Field<C> object(const char* path, json C::*member, json fallback, bool required, std::vector<FieldInfo> children,
+                const char* meaning) {
+  Field<C> k = custom_field<C>(path, "object", fallback, "", meaning);
+  k.required = required;
+  k.children = std::move(children);
+  k.read = [member, fallback, required](JsonArgs& a, const std::string& key, C& c) {
     c.*member = required || a.has(key) ? a.get_object(key, required) : fallback;
   };
-  k.write = [member](const TrainConfig& c) { return c.*member; };
+  k.write = [member](const C& c) { return (c.*member).is_null() ? std::nullopt : std::optional<json>(c.*member); };
   return k;
 }
 
-ConfigKey rule_list(const char* path, json TrainConfig::*member, const char* meaning) {
-  ConfigKey k = row(path, "list", json::array(), false, "", meaning, "train/param_rules.h");
-  k.read = [member](JsonArgs& a, const std::string& key, TrainConfig& c) {
+Field<C> rule_list(const char* path, json C::*member, std::vector<FieldInfo> children, const char* meaning) {
+  Field<C> k = written_when_set(custom_field<C>(path, "list", json::array(), "", meaning));
+  k.children = std::move(children);
+  k.read = [member](JsonArgs& a, const std::string& key, C& c) {
     c.*member = json::array();
     if (!a.has(key)) return;
     const json& list = a.get_json(key);
     MINIDL_CHECK(list.is_array(), a.key_path(key), ": expected a list of rule objects, got ", list.dump());
     c.*member = list;
   };
-  k.write = [member](const TrainConfig& c) { return c.*member; };
+  k.write = [member](const C& c) { return std::optional<json>(c.*member); };
   return k;
 }
 
-ConfigKey written_when_set(ConfigKey k) {
-  k.written_at_default = false;
+// An integer in `range` that is off while left out (std::nullopt; config.json leaves it out).
+Field<C> optional_integer(const char* path, std::optional<int64_t> C::*member, IntRange range, const char* meaning) {
+  Field<C> k = written_when_set(custom_field<C>(path, "int", nullptr, range.text(), meaning));
+  k.required = false;
+  k.read = [member, range](JsonArgs& a, const std::string& key, C& c) {
+    c.*member = std::nullopt;
+    if (!a.has(key)) return;
+    const int64_t v = a.get_int(key);
+    if (!range.contains(v)) fail_range(a, key, "an integer", range.text(), std::to_string(v));
+    c.*member = v;
+  };
+  k.write = [member](const C& c) { return c.*member ? std::optional<json>(*(c.*member)) : std::nullopt; };
   return k;
 }
 
-std::vector<ConfigKey> make_config_keys() {
-  using C = TrainConfig;
-  std::vector<ConfigKey> keys = {
+// init_from's keys: a file, which of its tensors, under which names (train/init_from.h); each
+// written only when set, so the section is left out of a run without it.
+std::vector<Field<C>> init_from_keys() {
+  Field<C> path = custom_field<C>("init_from.path", "string", "", "a run folder or a .safetensors file",
+                                  "start from these trained weights (a run folder's model.safetensors, or any "
+                                  "safetensors file with PyTorch state-dict names), loaded by name over the "
+                                  "initialized model; \"\": off");
+  path.read = [](JsonArgs& a, const std::string& key, C& c) { c.init_from.path = a.get_string(key, ""); };
+  path.write = [](const C& c) { return std::optional<json>(c.init_from.path); };
+  Field<C> skip = custom_field<C>("init_from.skip", "list", json::array(), "patterns, as optimizer groups' match",
+                                  "model tensors that keep their initialization (a new head: [\"8.*\"]): a dotted "
+                                  "suffix, or a glob with * and ? over the whole name");
+  skip.read = [](JsonArgs& a, const std::string& key, C& c) {
+    c.init_from.skip.clear();
+    if (!a.has(key)) return;
+    const json& list = a.get_json(key);
+    MINIDL_CHECK(list.is_array(), a.key_path(key), ": expected a list of strings, got ", json_excerpt(list));
+    for (size_t i = 0; i < list.size(); ++i) {
+      MINIDL_CHECK(list[i].is_string() && !list[i].get<std::string>().empty(), a.key_path(key), "[", i,
+                   "]: expected a non-empty string, got ", json_excerpt(list[i]));
+      c.init_from.skip.push_back(list[i].get<std::string>());
+    }
+  };
+  skip.write = [](const C& c) { return std::optional<json>(c.init_from.skip); };
+  Field<C> map = custom_field<C>("init_from.map", "object", json::object(), "{\"file prefix\": \"model prefix\"}",
+                                 "renames the file's tensors first: a name equal to a key or starting with the key "
+                                 "and a dot has that prefix replaced (\"module\": \"\" drops a DDP prefix)");
+  map.read = [](JsonArgs& a, const std::string& key, C& c) {
+    c.init_from.map.clear();
+    if (!a.has(key)) return;
+    const json& m = a.get_json(key);
+    MINIDL_CHECK(m.is_object(), a.key_path(key), ": expected an object of names {\"from\": \"to\"}, got ",
+                 json_excerpt(m));
+    for (const auto& item : m.items()) {
+      MINIDL_CHECK(!item.key().empty() && item.value().is_string(), a.key_path(key), ".", text_excerpt(item.key()),
+                   ": expected a non-empty name mapped to a string, got ", json_excerpt(item.value()));
+      c.init_from.map.emplace_back(item.key(), item.value().get<std::string>());
+    }
+  };
+  map.write = [](const C& c) {
+    json m = json::object();
+    for (const auto& [from, to] : c.init_from.map) m[from] = to;
+    return std::optional<json>(m);
+  };
+  Field<C> strict = custom_field<C>("init_from.strict", "bool", true, "",
+                                    "every model tensor not skipped must be in the file and every file tensor in the "
+                                    "model (PyTorch's load_state_dict strict); a shape that differs is an error "
+                                    "either way");
+  strict.read = [](JsonArgs& a, const std::string& key, C& c) { c.init_from.strict = a.get_bool(key, true); };
+  strict.write = [](const C& c) { return std::optional<json>(c.init_from.strict); };
+  std::vector<Field<C>> keys = {path, skip, map, strict};
+  for (Field<C>& k : keys) k.written_at_default = false;
+  return keys;
+}
+
+// The metric a section watches (checkpoint.save_best, early_stopping) and which way is better.
+Field<C> monitor_key(const char* path, Metric C::*member, const char* watcher) {
+  return written_when_set(choice(path, member, Metric::ValLoss,
+                                 str("the epoch metric ", watcher,
+                                     " watches (val_*: data.val_fraction or an image folder's val/ is needed)")));
+}
+
+Field<C> mode_key(const char* path, std::optional<MonitorMode> C::*member, const char* monitor) {
+  return written_when_set(choice_or_auto(
+      path, member,
+      str("whether lower (min) or higher (max) ", monitor, " is better; auto: min for a loss, max for an accuracy")));
+}
+
+std::vector<Field<C>> make_config_keys() {
+  std::vector<Field<C>> keys = {
       count("seed", &C::seed, 0,
             "seeds every random draw (initialization, data order, augmentation, dropout): same config and seed, "
             "same bits"),
@@ -182,7 +166,7 @@ std::vector<ConfigKey> make_config_keys() {
            "eager step (docs/perf/cuda_graph.md); no effect on the CPU"),
       flag("norm_single_read", &C::norm_single_read, true,
            "on a GPU, BatchNorm2d, GroupNorm and LayerNorm run their single-read kernels where faster "
-           "(core/settings.h, docs/perf/norm.md); false: the three-launch kernels everywhere"),
+           "(docs/perf/norm.md); false: the three-launch kernels everywhere"),
       choice_or_auto("precision", &C::precision,
                      "activation type with PyTorch autocast's rules; statistics, loss, optimizer and master weights "
                      "stay float32; fp16 adds dynamic loss scaling; auto: bf16 on a GPU of compute capability 8.0 "
@@ -192,77 +176,94 @@ std::vector<ConfigKey> make_config_keys() {
                      "contiguous on the CPU; config.json records the choice (docs/precision.md)"),
       text("device", &C::device, "auto", "\"auto\", \"cpu\" or \"cuda\" (checked when the run starts)",
            "where the run trains (auto: a GPU when there is one); --device overrides it"),
-      number("epochs", &C::epochs, 1, {0, true, static_cast<double>(kMaxEpochs), false}, "",
+      number("epochs", &C::epochs, 1.0, {0, true, static_cast<double>(kMaxEpochs), false},
              "passes over the training set; fractions allowed (9.9): the run takes ceil(epochs * steps per "
              "epoch) steps"),
-      integer("batch_size", &C::batch_size, 128, 1, kMaxBatchSize,
+      integer("batch_size", &C::batch_size, 128, {1, kMaxBatchSize},
               "the global batch: all ranks' micro-batches of one optimizer step"),
       written_when_set(integer(
-          "accumulate_steps", &C::accumulate_steps, 1, 1, kMaxBatchSize,
+          "accumulate_steps", &C::accumulate_steps, 1, {1, kMaxBatchSize},
           "micro-batches per optimizer step on each rank, their gradients summed in order (k on one device give "
           "the bits of k ranks; docs/distributed.md); must divide batch_size")),
-      written_when_set(number(
-          "bucket_mb", &C::bucket_mb, 25, {0, false, 1 << 20, false}, "",
-          "data parallel: the gradients are reduced in buckets of about this many MiB, each as soon as backward "
-          "has completed it (PyTorch DDP's bucket_cap_mb); 0: one reduction after backward. The bits do not "
-          "depend on it (docs/distributed.md)")),
-      object("data", &C::data, json::object(), false, "data/options.h, docs/data.md",
-             "the data set (format, folder, limits), normalization and training augmentation"),
-      object("model", &C::model, json(), true, "`minidl layers`, docs/layers.json",
-             "the network: {\"layers\": [layer specs, PyTorch names]}"),
-      number("loss.label_smoothing", &C::label_smoothing, 0, {0, false, 1, true}, "",
+      written_when_set(
+          number("bucket_mb", &C::bucket_mb, 25.0, {0, false, 1 << 20, false},
+                 "data parallel: the gradients are reduced in buckets of about this many MiB, each as soon as backward "
+                 "has completed it (PyTorch DDP's bucket_cap_mb); 0: one reduction after backward. The bits do not "
+                 "depend on it (docs/distributed.md)")),
+      object("data", &C::data, json::object(), false, field_infos(DataOptions::fields()),
+             "the data set (format, folder, limits; val_fraction and val_seed: a validation split held out of the "
+             "training images), normalization (mean and std, or \"auto\": from the training images, the default "
+             "for image folders) and training augmentation (docs/data.md)"),
+      object("model", &C::model, json(), true, {},
+             "the network: {\"layers\": [layer specs, PyTorch names]}; the layer types and their keys: `minidl "
+             "layers`, docs/layers.json"),
+      number("loss.label_smoothing", &C::label_smoothing, 0.0, {0, false, 1, true},
              "cross-entropy label smoothing, as torch.nn.CrossEntropyLoss(label_smoothing=...)"),
-      object("optimizer", &C::optimizer, json(), true, "optim/optimizer.h, optim/param_groups.h",
-             "the optimizer (\"type\": SGD, AdamW or Muon) and its parameter groups"),
-      object("schedule", &C::schedule, {{"type", "constant"}}, false, "optim/optimizer.h",
+      object("optimizer", &C::optimizer, json(), true, typed_rows(optimizer_types(), "optimizer"),
+             "the optimizer and its parameter groups"),
+      object("schedule", &C::schedule, {{"type", "constant"}}, false, typed_rows(schedule_types(), "schedule"),
              "the learning-rate schedule: a factor of the optimizer's lr per step"),
-      written_when_set(rule_list("init", &C::init,
-                                 "parameter initialization rules applied to the built model (patch whitening, "
-                                 "dirac, constants)")),
-      written_when_set(rule_list("freeze", &C::freeze,
-                                 "parameters that do not train (no gradient, update or weight decay), for the "
-                                 "whole run or part of it")),
-      written_when_set(object("lookahead", &C::lookahead, json(), false, "optim/lookahead.h",
+      rule_list("init", &C::init, field_infos(InitRule::fields()),
+                "parameter initialization rules applied to the built model, in order; each rule applies to every "
+                "parameter it selects and must select one"),
+      rule_list("freeze", &C::freeze, field_infos(FreezeRule::fields()),
+                "parameters that do not train (no gradient, update or weight decay), for the whole run or from an "
+                "epoch on; a later rule for a parameter replaces an earlier one"),
+      written_when_set(object("lookahead", &C::lookahead, json(), false, field_infos(LookaheadOptions::fields()),
                               "lookahead weight averaging; left out: off")),
-      written_when_set(object("grad_scaler", &C::grad_scaler, json(), false, "optim/grad_scaler.h",
+      written_when_set(object("grad_scaler", &C::grad_scaler, json(), false, field_infos(GradScalerOptions::fields()),
                               "fp16 dynamic loss scaling (left out: PyTorch GradScaler's defaults); precision "
                               "\"fp16\" only")),
-      written_when_set(number("grad_clip", &C::grad_clip, std::nan(""), {0, true, kUnbounded, false},
-                              "leave the key out for no clipping",
-                              "clip the gradients to this global 2-norm before each update, as "
-                              "torch.nn.utils.clip_grad_norm_ (optim/grad_clip.h)")),
+      number_or_off("grad_clip", &C::grad_clip, {0, true, kUnbounded, false}, "leave the key out for no clipping",
+                    "clip the gradients to this global 2-norm before each update, as "
+                    "torch.nn.utils.clip_grad_norm_"),
       choice("eval.tta", &C::tta, TtaMode::None,
-             "test-time augmentation: the views of each test image whose logits are averaged (data/tta.h)"),
-      number("eval.tta_share", &C::tta_share, 1, {0, true, 1, false}, "",
+             "test-time augmentation: the views of each test image whose logits are averaged"),
+      number("eval.tta_share", &C::tta_share, 1.0, {0, true, 1, false},
              "selective TTA: below 1, one plain pass classifies every test image and only this share of them, the "
              "least confident (lowest largest softmax probability), is classified again with eval.tta's views, as "
-             "the CIFAR-10 speedrun record does with 0.25 (Trainer::selective_tta)"),
+             "the CIFAR-10 speedrun record does with 0.25"),
       choice("eval.tta_weights", &C::tta_weights, TtaWeights::Mode,
-             "how eval.tta's views are weighted: mode: the mode's own weights (data/tta.h); equal: 1 / views each, "
-             "the mean of their logits"),
-      integer("eval.batch_size", &C::eval_batch_size, 1000, 1, kMaxBatchSize, "images per evaluation batch"),
+             "how eval.tta's views are weighted: mode: the mode's own weights (1 each; airbench: 0.25 for the "
+             "image and its mirror, 0.125 for each shifted view); equal: 1 / views each, the mean of their logits"),
+      integer("eval.batch_size", &C::eval_batch_size, 1000, {1, kMaxBatchSize}, "images per evaluation batch"),
       text("output.dir", &C::output_dir, "runs/run", "a folder", "the run folder; --output overrides it"),
       flag("output.progress", &C::progress, true, "a progress bar while stderr is a terminal"),
-      written_when_set(integer("checkpoint.every_steps", &C::checkpoint_every_steps, 0, 0, INT64_MAX,
+      written_when_set(integer("checkpoint.every_steps", &C::checkpoint_every_steps, 0, {0},
                                "also write a checkpoint every this many steps (0: off); one is written at every "
-                               "epoch's end (train/checkpoint.h)")),
-      written_when_set(number("checkpoint.every_minutes", &C::checkpoint_every_minutes, 0, {0, false, 1000000, false},
-                              "0: off", "also write a checkpoint every this many minutes")),
-      written_when_set(integer("checkpoint.keep", &C::checkpoint_keep, 1, 1, 1000, "checkpoints kept")),
+                               "epoch's end")),
+      written_when_set(number("checkpoint.every_minutes", &C::checkpoint_every_minutes, 0.0, {0, false, 1000000, false},
+                              "also write a checkpoint every this many minutes", "0: off")),
+      written_when_set(integer("checkpoint.keep", &C::checkpoint_keep, 1, {1, 1000}, "checkpoints kept")),
+      written_when_set(flag("checkpoint.save_best", &C::save_best, false,
+                            "keep best.safetensors: the weights of the epoch whose checkpoint.monitor was best so far, "
+                            "with that epoch and value in its metadata, as Lightning's ModelCheckpoint(save_top_k=1)")),
+      monitor_key("checkpoint.monitor", &C::best_monitor, "save_best"),
+      mode_key("checkpoint.mode", &C::best_mode, "checkpoint.monitor"),
+      optional_integer("early_stopping.patience", &C::early_stopping_patience, {0, kMaxEpochs},
+                       "stop after this many epochs in a row without an improvement of early_stopping.monitor "
+                       "(Lightning's EarlyStopping; 0: at the first); left out: no early stopping"),
+      monitor_key("early_stopping.monitor", &C::early_stopping_monitor, "early stopping"),
+      mode_key("early_stopping.mode", &C::early_stopping_mode, "early_stopping.monitor"),
+      written_when_set(number("early_stopping.min_delta", &C::early_stopping_min_delta, 0.0, kAtLeastZero,
+                              "the least change of early_stopping.monitor that counts as an improvement")),
       flag("log.tensorboard", &C::tensorboard, false, "TensorBoard event files in the run folder"),
   };
-  // Whole epochs print as integers, as they were written.
-  for (ConfigKey& k : keys)
-    if (k.path == "epochs") {
+  const std::vector<Field<C>> init_from = init_from_keys();
+  keys.insert(std::find_if(keys.begin(), keys.end(), [](const Field<C>& k) { return k.name == "freeze"; }) + 1,
+              init_from.begin(), init_from.end());
+  for (Field<C>& k : keys) {
+    // Whole epochs print as integers, as they were written.
+    if (k.name == "epochs") {
       k.default_value = 1;
-      k.write = [](const TrainConfig& c) {
-        return c.epochs == std::floor(c.epochs) ? json(static_cast<int64_t>(c.epochs)) : json(c.epochs);
+      k.write = [](const C& c) {
+        return std::optional<json>(c.epochs == std::floor(c.epochs) ? json(static_cast<int64_t>(c.epochs))
+                                                                    : json(c.epochs));
       };
     }
-  // The model holds its layer list and nothing else; the layers are checked when they are built.
-  for (ConfigKey& k : keys)
-    if (k.path == "model")
-      k.read = [](JsonArgs& a, const std::string& key, TrainConfig& c) {
+    // The model holds its layer list and nothing else; the layers are checked when they are built.
+    if (k.name == "model")
+      k.read = [](JsonArgs& a, const std::string& key, C& c) {
         const json& model = a.get_object(key, true);
         JsonArgs args(model, a.key_path(key));
         MINIDL_CHECK(args.has("layers"), args.key_path("layers"), ": required list of layers is missing");
@@ -270,6 +271,7 @@ std::vector<ConfigKey> make_config_keys() {
         args.finish();
         c.model = model;
       };
+  }
   return keys;
 }
 
@@ -282,36 +284,75 @@ std::string cell(const std::string& s) {
 
 }  // namespace
 
-const std::vector<ConfigKey>& config_keys() {
-  static const std::vector<ConfigKey> keys = make_config_keys();
+const Fields<TrainConfig>& config_keys() {
+  static const Fields<TrainConfig> keys{
+      make_config_keys(), [](const TrainConfig& c, const JsonArgs& args) {
+        MINIDL_CHECK(
+            c.init_from.enabled() || (c.init_from.skip.empty() && c.init_from.map.empty() && c.init_from.strict),
+            "init_from: skip, map and strict go with init_from.path (the weights to start from), which is not set");
+        MINIDL_CHECK(c.batch_size % c.accumulate_steps == 0, "accumulate_steps: ", c.accumulate_steps,
+                     " micro-batches do not split batch_size ", c.batch_size, " evenly");
+        // The settings of a feature that is off would be silently ignored. (config.json writes
+        // the checkpoint section whole, its monitor and mode at their defaults included.)
+        if (args.has("early_stopping"))
+          MINIDL_CHECK(c.early_stopping_patience.has_value(), "early_stopping.patience: required to stop early (how ",
+                       "many epochs without improvement to wait, e.g. 5)");
+        MINIDL_CHECK(c.save_best || c.best_monitor == Metric::ValLoss,
+                     "checkpoint.monitor: only with checkpoint.save_best: true (it chooses the epoch "
+                     "best.safetensors keeps)");
+        MINIDL_CHECK(c.save_best || !c.best_mode, "checkpoint.mode: only with checkpoint.save_best: true (it chooses ",
+                     "the epoch best.safetensors keeps)");
+        MINIDL_CHECK(c.grad_scaler.is_null() || c.precision == Precision::Fp16,
+                     "grad_scaler: loss scaling is for precision \"fp16\" only, "
+                     "this config's precision is \"",
+                     to_string_or_auto(c.precision), "\" (bfloat16 and float32 have float32's range and need none)");
+      }};
   return keys;
 }
 
+namespace {
+
+std::string default_text(const FieldInfo& k) {
+  return k.required ? "required" : k.default_value.is_null() ? "not set" : "`" + k.default_value.dump() + "`";
+}
+
+std::string allowed_text(const FieldInfo& k) { return k.type == "bool" && k.range.empty() ? "true, false" : k.range; }
+
+// One row per key and, under a section's or a list's row, one per key of its objects ("data.augment.flip",
+// "init[].match"); a key of one "type" only says which.
+void add_rows(const std::vector<FieldInfo>& keys, const std::string& prefix, const std::string& variant,
+              std::string& md) {
+  for (const FieldInfo& k : keys) {
+    const std::string path = prefix + k.name, type = k.variant.empty() ? variant : k.variant;
+    std::string meaning = k.doc;
+    if (!k.written_at_default) meaning += ". Written when set";
+    const std::string which = type.empty() ? "" : " (" + type + ")";
+    md += str("| `", path, "`", which, " | ", k.type, " | ", cell(default_text(k)), " | ", cell(allowed_text(k)), " | ",
+              cell(meaning), " |\n");
+    add_rows(k.children, path + (k.type == "list" ? "[]." : "."), type, md);
+  }
+}
+
+}  // namespace
+
 std::string config_reference_markdown() {
   std::string md =
-      "<!-- Generated by `minidl config --doc` from train/config_keys.cpp; a test fails when it differs. -->\n"
+      "<!-- Generated by `minidl config --doc` from the config's key tables; a test fails when it differs. -->\n"
       "# The run config\n\n"
       "A run config is one JSON object (`configs/*.json`). Every key below is optional unless its default says "
       "required; an unknown key or a wrong type is an error naming its path, and `--set key.path=value` overrides "
       "any key (README.md). A run folder's `config.json` holds the resolved config: every key with its value "
       "(an `\"auto\"` precision or memory_format as chosen for the run's device), except those marked \"written "
-      "when set\", which appear only when they differ from their default (a section of such keys appears whole). Sections that another part of minidl parses (data, model, "
-      "optimizer, ...) name where their own keys are documented; `config.json` holds them resolved too, every "
-      "default filled in, except data keys written only when set (`data.format` when not `\"cifar10\"`, "
-      "`data.test_limit` when above 0, a format's own keys for that format only), so a CIFAR-10 run's "
-      "config.json reads as it always has.\n\n"
+      "when set\", which appear only when they differ from their default (a section of such keys appears whole). "
+      "A section's keys are listed under it (`data.augment.flip`), a list's under `[]` (`init[].match`); where a "
+      "section's \"type\" picks its kind (optimizer, schedule), a key names the type it belongs to. Sections "
+      "other than `model`, `init` and `freeze` are written back resolved, every default filled in, except keys "
+      "written only when set (`data.format` when not `\"cifar10\"`, `data.test_limit` when above 0, a data "
+      "format's own keys for that format only), so a CIFAR-10 run's config.json reads as it always has. The "
+      "layer types and their keys are in `minidl layers` and docs/layers.json.\n\n"
       "| Key | Type | Default | Allowed | Meaning |\n"
       "|---|---|---|---|---|\n";
-  for (const ConfigKey& k : config_keys()) {
-    const std::string fallback = k.required                  ? "required"
-                                 : k.default_value.is_null() ? "not set"
-                                                             : "`" + k.default_value.dump() + "`";
-    std::string meaning = k.meaning;
-    if (!k.documented_in.empty()) meaning += ". Keys: " + k.documented_in;
-    if (!k.written_at_default) meaning += ". Written when set";
-    md +=
-        str("| `", k.path, "` | ", k.type, " | ", cell(fallback), " | ", cell(k.allowed), " | ", cell(meaning), " |\n");
-  }
+  add_rows(field_infos(config_keys()), "", "", md);
   return md;
 }
 

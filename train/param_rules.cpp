@@ -5,23 +5,37 @@
 #include <functional>
 
 #include "core/error.h"
-#include "train/config.h"
+#include "core/field_kinds.h"
 #include "core/init.h"
 #include "core/json_args.h"
 #include "layers/conv/patch_whitening.h"
 #include "optim/param_groups.h"
+#include "train/config.h"
 
 namespace minidl {
 
 namespace {
 
-// The selector keys every rule shares; errors name the rule's path.
-ParamGroup read_selector(JsonArgs& args) {
-  ParamGroup g;
-  g.match = args.get_string("match", "");
-  g.module_type = read_module_type(args);
-  MINIDL_CHECK(!g.match.empty() || !g.module_type.empty(), args.where(),
+// The selector keys every rule shares (a parameter group's, optim/param_groups.h).
+template <typename R>
+std::vector<Field<R>> selector_rows() {
+  return {written_when_set(text("match", &R::match, "", "a name pattern",
+                                "the parameter names it selects: a dotted suffix (\"bias\"), or a glob with * and "
+                                "? over the whole name")),
+          module_type_field(&R::module_type, "the type of the module owning the parameter")};
+}
+
+template <typename R>
+void check_selector(const R& r, const JsonArgs& args) {
+  MINIDL_CHECK(!r.match.empty() || !r.module_type.empty(), args.where(),
                ": a rule needs \"match\" (a parameter name pattern) and/or \"module_type\"");
+}
+
+template <typename R>
+ParamGroup selector_of(const R& r) {
+  ParamGroup g;
+  g.match = r.match;
+  g.module_type = r.module_type;
   return g;
 }
 
@@ -34,19 +48,68 @@ std::vector<const NamedParam*> matching(const ParamGroup& selector, const std::v
   return out;
 }
 
-// Calls body(args, selector, where) for each rule object of the list at `path`, in order; the body
-// reads the rule's own keys and finishes `args`.
+// Calls body(rule, where) for each rule object of the list at `path`, in order.
+template <typename R>
 void for_each_rule(const nlohmann::json& rules, const std::string& path,
-                   const std::function<void(JsonArgs&, const ParamGroup&, const std::string&)>& body) {
+                   const std::function<void(const R&, const std::string&)>& body) {
   MINIDL_CHECK(rules.is_array(), path, ": expected a list of rule objects, got ", rules.dump());
   for (size_t r = 0; r < rules.size(); ++r) {
     const std::string where = str(path, "[", r, "]");
     MINIDL_CHECK(rules[r].is_object(), where, ": expected a rule object, got ", rules[r].dump());
     JsonArgs args(rules[r], where);
-    const ParamGroup selector = read_selector(args);
-    body(args, selector, where);
+    body(read_struct(R::fields(), args), where);
   }
 }
+
+// A key of patch_whitening's only: refused for another type.
+Field<InitRule> whitening_only(Field<InitRule> f) {
+  auto read = f.read;
+  f.doc += " (patch_whitening only)";
+  f.read = [read](JsonArgs& a, const std::string& key, InitRule& r) {
+    MINIDL_CHECK(!a.has(key) || r.type == InitType::PatchWhitening, a.key_path(key),
+                 ": only for \"type\": \"patch_whitening\"");
+    read(a, key, r);
+  };
+  return f;
+}
+
+}  // namespace
+
+const Fields<InitRule>& InitRule::fields() {
+  static const Fields<InitRule> f{
+      [] {
+        std::vector<Field<InitRule>> rows = selector_rows<InitRule>();
+        rows.push_back(
+            choice("type", &InitRule::type, kRequired,
+                   "patch_whitening: a Conv2d weight (2d, c, kh, kw), d = c*kh*kw, from the training images' "
+                   "patches; dirac: identity filters; zeros, ones: constants; "
+                   "unit_std: scaled to standard deviation 1"));
+        rows.push_back(whitening_only(
+            number("eps", &InitRule::eps, 5e-4, kAtLeastZero, "added to the patch covariance's eigenvalues")));
+        rows.push_back(whitening_only(
+            integer("images", &InitRule::images, 5000, {1}, "the first training images (normalized, not augmented)")));
+        return rows;
+      }(),
+      check_selector<InitRule>};
+  return f;
+}
+
+const Fields<FreezeRule>& FreezeRule::fields() {
+  static const Fields<FreezeRule> f{
+      [] {
+        std::vector<Field<FreezeRule>> rows = selector_rows<FreezeRule>();
+        // Bounded like the epoch count, so the step it becomes fits in int64.
+        rows.push_back(number("from_epoch", &FreezeRule::from_epoch, 0.0,
+                              {0, false, static_cast<double>(kMaxEpochs), false},
+                              "the epoch the parameters stop training at (0: they never train); fractions allowed: "
+                              "frozen from step ceil(from_epoch * steps per epoch)"));
+        return rows;
+      }(),
+      check_selector<FreezeRule>};
+  return f;
+}
+
+namespace {
 
 void init_patch_whitening(const NamedParam& p, double eps, int64_t images, const ImageSource& source,
                           const std::string& path) {
@@ -67,32 +130,27 @@ void init_patch_whitening(const NamedParam& p, double eps, int64_t images, const
 
 void apply_init_rules(const nlohmann::json& rules, const std::vector<NamedParam>& params, const ImageSource& images,
                       const std::string& path) {
-  for_each_rule(rules, path, [&](JsonArgs& args, const ParamGroup& selector, const std::string& where) {
-    const std::string type = args.get_string("type", "");
-    double eps = 0;
-    int64_t count = 0;
-    if (type == "patch_whitening") {
-      eps = args.get_float("eps", 5e-4);
-      count = args.get_int("images", 5000);
-      MINIDL_CHECK(eps >= 0, args.key_path("eps"), ": expected >= 0, got ", eps);
-      MINIDL_CHECK(count >= 1, args.key_path("images"), ": expected >= 1, got ", count);
-    } else {
-      MINIDL_CHECK(type == "dirac" || type == "zeros" || type == "ones" || type == "unit_std", args.key_path("type"),
-                   ": unknown init \"", type, "\" (expected patch_whitening, dirac, zeros, ones or unit_std)");
-    }
-    args.finish();
-    for (const NamedParam* p : matching(selector, params, where)) {
+  for_each_rule<InitRule>(rules, path, [&](const InitRule& rule, const std::string& where) {
+    for (const NamedParam* p : matching(selector_of(rule), params, where)) {
       Tensor t = p->tensor;
-      if (type == "patch_whitening") {
-        init_patch_whitening(*p, eps, count, images, where);
-      } else if (type == "dirac") {
-        MINIDL_CHECK(t.dim() == 4, where, ": dirac needs a conv weight (O, C, kh, kw), '", p->name, "' is ",
-                     shape_str(t.shape()));
-        init_dirac_(t);
-      } else if (type == "zeros" || type == "ones") {
-        t.fill_(type == "ones" ? 1.f : 0.f);
-      } else {
-        init_unit_std_(t);
+      switch (rule.type) {
+        case InitType::PatchWhitening:
+          init_patch_whitening(*p, rule.eps, rule.images, images, where);
+          break;
+        case InitType::Dirac:
+          MINIDL_CHECK(t.dim() == 4, where, ": dirac needs a conv weight (O, C, kh, kw), '", p->name, "' is ",
+                       shape_str(t.shape()));
+          init_dirac_(t);
+          break;
+        case InitType::Zeros:
+          t.fill_(0.f);
+          break;
+        case InitType::Ones:
+          t.fill_(1.f);
+          break;
+        case InitType::UnitStd:
+          init_unit_std_(t);
+          break;
       }
     }
   });
@@ -100,14 +158,9 @@ void apply_init_rules(const nlohmann::json& rules, const std::vector<NamedParam>
 
 FreezeRules::FreezeRules(const nlohmann::json& rules, const std::vector<NamedParam>& params, int64_t steps_per_epoch,
                          const std::string& path) {
-  for_each_rule(rules, path, [&](JsonArgs& args, const ParamGroup& selector, const std::string& where) {
-    const double from_epoch = args.get_float("from_epoch", 0.0);
-    // Bounded like the epoch count, so the step it becomes fits in int64.
-    MINIDL_CHECK(from_epoch >= 0 && from_epoch <= static_cast<double>(kMaxEpochs), args.key_path("from_epoch"),
-                 ": expected 0..", kMaxEpochs, ", got ", from_epoch);
-    args.finish();
-    const auto from_step = static_cast<int64_t>(std::ceil(from_epoch * static_cast<double>(steps_per_epoch)));
-    for (const NamedParam* p : matching(selector, params, where)) {
+  for_each_rule<FreezeRule>(rules, path, [&](const FreezeRule& rule, const std::string& where) {
+    const auto from_step = static_cast<int64_t>(std::ceil(rule.from_epoch * static_cast<double>(steps_per_epoch)));
+    for (const NamedParam* p : matching(selector_of(rule), params, where)) {
       // A later rule for the same parameter replaces the earlier one (freeze a family, then give
       // one member a later cut-off).
       auto same = std::find_if(entries_.begin(), entries_.end(), [&](const Entry& e) { return e.tensor.same(p->tensor); });
@@ -122,6 +175,12 @@ FreezeRules::FreezeRules(const nlohmann::json& rules, const std::vector<NamedPar
 int FreezeRules::phase(int64_t step) const {
   int frozen = 0;
   for (const Entry& e : entries_) frozen += step >= e.from_step ? 1 : 0;
+  return frozen;
+}
+
+int64_t FreezeRules::frozen_elements(int64_t step) const {
+  int64_t frozen = 0;
+  for (const Entry& e : entries_) frozen += step >= e.from_step ? e.tensor.numel() : 0;
   return frozen;
 }
 

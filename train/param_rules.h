@@ -23,10 +23,39 @@
 #include <string>
 #include <vector>
 
+#include "core/enum_names.h"
+#include "core/fields.h"
 #include "core/tensor.h"
 #include "optim/optimizer.h"
 
 namespace minidl {
+
+enum class InitType { PatchWhitening, Dirac, Zeros, Ones, UnitStd };
+template <>
+struct EnumNames<InitType> {
+  static constexpr EnumName<InitType> values[] = {{InitType::PatchWhitening, "patch_whitening"},
+                                                  {InitType::Dirac, "dirac"},
+                                                  {InitType::Zeros, "zeros"},
+                                                  {InitType::Ones, "ones"},
+                                                  {InitType::UnitStd, "unit_std"}};
+};
+
+// One "init" rule: the parameters it selects ("match" and/or "module_type", as a parameter
+// group's) and what they are set to; "eps" and "images" belong to patch_whitening only.
+struct InitRule {
+  std::string match, module_type;
+  InitType type;
+  double eps;
+  int64_t images;
+  static const Fields<InitRule>& fields();
+};
+
+// One "freeze" rule: the parameters it selects and the epoch they stop training at.
+struct FreezeRule {
+  std::string match, module_type;
+  double from_epoch;
+  static const Fields<FreezeRule>& fields();
+};
 
 // Training images for data-dependent inits: the first n, normalized, on the model's device.
 using ImageSource = std::function<Tensor(int64_t n)>;
@@ -46,6 +75,8 @@ class FreezeRules {
   // How many ruled parameters are frozen at `step`: steps with the same phase train the same
   // parameters (the phase only grows), so they run the same device work.
   int phase(int64_t step) const;
+  // The elements of the ruled parameters frozen at `step`.
+  int64_t frozen_elements(int64_t step) const;
   bool empty() const { return entries_.empty(); }
 
  private:

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include "core/allocator.h"
@@ -22,6 +23,7 @@
 #include "train/run_log.h"
 #include "train/step_profiler.h"
 #include "train/stop_signal.h"
+#include "train/text_format.h"
 
 namespace minidl {
 
@@ -48,14 +50,6 @@ std::string join(const std::vector<std::string>& names) {
 }
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-std::string fixed(double v, int digits) {
-  std::ostringstream os;
-  os.setf(std::ios::fixed);
-  os.precision(digits);
-  os << v;
-  return os.str();
-}
 
 // Every rank's `value`, all-gathered (rank order). Rank 0 alone speaks for the job: it ends it,
 // naming the first rank whose value differs from its own with `says(rank, its value, rank 0's)`.
@@ -146,6 +140,17 @@ int agreed_stop_signal(Communicator& comm, Device device) {
   return 0;
 }
 
+// Rank 0's yes or no, on every rank (rank 0 alone evaluates, so it alone decides).
+bool rank0_decides(Communicator& comm, Device device, bool mine) {
+  if (comm.world_size() == 1) return mine;
+  const Tensor t = Tensor::from_vector(std::vector<int32_t>{mine ? 1 : 0}, {1}, device);
+  Tensor all = Tensor::empty({comm.world_size()}, DType::Int32, device);
+  comm.all_gather(t, all);
+  return all.to(Device::cpu()).values<int32_t>()[0] != 0;
+}
+
+constexpr const char* kBestWeights = "best.safetensors";
+
 }  // namespace
 
 // The epoch in progress: where this process entered it, how many of its step records are read,
@@ -200,17 +205,25 @@ Run::Run(const RunOptions& options) try : options_(options) {
       if (log_) log_->error(message);
     };
     comm_->set_timeout_report(std::move(report));
-    trainer_ = std::make_unique<Trainer>(config_, device_);
+    trainer_ = std::make_unique<Trainer>(config_, device_,
+                                         resume_ ? Trainer::Weights::FromCheckpoint : Trainer::Weights::FromConfig);
     trainer_->set_communicator(comm_);
     check_same_run(*comm_, device_, trainer_->resolved_config(),
                    comm_->world_size() > 1 ? trainer_->training_data_crc32() : 0, options,
                    resume_ ? start_.step + 1 : 0);
+    selection_ = std::make_unique<ModelSelection>(config_);
+    selection_->check_data(trainer_->has_validation());
     MINIDL_CHECK(!options.profile || trainer_->micro_batches() == 1, "--profile times steps of one micro-batch; this ",
                  "run has ", trainer_->micro_batches(), " (world size x accumulate_steps): profile with ",
                  "accumulate_steps 1 on one process");
     // The folder checks need the resolved config (a fresh run may reuse a folder whose run had the
     // same one) and the steps per epoch (the resume position).
     if (resume_) {
+      selection_->load_state(start_.selection,
+                             str("checkpoint '", run_dir_, "/", kCheckpointFile, "': metadata 'selection'"));
+      MINIDL_CHECK(!selection_->stopped(), "--resume ", run_dir_,
+                   ": the run is finished: it stopped early after epoch ", start_.epoch, " (",
+                   selection_->stop_reason(), ")");
       check_resume_position(start_, trainer_->steps_per_epoch(), trainer_->total_steps(), config_.batch_size, run_dir_,
                             config_.epochs, !options.overrides.empty());
       check_micro_batches(start_, trainer_->micro_batches(), comm_->world_size(), trainer_->sync_norm_layers(),
@@ -231,6 +244,7 @@ Run::Run(const TrainConfig& config, Device device, Dataset train_set, Dataset te
     : config_(resolve_for_device(config, device)), device_(device), comm_(make_single_process_communicator()) {
   options_.max_steps = max_steps;
   trainer_ = std::make_unique<Trainer>(config_, device_, std::move(train_set), std::move(test_set));
+  selection_ = std::make_unique<ModelSelection>(config_);
 } catch (const std::exception& e) {
   throw_as_error(e);
 }
@@ -306,6 +320,8 @@ void Run::log_start(const std::vector<std::string>& replaced, const std::vector<
                        : ""));
   for (const std::string& note : trainer_->data_notes())
     if (!note.empty()) log_->line("data: " + note);
+  if (const std::string w = trainer_->schedule_warning(); !w.empty()) log_->line("warning: " + w);
+  for (const std::string& line : trainer_->init_from_lines()) log_->line(line);
   const int64_t spe = trainer_->steps_per_epoch();
   const int64_t resumed_in_epoch = start_.step - start_.epoch * spe;
   if (resume_)
@@ -355,6 +371,7 @@ bool Run::flush(Epoch& e) {
       if (write_error) std::rethrow_exception(write_error);
       return false;
     }
+    running_loss_.add(loss);
     e.sums.epoch_loss_sum += loss;
     e.sums.epoch_correct += records_[s - e.index * trainer_->steps_per_epoch()].correct;
     e.sums.epoch_seen += config_.batch_size;
@@ -368,6 +385,7 @@ CheckpointInfo Run::position(const Epoch& e, bool evaluated) const {
   info.step = step_;
   info.epoch_seconds += since(e.t0);
   info.evaluated = evaluated;
+  info.selection = selection_->state();
   return info;
 }
 
@@ -429,40 +447,71 @@ bool Run::end_epoch(Epoch& e) {
   if (weights_with_checkpoint) checkpoint(before_eval, true);
 
   test_kill_point("eval", e.index + 1);
+  // With a validation split every epoch is evaluated on it, and the test split once, where the run
+  // ends (Lightning's validate-then-test); without one, on the test split.
+  const bool validating = trainer_->has_validation();
   const auto e0 = Clock::now();
-  // Every rank holds the same weights, so rank 0's accuracy is every rank's; the others, which
-  // print nothing, skip the test pass.
-  const Trainer::EvalResult eval = writer() ? trainer_->evaluate(config_.tta) : Trainer::EvalResult();
-  evaluated_ = true;
-  last_test_ = eval.acc;
-  last_tta_ = eval.tta_acc;
+  const Trainer::EvalResult eval = evaluate(validating ? Split::Val : Split::Test);
   const double eval_seconds = since(e0);
   const double seen = static_cast<double>(e.sums.epoch_seen);
   nlohmann::json record = {{"epoch", e.index + 1},
                            {"step", step_},
                            {"train_loss", e.sums.epoch_loss_sum / static_cast<double>(epoch_steps)},
                            {"train_acc", 100.0 * static_cast<double>(e.sums.epoch_correct) / seen},
-                           {"test_acc", last_test_},
                            {"lr", lr},
                            {"seconds", epoch_seconds},
                            {"eval_seconds", eval_seconds},
                            {"images_per_s", seen / epoch_seconds}};
-  if (last_tta_ >= 0) record["test_acc_tta"] = last_tta_;
+  const std::string tta = to_string(config_.tta);
+  std::string scores;
+  if (validating) {
+    last_val_eval_ = eval;
+    record["val_acc"] = eval.acc;
+    record["val_loss"] = eval.loss;
+    if (eval.tta_acc >= 0) record["val_acc_tta"] = eval.tta_acc;
+    scores = str("val ", fixed(eval.acc, 2), "% (loss ", fixed(eval.loss, 4), ")",
+                 eval.tta_acc >= 0 ? str("  val+", tta, " ", fixed(eval.tta_acc, 2), "%") : "");
+  } else {
+    last_test_eval_ = eval;
+    last_test_ = eval.acc;
+    last_tta_ = eval.tta_acc;
+    record["test_acc"] = last_test_;
+    if (last_tta_ >= 0) record["test_acc_tta"] = last_tta_;
+    scores = str("test ", fixed(last_test_, 2), "%",
+                 last_tta_ >= 0 ? str("  test+", tta, " ", fixed(last_tta_, 2), "%") : "");
+  }
   if (const GradScaler* scaler = trainer_->grad_scaler()) {
     record["loss_scale"] = scaler->scale();
     record["skipped_steps"] = scaler->skipped_steps();
   }
+  // Model selection sees the evaluations an uninterrupted run makes: at epoch ends and at the run's
+  // last step (not where --max-steps stops a run inside an epoch, which a resume goes on from).
+  const bool new_best = (epoch_steps == spe || step_ >= trainer_->total_steps()) && select(record, e.index + 1);
+  const bool run_ends = stopped_at_limit_ || stopped_early_ || step_ >= trainer_->total_steps();
+  if (run_ends && validating) {
+    const Trainer::EvalResult test = evaluate(Split::Test);
+    last_test_eval_ = test;
+    last_test_ = test.acc;
+    last_tta_ = test.tta_acc;
+    record["test_acc"] = last_test_;
+    if (last_tta_ >= 0) record["test_acc_tta"] = last_tta_;
+    scores += str("  test ", fixed(last_test_, 2), "%",
+                  last_tta_ >= 0 ? str("  test+", tta, " ", fixed(last_tta_, 2), "%") : "");
+  }
   log_->metrics(record);
+  const double left = eta_ ? eta_->seconds_left(step_) : -1;
   log_->line(str("epoch ", e.index + 1, "/", config_.epochs, "  loss ", fixed(record["train_loss"], 4), "  train ",
-                 fixed(record["train_acc"], 2), "%  test ", fixed(last_test_, 2), "%",
-                 last_tta_ >= 0 ? str("  test+", to_string(config_.tta), " ", fixed(last_tta_, 2), "%") : std::string(), "  lr ",
-                 fixed(lr, 4), "  ", fixed(epoch_seconds, 1), "s (", fixed(record["images_per_s"], 0),
-                 " img/s)  eval ", fixed(eval_seconds, 1), "s"));
+                 fixed(record["train_acc"], 2), "%  ", scores, "  lr ", fixed(lr, 4), "  ", fixed(epoch_seconds, 1),
+                 "s (", fixed(record["images_per_s"], 0), " img/s)  eval ", fixed(eval_seconds, 1), "s",
+                 new_best ? str("  best ", to_string(selection_->best().metric), ": ", kBestWeights) : std::string(),
+                 !run_ends && left >= 0 ? str("  ETA ", duration_text(left)) : std::string()));
+  if (stopped_early_)
+    log_->line(str(selection_->stop_reason(), "; the run ends after epoch ", e.index + 1, " of ", config_.epochs));
   if (writer() && !weights_with_checkpoint)
     save_weights(run_dir_ + "/" + kWeights, trainer_->model());
   // Where the run ends, the checkpoint records that the evaluation is logged, so a resume does
   // not evaluate again (a finished run is refused; --max-steps or more epochs go on).
-  if (stopped_at_limit_ || step_ >= trainer_->total_steps()) {
+  if (run_ends) {
     CheckpointInfo after_eval = before_eval;
     if (epoch_steps == spe) {
       after_eval = CheckpointInfo{};
@@ -471,16 +520,82 @@ bool Run::end_epoch(Epoch& e) {
     } else {
       after_eval.evaluated = true;
     }
+    after_eval.selection = selection_->state();
     checkpoint(after_eval);
+    if (validating) evaluate_best();
   }
   return true;
+}
+
+void Run::evaluate_best() {
+  if (!writer() || !selection_->save_best() || !selection_->best().seen) return;
+  if (selection_->best().best_step == step_) {
+    best_test_eval_ = last_test_eval_;
+    return;
+  }
+  // The checkpoint above took its snapshot already: the model may change until it is restored.
+  Module& model = trainer_->model();
+  std::vector<std::pair<std::string, Tensor>> final_weights;
+  for (const auto& [name, t] : model.state_dict()) final_weights.emplace_back(name, t.clone());
+  const std::string best_path = run_dir_ + "/" + kBestWeights;
+  const SafeTensors best_weights = load_safetensors(best_path);
+  check_weights(best_weights, best_path);
+  model.load_state_dict(best_weights.tensors);
+  best_test_eval_ = evaluate(Split::Test);
+  model.load_state_dict(final_weights);
+  const MetricWatch& b = selection_->best();
+  log_->line(str("best weights (", kBestWeights, ", epoch ", b.best_epoch, ", ", to_string(b.metric), " ",
+                 fixed(b.best, 4), "): test ", fixed(best_test_eval_->acc, 2), "%",
+                 best_test_eval_->tta_acc >= 0 ? str("  test+", to_string(config_.tta), " ", fixed(best_test_eval_->tta_acc, 2), "%")
+                                               : std::string()));
+}
+
+Trainer::EvalResult Run::evaluate(Split split) {
+  // Every rank holds the same weights, so rank 0's result is every rank's; the others, which print
+  // nothing, skip the pass.
+  if (!writer()) return Trainer::EvalResult();
+  const auto t0 = Clock::now();
+  const std::string label = str("eval ", split_name(split));
+  Trainer::EvalProgress progress;
+  if (log_->interactive())
+    progress = [&](int64_t done, int64_t total) { log_->progress(label, done, total, since(t0), ""); };
+  Trainer::EvalResult r = trainer_->evaluate(config_.tta, split, progress);
+  log_->end_progress();
+  if (eta_) eta_->eval_done(since(t0));
+  return r;
+}
+
+bool Run::select(const nlohmann::json& record, int64_t epoch) {
+  if (!selection_->save_best() && !selection_->early_stopping()) return false;
+  const ModelSelection::Decision d = selection_->update(record, epoch, step_);
+  if (d.new_best && writer()) {
+    nlohmann::json meta = selection_->best_record();
+    std::map<std::string, std::string> metadata;
+    for (auto& [key, value] : meta.items()) metadata[key] = value.is_string() ? value.get<std::string>() : value.dump();
+    save_weights(run_dir_ + "/" + kBestWeights, trainer_->model(), metadata);
+  }
+  stopped_early_ = rank0_decides(*comm_, device_, d.stop);
+  return d.new_best;
+}
+
+void Run::show_progress(const Epoch& e) {
+  if (!log_->interactive()) return;
+  const int64_t spe = trainer_->steps_per_epoch();
+  const double seconds = since(e.t0);
+  const double images = static_cast<double>((step_ - e.first_step) * config_.batch_size);
+  log_->progress(str("epoch ", e.index + 1, "/", config_.epochs), step_ - e.index * spe, spe, seconds,
+                 progress_detail(running_loss_, seconds > 0 ? images / seconds : 0, trainer_->lr_at(step_ - 1),
+                                 eta_->seconds_left(step_)));
+}
+
+int64_t Run::steps_to_run() const {
+  return options_.max_steps > 0 ? std::min(options_.max_steps, trainer_->total_steps()) : trainer_->total_steps();
 }
 
 RunResult Run::execute() try {
   if (!in_folder_) {
     // No folder: the steps alone, then one evaluation.
-    const int64_t total = options_.max_steps > 0 ? std::min(options_.max_steps, trainer_->total_steps())
-                                                 : trainer_->total_steps();
+    const int64_t total = steps_to_run();
     const auto t0 = Clock::now();
     while (step_ < total) step();
     const double seconds = since(t0);
@@ -535,7 +650,9 @@ RunResult Run::train_loop() {
   checkpointed_step_ = resume_ ? start_.step : -1;
   saved_step_ = checkpointed_step_;
   checkpointed_at_ = Clock::now();
-  for (int64_t epoch = start_.epoch; epoch < config_.epochs && !stopped_at_limit_; ++epoch) {
+  const auto t0 = Clock::now();
+  eta_ = std::make_unique<Eta>(steps_to_run(), spe, trainer_->has_validation() ? 1 : 0);
+  for (int64_t epoch = start_.epoch; epoch < config_.epochs && !stopped_at_limit_ && !stopped_early_; ++epoch) {
     // --profile: 5 warm-up and 20 measured steps (fewer in a short epoch) at the start of the run.
     if (options_.profile && epoch == start_.epoch) {
       const int64_t measure = std::max<int64_t>(1, std::min<int64_t>(20, (spe - 1) / 3));
@@ -580,7 +697,8 @@ RunResult Run::train_loop() {
       // the steps' losses waits for the device, so on a GPU they are read every 32 steps; every
       // rank reads at the same steps and holds the same all-reduced loss, so all stop together.
       if (step_ % (device_.is_cuda() ? kGpuLossReadSteps : 1) == 0 && !flush(e)) return ended(3);
-      log_->progress(epoch + 1, config_.epochs, step_ - epoch * spe, spe, since(e.t0));
+      eta_->step_done(step_, since(t0));
+      show_progress(e);
     }
     // A resumed checkpoint at an epoch's end written before its evaluation: the epoch ends again
     // (evaluation, metrics) without a step.
@@ -605,6 +723,8 @@ RunResult Run::finish() {
   r.steps = step_;
   r.test_acc = last_test_;
   r.tta_acc = last_tta_;
+  r.val_acc = last_val_eval_ ? last_val_eval_->acc : -1;
+  r.stopped_early = stopped_early_;
   r.train_seconds = train_seconds_;
   r.summary = {{"test_acc", last_test_},
                {"train_seconds", train_seconds_},
@@ -617,17 +737,46 @@ RunResult Run::finish() {
                {"memory_format", to_string(*config_.memory_format)},
                {"peak_device_bytes", mem.peak_bytes}};
   if (last_tta_ >= 0) r.summary["test_acc_tta"] = last_tta_;
+  // Which images each number is measured on.
+  r.summary["splits"] = {{"train", trainer_->train_loader().dataset_size()}, {"test", trainer_->test_size()}};
+  std::string validation;
+  if (last_val_eval_) {
+    r.summary["splits"]["val"] = trainer_->val_size();
+    r.summary["val_acc"] = last_val_eval_->acc;
+    r.summary["val_loss"] = last_val_eval_->loss;
+    if (last_val_eval_->tta_acc >= 0) r.summary["val_acc_tta"] = last_val_eval_->tta_acc;
+    validation = str(", val ", fixed(last_val_eval_->acc, 2), "% (", trainer_->val_size(), " images)");
+  }
+  if (selection_->save_best() && selection_->best().seen) {
+    r.summary["best"] = selection_->best_record();
+    r.summary["best"]["path"] = kBestWeights;
+    const MetricWatch& b = selection_->best();
+    validation +=
+        str(", best ", to_string(b.metric), " ", fixed(b.best, 4), " at epoch ", b.best_epoch, " (", kBestWeights,
+            best_test_eval_ ? str(": test ", fixed(best_test_eval_->acc, 2), "%") : std::string(), ")");
+    if (best_test_eval_) {
+      r.summary["best"]["test_acc"] = best_test_eval_->acc;
+      if (best_test_eval_->tta_acc >= 0) r.summary["best"]["test_acc_tta"] = best_test_eval_->tta_acc;
+    }
+  }
+  if (stopped_early_) r.summary["stopped_early"] = selection_->stop_reason();
   if (!writer()) return r;
-  if (evaluated_) add_class_metrics(r.summary, *trainer_, config_.tta, *log_);
+  if (last_test_eval_)
+    add_class_metrics(r.summary, trainer_->classes(), last_test_eval_->confusion, config_.tta, "test", *log_);
   write_file_atomic(run_dir_ + "/summary.json", r.summary.dump(2) + "\n", "run summary");
-  const double epochs_here = std::max(1.0, config_.epochs - static_cast<double>(start_.epoch));
-  log_->line(str("done: test ", fixed(last_test_, 2), "%",
-                 last_tta_ >= 0 ? str(" (", to_string(config_.tta), " TTA ", fixed(last_tta_, 2), "%)") : std::string(), ", ",
-                 step_, " steps, training ", fixed(train_seconds_, 1), "s",
-                 str(" (", fixed(train_seconds_ / epochs_here, 1), "s/epoch)"), ", ",
-                 fixed(r.summary["images_per_s"], 0), " img/s",
-                 device_.is_cuda() ? str(", peak device memory ", fixed(mem.peak_bytes / 1e9, 2), " GB") : std::string(),
-                 stopped_at_limit_ ? str(" [stopped at --max-steps ", options_.max_steps, "]") : std::string()));
+  // Seconds per epoch of the steps this process trained (a resume's or --max-steps' share).
+  const double epochs_here =
+      static_cast<double>(step_ - start_.step) / static_cast<double>(trainer_->steps_per_epoch());
+  log_->line(
+      str("done: test ", fixed(last_test_, 2), "%",
+          last_tta_ >= 0 ? str(" (", to_string(config_.tta), " TTA ", fixed(last_tta_, 2), "%)") : std::string(), " (",
+          trainer_->test_size(), " test images, the final weights)", validation, ", ", step_, " steps, training ",
+          fixed(train_seconds_, 1), "s",
+          epochs_here > 0 ? str(" (", fixed(train_seconds_ / epochs_here, 1), "s/epoch)") : std::string(), ", ",
+          fixed(r.summary["images_per_s"], 0), " img/s",
+          device_.is_cuda() ? str(", peak device memory ", fixed(mem.peak_bytes / 1e9, 2), " GB") : std::string(),
+          stopped_at_limit_ ? str(" [stopped at --max-steps ", options_.max_steps, "]") : std::string(),
+          stopped_early_ ? std::string(" [stopped early]") : std::string()));
   return r;
 }
 

@@ -14,6 +14,8 @@
 
 #include "train/checkpoint.h"
 #include "train/config.h"
+#include "train/model_selection.h"
+#include "train/progress.h"
 #include "train/trainer.h"
 
 namespace minidl {
@@ -34,7 +36,7 @@ struct RunOptions {
   std::string resume_dir;               // continue the run in this folder
   bool overwrite = false;               // a fresh run may replace the run files in its folder
   bool restart = false;                 // with resume_dir: start that run again (it has no checkpoint)
-  int64_t max_steps = 0;                // > 0: stop after this many global steps (repro, smoke tests)
+  int64_t max_steps = 0;                // > 0: stop after this many global steps (repro, smoke tests); 0: none
   bool profile = false;                 // print a per-layer breakdown after the first epoch
   std::string dist = "auto";            // the communicator backend (dist/communicator.h)
   double dist_timeout = 600;            // seconds a rank waits in a collective (kDefaultDistTimeoutSeconds)
@@ -46,8 +48,10 @@ struct RunResult {
   // 128 + signal when a stop signal ended it (its checkpoint is current).
   int exit_code = 0;
   int64_t steps = 0;          // global steps trained, the resumed ones included
-  double test_acc = 0;        // the last evaluation's, percent
+  double test_acc = 0;        // the last test evaluation's, percent
   double tta_acc = -1;        // with the config's TTA; < 0 without
+  double val_acc = -1;        // the last validation evaluation's, percent; < 0 without a validation split
+  bool stopped_early = false;  // early_stopping ended the run before its last epoch
   double train_seconds = 0;   // training time in this process (no evaluation)
   nlohmann::json summary;     // what summary.json holds (null for a run without a folder)
 };
@@ -90,6 +94,8 @@ class Run {
  private:
   struct Epoch;  // the epoch in progress: its position and sums (run.cpp)
   bool writer() const;
+  // The steps this run will train: the config's, or fewer under --max-steps.
+  int64_t steps_to_run() const;
   // Locks the folder, checks it again under the lock, loads the resumed checkpoint and writes the
   // run's config; returns the files it removed (--overwrite, or a run without a checkpoint).
   std::vector<std::string> take_folder();
@@ -105,9 +111,20 @@ class Run {
   // Waits for the checkpoint write in flight (throwing its error): from here the last checkpoint
   // taken is complete on disk. Every place the run ends waits so.
   void wait_for_checkpoint();
-  // The epoch's end: checkpoint, evaluation, metrics, weights, and the final checkpoint where the
-  // run ends. False on a NaN loss.
+  // The epoch's end: checkpoint, evaluation (of the validation split when there is one, else of
+  // the test split), metrics, model selection, weights, and where the run ends the test split's
+  // evaluation and the final checkpoint. False on a NaN loss.
   bool end_epoch(Epoch& e);
+  // One evaluation of `split` with the config's TTA (a progress line while it runs), timed for
+  // the ETA; rank 0's only (the others return an empty result).
+  Trainer::EvalResult evaluate(Split split);
+  // Early stopping and save_best after an evaluated epoch `record`; every rank takes rank 0's
+  // decision. Returns whether best.safetensors was written.
+  bool select(const nlohmann::json& record, int64_t epoch);
+  // The test split's accuracy of best.safetensors' weights (a pass only when they are not the final
+  // ones), the final weights restored after; where a run with a validation split and save_best ends.
+  void evaluate_best();
+  void show_progress(const Epoch& e);
   int stopped_by(int sig, Epoch& e);
   RunResult finish();
   RunResult ended(int exit_code) const;  // a run stopped early: by a signal, or a NaN loss
@@ -130,6 +147,9 @@ class Run {
   std::unique_ptr<CheckpointWriter> checkpoint_writer_;
   std::unique_ptr<RunLog> log_;
   std::unique_ptr<StepProfiler> profiler_;  // --profile, during the first epoch
+  std::unique_ptr<ModelSelection> selection_;
+  std::unique_ptr<Eta> eta_;
+  RunningLoss running_loss_;
   // One record per step of an epoch, written by the GPU as the steps finish (pinned memory).
   std::shared_ptr<void> record_memory_;
   Trainer::StepRecord* records_ = nullptr;
@@ -140,8 +160,10 @@ class Run {
   int64_t saved_step_ = -1;         // the last one known complete on disk (-1: none)
   std::chrono::steady_clock::time_point checkpointed_at_;
   bool stopped_at_limit_ = false;  // max_steps reached: no further epoch starts
-  bool evaluated_ = false;         // an evaluation ran in this process
+  bool stopped_early_ = false;     // early stopping ended the run
   double train_seconds_ = 0, last_test_ = 0, last_tta_ = -1;
+  // The last evaluation of the test split (for the per-class metrics) and of the validation split.
+  std::optional<Trainer::EvalResult> last_test_eval_, last_val_eval_, best_test_eval_;
   int64_t trained_images_ = 0;
 };
 

@@ -24,8 +24,9 @@ namespace fs = std::filesystem;
 
 const std::vector<std::string>& run_file_names() {
   static const std::vector<std::string> names = {
-      "config.json",  "log.txt", "metrics.jsonl", "steps.jsonl", "checkpoint.safetensors", "model.safetensors",
-      "summary.json", "profile.json", "trace.json", "classes.json"};
+      "config.json",       "log.txt",          "metrics.jsonl", "steps.jsonl",  "checkpoint.safetensors",
+      "model.safetensors", "best.safetensors", "summary.json",  "profile.json", "trace.json",
+      "classes.json",      "eval.json"};
   return names;
 }
 

@@ -16,6 +16,7 @@
 #include "core/json_limits.h"
 #include "core/regular_file.h"
 #include "train/tensorboard.h"
+#include "train/text_format.h"
 
 namespace minidl {
 
@@ -59,7 +60,7 @@ void RunLog::line(const std::string& text) { echo(std::cout, text); }
 void RunLog::error(const std::string& text) {
   if (!write_) return;
   end_progress_quietly();
-  log_ << "error: " << text << std::endl;
+  log_ << utc_timestamp() << " error: " << text << std::endl;
 }
 
 void RunLog::fatal(const std::string& text) { echo(std::cerr, text); }
@@ -68,7 +69,7 @@ void RunLog::echo(std::ostream& terminal, const std::string& text) {
   if (!write_) return;
   end_progress();
   terminal << text << std::endl;
-  log_ << text << std::endl;
+  log_ << utc_timestamp() << " " << text << std::endl;
   check(log_, "log.txt");
 }
 
@@ -95,14 +96,14 @@ void RunLog::step(int64_t step, int64_t epoch, float loss) {
   ++steps_since_metrics_;
 }
 
-void RunLog::progress(int64_t epoch, int64_t epochs, int64_t done, int64_t total, double seconds) {
+void RunLog::progress(const std::string& label, int64_t done, int64_t total, double seconds,
+                      const std::string& detail) {
   if (!tty_ || total <= 0) return;
-  constexpr int kWidth = 30;
-  const int filled = static_cast<int>(kWidth * done / total);
-  std::fprintf(stderr, "\repoch %lld/%lld [%s%s] %lld/%lld %.1fs", static_cast<long long>(epoch),
-               static_cast<long long>(epochs), std::string(filled, '#').c_str(),
-               std::string(kWidth - filled, '.').c_str(), static_cast<long long>(done),
-               static_cast<long long>(total), seconds);
+  constexpr int kWidth = 20;
+  const int filled = static_cast<int>(kWidth * std::min(done, total) / total);
+  std::fprintf(stderr, "\r\033[K%s [%s%s] %lld/%lld %s%s%s", label.c_str(), std::string(filled, '#').c_str(),
+               std::string(kWidth - filled, '.').c_str(), static_cast<long long>(done), static_cast<long long>(total),
+               duration_text(seconds).c_str(), detail.empty() ? "" : " ", detail.c_str());
   std::fflush(stderr);
   progress_open_ = true;
 }

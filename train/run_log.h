@@ -1,4 +1,5 @@
-// What a run writes as it goes: human lines to stdout and log.txt, JSON lines to metrics.jsonl
+// What a run writes as it goes: human lines to stdout and log.txt (there after their UTC time,
+// "2026-12-07T09:41:05Z epoch 1/6 ..."), JSON lines to metrics.jsonl
 // (one per epoch) and steps.jsonl (one per step, the loss with its exact bits for `minidl repro`).
 // Every line is flushed when written, so a crash loses nothing that was printed, and a failed
 // write (a full disk) is an error naming the file, not a silently shorter log.
@@ -30,9 +31,12 @@ class RunLog {
   void fatal(const std::string& text);                // stderr + log.txt: the run stops, the message is its own
   void metrics(const nlohmann::json& record);         // metrics.jsonl
   void step(int64_t step, int64_t epoch, float loss);  // steps.jsonl
-  // A progress bar on stderr, redrawn in place when stderr is a terminal (no-op otherwise).
-  void progress(int64_t epoch, int64_t epochs, int64_t done, int64_t total, double seconds);
+  // A progress line on stderr, redrawn in place when stderr is a terminal (no-op otherwise):
+  //   epoch 2/10 [#########.....] 260/390 0:41 loss 0.9132 1220 img/s lr 0.0400 ETA 7m12s
+  // `detail`: what follows the bar and the elapsed seconds (train/progress.h).
+  void progress(const std::string& label, int64_t done, int64_t total, double seconds, const std::string& detail);
   void end_progress();  // also flushes steps.jsonl
+  bool interactive() const { return tty_; }  // progress lines are shown (stderr is a terminal)
 
  private:
   void check(std::ofstream& f, const char* name);

@@ -1,30 +1,48 @@
 // Selective test-time augmentation (Trainer::selective_tta): the views are spent only on the
 // images the plain pass is least sure of, as the CIFAR-10 speedrun record's evaluation does.
 #include <algorithm>
+#include <cmath>
 
 #include "core/autograd.h"
+#include "core/error.h"
 #include "train/trainer.h"
 
 namespace minidl {
 
 namespace {
 
-// Images whose first largest logit is their label.
-int64_t correct_rows(const std::vector<float>& logits, const std::vector<int32_t>& labels, int64_t classes) {
-  int64_t correct = 0;
+// Each row's first largest logit.
+std::vector<int64_t> predictions(const std::vector<float>& logits, size_t rows, int64_t classes) {
+  std::vector<int64_t> p(rows);
+  for (size_t i = 0; i < rows; ++i) {
+    const float* row = logits.data() + static_cast<int64_t>(i) * classes;
+    p[i] = std::max_element(row, row + classes) - row;
+  }
+  return p;
+}
+
+// The mean cross-entropy of the rows with label smoothing `eps` (F.cross_entropy's), in double.
+double mean_loss(const std::vector<float>& logits, const std::vector<int32_t>& labels, int64_t classes, double eps) {
+  double sum = 0;
   for (size_t i = 0; i < labels.size(); ++i) {
     const float* row = logits.data() + static_cast<int64_t>(i) * classes;
-    correct += std::max_element(row, row + classes) - row == labels[i] ? 1 : 0;
+    const double top = *std::max_element(row, row + classes);
+    double exp_sum = 0, logit_sum = 0;
+    for (int64_t k = 0; k < classes; ++k) {
+      exp_sum += std::exp(static_cast<double>(row[k]) - top);
+      logit_sum += row[k];
+    }
+    const double log_z = top + std::log(exp_sum);
+    sum += log_z - (1 - eps) * row[labels[i]] - eps * logit_sum / static_cast<double>(classes);
   }
-  return correct;
+  return labels.empty() ? 0 : sum / static_cast<double>(labels.size());
 }
 
 std::vector<float> host_floats(const Tensor& t) { return t.to(Device::cpu()).to_vector(); }
 
 }  // namespace
 
-Trainer::TestLogits Trainer::selective_tta(TtaMode tta) {
-  Loader& loader = *test_loader_;
+Trainer::TestLogits Trainer::selective_tta(TtaMode tta, Loader& loader) {
   TestLogits out;
   loader.start_epoch(0);
   Batch batch;
@@ -54,16 +72,29 @@ Trainer::TestLogits Trainer::selective_tta(TtaMode tta) {
   return out;
 }
 
-Trainer::EvalResult Trainer::evaluate_selective(TtaMode tta) {
+Trainer::EvalResult Trainer::evaluate_selective(TtaMode tta, Loader& loader) {
   const RunContextScope scope(context_);
   autograd::NoGradGuard no_grad;
   model_->eval();
-  const TestLogits t = selective_tta(tta);
+  const TestLogits t = selective_tta(tta, loader);
   model_->train();
-  const double seen = static_cast<double>(t.labels.size());
+  const size_t n = t.labels.size();
+  const int64_t k = num_classes();
+  const std::vector<int64_t> plain = predictions(t.plain, n, t.classes), final = predictions(t.tta, n, t.classes);
   EvalResult r;
-  r.acc = 100.0 * static_cast<double>(correct_rows(t.plain, t.labels, t.classes)) / seen;
-  r.tta_acc = 100.0 * static_cast<double>(correct_rows(t.tta, t.labels, t.classes)) / seen;
+  r.images = static_cast<int64_t>(n);
+  r.confusion.assign(static_cast<size_t>(k * k), 0);
+  int64_t correct = 0, correct_tta = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t label = t.labels[i];
+    MINIDL_CHECK(label >= 0 && label < k, "evaluation: image ", i, " has label ", label, " (expected 0..", k - 1, ")");
+    correct += plain[i] == label ? 1 : 0;
+    correct_tta += final[i] == label ? 1 : 0;
+    r.confusion[static_cast<size_t>(label * k + final[i])] += 1;
+  }
+  r.acc = 100.0 * static_cast<double>(correct) / static_cast<double>(n);
+  r.tta_acc = 100.0 * static_cast<double>(correct_tta) / static_cast<double>(n);
+  r.loss = mean_loss(t.plain, t.labels, t.classes, config_.label_smoothing);
   return r;
 }
 

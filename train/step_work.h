@@ -1,13 +1,12 @@
 // The work (layers/work.h) of the training step's sections, which are not modules: the batch the
-// loader emits, the loss and the optimizer update. The trainer hands them to the profiler inside
-// each section (Profiler::add_work), as modules report theirs through Module::work.
+// loader emits, the loss and the gradient clipping (the optimizer's update counts itself:
+// Optimizer::work). The trainer hands them to the profiler inside each section
+// (Profiler::add_work), as modules report theirs through Module::work.
 #pragma once
-#include <optional>
 #include <vector>
 
 #include "data/loader.h"
 #include "layers/work.h"
-#include "optim/optimizer.h"
 
 namespace minidl {
 
@@ -21,13 +20,6 @@ LayerWork batch_work(const Batch& batch);
 // argmax's comparison, 1; the logits and labels read once, dlogits written in the logits' dtype.
 // Backward: dlogits scaled by the incoming gradient, 1 FLOP per logit, read and written.
 LayerWork cross_entropy_work(const Tensor& logits, const Tensor& labels);
-
-// The update of every parameter with a gradient and the zeroing of the gradients: each
-// parameter, its gradient and its state tensors read, the parameter and state written, the
-// gradient zeroed. FLOPs per element: SGD 6 (weight decay, momentum, step: a multiply-add each),
-// AdamW 14 (two moments 4, bias-corrected denominator with a sqrt 4, decay and step 6). Other
-// optimizers (Muon's Newton-Schulz GEMMs, Lookahead's averaging) are not counted: nullopt.
-std::optional<LayerWork> optimizer_work(const Optimizer& optimizer, const std::vector<Tensor>& parameters);
 
 // Gradient clipping by global norm (optim/grad_clip.h) of every parameter with a gradient: the
 // gradients read for the sum of squares (a multiply-add per element, 2 FLOPs) and read and

@@ -107,12 +107,18 @@ void TensorBoardWriter::write_record(const std::string& bytes) {
 }
 
 std::vector<std::pair<std::string, double>> tensorboard_epoch_scalars(const nlohmann::json& record, int64_t steps) {
-  static const std::pair<const char*, const char*> kTags[] = {
-      {"train_acc", "accuracy/train"},       {"test_acc", "accuracy/test"},
-      {"test_acc_tta", "accuracy/test_tta"}, {"train_loss", "epoch/train_loss"},
-      {"lr", "lr"},                          {"images_per_s", "throughput/images_per_s"},
-      {"seconds", "time/epoch_s"},           {"eval_seconds", "time/eval_s"},
-      {"epoch", "epoch"}};
+  static const std::pair<const char*, const char*> kTags[] = {{"train_acc", "accuracy/train"},
+                                                              {"test_acc", "accuracy/test"},
+                                                              {"test_acc_tta", "accuracy/test_tta"},
+                                                              {"train_loss", "epoch/train_loss"},
+                                                              {"val_acc", "accuracy/val"},
+                                                              {"val_acc_tta", "accuracy/val_tta"},
+                                                              {"val_loss", "epoch/val_loss"},
+                                                              {"lr", "lr"},
+                                                              {"images_per_s", "throughput/images_per_s"},
+                                                              {"seconds", "time/epoch_s"},
+                                                              {"eval_seconds", "time/eval_s"},
+                                                              {"epoch", "epoch"}};
   std::vector<std::pair<std::string, double>> out;
   for (const auto& [key, tag] : kTags)
     if (record.contains(key) && record[key].is_number()) out.emplace_back(tag, record[key].get<double>());

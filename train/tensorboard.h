@@ -40,7 +40,7 @@ class TensorBoardWriter {
 
 // The scalars an epoch's metrics.jsonl record becomes (tag, value), logged by RunLog at the
 // epoch's last step (the record's "step" - 1):
-// accuracy/{train,test,test_tta}, epoch/train_loss, lr, throughput/images_per_s, time/epoch_s,
+// accuracy/{train,test,test_tta,val,val_tta}, epoch/{train_loss,val_loss}, lr, throughput/images_per_s, time/epoch_s,
 // time/eval_s, time/step_ms (the epoch's seconds over `steps` steps) and epoch. Keys a record
 // lacks (test_acc_tta without TTA) give no scalar.
 std::vector<std::pair<std::string, double>> tensorboard_epoch_scalars(const nlohmann::json& record, int64_t steps);

@@ -11,34 +11,38 @@
 #include <iostream>
 #include <optional>
 
-#include "train/checkpoint.h"
-#include "train/run_log.h"
-#include "train/step_work.h"
 #include "core/allocator.h"
-#include "core/device.h"
 #include "core/autocast.h"
 #include "core/autograd.h"
+#include "core/device.h"
 #include "core/error.h"
-#include "train/profiler.h"
 #include "core/settings.h"
 #include "core/tensor_ops.h"
-#include "layers/loss/loss.h"
-#include "layers/norm/batchnorm2d.h"
 #include "data/datasets.h"
+#include "data/holdout.h"
+#include "data/image_folder.h"
 #include "data/tta.h"
-#include "layers/registry.h"
-#include "layers/containers/sequential.h"
-#include "layers/regularization/dropout.h"
-#include "optim/named_params.h"
-#include "train/precision.h"
 #include "dist/communicator.h"
 #include "dist/ordered_reduce.h"
+#include "layers/containers/sequential.h"
+#include "layers/loss/loss.h"
+#include "layers/norm/batchnorm2d.h"
+#include "layers/registry.h"
+#include "layers/regularization/dropout.h"
+#include "optim/named_params.h"
+#include "train/checkpoint.h"
 #include "train/gradient_buckets.h"
+#include "train/init_from.h"
+#include "train/precision.h"
+#include "train/profiler.h"
+#include "train/run_log.h"
+#include "train/step_work.h"
+#include "train/text_format.h"
 
 namespace minidl {
 
 std::string data_dir_for(const DataOptions& data) {
-  if (!data.dir.empty() || data.format != "cifar10") return data.dir;
+  if (!data.dir.empty() || data.format != DataFormat::Cifar10) return data.dir;
   const char* env = std::getenv("CIFAR10_DIR");
   MINIDL_CHECK(env && *env, "data.dir: no CIFAR-10 folder given; set data.dir in the config, pass --set "
                "data.dir=PATH, or set CIFAR10_DIR (scripts/data.sh makes one)");
@@ -104,16 +108,32 @@ Dataset load_split(const TrainConfig& config, Split split) {
   return load_dataset(data, split);
 }
 
+// An image folder's val/ split beside train/ and test/; none for other data.
+Dataset load_val_folder(const TrainConfig& config) {
+  const DataOptions data = DataOptions::from_json(config.data, "data");
+  if (data.format != DataFormat::ImageFolder || !image_folder_has_val(data)) return Dataset();
+  MINIDL_CHECK(
+      data.val_fraction == 0, "data.val_fraction: the image folder '", data.dir, "' has a val/ split of its ",
+      "own (beside train/ and test/), which is the validation split; leave val_fraction out, or move val/ away");
+  return load_dataset(data, Split::Val);
+}
+
+std::string stats_text(const std::array<double, 3>& v) {
+  return str("[", fixed(v[0], 4), ", ", fixed(v[1], 4), ", ", fixed(v[2], 4), "]");
+}
+
 }  // namespace
 
 std::pair<Dataset, Dataset> load_datasets(const TrainConfig& config) {
   return {load_split(config, Split::Train), load_split(config, Split::Test)};
 }
 
-Trainer::Trainer(const TrainConfig& config, Device device)
-    : Trainer(config, device, load_split(config, Split::Train), load_split(config, Split::Test)) {}
+Trainer::Trainer(const TrainConfig& config, Device device, Weights weights)
+    : Trainer(config, device, load_split(config, Split::Train), load_split(config, Split::Test),
+              load_val_folder(config), weights) {}
 
-Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Dataset test_set)
+Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Dataset test_set, Dataset val_set,
+                 Weights weights)
     : config_(resolve_for_device(config, device)),
       context_(run_context_for(config)),
       device_(device),
@@ -131,17 +151,42 @@ Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Da
   model_->assign_paths();
   model_->to(device_);
 
-  train_set_ = std::move(train_set);
+  if (data_options_.val_fraction > 0) {
+    MINIDL_CHECK(val_set.size() == 0, "data.val_fraction: the data has a validation split of its own");
+    HeldOut split = hold_out(train_set, data_options_.val_fraction, data_options_.val_seed);
+    train_set_ = std::move(split.train);
+    val_set_ = std::move(split.val);
+  } else {
+    train_set_ = std::move(train_set);
+    val_set_ = std::move(val_set);
+  }
   test_set_ = std::move(test_set);
   check_class_count();
+  // "auto" normalization: the statistics of the images the run trains on (the held-out ones not
+  // among them), computed once here; config.json records the numbers, so a resume reads them.
+  Normalization& norm = data_options_.normalize;
+  if (norm.auto_mean || norm.auto_std) {
+    const ChannelStats stats = channel_stats(train_set_.images);
+    if (norm.auto_mean) norm.mean = stats.mean;
+    if (norm.auto_std) {
+      for (int c = 0; c < 3; ++c)
+        MINIDL_CHECK(stats.std[c] > 0, "data.std \"auto\": channel ", c, " of the ", train_set_.size(),
+                     " training images is constant (standard deviation 0); give data.std as numbers");
+      norm.std = stats.std;
+    }
+    normalization_note_ =
+        str("normalization from the ", train_set_.size(), " training images (data.mean/std \"auto\"): ", "mean ",
+            stats_text(norm.mean), ", std ", stats_text(norm.std));
+    norm.auto_mean = norm.auto_std = false;
+  }
   LoaderOptions train_options = LoaderOptions::training(data_options_, config.batch_size, config.seed);
   train_options.dtype = batch_dtype(*model_, activation_dtype_);
   train_options.format = activation_format_;
   train_loader_ = std::make_unique<Loader>(train_set_, train_options, device_);
   MINIDL_CHECK(train_loader_->batches_per_epoch() > 0, "batch_size ", config.batch_size, " is larger than the ",
                train_set_.size(), " training images: no full batch to train on");
-  test_loader_ = std::make_unique<Loader>(test_set_, LoaderOptions::evaluation(data_options_, config.eval_batch_size),
-                                          device_);
+  make_eval_split(test_eval_, test_set_);
+  if (has_validation()) make_eval_split(val_eval_, val_set_);
   // ceil(epochs * steps per epoch): a fractional last epoch (9.9) stops part-way through.
   const double total = std::ceil(static_cast<double>(train_loader_->batches_per_epoch()) * config.epochs);
   MINIDL_CHECK(total < 9.0e15, "total steps (steps per epoch * epochs) = ", total, " is too large");
@@ -159,6 +204,13 @@ Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Da
     return b.images;
   });
   freeze_ = FreezeRules(config.freeze, params, steps_per_epoch());
+  if (config.init_from.enabled() && weights == Weights::FromConfig) {
+    const InitFromReport report = load_init_from(*model_, config.init_from);
+    int64_t total = 0;
+    for (const NamedParam& p : params) total += p.tensor.numel();
+    const int64_t frozen = freeze_.frozen_elements(0);
+    init_from_lines_ = minidl::init_from_lines(report, total - frozen, frozen);
+  }
   optimizer_ = make_optimizer(config.optimizer, params, "optimizer");
   optimizer_->to(device_);
   if (!config.lookahead.is_null()) {
@@ -210,13 +262,14 @@ void Trainer::check_class_count() {
     classes_ = train_set_.classes;
     const int64_t classes = num_classes();
     MINIDL_CHECK(width == classes, "model.layers: the model's output has ", width, " values per image, but the data (",
-                 data_options_.format, ") has ", classes, " classes; set the last layer's out_features to ", classes,
-                 " (e.g. --set model.layers.N.out_features=", classes, ")");
+                 to_string(data_options_.format), ") has ", classes, " classes; set the last layer's out_features to ",
+                 classes, " (e.g. --set model.layers.N.out_features=", classes, ")");
     return;
   }
   // Data sets made in memory carry no class names: the labels bound the class count from below.
   int32_t top = -1;
-  for (const Dataset* d : {&train_set_, &test_set_}) {
+  for (const Dataset* d : {&train_set_, &test_set_, &val_set_}) {
+    if (d->size() == 0) continue;
     const std::vector<int32_t> labels = d->labels.to(Device::cpu()).values<int32_t>();
     for (int32_t l : labels) top = std::max(top, l);
   }
@@ -582,7 +635,7 @@ void Trainer::update(bool prepared, double lr, Profiler* profiler) {
   optimizer_->zero_grad();
   if (profiler)
     profiler->add_work([&] {
-      std::optional<LayerWork> w = optimizer_work(*optimizer_, parameters_);
+      std::optional<LayerWork> w = optimizer_->work();
       if (w && grad_clipper_) {
         const LayerWork clip = grad_clip_work(parameters_);
         w->forward.bytes += clip.forward.bytes;
@@ -593,106 +646,104 @@ void Trainer::update(bool prepared, double lr, Profiler* profiler) {
 }
 
 Tensor Trainer::tta_logits(const Tensor& images, const Tensor& logits, const std::vector<TtaView>& views) {
-  // The weighted sum of every view's logits (x * 1.0f is exact: weights of 1 add plainly).
-  Tensor sum = mul(logits, views[0].weight);
-  for (size_t v = 1; v < views.size(); ++v) {
-    const TtaView& view = views[v];
-    sum = add(sum, mul(forward(flip_translate(images, view.flip, view.dy, view.dx)).to(DType::Float32), view.weight));
-  }
-  return sum;
+  return minidl::tta_logits([this](const Tensor& x) { return forward(x); }, images, logits, views);
 }
 
-Trainer::EvalCounts Trainer::device_eval(TtaMode tta) {
+void Trainer::make_eval_split(EvalSplit& e, const Dataset& data) {
+  e.loader = std::make_unique<Loader>(data, LoaderOptions::evaluation(data_options_, config_.eval_batch_size), device_);
+  e.labels = data.labels.to(Device::cpu()).values<int32_t>();
+  const size_t n = e.labels.size(), batches = static_cast<size_t>(e.loader->batches_per_epoch());
+  e.predicted = allocate_pinned(n * sizeof(int32_t));
+  e.tta_predicted = allocate_pinned(n * sizeof(int32_t));
+  e.losses = allocate_pinned(batches * sizeof(float));
+}
+
+Trainer::EvalOutputs Trainer::device_eval(TtaMode tta, const Loader& loader) {
   Batch batch;
-  test_loader_->emit(batch);
+  loader.emit(batch);
   Tensor logits = forward(batch.images).to(DType::Float32);
-  EvalCounts counts;
-  counts.correct = correct_predictions(logits, batch.labels);
+  EvalOutputs out;
+  out.predicted = argmax_rows(logits);
+  out.loss = cross_entropy(logits, batch.labels, static_cast<float>(config_.label_smoothing));
   const std::vector<TtaView> views = eval_views(tta);
-  if (views.size() == 1) return counts;
-  counts.tta_correct = correct_predictions(tta_logits(batch.images, logits, views), batch.labels);
-  return counts;
+  if (views.size() > 1) out.tta_predicted = argmax_rows(tta_logits(batch.images, logits, views));
+  return out;
 }
 
-std::vector<int64_t> Trainer::confusion_matrix(TtaMode tta) {
+Trainer::EvalResult Trainer::evaluate(TtaMode tta, Split split, const EvalProgress& progress) {
+  MINIDL_CHECK(split != Split::Train, "evaluate: the training split is not evaluated");
+  MINIDL_CHECK(split == Split::Test || has_validation(), "evaluate: the data has no validation split (set ",
+               "data.val_fraction)");
+  EvalSplit& e = split == Split::Val ? val_eval_ : test_eval_;
+  if (tta != TtaMode::None && config_.tta_share < 1) return evaluate_selective(tta, *e.loader);
   const RunContextScope scope(context_);
   autograd::NoGradGuard no_grad;
   model_->eval();
-  const std::vector<TtaView> views = eval_views(tta);
-  const int64_t k = num_classes();
-  std::vector<int64_t> counts(static_cast<size_t>(k * k), 0);
-  if (tta != TtaMode::None && config_.tta_share < 1) {
-    const TestLogits t = selective_tta(tta);
-    for (size_t i = 0; i < t.labels.size(); ++i) {
-      const float* row = t.tta.data() + static_cast<int64_t>(i) * t.classes;
-      counts[static_cast<size_t>(t.labels[i] * k + (std::max_element(row, row + t.classes) - row))] += 1;
-    }
-    model_->train();
-    return counts;
-  }
-  Loader& loader = *test_loader_;
-  loader.start_epoch(0);
-  Batch batch;
-  while (loader.next(batch)) {
-    Tensor logits = forward(batch.images).to(DType::Float32);
-    if (views.size() > 1) logits = tta_logits(batch.images, logits, views);
-    const std::vector<float> v = logits.to(Device::cpu()).to_vector();
-    const std::vector<int32_t> labels = batch.labels.to(Device::cpu()).values<int32_t>();
-    const int64_t width = logits.size(1);
-    for (size_t i = 0; i < labels.size(); ++i) {
-      const float* row = v.data() + static_cast<int64_t>(i) * width;
-      // The first maximum, as argmax and correct_predictions take it.
-      const int64_t predicted = std::max_element(row, row + width) - row;
-      counts[static_cast<size_t>(labels[i] * k + predicted)] += 1;
-    }
-  }
-  model_->train();
-  return counts;
-}
-
-Trainer::EvalResult Trainer::evaluate(TtaMode tta) {
-  if (tta != TtaMode::None && config_.tta_share < 1) return evaluate_selective(tta);
-  const RunContextScope scope(context_);
-  autograd::NoGradGuard no_grad;
-  model_->eval();
-  Loader& loader = *test_loader_;
+  Loader& loader = *e.loader;
   const int64_t batches = loader.batches_per_epoch();
-  if (!eval_counts_) eval_counts_ = allocate_pinned(static_cast<size_t>(2 * batches) * sizeof(int32_t));
-  // One graph per TTA mode: the forward passes it replays depend on it.
-  if (!eval_graph_ || eval_graph_tta_ != tta) {
-    eval_graph_ = std::make_unique<StepGraph>("evaluation batch", config_.cuda_graph && device_.is_cuda(),
-                                              kEvalGraphWarmup);
-    eval_graph_tta_ = tta;
+  if (!e.graph || e.graph_tta != tta) {
+    e.graph =
+        std::make_unique<StepGraph>("evaluation batch", config_.cuda_graph && device_.is_cuda(), kEvalGraphWarmup);
+    e.graph_tta = tta;
   }
-  int32_t* counts = static_cast<int32_t*>(eval_counts_.get());
+  int32_t* predicted = static_cast<int32_t*>(e.predicted.get());
+  int32_t* tta_predicted = static_cast<int32_t*>(e.tta_predicted.get());
+  float* losses = static_cast<float*>(e.losses.get());
   loader.start_epoch(0);
   int64_t seen = 0;
   for (int64_t b = 0; loader.advance(); ++b) {
     // The last, shorter batch runs eagerly: a graph holds the shapes of its capture.
-    EvalCounts batch_counts;
-    if (loader.current_batch_size() == loader.options().batch_size) {
-      eval_graph_->run([&] { eval_graph_counts_ = device_eval(tta); }, [] {});
-      batch_counts = eval_graph_counts_;
+    const int64_t size = loader.current_batch_size();
+    EvalOutputs out;
+    if (size == loader.options().batch_size) {
+      e.graph->run([&] { e.graph_outputs = device_eval(tta, loader); }, [] {});
+      out = e.graph_outputs;
     } else {
-      batch_counts = device_eval(tta);
+      out = device_eval(tta, loader);
     }
-    copy_bytes_async(counts + 2 * b, Device::cpu(), batch_counts.correct.raw_data(), device_, sizeof(int32_t));
+    const size_t bytes = static_cast<size_t>(size) * sizeof(int32_t);
+    copy_bytes_async(predicted + seen, Device::cpu(), out.predicted.raw_data(), device_, bytes);
     if (tta != TtaMode::None)
-      copy_bytes_async(counts + 2 * b + 1, Device::cpu(), batch_counts.tta_correct.raw_data(), device_,
-                       sizeof(int32_t));
-    seen += loader.current_batch_size();
+      copy_bytes_async(tta_predicted + seen, Device::cpu(), out.tta_predicted.raw_data(), device_, bytes);
+    copy_bytes_async(losses + b, Device::cpu(), out.loss.raw_data(), device_, sizeof(float));
+    seen += size;
+    if (progress) progress(b + 1, batches);
   }
   synchronize(device_);
   model_->train();
-  int64_t correct = 0, correct_tta = 0;
-  for (int64_t b = 0; b < batches; ++b) {
-    correct += counts[2 * b];
-    if (tta != TtaMode::None) correct_tta += counts[2 * b + 1];
-  }
+  const int64_t k = num_classes();
   EvalResult r;
+  r.images = seen;
+  r.confusion.assign(static_cast<size_t>(k * k), 0);
+  int64_t correct = 0, correct_tta = 0;
+  const int32_t* counted = tta != TtaMode::None ? tta_predicted : predicted;
+  for (int64_t i = 0; i < seen; ++i) {
+    const int32_t label = e.labels[static_cast<size_t>(i)];
+    // A label out of range made the batch's loss NaN on a GPU (its error is raised by the next
+    // kernel); it must not index the counts.
+    MINIDL_CHECK(label >= 0 && label < k, "evaluation: ", split_name(split), " image ", i, " has label ", label,
+                 " (expected 0..", k - 1, ")");
+    correct += predicted[i] == label ? 1 : 0;
+    if (tta != TtaMode::None) correct_tta += tta_predicted[i] == label ? 1 : 0;
+    r.confusion[static_cast<size_t>(label * k + counted[i])] += 1;
+  }
+  // The batches' mean losses weighted by their sizes, summed in batch order.
+  double loss_sum = 0;
+  for (int64_t b = 0; b < batches; ++b)
+    loss_sum += static_cast<double>(losses[b]) *
+                static_cast<double>(std::min(loader.options().batch_size, seen - b * loader.options().batch_size));
   r.acc = 100.0 * static_cast<double>(correct) / static_cast<double>(seen);
   if (tta != TtaMode::None) r.tta_acc = 100.0 * static_cast<double>(correct_tta) / static_cast<double>(seen);
+  r.loss = loss_sum / static_cast<double>(seen);
   return r;
+}
+
+std::vector<std::string> Trainer::data_notes() const {
+  std::vector<std::string> notes = {train_set_.note};
+  if (has_validation()) notes.push_back(val_set_.note);
+  notes.push_back(test_set_.note);
+  if (!normalization_note_.empty()) notes.push_back(normalization_note_);
+  return notes;
 }
 
 }  // namespace minidl

@@ -4,6 +4,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -11,8 +12,6 @@
 #include <utility>
 #include <vector>
 
-#include "train/config.h"
-#include "train/step_graph.h"
 #include "core/run_context.h"
 #include "core/tensor.h"
 #include "data/cifar10.h"
@@ -24,7 +23,10 @@
 #include "optim/grad_scaler.h"
 #include "optim/lookahead.h"
 #include "optim/optimizer.h"
+#include "optim/schedule.h"
+#include "train/config.h"
 #include "train/param_rules.h"
+#include "train/step_graph.h"
 
 namespace minidl {
 
@@ -37,12 +39,19 @@ class Profiler;
 // so trainers alive at once, used in turn, each compute as if alone.
 class Trainer {
  public:
+  // Where the model's first weights come from: the config (the seed, the "init" rules, then
+  // "init_from"), or a checkpoint loaded over them right after (a resumed run, which reads no
+  // init_from file).
+  enum class Weights { FromConfig, FromCheckpoint };
   // Reads the data set from data.dir (or CIFAR10_DIR). An "auto" precision or memory_format is
   // resolved for `device` (resolve_for_device); config() and resolved_config() hold the choice.
-  Trainer(const TrainConfig& config, Device device);
+  Trainer(const TrainConfig& config, Device device, Weights weights = Weights::FromConfig);
   ~Trainer();
   // Uses data sets already loaded (on the host or on `device`): the benchmark loads them once.
-  Trainer(const TrainConfig& config, Device device, Dataset train_set, Dataset test_set);
+  // data.val_fraction holds the validation split out of `train_set`; else `val_set` (an image
+  // folder's val/; empty: none) is it.
+  Trainer(const TrainConfig& config, Device device, Dataset train_set, Dataset test_set, Dataset val_set = Dataset(),
+          Weights weights = Weights::FromConfig);
 
   // What the host reads of one training step once the GPU is done with it (after
   // synchronize(device())): its loss and how many of its images the model classified correctly.
@@ -60,25 +69,41 @@ class Trainer {
   bool train_step(int64_t step, StepRecord* record, Profiler* profiler = nullptr);
   // The learning rate of the default group at `step` (base lr times the schedule).
   double lr_at(int64_t step) const;
-  // Test accuracy (percent) in eval mode, plain and with the given test-time augmentation (the
-  // same forward passes serve both; tta_acc < 0 when tta is "none"), the views weighted as
-  // eval.tta_weights says. Full batches replay a CUDA graph as training steps do; the host waits
-  // for the GPU once, at the end. With eval.tta_share below 1 the TTA is selective
-  // (selective_tta): eager, and the host reads the plain pass's logits between the two passes.
+  // Why the schedule does not fit this run's length, with the fix (LrSchedule::check_length); ""
+  // when it does.
+  std::string schedule_warning() const { return schedule_->check_length(steps_per_epoch(), total_steps()); }
+  // One pass over the test split (or the validation split) in eval mode: accuracy (percent), plain
+  // and with the given test-time augmentation (the same forward passes serve both; tta_acc < 0
+  // when tta is "none"), the mean loss of the plain logits (the training loss, label smoothing
+  // included), and the confusion counts of the predictions the TTA makes (the plain ones without
+  // TTA), K x K row-major (row: true class, column: predicted), K = num_classes(): per-class
+  // metrics need no second pass. The views are weighted as eval.tta_weights says. Full batches
+  // replay a CUDA graph as training steps do; the host waits for the GPU once, at the end. With
+  // eval.tta_share below 1 the TTA is selective (selective_tta): eager, and the host reads the plain
+  // pass's logits between the two passes. `progress` (optional) is called after each batch is
+  // queued with the batches done and their total.
   struct EvalResult {
     double acc = 0;
     double tta_acc = -1;
+    double loss = 0;
+    int64_t images = 0;
+    std::vector<int64_t> confusion;
   };
-  EvalResult evaluate(TtaMode tta);
-  // The test set's confusion counts with the given TTA, K x K row-major (row: true class,
-  // column: predicted), K = num_classes(). Eager; run once at the end of a run.
-  std::vector<int64_t> confusion_matrix(TtaMode tta);
+  using EvalProgress = std::function<void(int64_t done, int64_t total)>;
+  EvalResult evaluate(TtaMode tta, Split split = Split::Test, const EvalProgress& progress = {});
+  // Whether the data has a validation split (data.val_fraction, or an image folder's val/), which
+  // evaluate(tta, Split::Val) reads.
+  bool has_validation() const { return val_set_.size() > 0; }
+  // What init_from loaded, and the run log's lines on it (none without init_from or from a checkpoint).
+  const std::vector<std::string>& init_from_lines() const { return init_from_lines_; }
   // The class names of the data (index = label), and the data's notes for the run log.
   const std::vector<std::string>& classes() const { return classes_; }
   int64_t num_classes() const { return static_cast<int64_t>(classes_.size()); }
   int64_t test_size() const { return test_set_.size(); }  // images evaluate() classifies
   int64_t train_size() const { return train_set_.size(); }
-  std::vector<std::string> data_notes() const { return {train_set_.note, test_set_.note}; }
+  int64_t val_size() const { return val_set_.size(); }
+  // Where the splits came from, and what "auto" normalization computed, for the run log.
+  std::vector<std::string> data_notes() const;
   // dataset_crc32 of the training set (data/datasets.h), computed on first use: what the ranks of
   // a job compare and a checkpoint records, so no run goes on with other data silently.
   uint32_t training_data_crc32() const;
@@ -160,11 +185,12 @@ class Trainer {
   std::unique_ptr<LrSchedule> schedule_;
   FreezeRules freeze_;
   const Lookahead* lookahead_ = nullptr;  // inside optimizer_, when the config has "lookahead"
-  Dataset train_set_, test_set_;
+  Dataset train_set_, test_set_, val_set_;
   mutable std::optional<uint32_t> train_set_crc32_;
+  std::string normalization_note_;    // what data.mean/std "auto" computed (empty: not asked)
   std::vector<std::string> classes_;  // the data's names, or "0" .. for data sets without names
+  std::vector<std::string> init_from_lines_;
   std::unique_ptr<Loader> train_loader_;
-  std::unique_ptr<Loader> test_loader_;
   int64_t total_steps_ = 0;
   DType activation_dtype_ = DType::Float32;
   MemoryFormat activation_format_ = MemoryFormat::Contiguous;  // the config's memory_format
@@ -202,11 +228,13 @@ class Trainer {
   // The model's output for a batch of float32 images, under autocast in the activation dtype
   // (core/autocast.h; none for fp32).
   Tensor forward(const Tensor& images);
-  struct EvalCounts {
-    Tensor correct, tta_correct;  // int32 scalars on the device; tta_correct is empty without TTA
+  // What one evaluation batch leaves on the device: each image's predicted class (plain, and with
+  // TTA; tta_predicted is empty without) and the batch's mean loss.
+  struct EvalOutputs {
+    Tensor predicted, tta_predicted, loss;
   };
-  EvalCounts device_eval(TtaMode tta);
-  // Selective TTA (train/selective_tta.cpp): one plain pass over the test set, then the
+  EvalOutputs device_eval(TtaMode tta, const Loader& loader);
+  // Selective TTA (train/selective_tta.cpp): one plain pass over the loader's split, then the
   // floor(tta_share * n) images least confident in it (least_confident, data/tta.h) again with
   // the views; the others keep their plain logits. Host copies of the logits, plain and final,
   // (n, classes) row-major, and of the labels. Eager, in eval mode without autograd (the caller's).
@@ -215,12 +243,25 @@ class Trainer {
     std::vector<int32_t> labels;
     int64_t classes = 0;
   };
-  TestLogits selective_tta(TtaMode tta);
-  EvalResult evaluate_selective(TtaMode tta);
+  TestLogits selective_tta(TtaMode tta, Loader& loader);
+  EvalResult evaluate_selective(TtaMode tta, Loader& loader);
   // The views of `tta` weighted as the config's eval.tta_weights says.
   std::vector<TtaView> eval_views(TtaMode tta) const { return tta_views(tta, config_.tta_weights); }
   // The weighted sum of the TTA views' logits (views[0] is the plain image, whose logits are given).
   Tensor tta_logits(const Tensor& images, const Tensor& logits, const std::vector<TtaView>& views);
+  // An evaluated split: its loader (the images in order), labels on the host, the graph of its full
+  // batches (one per TTA mode: the forward passes it replays depend on it) with the outputs its
+  // replays write, and pinned memory the host reads the predictions and losses from.
+  struct EvalSplit {
+    std::unique_ptr<Loader> loader;
+    std::vector<int32_t> labels;
+    std::unique_ptr<StepGraph> graph;
+    TtaMode graph_tta = TtaMode::None;
+    EvalOutputs graph_outputs;
+    std::shared_ptr<void> predicted, tta_predicted, losses;
+  };
+  EvalSplit test_eval_, val_eval_;
+  void make_eval_split(EvalSplit& e, const Dataset& data);
   // Errors unless the model takes the data's images and gives one value per class.
   void check_class_count();
   // The training step as CUDA graphs, one per kind of step (step_kind): steps differ in their
@@ -237,12 +278,6 @@ class Trainer {
   std::shared_ptr<GraphMemoryPool> train_graph_pool_;  // made with the first graph
   std::map<int, StepGraph> train_graphs_;
   std::map<int, StepResults> step_results_;
-  std::unique_ptr<StepGraph> eval_graph_;
-  TtaMode eval_graph_tta_ = TtaMode::None;
-  // The counts the evaluation graph writes on each replay: those of the call it captured. A last,
-  // shorter batch runs eagerly into tensors of its own, so these stay the graph's.
-  EvalCounts eval_graph_counts_;
-  std::shared_ptr<void> eval_counts_;   // pinned: two int32 counts per test batch
 };
 
 // The data folder a run reads: data.dir, or for CIFAR-10 with data.dir empty, $CIFAR10_DIR (an

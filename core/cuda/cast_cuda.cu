@@ -2,6 +2,7 @@
 // (core/half_types.h), so every element gets the CPU's bits. Memory-bound: coalesced access is
 // all that matters here.
 #include "core/cast_kernels.h"
+#include "core/dispatch.h"
 #include "core/cuda/kernel_helpers.cuh"
 
 namespace minidl::kernels {
@@ -36,8 +37,8 @@ void cast_cuda(const void* x, DType from, void* y, DType to, int64_t n) {
     MINIDL_LAUNCH_CHECK();
     return;
   }
-  visit_floating(from, "cast", [&](auto a) {
-    visit_floating(to, "cast", [&](auto b) {
+  dispatch_dtype(from, "cast", [&](auto a) {
+    dispatch_dtype(to, "cast", [&](auto b) {
       using From = decltype(a);
       using To = decltype(b);
       cast_kernel<From, To><<<grid, kBlock, 0, cuda::stream()>>>(static_cast<const From*>(x), static_cast<To*>(y), n);

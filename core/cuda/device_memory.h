@@ -2,6 +2,7 @@
 // Defined in caching_allocator.cu and runtime.cu; only linked in a CUDA build.
 #pragma once
 #include <cstddef>
+#include <string>
 
 #include "core/allocator.h"
 
@@ -10,6 +11,8 @@ namespace minidl::cuda {
 bool device_present();
 // The GPU's compute capability as major * 10 + minor (90 for an H100).
 int compute_capability();
+// cuda_versions() (core/device.h): the runtime, driver and cuDNN versions, and those built against.
+std::string versions();
 // Waits for all work queued on minidl's stream (runtime.h's synchronize(), without CUDA headers).
 void synchronize_stream();
 void* cached_malloc(size_t bytes);

@@ -5,6 +5,7 @@
 // free of bank conflicts. Each element is converted once, with the host's code
 // (core/half_types.h), so the CPU's bits. Memory-bound: 2 x numel x element size bytes.
 #include "core/cast_kernels.h"
+#include "core/dispatch.h"
 #include "core/cuda/kernel_helpers.cuh"
 #include "core/error.h"
 #include "core/layout_kernels.h"
@@ -47,8 +48,8 @@ void transpose_cast_cuda(const void* x, DType from, void* y, DType to, int64_t b
   const int64_t row_tiles = cuda::ceil_div(rows, kTile), col_tiles = cuda::ceil_div(cols, kTile);
   const dim3 block(kTile, kRowsPerPass);
   const int grid = cuda::grid_blocks(batch * row_tiles * col_tiles, kTile * kRowsPerPass);
-  visit_floating(from, "to(memory_format)", [&](auto a) {
-    visit_floating(to, "to(memory_format)", [&](auto b) {
+  dispatch_dtype(from, "to(memory_format)", [&](auto a) {
+    dispatch_dtype(to, "to(memory_format)", [&](auto b) {
       using From = decltype(a);
       using To = decltype(b);
       transpose_cast_kernel<From, To><<<grid, block, 0, cuda::stream()>>>(

@@ -222,4 +222,19 @@ void pinned_free(void* ptr) {
   if (ptr) MINIDL_CUDA_CHECK(cudaFreeHost(ptr));
 }
 
+std::string versions() {
+  // "12.4" from 12040; cuDNN 9 counts 90100 for 9.1.0, cuDNN 8 8906 for 8.9.6.
+  auto cuda_text = [](int v) { return v <= 0 ? std::string("none") : str(v / 1000, ".", (v % 1000) / 10); };
+  auto cudnn_text = [](size_t v) {
+    return v >= 90000 ? str(v / 10000, ".", (v % 10000) / 100, ".", v % 100)
+                      : str(v / 1000, ".", (v % 1000) / 100, ".", v % 100);
+  };
+  int runtime = 0, driver = 0;
+  if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) runtime = 0;
+  if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
+  return str("CUDA runtime ", cuda_text(runtime), " (built with ", cuda_text(CUDART_VERSION), "), driver ",
+             driver > 0 ? cuda_text(driver) : std::string("none (no NVIDIA driver)"), ", cuDNN ",
+             cudnn_text(cudnnGetVersion()), " (built with ", cudnn_text(CUDNN_VERSION), ")");
+}
+
 }  // namespace minidl::cuda

@@ -2,6 +2,7 @@
 // float32 arithmetic: core/cuda/elementwise.cuh). Grid-stride loops over a grid that fills the
 // chip once; these are memory-bound, so the only goal is coalesced full-width access.
 #include "core/cast_kernels.h"
+#include "core/dispatch.h"
 #include "core/cuda/elementwise.cuh"
 #include "core/cuda/kernel_helpers.cuh"
 #include "core/cuda/runtime.h"
@@ -47,7 +48,7 @@ void fill_cuda(float* y, float v, int64_t n) {
 }
 
 void axpby_cuda(DType dtype, void* y, float a, const void* x, float b, const void* z, int64_t n) {
-  visit_floating(dtype, "axpby", [&](auto tag) {
+  dispatch_dtype(dtype, "axpby", [&](auto tag) {
     using T = decltype(tag);
     if (z)
       cuda::launch_map2(static_cast<const T*>(x), static_cast<const T*>(z), static_cast<T*>(y), n, Axpby{a, b});
@@ -58,7 +59,7 @@ void axpby_cuda(DType dtype, void* y, float a, const void* x, float b, const voi
 
 void add_float_and_half_cuda(float* y, const float* f, DType h_dtype, const void* h, int64_t n) {
   if (n == 0) return;
-  visit_floating(h_dtype, "add_float_and_half", [&](auto tag) {
+  dispatch_dtype(h_dtype, "add_float_and_half", [&](auto tag) {
     using H = decltype(tag);
     add_float_and_half_kernel<H><<<grid_for(n), kBlock, 0, cuda::stream()>>>(y, f, static_cast<const H*>(h), n);
     MINIDL_LAUNCH_CHECK();

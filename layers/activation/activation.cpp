@@ -4,7 +4,7 @@
 #include "core/autograd.h"
 #include "core/dispatch.h"
 #include "core/error.h"
-#include "core/storage_rounding.h"
+#include "core/field_kinds.h"
 #include "layers/activation/activation_math.h"
 #include "layers/registry.h"
 
@@ -17,31 +17,30 @@ void check_float(const Tensor& x, const char* what) {
   MINIDL_CHECK(is_floating(x.dtype()), what, ": expects a float32, bfloat16 or float16 input, got ", x.str());
 }
 
-const char* approximate_name(GeluApproximate a) { return a == GeluApproximate::Tanh ? "tanh" : "none"; }
-
 }  // namespace
 
 Tensor relu(const Tensor& x) {
-  // Half tensors: the GPU kernels read and write them; the CPU runs storage-rounded.
-  if (holds_half(x) && !x.is_cuda()) return relu(as_float32(x)).to(x.dtype());
   check_float(x, "relu");
   Tensor y = Tensor::empty_like(x);
-  dispatch(
-      x.device(), "relu_forward", [&] { kernels::relu_forward_cpu(x.data<float>(), y.data<float>(), x.numel()); },
-      [&] { kernels::relu_forward_cuda(x.dtype(), x.raw_data(), y.raw_data(), x.numel()); });
+  dispatch_dtype(x.dtype(), "relu", [&](auto tag) {
+    using T = decltype(tag);
+    dispatch(
+        x.device(), "relu_forward", [&] { kernels::relu_forward_cpu(x.data<T>(), y.data<T>(), x.numel()); },
+        [&] { kernels::relu_forward_cuda(x.data<T>(), y.data<T>(), x.numel()); });
+  });
   if (autograd::needs_grad({x})) {
     // The mask comes from the output (a detached handle: capturing y itself would be a cycle).
     autograd::record(y, "relu", {x}, [saved = y.detach()](const Tensor& dy_in) -> std::vector<Tensor> {
       const Tensor dy = dy_in.to(saved.dtype());
       Tensor dx = Tensor::empty_like(dy);
-      dispatch(
-          dy.device(), "relu_backward",
-          [&] {
-            kernels::relu_backward_cpu(dy.data<float>(), saved.data<float>(), dx.data<float>(), dy.numel());
-          },
-          [&] {
-            kernels::relu_backward_cuda(dy.dtype(), dy.raw_data(), saved.raw_data(), dx.raw_data(), dy.numel());
-          });
+      dispatch_dtype(dy.dtype(), "relu", [&](auto tag) {
+        using T = decltype(tag);
+        const int64_t n = dy.numel();
+        dispatch(
+            dy.device(), "relu_backward",
+            [&] { kernels::relu_backward_cpu(dy.data<T>(), saved.data<T>(), dx.data<T>(), n); },
+            [&] { kernels::relu_backward_cuda(dy.data<T>(), saved.data<T>(), dx.data<T>(), n); });
+      });
       return {dx};
     });
   }
@@ -49,30 +48,27 @@ Tensor relu(const Tensor& x) {
 }
 
 Tensor gelu(const Tensor& x, GeluApproximate approximate) {
-  if (holds_half(x) && !x.is_cuda()) return gelu(as_float32(x), approximate).to(x.dtype());
   check_float(x, "gelu");
   Tensor y = Tensor::empty_like(x);
-  dispatch(
-      x.device(), "gelu_forward",
-      [&] {
-        kernels::gelu_forward_cpu(x.data<float>(), y.data<float>(), x.numel(), approximate);
-      },
-      [&] {
-        kernels::gelu_forward_cuda(x.dtype(), x.raw_data(), y.raw_data(), x.numel(), approximate);
-      });
+  dispatch_dtype(x.dtype(), "gelu", [&](auto tag) {
+    using T = decltype(tag);
+    dispatch(
+        x.device(), "gelu_forward",
+        [&] { kernels::gelu_forward_cpu(x.data<T>(), y.data<T>(), x.numel(), approximate); },
+        [&] { kernels::gelu_forward_cuda(x.data<T>(), y.data<T>(), x.numel(), approximate); });
+  });
   if (autograd::needs_grad({x})) {
     autograd::record(y, "gelu", {x}, [saved = x.detach(), approximate](const Tensor& dy_in) -> std::vector<Tensor> {
       const Tensor dy = dy_in.to(saved.dtype());
       Tensor dx = Tensor::empty_like(dy);
-      dispatch(
-          dy.device(), "gelu_backward",
-          [&] {
-            kernels::gelu_backward_cpu(dy.data<float>(), saved.data<float>(), dx.data<float>(), dy.numel(), approximate);
-          },
-          [&] {
-            kernels::gelu_backward_cuda(dy.dtype(), dy.raw_data(), saved.raw_data(), dx.raw_data(), dy.numel(),
-                                        approximate);
-          });
+      dispatch_dtype(dy.dtype(), "gelu", [&](auto tag) {
+        using T = decltype(tag);
+        const int64_t n = dy.numel();
+        dispatch(
+            dy.device(), "gelu_backward",
+            [&] { kernels::gelu_backward_cpu(dy.data<T>(), saved.data<T>(), dx.data<T>(), n, approximate); },
+            [&] { kernels::gelu_backward_cuda(dy.data<T>(), saved.data<T>(), dx.data<T>(), n, approximate); });
+      });
       return {dx};
     });
   }
@@ -80,45 +76,34 @@ Tensor gelu(const Tensor& x, GeluApproximate approximate) {
 }
 
 std::string GELU::describe() const {
-  return approximate_ == GeluApproximate::Tanh ? "GELU(approximate='tanh')" : "GELU";
+  return spec().approximate == GeluApproximate::Tanh ? "GELU(approximate='tanh')" : "GELU";
 }
 
-nlohmann::json GELU::to_json() const { return {{"type", "GELU"}, {"approximate", approximate_name(approximate_)}}; }
-
-namespace {
-
-std::shared_ptr<Module> make_relu(LayerArgs& args) {
-  args.finish();
-  return std::make_shared<ReLU>();
+const Fields<GELUSpec>& GELUSpec::fields() {
+  static const Fields<GELUSpec> f{{choice("approximate", &GELUSpec::approximate, GeluApproximate::None,
+                                          "the erf form (\"none\") or the tanh approximation (\"tanh\")")}};
+  return f;
 }
-
-std::shared_ptr<Module> make_gelu(LayerArgs& args) {
-  const std::string a = args.get_string("approximate", "none");
-  MINIDL_CHECK(a == "none" || a == "tanh", args.key_path("approximate"), ": expected \"none\" or \"tanh\", got \"",
-               a, "\"");
-  args.finish();
-  return std::make_shared<GELU>(a == "tanh" ? GeluApproximate::Tanh : GeluApproximate::None);
-}
-
-}  // namespace
 
 const LayerDescriptor& relu_layer() {
-  static const LayerDescriptor layer{
-      "ReLU", "activation", "max(x, 0), as torch.nn.ReLU", {}, make_relu, nlohmann::json::object(), {2, 3, 4, 4},
-      AutocastRule::InputType};
+  static const LayerDescriptor layer{"ReLU",       "activation",           "max(x, 0), as torch.nn.ReLU",
+                                     {},           make_layer<ReLU>,       nlohmann::json::object(),
+                                     {2, 3, 4, 4}, AutocastRule::InputType};
   return layer;
 }
 
 const LayerDescriptor& gelu_layer() {
-  static const LayerDescriptor layer{
-      "GELU",
-      "activation",
-      "x * Phi(x), as torch.nn.GELU",
-      {default_key("approximate", "string", "none", "\"none\" (the erf form) or \"tanh\" (the tanh approximation)")},
-      make_gelu,
-      nlohmann::json::object(),
-      {2, 3, 4, 4},
-      AutocastRule::InputType};
+  static const LayerDescriptor layer{"GELU",
+                                     "activation",
+                                     "x * Phi(x), as torch.nn.GELU",
+                                     layer_fields<GELU>(),
+                                     make_layer<GELU>,
+                                     nlohmann::json::object(),
+                                     {2, 3, 4, 4},
+                                     AutocastRule::InputType,
+                                     true,
+                                     nullptr,
+                                     {{{{"approximate", "tanh"}}, {2, 3, 5, 3}}}};
   return layer;
 }
 

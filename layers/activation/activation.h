@@ -10,38 +10,45 @@
 #include <cstdint>
 #include <string>
 
+#include "core/enum_names.h"
+#include "core/fields.h"
 #include "layers/activation/activation_kernels.h"
-#include "layers/module.h"
+#include "layers/layer.h"
 
 namespace minidl {
 
-Tensor relu(const Tensor& x);                                             // any shape, float32
+template <>
+struct EnumNames<GeluApproximate> {
+  static constexpr EnumName<GeluApproximate> values[] = {{GeluApproximate::None, "none"},
+                                                         {GeluApproximate::Tanh, "tanh"}};
+};
+
+Tensor relu(const Tensor& x);  // any shape; float32, bfloat16 or float16
 Tensor gelu(const Tensor& x, GeluApproximate approximate = GeluApproximate::None);
 
-class ReLU : public Module {
- public:
-  Tensor forward(const Tensor& x) override { return relu(x); }
-  std::string type_name() const override { return "ReLU"; }
-  nlohmann::json to_json() const override { return {{"type", "ReLU"}}; }
-  std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
-};
-
-class GELU : public Module {
- public:
-  explicit GELU(GeluApproximate approximate = GeluApproximate::None) : approximate_(approximate) {}
-  Tensor forward(const Tensor& x) override { return gelu(x, approximate_); }
-  std::string type_name() const override { return "GELU"; }
-  std::string describe() const override;
-  nlohmann::json to_json() const override;
-  std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
-
- private:
-  GeluApproximate approximate_;
-};
-
 // The layer types' descriptors (layers/layer_descriptor.h), listed in layers/registry.cpp.
-struct LayerDescriptor;
 const LayerDescriptor& relu_layer();
 const LayerDescriptor& gelu_layer();
+
+class ReLU : public Layer<NoKeys> {
+ public:
+  explicit ReLU(const NoKeys& spec = {}) : Layer(relu_layer(), spec) {}
+  Tensor forward(const Tensor& x) override { return relu(x); }
+  std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
+};
+
+struct GELUSpec {
+  GeluApproximate approximate;
+  static const Fields<GELUSpec>& fields();
+};
+
+class GELU : public Layer<GELUSpec> {
+ public:
+  explicit GELU(GeluApproximate approximate = GeluApproximate::None) : GELU(GELUSpec{approximate}) {}
+  explicit GELU(const GELUSpec& spec) : Layer(gelu_layer(), spec) {}
+  Tensor forward(const Tensor& x) override { return gelu(x, spec().approximate); }
+  std::string describe() const override;
+  std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
+};
 
 }  // namespace minidl

@@ -3,8 +3,8 @@
 // elementwise maps of core/cuda/elementwise.cuh (16-byte packs, one read and one write per element).
 #include <cstdint>
 
-#include "core/cast_kernels.h"
 #include "core/cuda/elementwise.cuh"
+#include "core/dispatch.h"
 #include "layers/activation/activation_kernels.h"
 #include "layers/activation/activation_math.h"
 
@@ -29,38 +29,33 @@ struct GeluBackward {  // (dy, x)
   }
 };
 
-// Runs op over n elements of `dtype` (activation_kernels.h: the pointers hold that type).
-template <class Op>
-void map1(DType dtype, const void* a, void* out, int64_t n, Op op) {
-  visit_floating(dtype, "activation", [&](auto tag) {
-    using T = decltype(tag);
-    cuda::launch_map1(static_cast<const T*>(a), static_cast<T*>(out), n, op);
-  });
-}
-
-template <class Op>
-void map2(DType dtype, const void* a, const void* b, void* out, int64_t n, Op op) {
-  visit_floating(dtype, "activation", [&](auto tag) {
-    using T = decltype(tag);
-    cuda::launch_map2(static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out), n, op);
-  });
-}
-
 }  // namespace
 
-void relu_forward_cuda(DType dtype, const void* x, void* y, int64_t n) { map1(dtype, x, y, n, ReluForward{}); }
-
-void relu_backward_cuda(DType dtype, const void* dy, const void* y, void* dx, int64_t n) {
-  map2(dtype, dy, y, dx, n, ReluBackward{});
+template <class T>
+void relu_forward_cuda(const T* x, T* y, int64_t n) {
+  cuda::launch_map1(x, y, n, ReluForward{});
 }
 
-void gelu_forward_cuda(DType dtype, const void* x, void* y, int64_t n, GeluApproximate approximate) {
-  map1(dtype, x, y, n, GeluForward{approximate == GeluApproximate::Tanh});
+template <class T>
+void relu_backward_cuda(const T* dy, const T* y, T* dx, int64_t n) {
+  cuda::launch_map2(dy, y, dx, n, ReluBackward{});
 }
 
-void gelu_backward_cuda(DType dtype, const void* dy, const void* x, void* dx, int64_t n,
-                        GeluApproximate approximate) {
-  map2(dtype, dy, x, dx, n, GeluBackward{approximate == GeluApproximate::Tanh});
+template <class T>
+void gelu_forward_cuda(const T* x, T* y, int64_t n, GeluApproximate approximate) {
+  cuda::launch_map1(x, y, n, GeluForward{approximate == GeluApproximate::Tanh});
 }
+
+template <class T>
+void gelu_backward_cuda(const T* dy, const T* x, T* dx, int64_t n, GeluApproximate approximate) {
+  cuda::launch_map2(dy, x, dx, n, GeluBackward{approximate == GeluApproximate::Tanh});
+}
+
+#define MINIDL_ACTIVATION_CUDA(T)                                                                  \
+  template void relu_forward_cuda<T>(const T*, T*, int64_t);                                       \
+  template void relu_backward_cuda<T>(const T*, const T*, T*, int64_t);                            \
+  template void gelu_forward_cuda<T>(const T*, T*, int64_t, GeluApproximate);                      \
+  template void gelu_backward_cuda<T>(const T*, const T*, T*, int64_t, GeluApproximate);
+MINIDL_FOR_FLOATING_TYPES(MINIDL_ACTIVATION_CUDA)
 
 }  // namespace minidl::kernels

@@ -1,6 +1,7 @@
 #include "layers/containers/flatten.h"
 
 #include "core/error.h"
+#include "core/field_kinds.h"
 #include "layers/registry.h"
 
 namespace minidl {
@@ -20,32 +21,23 @@ Tensor flatten(const Tensor& x, int64_t start_dim, int64_t end_dim) {
   return x.reshape(out);
 }
 
-nlohmann::json Flatten::to_json() const {
-  return {{"type", "Flatten"}, {"start_dim", start_dim_}, {"end_dim", end_dim_}};
+const Fields<FlattenSpec>& FlattenSpec::fields() {
+  static const Fields<FlattenSpec> f{{
+      integer("start_dim", &FlattenSpec::start_dim, 1, {}, "first dim merged (negative counts from the end)"),
+      integer("end_dim", &FlattenSpec::end_dim, -1, {}, "last dim merged (negative counts from the end)"),
+  }};
+  return f;
 }
-
-namespace {
-
-std::shared_ptr<Module> make_flatten(LayerArgs& args) {
-  const int64_t start_dim = args.get_int("start_dim", 1);
-  const int64_t end_dim = args.get_int("end_dim", -1);
-  args.finish();
-  return std::make_shared<Flatten>(start_dim, end_dim);
-}
-
-}  // namespace
 
 const LayerDescriptor& flatten_layer() {
-  static const LayerDescriptor layer{
-      "Flatten",
-      "containers",
-      "merges dims start_dim..end_dim into one, as torch.nn.Flatten",
-      {default_key("start_dim", "int", 1, "first dim merged (negative counts from the end)"),
-       default_key("end_dim", "int", -1, "last dim merged (negative counts from the end)")},
-      make_flatten,
-      nlohmann::json::object(),
-      {2, 3, 2, 2},
-      AutocastRule::InputType};
+  static const LayerDescriptor layer{"Flatten",
+                                     "containers",
+                                     "merges dims start_dim..end_dim into one, as torch.nn.Flatten",
+                                     layer_fields<Flatten>(),
+                                     make_layer<Flatten>,
+                                     nlohmann::json::object(),
+                                     {2, 3, 2, 2},
+                                     AutocastRule::InputType};
   return layer;
 }
 

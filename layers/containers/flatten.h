@@ -4,26 +4,27 @@
 #include <cstdint>
 #include <string>
 
-#include "layers/module.h"
+#include "core/fields.h"
+#include "layers/layer.h"
 
 namespace minidl {
 
 Tensor flatten(const Tensor& x, int64_t start_dim = 1, int64_t end_dim = -1);
 
-class Flatten : public Module {
- public:
-  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1) : start_dim_(start_dim), end_dim_(end_dim) {}
-  Tensor forward(const Tensor& x) override { return flatten(x, start_dim_, end_dim_); }
-  std::string type_name() const override { return "Flatten"; }
-  nlohmann::json to_json() const override;
-  std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
+// The layer type's descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.
+const LayerDescriptor& flatten_layer();
 
- private:
-  int64_t start_dim_, end_dim_;
+struct FlattenSpec {
+  int64_t start_dim, end_dim;
+  static const Fields<FlattenSpec>& fields();
 };
 
-// The layer type' descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.
-struct LayerDescriptor;
-const LayerDescriptor& flatten_layer();
+class Flatten : public Layer<FlattenSpec> {
+ public:
+  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1) : Flatten(FlattenSpec{start_dim, end_dim}) {}
+  explicit Flatten(const FlattenSpec& spec) : Layer(flatten_layer(), spec) {}
+  Tensor forward(const Tensor& x) override { return flatten(x, spec().start_dim, spec().end_dim); }
+  std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
+};
 
 }  // namespace minidl

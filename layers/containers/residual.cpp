@@ -2,56 +2,84 @@
 
 #include "core/error.h"
 #include "core/tensor_ops.h"
+#include "layers/containers/sequential.h"
+#include "layers/layer_fields.h"
 #include "layers/registry.h"
 
 namespace minidl {
 
-Residual::Residual(std::vector<std::shared_ptr<Module>> body) {
-  for (size_t i = 0; i < body.size(); ++i) register_module(std::to_string(i), std::move(body[i]));
+Residual::Residual(const ResidualSpec& spec) : Layer(residual_layer(), spec) {
+  for (size_t i = 0; i < spec.body.size(); ++i) register_module(std::to_string(i), spec.body[i]);
+  if (!spec.shortcut.empty()) {
+    shortcut_ = std::make_shared<Sequential>(spec.shortcut);
+    register_module("shortcut", shortcut_);
+  }
 }
 
 Tensor Residual::forward(const Tensor& x) {
   Tensor y = x;
-  for (const auto& kv : children()) y = (*kv.second)(y);
-  MINIDL_CHECK(y.shape() == x.shape(), "Residual '", path(), "': body output ", shape_str(y.shape()),
-               " does not match its input ", shape_str(x.shape()));
-  return add(x, y);
-}
-
-nlohmann::json Residual::to_json() const {
-  nlohmann::json body = nlohmann::json::array();
-  for (const auto& kv : children()) body.push_back(kv.second->to_json());
-  return {{"type", "Residual"}, {"body", body}};
+  for (const auto& layer : spec().body) y = (*layer)(y);
+  const Tensor s = shortcut_ ? (*shortcut_)(x) : x;
+  MINIDL_CHECK(y.shape() == s.shape(), "Residual '", path(), "': body output ", shape_str(y.shape()),
+               " does not match ", shortcut_ ? "the shortcut's output " : "its input ", shape_str(s.shape()),
+               shortcut_ ? "" : " (a body that changes the shape needs a \"shortcut\" projecting the input to it)");
+  return add(s, y);
 }
 
 namespace {
 
-std::shared_ptr<Module> make_residual(LayerArgs& args) {
-  return std::make_shared<Residual>(build_layer_list(args, "body"));
+// "shortcut": a list of layer specs as "body", left out for the identity (and then not written).
+Field<ResidualSpec> shortcut_field() {
+  Field<ResidualSpec> f = layer_list("shortcut", &ResidualSpec::shortcut, true,
+                                     "a non-empty list of layer specs taking x to the body's output shape (a "
+                                     "projection: a strided 1x1 Conv2d and a BatchNorm2d); the identity when left out");
+  f.required = false;
+  auto read = f.read;
+  f.read = [read](JsonArgs& a, const std::string& key, ResidualSpec& s) {
+    s.shortcut.clear();
+    if (a.has(key)) read(a, key, s);
+  };
+  auto write = f.write;
+  f.write = [write](const ResidualSpec& s) { return s.shortcut.empty() ? std::optional<nlohmann::json>() : write(s); };
+  return f;
 }
 
 }  // namespace
+
+const Fields<ResidualSpec>& ResidualSpec::fields() {
+  static const Fields<ResidualSpec> f{
+      {layer_list("body", &ResidualSpec::body, true, "a non-empty list of layer specs"), shortcut_field()}};
+  return f;
+}
 
 const LayerDescriptor& residual_layer() {
   static const LayerDescriptor layer{
       "Residual",
       "containers",
-      "x + body(x); the body's layers are children 0, 1, ...",
-      {required_key("body", "layers", "a non-empty list of layer specs")},
-      make_residual,
-      {{"body", {{{"type", "Linear"}, {"in_features", 3}, {"out_features", 3}}, {{"type", "ReLU"}}}}},
+      "shortcut(x) + body(x); the body's layers are children 0, 1, ..., the shortcut's shortcut.0, ...",
+      layer_fields<Residual>(),
+      make_layer<Residual>,
+      {{"body", {{{"type", "Linear"}, {"in_features", 3}, {"out_features", 4}}, {{"type", "ReLU"}}}},
+       {"shortcut", {{{"type", "Linear"}, {"in_features", 3}, {"out_features", 4}, {"bias", false}}}}},
       {2, 3},
-      AutocastRule::InputType};
+      AutocastRule::InputType,
+      true,
+      nullptr,
+      {{{{"body",
+          {{{"type", "Conv2d"}, {"in_channels", 3}, {"out_channels", 3}, {"kernel_size", 3}, {"padding", 1}},
+           {{"type", "GELU"}}}}},
+        {2, 3, 4, 4}}}};
   return layer;
 }
 
-// The residual's own work is the add of x and the body's output (the body's layers report theirs):
-// one FLOP per element, two inputs read, one output written. Its backward hands dy to both
-// branches as it is: no FLOPs, no bytes (the engine's sum of x's two gradients is autograd's).
+// The residual's own work is the add of the shortcut's and the body's outputs (the children
+// report theirs): one FLOP per element, two inputs read, one output written. Its backward hands
+// dy to both branches as it is: no FLOPs, no bytes (the engine's sum of x's two gradients is
+// autograd's).
 std::optional<LayerWork> Residual::work(const Tensor& x, const Tensor& y) const {
   LayerWork w;
   w.forward.flops = static_cast<double>(y.numel());
-  w.forward.bytes = 2 * work_bytes(x) + work_bytes(y);
+  w.forward.bytes = shortcut_ ? 3 * work_bytes(y) : 2 * work_bytes(x) + work_bytes(y);
   return w;
 }
 

@@ -4,26 +4,27 @@
 #pragma once
 #include <string>
 
-#include "layers/module.h"
+#include "core/fields.h"
+#include "layers/layer.h"
 
 namespace minidl {
 
-class Scale : public Module {
- public:
-  explicit Scale(float value) : value_(value) {}
-  Tensor forward(const Tensor& x) override;
-  std::string type_name() const override { return "Scale"; }
-  std::string describe() const override;
-  std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
-  nlohmann::json to_json() const override { return {{"type", "Scale"}, {"value", value_}}; }
-  float value() const { return value_; }
+// The layer type's descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.
+const LayerDescriptor& scale_layer();
 
- private:
-  float value_;
+struct ScaleSpec {
+  float value;
+  static const Fields<ScaleSpec>& fields();
 };
 
-// The layer type' descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.
-struct LayerDescriptor;
-const LayerDescriptor& scale_layer();
+class Scale : public Layer<ScaleSpec> {
+ public:
+  explicit Scale(float value) : Scale(ScaleSpec{value}) {}
+  explicit Scale(const ScaleSpec& spec) : Layer(scale_layer(), spec) {}
+  Tensor forward(const Tensor& x) override;
+  std::string describe() const override;
+  std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
+  float value() const { return spec().value; }
+};
 
 }  // namespace minidl

@@ -3,24 +3,28 @@
 #include <memory>
 #include <vector>
 
-#include "layers/module.h"
+#include "core/fields.h"
+#include "layers/layer.h"
 
 namespace minidl {
 
-class Sequential : public Module {
- public:
-  explicit Sequential(std::vector<std::shared_ptr<Module>> layers);
-  Tensor forward(const Tensor& x) override;
-  std::string type_name() const override { return "Sequential"; }
-  nlohmann::json to_json() const override;
-  std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
-  // The children as a JSON list of layer specs (what Residual prints for its body).
-  nlohmann::json layers_json() const;
-  size_t size() const { return children().size(); }
+// The layer type's descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.
+const LayerDescriptor& sequential_layer();
+
+struct SequentialSpec {
+  std::vector<std::shared_ptr<Module>> layers;
+  static const Fields<SequentialSpec>& fields();
 };
 
-// The layer type' descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.
-struct LayerDescriptor;
-const LayerDescriptor& sequential_layer();
+class Sequential : public Layer<SequentialSpec> {
+ public:
+  explicit Sequential(std::vector<std::shared_ptr<Module>> layers) : Sequential(SequentialSpec{std::move(layers)}) {}
+  explicit Sequential(const SequentialSpec& spec);
+  Tensor forward(const Tensor& x) override;
+  std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
+  // The children as a JSON list of layer specs (a model's "layers").
+  nlohmann::json layers_json() const { return to_json().at("layers"); }
+  size_t size() const { return children().size(); }
+};
 
 }  // namespace minidl

@@ -4,6 +4,7 @@
 #include "core/dispatch.h"
 #include "core/error.h"
 #include "layers/containers/cat_kernels.h"
+#include "layers/layer_fields.h"
 #include "layers/registry.h"
 
 namespace minidl {
@@ -12,25 +13,28 @@ namespace {
 // The copy of `part` (channels [c0, c0 + part's channels) of `whole`) into `whole` (to_whole) or
 // out of it: rows and widths of the layout (cat_kernels.h).
 void copy_part(const Tensor& whole, const Tensor& part, int64_t c0, bool to_whole) {
-  const size_t es = dtype_size(whole.dtype());
   const int64_t n = whole.size(0), spatial = whole.numel() / std::max<int64_t>(n * whole.size(1), 1);
   const bool last = is_channels_last_format(whole.memory_format());
-  const size_t rows = static_cast<size_t>(last ? n * spatial : n);
-  const size_t whole_row = es * static_cast<size_t>(last ? whole.size(1) : whole.size(1) * spatial);
-  const size_t part_row = es * static_cast<size_t>(last ? part.size(1) : part.size(1) * spatial);
-  char* w = static_cast<char*>(whole.raw_data()) + es * static_cast<size_t>(last ? c0 : c0 * spatial);
-  char* p = static_cast<char*>(part.raw_data());
+  const int64_t rows = last ? n * spatial : n;
+  const int64_t whole_row = last ? whole.size(1) : whole.size(1) * spatial;
+  const int64_t part_row = last ? part.size(1) : part.size(1) * spatial;
+  const int64_t offset = last ? c0 : c0 * spatial;
   if (rows == 0 || part_row == 0) return;
-  dispatch(
-      whole.device(), "cat_channels",
-      [&] {
-        to_whole ? kernels::copy_rows_cpu(w, whole_row, p, part_row, part_row, rows)
-                 : kernels::copy_rows_cpu(p, part_row, w, whole_row, part_row, rows);
-      },
-      [&] {
-        to_whole ? kernels::copy_rows_cuda(w, whole_row, p, part_row, part_row, rows)
-                 : kernels::copy_rows_cuda(p, part_row, w, whole_row, part_row, rows);
-      });
+  dispatch_dtype(whole.dtype(), "cat_channels", [&](auto tag) {
+    using T = decltype(tag);
+    T* w = whole.data<T>() + offset;
+    T* p = part.data<T>();
+    dispatch(
+        whole.device(), "cat_channels",
+        [&] {
+          to_whole ? kernels::copy_rows_cpu(w, whole_row, p, part_row, part_row, rows)
+                   : kernels::copy_rows_cpu(p, part_row, w, whole_row, part_row, rows);
+        },
+        [&] {
+          to_whole ? kernels::copy_rows_cuda(w, whole_row, p, part_row, part_row, rows)
+                   : kernels::copy_rows_cuda(p, part_row, w, whole_row, part_row, rows);
+        });
+  });
 }
 
 }  // namespace
@@ -65,13 +69,13 @@ Tensor cat_channels(const Tensor& a, const Tensor& b) {
   return y;
 }
 
-SkipConnection::SkipConnection(std::vector<std::shared_ptr<Module>> body) {
-  for (size_t i = 0; i < body.size(); ++i) register_module(std::to_string(i), std::move(body[i]));
+SkipConnection::SkipConnection(const SkipConnectionSpec& spec) : Layer(skip_connection_layer(), spec) {
+  for (size_t i = 0; i < spec.body.size(); ++i) register_module(std::to_string(i), spec.body[i]);
 }
 
 Tensor SkipConnection::forward(const Tensor& x) {
   Tensor y = x;
-  for (const auto& kv : children()) y = (*kv.second)(y);
+  for (const auto& layer : spec().body) y = (*layer)(y);
   bool same = y.dim() == x.dim() && y.size(0) == x.size(0);
   for (int64_t d = 2; same && d < x.dim(); ++d) same = y.size(d) == x.size(d);
   MINIDL_CHECK(same, "SkipConnection '", path(), "': body output ", shape_str(y.shape()), " does not match its input ",
@@ -83,12 +87,6 @@ Tensor SkipConnection::forward(const Tensor& x) {
   return cat_channels(skip, y);
 }
 
-nlohmann::json SkipConnection::to_json() const {
-  nlohmann::json body = nlohmann::json::array();
-  for (const auto& kv : children()) body.push_back(kv.second->to_json());
-  return {{"type", "SkipConnection"}, {"body", body}};
-}
-
 // Its own work is the copy of x and the body's output into y; backward the copy back.
 std::optional<LayerWork> SkipConnection::work(const Tensor&, const Tensor& y) const {
   LayerWork w;
@@ -97,13 +95,11 @@ std::optional<LayerWork> SkipConnection::work(const Tensor&, const Tensor& y) co
   return w;
 }
 
-namespace {
-
-std::shared_ptr<Module> make_skip_connection(LayerArgs& args) {
-  return std::make_shared<SkipConnection>(build_layer_list(args, "body"));
+const Fields<SkipConnectionSpec>& SkipConnectionSpec::fields() {
+  static const Fields<SkipConnectionSpec> f{
+      {layer_list("body", &SkipConnectionSpec::body, true, "a non-empty list of layer specs")}};
+  return f;
 }
-
-}  // namespace
 
 const LayerDescriptor& skip_connection_layer() {
   static const LayerDescriptor layer{
@@ -111,12 +107,20 @@ const LayerDescriptor& skip_connection_layer() {
       "containers",
       "cat([x, body(x)], dim=1), as MONAI's SkipConnection: a UNet level's skip; the body's layers are "
       "children 0, 1, ...",
-      {required_key("body", "layers", "a non-empty list of layer specs")},
-      make_skip_connection,
+      layer_fields<SkipConnection>(),
+      make_layer<SkipConnection>,
       {{"body", {{{"type", "Conv3d"}, {"in_channels", 2}, {"out_channels", 3}, {"kernel_size", 1}}}}},
       {2, 2, 2, 2, 2},
       AutocastRule::InputType,
-      false};
+      false,
+      nullptr,
+      // A UNet level: down, a convolution, up, on an image as well (cat_channels takes any rank).
+      {{{{"body",
+          {{{"type", "MaxPool3d"}, {"kernel_size", 2}},
+           {{"type", "Conv3d"}, {"in_channels", 2}, {"out_channels", 4}, {"kernel_size", 3}, {"padding", 1}},
+           {{"type", "ConvTranspose3d"}, {"in_channels", 4}, {"out_channels", 2}, {"kernel_size", 2}, {"stride", 2}}}}},
+        {2, 2, 4, 4, 4}},
+       {{{"body", {{{"type", "Conv2d"}, {"in_channels", 3}, {"out_channels", 2}, {"kernel_size", 1}}}}}, {2, 3, 4, 5}}}};
   return layer;
 }
 

@@ -6,8 +6,9 @@
 #include <memory>
 #include <vector>
 
+#include "core/fields.h"
 #include "core/tensor.h"
-#include "layers/module.h"
+#include "layers/layer.h"
 
 namespace minidl {
 
@@ -15,17 +16,21 @@ namespace minidl {
 // differentiable in both (the gradient split back).
 Tensor cat_channels(const Tensor& a, const Tensor& b);
 
-class SkipConnection : public Module {
- public:
-  explicit SkipConnection(std::vector<std::shared_ptr<Module>> body);
-  Tensor forward(const Tensor& x) override;
-  std::string type_name() const override { return "SkipConnection"; }
-  nlohmann::json to_json() const override;
-  std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
+// The layer type's descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.
+const LayerDescriptor& skip_connection_layer();
+
+struct SkipConnectionSpec {
+  std::vector<std::shared_ptr<Module>> body;
+  static const Fields<SkipConnectionSpec>& fields();
 };
 
-// The layer type's descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.
-struct LayerDescriptor;
-const LayerDescriptor& skip_connection_layer();
+class SkipConnection : public Layer<SkipConnectionSpec> {
+ public:
+  explicit SkipConnection(std::vector<std::shared_ptr<Module>> body) : SkipConnection(SkipConnectionSpec{std::move(body)}) {}
+  explicit SkipConnection(const SkipConnectionSpec& spec);
+  Tensor forward(const Tensor& x) override;
+  std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
+  const std::vector<std::shared_ptr<Module>>& body() const { return spec().body; }
+};
 
 }  // namespace minidl

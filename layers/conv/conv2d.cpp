@@ -6,11 +6,12 @@
 #include "core/autograd.h"
 #include "core/dispatch.h"
 #include "core/error.h"
-#include "core/storage_rounding.h"
 #include "core/init.h"
+#include "core/storage_rounding.h"
 #include "layers/conv/conv2d_kernels.h"
 #include "layers/conv/conv2d_patchify.h"
 #include "layers/conv/conv2d_small_cin.h"
+#include "layers/layer_fields.h"
 #include "layers/registry.h"
 
 namespace minidl {
@@ -23,13 +24,6 @@ int64_t kernels::conv2d_nhwc_padded_channels(const Conv2dShape& s, DType dtype) 
 }
 
 namespace {
-
-std::string size_str(Size2d s) { return s.square() ? std::to_string(s.h) : str(s.h, "x", s.w); }
-
-nlohmann::json size_json(Size2d s) {
-  if (s.square()) return s.h;
-  return nlohmann::json::array({s.h, s.w});
-}
 
 // Validates the operands (errors name the shapes) and returns the problem.
 Conv2dShape conv2d_shape(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d stride, Size2d padding,
@@ -173,138 +167,97 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d 
   return y;
 }
 
-Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, Size2d kernel_size, Size2d stride, Size2d padding,
-               bool with_bias, Size2d dilation, int64_t groups)
-    : in_channels_(in_channels),
-      out_channels_(out_channels),
-      kernel_(kernel_size),
-      stride_(stride),
-      padding_(padding),
-      dilation_(dilation),
-      groups_(groups) {
+Conv2d::Conv2d(const Conv2dSpec& spec) : Layer(conv2d_layer(), spec) {
+  const int64_t in_channels = spec.in_channels, out_channels = spec.out_channels, groups = spec.groups;
+  const Size2d kernel = spec.kernel_size, stride = spec.stride, padding = spec.padding, dilation = spec.dilation;
   MINIDL_CHECK(in_channels >= 1 && out_channels >= 1, "Conv2d: in_channels and out_channels must be >= 1, got ",
                in_channels, " and ", out_channels);
-  MINIDL_CHECK(kernel_.h >= 1 && kernel_.w >= 1, "Conv2d: kernel_size must be >= 1, got ", size_str(kernel_));
-  MINIDL_CHECK(stride_.h >= 1 && stride_.w >= 1, "Conv2d: stride must be >= 1, got ", size_str(stride_));
-  MINIDL_CHECK(padding_.h >= 0 && padding_.w >= 0, "Conv2d: padding must be >= 0, got ", size_str(padding_));
-  MINIDL_CHECK(dilation_.h >= 1 && dilation_.w >= 1, "Conv2d: dilation must be >= 1, got ", size_str(dilation_));
+  MINIDL_CHECK(kernel.h >= 1 && kernel.w >= 1, "Conv2d: kernel_size must be >= 1, got ", size_str(kernel));
+  MINIDL_CHECK(stride.h >= 1 && stride.w >= 1, "Conv2d: stride must be >= 1, got ", size_str(stride));
+  MINIDL_CHECK(padding.h >= 0 && padding.w >= 0, "Conv2d: padding must be >= 0, got ", size_str(padding));
+  MINIDL_CHECK(dilation.h >= 1 && dilation.w >= 1, "Conv2d: dilation must be >= 1, got ", size_str(dilation));
   MINIDL_CHECK(groups >= 1 && in_channels % groups == 0 && out_channels % groups == 0, "Conv2d: groups must divide ",
                "in_channels (", in_channels, ") and out_channels (", out_channels, "), got ", groups);
-  weight = Tensor::empty({out_channels, in_channels / groups, kernel_.h, kernel_.w});
-  if (with_bias) bias = Tensor::empty({out_channels});
-  init_fan_in_uniform_(weight, with_bias ? &bias : nullptr, in_channels / groups * kernel_.h * kernel_.w);
+  weight = Tensor::empty({out_channels, in_channels / groups, kernel.h, kernel.w});
+  if (spec.bias) bias = Tensor::empty({out_channels});
+  init_fan_in_uniform_(weight, spec.bias ? &bias : nullptr, in_channels / groups * kernel.h * kernel.w);
   register_parameter("weight", &weight);
-  if (with_bias) register_parameter("bias", &bias);
+  if (spec.bias) register_parameter("bias", &bias);
 }
 
 Tensor Conv2d::forward(const Tensor& x) {
   const std::string who = label();
-  MINIDL_CHECK(x.defined() && x.dim() == 4 && x.size(1) == in_channels_, who, ": expected input (N, ", in_channels_,
+  MINIDL_CHECK(x.defined() && x.dim() == 4 && x.size(1) == in_channels(), who, ": expected input (N, ", in_channels(),
                ", H, W), got ", x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
   // A channels-last input meets a channels-last weight: the float32 master reordered (and cast,
   // under autocast) in one pass each step; its gradient comes back through the same op.
   const MemoryFormat wf = x.memory_format();
   // The keys' message where the kernel outgrows the input (the op's names only shapes).
-  const int64_t span_h = dilation_.h * (kernel_.h - 1) + 1, span_w = dilation_.w * (kernel_.w - 1) + 1;
-  MINIDL_CHECK(x.size(2) + 2 * padding_.h >= span_h && x.size(3) + 2 * padding_.w >= span_w, who, ": kernel_size ",
-               size_str(kernel_), dilated() ? str(" with dilation ", size_str(dilation_)) : std::string(), " spans ",
-               span_h, "x", span_w, " pixels, more than the input ", shape_str(x.shape()), " with padding ",
-               size_str(padding_), " (", x.size(2) + 2 * padding_.h, "x", x.size(3) + 2 * padding_.w, ")");
+  const Size2d kernel = kernel_size(), pad = padding(), dil = dilation();
+  const int64_t span_h = dil.h * (kernel.h - 1) + 1, span_w = dil.w * (kernel.w - 1) + 1;
+  MINIDL_CHECK(x.size(2) + 2 * pad.h >= span_h && x.size(3) + 2 * pad.w >= span_w, who, ": kernel_size ",
+               size_str(kernel), dilated() ? str(" with dilation ", size_str(dil)) : std::string(), " spans ", span_h,
+               "x", span_w, " pixels, more than the input ", shape_str(x.shape()), " with padding ", size_str(pad),
+               " (", x.size(2) + 2 * pad.h, "x", x.size(3) + 2 * pad.w, ")");
   if (autocast_active()) {
     const DType t = autocast_dtype();
-    return conv2d(x.to(t), weight.to(t, wf), bias.defined() ? bias.to(t) : bias, stride_, padding_, dilation_, groups_);
+    return conv2d(x.to(t), weight.to(t, wf), bias.defined() ? bias.to(t) : bias, stride(), pad, dil, groups());
   }
-  return conv2d(x, weight.to(x.dtype(), wf), in_dtype_of(bias, x), stride_, padding_, dilation_, groups_);
+  return conv2d(x, weight.to(x.dtype(), wf), in_dtype_of(bias, x), stride(), pad, dil, groups());
 }
-
-bool Conv2d::dilated() const { return dilation_.h != 1 || dilation_.w != 1; }
 
 std::string Conv2d::describe() const {
-  std::string d = str("Conv2d ", in_channels_, "->", out_channels_, " k", size_str(kernel_));
-  if (stride_.h != 1 || stride_.w != 1) d += str(" s", size_str(stride_));
-  if (dilated()) d += str(" d", size_str(dilation_));
-  if (groups_ != 1) d += str(" g", groups_);
+  std::string d = str("Conv2d ", in_channels(), "->", out_channels(), " k", size_str(kernel_size()));
+  if (stride().h != 1 || stride().w != 1) d += str(" s", size_str(stride()));
+  if (dilated()) d += str(" d", size_str(dilation()));
+  if (groups() != 1) d += str(" g", groups());
   return d;
-}
-
-// dilation and groups are written where they are not 1: the config.json of a layer without them
-// reads as before.
-nlohmann::json Conv2d::to_json() const {
-  nlohmann::json j = {{"type", "Conv2d"},
-                      {"in_channels", in_channels_},
-                      {"out_channels", out_channels_},
-                      {"kernel_size", size_json(kernel_)},
-                      {"stride", size_json(stride_)},
-                      {"padding", size_json(padding_)},
-                      {"bias", bias.defined()}};
-  if (dilated()) j["dilation"] = size_json(dilation_);
-  if (groups_ != 1) j["groups"] = groups_;
-  return j;
 }
 
 namespace {
 
-// An int or a list of one or two ints, as PyTorch's int-or-tuple arguments.
-Size2d get_size2d(LayerArgs& args, const std::string& key) {
-  const std::vector<int64_t> v = args.get_ints(key);
-  MINIDL_CHECK(v.size() <= 2, args.key_path(key), ": expected an integer or a list of two, got ", v.size(),
-               " values");
-  return v.size() == 1 ? Size2d(v[0]) : Size2d(v[0], v[1]);
+// Its range depends on in_channels: the rules between keys check it.
+Field<Conv2dSpec> groups_field() {
+  Field<Conv2dSpec> f = integer("groups", &Conv2dSpec::groups, 1, {},
+                                "input and output channels split into this many groups convolved apart "
+                                "(in_channels: depthwise)");
+  f.range = "1..in_channels, dividing in_channels and out_channels";
+  return f;
 }
 
 }  // namespace
 
+const Fields<Conv2dSpec>& Conv2dSpec::fields() {
+  using S = Conv2dSpec;
+  // dilation and groups are written back where they are not 1: the config.json of a layer
+  // without them reads as before.
+  static const Fields<S> f{
+      {integer("in_channels", &S::in_channels, kRequired, {1, kMaxFeatures}, "input channels"),
+       integer("out_channels", &S::out_channels, kRequired, {1, kMaxFeatures}, "output channels"),
+       size2d("kernel_size", &S::kernel_size, kRequired, {1, kMaxWindow}, "kernel (h, w): an int or a list of two"),
+       size2d("stride", &S::stride, Size2d(1), {1, kMaxWindow}, "stride (h, w)"),
+       size2d("padding", &S::padding, Size2d(0), {0, kMaxWindow}, "zero padding (h, w) on each side"),
+       written_when_set(
+           size2d("dilation", &S::dilation, Size2d(1), {1, kMaxWindow}, "spacing (h, w) between kernel taps")),
+       written_when_set(groups_field()),
+       flag("bias", &S::bias, true, "adds a learned bias per output channel")},
+      [](const S& s, const JsonArgs& args) {
+        MINIDL_CHECK(s.groups >= 1 && s.groups <= s.in_channels, args.key_path("groups"),
+                     ": must be in 1..in_channels (", s.in_channels, "), got ", s.groups);
+        MINIDL_CHECK(s.in_channels % s.groups == 0 && s.out_channels % s.groups == 0, args.key_path("groups"),
+                     ": must divide in_channels (", s.in_channels, ") and out_channels (", s.out_channels, "), got ",
+                     s.groups);
+        check_weight_size(args, {s.out_channels, s.in_channels / s.groups, s.kernel_size.h, s.kernel_size.w});
+      }};
+  return f;
+}
+
 namespace {
 
-struct Conv2dSpec {
-  int64_t in_channels, out_channels;
-  Size2d kernel, stride, padding, dilation;
-  int64_t groups;
-  bool bias;
-};
-
-// Reads and checks the spec's keys: what the factory builds and the memory check counts.
-Conv2dSpec read_conv2d(LayerArgs& args) {
-  const int64_t in_channels = args.get_int("in_channels");
-  const int64_t out_channels = args.get_int("out_channels");
-  MINIDL_CHECK(in_channels >= 1 && in_channels <= kMaxFeatures, args.key_path("in_channels"),
-               ": must be in 1..", kMaxFeatures, ", got ", in_channels);
-  MINIDL_CHECK(out_channels >= 1 && out_channels <= kMaxFeatures, args.key_path("out_channels"),
-               ": must be in 1..", kMaxFeatures, ", got ", out_channels);
-  const Size2d kernel = get_size2d(args, "kernel_size");
-  MINIDL_CHECK(kernel.h >= 1 && kernel.w >= 1 && kernel.h <= kMaxWindow && kernel.w <= kMaxWindow,
-               args.key_path("kernel_size"), ": must be in 1..", kMaxWindow, ", got ", size_str(kernel));
-  const Size2d stride = args.has("stride") ? get_size2d(args, "stride") : Size2d(1);
-  MINIDL_CHECK(stride.h >= 1 && stride.w >= 1 && stride.h <= kMaxWindow && stride.w <= kMaxWindow,
-               args.key_path("stride"), ": must be in 1..", kMaxWindow, ", got ", size_str(stride));
-  const Size2d padding = args.has("padding") ? get_size2d(args, "padding") : Size2d(0);
-  MINIDL_CHECK(padding.h >= 0 && padding.w >= 0 && padding.h <= kMaxWindow && padding.w <= kMaxWindow,
-               args.key_path("padding"), ": must be in 0..", kMaxWindow, ", got ", size_str(padding));
-  const Size2d dilation = args.has("dilation") ? get_size2d(args, "dilation") : Size2d(1);
-  MINIDL_CHECK(dilation.h >= 1 && dilation.w >= 1 && dilation.h <= kMaxWindow && dilation.w <= kMaxWindow,
-               args.key_path("dilation"), ": must be in 1..", kMaxWindow, ", got ", size_str(dilation));
-  const int64_t groups = args.get_int("groups", 1);
-  MINIDL_CHECK(groups >= 1 && groups <= in_channels, args.key_path("groups"), ": must be in 1..in_channels (",
-               in_channels, "), got ", groups);
-  MINIDL_CHECK(in_channels % groups == 0 && out_channels % groups == 0, args.key_path("groups"),
-               ": must divide in_channels (", in_channels, ") and out_channels (", out_channels, "), got ", groups);
-  const bool bias = args.get_bool("bias", true);
-  args.finish();
-  check_weight_size(args, {out_channels, in_channels / groups, kernel.h, kernel.w});
-  return {in_channels, out_channels, kernel, stride, padding, dilation, groups, bias};
-}
-
-std::shared_ptr<Module> make_conv2d(LayerArgs& args) {
-  const Conv2dSpec s = read_conv2d(args);
-  return std::make_shared<Conv2d>(s.in_channels, s.out_channels, s.kernel, s.stride, s.padding, s.bias, s.dilation,
-                                  s.groups);
-}
-
-LayerState conv2d_state(LayerArgs& args) {
-  const Conv2dSpec s = read_conv2d(args);
-  const int64_t weight = s.out_channels * (s.in_channels / s.groups) * s.kernel.h * s.kernel.w;
+LayerState conv2d_state(const Conv2dSpec& s) {
+  const int64_t weight = s.out_channels * (s.in_channels / s.groups) * s.kernel_size.h * s.kernel_size.w;
   return {weight + (s.bias ? s.out_channels : 0), weight,
-          str("Conv2d ", s.in_channels, "->", s.out_channels, " k", size_str(s.kernel),
+          str("Conv2d ", s.in_channels, "->", s.out_channels, " k", size_str(s.kernel_size),
               s.groups != 1 ? str(" g", s.groups) : std::string())};
 }
 
@@ -315,28 +268,26 @@ const LayerDescriptor& conv2d_layer() {
       "Conv2d",
       "conv",
       "2-D convolution over (N, C, H, W), as torch.nn.Conv2d (groups = in_channels: depthwise)",
-      {required_key("in_channels", "int", "input channels, 1..2^31"),
-       required_key("out_channels", "int", "output channels, 1..2^31"),
-       required_key("kernel_size", "ints", "kernel (h, w): an int or a list of two, 1..65536"),
-       default_key("stride", "ints", 1, "stride (h, w), 1..65536"),
-       default_key("padding", "ints", 0, "zero padding (h, w) on each side, 0..65536"),
-       default_key("dilation", "ints", 1, "spacing (h, w) between kernel taps, 1..65536"),
-       default_key("groups", "int", 1,
-                   "input and output channels split into this many groups convolved apart; divides both "
-                   "(in_channels: depthwise)"),
-       default_key("bias", "bool", true, "adds a learned bias per output channel")},
-      make_conv2d,
+      layer_fields<Conv2d>(),
+      make_layer<Conv2d>,
       {{"in_channels", 3}, {"out_channels", 4}, {"kernel_size", 3}, {"padding", 1}},
       {2, 3, 5, 5},
       AutocastRule::LowerPrecision,
       true,
-      conv2d_state};
+      layer_state<Conv2d, conv2d_state>,
+      // cuDNN with a stride and no bias; a rectangular kernel; in half channels-last, 17..31 input
+      // channels padded to 32, and a patchify (kernel = stride) problem.
+      {{{{"in_channels", 5}, {"out_channels", 6}, {"kernel_size", 3}, {"stride", 2}, {"padding", 1}, {"bias", false}},
+        {3, 5, 9, 7}},
+       {{{"in_channels", 4}, {"out_channels", 8}, {"kernel_size", {3, 1}}, {"padding", {1, 0}}}, {2, 4, 6, 5}},
+       {{{"in_channels", 20}, {"out_channels", 8}, {"kernel_size", 3}, {"padding", 1}}, {2, 20, 6, 6}},
+       {{{"in_channels", 3}, {"out_channels", 8}, {"kernel_size", 2}, {"stride", 2}}, {2, 3, 8, 6}}}};
   return layer;
 }
 
 // layers/work.h gemm_layer_work: every output a dot product of Cin/groups*kh*kw.
 std::optional<LayerWork> Conv2d::work(const Tensor& x, const Tensor& y) const {
-  return gemm_layer_work(x, y, in_channels_ / groups_ * kernel_.h * kernel_.w, weight, bias);
+  return gemm_layer_work(x, y, in_channels() / groups() * kernel_size().h * kernel_size().w, weight, bias);
 }
 
 }  // namespace minidl

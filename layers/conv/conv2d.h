@@ -7,18 +7,12 @@
 #include <cstdint>
 #include <string>
 
+#include "core/fields.h"
 #include "core/tensor.h"
-#include "layers/module.h"
+#include "layers/layer.h"
+#include "layers/size2d.h"
 
 namespace minidl {
-
-// A (height, width) pair; one number means both, as PyTorch's int-or-tuple arguments.
-struct Size2d {
-  int64_t h, w;
-  Size2d(int64_t v) : h(v), w(v) {}  // NOLINT(google-explicit-constructor): conv2d(x, w, b, 1, 1)
-  Size2d(int64_t h_, int64_t w_) : h(h_), w(w_) {}
-  bool square() const { return h == w; }
-};
 
 // y = conv(x, weight) + bias: x (N, C, H, W), weight (O, C / groups, kh, kw), bias (O) or
 // undefined, y (N, O, (H + 2*ph - dh*(kh-1) - 1)/sh + 1, (W + 2*pw - dw*(kw-1) - 1)/sw + 1) for
@@ -27,40 +21,45 @@ struct Size2d {
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size2d stride = 1, Size2d padding = 0,
               Size2d dilation = 1, int64_t groups = 1);
 
-class Conv2d : public Module {
+// The layer type's descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.
+const LayerDescriptor& conv2d_layer();
+
+struct Conv2dSpec {
+  int64_t in_channels, out_channels;
+  Size2d kernel_size, stride, padding;
+  bool bias;
+  Size2d dilation;
+  int64_t groups;
+  static const Fields<Conv2dSpec>& fields();
+};
+
+class Conv2d : public Layer<Conv2dSpec> {
  public:
   // weight U(-1/sqrt(fan_in), 1/sqrt(fan_in)) and bias likewise, fan_in = in_channels / groups *
   // kh * kw, as PyTorch's default initialization; on the CPU.
   Conv2d(int64_t in_channels, int64_t out_channels, Size2d kernel_size, Size2d stride = 1, Size2d padding = 0,
-         bool bias = true, Size2d dilation = 1, int64_t groups = 1);
+         bool bias = true, Size2d dilation = 1, int64_t groups = 1)
+      : Conv2d(Conv2dSpec{in_channels, out_channels, kernel_size, stride, padding, bias, dilation, groups}) {}
+  explicit Conv2d(const Conv2dSpec& spec);
 
   Tensor forward(const Tensor& x) override;
-  std::string type_name() const override { return "Conv2d"; }
   // "Conv2d 64->128 k3", "Conv2d 3->8 k3x1 s2", "Conv2d 96->96 k3 s2 g96", "Conv2d 8->8 k3 d2"
   std::string describe() const override;
-  nlohmann::json to_json() const override;
   std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
 
-  int64_t in_channels() const { return in_channels_; }
-  int64_t out_channels() const { return out_channels_; }
-  Size2d kernel_size() const { return kernel_; }
-  Size2d stride() const { return stride_; }
-  Size2d padding() const { return padding_; }
-  Size2d dilation() const { return dilation_; }
-  int64_t groups() const { return groups_; }
+  int64_t in_channels() const { return spec().in_channels; }
+  int64_t out_channels() const { return spec().out_channels; }
+  Size2d kernel_size() const { return spec().kernel_size; }
+  Size2d stride() const { return spec().stride; }
+  Size2d padding() const { return spec().padding; }
+  Size2d dilation() const { return spec().dilation; }
+  int64_t groups() const { return spec().groups; }
 
   Tensor weight;  // (out_channels, in_channels / groups, kh, kw)
   Tensor bias;    // (out_channels) or undefined
 
  private:
-  bool dilated() const;
-  int64_t in_channels_, out_channels_;
-  Size2d kernel_, stride_, padding_, dilation_;
-  int64_t groups_;
+  bool dilated() const { return dilation().h != 1 || dilation().w != 1; }
 };
-
-// The layer type's descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.
-struct LayerDescriptor;
-const LayerDescriptor& conv2d_layer();
 
 }  // namespace minidl

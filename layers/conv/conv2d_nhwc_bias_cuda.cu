@@ -10,6 +10,7 @@
 
 #include "core/allocator.h"
 #include "core/cast_kernels.h"
+#include "core/dispatch.h"
 #include "core/cuda/kernel_helpers.cuh"
 #include "core/error.h"
 #include "layers/conv/conv2d_kernels.h"
@@ -52,7 +53,7 @@ void conv2d_nhwc_add_bias_cuda(DType dtype, void* y, const void* b, int64_t rows
   constexpr int kThreads = 256;
   const int64_t total = rows * channels;
   if (total == 0) return;
-  visit_floating(dtype, "conv2d bias", [&](auto t) {
+  dispatch_dtype(dtype, "conv2d bias", [&](auto t) {
     using T = decltype(t);
     add_bias_nhwc_kernel<T><<<cuda::grid_blocks(cuda::ceil_div(total, kThreads), kThreads), kThreads, 0,
                               cuda::stream()>>>(static_cast<T*>(y), static_cast<const T*>(b), total, channels);
@@ -71,7 +72,7 @@ void conv2d_nhwc_backward_bias_cuda(DType dtype, const void* dy, void* db, int64
   auto sums = allocate(sizeof(float) * channels, Device::cuda());
   float* part = static_cast<float*>(partials.get());
   float* out = dtype == DType::Float32 ? static_cast<float*>(db) : static_cast<float*>(sums.get());
-  visit_floating(dtype, "conv2d bias gradient", [&](auto t) {
+  dispatch_dtype(dtype, "conv2d bias gradient", [&](auto t) {
     using T = decltype(t);
     bias_grad_nhwc_partials_kernel<T><<<dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(slices)),
                                         dim3(kCols, kRowLanes), 0, cuda::stream()>>>(

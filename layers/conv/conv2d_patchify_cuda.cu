@@ -10,6 +10,7 @@
 #include "core/allocator.h"
 #include "core/cast_kernels.h"
 #include "core/cuda/kernel_helpers.cuh"
+#include "core/dispatch.h"
 #include "core/cuda/runtime.h"
 #include "core/half_types.h"
 #include "layers/conv/conv2d_patchify.h"
@@ -66,7 +67,7 @@ int64_t patch_of(const Conv2dShape& s) { return s.kh * s.kw * s.c; }
 std::shared_ptr<void> gather(const Conv2dShape& s, DType dtype, const void* x) {
   const int64_t total = rows_of(s) * patch_of(s);
   auto p = allocate(dtype_size(dtype) * static_cast<size_t>(total), Device::cuda());
-  visit_floating(dtype, "conv2d patch gather", [&](auto tag) {
+  dispatch_dtype(dtype, "conv2d patch gather", [&](auto tag) {
     using T = decltype(tag);
     gather_patches_kernel<T><<<cuda::grid_blocks(cuda::ceil_div(total, kBlock), kBlock), kBlock, 0, cuda::stream()>>>(
         Patches(s), static_cast<const T*>(x), static_cast<T*>(p.get()));
@@ -81,20 +82,32 @@ void conv2d_patchify_forward_cuda(const Conv2dShape& s, DType dtype, const void*
                                   void* y) {
   if (s.n == 0) return;
   const auto p = gather(s, dtype, x);
-  linear_forward_half_cuda(dtype, rows_of(s), patch_of(s), s.o, p.get(), w, b, y);
+  dispatch_dtype(dtype, "conv2d patch GEMM", [&](auto tag) {
+    using T = decltype(tag);
+    linear_forward_cuda(rows_of(s), patch_of(s), s.o, static_cast<const T*>(p.get()), static_cast<const T*>(w),
+                        static_cast<const T*>(b), static_cast<T*>(y));
+  });
 }
 
 void conv2d_patchify_backward_filter_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* dy, void* dw) {
   const auto p = gather(s, dtype, x);
-  linear_backward_weight_half_cuda(dtype, rows_of(s), patch_of(s), s.o, p.get(), dy, dw);
+  dispatch_dtype(dtype, "conv2d patch GEMM", [&](auto tag) {
+    using T = decltype(tag);
+    linear_backward_weight_cuda(rows_of(s), patch_of(s), s.o, static_cast<const T*>(p.get()), static_cast<const T*>(dy),
+                                static_cast<T*>(dw));
+  });
 }
 
 void conv2d_patchify_backward_data_cuda(const Conv2dShape& s, DType dtype, const void* dy, const void* w, void* dx) {
   if (s.n == 0) return;
   const int64_t total = s.n * s.h * s.w * s.c;
   auto dp = allocate(dtype_size(dtype) * static_cast<size_t>(rows_of(s) * patch_of(s)), Device::cuda());
-  linear_backward_data_half_cuda(dtype, rows_of(s), patch_of(s), s.o, dy, w, dp.get());
-  visit_floating(dtype, "conv2d patch scatter", [&](auto tag) {
+  dispatch_dtype(dtype, "conv2d patch GEMM", [&](auto tag) {
+    using T = decltype(tag);
+    linear_backward_data_cuda(rows_of(s), patch_of(s), s.o, static_cast<const T*>(dy), static_cast<const T*>(w),
+                              static_cast<T*>(dp.get()));
+  });
+  dispatch_dtype(dtype, "conv2d patch scatter", [&](auto tag) {
     using T = decltype(tag);
     scatter_patches_kernel<T><<<cuda::grid_blocks(cuda::ceil_div(total, kBlock), kBlock), kBlock, 0,
                                 cuda::stream()>>>(Patches(s), static_cast<const T*>(dp.get()), static_cast<T*>(dx));

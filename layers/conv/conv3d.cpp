@@ -1,6 +1,8 @@
-// The conv3d op (one autograd node), the Conv3d module and its factory, and the Size3d helpers
-// the 3-D layers share.
+// The conv3d op (one autograd node), the Conv3d module, its spec's rows (shared with
+// ConvTranspose3d's) and its descriptor.
 #include "layers/conv/conv3d.h"
+
+#include <type_traits>
 
 #include "core/autocast.h"
 #include "core/autograd.h"
@@ -8,30 +10,10 @@
 #include "core/init.h"
 #include "core/storage_rounding.h"
 #include "layers/conv/conv3d_ops.h"
+#include "layers/layer_fields.h"
 #include "layers/registry.h"
 
 namespace minidl {
-
-std::string size3d_str(Size3d s) { return s.cube() ? std::to_string(s.d) : str(s.d, "x", s.h, "x", s.w); }
-
-nlohmann::json size3d_json(Size3d s) {
-  if (s.cube()) return s.d;
-  return nlohmann::json::array({s.d, s.h, s.w});
-}
-
-Size3d get_size3d(LayerArgs& args, const std::string& key, std::optional<Size3d> fallback, int64_t lo) {
-  Size3d s = fallback.value_or(Size3d(lo));
-  if (!fallback || args.has(key)) {
-    const std::vector<int64_t> v = args.get_ints(key);
-    MINIDL_CHECK(v.size() == 1 || v.size() == 3, args.key_path(key), ": expected an integer or a list of three, got ",
-                 v.size(), " values");
-    s = v.size() == 1 ? Size3d(v[0]) : Size3d(v[0], v[1], v[2]);
-  }
-  for (int64_t x : {s.d, s.h, s.w})
-    MINIDL_CHECK(x >= lo && x <= kMaxWindow, args.key_path(key), ": must be in ", lo, "..", kMaxWindow, ", got ",
-                 size3d_str(s));
-  return s;
-}
 
 namespace {
 
@@ -92,123 +74,98 @@ Tensor conv3d(const Tensor& x, const Tensor& weight_in, const Tensor& bias, Size
   return y;
 }
 
-Conv3d::Conv3d(int64_t in_channels, int64_t out_channels, Size3d kernel_size, Size3d stride, Size3d padding,
-               bool with_bias)
-    : in_channels_(in_channels), out_channels_(out_channels), kernel_(kernel_size), stride_(stride), padding_(padding) {
-  MINIDL_CHECK(in_channels >= 1 && out_channels >= 1, "Conv3d: in_channels and out_channels must be >= 1, got ",
-               in_channels, " and ", out_channels);
-  MINIDL_CHECK(kernel_.d >= 1 && kernel_.h >= 1 && kernel_.w >= 1, "Conv3d: kernel_size must be >= 1, got ",
-               size3d_str(kernel_));
-  MINIDL_CHECK(stride_.d >= 1 && stride_.h >= 1 && stride_.w >= 1, "Conv3d: stride must be >= 1, got ",
-               size3d_str(stride_));
-  MINIDL_CHECK(padding_.d >= 0 && padding_.h >= 0 && padding_.w >= 0, "Conv3d: padding must be >= 0, got ",
-               size3d_str(padding_));
-  weight = Tensor::empty({out_channels, in_channels, kernel_.d, kernel_.h, kernel_.w});
-  if (with_bias) bias = Tensor::empty({out_channels});
-  init_fan_in_uniform_(weight, with_bias ? &bias : nullptr, in_channels * kernel_.d * kernel_.h * kernel_.w);
+Conv3d::Conv3d(const Conv3dSpec& spec) : Layer(conv3d_layer(), spec) {
+  const Size3d k = spec.kernel_size;
+  const int64_t in = spec.in_channels, out = spec.out_channels;
+  MINIDL_CHECK(in >= 1 && out >= 1, "Conv3d: in_channels and out_channels must be >= 1, got ", in, " and ", out);
+  MINIDL_CHECK(k.d >= 1 && k.h >= 1 && k.w >= 1, "Conv3d: kernel_size must be >= 1, got ", size3d_str(k));
+  const Size3d st = spec.stride, pad = spec.padding;
+  MINIDL_CHECK(st.d >= 1 && st.h >= 1 && st.w >= 1, "Conv3d: stride must be >= 1, got ", size3d_str(st));
+  MINIDL_CHECK(pad.d >= 0 && pad.h >= 0 && pad.w >= 0, "Conv3d: padding must be >= 0, got ", size3d_str(pad));
+  weight = Tensor::empty({out, in, k.d, k.h, k.w});
+  if (spec.bias) bias = Tensor::empty({out});
+  init_fan_in_uniform_(weight, spec.bias ? &bias : nullptr, in * k.volume());
   register_parameter("weight", &weight);
-  if (with_bias) register_parameter("bias", &bias);
+  if (spec.bias) register_parameter("bias", &bias);
 }
 
 Tensor Conv3d::forward(const Tensor& x) {
   const std::string who = label();
-  MINIDL_CHECK(x.defined() && x.dim() == 5 && x.size(1) == in_channels_, who, ": expected input (N, ", in_channels_,
-               ", D, H, W), got ", x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
-  MINIDL_CHECK(x.size(2) + 2 * padding_.d >= kernel_.d && x.size(3) + 2 * padding_.h >= kernel_.h &&
-                   x.size(4) + 2 * padding_.w >= kernel_.w,
-               who, ": kernel_size ", size3d_str(kernel_), " is larger than the input ", shape_str(x.shape()),
-               " with padding ", size3d_str(padding_));
+  const int64_t in = in_channels();
+  const Size3d k = kernel_size(), pad = padding();
+  MINIDL_CHECK(x.defined() && x.dim() == 5 && x.size(1) == in, who, ": expected input (N, ", in, ", D, H, W), got ",
+               x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
+  MINIDL_CHECK(x.size(2) + 2 * pad.d >= k.d && x.size(3) + 2 * pad.h >= k.h && x.size(4) + 2 * pad.w >= k.w, who,
+               ": kernel_size ", size3d_str(k), " is larger than the input ", shape_str(x.shape()), " with padding ",
+               size3d_str(pad));
   // A channels_last_3d input meets a channels_last_3d weight: the float32 master reordered (and
   // cast, under autocast) in one pass each step; its gradient comes back through the same op.
   const MemoryFormat wf = x.memory_format();
   if (autocast_active()) {
     const DType t = autocast_dtype();
-    return conv3d(x.to(t), weight.to(t, wf), bias.defined() ? bias.to(t) : bias, stride_, padding_);
+    return conv3d(x.to(t), weight.to(t, wf), bias.defined() ? bias.to(t) : bias, stride(), pad);
   }
-  return conv3d(x, weight.to(x.dtype(), wf), in_dtype_of(bias, x), stride_, padding_);
+  return conv3d(x, weight.to(x.dtype(), wf), in_dtype_of(bias, x), stride(), pad);
 }
 
 std::string Conv3d::describe() const {
-  std::string d = str("Conv3d ", in_channels_, "->", out_channels_, " k", size3d_str(kernel_));
-  if (!(stride_ == Size3d(1))) d += str(" s", size3d_str(stride_));
+  std::string d = str("Conv3d ", in_channels(), "->", out_channels(), " k", size3d_str(kernel_size()));
+  if (!(stride() == Size3d(1))) d += str(" s", size3d_str(stride()));
   return d;
-}
-
-nlohmann::json Conv3d::to_json() const {
-  return {{"type", "Conv3d"},
-          {"in_channels", in_channels_},
-          {"out_channels", out_channels_},
-          {"kernel_size", size3d_json(kernel_)},
-          {"stride", size3d_json(stride_)},
-          {"padding", size3d_json(padding_)},
-          {"bias", bias.defined()}};
 }
 
 // layers/work.h gemm_layer_work: every output a dot product of Cin*kd*kh*kw.
 std::optional<LayerWork> Conv3d::work(const Tensor& x, const Tensor& y) const {
-  return gemm_layer_work(x, y, in_channels_ * kernel_.d * kernel_.h * kernel_.w, weight, bias);
+  return gemm_layer_work(x, y, in_channels() * kernel_size().volume(), weight, bias);
 }
 
-Conv3dSpec read_conv3d_spec(LayerArgs& args) {
-  const int64_t in_channels = args.get_int("in_channels");
-  const int64_t out_channels = args.get_int("out_channels");
-  MINIDL_CHECK(in_channels >= 1 && in_channels <= kMaxFeatures, args.key_path("in_channels"), ": must be in 1..",
-               kMaxFeatures, ", got ", in_channels);
-  MINIDL_CHECK(out_channels >= 1 && out_channels <= kMaxFeatures, args.key_path("out_channels"), ": must be in 1..",
-               kMaxFeatures, ", got ", out_channels);
-  const Size3d kernel = get_size3d(args, "kernel_size", std::nullopt, 1);
-  const Size3d stride = get_size3d(args, "stride", 1, 1);
-  const Size3d padding = get_size3d(args, "padding", 0, 0);
-  return {in_channels, out_channels, kernel, stride, padding, args.get_bool("bias", true)};
+template <typename S>
+std::vector<Field<S>> conv3d_rows(const std::string& padding_doc) {
+  return {integer("in_channels", &S::in_channels, kRequired, {1, kMaxFeatures}, "input channels"),
+          integer("out_channels", &S::out_channels, kRequired, {1, kMaxFeatures}, "output channels"),
+          size3d("kernel_size", &S::kernel_size, kRequired, {1, kMaxWindow},
+                 "kernel (d, h, w): an int or a list of three"),
+          size3d("stride", &S::stride, Size3d(1), {1, kMaxWindow}, "stride (d, h, w)"),
+          size3d("padding", &S::padding, Size3d(0), {0, kMaxWindow}, padding_doc),
+          flag("bias", &S::bias, true, "adds a learned bias per output channel")};
+}
+template std::vector<Field<Conv3dSpec>> conv3d_rows(const std::string&);
+template std::vector<Field<ConvTranspose3dSpec>> conv3d_rows(const std::string&);
+
+const Fields<Conv3dSpec>& Conv3dSpec::fields() {
+  using S = Conv3dSpec;
+  static const Fields<S> f{conv3d_rows<S>("zero padding (d, h, w) on each side"), [](const S& s, const JsonArgs& args) {
+                             const Size3d k = s.kernel_size;
+                             check_weight_size(args, {s.out_channels, s.in_channels, k.d, k.h, k.w});
+                           }};
+  return f;
 }
 
-std::vector<LayerKey> conv3d_keys(const std::string& padding, std::vector<LayerKey> extra) {
-  std::vector<LayerKey> keys{
-      required_key("in_channels", "int", "input channels, 1..2^31"),
-      required_key("out_channels", "int", "output channels, 1..2^31"),
-      required_key("kernel_size", "ints", "kernel (d, h, w): an int or a list of three, 1..65536"),
-      default_key("stride", "ints", 1, "stride (d, h, w), 1..65536"), default_key("padding", "ints", 0, padding)};
-  for (LayerKey& k : extra) keys.push_back(std::move(k));
-  keys.push_back(default_key("bias", "bool", true, "adds a learned bias per output channel"));
-  return keys;
-}
-
-namespace {
-
-// Reads and checks the spec's keys: what the factory builds and the memory check counts.
-Conv3dSpec read_conv3d(LayerArgs& args) {
-  const Conv3dSpec s = read_conv3d_spec(args);
-  args.finish();
-  check_weight_size(args, {s.out_channels, s.in_channels, s.kernel.d, s.kernel.h, s.kernel.w});
-  return s;
-}
-
-std::shared_ptr<Module> make_conv3d(LayerArgs& args) {
-  const Conv3dSpec s = read_conv3d(args);
-  return std::make_shared<Conv3d>(s.in_channels, s.out_channels, s.kernel, s.stride, s.padding, s.bias);
-}
-
-LayerState conv3d_state(LayerArgs& args) {
-  const Conv3dSpec s = read_conv3d(args);
-  const int64_t weight = s.out_channels * s.in_channels * s.kernel.d * s.kernel.h * s.kernel.w;
+template <typename S>
+LayerState conv3d_state(const S& s) {
+  const int64_t weight = s.out_channels * s.in_channels * s.kernel_size.volume();
+  const char* name = std::is_same<S, Conv3dSpec>::value ? "Conv3d " : "ConvTranspose3d ";
   return {weight + (s.bias ? s.out_channels : 0), weight,
-          str("Conv3d ", s.in_channels, "->", s.out_channels, " k", size3d_str(s.kernel))};
+          str(name, s.in_channels, "->", s.out_channels, " k", size3d_str(s.kernel_size))};
 }
-
-}  // namespace
+template LayerState conv3d_state(const Conv3dSpec&);
+template LayerState conv3d_state(const ConvTranspose3dSpec&);
 
 const LayerDescriptor& conv3d_layer() {
   static const LayerDescriptor layer{
       "Conv3d",
       "conv",
       "3-D convolution over (N, C, D, H, W), as torch.nn.Conv3d (NCDHW or channels_last_3d)",
-      conv3d_keys("zero padding (d, h, w) on each side, 0..65536"),
-      make_conv3d,
+      layer_fields<Conv3d>(),
+      make_layer<Conv3d>,
       {{"in_channels", 2}, {"out_channels", 3}, {"kernel_size", 3}, {"padding", 1}},
       {2, 2, 4, 4, 4},
       AutocastRule::LowerPrecision,
       false,
-      conv3d_state};
+      layer_state<Conv3d, conv3d_state<Conv3dSpec>>,
+      // Strided, rectangular, without bias.
+      {{{{"in_channels", 3}, {"out_channels", 2}, {"kernel_size", {1, 3, 3}}, {"stride", {1, 2, 2}}, {"bias", false}},
+        {2, 3, 3, 5, 5}}}};
   return layer;
 }
 

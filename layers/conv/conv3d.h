@@ -6,40 +6,15 @@
 // backward-data, its backward the convolution's forward and backward-filter.
 #pragma once
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
+#include "core/fields.h"
 #include "core/tensor.h"
-#include "layers/layer_descriptor.h"
-#include "layers/module.h"
+#include "layers/layer.h"
+#include "layers/size3d.h"
 
 namespace minidl {
-
-// A (depth, height, width) triple; one number means all three, as PyTorch's int-or-tuple arguments.
-struct Size3d {
-  int64_t d, h, w;
-  Size3d(int64_t v) : d(v), h(v), w(v) {}  // NOLINT(google-explicit-constructor): conv3d(x, w, b, 1, 1)
-  Size3d(int64_t d_, int64_t h_, int64_t w_) : d(d_), h(h_), w(w_) {}
-  bool cube() const { return d == h && h == w; }
-  bool operator==(const Size3d& o) const { return d == o.d && h == o.h && w == o.w; }
-};
-std::string size3d_str(Size3d s);      // "3" or "3x1x1"
-nlohmann::json size3d_json(Size3d s);  // 3 or [3, 1, 1]
-// An int or a list of three ints at `key` (required without a fallback), each in [lo, kMaxWindow].
-Size3d get_size3d(LayerArgs& args, const std::string& key, std::optional<Size3d> fallback, int64_t lo);
-
-// The keys Conv3d and ConvTranspose3d share, read and checked (the caller reads its own, then
-// finish()es): in_channels, out_channels, kernel_size, stride, padding, bias.
-struct Conv3dSpec {
-  int64_t in_channels, out_channels;
-  Size3d kernel, stride, padding;
-  bool bias;
-};
-Conv3dSpec read_conv3d_spec(LayerArgs& args);
-// Their declarations, `extra` (ConvTranspose3d's output_padding) before bias; `padding` says what
-// the padding does.
-std::vector<LayerKey> conv3d_keys(const std::string& padding, std::vector<LayerKey> extra = {});
 
 // y = conv(x, weight) + bias: x (N, C, D, H, W), weight (O, C, kd, kh, kw), bias (O) or undefined,
 // y (N, O, (D + 2*pd - kd)/sd + 1, ...). Differentiable in all three; F.conv3d's arguments.
@@ -51,56 +26,71 @@ Tensor conv3d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size3d 
 Tensor conv_transpose3d(const Tensor& x, const Tensor& weight, const Tensor& bias, Size3d stride = 1,
                         Size3d padding = 0, Size3d output_padding = 0);
 
-class Conv3d : public Module {
+// The layer types' descriptors (layers/layer_descriptor.h), listed in layers/registry.cpp.
+const LayerDescriptor& conv3d_layer();
+const LayerDescriptor& conv_transpose3d_layer();
+
+struct Conv3dSpec {
+  int64_t in_channels, out_channels;
+  Size3d kernel_size, stride, padding;
+  bool bias;
+  static const Fields<Conv3dSpec>& fields();
+};
+
+struct ConvTranspose3dSpec {
+  int64_t in_channels, out_channels;
+  Size3d kernel_size, stride, padding, output_padding;
+  bool bias;
+  static const Fields<ConvTranspose3dSpec>& fields();
+};
+
+// The rows both specs share (in_channels, out_channels, kernel_size, stride, padding, bias: S is
+// one of the two), `padding_doc` saying what the padding does; ConvTranspose3d inserts its
+// output_padding before bias.
+template <typename S>
+std::vector<Field<S>> conv3d_rows(const std::string& padding_doc);
+// What either layer allocates: the weight (in * out * kd * kh * kw) and the bias.
+template <typename S>
+LayerState conv3d_state(const S& spec);
+
+class Conv3d : public Layer<Conv3dSpec> {
  public:
   // weight and bias U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = in_channels * kd * kh * kw, as
   // PyTorch's default initialization; on the CPU.
   Conv3d(int64_t in_channels, int64_t out_channels, Size3d kernel_size, Size3d stride = 1, Size3d padding = 0,
-         bool bias = true);
+         bool bias = true)
+      : Conv3d(Conv3dSpec{in_channels, out_channels, kernel_size, stride, padding, bias}) {}
+  explicit Conv3d(const Conv3dSpec& spec);
 
   Tensor forward(const Tensor& x) override;
-  std::string type_name() const override { return "Conv3d"; }
   std::string describe() const override;  // "Conv3d 32->64 k3", "Conv3d 1->8 k3x1x1 s2"
-  nlohmann::json to_json() const override;
   std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
 
-  int64_t in_channels() const { return in_channels_; }
-  int64_t out_channels() const { return out_channels_; }
-  Size3d kernel_size() const { return kernel_; }
-  Size3d stride() const { return stride_; }
-  Size3d padding() const { return padding_; }
+  int64_t in_channels() const { return spec().in_channels; }
+  int64_t out_channels() const { return spec().out_channels; }
+  Size3d kernel_size() const { return spec().kernel_size; }
+  Size3d stride() const { return spec().stride; }
+  Size3d padding() const { return spec().padding; }
 
   Tensor weight;  // (out_channels, in_channels, kd, kh, kw)
   Tensor bias;    // (out_channels) or undefined
-
- private:
-  int64_t in_channels_, out_channels_;
-  Size3d kernel_, stride_, padding_;
 };
 
-class ConvTranspose3d : public Module {
+class ConvTranspose3d : public Layer<ConvTranspose3dSpec> {
  public:
   // PyTorch's default initialization: fan_in = out_channels * kd * kh * kw (the weight's dim 1 on).
   ConvTranspose3d(int64_t in_channels, int64_t out_channels, Size3d kernel_size, Size3d stride = 1, Size3d padding = 0,
-                  Size3d output_padding = 0, bool bias = true);
+                  Size3d output_padding = 0, bool bias = true)
+      : ConvTranspose3d(
+            ConvTranspose3dSpec{in_channels, out_channels, kernel_size, stride, padding, output_padding, bias}) {}
+  explicit ConvTranspose3d(const ConvTranspose3dSpec& spec);
 
   Tensor forward(const Tensor& x) override;
-  std::string type_name() const override { return "ConvTranspose3d"; }
   std::string describe() const override;  // "ConvTranspose3d 64->32 k2 s2"
-  nlohmann::json to_json() const override;
   std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
 
   Tensor weight;  // (in_channels, out_channels, kd, kh, kw)
   Tensor bias;    // (out_channels) or undefined
-
- private:
-  int64_t in_channels_, out_channels_;
-  Size3d kernel_, stride_, padding_, output_padding_;
 };
-
-// The layer types' descriptors (layers/layer_descriptor.h), listed in layers/registry.cpp.
-struct LayerDescriptor;
-const LayerDescriptor& conv3d_layer();
-const LayerDescriptor& conv_transpose3d_layer();
 
 }  // namespace minidl

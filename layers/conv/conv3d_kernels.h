@@ -5,7 +5,6 @@
 #pragma once
 #include <cstdint>
 
-#include "core/dtype.h"
 
 namespace minidl {
 
@@ -37,20 +36,21 @@ void conv3d_backward_cpu(const Conv3dShape& s, const float* x, const float* w, c
 void conv3d_add_bias_cpu(float* y, const float* b, int64_t n, int64_t o, int64_t spatial);
 void conv3d_backward_bias_cpu(const float* dy, float* db, int64_t n, int64_t o, int64_t spatial);
 
-// cuDNN, channels_last: NDHWC operands and a channels-last (o, kd, kh, kw, c) weight of `dtype`;
-// otherwise float32 NCDHW. The bias is added after cuDNN's forward; db sums dy in a fixed order.
-void conv3d_forward_cuda(const Conv3dShape& s, DType dtype, bool channels_last, const void* x, const void* w,
-                         const void* b, void* y);
-void conv3d_backward_data_cuda(const Conv3dShape& s, DType dtype, bool channels_last, const void* dy, const void* w,
-                               void* dx);
-void conv3d_backward_filter_cuda(const Conv3dShape& s, DType dtype, bool channels_last, const void* x, const void* dy,
-                                 void* dw);
+// cuDNN over T (float, bf16, fp16): NDHWC operands and a channels-last (o, kd, kh, kw, c) weight
+// when `channels_last` (every T), else float32 NCDHW (T = float). The bias is added after cuDNN's
+// forward; db sums dy in a fixed order.
+template <class T>
+void conv3d_forward_cuda(const Conv3dShape& s, bool channels_last, const T* x, const T* w, const T* b, T* y);
+template <class T>
+void conv3d_backward_data_cuda(const Conv3dShape& s, bool channels_last, const T* dy, const T* w, T* dx);
+template <class T>
+void conv3d_backward_filter_cuda(const Conv3dShape& s, bool channels_last, const T* x, const T* dy, T* dw);
 // y (n, o, spatial) += b per channel, and db = the sum of dy over n and the `spatial` positions:
 // the bias of Conv3d (spatial = od*oh*ow) and of ConvTranspose3d (its output's positions).
-void conv3d_add_bias_cuda(DType dtype, bool channels_last, void* y, const void* b, int64_t n, int64_t o,
-                          int64_t spatial);
-void conv3d_backward_bias_cuda(DType dtype, bool channels_last, const void* dy, void* db, int64_t n, int64_t o,
-                               int64_t spatial);
+template <class T>
+void conv3d_add_bias_cuda(bool channels_last, T* y, const T* b, int64_t n, int64_t o, int64_t spatial);
+template <class T>
+void conv3d_backward_bias_cuda(bool channels_last, const T* dy, T* db, int64_t n, int64_t o, int64_t spatial);
 
 }  // namespace kernels
 }  // namespace minidl

@@ -12,6 +12,7 @@
 #include "core/storage_rounding.h"
 #include "layers/conv/conv3d.h"
 #include "layers/conv/conv3d_ops.h"
+#include "layers/layer_fields.h"
 #include "layers/registry.h"
 
 namespace minidl {
@@ -80,115 +81,85 @@ Tensor conv_transpose3d(const Tensor& x, const Tensor& weight_in, const Tensor& 
   return y;
 }
 
-ConvTranspose3d::ConvTranspose3d(int64_t in_channels, int64_t out_channels, Size3d kernel_size, Size3d stride,
-                                 Size3d padding, Size3d output_padding, bool with_bias)
-    : in_channels_(in_channels),
-      out_channels_(out_channels),
-      kernel_(kernel_size),
-      stride_(stride),
-      padding_(padding),
-      output_padding_(output_padding) {
-  MINIDL_CHECK(in_channels >= 1 && out_channels >= 1,
-               "ConvTranspose3d: in_channels and out_channels must be >= 1, got ", in_channels, " and ", out_channels);
-  MINIDL_CHECK(kernel_.d >= 1 && kernel_.h >= 1 && kernel_.w >= 1, "ConvTranspose3d: kernel_size must be >= 1, got ",
-               size3d_str(kernel_));
-  MINIDL_CHECK(output_padding_.d < stride_.d && output_padding_.h < stride_.h && output_padding_.w < stride_.w,
-               "ConvTranspose3d: output_padding ", size3d_str(output_padding_), " must be smaller than stride ",
-               size3d_str(stride_));
-  weight = Tensor::empty({in_channels, out_channels, kernel_.d, kernel_.h, kernel_.w});
-  if (with_bias) bias = Tensor::empty({out_channels});
-  init_fan_in_uniform_(weight, with_bias ? &bias : nullptr, out_channels * kernel_.d * kernel_.h * kernel_.w);
+ConvTranspose3d::ConvTranspose3d(const ConvTranspose3dSpec& spec) : Layer(conv_transpose3d_layer(), spec) {
+  const Size3d k = spec.kernel_size, st = spec.stride, opad = spec.output_padding;
+  const int64_t in = spec.in_channels, out = spec.out_channels;
+  MINIDL_CHECK(in >= 1 && out >= 1, "ConvTranspose3d: in_channels and out_channels must be >= 1, got ", in, " and ",
+               out);
+  MINIDL_CHECK(k.d >= 1 && k.h >= 1 && k.w >= 1, "ConvTranspose3d: kernel_size must be >= 1, got ", size3d_str(k));
+  MINIDL_CHECK(opad.d < st.d && opad.h < st.h && opad.w < st.w, "ConvTranspose3d: output_padding ", size3d_str(opad),
+               " must be smaller than stride ", size3d_str(st));
+  weight = Tensor::empty({in, out, k.d, k.h, k.w});
+  if (spec.bias) bias = Tensor::empty({out});
+  init_fan_in_uniform_(weight, spec.bias ? &bias : nullptr, out * k.volume());
   register_parameter("weight", &weight);
-  if (with_bias) register_parameter("bias", &bias);
+  if (spec.bias) register_parameter("bias", &bias);
 }
 
 Tensor ConvTranspose3d::forward(const Tensor& x) {
-  MINIDL_CHECK(x.defined() && x.dim() == 5 && x.size(1) == in_channels_, label(), ": expected input (N, ", in_channels_,
-               ", D, H, W), got ", x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
+  const ConvTranspose3dSpec& s = spec();
+  MINIDL_CHECK(x.defined() && x.dim() == 5 && x.size(1) == s.in_channels, label(), ": expected input (N, ",
+               s.in_channels, ", D, H, W), got ", x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
   const MemoryFormat wf = x.memory_format();
   if (autocast_active()) {
     const DType t = autocast_dtype();
-    return conv_transpose3d(x.to(t), weight.to(t, wf), bias.defined() ? bias.to(t) : bias, stride_, padding_,
-                            output_padding_);
+    return conv_transpose3d(x.to(t), weight.to(t, wf), bias.defined() ? bias.to(t) : bias, s.stride, s.padding,
+                            s.output_padding);
   }
-  return conv_transpose3d(x, weight.to(x.dtype(), wf), in_dtype_of(bias, x), stride_, padding_, output_padding_);
+  return conv_transpose3d(x, weight.to(x.dtype(), wf), in_dtype_of(bias, x), s.stride, s.padding, s.output_padding);
 }
 
 std::string ConvTranspose3d::describe() const {
-  std::string d = str("ConvTranspose3d ", in_channels_, "->", out_channels_, " k", size3d_str(kernel_));
-  if (!(stride_ == Size3d(1))) d += str(" s", size3d_str(stride_));
+  const ConvTranspose3dSpec& s = spec();
+  std::string d = str("ConvTranspose3d ", s.in_channels, "->", s.out_channels, " k", size3d_str(s.kernel_size));
+  if (!(s.stride == Size3d(1))) d += str(" s", size3d_str(s.stride));
   return d;
-}
-
-nlohmann::json ConvTranspose3d::to_json() const {
-  return {{"type", "ConvTranspose3d"},
-          {"in_channels", in_channels_},
-          {"out_channels", out_channels_},
-          {"kernel_size", size3d_json(kernel_)},
-          {"stride", size3d_json(stride_)},
-          {"padding", size3d_json(padding_)},
-          {"output_padding", size3d_json(output_padding_)},
-          {"bias", bias.defined()}};
 }
 
 // Every input voxel meets every tap once: Cin * k multiply-adds per input voxel and output
 // channel, i.e. per output element Cin * k * (input voxels / output voxels) of them on average
 // (exactly Cin when kernel_size equals stride, the up-sampling of a UNet).
 std::optional<LayerWork> ConvTranspose3d::work(const Tensor& x, const Tensor& y) const {
-  const int64_t taps = kernel_.d * kernel_.h * kernel_.w;
+  const int64_t taps = spec().kernel_size.volume();
   const int64_t in_voxels = x.numel() / std::max<int64_t>(x.size(0) * x.size(1), 1);
   const int64_t out_voxels = std::max<int64_t>(y.numel() / std::max<int64_t>(y.size(0) * y.size(1), 1), 1);
-  return gemm_layer_work(x, y, std::max<int64_t>(1, in_channels_ * taps * in_voxels / out_voxels), weight, bias);
+  return gemm_layer_work(x, y, std::max<int64_t>(1, spec().in_channels * taps * in_voxels / out_voxels), weight, bias);
 }
 
-namespace {
-
-struct ConvTranspose3dSpec {
-  Conv3dSpec conv;
-  Size3d output_padding;
-};
-
-ConvTranspose3dSpec read_conv_transpose3d(LayerArgs& args) {
-  const Conv3dSpec s = read_conv3d_spec(args);
-  const Size3d output_padding = get_size3d(args, "output_padding", 0, 0);
-  MINIDL_CHECK(output_padding.d < s.stride.d && output_padding.h < s.stride.h && output_padding.w < s.stride.w,
-               args.key_path("output_padding"), ": must be smaller than stride (", size3d_str(s.stride), "), got ",
-               size3d_str(output_padding));
-  args.finish();
-  check_weight_size(args, {s.in_channels, s.out_channels, s.kernel.d, s.kernel.h, s.kernel.w});
-  return {s, output_padding};
+const Fields<ConvTranspose3dSpec>& ConvTranspose3dSpec::fields() {
+  using S = ConvTranspose3dSpec;
+  static const Fields<S> f{[] {
+                             std::vector<Field<S>> rows = conv3d_rows<S>("(d, h, w) taken off each side of the output");
+                             rows.insert(rows.end() - 1, size3d("output_padding", &S::output_padding, Size3d(0),
+                                                                {0, kMaxWindow},
+                                                                "(d, h, w) added to one side of the output, below stride"));
+                             return rows;
+                           }(),
+                           [](const S& s, const JsonArgs& args) {
+                             const Size3d op = s.output_padding, st = s.stride, k = s.kernel_size;
+                             MINIDL_CHECK(op.d < st.d && op.h < st.h && op.w < st.w, args.key_path("output_padding"),
+                                          ": must be smaller than stride (", size3d_str(st), "), got ", size3d_str(op));
+                             check_weight_size(args, {s.in_channels, s.out_channels, k.d, k.h, k.w});
+                           }};
+  return f;
 }
-
-std::shared_ptr<Module> make_conv_transpose3d(LayerArgs& args) {
-  const ConvTranspose3dSpec t = read_conv_transpose3d(args);
-  const Conv3dSpec& s = t.conv;
-  return std::make_shared<ConvTranspose3d>(s.in_channels, s.out_channels, s.kernel, s.stride, s.padding,
-                                           t.output_padding, s.bias);
-}
-
-LayerState conv_transpose3d_state(LayerArgs& args) {
-  const Conv3dSpec s = read_conv_transpose3d(args).conv;
-  const int64_t weight = s.in_channels * s.out_channels * s.kernel.d * s.kernel.h * s.kernel.w;
-  return {weight + (s.bias ? s.out_channels : 0), weight,
-          str("ConvTranspose3d ", s.in_channels, "->", s.out_channels, " k", size3d_str(s.kernel))};
-}
-
-}  // namespace
 
 const LayerDescriptor& conv_transpose3d_layer() {
   static const LayerDescriptor layer{
       "ConvTranspose3d",
       "conv",
       "3-D transposed convolution (up-sampling) over (N, C, D, H, W), as torch.nn.ConvTranspose3d",
-      conv3d_keys(
-          "(d, h, w) taken off each side of the output, 0..65536",
-          {default_key("output_padding", "ints", 0, "(d, h, w) added to one side of the output, below stride")}),
-      make_conv_transpose3d,
+      layer_fields<ConvTranspose3d>(),
+      make_layer<ConvTranspose3d>,
       {{"in_channels", 4}, {"out_channels", 2}, {"kernel_size", 2}, {"stride", 2}},
       {2, 4, 2, 2, 2},
       AutocastRule::LowerPrecision,
       false,
-      conv_transpose3d_state};
+      layer_state<ConvTranspose3d, conv3d_state<ConvTranspose3dSpec>>,
+      // Overlapping taps (kernel larger than stride), padding and output_padding, without bias.
+      {{{{"in_channels", 3}, {"out_channels", 2}, {"kernel_size", 3}, {"stride", 2}, {"padding", 1},
+         {"output_padding", 1}, {"bias", false}},
+        {2, 3, 2, 3, 2}}}};
   return layer;
 }
 

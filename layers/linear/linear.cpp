@@ -2,12 +2,13 @@
 // module and its factory.
 #include "layers/linear/linear.h"
 
+#include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/dispatch.h"
-#include "core/autocast.h"
 #include "core/error.h"
-#include "core/storage_rounding.h"
+#include "core/field_kinds.h"
 #include "core/init.h"
+#include "core/storage_rounding.h"
 #include "layers/linear/linear_kernels.h"
 #include "layers/registry.h"
 
@@ -15,7 +16,10 @@ namespace minidl {
 
 namespace {
 
-const void* raw_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
+template <class T>
+const T* data_or_null(const Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
 
 }  // namespace
 
@@ -55,12 +59,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
                                     bias.defined() ? bias.data<float>() : nullptr, y.data<float>());
       },
       [&] {
-        if (half)
-          kernels::linear_forward_half_cuda(t, rows, in, out, x.raw_data(), weight.raw_data(), raw_or_null(bias),
-                                            y.raw_data());
-        else
-          kernels::linear_forward_cuda(rows, in, out, x.data<float>(), weight.data<float>(),
-                                       bias.defined() ? bias.data<float>() : nullptr, y.data<float>());
+        dispatch_dtype(t, "linear", [&](auto tag) {
+          using T = decltype(tag);
+          kernels::linear_forward_cuda(rows, in, out, x.data<T>(), weight.data<T>(), data_or_null<T>(bias),
+                                       y.data<T>());
+        });
       });
   std::vector<Tensor> inputs{x, weight};
   if (bias.defined()) inputs.push_back(bias);
@@ -69,8 +72,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     const bool need_b = bias.defined() && bias.requires_grad(), has_bias = bias.defined();
     autograd::record(
         y, "linear", std::move(inputs),
-        [rows, in, out, half, t, xs = x.detach(), ws = weight.detach(), need_x, need_w, need_b, has_bias](
-            const Tensor& dy_in) -> std::vector<Tensor> {
+        [rows, in, out, t, xs = x.detach(), ws = weight.detach(), need_x, need_w, need_b,
+         has_bias](const Tensor& dy_in) -> std::vector<Tensor> {
           const Tensor dy = dy_in.to(t);
           const Device dev = dy.device();
           Tensor dx = need_x ? Tensor::empty(xs.shape(), t, dev) : Tensor();
@@ -79,20 +82,23 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
           dispatch(
               dev, "linear_backward",
               [&] {
-                if (need_x) kernels::linear_backward_data_cpu(rows, in, out, dy.data<float>(), ws.data<float>(), dx.data<float>());
-                if (need_w) kernels::linear_backward_weight_cpu(rows, in, out, xs.data<float>(), dy.data<float>(), dw.data<float>());
+                if (need_x)
+                  kernels::linear_backward_data_cpu(rows, in, out, dy.data<float>(), ws.data<float>(),
+                                                    dx.data<float>());
+                if (need_w)
+                  kernels::linear_backward_weight_cpu(rows, in, out, xs.data<float>(), dy.data<float>(),
+                                                      dw.data<float>());
                 if (need_b) kernels::linear_backward_bias_cpu(rows, out, dy.data<float>(), db.data<float>());
               },
               [&] {
-                if (half) {
-                  if (need_x) kernels::linear_backward_data_half_cuda(t, rows, in, out, dy.raw_data(), ws.raw_data(), dx.raw_data());
-                  if (need_w) kernels::linear_backward_weight_half_cuda(t, rows, in, out, xs.raw_data(), dy.raw_data(), dw.raw_data());
-                  if (need_b) kernels::linear_backward_bias_half_cuda(t, rows, out, dy.raw_data(), db.raw_data());
-                  return;
-                }
-                if (need_x) kernels::linear_backward_data_cuda(rows, in, out, dy.data<float>(), ws.data<float>(), dx.data<float>());
-                if (need_w) kernels::linear_backward_weight_cuda(rows, in, out, xs.data<float>(), dy.data<float>(), dw.data<float>());
-                if (need_b) kernels::linear_backward_bias_cuda(rows, out, dy.data<float>(), db.data<float>());
+                dispatch_dtype(t, "linear", [&](auto tag) {
+                  using T = decltype(tag);
+                  if (need_x)
+                    kernels::linear_backward_data_cuda(rows, in, out, dy.data<T>(), ws.data<T>(), dx.data<T>());
+                  if (need_w)
+                    kernels::linear_backward_weight_cuda(rows, in, out, xs.data<T>(), dy.data<T>(), dw.data<T>());
+                  if (need_b) kernels::linear_backward_bias_cuda(rows, out, dy.data<T>(), db.data<T>());
+                });
               });
           std::vector<Tensor> grads{dx, dw};
           if (has_bias) grads.push_back(db);
@@ -102,8 +108,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return y;
 }
 
-Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias)
-    : in_features_(in_features), out_features_(out_features) {
+Linear::Linear(const LinearSpec& spec) : Layer(linear_layer(), spec) {
+  const int64_t in_features = spec.in_features, out_features = spec.out_features;
+  const bool with_bias = spec.bias;
   MINIDL_CHECK(in_features >= 1 && out_features >= 1, "Linear: in_features and out_features must be >= 1, got ",
                in_features, " and ", out_features);
   weight = Tensor::empty({out_features, in_features});
@@ -115,8 +122,8 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias)
 
 Tensor Linear::forward(const Tensor& x) {
   const std::string who = label();
-  MINIDL_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == in_features_, who, ": expected input (..., ",
-               in_features_, "), got ", x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
+  MINIDL_CHECK(x.defined() && x.dim() >= 1 && x.size(-1) == in_features(), who, ": expected input (..., ",
+               in_features(), "), got ", x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
   if (autocast_active()) {
     const DType t = autocast_dtype();
     return linear(x.to(t), weight.to(t), bias.defined() ? bias.to(t) : bias);
@@ -124,40 +131,22 @@ Tensor Linear::forward(const Tensor& x) {
   return linear(x, in_dtype_of(weight, x), in_dtype_of(bias, x));
 }
 
-std::string Linear::describe() const { return str("Linear ", in_features_, "->", out_features_); }
+std::string Linear::describe() const { return str("Linear ", in_features(), "->", out_features()); }
 
-nlohmann::json Linear::to_json() const {
-  return {{"type", "Linear"}, {"in_features", in_features_}, {"out_features", out_features_}, {"bias", bias.defined()}};
+const Fields<LinearSpec>& LinearSpec::fields() {
+  using S = LinearSpec;
+  static const Fields<S> f{{integer("in_features", &S::in_features, kRequired, {1, kMaxFeatures}, "input features"),
+                            integer("out_features", &S::out_features, kRequired, {1, kMaxFeatures}, "output features"),
+                            flag("bias", &S::bias, true, "adds a learned bias")},
+                           [](const S& s, const JsonArgs& args) {
+                             check_weight_size(args, {s.out_features, s.in_features});
+                           }};
+  return f;
 }
 
 namespace {
 
-struct LinearSpec {
-  int64_t in_features, out_features;
-  bool bias;
-};
-
-// Reads and checks the spec's keys: what the factory builds and the memory check counts.
-LinearSpec read_linear(LayerArgs& args) {
-  const int64_t in_features = args.get_int("in_features");
-  const int64_t out_features = args.get_int("out_features");
-  MINIDL_CHECK(in_features >= 1 && in_features <= kMaxFeatures, args.key_path("in_features"), ": must be in 1..",
-               kMaxFeatures, ", got ", in_features);
-  MINIDL_CHECK(out_features >= 1 && out_features <= kMaxFeatures, args.key_path("out_features"),
-               ": must be in 1..", kMaxFeatures, ", got ", out_features);
-  const bool bias = args.get_bool("bias", true);
-  args.finish();
-  check_weight_size(args, {out_features, in_features});
-  return {in_features, out_features, bias};
-}
-
-std::shared_ptr<Module> make_linear(LayerArgs& args) {
-  const LinearSpec s = read_linear(args);
-  return std::make_shared<Linear>(s.in_features, s.out_features, s.bias);
-}
-
-LayerState linear_state(LayerArgs& args) {
-  const LinearSpec s = read_linear(args);
+LayerState linear_state(const LinearSpec& s) {
   return {s.out_features * s.in_features + (s.bias ? s.out_features : 0), s.out_features * s.in_features,
           str("Linear ", s.in_features, "->", s.out_features)};
 }
@@ -165,25 +154,23 @@ LayerState linear_state(LayerArgs& args) {
 }  // namespace
 
 const LayerDescriptor& linear_layer() {
-  static const LayerDescriptor layer{
-      "Linear",
-      "linear",
-      "y = x W^T + b over (N, in_features), as torch.nn.Linear",
-      {required_key("in_features", "int", "input features, 1..2^31"),
-       required_key("out_features", "int", "output features, 1..2^31"),
-       default_key("bias", "bool", true, "adds a learned bias")},
-      make_linear,
-      {{"in_features", 4}, {"out_features", 3}},
-      {2, 4},
-      AutocastRule::LowerPrecision,
-      true,
-      linear_state};
+  static const LayerDescriptor layer{"Linear",
+                                     "linear",
+                                     "y = x W^T + b over (N, in_features), as torch.nn.Linear",
+                                     layer_fields<Linear>(),
+                                     make_layer<Linear>,
+                                     {{"in_features", 4}, {"out_features", 3}},
+                                     {2, 4},
+                                     AutocastRule::LowerPrecision,
+                                     true,
+                                     layer_state<Linear, linear_state>,
+                                     {{{{"in_features", 5}, {"out_features", 7}, {"bias", false}}, {2, 3, 5}}}};
   return layer;
 }
 
 // layers/work.h gemm_layer_work: every output a dot product of in_features.
 std::optional<LayerWork> Linear::work(const Tensor& x, const Tensor& y) const {
-  return gemm_layer_work(x, y, in_features_, weight, bias);
+  return gemm_layer_work(x, y, in_features(), weight, bias);
 }
 
 }  // namespace minidl

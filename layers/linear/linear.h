@@ -4,37 +4,40 @@
 #include <cstdint>
 #include <string>
 
+#include "core/fields.h"
 #include "core/tensor.h"
-#include "layers/module.h"
+#include "layers/layer.h"
 
 namespace minidl {
 
 // x (..., in), weight (out, in), bias (out) or undefined -> y (..., out). Differentiable in all three.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
-class Linear : public Module {
+// The layer type's descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.
+const LayerDescriptor& linear_layer();
+
+struct LinearSpec {
+  int64_t in_features, out_features;
+  bool bias;
+  static const Fields<LinearSpec>& fields();
+};
+
+class Linear : public Layer<LinearSpec> {
  public:
   // weight and bias U(-1/sqrt(in_features), 1/sqrt(in_features)), PyTorch's default; on the CPU.
-  Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  Linear(int64_t in_features, int64_t out_features, bool bias = true)
+      : Linear(LinearSpec{in_features, out_features, bias}) {}
+  explicit Linear(const LinearSpec& spec);
 
   Tensor forward(const Tensor& x) override;
-  std::string type_name() const override { return "Linear"; }
   std::string describe() const override;  // "Linear 512->10"
-  nlohmann::json to_json() const override;
   std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
 
-  int64_t in_features() const { return in_features_; }
-  int64_t out_features() const { return out_features_; }
+  int64_t in_features() const { return spec().in_features; }
+  int64_t out_features() const { return spec().out_features; }
 
   Tensor weight;  // (out_features, in_features)
   Tensor bias;    // (out_features) or undefined
-
- private:
-  int64_t in_features_, out_features_;
 };
-
-// The layer type' descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.
-struct LayerDescriptor;
-const LayerDescriptor& linear_layer();
 
 }  // namespace minidl

@@ -7,10 +7,11 @@
 
 namespace minidl::kernels {
 
-// y (rows, out) = x (rows, in) w^T + b, every operand of the half `dtype`: the bias added to the
-// float32 accumulator and each output rounded once. False (nothing launched) where cuBLASLt offers
-// no algorithm for the problem (sizes or alignment); the caller then takes another path.
-bool linear_forward_bias_gemm_cuda(DType dtype, int64_t rows, int64_t in, int64_t out, const void* x, const void* w,
-                                   const void* b, void* y);
+// y (rows, out) = x (rows, in) w^T + b, every operand of the half type T (bf16 or fp16): the bias
+// added to the float32 accumulator and each output rounded once. False (nothing launched) where
+// cuBLASLt offers no algorithm for the problem (sizes or alignment); the caller then takes another
+// path.
+template <class T>
+bool linear_forward_bias_gemm_cuda(int64_t rows, int64_t in, int64_t out, const T* x, const T* w, const T* b, T* y);
 
 }  // namespace minidl::kernels

@@ -50,9 +50,10 @@ std::mutex g_mu;
 // is w read transposed (in x out, ld in), B is x (in x rows, ld in), D is y (out x rows, ld out).
 // The alignment of the pointers is part of the key: cuBLASLt's choice depends on it. Called with
 // g_mu held.
-const Plan& plan_for(DType dtype, int64_t rows, int64_t in, int64_t out, const void* x, const void* w, const void* b,
-                     void* y) {
-  auto align = [](const void* p) {
+template <class T>
+const Plan& plan_for(int64_t rows, int64_t in, int64_t out, const T* x, const T* w, const T* b, T* y) {
+  constexpr DType dtype = DTypeOf<T>::value;
+  auto align = [](const T* p) {
     const auto v = reinterpret_cast<uintptr_t>(p);
     return static_cast<int>(v % 16 == 0 ? 16 : v % 8 == 0 ? 8 : v % 4 == 0 ? 4 : 2);
   };
@@ -92,11 +93,11 @@ const Plan& plan_for(DType dtype, int64_t rows, int64_t in, int64_t out, const v
 
 }  // namespace
 
-bool linear_forward_bias_gemm_cuda(DType dtype, int64_t rows, int64_t in, int64_t out, const void* x, const void* w,
-                                   const void* b, void* y) {
-  MINIDL_CHECK(is_half(dtype) && b != nullptr, "linear_forward_bias_gemm_cuda: takes bfloat16/float16 with a bias");
+template <class T>
+bool linear_forward_bias_gemm_cuda(int64_t rows, int64_t in, int64_t out, const T* x, const T* w, const T* b, T* y) {
+  MINIDL_CHECK(b != nullptr, "linear_forward_bias_gemm_cuda: takes a bias");
   std::lock_guard<std::mutex> lock(g_mu);
-  const Plan& p = plan_for(dtype, rows, in, out, x, w, b, y);
+  const Plan& p = plan_for(rows, in, out, x, w, b, y);
   if (!p.found) return false;
   // The bias pointer of this call (the plan was made with one of the same alignment).
   MINIDL_CUDA_CHECK(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b));
@@ -106,5 +107,10 @@ bool linear_forward_bias_gemm_cuda(DType dtype, int64_t rows, int64_t in, int64_
                                    workspace.get(), kWorkspace, cuda::stream()));
   return true;
 }
+
+template bool linear_forward_bias_gemm_cuda<bf16>(int64_t, int64_t, int64_t, const bf16*, const bf16*, const bf16*,
+                                                 bf16*);
+template bool linear_forward_bias_gemm_cuda<fp16>(int64_t, int64_t, int64_t, const fp16*, const fp16*, const fp16*,
+                                                 fp16*);
 
 }  // namespace minidl::kernels

@@ -9,10 +9,12 @@
 // cuBLAS is column-major: a row-major (r, c) matrix is its column-major (c, r) transpose, so
 // every row-major product C = A * B is issued as C^T = B^T * A^T with the operands swapped.
 #include <algorithm>
+#include <type_traits>
 
 #include "core/allocator.h"
 #include "core/cast_kernels.h"
 #include "core/cuda/kernel_helpers.cuh"
+#include "core/dispatch.h"
 #include "core/half_types.h"
 #include "core/cuda/runtime.h"
 #include "core/error.h"
@@ -37,28 +39,30 @@ void sgemm(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int
                                 checked_int(lda, "lda"), b, checked_int(ldb, "ldb"), &zero, c, checked_int(m, "ldc")));
 }
 
-cudaDataType_t cuda_type(DType t) {
-  MINIDL_CHECK(t == DType::BFloat16 || t == DType::Float16, "linear on CUDA: half GEMMs take bfloat16 or float16, got ",
-               dtype_name(t));
-  return t == DType::BFloat16 ? CUDA_R_16BF : CUDA_R_16F;
+template <class T>
+cudaDataType_t cuda_type() {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, bf16> || std::is_same_v<T, fp16>);
+  return std::is_same_v<T, float> ? CUDA_R_32F : std::is_same_v<T, bf16> ? CUDA_R_16BF : CUDA_R_16F;
 }
 
-// The same product with A and B of the half type `t` and C of `c_type` (t, or float32 where the
-// bias is still to be added), float32 accumulation (CUBLAS_COMPUTE_32F: no reduced-precision
-// reductions, whatever the type). The default math mode lets GemmEx take the tensor cores.
+// The same product with A and B of the half type T and C of type C (T, or float where the bias is
+// still to be added), float32 accumulation (CUBLAS_COMPUTE_32F: no reduced-precision reductions,
+// whatever the type). The default math mode lets GemmEx take the tensor cores.
 //
 // Why the bias is not the GEMM's addend (beta = 1 over a broadcast bias in the half output): with
 // beta != 0 cuBLAS may split K and add the parts up in the output, so a half C rounds every
 // partial sum; a sum that cancels to near zero then loses all its digits (measured on an H100: 0
 // for -0.0019 in a 300 x 512 x 256 product).
-void gemm_half(DType t, cudaDataType_t c_type, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n,
-               int64_t k, const void* a, int64_t lda, const void* b, int64_t ldb, void* c) {
+template <class T, class C>
+void gemm_half(cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda,
+               const T* b, int64_t ldb, C* c) {
   const float one = 1.f, zero = 0.f;
   cublasHandle_t h = cuda::cublas();
   MINIDL_CUDA_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH));
   MINIDL_CUDA_CHECK(cublasGemmEx(h, ta, tb, checked_int(m, "m"), checked_int(n, "n"), checked_int(k, "k"), &one, a,
-                                 cuda_type(t), checked_int(lda, "lda"), b, cuda_type(t), checked_int(ldb, "ldb"), &zero,
-                                 c, c_type, checked_int(m, "ldc"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                 cuda_type<T>(), checked_int(lda, "lda"), b, cuda_type<T>(), checked_int(ldb, "ldb"),
+                                 &zero, c, cuda_type<C>(), checked_int(m, "ldc"), CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT));
 }
 
 // y (rows, out) = round(p + b): the float32 product plus the bias, rounded once to the storage
@@ -152,48 +156,50 @@ void linear_backward_weight_cuda(int64_t rows, int64_t in, int64_t out, const fl
 void linear_backward_bias_cuda(int64_t rows, int64_t out, const float* dy, float* db) { bias_grad(rows, out, dy, db); }
 
 // The half launchers: the float32 linear's operand order (see above), in the half type.
-void linear_forward_half_cuda(DType dtype, int64_t rows, int64_t in, int64_t out, const void* x, const void* w,
-                              const void* b, void* y) {
+template <class T>
+void linear_forward_cuda(int64_t rows, int64_t in, int64_t out, const T* x, const T* w, const T* b, T* y) {
   if (rows == 0) return;
   if (!b) {
-    gemm_half(dtype, cuda_type(dtype), CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, w, in, x, in, y);
+    gemm_half(CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, w, in, x, in, y);
     return;
   }
   // The bias joins the float32 product and the sum is rounded once: in the GEMM's epilogue where
   // cuBLASLt has an algorithm for the shape, else in one pass over a float32 product.
-  if (linear_forward_bias_gemm_cuda(dtype, rows, in, out, x, w, b, y)) return;
+  if (linear_forward_bias_gemm_cuda(rows, in, out, x, w, b, y)) return;
   auto product = float_scratch(rows * out);
   float* p = static_cast<float*>(product.get());
-  gemm_half(dtype, CUDA_R_32F, CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, w, in, x, in, p);
-  visit_floating(dtype, "linear bias", [&](auto tag) {
-    using T = decltype(tag);
-    add_bias_and_round(p, static_cast<const T*>(b), rows, out, static_cast<T*>(y));
-  });
+  gemm_half(CUBLAS_OP_T, CUBLAS_OP_N, out, rows, in, w, in, x, in, p);
+  add_bias_and_round(p, b, rows, out, y);
 }
 
-void linear_backward_data_half_cuda(DType dtype, int64_t rows, int64_t in, int64_t out, const void* dy,
-                                    const void* w, void* dx) {
+template <class T>
+void linear_backward_data_cuda(int64_t rows, int64_t in, int64_t out, const T* dy, const T* w, T* dx) {
   if (rows == 0) return;
-  gemm_half(dtype, cuda_type(dtype), CUBLAS_OP_N, CUBLAS_OP_N, in, rows, out, w, in, dy, out, dx);
+  gemm_half(CUBLAS_OP_N, CUBLAS_OP_N, in, rows, out, w, in, dy, out, dx);
 }
 
-void linear_backward_weight_half_cuda(DType dtype, int64_t rows, int64_t in, int64_t out, const void* x,
-                                      const void* dy, void* dw) {
+template <class T>
+void linear_backward_weight_cuda(int64_t rows, int64_t in, int64_t out, const T* x, const T* dy, T* dw) {
   if (rows == 0) {
-    MINIDL_CUDA_CHECK(cudaMemsetAsync(dw, 0, dtype_size(dtype) * in * out, cuda::stream()));
+    MINIDL_CUDA_CHECK(cudaMemsetAsync(dw, 0, sizeof(T) * in * out, cuda::stream()));
     return;
   }
-  gemm_half(dtype, cuda_type(dtype), CUBLAS_OP_N, CUBLAS_OP_T, in, out, rows, x, in, dy, out, dw);
+  gemm_half(CUBLAS_OP_N, CUBLAS_OP_T, in, out, rows, x, in, dy, out, dw);
 }
 
-void linear_backward_bias_half_cuda(DType dtype, int64_t rows, int64_t out, const void* dy, void* db) {
+template <class T>
+void linear_backward_bias_cuda(int64_t rows, int64_t out, const T* dy, T* db) {
   auto sums = float_scratch(out);
   float* s = static_cast<float*>(sums.get());
-  visit_floating(dtype, "linear bias gradient", [&](auto tag) {
-    using T = decltype(tag);
-    bias_grad(rows, out, static_cast<const T*>(dy), s);
-  });
-  cast_cuda(s, DType::Float32, db, dtype, out);
+  bias_grad(rows, out, dy, s);
+  cast_cuda(s, DType::Float32, db, DTypeOf<T>::value, out);
 }
+
+#define MINIDL_LINEAR_HALF_CUDA(T)                                                                      \
+  template void linear_forward_cuda<T>(int64_t, int64_t, int64_t, const T*, const T*, const T*, T*);    \
+  template void linear_backward_data_cuda<T>(int64_t, int64_t, int64_t, const T*, const T*, T*);        \
+  template void linear_backward_weight_cuda<T>(int64_t, int64_t, int64_t, const T*, const T*, T*);      \
+  template void linear_backward_bias_cuda<T>(int64_t, int64_t, const T*, T*);
+MINIDL_FOR_HALF_TYPES(MINIDL_LINEAR_HALF_CUDA)
 
 }  // namespace minidl::kernels

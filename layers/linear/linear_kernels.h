@@ -28,16 +28,18 @@ void linear_backward_weight_cuda(int64_t rows, int64_t in, int64_t out, const fl
 // Deterministic two-pass column sum (per-block partials, then a fixed-order finalize; no atomics).
 void linear_backward_bias_cuda(int64_t rows, int64_t out, const float* dy, float* db);
 
-// The same on CUDA with every operand of `dtype` (bfloat16 or float16; the CPU runs half Linear
+// The same on CUDA with every operand of T = bf16 or fp16 (the CPU runs half Linear
 // storage-rounded instead): cuBLAS GemmEx on tensor cores with float32 accumulation, each output
 // rounded once to the half type. The forward adds b (may be null) to the float32 product before
-// that rounding (in cuBLASLt's epilogue where it can: linear_bias_gemm.h); the bias gradient sums dy in float32 as linear_backward_bias_cuda does.
-void linear_forward_half_cuda(DType dtype, int64_t rows, int64_t in, int64_t out, const void* x, const void* w,
-                              const void* b, void* y);
-void linear_backward_data_half_cuda(DType dtype, int64_t rows, int64_t in, int64_t out, const void* dy,
-                                    const void* w, void* dx);
-void linear_backward_weight_half_cuda(DType dtype, int64_t rows, int64_t in, int64_t out, const void* x,
-                                      const void* dy, void* dw);
-void linear_backward_bias_half_cuda(DType dtype, int64_t rows, int64_t out, const void* dy, void* db);
+// that rounding (in cuBLASLt's epilogue where it can: linear_bias_gemm.h); the bias gradient sums
+// dy in float32 as the float32 launcher does. Overloads of the float32 launchers, so an op calls
+// one name for every floating T.
+template <class T>
+void linear_forward_cuda(int64_t rows, int64_t in, int64_t out, const T* x, const T* w, const T* b, T* y);
+template <class T>
+void linear_backward_data_cuda(int64_t rows, int64_t in, int64_t out, const T* dy, const T* w, T* dx);
+template <class T>
+void linear_backward_weight_cuda(int64_t rows, int64_t in, int64_t out, const T* x, const T* dy, T* dw);
+template <class T> void linear_backward_bias_cuda(int64_t rows, int64_t out, const T* dy, T* db);
 
 }  // namespace minidl::kernels

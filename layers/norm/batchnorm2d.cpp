@@ -10,24 +10,19 @@
 
 namespace minidl {
 
-BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum, bool weight, bool bias,
-                         norm::NormActivation activation, bool sync, int spatial_dims)
-    : num_features_(num_features),
-      eps_(eps),
-      momentum_(momentum),
-      activation_(activation),
-      sync_(sync),
-      spatial_dims_(spatial_dims) {
-  MINIDL_CHECK(spatial_dims == 2 || spatial_dims == 3, "BatchNorm: spatial_dims must be 2 or 3, got ", spatial_dims);
-  MINIDL_CHECK(num_features >= 1, type_name(), ": num_features must be >= 1, got ", num_features);
-  MINIDL_CHECK(momentum >= 0 && momentum <= 1, type_name(), ": momentum must be in [0, 1], got ", momentum);
-  if (weight) {
-    this->weight = Tensor::full({num_features}, 1.f);
-    register_parameter("weight", &this->weight);
+BatchNorm2d::BatchNorm2d(const LayerDescriptor& descriptor, const BatchNorm2dSpec& spec, int spatial_dims)
+    : Layer(descriptor, spec), spatial_dims_(spatial_dims) {
+  const int64_t num_features = spec.num_features;
+  MINIDL_CHECK(num_features >= 1, descriptor.name, ": num_features must be >= 1, got ", num_features);
+  MINIDL_CHECK(spec.momentum >= 0 && spec.momentum <= 1, descriptor.name, ": momentum must be in [0, 1], got ",
+               spec.momentum);
+  if (spec.weight) {
+    weight = Tensor::full({num_features}, 1.f);
+    register_parameter("weight", &weight);
   }
-  if (bias) {
-    this->bias = Tensor::zeros({num_features});
-    register_parameter("bias", &this->bias);
+  if (spec.bias) {
+    bias = Tensor::zeros({num_features});
+    register_parameter("bias", &bias);
   }
   running_mean = Tensor::zeros({num_features});
   running_var = Tensor::full({num_features}, 1.f);
@@ -36,95 +31,70 @@ BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, double momentum, bool
 }
 
 Tensor BatchNorm2d::forward(const Tensor& x) {
-  MINIDL_CHECK(x.defined() && x.dim() == 2 + spatial_dims_ && x.size(1) == num_features_, label(), ": expected input (N, ",
-               num_features_, spatial_dims_ == 3 ? ", D, H, W), got " : ", H, W), got ",
+  MINIDL_CHECK(x.defined() && x.dim() == 2 + spatial_dims_ && x.size(1) == num_features(), label(),
+               ": expected input (N, ", num_features(), spatial_dims_ == 3 ? ", D, H, W), got " : ", H, W), got ",
                x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
-  if (sync_ && sync_group_ && is_training())
-    return sync_batch_norm(x, running_mean, running_var, weight, bias, sync_group_, momentum_, eps_, activation_);
-  return batch_norm(x, running_mean, running_var, weight, bias, is_training(), momentum_, eps_, activation_);
+  const BatchNorm2dSpec& s = spec();
+  if (s.sync && sync_group_ && is_training())
+    return sync_batch_norm(x, running_mean, running_var, weight, bias, sync_group_, s.momentum, s.eps, s.activation);
+  return batch_norm(x, running_mean, running_var, weight, bias, is_training(), s.momentum, s.eps, s.activation);
 }
 
 std::string BatchNorm2d::describe() const {
-  return str(type_name(), " ", num_features_, norm_activation_suffix(activation_), sync_ ? " sync" : "");
-}
-
-nlohmann::json BatchNorm2d::to_json() const {
-  nlohmann::json j = {{"type", type_name()}, {"num_features", num_features_}, {"eps", eps_}, {"momentum", momentum_}};
-  if (weight.defined() == bias.defined()) {
-    j["affine"] = weight.defined();
-  } else {
-    j["weight"] = weight.defined();
-    j["bias"] = bias.defined();
-  }
-  write_norm_activation(j, activation_);
-  if (sync_) j["sync"] = true;  // only when on: configs without it keep their exact JSON
-  return j;
+  return str(type_name(), " ", num_features(), norm_activation_suffix(activation()), sync() ? " sync" : "");
 }
 
 namespace {
 
-struct BatchNorm2dSpec {
-  int64_t num_features;
-  double eps, momentum;
-  bool weight, bias;
-  norm::NormActivation activation;
-  bool sync;
-};
+bool affine_default(const BatchNorm2dSpec& s) { return s.affine; }
 
-// Reads and checks the spec's keys: what the factory builds and the memory check counts.
-BatchNorm2dSpec read_batchnorm2d(LayerArgs& args) {
-  const int64_t num_features = args.get_int("num_features");
-  MINIDL_CHECK(num_features >= 1, args.key_path("num_features"), ": must be >= 1, got ", num_features);
-  const double eps = args.get_float("eps", 1e-5);
-  MINIDL_CHECK(eps >= 0, args.key_path("eps"), ": must be >= 0, got ", eps);
-  const double momentum = args.get_float("momentum", 0.1);
-  MINIDL_CHECK(momentum >= 0 && momentum <= 1, args.key_path("momentum"), ": must be in [0, 1], got ", momentum);
-  const bool affine = args.get_bool("affine", true);
-  const bool weight = args.get_bool("weight", affine);
-  const bool bias = args.get_bool("bias", affine);
-  const norm::NormActivation activation = read_norm_activation(args);
-  const bool sync = args.get_bool("sync", false);
-  args.finish();
-  return {num_features, eps, momentum, weight, bias, activation, sync};
+}  // namespace
+
+// "affine" is written back while weight and bias agree, "weight" and "bias" when they differ;
+// "sync" only when on, so configs without it keep their exact JSON.
+const Fields<BatchNorm2dSpec>& BatchNorm2dSpec::fields() {
+  using S = BatchNorm2dSpec;
+  static const Fields<S> f{[] {
+    Field<S> affine = flag("affine", &S::affine, true, "learned scale and shift");
+    affine.write = [](const S& s) {
+      return s.weight == s.bias ? std::optional<nlohmann::json>(s.weight) : std::nullopt;
+    };
+    Field<S> weight =
+        derived(flag("weight", &S::weight, kRequired, "learned scale; defaults to affine"), &S::weight, affine_default);
+    Field<S> bias =
+        derived(flag("bias", &S::bias, kRequired, "learned shift; defaults to affine"), &S::bias, affine_default);
+    for (Field<S>* one : {&weight, &bias}) {
+      auto write = one->write;
+      one->write = [write](const S& s) { return s.weight != s.bias ? write(s) : std::nullopt; };
+    }
+    std::vector<Field<S>> rows{integer("num_features", &S::num_features, kRequired, {1}, "channels C"),
+                               number("eps", &S::eps, 1e-5, kAtLeastZero, "added to the variance"),
+                               number("momentum", &S::momentum, 0.1, kUnitInterval, "running statistics' update rate"),
+                               affine,
+                               weight,
+                               bias};
+    for (Field<S>& r : norm_activation_fields(&S::activation)) rows.push_back(r);
+    rows.push_back(written_when_set(flag("sync", &S::sync, false,
+                                         "data parallel: training statistics over every rank's batch (SyncBatchNorm); "
+                                         "no effect on one process")));
+    return rows;
+  }()};
+  return f;
 }
 
-std::shared_ptr<Module> make_batchnorm2d(LayerArgs& args) {
-  const BatchNorm2dSpec s = read_batchnorm2d(args);
-  return std::make_shared<BatchNorm2d>(s.num_features, s.eps, s.momentum, s.weight, s.bias, s.activation, s.sync);
-}
-
-std::shared_ptr<Module> make_batchnorm3d(LayerArgs& args) {
-  const BatchNorm2dSpec s = read_batchnorm2d(args);
-  return std::make_shared<BatchNorm2d>(s.num_features, s.eps, s.momentum, s.weight, s.bias, s.activation, s.sync, 3);
-}
+namespace {
 
 // weight and bias (when learned), running_mean and running_var: one value per channel each.
-LayerState batchnorm2d_state(LayerArgs& args) {
-  const BatchNorm2dSpec s = read_batchnorm2d(args);
+LayerState batchnorm2d_state(const BatchNorm2dSpec& s) {
   const int64_t tensors = 2 + (s.weight ? 1 : 0) + (s.bias ? 1 : 0);
   return {checked_mul(tensors, s.num_features, "BatchNorm2d state"), s.num_features,
           str("BatchNorm2d ", s.num_features)};
 }
 
-LayerState batchnorm3d_state(LayerArgs& args) {
-  LayerState state = batchnorm2d_state(args);
-  state.description.replace(0, 11, "BatchNorm3d");
+LayerState batchnorm3d_state(const BatchNorm2dSpec& s) {
+  LayerState state = batchnorm2d_state(s);
+  state.description = str("BatchNorm3d ", s.num_features);
   return state;
-}
-
-// The keys of BatchNorm2d and BatchNorm3d.
-std::vector<LayerKey> batchnorm_keys() {
-  return {required_key("num_features", "int", "channels C, >= 1"),
-          default_key("eps", "float", 1e-5, "added to the variance, >= 0"),
-          default_key("momentum", "float", 0.1, "running statistics' update rate, in [0, 1]"),
-          default_key("affine", "bool", true, "learned scale and shift"),
-          derived_key("weight", "bool", "learned scale; defaults to affine"),
-          derived_key("bias", "bool", "learned shift; defaults to affine"),
-          norm_relu_key(),
-          norm_gelu_key(),
-          default_key("sync", "bool", false,
-                      "data parallel: training statistics over every rank's batch (SyncBatchNorm); no effect on one "
-                      "process")};
 }
 
 }  // namespace
@@ -134,13 +104,15 @@ const LayerDescriptor& batchnorm2d_layer() {
       "BatchNorm2d",
       "norm",
       "batch normalization per channel of (N, C, H, W) with running statistics, as torch.nn.BatchNorm2d",
-      batchnorm_keys(),
-      make_batchnorm2d,
+      layer_fields<BatchNorm2d>(),
+      make_layer<BatchNorm2d>,
       {{"num_features", 3}},
       {2, 3, 4, 4},
       AutocastRule::InputType,
       true,
-      batchnorm2d_state};
+      layer_state<BatchNorm2d, batchnorm2d_state>,
+      {{{{"num_features", 5}, {"relu", true}}, {3, 5, 4, 3}},
+       {{{"num_features", 4}, {"gelu", true}, {"affine", false}}, {2, 4, 3, 5}}}};
   return layer;
 }
 
@@ -149,19 +121,20 @@ const LayerDescriptor& batchnorm3d_layer() {
       "BatchNorm3d",
       "norm",
       "batch normalization per channel of (N, C, D, H, W) with running statistics, as torch.nn.BatchNorm3d",
-      batchnorm_keys(),
-      make_batchnorm3d,
+      layer_fields<BatchNorm3d>(),
+      make_layer<BatchNorm3d>,
       {{"num_features", 3}},
       {2, 3, 2, 4, 4},
       AutocastRule::InputType,
-      false,
-      batchnorm3d_state};
+      true,
+      layer_state<BatchNorm3d, batchnorm3d_state>,
+      {{{{"num_features", 4}, {"relu", true}, {"affine", false}}, {2, 4, 3, 2, 3}}}};
   return layer;
 }
 
 // layers/norm/norm_work.h over C channels; training also reads and writes the running statistics.
 std::optional<LayerWork> BatchNorm2d::work(const Tensor& x, const Tensor& y) const {
-  LayerWork w = norm_work(x, y, num_features_, weight, bias, is_training(), activation_);
+  LayerWork w = norm_work(x, y, num_features(), weight, bias, is_training(), activation());
   if (is_training()) w.forward.bytes += 2 * (work_bytes(running_mean) + work_bytes(running_var));
   return w;
 }

@@ -5,37 +5,40 @@
 #include <cstdint>
 #include <string>
 
-#include "layers/module.h"
+#include "core/fields.h"
+#include "layers/layer.h"
 #include "layers/norm/norm_math.h"
 
 namespace minidl {
 
-class GroupNorm : public Module {
+// The layer type's descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.
+const LayerDescriptor& groupnorm_layer();
+
+struct GroupNormSpec {
+  int64_t num_groups, num_channels;
+  double eps;
+  bool affine;
+  norm::NormActivation activation;
+  static const Fields<GroupNormSpec>& fields();
+};
+
+class GroupNorm : public Layer<GroupNormSpec> {
  public:
   // weight 1, bias 0 (when affine), on the CPU, as PyTorch.
   GroupNorm(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true,
-            norm::NormActivation activation = norm::NormActivation::None);
+            norm::NormActivation activation = norm::NormActivation::None)
+      : GroupNorm(GroupNormSpec{num_groups, num_channels, eps, affine, activation}) {}
+  explicit GroupNorm(const GroupNormSpec& spec);
 
   Tensor forward(const Tensor& x) override;
-  std::string type_name() const override { return "GroupNorm"; }
   std::string describe() const override;  // "GroupNorm 32x128" (groups x channels), "+ReLU" or "+GELU" when fused
-  nlohmann::json to_json() const override;
   std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
 
-  int64_t num_groups() const { return num_groups_; }
-  int64_t num_channels() const { return num_channels_; }
+  int64_t num_groups() const { return spec().num_groups; }
+  int64_t num_channels() const { return spec().num_channels; }
 
   Tensor weight;  // (C) or undefined
   Tensor bias;    // (C) or undefined
-
- private:
-  int64_t num_groups_, num_channels_;
-  double eps_;
-  norm::NormActivation activation_;
 };
-
-// The layer type' descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.
-struct LayerDescriptor;
-const LayerDescriptor& groupnorm_layer();
 
 }  // namespace minidl

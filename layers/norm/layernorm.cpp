@@ -13,75 +13,50 @@
 
 namespace minidl {
 
-LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool elementwise_affine,
-                     norm::NormActivation activation)
-    : normalized_shape_(std::move(normalized_shape)), eps_(eps), activation_(activation) {
-  MINIDL_CHECK(!normalized_shape_.empty(), "LayerNorm: normalized_shape must not be empty");
-  for (int64_t d : normalized_shape_)
-    MINIDL_CHECK(d >= 1, "LayerNorm: normalized_shape dims must be >= 1, got ", shape_str(normalized_shape_));
-  if (elementwise_affine) {
-    weight = Tensor::full(normalized_shape_, 1.f);
-    bias = Tensor::zeros(normalized_shape_);
+LayerNorm::LayerNorm(const LayerNormSpec& spec) : Layer(layernorm_layer(), spec) {
+  const Shape& shape = spec.normalized_shape;
+  MINIDL_CHECK(!shape.empty(), "LayerNorm: normalized_shape must not be empty");
+  for (int64_t d : shape) MINIDL_CHECK(d >= 1, "LayerNorm: normalized_shape dims must be >= 1, got ", shape_str(shape));
+  if (spec.elementwise_affine) {
+    weight = Tensor::full(shape, 1.f);
+    bias = Tensor::zeros(shape);
     register_parameter("weight", &weight);
     register_parameter("bias", &bias);
   }
 }
 
 Tensor LayerNorm::forward(const Tensor& x) {
-  const int64_t k = static_cast<int64_t>(normalized_shape_.size());
-  MINIDL_CHECK(x.defined() && x.dim() >= k && Shape(x.shape().end() - k, x.shape().end()) == normalized_shape_,
-               label(), ": expected input (..., ",
-               shape_str(normalized_shape_), "), got ",
+  const Shape& shape = normalized_shape();
+  const int64_t k = static_cast<int64_t>(shape.size());
+  MINIDL_CHECK(x.defined() && x.dim() >= k && Shape(x.shape().end() - k, x.shape().end()) == shape, label(),
+               ": expected input (..., ", shape_str(shape), "), got ",
                x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
   if (feeds_half_gemm_ && autocast_active() && x.dtype() == DType::Float32)
-    return layer_norm_to(x, autocast_dtype(), normalized_shape_, weight, bias, eps_, activation_);
-  return layer_norm(x, normalized_shape_, weight, bias, eps_, activation_);
+    return layer_norm_to(x, autocast_dtype(), shape, weight, bias, spec().eps, spec().activation);
+  return layer_norm(x, shape, weight, bias, spec().eps, spec().activation);
 }
 
 std::string LayerNorm::describe() const {
   std::string dims;
-  for (int64_t d : normalized_shape_) dims += (dims.empty() ? "" : ",") + std::to_string(d);
-  return str("LayerNorm (", dims, ")", norm_activation_suffix(activation_));
+  for (int64_t d : normalized_shape()) dims += (dims.empty() ? "" : ",") + std::to_string(d);
+  return str("LayerNorm (", dims, ")", norm_activation_suffix(spec().activation));
 }
 
-nlohmann::json LayerNorm::to_json() const {
-  nlohmann::json j = {{"type", "LayerNorm"},
-                      {"normalized_shape", normalized_shape_},
-                      {"eps", eps_},
-                      {"elementwise_affine", weight.defined()}};
-  write_norm_activation(j, activation_);
-  return j;
+const Fields<LayerNormSpec>& LayerNormSpec::fields() {
+  using S = LayerNormSpec;
+  static const Fields<S> f{
+      with_norm_activation<S>(
+          {int_list("normalized_shape", &S::normalized_shape, {1}, "the trailing dims normalized together"),
+           number("eps", &S::eps, 1e-5, kAtLeastZero, "added to the variance"),
+           flag("elementwise_affine", &S::elementwise_affine, true, "learned scale and shift of normalized_shape")},
+          &S::activation),
+      [](const S& s, const JsonArgs& args) { check_weight_size(args, s.normalized_shape); }};
+  return f;
 }
 
 namespace {
 
-struct LayerNormSpec {
-  Shape normalized_shape;
-  double eps;
-  bool elementwise_affine;
-  norm::NormActivation activation;
-};
-
-// Reads and checks the spec's keys: what the factory builds and the memory check counts.
-LayerNormSpec read_layernorm(LayerArgs& args) {
-  const Shape normalized_shape = args.get_ints("normalized_shape");
-  for (int64_t d : normalized_shape)
-    MINIDL_CHECK(d >= 1, args.key_path("normalized_shape"), ": dims must be >= 1, got ", shape_str(normalized_shape));
-  const double eps = args.get_float("eps", 1e-5);
-  MINIDL_CHECK(eps >= 0, args.key_path("eps"), ": must be >= 0, got ", eps);
-  const bool elementwise_affine = args.get_bool("elementwise_affine", true);
-  const norm::NormActivation activation = read_norm_activation(args);
-  args.finish();
-  return {normalized_shape, eps, elementwise_affine, activation};
-}
-
-std::shared_ptr<Module> make_layernorm(LayerArgs& args) {
-  const LayerNormSpec s = read_layernorm(args);
-  return std::make_shared<LayerNorm>(s.normalized_shape, s.eps, s.elementwise_affine, s.activation);
-}
-
-LayerState layernorm_state(LayerArgs& args) {
-  const LayerNormSpec s = read_layernorm(args);
+LayerState layernorm_state(const LayerNormSpec& s) {
   const int64_t n = s.elementwise_affine ? shape_numel(s.normalized_shape) : 0;
   return {checked_mul(2, n, "LayerNorm state"), n, str("LayerNorm ", shape_str(s.normalized_shape))};
 }
@@ -93,24 +68,21 @@ const LayerDescriptor& layernorm_layer() {
       "LayerNorm",
       "norm",
       "normalization over the trailing normalized_shape dims of each sample, as torch.nn.LayerNorm",
-      {required_key("normalized_shape", "ints", "the trailing dims normalized together, each >= 1"),
-       default_key("eps", "float", 1e-5, "added to the variance, >= 0"),
-       default_key("elementwise_affine", "bool", true, "learned scale and shift of normalized_shape"),
-       norm_relu_key(),
-       norm_gelu_key()},
-      make_layernorm,
+      layer_fields<LayerNorm>(),
+      make_layer<LayerNorm>,
       {{"normalized_shape", {3, 4, 4}}},
       {2, 3, 4, 4},
       AutocastRule::Float32,
       true,
-      layernorm_state};
+      layer_state<LayerNorm, layernorm_state>,
+      {{{{"normalized_shape", {8}}}, {2, 5, 8}}}};
   return layer;
 }
 
 // layers/norm/norm_work.h over one statistic per normalized row.
 std::optional<LayerWork> LayerNorm::work(const Tensor& x, const Tensor& y) const {
-  return norm_work(x, y, x.numel() / std::max<int64_t>(1, shape_numel(normalized_shape_)), weight, bias, true,
-                   activation_);
+  return norm_work(x, y, x.numel() / std::max<int64_t>(1, shape_numel(normalized_shape())), weight, bias, true,
+                   spec().activation);
 }
 
 }  // namespace minidl

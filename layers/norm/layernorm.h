@@ -3,25 +3,38 @@
 // "gelu" applies that activation in the same kernels (norm_activation.h).
 #pragma once
 #include <string>
+#include <utility>
 
-#include "layers/module.h"
+#include "core/fields.h"
+#include "layers/layer.h"
 #include "layers/norm/norm_math.h"
 
 namespace minidl {
 
-class LayerNorm : public Module {
+// The layer type's descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.
+const LayerDescriptor& layernorm_layer();
+
+struct LayerNormSpec {
+  Shape normalized_shape;
+  double eps;
+  bool elementwise_affine;
+  norm::NormActivation activation;
+  static const Fields<LayerNormSpec>& fields();
+};
+
+class LayerNorm : public Layer<LayerNormSpec> {
  public:
   // weight 1, bias 0 (when elementwise_affine), on the CPU, as PyTorch.
   explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true,
-                     norm::NormActivation activation = norm::NormActivation::None);
+                     norm::NormActivation activation = norm::NormActivation::None)
+      : LayerNorm(LayerNormSpec{std::move(normalized_shape), eps, elementwise_affine, activation}) {}
+  explicit LayerNorm(const LayerNormSpec& spec);
 
   Tensor forward(const Tensor& x) override;
-  std::string type_name() const override { return "LayerNorm"; }
   std::string describe() const override;  // "LayerNorm (512,4,4)", "+ReLU" or "+GELU" when fused
-  nlohmann::json to_json() const override;
   std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
 
-  const Shape& normalized_shape() const { return normalized_shape_; }
+  const Shape& normalized_shape() const { return spec().normalized_shape; }
   // Set by a container whose next op on this output is a half-precision GEMM (a pre-norm encoder
   // layer's projections): under autocast a float32 input then gives autocast's half type, rounded
   // in the same pass instead of by the GEMM's cast after it (layer_norm_to: the same bits).
@@ -31,14 +44,7 @@ class LayerNorm : public Module {
   Tensor bias;    // normalized_shape, or undefined
 
  private:
-  Shape normalized_shape_;
-  double eps_;
-  norm::NormActivation activation_;
   bool feeds_half_gemm_ = false;
 };
-
-// The layer type' descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.
-struct LayerDescriptor;
-const LayerDescriptor& layernorm_layer();
 
 }  // namespace minidl

@@ -1,7 +1,8 @@
 // The normalization ops, with PyTorch's semantics and argument order (torch.nn.functional):
 // each is one autograd node whose backward runs the same machinery (norm_kernels.h) on the
-// tensors' device. `activation` applies ReLU (NaN kept, as torch.relu) or GELU (exact form) to the
-// output in the same kernels; backward recomputes its input from x and the saved statistics.
+// tensors' device. `activation` applies ReLU (NaN kept, as torch.relu), GELU (exact form), SiLU,
+// Hardswish or a sigmoid (layers/activation/activation_math.h) to the output in the same kernels;
+// backward recomputes its input from x and the saved statistics.
 // Gradients flow to x and to weight/bias where those are defined (undefined = that affine part
 // is off); running statistics are buffers, updated in place, never differentiated.
 #pragma once
@@ -46,6 +47,14 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
 // index; weight, bias of shape normalized_shape (one entry per normalized element).
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
                   double eps = 1e-5, norm::NormActivation activation = norm::NormActivation::None);
+
+// x (N, C, H, W): statistics over the C channels of each pixel, weight and bias (C): ConvNeXt's
+// LayerNorm over channels (timm's LayerNorm2d). Channels-last x is [N*H*W][C], rows of C, which the
+// LayerNorm kernels read in place; a contiguous x is reordered to channels-last and back. The
+// output has x's dtype (the statistics are float32 whatever it is: the bits of the float32 op and
+// one rounding, without autocast's float32 output).
+Tensor layer_norm_2d(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-6,
+                     norm::NormActivation activation = norm::NormActivation::None);
 
 // layer_norm(x, ...).to(out) without autocast's widening of x: a float32 x may give a half output
 // (the input of a half GEMM: a pre-norm transformer's LayerNorm under autocast), rounded once from

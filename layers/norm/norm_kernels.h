@@ -153,20 +153,20 @@ void backward_cpu(const NormLayout& layout, const NormBackward& args);
 // The fast path: runs the pass on args.path (Auto: chosen by size) and says what ran.
 NormRun forward_cuda(const NormLayout& layout, const NormForward& args);
 NormRun backward_cuda(const NormLayout& layout, const NormBackward& args);
-// bfloat16/float16 x and y (dy and dx) of `dtype`, with float32 statistics, parameters and
+// x and y (dy and dx) of the half type T (bf16 or fp16), with float32 statistics, parameters and
 // parameter gradients (autocast's rule), the args' own x/y/dy/dx left null: the same paths and
 // the same choice as float32 (Warp, Block, Cluster, three launches), each reading and writing the
 // half type and computing in float32 on the widened values.
-NormRun forward_half_cuda(const NormLayout& layout, const NormForward& args, DType dtype, const void* x, void* y);
-NormRun backward_half_cuda(const NormLayout& layout, const NormBackward& args, DType dtype, const void* x,
-                           const void* dy, void* dx);
-// float32 x, dx, statistics and parameters with y and dy of the half type `out`: a float32 pass
+template <class T> NormRun forward_half_cuda(const NormLayout& layout, const NormForward& args, const T* x, T* y);
+template <class T>
+NormRun backward_half_cuda(const NormLayout& layout, const NormBackward& args, const T* x, const T* dy, T* dx);
+// float32 x, dx, statistics and parameters with y and dy of the half type T: a float32 pass
 // whose result feeds a half-precision GEMM, without the cast between them. y is the float32
 // result rounded once, so the bits are those of forward_cuda followed by a cast, and backward's
 // of a widened dy through backward_cuda. The Warp path only: false (nothing run) where it does
 // not take the pass (args.x and args.dx set, args.y and args.dy null).
-bool forward_float_half_cuda(const NormLayout& layout, const NormForward& args, DType out, void* y);
-bool backward_float_half_cuda(const NormLayout& layout, const NormBackward& args, DType out, const void* dy);
+template <class T> bool forward_float_half_cuda(const NormLayout& layout, const NormForward& args, T* y);
+template <class T> bool backward_float_half_cuda(const NormLayout& layout, const NormBackward& args, const T* dy);
 // What forward_cuda/backward_cuda would run for these arguments, without running it (pointers are
 // only tested for null and 16-byte alignment). Fails as they would on a path that cannot run.
 NormRun plan_forward_cuda(const NormLayout& layout, const NormForward& args);

@@ -4,7 +4,6 @@
 // input y from x and the saved statistics instead of storing it, and gets the forward's bits.
 #pragma once
 #include <cmath>
-#include <type_traits>
 
 #include "core/host_device.h"
 #include "layers/activation/activation_math.h"
@@ -24,29 +23,15 @@ MINIDL_HD float normalized(float x, float mean, float scale, float shift) { retu
 
 // The activation a normalization layer may apply to its output in the same kernels, computed
 // with the separate layer's formulas (activation_math.h).
-enum class NormActivation : unsigned char { None, ReLU, GELU };
+using NormActivation = Activation;
 
-MINIDL_HD float activation_forward(NormActivation a, float y) {
-  return a == NormActivation::ReLU ? act::relu_forward(y) : a == NormActivation::GELU ? act::gelu_forward(y) : y;
-}
+MINIDL_HD float activation_forward(NormActivation a, float y) { return act::forward(a, y); }
 
 // dy through the activation, from the activation's input y (the normalized value).
-MINIDL_HD float activation_backward(NormActivation a, float dy, float y) {
-  return a == NormActivation::ReLU ? act::relu_backward(dy, y) : a == NormActivation::GELU ? act::gelu_backward(dy, y) : dy;
-}
+MINIDL_HD float activation_backward(NormActivation a, float dy, float y) { return act::backward_from_input(a, dy, y); }
 
-// Runs f(std::integral_constant<NormActivation, a>{}): a loop or kernel that takes the activation
-// as a compile-time constant holds only its own formula, so without one or with ReLU it keeps the
-// registers (GPU) and the vectorization (CPU) it has without GELU's erf and exp. Host code.
-template <class F>
-void with_activation(NormActivation a, F&& f) {
-  switch (a) {
-    case NormActivation::ReLU: return f(std::integral_constant<NormActivation, NormActivation::ReLU>{});
-    case NormActivation::GELU: return f(std::integral_constant<NormActivation, NormActivation::GELU>{});
-    case NormActivation::None: break;
-  }
-  f(std::integral_constant<NormActivation, NormActivation::None>{});
-}
+// with_activation (activation_math.h) runs a kernel with the activation as a compile-time constant.
+using act::with_activation;
 
 // dy through the fused activation, its input y = normalized(x, mean, scale, shift) recomputed
 // (backward does not store y); dy itself when there is none.

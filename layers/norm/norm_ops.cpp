@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -113,15 +114,20 @@ Tensor normalize(const char* op, const NormLayout& layout, const Tensor& x, cons
     a.sync = &sync->sync;
   }
   bool ran = true;
-  dispatch(dev, "forward", [&] { norm::forward_cpu(layout, a); },
-           [&] {
-             if (to_half)
-               ran = norm::forward_float_half_cuda(layout, a, out, y.raw_data());
-             else if (half)
-               norm::forward_half_cuda(layout, a, x.dtype(), x.raw_data(), y.raw_data());
-             else
-               norm::forward_cuda(layout, a);
-           });
+  dispatch(
+      dev, "forward", [&] { norm::forward_cpu(layout, a); },
+      [&] {
+        if (!to_half && !half) return (void)norm::forward_cuda(layout, a);
+        dispatch_dtype(out, "normalization", [&](auto tag) {
+          using T = decltype(tag);
+          if constexpr (!std::is_same_v<T, float>) {
+            if (to_half)
+              ran = norm::forward_float_half_cuda(layout, a, y.data<T>());
+            else
+              norm::forward_half_cuda(layout, a, x.data<T>(), y.data<T>());
+          }
+        });
+      });
   if (!ran) return normalize(op, layout, x, weight, bias, running_mean, running_var, o, x.dtype()).to(out);
 
   std::vector<Tensor> inputs{x};
@@ -163,14 +169,21 @@ Tensor normalize(const char* op, const NormLayout& layout, const Tensor& x, cons
         dispatch(
             dy.device(), "backward", [&] { norm::backward_cpu(layout, b); },
             [&] {
-              if (to_half && !norm::backward_float_half_cuda(layout, b, out, dy.raw_data())) {
+              if (!to_half && !half) return (void)norm::backward_cuda(layout, b);
+              bool ran = true;
+              dispatch_dtype(out, "normalization", [&](auto tag) {
+                using T = decltype(tag);
+                if constexpr (!std::is_same_v<T, float>) {
+                  if (to_half)
+                    ran = norm::backward_float_half_cuda(layout, b, dy.data<T>());
+                  else
+                    norm::backward_half_cuda(layout, b, xs.data<T>(), dy.data<T>(), dx.data<T>());
+                }
+              });
+              if (!ran) {
                 // Widening is exact: the float32 pass sees the same dy.
                 dy = dy.to(DType::Float32);
                 b.dy = dy.data<float>();
-                norm::backward_cuda(layout, b);
-              } else if (!to_half && half) {
-                norm::backward_half_cuda(layout, b, xs.dtype(), xs.raw_data(), dy.raw_data(), dx.raw_data());
-              } else if (!to_half) {
                 norm::backward_cuda(layout, b);
               }
             });
@@ -281,6 +294,23 @@ Tensor layer_norm_to(const Tensor& x, DType out, const Shape& normalized_shape, 
     return normalize("layer_norm", layout, x, reordered(weight), reordered(bias), Tensor(), Tensor(), o, out);
   }
   return normalize("layer_norm", layout, x, weight, bias, Tensor(), Tensor(), o, out);
+}
+
+Tensor layer_norm_2d(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                     norm::NormActivation activation) {
+  check_input(x, "layer_norm_2d");
+  MINIDL_CHECK(x.dim() == 4, "layer_norm_2d: expected input (N, C, H, W), got ", shape_str(x.shape()));
+  const int64_t c = x.size(1);
+  check_param(weight, x, {c}, "layer_norm_2d", "weight");
+  check_param(bias, x, {c}, "layer_norm_2d", "bias");
+  MINIDL_CHECK(eps >= 0, "layer_norm_2d: eps must be >= 0, got ", eps);
+  if (!x.is_channels_last())
+    return layer_norm_2d(x.to(MemoryFormat::ChannelsLast), weight, bias, eps, activation).contiguous();
+  Options o;
+  o.eps = eps;
+  o.activation = activation;
+  return normalize("layer_norm_2d", NormLayout::layer_norm(x.numel() / c, c), x, weight, bias, Tensor(), Tensor(), o,
+                   x.dtype());
 }
 
 }  // namespace minidl

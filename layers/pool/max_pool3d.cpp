@@ -1,11 +1,12 @@
-// The max_pool3d op (one autograd node keeping the chosen indices), the MaxPool3d module and its
-// factory.
+// The max_pool3d op (one autograd node keeping the chosen indices), the MaxPool3d module, its
+// spec's rows and its descriptor.
 #include "layers/pool/max_pool3d.h"
 
 #include "core/autograd.h"
 #include "core/dispatch.h"
 #include "core/error.h"
 #include "layers/pool/max_pool3d_kernels.h"
+#include "layers/layer_fields.h"
 #include "layers/registry.h"
 
 namespace minidl {
@@ -35,46 +36,45 @@ Tensor max_pool3d(const Tensor& x, Size3d k, Size3d st, Size3d pad) {
   const MemoryFormat f = x.memory_format();
   Tensor y = Tensor::empty(out, x.dtype(), x.device(), f);
   Tensor idx = Tensor::empty(out, DType::Int32, x.device(), f);
-  dispatch(
-      x.device(), "max_pool3d",
-      [&] { kernels::max_pool3d_forward_cpu(s, x.dtype(), x.raw_data(), y.raw_data(), idx.data<int32_t>()); },
-      [&] { kernels::max_pool3d_forward_cuda(s, x.dtype(), x.raw_data(), y.raw_data(), idx.data<int32_t>()); });
+  dispatch_dtype(x.dtype(), "max_pool3d", [&](auto tag) {
+    using T = decltype(tag);
+    dispatch(
+        x.device(), "max_pool3d",
+        [&] { kernels::max_pool3d_forward_cpu(s, x.data<T>(), y.data<T>(), idx.data<int32_t>()); },
+        [&] { kernels::max_pool3d_forward_cuda(s, x.data<T>(), y.data<T>(), idx.data<int32_t>()); });
+  });
   if (!autograd::needs_grad({x})) return y;
   autograd::record(y, "max_pool3d", {x}, [s, f, idx, dtype = x.dtype()](const Tensor& dy_in) -> std::vector<Tensor> {
     const Tensor dy = dy_in.to(dtype, f);
     Tensor dx = Tensor::empty({s.n, s.c, s.d, s.h, s.w}, dtype, dy.device(), f);
-    dispatch(
-        dy.device(), "max_pool3d_backward",
-        [&] { kernels::max_pool3d_backward_cpu(s, dtype, dy.raw_data(), idx.data<int32_t>(), dx.raw_data()); },
-        [&] { kernels::max_pool3d_backward_cuda(s, dtype, dy.raw_data(), idx.data<int32_t>(), dx.raw_data()); });
+    dispatch_dtype(dtype, "max_pool3d_backward", [&](auto tag) {
+      using T = decltype(tag);
+      dispatch(
+          dy.device(), "max_pool3d_backward",
+          [&] { kernels::max_pool3d_backward_cpu(s, dy.data<T>(), idx.data<int32_t>(), dx.data<T>()); },
+          [&] { kernels::max_pool3d_backward_cuda(s, dy.data<T>(), idx.data<int32_t>(), dx.data<T>()); });
+    });
     return {dx};
   });
   return y;
 }
 
-MaxPool3d::MaxPool3d(Size3d kernel_size, Size3d stride, Size3d padding)
-    : kernel_(kernel_size), stride_(stride), padding_(padding) {
-  check_geometry("MaxPool3d", kernel_, stride_, padding_);
+MaxPool3d::MaxPool3d(const MaxPool3dSpec& spec) : Layer(max_pool3d_layer(), spec) {
+  check_geometry("MaxPool3d", spec.kernel_size, spec.stride, spec.padding);
 }
 
 Tensor MaxPool3d::forward(const Tensor& x) {
   MINIDL_CHECK(x.defined() && x.dim() == 5, label(), ": expected input (N, C, D, H, W), got ",
                x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
-  return max_pool3d(x, kernel_, stride_, padding_);
+  return max_pool3d(x, spec().kernel_size, spec().stride, spec().padding);
 }
 
 std::string MaxPool3d::describe() const {
-  std::string d = str("MaxPool3d k", size3d_str(kernel_));
-  if (!(stride_ == kernel_)) d += str(" s", size3d_str(stride_));
-  if (!(padding_ == Size3d(0))) d += str(" p", size3d_str(padding_));
+  const MaxPool3dSpec& s = spec();
+  std::string d = str("MaxPool3d k", size3d_str(s.kernel_size));
+  if (!(s.stride == s.kernel_size)) d += str(" s", size3d_str(s.stride));
+  if (!(s.padding == Size3d(0))) d += str(" p", size3d_str(s.padding));
   return d;
-}
-
-nlohmann::json MaxPool3d::to_json() const {
-  return {{"type", "MaxPool3d"},
-          {"kernel_size", size3d_json(kernel_)},
-          {"stride", size3d_json(stride_)},
-          {"padding", size3d_json(padding_)}};
 }
 
 // Forward: one comparison per window tap, x read and y written (the int32 indices too); backward:
@@ -82,7 +82,7 @@ nlohmann::json MaxPool3d::to_json() const {
 std::optional<LayerWork> MaxPool3d::work(const Tensor& x, const Tensor& y) const {
   LayerWork w;
   const double idx_bytes = 4.0 * static_cast<double>(y.numel());
-  w.forward.flops = static_cast<double>(y.numel()) * static_cast<double>(kernel_.d * kernel_.h * kernel_.w);
+  w.forward.flops = static_cast<double>(y.numel()) * static_cast<double>(spec().kernel_size.volume());
   w.forward.bytes = work_bytes(x) + work_bytes(y) + idx_bytes;
   w.saved_bytes = idx_bytes;
   if (y.requires_grad()) {
@@ -94,41 +94,40 @@ std::optional<LayerWork> MaxPool3d::work(const Tensor& x, const Tensor& y) const
 
 namespace {
 
-struct MaxPool3dSpec {
-  Size3d kernel, stride, padding;
-};
-
-MaxPool3dSpec read_max_pool3d(LayerArgs& args) {
-  const Size3d kernel = get_size3d(args, "kernel_size", std::nullopt, 1);
-  const Size3d stride = get_size3d(args, "stride", kernel, 1);
-  const Size3d padding = get_size3d(args, "padding", 0, 0);
-  MINIDL_CHECK(2 * padding.d <= kernel.d && 2 * padding.h <= kernel.h && 2 * padding.w <= kernel.w,
-               args.key_path("padding"), ": must be at most half of kernel_size (", size3d_str(kernel), "), got ",
-               size3d_str(padding));
-  args.finish();
-  return {kernel, stride, padding};
-}
-
-std::shared_ptr<Module> make_max_pool3d(LayerArgs& args) {
-  const MaxPool3dSpec s = read_max_pool3d(args);
-  return std::make_shared<MaxPool3d>(s.kernel, s.stride, s.padding);
-}
+Size3d stride_default(const MaxPool3dSpec& s) { return s.kernel_size; }
 
 }  // namespace
+
+const Fields<MaxPool3dSpec>& MaxPool3dSpec::fields() {
+  using S = MaxPool3dSpec;
+  static const Fields<S> f{
+      {size3d("kernel_size", &S::kernel_size, kRequired, {1, kMaxWindow}, "window (d, h, w): an int or a list of three"),
+       derived(size3d("stride", &S::stride, kRequired, {1, kMaxWindow}, "step (d, h, w); defaults to kernel_size"),
+               &S::stride, stride_default),
+       size3d("padding", &S::padding, Size3d(0), {0, kMaxWindow},
+              "implicit -inf padding (d, h, w) on each side, at most half the window")},
+      [](const S& s, const JsonArgs& args) {
+        const Size3d k = s.kernel_size, p = s.padding;
+        MINIDL_CHECK(2 * p.d <= k.d && 2 * p.h <= k.h && 2 * p.w <= k.w, args.key_path("padding"),
+                     ": must be at most half of kernel_size (", size3d_str(k), "), got ", size3d_str(p));
+      }};
+  return f;
+}
 
 const LayerDescriptor& max_pool3d_layer() {
   static const LayerDescriptor layer{
       "MaxPool3d",
       "pool",
       "3-D max pooling over (N, C, D, H, W), as torch.nn.MaxPool3d",
-      {required_key("kernel_size", "ints", "window (d, h, w): an int or a list of three, 1..65536"),
-       derived_key("stride", "ints", "stride (d, h, w); defaults to kernel_size"),
-       default_key("padding", "ints", 0, "implicit -inf padding on each side, at most half the kernel")},
-      make_max_pool3d,
+      layer_fields<MaxPool3d>(),
+      make_layer<MaxPool3d>,
       {{"kernel_size", 2}},
       {2, 2, 4, 4, 4},
       AutocastRule::InputType,
-      false};
+      false,
+      nullptr,
+      // Overlapping windows with padding, a rectangular kernel.
+      {{{{"kernel_size", {3, 3, 2}}, {"stride", {2, 1, 2}}, {"padding", 1}}, {2, 3, 5, 4, 4}}}};
   return layer;
 }
 

@@ -1,25 +1,26 @@
 // MaxPool3d on the CPU: every element independent (max_pool3d_math.h), OpenMP over them.
-#include "core/cast_kernels.h"
+#include "core/dispatch.h"
 #include "layers/pool/max_pool3d_kernels.h"
 
 namespace minidl::kernels {
 
-void max_pool3d_forward_cpu(const Pool3dShape& s, DType dtype, const void* x, void* y, int32_t* idx) {
+template <class T>
+void max_pool3d_forward_cpu(const Pool3dShape& s, const T* x, T* y, int32_t* idx) {
   const int64_t total = s.n * s.c * s.od() * s.oh() * s.ow();
-  visit_floating(dtype, "max_pool3d", [&](auto t) {
-    using T = decltype(t);
 #pragma omp parallel for schedule(static) if (total > (1 << 16))
-    for (int64_t i = 0; i < total; ++i) pool3d::forward_at(s, static_cast<const T*>(x), static_cast<T*>(y), idx, i);
-  });
+  for (int64_t i = 0; i < total; ++i) pool3d::forward_at(s, x, y, idx, i);
 }
 
-void max_pool3d_backward_cpu(const Pool3dShape& s, DType dtype, const void* dy, const int32_t* idx, void* dx) {
+template <class T>
+void max_pool3d_backward_cpu(const Pool3dShape& s, const T* dy, const int32_t* idx, T* dx) {
   const int64_t total = s.n * s.c * s.d * s.h * s.w;
-  visit_floating(dtype, "max_pool3d", [&](auto t) {
-    using T = decltype(t);
 #pragma omp parallel for schedule(static) if (total > (1 << 16))
-    for (int64_t i = 0; i < total; ++i) pool3d::backward_at(s, static_cast<const T*>(dy), idx, static_cast<T*>(dx), i);
-  });
+  for (int64_t i = 0; i < total; ++i) pool3d::backward_at(s, dy, idx, dx, i);
 }
+
+#define MINIDL_MAX_POOL3D_CPU(T)                                                            \
+  template void max_pool3d_forward_cpu<T>(const Pool3dShape&, const T*, T*, int32_t*); \
+  template void max_pool3d_backward_cpu<T>(const Pool3dShape&, const T*, const int32_t*, T*);
+MINIDL_FOR_FLOATING_TYPES(MINIDL_MAX_POOL3D_CPU)
 
 }  // namespace minidl::kernels

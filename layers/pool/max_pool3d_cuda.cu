@@ -1,6 +1,6 @@
 // MaxPool3d on the GPU: one thread per element (grid-stride), the per-element code the CPU runs
 // (max_pool3d_math.h).
-#include "core/cast_kernels.h"
+#include "core/dispatch.h"
 #include "core/cuda/kernel_helpers.cuh"
 #include "layers/pool/max_pool3d_kernels.h"
 
@@ -25,26 +25,27 @@ __global__ void backward_kernel(Pool3dShape s, const T* __restrict__ dy, const i
 
 }  // namespace
 
-void max_pool3d_forward_cuda(const Pool3dShape& s, DType dtype, const void* x, void* y, int32_t* idx) {
+template <class T>
+void max_pool3d_forward_cuda(const Pool3dShape& s, const T* x, T* y, int32_t* idx) {
   const int64_t total = s.n * s.c * s.od() * s.oh() * s.ow();
   if (total == 0) return;
-  visit_floating(dtype, "max_pool3d", [&](auto t) {
-    using T = decltype(t);
-    forward_kernel<T><<<cuda::grid_blocks(cuda::ceil_div(total, kThreads), kThreads), kThreads, 0, cuda::stream()>>>(
-        s, static_cast<const T*>(x), static_cast<T*>(y), idx, total);
-  });
+  forward_kernel<T><<<cuda::grid_blocks(cuda::ceil_div(total, kThreads), kThreads), kThreads, 0, cuda::stream()>>>(
+      s, x, y, idx, total);
   MINIDL_LAUNCH_CHECK();
 }
 
-void max_pool3d_backward_cuda(const Pool3dShape& s, DType dtype, const void* dy, const int32_t* idx, void* dx) {
+template <class T>
+void max_pool3d_backward_cuda(const Pool3dShape& s, const T* dy, const int32_t* idx, T* dx) {
   const int64_t total = s.n * s.c * s.d * s.h * s.w;
   if (total == 0) return;
-  visit_floating(dtype, "max_pool3d", [&](auto t) {
-    using T = decltype(t);
-    backward_kernel<T><<<cuda::grid_blocks(cuda::ceil_div(total, kThreads), kThreads), kThreads, 0, cuda::stream()>>>(
-        s, static_cast<const T*>(dy), idx, static_cast<T*>(dx), total);
-  });
+  backward_kernel<T><<<cuda::grid_blocks(cuda::ceil_div(total, kThreads), kThreads), kThreads, 0, cuda::stream()>>>(
+      s, dy, idx, dx, total);
   MINIDL_LAUNCH_CHECK();
 }
+
+#define MINIDL_MAX_POOL3D_CUDA(T)                                                            \
+  template void max_pool3d_forward_cuda<T>(const Pool3dShape&, const T*, T*, int32_t*); \
+  template void max_pool3d_backward_cuda<T>(const Pool3dShape&, const T*, const int32_t*, T*);
+MINIDL_FOR_FLOATING_TYPES(MINIDL_MAX_POOL3D_CUDA)
 
 }  // namespace minidl::kernels

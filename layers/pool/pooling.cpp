@@ -8,6 +8,8 @@
 #include "core/dispatch.h"
 #include "core/error.h"
 #include "core/storage_rounding.h"
+#include "layers/layer_fields.h"
+#include "layers/pool/pool_args.h"
 #include "layers/registry.h"
 
 namespace minidl {
@@ -29,19 +31,6 @@ int64_t planes_of(const Tensor& x, const char* what) {
   check_rank(x, 4, what);
   return x.size(0) * x.size(1);
 }
-
-// An int or [a, b] as in PyTorch's _pair.
-std::vector<int64_t> pair_arg(LayerArgs& args, const std::string& key, int64_t fallback) {
-  std::vector<int64_t> v = args.has(key) ? args.get_ints(key) : std::vector<int64_t>{fallback};
-  MINIDL_CHECK(v.size() == 1 || v.size() == 2, args.key_path(key), ": expected an integer or a list of two, got ",
-               v.size(), " values");
-  if (v.size() == 1) v.push_back(v[0]);
-  for (int64_t x : v)
-    MINIDL_CHECK(x >= 0 && x <= kMaxWindow, args.key_path(key), ": must be in 0..", kMaxWindow, ", got ", x);
-  return v;
-}
-
-nlohmann::json pair_json(int64_t a, int64_t b) { return a == b ? nlohmann::json(a) : nlohmann::json({a, b}); }
 
 // The output size (OH, OW) of max_pool2d on x, after checking both.
 std::pair<int64_t, int64_t> pooled_size(const Tensor& x, const Pool2dGeometry& g) {
@@ -69,21 +58,25 @@ Tensor max_pool2d_channels_last_cuda(const Tensor& x, const Pool2dGeometry& g) {
   const bool grad = autograd::needs_grad({x});
   const DType index = kernels::max_pool2d_argmax_dtype(g);
   Tensor argmax = grad ? Tensor::empty({s.n, OH, OW, s.c}, index, x.device()) : Tensor();
-  if (index == DType::UInt8)
-    kernels::max_pool2d_nhwc_forward_cuda(t, x.raw_data(), y.raw_data(),
-                                          grad ? argmax.data<uint8_t>() : static_cast<uint8_t*>(nullptr), s, g);
-  else
-    kernels::max_pool2d_nhwc_forward_cuda(t, x.raw_data(), y.raw_data(),
-                                          grad ? argmax.data<int32_t>() : static_cast<int32_t*>(nullptr), s, g);
+  dispatch_dtype(t, "max_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    if (index == DType::UInt8)
+      kernels::max_pool2d_nhwc_forward_cuda(x.data<T>(), y.data<T>(), grad ? argmax.data<uint8_t>() : nullptr, s, g);
+    else
+      kernels::max_pool2d_nhwc_forward_cuda(x.data<T>(), y.data<T>(), grad ? argmax.data<int32_t>() : nullptr, s, g);
+  });
   if (grad) {
     const Shape in_shape = x.shape();
     autograd::record(y, "max_pool2d", {x}, [argmax, in_shape, s, g, t](const Tensor& dy_in) -> std::vector<Tensor> {
       const Tensor dy = dy_in.to(t, MemoryFormat::ChannelsLast);
       Tensor dx = Tensor::empty(in_shape, t, dy.device(), MemoryFormat::ChannelsLast);
-      if (argmax.dtype() == DType::UInt8)
-        kernels::max_pool2d_nhwc_backward_cuda(t, dy.raw_data(), argmax.data<uint8_t>(), dx.raw_data(), s, g);
-      else
-        kernels::max_pool2d_nhwc_backward_cuda(t, dy.raw_data(), argmax.data<int32_t>(), dx.raw_data(), s, g);
+      dispatch_dtype(t, "max_pool2d", [&](auto tag) {
+        using T = decltype(tag);
+        if (argmax.dtype() == DType::UInt8)
+          kernels::max_pool2d_nhwc_backward_cuda(dy.data<T>(), argmax.data<uint8_t>(), dx.data<T>(), s, g);
+        else
+          kernels::max_pool2d_nhwc_backward_cuda(dy.data<T>(), argmax.data<int32_t>(), dx.data<T>(), s, g);
+      });
       return {dx};
     });
   }
@@ -96,13 +89,19 @@ Tensor global_avg_pool2d_channels_last_cuda(const Tensor& x) {
   MINIDL_CHECK(hw > 0, "global_avg_pool2d: empty planes in input ", shape_str(x.shape()));
   const DType t = x.dtype();
   Tensor y = Tensor::empty({n, c}, t, x.device());
-  kernels::global_avg_pool2d_nhwc_forward_cuda(t, x.raw_data(), y.raw_data(), n, hw, c);
+  dispatch_dtype(t, "global_avg_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    kernels::global_avg_pool2d_nhwc_forward_cuda(x.data<T>(), y.data<T>(), n, hw, c);
+  });
   if (autograd::needs_grad({x})) {
     const Shape in_shape = x.shape();
     autograd::record(y, "global_avg_pool2d", {x}, [in_shape, n, hw, c, t](const Tensor& dy_in) -> std::vector<Tensor> {
       const Tensor dy = dy_in.to(t);
       Tensor dx = Tensor::empty(in_shape, t, dy.device(), MemoryFormat::ChannelsLast);
-      kernels::global_avg_pool2d_nhwc_backward_cuda(t, dy.raw_data(), dx.raw_data(), n, hw, c);
+      dispatch_dtype(t, "global_avg_pool2d", [&](auto tag) {
+        using T = decltype(tag);
+        kernels::global_avg_pool2d_nhwc_backward_cuda(dy.data<T>(), dx.data<T>(), n, hw, c);
+      });
       return {dx};
     });
   }
@@ -117,14 +116,20 @@ Tensor global_max_pool2d_channels_last_cuda(const Tensor& x) {
   Tensor y = Tensor::empty({n, c}, t, x.device());
   const bool grad = autograd::needs_grad({x});
   Tensor argmax = grad ? Tensor::empty({n, c}, DType::Int32, x.device()) : Tensor();
-  kernels::global_max_pool2d_nhwc_forward_cuda(t, x.raw_data(), y.raw_data(), grad ? argmax.data<int32_t>() : nullptr,
-                                               n, hw, c);
+  dispatch_dtype(t, "global_max_pool2d", [&](auto tag) {
+    using T = decltype(tag);
+    kernels::global_max_pool2d_nhwc_forward_cuda(x.data<T>(), y.data<T>(), grad ? argmax.data<int32_t>() : nullptr, n,
+                                                 hw, c);
+  });
   if (grad) {
     const Shape in_shape = x.shape();
     autograd::record(y, "global_max_pool2d", {x}, [argmax, in_shape, n, hw, c, t](const Tensor& dy_in) -> std::vector<Tensor> {
       const Tensor dy = dy_in.to(t);
       Tensor dx = Tensor::empty(in_shape, t, dy.device(), MemoryFormat::ChannelsLast);
-      kernels::global_max_pool2d_nhwc_backward_cuda(t, dy.raw_data(), argmax.data<int32_t>(), dx.raw_data(), n, hw, c);
+      dispatch_dtype(t, "global_max_pool2d", [&](auto tag) {
+        using T = decltype(tag);
+        kernels::global_max_pool2d_nhwc_backward_cuda(dy.data<T>(), argmax.data<int32_t>(), dx.data<T>(), n, hw, c);
+      });
       return {dx};
     });
   }
@@ -262,70 +267,72 @@ Tensor global_max_pool2d(const Tensor& x) {
 }
 
 std::string MaxPool2d::describe() const {
-  auto pair = [](int64_t a, int64_t b) { return a == b ? str(a) : str("(", a, ", ", b, ")"); };
-  return str("MaxPool2d(kernel_size=", pair(g_.kernel_h, g_.kernel_w), ", stride=", pair(g_.stride_h, g_.stride_w),
-             ", padding=", pair(g_.pad_h, g_.pad_w), ")");
-}
-
-nlohmann::json MaxPool2d::to_json() const {
-  return {{"type", "MaxPool2d"},
-          {"kernel_size", pair_json(g_.kernel_h, g_.kernel_w)},
-          {"stride", pair_json(g_.stride_h, g_.stride_w)},
-          {"padding", pair_json(g_.pad_h, g_.pad_w)}};
+  return str("MaxPool2d(kernel_size=", pair_str(g_.kernel_h, g_.kernel_w),
+             ", stride=", pair_str(g_.stride_h, g_.stride_w), ", padding=", pair_str(g_.pad_h, g_.pad_w), ")");
 }
 
 namespace {
 
-std::shared_ptr<Module> make_maxpool2d(LayerArgs& args) {
-  MINIDL_CHECK(args.has("kernel_size"), args.key_path("kernel_size"), ": required key is missing");
-  const std::vector<int64_t> k = pair_arg(args, "kernel_size", 0);
-  const std::vector<int64_t> s = pair_arg(args, "stride", 0);
-  const std::vector<int64_t> p = pair_arg(args, "padding", 0);
-  const bool default_stride = !args.has("stride");
-  const Pool2dGeometry g{k[0], k[1], default_stride ? k[0] : s[0], default_stride ? k[1] : s[1], p[0], p[1]};
-  check_geometry(g, args.path());
-  args.finish();
-  return std::make_shared<MaxPool2d>(g);
+Pool2dGeometry geometry(const MaxPool2dSpec& s) {
+  return {s.kernel_size.h, s.kernel_size.w, s.stride.h, s.stride.w, s.padding.h, s.padding.w};
 }
 
-std::shared_ptr<Module> make_global_avg_pool2d(LayerArgs& args) {
-  args.finish();
-  return std::make_shared<GlobalAvgPool2d>();
-}
-
-std::shared_ptr<Module> make_global_max_pool2d(LayerArgs& args) {
-  args.finish();
-  return std::make_shared<GlobalMaxPool2d>();
-}
+Size2d stride_default(const MaxPool2dSpec& s) { return s.kernel_size; }
 
 }  // namespace
 
+MaxPool2d::MaxPool2d(const MaxPool2dSpec& spec) : Layer(maxpool2d_layer(), spec), g_(geometry(spec)) {
+  check_geometry(g_, "MaxPool2d");
+}
+
+const Fields<MaxPool2dSpec>& MaxPool2dSpec::fields() {
+  using S = MaxPool2dSpec;
+  static const Fields<S> f{
+      {size2d("kernel_size", &S::kernel_size, kRequired, {1, kMaxWindow}, "window (h, w): an int or a list of two"),
+       derived(size2d("stride", &S::stride, kRequired, {1, kMaxWindow}, "step (h, w); defaults to kernel_size"),
+               &S::stride, stride_default),
+       size2d("padding", &S::padding, Size2d(0), {0, kMaxWindow},
+              "implicit -inf padding (h, w), at most half the window")},
+      [](const S& s, const JsonArgs& args) { check_geometry(geometry(s), args.path()); }};
+  return f;
+}
+
 const LayerDescriptor& maxpool2d_layer() {
-  static const LayerDescriptor layer{
-      "MaxPool2d",
-      "pool",
-      "max over windows of (N, C, H, W), as torch.nn.MaxPool2d",
-      {required_key("kernel_size", "ints", "window (h, w): an int or a list of two"),
-       derived_key("stride", "ints", "step (h, w); defaults to kernel_size"),
-       default_key("padding", "ints", 0, "implicit -inf padding (h, w), at most half the window")},
-      make_maxpool2d,
-      {{"kernel_size", 2}},
-      {2, 3, 4, 4},
-      AutocastRule::InputType};
+  static const LayerDescriptor layer{"MaxPool2d",
+                                     "pool",
+                                     "max over windows of (N, C, H, W), as torch.nn.MaxPool2d",
+                                     layer_fields<MaxPool2d>(),
+                                     make_layer<MaxPool2d>,
+                                     {{"kernel_size", 2}},
+                                     {2, 3, 4, 4},
+                                     AutocastRule::InputType,
+                                     true,
+                                     nullptr,
+                                     {{{{"kernel_size", 3}, {"stride", 2}, {"padding", 1}}, {2, 3, 7, 6}}}};
   return layer;
 }
 
 const LayerDescriptor& global_avg_pool2d_layer() {
-  static const LayerDescriptor layer{
-      "GlobalAvgPool2d", "pool", "mean over H and W: (N, C, H, W) -> (N, C)", {}, make_global_avg_pool2d,
-      nlohmann::json::object(), {2, 3, 4, 4}, AutocastRule::InputType};
+  static const LayerDescriptor layer{"GlobalAvgPool2d",
+                                     "pool",
+                                     "mean over H and W: (N, C, H, W) -> (N, C)",
+                                     {},
+                                     make_layer<GlobalAvgPool2d>,
+                                     nlohmann::json::object(),
+                                     {2, 3, 4, 4},
+                                     AutocastRule::InputType};
   return layer;
 }
 
 const LayerDescriptor& global_max_pool2d_layer() {
-  static const LayerDescriptor layer{
-      "GlobalMaxPool2d", "pool", "max over H and W: (N, C, H, W) -> (N, C)", {}, make_global_max_pool2d,
-      nlohmann::json::object(), {2, 3, 4, 4}, AutocastRule::InputType};
+  static const LayerDescriptor layer{"GlobalMaxPool2d",
+                                     "pool",
+                                     "max over H and W: (N, C, H, W) -> (N, C)",
+                                     {},
+                                     make_layer<GlobalMaxPool2d>,
+                                     nlohmann::json::object(),
+                                     {2, 3, 4, 4},
+                                     AutocastRule::InputType};
   return layer;
 }
 

@@ -25,8 +25,10 @@
 #include <cstdint>
 #include <string>
 
-#include "layers/module.h"
+#include "core/fields.h"
+#include "layers/layer.h"
 #include "layers/pool/pooling_kernels.h"
+#include "layers/size2d.h"
 
 namespace minidl {
 
@@ -34,39 +36,41 @@ Tensor max_pool2d(const Tensor& x, const Pool2dGeometry& g);  // (N,C,H,W) -> (N
 Tensor global_avg_pool2d(const Tensor& x);                     // (N,C,H,W) -> (N,C)
 Tensor global_max_pool2d(const Tensor& x);                     // (N,C,H,W) -> (N,C)
 
-class MaxPool2d : public Module {
+// The layer types' descriptors (layers/layer_descriptor.h), listed in layers/registry.cpp.
+const LayerDescriptor& maxpool2d_layer();
+const LayerDescriptor& global_avg_pool2d_layer();
+const LayerDescriptor& global_max_pool2d_layer();
+
+struct MaxPool2dSpec {
+  Size2d kernel_size, stride, padding;
+  static const Fields<MaxPool2dSpec>& fields();
+};
+
+class MaxPool2d : public Layer<MaxPool2dSpec> {
  public:
-  explicit MaxPool2d(const Pool2dGeometry& g) : g_(g) {}
+  explicit MaxPool2d(const Pool2dGeometry& g)
+      : MaxPool2d(MaxPool2dSpec{{g.kernel_h, g.kernel_w}, {g.stride_h, g.stride_w}, {g.pad_h, g.pad_w}}) {}
+  explicit MaxPool2d(const MaxPool2dSpec& spec);
   Tensor forward(const Tensor& x) override { return max_pool2d(x, g_); }
-  std::string type_name() const override { return "MaxPool2d"; }
   std::string describe() const override;
-  nlohmann::json to_json() const override;
   std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
 
  private:
   Pool2dGeometry g_;
 };
 
-class GlobalAvgPool2d : public Module {
+class GlobalAvgPool2d : public Layer<NoKeys> {
  public:
+  explicit GlobalAvgPool2d(const NoKeys& spec = {}) : Layer(global_avg_pool2d_layer(), spec) {}
   Tensor forward(const Tensor& x) override { return global_avg_pool2d(x); }
-  std::string type_name() const override { return "GlobalAvgPool2d"; }
-  nlohmann::json to_json() const override { return {{"type", "GlobalAvgPool2d"}}; }
   std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
 };
 
-class GlobalMaxPool2d : public Module {
+class GlobalMaxPool2d : public Layer<NoKeys> {
  public:
+  explicit GlobalMaxPool2d(const NoKeys& spec = {}) : Layer(global_max_pool2d_layer(), spec) {}
   Tensor forward(const Tensor& x) override { return global_max_pool2d(x); }
-  std::string type_name() const override { return "GlobalMaxPool2d"; }
-  nlohmann::json to_json() const override { return {{"type", "GlobalMaxPool2d"}}; }
   std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
 };
-
-// The layer types' descriptors (layers/layer_descriptor.h), listed in layers/registry.cpp.
-struct LayerDescriptor;
-const LayerDescriptor& maxpool2d_layer();
-const LayerDescriptor& global_avg_pool2d_layer();
-const LayerDescriptor& global_max_pool2d_layer();
 
 }  // namespace minidl

@@ -301,14 +301,18 @@ MaxPoolParams make_params(const Pool2dShape& s, const Pool2dGeometry& g) {
           i(g.stride_h), i(g.stride_w), i(g.pad_h), i(g.pad_w)};
 }
 
-bool aligned(const void* p, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+template <class P>
+bool aligned(const P* p, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
 
 // Windows per thread of the k2 kernels for this call, 0 where they do not apply. They need 2x2
 // windows of stride 2 without padding on rows of even width (so a window pair never straddles
 // two rows, and OW = W / 2); V = 2 also an even OW and 16-byte aligned input rows, V = 1 8-byte
 // aligned ones. `in` is x or dx, `out` y or dy.
-int k2_windows_per_thread(const Pool2dShape& s, const Pool2dGeometry& g, const void* in, const void* out,
-                          const void* argmax) {
+template <class Index>
+int k2_windows_per_thread(const Pool2dShape& s, const Pool2dGeometry& g, const float* in, const float* out,
+                          const Index* argmax) {
   const bool k2 = g.kernel_h == 2 && g.kernel_w == 2 && g.stride_h == 2 && g.stride_w == 2 && g.pad_h == 0 &&
                   g.pad_w == 0 && s.W % 2 == 0;
   if (!k2) return 0;

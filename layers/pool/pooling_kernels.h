@@ -55,21 +55,25 @@ void global_max_pool2d_backward_cuda(const float* dy, const int32_t* argmax, flo
 
 // ---- Channels-last (NHWC) launchers (pooling_nhwc_cuda.cu) ----
 // Results: those of the NCHW float32 launchers above on the values widened to float32, rounded
-// once to `dtype`, bit for bit (argmax offsets, ties, NaN, every dx), except that the global
+// once to T, bit for bit (argmax offsets, ties, NaN, every dx), except that the global
 // average sums each plane in hw order, not in the NCHW CUDA kernel's lane tree. argmax may be
 // null in the forwards, as above; the uint8_t overloads need kernel_h * kernel_w <= 256.
 // Channels-last (NHWC) tensors on CUDA: x is [n][H][W][c], y and argmax [n][OH][OW][c]; values of
-// `dtype` (Float32, BFloat16, Float16) read and written in that type, compared/summed in float32.
+// T (float, bf16, fp16) read and written in that type, compared/summed in float32. Index is
+// uint8_t or int32_t.
 struct Pool2dNhwcShape { int64_t n, c, H, W, OH, OW; };
-void max_pool2d_nhwc_forward_cuda(DType dtype, const void* x, void* y, uint8_t* argmax, const Pool2dNhwcShape& s, const Pool2dGeometry& g);
-void max_pool2d_nhwc_forward_cuda(DType dtype, const void* x, void* y, int32_t* argmax, const Pool2dNhwcShape& s, const Pool2dGeometry& g);
-void max_pool2d_nhwc_backward_cuda(DType dtype, const void* dy, const uint8_t* argmax, void* dx, const Pool2dNhwcShape& s, const Pool2dGeometry& g);
-void max_pool2d_nhwc_backward_cuda(DType dtype, const void* dy, const int32_t* argmax, void* dx, const Pool2dNhwcShape& s, const Pool2dGeometry& g);
+template <class T, class Index>
+void max_pool2d_nhwc_forward_cuda(const T* x, T* y, Index* argmax, const Pool2dNhwcShape& s, const Pool2dGeometry& g);
+template <class T, class Index>
+void max_pool2d_nhwc_backward_cuda(const T* dy, const Index* argmax, T* dx, const Pool2dNhwcShape& s,
+                                   const Pool2dGeometry& g);
 // Global pools: x [n][hw][c] -> y [n][c] (y is (N, C), the same bytes in either layout).
-void global_avg_pool2d_nhwc_forward_cuda(DType dtype, const void* x, void* y, int64_t n, int64_t hw, int64_t c);
-void global_avg_pool2d_nhwc_backward_cuda(DType dtype, const void* dy, void* dx, int64_t n, int64_t hw, int64_t c);
-void global_max_pool2d_nhwc_forward_cuda(DType dtype, const void* x, void* y, int32_t* argmax, int64_t n, int64_t hw, int64_t c);
-void global_max_pool2d_nhwc_backward_cuda(DType dtype, const void* dy, const int32_t* argmax, void* dx, int64_t n, int64_t hw, int64_t c);
+template <class T> void global_avg_pool2d_nhwc_forward_cuda(const T* x, T* y, int64_t n, int64_t hw, int64_t c);
+template <class T> void global_avg_pool2d_nhwc_backward_cuda(const T* dy, T* dx, int64_t n, int64_t hw, int64_t c);
+template <class T>
+void global_max_pool2d_nhwc_forward_cuda(const T* x, T* y, int32_t* argmax, int64_t n, int64_t hw, int64_t c);
+template <class T>
+void global_max_pool2d_nhwc_backward_cuda(const T* dy, const int32_t* argmax, T* dx, int64_t n, int64_t hw, int64_t c);
 }  // namespace kernels
 
 }  // namespace minidl

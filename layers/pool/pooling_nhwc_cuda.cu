@@ -40,6 +40,7 @@
 #include "core/cast_kernels.h"
 #include "core/cuda/kernel_helpers.cuh"
 #include "core/cuda/runtime.h"
+#include "core/dispatch.h"
 #include "core/error.h"
 #include "core/half_types.h"
 #include "layers/pool/pooling_index.cuh"
@@ -305,13 +306,16 @@ __global__ void __launch_bounds__(kBlock)
 
 // ---- launch helpers ----
 
-bool aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+template <class P>
+bool aligned(const P* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
 
 // Whether a launch can take the vector path: whole 16-byte runs of channels (c a multiple of
 // kVec<T>) and 16-byte aligned value tensors; the argmax (null: not accessed) at the alignment of
 // its own chunk of kVec<T> offsets.
 template <class T, class Index>
-bool use_vectors(int64_t c, const void* a, const void* b, const Index* argmax) {
+bool use_vectors(int64_t c, const T* a, const T* b, const Index* argmax) {
   return c % kVec<T> == 0 && aligned(a, 16) && aligned(b, 16) && aligned(argmax, alignof(Chunk<Index, kVec<T>>));
 }
 
@@ -351,110 +355,96 @@ MaxPoolNhwc max_pool_params(const Pool2dNhwcShape& s, const Pool2dGeometry& g, i
           pool2d_windows_disjoint(g)};
 }
 
-template <class Index>
-void max_forward(DType dtype, const void* x, void* y, Index* argmax, const Pool2dNhwcShape& s,
-                 const Pool2dGeometry& g) {
-  const int64_t outputs = s.n * s.OH * s.OW * s.c;
-  if (outputs == 0) return;
-  visit_floating(dtype, "max_pool2d (CUDA, NHWC)", [&](auto tag) {
-    using T = decltype(tag);
-    with_channels_per_thread<T>(use_vectors<T>(s.c, x, y, argmax), [&](auto vec) {
-      constexpr int V = decltype(vec)::value;
-      const MaxPoolNhwc q = max_pool_params(s, g, V, true);
-      launch(max_pool2d_nhwc_forward_kernel<T, V, Index>, outputs / V, static_cast<const T*>(x), static_cast<T*>(y),
-             argmax, u32(outputs / V), q);
-    });
-  });
-}
-
-template <class Index>
-void max_backward(DType dtype, const void* dy, const Index* argmax, void* dx, const Pool2dNhwcShape& s,
-                  const Pool2dGeometry& g) {
-  const int64_t inputs = s.n * s.H * s.W * s.c;
-  if (inputs == 0) return;
-  visit_floating(dtype, "max_pool2d (CUDA, NHWC)", [&](auto tag) {
-    using T = decltype(tag);
-    with_channels_per_thread<T>(use_vectors<T>(s.c, dy, dx, argmax), [&](auto vec) {
-      constexpr int V = decltype(vec)::value;
-      const MaxPoolNhwc q = max_pool_params(s, g, V, false);
-      launch(max_pool2d_nhwc_backward_kernel<T, V, Index>, inputs / V, static_cast<const T*>(dy), argmax,
-             static_cast<T*>(dx), u32(inputs / V), q);
-    });
-  });
-}
-
-// A global pool over n images of hw pixels and c channels: picks T from dtype and V from `in`,
-// `out` and `argmax` (the vector path), then calls run(T{}, integral_constant<int, V>{}, threads,
-// params), which launches the kernel.
-template <class Launch>
-void global_pool(DType dtype, const char* what, const void* in, const void* out, const int32_t* argmax, int64_t n,
-                 int64_t hw, int64_t c, Launch&& run) {
+// A global pool over n images of hw pixels and c channels: picks V from `in`, `out` and `argmax`
+// (the vector path), then calls run(integral_constant<int, V>{}, threads, params), which launches
+// the kernel.
+template <class T, class Launch>
+void global_pool(const char* what, const T* in, const T* out, const int32_t* argmax, int64_t n, int64_t hw, int64_t c,
+                 Launch&& run) {
   if (n * c == 0) return;
   check_elements(n * hw * c, what);
-  visit_floating(dtype, what, [&](auto tag) {
-    using T = decltype(tag);
-    with_channels_per_thread<T>(use_vectors<T>(c, in, out, argmax), [&](auto vec) {
-      constexpr int V = decltype(vec)::value;
-      run(tag, vec, u32(n * c / V), GlobalNhwc{FastDiv(u32(c / V)), u32(hw), u32(c)});
-    });
+  with_channels_per_thread<T>(use_vectors<T>(c, in, out, argmax), [&](auto vec) {
+    constexpr int V = decltype(vec)::value;
+    run(vec, u32(n * c / V), GlobalNhwc{FastDiv(u32(c / V)), u32(hw), u32(c)});
+  });
+}
+
+// A max-pool pass whose threads walk the outputs (forward) or the inputs (backward): picks V from
+// `a`, `b` and `argmax` (the vector path), then calls run(integral_constant<int, V>{}, threads,
+// params), which launches the kernel.
+template <class T, class Index, class Launch>
+void max_pool_pass(const Pool2dNhwcShape& s, const Pool2dGeometry& g, bool forward, const T* a, const T* b,
+                   const Index* argmax, Launch&& run) {
+  const int64_t elements = forward ? s.n * s.OH * s.OW * s.c : s.n * s.H * s.W * s.c;
+  if (elements == 0) return;
+  with_channels_per_thread<T>(use_vectors<T>(s.c, a, b, argmax), [&](auto vec) {
+    constexpr int V = decltype(vec)::value;
+    run(vec, elements / V, max_pool_params(s, g, V, forward));
   });
 }
 
 }  // namespace
 
-void max_pool2d_nhwc_forward_cuda(DType dtype, const void* x, void* y, uint8_t* argmax, const Pool2dNhwcShape& s,
-                                  const Pool2dGeometry& g) {
-  max_forward(dtype, x, y, argmax, s, g);
-}
-void max_pool2d_nhwc_forward_cuda(DType dtype, const void* x, void* y, int32_t* argmax, const Pool2dNhwcShape& s,
-                                  const Pool2dGeometry& g) {
-  max_forward(dtype, x, y, argmax, s, g);
-}
-void max_pool2d_nhwc_backward_cuda(DType dtype, const void* dy, const uint8_t* argmax, void* dx,
-                                   const Pool2dNhwcShape& s, const Pool2dGeometry& g) {
-  max_backward(dtype, dy, argmax, dx, s, g);
-}
-void max_pool2d_nhwc_backward_cuda(DType dtype, const void* dy, const int32_t* argmax, void* dx,
-                                   const Pool2dNhwcShape& s, const Pool2dGeometry& g) {
-  max_backward(dtype, dy, argmax, dx, s, g);
+template <class T, class Index>
+void max_pool2d_nhwc_forward_cuda(const T* x, T* y, Index* argmax, const Pool2dNhwcShape& s, const Pool2dGeometry& g) {
+  max_pool_pass(s, g, true, x, y, argmax, [&](auto vec, int64_t threads, const MaxPoolNhwc& q) {
+    launch(max_pool2d_nhwc_forward_kernel<T, decltype(vec)::value, Index>, threads, x, y, argmax, u32(threads), q);
+  });
 }
 
-void global_avg_pool2d_nhwc_forward_cuda(DType dtype, const void* x, void* y, int64_t n, int64_t hw, int64_t c) {
-  auto run = [&](auto tag, auto vec, uint32_t vectors, GlobalNhwc q) {
-    using T = decltype(tag);
-    launch(global_avg_pool2d_nhwc_forward_kernel<T, decltype(vec)::value>, vectors, static_cast<const T*>(x),
-           static_cast<T*>(y), vectors, q);
-  };
-  global_pool(dtype, "global_avg_pool2d", x, y, nullptr, n, hw, c, run);
+template <class T, class Index>
+void max_pool2d_nhwc_backward_cuda(const T* dy, const Index* argmax, T* dx, const Pool2dNhwcShape& s,
+                                   const Pool2dGeometry& g) {
+  max_pool_pass(s, g, false, dy, dx, argmax, [&](auto vec, int64_t threads, const MaxPoolNhwc& q) {
+    launch(max_pool2d_nhwc_backward_kernel<T, decltype(vec)::value, Index>, threads, dy, argmax, dx, u32(threads), q);
+  });
 }
 
-void global_avg_pool2d_nhwc_backward_cuda(DType dtype, const void* dy, void* dx, int64_t n, int64_t hw, int64_t c) {
-  auto run = [&](auto tag, auto vec, uint32_t vectors, GlobalNhwc q) {
-    using T = decltype(tag);
-    launch(global_avg_pool2d_nhwc_backward_kernel<T, decltype(vec)::value>, vectors, static_cast<const T*>(dy),
-           static_cast<T*>(dx), vectors, q);
+template <class T>
+void global_avg_pool2d_nhwc_forward_cuda(const T* x, T* y, int64_t n, int64_t hw, int64_t c) {
+  auto run = [&](auto vec, uint32_t vectors, GlobalNhwc q) {
+    launch(global_avg_pool2d_nhwc_forward_kernel<T, decltype(vec)::value>, vectors, x, y, vectors, q);
   };
-  global_pool(dtype, "global_avg_pool2d", dy, dx, nullptr, n, hw, c, run);
+  global_pool<T>("global_avg_pool2d", x, y, nullptr, n, hw, c, run);
 }
 
-void global_max_pool2d_nhwc_forward_cuda(DType dtype, const void* x, void* y, int32_t* argmax, int64_t n, int64_t hw,
-                                         int64_t c) {
-  auto run = [&](auto tag, auto vec, uint32_t vectors, GlobalNhwc q) {
-    using T = decltype(tag);
-    launch(global_max_pool2d_nhwc_forward_kernel<T, decltype(vec)::value>, vectors, static_cast<const T*>(x),
-           static_cast<T*>(y), argmax, vectors, q);
+template <class T>
+void global_avg_pool2d_nhwc_backward_cuda(const T* dy, T* dx, int64_t n, int64_t hw, int64_t c) {
+  auto run = [&](auto vec, uint32_t vectors, GlobalNhwc q) {
+    launch(global_avg_pool2d_nhwc_backward_kernel<T, decltype(vec)::value>, vectors, dy, dx, vectors, q);
   };
-  global_pool(dtype, "global_max_pool2d", x, y, argmax, n, hw, c, run);
+  global_pool<T>("global_avg_pool2d", dy, dx, nullptr, n, hw, c, run);
 }
 
-void global_max_pool2d_nhwc_backward_cuda(DType dtype, const void* dy, const int32_t* argmax, void* dx, int64_t n,
-                                          int64_t hw, int64_t c) {
-  auto run = [&](auto tag, auto vec, uint32_t vectors, GlobalNhwc q) {
-    using T = decltype(tag);
-    launch(global_max_pool2d_nhwc_backward_kernel<T, decltype(vec)::value>, vectors, static_cast<const T*>(dy),
-           argmax, static_cast<T*>(dx), vectors, q);
+template <class T>
+void global_max_pool2d_nhwc_forward_cuda(const T* x, T* y, int32_t* argmax, int64_t n, int64_t hw, int64_t c) {
+  auto run = [&](auto vec, uint32_t vectors, GlobalNhwc q) {
+    launch(global_max_pool2d_nhwc_forward_kernel<T, decltype(vec)::value>, vectors, x, y, argmax, vectors, q);
   };
-  global_pool(dtype, "global_max_pool2d", dy, dx, argmax, n, hw, c, run);
+  global_pool<T>("global_max_pool2d", x, y, argmax, n, hw, c, run);
 }
+
+template <class T>
+void global_max_pool2d_nhwc_backward_cuda(const T* dy, const int32_t* argmax, T* dx, int64_t n, int64_t hw,
+                                          int64_t c) {
+  auto run = [&](auto vec, uint32_t vectors, GlobalNhwc q) {
+    launch(global_max_pool2d_nhwc_backward_kernel<T, decltype(vec)::value>, vectors, dy, argmax, dx, vectors, q);
+  };
+  global_pool<T>("global_max_pool2d", dy, dx, argmax, n, hw, c, run);
+}
+
+#define MINIDL_POOL_NHWC_INDEX(T, Index)                                                                       \
+  template void max_pool2d_nhwc_forward_cuda<T, Index>(const T*, T*, Index*, const Pool2dNhwcShape&,          \
+                                                       const Pool2dGeometry&);                                \
+  template void max_pool2d_nhwc_backward_cuda<T, Index>(const T*, const Index*, T*, const Pool2dNhwcShape&,   \
+                                                        const Pool2dGeometry&);
+#define MINIDL_POOL_NHWC(T)                                                                                    \
+  MINIDL_POOL_NHWC_INDEX(T, uint8_t)                                                                           \
+  MINIDL_POOL_NHWC_INDEX(T, int32_t)                                                                           \
+  template void global_avg_pool2d_nhwc_forward_cuda<T>(const T*, T*, int64_t, int64_t, int64_t);              \
+  template void global_avg_pool2d_nhwc_backward_cuda<T>(const T*, T*, int64_t, int64_t, int64_t);             \
+  template void global_max_pool2d_nhwc_forward_cuda<T>(const T*, T*, int32_t*, int64_t, int64_t, int64_t);    \
+  template void global_max_pool2d_nhwc_backward_cuda<T>(const T*, const int32_t*, T*, int64_t, int64_t, int64_t);
+MINIDL_FOR_FLOATING_TYPES(MINIDL_POOL_NHWC)
 
 }  // namespace minidl::kernels

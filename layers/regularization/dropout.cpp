@@ -10,8 +10,8 @@
 #include "core/autograd.h"
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "core/field_kinds.h"
 #include "core/run_context.h"
-#include "core/storage_rounding.h"
 #include "layers/registry.h"
 #include "layers/regularization/dropout_kernels.h"
 
@@ -93,10 +93,12 @@ namespace {
 // The map y = x * factor on x's device; the CPU runs the step it is given, the GPU the device word.
 Tensor apply_mask(const Tensor& x, const DropoutDraw& draw, int64_t step) {
   Tensor y = Tensor::empty_like(x);
-  dispatch(
-      x.device(), "dropout",
-      [&] { kernels::dropout_cpu(draw, step, x.data<float>(), y.data<float>(), x.numel()); },
-      [&] { kernels::dropout_cuda(x.dtype(), draw, dropout_step_on(x.device()), x.raw_data(), y.raw_data(), x.numel()); });
+  dispatch_dtype(x.dtype(), "dropout", [&](auto tag) {
+    using T = decltype(tag);
+    dispatch(
+        x.device(), "dropout", [&] { kernels::dropout_cpu(draw, step, x.data<T>(), y.data<T>(), x.numel()); },
+        [&] { kernels::dropout_cuda(draw, dropout_step_on(x.device()), x.data<T>(), y.data<T>(), x.numel()); });
+  });
   return y;
 }
 
@@ -105,7 +107,6 @@ Tensor apply_mask(const Tensor& x, const DropoutDraw& draw, int64_t step) {
 Tensor dropout(const Tensor& x, const DropoutDraw& draw) {
   MINIDL_CHECK(x.defined() && is_floating(x.dtype()), "dropout: expects a float32, bfloat16 or float16 input, got ",
                x.defined() ? x.str() : "undefined");
-  if (holds_half(x) && !x.is_cuda()) return dropout(as_float32(x), draw).to(x.dtype());
   MINIDL_CHECK(draw.group >= 1 && x.numel() % draw.group == 0, "dropout: ", x.numel(),
                " elements do not split into draws of ", draw.group);
   MINIDL_CHECK(x.numel() / draw.group <= kMaxDropoutDraws, "dropout: ", x.numel() / draw.group,
@@ -123,26 +124,26 @@ Tensor dropout(const Tensor& x, const DropoutDraw& draw) {
   return y;
 }
 
-Dropout::Dropout(double p) : p_(p) { check_p(p, "Dropout"); }
+Dropout::Dropout(const DropoutSpec& spec) : Layer(dropout_layer(), spec) { check_p(spec.p, "Dropout"); }
 
 Tensor Dropout::forward(const Tensor& x) {
-  if (!is_training() || p_ == 0) return x;
-  return dropout(x, dropout_draw(static_cast<float>(p_), dropout_salt(path()), 1));
+  if (!is_training() || p() == 0) return x;
+  return dropout(x, dropout_draw(static_cast<float>(p()), dropout_salt(path()), 1));
 }
 
-std::string Dropout::describe() const { return str("Dropout p=", p_); }
+std::string Dropout::describe() const { return str("Dropout p=", p()); }
 
-DropPath::DropPath(double p) : p_(p) { check_p(p, "DropPath"); }
+DropPath::DropPath(const DropPathSpec& spec) : Layer(drop_path_layer(), spec) { check_p(spec.p, "DropPath"); }
 
 Tensor DropPath::forward(const Tensor& x) {
-  if (!is_training() || p_ == 0) return x;
+  if (!is_training() || p() == 0) return x;
   MINIDL_CHECK(x.defined() && x.dim() >= 1 && x.size(0) >= 1, label(), ": expects a batch (N, ...), got ",
                x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
   // Channels-last keeps each sample's elements together, so a sample is still one run of memory.
-  return dropout(x, dropout_draw(static_cast<float>(p_), dropout_salt(path()), x.numel() / x.size(0)));
+  return dropout(x, dropout_draw(static_cast<float>(p()), dropout_salt(path()), x.numel() / x.size(0)));
 }
 
-std::string DropPath::describe() const { return str("DropPath p=", p_); }
+std::string DropPath::describe() const { return str("DropPath p=", p()); }
 
 // One multiply per element each way (the draw's integer arithmetic is not counted); nothing is
 // saved, the backward redraws the mask. In eval mode, or at p = 0, the layer passes x through.
@@ -154,32 +155,29 @@ std::optional<LayerWork> DropPath::work(const Tensor& x, const Tensor& y) const 
   return x.same(y) ? LayerWork() : elementwise_work(x, y, 1, 1, Tensor());
 }
 
-namespace {
-
-double read_p(LayerArgs& args, double fallback) {
-  const double p = args.get_float("p", fallback);
-  MINIDL_CHECK(p >= 0 && p <= 1, args.key_path("p"), ": must be in [0, 1], got ", p);
-  args.finish();
-  return p;
+const Fields<DropoutSpec>& DropoutSpec::fields() {
+  static const Fields<DropoutSpec> f{{number("p", &DropoutSpec::p, 0.5, kUnitInterval, "drop probability")}};
+  return f;
 }
 
-// PyTorch's defaults: nn.Dropout(p=0.5); timm's DropPath(drop_prob=0.0).
-std::shared_ptr<Module> make_dropout(LayerArgs& args) { return std::make_shared<Dropout>(read_p(args, 0.5)); }
-std::shared_ptr<Module> make_drop_path(LayerArgs& args) { return std::make_shared<DropPath>(read_p(args, 0.0)); }
-
-}  // namespace
+const Fields<DropPathSpec>& DropPathSpec::fields() {
+  static const Fields<DropPathSpec> f{{number("p", &DropPathSpec::p, 0.0, kUnitInterval, "drop probability")}};
+  return f;
+}
 
 const LayerDescriptor& dropout_layer() {
   static const LayerDescriptor layer{
       "Dropout",
       "regularization",
       "zeroes elements with probability p and scales the rest by 1/(1-p) in training, as torch.nn.Dropout",
-      {default_key("p", "float", 0.5, "drop probability in [0, 1]")},
-      make_dropout,
+      layer_fields<Dropout>(),
+      make_layer<Dropout>,
       {{"p", 0.1}},
       {2, 3, 4},
       AutocastRule::InputType,
-      true};
+      true,
+      nullptr,
+      {{{{"p", 0.3}}, {2, 3, 4, 5}}}};
   return layer;
 }
 
@@ -188,8 +186,8 @@ const LayerDescriptor& drop_path_layer() {
       "DropPath",
       "regularization",
       "stochastic depth: zeroes whole samples with probability p and scales the rest by 1/(1-p) in training (timm)",
-      {default_key("p", "float", 0.0, "drop probability in [0, 1]")},
-      make_drop_path,
+      layer_fields<DropPath>(),
+      make_layer<DropPath>,
       {{"p", 0.1}},
       {4, 3, 4},
       AutocastRule::InputType,

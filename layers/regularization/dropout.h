@@ -8,8 +8,8 @@
 #include <optional>
 #include <string>
 
-#include "layers/layer_descriptor.h"
-#include "layers/module.h"
+#include "core/fields.h"
+#include "layers/layer.h"
 #include "layers/regularization/dropout_draw.h"
 
 namespace minidl {
@@ -37,37 +37,41 @@ DropoutDraw dropout_draw(float p, uint32_t salt, int64_t group);
 // backward redraws the same mask). Any floating dtype; half on the CPU runs storage-rounded.
 Tensor dropout(const Tensor& x, const DropoutDraw& draw);
 
-class Dropout : public Module {
- public:
-  explicit Dropout(double p);
-  Tensor forward(const Tensor& x) override;
-  std::string type_name() const override { return "Dropout"; }
-  std::string describe() const override;  // "Dropout p=0.1"
-  nlohmann::json to_json() const override { return {{"type", "Dropout"}, {"p", p_}}; }
-  std::optional<LayerWork> work(const Tensor& x, const Tensor& y) const override;
-  double p() const { return p_; }
+const LayerDescriptor& dropout_layer();
+const LayerDescriptor& drop_path_layer();
 
- private:
-  double p_;
+// PyTorch's default: nn.Dropout(p=0.5).
+struct DropoutSpec {
+  double p;
+  static const Fields<DropoutSpec>& fields();
+};
+
+// timm's default: DropPath(drop_prob=0.0).
+struct DropPathSpec {
+  double p;
+  static const Fields<DropPathSpec>& fields();
+};
+
+class Dropout : public Layer<DropoutSpec> {
+ public:
+  explicit Dropout(double p) : Dropout(DropoutSpec{p}) {}
+  explicit Dropout(const DropoutSpec& spec);
+  Tensor forward(const Tensor& x) override;
+  std::string describe() const override;  // "Dropout p=0.1"
+  std::optional<LayerWork> work(const Tensor& x, const Tensor& y) const override;
+  double p() const { return spec().p; }
 };
 
 // Drops each sample (the first dimension) with probability p and scales the kept ones by
 // 1/(1-p), timm's drop_path with scale_by_keep.
-class DropPath : public Module {
+class DropPath : public Layer<DropPathSpec> {
  public:
-  explicit DropPath(double p);
+  explicit DropPath(double p) : DropPath(DropPathSpec{p}) {}
+  explicit DropPath(const DropPathSpec& spec);
   Tensor forward(const Tensor& x) override;
-  std::string type_name() const override { return "DropPath"; }
   std::string describe() const override;  // "DropPath p=0.1"
-  nlohmann::json to_json() const override { return {{"type", "DropPath"}, {"p", p_}}; }
   std::optional<LayerWork> work(const Tensor& x, const Tensor& y) const override;
-  double p() const { return p_; }
-
- private:
-  double p_;
+  double p() const { return spec().p; }
 };
-
-const LayerDescriptor& dropout_layer();
-const LayerDescriptor& drop_path_layer();
 
 }  // namespace minidl

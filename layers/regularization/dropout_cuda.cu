@@ -1,9 +1,9 @@
 // The dropout map on the GPU: one element per thread in a grid-stride loop, the draw from
 // dropout_draw.h (the CPU's formula), the step read from device memory (a graph replays each
 // step's draws without re-capture).
-#include "core/cast_kernels.h"
 #include "core/cuda/kernel_helpers.cuh"
 #include "core/cuda/runtime.h"
+#include "core/dispatch.h"
 #include "core/half_types.h"
 #include "layers/regularization/dropout_kernels.h"
 
@@ -21,15 +21,17 @@ __global__ void dropout_kernel(DropoutDraw draw, const int64_t* __restrict__ ste
 
 }  // namespace
 
-void dropout_cuda(DType dtype, const DropoutDraw& draw, const int64_t* step, const void* x, void* y, int64_t n) {
+template <class T>
+void dropout_cuda(const DropoutDraw& draw, const int64_t* step, const T* x, T* y, int64_t n) {
   if (n == 0) return;
   constexpr int kBlock = 256;
-  visit_floating(dtype, "dropout", [&](auto tag) {
-    using T = decltype(tag);
-    dropout_kernel<T><<<cuda::grid_blocks(cuda::ceil_div(n, kBlock), kBlock), kBlock, 0, cuda::stream()>>>(
-        draw, step, static_cast<const T*>(x), static_cast<T*>(y), n);
-    MINIDL_LAUNCH_CHECK();
-  });
+  dropout_kernel<T><<<cuda::grid_blocks(cuda::ceil_div(n, kBlock), kBlock), kBlock, 0, cuda::stream()>>>(draw, step, x,
+                                                                                                       y, n);
+  MINIDL_LAUNCH_CHECK();
 }
+
+#define MINIDL_DROPOUT_CUDA(T) \
+  template void dropout_cuda<T>(const DropoutDraw&, const int64_t*, const T*, T*, int64_t);
+MINIDL_FOR_FLOATING_TYPES(MINIDL_DROPOUT_CUDA)
 
 }  // namespace minidl::kernels

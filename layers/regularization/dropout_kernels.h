@@ -1,7 +1,7 @@
-// Dropout launchers: y = x * dropout_factor(draw, step, i) over n contiguous elements (the
-// backward is the same map on dy). CPU: float32; CUDA: float32, bfloat16 or float16 storage with
-// float32 arithmetic, the step read from device memory so a CUDA graph replays each step's own
-// draws. Plain C++ (no CUDA headers).
+// Dropout launchers: y = x * dropout_factor(draw, step, i) over n contiguous elements of T (float,
+// bf16 or fp16; float32 arithmetic, rounded once to T), the backward the same map on dy. The CPU
+// runs the step it is given; CUDA reads it from device memory, so a CUDA graph replays each
+// step's own draws. Plain C++ (no CUDA headers).
 #pragma once
 #include <cstdint>
 
@@ -10,7 +10,7 @@
 
 namespace minidl::kernels {
 
-void dropout_cpu(const DropoutDraw& draw, int64_t step, const float* x, float* y, int64_t n);
-void dropout_cuda(DType dtype, const DropoutDraw& draw, const int64_t* step, const void* x, void* y, int64_t n);
+template <class T> void dropout_cpu(const DropoutDraw& draw, int64_t step, const T* x, T* y, int64_t n);
+template <class T> void dropout_cuda(const DropoutDraw& draw, const int64_t* step, const T* x, T* y, int64_t n);
 
 }  // namespace minidl::kernels

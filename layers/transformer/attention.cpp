@@ -3,11 +3,13 @@
 #include "layers/transformer/attention.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include "core/autocast.h"
 #include "core/autograd.h"
 #include "core/dispatch.h"
 #include "core/error.h"
+#include "core/field_kinds.h"
 #include "core/init.h"
 #include "core/storage_rounding.h"
 #include "layers/registry.h"
@@ -19,13 +21,19 @@ namespace minidl {
 namespace {
 
 // Whether the fused kernels take a call; a CPU-only build has none (their launcher is CUDA code).
-bool fused_fits(DType t, const kernels::AttentionShape& s, const void* data) {
+template <class T>
+bool fused_fits(const kernels::AttentionShape& s, const T* data) {
 #ifdef MINIDL_WITH_CUDA
-  return kernels::attention_fused_cuda_fits(t, s, data);
+  return kernels::attention_fused_cuda_fits(s, data);
 #else
-  (void)t, (void)s, (void)data;
+  (void)s, (void)data;
   return false;
 #endif
+}
+
+// Whether the fused kernels take x (on CUDA, any floating dtype).
+bool fused_fits(const kernels::AttentionShape& s, const Tensor& x) {
+  return dispatch_dtype(x.dtype(), "attention", [&](auto tag) { return fused_fits(s, x.data<decltype(tag)>()); });
 }
 
 }  // namespace
@@ -51,7 +59,7 @@ Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p, uin
   const int64_t step = dropout_step();
   // Short sequences in half precision run the fused kernels (the faster path wherever they fit; they
   // keep no probabilities); the rest the batched GEMMs with the probabilities saved for the backward.
-  const bool fused = dev.is_cuda() && fused_fits(t, s, x.raw_data());
+  const bool fused = dev.is_cuda() && fused_fits(s, x);
   Tensor probs, dropped;
   if (!fused) {
     probs = Tensor::empty({s.batch, s.heads, s.tokens, s.tokens}, t, dev);
@@ -65,11 +73,15 @@ Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p, uin
                                        y.data<float>());
       },
       [&] {
-        if (fused)
-          kernels::attention_fused_forward_cuda(t, s, d, dropout_step_on(dev), x.raw_data(), y.raw_data());
-        else
-          kernels::attention_forward_cuda(t, s, d, dropout_step_on(dev), x.raw_data(), probs.raw_data(),
-                                          dropped.raw_data(), y.raw_data());
+        dispatch_dtype(t, "attention", [&](auto tag) {
+          using T = decltype(tag);
+          if constexpr (!std::is_same_v<T, float>) {
+            if (fused)
+              return kernels::attention_fused_forward_cuda(s, d, dropout_step_on(dev), x.data<T>(), y.data<T>());
+          }
+          kernels::attention_forward_cuda(s, d, dropout_step_on(dev), x.data<T>(), probs.data<T>(), dropped.data<T>(),
+                                          y.data<T>());
+        });
       });
   if (autograd::needs_grad({qkv})) {
     autograd::record(y, "attention", {x}, [s, t, draw, drop, step, fused, xs = x.detach(), probs, dropped](
@@ -77,7 +89,7 @@ Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p, uin
       Tensor dy = dy_in.to(t).contiguous();
       const DropoutDraw* d = drop ? &draw : nullptr;
       Tensor dqkv = Tensor::empty(xs.shape(), t, dy.device());
-      if (fused && !fused_fits(t, s, dy.raw_data())) dy = dy.clone();  // a misaligned view
+      if (fused && !fused_fits(s, dy)) dy = dy.clone();  // a misaligned view
       dispatch(
           dy.device(), "attention_backward",
           [&] {
@@ -85,12 +97,17 @@ Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p, uin
                                             dy.data<float>(), dqkv.data<float>());
           },
           [&] {
-            if (fused)
-              kernels::attention_fused_backward_cuda(t, s, d, dropout_step_on(dy.device()), xs.raw_data(),
-                                                     dy.raw_data(), dqkv.raw_data());
-            else
-              kernels::attention_backward_cuda(t, s, d, dropout_step_on(dy.device()), xs.raw_data(), probs.raw_data(),
-                                               dropped.raw_data(), dy.raw_data(), dqkv.raw_data());
+            dispatch_dtype(t, "attention", [&](auto tag) {
+              using T = decltype(tag);
+              const int64_t* step_word = dropout_step_on(dy.device());
+              if constexpr (!std::is_same_v<T, float>) {
+                if (fused)
+                  return kernels::attention_fused_backward_cuda(s, d, step_word, xs.data<T>(), dy.data<T>(),
+                                                                dqkv.data<T>());
+              }
+              kernels::attention_backward_cuda(s, d, step_word, xs.data<T>(), probs.data<T>(), dropped.data<T>(),
+                                               dy.data<T>(), dqkv.data<T>());
+            });
           });
       return {dqkv};
     });
@@ -98,8 +115,10 @@ Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p, uin
   return y;
 }
 
-MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout, bool bias)
-    : embed_dim_(embed_dim), num_heads_(num_heads), dropout_(dropout) {
+MultiheadAttention::MultiheadAttention(const MultiheadAttentionSpec& spec) : Layer(multihead_attention_layer(), spec) {
+  const int64_t embed_dim = spec.embed_dim, num_heads = spec.num_heads;
+  const double dropout = spec.dropout;
+  const bool bias = spec.bias;
   MINIDL_CHECK(embed_dim >= 1 && num_heads >= 1 && embed_dim % num_heads == 0, "MultiheadAttention: embed_dim (",
                embed_dim, ") must be a positive multiple of num_heads (", num_heads, ")");
   MINIDL_CHECK(dropout >= 0 && dropout <= 1, "MultiheadAttention: dropout must be in [0, 1], got ", dropout);
@@ -117,8 +136,8 @@ MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads, dou
 }
 
 Tensor MultiheadAttention::forward(const Tensor& x) {
-  MINIDL_CHECK(x.defined() && x.dim() == 3 && x.size(2) == embed_dim_, label(), ": expected input (N, T, ",
-               embed_dim_, "), got ", x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
+  MINIDL_CHECK(x.defined() && x.dim() == 3 && x.size(2) == embed_dim(), label(), ": expected input (N, T, ",
+               embed_dim(), "), got ", x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
   // The input projection as Linear::forward runs it (autocast casts the operands).
   Tensor qkv;
   if (autocast_active()) {
@@ -127,8 +146,8 @@ Tensor MultiheadAttention::forward(const Tensor& x) {
   } else {
     qkv = linear(x, in_dtype_of(in_proj_weight, x), in_dtype_of(in_proj_bias, x));
   }
-  const float p = is_training() ? static_cast<float>(dropout_) : 0.f;
-  return (*out_proj)(self_attention(qkv, num_heads_, p, dropout_salt(path())));
+  const float p = is_training() ? static_cast<float>(spec().dropout) : 0.f;
+  return (*out_proj)(self_attention(qkv, num_heads(), p, dropout_salt(path())));
 }
 
 // In-projection: 2 FLOPs per multiply-add of (N*T, D) x (D, 3D) plus the bias; x, the weight and
@@ -138,8 +157,8 @@ Tensor MultiheadAttention::forward(const Tensor& x) {
 // FLOPs each, the softmax's again; dout and qkv read, dqkv written; dW (float32), db and dx.
 // Saved: x and qkv.
 std::optional<LayerWork> MultiheadAttention::work(const Tensor& x, const Tensor& y) const {
-  const double tokens = static_cast<double>(x.numel() / embed_dim_), d = static_cast<double>(embed_dim_);
-  const double t = static_cast<double>(x.size(1)), scores = tokens * t * static_cast<double>(num_heads_);
+  const double tokens = static_cast<double>(x.numel() / embed_dim()), d = static_cast<double>(embed_dim());
+  const double t = static_cast<double>(x.size(1)), scores = tokens * t * static_cast<double>(num_heads());
   const double act = work_bytes(y);  // one (N, T, D) activation
   const double w_bytes = work_bytes(in_proj_weight.numel(), y.dtype()) +
                          work_bytes(in_proj_bias.defined() ? in_proj_bias.numel() : 0, y.dtype());
@@ -160,44 +179,26 @@ int64_t multihead_attention_elements(int64_t embed_dim, bool bias) {
   return 4 * embed_dim * embed_dim + (bias ? 4 * embed_dim : 0);
 }
 
-std::string MultiheadAttention::describe() const { return str("MultiheadAttention ", embed_dim_, " h", num_heads_); }
+std::string MultiheadAttention::describe() const { return str("MultiheadAttention ", embed_dim(), " h", num_heads()); }
 
-nlohmann::json MultiheadAttention::to_json() const {
-  return {{"type", "MultiheadAttention"}, {"embed_dim", embed_dim_}, {"num_heads", num_heads_},
-          {"dropout", dropout_},          {"bias", in_proj_bias.defined()}};
+const Fields<MultiheadAttentionSpec>& MultiheadAttentionSpec::fields() {
+  using S = MultiheadAttentionSpec;
+  static const Fields<S> f{
+      {integer("embed_dim", &S::embed_dim, kRequired, {1, kMaxFeatures}, "model width D"),
+       integer("num_heads", &S::num_heads, kRequired, {1, kMaxFeatures}, "attention heads; must divide embed_dim"),
+       number("dropout", &S::dropout, 0.0, kUnitInterval, "dropout on the attention probabilities in training"),
+       flag("bias", &S::bias, true, "in_proj_bias and out_proj.bias")},
+      [](const S& s, const JsonArgs& args) {
+        MINIDL_CHECK(s.embed_dim % s.num_heads == 0, args.key_path("num_heads"), ": must divide embed_dim (",
+                     s.embed_dim, "), got ", s.num_heads);
+        check_weight_size(args, {3 * s.embed_dim, s.embed_dim});
+      }};
+  return f;
 }
 
 namespace {
 
-struct AttentionSpec {
-  int64_t embed_dim, num_heads;
-  double dropout;
-  bool bias;
-};
-
-// Reads and checks the spec's keys: what the factory builds and the memory check counts.
-AttentionSpec read_multihead_attention(LayerArgs& args) {
-  const int64_t embed_dim = args.get_int("embed_dim");
-  const int64_t num_heads = args.get_int("num_heads");
-  MINIDL_CHECK(embed_dim >= 1 && embed_dim <= kMaxFeatures, args.key_path("embed_dim"), ": must be in 1..",
-               kMaxFeatures, ", got ", embed_dim);
-  MINIDL_CHECK(num_heads >= 1 && embed_dim % num_heads == 0, args.key_path("num_heads"),
-               ": must divide embed_dim (", embed_dim, "), got ", num_heads);
-  const double dropout = args.get_float("dropout", 0.0);
-  MINIDL_CHECK(dropout >= 0 && dropout <= 1, args.key_path("dropout"), ": must be in [0, 1], got ", dropout);
-  const bool bias = args.get_bool("bias", true);
-  args.finish();
-  check_weight_size(args, {3 * embed_dim, embed_dim});
-  return {embed_dim, num_heads, dropout, bias};
-}
-
-std::shared_ptr<Module> make_multihead_attention(LayerArgs& args) {
-  const AttentionSpec s = read_multihead_attention(args);
-  return std::make_shared<MultiheadAttention>(s.embed_dim, s.num_heads, s.dropout, s.bias);
-}
-
-LayerState multihead_attention_state(LayerArgs& args) {
-  const AttentionSpec s = read_multihead_attention(args);
+LayerState multihead_attention_state(const MultiheadAttentionSpec& s) {
   return {multihead_attention_elements(s.embed_dim, s.bias), 3 * s.embed_dim * s.embed_dim,
           str("MultiheadAttention ", s.embed_dim, " h", s.num_heads)};
 }
@@ -209,16 +210,14 @@ const LayerDescriptor& multihead_attention_layer() {
       "MultiheadAttention",
       "transformer",
       "self-attention on (N, T, embed_dim), as torch.nn.MultiheadAttention(batch_first=True)(x, x, x)",
-      {required_key("embed_dim", "int", "model width D, 1..2^31"),
-       required_key("num_heads", "int", "attention heads; must divide embed_dim"),
-       default_key("dropout", "float", 0.0, "dropout on the attention probabilities in training, in [0, 1]"),
-       default_key("bias", "bool", true, "in_proj_bias and out_proj.bias")},
-      make_multihead_attention,
+      layer_fields<MultiheadAttention>(),
+      make_layer<MultiheadAttention>,
       {{"embed_dim", 8}, {"num_heads", 2}},
       {2, 5, 8},
       AutocastRule::LowerPrecision,
       true,
-      multihead_attention_state};
+      layer_state<MultiheadAttention, multihead_attention_state>,
+      {{{{"embed_dim", 12}, {"num_heads", 3}, {"dropout", 0.2}, {"bias", false}}, {3, 7, 12}}}};
   return layer;
 }
 

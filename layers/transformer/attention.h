@@ -9,9 +9,9 @@
 #include <optional>
 #include <string>
 
+#include "core/fields.h"
+#include "layers/layer.h"
 #include "layers/linear/linear.h"
-#include "layers/layer_descriptor.h"
-#include "layers/module.h"
 
 namespace minidl {
 
@@ -20,32 +20,36 @@ namespace minidl {
 // the draws of `salt` at the current dropout step (layers/regularization/dropout.h).
 Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p = 0.f, uint32_t salt = 0);
 
-class MultiheadAttention : public Module {
+const LayerDescriptor& multihead_attention_layer();
+
+struct MultiheadAttentionSpec {
+  int64_t embed_dim, num_heads;
+  double dropout;
+  bool bias;
+  static const Fields<MultiheadAttentionSpec>& fields();
+};
+
+class MultiheadAttention : public Layer<MultiheadAttentionSpec> {
  public:
   // in_proj_weight xavier_uniform, biases 0, out_proj.weight as Linear's default: PyTorch's
   // _reset_parameters. On the CPU.
-  MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout = 0.0, bool bias = true);
+  MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout = 0.0, bool bias = true)
+      : MultiheadAttention(MultiheadAttentionSpec{embed_dim, num_heads, dropout, bias}) {}
+  explicit MultiheadAttention(const MultiheadAttentionSpec& spec);
 
   Tensor forward(const Tensor& x) override;  // (N, T, D) -> (N, T, D)
-  std::string type_name() const override { return "MultiheadAttention"; }
-  std::string describe() const override;  // "MultiheadAttention 384 h6"
-  nlohmann::json to_json() const override;
+  std::string describe() const override;     // "MultiheadAttention 384 h6"
   // Its own work: the in-projection and the attention (out_proj, a child Linear, reports its own).
   std::optional<LayerWork> work(const Tensor& x, const Tensor& y) const override;
 
-  int64_t embed_dim() const { return embed_dim_; }
-  int64_t num_heads() const { return num_heads_; }
+  int64_t embed_dim() const { return spec().embed_dim; }
+  int64_t num_heads() const { return spec().num_heads; }
 
   Tensor in_proj_weight;  // (3D, D)
   Tensor in_proj_bias;    // (3D) or undefined
   std::shared_ptr<Linear> out_proj;
-
- private:
-  int64_t embed_dim_, num_heads_;
-  double dropout_;
 };
 
-const LayerDescriptor& multihead_attention_layer();
 // The parameters a MultiheadAttention of `embed_dim` holds (what its constructor allocates).
 int64_t multihead_attention_elements(int64_t embed_dim, bool bias);
 

@@ -17,6 +17,7 @@
 #include "core/cast_kernels.h"
 #include "core/cuda/kernel_helpers.cuh"
 #include "core/cuda/runtime.h"
+#include "core/dispatch.h"
 #include "core/error.h"
 #include "core/half_types.h"
 #include "layers/transformer/attention_kernels.h"
@@ -162,13 +163,15 @@ struct Layout {
 
 }  // namespace
 
-void attention_forward_cuda(DType dtype, const AttentionShape& s, const DropoutDraw* drop, const int64_t* step,
-                            const void* qkv, void* probs, void* dropped, void* out) {
+template <class E>
+void attention_forward_cuda(const AttentionShape& s, const DropoutDraw* drop, const int64_t* step, const E* qkv,
+                            E* probs, E* dropped, E* out) {
+  constexpr DType dtype = DTypeOf<E>::value;
   const int64_t pairs = s.batch * s.heads, T = s.tokens, D = s.width();
   if (pairs == 0 || T == 0) return;
   const Layout l(dtype, s);
   auto scores = allocate(sizeof(float) * pairs * T * T, Device::cuda());
-  const void* pv = drop ? dropped : probs;
+  const E* pv = drop ? dropped : probs;
   enum { Q, K, V, O, S, PV, kCount };
   Operands ops{};
   ops.op[Q] = l.packed(qkv, 0);
@@ -181,19 +184,18 @@ void attention_forward_cuda(DType dtype, const AttentionShape& s, const DropoutD
   // S^T = K Q^T (T x T per pair), scaled.
   gemm(dtype, DType::Float32, CUBLAS_OP_T, CUBLAS_OP_N, T, T, s.head_dim, attention_scale(s), ptr[K], 3 * D, ptr[Q],
        3 * D, ptr.out(S), T, pairs);
-  visit_floating(dtype, "attention", [&](auto tag) {
-    using E = decltype(tag);
-    softmax_forward_kernel<E><<<softmax_grid(pairs * T), kSoftmaxBlock, 0, cuda::stream()>>>(
-        static_cast<const float*>(scores.get()), static_cast<E*>(probs), static_cast<E*>(dropped), pairs * T, T,
-        drop != nullptr, drop ? *drop : DropoutDraw{}, step);
-    MINIDL_LAUNCH_CHECK();
-  });
+  softmax_forward_kernel<E><<<softmax_grid(pairs * T), kSoftmaxBlock, 0, cuda::stream()>>>(
+      static_cast<const float*>(scores.get()), probs, dropped, pairs * T, T, drop != nullptr,
+      drop ? *drop : DropoutDraw{}, step);
+  MINIDL_LAUNCH_CHECK();
   // O^T = V^T Pd^T (hd x T per pair), written into the pair's columns of out.
   gemm(dtype, dtype, CUBLAS_OP_N, CUBLAS_OP_N, s.head_dim, T, T, 1.f, ptr[V], 3 * D, ptr[PV], T, ptr.out(O), D, pairs);
 }
 
-void attention_backward_cuda(DType dtype, const AttentionShape& s, const DropoutDraw* drop, const int64_t* step,
-                             const void* qkv, const void* probs, const void* dropped, const void* dout, void* dqkv) {
+template <class E>
+void attention_backward_cuda(const AttentionShape& s, const DropoutDraw* drop, const int64_t* step, const E* qkv,
+                             const E* probs, const E* dropped, const E* dout, E* dqkv) {
+  constexpr DType dtype = DTypeOf<E>::value;
   const int64_t pairs = s.batch * s.heads, T = s.tokens, D = s.width();
   if (pairs == 0 || T == 0) return;
   const Layout l(dtype, s);
@@ -218,16 +220,20 @@ void attention_backward_cuda(DType dtype, const AttentionShape& s, const Dropout
   gemm(dtype, DType::Float32, CUBLAS_OP_T, CUBLAS_OP_N, T, T, hd, 1.f, ptr[V], 3 * D, ptr[DO], D, ptr.out(DPD), T, pairs);
   // dV^T = dO^T Pd (hd x T).
   gemm(dtype, dtype, CUBLAS_OP_N, CUBLAS_OP_T, hd, T, T, 1.f, ptr[DO], D, ptr[PV], T, ptr.out(DV), 3 * D, pairs);
-  visit_floating(dtype, "attention", [&](auto tag) {
-    using E = decltype(tag);
-    softmax_backward_kernel<E><<<softmax_grid(pairs * T), kSoftmaxBlock, 0, cuda::stream()>>>(
-        static_cast<const float*>(dpd.get()), static_cast<const E*>(probs), static_cast<E*>(ds.get()), pairs * T, T,
-        drop != nullptr, drop ? *drop : DropoutDraw{}, step);
-    MINIDL_LAUNCH_CHECK();
-  });
+  softmax_backward_kernel<E><<<softmax_grid(pairs * T), kSoftmaxBlock, 0, cuda::stream()>>>(
+      static_cast<const float*>(dpd.get()), probs, static_cast<E*>(ds.get()), pairs * T, T, drop != nullptr,
+      drop ? *drop : DropoutDraw{}, step);
+  MINIDL_LAUNCH_CHECK();
   // dQ^T = scale K^T dS^T, dK^T = scale Q^T dS (hd x T each).
   gemm(dtype, dtype, CUBLAS_OP_N, CUBLAS_OP_N, hd, T, T, scale, ptr[K], 3 * D, ptr[DS], T, ptr.out(DQ), 3 * D, pairs);
   gemm(dtype, dtype, CUBLAS_OP_N, CUBLAS_OP_T, hd, T, T, scale, ptr[Q], 3 * D, ptr[DS], T, ptr.out(DK), 3 * D, pairs);
 }
+
+#define MINIDL_ATTENTION_CUDA(E)                                                                           \
+  template void attention_forward_cuda<E>(const AttentionShape&, const DropoutDraw*, const int64_t*, const E*, E*, \
+                                          E*, E*);                                                                 \
+  template void attention_backward_cuda<E>(const AttentionShape&, const DropoutDraw*, const int64_t*, const E*,    \
+                                           const E*, const E*, const E*, E*);
+MINIDL_FOR_FLOATING_TYPES(MINIDL_ATTENTION_CUDA)
 
 }  // namespace minidl::kernels

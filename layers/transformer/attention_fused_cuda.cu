@@ -25,6 +25,7 @@
 
 #include "core/cuda/kernel_helpers.cuh"
 #include "core/cuda/runtime.h"
+#include "core/dispatch.h"
 #include "core/error.h"
 #include "core/half_types.h"
 #include "layers/transformer/attention_kernels.h"
@@ -38,18 +39,21 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kPad = 8;                     // elements of padding per shared-memory row
 constexpr int kScoreLd = kMaxTokens + kPad;  // row stride of the T x T buffers (dS, dropped P)
 
-__device__ __forceinline__ uint32_t smem_address(const void* p) {
+template <class P>
+__device__ __forceinline__ uint32_t smem_address(const P* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
 // Four 8 x 8 matrices of 16-bit elements; lanes 8i..8i+7 give the row addresses of matrix i, and
 // lane l receives element (l / 4, 2 (l % 4) .. +1) of each (of its transpose with .trans).
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+template <class P>
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const P* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_address(p)));
 }
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
+template <class P>
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const P* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_address(p)));
@@ -353,61 +357,59 @@ constexpr size_t backward_smem() {
   return sizeof(uint16_t) * (4 * kMaxTokens * (HD + kPad) + 2 * kMaxTokens * kScoreLd);
 }
 
-// Calls f(E{}, integral_constant<HD>) for the storage type and head size.
+// Calls f(integral_constant<HD>) for the head size.
 template <class F>
-void with_kernel(DType dtype, int64_t head_dim, F&& f) {
-  auto by_size = [&](auto tag) {
-    switch (head_dim) {
-      case 16: f(tag, std::integral_constant<int, 16>{}); return;
-      case 32: f(tag, std::integral_constant<int, 32>{}); return;
-      case 48: f(tag, std::integral_constant<int, 48>{}); return;
-      case 64: f(tag, std::integral_constant<int, 64>{}); return;
-    }
-    MINIDL_ASSERT(false);
-  };
-  if (dtype == DType::BFloat16)
-    by_size(bf16{});
-  else
-    by_size(fp16{});
+void with_head_dim(int64_t head_dim, F&& f) {
+  switch (head_dim) {
+    case 16: f(std::integral_constant<int, 16>{}); return;
+    case 32: f(std::integral_constant<int, 32>{}); return;
+    case 48: f(std::integral_constant<int, 48>{}); return;
+    case 64: f(std::integral_constant<int, 64>{}); return;
+  }
+  MINIDL_ASSERT(false);
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+template <class T>
+bool aligned16(const T* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 }  // namespace
 
-bool attention_fused_cuda_fits(DType dtype, const AttentionShape& s, const void* tensor) {
-  return is_half(dtype) && aligned16(tensor) && s.tokens >= 1 && s.tokens <= kMaxTokens && s.head_dim % 16 == 0 &&
+template <class T>
+bool attention_fused_cuda_fits(const AttentionShape& s, const T* tensor) {
+  return !std::is_same_v<T, float> && aligned16(tensor) && s.tokens >= 1 && s.tokens <= kMaxTokens && s.head_dim % 16 == 0 &&
          s.head_dim >= 16 && s.head_dim <= 64 && s.batch * s.heads <= INT32_MAX;
 }
 
-void attention_fused_forward_cuda(DType dtype, const AttentionShape& s, const DropoutDraw* drop, const int64_t* step,
-                                  const void* qkv, void* out) {
-  MINIDL_CHECK(attention_fused_cuda_fits(dtype, s, qkv) && attention_fused_cuda_fits(dtype, s, out),
-               "attention: the fused kernel does not take ", dtype_name(dtype), " with ", s.tokens,
+template <class E>
+void attention_fused_forward_cuda(const AttentionShape& s, const DropoutDraw* drop, const int64_t* step, const E* qkv,
+                                  E* out) {
+  MINIDL_CHECK(attention_fused_cuda_fits(s, qkv) && attention_fused_cuda_fits(s, out),
+               "attention: the fused kernel does not take ", dtype_name(DTypeOf<E>::value), " with ", s.tokens,
                " tokens of head size ", s.head_dim);
   const int64_t pairs = s.batch * s.heads;
   if (pairs == 0) return;
   const float scale = 1.f / std::sqrt(static_cast<float>(s.head_dim));
-  with_kernel(dtype, s.head_dim, [&](auto tag, auto hd) {
-    using E = decltype(tag);
+  with_head_dim(s.head_dim, [&](auto hd) {
     fused_forward_kernel<E, decltype(hd)::value><<<static_cast<unsigned>(pairs), kThreads, 0, cuda::stream()>>>(
         static_cast<int>(s.tokens), s.width(), s.heads, scale, drop != nullptr, drop ? *drop : DropoutDraw{}, step,
-        static_cast<const E*>(qkv), static_cast<E*>(out));
+        qkv, out);
     MINIDL_LAUNCH_CHECK();
   });
 }
 
-void attention_fused_backward_cuda(DType dtype, const AttentionShape& s, const DropoutDraw* drop, const int64_t* step,
-                                   const void* qkv, const void* dout, void* dqkv) {
-  MINIDL_CHECK(attention_fused_cuda_fits(dtype, s, qkv) && attention_fused_cuda_fits(dtype, s, dout) &&
-                   attention_fused_cuda_fits(dtype, s, dqkv),
-               "attention: the fused kernel does not take ", dtype_name(dtype), " with ", s.tokens,
+template <class E>
+void attention_fused_backward_cuda(const AttentionShape& s, const DropoutDraw* drop, const int64_t* step, const E* qkv,
+                                   const E* dout, E* dqkv) {
+  MINIDL_CHECK(attention_fused_cuda_fits(s, qkv) && attention_fused_cuda_fits(s, dout) &&
+                   attention_fused_cuda_fits(s, dqkv),
+               "attention: the fused kernel does not take ", dtype_name(DTypeOf<E>::value), " with ", s.tokens,
                " tokens of head size ", s.head_dim);
   const int64_t pairs = s.batch * s.heads;
   if (pairs == 0) return;
   const float scale = 1.f / std::sqrt(static_cast<float>(s.head_dim));
-  with_kernel(dtype, s.head_dim, [&](auto tag, auto hd) {
-    using E = decltype(tag);
+  with_head_dim(s.head_dim, [&](auto hd) {
     constexpr int HD = decltype(hd)::value;
     constexpr size_t smem = backward_smem<HD>();
     // More than the default 48 KiB of dynamic shared memory at head size 64: allowed once per kernel.
@@ -419,9 +421,18 @@ void attention_fused_backward_cuda(DType dtype, const AttentionShape& s, const D
     (void)allowed;
     fused_backward_kernel<E, HD><<<static_cast<unsigned>(pairs), kThreads, smem, cuda::stream()>>>(
         static_cast<int>(s.tokens), s.width(), s.heads, scale, drop != nullptr, drop ? *drop : DropoutDraw{}, step,
-        static_cast<const E*>(qkv), static_cast<const E*>(dout), static_cast<E*>(dqkv));
+        qkv, dout, dqkv);
     MINIDL_LAUNCH_CHECK();
   });
 }
+
+template bool attention_fused_cuda_fits<float>(const AttentionShape&, const float*);
+#define MINIDL_ATTENTION_FUSED_CUDA(E)                                                                           \
+  template bool attention_fused_cuda_fits<E>(const AttentionShape&, const E*);                                  \
+  template void attention_fused_forward_cuda<E>(const AttentionShape&, const DropoutDraw*, const int64_t*,      \
+                                                const E*, E*);                                                  \
+  template void attention_fused_backward_cuda<E>(const AttentionShape&, const DropoutDraw*, const int64_t*,     \
+                                                 const E*, const E*, E*);
+MINIDL_FOR_HALF_TYPES(MINIDL_ATTENTION_FUSED_CUDA)
 
 }  // namespace minidl::kernels

@@ -26,12 +26,14 @@ void attention_forward_cpu(const AttentionShape& s, const DropoutDraw* drop, int
 void attention_backward_cpu(const AttentionShape& s, const DropoutDraw* drop, int64_t step, const float* qkv,
                             const float* probs, const float* dropped, const float* dout, float* dqkv);
 
-// The same on CUDA, every tensor of `dtype`. The scores and their gradients are float32 scratch;
-// probs and dropped are rounded to dtype (the GEMMs read them in that type).
-void attention_forward_cuda(DType dtype, const AttentionShape& s, const DropoutDraw* drop, const int64_t* step,
-                            const void* qkv, void* probs, void* dropped, void* out);
-void attention_backward_cuda(DType dtype, const AttentionShape& s, const DropoutDraw* drop, const int64_t* step,
-                             const void* qkv, const void* probs, const void* dropped, const void* dout, void* dqkv);
+// The same on CUDA, every tensor of T (float, bf16 or fp16). The scores and their gradients are
+// float32 scratch; probs and dropped are rounded to T (the GEMMs read them in that type).
+template <class T>
+void attention_forward_cuda(const AttentionShape& s, const DropoutDraw* drop, const int64_t* step, const T* qkv,
+                            T* probs, T* dropped, T* out);
+template <class T>
+void attention_backward_cuda(const AttentionShape& s, const DropoutDraw* drop, const int64_t* step, const T* qkv,
+                             const T* probs, const T* dropped, const T* dout, T* dqkv);
 
 // The fused kernels (attention_fused_cuda.cu): one CTA of four warps per (sample, head) on the
 // tensor cores (mma.sync), scores and softmax in registers, nothing of size T x T in global memory,
@@ -40,10 +42,13 @@ void attention_backward_cuda(DType dtype, const AttentionShape& s, const Dropout
 // a call passes). The op runs them wherever they fit: measured 2.4-3.7x faster than the GEMM path
 // forward + backward (H200, bf16, batch 512, 6 heads: docs/transformer.md), 2.7x at a ViT's 64
 // tokens of head size 64.
-bool attention_fused_cuda_fits(DType dtype, const AttentionShape& s, const void* tensor);
-void attention_fused_forward_cuda(DType dtype, const AttentionShape& s, const DropoutDraw* drop, const int64_t* step,
-                                  const void* qkv, void* out);
-void attention_fused_backward_cuda(DType dtype, const AttentionShape& s, const DropoutDraw* drop, const int64_t* step,
-                                   const void* qkv, const void* dout, void* dqkv);
+// fits: any floating T (false for float); the kernels: T = bf16 or fp16.
+template <class T> bool attention_fused_cuda_fits(const AttentionShape& s, const T* tensor);
+template <class T>
+void attention_fused_forward_cuda(const AttentionShape& s, const DropoutDraw* drop, const int64_t* step, const T* qkv,
+                                  T* out);
+template <class T>
+void attention_fused_backward_cuda(const AttentionShape& s, const DropoutDraw* drop, const int64_t* step, const T* qkv,
+                                   const T* dout, T* dqkv);
 
 }  // namespace minidl::kernels

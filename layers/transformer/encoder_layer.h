@@ -14,32 +14,43 @@
 #include <optional>
 #include <string>
 
+#include "core/enum_names.h"
+#include "core/fields.h"
+#include "layers/layer.h"
 #include "layers/linear/linear.h"
-#include "layers/layer_descriptor.h"
-#include "layers/module.h"
 #include "layers/norm/layernorm.h"
 #include "layers/regularization/dropout.h"
 #include "layers/transformer/attention.h"
 
 namespace minidl {
 
-struct EncoderLayerOptions {
-  int64_t d_model = 0, nhead = 0, dim_feedforward = 2048;
-  double dropout = 0.1;     // PyTorch's default
-  std::string activation = "relu";  // "relu" or "gelu", PyTorch's default relu
-  double layer_norm_eps = 1e-5;
-  bool norm_first = false;  // PyTorch's default post-norm
-  double drop_path = 0.0;
-  bool bias = true;
+const LayerDescriptor& transformer_encoder_layer_layer();
+
+// The MLP block's activation.
+enum class FeedForwardActivation { ReLU, GELU };
+template <>
+struct EnumNames<FeedForwardActivation> {
+  static constexpr EnumName<FeedForwardActivation> values[] = {{FeedForwardActivation::ReLU, "relu"},
+                                                               {FeedForwardActivation::GELU, "gelu"}};
 };
 
-class TransformerEncoderLayer : public Module {
+// PyTorch's defaults (dim_feedforward 2048, dropout 0.1, relu, post-norm) are the fields'.
+struct TransformerEncoderLayerSpec {
+  int64_t d_model, nhead, dim_feedforward;
+  double dropout;
+  FeedForwardActivation activation;
+  double layer_norm_eps;
+  bool norm_first;
+  double drop_path;
+  bool bias;
+  static const Fields<TransformerEncoderLayerSpec>& fields();
+};
+
+class TransformerEncoderLayer : public Layer<TransformerEncoderLayerSpec> {
  public:
-  explicit TransformerEncoderLayer(const EncoderLayerOptions& o);
+  explicit TransformerEncoderLayer(const TransformerEncoderLayerSpec& spec);
   Tensor forward(const Tensor& x) override;  // (N, T, d_model) -> the same
-  std::string type_name() const override { return "TransformerEncoderLayer"; }
-  std::string describe() const override;  // "TransformerEncoderLayer 384 h6 ff1152 pre-norm"
-  nlohmann::json to_json() const override;
+  std::string describe() const override;     // "TransformerEncoderLayer 384 h6 ff1152 pre-norm"
   // Its own work: the two residual adds and the activation (its children report theirs).
   std::optional<LayerWork> work(const Tensor& x, const Tensor& y) const override;
 
@@ -51,9 +62,6 @@ class TransformerEncoderLayer : public Module {
 
  private:
   Tensor feed_forward(const Tensor& x);
-  EncoderLayerOptions o_;
 };
-
-const LayerDescriptor& transformer_encoder_layer_layer();
 
 }  // namespace minidl

@@ -5,8 +5,9 @@
 #include "core/autograd.h"
 #include "core/dispatch.h"
 #include "core/error.h"
-#include "core/json_limits.h"
+#include "core/field_kinds.h"
 #include "core/init.h"
+#include "core/json_limits.h"
 #include "core/storage_rounding.h"
 #include "layers/linear/linear_kernels.h"
 #include "layers/registry.h"
@@ -141,8 +142,9 @@ Tensor token_pool(const Tensor& x_in, bool mean) {
   return y;
 }
 
-PositionEmbedding::PositionEmbedding(int64_t num_tokens, int64_t embed_dim, double init_std)
-    : num_tokens_(num_tokens), embed_dim_(embed_dim), init_std_(init_std) {
+PositionEmbedding::PositionEmbedding(const PositionEmbeddingSpec& spec) : Layer(position_embedding_layer(), spec) {
+  const int64_t num_tokens = spec.num_tokens, embed_dim = spec.embed_dim;
+  const double init_std = spec.init_std;
   MINIDL_CHECK(num_tokens >= 1 && embed_dim >= 1 && init_std >= 0, "PositionEmbedding: num_tokens and embed_dim must "
                "be >= 1 and init_std >= 0, got ", num_tokens, ", ", embed_dim, ", ", init_std);
   weight = Tensor::empty({1, num_tokens, embed_dim});
@@ -151,30 +153,29 @@ PositionEmbedding::PositionEmbedding(int64_t num_tokens, int64_t embed_dim, doub
 }
 
 Tensor PositionEmbedding::forward(const Tensor& x) {
-  MINIDL_CHECK(x.defined() && x.dim() == 3 && x.size(1) == num_tokens_ && x.size(2) == embed_dim_, label(),
-               ": expected input (N, ", num_tokens_, ", ", embed_dim_, "), got ", shape_or_undefined(x));
+  MINIDL_CHECK(x.defined() && x.dim() == 3 && x.size(1) == spec().num_tokens && x.size(2) == spec().embed_dim, label(),
+               ": expected input (N, ", spec().num_tokens, ", ", spec().embed_dim, "), got ", shape_or_undefined(x));
   return add_position_embedding(x, weight);
 }
 
-std::string PositionEmbedding::describe() const { return str("PositionEmbedding ", num_tokens_, "x", embed_dim_); }
-
-nlohmann::json PositionEmbedding::to_json() const {
-  return {{"type", "PositionEmbedding"}, {"num_tokens", num_tokens_}, {"embed_dim", embed_dim_}, {"init_std", init_std_}};
+std::string PositionEmbedding::describe() const {
+  return str("PositionEmbedding ", spec().num_tokens, "x", spec().embed_dim);
 }
 
-ClassToken::ClassToken(int64_t embed_dim) : embed_dim_(embed_dim) {
+ClassToken::ClassToken(const ClassTokenSpec& spec) : Layer(class_token_layer(), spec) {
+  const int64_t embed_dim = spec.embed_dim;
   MINIDL_CHECK(embed_dim >= 1, "ClassToken: embed_dim must be >= 1, got ", embed_dim);
   cls_token = Tensor::zeros({1, 1, embed_dim});
   register_parameter("cls_token", &cls_token);
 }
 
 Tensor ClassToken::forward(const Tensor& x) {
-  MINIDL_CHECK(x.defined() && x.dim() == 3 && x.size(2) == embed_dim_, label(), ": expected input (N, T, ", embed_dim_,
-               "), got ", shape_or_undefined(x));
+  MINIDL_CHECK(x.defined() && x.dim() == 3 && x.size(2) == spec().embed_dim, label(), ": expected input (N, T, ",
+               spec().embed_dim, "), got ", shape_or_undefined(x));
   return prepend_class_token(x, cls_token);
 }
 
-std::string ClassToken::describe() const { return str("ClassToken ", embed_dim_); }
+std::string ClassToken::describe() const { return str("ClassToken ", spec().embed_dim); }
 
 // The reorder from NCHW (none from channels-last memory: a view) each way.
 std::optional<LayerWork> Tokens::work(const Tensor& x, const Tensor& y) const {
@@ -199,7 +200,7 @@ std::optional<LayerWork> PositionEmbedding::work(const Tensor& x, const Tensor& 
 std::optional<LayerWork> ClassToken::work(const Tensor& x, const Tensor& y) const {
   LayerWork w;
   w.forward.bytes = work_bytes(x) + work_bytes(cls_token) + work_bytes(y);
-  w.backward.flops = static_cast<double>(x.size(0) * embed_dim_);
+  w.backward.flops = static_cast<double>(x.size(0) * spec().embed_dim);
   w.backward.bytes = work_bytes(y) + (x.requires_grad() ? work_bytes(x) : 0.0) + work_bytes(cls_token);
   return w;
 }
@@ -207,82 +208,57 @@ std::optional<LayerWork> ClassToken::work(const Tensor& x, const Tensor& y) cons
 // mean: one add per input element and a divide per output; cls: a copy. The backward writes dx.
 std::optional<LayerWork> TokenPool::work(const Tensor& x, const Tensor& y) const {
   LayerWork w;
-  w.forward.flops = mean_ ? static_cast<double>(x.numel() + y.numel()) : 0.0;
-  w.forward.bytes = (mean_ ? work_bytes(x) : work_bytes(y)) + work_bytes(y);
+  w.forward.flops = mean() ? static_cast<double>(x.numel() + y.numel()) : 0.0;
+  w.forward.bytes = (mean() ? work_bytes(x) : work_bytes(y)) + work_bytes(y);
   if (x.requires_grad()) {
-    w.backward.flops = mean_ ? static_cast<double>(x.numel()) : 0.0;
+    w.backward.flops = mean() ? static_cast<double>(x.numel()) : 0.0;
     w.backward.bytes = work_bytes(y) + work_bytes(x);
   }
   return w;
 }
 
+const Fields<PositionEmbeddingSpec>& PositionEmbeddingSpec::fields() {
+  using S = PositionEmbeddingSpec;
+  static const Fields<S> f{
+      {integer("num_tokens", &S::num_tokens, kRequired, {1, kMaxFeatures}, "tokens T"),
+       integer("embed_dim", &S::embed_dim, kRequired, {1, kMaxFeatures}, "width D"),
+       number("init_std", &S::init_std, 0.02, kAtLeastZero, "the weight's trunc_normal_ standard deviation")},
+      [](const S& s, const JsonArgs& args) {
+        check_weight_size(args, {1, s.num_tokens, s.embed_dim});
+      }};
+  return f;
+}
+
+const Fields<ClassTokenSpec>& ClassTokenSpec::fields() {
+  static const Fields<ClassTokenSpec> f{
+      {integer("embed_dim", &ClassTokenSpec::embed_dim, kRequired, {1, kMaxFeatures}, "width D")}};
+  return f;
+}
+
+const Fields<TokenPoolSpec>& TokenPoolSpec::fields() {
+  static const Fields<TokenPoolSpec> f{
+      {choice("mode", &TokenPoolSpec::mode, TokenPoolMode::Mean, "the mean over tokens, or token 0 (\"cls\")")}};
+  return f;
+}
+
 namespace {
 
-std::shared_ptr<Module> make_tokens(LayerArgs& args) {
-  args.finish();
-  return std::make_shared<Tokens>();
-}
-
-struct PositionEmbeddingSpec {
-  int64_t num_tokens, embed_dim;
-  double init_std;
-};
-
-// Reads and checks the spec's keys: what the factory builds and the memory check counts.
-PositionEmbeddingSpec read_position_embedding(LayerArgs& args) {
-  const int64_t num_tokens = args.get_int("num_tokens");
-  const int64_t embed_dim = args.get_int("embed_dim");
-  MINIDL_CHECK(num_tokens >= 1 && num_tokens <= kMaxFeatures, args.key_path("num_tokens"), ": must be in 1..",
-               kMaxFeatures, ", got ", num_tokens);
-  MINIDL_CHECK(embed_dim >= 1 && embed_dim <= kMaxFeatures, args.key_path("embed_dim"), ": must be in 1..",
-               kMaxFeatures, ", got ", embed_dim);
-  const double init_std = args.get_float("init_std", 0.02);
-  MINIDL_CHECK(init_std >= 0, args.key_path("init_std"), ": must be >= 0, got ", init_std);
-  args.finish();
-  check_weight_size(args, {1, num_tokens, embed_dim});
-  return {num_tokens, embed_dim, init_std};
-}
-
-std::shared_ptr<Module> make_position_embedding(LayerArgs& args) {
-  const PositionEmbeddingSpec s = read_position_embedding(args);
-  return std::make_shared<PositionEmbedding>(s.num_tokens, s.embed_dim, s.init_std);
-}
-
-LayerState position_embedding_state(LayerArgs& args) {
-  const PositionEmbeddingSpec s = read_position_embedding(args);
+LayerState position_embedding_state(const PositionEmbeddingSpec& s) {
   const int64_t n = s.num_tokens * s.embed_dim;
   return {n, n, str("PositionEmbedding ", s.num_tokens, "x", s.embed_dim)};
 }
 
-int64_t read_class_token(LayerArgs& args) {
-  const int64_t embed_dim = args.get_int("embed_dim");
-  MINIDL_CHECK(embed_dim >= 1 && embed_dim <= kMaxFeatures, args.key_path("embed_dim"), ": must be in 1..",
-               kMaxFeatures, ", got ", embed_dim);
-  args.finish();
-  return embed_dim;
-}
-
-std::shared_ptr<Module> make_class_token(LayerArgs& args) { return std::make_shared<ClassToken>(read_class_token(args)); }
-
-LayerState class_token_state(LayerArgs& args) {
-  const int64_t embed_dim = read_class_token(args);
-  return {embed_dim, embed_dim, str("ClassToken ", embed_dim)};
-}
-
-std::shared_ptr<Module> make_token_pool(LayerArgs& args) {
-  const std::string mode = args.get_string("mode", "mean");
-  MINIDL_CHECK(mode == "mean" || mode == "cls", args.key_path("mode"), ": must be \"mean\" or \"cls\", got ",
-               json_excerpt(mode));
-  args.finish();
-  return std::make_shared<TokenPool>(mode == "mean");
+LayerState class_token_state(const ClassTokenSpec& s) {
+  return {s.embed_dim, s.embed_dim, str("ClassToken ", s.embed_dim)};
 }
 
 }  // namespace
 
 const LayerDescriptor& tokens_layer() {
   static const LayerDescriptor layer{
-      "Tokens", "transformer", "(N, C, H, W) -> (N, H*W, C) tokens, x.flatten(2).transpose(1, 2)", {}, make_tokens,
-      nlohmann::json::object(), {2, 3, 4, 4}, AutocastRule::InputType, true};
+      "Tokens",     "transformer",           "(N, C, H, W) -> (N, H*W, C) tokens, x.flatten(2).transpose(1, 2)",
+      {},           make_layer<Tokens>,      nlohmann::json::object(),
+      {2, 3, 4, 4}, AutocastRule::InputType, true};
   return layer;
 }
 
@@ -291,44 +267,42 @@ const LayerDescriptor& position_embedding_layer() {
       "PositionEmbedding",
       "transformer",
       "x + weight over (N, num_tokens, embed_dim), weight (1, num_tokens, embed_dim) learned",
-      {required_key("num_tokens", "int", "tokens T, 1..2^31"),
-       required_key("embed_dim", "int", "width D, 1..2^31"),
-       default_key("init_std", "float", 0.02, "the weight's trunc_normal_ standard deviation")},
-      make_position_embedding,
+      layer_fields<PositionEmbedding>(),
+      make_layer<PositionEmbedding>,
       {{"num_tokens", 5}, {"embed_dim", 4}},
       {2, 5, 4},
       AutocastRule::Float32,
       true,
-      position_embedding_state};
+      layer_state<PositionEmbedding, position_embedding_state>};
   return layer;
 }
 
 const LayerDescriptor& class_token_layer() {
-  static const LayerDescriptor layer{
-      "ClassToken",
-      "transformer",
-      "prepends a learned cls_token (1, 1, embed_dim): (N, T, D) -> (N, T + 1, D)",
-      {required_key("embed_dim", "int", "width D, 1..2^31")},
-      make_class_token,
-      {{"embed_dim", 4}},
-      {2, 5, 4},
-      AutocastRule::Float32,
-      true,
-      class_token_state};
+  static const LayerDescriptor layer{"ClassToken",
+                                     "transformer",
+                                     "prepends a learned cls_token (1, 1, embed_dim): (N, T, D) -> (N, T + 1, D)",
+                                     layer_fields<ClassToken>(),
+                                     make_layer<ClassToken>,
+                                     {{"embed_dim", 4}},
+                                     {2, 5, 4},
+                                     AutocastRule::Float32,
+                                     true,
+                                     layer_state<ClassToken, class_token_state>};
   return layer;
 }
 
 const LayerDescriptor& token_pool_layer() {
-  static const LayerDescriptor layer{
-      "TokenPool",
-      "transformer",
-      "(N, T, D) -> (N, D): the mean over tokens, or token 0",
-      {default_key("mode", "string", "mean", "\"mean\" or \"cls\" (token 0)")},
-      make_token_pool,
-      nlohmann::json::object(),
-      {2, 5, 4},
-      AutocastRule::InputType,
-      true};
+  static const LayerDescriptor layer{"TokenPool",
+                                     "transformer",
+                                     "(N, T, D) -> (N, D): the mean over tokens, or token 0",
+                                     layer_fields<TokenPool>(),
+                                     make_layer<TokenPool>,
+                                     nlohmann::json::object(),
+                                     {2, 5, 4},
+                                     AutocastRule::InputType,
+                                     true,
+                                     nullptr,
+                                     {{{{"mode", "cls"}}, {2, 5, 4}}}};
   return layer;
 }
 

@@ -11,8 +11,9 @@
 #include <optional>
 #include <string>
 
-#include "layers/layer_descriptor.h"
-#include "layers/module.h"
+#include "core/enum_names.h"
+#include "core/fields.h"
+#include "layers/layer.h"
 
 namespace minidl {
 
@@ -21,61 +22,73 @@ Tensor add_position_embedding(const Tensor& x, const Tensor& weight);
 Tensor prepend_class_token(const Tensor& x, const Tensor& cls_token);
 Tensor token_pool(const Tensor& x, bool mean);
 
-class Tokens : public Module {
- public:
-  Tensor forward(const Tensor& x) override { return tokens(x); }
-  std::string type_name() const override { return "Tokens"; }
-  nlohmann::json to_json() const override { return {{"type", "Tokens"}}; }
-  std::optional<LayerWork> work(const Tensor& x, const Tensor& y) const override;
-};
-
-class PositionEmbedding : public Module {
- public:
-  PositionEmbedding(int64_t num_tokens, int64_t embed_dim, double init_std = 0.02);
-  Tensor forward(const Tensor& x) override;
-  std::string type_name() const override { return "PositionEmbedding"; }
-  std::string describe() const override;  // "PositionEmbedding 64x384"
-  nlohmann::json to_json() const override;
-  std::optional<LayerWork> work(const Tensor& x, const Tensor& y) const override;
-
-  Tensor weight;  // (1, num_tokens, embed_dim)
-
- private:
-  int64_t num_tokens_, embed_dim_;
-  double init_std_;
-};
-
-class ClassToken : public Module {
- public:
-  explicit ClassToken(int64_t embed_dim);  // cls_token zeros, as torchvision's ViT
-  Tensor forward(const Tensor& x) override;
-  std::string type_name() const override { return "ClassToken"; }
-  std::string describe() const override;  // "ClassToken 384"
-  nlohmann::json to_json() const override { return {{"type", "ClassToken"}, {"embed_dim", embed_dim_}}; }
-  std::optional<LayerWork> work(const Tensor& x, const Tensor& y) const override;
-
-  Tensor cls_token;  // (1, 1, embed_dim)
-
- private:
-  int64_t embed_dim_;
-};
-
-class TokenPool : public Module {
- public:
-  explicit TokenPool(bool mean) : mean_(mean) {}
-  Tensor forward(const Tensor& x) override { return token_pool(x, mean_); }
-  std::string type_name() const override { return "TokenPool"; }
-  std::string describe() const override { return mean_ ? "TokenPool mean" : "TokenPool cls"; }
-  nlohmann::json to_json() const override { return {{"type", "TokenPool"}, {"mode", mean_ ? "mean" : "cls"}}; }
-  std::optional<LayerWork> work(const Tensor& x, const Tensor& y) const override;
-
- private:
-  bool mean_;
-};
-
 const LayerDescriptor& tokens_layer();
 const LayerDescriptor& position_embedding_layer();
 const LayerDescriptor& class_token_layer();
 const LayerDescriptor& token_pool_layer();
+
+class Tokens : public Layer<NoKeys> {
+ public:
+  explicit Tokens(const NoKeys& spec = {}) : Layer(tokens_layer(), spec) {}
+  Tensor forward(const Tensor& x) override { return tokens(x); }
+  std::optional<LayerWork> work(const Tensor& x, const Tensor& y) const override;
+};
+
+struct PositionEmbeddingSpec {
+  int64_t num_tokens, embed_dim;
+  double init_std;
+  static const Fields<PositionEmbeddingSpec>& fields();
+};
+
+class PositionEmbedding : public Layer<PositionEmbeddingSpec> {
+ public:
+  PositionEmbedding(int64_t num_tokens, int64_t embed_dim, double init_std = 0.02)
+      : PositionEmbedding(PositionEmbeddingSpec{num_tokens, embed_dim, init_std}) {}
+  explicit PositionEmbedding(const PositionEmbeddingSpec& spec);
+  Tensor forward(const Tensor& x) override;
+  std::string describe() const override;  // "PositionEmbedding 64x384"
+  std::optional<LayerWork> work(const Tensor& x, const Tensor& y) const override;
+
+  Tensor weight;  // (1, num_tokens, embed_dim)
+};
+
+struct ClassTokenSpec {
+  int64_t embed_dim;
+  static const Fields<ClassTokenSpec>& fields();
+};
+
+class ClassToken : public Layer<ClassTokenSpec> {
+ public:
+  explicit ClassToken(int64_t embed_dim) : ClassToken(ClassTokenSpec{embed_dim}) {}
+  explicit ClassToken(const ClassTokenSpec& spec);  // cls_token zeros, as torchvision's ViT
+  Tensor forward(const Tensor& x) override;
+  std::string describe() const override;  // "ClassToken 384"
+  std::optional<LayerWork> work(const Tensor& x, const Tensor& y) const override;
+
+  Tensor cls_token;  // (1, 1, embed_dim)
+};
+
+enum class TokenPoolMode { Mean, Cls };
+template <>
+struct EnumNames<TokenPoolMode> {
+  static constexpr EnumName<TokenPoolMode> values[] = {{TokenPoolMode::Mean, "mean"}, {TokenPoolMode::Cls, "cls"}};
+};
+
+struct TokenPoolSpec {
+  TokenPoolMode mode;
+  static const Fields<TokenPoolSpec>& fields();
+};
+
+class TokenPool : public Layer<TokenPoolSpec> {
+ public:
+  explicit TokenPool(bool mean) : TokenPool(TokenPoolSpec{mean ? TokenPoolMode::Mean : TokenPoolMode::Cls}) {}
+  explicit TokenPool(const TokenPoolSpec& spec) : Layer(token_pool_layer(), spec) {}
+  Tensor forward(const Tensor& x) override { return token_pool(x, mean()); }
+  std::string describe() const override { return mean() ? "TokenPool mean" : "TokenPool cls"; }
+  std::optional<LayerWork> work(const Tensor& x, const Tensor& y) const override;
+
+ private:
+  bool mean() const { return spec().mode == TokenPoolMode::Mean; }
+};
 
 }  // namespace minidl

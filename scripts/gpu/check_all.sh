@@ -5,6 +5,7 @@
 # OUT_DIR/<stage>/; the data is $CIFAR10_DIR, else CIFAR-10 decoded into OUT_DIR/cifar10
 # (scripts/gpu/run_stage.sh). STAGES (default "tests bench"), any of:
 #   tests      the [cuda] tests
+#   op_harness every layer's examples on CUDA against the CPU, every dtype and layout, graphed (op_harness.sh)
 #   bench      train/profile benchmarks of ResNet-9 beside PyTorch, then the norm, conv and parity stages
 #   norm       minidl bench norm beside PyTorch (scripts/gpu/norm.sh)
 #   conv       minidl bench conv beside PyTorch (scripts/gpu/conv.sh)
@@ -25,6 +26,8 @@
 #   tensorboard  TensorBoard round trip (scripts/gpu/tensorboard_check.sh)
 #   profile    the profile with its roofline beside bench conv (scripts/gpu/profile_check.sh)
 #   image_folder  airbench94 from the CIFAR-10 JPEG folder against the binaries (scripts/gpu/image_folder.sh)
+#   validation  a validation split, early stopping and the best checkpoint, resumed (scripts/gpu/validation.sh)
+#   workflow   eval and predict on CUDA against training, PyTorch's weights through init_from (scripts/gpu/workflow.sh)
 # A failing stage does not stop the next; the script exits 1 when any failed, listing them.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -74,12 +77,18 @@ for stage in $stages; do
         --epochs 0 --out "$s/torch_train.json" 2>&1 | tee "$s/torch_train.log" | tail -5 ;;
     torch_resnet9)
       run timeout 500 bash "$root/scripts/gpu/torch_resnet9.sh" "$s" "$data" 2>&1 | tee "$s/torch_resnet9.log" | tail -8 ;;
+    validation)
+      run timeout 600 bash "$root/scripts/gpu/validation.sh" "$bin" "$s" 2>&1 | tee "$s/validation.log" |
+        grep -E "resume:|best:|per-class|FAILED|test cases" ;;
     graph)
       run bash "$root/scripts/gpu/graph.sh" "$bin" "$s" 2>&1 | tee "$s/graph.log" |
         grep -E "repro:|graphed resume|training:|GPU time|torch |FAILED|test cases" ;;
     half)
       run timeout 300 bash "$root/scripts/gpu/half_safetensors.sh" "$bin" "$s" 2>&1 | tee "$s/half.log" |
         grep -E "^==|half_safetensors|test cases|FAILED" | tail -30 ;;
+    workflow)
+      run timeout 400 bash "$root/scripts/gpu/workflow.sh" "$bin" "$s" 2>&1 | tee "$s/workflow.log" |
+        grep -E "^==|epoch:|init_from|workflow.sh|Error|error" | tail -30 ;;
     precision)
       {
         run timeout 150 "$bin/minidl_tests" "[precision][cuda]"
@@ -117,6 +126,8 @@ for stage in $stages; do
       run timeout 580 bash "$root/scripts/gpu/airbench.sh" "$bin" "$s" 2>&1 | tee "$s/airbench.log" | tail -12 ;;
     norm_single_read)
       run timeout 300 bash "$root/scripts/gpu/norm_single_read.sh" "$bin" "$s" 2>&1 | tee "$s/norm_single_read.log" | tail -40 ;;
+    op_harness)
+      run timeout 300 bash "$root/scripts/gpu/op_harness.sh" "$bin" "$s" 2>&1 | tail -40 ;;
     onnx)
       run timeout 580 bash "$root/scripts/gpu/onnx_check.sh" "$bin" "$s" 2>&1 | tee "$s/onnx.log" | tail -8 ;;
     tensorboard)

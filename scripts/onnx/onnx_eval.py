@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Checks an ONNX file from `minidl export` and runs it with a small float64 numpy evaluator.
 
-    scripts/onnx/onnx_eval.py MODEL.onnx [--logits REF.safetensors] [--atol A] [--rtol R]
+    scripts/onnx/onnx_eval.py MODEL.onnx [--logits REF.safetensors | --outputs REF.safetensors]
+                              [--atol A] [--rtol R]
 
 1. onnx.checker.check_model(full_check=True): the schema checks and ONNX's shape inference.
 2. With --logits (from `minidl export --logits`): runs the graph on the file's images with the
    evaluator below, an implementation of the ONNX operators minidl exports written from the
    ONNX operator spec (not from minidl's kernels), and compares the logits with minidl's.
+   With --outputs (from `minidl export --examples`: one layer's "input" and "output"): the same for
+   a layer's output, element by element.
 Exits 0 when both pass; 1 on a mismatch; 2 when python3-onnx is missing.
 """
 import argparse
@@ -17,7 +20,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from reference import compare, read_safetensors  # noqa: E402
+from reference import compare, compare_outputs, read_safetensors  # noqa: E402
 
 try:
     import onnx
@@ -57,6 +60,34 @@ def max_pool(x, a):
     return win.max(axis=(4, 5))
 
 
+def avg_pool(x, a):
+    """AveragePool as PyTorch's AvgPool2d computes it: windows clipped to the padded input, the
+    divisor the clipped window (count_include_pad) or its part inside the input."""
+    kh, kw = a["kernel_shape"]
+    sh, sw = a.get("strides", [1, 1])
+    pt, pl, pb, pr = a.get("pads", [0, 0, 0, 0])
+    ceil, include = a.get("ceil_mode", 0), a.get("count_include_pad", 0)
+
+    def windows(n, k, s, p0, p1):
+        span = n + p0 + p1 - k
+        out = (-(-span // s) if ceil else span // s) + 1
+        if ceil and (out - 1) * s >= n + p0:
+            out -= 1
+        for o in range(out):
+            lo = o * s - p0
+            hi = min(lo + k, n + p1)
+            yield max(lo, 0), min(hi, n), hi - lo
+
+    rows = list(windows(x.shape[2], kh, sh, pt, pb))
+    cols = list(windows(x.shape[3], kw, sw, pl, pr))
+    y = np.zeros(x.shape[:2] + (len(rows), len(cols)), dtype=x.dtype)
+    for i, (h0, h1, hs) in enumerate(rows):
+        for j, (w0, w1, ws) in enumerate(cols):
+            div = hs * ws if include else (h1 - h0) * (w1 - w0)
+            y[:, :, i, j] = x[:, :, h0:h1, w0:w1].sum(axis=(2, 3)) / div
+    return y
+
+
 def normalize(x, axes, eps):
     mean = x.mean(axis=axes, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
@@ -71,7 +102,7 @@ def run_node(op, ins, a):
         return conv(ins[0], ins[1], ins[2] if len(ins) > 2 else None, a)
     if op == "BatchNormalization":
         x, s, b, m, v = ins
-        e = lambda t: t[None, :, None, None]  # noqa: E731
+        e = lambda t: t.reshape((1, -1) + (1,) * (x.ndim - 2))  # noqa: E731
         return (x - e(m)) / np.sqrt(e(v) + a.get("epsilon", 1e-5)) * e(s) + e(b)
     if op == "InstanceNormalization":
         x, s, b = ins
@@ -99,6 +130,8 @@ def run_node(op, ins, a):
         return y + ins[2] if len(ins) > 2 else y
     if op == "MaxPool":
         return max_pool(ins[0], a)
+    if op == "AveragePool":
+        return avg_pool(ins[0], a)
     if op == "GlobalAveragePool":
         return ins[0].mean(axis=(2, 3), keepdims=True)
     if op == "GlobalMaxPool":
@@ -126,7 +159,9 @@ def run_node(op, ins, a):
     if op == "Expand":
         return ins[0] * np.ones(tuple(int(d) for d in ins[1]), dtype=ins[0].dtype)
     simple = {"Relu": lambda t: np.maximum(t[0], 0), "Add": lambda t: t[0] + t[1], "Mul": lambda t: t[0] * t[1],
-              "Erf": lambda t: _erf(t[0]), "Tanh": lambda t: np.tanh(t[0]), "Identity": lambda t: t[0]}
+              "Erf": lambda t: _erf(t[0]), "Tanh": lambda t: np.tanh(t[0]), "Identity": lambda t: t[0],
+              "Sigmoid": lambda t: 1 / (1 + np.exp(-t[0])),
+              "HardSwish": lambda t: t[0] * np.clip(t[0] / 6 + 0.5, 0, 1)}
     if op in simple:
         return simple[op](ins)
     raise SystemExit(f"onnx_eval.py: operator {op} is not in this evaluator")
@@ -146,6 +181,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model")
     p.add_argument("--logits", help="minidl export --logits file to compare with")
+    p.add_argument("--outputs", help="minidl export --examples file (input, output) to compare with")
     p.add_argument("--atol", type=float, default=1e-4)
     p.add_argument("--rtol", type=float, default=1e-4)
     args = p.parse_args()
@@ -154,6 +190,10 @@ def main():
     ops = sorted({n.op_type for n in model.graph.node})
     print(f"{args.model}: onnx {onnx.__version__} checker ok: opset {model.opset_import[0].version}, "
           f"{len(model.graph.node)} nodes ({', '.join(ops)}), {len(model.graph.initializer)} initializers")
+    if args.outputs:
+        ref, meta = read_safetensors(args.outputs)
+        return 0 if compare_outputs(f"numpy evaluator vs minidl ({meta.get('spec', '')})", evaluate(model, ref["input"]),
+                                    ref["output"], args.atol, args.rtol) else 1
     if not args.logits:
         return 0
     ref, meta = read_safetensors(args.logits)

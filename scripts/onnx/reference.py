@@ -1,4 +1,5 @@
-"""Reads what `minidl export --logits` writes and compares a runtime's logits with minidl's.
+"""Reads what `minidl export --logits` (and `--examples`) writes and compares a runtime's logits
+(or a layer's output) with minidl's.
 
 The file is safetensors (8-byte little-endian header length, JSON header, raw tensors): images
 float32 (N, 3, 32, 32) as the model sees them, labels int32 (N), logits float32 (N, classes).
@@ -26,17 +27,38 @@ def read_safetensors(path):
     return out, meta
 
 
-def compare(name, got, want, labels, atol, rtol):
-    """Prints max |got - want|, argmax agreement and both accuracies; True when within tolerance."""
+def _difference(name, what, got, want, atol, rtol):
+    """(got, want, |got - want|, every element within atol + rtol |want|) in float64, or None after
+    a FAIL line when the shapes differ."""
     got = np.asarray(got, dtype=np.float64)
     want = np.asarray(want, dtype=np.float64)
     if got.shape != want.shape:
-        print(f"{name}: FAIL: logits shape {got.shape}, minidl's {want.shape}")
-        return False
+        print(f"{name}: FAIL: {what} shape {got.shape}, minidl's {want.shape}")
+        return None
     diff = np.abs(got - want)
+    return got, want, diff, bool(np.all(diff <= atol + rtol * np.abs(want)))
+
+
+def compare_outputs(name, got, want, atol, rtol):
+    """Prints max |got - want| over any output (a layer's); True when every element is within
+    atol + rtol |want|."""
+    d = _difference(name, "output", got, want, atol, rtol)
+    if d is None:
+        return False
+    got, want, diff, ok = d
+    worst = np.unravel_index(np.argmax(diff), diff.shape) if diff.size else ()
+    print(f"{name}: {'ok' if ok else 'FAIL'}: {want.size} values, max |diff| {diff.max() if diff.size else 0:.3g}"
+          f" at {worst} (allowed {atol:g} + {rtol:g}|x|)")
+    return ok
+
+
+def compare(name, got, want, labels, atol, rtol):
+    """Prints max |got - want|, argmax agreement and both accuracies; True when within tolerance."""
+    d = _difference(name, "logits", got, want, atol, rtol)
+    if d is None:
+        return False
+    got, want, diff, ok = d
     worst = np.unravel_index(np.argmax(diff), diff.shape)
-    bound = atol + rtol * np.abs(want)
-    ok = bool(np.all(diff <= bound))
     agree = float(np.mean(got.argmax(1) == want.argmax(1))) * 100
     acc_got = float(np.mean(got.argmax(1) == labels)) * 100
     acc_want = float(np.mean(want.argmax(1) == labels)) * 100

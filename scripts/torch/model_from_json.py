@@ -2,9 +2,9 @@
 
 Walking the config's layer list gives a model whose state_dict names are minidl's ("0.weight",
 "3.1.running_mean"), so weights move between the two frameworks by name (safetensors). A layer
-with "relu": true or "gelu": true stays ONE module (minidl fuses the activation into the
+with a fused activation ("relu": true, "gelu": true, ...) stays ONE module (minidl fuses the activation into the
 normalization), so indices line up. Keys are read as strictly as minidl's LayerArgs does: an
-unknown key, or both activations on one layer, is an error here too, instead of a silently
+unknown key, or two activations on one layer, is an error here too, instead of a silently
 different network.
 
 Used by scripts/parity/parity.py (layer and one-step checks) and scripts/torch/resnet9.py (the
@@ -33,23 +33,33 @@ def schema():
     return _schema
 
 
-def _one_activation(relu, gelu):
-    """A normalization layer applies one activation at most, as minidl's LayerArgs checks."""
-    if relu and gelu:
-        raise ValueError('a layer applies one activation, but both "relu" and "gelu" are true')
+# A normalization layer's fused activations: its bool keys and what each applies.
+_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu, "hardswish": F.hardswish, "sigmoid": torch.sigmoid}
 
 
-def _activate(y, relu, gelu):
-    """A normalization layer's fused activation: "relu" or "gelu" (exact form)."""
-    return F.relu(y) if relu else F.gelu(y) if gelu else y
+def _fused_activation(flags):
+    """The one activation a normalization layer applies (or None), from its bool keys, as minidl's
+    LayerArgs reads them: two of them true is an error."""
+    on = [k for k in _ACTIVATIONS if flags.get(k)]
+    if len(on) > 1:
+        raise ValueError(f'a layer applies one activation, but both "{on[0]}" and "{on[1]}" are true')
+    return _ACTIVATIONS[on[0]] if on else None
 
 
-class _BatchNorm:
-    """minidl's BatchNorm2d and BatchNorm3d: "weight" and "bias" each default to "affine"; "relu" or
-    "gelu" fused after. "sync" (statistics over the ranks of a data-parallel run) is the layer itself
-    in the one process the twin runs in, as in minidl."""
+class _Activated:
+    """Mixin of the normalization twins: the fused activation after the normalization."""
 
-    def __init__(self, num_features, eps, momentum, affine, relu, gelu=False, sync=False, weight=None, bias=None):
+    def forward(self, x):
+        y = super().forward(x)
+        return self.activation(y) if self.activation else y
+
+
+class _BatchNorm(_Activated):
+    """minidl's BatchNorm2d and BatchNorm3d: "weight" and "bias" each default to "affine"; an
+    activation fused after. "sync" (statistics over the ranks of a data-parallel run) is the layer
+    itself in the one process the twin runs in, as in minidl."""
+
+    def __init__(self, num_features, eps, momentum, affine, sync=False, weight=None, bias=None, **activation):
         weight = affine if weight is None else weight
         bias = affine if bias is None else bias
         super().__init__(num_features, eps=eps, momentum=momentum, affine=weight or bias)
@@ -57,13 +67,7 @@ class _BatchNorm:
             self.register_parameter("weight", None)
         if weight and not bias:
             self.register_parameter("bias", None)
-        _one_activation(relu, gelu)
-        self.relu = relu
-        self.gelu = gelu
-
-    def forward(self, x):
-        y = super().forward(x)
-        return _activate(y, self.relu, self.gelu)
+        self.activation = _fused_activation(activation)
 
 
 class BatchNorm2d(_BatchNorm, nn.BatchNorm2d):
@@ -74,28 +78,40 @@ class BatchNorm3d(_BatchNorm, nn.BatchNorm3d):
     pass
 
 
-class GroupNorm(nn.GroupNorm):
-    def __init__(self, num_groups, num_channels, eps, affine, relu, gelu=False):
+class GroupNorm(_Activated, nn.GroupNorm):
+    def __init__(self, num_groups, num_channels, eps, affine, **activation):
         super().__init__(num_groups, num_channels, eps=eps, affine=affine)
-        _one_activation(relu, gelu)
-        self.relu = relu
-        self.gelu = gelu
-
-    def forward(self, x):
-        y = super().forward(x)
-        return _activate(y, self.relu, self.gelu)
+        self.activation = _fused_activation(activation)
 
 
-class LayerNorm(nn.LayerNorm):
-    def __init__(self, normalized_shape, eps, elementwise_affine, relu, gelu=False):
+class LayerNorm(_Activated, nn.LayerNorm):
+    def __init__(self, normalized_shape, eps, elementwise_affine, **activation):
         super().__init__(normalized_shape, eps=eps, elementwise_affine=elementwise_affine)
-        _one_activation(relu, gelu)
-        self.relu = relu
-        self.gelu = gelu
+        self.activation = _fused_activation(activation)
+
+
+class LayerNorm2d(nn.LayerNorm):
+    """timm's LayerNorm2d (ConvNeXt's channels-first LayerNorm): over C at each pixel."""
+
+    def __init__(self, num_channels, eps, affine, **activation):
+        super().__init__(num_channels, eps=eps, elementwise_affine=affine)
+        self.activation = _fused_activation(activation)
 
     def forward(self, x):
-        y = super().forward(x)
-        return _activate(y, self.relu, self.gelu)
+        y = F.layer_norm(x.permute(0, 2, 3, 1), self.normalized_shape, self.weight, self.bias, self.eps)
+        y = y.permute(0, 3, 1, 2)
+        return self.activation(y) if self.activation else y
+
+
+class LayerScale2d(nn.Module):
+    """timm's LayerScale2d: x * gamma per channel, gamma initialized to init_values."""
+
+    def __init__(self, dim, init_values):
+        super().__init__()
+        self.gamma = nn.Parameter(torch.full((dim,), float(init_values)))
+
+    def forward(self, x):
+        return x * self.gamma.view(1, -1, 1, 1)
 
 
 class GlobalAvgPool2d(nn.Module):
@@ -206,6 +222,18 @@ class TransformerEncoderLayer(nn.TransformerEncoderLayer):
         return self.norm2(x + dp(self._ff_block(x)))
 
 
+class SqueezeExcitation(nn.Module):
+    """torchvision.ops.SqueezeExcitation with its defaults (ReLU, sigmoid): parameters fc1.*, fc2.*."""
+
+    def __init__(self, input_channels, squeeze_channels):
+        super().__init__()
+        self.fc1 = nn.Conv2d(input_channels, squeeze_channels, 1)
+        self.fc2 = nn.Conv2d(squeeze_channels, input_channels, 1)
+
+    def forward(self, x):
+        return x * torch.sigmoid(self.fc2(F.relu(self.fc1(F.adaptive_avg_pool2d(x, 1)))))
+
+
 class Sequential(nn.Sequential):
     """minidl's Sequential: its "layers" are children "0", "1", ..."""
 
@@ -213,32 +241,31 @@ class Sequential(nn.Sequential):
         super().__init__(*layers)
 
 
-class _Body(nn.Module):
-    """A container whose body's layers are direct children "0", "1", ... as in minidl."""
+class Residual(nn.Module):
+    """y = shortcut(x) + body(x); the body's layers are direct children "0", "1", ... as in minidl,
+    the shortcut's (a projection; the identity when absent) children of "shortcut"."""
 
-    def __init__(self, body):
+    def __init__(self, body, shortcut=None):
         super().__init__()
-        for i, layer in enumerate(body):
+        self.body = list(body)
+        for i, layer in enumerate(self.body):
             self.add_module(str(i), layer)
+        self.shortcut = Sequential(shortcut) if shortcut else None
 
-    def body(self, x):
-        for layer in self.children():
+    def run_body(self, x):
+        for layer in self.body:
             x = layer(x)
         return x
 
-
-class Residual(_Body):
-    """y = x + body(x)."""
-
     def forward(self, x):
-        return x + self.body(x)
+        return (self.shortcut(x) if self.shortcut is not None else x) + self.run_body(x)
 
 
-class SkipConnection(_Body):
+class SkipConnection(Residual):
     """y = cat([x, body(x)], dim=1), MONAI's SkipConnection(mode="cat")."""
 
     def forward(self, x):
-        y = self.body(x)
+        y = self.run_body(x)
         return torch.cat([x.to(y.dtype), y], dim=1)
 
 

@@ -10,6 +10,7 @@
 #include "core/json_limits.h"
 #include "data/options.h"
 #include "optim/optimizer.h"
+#include "optim/schedule.h"
 #include "train/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -19,6 +19,7 @@
 // x, dy and dx are float32 or a half type (T); what is held and computed is float32 either way.
 #include "core/allocator.h"
 #include "core/cast_kernels.h"
+#include "core/dispatch.h"
 #include "layers/norm/single_read/norm_single_read.cuh"
 
 namespace minidl::norm {
@@ -167,7 +168,7 @@ const void* backward_kernel_of(NormKind kind, bool vec, bool cluster) {
 
 const void* backward_kernel_of(DType dtype, NormKind kind, bool vec, bool cluster) {
   const void* kernel = nullptr;
-  visit_floating(dtype, "normalization", [&](auto tag) { kernel = backward_kernel_of<decltype(tag)>(kind, vec, cluster); });
+  dispatch_dtype(dtype, "normalization", [&](auto tag) { kernel = backward_kernel_of<decltype(tag)>(kind, vec, cluster); });
   return kernel;
 }
 

@@ -8,6 +8,7 @@
 //  3. y = fmaf(x - mean, scale, shift) from shared memory, the fused activation after.
 // x and y are float32 or a half type (T); what is held and computed is float32 either way.
 #include "core/cast_kernels.h"
+#include "core/dispatch.h"
 #include "layers/norm/single_read/norm_single_read.cuh"
 
 namespace minidl::norm {
@@ -127,7 +128,7 @@ const void* forward_kernel_of(NormKind kind, bool vec, bool cluster, bool four_a
 
 const void* forward_kernel_of(DType dtype, NormKind kind, bool vec, bool cluster, bool four_affine) {
   const void* kernel = nullptr;
-  visit_floating(dtype, "normalization",
+  dispatch_dtype(dtype, "normalization",
                  [&](auto tag) { kernel = forward_kernel_of<decltype(tag)>(kind, vec, cluster, four_affine); });
   return kernel;
 }

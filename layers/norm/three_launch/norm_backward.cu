@@ -27,6 +27,7 @@
 
 #include "core/allocator.h"
 #include "core/cast_kernels.h"
+#include "core/dispatch.h"
 #include "layers/norm/three_launch/norm_params.cuh"
 #include "layers/norm/single_read/norm_single_read.cuh"
 #include "layers/norm/warp/norm_warp_rows.h"
@@ -370,16 +371,19 @@ NormRun backward_cuda(const NormLayout& l, const NormBackward& b) {
   return three_launch_backward(l, b, b.x, b.dy, b.dx);
 }
 
-bool backward_float_half_cuda(const NormLayout& l, const NormBackward& b, DType out, const void* dy) {
-  MINIDL_ASSERT(is_half(out) && b.x != nullptr && b.dx != nullptr && b.dy == nullptr && b.sync == nullptr);
+template <class T>
+bool backward_float_half_cuda(const NormLayout& l, const NormBackward& b, const T* dy) {
+  constexpr DType out = DTypeOf<T>::value;
+  MINIDL_ASSERT(b.x != nullptr && b.dx != nullptr && b.dy == nullptr && b.sync == nullptr);
   const warp_rows::Plan w = warp_rows::plan_backward(l, b, DType::Float32, out, b.x, dy, b.dx);
   if (w.runs) warp_rows::run_backward(w, l, b, DType::Float32, out, b.x, dy, b.dx);
   return w.runs;
 }
 
-NormRun backward_half_cuda(const NormLayout& l, const NormBackward& b, DType dtype, const void* x, const void* dy,
-                           void* dx) {
-  MINIDL_ASSERT(is_half(dtype) && b.x == nullptr && b.dy == nullptr && b.dx == nullptr);
+template <class T>
+NormRun backward_half_cuda(const NormLayout& l, const NormBackward& b, const T* x, const T* dy, T* dx) {
+  constexpr DType dtype = DTypeOf<T>::value;
+  MINIDL_ASSERT(b.x == nullptr && b.dy == nullptr && b.dx == nullptr);
   const bool sync = synced(l, b);
   const warp_rows::Plan w = warp_rows::plan_backward(l, b, dtype, dtype, x, dy, dx);
   if (w.runs && !sync) {
@@ -391,13 +395,12 @@ NormRun backward_half_cuda(const NormLayout& l, const NormBackward& b, DType dty
     single::run_backward(plan, l, b, dtype, x, dy, dx);
     return {plan.path, plan.cluster, plan.threads, plan.launches()};
   }
-  NormRun run;
-  visit_floating(dtype, "normalization", [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (!std::is_same_v<T, float>)
-      run = three_launch_backward(l, b, static_cast<const T*>(x), static_cast<const T*>(dy), static_cast<T*>(dx));
-  });
-  return run;
+  return three_launch_backward(l, b, x, dy, dx);
 }
+
+#define MINIDL_NORM_BACKWARD_HALF(T)                                                                 \
+  template bool backward_float_half_cuda<T>(const NormLayout&, const NormBackward&, const T*);      \
+  template NormRun backward_half_cuda<T>(const NormLayout&, const NormBackward&, const T*, const T*, T*);
+MINIDL_FOR_HALF_TYPES(MINIDL_NORM_BACKWARD_HALF)
 
 }  // namespace minidl::norm

@@ -21,6 +21,7 @@
 // The CPU reference of every formula is norm_cpu.cpp; oracle/norm_reference.cu is the float64 oracle.
 #include "core/allocator.h"
 #include "core/cast_kernels.h"
+#include "core/dispatch.h"
 #include "layers/norm/three_launch/norm_params.cuh"
 #include "layers/norm/single_read/norm_single_read.cuh"
 #include "layers/norm/warp/norm_warp_rows.h"
@@ -312,17 +313,21 @@ NormRun forward_cuda(const NormLayout& l, const NormForward& a) {
   return three_launch_forward(l, a, a.x, a.y);
 }
 
-bool forward_float_half_cuda(const NormLayout& l, const NormForward& a, DType out, void* y) {
+template <class T>
+bool forward_float_half_cuda(const NormLayout& l, const NormForward& a, T* y) {
+  constexpr DType out = DTypeOf<T>::value;
   check_eval_layout(l, a);
-  MINIDL_ASSERT(is_half(out) && a.x != nullptr && a.y == nullptr && !synced(a));
+  MINIDL_ASSERT(a.x != nullptr && a.y == nullptr && !synced(a));
   const warp_rows::Plan w = warp_rows::plan_forward(l, a, DType::Float32, out, a.x, y);
   if (w.runs) warp_rows::run_forward(w, l, a, DType::Float32, out, a.x, y);
   return w.runs;
 }
 
-NormRun forward_half_cuda(const NormLayout& l, const NormForward& a, DType dtype, const void* x, void* y) {
+template <class T>
+NormRun forward_half_cuda(const NormLayout& l, const NormForward& a, const T* x, T* y) {
+  constexpr DType dtype = DTypeOf<T>::value;
   check_eval_layout(l, a);
-  MINIDL_ASSERT(is_half(dtype) && a.x == nullptr && a.y == nullptr);
+  MINIDL_ASSERT(a.x == nullptr && a.y == nullptr);
   const warp_rows::Plan w = warp_rows::plan_forward(l, a, dtype, dtype, x, y);
   if (w.runs && !synced(a)) {
     warp_rows::run_forward(w, l, a, dtype, dtype, x, y);
@@ -333,13 +338,12 @@ NormRun forward_half_cuda(const NormLayout& l, const NormForward& a, DType dtype
     single::run_forward(plan, l, a, dtype, x, y);
     return {plan.path, plan.cluster, plan.threads, 1};
   }
-  NormRun run;
-  visit_floating(dtype, "normalization", [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (!std::is_same_v<T, float>)
-      run = three_launch_forward(l, a, static_cast<const T*>(x), static_cast<T*>(y));
-  });
-  return run;
+  return three_launch_forward(l, a, x, y);
 }
+
+#define MINIDL_NORM_FORWARD_HALF(T)                                                                  \
+  template bool forward_float_half_cuda<T>(const NormLayout&, const NormForward&, T*);              \
+  template NormRun forward_half_cuda<T>(const NormLayout&, const NormForward&, const T*, T*);
+MINIDL_FOR_HALF_TYPES(MINIDL_NORM_FORWARD_HALF)
 
 }  // namespace minidl::norm

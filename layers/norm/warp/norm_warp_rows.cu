@@ -32,6 +32,7 @@
 
 #include "core/allocator.h"
 #include "core/cast_kernels.h"
+#include "core/dispatch.h"
 #include "layers/norm/norm_math.h"
 #include "layers/norm/single_read/norm_single_read.cuh"
 #include "layers/norm/warp/norm_warp_rows.h"
@@ -351,7 +352,7 @@ const void* backward_kernel() {
 // or float32 x with a half y (nothing else is built).
 template <class F>
 void visit_storage(DType io, DType out, F&& f) {
-  visit_floating(io, "normalization", [&](auto x_tag) {
+  dispatch_dtype(io, "normalization", [&](auto x_tag) {
     using T = decltype(x_tag);
     if (out == io) {
       f(x_tag, x_tag);
@@ -360,7 +361,7 @@ void visit_storage(DType io, DType out, F&& f) {
     if constexpr (std::is_same_v<T, float>) {
       MINIDL_CHECK(is_half(out), "normalization: a float32 input takes a float32 or half output, got ",
                    dtype_name(out));
-      visit_floating(out, "normalization", [&](auto y_tag) {
+      dispatch_dtype(out, "normalization", [&](auto y_tag) {
         if constexpr (!std::is_same_v<decltype(y_tag), float>) f(x_tag, y_tag);
       });
     } else {
