@@ -2,12 +2,12 @@
 # The 3-D UNet's layers on the GPU, in one device run.
 #   scripts/gpu/unet3d.sh BIN_DIR OUT_DIR
 # BIN_DIR holds minidl and minidl_tests built with CUDA. Runs
-#  1. minidl_tests "[conv3d],[volume],[conv2d],[op_harness]": Conv3d, ConvTranspose3d
+#  1. minidl_tests "[conv3d],[volume],[conv2d],[dice],[op_harness]": Conv3d, ConvTranspose3d
 #     (cuDNN's N-d convolutions), MaxPool3d, cat_channels, GroupNorm and BatchNorm on volumes,
 #     every dtype and layout, against the CPU and the float64 definition; Conv2d's tests, since
-#     Conv2d's cuDNN plans come from the same cache (layers/conv/cudnn_conv_cuda.cu); and the op
-#     harness, whose examples include every volume layer in NCDHW and channels_last_3d (CUDA
-#     against the CPU, graphed against eager);
+#     Conv2d's cuDNN plans come from the same cache (layers/conv/cudnn_conv_cuda.cu); the Dice
+#     loss and counts against the CPU; and the op harness, whose examples include every volume
+#     layer in NCDHW and channels_last_3d (CUDA against the CPU, graphed against eager);
 #  2. `minidl bench norm --volumes --dtype bf16 --memory-format channels_last`: GroupNorm(8, C) and
 #     BatchNorm3d(C) with the fused ReLU at a 128^3 UNet's shapes against the copy roof, beside
 #     scripts/bench/torch_norm.py --volumes (PyTorch bf16 channels_last_3d, eager and torch.compile);
@@ -22,7 +22,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 mkdir -p "$out"
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader || true
-tests="[conv3d],[volume],[conv2d],[op_harness]"
+tests="[conv3d],[volume],[conv2d],[dice],[op_harness]"
 echo "== minidl_tests $tests"
 "$bin/minidl_tests" "$tests" 2>&1 | tee "$out/tests.log" | grep -E "test cases|FAILED|failed" || true
 grep -q "All tests passed" "$out/tests.log" || { echo "unet3d.sh: the tests failed ($out/tests.log)"; exit 1; }
