@@ -3,7 +3,7 @@
 #include "apps/commands.h"
 #include "build_info.h"
 #include "core/versions.h"
-#include "dist/communicator.h"
+#include "distributed/communicator.h"
 
 namespace minidl {
 

@@ -7,9 +7,9 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/tensor.h"
-#include "dist/communicator.h"
-#include "dist/launch.h"
-#include "dist/ordered_reduce.h"
+#include "distributed/communicator.h"
+#include "distributed/launch.h"
+#include "distributed/ordered_reduce.h"
 
 namespace minidl {
 

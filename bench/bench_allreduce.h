@@ -1,4 +1,4 @@
-// `minidl bench allreduce`: the ordered gradient reduction (dist/ordered_reduce.h) against the
+// `minidl bench allreduce`: the ordered gradient reduction (distributed/ordered_reduce.h) against the
 // engine's own all-reduce (ncclAllReduce or MPI_Allreduce) on the same communicator, per message
 // size. Run it under the launcher the training uses:
 //   mpirun -np 8 minidl bench allreduce [--device cuda|cpu] [--dist auto|single|mpi|nccl]

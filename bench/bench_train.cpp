@@ -13,8 +13,8 @@
 #include "train/run.h"
 #include "core/allocator.h"
 #include "core/error.h"
-#include "dist/communicator.h"
-#include "dist/launch.h"
+#include "distributed/communicator.h"
+#include "distributed/launch.h"
 #ifdef MINIDL_WITH_CUDA
 #include "core/cuda/profiler_events.h"
 #endif

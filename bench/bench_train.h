@@ -15,7 +15,7 @@ struct BenchTrainOptions {
   std::vector<std::string> overrides;  // --set key.path=value
   int64_t steps = 20;                  // timed training steps, >= 1
   int64_t warmup = 3;                  // untimed steps before them
-  std::string dist = "auto";           // the communicator (dist/communicator.h: make_communicator)
+  std::string dist = "auto";           // the communicator (distributed/communicator.h: make_communicator)
 };
 
 int bench_train(const BenchTrainOptions& options);

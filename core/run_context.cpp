@@ -5,12 +5,12 @@ namespace minidl {
 namespace {
 
 RunContext& default_context() {
-  static RunContext context;
+  thread_local RunContext context;
   return context;
 }
 
-// Null: the default context (a pointer to it here would depend on static initialization order).
-RunContext* g_current = nullptr;
+// Null: the thread's default context.
+thread_local RunContext* g_current = nullptr;
 
 }  // namespace
 

@@ -4,11 +4,10 @@
 // runs anything, so two runs in one process (the benchmark's seeds, the tests) never see each
 // other's settings, even used alternately.
 //
-// The current context is one process-wide pointer, not a thread_local one: the OpenMP workers an
-// op starts must read the settings of the run that started it. minidl runs one run at a time on
-// its one CUDA stream, so one pointer is enough; two threads running two runs at once would need
-// a context each and are not supported. Outside any scope the default context is current: what
-// tests, benchmarks and the commands set with set_compute_settings() and friends.
+// The current context is per thread: two runs on two threads at once each compute with their
+// own. Nothing an op's OpenMP workers run reads it (the ops read their switches on the calling
+// thread, before a parallel loop). Outside any scope the thread's default context is current:
+// what tests, benchmarks and the commands set with set_compute_settings() and friends.
 #pragma once
 #include <cstdint>
 

@@ -1,5 +1,6 @@
 #include "layers/module.h"
 
+#include <mutex>
 #include <set>
 
 #include "core/autograd.h"
@@ -13,8 +14,9 @@ ForwardObserver* g_forward_observer = nullptr;
 
 // The modules alive by id, and the ids free for the next module (those of destroyed ones). A
 // process that builds many models (the benchmark's runs, the tests) keeps it the size of the
-// modules alive at once.
+// modules alive at once. Runs on several threads build and destroy modules at once: the mutex.
 struct ModuleTable {
+  std::mutex mu;
   struct Slot {
     const Module* module = nullptr;
     uint32_t generation = 0;  // bumped when the module dies: the next one under the id is told apart
@@ -27,8 +29,14 @@ ModuleTable& module_table() {
   return table;
 }
 
-int take_module_id(const Module* m) {
+struct Taken {
+  int id;
+  uint32_t generation;
+};
+
+Taken take_module_id(const Module* m) {
   ModuleTable& t = module_table();
+  const std::lock_guard<std::mutex> lock(t.mu);
   int id;
   if (t.free.empty()) {
     id = static_cast<int>(t.slots.size());
@@ -38,7 +46,7 @@ int take_module_id(const Module* m) {
     t.free.pop_back();
   }
   t.slots[static_cast<size_t>(id)].module = m;
-  return id;
+  return {id, t.slots[static_cast<size_t>(id)].generation};
 }
 
 // An error already prefixed with the innermost module that saw it (outer modules pass it on).
@@ -52,11 +60,15 @@ std::string join(const std::string& prefix, const std::string& name) {
 }
 }  // namespace
 
-Module::Module()
-    : id_(take_module_id(this)), generation_(module_table().slots[static_cast<size_t>(id_)].generation) {}
+Module::Module() {
+  const Taken taken = take_module_id(this);
+  id_ = taken.id;
+  generation_ = taken.generation;
+}
 
 Module::~Module() {
   ModuleTable& t = module_table();
+  const std::lock_guard<std::mutex> lock(t.mu);
   ModuleTable::Slot& slot = t.slots[static_cast<size_t>(id_)];
   slot.module = nullptr;
   ++slot.generation;
@@ -64,12 +76,17 @@ Module::~Module() {
 }
 
 const Module* module_by_id(int id) {
-  const ModuleTable& t = module_table();
+  ModuleTable& t = module_table();
+  const std::lock_guard<std::mutex> lock(t.mu);
   if (id < 0 || id >= static_cast<int>(t.slots.size())) return nullptr;
   return t.slots[static_cast<size_t>(id)].module;
 }
 
-size_t module_table_size() { return module_table().slots.size(); }
+size_t module_table_size() {
+  ModuleTable& t = module_table();
+  const std::lock_guard<std::mutex> lock(t.mu);
+  return t.slots.size();
+}
 
 void set_forward_observer(ForwardObserver* observer) { g_forward_observer = observer; }
 

@@ -13,7 +13,7 @@
 #include "core/cuda_graph.h"
 #include "core/safetensors.h"
 #include "core/tensor_ops.h"
-#include "dist/communicator.h"
+#include "distributed/communicator.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/step_graph.h"

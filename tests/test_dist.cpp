@@ -13,9 +13,9 @@
 #include "core/side_stream.h"
 #include "core/tensor_ops.h"
 #include "data/loader.h"
-#include "dist/communicator.h"
-#include "dist/launch.h"
-#include "dist/ordered_reduce.h"
+#include "distributed/communicator.h"
+#include "distributed/launch.h"
+#include "distributed/ordered_reduce.h"
 #include "train/gradient_buckets.h"
 #include "test_util.h"
 

@@ -1,8 +1,9 @@
 // The run context (core/run_context.h): settings, init seed and dropout seed and step belong to
-// the context current when they are set or read, so two trainers alive at once, stepped in turn,
-// each give the bits of running alone and leave the caller's settings as they were; the module
+// the context current when they are set or read, so two trainers alive at once, stepped in turn or
+// on two threads, each give the bits of running alone and leave the caller's settings as they were; the module
 // table reuses the ids of destroyed modules.
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "core/allocator.h"
@@ -193,6 +194,39 @@ TEST_CASE("run context: two trainers stepped in turn each give the bits of runni
   require_same_bits(b_bits, second_alone);
   CHECK(same_settings(a.trainer().run_context().compute, {true, true, true}));
   CHECK(same_settings(b.trainer().run_context().compute, {false, false, false}));
+}
+
+TEST_CASE("run context: two trainers on two threads at once each give the bits of running alone",
+          "[trainer][context]") {
+  // Each thread builds, steps and evaluates its own run; their steps overlap in time, with other
+  // seeds, dropout rates and compute switches.
+  const TrainConfig first = tiny_config(3, true, true, true, 0.25);
+  const TrainConfig second = tiny_config(4, false, false, false, 0.5);
+  const RunBits first_alone = run_alone(first);
+  const RunBits second_alone = run_alone(second);
+  REQUIRE(first_alone.losses != second_alone.losses);
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    RunBits a_bits, b_bits;
+    // Catch2's assertions are not thread-safe: the threads only compute, the checks come after.
+    const auto train = [](const TrainConfig& config, RunBits* out) {
+      Trainer trainer(config, Device::cpu(), synthetic_images(48, 1), synthetic_images(16, 2));
+      const std::shared_ptr<void> record = allocate_pinned(sizeof(Trainer::StepRecord));
+      auto* r = static_cast<Trainer::StepRecord*>(record.get());
+      for (int64_t step = 0; step < kSteps; ++step) {
+        if (step % trainer.steps_per_epoch() == 0) trainer.train_loader().start_epoch(step / trainer.steps_per_epoch());
+        if (!trainer.train_step(step, r)) return;
+        out->losses.push_back(r->loss);
+      }
+      out->acc = trainer.evaluate(TtaMode::None).acc;
+      for (auto& [name, t] : trainer.model().state_dict()) out->state.push_back(t.to_vector());
+    };
+    std::thread a(train, std::cref(first), &a_bits);
+    std::thread b(train, std::cref(second), &b_bits);
+    a.join();
+    b.join();
+    require_same_bits(a_bits, first_alone);
+    require_same_bits(b_bits, second_alone);
+  }
 }
 
 TEST_CASE("run context: two trainers replaying CUDA graphs in turn each give the bits of running alone",

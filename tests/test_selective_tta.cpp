@@ -113,6 +113,11 @@ void check_selective_tta(Device device) {
   const Dataset train = small_images(64, 7), test = small_images(50, 8);
   Trainer trainer(parse_train_config(base), device, train, test);
   const Trainer::EvalResult got = trainer.evaluate(TtaMode::Airbench);
+  // The plain pass is the plain evaluation's: the same accuracy and, computed on the device batch
+  // by batch, the same loss.
+  const Trainer::EvalResult without_tta = trainer.evaluate(TtaMode::None);
+  REQUIRE(got.acc == without_tta.acc);
+  REQUIRE(got.loss == without_tta.loss);
 
   // The reference: the plain logits in the trainer's batches, the 25 least confident images
   // chosen from them, each of those classified by the mean of its six views' logits.

@@ -1,4 +1,4 @@
-// The vectors a data-parallel step reduces (dist/ordered_reduce.h), cut into buckets so that the
+// The vectors a data-parallel step reduces (distributed/ordered_reduce.h), cut into buckets so that the
 // reduction starts while backward still runs, as PyTorch's DDP does. A micro-batch's vector is
 // [gradients | tail], the tail being its float buffers, loss and correct count. The gradients are
 // cut, in reverse parameter order (the order backward completes them), into buckets of about
@@ -21,8 +21,8 @@
 
 #include "core/side_stream.h"
 #include "core/tensor.h"
-#include "dist/communicator.h"
-#include "dist/ordered_reduce.h"
+#include "distributed/communicator.h"
+#include "distributed/ordered_reduce.h"
 
 namespace minidl {
 

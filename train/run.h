@@ -38,7 +38,7 @@ struct RunOptions {
   bool restart = false;                 // with resume_dir: start that run again (it has no checkpoint)
   int64_t max_steps = 0;                // > 0: stop after this many global steps (repro, smoke tests); 0: none
   bool profile = false;                 // print a per-layer breakdown after the first epoch
-  std::string dist = "auto";            // the communicator backend (dist/communicator.h)
+  std::string dist = "auto";            // the communicator backend (distributed/communicator.h)
   double dist_timeout = 600;            // seconds a rank waits in a collective (kDefaultDistTimeoutSeconds)
 };
 

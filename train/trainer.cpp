@@ -22,8 +22,8 @@
 #include "data/holdout.h"
 #include "data/image_folder.h"
 #include "data/tta.h"
-#include "dist/communicator.h"
-#include "dist/ordered_reduce.h"
+#include "distributed/communicator.h"
+#include "distributed/ordered_reduce.h"
 #include "layers/containers/sequential.h"
 #include "layers/loss/loss.h"
 #include "layers/norm/batchnorm2d.h"
@@ -54,7 +54,6 @@ namespace {
 // Eager steps before a capture: the first step makes cuDNN choose its algorithms and cuBLAS set
 // up, and fills the allocator's cache; the second runs as every later step will.
 constexpr int kTrainGraphWarmup = 2;
-constexpr int kEvalGraphWarmup = 1;
 // A kind of training step (Trainer::step_kind): Lookahead::next_kind's 3 bits, a bit for a step
 // of several micro-batches that reduces after backward though it could overlap (the benchmark's),
 // the freeze phase above them.
@@ -185,8 +184,9 @@ Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Da
   train_loader_ = std::make_unique<Loader>(train_set_, train_options, device_);
   MINIDL_CHECK(train_loader_->batches_per_epoch() > 0, "batch_size ", config.batch_size, " is larger than the ",
                train_set_.size(), " training images: no full batch to train on");
-  make_eval_split(test_eval_, test_set_);
-  if (has_validation()) make_eval_split(val_eval_, val_set_);
+  evaluator_ = std::make_unique<Evaluator>(
+      *model_, [this](const Tensor& x) { return forward(x); }, config_, data_options_, device_, context_,
+      num_classes(), test_set_, val_set_);
   // ceil(epochs * steps per epoch): a fractional last epoch (9.9) stops part-way through.
   const double total = std::ceil(static_cast<double>(train_loader_->batches_per_epoch()) * config.epochs);
   MINIDL_CHECK(total < 9.0e15, "total steps (steps per epoch * epochs) = ", total, " is too large");
@@ -325,7 +325,7 @@ bool Trainer::train_step(int64_t step, StepRecord* record, Profiler* profiler) {
     const bool graphed = graph.next_run_graphed();
     if (graphed) optimizer_->prepare(lr);
     // The collectives a graph holds pass no host code when it replays: the host passes the
-    // collective watch once for them all (dist/communicator.h).
+    // collective watch once for them all (distributed/communicator.h).
     if (graphed && several) comm_->enter_graph("a graphed training step");
     // A failed capture ran the backward on the host only: the gradients it summed into were never
     // computed, so zero them again before the eager run; a step of several micro-batches also
@@ -645,97 +645,8 @@ void Trainer::update(bool prepared, double lr, Profiler* profiler) {
     });
 }
 
-Tensor Trainer::tta_logits(const Tensor& images, const Tensor& logits, const std::vector<TtaView>& views) {
-  return minidl::tta_logits([this](const Tensor& x) { return forward(x); }, images, logits, views);
-}
-
-void Trainer::make_eval_split(EvalSplit& e, const Dataset& data) {
-  e.loader = std::make_unique<Loader>(data, LoaderOptions::evaluation(data_options_, config_.eval_batch_size), device_);
-  e.labels = data.labels.to(Device::cpu()).values<int32_t>();
-  const size_t n = e.labels.size(), batches = static_cast<size_t>(e.loader->batches_per_epoch());
-  e.predicted = allocate_pinned(n * sizeof(int32_t));
-  e.tta_predicted = allocate_pinned(n * sizeof(int32_t));
-  e.losses = allocate_pinned(batches * sizeof(float));
-}
-
-Trainer::EvalOutputs Trainer::device_eval(TtaMode tta, const Loader& loader) {
-  Batch batch;
-  loader.emit(batch);
-  Tensor logits = forward(batch.images).to(DType::Float32);
-  EvalOutputs out;
-  out.predicted = argmax_rows(logits);
-  out.loss = cross_entropy(logits, batch.labels, static_cast<float>(config_.label_smoothing));
-  const std::vector<TtaView> views = eval_views(tta);
-  if (views.size() > 1) out.tta_predicted = argmax_rows(tta_logits(batch.images, logits, views));
-  return out;
-}
-
 Trainer::EvalResult Trainer::evaluate(TtaMode tta, Split split, const EvalProgress& progress) {
-  MINIDL_CHECK(split != Split::Train, "evaluate: the training split is not evaluated");
-  MINIDL_CHECK(split == Split::Test || has_validation(), "evaluate: the data has no validation split (set ",
-               "data.val_fraction)");
-  EvalSplit& e = split == Split::Val ? val_eval_ : test_eval_;
-  if (tta != TtaMode::None && config_.tta_share < 1) return evaluate_selective(tta, *e.loader);
-  const RunContextScope scope(context_);
-  autograd::NoGradGuard no_grad;
-  model_->eval();
-  Loader& loader = *e.loader;
-  const int64_t batches = loader.batches_per_epoch();
-  if (!e.graph || e.graph_tta != tta) {
-    e.graph =
-        std::make_unique<StepGraph>("evaluation batch", config_.cuda_graph && device_.is_cuda(), kEvalGraphWarmup);
-    e.graph_tta = tta;
-  }
-  int32_t* predicted = static_cast<int32_t*>(e.predicted.get());
-  int32_t* tta_predicted = static_cast<int32_t*>(e.tta_predicted.get());
-  float* losses = static_cast<float*>(e.losses.get());
-  loader.start_epoch(0);
-  int64_t seen = 0;
-  for (int64_t b = 0; loader.advance(); ++b) {
-    // The last, shorter batch runs eagerly: a graph holds the shapes of its capture.
-    const int64_t size = loader.current_batch_size();
-    EvalOutputs out;
-    if (size == loader.options().batch_size) {
-      e.graph->run([&] { e.graph_outputs = device_eval(tta, loader); }, [] {});
-      out = e.graph_outputs;
-    } else {
-      out = device_eval(tta, loader);
-    }
-    const size_t bytes = static_cast<size_t>(size) * sizeof(int32_t);
-    copy_bytes_async(predicted + seen, Device::cpu(), out.predicted.raw_data(), device_, bytes);
-    if (tta != TtaMode::None)
-      copy_bytes_async(tta_predicted + seen, Device::cpu(), out.tta_predicted.raw_data(), device_, bytes);
-    copy_bytes_async(losses + b, Device::cpu(), out.loss.raw_data(), device_, sizeof(float));
-    seen += size;
-    if (progress) progress(b + 1, batches);
-  }
-  synchronize(device_);
-  model_->train();
-  const int64_t k = num_classes();
-  EvalResult r;
-  r.images = seen;
-  r.confusion.assign(static_cast<size_t>(k * k), 0);
-  int64_t correct = 0, correct_tta = 0;
-  const int32_t* counted = tta != TtaMode::None ? tta_predicted : predicted;
-  for (int64_t i = 0; i < seen; ++i) {
-    const int32_t label = e.labels[static_cast<size_t>(i)];
-    // A label out of range made the batch's loss NaN on a GPU (its error is raised by the next
-    // kernel); it must not index the counts.
-    MINIDL_CHECK(label >= 0 && label < k, "evaluation: ", split_name(split), " image ", i, " has label ", label,
-                 " (expected 0..", k - 1, ")");
-    correct += predicted[i] == label ? 1 : 0;
-    if (tta != TtaMode::None) correct_tta += tta_predicted[i] == label ? 1 : 0;
-    r.confusion[static_cast<size_t>(label * k + counted[i])] += 1;
-  }
-  // The batches' mean losses weighted by their sizes, summed in batch order.
-  double loss_sum = 0;
-  for (int64_t b = 0; b < batches; ++b)
-    loss_sum += static_cast<double>(losses[b]) *
-                static_cast<double>(std::min(loader.options().batch_size, seen - b * loader.options().batch_size));
-  r.acc = 100.0 * static_cast<double>(correct) / static_cast<double>(seen);
-  if (tta != TtaMode::None) r.tta_acc = 100.0 * static_cast<double>(correct_tta) / static_cast<double>(seen);
-  r.loss = loss_sum / static_cast<double>(seen);
-  return r;
+  return evaluator_->evaluate(tta, split, progress);
 }
 
 std::vector<std::string> Trainer::data_notes() const {

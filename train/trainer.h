@@ -25,12 +25,13 @@
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "train/config.h"
+#include "train/evaluator.h"
 #include "train/param_rules.h"
 #include "train/step_graph.h"
 
 namespace minidl {
 
-class Communicator;     // dist/communicator.h
+class Communicator;     // distributed/communicator.h
 class GradientBuckets;  // train/gradient_buckets.h
 class Profiler;
 
@@ -47,6 +48,9 @@ class Trainer {
   // resolved for `device` (resolve_for_device); config() and resolved_config() hold the choice.
   Trainer(const TrainConfig& config, Device device, Weights weights = Weights::FromConfig);
   ~Trainer();
+  // Its evaluator holds the trainer's forward, config and context: a trainer stays where it is made.
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
   // Uses data sets already loaded (on the host or on `device`): the benchmark loads them once.
   // data.val_fraction holds the validation split out of `train_set`; else `val_set` (an image
   // folder's val/; empty: none) is it.
@@ -72,24 +76,10 @@ class Trainer {
   // Why the schedule does not fit this run's length, with the fix (LrSchedule::check_length); ""
   // when it does.
   std::string schedule_warning() const { return schedule_->check_length(steps_per_epoch(), total_steps()); }
-  // One pass over the test split (or the validation split) in eval mode: accuracy (percent), plain
-  // and with the given test-time augmentation (the same forward passes serve both; tta_acc < 0
-  // when tta is "none"), the mean loss of the plain logits (the training loss, label smoothing
-  // included), and the confusion counts of the predictions the TTA makes (the plain ones without
-  // TTA), K x K row-major (row: true class, column: predicted), K = num_classes(): per-class
-  // metrics need no second pass. The views are weighted as eval.tta_weights says. Full batches
-  // replay a CUDA graph as training steps do; the host waits for the GPU once, at the end. With
-  // eval.tta_share below 1 the TTA is selective (selective_tta): eager, and the host reads the plain
-  // pass's logits between the two passes. `progress` (optional) is called after each batch is
-  // queued with the batches done and their total.
-  struct EvalResult {
-    double acc = 0;
-    double tta_acc = -1;
-    double loss = 0;
-    int64_t images = 0;
-    std::vector<int64_t> confusion;
-  };
-  using EvalProgress = std::function<void(int64_t done, int64_t total)>;
+  // One pass over the test split (or the validation split) in eval mode (train/evaluator.h):
+  // accuracy plain and with the TTA views, mean loss, confusion counts.
+  using EvalResult = Evaluator::Result;
+  using EvalProgress = Evaluator::Progress;
   EvalResult evaluate(TtaMode tta, Split split = Split::Test, const EvalProgress& progress = {});
   // Whether the data has a validation split (data.val_fraction, or an image folder's val/), which
   // evaluate(tta, Split::Val) reads.
@@ -129,7 +119,7 @@ class Trainer {
   // The ranks this trainer is one of (a world of one until set). Data parallel: each optimizer
   // step's batch_size images are world size * accumulate_steps micro-batches, micro-batch k at
   // images k * b .. (k + 1) * b of the batch; rank r trains micro-batches r * accumulate_steps ..
-  // and the step's gradient is their ordered mean (dist/ordered_reduce.h). Errors when the batch
+  // and the step's gradient is their ordered mean (distributed/ordered_reduce.h). Errors when the batch
   // does not split evenly.
   void set_communicator(std::shared_ptr<Communicator> comm);
   Communicator& communicator() { return *comm_; }
@@ -191,6 +181,7 @@ class Trainer {
   std::vector<std::string> classes_;  // the data's names, or "0" .. for data sets without names
   std::vector<std::string> init_from_lines_;
   std::unique_ptr<Loader> train_loader_;
+  std::unique_ptr<Evaluator> evaluator_;  // the test and validation splits
   int64_t total_steps_ = 0;
   DType activation_dtype_ = DType::Float32;
   MemoryFormat activation_format_ = MemoryFormat::Contiguous;  // the config's memory_format
@@ -228,40 +219,6 @@ class Trainer {
   // The model's output for a batch of float32 images, under autocast in the activation dtype
   // (core/autocast.h; none for fp32).
   Tensor forward(const Tensor& images);
-  // What one evaluation batch leaves on the device: each image's predicted class (plain, and with
-  // TTA; tta_predicted is empty without) and the batch's mean loss.
-  struct EvalOutputs {
-    Tensor predicted, tta_predicted, loss;
-  };
-  EvalOutputs device_eval(TtaMode tta, const Loader& loader);
-  // Selective TTA (train/selective_tta.cpp): one plain pass over the loader's split, then the
-  // floor(tta_share * n) images least confident in it (least_confident, data/tta.h) again with
-  // the views; the others keep their plain logits. Host copies of the logits, plain and final,
-  // (n, classes) row-major, and of the labels. Eager, in eval mode without autograd (the caller's).
-  struct TestLogits {
-    std::vector<float> plain, tta;
-    std::vector<int32_t> labels;
-    int64_t classes = 0;
-  };
-  TestLogits selective_tta(TtaMode tta, Loader& loader);
-  EvalResult evaluate_selective(TtaMode tta, Loader& loader);
-  // The views of `tta` weighted as the config's eval.tta_weights says.
-  std::vector<TtaView> eval_views(TtaMode tta) const { return tta_views(tta, config_.tta_weights); }
-  // The weighted sum of the TTA views' logits (views[0] is the plain image, whose logits are given).
-  Tensor tta_logits(const Tensor& images, const Tensor& logits, const std::vector<TtaView>& views);
-  // An evaluated split: its loader (the images in order), labels on the host, the graph of its full
-  // batches (one per TTA mode: the forward passes it replays depend on it) with the outputs its
-  // replays write, and pinned memory the host reads the predictions and losses from.
-  struct EvalSplit {
-    std::unique_ptr<Loader> loader;
-    std::vector<int32_t> labels;
-    std::unique_ptr<StepGraph> graph;
-    TtaMode graph_tta = TtaMode::None;
-    EvalOutputs graph_outputs;
-    std::shared_ptr<void> predicted, tta_predicted, losses;
-  };
-  EvalSplit test_eval_, val_eval_;
-  void make_eval_split(EvalSplit& e, const Dataset& data);
   // Errors unless the model takes the data's images and gives one value per class.
   void check_class_count();
   // The training step as CUDA graphs, one per kind of step (step_kind): steps differ in their

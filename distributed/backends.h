@@ -1,11 +1,11 @@
-// The backends' factories and the argument checks they share (inside dist/ only). A factory of a
+// The backends' factories and the argument checks they share (inside distributed/ only). A factory of a
 // backend this build lacks is an error that says so.
 #pragma once
 #include <functional>
 #include <memory>
 #include <string>
 
-#include "dist/communicator.h"
+#include "distributed/communicator.h"
 
 namespace minidl {
 

@@ -1,5 +1,5 @@
 #include "core/error.h"
-#include "dist/backends.h"
+#include "distributed/backends.h"
 
 #ifdef MINIDL_HAVE_NCCL
 #include <nccl.h>
@@ -29,7 +29,7 @@ ncclDataType_t nccl_type(DType t) {
 
 // Every call is queued on minidl's one stream, ordered with the kernels that make and read its
 // tensors, as any other op is. With several ranks, each call first passes the watch
-// (dist/backends.h) on the host: rank 0 queues collective #k only once every rank has announced
+// (distributed/backends.h) on the host: rank 0 queues collective #k only once every rank has announced
 // it, within the timeout, so a rank whose host hangs is named instead of leaving the others'
 // GPUs waiting in NCCL. Rank 0 can then never be waiting on the GPU for a collective some rank
 // has not queued. The cost: one 8-byte MPI message per rank per collective, and rank 0's host

@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "core/json_limits.h"
-#include "dist/backends.h"
+#include "distributed/backends.h"
 
 #ifdef MINIDL_HAVE_MPI
 #include <mpi.h>
@@ -87,7 +87,7 @@ MPI_Datatype mpi_type(DType t) {
   }
 }
 
-// Every collective is nonblocking, completed by the watch's polling (dist/backends.h): a rank
+// Every collective is nonblocking, completed by the watch's polling (distributed/backends.h): a rank
 // that does not arrive ends the job after the timeout instead of leaving the others waiting.
 class MpiCommunicator final : public Communicator {
  public:

@@ -1,4 +1,4 @@
-#include "dist/ordered_reduce.h"
+#include "distributed/ordered_reduce.h"
 
 #include <algorithm>
 #include <memory>

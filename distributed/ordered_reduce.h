@@ -12,7 +12,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
-#include "dist/communicator.h"
+#include "distributed/communicator.h"
 
 namespace minidl {
 

@@ -1,9 +1,9 @@
-#include "dist/communicator.h"
+#include "distributed/communicator.h"
 
 #include "core/allocator.h"
 #include "core/error.h"
 #include "core/json_limits.h"
-#include "dist/backends.h"
+#include "distributed/backends.h"
 
 namespace minidl {
 

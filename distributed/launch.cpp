@@ -1,4 +1,4 @@
-#include "dist/launch.h"
+#include "distributed/launch.h"
 
 #include <cstdlib>
 #include <sstream>

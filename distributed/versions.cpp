@@ -1,7 +1,7 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "dist/communicator.h"
+#include "distributed/communicator.h"
 
 #ifdef MINIDL_HAVE_NCCL
 #include <nccl.h>

@@ -1,4 +1,4 @@
-// CollectiveWatch (dist/backends.h): the collective timeout and the naming of a rank that hangs.
+// CollectiveWatch (distributed/backends.h): the collective timeout and the naming of a rank that hangs.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "dist/backends.h"
+#include "distributed/backends.h"
 
 #ifdef MINIDL_HAVE_MPI
 #include <mpi.h>

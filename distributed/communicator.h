@@ -13,7 +13,7 @@
 
 #include "core/device.h"
 #include "core/tensor.h"
-#include "dist/launch.h"
+#include "distributed/launch.h"
 
 namespace minidl {
 
@@ -26,7 +26,7 @@ class Communicator {
   virtual int local_rank() const = 0;
   // In place: the sum over the ranks of a float32, float64 or int32 tensor. The engine picks the
   // order of the sum, so its bits may change with the world size (ordered_sum in
-  // dist/ordered_reduce.h does not).
+  // distributed/ordered_reduce.h does not).
   virtual void all_reduce_sum(Tensor& t) = 0;
   // In place: `root`'s values on every rank.
   virtual void broadcast(Tensor& t, int root) = 0;
