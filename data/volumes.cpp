@@ -17,7 +17,7 @@ constexpr uint64_t kStreamVolumes = 7;
 // What a draw is for: the top byte of its Philox index, so no two uses share a number.
 enum Purpose : uint64_t { kMaps = 1, kObjects = 2, kPoints = 3, kNoise = 4 };
 constexpr int64_t kMaxVolumes = int64_t{1} << 26;  // volume << 6 | object stays below 2^32
-constexpr int kWarmup = 16;                         // chaos-game steps before the point is on the attractor
+constexpr int kWarmup = 16;                        // chaos-game steps before the point is on the attractor
 
 Philox4 draw(uint64_t seed, Purpose purpose, uint64_t owner, uint64_t i) {
   return philox(seed, kStreamVolumes, purpose << 56 | owner << 24 | i);
@@ -90,8 +90,7 @@ void draw_volume(const VolumeSetOptions& o, const std::vector<std::vector<Affine
     const float to_voxels = static_cast<float>(side) / extent;
     for (const auto& p : pts) {
       int64_t at[3];
-      for (int a = 0; a < 3; ++a)
-        at[a] = std::min<int64_t>(side - 1, static_cast<int64_t>((p[a] - lo[a]) * to_voxels));
+      for (int a = 0; a < 3; ++a) at[a] = std::min<int64_t>(side - 1, static_cast<int64_t>((p[a] - lo[a]) * to_voxels));
       const int64_t i = ((od + at[0]) * s + oh + at[1]) * s + ow + at[2];
       labels[i] = static_cast<int32_t>(c);
       ++counts[i];

@@ -20,11 +20,11 @@
 namespace minidl {
 
 struct VolumeSetOptions {
-  int64_t size = 32;     // voxels per side (D = H = W), 8..256
-  int64_t classes = 4;   // including background class 0, 2..16
-  int64_t objects = 3;   // per volume, 1..64
-  double noise = 0.1;    // amplitude of the image's uniform noise, 0..1
-  uint64_t seed = 0;     // the classes' maps and every volume's objects
+  int64_t size = 32;    // voxels per side (D = H = W), 8..256
+  int64_t classes = 4;  // including background class 0, 2..16
+  int64_t objects = 3;  // per volume, 1..64
+  double noise = 0.1;   // amplitude of the image's uniform noise, 0..1
+  uint64_t seed = 0;    // the classes' maps and every volume's objects
 };
 
 // Errors naming the option when one is out of its range.

@@ -19,7 +19,9 @@ namespace layer_fields_detail {
 
 // A window's size from an int (every dimension) or a list of one value per dimension, its values,
 // and its spec form and text (layers/size2d.h, layers/size3d.h).
-inline Size2d window_of(const std::vector<int64_t>& v, Size2d) { return v.size() == 1 ? Size2d(v[0]) : Size2d(v[0], v[1]); }
+inline Size2d window_of(const std::vector<int64_t>& v, Size2d) {
+  return v.size() == 1 ? Size2d(v[0]) : Size2d(v[0], v[1]);
+}
 inline Size3d window_of(const std::vector<int64_t>& v, Size3d) {
   return v.size() == 1 ? Size3d(v[0]) : Size3d(v[0], v[1], v[2]);
 }
@@ -42,8 +44,8 @@ Field<T> window(const std::string& name, S T::*member, Default<S> fallback, IntR
       return;
     }
     const std::vector<int64_t> v = a.get_ints(key);
-    MINIDL_CHECK(v.size() == 1 || v.size() == count, a.key_path(key), ": expected an integer or a list of ",
-                 count_word, ", got ", v.size(), " values");
+    MINIDL_CHECK(v.size() == 1 || v.size() == count, a.key_path(key), ": expected an integer or a list of ", count_word,
+                 ", got ", v.size(), " values");
     const S s = window_of(v, S());
     for (int64_t x : window_values(s))
       if (!range.contains(x)) fail_range(a, key, "integers", range.text(), window_str(s));

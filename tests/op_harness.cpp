@@ -29,9 +29,7 @@ std::vector<OpMode> op_modes(const Shape& input) {
   return out;
 }
 
-std::string mode_name(const OpMode& mode) {
-  return str(dtype_name(mode.dtype), " ", memory_format_name(mode.format));
-}
+std::string mode_name(const OpMode& mode) { return str(dtype_name(mode.dtype), " ", memory_format_name(mode.format)); }
 
 Tensor to_mode(const Tensor& x, const OpMode& mode) {
   return x.to(mode.dtype, is_channels_last_format(mode.format) ? channels_last_for(x.dim()) : MemoryFormat::Contiguous);

@@ -83,15 +83,18 @@ TEST_CASE("dice_loss is 0 for a perfect prediction and names bad operands", "[di
   }
   CHECK(dice_loss(Tensor::from_vector(x, {1, 2, 4, 4}), labels).item() == Approx(0.0).margin(1e-6));
   const Tensor logits = random_tensor({1, 2, 4, 4}, 4);
-  CHECK(error_of([&] { dice_loss(logits, random_labels({1, 4, 5}, 2, 3)); })
-            .find("dice_loss: labels (1, 4, 5) do not match logits (1, 2, 4, 4) (expected (1, 4, 4))") !=
+  CHECK(error_of([&] {
+          dice_loss(logits, random_labels({1, 4, 5}, 2, 3));
+        }).find("dice_loss: labels (1, 4, 5) do not match logits (1, 2, 4, 4) (expected (1, 4, 4))") !=
         std::string::npos);
   Tensor bad = labels.clone();
   bad.data<int32_t>()[5] = 2;
-  CHECK(error_of([&] { dice_loss(logits, bad); })
-            .find("dice_loss: labels at flat index 5 = 2 is out of range for 2 classes") != std::string::npos);
-  CHECK(error_of([&] { dice_loss(random_tensor({4, 2}, 1), Tensor::zeros({4}, DType::Int32)); })
-            .find("with a spatial dimension") != std::string::npos);
+  CHECK(error_of([&] {
+          dice_loss(logits, bad);
+        }).find("dice_loss: labels at flat index 5 = 2 is out of range for 2 classes") != std::string::npos);
+  CHECK(error_of([&] {
+          dice_loss(random_tensor({4, 2}, 1), Tensor::zeros({4}, DType::Int32));
+        }).find("with a spatial dimension") != std::string::npos);
 }
 
 TEST_CASE("dice_counts and DiceScores count the argmax against the labels per class", "[dice]") {

@@ -50,8 +50,8 @@ Trained train(int steps) {
   std::shared_ptr<Module> model = build_sequential(nlohmann::json::parse(kUnet), "model.layers");
   std::vector<NamedParam> params;
   for (auto& [name, t] : model->named_parameters()) params.push_back({name, t, ""});
-  auto opt = make_optimizer(nlohmann::json::parse(R"({"type": "AdamW", "lr": 0.02, "weight_decay": 0})"), params,
-                            "optimizer");
+  auto opt =
+      make_optimizer(nlohmann::json::parse(R"({"type": "AdamW", "lr": 0.02, "weight_decay": 0})"), params, "optimizer");
   VolumeSetOptions data;
   data.size = 16;
   data.classes = 2;

@@ -120,7 +120,8 @@ const LayerDescriptor& skip_connection_layer() {
            {{"type", "Conv3d"}, {"in_channels", 2}, {"out_channels", 4}, {"kernel_size", 3}, {"padding", 1}},
            {{"type", "ConvTranspose3d"}, {"in_channels", 4}, {"out_channels", 2}, {"kernel_size", 2}, {"stride", 2}}}}},
         {2, 2, 4, 4, 4}},
-       {{{"body", {{{"type", "Conv2d"}, {"in_channels", 3}, {"out_channels", 2}, {"kernel_size", 1}}}}}, {2, 3, 4, 5}}}};
+       {{{"body", {{{"type", "Conv2d"}, {"in_channels", 3}, {"out_channels", 2}, {"kernel_size", 1}}}}},
+        {2, 3, 4, 5}}}};
   return layer;
 }
 

@@ -26,7 +26,8 @@ struct SkipConnectionSpec {
 
 class SkipConnection : public Layer<SkipConnectionSpec> {
  public:
-  explicit SkipConnection(std::vector<std::shared_ptr<Module>> body) : SkipConnection(SkipConnectionSpec{std::move(body)}) {}
+  explicit SkipConnection(std::vector<std::shared_ptr<Module>> body)
+      : SkipConnection(SkipConnectionSpec{std::move(body)}) {}
   explicit SkipConnection(const SkipConnectionSpec& spec);
   Tensor forward(const Tensor& x) override;
   std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;

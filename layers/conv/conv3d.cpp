@@ -121,13 +121,13 @@ std::optional<LayerWork> Conv3d::work(const Tensor& x, const Tensor& y) const {
 
 template <typename S>
 std::vector<Field<S>> conv3d_rows(const std::string& padding_doc) {
-  return {integer("in_channels", &S::in_channels, kRequired, {1, kMaxFeatures}, "input channels"),
-          integer("out_channels", &S::out_channels, kRequired, {1, kMaxFeatures}, "output channels"),
-          size3d("kernel_size", &S::kernel_size, kRequired, {1, kMaxWindow},
-                 "kernel (d, h, w): an int or a list of three"),
-          size3d("stride", &S::stride, Size3d(1), {1, kMaxWindow}, "stride (d, h, w)"),
-          size3d("padding", &S::padding, Size3d(0), {0, kMaxWindow}, padding_doc),
-          flag("bias", &S::bias, true, "adds a learned bias per output channel")};
+  return {
+      integer("in_channels", &S::in_channels, kRequired, {1, kMaxFeatures}, "input channels"),
+      integer("out_channels", &S::out_channels, kRequired, {1, kMaxFeatures}, "output channels"),
+      size3d("kernel_size", &S::kernel_size, kRequired, {1, kMaxWindow}, "kernel (d, h, w): an int or a list of three"),
+      size3d("stride", &S::stride, Size3d(1), {1, kMaxWindow}, "stride (d, h, w)"),
+      size3d("padding", &S::padding, Size3d(0), {0, kMaxWindow}, padding_doc),
+      flag("bias", &S::bias, true, "adds a learned bias per output channel")};
 }
 template std::vector<Field<Conv3dSpec>> conv3d_rows(const std::string&);
 template std::vector<Field<ConvTranspose3dSpec>> conv3d_rows(const std::string&);

@@ -68,11 +68,11 @@ void conv3d_backward_bias_cuda(bool channels_last, const T* dy, T* db, int64_t n
   conv_backward_bias_cuda(reinterpret_cast<const float*>(dy), reinterpret_cast<float*>(db), n, o, spatial);
 }
 
-#define MINIDL_CONV3D_CUDA(T)                                                                                   \
-  template void conv3d_forward_cuda<T>(const Conv3dShape&, bool, const T*, const T*, const T*, T*);             \
-  template void conv3d_backward_data_cuda<T>(const Conv3dShape&, bool, const T*, const T*, T*);                 \
-  template void conv3d_backward_filter_cuda<T>(const Conv3dShape&, bool, const T*, const T*, T*);               \
-  template void conv3d_add_bias_cuda<T>(bool, T*, const T*, int64_t, int64_t, int64_t);                          \
+#define MINIDL_CONV3D_CUDA(T)                                                                       \
+  template void conv3d_forward_cuda<T>(const Conv3dShape&, bool, const T*, const T*, const T*, T*); \
+  template void conv3d_backward_data_cuda<T>(const Conv3dShape&, bool, const T*, const T*, T*);     \
+  template void conv3d_backward_filter_cuda<T>(const Conv3dShape&, bool, const T*, const T*, T*);   \
+  template void conv3d_add_bias_cuda<T>(bool, T*, const T*, int64_t, int64_t, int64_t);             \
   template void conv3d_backward_bias_cuda<T>(bool, const T*, T*, int64_t, int64_t, int64_t);
 MINIDL_FOR_FLOATING_TYPES(MINIDL_CONV3D_CUDA)
 

@@ -5,7 +5,6 @@
 #pragma once
 #include <cstdint>
 
-
 namespace minidl {
 
 // Input (n, c, d, h, w), weight (o, c, kd, kh, kw), stride (sd, sh, sw), zero padding

@@ -99,7 +99,8 @@ ConvTranspose3d::ConvTranspose3d(const ConvTranspose3dSpec& spec) : Layer(conv_t
 Tensor ConvTranspose3d::forward(const Tensor& x) {
   const ConvTranspose3dSpec& s = spec();
   MINIDL_CHECK(x.defined() && x.dim() == 5 && x.size(1) == s.in_channels, label(), ": expected input (N, ",
-               s.in_channels, ", D, H, W), got ", x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
+               s.in_channels, ", D, H, W), got ",
+               x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
   const MemoryFormat wf = x.memory_format();
   if (autocast_active()) {
     const DType t = autocast_dtype();
@@ -130,9 +131,9 @@ const Fields<ConvTranspose3dSpec>& ConvTranspose3dSpec::fields() {
   using S = ConvTranspose3dSpec;
   static const Fields<S> f{[] {
                              std::vector<Field<S>> rows = conv3d_rows<S>("(d, h, w) taken off each side of the output");
-                             rows.insert(rows.end() - 1, size3d("output_padding", &S::output_padding, Size3d(0),
-                                                                {0, kMaxWindow},
-                                                                "(d, h, w) added to one side of the output, below stride"));
+                             rows.insert(rows.end() - 1,
+                                         size3d("output_padding", &S::output_padding, Size3d(0), {0, kMaxWindow},
+                                                "(d, h, w) added to one side of the output, below stride"));
                              return rows;
                            }(),
                            [](const S& s, const JsonArgs& args) {
@@ -157,8 +158,13 @@ const LayerDescriptor& conv_transpose3d_layer() {
       false,
       layer_state<ConvTranspose3d, conv3d_state<ConvTranspose3dSpec>>,
       // Overlapping taps (kernel larger than stride), padding and output_padding, without bias.
-      {{{{"in_channels", 3}, {"out_channels", 2}, {"kernel_size", 3}, {"stride", 2}, {"padding", 1},
-         {"output_padding", 1}, {"bias", false}},
+      {{{{"in_channels", 3},
+         {"out_channels", 2},
+         {"kernel_size", 3},
+         {"stride", 2},
+         {"padding", 1},
+         {"output_padding", 1},
+         {"bias", false}},
         {2, 3, 2, 3, 2}}}};
   return layer;
 }

@@ -67,8 +67,8 @@ Tensor dice_loss(const Tensor& logits_in, const Tensor& labels_in, float smooth)
                                loss.data<float>(), d);
       },
       [&] {
-        Tensor scratch = Tensor::empty({kernels::dice_scratch_floats(s.n, s.classes, s.spatial)}, DType::Float32,
-                                       logits.device());
+        Tensor scratch =
+            Tensor::empty({kernels::dice_scratch_floats(s.n, s.classes, s.spatial)}, DType::Float32, logits.device());
         kernels::dice_loss_cuda(logits.data<float>(), labels.data<int32_t>(), s.n, s.classes, s.spatial, smooth,
                                 scratch.data<float>(), loss.data<float>(), d);
       });
@@ -94,7 +94,8 @@ Tensor dice_counts(const Tensor& logits_in, const Tensor& labels_in) {
 }
 
 DiceScores::DiceScores(int64_t classes)
-    : intersection_(static_cast<size_t>(classes)), predicted_(static_cast<size_t>(classes)),
+    : intersection_(static_cast<size_t>(classes)),
+      predicted_(static_cast<size_t>(classes)),
       target_(static_cast<size_t>(classes)) {
   MINIDL_CHECK(classes >= 2, "DiceScores: classes must be >= 2, got ", classes);
 }

@@ -125,7 +125,7 @@ void dice_loss_cuda(const float* logits, const int32_t* labels, int64_t n, int64
       logits, labels, classes, spatial, chunks, partial);
   MINIDL_LAUNCH_CHECK();
   finish_kernel<<<1, kThreads, 0, cuda::stream()>>>(partial, n, classes, chunks, smooth, stats,
-                                                     dlogits ? coef : nullptr, loss);
+                                                    dlogits ? coef : nullptr, loss);
   MINIDL_LAUNCH_CHECK();
   if (!dlogits) return;
   const int64_t total = n * spatial;
@@ -136,8 +136,7 @@ void dice_loss_cuda(const float* logits, const int32_t* labels, int64_t n, int64
 
 void dice_counts_cuda(const float* logits, const int32_t* labels, int64_t n, int64_t classes, int64_t spatial,
                       int32_t* counts) {
-  MINIDL_CHECK(classes <= kMaxDiceClasses, "dice counts on CUDA: at most ", kMaxDiceClasses, " classes, got ",
-               classes);
+  MINIDL_CHECK(classes <= kMaxDiceClasses, "dice counts on CUDA: at most ", kMaxDiceClasses, " classes, got ", classes);
   const int64_t total = n * spatial;
   if (total == 0) return;
   counts_kernel<<<cuda::grid_blocks(cuda::ceil_div(total, kThreads), kThreads), kThreads, 0, cuda::stream()>>>(

@@ -5,8 +5,8 @@
 #include "core/autograd.h"
 #include "core/dispatch.h"
 #include "core/error.h"
-#include "layers/pool/max_pool3d_kernels.h"
 #include "layers/layer_fields.h"
+#include "layers/pool/max_pool3d_kernels.h"
 #include "layers/registry.h"
 
 namespace minidl {
@@ -101,7 +101,8 @@ Size3d stride_default(const MaxPool3dSpec& s) { return s.kernel_size; }
 const Fields<MaxPool3dSpec>& MaxPool3dSpec::fields() {
   using S = MaxPool3dSpec;
   static const Fields<S> f{
-      {size3d("kernel_size", &S::kernel_size, kRequired, {1, kMaxWindow}, "window (d, h, w): an int or a list of three"),
+      {size3d("kernel_size", &S::kernel_size, kRequired, {1, kMaxWindow},
+              "window (d, h, w): an int or a list of three"),
        derived(size3d("stride", &S::stride, kRequired, {1, kMaxWindow}, "step (d, h, w); defaults to kernel_size"),
                &S::stride, stride_default),
        size3d("padding", &S::padding, Size3d(0), {0, kMaxWindow},

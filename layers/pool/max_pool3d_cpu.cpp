@@ -18,7 +18,7 @@ void max_pool3d_backward_cpu(const Pool3dShape& s, const T* dy, const int32_t* i
   for (int64_t i = 0; i < total; ++i) pool3d::backward_at(s, dy, idx, dx, i);
 }
 
-#define MINIDL_MAX_POOL3D_CPU(T)                                                            \
+#define MINIDL_MAX_POOL3D_CPU(T)                                                       \
   template void max_pool3d_forward_cpu<T>(const Pool3dShape&, const T*, T*, int32_t*); \
   template void max_pool3d_backward_cpu<T>(const Pool3dShape&, const T*, const int32_t*, T*);
 MINIDL_FOR_FLOATING_TYPES(MINIDL_MAX_POOL3D_CPU)

@@ -1,7 +1,7 @@
 // MaxPool3d on the GPU: one thread per element (grid-stride), the per-element code the CPU runs
 // (max_pool3d_math.h).
-#include "core/dispatch.h"
 #include "core/cuda/kernel_helpers.cuh"
+#include "core/dispatch.h"
 #include "layers/pool/max_pool3d_kernels.h"
 
 namespace minidl::kernels {
@@ -43,7 +43,7 @@ void max_pool3d_backward_cuda(const Pool3dShape& s, const T* dy, const int32_t* 
   MINIDL_LAUNCH_CHECK();
 }
 
-#define MINIDL_MAX_POOL3D_CUDA(T)                                                            \
+#define MINIDL_MAX_POOL3D_CUDA(T)                                                       \
   template void max_pool3d_forward_cuda<T>(const Pool3dShape&, const T*, T*, int32_t*); \
   template void max_pool3d_backward_cuda<T>(const Pool3dShape&, const T*, const int32_t*, T*);
 MINIDL_FOR_FLOATING_TYPES(MINIDL_MAX_POOL3D_CUDA)

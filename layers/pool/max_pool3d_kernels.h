@@ -8,8 +8,12 @@
 #include "layers/pool/max_pool3d_math.h"
 
 namespace minidl::kernels {
-template <class T> void max_pool3d_forward_cpu(const Pool3dShape& s, const T* x, T* y, int32_t* idx);
-template <class T> void max_pool3d_backward_cpu(const Pool3dShape& s, const T* dy, const int32_t* idx, T* dx);
-template <class T> void max_pool3d_forward_cuda(const Pool3dShape& s, const T* x, T* y, int32_t* idx);
-template <class T> void max_pool3d_backward_cuda(const Pool3dShape& s, const T* dy, const int32_t* idx, T* dx);
+template <class T>
+void max_pool3d_forward_cpu(const Pool3dShape& s, const T* x, T* y, int32_t* idx);
+template <class T>
+void max_pool3d_backward_cpu(const Pool3dShape& s, const T* dy, const int32_t* idx, T* dx);
+template <class T>
+void max_pool3d_forward_cuda(const Pool3dShape& s, const T* x, T* y, int32_t* idx);
+template <class T>
+void max_pool3d_backward_cuda(const Pool3dShape& s, const T* dy, const int32_t* idx, T* dx);
 }  // namespace minidl::kernels
