@@ -219,7 +219,7 @@ TEST_CASE("GroupNorm on a volume: gradients through the 2-d kernels' bits", "[vo
   }
 }
 
-TEST_CASE("max_pool3d and cat_channels on CUDA give the CPU's bits; the norms its values", "[volume][cuda]") {
+TEST_CASE("max_pool3d and cat_channels on CUDA give the CPU's bits, the norms its values", "[volume][cuda]") {
   MINIDL_REQUIRE_CUDA();
   for (const PoolCase& c : kPools)
     for (DType t : kDtypes)
