@@ -116,6 +116,7 @@ BenchCommand::BenchCommand(CLI::App& app) {
   attention_->add_option("--heads", at.heads, "heads")->capture_default_str()->check(CLI::Range(int64_t{1}, kMaxCount));
   attention_->add_option("--dtype", at.dtype, "bf16, fp16 or fp32")->capture_default_str()->check(CLI::IsMember({"bf16", "fp16", "fp32"}));
   attention_->add_option("--dropout", at.dropout, "attention dropout probability")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  attention_->add_flag("--causal", at.causal, "a language model's causal mask");
   attention_->add_option("--repeat", at.repeat, "timed spans (median)")->capture_default_str()->check(CLI::Range(1, 1000000));
   attention_->add_option("--csv", at.csv, "one row per measurement to this file");
 

@@ -27,6 +27,7 @@ Command add_parity_command(CLI::App& app);    // apps/parity_command.cpp
 Command add_predict_command(CLI::App& app);   // apps/predict_command.cpp
 Command add_eval_command(CLI::App& app);      // apps/eval_command.cpp
 Command add_summary_command(CLI::App& app);   // apps/summary_command.cpp
+Command add_tokenize_command(CLI::App& app);  // apps/tokenize_command.cpp
 // `minidl completion bash|zsh`: the shell completion script, generated from the parser itself
 // (apps/completion_command.cpp), so it must be added after every other command.
 Command add_completion_command(CLI::App& app);

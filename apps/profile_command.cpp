@@ -29,7 +29,9 @@ struct ProfileOptions {
 int profile_command(const ProfileOptions& options) {
   if (!options.compare.empty()) return profile_compare_command(options.compare.at(0), options.compare.at(1));
   MINIDL_CHECK(!options.config_path.empty(), "minidl profile: --config is required (or --compare A.json B.json)");
-  TrainConfig config = load_train_config(options.config_path, options.overrides, options.device, "");
+  PreparedConfig prepared = prepare_config(options.config_path, options.overrides, options.device);
+  TrainConfig& config = prepared.config;
+  const Device device = prepared.device;
   const std::string dir = options.output_dir.empty() ? config.output_dir + "-profile" : options.output_dir;
   // The folder gets log.txt, profile.json and trace.json: never those of a training run, and never
   // while another minidl process writes there.
@@ -42,7 +44,6 @@ int profile_command(const ProfileOptions& options) {
                  "trace.json, which would mix with that run's: choose another --output");
   create_run_folder(dir);
   const RunFolderLock lock(dir);
-  const Device device = setup_compute(config);
   auto [train_set, test_set] = load_datasets(config);
   Run run(config, device, std::move(train_set), std::move(test_set));
   Trainer& trainer = run.trainer();

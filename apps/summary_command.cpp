@@ -19,9 +19,8 @@ struct SummaryOptions {
 };
 
 int summary_command(const SummaryOptions& o) {
-  TrainConfig config = load_train_config(o.config_path, o.overrides, o.device, "");
-  const Device device = setup_compute(config);
-  const ModelSummary s = summarize_model(config, device, o.batch_size);
+  const PreparedConfig p = prepare_config(o.config_path, o.overrides, o.device);
+  const ModelSummary s = summarize_model(p.config, p.device, o.batch_size);
   if (o.json)
     std::cout << summary_json(s).dump(2) << std::endl;
   else

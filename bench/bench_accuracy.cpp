@@ -79,8 +79,9 @@ int bench_accuracy(const BenchAccuracyOptions& options) {
   const int64_t runs = options.runs, max_steps = options.max_steps;
   MINIDL_CHECK(!config_path.empty(), "bench accuracy: --config FILE is required");
   MINIDL_CHECK(runs >= 1, "bench accuracy: --runs must be at least 1");
-  TrainConfig config = load_train_config(config_path, options.overrides, options.device, "");
-  const Device dev = setup_compute(config);
+  PreparedConfig prepared = prepare_config(config_path, options.overrides, options.device);
+  TrainConfig& config = prepared.config;
+  const Device dev = prepared.device;
 
   // Untimed: the data sets read from disk and placed in device memory once for every run.
   auto [train_host, test_host] = load_datasets(config);

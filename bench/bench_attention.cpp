@@ -49,7 +49,7 @@ int bench_attention(const BenchAttentionOptions& options) {
 #ifdef MINIDL_WITH_CUDA
   MINIDL_CHECK(cuda_available(), "bench attention: needs a CUDA GPU");
   const Device d = Device::cuda();
-  const kernels::AttentionShape s{batch, tokens, heads, width / heads};
+  const kernels::AttentionShape s{batch, tokens, heads, width / heads, options.causal};
   // Non-trivial values: a spread of scores, so the softmax is not uniform.
   std::vector<float> values(static_cast<size_t>(batch * tokens * 3 * width));
   for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>((i * 2654435761u) % 1000) / 500.f - 1.f;
@@ -61,8 +61,9 @@ int bench_attention(const BenchAttentionOptions& options) {
   const DropoutDraw draw = dropout_draw(static_cast<float>(dropout_p), 1, 1);
   const DropoutDraw* dp = dropout_p > 0 ? &draw : nullptr;
   const int64_t* step = dropout_step_on(d);
-  double gemm_fwd = 0, gemm_bwd = 0, fused_fwd = 0, fused_bwd = 0;
-  bool fused = false;
+  double gemm_fwd = 0, gemm_bwd = 0, fused_fwd = 0, fused_bwd = 0, flash_fwd = 0, flash_bwd = 0;
+  bool fused = false, flash = false;
+  Tensor lse = Tensor::empty({batch, heads, tokens}, DType::Float32, d);
   dispatch_dtype(t, "bench attention", [&](auto tag) {
     using T = decltype(tag);
     gemm_fwd = time_cuda_ms(
@@ -86,27 +87,40 @@ int bench_attention(const BenchAttentionOptions& options) {
             [&] { kernels::attention_fused_backward_cuda(s, dp, step, qkv.data<T>(), dout.data<T>(), dqkv.data<T>()); },
             repeat);
       }
+      flash = !fused && dropout_p == 0 && kernels::attention_flash_cuda_fits(s, qkv.data<T>());
+      if (flash) {
+        flash_fwd = time_cuda_ms(
+            [&] { kernels::attention_flash_forward_cuda(s, qkv.data<T>(), out.data<T>(), lse.data<float>()); }, repeat);
+        flash_bwd = time_cuda_ms(
+            [&] {
+              kernels::attention_flash_backward_cuda(s, qkv.data<T>(), out.data<T>(), dout.data<T>(), lse.data<float>(),
+                                                     dqkv.data<T>());
+            },
+            repeat);
+      }
     }
   });
-  // What the op runs: the fused kernels where they fit.
-  const double fwd = fused ? fused_fwd : gemm_fwd, bwd = fused ? fused_bwd : gemm_bwd;
+  // What the op runs: the fused kernels where they fit, else the flash kernels, else the GEMMs.
+  const double fwd = fused ? fused_fwd : flash ? flash_fwd : gemm_fwd;
+  const double bwd = fused ? fused_bwd : flash ? flash_bwd : gemm_bwd;
   // The op as a model runs it: a float32 leaf (only they take gradients) cast to the type inside
   // each timed call (a backward frees the graph it ran through), and dqkv cast back to float32.
   Tensor leaf = qkv.to(DType::Float32);
   leaf.set_requires_grad(true);
   const double op = time_cuda_ms(
       [&] {
-        Tensor y = self_attention(leaf.to(t), heads, static_cast<float>(dropout_p), 1);
+        Tensor y = self_attention(leaf.to(t), heads, static_cast<float>(dropout_p), 1, options.causal);
         autograd::backward(y, dout);
         leaf.set_grad(Tensor());
       },
       repeat);
-  // The GEMMs' FLOPs: two products forward (Q K^T, P V), four backward.
-  const double gflop = 4.0 * batch * heads * tokens * tokens * (width / heads) / 1e9;
-  std::printf("bench attention: batch %lld, %lld tokens, width %lld, %lld heads, %s, dropout %.2f; median of %d spans "
-              "of 20 calls\n",
+  // The products' FLOPs: two forward (Q K^T, P V), four backward; half of them causal (the
+  // convention of FlashAttention's benchmarks).
+  const double gflop = 4.0 * batch * heads * tokens * tokens * (width / heads) / 1e9 * (options.causal ? 0.5 : 1.0);
+  std::printf("bench attention: batch %lld, %lld tokens, width %lld, %lld heads, %s, dropout %.2f%s; median of %d "
+              "spans of 20 calls\n",
               static_cast<long long>(batch), static_cast<long long>(tokens), static_cast<long long>(width),
-              static_cast<long long>(heads), dtype_name(t), dropout_p, repeat);
+              static_cast<long long>(heads), dtype_name(t), dropout_p, options.causal ? ", causal" : "", repeat);
   std::printf("%-38s %9s %9s\n", "", "ms", "TFLOP/s");
   auto row = [&](const char* what, double ms, double flop_factor) {
     std::printf("%-38s %9.4f %9.1f\n", what, ms, flop_factor * gflop / ms);
@@ -121,6 +135,13 @@ int bench_attention(const BenchAttentionOptions& options) {
   } else {
     std::printf("fused kernels: not for this shape and type (half, <= 64 tokens, head size 16..64)\n");
   }
+  if (flash) {
+    row("flash forward", flash_fwd, 1);
+    row("flash backward", flash_bwd, 2);
+    row("flash forward + backward", flash_fwd + flash_bwd, 3);
+  } else if (!fused) {
+    std::printf("flash kernels: not for this shape and type (half, no dropout, head size 16..64)\n");
+  }
   row("op forward + backward (autograd)", op, 3);
   if (!csv_path.empty()) {
     std::ofstream csv(csv_path);
@@ -128,6 +149,7 @@ int bench_attention(const BenchAttentionOptions& options) {
     csv << "impl,part,ms\nminidl,forward," << fwd << "\nminidl,backward," << bwd << "\nminidl,forward+backward,"
         << fwd + bwd << "\nminidl,op forward+backward," << op << "\nminidl_gemm,forward+backward,"
         << gemm_fwd + gemm_bwd << "\n";
+    if (flash) csv << "minidl_flash,forward+backward," << flash_fwd + flash_bwd << "\n";
   }
   return 0;
 #else

@@ -8,6 +8,7 @@
 
 #include "bench/bench_conv.h"
 #include "bench/timing.h"
+#include "core/dispatch.h"
 #include "core/error.h"
 #include "core/tensor.h"
 #include "layers/conv/conv2d_kernels.h"
@@ -66,12 +67,16 @@ int run(const BenchConvOptions& o, std::ofstream* csv) {
     const Tensor w = filled({s.o, 1, s.kh, s.kw}, 2, t, MemoryFormat::ChannelsLast);
     const Tensor dy = filled({s.n, s.o, s.oh(), s.ow()}, 3, t, MemoryFormat::ChannelsLast);
     Tensor y = Tensor::empty_like(dy), dx = Tensor::empty_like(x), dw = Tensor::empty_like(w);
-    const double fwd = bench_timing::time_cuda_ms(
-        [&] { kernels::conv2d_nhwc_forward_cuda(s, t, x.raw_data(), w.raw_data(), nullptr, y.raw_data()); }, o.repeat);
-    const double bd = bench_timing::time_cuda_ms(
-        [&] { kernels::conv2d_nhwc_backward_data_cuda(s, t, dy.raw_data(), w.raw_data(), dx.raw_data()); }, o.repeat);
-    const double bf = bench_timing::time_cuda_ms(
-        [&] { kernels::conv2d_nhwc_backward_filter_cuda(s, t, x.raw_data(), dy.raw_data(), dw.raw_data()); }, o.repeat);
+    double fwd = 0, bd = 0, bf = 0;
+    dispatch_dtype(t, "bench_depthwise", [&](auto tag) {
+      using T = decltype(tag);
+      fwd = bench_timing::time_cuda_ms(
+          [&] { kernels::conv2d_nhwc_forward_cuda<T>(s, x.data<T>(), w.data<T>(), nullptr, y.data<T>()); }, o.repeat);
+      bd = bench_timing::time_cuda_ms(
+          [&] { kernels::conv2d_nhwc_backward_data_cuda(s, dy.data<T>(), w.data<T>(), dx.data<T>()); }, o.repeat);
+      bf = bench_timing::time_cuda_ms(
+          [&] { kernels::conv2d_nhwc_backward_filter_cuda(s, x.data<T>(), dy.data<T>(), dw.data<T>()); }, o.repeat);
+    });
     const double xb = static_cast<double>(x.nbytes()), yb = static_cast<double>(y.nbytes());
     // Each direction moves an x-sized and a y-sized tensor (fwd x, y; bwd_data dy, dx; bwd_filter
     // x, dy); the whole pass x + y and then dy + x + dx.

@@ -26,11 +26,12 @@ namespace fs = std::filesystem;
 int bench_train(const BenchTrainOptions& options) {
   const int64_t steps = options.steps, warmup = options.warmup;
   MINIDL_CHECK(steps >= 1 && warmup >= 0, "bench train: --steps must be >= 1 and --warmup >= 0");
-  TrainConfig config = load_train_config(options.config, options.overrides, options.device, "");
   // Under a launcher every rank trains its share of each step; rank 0 reports.
   const Launch launch = detect_launch();
   select_local_gpu(launch);
-  const Device dev = setup_compute(config);
+  PreparedConfig prepared = prepare_config(options.config, options.overrides, options.device);
+  TrainConfig& config = prepared.config;
+  const Device dev = prepared.device;
   auto [train_set, test_set] = load_datasets(config);
   Run run(config, dev, std::move(train_set), std::move(test_set));
   const std::shared_ptr<Communicator> comm = make_communicator(options.dist, launch, dev);

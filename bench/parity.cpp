@@ -130,12 +130,14 @@ int run_layer(const ParityArgs& a, Device device) {
   layer->to(device);
   layer->train(a.train);
 
-  // The input is float32 (the leaf whose gradient is reported); the layer sees it in the memory
-  // format asked for, under autocast for bf16/fp16 as the trainer runs a model (core/autocast.h).
+  // The input is float32 (the leaf whose gradient is reported), or int32 token ids (no gradient);
+  // the layer sees it in the memory format asked for, under autocast for bf16/fp16 as the trainer
+  // runs a model (core/autocast.h).
   const DType dtype = activation_dtype(from_string<Precision>(a.precision, "precision"));
   const MemoryFormat format = from_string<MemoryFormat>(a.memory_format, "memory_format");
   Tensor x = find_tensor(in, "input", a.in).to(device);
-  x.set_requires_grad(true);
+  const bool ids = x.dtype() == DType::Int32;
+  if (!ids) x.set_requires_grad(true);
   Tensor y;
   {
     const AutocastGuard autocast(dtype);
@@ -147,8 +149,10 @@ int run_layer(const ParityArgs& a, Device device) {
   autograd::backward(y, dy.to(y.dtype()));
 
   Named out{{"output", y.detach()}};
-  MINIDL_CHECK(x.grad().defined(), "minidl parity: no gradient reached the input");
-  out.emplace_back("grad_input", x.grad());
+  if (!ids) {
+    MINIDL_CHECK(x.grad().defined(), "minidl parity: no gradient reached the input");
+    out.emplace_back("grad_input", x.grad());
+  }
   for (const auto& [name, p] : layer->named_parameters()) {
     MINIDL_CHECK(p.grad().defined(), "minidl parity: no gradient reached parameter '", name, "'");
     out.emplace_back("grad." + name, p.grad());

@@ -28,8 +28,11 @@ void init_uniform_(Tensor& t, float bound) {
   t.copy_(Tensor::from_vector(v, t.shape()));
 }
 
-void init_trunc_normal_(Tensor& t, float std) {
-  MINIDL_CHECK(t.dtype() == DType::Float32, "init_trunc_normal_: expects float32, got ", t.str());
+namespace {
+
+// N(0, std^2) redrawn outside [-bound, bound], by Box-Muller on the host.
+void init_normal_within(Tensor& t, float std, double bound, const char* what) {
+  MINIDL_CHECK(t.dtype() == DType::Float32, what, ": expects float32, got ", t.str());
   RunContext& run = current_run_context();
   const uint64_t seed = run.init_seed, ordinal = run.init_ordinal++;
   std::vector<float> v(static_cast<size_t>(t.numel()));
@@ -41,7 +44,7 @@ void init_trunc_normal_(Tensor& t, float std) {
       const double u1 = (static_cast<double>(r.v[0] >> 8) + 1.0) / 16777216.0;  // (0, 1]
       const double u2 = uniform01(r.v[1]);
       const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2) * std;
-      if (z >= -2.0 && z <= 2.0) {
+      if (z >= -bound && z <= bound) {
         v[i] = static_cast<float>(z);
         break;
       }
@@ -49,6 +52,12 @@ void init_trunc_normal_(Tensor& t, float std) {
   }
   t.copy_(Tensor::from_vector(v, t.shape()));
 }
+
+}  // namespace
+
+void init_trunc_normal_(Tensor& t, float std) { init_normal_within(t, std, 2.0, "init_trunc_normal_"); }
+
+void init_normal_(Tensor& t, float std) { init_normal_within(t, std, INFINITY, "init_normal_"); }
 
 void init_fan_in_uniform_(Tensor& weight, Tensor* bias, int64_t fan_in) {
   const float bound = 1.f / std::sqrt(static_cast<float>(fan_in));

@@ -17,6 +17,8 @@ void init_uniform_(Tensor& t, float bound);
 // torch.nn.init.trunc_normal_(t, std=std): N(0, std^2) redrawn outside [-2, 2] (PyTorch's
 // absolute default bounds), by Box-Muller on the host.
 void init_trunc_normal_(Tensor& t, float std);
+// torch.nn.init.normal_(t, 0, std): N(0, std^2) by the same Box-Muller draws, never redrawn.
+void init_normal_(Tensor& t, float std);
 // PyTorch's default for a layer with `fan_in` inputs per output (Conv2d, Linear):
 // kaiming_uniform_(a=sqrt(5)) for the weight and U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for the bias
 // (bias may be null), which come to the same bound; the weight draws first.

@@ -271,13 +271,16 @@ RgbImage decode_image(const uint8_t* bytes, size_t size, const std::string& name
   fail(str("'", name, "': neither JPEG nor PNG (", size == 0 ? "an empty file" : "unknown signature", ")"));
 }
 
-RgbImage decode_image_file(const std::string& path) {
+bool read_image_file(const std::string& path, std::vector<uint8_t>& bytes, std::string& error) {
   constexpr int64_t kMaxFileBytes = int64_t{1} << 30;
+  error.clear();
+  bytes.clear();
   // O_NONBLOCK: opening a FIFO returns at once, and fstat refuses it.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  MINIDL_CHECK(fd >= 0, "'", path, "': cannot open (", std::strerror(errno), ")");
-  std::vector<uint8_t> bytes;
-  std::string error;
+  if (fd < 0) {
+    error = str("'", path, "': cannot open (", std::strerror(errno), ")");
+    return false;
+  }
   struct stat st {};
   if (::fstat(fd, &st) != 0)
     error = str("cannot read (", std::strerror(errno), ")");
@@ -301,7 +304,15 @@ RgbImage decode_image_file(const std::string& path) {
     }
   }
   ::close(fd);
-  MINIDL_CHECK(error.empty(), "'", path, "': ", error);
+  if (error.empty()) return true;
+  error = str("'", path, "': ", error);
+  return false;
+}
+
+RgbImage decode_image_file(const std::string& path) {
+  std::vector<uint8_t> bytes;
+  std::string error;
+  MINIDL_CHECK(read_image_file(path, bytes, error), error);
   return decode_image(bytes.data(), bytes.size(), path);
 }
 

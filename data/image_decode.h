@@ -24,9 +24,12 @@ struct RgbImage {
 // than 2^28 pixels.
 RgbImage decode_image(const uint8_t* bytes, size_t size, const std::string& name);
 
-// Reads and decodes one image file, as decode_image; errors name the path: a file that does not
-// exist, a folder or other file that is not regular (a FIFO would block), one that cannot be read
-// or is larger than 1 GiB.
+// Reads a whole image file into `bytes`; false, with `error` naming the path and why, for a file
+// that does not exist or cannot be read, a folder or other file that is not regular (a FIFO would
+// block), or one larger than 1 GiB.
+bool read_image_file(const std::string& path, std::vector<uint8_t>& bytes, std::string& error);
+
+// Reads and decodes one image file, as decode_image; errors are read_image_file's.
 RgbImage decode_image_file(const std::string& path);
 
 // How an image of another shape becomes S x S:

@@ -1,6 +1,5 @@
 #include "data/image_folder.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -302,30 +301,6 @@ void write_cache(const std::string& path, uint64_t key, const Dataset& d, const 
   f.commit();
 }
 
-// A file's bytes; false with `error` set when it cannot be opened or read (a condition that may
-// pass: a permission, a network filesystem), as opposed to bytes that do not decode.
-bool read_file(const std::string& path, std::vector<uint8_t>& buf, std::string& error) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    error = str("'", path, "': cannot open (", std::strerror(errno), ")");
-    return false;
-  }
-  struct stat st {};
-  bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
-  buf.resize(ok ? static_cast<size_t>(st.st_size) : 0);
-  size_t got = 0;
-  while (ok && got < buf.size()) {
-    const ssize_t r = ::read(fd, buf.data() + got, buf.size() - got);
-    if (r <= 0) ok = false;
-    else got += static_cast<size_t>(r);
-  }
-  const int err = errno;
-  ::close(fd);
-  if (!ok)
-    error = str("'", path, "': cannot read (", S_ISREG(st.st_mode) ? std::strerror(err) : "not a regular file", ")");
-  return ok;
-}
-
 // Decodes and fits every file on all cores. Files that fail leave their message in errors[i], and
 // unreadable[i] is set for those that could not be read at all.
 Dataset decode_all(const Listing& l, const DataOptions& data, std::vector<std::string>& errors,
@@ -350,7 +325,7 @@ Dataset decode_all(const Listing& l, const DataOptions& data, std::vector<std::s
       const std::string path = (fs::path(l.root) / f.path).string();
       std::string& error = errors[static_cast<size_t>(i)];
       try {
-        if (read_file(path, buf, error)) {
+        if (read_image_file(path, buf, error)) {
           const RgbImage im = decode_image(buf.data(), buf.size(), path);
           fit_to_square(im, static_cast<int>(s), mode, images + i * 3 * s * s);
         } else {

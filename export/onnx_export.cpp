@@ -228,10 +228,10 @@ class Exporter {
   std::string encoder_layer(const Module& m, const nlohmann::json& spec, const std::string& x) {
     const auto& l = dynamic_cast<const TransformerEncoderLayer&>(m);
     const std::string& scope = m.path();
-    const bool gelu = spec.at("activation").get<std::string>() == "gelu";
+    const std::string act = spec.at("activation").get<std::string>();
     auto feed_forward = [&](const std::string& v) {
       std::string h = linear(*l.linear1, nlohmann::json(), v);
-      h = gelu ? gelu_nodes(false, h, l.linear1->path()) : b_.add("Relu", {h}, l.linear1->path());
+      h = act == "relu" ? b_.add("Relu", {h}, l.linear1->path()) : gelu_nodes(act == "gelu_tanh", h, l.linear1->path());
       return linear(*l.linear2, nlohmann::json(), h);
     };
     auto norm = [&](const LayerNorm& ln, const std::string& v) { return layer_norm_node(ln, ln.to_json(), v); };
@@ -360,6 +360,8 @@ class Exporter {
   // softmax(Q K^T / sqrt(hd)) V per head, the heads joined and the out-projection.
   std::string attention_nodes(const MultiheadAttention& a, const std::string& x) {
     const std::string& scope = a.path();
+    MINIDL_CHECK(!a.causal(), "export: ", a.label(),
+                 ": causal attention has no ONNX export (its mask depends on the sequence length)");
     const int64_t d = a.embed_dim(), h = a.num_heads(), hd = d / h;
     const std::string qkv = matmul_bias(x, param_name(a, "in_proj_weight"), a.in_proj_weight,
                                         param_name(a, "in_proj_bias"), a.in_proj_bias, scope);

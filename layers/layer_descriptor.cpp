@@ -7,7 +7,11 @@ namespace minidl {
 std::vector<LayerExample> layer_examples(const LayerDescriptor& layer) {
   std::vector<LayerExample> out{{layer.example, layer.example_input}};
   out.insert(out.end(), layer.more_examples.begin(), layer.more_examples.end());
-  for (LayerExample& e : out) e.spec["type"] = layer.name;
+  for (LayerExample& e : out) {
+    e.spec["type"] = layer.name;
+    e.ids_below = layer.ids_below;
+    e.before = layer.example_before;
+  }
   return out;
 }
 

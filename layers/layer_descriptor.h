@@ -41,6 +41,9 @@ struct LayerExample {
   // False for a spec that the layer's ONNX emitter refuses (ONNX has no operator for it): the ONNX
   // checks skip it and tests/test_onnx_export.cpp checks that export refuses it.
   bool onnx = true;
+  // The descriptor's ids_below and example_before (layer_examples fills them in).
+  int64_t ids_below = 0;
+  std::vector<nlohmann::json> before = {};
 };
 
 struct LayerDescriptor {
@@ -70,6 +73,12 @@ struct LayerDescriptor {
   // the CPU in every dtype and layout, graphed against eager), the PyTorch parity script and the
   // ONNX check.
   std::vector<LayerExample> more_examples = {};
+  // A layer that takes int32 token ids (Embedding, and an LMHead behind its Embedding): its
+  // examples' inputs are ids in [0, ids_below). 0: floating activations.
+  int64_t ids_below = 0;
+  // Layers its examples need before them in one list (LMHead: the Embedding it is tied to): the
+  // readers build them and the example as one Sequential and feed it the example's input.
+  std::vector<nlohmann::json> example_before = {};
 };
 
 // `example` then `more_examples`, each spec with its "type".

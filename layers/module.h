@@ -41,6 +41,9 @@ class Module {
   // own only (a container's children report theirs). nullopt: the layer does not say, and the
   // profile shows "-" rather than a misleading 0.
   virtual std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const;
+  // Called by the layer list that holds it (build_sequential) once every layer of the list is
+  // built: a layer that uses another's tensors (LMHead) finds it here. Nothing by default.
+  virtual void bind_siblings(const std::vector<std::shared_ptr<Module>>&) {}
 
   std::vector<std::pair<std::string, Tensor>> named_parameters() const;
   std::vector<std::pair<std::string, Tensor>> named_buffers() const;

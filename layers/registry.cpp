@@ -27,7 +27,9 @@
 #include "layers/pool/pooling.h"
 #include "layers/regularization/dropout.h"
 #include "layers/transformer/attention.h"
+#include "layers/transformer/embedding.h"
 #include "layers/transformer/encoder_layer.h"
+#include "layers/transformer/lm_head.h"
 #include "layers/transformer/tokens.h"
 
 namespace minidl {
@@ -70,6 +72,8 @@ const std::vector<const LayerDescriptor*>& layer_descriptors() {
       &max_pool3d_layer(),
       &skip_connection_layer(),
       &batchnorm3d_layer(),
+      &embedding_layer(),
+      &lm_head_layer(),
   };
   return table;
 }
@@ -117,6 +121,8 @@ nlohmann::json layer_schema() {
     for (const LayerExample& e : layer_examples(*d)) {
       nlohmann::json example = {{"spec", e.spec}, {"input", e.input}};
       if (!e.onnx) example["onnx"] = false;
+      if (e.ids_below > 0) example["ids_below"] = e.ids_below;
+      if (!e.before.empty()) example["before"] = e.before;
       examples.push_back(std::move(example));
     }
     out[d->name] = {{"family", d->family},
@@ -133,6 +139,14 @@ std::vector<std::shared_ptr<Module>> build_layers(const nlohmann::json& list, co
   MINIDL_CHECK(list.is_array(), path, ": expected a list of layers, got ", list.type_name());
   std::vector<std::shared_ptr<Module>> layers;
   for (size_t i = 0; i < list.size(); ++i) layers.push_back(build_layer(list[i], str(path, "[", i, "]")));
+  // Once the whole list is built, a layer that uses another's tensors (LMHead) finds it.
+  for (size_t i = 0; i < layers.size(); ++i) {
+    try {
+      layers[i]->bind_siblings(layers);
+    } catch (const Error& e) {
+      fail(str(path, "[", i, "]: ", e.what()));
+    }
+  }
   return layers;
 }
 

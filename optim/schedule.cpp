@@ -21,6 +21,15 @@ struct EnumNames<WarmupDecay> {
   static constexpr EnumName<WarmupDecay> values[] = {{WarmupDecay::Linear, "linear"}, {WarmupDecay::Cosine, "cosine"}};
 };
 
+// What the warm-up's decay spans: the steps after the warm-up (the rise, then the fall), or the
+// whole run with the rise multiplied in (timm's and many PyTorch recipes' LambdaLR of warm-up
+// times cosine: the fall has begun when the rise ends).
+enum class DecaySpan { Rest, Run };
+template <>
+struct EnumNames<DecaySpan> {
+  static constexpr EnumName<DecaySpan> values[] = {{DecaySpan::Rest, "rest"}, {DecaySpan::Run, "run"}};
+};
+
 namespace {
 
 constexpr double kPi = 3.14159265358979323846;
@@ -76,6 +85,7 @@ struct WarmupSpec {
   static constexpr const char* kName = "warmup";
   std::optional<double> warmup_epochs, warmup_fraction;
   WarmupDecay decay;
+  DecaySpan decay_over;
   static const Fields<WarmupSpec>& fields() {
     using S = WarmupSpec;
     // Their ranges are checked with the rule between them, in the run's words.
@@ -87,7 +97,10 @@ struct WarmupSpec {
     fraction.range = "(0, 1)";
     static const Fields<S> f{
         {epochs, fraction,
-         choice("decay", &S::decay, WarmupDecay::Linear, "the fall from 1 to 0 over the rest of the run")},
+         choice("decay", &S::decay, WarmupDecay::Linear, "the fall from 1 to 0 over the rest of the run"),
+         written_when_set(choice("decay_over", &S::decay_over, DecaySpan::Rest,
+                                 "rest: the fall spans the steps after the warm-up; run: it spans the whole run "
+                                 "from step 0 and the rise multiplies it (warm-up factor x decay factor)"))},
         [](const S& s, const JsonArgs& args) {
           MINIDL_CHECK(!(s.warmup_epochs && s.warmup_fraction), args.path(),
                        ": give the warm-up as \"warmup_epochs\" or as \"warmup_fraction\" of the run, not both");
@@ -104,10 +117,17 @@ struct WarmupSpec {
   double warmup() const { return warmup_fraction ? *warmup_fraction : *warmup_epochs; }
   double factor(int64_t step, int64_t spe, int64_t total) const {
     const double warm_steps = warmup_fraction ? warmup() * static_cast<double>(total) : warmup() * spe;
-    if (warmup_fraction && step < warm_steps) return static_cast<double>(step) / warm_steps;
     const double e = static_cast<double>(step) / spe;
+    if (decay_over == DecaySpan::Run) {
+      const double rise = warmup_fraction ? static_cast<double>(step) / warm_steps : e / warmup();
+      return std::min(rise, 1.0) * fall(static_cast<double>(step) / static_cast<double>(total));
+    }
+    if (warmup_fraction && step < warm_steps) return static_cast<double>(step) / warm_steps;
     if (!warmup_fraction && e < warmup()) return e / warmup();
-    const double t = total > warm_steps ? (step - warm_steps) / (total - warm_steps) : 1.0;
+    return fall(total > warm_steps ? (step - warm_steps) / (total - warm_steps) : 1.0);
+  }
+  // The decay's factor at t in [0, 1] of its span.
+  double fall(double t) const {
     return decay == WarmupDecay::Cosine ? cosine_decay(t) : 1 - std::min(std::max(t, 0.0), 1.0);
   }
   std::string check_length(int64_t spe, int64_t total) const {

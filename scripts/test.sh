@@ -9,5 +9,8 @@ bash "$root/scripts/setup.sh" "$build"
 data=$(bash "$root/scripts/data.sh" "$build")
 [ "$data" = "$build/cifar10" ] || ln -sfn "$data" "$build/cifar10"
 bash "$root/scripts/data_jpeg.sh" "$build" >/dev/null
+# GPT-2's vocabulary for the tokenizer's tests (checksummed; skipped, visibly, if it cannot come).
+bash "$root/scripts/fetch-gpt2-tokenizer.sh" "$build/gpt2-tokenizer" >/dev/null ||
+  echo "test.sh: no GPT-2 vocabulary; the tokenizer's encoding tests will be skipped"
 cd "$build"
 ctest --output-on-failure -j "$(nproc)" "$@"

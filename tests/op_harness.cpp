@@ -32,11 +32,24 @@ std::vector<OpMode> op_modes(const Shape& input) {
 std::string mode_name(const OpMode& mode) { return str(dtype_name(mode.dtype), " ", memory_format_name(mode.format)); }
 
 Tensor to_mode(const Tensor& x, const OpMode& mode) {
+  if (!is_floating(x.dtype())) return x;
   return x.to(mode.dtype, is_channels_last_format(mode.format) ? channels_last_for(x.dim()) : MemoryFormat::Contiguous);
 }
 
+std::shared_ptr<Module> example_module(const LayerExample& e, const nlohmann::json& spec) {
+  if (e.before.empty()) return build_layer(spec, "example");
+  nlohmann::json list = e.before;
+  list.push_back(spec);
+  return build_sequential(list, "example");
+}
+
+Tensor example_input(const LayerExample& e, uint64_t seed, Device device) {
+  if (e.ids_below > 0) return random_ids(e.input, static_cast<int32_t>(e.ids_below), seed, device);
+  return random_tensor(e.input, seed, -1.f, 1.f, device);
+}
+
 std::shared_ptr<Module> build_example(const LayerExample& e, uint64_t seed) {
-  std::shared_ptr<Module> layer = build_layer(e.spec, "example");
+  std::shared_ptr<Module> layer = example_module(e, e.spec);
   uint64_t stream = seed;
   for (auto& [name, t] : layer->state_dict()) {
     if (t.dtype() != DType::Float32) continue;
@@ -58,10 +71,14 @@ OpRun run_op(Module& layer, const Tensor& x0, Device device, const OpMode& mode,
   layer.train();
   // A fresh leaf: on the CPU to() returns x0 itself, whose gradient would carry over.
   Tensor x = x0.to(device).clone();
-  x.set_requires_grad(true);
+  const bool ids = !is_floating(x.dtype());
+  if (!ids) x.set_requires_grad(true);
   const Tensor y = layer(to_mode(x, mode));
   autograd::backward(y, random_like_mode(y.shape(), dy_seed, round_to, y.dtype(), y.memory_format(), device));
-  OpRun run{{{"y", y.to_vector()}, {"dx", x.grad().to_vector()}}, y.shape(), y.dtype(), y.memory_format()};
+  OpRun run{{{"y", y.to_vector()}, {"dx", ids ? std::vector<float>() : x.grad().to_vector()}},
+            y.shape(),
+            y.dtype(),
+            y.memory_format()};
   for (auto& [name, p] : layer.named_parameters())
     run.tensors.push_back({"grad." + name, p.grad().defined() ? p.grad().to_vector() : std::vector<float>()});
   for (auto& [name, b] : layer.named_buffers())

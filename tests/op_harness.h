@@ -32,20 +32,31 @@ struct OpMode {
 // kernel: core/storage_rounding.h).
 std::vector<OpMode> op_modes(const Shape& input);
 std::string mode_name(const OpMode& mode);
-// x in the mode's dtype, and channels-last for its rank (channels_last_for) in a channels-last mode.
+// x in the mode's dtype, and channels-last for its rank (channels_last_for) in a channels-last
+// mode; token ids stay int32.
 Tensor to_mode(const Tensor& x, const OpMode& mode);
 
-// The example's layer with every floating parameter and buffer drawn from `seed`: running
+// The module an example runs: the layer built from `spec` (the example's, or one printed back),
+// or, for a layer that needs others before it in its list (an LMHead's Embedding), all of them as
+// one Sequential.
+std::shared_ptr<Module> example_module(const LayerExample& e, const nlohmann::json& spec);
+
+// The example's module with every floating parameter and buffer drawn from `seed`: running
 // variances in [0.5, 1.5], everything else in [-1, 1]. The same values on every build.
 std::shared_ptr<Module> build_example(const LayerExample& e, uint64_t seed);
+
+// The example's input drawn from `seed`: values in [-1, 1), or int32 ids in [0, e.ids_below) for
+// a layer that takes token ids.
+Tensor example_input(const LayerExample& e, uint64_t seed, Device device = Device::cpu());
 
 // Uniform values in [-1, 1) from `seed`, rounded to `round_to`, as a `dtype` tensor of `format`.
 Tensor random_like_mode(const Shape& shape, uint64_t seed, DType round_to, DType dtype, MemoryFormat format,
                         Device device);
 
 // One training-mode forward and backward of `layer` on x0 (float32 values: a fresh leaf is made
-// of them on `device`, cast to the mode), with an output gradient drawn from `dy_seed` and rounded
-// to `round_to`; then an eval-mode forward. Each result as float values, by name: "y", "dx",
+// of them on `device`, cast to the mode; int32 token ids are fed as they are and "dx" is empty),
+// with an output gradient drawn from `dy_seed` and rounded to `round_to`; then an eval-mode
+// forward. Each result as float values, by name: "y", "dx",
 // "grad.<parameter>", "buffer.<buffer>" (after the training forward), "eval y".
 struct OpRun {
   std::vector<std::pair<std::string, std::vector<float>>> tensors;

@@ -312,7 +312,10 @@ TEST_CASE("conv2d half channels-last forward with 17..31 input channels runs pad
       const int64_t rows = s.n * s.h * s.w;
       Tensor padded = Tensor::full({rows, 32}, std::numeric_limits<float>::quiet_NaN(), d).to(t);
       const Tensor xl = x.to(MemoryFormat::ChannelsLast);
-      kernels::conv2d_nhwc_pad_channels_cuda(t, xl.raw_data(), padded.raw_data(), rows, s.c, 32);
+      if (t == DType::BFloat16)
+        kernels::conv2d_nhwc_pad_channels_cuda(xl.data<bf16>(), padded.data<bf16>(), rows, s.c, 32);
+      else
+        kernels::conv2d_nhwc_pad_channels_cuda(xl.data<fp16>(), padded.data<fp16>(), rows, s.c, 32);
       const std::vector<float> in = x.to(DType::Float32).to_vector(), out = padded.to(DType::Float32).to_vector();
       const ConvIdx at{s};
       bool exact = true;

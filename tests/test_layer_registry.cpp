@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/tensor_ops.h"
 #include "layers/registry.h"
+#include "op_harness.h"
 #include "train/config.h"
 #include "test_util.h"
 
@@ -69,9 +70,12 @@ TEST_CASE("layer table: each example builds, runs, and round-trips to_json -> bu
       REQUIRE(printed.at("type") == layer->name);
       std::shared_ptr<Module> b = build_layer(printed, "printed");
       REQUIRE(b->to_json() == printed);
-      // Same state, same input: the rebuilt layer computes the same values.
+      // Same state, same input: the rebuilt layer computes the same values (after the layers it
+      // needs before it in its list, if any).
+      a = test::example_module(e, e.spec);
+      b = test::example_module(e, printed);
       b->load_state_dict(a->state_dict());
-      const Tensor x = test::random_tensor(e.input, 3);
+      const Tensor x = test::example_input(e, 3);
       autograd::NoGradGuard no_grad;
       REQUIRE(b->operator()(x).to_vector() == a->operator()(x).to_vector());
     }

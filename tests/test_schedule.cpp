@@ -53,6 +53,24 @@ TEST_CASE("warmup: linear 0 -> 1, then linear or cosine to 0", "[schedule]") {
   REQUIRE(cos->factor(15, 10, 45) == Approx(0.5 * (1 + std::cos(kPi / 4))));
 }
 
+TEST_CASE("warmup with decay_over run: the rise multiplies a decay over the whole run", "[schedule]") {
+  // PyTorch's LambdaLR(lambda s: min(1, s / w) * 0.5 * (1 + cos(pi * s / T))).
+  auto cos = schedule(R"({"type": "warmup", "warmup_epochs": 2, "decay": "cosine", "decay_over": "run"})");
+  const auto torch_factor = [](double s, double w, double t) {
+    return std::min(1.0, s / w) * 0.5 * (1 + std::cos(kPi * s / t));
+  };
+  for (int64_t step : {0, 5, 19, 20, 21, 50, 99, 100}) REQUIRE(cos->factor(step, 10, 100) == Approx(torch_factor(step, 20, 100)));
+  REQUIRE(cos->factor(20, 10, 100) < 1.0);  // the fall has begun when the rise ends
+  auto lin = schedule(R"({"type": "warmup", "warmup_fraction": 0.1, "decay_over": "run"})");
+  REQUIRE(lin->factor(5, 10, 100) == Approx(0.5 * 0.95));
+  REQUIRE(lin->factor(40, 10, 100) == Approx(0.6));
+  // Written back only when set: a warm-up without it prints as it always has.
+  REQUIRE(schedule(R"({"type": "warmup", "warmup_epochs": 2})")->to_json().count("decay_over") == 0);
+  REQUIRE(cos->to_json().at("decay_over") == "run");
+  REQUIRE_THROWS_WITH(schedule(R"({"type": "warmup", "warmup_epochs": 2, "decay_over": "all"})"),
+                      Catch::Contains("schedule.decay_over"));
+}
+
 TEST_CASE("piecewise_linear interpolates in fractional epochs (DAWNBench one-cycle)", "[schedule]") {
   auto s = schedule(R"({"type": "piecewise_linear", "epochs": [0, 5, 24], "factors": [0, 1, 0]})");
   const int64_t spe = 97, total = 24 * 97;

@@ -34,8 +34,9 @@ struct DropoutStateGuard {
   }
 };
 
-// Self-attention of qkv (N, T, 3D) in float64, the definition written out.
-std::vector<double> attention_ref(const Tensor& qkv, int64_t heads) {
+// Self-attention of qkv (N, T, 3D) in float64, the definition written out; causal: query i sees
+// keys 0..i.
+std::vector<double> attention_ref(const Tensor& qkv, int64_t heads, bool causal = false) {
   const std::vector<float> v = qkv.to_vector();
   const int64_t n = qkv.size(0), t = qkv.size(1), d = qkv.size(2) / 3, hd = d / heads;
   std::vector<double> out(static_cast<size_t>(n * t * d));
@@ -45,9 +46,10 @@ std::vector<double> attention_ref(const Tensor& qkv, int64_t heads) {
   for (int64_t b = 0; b < n; ++b)
     for (int64_t h = 0; h < heads; ++h)
       for (int64_t i = 0; i < t; ++i) {
-        std::vector<double> s(static_cast<size_t>(t));
+        const int64_t seen = causal ? i + 1 : t;
+        std::vector<double> s(static_cast<size_t>(seen));
         double max = -1e300, sum = 0;
-        for (int64_t j = 0; j < t; ++j) {
+        for (int64_t j = 0; j < seen; ++j) {
           double dot = 0;
           for (int64_t c = 0; c < hd; ++c) dot += at(b, i, 0, h, c) * at(b, j, 1, h, c);
           s[j] = dot / std::sqrt(static_cast<double>(hd));
@@ -56,7 +58,7 @@ std::vector<double> attention_ref(const Tensor& qkv, int64_t heads) {
         for (double& e : s) sum += (e = std::exp(e - max));
         for (int64_t c = 0; c < hd; ++c) {
           double o = 0;
-          for (int64_t j = 0; j < t; ++j) o += s[j] / sum * at(b, j, 2, h, c);
+          for (int64_t j = 0; j < seen; ++j) o += s[j] / sum * at(b, j, 2, h, c);
           out[static_cast<size_t>((b * t + i) * d + h * hd + c)] = o;
         }
       }
@@ -112,6 +114,36 @@ TEST_CASE("attention dropout: a fixed mask of the probabilities, the same in the
   test::gradcheck([](const Tensor& x) { return self_attention(x, 2, 0.3f, 11); }, qkv.clone(), 1e-2, 2e-2, 2e-3);
 }
 
+TEST_CASE("causal self_attention matches the float64 definition, and no token sees the tokens after it",
+          "[transformer]") {
+  for (int64_t heads : {1, 3}) {
+    const Tensor qkv = test::random_tensor({2, 9, 3 * heads * 4}, 20 + heads, -2.f, 2.f);
+    const Tensor y = self_attention(qkv, heads, 0.f, 0, true);
+    test::require_close(y.to_vector(), attention_ref(qkv, heads, true), 1e-5, 1e-6, str("heads ", heads));
+    CHECK(y.to_vector() != self_attention(qkv, heads).to_vector());
+    // Changing the last token changes only the last token's output.
+    std::vector<float> v = qkv.to_vector();
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t c = 0; c < qkv.size(2); ++c) v[static_cast<size_t>((b * 9 + 8) * qkv.size(2) + c)] += 1.f;
+    const std::vector<float> y2 = self_attention(Tensor::from_vector(v, qkv.shape()), heads, 0.f, 0, true).to_vector();
+    const std::vector<float> y1 = y.to_vector();
+    const int64_t d = qkv.size(2) / 3;
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t i = 0; i < 9; ++i)
+        for (int64_t c = 0; c < d; ++c) {
+          const size_t e = static_cast<size_t>((b * 9 + i) * d + c);
+          if (i < 8) REQUIRE(y2[e] == y1[e]);
+        }
+  }
+  test::gradcheck([](const Tensor& x) { return self_attention(x, 2, 0.f, 0, true); }, test::random_tensor({2, 5, 12}, 4),
+                  1e-2, 2e-2, 2e-3);
+  const DropoutStateGuard guard;
+  set_dropout_seed(4);
+  set_dropout_step(3);
+  test::gradcheck([](const Tensor& x) { return self_attention(x, 2, 0.3f, 11, true); }, test::random_tensor({2, 6, 12}, 5),
+                  1e-2, 2e-2, 2e-3);
+}
+
 TEST_CASE("self_attention rejects inputs that do not split into heads", "[transformer]") {
   REQUIRE_THROWS_WITH(self_attention(Tensor::zeros({2, 3, 10}), 2), Catch::Contains("3 * num_heads"));
   REQUIRE_THROWS_WITH(self_attention(Tensor::zeros({6, 10}), 1), Catch::Contains("(N, T, 3 * embed_dim)"));
@@ -155,6 +187,26 @@ TEST_CASE("TransformerEncoderLayer: PyTorch's state_dict keys and the pre-norm d
   h = add(h, (*e.linear2)(gelu((*e.linear1)((*e.norm2)(h)))));
   REQUIRE((*m)(x).to_vector() == h.to_vector());
   REQUIRE(build(m->to_json().dump())->to_json() == m->to_json());
+}
+
+TEST_CASE("TransformerEncoderLayer with causal and gelu_tanh is GPT-2's block", "[transformer]") {
+  auto m = build(R"({"type": "TransformerEncoderLayer", "d_model": 8, "nhead": 2, "dim_feedforward": 32,
+                     "dropout": 0.0, "activation": "gelu_tanh", "norm_first": true, "causal": true})");
+  auto& e = static_cast<TransformerEncoderLayer&>(*m);
+  REQUIRE(e.self_attn->causal());
+  const Tensor x = test::random_tensor({2, 5, 8}, 4);
+  Tensor h = add(x, (*e.self_attn)((*e.norm1)(x)));
+  h = add(h, (*e.linear2)(gelu((*e.linear1)((*e.norm2)(h)), GeluApproximate::Tanh)));
+  REQUIRE((*m)(x).to_vector() == h.to_vector());
+  const Tensor qkv = linear((*e.norm1)(x), e.self_attn->in_proj_weight, e.self_attn->in_proj_bias);
+  REQUIRE((*e.self_attn)((*e.norm1)(x)).to_vector() ==
+          linear(self_attention(qkv, 2, 0.f, 0, true), e.self_attn->out_proj->weight, e.self_attn->out_proj->bias)
+              .to_vector());
+  REQUIRE(build(m->to_json().dump())->to_json() == m->to_json());
+  REQUIRE(m->to_json()["causal"] == true);
+  test::gradcheck([&](const Tensor& v) { return (*m)(v); }, test::random_tensor({2, 4, 8}, 9), 1e-2, 3e-2, 3e-3);
+  REQUIRE_THROWS_WITH(build(R"({"type": "TransformerEncoderLayer", "d_model": 8, "nhead": 2, "activation": "silu"})"),
+                      Catch::Contains("\"gelu_tanh\""));
 }
 
 namespace {
@@ -256,6 +308,11 @@ TEST_CASE("PositionEmbedding adds a learned (1, T, D) weight", "[transformer]") 
   test::gradcheck([&](const Tensor& w) { return add_position_embedding(x, w); }, pe.weight.clone());
   // A bfloat16 input meets the float32 weight in float32.
   REQUIRE((*m)(x.to(DType::BFloat16)).dtype() == DType::Float32);
+  // A shorter sequence takes the first T positions; the others get no gradient.
+  const Tensor x2 = test::random_tensor({3, 2, 5}, 2);
+  const std::vector<float> y2 = (*m)(x2).to_vector(), x2v = x2.to_vector();
+  for (size_t i = 0; i < y2.size(); ++i) REQUIRE(y2[i] == x2v[i] + w[i % 10]);
+  test::gradcheck([&](const Tensor& w2) { return add_position_embedding(x2, w2); }, pe.weight.clone());
 }
 
 TEST_CASE("ClassToken prepends the learned token, TokenPool takes the mean or token 0", "[transformer]") {
@@ -304,7 +361,8 @@ TEST_CASE("transformer factories name the bad key", "[transformer]") {
   fails(R"({"type": "Tokens", "patch": 4})", "patch");
   auto seq = build_sequential(nlohmann::json::parse(R"([{"type": "PositionEmbedding", "num_tokens": 4,
                                                           "embed_dim": 6}])"), "model.layers");
-  REQUIRE_THROWS_WITH((*seq)(Tensor::zeros({2, 5, 6})), Catch::Contains("(N, 4, 6)") && Catch::Contains("(2, 5, 6)"));
+  REQUIRE_THROWS_WITH((*seq)(Tensor::zeros({2, 5, 6})),
+                      Catch::Contains("(N, T, 6) with T in 1..4") && Catch::Contains("(2, 5, 6)"));
 }
 
 namespace {
@@ -363,18 +421,21 @@ TEST_CASE("a tiny ViT from JSON trains one step on the CPU, in float32 and bfloa
   require_close_scaled(b.logits, a.logits, 3e-2, "bf16 logits");
 }
 
-TEST_CASE("self_attention on CUDA matches the CPU in float32, bfloat16 and float16, with and without dropout",
+TEST_CASE("self_attention on CUDA matches the CPU in float32, bfloat16 and float16, with and without dropout, causal or not",
           "[transformer][cuda]") {
   MINIDL_REQUIRE_CUDA();
   const DropoutStateGuard guard;
   set_dropout_seed(6);
   for (DType t : {DType::Float32, DType::BFloat16, DType::Float16}) {
-    for (float p : {0.f, 0.2f}) {
+    for (const auto& [p, causal] : std::vector<std::pair<float, bool>>{{0.f, false}, {0.2f, false}, {0.f, true}, {0.2f, true}}) {
       // The half types run the fused kernels up to 64 tokens at head sizes 16..64 (ragged 9, 24
-      // and 50 tokens among them), the rest (17 tokens of head size 8, 65 tokens) the GEMMs.
+      // and 50 tokens among them), longer sequences without dropout the flash kernels (65, 130
+      // and 200 tokens: one, three and four blocks, ragged), the rest (17 tokens of head size 8,
+      // the long ones with dropout) the GEMMs.
       const std::vector<std::pair<Shape, int64_t>> problems = {
           {{3, 17, 3 * 2 * 8}, 2},  {{4, 65, 3 * 6 * 64}, 6}, {{3, 64, 3 * 6 * 64}, 6}, {{2, 50, 3 * 4 * 32}, 4},
-          {{2, 9, 3 * 2 * 16}, 2},  {{2, 32, 3 * 2 * 64}, 2}, {{3, 64, 3 * 4 * 16}, 4}, {{2, 24, 3 * 2 * 48}, 2}};
+          {{2, 9, 3 * 2 * 16}, 2},  {{2, 32, 3 * 2 * 64}, 2}, {{3, 64, 3 * 4 * 16}, 4}, {{2, 24, 3 * 2 * 48}, 2},
+          {{2, 130, 3 * 4 * 32}, 4}, {{1, 200, 3 * 2 * 64}, 2}, {{2, 128, 3 * 3 * 48}, 3}};
       for (const auto& [shape, heads] : problems) {
         set_dropout_step(9, Device::cuda());
         // float32 leaves (only they take gradients) cast to the type under test.
@@ -383,22 +444,49 @@ TEST_CASE("self_attention on CUDA matches the CPU in float32, bfloat16 and float
         Tensor xc = x.clone(), xg = x.to(Device::cuda());
         xc.set_requires_grad(true);
         xg.set_requires_grad(true);
-        const Tensor yc = self_attention(xc.to(t), heads, p, 4), yg = self_attention(xg.to(t), heads, p, 4);
+        const Tensor yc = self_attention(xc.to(t), heads, p, 4, causal), yg = self_attention(xg.to(t), heads, p, 4, causal);
         autograd::backward(yc, g);
         autograd::backward(yg, g.to(Device::cuda()));
         const double tol = t == DType::Float32 ? 1e-5 : 2e-2;
-        const std::string what = str(dtype_name(t), " p=", p, " ", shape_str(shape));
+        const std::string what = str(dtype_name(t), " p=", p, causal ? " causal " : " ", shape_str(shape));
         require_close_scaled(yg.to_vector(), yc.to_vector(), tol, "y " + what);
         require_close_scaled(xg.grad().to_vector(), xc.grad().to_vector(), tol * 2, "dqkv " + what);
         // The same bits on a second run.
         Tensor xg2 = x.to(Device::cuda());
         xg2.set_requires_grad(true);
-        const Tensor yg2 = self_attention(xg2.to(t), heads, p, 4);
+        const Tensor yg2 = self_attention(xg2.to(t), heads, p, 4, causal);
         autograd::backward(yg2, g.to(Device::cuda()));
         REQUIRE(yg2.to_vector() == yg.to_vector());
         REQUIRE(xg2.grad().to_vector() == xg.grad().to_vector());
       }
     }
+  }
+}
+
+TEST_CASE("flash attention at GPT-2's shape (1024 tokens, head size 64) matches the CPU, causal or not, the same "
+          "bits every run",
+          "[transformer][cuda]") {
+  MINIDL_REQUIRE_CUDA();
+  const Shape shape{1, 1024, 3 * 2 * 64};
+  for (bool causal : {true, false}) {
+    const Tensor x = test::random_tensor(shape, 31, -2.f, 2.f).to(DType::BFloat16).to(DType::Float32);
+    const Tensor g = test::random_tensor({1, 1024, 128}, 32).to(DType::BFloat16);
+    Tensor xc = x.clone(), xg = x.to(Device::cuda());
+    xc.set_requires_grad(true);
+    xg.set_requires_grad(true);
+    const Tensor yc = self_attention(xc.to(DType::BFloat16), 2, 0.f, 0, causal);
+    const Tensor yg = self_attention(xg.to(DType::BFloat16), 2, 0.f, 0, causal);
+    autograd::backward(yc, g);
+    autograd::backward(yg, g.to(Device::cuda()));
+    const std::string what = causal ? "causal" : "full";
+    require_close_scaled(yg.to_vector(), yc.to_vector(), 2e-2, "y " + what);
+    require_close_scaled(xg.grad().to_vector(), xc.grad().to_vector(), 4e-2, "dqkv " + what);
+    Tensor xg2 = x.to(Device::cuda());
+    xg2.set_requires_grad(true);
+    const Tensor yg2 = self_attention(xg2.to(DType::BFloat16), 2, 0.f, 0, causal);
+    autograd::backward(yg2, g.to(Device::cuda()));
+    REQUIRE(yg2.to_vector() == yg.to_vector());
+    REQUIRE(xg2.grad().to_vector() == xg.grad().to_vector());
   }
 }
 

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -88,6 +89,14 @@ inline std::vector<float> random_values(int64_t n, uint64_t seed, float lo = -1.
 inline Tensor random_tensor(const Shape& shape, uint64_t seed, float lo = -1.f, float hi = 1.f,
                             Device device = Device::cpu()) {
   return Tensor::from_vector(random_values(shape_numel(shape), seed, lo, hi), shape, device);
+}
+
+// int32 ids in [0, below), from the same draws (token ids for Embedding and the language-model loss).
+inline Tensor random_ids(const Shape& shape, int32_t below, uint64_t seed, Device device = Device::cpu()) {
+  std::vector<int32_t> ids;
+  for (float v : random_values(shape_numel(shape), seed, 0.f, 1.f))
+    ids.push_back(std::min(below - 1, static_cast<int32_t>(v * static_cast<float>(below))));
+  return Tensor::from_vector(ids, shape, device);
 }
 
 // max |a - b| / (atol + rtol * |b|) <= 1 over all elements; reports the worst element.

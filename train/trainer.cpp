@@ -99,6 +99,13 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   return c;
 }
 
+PreparedConfig prepare_config(const std::string& path, const std::vector<std::string>& overrides,
+                              const std::string& device) {
+  PreparedConfig p{load_train_config(path, overrides, device, ""), Device::cpu()};
+  p.device = setup_compute(p.config);
+  return p;
+}
+
 namespace {
 
 Dataset load_split(const TrainConfig& config, Split split) {

@@ -254,4 +254,13 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
 // config's "auto" precision and memory_format for it (resolve_for_device).
 Device setup_compute(TrainConfig& config);
 
+// A config file ready to run: load_train_config, then setup_compute. What the commands that run a
+// config start with (a rank of several picks its GPU first: select_local_gpu).
+struct PreparedConfig {
+  TrainConfig config;
+  Device device;
+};
+PreparedConfig prepare_config(const std::string& path, const std::vector<std::string>& overrides,
+                              const std::string& device);
+
 }  // namespace minidl

@@ -27,6 +27,11 @@ int resident_blocks(int block_size);
 // The same at `kernel`'s own occupancy (its registers and static shared memory decide how many
 // blocks fit on an SM), asked of the driver once per kernel and block size.
 int resident_blocks_of(const void* kernel, int block_size);
+// The same for a typed kernel (the occupancy query takes it untyped).
+template <class... Params>
+int resident_blocks_of(void (*kernel)(Params...), int block_size) {
+  return resident_blocks_of(reinterpret_cast<const void*>(kernel), block_size);
+}
 
 // Waits for all queued work and turns an asynchronous kernel fault into an Error.
 void synchronize();

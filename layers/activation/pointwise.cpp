@@ -38,7 +38,12 @@ Tensor pointwise_activation(const Tensor& x, Activation a) {
   dispatch(
       x.device(), "pointwise_forward",
       [&] { kernels::pointwise_forward_cpu(a, x.data<float>(), y.data<float>(), x.numel()); },
-      [&] { kernels::pointwise_forward_cuda(a, x.dtype(), x.raw_data(), y.raw_data(), x.numel()); });
+      [&] {
+        dispatch_dtype(x.dtype(), name, [&](auto tag) {
+          using T = decltype(tag);
+          kernels::pointwise_forward_cuda(a, x.data<T>(), y.data<T>(), x.numel());
+        });
+      });
   if (autograd::needs_grad({x})) {
     // Sigmoid's backward reads its output (a detached handle: capturing y itself would be a cycle).
     const Tensor saved = act::backward_reads_output(a) ? y.detach() : x.detach();
@@ -51,7 +56,10 @@ Tensor pointwise_activation(const Tensor& x, Activation a) {
             kernels::pointwise_backward_cpu(a, dy.data<float>(), saved.data<float>(), dx.data<float>(), dy.numel());
           },
           [&] {
-            kernels::pointwise_backward_cuda(a, dy.dtype(), dy.raw_data(), saved.raw_data(), dx.raw_data(), dy.numel());
+            dispatch_dtype(dy.dtype(), "pointwise activation", [&](auto tag) {
+              using T = decltype(tag);
+              kernels::pointwise_backward_cuda(a, dy.data<T>(), saved.data<T>(), dx.data<T>(), dy.numel());
+            });
           });
       return {dx};
     });

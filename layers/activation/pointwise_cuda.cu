@@ -23,23 +23,19 @@ struct Backward {  // (dy, saved)
 
 }  // namespace
 
-void pointwise_forward_cuda(Activation a, DType dtype, const void* x, void* y, int64_t n) {
-  dispatch_dtype(dtype, "pointwise activation", [&](auto tag) {
-    using T = decltype(tag);
-    act::with_activation(a, [&](auto kind) {
-      cuda::launch_map1(static_cast<const T*>(x), static_cast<T*>(y), n, Forward<decltype(kind)::value>{});
-    });
-  });
+template <class T>
+void pointwise_forward_cuda(Activation a, const T* x, T* y, int64_t n) {
+  act::with_activation(a, [&](auto kind) { cuda::launch_map1(x, y, n, Forward<decltype(kind)::value>{}); });
 }
 
-void pointwise_backward_cuda(Activation a, DType dtype, const void* dy, const void* saved, void* dx, int64_t n) {
-  dispatch_dtype(dtype, "pointwise activation", [&](auto tag) {
-    using T = decltype(tag);
-    act::with_activation(a, [&](auto kind) {
-      cuda::launch_map2(static_cast<const T*>(dy), static_cast<const T*>(saved), static_cast<T*>(dx), n,
-                        Backward<decltype(kind)::value>{});
-    });
-  });
+template <class T>
+void pointwise_backward_cuda(Activation a, const T* dy, const T* saved, T* dx, int64_t n) {
+  act::with_activation(a, [&](auto kind) { cuda::launch_map2(dy, saved, dx, n, Backward<decltype(kind)::value>{}); });
 }
+
+#define MINIDL_POINTWISE_CUDA(T)                                              \
+  template void pointwise_forward_cuda<T>(Activation, const T*, T*, int64_t); \
+  template void pointwise_backward_cuda<T>(Activation, const T*, const T*, T*, int64_t);
+MINIDL_FOR_FLOATING_TYPES(MINIDL_POINTWISE_CUDA)
 
 }  // namespace minidl::kernels

@@ -39,7 +39,12 @@ Tensor scale_channels(const Tensor& x, const Tensor& gamma, bool per_sample, con
   dispatch(
       x.device(), "channel_scale_forward",
       [&] { kernels::channel_scale_forward_cpu(x.data<float>(), g.data<float>(), y.data<float>(), s); },
-      [&] { kernels::channel_scale_forward_cuda(x.dtype(), x.raw_data(), g.data<float>(), y.raw_data(), s); });
+      [&] {
+        dispatch_dtype(x.dtype(), op, [&](auto tag) {
+          using T = decltype(tag);
+          kernels::channel_scale_forward_cuda(x.data<T>(), g.data<float>(), y.data<T>(), s);
+        });
+      });
   if (autograd::needs_grad({x, gamma})) {
     autograd::record(
         y, op, {x, gamma}, [xs = x.detach(), gs = g.detach(), s](const Tensor& dy_in) -> std::vector<Tensor> {
@@ -54,8 +59,11 @@ Tensor scale_channels(const Tensor& x, const Tensor& gamma, bool per_sample, con
               },
               [&] {
                 Tensor partial = Tensor::empty({kernels::channel_scale_partials(s)}, DType::Float32, dy.device());
-                kernels::channel_scale_backward_cuda(dy.dtype(), dy.raw_data(), xs.raw_data(), gs.data<float>(),
-                                                     dx.raw_data(), dgamma.data<float>(), partial.data<float>(), s);
+                dispatch_dtype(dy.dtype(), "channel scale", [&](auto tag) {
+                  using T = decltype(tag);
+                  kernels::channel_scale_backward_cuda(dy.data<T>(), xs.data<T>(), gs.data<float>(), dx.data<T>(),
+                                                       dgamma.data<float>(), partial.data<float>(), s);
+                });
               });
           return {dx, dgamma};
         });

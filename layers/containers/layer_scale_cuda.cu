@@ -94,8 +94,14 @@ __global__ void finish_kernel(const float* __restrict__ partial, float* __restri
   dgamma[f] = total;
 }
 
+}  // namespace
+
+int64_t channel_scale_partials(const ChannelScaleShape& s) {
+  return (s.per_sample ? s.samples : 1) * chunks_of(s) * s.channels;
+}
+
 template <class T>
-void scale(const T* x, const float* gamma, T* y, const ChannelScaleShape& s) {
+void channel_scale_forward_cuda(const T* x, const float* gamma, T* y, const ChannelScaleShape& s) {
   if (s.samples * s.outer * s.channels * s.inner == 0) return;
   const bool channel_rows = s.inner > 1;
   const int64_t rows = s.samples * s.outer * (channel_rows ? s.channels : 1);
@@ -105,38 +111,28 @@ void scale(const T* x, const float* gamma, T* y, const ChannelScaleShape& s) {
   MINIDL_LAUNCH_CHECK();
 }
 
-}  // namespace
-
-int64_t channel_scale_partials(const ChannelScaleShape& s) {
-  return (s.per_sample ? s.samples : 1) * chunks_of(s) * s.channels;
-}
-
-void channel_scale_forward_cuda(DType dtype, const void* x, const float* gamma, void* y, const ChannelScaleShape& s) {
-  dispatch_dtype(dtype, "channel scale", [&](auto tag) {
-    using T = decltype(tag);
-    scale(static_cast<const T*>(x), gamma, static_cast<T*>(y), s);
-  });
-}
-
-void channel_scale_backward_cuda(DType dtype, const void* dy, const void* x, const float* gamma, void* dx,
-                                 float* dgamma, float* partial, const ChannelScaleShape& s) {
-  dispatch_dtype(dtype, "channel scale", [&](auto tag) {
-    using T = decltype(tag);
-    const int64_t chunks = chunks_of(s), groups = s.per_sample ? s.samples : 1;
-    const int64_t factors = groups * s.channels;
-    if (factors == 0) return;
-    if (chunks > 0 && s.inner > 0) {
-      const dim3 grid(static_cast<unsigned>(cuda::ceil_div(s.channels, kTileC)), static_cast<unsigned>(chunks),
-                      static_cast<unsigned>(groups));
-      backward_kernel<T><<<grid, dim3(kTileC, kTileR), 0, cuda::stream()>>>(
-          static_cast<const T*>(dy), static_cast<const T*>(x), gamma, static_cast<T*>(dx), partial, s, chunks);
-      MINIDL_LAUNCH_CHECK();
-    }
-    constexpr int kBlock = 256;
-    finish_kernel<<<static_cast<unsigned>(cuda::ceil_div(factors, kBlock)), kBlock, 0, cuda::stream()>>>(
-        partial, dgamma, factors, s.channels, chunks);
+template <class T>
+void channel_scale_backward_cuda(const T* dy, const T* x, const float* gamma, T* dx, float* dgamma, float* partial,
+                                 const ChannelScaleShape& s) {
+  const int64_t chunks = chunks_of(s), groups = s.per_sample ? s.samples : 1;
+  const int64_t factors = groups * s.channels;
+  if (factors == 0) return;
+  if (chunks > 0 && s.inner > 0) {
+    const dim3 grid(static_cast<unsigned>(cuda::ceil_div(s.channels, kTileC)), static_cast<unsigned>(chunks),
+                    static_cast<unsigned>(groups));
+    backward_kernel<T><<<grid, dim3(kTileC, kTileR), 0, cuda::stream()>>>(dy, x, gamma, dx, partial, s, chunks);
     MINIDL_LAUNCH_CHECK();
-  });
+  }
+  constexpr int kBlock = 256;
+  finish_kernel<<<static_cast<unsigned>(cuda::ceil_div(factors, kBlock)), kBlock, 0, cuda::stream()>>>(
+      partial, dgamma, factors, s.channels, chunks);
+  MINIDL_LAUNCH_CHECK();
 }
+
+#define MINIDL_CHANNEL_SCALE_CUDA(T)                                                                 \
+  template void channel_scale_forward_cuda<T>(const T*, const float*, T*, const ChannelScaleShape&); \
+  template void channel_scale_backward_cuda<T>(const T*, const T*, const float*, T*, float*, float*, \
+                                               const ChannelScaleShape&);
+MINIDL_FOR_FLOATING_TYPES(MINIDL_CHANNEL_SCALE_CUDA)
 
 }  // namespace minidl::kernels

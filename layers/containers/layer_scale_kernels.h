@@ -20,16 +20,18 @@ struct ChannelScaleShape {
 // sums' grouping, and the bits, do not depend on the device).
 int64_t channel_scale_partials(const ChannelScaleShape& s);
 
-// y = x * gamma. CPU: float32; CUDA: x and y of `dtype` (float32, bfloat16, float16), gamma
-// float32, float32 arithmetic, one rounding.
+// y = x * gamma. CPU: float32; CUDA: x and y of T (float, bf16, fp16), gamma float32, float32
+// arithmetic, one rounding.
 void channel_scale_forward_cpu(const float* x, const float* gamma, float* y, const ChannelScaleShape& s);
-void channel_scale_forward_cuda(DType dtype, const void* x, const float* gamma, void* y, const ChannelScaleShape& s);
+template <class T>
+void channel_scale_forward_cuda(const T* x, const float* gamma, T* y, const ChannelScaleShape& s);
 // dx = dy * gamma and dgamma = the sums of dy * x over what each factor scaled (float32). CPU:
 // each sum in float64 in memory order, rounded once; CUDA: fixed partial sums in float32
 // (`partial`, channel_scale_partials floats) added in a fixed order.
 void channel_scale_backward_cpu(const float* dy, const float* x, const float* gamma, float* dx, float* dgamma,
                                 const ChannelScaleShape& s);
-void channel_scale_backward_cuda(DType dtype, const void* dy, const void* x, const float* gamma, void* dx,
-                                 float* dgamma, float* partial, const ChannelScaleShape& s);
+template <class T>
+void channel_scale_backward_cuda(const T* dy, const T* x, const float* gamma, T* dx, float* dgamma, float* partial,
+                                 const ChannelScaleShape& s);
 
 }  // namespace minidl::kernels

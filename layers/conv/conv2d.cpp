@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/init.h"
 #include "core/storage_rounding.h"
+#include "core/tensor_data.h"
 #include "layers/conv/conv2d_kernels.h"
 #include "layers/conv/conv2d_patchify.h"
 #include "layers/conv/conv2d_small_cin.h"
@@ -68,8 +69,10 @@ Tensor conv2d_channels_last_cuda(const Tensor& x, const Tensor& weight_in, const
                " input needs a weight and bias of that dtype, got ", weight.str(),
                bias.defined() ? " and " + bias.str() : std::string());
   Tensor y = Tensor::empty({s.n, s.o, s.oh(), s.ow()}, t, x.device(), MemoryFormat::ChannelsLast);
-  kernels::conv2d_nhwc_forward_cuda(s, t, x.raw_data(), weight.raw_data(), bias.defined() ? bias.raw_data() : nullptr,
-                                    y.raw_data());
+  dispatch_dtype(t, "conv2d", [&](auto tag) {
+    using T = decltype(tag);
+    kernels::conv2d_nhwc_forward_cuda(s, x.data<T>(), weight.data<T>(), data_or_null<T>(bias), y.data<T>());
+  });
   std::vector<Tensor> inputs{x, weight};
   if (bias.defined()) inputs.push_back(bias);
   if (!autograd::needs_grad(inputs)) return y;
@@ -83,9 +86,12 @@ Tensor conv2d_channels_last_cuda(const Tensor& x, const Tensor& weight_in, const
         Tensor dx = need_x ? Tensor::empty_like(xs) : Tensor();
         Tensor dw = need_w ? Tensor::empty_like(ws) : Tensor();
         Tensor db = need_b ? Tensor::empty({s.o}, t, dy.device()) : Tensor();
-        if (need_x) kernels::conv2d_nhwc_backward_data_cuda(s, t, dy.raw_data(), ws.raw_data(), dx.raw_data());
-        if (need_w) kernels::conv2d_nhwc_backward_filter_cuda(s, t, xs.raw_data(), dy.raw_data(), dw.raw_data());
-        if (need_b) kernels::conv2d_nhwc_backward_bias_cuda(t, dy.raw_data(), db.raw_data(), s.n * s.oh() * s.ow(), s.o);
+        dispatch_dtype(t, "conv2d", [&](auto tag) {
+          using T = decltype(tag);
+          if (need_x) kernels::conv2d_nhwc_backward_data_cuda(s, dy.data<T>(), ws.data<T>(), dx.data<T>());
+          if (need_w) kernels::conv2d_nhwc_backward_filter_cuda(s, xs.data<T>(), dy.data<T>(), dw.data<T>());
+          if (need_b) kernels::conv2d_nhwc_backward_bias_cuda(dy.data<T>(), db.data<T>(), s.n * s.oh() * s.ow(), s.o);
+        });
         std::vector<Tensor> grads{dx, dw};
         if (has_bias) grads.push_back(db);
         return grads;

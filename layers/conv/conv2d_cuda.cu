@@ -9,10 +9,12 @@
 // directions stay with cuDNN there. A half forward with 17..31 input channels runs as the
 // problem zero-padded to 32 (conv2d_nhwc_padded_channels, conv2d_kernels.h).
 #include <cstdint>
+#include <type_traits>
 
 #include "core/allocator.h"
 #include "core/cuda/kernel_helpers.cuh"
 #include "core/cuda/runtime.h"
+#include "core/dispatch.h"
 #include "core/error.h"
 #include "layers/conv/conv2d_depthwise.h"
 #include "layers/conv/conv2d_kernels.h"
@@ -40,20 +42,47 @@ CudnnConvProblem problem(const Conv2dShape& s) {
   return p;
 }
 
-void run_forward(const Conv2dShape& s, CudnnOperands ops, const void* x, const void* w, void* y) {
+template <class T>
+void run_forward(const Conv2dShape& s, CudnnOperands ops, const T* x, const T* w, T* y) {
   cudnn_conv_forward(problem(s), ops, x, w, y);
 }
-void run_backward_data(const Conv2dShape& s, CudnnOperands ops, const void* dy, const void* w, void* dx) {
+template <class T>
+void run_backward_data(const Conv2dShape& s, CudnnOperands ops, const T* dy, const T* w, T* dx) {
   cudnn_conv_backward_data(problem(s), ops, dy, w, dx);
 }
-void run_backward_filter(const Conv2dShape& s, CudnnOperands ops, const void* x, const void* dy, void* dw) {
+template <class T>
+void run_backward_filter(const Conv2dShape& s, CudnnOperands ops, const T* x, const T* dy, T* dw) {
   cudnn_conv_backward_filter(problem(s), ops, x, dy, dw);
 }
 
 // Whether our depthwise kernels take this problem with these operands: they load 16-byte vectors.
-bool depthwise(const Conv2dShape& s, const void* a, const void* b) {
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+template <class T>
+bool depthwise(const Conv2dShape& s, const T* a, const T* b) {
+  const auto aligned = [](const T* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   return conv2d_depthwise_applies(s) && aligned(a) && aligned(b);
+}
+
+// The paths of bf16 and fp16 operands only (patchify, small-channel forward, channel padding).
+template <class T>
+constexpr bool kHalf = !std::is_same_v<T, float>;
+
+// cuDNN's channels-last forward, on input channels padded first where conv2d_nhwc_padded_channels
+// says so (half operands only).
+template <class T>
+void run_nhwc_forward(const Conv2dShape& s, const T* x, const T* w, T* y) {
+  constexpr CudnnOperands ops{DTypeOf<T>::value, true};
+  if constexpr (kHalf<T>) {
+    if (const int64_t cp = conv2d_nhwc_padded_channels(s, ops.dtype)) {
+      Conv2dShape p = s;
+      p.c = cp;
+      auto xp = allocate(sizeof(T) * s.n * s.h * s.w * cp, Device::cuda());
+      auto wp = allocate(sizeof(T) * s.o * s.kh * s.kw * cp, Device::cuda());
+      conv2d_nhwc_pad_channels_cuda(x, static_cast<T*>(xp.get()), s.n * s.h * s.w, s.c, cp);
+      conv2d_nhwc_pad_channels_cuda(w, static_cast<T*>(wp.get()), s.o * s.kh * s.kw, s.c, cp);
+      return run_forward(p, ops, static_cast<const T*>(xp.get()), static_cast<const T*>(wp.get()), y);
+    }
+  }
+  run_forward(s, ops, x, w, y);
 }
 
 }  // namespace
@@ -75,39 +104,42 @@ void conv2d_backward_filter_cuda(const Conv2dShape& s, const float* x, const flo
   run_backward_filter(s, kNchwFloat, x, dy, dw);
 }
 
-void conv2d_nhwc_forward_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* w, const void* b,
-                              void* y) {
+template <class T>
+void conv2d_nhwc_forward_cuda(const Conv2dShape& s, const T* x, const T* w, const T* b, T* y) {
   if (s.n == 0) return;
-  if (depthwise(s, x, y)) return conv2d_depthwise_forward_cuda(s, dtype, x, w, b, y);
-  if (conv2d_patchify_applies(s, dtype)) return conv2d_patchify_forward_cuda(s, dtype, x, w, b, y);
-  if (conv2d_small_cin_nhwc_applies(s, dtype)) return conv2d_small_cin_nhwc_forward_cuda(s, dtype, x, w, b, y);
-  if (const int64_t cp = conv2d_nhwc_padded_channels(s, dtype)) {
-    Conv2dShape p = s;
-    p.c = cp;
-    const size_t elem = dtype_size(dtype);
-    auto xp = allocate(elem * s.n * s.h * s.w * cp, Device::cuda());
-    auto wp = allocate(elem * s.o * s.kh * s.kw * cp, Device::cuda());
-    conv2d_nhwc_pad_channels_cuda(dtype, x, xp.get(), s.n * s.h * s.w, s.c, cp);
-    conv2d_nhwc_pad_channels_cuda(dtype, w, wp.get(), s.o * s.kh * s.kw, s.c, cp);
-    run_forward(p, {dtype, true}, xp.get(), wp.get(), y);
-  } else {
-    run_forward(s, {dtype, true}, x, w, y);
+  if (depthwise(s, x, y)) return conv2d_depthwise_forward_cuda(s, x, w, b, y);
+  if constexpr (kHalf<T>) {
+    if (conv2d_patchify_applies(s, DTypeOf<T>::value)) return conv2d_patchify_forward_cuda(s, x, w, b, y);
+    if (conv2d_small_cin_nhwc_applies(s, DTypeOf<T>::value)) return conv2d_small_cin_nhwc_forward_cuda(s, x, w, b, y);
   }
-  if (b) conv2d_nhwc_add_bias_cuda(dtype, y, b, s.n * s.oh() * s.ow(), s.o);
+  run_nhwc_forward(s, x, w, y);
+  if (b) conv2d_nhwc_add_bias_cuda(y, b, s.n * s.oh() * s.ow(), s.o);
 }
 
-void conv2d_nhwc_backward_data_cuda(const Conv2dShape& s, DType dtype, const void* dy, const void* w, void* dx) {
+template <class T>
+void conv2d_nhwc_backward_data_cuda(const Conv2dShape& s, const T* dy, const T* w, T* dx) {
   if (s.n == 0) return;
-  if (depthwise(s, dy, dx)) return conv2d_depthwise_backward_data_cuda(s, dtype, dy, w, dx);
-  if (conv2d_patchify_applies(s, dtype)) return conv2d_patchify_backward_data_cuda(s, dtype, dy, w, dx);
-  run_backward_data(s, {dtype, true}, dy, w, dx);
+  if (depthwise(s, dy, dx)) return conv2d_depthwise_backward_data_cuda(s, dy, w, dx);
+  if constexpr (kHalf<T>) {
+    if (conv2d_patchify_applies(s, DTypeOf<T>::value)) return conv2d_patchify_backward_data_cuda(s, dy, w, dx);
+  }
+  run_backward_data(s, {DTypeOf<T>::value, true}, dy, w, dx);
 }
 
-void conv2d_nhwc_backward_filter_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* dy, void* dw) {
-  if (depthwise(s, x, dy)) return conv2d_depthwise_backward_filter_cuda(s, dtype, x, dy, dw);
-  if (conv2d_patchify_applies(s, dtype)) return conv2d_patchify_backward_filter_cuda(s, dtype, x, dy, dw);
-  run_backward_filter(s, {dtype, true}, x, dy, dw);
+template <class T>
+void conv2d_nhwc_backward_filter_cuda(const Conv2dShape& s, const T* x, const T* dy, T* dw) {
+  if (depthwise(s, x, dy)) return conv2d_depthwise_backward_filter_cuda(s, x, dy, dw);
+  if constexpr (kHalf<T>) {
+    if (conv2d_patchify_applies(s, DTypeOf<T>::value)) return conv2d_patchify_backward_filter_cuda(s, x, dy, dw);
+  }
+  run_backward_filter(s, {DTypeOf<T>::value, true}, x, dy, dw);
 }
+
+#define MINIDL_CONV2D_NHWC_CUDA(T)                                                                 \
+  template void conv2d_nhwc_forward_cuda<T>(const Conv2dShape&, const T*, const T*, const T*, T*); \
+  template void conv2d_nhwc_backward_data_cuda<T>(const Conv2dShape&, const T*, const T*, T*);     \
+  template void conv2d_nhwc_backward_filter_cuda<T>(const Conv2dShape&, const T*, const T*, T*);
+MINIDL_FOR_FLOATING_TYPES(MINIDL_CONV2D_NHWC_CUDA)
 
 void conv2d_backward_bias_cuda(const Conv2dShape& s, const float* dy, float* db) {
   conv_backward_bias_cuda(dy, db, s.n, s.o, s.oh() * s.ow());

@@ -28,14 +28,16 @@ inline bool conv2d_depthwise_applies(const Conv2dShape& s) {
 
 // The channels-last operands of conv2d_nhwc_*_cuda (conv2d_kernels.h): x and dx (n, h, w, c),
 // weight and dw (c, kh, kw) (a depthwise weight (c, 1, kh, kw) is the same in either layout), y
-// and dy (n, oh, ow, c), b (c) or null; all of `dtype`. float32 FMAs on the widened values, taps
+// and dy (n, oh, ow, c), b (c) or null; all of T (float, bf16 or fp16). float32 FMAs on the widened values, taps
 // in (i, j) order, the bias added last, each output rounded once. dw sums fixed slices of the
 // batch into float32 partials and then the partials in slice order (no atomics): the same bits
 // every run on a given GPU. Outputs are overwritten, not accumulated into.
-void conv2d_depthwise_forward_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* w, const void* b,
-                                   void* y);
-void conv2d_depthwise_backward_data_cuda(const Conv2dShape& s, DType dtype, const void* dy, const void* w, void* dx);
-void conv2d_depthwise_backward_filter_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* dy, void* dw);
+template <class T>
+void conv2d_depthwise_forward_cuda(const Conv2dShape& s, const T* x, const T* w, const T* b, T* y);
+template <class T>
+void conv2d_depthwise_backward_data_cuda(const Conv2dShape& s, const T* dy, const T* w, T* dx);
+template <class T>
+void conv2d_depthwise_backward_filter_cuda(const Conv2dShape& s, const T* x, const T* dy, T* dw);
 
 // The CPU's direct path, NCHW float32, for every depthwise problem of more than one channel (any
 // kernel, stride, padding and dilation): what conv2d_forward_cpu and conv2d_backward_cpu

@@ -16,6 +16,7 @@
 #include <algorithm>
 
 #include "core/cuda/runtime.h"
+#include "core/dispatch.h"
 #include "layers/conv/conv2d_depthwise.cuh"
 
 namespace minidl::kernels {
@@ -156,35 +157,33 @@ dim3 grid_of(int64_t items, const Plane& g) {
 }
 
 template <class T, int K, int S, bool FLIP>
-void launch_strips(const Plane& g, const void* x, const void* w, const void* b, void* y) {
+void launch_strips(const Plane& g, const T* x, const T* w, const T* b, T* y) {
   const int strips_per_row = (g.ow + kStrip - 1) / kStrip;
-  depthwise_strip_kernel<T, K, S, FLIP><<<grid_of(g.n * g.oh * strips_per_row, g), kThreads, 0, cuda::stream()>>>(
-      g, strips_per_row, static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(b),
-      static_cast<T*>(y));
+  depthwise_strip_kernel<T, K, S, FLIP>
+      <<<grid_of(g.n * g.oh * strips_per_row, g), kThreads, 0, cuda::stream()>>>(g, strips_per_row, x, w, b, y);
   MINIDL_LAUNCH_CHECK();
 }
 
 template <class T, int K>
-void forward(const Conv2dShape& s, const Plane& g, const void* x, const void* w, const void* b, void* y) {
+void forward(const Conv2dShape& s, const Plane& g, const T* x, const T* w, const T* b, T* y) {
   if (s.sh == 1) return launch_strips<T, K, 1, false>(g, x, w, b, y);
   launch_strips<T, K, 2, false>(g, x, w, b, y);
 }
 
 template <class T, int K>
-void backward_data(const Conv2dShape& s, const Plane& p, const void* dy, const void* w, void* dx) {
+void backward_data(const Conv2dShape& s, const Plane& p, const T* dy, const T* w, T* dx) {
   if (s.sh == 1) {
     // dy (oh, ow) -> dx (h, w), kernel flipped, padding k - 1 - p.
     const Plane g{p.n, p.oh, p.ow, p.h, p.w, p.c, K - 1 - p.ph, K - 1 - p.pw};
     return launch_strips<T, K, 1, true>(g, dy, w, nullptr, dx);
   }
   const Plane g{p.n, p.oh, p.ow, p.h, p.w, p.c, p.ph, p.pw};
-  depthwise_strided_data_kernel<T, K, 2><<<grid_of(g.n * g.oh * g.ow, g), kThreads, 0, cuda::stream()>>>(
-      g, static_cast<const T*>(dy), static_cast<const T*>(w), static_cast<T*>(dx));
+  depthwise_strided_data_kernel<T, K, 2><<<grid_of(g.n * g.oh * g.ow, g), kThreads, 0, cuda::stream()>>>(g, dy, w, dx);
   MINIDL_LAUNCH_CHECK();
 }
 
 template <class T>
-void forward_by_size(const Conv2dShape& s, const Plane& g, const void* x, const void* w, const void* b, void* y) {
+void forward_by_size(const Conv2dShape& s, const Plane& g, const T* x, const T* w, const T* b, T* y) {
   switch (s.kh) {
     case 3:
       return forward<T, 3>(s, g, x, w, b, y);
@@ -196,7 +195,7 @@ void forward_by_size(const Conv2dShape& s, const Plane& g, const void* x, const 
 }
 
 template <class T>
-void backward_data_by_size(const Conv2dShape& s, const Plane& g, const void* dy, const void* w, void* dx) {
+void backward_data_by_size(const Conv2dShape& s, const Plane& g, const T* dy, const T* w, T* dx) {
   switch (s.kh) {
     case 3:
       return backward_data<T, 3>(s, g, dy, w, dx);
@@ -209,21 +208,23 @@ void backward_data_by_size(const Conv2dShape& s, const Plane& g, const void* dy,
 
 }  // namespace
 
-void conv2d_depthwise_forward_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* w, const void* b,
-                                   void* y) {
+template <class T>
+void conv2d_depthwise_forward_cuda(const Conv2dShape& s, const T* x, const T* w, const T* b, T* y) {
   const Plane g = depthwise::plane_of(s);
   if (s.n == 0) return;
-  if (dtype == DType::BFloat16) return forward_by_size<bf16>(s, g, x, w, b, y);
-  if (dtype == DType::Float16) return forward_by_size<fp16>(s, g, x, w, b, y);
-  forward_by_size<float>(s, g, x, w, b, y);
+  forward_by_size<T>(s, g, x, w, b, y);
 }
 
-void conv2d_depthwise_backward_data_cuda(const Conv2dShape& s, DType dtype, const void* dy, const void* w, void* dx) {
+template <class T>
+void conv2d_depthwise_backward_data_cuda(const Conv2dShape& s, const T* dy, const T* w, T* dx) {
   const Plane g = depthwise::plane_of(s);
   if (s.n == 0) return;
-  if (dtype == DType::BFloat16) return backward_data_by_size<bf16>(s, g, dy, w, dx);
-  if (dtype == DType::Float16) return backward_data_by_size<fp16>(s, g, dy, w, dx);
-  backward_data_by_size<float>(s, g, dy, w, dx);
+  backward_data_by_size<T>(s, g, dy, w, dx);
 }
+
+#define MINIDL_DEPTHWISE_CUDA(T)                                                                        \
+  template void conv2d_depthwise_forward_cuda<T>(const Conv2dShape&, const T*, const T*, const T*, T*); \
+  template void conv2d_depthwise_backward_data_cuda<T>(const Conv2dShape&, const T*, const T*, T*);
+MINIDL_FOR_FLOATING_TYPES(MINIDL_DEPTHWISE_CUDA)
 
 }  // namespace minidl::kernels

@@ -13,6 +13,7 @@
 
 #include "core/allocator.h"
 #include "core/cuda/runtime.h"
+#include "core/dispatch.h"
 #include "layers/conv/conv2d_depthwise.cuh"
 
 namespace minidl::kernels {
@@ -112,7 +113,7 @@ __global__ void __launch_bounds__(kFinLanes* kFinGroups)
 }
 
 template <class T, int K, int S>
-void launch(const Plane& g, const void* x, const void* dy, void* dw) {
+void launch(const Plane& g, const T* x, const T* dy, T* dw) {
   const int strips_per_row = (g.ow + kStrip - 1) / kStrip;
   const int64_t strips = g.n * g.oh * strips_per_row;
   const int64_t channel_blocks = (g.c + kBlockChannels - 1) / kBlockChannels;
@@ -126,17 +127,16 @@ void launch(const Plane& g, const void* x, const void* dy, void* dw) {
   float* partials = static_cast<float*>(buffer.get());
   depthwise_filter_partials_kernel<T, K, S>
       <<<dim3(static_cast<unsigned>(slices), static_cast<unsigned>(channel_blocks)),
-         kVecsPerBlock * K * row_groups<K>(), 0, cuda::stream()>>>(
-          g, strips_per_row, per_slice, static_cast<const T*>(x), static_cast<const T*>(dy), partials);
+         kVecsPerBlock * K * row_groups<K>(), 0, cuda::stream()>>>(g, strips_per_row, per_slice, x, dy, partials);
   MINIDL_LAUNCH_CHECK();
   depthwise_filter_finalize_kernel<T>
       <<<static_cast<unsigned>((elems + kFinLanes - 1) / kFinLanes), kFinLanes * kFinGroups, 0, cuda::stream()>>>(
-          partials, slices, elems, static_cast<T*>(dw));
+          partials, slices, elems, dw);
   MINIDL_LAUNCH_CHECK();
 }
 
 template <class T>
-void by_size(const Conv2dShape& s, const Plane& g, const void* x, const void* dy, void* dw) {
+void by_size(const Conv2dShape& s, const Plane& g, const T* x, const T* dy, T* dw) {
   const bool one = s.sh == 1;
   switch (s.kh) {
     case 3:
@@ -150,15 +150,18 @@ void by_size(const Conv2dShape& s, const Plane& g, const void* x, const void* dy
 
 }  // namespace
 
-void conv2d_depthwise_backward_filter_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* dy, void* dw) {
+template <class T>
+void conv2d_depthwise_backward_filter_cuda(const Conv2dShape& s, const T* x, const T* dy, T* dw) {
   const Plane g = depthwise::plane_of(s);
   if (s.n == 0 || s.oh() * s.ow() == 0) {
-    MINIDL_CUDA_CHECK(cudaMemsetAsync(dw, 0, dtype_size(dtype) * s.c * s.kh * s.kw, cuda::stream()));
+    MINIDL_CUDA_CHECK(cudaMemsetAsync(dw, 0, sizeof(T) * s.c * s.kh * s.kw, cuda::stream()));
     return;
   }
-  if (dtype == DType::BFloat16) return by_size<bf16>(s, g, x, dy, dw);
-  if (dtype == DType::Float16) return by_size<fp16>(s, g, x, dy, dw);
-  by_size<float>(s, g, x, dy, dw);
+  by_size<T>(s, g, x, dy, dw);
 }
+
+#define MINIDL_DEPTHWISE_FILTER_CUDA(T) \
+  template void conv2d_depthwise_backward_filter_cuda<T>(const Conv2dShape&, const T*, const T*, T*);
+MINIDL_FOR_FLOATING_TYPES(MINIDL_DEPTHWISE_FILTER_CUDA)
 
 }  // namespace minidl::kernels

@@ -57,22 +57,27 @@ void conv2d_backward_filter_cuda(const Conv2dShape& s, const float* x, const flo
 // db[o] = sum over n, oh, ow of dy: a deterministic two-pass reduction (no atomics).
 void conv2d_backward_bias_cuda(const Conv2dShape& s, const float* dy, float* db);
 
-// Channels-last operands of `dtype` (Float32, BFloat16, Float16): x (n, h, w, c), weight
-// (o, kh, kw, c), i.e. a channels-last (O, C, kh, kw) tensor, y (n, oh, ow, o); cuDNN's NHWC
-// engines, tensor cores with float32 accumulation (TF32 for float32 as allow_tf32 says). The
-// bias b (o) is of `dtype` too; db is written in `dtype` from float32 sums. Some problems run our
+// Channels-last operands of T (float, bf16, fp16): x (n, h, w, c), weight (o, kh, kw, c), i.e.
+// a channels-last (O, C, kh, kw) tensor, y (n, oh, ow, o); cuDNN's NHWC engines, tensor cores
+// with float32 accumulation (TF32 for float32 as allow_tf32 says). The bias b (o, or null) is of
+// T too; db is written in T from float32 sums. Some problems run our
 // own kernels, with the bias in the float32 sum and y rounded once: depthwise ones in all three
 // directions (conv2d_depthwise.h, 16-byte-aligned operands), the patch GEMM (conv2d_patchify.h)
 // and, in bf16/fp16, the small-channel forward (conv2d_small_cin.h).
-void conv2d_nhwc_forward_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* w, const void* b, void* y);
-void conv2d_nhwc_backward_data_cuda(const Conv2dShape& s, DType dtype, const void* dy, const void* w, void* dx);
-void conv2d_nhwc_backward_filter_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* dy, void* dw);
+template <class T>
+void conv2d_nhwc_forward_cuda(const Conv2dShape& s, const T* x, const T* w, const T* b, T* y);
+template <class T>
+void conv2d_nhwc_backward_data_cuda(const Conv2dShape& s, const T* dy, const T* w, T* dx);
+template <class T>
+void conv2d_nhwc_backward_filter_cuda(const Conv2dShape& s, const T* x, const T* dy, T* dw);
 // y[r][c] += b[c] over y [rows][channels] (conv2d_nhwc_bias_cuda.cu), and db[c] = sum over r of
 // dy[r][c], deterministic (fixed-order partials, no atomics).
-void conv2d_nhwc_add_bias_cuda(DType dtype, void* y, const void* b, int64_t rows, int64_t channels);
-// out (rows, cp) = in (rows, c) followed by cp - c zero channels, bfloat16/float16, cp a multiple of
+template <class T>
+void conv2d_nhwc_add_bias_cuda(T* y, const T* b, int64_t rows, int64_t channels);
+// out (rows, cp) = in (rows, c) followed by cp - c zero channels, T bf16 or fp16, cp a multiple of
 // 8 and out 16-byte aligned (conv2d_pad_channels_cuda.cu).
-void conv2d_nhwc_pad_channels_cuda(DType dtype, const void* in, void* out, int64_t rows, int64_t c, int64_t cp);
+template <class T>
+void conv2d_nhwc_pad_channels_cuda(const T* in, T* out, int64_t rows, int64_t c, int64_t cp);
 // The channel count a bfloat16/float16 channels-last forward pads its input to before cuDNN (0:
 // none). cuDNN's NHWC engines are ~2x faster with input channels in multiples of 32: on an H100,
 // Conv2d 24->64 k3 at 31x31 (airbench, batch 2000) took 0.402 ms forward, 32->64 0.199 ms. So
@@ -80,7 +85,8 @@ void conv2d_nhwc_pad_channels_cuda(DType dtype, const void* in, void* out, int64
 // in cuDNN's order for the padded problem), where our own kernels do not serve the problem. The
 // backward directions run unpadded: there the padded problem measured no faster.
 int64_t conv2d_nhwc_padded_channels(const Conv2dShape& s, DType dtype);
-void conv2d_nhwc_backward_bias_cuda(DType dtype, const void* dy, void* db, int64_t rows, int64_t channels);
+template <class T>
+void conv2d_nhwc_backward_bias_cuda(const T* dy, T* db, int64_t rows, int64_t channels);
 
 // Plans (descriptors + chosen algorithms) cached so far; one per shape, operand kind and math setting.
 size_t conv2d_cuda_plan_count();

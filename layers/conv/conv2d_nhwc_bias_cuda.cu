@@ -7,6 +7,7 @@
 //    8 lanes combine in shared memory in a fixed order, one partial per (slice, channel); then
 //    cuda::sum_partials_by_column adds the slices in order. No atomics: the same bits every run.
 #include <algorithm>
+#include <type_traits>
 
 #include "core/allocator.h"
 #include "core/cast_kernels.h"
@@ -49,19 +50,19 @@ __global__ void bias_grad_nhwc_partials_kernel(const T* __restrict__ dy, int64_t
 
 }  // namespace
 
-void conv2d_nhwc_add_bias_cuda(DType dtype, void* y, const void* b, int64_t rows, int64_t channels) {
+template <class T>
+void conv2d_nhwc_add_bias_cuda(T* y, const T* b, int64_t rows, int64_t channels) {
   constexpr int kThreads = 256;
   const int64_t total = rows * channels;
   if (total == 0) return;
-  dispatch_dtype(dtype, "conv2d bias", [&](auto t) {
-    using T = decltype(t);
-    add_bias_nhwc_kernel<T><<<cuda::grid_blocks(cuda::ceil_div(total, kThreads), kThreads), kThreads, 0,
-                              cuda::stream()>>>(static_cast<T*>(y), static_cast<const T*>(b), total, channels);
-    MINIDL_LAUNCH_CHECK();
-  });
+  add_bias_nhwc_kernel<T>
+      <<<cuda::grid_blocks(cuda::ceil_div(total, kThreads), kThreads), kThreads, 0, cuda::stream()>>>(y, b, total,
+                                                                                                      channels);
+  MINIDL_LAUNCH_CHECK();
 }
 
-void conv2d_nhwc_backward_bias_cuda(DType dtype, const void* dy, void* db, int64_t rows, int64_t channels) {
+template <class T>
+void conv2d_nhwc_backward_bias_cuda(const T* dy, T* db, int64_t rows, int64_t channels) {
   const int64_t col_blocks = cuda::ceil_div(channels, kCols);
   // One wave of blocks, but no slice shorter than 8 rows per lane.
   const int64_t by_device = std::max<int64_t>(1, cuda::resident_blocks(kCols * kRowLanes) / col_blocks);
@@ -71,16 +72,19 @@ void conv2d_nhwc_backward_bias_cuda(DType dtype, const void* dy, void* db, int64
   auto partials = allocate(sizeof(float) * slices * channels, Device::cuda());
   auto sums = allocate(sizeof(float) * channels, Device::cuda());
   float* part = static_cast<float*>(partials.get());
-  float* out = dtype == DType::Float32 ? static_cast<float*>(db) : static_cast<float*>(sums.get());
-  dispatch_dtype(dtype, "conv2d bias gradient", [&](auto t) {
-    using T = decltype(t);
-    bias_grad_nhwc_partials_kernel<T><<<dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(slices)),
-                                        dim3(kCols, kRowLanes), 0, cuda::stream()>>>(
-        static_cast<const T*>(dy), rows, channels, rows_per_slice, part);
-    MINIDL_LAUNCH_CHECK();
-  });
+  float* out = static_cast<float*>(sums.get());
+  if constexpr (std::is_same_v<T, float>) out = db;
+  bias_grad_nhwc_partials_kernel<T>
+      <<<dim3(static_cast<unsigned>(col_blocks), static_cast<unsigned>(slices)), dim3(kCols, kRowLanes), 0,
+         cuda::stream()>>>(dy, rows, channels, rows_per_slice, part);
+  MINIDL_LAUNCH_CHECK();
   cuda::sum_partials_by_column(part, slices, channels, out);
-  if (dtype != DType::Float32) cast_cuda(out, DType::Float32, db, dtype, channels);
+  if constexpr (!std::is_same_v<T, float>) cast_cuda(out, DType::Float32, db, DTypeOf<T>::value, channels);
 }
+
+#define MINIDL_NHWC_BIAS_CUDA(T)                                              \
+  template void conv2d_nhwc_add_bias_cuda<T>(T*, const T*, int64_t, int64_t); \
+  template void conv2d_nhwc_backward_bias_cuda<T>(const T*, T*, int64_t, int64_t);
+MINIDL_FOR_FLOATING_TYPES(MINIDL_NHWC_BIAS_CUDA)
 
 }  // namespace minidl::kernels

@@ -7,6 +7,7 @@
 
 #include "core/cuda/kernel_helpers.cuh"
 #include "core/cuda/runtime.h"
+#include "core/dispatch.h"
 #include "core/error.h"
 #include "core/half_types.h"
 #include "layers/conv/conv2d_kernels.h"
@@ -39,24 +40,23 @@ __global__ void __launch_bounds__(kPadThreads)
 
 }  // namespace
 
-void conv2d_nhwc_pad_channels_cuda(DType dtype, const void* in, void* out, int64_t rows, int64_t c, int64_t cp) {
-  MINIDL_CHECK(is_half(dtype) && cp % kChunk == 0 && c <= cp && reinterpret_cast<uintptr_t>(out) % 16 == 0,
+template <class T>
+void conv2d_nhwc_pad_channels_cuda(const T* in, T* out, int64_t rows, int64_t c, int64_t cp) {
+  MINIDL_CHECK(cp % kChunk == 0 && c <= cp && reinterpret_cast<uintptr_t>(out) % 16 == 0,
                "conv2d channel padding: bfloat16/float16 rows to a multiple of 8 channels on a 16-byte-aligned "
-               "output, got ", dtype_name(dtype), " ", c, " -> ", cp);
+               "output, got ",
+               dtype_name(DTypeOf<T>::value), " ", c, " -> ", cp);
   if (rows == 0) return;
   const bool vector_in = c % kChunk == 0 && reinterpret_cast<uintptr_t>(in) % 16 == 0;
   const int64_t chunks = rows * (cp / kChunk);
   const int grid = cuda::grid_blocks((chunks + kPadThreads - 1) / kPadThreads, kPadThreads);
-  auto launch = [&](auto tag) {
-    using T = decltype(tag);
-    pad_channels_kernel<T><<<grid, kPadThreads, 0, cuda::stream()>>>(
-        static_cast<const T*>(in), static_cast<T*>(out), rows, static_cast<int>(c), static_cast<int>(cp), vector_in);
-  };
-  if (dtype == DType::BFloat16)
-    launch(bf16{});
-  else
-    launch(fp16{});
+  pad_channels_kernel<T>
+      <<<grid, kPadThreads, 0, cuda::stream()>>>(in, out, rows, static_cast<int>(c), static_cast<int>(cp), vector_in);
   MINIDL_LAUNCH_CHECK();
 }
+
+#define MINIDL_PAD_CHANNELS_CUDA(T) \
+  template void conv2d_nhwc_pad_channels_cuda<T>(const T*, T*, int64_t, int64_t, int64_t);
+MINIDL_FOR_HALF_TYPES(MINIDL_PAD_CHANNELS_CUDA)
 
 }  // namespace minidl::kernels

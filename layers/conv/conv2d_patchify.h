@@ -16,13 +16,15 @@ inline bool conv2d_patchify_applies(const Conv2dShape& s, DType dtype) {
          s.groups == 1;
 }
 
-// The channels-last operands of conv2d_nhwc_*_cuda (conv2d_kernels.h): x (n, h, w, c), weight
-// (o, kh, kw, c), y and dy (n, oh, ow, o). The bias joins the GEMM's float32 sum and y is rounded
+// The channels-last operands of conv2d_nhwc_*_cuda (conv2d_kernels.h), of T bf16 or fp16: x (n,
+// h, w, c), weight (o, kh, kw, c), y and dy (n, oh, ow, o). The bias joins the GEMM's float32 sum and y is rounded
 // once; dw is overwritten. dx is overwritten everywhere, zero where no patch reads (the rows and
 // columns past the last whole patch).
-void conv2d_patchify_forward_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* w, const void* b,
-                                  void* y);
-void conv2d_patchify_backward_data_cuda(const Conv2dShape& s, DType dtype, const void* dy, const void* w, void* dx);
-void conv2d_patchify_backward_filter_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* dy, void* dw);
+template <class T>
+void conv2d_patchify_forward_cuda(const Conv2dShape& s, const T* x, const T* w, const T* b, T* y);
+template <class T>
+void conv2d_patchify_backward_data_cuda(const Conv2dShape& s, const T* dy, const T* w, T* dx);
+template <class T>
+void conv2d_patchify_backward_filter_cuda(const Conv2dShape& s, const T* x, const T* dy, T* dw);
 
 }  // namespace minidl::kernels

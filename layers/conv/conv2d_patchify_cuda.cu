@@ -64,55 +64,46 @@ int64_t rows_of(const Conv2dShape& s) { return s.n * s.oh() * s.ow(); }
 int64_t patch_of(const Conv2dShape& s) { return s.kh * s.kw * s.c; }
 
 // P (rows, patch) of x, in scratch of the storage type.
-std::shared_ptr<void> gather(const Conv2dShape& s, DType dtype, const void* x) {
+template <class T>
+std::shared_ptr<void> gather(const Conv2dShape& s, const T* x) {
   const int64_t total = rows_of(s) * patch_of(s);
-  auto p = allocate(dtype_size(dtype) * static_cast<size_t>(total), Device::cuda());
-  dispatch_dtype(dtype, "conv2d patch gather", [&](auto tag) {
-    using T = decltype(tag);
-    gather_patches_kernel<T><<<cuda::grid_blocks(cuda::ceil_div(total, kBlock), kBlock), kBlock, 0, cuda::stream()>>>(
-        Patches(s), static_cast<const T*>(x), static_cast<T*>(p.get()));
-    MINIDL_LAUNCH_CHECK();
-  });
+  auto p = allocate(sizeof(T) * static_cast<size_t>(total), Device::cuda());
+  gather_patches_kernel<T><<<cuda::grid_blocks(cuda::ceil_div(total, kBlock), kBlock), kBlock, 0, cuda::stream()>>>(
+      Patches(s), x, static_cast<T*>(p.get()));
+  MINIDL_LAUNCH_CHECK();
   return p;
 }
 
 }  // namespace
 
-void conv2d_patchify_forward_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* w, const void* b,
-                                  void* y) {
+template <class T>
+void conv2d_patchify_forward_cuda(const Conv2dShape& s, const T* x, const T* w, const T* b, T* y) {
   if (s.n == 0) return;
-  const auto p = gather(s, dtype, x);
-  dispatch_dtype(dtype, "conv2d patch GEMM", [&](auto tag) {
-    using T = decltype(tag);
-    linear_forward_cuda(rows_of(s), patch_of(s), s.o, static_cast<const T*>(p.get()), static_cast<const T*>(w),
-                        static_cast<const T*>(b), static_cast<T*>(y));
-  });
+  const auto p = gather(s, x);
+  linear_forward_cuda(rows_of(s), patch_of(s), s.o, static_cast<const T*>(p.get()), w, b, y);
 }
 
-void conv2d_patchify_backward_filter_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* dy, void* dw) {
-  const auto p = gather(s, dtype, x);
-  dispatch_dtype(dtype, "conv2d patch GEMM", [&](auto tag) {
-    using T = decltype(tag);
-    linear_backward_weight_cuda(rows_of(s), patch_of(s), s.o, static_cast<const T*>(p.get()), static_cast<const T*>(dy),
-                                static_cast<T*>(dw));
-  });
+template <class T>
+void conv2d_patchify_backward_filter_cuda(const Conv2dShape& s, const T* x, const T* dy, T* dw) {
+  const auto p = gather(s, x);
+  linear_backward_weight_cuda(rows_of(s), patch_of(s), s.o, static_cast<const T*>(p.get()), dy, dw);
 }
 
-void conv2d_patchify_backward_data_cuda(const Conv2dShape& s, DType dtype, const void* dy, const void* w, void* dx) {
+template <class T>
+void conv2d_patchify_backward_data_cuda(const Conv2dShape& s, const T* dy, const T* w, T* dx) {
   if (s.n == 0) return;
   const int64_t total = s.n * s.h * s.w * s.c;
-  auto dp = allocate(dtype_size(dtype) * static_cast<size_t>(rows_of(s) * patch_of(s)), Device::cuda());
-  dispatch_dtype(dtype, "conv2d patch GEMM", [&](auto tag) {
-    using T = decltype(tag);
-    linear_backward_data_cuda(rows_of(s), patch_of(s), s.o, static_cast<const T*>(dy), static_cast<const T*>(w),
-                              static_cast<T*>(dp.get()));
-  });
-  dispatch_dtype(dtype, "conv2d patch scatter", [&](auto tag) {
-    using T = decltype(tag);
-    scatter_patches_kernel<T><<<cuda::grid_blocks(cuda::ceil_div(total, kBlock), kBlock), kBlock, 0,
-                                cuda::stream()>>>(Patches(s), static_cast<const T*>(dp.get()), static_cast<T*>(dx));
-    MINIDL_LAUNCH_CHECK();
-  });
+  auto dp = allocate(sizeof(T) * static_cast<size_t>(rows_of(s) * patch_of(s)), Device::cuda());
+  linear_backward_data_cuda(rows_of(s), patch_of(s), s.o, dy, w, static_cast<T*>(dp.get()));
+  scatter_patches_kernel<T><<<cuda::grid_blocks(cuda::ceil_div(total, kBlock), kBlock), kBlock, 0, cuda::stream()>>>(
+      Patches(s), static_cast<const T*>(dp.get()), dx);
+  MINIDL_LAUNCH_CHECK();
 }
+
+#define MINIDL_PATCHIFY_CUDA(T)                                                                        \
+  template void conv2d_patchify_forward_cuda<T>(const Conv2dShape&, const T*, const T*, const T*, T*); \
+  template void conv2d_patchify_backward_filter_cuda<T>(const Conv2dShape&, const T*, const T*, T*);   \
+  template void conv2d_patchify_backward_data_cuda<T>(const Conv2dShape&, const T*, const T*, T*);
+MINIDL_FOR_HALF_TYPES(MINIDL_PATCHIFY_CUDA)
 
 }  // namespace minidl::kernels

@@ -28,11 +28,11 @@ inline bool conv2d_small_cin_nhwc_applies(const Conv2dShape& s, DType dtype) {
 
 // y = conv(x, w) + b (b may be null), full fp32 FMAs (no TF32), on minidl::cuda::stream().
 void conv2d_small_cin_forward_cuda(const Conv2dShape& s, const float* x, const float* w, const float* b, float* y);
-// The same on channels-last operands of `dtype` (bfloat16 or float16): x (n, h, w, c), w (o, kh,
-// kw, c), b (o) or null, y (n, oh, ow, o). float32 FMAs on the widened values in the patch's
+// The same on channels-last operands of T (bf16 or fp16): x (n, h, w, c), w (o, kh, kw, c), b
+// (o) or null, y (n, oh, ow, o). float32 FMAs on the widened values in the patch's
 // order, the bias added to the float32 sum, y rounded once.
-void conv2d_small_cin_nhwc_forward_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* w,
-                                        const void* b, void* y);
+template <class T>
+void conv2d_small_cin_nhwc_forward_cuda(const Conv2dShape& s, const T* x, const T* w, const T* b, T* y);
 // dw = the weight gradient, overwritten; per-block partials plus a finalize kernel in a fixed
 // order (no atomics), so the same bits every run on a given GPU.
 void conv2d_small_cin_backward_filter_cuda(const Conv2dShape& s, const float* x, const float* dy, float* dw);

@@ -18,6 +18,7 @@
 
 #include "core/allocator.h"
 #include "core/cuda/runtime.h"
+#include "core/dispatch.h"
 #include "core/error.h"
 #include "core/half_types.h"
 #include "layers/conv/conv2d_small_cin.h"
@@ -384,19 +385,18 @@ void launch_forward(const SmallConv& g, const float* x, const float* w, const fl
 }
 
 template <class T, int KP>
-void launch_nhwc_forward(const SmallConv& g, const void* x, const void* w, const void* b, void* y) {
+void launch_nhwc_forward(const SmallConv& g, const T* x, const T* w, const T* b, T* y) {
   const int64_t blocks = (g.np + kFwdThreads - 1) / kFwdThreads;
   MINIDL_CHECK(blocks <= INT32_MAX, "conv2d on CUDA: ", g.np, " output positions exceed the grid");
   // 16-byte stores need rows of a multiple of 8 values on a 16-byte-aligned y.
   const bool vector_rows = g.o % kStoreVec == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0;
-  small_cin_nhwc_forward_kernel<T, KP><<<dim3(static_cast<unsigned>(blocks), o_tiles(g)), kFwdThreads, 0,
-                                         cuda::stream()>>>(g, static_cast<const T*>(x), static_cast<const T*>(w),
-                                                           static_cast<const T*>(b), static_cast<T*>(y), vector_rows);
+  small_cin_nhwc_forward_kernel<T, KP>
+      <<<dim3(static_cast<unsigned>(blocks), o_tiles(g)), kFwdThreads, 0, cuda::stream()>>>(g, x, w, b, y, vector_rows);
   MINIDL_LAUNCH_CHECK();
 }
 
 template <class T>
-void nhwc_forward(const SmallConv& g, const void* x, const void* w, const void* b, void* y) {
+void nhwc_forward(const SmallConv& g, const T* x, const T* w, const T* b, T* y) {
   switch ((g.k + 3) / 4) {
     case 1: return launch_nhwc_forward<T, 4>(g, x, w, b, y);
     case 2: return launch_nhwc_forward<T, 8>(g, x, w, b, y);
@@ -451,15 +451,16 @@ void conv2d_small_cin_forward_cuda(const Conv2dShape& s, const float* x, const f
   }
 }
 
-void conv2d_small_cin_nhwc_forward_cuda(const Conv2dShape& s, DType dtype, const void* x, const void* w,
-                                        const void* b, void* y) {
-  MINIDL_CHECK(is_half(dtype), "conv2d small-channel kernels: channels-last forward in bfloat16 or float16, got ",
-               dtype_name(dtype));
+template <class T>
+void conv2d_small_cin_nhwc_forward_cuda(const Conv2dShape& s, const T* x, const T* w, const T* b, T* y) {
   const SmallConv g = small_conv(s);
   if (g.np == 0) return;
-  if (dtype == DType::BFloat16) return nhwc_forward<bf16>(g, x, w, b, y);
-  return nhwc_forward<fp16>(g, x, w, b, y);
+  nhwc_forward<T>(g, x, w, b, y);
 }
+
+#define MINIDL_SMALL_CIN_NHWC_CUDA(T) \
+  template void conv2d_small_cin_nhwc_forward_cuda<T>(const Conv2dShape&, const T*, const T*, const T*, T*);
+MINIDL_FOR_HALF_TYPES(MINIDL_SMALL_CIN_NHWC_CUDA)
 
 void conv2d_small_cin_backward_filter_cuda(const Conv2dShape& s, const float* x, const float* dy, float* dw) {
   const SmallConv g = small_conv(s);

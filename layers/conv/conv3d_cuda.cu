@@ -56,15 +56,15 @@ void conv3d_backward_filter_cuda(const Conv3dShape& s, bool channels_last, const
 template <class T>
 void conv3d_add_bias_cuda(bool channels_last, T* y, const T* b, int64_t n, int64_t o, int64_t spatial) {
   if (n == 0) return;
-  const DType dtype = operands<T>(channels_last).dtype;
-  if (channels_last) return conv2d_nhwc_add_bias_cuda(dtype, y, b, n * spatial, o);
+  if (channels_last) return conv2d_nhwc_add_bias_cuda(y, b, n * spatial, o);
+  operands<T>(false);
   cuda::add_channel_bias(reinterpret_cast<float*>(y), reinterpret_cast<const float*>(b), n, o, spatial);
 }
 
 template <class T>
 void conv3d_backward_bias_cuda(bool channels_last, const T* dy, T* db, int64_t n, int64_t o, int64_t spatial) {
-  const DType dtype = operands<T>(channels_last).dtype;
-  if (channels_last) return conv2d_nhwc_backward_bias_cuda(dtype, dy, db, n * spatial, o);
+  if (channels_last) return conv2d_nhwc_backward_bias_cuda(dy, db, n * spatial, o);
+  operands<T>(false);
   conv_backward_bias_cuda(reinterpret_cast<const float*>(dy), reinterpret_cast<float*>(db), n, o, spatial);
 }
 

@@ -29,9 +29,13 @@ struct CudnnOperands {
 
 // The three directions; the algorithm of each is chosen on its first call (cudnn_conv_cuda.cu
 // says how) and cached with the descriptors. All on minidl::cuda::stream(), overwriting the output.
-void cudnn_conv_forward(const CudnnConvProblem& p, CudnnOperands ops, const void* x, const void* w, void* y);
-void cudnn_conv_backward_data(const CudnnConvProblem& p, CudnnOperands ops, const void* dy, const void* w, void* dx);
-void cudnn_conv_backward_filter(const CudnnConvProblem& p, CudnnOperands ops, const void* x, const void* dy, void* dw);
+// T (float, bf16, fp16) is the storage type ops.dtype names.
+template <class T>
+void cudnn_conv_forward(const CudnnConvProblem& p, CudnnOperands ops, const T* x, const T* w, T* y);
+template <class T>
+void cudnn_conv_backward_data(const CudnnConvProblem& p, CudnnOperands ops, const T* dy, const T* w, T* dx);
+template <class T>
+void cudnn_conv_backward_filter(const CudnnConvProblem& p, CudnnOperands ops, const T* x, const T* dy, T* dw);
 
 // Plans cached so far, over every rank and kind of operands.
 size_t cudnn_conv_plan_count();

@@ -31,6 +31,7 @@
 #include "core/allocator.h"
 #include "core/cuda/kernel_helpers.cuh"
 #include "core/cuda/runtime.h"
+#include "core/dispatch.h"
 #include "core/error.h"
 #include "core/settings.h"
 #include "layers/conv/cudnn_conv.h"
@@ -245,7 +246,8 @@ std::shared_ptr<void> workspace(size_t bytes) {
   return bytes ? allocate(bytes, Device::cuda()) : std::shared_ptr<void>();
 }
 
-void choose_forward(Plan& p, const PlanKey& key, const void* x, const void* w, void* y) {
+template <class T>
+void choose_forward(Plan& p, const PlanKey& key, const T* x, const T* w, T* y) {
   cudnnHandle_t h = cuda::cudnn();
   int max_count = 0, count = 0;
   MINIDL_CUDA_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(h, &max_count));
@@ -263,7 +265,8 @@ void choose_forward(Plan& p, const PlanKey& key, const void* x, const void* w, v
   });
 }
 
-void choose_backward_data(Plan& p, const PlanKey& key, const void* dy, const void* w, void* dx) {
+template <class T>
+void choose_backward_data(Plan& p, const PlanKey& key, const T* dy, const T* w, T* dx) {
   cudnnHandle_t h = cuda::cudnn();
   int max_count = 0, count = 0;
   MINIDL_CUDA_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(h, &max_count));
@@ -281,7 +284,8 @@ void choose_backward_data(Plan& p, const PlanKey& key, const void* dy, const voi
   });
 }
 
-void choose_backward_filter(Plan& p, const PlanKey& key, const void* x, const void* dy, void* dw) {
+template <class T>
+void choose_backward_filter(Plan& p, const PlanKey& key, const T* x, const T* dy, T* dw) {
   cudnnHandle_t h = cuda::cudnn();
   int max_count = 0, count = 0;
   MINIDL_CUDA_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(h, &max_count));
@@ -410,7 +414,8 @@ __global__ void bias_grad_partials_kernel(const float* __restrict__ dy, int64_t 
 
 }  // namespace
 
-void cudnn_conv_forward(const CudnnConvProblem& s, CudnnOperands ops, const void* x, const void* w, void* y) {
+template <class T>
+void cudnn_conv_forward(const CudnnConvProblem& s, CudnnOperands ops, const T* x, const T* w, T* y) {
   std::lock_guard<std::mutex> lock(g_mu);
   PlanKey key;
   Plan& p = plan_for(s, ops, &key);
@@ -421,7 +426,8 @@ void cudnn_conv_forward(const CudnnConvProblem& s, CudnnOperands ops, const void
                                             p.fwd.workspace, &zero, p.y, y));
 }
 
-void cudnn_conv_backward_data(const CudnnConvProblem& s, CudnnOperands ops, const void* dy, const void* w, void* dx) {
+template <class T>
+void cudnn_conv_backward_data(const CudnnConvProblem& s, CudnnOperands ops, const T* dy, const T* w, T* dx) {
   std::lock_guard<std::mutex> lock(g_mu);
   PlanKey key;
   Plan& p = plan_for(s, ops, &key);
@@ -432,11 +438,12 @@ void cudnn_conv_backward_data(const CudnnConvProblem& s, CudnnOperands ops, cons
                                                  ws.get(), p.bwd_data.workspace, &zero, p.x, dx));
 }
 
-void cudnn_conv_backward_filter(const CudnnConvProblem& s, CudnnOperands ops, const void* x, const void* dy, void* dw) {
+template <class T>
+void cudnn_conv_backward_filter(const CudnnConvProblem& s, CudnnOperands ops, const T* x, const T* dy, T* dw) {
   if (s.n == 0) {
     int64_t elems = s.o * (s.c / s.groups);
     for (int i = 0; i < s.rank; ++i) elems *= s.k[i];
-    MINIDL_CUDA_CHECK(cudaMemsetAsync(dw, 0, dtype_size(ops.dtype) * elems, cuda::stream()));
+    MINIDL_CUDA_CHECK(cudaMemsetAsync(dw, 0, sizeof(T) * elems, cuda::stream()));
     return;
   }
   std::lock_guard<std::mutex> lock(g_mu);
@@ -449,6 +456,12 @@ void cudnn_conv_backward_filter(const CudnnConvProblem& s, CudnnOperands ops, co
                                                    p.bwd_filter.algo, ws.get(), p.bwd_filter.workspace, &zero, p.w,
                                                    dw));
 }
+
+#define MINIDL_CUDNN_CONV(T)                                                                           \
+  template void cudnn_conv_forward<T>(const CudnnConvProblem&, CudnnOperands, const T*, const T*, T*);      \
+  template void cudnn_conv_backward_data<T>(const CudnnConvProblem&, CudnnOperands, const T*, const T*, T*); \
+  template void cudnn_conv_backward_filter<T>(const CudnnConvProblem&, CudnnOperands, const T*, const T*, T*);
+MINIDL_FOR_FLOATING_TYPES(MINIDL_CUDNN_CONV)
 
 size_t cudnn_conv_plan_count() {
   std::lock_guard<std::mutex> lock(g_mu);

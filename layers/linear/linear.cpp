@@ -9,19 +9,11 @@
 #include "core/field_kinds.h"
 #include "core/init.h"
 #include "core/storage_rounding.h"
+#include "core/tensor_data.h"
 #include "layers/linear/linear_kernels.h"
 #include "layers/registry.h"
 
 namespace minidl {
-
-namespace {
-
-template <class T>
-const T* data_or_null(const Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
-}
-
-}  // namespace
 
 // Float32 operands run the float32 kernels on either device; half operands run GemmEx on CUDA
 // (linear_kernels.h) and, on the CPU, the float32 kernels on the widened operands with the output

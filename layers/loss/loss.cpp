@@ -33,9 +33,71 @@ void check_labels_cpu(const Tensor& labels, int64_t classes, const char* what) {
                  " classes");
 }
 
+// Logits (B, T, V) and labels (B, T): the fused classifier (loss_kernels.h). On the GPU the
+// logits stay in their type (bf16 in a bf16 run) and only their gradient is written, in one pass
+// in the backward; the forward keeps one float per row.
+Tensor token_cross_entropy(const Tensor& logits_in, const Tensor& labels_in, float eps) {
+  MINIDL_CHECK(labels_in.defined() && labels_in.dtype() == DType::Int32 && labels_in.dim() == 2 &&
+                   labels_in.size(0) == logits_in.size(0) && labels_in.size(1) == logits_in.size(1),
+               "cross_entropy: logits ", shape_str(logits_in.shape()), " take int32 labels (", logits_in.size(0), ", ",
+               logits_in.size(1), "), got ", labels_in.defined() ? labels_in.str() : "an undefined tensor");
+  MINIDL_CHECK(logits_in.numel() > 0, "cross_entropy: logits of shape ", shape_str(logits_in.shape()), " are empty");
+  check_same_device(logits_in, labels_in, "cross_entropy");
+  MINIDL_CHECK(eps >= 0.f && eps <= 1.f, "cross_entropy: label_smoothing must be in [0, 1], got ", eps);
+  const Tensor logits = logits_in.contiguous(), labels = labels_in.contiguous();
+  const int64_t rows = logits.size(0) * logits.size(1), classes = logits.size(2);
+  const DType t = logits.dtype();
+  Tensor loss = Tensor::empty({1}, DType::Float32, logits.device());
+  Tensor row_lse = Tensor::empty({rows}, DType::Float32, logits.device());
+  dispatch(
+      logits.device(), "cross_entropy_forward",
+      [&] {
+        check_labels_cpu(labels, classes, "cross_entropy");
+        kernels::token_cross_entropy_forward_cpu(logits.data<float>(), labels.data<int32_t>(), rows, classes, eps,
+                                                 row_lse.data<float>(), loss.data<float>());
+      },
+      [&] {
+        kernels::raise_flagged_label_error();
+        Tensor row_loss = Tensor::empty({rows}, DType::Float32, logits.device());
+        dispatch_dtype(t, "cross_entropy", [&](auto tag) {
+          using T = decltype(tag);
+          kernels::token_cross_entropy_forward_cuda(logits.data<T>(), labels.data<int32_t>(), rows, classes, eps,
+                                                    row_lse.data<float>(), row_loss.data<float>(), loss.data<float>());
+        });
+      });
+  if (autograd::needs_grad({logits})) {
+    autograd::record(loss, "cross_entropy", {logits},
+                     [xs = logits.detach(), labels, row_lse, rows, classes, eps](const Tensor& g) -> std::vector<Tensor> {
+                       Tensor dx = Tensor::empty(xs.shape(), xs.dtype(), xs.device());
+                       dispatch(
+                           xs.device(), "cross_entropy_backward",
+                           [&] {
+                             kernels::token_cross_entropy_backward_cpu(xs.data<float>(), labels.data<int32_t>(),
+                                                                       row_lse.data<float>(), rows, classes, eps,
+                                                                       g.item(), dx.data<float>());
+                           },
+                           [&] {
+                             dispatch_dtype(xs.dtype(), "cross_entropy", [&](auto tag) {
+                               using T = decltype(tag);
+                               kernels::token_cross_entropy_backward_cuda(xs.data<T>(), labels.data<int32_t>(),
+                                                                          row_lse.data<float>(), rows, classes, eps,
+                                                                          g.data<float>(), dx.data<T>());
+                             });
+                           });
+                       return {dx};
+                     });
+  }
+  return loss;
+}
+
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing) {
+  if (logits.defined() && logits.dim() == 3) {
+    // On the CPU the reference computes in float32 (half logits widened); on the GPU in place.
+    if (holds_half(logits) && !logits.is_cuda()) return cross_entropy(as_float32(logits), labels, label_smoothing);
+    return token_cross_entropy(logits, labels, label_smoothing);
+  }
   // Low-precision logits are widened: the loss and its softmax are float32 (autocast's rule).
   if (holds_half(logits)) return cross_entropy(as_float32(logits), labels, label_smoothing);
   check_inputs(logits, labels, "cross_entropy");

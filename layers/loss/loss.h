@@ -21,6 +21,11 @@
 
 namespace minidl {
 
+//
+// A language model's logits (B, T, V) with labels (B, T) take the fused classifier: the mean over
+// all B * T tokens, the same formula, without the forward-time gradient: the forward keeps one
+// log-sum-exp per token and the backward writes the gradient in one pass from the logits, in
+// their type on the GPU (bf16 logits stay bf16; no float32 copy of their size is ever made).
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing = 0.f);
 
 // The autograd node of a loss whose gradient its forward computed (dlogits, float32 like logits):

@@ -39,7 +39,7 @@ LabelStatus* label_status() {
   static LabelStatus* status = [] {
     MINIDL_CHECK(cuda::props().unifiedAddressing, "cross_entropy (CUDA): the GPU lacks unified addressing");
     LabelStatus* s = nullptr;
-    MINIDL_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&s), sizeof(LabelStatus), cudaHostAllocMapped));
+    MINIDL_CUDA_CHECK(cudaHostAlloc(&s, sizeof(LabelStatus), cudaHostAllocMapped));
     *s = LabelStatus{0, 0, 0, 0};
     return s;
   }();
@@ -209,6 +209,13 @@ void cross_entropy_forward_cuda(const float* logits, const int32_t* labels, int6
   MINIDL_LAUNCH_CHECK();
   cross_entropy_mean_kernel<<<1, kReduceBlock, 0, cuda::stream()>>>(row_loss, labels, r, k, loss,
                                                                     label_status());
+  MINIDL_LAUNCH_CHECK();
+}
+
+void cross_entropy_mean_cuda(const float* row_loss, const int32_t* labels, int64_t rows, int64_t classes, float* loss) {
+  check_sizes(rows, classes, "cross_entropy");
+  cross_entropy_mean_kernel<<<1, kReduceBlock, 0, cuda::stream()>>>(row_loss, labels, static_cast<int>(rows),
+                                                                    static_cast<int>(classes), loss, label_status());
   MINIDL_LAUNCH_CHECK();
 }
 

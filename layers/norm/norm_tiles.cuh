@@ -471,10 +471,16 @@ __device__ __forceinline__ void block_sum_entries(int64_t n, Add add, double& a,
 
 // ---- host side ----
 
-inline bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+template <class P>
+bool aligned16(const P* p) {
+  return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 // Blocks of kBlock threads of `kernel` that fit on the chip at once (its own occupancy).
-inline int resident_blocks_of(const void* kernel) { return cuda::resident_blocks_of(kernel, kBlock); }
+template <class Kernel>
+int resident_blocks_of(Kernel kernel) {
+  return cuda::resident_blocks_of(kernel, kBlock);
+}
 
 // Splits each run of `block` columns into the fewest tiles of at most kTileMax columns, each a
 // whole number of `quantum` columns, as even as possible.
@@ -656,18 +662,17 @@ inline void set_slices(Geometry& g, int resident_blocks) {
 }
 
 template <class Op, class T>
-const void* reduce_kernel_of(bool vec) {
-  return vec ? reinterpret_cast<const void*>(reduce_kernel<Op, true, T>)
-             : reinterpret_cast<const void*>(reduce_kernel<Op, false, T>);
+auto reduce_kernel_of(bool vec) {
+  return vec ? &reduce_kernel<Op, true, T> : &reduce_kernel<Op, false, T>;
 }
 
 template <class Op, class T>
-const void* map_kernel_of(bool vec) {
-  return vec ? reinterpret_cast<const void*>(map_kernel<Op, true, T>)
-             : reinterpret_cast<const void*>(map_kernel<Op, false, T>);
+auto map_kernel_of(bool vec) {
+  return vec ? &map_kernel<Op, true, T> : &map_kernel<Op, false, T>;
 }
 
-inline unsigned grid_of(const Geometry& g, const void* kernel) {
+template <class Kernel>
+unsigned grid_of(const Geometry& g, Kernel kernel) {
   const int64_t resident = resident_blocks_of(kernel);
   return static_cast<unsigned>(g.units < resident ? g.units : resident);
 }

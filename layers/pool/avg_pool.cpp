@@ -36,7 +36,12 @@ Tensor pool(const Tensor& x, const AvgPool2dGeometry& g, int64_t OH, int64_t OW,
   dispatch(
       x.device(), "avg_pool2d_forward",
       [&] { kernels::avg_pool2d_forward_cpu(x.data<float>(), y.data<float>(), s, g); },
-      [&] { kernels::avg_pool2d_forward_cuda(t, x.raw_data(), y.raw_data(), s, g, nhwc); });
+      [&] {
+        dispatch_dtype(t, "avg_pool2d", [&](auto tag) {
+          using T = decltype(tag);
+          kernels::avg_pool2d_forward_cuda(x.data<T>(), y.data<T>(), s, g, nhwc);
+        });
+      });
   if (autograd::needs_grad({x})) {
     const Shape in_shape = x.shape();
     autograd::record(y, "avg_pool2d", {x},
@@ -46,7 +51,12 @@ Tensor pool(const Tensor& x, const AvgPool2dGeometry& g, int64_t OH, int64_t OW,
                        dispatch(
                            dy.device(), "avg_pool2d_backward",
                            [&] { kernels::avg_pool2d_backward_cpu(dy.data<float>(), dx.data<float>(), s, g); },
-                           [&] { kernels::avg_pool2d_backward_cuda(t, dy.raw_data(), dx.raw_data(), s, g, nhwc); });
+                           [&] {
+                             dispatch_dtype(t, "avg_pool2d", [&](auto tag) {
+                               using T = decltype(tag);
+                               kernels::avg_pool2d_backward_cuda(dy.data<T>(), dx.data<T>(), s, g, nhwc);
+                             });
+                           });
                        return {dx};
                      });
   }

@@ -71,32 +71,31 @@ __global__ void avg_pool_backward_kernel(const T* __restrict__ dy, T* __restrict
 
 }  // namespace
 
-void avg_pool2d_forward_cuda(DType dtype, const void* x, void* y, const AvgPool2dShape& s, const AvgPool2dGeometry& g,
+template <class T>
+void avg_pool2d_forward_cuda(const T* x, T* y, const AvgPool2dShape& s, const AvgPool2dGeometry& g,
                              bool channels_last) {
   const int64_t total = s.n * s.c * s.OH * s.OW;
   if (total == 0) return;
-  dispatch_dtype(dtype, "avg_pool2d", [&](auto tag) {
-    using T = decltype(tag);
-    if (channels_last)
-      pool_index::launch(avg_pool_forward_kernel<T, true>, total, static_cast<const T*>(x), static_cast<T*>(y), s, g);
-    else
-      pool_index::launch(avg_pool_forward_kernel<T, false>, total, static_cast<const T*>(x), static_cast<T*>(y), s, g);
-  });
+  if (channels_last)
+    pool_index::launch(avg_pool_forward_kernel<T, true>, total, x, y, s, g);
+  else
+    pool_index::launch(avg_pool_forward_kernel<T, false>, total, x, y, s, g);
 }
 
-void avg_pool2d_backward_cuda(DType dtype, const void* dy, void* dx, const AvgPool2dShape& s,
-                              const AvgPool2dGeometry& g, bool channels_last) {
+template <class T>
+void avg_pool2d_backward_cuda(const T* dy, T* dx, const AvgPool2dShape& s, const AvgPool2dGeometry& g,
+                              bool channels_last) {
   const int64_t total = s.n * s.c * s.H * s.W;
   if (total == 0) return;
-  dispatch_dtype(dtype, "avg_pool2d", [&](auto tag) {
-    using T = decltype(tag);
-    if (channels_last)
-      pool_index::launch(avg_pool_backward_kernel<T, true>, total, static_cast<const T*>(dy), static_cast<T*>(dx), s,
-                         g);
-    else
-      pool_index::launch(avg_pool_backward_kernel<T, false>, total, static_cast<const T*>(dy), static_cast<T*>(dx), s,
-                         g);
-  });
+  if (channels_last)
+    pool_index::launch(avg_pool_backward_kernel<T, true>, total, dy, dx, s, g);
+  else
+    pool_index::launch(avg_pool_backward_kernel<T, false>, total, dy, dx, s, g);
 }
+
+#define MINIDL_AVG_POOL_CUDA(T)                                                                                  \
+  template void avg_pool2d_forward_cuda<T>(const T*, T*, const AvgPool2dShape&, const AvgPool2dGeometry&, bool); \
+  template void avg_pool2d_backward_cuda<T>(const T*, T*, const AvgPool2dShape&, const AvgPool2dGeometry&, bool);
+MINIDL_FOR_FLOATING_TYPES(MINIDL_AVG_POOL_CUDA)
 
 }  // namespace minidl::kernels

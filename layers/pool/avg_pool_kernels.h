@@ -29,12 +29,13 @@ struct AvgPool2dShape {
 // dy / divisor (PyTorch's CPU kernels' operations, so its bits).
 void avg_pool2d_forward_cpu(const float* x, float* y, const AvgPool2dShape& s, const AvgPool2dGeometry& g);
 void avg_pool2d_backward_cpu(const float* dy, float* dx, const AvgPool2dShape& s, const AvgPool2dGeometry& g);
-// CUDA: `dtype` Float32, BFloat16 or Float16, NCHW or NHWC, the CPU's operations in float32 with
-// one rounding to `dtype` at the end, so the CPU's bits on the widened values.
-void avg_pool2d_forward_cuda(DType dtype, const void* x, void* y, const AvgPool2dShape& s, const AvgPool2dGeometry& g,
-                             bool channels_last);
-void avg_pool2d_backward_cuda(DType dtype, const void* dy, void* dx, const AvgPool2dShape& s,
-                              const AvgPool2dGeometry& g, bool channels_last);
+// CUDA: T float, bf16 or fp16, NCHW or NHWC, the CPU's operations in float32 with one rounding
+// to T at the end, so the CPU's bits on the widened values.
+template <class T>
+void avg_pool2d_forward_cuda(const T* x, T* y, const AvgPool2dShape& s, const AvgPool2dGeometry& g, bool channels_last);
+template <class T>
+void avg_pool2d_backward_cuda(const T* dy, T* dx, const AvgPool2dShape& s, const AvgPool2dGeometry& g,
+                              bool channels_last);
 }  // namespace kernels
 
 }  // namespace minidl

@@ -36,8 +36,7 @@ __device__ __forceinline__ void covering_windows(int i, int k, int pad, int out,
 // loops run as one even wave.
 template <class Kernel>
 int grid_for(Kernel kernel, int64_t threads) {
-  return cuda::clamp_grid(cuda::ceil_div(threads, kBlock),
-                          cuda::resident_blocks_of(reinterpret_cast<const void*>(kernel), kBlock));
+  return cuda::clamp_grid(cuda::ceil_div(threads, kBlock), cuda::resident_blocks_of(kernel, kBlock));
 }
 
 template <class Kernel, class... Args>

@@ -20,34 +20,39 @@ namespace minidl {
 
 namespace {
 
-// Whether the fused kernels take a call; a CPU-only build has none (their launcher is CUDA code).
+// Which kernels run a call on the GPU.
+enum class AttentionPath { Gemm, Fused, Flash };
+
+// Whether the fused (short) or flash (long) kernels take a call with `data`; the GEMMs take any.
+// A CPU-only build has neither (their launchers are CUDA code).
 template <class T>
-bool fused_fits(const kernels::AttentionShape& s, const T* data) {
+bool fits(AttentionPath path, const kernels::AttentionShape& s, const T* data) {
 #ifdef MINIDL_WITH_CUDA
-  return kernels::attention_fused_cuda_fits(s, data);
+  if (path == AttentionPath::Fused) return kernels::attention_fused_cuda_fits(s, data);
+  if (path == AttentionPath::Flash) return kernels::attention_flash_cuda_fits(s, data);
+  return true;
 #else
   (void)s, (void)data;
-  return false;
+  return path == AttentionPath::Gemm;
 #endif
 }
 
-// Whether the fused kernels take x (on CUDA, any floating dtype).
-bool fused_fits(const kernels::AttentionShape& s, const Tensor& x) {
-  return dispatch_dtype(x.dtype(), "attention", [&](auto tag) { return fused_fits(s, x.data<decltype(tag)>()); });
+bool fits(AttentionPath path, const kernels::AttentionShape& s, const Tensor& x) {
+  return dispatch_dtype(x.dtype(), "attention", [&](auto tag) { return fits(path, s, x.data<decltype(tag)>()); });
 }
 
 }  // namespace
 
-Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p, uint32_t salt) {
+Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p, uint32_t salt, bool causal) {
   MINIDL_CHECK(qkv.defined() && is_floating(qkv.dtype()) && qkv.dim() == 3,
                "self_attention: expects a float32, bfloat16 or float16 input (N, T, 3 * embed_dim), got ",
                qkv.defined() ? qkv.str() : "undefined");
   MINIDL_CHECK(num_heads >= 1 && qkv.size(2) % (3 * num_heads) == 0, "self_attention: the last dim ", qkv.size(2),
                " of ", shape_str(qkv.shape()), " is not 3 * num_heads (", num_heads, ") * head_dim");
   MINIDL_CHECK(dropout_p >= 0.f && dropout_p <= 1.f, "self_attention: dropout_p must be in [0, 1], got ", dropout_p);
-  if (holds_half(qkv) && !qkv.is_cuda()) return self_attention(as_float32(qkv), num_heads, dropout_p, salt).to(qkv.dtype());
+  if (holds_half(qkv) && !qkv.is_cuda()) return self_attention(as_float32(qkv), num_heads, dropout_p, salt, causal).to(qkv.dtype());
   const Tensor x = qkv.contiguous();
-  const kernels::AttentionShape s{x.size(0), x.size(1), num_heads, x.size(2) / (3 * num_heads)};
+  const kernels::AttentionShape s{x.size(0), x.size(1), num_heads, x.size(2) / (3 * num_heads), causal};
   const DType t = x.dtype();
   const Device dev = x.device();
   const bool drop = dropout_p > 0.f;
@@ -58,13 +63,19 @@ Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p, uin
                kMaxDropoutDraws, " draws in one step");
   const int64_t step = dropout_step();
   // Short sequences in half precision run the fused kernels (the faster path wherever they fit; they
-  // keep no probabilities); the rest the batched GEMMs with the probabilities saved for the backward.
-  const bool fused = dev.is_cuda() && fused_fits(s, x);
-  Tensor probs, dropped;
-  if (!fused) {
+  // keep no probabilities), longer ones without dropout the flash kernels (they keep one float per
+  // query); the rest the batched GEMMs with the probabilities saved for the backward.
+  AttentionPath path = AttentionPath::Gemm;
+  if (dev.is_cuda() && fits(AttentionPath::Fused, s, x))
+    path = AttentionPath::Fused;
+  else if (dev.is_cuda() && !drop && fits(AttentionPath::Flash, s, x))
+    path = AttentionPath::Flash;
+  Tensor probs, dropped, lse;
+  if (path == AttentionPath::Gemm) {
     probs = Tensor::empty({s.batch, s.heads, s.tokens, s.tokens}, t, dev);
     dropped = drop ? Tensor::empty_like(probs) : probs;
   }
+  if (path == AttentionPath::Flash) lse = Tensor::empty({s.batch, s.heads, s.tokens}, DType::Float32, dev);
   Tensor y = Tensor::empty({s.batch, s.tokens, s.width()}, t, dev);
   dispatch(
       dev, "attention_forward",
@@ -76,20 +87,24 @@ Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p, uin
         dispatch_dtype(t, "attention", [&](auto tag) {
           using T = decltype(tag);
           if constexpr (!std::is_same_v<T, float>) {
-            if (fused)
+            if (path == AttentionPath::Fused)
               return kernels::attention_fused_forward_cuda(s, d, dropout_step_on(dev), x.data<T>(), y.data<T>());
+            if (path == AttentionPath::Flash)
+              return kernels::attention_flash_forward_cuda(s, x.data<T>(), y.data<T>(), lse.data<float>());
           }
           kernels::attention_forward_cuda(s, d, dropout_step_on(dev), x.data<T>(), probs.data<T>(), dropped.data<T>(),
                                           y.data<T>());
         });
       });
   if (autograd::needs_grad({qkv})) {
-    autograd::record(y, "attention", {x}, [s, t, draw, drop, step, fused, xs = x.detach(), probs, dropped](
+    // The flash backward reads the output (detached: the node must not own its own output).
+    const Tensor ys = path == AttentionPath::Flash ? y.detach() : Tensor();
+    autograd::record(y, "attention", {x}, [s, t, draw, drop, step, path, xs = x.detach(), probs, dropped, lse, ys](
                                               const Tensor& dy_in) -> std::vector<Tensor> {
       Tensor dy = dy_in.to(t).contiguous();
       const DropoutDraw* d = drop ? &draw : nullptr;
       Tensor dqkv = Tensor::empty(xs.shape(), t, dy.device());
-      if (fused && !fused_fits(s, dy)) dy = dy.clone();  // a misaligned view
+      if (!fits(path, s, dy)) dy = dy.clone();  // a misaligned view
       dispatch(
           dy.device(), "attention_backward",
           [&] {
@@ -101,9 +116,12 @@ Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p, uin
               using T = decltype(tag);
               const int64_t* step_word = dropout_step_on(dy.device());
               if constexpr (!std::is_same_v<T, float>) {
-                if (fused)
+                if (path == AttentionPath::Fused)
                   return kernels::attention_fused_backward_cuda(s, d, step_word, xs.data<T>(), dy.data<T>(),
                                                                 dqkv.data<T>());
+                if (path == AttentionPath::Flash)
+                  return kernels::attention_flash_backward_cuda(s, xs.data<T>(), ys.data<T>(), dy.data<T>(),
+                                                                lse.data<float>(), dqkv.data<T>());
               }
               kernels::attention_backward_cuda(s, d, step_word, xs.data<T>(), probs.data<T>(), dropped.data<T>(),
                                                dy.data<T>(), dqkv.data<T>());
@@ -147,7 +165,7 @@ Tensor MultiheadAttention::forward(const Tensor& x) {
     qkv = linear(x, in_dtype_of(in_proj_weight, x), in_dtype_of(in_proj_bias, x));
   }
   const float p = is_training() ? static_cast<float>(spec().dropout) : 0.f;
-  return (*out_proj)(self_attention(qkv, num_heads(), p, dropout_salt(path())));
+  return (*out_proj)(self_attention(qkv, num_heads(), p, dropout_salt(path()), causal()));
 }
 
 // In-projection: 2 FLOPs per multiply-add of (N*T, D) x (D, 3D) plus the bias; x, the weight and
@@ -179,7 +197,9 @@ int64_t multihead_attention_elements(int64_t embed_dim, bool bias) {
   return 4 * embed_dim * embed_dim + (bias ? 4 * embed_dim : 0);
 }
 
-std::string MultiheadAttention::describe() const { return str("MultiheadAttention ", embed_dim(), " h", num_heads()); }
+std::string MultiheadAttention::describe() const {
+  return str("MultiheadAttention ", embed_dim(), " h", num_heads(), causal() ? " causal" : "");
+}
 
 const Fields<MultiheadAttentionSpec>& MultiheadAttentionSpec::fields() {
   using S = MultiheadAttentionSpec;
@@ -187,7 +207,9 @@ const Fields<MultiheadAttentionSpec>& MultiheadAttentionSpec::fields() {
       {integer("embed_dim", &S::embed_dim, kRequired, {1, kMaxFeatures}, "model width D"),
        integer("num_heads", &S::num_heads, kRequired, {1, kMaxFeatures}, "attention heads; must divide embed_dim"),
        number("dropout", &S::dropout, 0.0, kUnitInterval, "dropout on the attention probabilities in training"),
-       flag("bias", &S::bias, true, "in_proj_bias and out_proj.bias")},
+       flag("bias", &S::bias, true, "in_proj_bias and out_proj.bias"),
+       written_when_set(flag("causal", &S::causal, false,
+                             "each token attends to itself and the tokens before it (is_causal=True)"))},
       [](const S& s, const JsonArgs& args) {
         MINIDL_CHECK(s.embed_dim % s.num_heads == 0, args.key_path("num_heads"), ": must divide embed_dim (",
                      s.embed_dim, "), got ", s.num_heads);
@@ -217,7 +239,12 @@ const LayerDescriptor& multihead_attention_layer() {
       AutocastRule::LowerPrecision,
       true,
       layer_state<MultiheadAttention, multihead_attention_state>,
-      {{{{"embed_dim", 12}, {"num_heads", 3}, {"dropout", 0.2}, {"bias", false}}, {3, 7, 12}}}};
+      {{{{"embed_dim", 12}, {"num_heads", 3}, {"dropout", 0.2}, {"bias", false}}, {3, 7, 12}},
+       // Causal with dropout, head size 16: the fused kernels' masked path in the half types.
+       {{{"embed_dim", 32}, {"num_heads", 2}, {"dropout", 0.1}, {"causal", true}}, {2, 9, 32}, false},
+       // Causal over 65 tokens, head size 16: past the fused kernels' 64, the flash kernels' path
+       // (two query blocks, the second one partial) in the half types.
+       {{{"embed_dim", 16}, {"num_heads", 1}, {"causal", true}}, {1, 65, 16}, false}}};
   return layer;
 }
 

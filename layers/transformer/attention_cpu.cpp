@@ -35,7 +35,13 @@ void attention_forward_cpu(const AttentionShape& s, const DropoutDraw* drop, int
     for (int64_t i = 0; i < T; ++i) {
       float* row = p + i * T;
       float max = -INFINITY;
+      // Causal: keys after the query are -inf, so exp gives them 0 (the diagonal is always kept).
+      const int64_t seen = s.causal ? i + 1 : T;
       for (int64_t j = 0; j < T; ++j) {
+        if (j >= seen) {
+          row[j] = -INFINITY;
+          continue;
+        }
         float dot = 0.f;
         for (int64_t c = 0; c < hd; ++c) dot += q[i * 3 * D + c] * k[j * 3 * D + c];
         row[j] = dot * scale;

@@ -16,6 +16,7 @@ namespace minidl::kernels {
 
 struct AttentionShape {
   int64_t batch, tokens, heads, head_dim;
+  bool causal = false;
   int64_t width() const { return heads * head_dim; }  // D
 };
 
@@ -50,5 +51,18 @@ void attention_fused_forward_cuda(const AttentionShape& s, const DropoutDraw* dr
 template <class T>
 void attention_fused_backward_cuda(const AttentionShape& s, const DropoutDraw* drop, const int64_t* step, const T* qkv,
                                    const T* dout, T* dqkv);
+
+// The flash kernels (attention_flash_cuda.cu) for longer sequences: bfloat16/float16 without
+// attention dropout, head sizes 16, 32, 48 or 64, 16-byte aligned tensors, up to 4 M tokens; blocks of
+// 64 queries and keys on the tensor cores, the softmax online, nothing of size T x T in memory.
+// The forward writes lse (N * H * T floats: each query row's log-sum-exp) for the backward, which
+// recomputes the probabilities from it; dqkv is written whole (no accumulation, no atomics).
+// fits: any floating T (false for float); the kernels: T = bf16 or fp16.
+template <class T> bool attention_flash_cuda_fits(const AttentionShape& s, const T* tensor);
+template <class T>
+void attention_flash_forward_cuda(const AttentionShape& s, const T* qkv, T* out, float* lse);
+template <class T>
+void attention_flash_backward_cuda(const AttentionShape& s, const T* qkv, const T* out, const T* dout, const float* lse,
+                                   T* dqkv);
 
 }  // namespace minidl::kernels

@@ -14,7 +14,7 @@ namespace minidl {
 
 TransformerEncoderLayer::TransformerEncoderLayer(const TransformerEncoderLayerSpec& o)
     : Layer(transformer_encoder_layer_layer(), o) {
-  self_attn = std::make_shared<MultiheadAttention>(o.d_model, o.nhead, o.dropout, o.bias);
+  self_attn = std::make_shared<MultiheadAttention>(o.d_model, o.nhead, o.dropout, o.bias, o.causal);
   linear1 = std::make_shared<Linear>(o.d_model, o.dim_feedforward, o.bias);
   dropout = std::make_shared<Dropout>(o.dropout);
   linear2 = std::make_shared<Linear>(o.dim_feedforward, o.d_model, o.bias);
@@ -41,7 +41,11 @@ TransformerEncoderLayer::TransformerEncoderLayer(const TransformerEncoderLayerSp
 
 Tensor TransformerEncoderLayer::feed_forward(const Tensor& x) {
   Tensor h = (*linear1)(x);
-  h = spec().activation == FeedForwardActivation::GELU ? gelu(h) : relu(h);
+  switch (spec().activation) {
+    case FeedForwardActivation::ReLU: h = relu(h); break;
+    case FeedForwardActivation::GELU: h = gelu(h); break;
+    case FeedForwardActivation::GELUTanh: h = gelu(h, GeluApproximate::Tanh); break;
+  }
   return (*dropout2)((*linear2)((*dropout)(h)));
 }
 
@@ -69,7 +73,7 @@ std::optional<LayerWork> TransformerEncoderLayer::work(const Tensor& x, const Te
   w.forward.flops = 2 * n;
   w.forward.bytes = 2 * (2 * work_bytes(x) + work_bytes(y));
   const double hidden = n / static_cast<double>(o.d_model) * static_cast<double>(o.dim_feedforward);
-  const bool gelu_act = o.activation == FeedForwardActivation::GELU;
+  const bool gelu_act = o.activation != FeedForwardActivation::ReLU;
   const double hidden_bytes = hidden * static_cast<double>(dtype_size(autocast_active() ? autocast_dtype() : y.dtype()));
   w.forward.flops += (gelu_act ? 8 : 1) * hidden;
   w.forward.bytes += 2 * hidden_bytes;
@@ -82,7 +86,7 @@ std::optional<LayerWork> TransformerEncoderLayer::work(const Tensor& x, const Te
 std::string TransformerEncoderLayer::describe() const {
   const TransformerEncoderLayerSpec& o = spec();
   return str("TransformerEncoderLayer ", o.d_model, " h", o.nhead, " ff", o.dim_feedforward,
-             o.norm_first ? " pre-norm" : " post-norm");
+             o.norm_first ? " pre-norm" : " post-norm", o.causal ? " causal" : "");
 }
 
 const Fields<TransformerEncoderLayerSpec>& TransformerEncoderLayerSpec::fields() {
@@ -92,11 +96,14 @@ const Fields<TransformerEncoderLayerSpec>& TransformerEncoderLayerSpec::fields()
        integer("nhead", &S::nhead, kRequired, {1, kMaxFeatures}, "attention heads; must divide d_model"),
        integer("dim_feedforward", &S::dim_feedforward, 2048, {1, kMaxFeatures}, "hidden width of the MLP block"),
        number("dropout", &S::dropout, 0.1, kUnitInterval, "dropout in attention, after it, and in the MLP block"),
-       choice("activation", &S::activation, FeedForwardActivation::ReLU, "the MLP block's activation"),
+       choice("activation", &S::activation, FeedForwardActivation::ReLU,
+              "the MLP block's activation (gelu_tanh: GELU(approximate=\"tanh\"), GPT-2's)"),
        number("layer_norm_eps", &S::layer_norm_eps, 1e-5, kAtLeastZero, "LayerNorm's eps"),
        flag("norm_first", &S::norm_first, false, "pre-norm (true) or post-norm (false, PyTorch's default)"),
        number("drop_path", &S::drop_path, 0.0, kUnitInterval, "stochastic depth on both residual branches"),
-       flag("bias", &S::bias, true, "biases in the attention and MLP projections")},
+       flag("bias", &S::bias, true, "biases in the attention and MLP projections"),
+       written_when_set(
+           flag("causal", &S::causal, false, "causal self-attention: each token sees itself and the tokens before it"))},
       [](const S& o, const JsonArgs& args) {
         MINIDL_CHECK(o.d_model % o.nhead == 0, args.key_path("nhead"), ": must divide d_model (", o.d_model, "), got ",
                      o.nhead);
@@ -131,7 +138,17 @@ const LayerDescriptor& transformer_encoder_layer_layer() {
       AutocastRule::InputType,
       true,
       layer_state<TransformerEncoderLayer, encoder_layer_state>,
-      {{{{"d_model", 8}, {"nhead", 2}, {"dim_feedforward", 12}, {"dropout", 0.1}}, {2, 5, 8}}}};
+      {{{{"d_model", 8}, {"nhead", 2}, {"dim_feedforward", 12}, {"dropout", 0.1}}, {2, 5, 8}},
+       // GPT-2's block: pre-norm, causal, tanh GELU; not exported (ONNX has no causal mask here).
+       {{{"d_model", 8},
+         {"nhead", 2},
+         {"dim_feedforward", 16},
+         {"dropout", 0.0},
+         {"norm_first", true},
+         {"activation", "gelu_tanh"},
+         {"causal", true}},
+        {2, 5, 8},
+        false}}};
   return layer;
 }
 

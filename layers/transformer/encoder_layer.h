@@ -4,6 +4,7 @@
 // (self_attn, linear1, dropout, linear2, norm1, norm2, dropout1, dropout2, in that order) so the
 // state_dict keys are PyTorch's ("layers.0.self_attn.in_proj_weight", "layers.0.norm1.weight"),
 // and drop_path1, drop_path2 (timm's names; they hold no tensors, and draw independently).
+// With causal, norm_first and activation "gelu_tanh" it is GPT-2's block (nanoGPT's Block).
 //   norm_first (pre-norm): x = x + drop_path1(dropout1(self_attn(norm1(x))))
 //                          x = x + drop_path2(dropout2(linear2(dropout(act(linear1(norm2(x)))))))
 //   post-norm:             x = norm1(x + drop_path1(dropout1(self_attn(x))))
@@ -27,11 +28,12 @@ namespace minidl {
 const LayerDescriptor& transformer_encoder_layer_layer();
 
 // The MLP block's activation.
-enum class FeedForwardActivation { ReLU, GELU };
+enum class FeedForwardActivation { ReLU, GELU, GELUTanh };
 template <>
 struct EnumNames<FeedForwardActivation> {
   static constexpr EnumName<FeedForwardActivation> values[] = {{FeedForwardActivation::ReLU, "relu"},
-                                                               {FeedForwardActivation::GELU, "gelu"}};
+                                                               {FeedForwardActivation::GELU, "gelu"},
+                                                               {FeedForwardActivation::GELUTanh, "gelu_tanh"}};
 };
 
 // PyTorch's defaults (dim_feedforward 2048, dropout 0.1, relu, post-norm) are the fields'.
@@ -43,6 +45,7 @@ struct TransformerEncoderLayerSpec {
   bool norm_first;
   double drop_path;
   bool bias;
+  bool causal = false;  // self_attn's mask: each token sees itself and the tokens before it
   static const Fields<TransformerEncoderLayerSpec>& fields();
 };
 

@@ -54,8 +54,8 @@ Tensor tokens(const Tensor& x) {
 Tensor add_position_embedding(const Tensor& x_in, const Tensor& weight) {
   check_sequence(x_in, "add_position_embedding");
   MINIDL_CHECK(weight.defined() && weight.dtype() == DType::Float32 && weight.dim() == 3 && weight.size(0) == 1 &&
-                   weight.size(1) == x_in.size(1) && weight.size(2) == x_in.size(2),
-               "add_position_embedding: weight must be float32 (1, ", x_in.size(1), ", ", x_in.size(2),
+                   weight.size(1) >= x_in.size(1) && weight.size(2) == x_in.size(2),
+               "add_position_embedding: weight must be float32 (1, >= ", x_in.size(1), ", ", x_in.size(2),
                ") for input ", shape_str(x_in.shape()), ", got ", shape_or_undefined(weight));
   check_same_device(x_in, weight, "add_position_embedding input and weight");
   const Tensor x = as_float32(x_in).contiguous();
@@ -72,8 +72,10 @@ Tensor add_position_embedding(const Tensor& x_in, const Tensor& weight) {
                        const Tensor g = g_in.to(DType::Float32).contiguous();
                        Tensor dw;
                        if (need_w) {
-                         // The bias gradient's column sums (deterministic on both devices).
-                         dw = Tensor::empty(wshape, DType::Float32, g.device());
+                         // The bias gradient's column sums (deterministic on both devices) over the
+                         // positions used; the rows of positions past T get 0.
+                         dw = m == wshape[1] * wshape[2] ? Tensor::empty(wshape, DType::Float32, g.device())
+                                                         : Tensor::zeros(wshape, DType::Float32, g.device());
                          dispatch(
                              g.device(), "add_position_embedding_backward",
                              [&] { kernels::linear_backward_bias_cpu(rows, m, g.data<float>(), dw.data<float>()); },
@@ -153,8 +155,10 @@ PositionEmbedding::PositionEmbedding(const PositionEmbeddingSpec& spec) : Layer(
 }
 
 Tensor PositionEmbedding::forward(const Tensor& x) {
-  MINIDL_CHECK(x.defined() && x.dim() == 3 && x.size(1) == spec().num_tokens && x.size(2) == spec().embed_dim, label(),
-               ": expected input (N, ", spec().num_tokens, ", ", spec().embed_dim, "), got ", shape_or_undefined(x));
+  MINIDL_CHECK(x.defined() && x.dim() == 3 && x.size(1) >= 1 && x.size(1) <= spec().num_tokens &&
+                   x.size(2) == spec().embed_dim,
+               label(), ": expected input (N, T, ", spec().embed_dim, ") with T in 1..", spec().num_tokens, ", got ",
+               shape_or_undefined(x));
   return add_position_embedding(x, weight);
 }
 
@@ -266,7 +270,7 @@ const LayerDescriptor& position_embedding_layer() {
   static const LayerDescriptor layer{
       "PositionEmbedding",
       "transformer",
-      "x + weight over (N, num_tokens, embed_dim), weight (1, num_tokens, embed_dim) learned",
+      "x + weight[:, :T] over (N, T, embed_dim), T <= num_tokens, weight (1, num_tokens, embed_dim) learned",
       layer_fields<PositionEmbedding>(),
       make_layer<PositionEmbedding>,
       {{"num_tokens", 5}, {"embed_dim", 4}},

@@ -1,7 +1,8 @@
 // The token-sequence layers of a Vision Transformer, on batch-first (N, T, D) tensors:
 //   Tokens             (N, C, H, W) -> (N, H*W, C), x.flatten(2).transpose(1, 2): after a strided
 //                      Conv2d (kernel = stride = patch) this is patch embedding;
-//   PositionEmbedding  x + weight, weight (1, T, D) learned (trunc_normal_(std) init);
+//   PositionEmbedding  x + weight[:, :T], weight (1, num_tokens, D) learned (trunc_normal_(std)
+//                      init), T <= num_tokens (a language model's positions 0..T-1);
 //   ClassToken         prepends the learned cls_token (1, 1, D) -> (N, T + 1, D);
 //   TokenPool          (N, T, D) -> (N, D): the mean over tokens, or token 0 ("cls").
 // A half input meeting a float32 parameter is widened first (PyTorch's type promotion), so under

@@ -42,6 +42,7 @@ def main():
     ap.add_argument("--width", type=int, default=384)
     ap.add_argument("--heads", type=int, default=6)
     ap.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
+    ap.add_argument("--causal", action="store_true", help="is_causal=True (a language model's mask)")
     ap.add_argument("--repeat", type=int, default=9)
     ap.add_argument("--csv")
     a = ap.parse_args()
@@ -55,20 +56,21 @@ def main():
     grad_tokens = torch.full((n, t, d), 0.01, device=dev, dtype=dtype)
 
     def kernel():
-        out = F.scaled_dot_product_attention(q, k, v)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=a.causal)
         torch.autograd.grad(out, (q, k, v), grad_heads)  # no .grad accumulation to time
 
     def packed():
         qq, kk, vv = qkv.view(n, t, 3, h, hd).permute(2, 0, 3, 1, 4).unbind(0)
-        out = F.scaled_dot_product_attention(qq, kk, vv).transpose(1, 2).reshape(n, t, d)
+        out = F.scaled_dot_product_attention(qq, kk, vv, is_causal=a.causal).transpose(1, 2).reshape(n, t, d)
         torch.autograd.grad(out, qkv, grad_tokens)
 
     def forward_only():
         with torch.no_grad():
-            F.scaled_dot_product_attention(q, k, v)
+            F.scaled_dot_product_attention(q, k, v, is_causal=a.causal)
 
     rows = []
-    print(f"torch {torch.__version__} SDPA: batch {n}, {t} tokens, width {d}, {h} heads, {a.dtype}; "
+    print(f"torch {torch.__version__} SDPA: batch {n}, {t} tokens, width {d}, {h} heads, {a.dtype}"
+          f"{', causal' if a.causal else ''}; "
           f"median of {a.repeat} spans of {CALLS} calls")
     backends = [("flash", [SDPBackend.FLASH_ATTENTION]), ("efficient", [SDPBackend.EFFICIENT_ATTENTION]),
                 ("math", [SDPBackend.MATH]), ("default", None)]

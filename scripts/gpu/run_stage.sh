@@ -36,6 +36,28 @@ run() {
   return "$rc"
 }
 
+# The bits of shipped configs against a build from before a change: for each CONFIG:STEPS,
+# `minidl repro` (graphed against eager) with BASE_BIN_DIR's and BIN_DIR's minidl, whose final
+# weights' sha256 must be equal (a difference is listed in $out/FAILED).
+#   same_bits BASE_BIN_DIR BIN_DIR CONFIG:STEPS...
+same_bits() {
+  local base=$1 bin=$2 pair cfg steps side dir a b
+  shift 2
+  for pair in "$@"; do
+    cfg=${pair%%:*} steps=${pair##*:}
+    for side in base new; do
+      dir=$bin
+      [ "$side" = base ] && dir=$base
+      run timeout 300 "$dir/minidl" repro --config "$gpu_root/configs/$cfg.json" --device cuda --steps "$steps" \
+        --set cuda_graph=true --set-b cuda_graph=false --output "$out/repro_${cfg}_$side" | tee "$out/repro_${cfg}_$side.log"
+    done
+    a=$(grep -o 'sha256 A [0-9a-f]*' "$out/repro_${cfg}_base.log")
+    b=$(grep -o 'sha256 A [0-9a-f]*' "$out/repro_${cfg}_new.log")
+    echo "$cfg: before the change ${a#sha256 A }, after ${b#sha256 A }"
+    [ -n "$a" ] && [ "$a" = "$b" ] || echo "$cfg: the final weights differ from the build before the change" >> "$out/FAILED"
+  done
+}
+
 gpu_finish() {
   if [ -s "$out/FAILED" ]; then
     echo "$1: failed:"

@@ -16,17 +16,5 @@ source "$root/scripts/gpu/run_stage.sh"
 gpu_setup "$out"
 run timeout 300 "$bin/minidl_tests" "[registry],[fields],[config],[schedule],[optim],[muon],[lookahead]"
 run timeout 400 "$bin/minidl_tests" "[cuda]"
-for pair in resnet9_bf16:200 vit_cifar10:100; do
-  cfg=${pair%%:*} steps=${pair##*:}
-  for side in base new; do
-    dir=$bin
-    [ "$side" = base ] && dir=$base
-    run timeout 300 "$dir/minidl" repro --config "$root/configs/$cfg.json" --device cuda --steps "$steps" \
-      --set cuda_graph=true --set-b cuda_graph=false --output "$out/repro_${cfg}_$side" | tee "$out/repro_${cfg}_$side.log"
-  done
-  a=$(grep -o 'sha256 A [0-9a-f]*' "$out/repro_${cfg}_base.log")
-  b=$(grep -o 'sha256 A [0-9a-f]*' "$out/repro_${cfg}_new.log")
-  echo "$cfg: before the change ${a#sha256 A }, after ${b#sha256 A }"
-  [ -n "$a" ] && [ "$a" = "$b" ] || echo "$cfg: the final weights differ from the build before the change" >> "$out/FAILED"
-done
+same_bits "$base" "$bin" resnet9_bf16:200 vit_cifar10:100
 gpu_finish schema

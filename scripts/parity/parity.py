@@ -145,12 +145,17 @@ def draws_masks(spec, layer):
 def example_cases():
     """Every example of every layer type in the schema (docs/layers.json): the specs and inputs
     that the op harness (tests/test_op_harness*.cpp) and the ONNX check run too, so every
-    registered layer type is compared with its PyTorch twin."""
+    registered layer type is compared with its PyTorch twin. An example that needs layers before it
+    (an LMHead's Embedding) runs as one Sequential of them; one that takes token ids (ids_below)
+    is fed int32 ids in [0, ids_below)."""
     cases = []
     for name, layer in sorted(mfj.schema().items()):
         for i, e in enumerate(layer["examples"]):
             mode = "eval" if draws_masks(e["spec"], layer) else "train"
-            cases.append((f"{name} example {i}", e["spec"], tuple(e["input"]), mode, 0.0, 1.0))
+            spec = e["spec"]
+            if e.get("before"):
+                spec = {"type": "Sequential", "layers": e["before"] + [spec]}
+            cases.append((f"{name} example {i}", spec, tuple(e["input"]), mode, 0.0, 1.0, e.get("ids_below", 0)))
     return cases
 
 
@@ -272,12 +277,15 @@ def torch_layer(spec, state, x, mode, device, rng, amp="", channels_last=False):
     m.to(device).train(mode == "train")
     if channels_last:
         m.to(memory_format=torch.channels_last)
-    xt = torch.from_numpy(x).to(device).requires_grad_(True)
+    xt = torch.from_numpy(x).to(device)
+    ids = not torch.is_floating_point(xt)  # token ids take no gradient
+    if not ids:
+        xt.requires_grad_(True)
     with autocast(device, amp):
         y = m(to_torch_format(xt, channels_last))
     dy = rng.normal(0.0, 1.0, tuple(y.shape)).astype(np.float32)
     y.backward(torch.from_numpy(dy).to(device).to(y.dtype))
-    ref = {"output": y, "grad_input": xt.grad}
+    ref = {"output": y} if ids else {"output": y, "grad_input": xt.grad}
     for name, p in m.named_parameters():
         ref["grad." + name] = p.grad
     for name, b in m.named_buffers():
@@ -294,7 +302,9 @@ def mode_args(args):
 
 
 def layer_checks(args, report, torch_device):
-    for i, (check, spec, shape, mode, mean, std) in enumerate(layer_cases()):
+    for i, case in enumerate(layer_cases()):
+        check, spec, shape, mode, mean, std = case[:6]
+        ids_below = case[6] if len(case) > 6 else 0
         if args.only not in check:
             continue
         rng = np.random.default_rng(1000 + i)
@@ -304,7 +314,10 @@ def layer_checks(args, report, torch_device):
         except ValueError as e:  # a layer type without a PyTorch twin, or keys the twin does not take
             report.fail(check, "torch", str(e))
             continue
-        x = rng.normal(mean, std, shape).astype(np.float32)
+        if ids_below:
+            x = rng.integers(0, ids_below, shape).astype(np.int32)
+        else:
+            x = rng.normal(mean, std, shape).astype(np.float32)
         want, dy = torch_layer(spec, state, x, mode, torch_device, rng, args.amp, args.channels_last)
         in_path = os.path.join(args.out, f"{tag}_in.safetensors")
         spec_path = os.path.join(args.out, f"{tag}_spec.json")

@@ -155,7 +155,36 @@ class PositionEmbedding(nn.Module):
         nn.init.trunc_normal_(self.weight, std=init_std, a=-2.0, b=2.0)
 
     def forward(self, x):
-        return x + self.weight
+        return x + self.weight[:, : x.shape[1]]
+
+
+class Embedding(nn.Embedding):
+    """nn.Embedding with minidl's init_std (normal_(0, init_std); PyTorch's default is 1)."""
+
+    def __init__(self, num_embeddings, embedding_dim, init_std):
+        super().__init__(num_embeddings, embedding_dim)
+        nn.init.normal_(self.weight, std=init_std)
+
+    def forward(self, x):
+        return super().forward(x.long())
+
+
+class LMHead(nn.Module):
+    """F.linear(x, wte.weight): tied to the Embedding at index tied_to of its list, which
+    Sequential passes in after building every layer (nanoGPT's lm_head.weight = wte.weight)."""
+
+    def __init__(self, tied_to):
+        super().__init__()
+        self.tied_to = tied_to
+        self._embedding = None  # a plain attribute: the weight is registered once, by the Embedding
+
+    def bind_siblings(self, layers):
+        if not isinstance(layers[self.tied_to], nn.Embedding):
+            raise ValueError(f"LMHead: tied_to {self.tied_to} names a {type(layers[self.tied_to]).__name__}")
+        object.__setattr__(self, "_embedding", layers[self.tied_to])
+
+    def forward(self, x):
+        return F.linear(x, self._embedding.weight)
 
 
 class ClassToken(nn.Module):
@@ -196,11 +225,15 @@ class DropPath(nn.Module):
 class MultiheadAttention(nn.MultiheadAttention):
     """minidl's MultiheadAttention(x): self-attention, batch first, no weights returned."""
 
-    def __init__(self, embed_dim, num_heads, dropout, bias):
+    def __init__(self, embed_dim, num_heads, dropout, bias, causal=False):
         super().__init__(embed_dim, num_heads, dropout=dropout, bias=bias, batch_first=True)
+        self.causal = causal
 
     def forward(self, x):
-        return super().forward(x, x, x, need_weights=False)[0]
+        if not self.causal:
+            return super().forward(x, x, x, need_weights=False)[0]
+        mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1], device=x.device, dtype=x.dtype)
+        return super().forward(x, x, x, need_weights=False, attn_mask=mask, is_causal=True)[0]
 
 
 class TransformerEncoderLayer(nn.TransformerEncoderLayer):
@@ -208,17 +241,22 @@ class TransformerEncoderLayer(nn.TransformerEncoderLayer):
     both residual branches, as minidl's."""
 
     def __init__(self, d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, norm_first, drop_path,
-                 bias):
-        super().__init__(d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first=True,
+                 bias, causal=False):
+        act = (lambda t: F.gelu(t, approximate="tanh")) if activation == "gelu_tanh" else activation
+        super().__init__(d_model, nhead, dim_feedforward, dropout, act, layer_norm_eps, batch_first=True,
                          norm_first=norm_first, bias=bias)
         self.drop_path = drop_path
+        self.causal = causal
 
     def forward(self, x):
         dp = lambda t: drop_path(t, self.drop_path, self.training)  # noqa: E731
+        mask = None
+        if self.causal:
+            mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1], device=x.device, dtype=x.dtype)
         if self.norm_first:
-            x = x + dp(self._sa_block(self.norm1(x), None, None))
+            x = x + dp(self._sa_block(self.norm1(x), mask, None, is_causal=self.causal))
             return x + dp(self._ff_block(self.norm2(x)))
-        x = self.norm1(x + dp(self._sa_block(x, None, None)))
+        x = self.norm1(x + dp(self._sa_block(x, mask, None, is_causal=self.causal)))
         return self.norm2(x + dp(self._ff_block(x)))
 
 
@@ -239,6 +277,9 @@ class Sequential(nn.Sequential):
 
     def __init__(self, layers):
         super().__init__(*layers)
+        for layer in layers:
+            if hasattr(layer, "bind_siblings"):
+                layer.bind_siblings(layers)
 
 
 class Residual(nn.Module):

@@ -20,7 +20,7 @@
 #include "core/allocator.h"
 #include "core/cast_kernels.h"
 #include "core/dispatch.h"
-#include "layers/norm/single_read/norm_single_read.cuh"
+#include "layers/norm/single_read/norm_single_launch.cuh"
 
 namespace minidl::norm {
 
@@ -149,13 +149,16 @@ __global__ void __launch_bounds__(single::kMaxThreads)
   }
 }
 
+template <class T>
+using BackwardKernel = void (*)(Geometry, NormBackward, float*, const T*, const T*, T*);
+
 template <class T, NormKind kKind, int kV, bool kCluster>
-const void* backward_kernel() {
-  return reinterpret_cast<const void*>(single_backward_kernel<T, kKind, kV, kCluster>);
+BackwardKernel<T> backward_kernel() {
+  return single_backward_kernel<T, kKind, kV, kCluster>;
 }
 
 template <class T>
-const void* backward_kernel_of(NormKind kind, bool vec, bool cluster) {
+BackwardKernel<T> backward_kernel_of(NormKind kind, bool vec, bool cluster) {
   if (kind == NormKind::Channel) {
     if (vec)
       return cluster ? backward_kernel<T, NormKind::Channel, 4, true>() : backward_kernel<T, NormKind::Channel, 4, false>();
@@ -166,18 +169,12 @@ const void* backward_kernel_of(NormKind kind, bool vec, bool cluster) {
   return cluster ? backward_kernel<T, NormKind::Segment, 1, true>() : backward_kernel<T, NormKind::Segment, 1, false>();
 }
 
-const void* backward_kernel_of(DType dtype, NormKind kind, bool vec, bool cluster) {
-  const void* kernel = nullptr;
-  dispatch_dtype(dtype, "normalization", [&](auto tag) { kernel = backward_kernel_of<decltype(tag)>(kind, vec, cluster); });
-  return kernel;
-}
-
 }  // namespace
 
 namespace single {
 
-Plan plan_backward(const NormLayout& l, const NormBackward& b, DType dtype, const void* x, const void* dy,
-                   const void* dx) {
+template <class T>
+Plan plan_backward(const NormLayout& l, const NormBackward& b, const T* x, const T* dy, const T* dx) {
   const bool aligned = tiles::aligned16(x) && tiles::aligned16(dy) && tiles::aligned16(dx);
   const bool channels_last_groups = l.kind == NormKind::ChannelGroup;
   const bool segment_affine = l.kind == NormKind::Segment && (b.dweight || b.dbias);
@@ -190,25 +187,25 @@ Plan plan_backward(const NormLayout& l, const NormBackward& b, DType dtype, cons
                                               "block path forms them where a feature spans 16 or more elements of a "
                                               "group, the warp path for LayerNorm rows of at most 2048",
                        [&](int cluster, int threads, size_t smem, bool vec) {
-                         return resident_of(backward_kernel_of(dtype, l.kind, vec, cluster > 1), cluster, threads, smem);
+                         return resident_of(backward_kernel_of<T>(l.kind, vec, cluster > 1), cluster, threads, smem);
                        });
   p.affine = segment_affine && p.path == NormPath::Block;
   return p;
 }
 
-void run_backward(const Plan& p, const NormLayout& l, const NormBackward& b, DType dtype, const void* x,
-                  const void* dy, void* dx) {
-  Geometry g = p.g;
-  NormBackward args = b;
+template <class T>
+void run_backward(const Plan& p, const NormLayout& l, const NormBackward& b, const T* x, const T* dy, T* dx) {
   std::shared_ptr<void> partials;
   if (p.affine) partials = allocate(2 * static_cast<size_t>(l.rows) * l.features * sizeof(float), Device::cuda());
   float* affine = static_cast<float*>(partials.get());
-  const void *xp = x, *dyp = dy;
-  void* dxp = dx;
-  void* params[] = {&g, &args, &affine, &xp, &dyp, &dxp};
-  launch_plan(backward_kernel_of(dtype, l.kind, p.vec, p.cluster > 1), p, params);
+  launch_plan(backward_kernel_of<T>(l.kind, p.vec, p.cluster > 1), p, p.g, b, affine, x, dy, dx);
   if (p.affine) sum_affine_partials(affine, l.rows, l.features, b.dweight, b.dbias);
 }
+
+#define MINIDL_NORM_SINGLE_BACKWARD(T)                                                                  \
+  template Plan plan_backward<T>(const NormLayout&, const NormBackward&, const T*, const T*, const T*); \
+  template void run_backward<T>(const Plan&, const NormLayout&, const NormBackward&, const T*, const T*, T*);
+MINIDL_FOR_FLOATING_TYPES(MINIDL_NORM_SINGLE_BACKWARD)
 
 }  // namespace single
 

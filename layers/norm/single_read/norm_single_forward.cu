@@ -9,7 +9,7 @@
 // x and y are float32 or a half type (T); what is held and computed is float32 either way.
 #include "core/cast_kernels.h"
 #include "core/dispatch.h"
-#include "layers/norm/single_read/norm_single_read.cuh"
+#include "layers/norm/single_read/norm_single_launch.cuh"
 
 namespace minidl::norm {
 
@@ -103,13 +103,16 @@ __global__ void __launch_bounds__(single::kMaxThreads)
   }
 }
 
+template <class T>
+using ForwardKernel = void (*)(Geometry, NormForward, const T*, T*);
+
 template <class T, NormKind kKind, int kV, bool kCluster, bool kFourAffine>
-const void* forward_kernel() {
-  return reinterpret_cast<const void*>(single_forward_kernel<T, kKind, kV, kCluster, kFourAffine>);
+ForwardKernel<T> forward_kernel() {
+  return single_forward_kernel<T, kKind, kV, kCluster, kFourAffine>;
 }
 
 template <class T, NormKind kKind, int kV>
-const void* forward_kernel_of(bool cluster, bool four_affine) {
+ForwardKernel<T> forward_kernel_of(bool cluster, bool four_affine) {
   if constexpr (kKind == NormKind::Segment && kV == 4) {
     if (four_affine)
       return cluster ? forward_kernel<T, kKind, kV, true, true>() : forward_kernel<T, kKind, kV, false, true>();
@@ -118,7 +121,7 @@ const void* forward_kernel_of(bool cluster, bool four_affine) {
 }
 
 template <class T>
-const void* forward_kernel_of(NormKind kind, bool vec, bool cluster, bool four_affine) {
+ForwardKernel<T> forward_kernel_of(NormKind kind, bool vec, bool cluster, bool four_affine) {
   if (kind == NormKind::Channel)
     return vec ? forward_kernel_of<T, NormKind::Channel, 4>(cluster, false)
                : forward_kernel_of<T, NormKind::Channel, 1>(cluster, false);
@@ -126,40 +129,35 @@ const void* forward_kernel_of(NormKind kind, bool vec, bool cluster, bool four_a
              : forward_kernel_of<T, NormKind::Segment, 1>(cluster, false);
 }
 
-const void* forward_kernel_of(DType dtype, NormKind kind, bool vec, bool cluster, bool four_affine) {
-  const void* kernel = nullptr;
-  dispatch_dtype(dtype, "normalization",
-                 [&](auto tag) { kernel = forward_kernel_of<decltype(tag)>(kind, vec, cluster, four_affine); });
-  return kernel;
-}
-
 }  // namespace
 
 namespace single {
 
-Plan plan_forward(const NormLayout& l, const NormForward& a, DType dtype, const void* x, const void* y) {
+template <class T>
+Plan plan_forward(const NormLayout& l, const NormForward& a, const T* x, const T* y) {
   const bool aligned = tiles::aligned16(x) && tiles::aligned16(y);
   const bool channels_last_groups = l.kind == NormKind::ChannelGroup;
   const bool four = four_affine(l, a.weight, a.bias);
-  Plan p = plan_single(l, 1, aligned, a.path, a.cluster, a.training && !channels_last_groups, false,
-                       channels_last_groups ? "a channels-last GroupNorm group is strided over its sample"
-                                            : "eval mode normalizes with the running statistics",
-                       [&](int cluster, int threads, size_t smem, bool vec) {
-                         return resident_of(forward_kernel_of(dtype, l.kind, vec, cluster > 1, four), cluster, threads,
-                                            smem);
-                       });
+  Plan p =
+      plan_single(l, 1, aligned, a.path, a.cluster, a.training && !channels_last_groups, false,
+                  channels_last_groups ? "a channels-last GroupNorm group is strided over its sample"
+                                       : "eval mode normalizes with the running statistics",
+                  [&](int cluster, int threads, size_t smem, bool vec) {
+                    return resident_of(forward_kernel_of<T>(l.kind, vec, cluster > 1, four), cluster, threads, smem);
+                  });
   p.four_affine = four && p.vec;
   return p;
 }
 
-void run_forward(const Plan& p, const NormLayout& l, const NormForward& a, DType dtype, const void* x, void* y) {
-  Geometry g = p.g;
-  NormForward args = a;
-  const void* xp = x;
-  void* yp = y;
-  void* params[] = {&g, &args, &xp, &yp};
-  launch_plan(forward_kernel_of(dtype, l.kind, p.vec, p.cluster > 1, p.four_affine), p, params);
+template <class T>
+void run_forward(const Plan& p, const NormLayout& l, const NormForward& a, const T* x, T* y) {
+  launch_plan(forward_kernel_of<T>(l.kind, p.vec, p.cluster > 1, p.four_affine), p, p.g, a, x, y);
 }
+
+#define MINIDL_NORM_SINGLE_FORWARD(T)                                                       \
+  template Plan plan_forward<T>(const NormLayout&, const NormForward&, const T*, const T*); \
+  template void run_forward<T>(const Plan&, const NormLayout&, const NormForward&, const T*, T*);
+MINIDL_FOR_FLOATING_TYPES(MINIDL_NORM_SINGLE_FORWARD)
 
 }  // namespace single
 

@@ -1,10 +1,5 @@
-// Host side of the single-read path (norm_single_read.cuh): occupancy of its kernels and their
-// launch, with or without a thread-block cluster.
-#include <map>
-#include <mutex>
-#include <set>
-#include <tuple>
-
+// Host side of the single-read path (norm_single_read.cuh): the paths' names and the second launch
+// of the passes with weight and bias gradients (occupancy and launch: norm_single_launch.cuh).
 #include "layers/norm/single_read/norm_single_read.cuh"
 
 namespace minidl::norm {
@@ -23,15 +18,6 @@ const char* norm_path_name(NormPath path) {
 namespace single {
 
 namespace {
-
-cudaLaunchAttribute cluster_attribute(int cluster) {
-  cudaLaunchAttribute a{};
-  a.id = cudaLaunchAttributeClusterDimension;
-  a.val.clusterDim.x = static_cast<unsigned>(cluster);
-  a.val.clusterDim.y = 1;
-  a.val.clusterDim.z = 1;
-  return a;
-}
 
 // dweight[f], dbias[f] = the sets' partials of feature f added in float64 in a fixed order: warp
 // w of the block takes sets w, w + 32, ... for the block's 32 features (one per lane, coalesced),
@@ -85,60 +71,6 @@ void sum_affine_partials(const float* partials, int64_t sets, int64_t features, 
   const unsigned grid = static_cast<unsigned>(tiles::ceil_div(features, 32));
   affine_partials_kernel<<<grid, 32 * kSumWarps, 0, cuda::stream()>>>(partials, sets, features, dweight, dbias);
   MINIDL_LAUNCH_CHECK();
-}
-
-int resident_of(const void* kernel, int cluster, int threads, size_t smem) {
-  static std::mutex mu;
-  static std::set<const void*> prepared;
-  static std::map<std::tuple<const void*, int, int, size_t>, int> cache;
-  std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_tuple(kernel, cluster, threads, smem);
-  const auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
-  if (prepared.insert(kernel).second) {
-    MINIDL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(shared_capacity())));
-    if (cluster > 1) MINIDL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  }
-  int n = 0;
-  if (cluster == 1) {
-    MINIDL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem));
-    n *= cuda::props().multiProcessorCount;
-  } else {
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(static_cast<unsigned>(cluster));
-    config.blockDim = dim3(static_cast<unsigned>(threads));
-    config.dynamicSmemBytes = smem;
-    cudaLaunchAttribute attribute = cluster_attribute(cluster);
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-    // A cluster shape the device cannot schedule is "none resident", not an error: the planner
-    // then tries the next size.
-    if (cudaOccupancyMaxActiveClusters(&n, kernel, &config) != cudaSuccess) {
-      (void)cudaGetLastError();
-      n = 0;
-    }
-  }
-  cache.emplace(key, n);
-  return n;
-}
-
-void launch_plan(const void* kernel, const Plan& p, void** args) {
-  const int64_t resident = resident_of(kernel, p.cluster, p.threads, p.smem);
-  MINIDL_CHECK(resident > 0, "normalization: the single-read kernel cannot run at ", p.threads, " threads, ", p.smem,
-               " bytes of shared memory, clusters of ", p.cluster);
-  const int64_t units = p.g.groups < resident ? p.g.groups : resident;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(units * p.cluster));
-  config.blockDim = dim3(static_cast<unsigned>(p.threads));
-  config.dynamicSmemBytes = p.smem;
-  config.stream = cuda::stream();
-  cudaLaunchAttribute attribute = cluster_attribute(p.cluster);
-  if (p.cluster > 1) {
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-  }
-  MINIDL_CUDA_CHECK(cudaLaunchKernelExC(&config, kernel, args));
 }
 
 }  // namespace single

@@ -328,15 +328,6 @@ inline bool four_affine(const NormLayout& l, const float* weight, const float* b
   return l.kind == NormKind::Segment && l.plane == 1 && tiles::aligned16(weight) && tiles::aligned16(bias);
 }
 
-// Resident CTAs (cluster 1) or clusters of `kernel` at `threads` and `smem`, 0 when it cannot run.
-// Raises the kernel's dynamic shared memory limit (and allows 16-CTA clusters) on first use.
-// Cached per (kernel, cluster, threads, smem): the answer depends on nothing else.
-int resident_of(const void* kernel, int cluster, int threads, size_t smem);
-
-// Launches `kernel` (arguments `args`, cudaLaunchKernelEx style) on the plan: as many CTAs or
-// clusters as are resident, at most one per group.
-void launch_plan(const void* kernel, const Plan& p, void** args);
-
 // dweight[f] and dbias[f] (either may be null) from per-set float partials[2][sets][features]
 // (the sums of g*(x - mean)*rstd, then of g), added per feature in float64 in set order: the
 // second launch of the backward passes that produce GroupNorm/LayerNorm weight and bias
@@ -345,13 +336,15 @@ void sum_affine_partials(const float* partials, int64_t sets, int64_t features, 
 
 // The passes (norm_single_forward.cu, norm_single_backward.cu): the plan of a pass for its
 // arguments (path ThreeLaunch when the single-read path does not apply and args.path allows
-// that), and its launch on a Block or Cluster plan. x and y (dy, dx) are of `dtype`, float32 or a
-// half type (the args' own x/y/dy/dx are not read); statistics and parameters are float32.
-Plan plan_forward(const NormLayout& l, const NormForward& a, DType dtype, const void* x, const void* y);
-void run_forward(const Plan& p, const NormLayout& l, const NormForward& a, DType dtype, const void* x, void* y);
-Plan plan_backward(const NormLayout& l, const NormBackward& b, DType dtype, const void* x, const void* dy,
-                   const void* dx);
-void run_backward(const Plan& p, const NormLayout& l, const NormBackward& b, DType dtype, const void* x,
-                  const void* dy, void* dx);
+// that), and its launch on a Block or Cluster plan. x and y (dy, dx) are of T, float or a half
+// type (the args' own x/y/dy/dx are not read); statistics and parameters are float32.
+template <class T>
+Plan plan_forward(const NormLayout& l, const NormForward& a, const T* x, const T* y);
+template <class T>
+void run_forward(const Plan& p, const NormLayout& l, const NormForward& a, const T* x, T* y);
+template <class T>
+Plan plan_backward(const NormLayout& l, const NormBackward& b, const T* x, const T* dy, const T* dx);
+template <class T>
+void run_backward(const Plan& p, const NormLayout& l, const NormBackward& b, const T* x, const T* dy, T* dx);
 
 }  // namespace minidl::norm::single

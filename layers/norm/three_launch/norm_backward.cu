@@ -349,23 +349,23 @@ bool synced(const NormLayout& l, const NormBackward& b) {
 
 NormRun plan_backward_cuda(const NormLayout& l, const NormBackward& b) {
   if (synced(l, b)) return {NormPath::ThreeLaunch, 0, tiles::kBlock, 4};
-  const warp_rows::Plan w = warp_rows::plan_backward(l, b, DType::Float32, DType::Float32, b.x, b.dy, b.dx);
+  const warp_rows::Plan w = warp_rows::plan_backward(l, b, b.x, b.dy, b.dx);
   if (w.runs) return w.run();
-  const single::Plan p = single::plan_backward(l, b, DType::Float32, b.x, b.dy, b.dx);
+  const single::Plan p = single::plan_backward(l, b, b.x, b.dy, b.dx);
   if (p.path != NormPath::ThreeLaunch) return {p.path, p.cluster, p.threads, p.launches()};
   return {NormPath::ThreeLaunch, 0, tiles::kBlock, 3};
 }
 
 NormRun backward_cuda(const NormLayout& l, const NormBackward& b) {
   if (synced(l, b)) return three_launch_backward(l, b, b.x, b.dy, b.dx);
-  const warp_rows::Plan w = warp_rows::plan_backward(l, b, DType::Float32, DType::Float32, b.x, b.dy, b.dx);
+  const warp_rows::Plan w = warp_rows::plan_backward(l, b, b.x, b.dy, b.dx);
   if (w.runs) {
-    warp_rows::run_backward(w, l, b, DType::Float32, DType::Float32, b.x, b.dy, b.dx);
+    warp_rows::run_backward(w, l, b, b.x, b.dy, b.dx);
     return w.run();
   }
-  const single::Plan plan = single::plan_backward(l, b, DType::Float32, b.x, b.dy, b.dx);
+  const single::Plan plan = single::plan_backward(l, b, b.x, b.dy, b.dx);
   if (plan.path != NormPath::ThreeLaunch) {
-    single::run_backward(plan, l, b, DType::Float32, b.x, b.dy, b.dx);
+    single::run_backward(plan, l, b, b.x, b.dy, b.dx);
     return {plan.path, plan.cluster, plan.threads, plan.launches()};
   }
   return three_launch_backward(l, b, b.x, b.dy, b.dx);
@@ -373,26 +373,24 @@ NormRun backward_cuda(const NormLayout& l, const NormBackward& b) {
 
 template <class T>
 bool backward_float_half_cuda(const NormLayout& l, const NormBackward& b, const T* dy) {
-  constexpr DType out = DTypeOf<T>::value;
   MINIDL_ASSERT(b.x != nullptr && b.dx != nullptr && b.dy == nullptr && b.sync == nullptr);
-  const warp_rows::Plan w = warp_rows::plan_backward(l, b, DType::Float32, out, b.x, dy, b.dx);
-  if (w.runs) warp_rows::run_backward(w, l, b, DType::Float32, out, b.x, dy, b.dx);
+  const warp_rows::Plan w = warp_rows::plan_backward(l, b, b.x, dy, b.dx);
+  if (w.runs) warp_rows::run_backward(w, l, b, b.x, dy, b.dx);
   return w.runs;
 }
 
 template <class T>
 NormRun backward_half_cuda(const NormLayout& l, const NormBackward& b, const T* x, const T* dy, T* dx) {
-  constexpr DType dtype = DTypeOf<T>::value;
   MINIDL_ASSERT(b.x == nullptr && b.dy == nullptr && b.dx == nullptr);
   const bool sync = synced(l, b);
-  const warp_rows::Plan w = warp_rows::plan_backward(l, b, dtype, dtype, x, dy, dx);
+  const warp_rows::Plan w = warp_rows::plan_backward(l, b, x, dy, dx);
   if (w.runs && !sync) {
-    warp_rows::run_backward(w, l, b, dtype, dtype, x, dy, dx);
+    warp_rows::run_backward(w, l, b, x, dy, dx);
     return w.run();
   }
-  const single::Plan plan = single::plan_backward(l, b, dtype, x, dy, dx);
+  const single::Plan plan = single::plan_backward(l, b, x, dy, dx);
   if (plan.path != NormPath::ThreeLaunch && !sync) {
-    single::run_backward(plan, l, b, dtype, x, dy, dx);
+    single::run_backward(plan, l, b, x, dy, dx);
     return {plan.path, plan.cluster, plan.threads, plan.launches()};
   }
   return three_launch_backward(l, b, x, dy, dx);

@@ -290,9 +290,9 @@ bool synced(const NormForward& a) { return a.sync != nullptr; }
 
 NormRun plan_forward_cuda(const NormLayout& l, const NormForward& a) {
   if (synced(a)) return {NormPath::ThreeLaunch, 0, tiles::kBlock, 4};
-  const warp_rows::Plan w = warp_rows::plan_forward(l, a, DType::Float32, DType::Float32, a.x, a.y);
+  const warp_rows::Plan w = warp_rows::plan_forward(l, a, a.x, a.y);
   if (w.runs) return w.run();
-  const single::Plan p = single::plan_forward(l, a, DType::Float32, a.x, a.y);
+  const single::Plan p = single::plan_forward(l, a, a.x, a.y);
   if (p.path != NormPath::ThreeLaunch) return {p.path, p.cluster, p.threads, 1};
   return {NormPath::ThreeLaunch, 0, tiles::kBlock, a.training ? 3 : 2};
 }
@@ -300,14 +300,14 @@ NormRun plan_forward_cuda(const NormLayout& l, const NormForward& a) {
 NormRun forward_cuda(const NormLayout& l, const NormForward& a) {
   check_eval_layout(l, a);
   if (synced(a)) return three_launch_forward(l, a, a.x, a.y);
-  const warp_rows::Plan w = warp_rows::plan_forward(l, a, DType::Float32, DType::Float32, a.x, a.y);
+  const warp_rows::Plan w = warp_rows::plan_forward(l, a, a.x, a.y);
   if (w.runs) {
-    warp_rows::run_forward(w, l, a, DType::Float32, DType::Float32, a.x, a.y);
+    warp_rows::run_forward(w, l, a, a.x, a.y);
     return w.run();
   }
-  const single::Plan plan = single::plan_forward(l, a, DType::Float32, a.x, a.y);
+  const single::Plan plan = single::plan_forward(l, a, a.x, a.y);
   if (plan.path != NormPath::ThreeLaunch) {
-    single::run_forward(plan, l, a, DType::Float32, a.x, a.y);
+    single::run_forward(plan, l, a, a.x, a.y);
     return {plan.path, plan.cluster, plan.threads, 1};
   }
   return three_launch_forward(l, a, a.x, a.y);
@@ -315,27 +315,25 @@ NormRun forward_cuda(const NormLayout& l, const NormForward& a) {
 
 template <class T>
 bool forward_float_half_cuda(const NormLayout& l, const NormForward& a, T* y) {
-  constexpr DType out = DTypeOf<T>::value;
   check_eval_layout(l, a);
   MINIDL_ASSERT(a.x != nullptr && a.y == nullptr && !synced(a));
-  const warp_rows::Plan w = warp_rows::plan_forward(l, a, DType::Float32, out, a.x, y);
-  if (w.runs) warp_rows::run_forward(w, l, a, DType::Float32, out, a.x, y);
+  const warp_rows::Plan w = warp_rows::plan_forward(l, a, a.x, y);
+  if (w.runs) warp_rows::run_forward(w, l, a, a.x, y);
   return w.runs;
 }
 
 template <class T>
 NormRun forward_half_cuda(const NormLayout& l, const NormForward& a, const T* x, T* y) {
-  constexpr DType dtype = DTypeOf<T>::value;
   check_eval_layout(l, a);
   MINIDL_ASSERT(a.x == nullptr && a.y == nullptr);
-  const warp_rows::Plan w = warp_rows::plan_forward(l, a, dtype, dtype, x, y);
+  const warp_rows::Plan w = warp_rows::plan_forward(l, a, x, y);
   if (w.runs && !synced(a)) {
-    warp_rows::run_forward(w, l, a, dtype, dtype, x, y);
+    warp_rows::run_forward(w, l, a, x, y);
     return w.run();
   }
-  const single::Plan plan = single::plan_forward(l, a, dtype, x, y);
+  const single::Plan plan = single::plan_forward(l, a, x, y);
   if (plan.path != NormPath::ThreeLaunch && !synced(a)) {
-    single::run_forward(plan, l, a, dtype, x, y);
+    single::run_forward(plan, l, a, x, y);
     return {plan.path, plan.cluster, plan.threads, 1};
   }
   return three_launch_forward(l, a, x, y);

@@ -34,7 +34,7 @@
 #include "core/cast_kernels.h"
 #include "core/dispatch.h"
 #include "layers/norm/norm_math.h"
-#include "layers/norm/single_read/norm_single_read.cuh"
+#include "layers/norm/single_read/norm_single_launch.cuh"
 #include "layers/norm/warp/norm_warp_rows.h"
 
 namespace minidl::norm::warp_rows {
@@ -338,39 +338,6 @@ void with_variant(const Plan& p, F&& f) {
   MINIDL_ASSERT(false);
 }
 
-template <bool kVec, int kA, class T, class Y>
-const void* forward_kernel() {
-  return reinterpret_cast<const void*>(warp_rows_forward_kernel<kVec, kA, T, Y>);
-}
-
-template <bool kVec, int kA, class T, class Y>
-const void* backward_kernel() {
-  return reinterpret_cast<const void*>(warp_rows_backward_kernel<kVec, kA, T, Y>);
-}
-
-// Calls f(T{}, Y{}) for the storage of x/dx (`io`) and of y/dy (`out`): the same floating type,
-// or float32 x with a half y (nothing else is built).
-template <class F>
-void visit_storage(DType io, DType out, F&& f) {
-  dispatch_dtype(io, "normalization", [&](auto x_tag) {
-    using T = decltype(x_tag);
-    if (out == io) {
-      f(x_tag, x_tag);
-      return;
-    }
-    if constexpr (std::is_same_v<T, float>) {
-      MINIDL_CHECK(is_half(out), "normalization: a float32 input takes a float32 or half output, got ",
-                   dtype_name(out));
-      dispatch_dtype(out, "normalization", [&](auto y_tag) {
-        if constexpr (!std::is_same_v<decltype(y_tag), float>) f(x_tag, y_tag);
-      });
-    } else {
-      fail(str("normalization: a ", dtype_name(io), " input takes a ", dtype_name(io), " output, got ",
-               dtype_name(out)));
-    }
-  });
-}
-
 // What the Warp path needs of a pass, or why it cannot run it (nullptr: it can).
 const char* refusal(const NormLayout& l) {
   if (l.kind != NormKind::Segment || l.plane != 1 || l.segments_per_row() != 1)
@@ -401,7 +368,8 @@ Plan shape_of(const NormLayout& l, NormPath want, const char* pass, DType io, bo
   return p;
 }
 
-int64_t ctas_of(const void* kernel, size_t smem, int64_t rows) {
+template <class Kernel>
+int64_t ctas_of(Kernel kernel, size_t smem, int64_t rows) {
   const int64_t resident = single::resident_of(kernel, 1, kThreads, smem);
   MINIDL_CHECK(resident > 0, "normalization: the warp-row kernel cannot run with ", smem, " bytes of shared memory");
   const int64_t wanted = tiles::ceil_div(rows, kWarps);
@@ -412,76 +380,71 @@ int64_t ctas_of(const void* kernel, size_t smem, int64_t rows) {
 
 NormRun Plan::run() const { return {NormPath::Warp, 0, kThreads, affine ? 2 : 1}; }
 
-Plan plan_forward(const NormLayout& l, const NormForward& a, DType io, DType out, const void* x, const void* y) {
+template <class T, class Y>
+Plan plan_forward(const NormLayout& l, const NormForward& a, const T* x, const Y* y) {
   using tiles::aligned16;
   const bool aligned = aligned16(x) && aligned16(y) && aligned16(a.weight) && aligned16(a.bias);
-  Plan p = shape_of(l, a.path, "forward", io, aligned);
+  Plan p = shape_of(l, a.path, "forward", DTypeOf<T>::value, aligned);
   if (!p.runs) return p;
-  visit_storage(io, out, [&](auto x_tag, auto y_tag) {
-    using T = decltype(x_tag);
-    using Y = decltype(y_tag);
-    with_variant<T>(p, [&](auto vec, auto accesses) {
-      p.ctas = static_cast<int>(
-          ctas_of(forward_kernel<decltype(vec)::value, decltype(accesses)::value, T, Y>(), 0, l.rows));
-    });
+  with_variant<T>(p, [&](auto vec, auto accesses) {
+    p.ctas = static_cast<int>(
+        ctas_of(warp_rows_forward_kernel<decltype(vec)::value, decltype(accesses)::value, T, Y>, 0, l.rows));
   });
   return p;
 }
 
-Plan plan_backward(const NormLayout& l, const NormBackward& b, DType io, DType out, const void* x, const void* dy,
-                   const void* dx) {
+template <class T, class Y>
+Plan plan_backward(const NormLayout& l, const NormBackward& b, const T* x, const Y* dy, const T* dx) {
   using tiles::aligned16;
   const bool aligned =
       aligned16(x) && aligned16(dy) && aligned16(dx) && aligned16(b.weight) && aligned16(b.bias);
-  Plan p = shape_of(l, b.path, "backward", io, aligned);
+  Plan p = shape_of(l, b.path, "backward", DTypeOf<T>::value, aligned);
   if (!p.runs) return p;
   p.affine = b.dweight || b.dbias;
   p.smem = p.affine ? static_cast<size_t>(kWarps) * 2 * 32 * p.elements * p.accesses * sizeof(float) : 0;
-  visit_storage(io, out, [&](auto x_tag, auto y_tag) {
-    using T = decltype(x_tag);
-    using Y = decltype(y_tag);
-    with_variant<T>(p, [&](auto vec, auto accesses) {
-      p.ctas = static_cast<int>(
-          ctas_of(backward_kernel<decltype(vec)::value, decltype(accesses)::value, T, Y>(), p.smem, l.rows));
-    });
+  with_variant<T>(p, [&](auto vec, auto accesses) {
+    p.ctas = static_cast<int>(
+        ctas_of(warp_rows_backward_kernel<decltype(vec)::value, decltype(accesses)::value, T, Y>, p.smem, l.rows));
   });
   return p;
 }
 
-void run_forward(const Plan& p, const NormLayout& l, const NormForward& a, DType io, DType out, const void* x,
-                 void* y) {
+template <class T, class Y>
+void run_forward(const Plan& p, const NormLayout& l, const NormForward& a, const T* x, Y* y) {
   MINIDL_ASSERT(p.runs);
   const int width = static_cast<int>(l.width());
-  visit_storage(io, out, [&](auto x_tag, auto y_tag) {
-    using T = decltype(x_tag);
-    using Y = decltype(y_tag);
-    with_variant<T>(p, [&](auto vec, auto accesses) {
-      warp_rows_forward_kernel<decltype(vec)::value, decltype(accesses)::value, T, Y>
-          <<<p.ctas, kThreads, 0, cuda::stream()>>>(static_cast<const T*>(x), static_cast<Y*>(y), a, l.rows, width);
-      MINIDL_LAUNCH_CHECK();
-    });
+  with_variant<T>(p, [&](auto vec, auto accesses) {
+    warp_rows_forward_kernel<decltype(vec)::value, decltype(accesses)::value, T, Y>
+        <<<p.ctas, kThreads, 0, cuda::stream()>>>(x, y, a, l.rows, width);
+    MINIDL_LAUNCH_CHECK();
   });
 }
 
-void run_backward(const Plan& p, const NormLayout& l, const NormBackward& b, DType io, DType out, const void* x,
-                  const void* dy, void* dx) {
+template <class T, class Y>
+void run_backward(const Plan& p, const NormLayout& l, const NormBackward& b, const T* x, const Y* dy, T* dx) {
   MINIDL_ASSERT(p.runs);
   const int width = static_cast<int>(l.width());
   std::shared_ptr<void> partials;
   if (p.affine) partials = allocate(2 * static_cast<size_t>(p.ctas) * width * sizeof(float), Device::cuda());
   float* sums = static_cast<float*>(partials.get());
-  visit_storage(io, out, [&](auto x_tag, auto y_tag) {
-    using T = decltype(x_tag);
-    using Y = decltype(y_tag);
-    with_variant<T>(p, [&](auto vec, auto accesses) {
-      warp_rows_backward_kernel<decltype(vec)::value, decltype(accesses)::value, T, Y>
-          <<<p.ctas, kThreads, p.smem, cuda::stream()>>>(static_cast<const T*>(x), static_cast<const Y*>(dy),
-                                                          static_cast<T*>(dx), b, l.rows, width, p.affine, sums);
-      MINIDL_LAUNCH_CHECK();
-    });
+  with_variant<T>(p, [&](auto vec, auto accesses) {
+    warp_rows_backward_kernel<decltype(vec)::value, decltype(accesses)::value, T, Y>
+        <<<p.ctas, kThreads, p.smem, cuda::stream()>>>(x, dy, dx, b, l.rows, width, p.affine, sums);
+    MINIDL_LAUNCH_CHECK();
   });
   if (!p.affine) return;
   single::sum_affine_partials(sums, p.ctas, width, b.dweight, b.dbias);
 }
+
+// x of T and y of Y: the same floating type, or float32 x with a half y (nothing else is built).
+#define MINIDL_WARP_ROWS(T, Y)                                                                             \
+  template Plan plan_forward<T, Y>(const NormLayout&, const NormForward&, const T*, const Y*);             \
+  template Plan plan_backward<T, Y>(const NormLayout&, const NormBackward&, const T*, const Y*, const T*); \
+  template void run_forward<T, Y>(const Plan&, const NormLayout&, const NormForward&, const T*, Y*);       \
+  template void run_backward<T, Y>(const Plan&, const NormLayout&, const NormBackward&, const T*, const Y*, T*);
+#define MINIDL_WARP_ROWS_SAME(T) MINIDL_WARP_ROWS(T, T)
+#define MINIDL_WARP_ROWS_FLOAT_X(Y) MINIDL_WARP_ROWS(float, Y)
+MINIDL_FOR_FLOATING_TYPES(MINIDL_WARP_ROWS_SAME)
+MINIDL_FOR_HALF_TYPES(MINIDL_WARP_ROWS_FLOAT_X)
 
 }  // namespace minidl::norm::warp_rows

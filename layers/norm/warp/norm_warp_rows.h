@@ -27,15 +27,16 @@ struct Plan {
   NormRun run() const;
 };
 
-// The plans for these arguments and storage types: x and dx of `io`, y and dy of `out` (the same
-// type, or a half type with float32 x: norm_kernels.h's forward_float_half_cuda); args' own float
+// The plans for these arguments and storage types: x and dx of T, y and dy of Y (the same type,
+// or a half type with float32 x: norm_kernels.h's forward_float_half_cuda); args' own float
 // pointers are ignored. A forced Warp path (args.path) that cannot run the pass is an error naming why.
-Plan plan_forward(const NormLayout& l, const NormForward& a, DType io, DType out, const void* x, const void* y);
-Plan plan_backward(const NormLayout& l, const NormBackward& b, DType io, DType out, const void* x, const void* dy,
-                   const void* dx);
-void run_forward(const Plan& p, const NormLayout& l, const NormForward& a, DType io, DType out, const void* x,
-                 void* y);
-void run_backward(const Plan& p, const NormLayout& l, const NormBackward& b, DType io, DType out, const void* x,
-                  const void* dy, void* dx);
+template <class T, class Y>
+Plan plan_forward(const NormLayout& l, const NormForward& a, const T* x, const Y* y);
+template <class T, class Y>
+Plan plan_backward(const NormLayout& l, const NormBackward& b, const T* x, const Y* dy, const T* dx);
+template <class T, class Y>
+void run_forward(const Plan& p, const NormLayout& l, const NormForward& a, const T* x, Y* y);
+template <class T, class Y>
+void run_backward(const Plan& p, const NormLayout& l, const NormBackward& b, const T* x, const Y* dy, T* dx);
 
 }  // namespace minidl::norm::warp_rows
