@@ -457,8 +457,8 @@ void cudnn_conv_backward_filter(const CudnnConvProblem& s, CudnnOperands ops, co
                                                    dw));
 }
 
-#define MINIDL_CUDNN_CONV(T)                                                                           \
-  template void cudnn_conv_forward<T>(const CudnnConvProblem&, CudnnOperands, const T*, const T*, T*);      \
+#define MINIDL_CUDNN_CONV(T)                                                                                 \
+  template void cudnn_conv_forward<T>(const CudnnConvProblem&, CudnnOperands, const T*, const T*, T*);       \
   template void cudnn_conv_backward_data<T>(const CudnnConvProblem&, CudnnOperands, const T*, const T*, T*); \
   template void cudnn_conv_backward_filter<T>(const CudnnConvProblem&, CudnnOperands, const T*, const T*, T*);
 MINIDL_FOR_FLOATING_TYPES(MINIDL_CUDNN_CONV)
