@@ -82,6 +82,7 @@ BenchCommand::BenchCommand(CLI::App& app) {
   norm_->add_option("--memory-format", n.memory_format, "activation layout")
       ->capture_default_str()->check(CLI::IsMember({"contiguous", "channels_last"}));
   norm_->add_option("--torch", n.torch, "PyTorch's figures of this mode (scripts/bench/torch_norm.py --json)");
+  norm_->add_flag("--volumes", n.volumes, "GroupNorm and BatchNorm3d at a 128^3 3-D UNet's shapes instead of the anchors");
 
   conv_ = bench_->add_subcommand("conv", "convolution GFLOP/s against the machine's ceiling");
   BenchConvOptions& c = conv_options_;

@@ -178,6 +178,7 @@ struct Result {
 // and LayerNorm([C,H,W]) keeps its rows (its weight and bias taken in (H, W, C) order).
 struct Subject {
   NormLayout layout;
+  norm::NormActivation activation = norm::NormActivation::None;  // fused into both passes
 };
 
 // The buffers of one layer on one shape, on the GPU: x, dy, y, dx of the mode's dtype in the
@@ -215,6 +216,7 @@ struct Problem {
     a.y = f32(y);
     a.mean = mean.data<float>();
     a.rstd = rstd.data<float>();
+    a.activation = subject.activation;
     if (subject.layout.kind == NormKind::Channel) {
       a.running_mean = running_mean.data<float>();
       a.running_var = running_var.data<float>();
@@ -234,6 +236,7 @@ struct Problem {
     b.dx = f32(dx);
     b.dweight = dweight.data<float>();
     b.dbias = dbias.data<float>();
+    b.activation = subject.activation;
     return b;
   }
 
@@ -477,6 +480,63 @@ nlohmann::json summarize_mode(const std::vector<Result>& results) {
   return out;
 }
 
+// The volume mode's targets (issue 51), per layer over the large shapes (the 128^3 and 64^3
+// levels): forward and backward each at >= 90% of the copy bandwidth, and forward + backward
+// >= 2x PyTorch's eager module of the same mode (--torch).
+nlohmann::json summarize_volumes(const std::vector<Result>& results) {
+  constexpr double kFraction = 0.9, kSpeedup = 2.0;
+  nlohmann::json out = nlohmann::json::object();
+  auto mark = [](bool ok) { return ok ? "met" : "MISSED"; };
+  std::printf(
+      "\nthe large shapes (128^3 and 64^3 levels) against the copy roof and PyTorch (--torch), and the targets\n");
+  for (const char* layer : {"GroupNorm", "BatchNorm3d"}) {
+    bool roof = true, faster = true, have_torch = true;
+    std::vector<double> fractions, speedups;
+    for (const Result& r : results) {
+      if (r.layer != layer || !r.large) continue;
+      const double fwd = r.floor_fwd_ms / r.fwd.call_ms, bwd = r.floor_bwd_ms / r.bwd.call_ms;
+      roof = roof && fwd >= kFraction && bwd >= kFraction;
+      fractions.push_back(std::min(fwd, bwd));
+      have_torch = have_torch && r.torch_fwd_ms > 0;
+      const double speedup = (r.torch_fwd_ms + r.torch_bwd_ms) / (r.fwd.call_ms + r.bwd.call_ms);
+      faster = faster && speedup >= kSpeedup;
+      speedups.push_back(speedup);
+    }
+    std::printf("%-11s >= %.0f%% of the copy roof, forward and backward: %s (worst pass %.0f%%)", layer,
+                100 * kFraction, mark(roof), 100 * *std::min_element(fractions.begin(), fractions.end()));
+    if (have_torch)
+      std::printf(" | fwd+bwd >= %.1fx PyTorch: %s (geometric mean %.2fx)\n", kSpeedup, mark(faster), geomean(speedups));
+    else
+      std::printf(" | no PyTorch figures (--torch)\n");
+    out[layer] = {{"roof_target_met", roof}, {"worst_roof_fraction", *std::min_element(fractions.begin(), fractions.end())}};
+    if (have_torch) {
+      out[layer]["speedup_target_met"] = faster;
+      out[layer]["fwd_bwd_speedup"] = geomean(speedups);
+    }
+  }
+  return out;
+}
+
+// A 128^3 UNet's activations (issue 51's unet3d: base width 32, doubled per level, 4 levels), one
+// volume per rank as ScaFFold trains: GroupNorm(8, C) and BatchNorm3d(C), each with the fused
+// ReLU, as the layer ops see (N, C, D, H, W) (norm_ops.cpp: the 2-d layouts over D*H*W positions).
+struct VolumeShape {
+  int64_t n, c, side;
+};
+constexpr VolumeShape kVolumeShapes[] = {{1, 32, 128}, {1, 64, 64}, {1, 128, 32}, {1, 256, 16}};
+
+Subject volume_subject(bool group_norm, const VolumeShape& v, bool channels_last) {
+  const int64_t dhw = v.side * v.side * v.side;
+  Subject s;
+  if (group_norm)
+    s.layout = channels_last ? NormLayout::group_norm_channels_last(v.n, v.c, dhw, 8)
+                             : NormLayout::group_norm(v.n, v.c, dhw, 8);
+  else
+    s.layout = channels_last ? NormLayout::batch_norm(v.n * dhw, v.c, 1) : NormLayout::batch_norm(v.n, v.c, dhw);
+  s.activation = norm::NormActivation::ReLU;
+  return s;
+}
+
 // How layer k sees the (N, C, H, W) activation of anchor a (Subject).
 Subject subject_of(int k, const Anchor& a, int64_t groups, bool channels_last) {
   const int64_t hw = a.h * a.w;
@@ -535,7 +595,19 @@ int bench_norm(const BenchNormOptions& options) {
                                    : str("PyTorch: ", o.torch_json).c_str());
   std::vector<Result> results;
   uint64_t seed = 7;
-  for (const Anchor& a : anchors.shapes) {
+  if (options.volumes) {
+    for (const VolumeShape& v : kVolumeShapes)
+      for (bool group_norm : {true, false}) {
+        const std::string layer = group_norm ? "GroupNorm" : "BatchNorm3d";
+        const std::string name =
+            str("(", v.n, ",", v.c, ",", v.side, ",", v.side, ",", v.side, ")", group_norm ? " G8" : "", " +ReLU");
+        const auto [tf, tb] = torch_ms(layer, name, 0, 0);
+        results.push_back(measure(layer, name, volume_subject(group_norm, v, o.channels_last), tf, tb, v.side >= 64,
+                                  bandwidth, o, seed += 10));
+        print_row(results.back());
+      }
+  }
+  for (const Anchor& a : options.volumes ? std::vector<Anchor>{} : anchors.shapes) {
     const std::string shape = str("(", a.n, ",", a.c, ",", a.h, ",", a.w, ")");
     const int64_t groups = a.c % 32 == 0 ? 32 : 1;
     for (int k = 0; k < 3; ++k) {
@@ -546,14 +618,16 @@ int bench_norm(const BenchNormOptions& options) {
       print_row(results.back());
     }
   }
-  for (const LastDimAnchor& a : anchors.last_dim) {
+  for (const LastDimAnchor& a : options.volumes ? std::vector<LastDimAnchor>{} : anchors.last_dim) {
     const std::string name = str("(", a.rows, ",", a.d, ") last");
     const auto [tf, tb] = torch_ms("LayerNorm", name, a.fwd_ms, a.bwd_ms);
     results.push_back(measure("LayerNorm", name, Subject{NormLayout::layer_norm(a.rows, a.d)}, tf, tb, false, bandwidth,
                               o, seed += 10));
     print_row(results.back());
   }
-  nlohmann::json summary = o.anchor_mode() && o.torch_json.empty() ? summarize(results) : summarize_mode(results);
+  nlohmann::json summary = options.volumes                             ? summarize_volumes(results)
+                           : o.anchor_mode() && o.torch_json.empty() ? summarize(results)
+                                                                     : summarize_mode(results);
   bool valid = true;
   for (const Result& r : results) valid = valid && r.valid;
   if (!o.json.empty()) {
@@ -562,6 +636,7 @@ int bench_norm(const BenchNormOptions& options) {
                         {"warmup", o.warmup},
                         {"dtype", dtype_name(o.dtype)},
                         {"memory_format", o.channels_last ? "channels_last" : "contiguous"},
+                        {"volumes", options.volumes},
                         {"summary", summary},
                         {"all_valid", valid}};
     for (const Result& r : results) j["results"].push_back(to_json(r));

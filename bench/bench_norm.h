@@ -10,6 +10,9 @@
 //      its inverse, the fraction of the copy bandwidth reached, the path each pass took (block,
 //      cluster xN, 3-launch: layers/norm/norm_kernels.h), PyTorch's figure and our speed-up, the geometric means over the
 //      eight large shapes and whether each target of the task is met.
+// --volumes: instead, GroupNorm(8, C) and BatchNorm3d(C) with the fused ReLU at a 128^3 3-D UNet's
+// shapes (32 channels at 128^3 down to 256 at 16^3), against the copy roof and --torch's figures
+// (scripts/bench/torch_norm.py --volumes), with issue 51's targets.
 // Options: --json FILE (every number, for scripts/gpu/norm.sh), --reps N (50), --warmup N (10),
 // --path auto|block|cluster|3-launch (every pass on that path where it can run it, else auto).
 // Exit status 1 when a fast result disagrees with the oracle.
@@ -26,6 +29,7 @@ struct BenchNormOptions {
   std::string dtype = "fp32";             // of x, y, dy, dx: the config's "precision" names
   std::string memory_format = "contiguous";  // or channels_last
   std::string torch;                      // PyTorch's figures of this mode (scripts/bench/torch_norm.py)
+  bool volumes = false;                   // the 3-D UNet's shapes instead of docs/perf/anchors.md's
 };
 
 int bench_norm(const BenchNormOptions& options);

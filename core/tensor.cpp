@@ -41,10 +41,23 @@ std::vector<int64_t> contiguous_strides(const Shape& shape) {
   return st;
 }
 
-// (H*W*C, 1, W*C, C) for a logical (N, C, H, W) shape.
+// (H*W*C, 1, W*C, C) for a logical (N, C, H, W) shape, (D*H*W*C, 1, H*W*C, W*C, C) for
+// (N, C, D, H, W): the channel innermost, then the spatial dimensions from the last.
 std::vector<int64_t> channels_last_strides(const Shape& s) {
-  const int64_t c = s[1], wc = checked_mul(s[3], c, "tensor strides");
-  return {checked_mul(s[2], wc, "tensor strides"), 1, wc, c};
+  std::vector<int64_t> st(s.size());
+  int64_t inner = s[1];
+  st[1] = 1;
+  for (size_t i = s.size(); i-- > 2;) {
+    st[i] = inner;
+    inner = checked_mul(inner, s[i], "tensor strides");
+  }
+  st[0] = inner;
+  return st;
+}
+
+// The rank a format needs (0: any).
+size_t format_rank(MemoryFormat f) {
+  return f == MemoryFormat::ChannelsLast ? 4 : f == MemoryFormat::ChannelsLast3d ? 5 : 0;
 }
 
 template <class T>
@@ -59,18 +72,25 @@ Tensor from_values(const std::vector<T>& values, const Shape& shape, Device devi
 }  // namespace
 
 const char* memory_format_name(MemoryFormat f) {
-  return f == MemoryFormat::ChannelsLast ? "channels_last" : "contiguous";
+  return f == MemoryFormat::ChannelsLast     ? "channels_last"
+         : f == MemoryFormat::ChannelsLast3d ? "channels_last_3d"
+                                             : "contiguous";
+}
+
+MemoryFormat channels_last_for(int64_t dim) {
+  return dim == 4 ? MemoryFormat::ChannelsLast : dim == 5 ? MemoryFormat::ChannelsLast3d : MemoryFormat::Contiguous;
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, MemoryFormat format) {
   for (int64_t d : shape) MINIDL_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
-  MINIDL_CHECK(format == MemoryFormat::Contiguous || shape.size() == 4,
-               "channels_last needs a 4-d (N, C, H, W) shape, got ", shape_str(shape));
+  MINIDL_CHECK(format == MemoryFormat::Contiguous || shape.size() == format_rank(format), memory_format_name(format),
+               " needs a ", format == MemoryFormat::ChannelsLast ? "4-d (N, C, H, W)" : "5-d (N, C, D, H, W)",
+               " shape, got ", shape_str(shape));
   auto impl = std::make_shared<TensorImpl>();
   const int64_t bytes = checked_mul(shape_numel(shape), static_cast<int64_t>(dtype_size(dtype)), "tensor bytes");
   impl->storage = allocate(static_cast<size_t>(bytes), device);
   impl->shape = shape;
-  impl->strides = format == MemoryFormat::ChannelsLast ? channels_last_strides(shape) : contiguous_strides(shape);
+  impl->strides = format == MemoryFormat::Contiguous ? contiguous_strides(shape) : channels_last_strides(shape);
   impl->dtype = dtype;
   impl->device = device;
   return Tensor(std::move(impl));
@@ -110,8 +130,8 @@ int64_t Tensor::size(int64_t d) const {
 bool Tensor::is_contiguous() const { return impl_->strides == contiguous_strides(impl_->shape); }
 
 MemoryFormat Tensor::memory_format() const {
-  if (dim() == 4 && !is_contiguous() && impl_->strides == channels_last_strides(impl_->shape))
-    return MemoryFormat::ChannelsLast;
+  if ((dim() == 4 || dim() == 5) && !is_contiguous() && impl_->strides == channels_last_strides(impl_->shape))
+    return channels_last_for(dim());
   return MemoryFormat::Contiguous;
 }
 
@@ -174,9 +194,10 @@ Tensor Tensor::reshape(const Shape& new_shape) const {
   }
   MINIDL_CHECK(shape_numel(s) == numel(), "cannot reshape ", shape_str(shape()), " (", numel(),
                " elements) to ", shape_str(new_shape));
-  // Channels-last memory is in the shape's row-major order already when C or H*W is 1 (a global
-  // pool's (N, C, 1, 1)); otherwise the elements are reordered first (an autograd op).
-  if (is_channels_last() && size(1) != 1 && size(2) * size(3) != 1) return contiguous().reshape(s);
+  // Channels-last memory is in the shape's row-major order already when C or the spatial size is 1
+  // (a global pool's (N, C, 1, 1)); otherwise the elements are reordered first (an autograd op).
+  if (is_channels_last_format(memory_format()) && size(1) != 1 && numel() > 0 && numel() / size(0) != size(1))
+    return contiguous().reshape(s);
   Tensor out = detach();
   out.impl_->shape = s;
   out.impl_->strides = contiguous_strides(s);
@@ -219,7 +240,7 @@ void Tensor::zero_() {
 template <class T>
 std::vector<T> Tensor::values() const {
   MINIDL_CHECK(dtype() == DTypeOf<T>::value, "values<", dtype_name(DTypeOf<T>::value), "> of ", str());
-  if (is_channels_last()) return detach().contiguous().values<T>();
+  if (is_channels_last_format(memory_format())) return detach().contiguous().values<T>();
   std::vector<T> v(static_cast<size_t>(numel()));
   copy_bytes(v.data(), Device::cpu(), raw_data(), device(), nbytes());
   return v;
@@ -255,7 +276,8 @@ void Tensor::backward() const {
 std::string Tensor::str() const {
   if (!defined()) return "Tensor[undefined]";
   return minidl::str("Tensor[", dtype_name(dtype()), ", ", device().str(), ", ", shape_str(shape()),
-                     is_channels_last() ? ", channels_last]" : "]");
+                     is_channels_last_format(memory_format()) ? minidl::str(", ", memory_format_name(memory_format()), "]")
+                                                              : std::string("]"));
 }
 
 void check_rank(const Tensor& t, int64_t rank, const std::string& what) {

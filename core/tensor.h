@@ -2,7 +2,8 @@
 // strides, offset, dtype and device, and the autograd fields (requires_grad, grad, grad_fn).
 // Copying a Tensor shares everything; clone() copies the data. Views share storage through
 // reshape(), the only view op. A tensor's elements lie in one of two orders (MemoryFormat): the
-// row-major order of its shape, or, for a 4-d (N, C, H, W) tensor, channels-last.
+// row-major order of its shape, or, for a 4-d (N, C, H, W) or 5-d (N, C, D, H, W) tensor,
+// channels-last.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -27,11 +28,18 @@ struct Node;
 //   Contiguous    row-major in the shape's order (NCHW), strides (C*H*W, H*W, W, 1);
 //   ChannelsLast  4-d only: NHWC, strides (H*W*C, 1, W*C, C) (torch.channels_last). cuDNN's
 //                 tensor-core convolutions want this order, and elementwise ops do not care.
+//   ChannelsLast3d  5-d only: NDHWC, strides (D*H*W*C, 1, H*W*C, W*C, C)
+//                 (torch.channels_last_3d), the same order for volumes.
 // Ops that read a layout (convolution, normalization, pooling) say which formats they take;
 // elementwise ops keep their input's format (empty_like), and reshape() of a channels-last
 // tensor reorders to the shape's row-major order first, as PyTorch's does.
-enum class MemoryFormat : unsigned char { Contiguous, ChannelsLast };
-const char* memory_format_name(MemoryFormat f);  // "contiguous", "channels_last"
+enum class MemoryFormat : unsigned char { Contiguous, ChannelsLast, ChannelsLast3d };
+const char* memory_format_name(MemoryFormat f);  // "contiguous", "channels_last", "channels_last_3d"
+// The channels-last format of a tensor of rank `dim` (ChannelsLast for 4, ChannelsLast3d for 5),
+// Contiguous for other ranks: what a run's "channels_last" gives its images or volumes.
+MemoryFormat channels_last_for(int64_t dim);
+// True for ChannelsLast and ChannelsLast3d: the channels are the innermost dimension.
+inline bool is_channels_last_format(MemoryFormat f) { return f != MemoryFormat::Contiguous; }
 
 struct TensorImpl {
   std::shared_ptr<void> storage;  // owns the bytes (host or device)
@@ -76,8 +84,10 @@ class Tensor {
   Device device() const { return impl_->device; }
   bool is_cuda() const { return impl_->device.is_cuda(); }
   bool is_contiguous() const;
-  MemoryFormat memory_format() const;  // ChannelsLast for a 4-d NHWC tensor, else Contiguous
+  // ChannelsLast for a 4-d NHWC tensor, ChannelsLast3d for a 5-d NDHWC one, else Contiguous.
+  MemoryFormat memory_format() const;
   bool is_channels_last() const { return memory_format() == MemoryFormat::ChannelsLast; }
+  bool is_channels_last_3d() const { return memory_format() == MemoryFormat::ChannelsLast3d; }
 
   // Typed pointer to the first element (checks the dtype).
   template <class T> T* data() const;

@@ -484,6 +484,7 @@ const std::map<const LayerDescriptor*, Emitter>& emitters() {
       {&conv2d_layer(), &Exporter::conv},
       {&linear_layer(), &Exporter::linear},
       {&batchnorm2d_layer(), &Exporter::batch_norm},
+      {&batchnorm3d_layer(), &Exporter::batch_norm},
       {&groupnorm_layer(), &Exporter::group_norm},
       {&layernorm_layer(), &Exporter::layer_norm},
       {&relu_layer(), &Exporter::relu},

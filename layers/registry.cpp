@@ -12,8 +12,10 @@
 #include "layers/containers/residual.h"
 #include "layers/containers/scale.h"
 #include "layers/containers/sequential.h"
+#include "layers/containers/skip_connection.h"
 #include "layers/containers/squeeze_excitation.h"
 #include "layers/conv/conv2d.h"
+#include "layers/conv/conv3d.h"
 #include "layers/linear/linear.h"
 #include "layers/model_memory.h"
 #include "layers/norm/batchnorm2d.h"
@@ -21,6 +23,7 @@
 #include "layers/norm/layernorm.h"
 #include "layers/norm/layernorm2d.h"
 #include "layers/pool/avg_pool.h"
+#include "layers/pool/max_pool3d.h"
 #include "layers/pool/pooling.h"
 #include "layers/regularization/dropout.h"
 #include "layers/transformer/attention.h"
@@ -64,6 +67,11 @@ const std::vector<const LayerDescriptor*>& layer_descriptors() {
       &token_pool_layer(),
       &multihead_attention_layer(),
       &transformer_encoder_layer_layer(),
+      &conv3d_layer(),
+      &conv_transpose3d_layer(),
+      &max_pool3d_layer(),
+      &skip_connection_layer(),
+      &batchnorm3d_layer(),
       &embedding_layer(),
       &lm_head_layer(),
   };

@@ -23,18 +23,17 @@ std::vector<OpMode> op_modes(const Shape& input) {
   std::vector<OpMode> out;
   for (DType d : {DType::Float32, DType::BFloat16, DType::Float16}) {
     out.push_back({d, MemoryFormat::Contiguous});
-    if (input.size() == 4) out.push_back({d, MemoryFormat::ChannelsLast});
+    const MemoryFormat last = channels_last_for(static_cast<int64_t>(input.size()));
+    if (last != MemoryFormat::Contiguous) out.push_back({d, last});
   }
   return out;
 }
 
-std::string mode_name(const OpMode& mode) {
-  return str(dtype_name(mode.dtype), mode.format == MemoryFormat::ChannelsLast ? " channels_last" : " contiguous");
-}
+std::string mode_name(const OpMode& mode) { return str(dtype_name(mode.dtype), " ", memory_format_name(mode.format)); }
 
 Tensor to_mode(const Tensor& x, const OpMode& mode) {
   if (!is_floating(x.dtype())) return x;
-  return x.to(mode.dtype, x.dim() == 4 ? mode.format : MemoryFormat::Contiguous);
+  return x.to(mode.dtype, is_channels_last_format(mode.format) ? channels_last_for(x.dim()) : MemoryFormat::Contiguous);
 }
 
 std::shared_ptr<Module> example_module(const LayerExample& e, const nlohmann::json& spec) {
@@ -62,7 +61,8 @@ std::shared_ptr<Module> build_example(const LayerExample& e, uint64_t seed) {
 
 Tensor random_like_mode(const Shape& shape, uint64_t seed, DType round_to, DType dtype, MemoryFormat format,
                         Device device) {
-  const MemoryFormat f = shape.size() == 4 ? format : MemoryFormat::Contiguous;
+  const MemoryFormat f = is_channels_last_format(format) ? channels_last_for(static_cast<int64_t>(shape.size()))
+                                                         : MemoryFormat::Contiguous;
   return random_tensor(shape, seed, -1.f, 1.f, device).to(round_to).to(dtype, f);
 }
 

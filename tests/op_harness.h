@@ -26,12 +26,14 @@ struct OpMode {
   DType dtype;
   MemoryFormat format;
 };
-// float32, bfloat16 and float16, each contiguous and, for a 4-d input, channels_last: every layer
+// float32, bfloat16 and float16, each contiguous and, for a 4-d input, channels_last (for a 5-d
+// one, channels_last_3d): every layer
 // takes each (half inputs run in their own type, or storage-rounded where a layer has no half
 // kernel: core/storage_rounding.h).
 std::vector<OpMode> op_modes(const Shape& input);
 std::string mode_name(const OpMode& mode);
-// x in the mode's dtype, and in its memory format when x is 4-d; token ids stay int32.
+// x in the mode's dtype, and channels-last for its rank (channels_last_for) in a channels-last
+// mode; token ids stay int32.
 Tensor to_mode(const Tensor& x, const OpMode& mode);
 
 // The module an example runs: the layer built from `spec` (the example's, or one printed back),

@@ -194,8 +194,8 @@ TEST_CASE("state dict names follow PyTorch and nested containers", "[core][modul
 
 TEST_CASE("layer factory errors name the key path", "[core][module]") {
   using nlohmann::json;
-  REQUIRE_THROWS_WITH(build_sequential(json::parse(R"([{"type": "Conv3d"}])"), "model.layers"),
-                      Catch::Contains("model.layers[0].type: unknown layer 'Conv3d'"));
+  REQUIRE_THROWS_WITH(build_sequential(json::parse(R"([{"type": "Conv4d"}])"), "model.layers"),
+                      Catch::Contains("model.layers[0].type: unknown layer 'Conv4d'"));
   REQUIRE_THROWS_WITH(build_sequential(json::parse(R"([{"type": "ReLU", "inplace": true}])"), "model.layers"),
                       Catch::Contains("model.layers[0].inplace: unknown key"));
   // The known keys listed include the optional ones a layer reads only when present.

@@ -54,7 +54,7 @@ TEST_CASE("layer table: names are unique, found by name, and every key has a kno
         REQUIRE(!k.range.empty());
     }
   }
-  REQUIRE(find_layer("Conv3d") == nullptr);
+  REQUIRE(find_layer("Conv4d") == nullptr);
   REQUIRE(layer_types().size() == layer_descriptors().size());
 }
 

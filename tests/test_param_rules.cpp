@@ -112,8 +112,8 @@ TEST_CASE("freeze rules: a parameter stops training at its step, losing its grad
   REQUIRE(p[0].tensor.to_vector() == w0);
   REQUIRE_THROWS_WITH(FreezeRules(json::parse(R"([{"module_type": "Conv2d"}])"), p, 4),
                       Catch::Contains("freeze[0]") && Catch::Contains("matches no parameter"));
-  REQUIRE_THROWS_WITH(FreezeRules(json::parse(R"([{"module_type": "Conv3d"}])"), p, 4),
-                      Catch::Contains("freeze[0].module_type: unknown layer type 'Conv3d'"));
+  REQUIRE_THROWS_WITH(FreezeRules(json::parse(R"([{"module_type": "Conv4d"}])"), p, 4),
+                      Catch::Contains("freeze[0].module_type: unknown layer type 'Conv4d'"));
   REQUIRE_THROWS_WITH(FreezeRules(json::parse(R"([{"match": "bias", "from_epoch": -1}])"), p, 4),
                       Catch::Contains("freeze[0].from_epoch"));
   REQUIRE_THROWS_WITH(FreezeRules(json::parse(R"({"match": "bias"})"), p, 4), Catch::Contains("expected a list"));

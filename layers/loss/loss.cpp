@@ -121,24 +121,26 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smo
         kernels::cross_entropy_forward_cuda(logits.data<float>(), labels.data<int32_t>(), rows, classes, label_smoothing,
                                             row_loss.data<float>(), loss.data<float>(), d);
       });
-  if (grad) {
-    autograd::record(loss, "cross_entropy", {logits}, [dlogits](const Tensor& g) -> std::vector<Tensor> {
-      Tensor dx = Tensor::empty_like(dlogits);
-      dispatch(
-          dlogits.device(), "cross_entropy_backward",
-          [&] {
-            const float s = g.item();
-            const float* src = dlogits.data<float>();
-            float* dst = dx.data<float>();
-            for (int64_t i = 0; i < dx.numel(); ++i) dst[i] = src[i] * s;
-          },
-          [&] {
-            kernels::scale_by_device_scalar_cuda(dlogits.data<float>(), g.data<float>(), dx.data<float>(), dx.numel());
-          });
-      return {dx};
-    });
-  }
+  if (grad) record_loss_gradient(loss, "cross_entropy", logits, dlogits);
   return loss;
+}
+
+void record_loss_gradient(Tensor& loss, const char* name, const Tensor& logits, const Tensor& dlogits) {
+  autograd::record(loss, name, {logits}, [dlogits](const Tensor& g) -> std::vector<Tensor> {
+    Tensor dx = Tensor::empty_like(dlogits);
+    dispatch(
+        dlogits.device(), "loss_backward",
+        [&] {
+          const float s = g.item();
+          const float* src = dlogits.data<float>();
+          float* dst = dx.data<float>();
+          for (int64_t i = 0; i < dx.numel(); ++i) dst[i] = src[i] * s;
+        },
+        [&] {
+          kernels::scale_by_device_scalar_cuda(dlogits.data<float>(), g.data<float>(), dx.data<float>(), dx.numel());
+        });
+    return {dx};
+  });
 }
 
 Tensor argmax_rows(const Tensor& logits) {

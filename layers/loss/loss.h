@@ -28,6 +28,10 @@ namespace minidl {
 // their type on the GPU (bf16 logits stay bf16; no float32 copy of their size is ever made).
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing = 0.f);
 
+// The autograd node of a loss whose gradient its forward computed (dlogits, float32 like logits):
+// the backward returns dlogits times the incoming one-element gradient, which stays on the device.
+void record_loss_gradient(Tensor& loss, const char* name, const Tensor& logits, const Tensor& dlogits);
+
 // Rows whose argmax (the first maximum; a NaN counts as the maximum, as torch.argmax) equals the
 // label. Waits for the result.
 int64_t count_correct(const Tensor& logits, const Tensor& labels);

@@ -10,10 +10,11 @@
 
 namespace minidl {
 
-BatchNorm2d::BatchNorm2d(const BatchNorm2dSpec& spec) : Layer(batchnorm2d_layer(), spec) {
+BatchNorm2d::BatchNorm2d(const LayerDescriptor& descriptor, const BatchNorm2dSpec& spec, int spatial_dims)
+    : Layer(descriptor, spec), spatial_dims_(spatial_dims) {
   const int64_t num_features = spec.num_features;
-  MINIDL_CHECK(num_features >= 1, "BatchNorm2d: num_features must be >= 1, got ", num_features);
-  MINIDL_CHECK(spec.momentum >= 0 && spec.momentum <= 1, "BatchNorm2d: momentum must be in [0, 1], got ",
+  MINIDL_CHECK(num_features >= 1, descriptor.name, ": num_features must be >= 1, got ", num_features);
+  MINIDL_CHECK(spec.momentum >= 0 && spec.momentum <= 1, descriptor.name, ": momentum must be in [0, 1], got ",
                spec.momentum);
   if (spec.weight) {
     weight = Tensor::full({num_features}, 1.f);
@@ -30,8 +31,8 @@ BatchNorm2d::BatchNorm2d(const BatchNorm2dSpec& spec) : Layer(batchnorm2d_layer(
 }
 
 Tensor BatchNorm2d::forward(const Tensor& x) {
-  MINIDL_CHECK(x.defined() && x.dim() == 4 && x.size(1) == num_features(), label(), ": expected input (N, ",
-               num_features(), ", H, W), got ",
+  MINIDL_CHECK(x.defined() && x.dim() == 2 + spatial_dims_ && x.size(1) == num_features(), label(),
+               ": expected input (N, ", num_features(), spatial_dims_ == 3 ? ", D, H, W), got " : ", H, W), got ",
                x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
   const BatchNorm2dSpec& s = spec();
   if (s.sync && sync_group_ && is_training())
@@ -40,7 +41,7 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
 }
 
 std::string BatchNorm2d::describe() const {
-  return str("BatchNorm2d ", num_features(), norm_activation_suffix(activation()), sync() ? " sync" : "");
+  return str(type_name(), " ", num_features(), norm_activation_suffix(activation()), sync() ? " sync" : "");
 }
 
 namespace {
@@ -90,6 +91,12 @@ LayerState batchnorm2d_state(const BatchNorm2dSpec& s) {
           str("BatchNorm2d ", s.num_features)};
 }
 
+LayerState batchnorm3d_state(const BatchNorm2dSpec& s) {
+  LayerState state = batchnorm2d_state(s);
+  state.description = str("BatchNorm3d ", s.num_features);
+  return state;
+}
+
 }  // namespace
 
 const LayerDescriptor& batchnorm2d_layer() {
@@ -106,6 +113,22 @@ const LayerDescriptor& batchnorm2d_layer() {
       layer_state<BatchNorm2d, batchnorm2d_state>,
       {{{{"num_features", 5}, {"relu", true}}, {3, 5, 4, 3}},
        {{{"num_features", 4}, {"gelu", true}, {"affine", false}}, {2, 4, 3, 5}}}};
+  return layer;
+}
+
+const LayerDescriptor& batchnorm3d_layer() {
+  static const LayerDescriptor layer{
+      "BatchNorm3d",
+      "norm",
+      "batch normalization per channel of (N, C, D, H, W) with running statistics, as torch.nn.BatchNorm3d",
+      layer_fields<BatchNorm3d>(),
+      make_layer<BatchNorm3d>,
+      {{"num_features", 3}},
+      {2, 3, 2, 4, 4},
+      AutocastRule::InputType,
+      true,
+      layer_state<BatchNorm3d, batchnorm3d_state>,
+      {{{{"num_features", 4}, {"relu", true}, {"affine", false}}, {2, 4, 3, 2, 3}}}};
   return layer;
 }
 

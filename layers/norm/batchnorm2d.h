@@ -4,7 +4,8 @@
 // applies that activation in the same kernels (norm_activation.h).
 // "sync" (torch.nn.SyncBatchNorm): in a data-parallel run, the training statistics are those of
 // every rank's batch together (sync_batch_norm), over the ranks the run gives (set_sync_group);
-// on one process it is BatchNorm2d itself.
+// on one process it is BatchNorm2d itself. BatchNorm3d (torch.nn.BatchNorm3d) is the same module,
+// keys and kernels over (N, C, D, H, W).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -18,6 +19,7 @@ namespace minidl {
 
 // The layer type's descriptor (layers/layer_descriptor.h), listed in layers/registry.cpp.
 const LayerDescriptor& batchnorm2d_layer();
+const LayerDescriptor& batchnorm3d_layer();
 
 struct BatchNorm2dSpec {
   int64_t num_features;
@@ -35,10 +37,10 @@ class BatchNorm2d : public Layer<BatchNorm2dSpec> {
                        bool bias = true, norm::NormActivation activation = norm::NormActivation::None,
                        bool sync = false)
       : BatchNorm2d(BatchNorm2dSpec{num_features, eps, momentum, weight && bias, weight, bias, activation, sync}) {}
-  explicit BatchNorm2d(const BatchNorm2dSpec& spec);
+  explicit BatchNorm2d(const BatchNorm2dSpec& spec) : BatchNorm2d(batchnorm2d_layer(), spec, 2) {}
 
   Tensor forward(const Tensor& x) override;
-  std::string describe() const override;  // "BatchNorm2d 128", "BatchNorm2d 128 +ReLU", "BatchNorm2d 128 +GELU"
+  std::string describe() const override;  // "BatchNorm2d 128", "BatchNorm2d 128 +ReLU", "BatchNorm3d 32 +GELU"
   std::optional<LayerWork> work(const Tensor& input, const Tensor& output) const override;
 
   int64_t num_features() const { return spec().num_features; }
@@ -54,8 +56,19 @@ class BatchNorm2d : public Layer<BatchNorm2dSpec> {
   Tensor running_mean;  // (C) buffer
   Tensor running_var;   // (C) buffer
 
+ protected:
+  // The layer of `descriptor` over inputs of 2 + spatial_dims dimensions.
+  BatchNorm2d(const LayerDescriptor& descriptor, const BatchNorm2dSpec& spec, int spatial_dims);
+
  private:
+  int spatial_dims_;
   std::shared_ptr<const NormGroup> sync_group_;
+};
+
+// BatchNorm2d's keys and module over (N, C, D, H, W).
+class BatchNorm3d : public BatchNorm2d {
+ public:
+  explicit BatchNorm3d(const BatchNorm2dSpec& spec) : BatchNorm2d(batchnorm3d_layer(), spec, 3) {}
 };
 
 }  // namespace minidl

@@ -15,7 +15,7 @@
 
 namespace minidl {
 
-// x (N, C, H, W). Training: normalizes with the batch statistics over (N, H, W) and, where
+// x (N, C, H, W) or (N, C, D, H, W). Training: normalizes with the batch statistics over (N, [D,] H, W) and, where
 // running_mean/running_var are defined, updates them in place (momentum, unbiased variance).
 // Eval: normalizes with running_mean/running_var, which must be defined.
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,

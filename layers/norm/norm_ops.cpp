@@ -198,8 +198,9 @@ Tensor normalize(const char* op, const NormLayout& layout, const Tensor& x, cons
 Tensor batch_norm_with(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                        const Tensor& bias, const Options& o) {
   check_input(x, "batch_norm");
-  MINIDL_CHECK(x.dim() == 4, "batch_norm: expected input (N, C, H, W), got ", shape_str(x.shape()));
-  const int64_t n = x.size(0), c = x.size(1), hw = x.size(2) * x.size(3);
+  MINIDL_CHECK(x.dim() == 4 || x.dim() == 5, "batch_norm: expected input (N, C, H, W) or (N, C, D, H, W), got ",
+               shape_str(x.shape()));
+  const int64_t n = x.size(0), c = x.size(1), hw = x.numel() / std::max<int64_t>(n * c, 1);
   check_param(running_mean, x, {c}, "batch_norm", "running_mean");
   check_param(running_var, x, {c}, "batch_norm", "running_var");
   check_param(weight, x, {c}, "batch_norm", "weight");
@@ -210,9 +211,10 @@ Tensor batch_norm_with(const Tensor& x, const Tensor& running_mean, const Tensor
   MINIDL_CHECK(!o.training || n * hw > 1,
                "batch_norm: expected more than 1 value per channel when training, got input ", shape_str(x.shape()));
   MINIDL_CHECK(o.eps >= 0, "batch_norm: eps must be >= 0, got ", o.eps);
-  // Channels-last x is [N*H*W][C]: each channel is a column, the layout of BatchNorm1d, which the
-  // same kernels run (a plane of 1), reading and writing x in place of any transpose.
-  const NormLayout layout = x.is_channels_last() ? NormLayout::batch_norm(n * hw, c, 1) : NormLayout::batch_norm(n, c, hw);
+  // Channels-last x is [N*H*W][C] (a volume's [N*D*H*W][C]): each channel is a column, the layout
+  // of BatchNorm1d, which the same kernels run (a plane of 1), reading and writing x in place of
+  // any transpose.
+  const NormLayout layout = is_channels_last_format(x.memory_format()) ? NormLayout::batch_norm(n * hw, c, 1) : NormLayout::batch_norm(n, c, hw);
   return normalize("batch_norm", layout, x, weight, bias, running_mean, running_var, o, x.dtype());
 }
 
@@ -246,9 +248,10 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
   Options o;
   o.eps = eps;
   o.activation = activation;
-  // Channels-last x is [N][H*W][C]: a group is C/G channels at every position of its sample, the
-  // ChannelGroup layout, which the kernels (and the CPU reference) read in place of a transpose.
-  const NormLayout layout = x.is_channels_last() ? NormLayout::group_norm_channels_last(n, c, hw, num_groups)
+  // Channels-last x is [N][H*W][C] (a volume's [N][D*H*W][C]): a group is C/G channels at every
+  // position of its sample, the ChannelGroup layout, which the kernels (and the CPU reference) read
+  // in place of a transpose.
+  const NormLayout layout = is_channels_last_format(x.memory_format()) ? NormLayout::group_norm_channels_last(n, c, hw, num_groups)
                                                  : NormLayout::group_norm(n, c, hw, num_groups);
   return normalize("group_norm", layout, x, weight, bias, Tensor(), Tensor(), o, x.dtype());
 }

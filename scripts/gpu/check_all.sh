@@ -10,6 +10,7 @@
 #   norm       minidl bench norm beside PyTorch (scripts/gpu/norm.sh)
 #   conv       minidl bench conv beside PyTorch (scripts/gpu/conv.sh)
 #   depthwise  grouped/depthwise tests, our depthwise kernels beside the floor and PyTorch (scripts/gpu/depthwise.sh)
+#   unet3d     the volume layers' tests, GroupNorm/BatchNorm3d at a 128^3 UNet's shapes (scripts/gpu/unet3d.sh)
 #   parity     every layer and one ResNet-9 step against PyTorch (scripts/gpu/parity.sh)
 #   train      the three ResNet-9 configs trained to the end
 #   torchtrain PyTorch's BatchNorm ResNet-9 trained to the end
@@ -62,6 +63,8 @@ for stage in $stages; do
       run timeout 150 bash "$root/scripts/gpu/conv.sh" "$bin/minidl" "$s" 2>&1 | tee "$s/conv.log" | tail -30 ;;
     depthwise)
       run timeout 500 bash "$root/scripts/gpu/depthwise.sh" "$bin" "$s" 2>&1 | tee "$s/depthwise.log" | tail -36 ;;
+    unet3d)
+      run timeout 500 bash "$root/scripts/gpu/unet3d.sh" "$bin" "$s" 2>&1 | tee "$s/unet3d.log" | tail -40 ;;
     parity)
       run timeout 200 bash "$root/scripts/gpu/parity.sh" "$bin/minidl" "$s" 2>&1 | tee "$s/parity.log" |
         grep -E "FAIL|parity:" | tail -30 ;;

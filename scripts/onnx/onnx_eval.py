@@ -102,7 +102,7 @@ def run_node(op, ins, a):
         return conv(ins[0], ins[1], ins[2] if len(ins) > 2 else None, a)
     if op == "BatchNormalization":
         x, s, b, m, v = ins
-        e = lambda t: t[None, :, None, None]  # noqa: E731
+        e = lambda t: t.reshape((1, -1) + (1,) * (x.ndim - 2))  # noqa: E731
         return (x - e(m)) / np.sqrt(e(v) + a.get("epsilon", 1e-5)) * e(s) + e(b)
     if op == "InstanceNormalization":
         x, s, b = ins

@@ -54,10 +54,10 @@ class _Activated:
         return self.activation(y) if self.activation else y
 
 
-class BatchNorm2d(_Activated, nn.BatchNorm2d):
-    """minidl's BatchNorm2d: "weight" and "bias" each default to "affine"; an activation fused after.
-    "sync" (statistics over the ranks of a data-parallel run) is BatchNorm2d itself in the one
-    process the twin runs in, as in minidl."""
+class _BatchNorm(_Activated):
+    """minidl's BatchNorm2d and BatchNorm3d: "weight" and "bias" each default to "affine"; an
+    activation fused after. "sync" (statistics over the ranks of a data-parallel run) is the layer
+    itself in the one process the twin runs in, as in minidl."""
 
     def __init__(self, num_features, eps, momentum, affine, sync=False, weight=None, bias=None, **activation):
         weight = affine if weight is None else weight
@@ -68,6 +68,14 @@ class BatchNorm2d(_Activated, nn.BatchNorm2d):
         if weight and not bias:
             self.register_parameter("bias", None)
         self.activation = _fused_activation(activation)
+
+
+class BatchNorm2d(_BatchNorm, nn.BatchNorm2d):
+    pass
+
+
+class BatchNorm3d(_BatchNorm, nn.BatchNorm3d):
+    pass
 
 
 class GroupNorm(_Activated, nn.GroupNorm):
@@ -285,11 +293,21 @@ class Residual(nn.Module):
             self.add_module(str(i), layer)
         self.shortcut = Sequential(shortcut) if shortcut else None
 
-    def forward(self, x):
-        y = x
+    def run_body(self, x):
         for layer in self.body:
-            y = layer(y)
-        return (self.shortcut(x) if self.shortcut is not None else x) + y
+            x = layer(x)
+        return x
+
+    def forward(self, x):
+        return (self.shortcut(x) if self.shortcut is not None else x) + self.run_body(x)
+
+
+class SkipConnection(Residual):
+    """y = cat([x, body(x)], dim=1), MONAI's SkipConnection(mode="cat")."""
+
+    def forward(self, x):
+        y = self.run_body(x)
+        return torch.cat([x.to(y.dtype), y], dim=1)
 
 
 def twin_class(type_name):
