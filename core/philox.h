@@ -52,6 +52,7 @@ enum RngStream : uint64_t {
   kStreamResizedCrop = 4,  // random-resized-crop boxes: stream | attempt << 32, index as kStreamAugment
   kStreamColorJitter = 5,  // brightness and contrast jitter: index as kStreamAugment
   kStreamExamples = 6,     // layer examples' values (export --examples): seed = tensor ordinal
+  kStreamVolumes = 7,      // synthetic volumes (data/volumes.h): index = purpose << 56 | owner << 24 | draw
   kStreamTest = 100,       // tests
 };
 

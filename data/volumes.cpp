@@ -11,9 +11,6 @@
 namespace minidl {
 namespace {
 
-// The Philox stream of these draws: the first one after core/philox.h's RngStream list (whose
-// streams go up to kStreamExamples = 6), so no other use of the seed draws the same numbers.
-constexpr uint64_t kStreamVolumes = 7;
 // What a draw is for: the top byte of its Philox index, so no two uses share a number.
 enum Purpose : uint64_t { kMaps = 1, kObjects = 2, kPoints = 3, kNoise = 4 };
 constexpr int64_t kMaxVolumes = int64_t{1} << 26;  // volume << 6 | object stays below 2^32
