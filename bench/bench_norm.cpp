@@ -480,7 +480,7 @@ nlohmann::json summarize_mode(const std::vector<Result>& results) {
   return out;
 }
 
-// The volume mode's targets (issue 51), per layer over the large shapes (the 128^3 and 64^3
+// The volume mode's targets, per layer over the large shapes (the 128^3 and 64^3
 // levels): forward and backward each at >= 90% of the copy bandwidth, and forward + backward
 // >= 2x PyTorch's eager module of the same mode (--torch).
 nlohmann::json summarize_volumes(const std::vector<Result>& results) {
@@ -517,7 +517,7 @@ nlohmann::json summarize_volumes(const std::vector<Result>& results) {
   return out;
 }
 
-// A 128^3 UNet's activations (issue 51's unet3d: base width 32, doubled per level, 4 levels), one
+// A 128^3 UNet's activations (docs/volumes.md's UNet: base width 32, doubled per level, 4 levels), one
 // volume per rank as ScaFFold trains: GroupNorm(8, C) and BatchNorm3d(C), each with the fused
 // ReLU, as the layer ops see (N, C, D, H, W) (norm_ops.cpp: the 2-d layouts over D*H*W positions).
 struct VolumeShape {

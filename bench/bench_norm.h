@@ -12,7 +12,7 @@
 //      eight large shapes and whether each target of the task is met.
 // --volumes: instead, GroupNorm(8, C) and BatchNorm3d(C) with the fused ReLU at a 128^3 3-D UNet's
 // shapes (32 channels at 128^3 down to 256 at 16^3), against the copy roof and --torch's figures
-// (scripts/bench/torch_norm.py --volumes), with issue 51's targets.
+// (scripts/bench/torch_norm.py --volumes), with the volume targets (docs/volumes.md).
 // Options: --json FILE (every number, for scripts/gpu/norm.sh), --reps N (50), --warmup N (10),
 // --path auto|block|cluster|3-launch (every pass on that path where it can run it, else auto).
 // Exit status 1 when a fast result disagrees with the oracle.

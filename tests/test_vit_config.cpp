@@ -1,4 +1,4 @@
-// The ViT configs: configs/vit_cifar10.json builds the model (8.9M parameters, weight
+// The ViT configs: configs/vit_cifar10.json builds the reference model (8.9M parameters, weight
 // decay on matrices only), and configs/vit_tiny_cpu.json trains on the CPU with gradient
 // clipping: the loss falls and the same seed gives the same bits.
 #include <filesystem>
@@ -22,7 +22,7 @@ using test::shipped;
 using test::TinyRun;
 using test::train_tiny;
 
-TEST_CASE("ViT config: vit_cifar10.json is the issue's 8.9M-parameter ViT with weight decay on matrices only",
+TEST_CASE("ViT config: vit_cifar10.json is the 8.9M-parameter reference ViT with weight decay on matrices only",
           "[config][vit]") {
   const TrainConfig c = shipped("vit_cifar10.json");
   CHECK(c.grad_clip == 1.0);

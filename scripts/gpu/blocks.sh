@@ -12,7 +12,7 @@
 #      (bf16 channels_last, batch 512: the config's "auto" on these GPUs) and
 #      scripts/torch/bench_twin.py (the twin under bf16 autocast and channels_last, eager and
 #      torch.compile);
-# then prints ms/step side by side with the ratios and issue 48's targets (ResNet-18 >= 1.4x eager
+# then prints ms/step side by side with the ratios and the targets (ResNet-18 >= 1.4x eager
 # and >= 1.05x torch.compile, MobileNetV2 >= 1.5x eager, ConvNeXt >= 1.3x eager and >= 1.0x
 # torch.compile). Exits non-zero if a stage fails or a parameter count differs.
 set -euo pipefail

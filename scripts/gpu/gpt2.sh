@@ -8,7 +8,7 @@
 #      bits every run), Embedding's sorted backward, cross-entropy over (B, T, 50257);
 #   2. scripts/gpu/attention.sh at GPT-2 124M's shape (batch 16, 1024 tokens, width 768, 12 heads,
 #      bf16, causal): `minidl bench attention` beside PyTorch's flash SDPA (is_causal), forward +
-#      backward and their ratio (the target: within 1.5x of flash).
+#      backward and their ratio (the target: within 1.5x of flash).
 # Exits non-zero if a stage fails.
 set -euo pipefail
 bin=${1:?usage: gpt2.sh BIN_DIR OUT_DIR}

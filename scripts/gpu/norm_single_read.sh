@@ -7,7 +7,7 @@
 #             bit-identical reruns, NaN/Inf, accuracy at mean 1e4, the automatic choice;
 #   bench     scripts/gpu/norm.sh: `minidl bench norm` on auto (validates before timing, prints the
 #             path of each pass and its fraction of the copy bandwidth) beside PyTorch in the same
-#             run, then the targets;
+#             run, then the targets;
 #   baseline  `minidl bench norm --path 3-launch` (20 reps): today's path in the same run, for
 #             "backward no slower than today" and the per-shape gain.
 # Ends with a summary table; exits 1 when any stage failed (a failing stage does not stop the next).

@@ -11,7 +11,7 @@
 #  2. `minidl bench norm --volumes --dtype bf16 --memory-format channels_last`: GroupNorm(8, C) and
 #     BatchNorm3d(C) with the fused ReLU at a 128^3 UNet's shapes against the copy roof, beside
 #     scripts/bench/torch_norm.py --volumes (PyTorch bf16 channels_last_3d, eager and torch.compile);
-#     the targets (issue 51): GroupNorm forward and backward >= 90% of the copy roof at the large
+#     the targets: GroupNorm forward and backward >= 90% of the copy roof at the large
 #     shapes and forward + backward >= 2x PyTorch eager.
 # Keeps every output under OUT_DIR. Exits non-zero if the tests, the oracle check or a benchmark
 # fail (a missed target is reported, not an error).

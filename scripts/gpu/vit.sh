@@ -6,7 +6,7 @@
 #   1. minidl train (the full recipe: test accuracy, training seconds),
 #   2. minidl bench train (ms per step, CUDA graph) and minidl profile (the per-layer rows),
 #   3. vit.py: the same recipe trained in PyTorch, and its ms per step eager and torch.compile'd,
-# then prints the figures side by side against the targets (>= 79.5% test accuracy,
+# then prints the figures side by side against the targets (>= 79.5% test accuracy,
 # <= 10 ms per step, >= 1.7x PyTorch eager, >= 1.2x torch.compile). Exits non-zero if a stage fails.
 set -euo pipefail
 bin=${1:?usage: vit.sh BIN_DIR OUT_DIR [CONFIG]}
