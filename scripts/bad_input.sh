@@ -460,7 +460,7 @@ for sig in INT TERM; do
     fail "3 SIG$sig: exit $rc, expected $want"; tail -3 "$work/out_$sig"
   elif ! grep -q "stopped by SIG$sig after step" "$dir/log.txt" || [ ! -f "$dir/checkpoint.safetensors" ]; then
     fail "3 SIG$sig: no message or no checkpoint"; tail -3 "$dir/log.txt"
-  elif ls "$dir" | grep -q '\.tmp\.'; then
+  elif compgen -G "$dir/*.tmp.*" >/dev/null; then
     fail "3 SIG$sig: temp files left: $(ls "$dir")"
   else
     passed=$((passed + 1)); echo "ok   3 SIG$sig: exit $rc, $(grep 'stopped by' "$dir/log.txt" | cut -c1-110)"
@@ -469,7 +469,7 @@ done
 dead=$(sh -c 'echo $$')
 touch "$work/sig_INT/checkpoint.safetensors.tmp.$dead" "$work/sig_INT/model.safetensors.tmp.$dead"
 expect_rc "3 resume after SIGINT" 0 "${train[@]}" --resume "$work/sig_INT"
-if ls "$work/sig_INT" | grep -q '\.tmp\.'; then
+if compgen -G "$work/sig_INT/*.tmp.*" >/dev/null; then
   fail "3 stale temp files of a dead process were not removed"
 elif ! grep -q "removed temporary files left by killed runs" "$work/sig_INT/log.txt"; then
   fail "3 stale temp files: no log line"

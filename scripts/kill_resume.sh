@@ -81,7 +81,7 @@ check() {
     fail "$name: differs from the uninterrupted run"; diff <(echo "$want") <(fingerprint "$dir") | head -6
   elif [ "$(grep -c . "$dir/metrics.jsonl")" -ne 2 ]; then
     fail "$name: metrics.jsonl does not hold each epoch once"
-  elif ls "$dir" | grep -q '\.tmp\.'; then
+  elif compgen -G "$dir/*.tmp.*" >/dev/null; then
     fail "$name: temp files left: $(ls "$dir" | tr '\n' ' ')"
   else
     echo "ok   $name"

@@ -51,15 +51,15 @@ complete_words() {  # complete_words WORD... : what TAB offers after the words (
     _ "$work/minidl.bash" "$@"
 }
 [ "$(complete_words minidl tr)" == "train" ] || fail "completion of 'tr': $(complete_words minidl tr)"
-complete_words minidl "" | grep -qx predict || fail "completion of the commands lacks predict"
+grep -qx predict <<<"$(complete_words minidl "")" || fail "completion of the commands lacks predict"
 [ "$(complete_words minidl train --dis)" == "$(printf -- '--dist\n--dist-timeout')" ] || fail "completion of --dis"
 [ "$(complete_words minidl train --dist "")" == "$(printf 'auto\nsingle\nmpi\nnccl')" ] || fail "completion of --dist's values"
 [ "$(complete_words minidl eval --tta f)" == "$(printf 'flip\nflip_translate')" ] || fail "completion of --tta's values"
 [ "$(complete_words minidl bench a)" == "$(printf 'accuracy\nattention\nallreduce')" ] ||
   fail "completion of bench's sub-commands: $(complete_words minidl bench a)"
-complete_words minidl bench accuracy --r | grep -qx -- --runs || fail "completion inside bench accuracy"
+grep -qx -- --runs <<<"$(complete_words minidl bench accuracy --r)" || fail "completion inside bench accuracy"
 "$minidl" completion zsh >"$work/_minidl"
-head -1 "$work/_minidl" | grep -qx "#compdef minidl" || fail "the zsh script has no #compdef line"
+[ "$(head -1 "$work/_minidl")" == "#compdef minidl" ] || fail "the zsh script has no #compdef line"
 grep -q "bashcompinit" "$work/_minidl" || fail "the zsh script does not load bashcompinit"
 if command -v zsh >/dev/null; then zsh -n "$work/_minidl" || fail "the zsh script does not parse"; fi
 
@@ -86,8 +86,8 @@ if command -v curl >/dev/null; then
   md5=$(md5sum "$work/data.tar.gz" | cut -d' ' -f1)
   bash "$src/scripts/fetch-archive.sh" test "file://$work/data.tar.gz" "$md5" "$work/got" data a.bin >"$work/fetch" 2>&1
   grep -q "test: unpacked into $work/got/data" "$work/fetch" && [ -f "$work/got/data/a.bin" ] || fail "fetch-archive.sh"
-  bash "$src/scripts/fetch-archive.sh" test "file://$work/data.tar.gz" "$md5" "$work/got" data a.bin | grep -q "already in" ||
-    fail "fetch-archive.sh fetched again"
+  bash "$src/scripts/fetch-archive.sh" test "file://$work/data.tar.gz" "$md5" "$work/got" data a.bin >"$work/fetch" 2>&1
+  grep -q "already in" "$work/fetch" || fail "fetch-archive.sh fetched again"
   rc=0; bash "$src/scripts/fetch-archive.sh" test "file://$work/data.tar.gz" 0123 "$work/bad" data a.bin >"$work/err" 2>&1 || rc=$?
   [ "$rc" -eq 1 ] && grep -q "has md5 $md5, expected 0123 (corrupt download" "$work/err" && [ ! -e "$work/bad/data" ] ||
     fail "fetch-archive.sh accepted a wrong md5"

@@ -270,7 +270,7 @@ for _ in $(seq 600); do
     # mpirun's children are the ranks; rank 1 is the one whose environment says so.
     for d in /proc/[0-9]*; do
       [ "$(cut -d' ' -f4 "$d/stat" 2>/dev/null)" = "$job" ] || continue
-      if tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1"; then victim=${d#/proc/}; fi
+      if grep -qzx "OMPI_COMM_WORLD_RANK=1" "$d/environ" 2>/dev/null; then victim=${d#/proc/}; fi
     done
     [ -n "$victim" ] && break
   fi
