@@ -52,11 +52,11 @@ TEST_CASE("a token set's windows hold seq_len + 1 tokens, starting every seq_len
                       Catch::Contains("val.bin' has 40 tokens, fewer than the 51 of one window"));
   REQUIRE_THROWS_WITH(load_dataset(token_options("", 8), Split::Train),
                       Catch::Contains("data.dir: a token set needs the folder"));
-  REQUIRE_THROWS_WITH(
-      DataOptions::from_json({{"format", "tokens"}, {"dir", "x"}, {"seq_len", 8}, {"augment", {{"flip", true}}}}, "data"),
-      Catch::Contains("data.augment: not for \"format\": \"tokens\""));
-  REQUIRE(token_options("x", 8).to_json() == nlohmann::json({{"format", "tokens"}, {"dir", "x"}, {"train_limit", 0},
-                                                             {"seq_len", 8}}));
+  REQUIRE_THROWS_WITH(DataOptions::from_json(
+                          {{"format", "tokens"}, {"dir", "x"}, {"seq_len", 8}, {"augment", {{"flip", true}}}}, "data"),
+                      Catch::Contains("data.augment: not for \"format\": \"tokens\""));
+  REQUIRE(token_options("x", 8).to_json() ==
+          nlohmann::json({{"format", "tokens"}, {"dir", "x"}, {"train_limit", 0}, {"seq_len", 8}}));
 }
 
 TEST_CASE("token batches: inputs and targets of the epoch's windows; micro-batches are slices", "[loader][tokens]") {
