@@ -94,20 +94,55 @@ Field<DataOptions> only_for(DataFormat format, Field<DataOptions> f) {
   return f;
 }
 
-// A key that means nothing for a token set (normalization, augmentation, held-out images):
-// refused there and not written back.
+// A key that means nothing for a token set or a volume set (a folder of files, normalization,
+// augmentation, held-out images): refused there and not written back.
 Field<DataOptions> images_only(Field<DataOptions> f) {
   auto read = f.read;
   auto write = f.write;
   f.read = [read](JsonArgs& a, const std::string& key, DataOptions& o) {
     MINIDL_CHECK(!a.has(key) || o.format != DataFormat::Tokens, a.key_path(key),
                  ": not for \"format\": \"tokens\" (a token set is neither normalized nor augmented)");
+    MINIDL_CHECK(!a.has(key) || o.format != DataFormat::Volumes, a.key_path(key),
+                 ": not for \"format\": \"volumes\" (a synthetic volume set is made from data.volume_seed, ",
+                 "neither read from files nor normalized nor augmented)");
     read(a, key, o);
   };
   f.write = [write](const DataOptions& o) {
-    return o.format == DataFormat::Tokens ? std::optional<nlohmann::json>() : write(o);
+    return o.format == DataFormat::Tokens || o.format == DataFormat::Volumes ? std::optional<nlohmann::json>()
+                                                                              : write(o);
   };
   return f;
+}
+
+// The keys of the synthetic volume set (VolumeSetOptions, data/volumes.h) as keys of "data",
+// volumes only, in the ranges check_volume_options holds them to.
+std::vector<Field<DataOptions>> volume_fields() {
+  using D = DataOptions;
+  using V = VolumeSetOptions;
+  const V d;
+  std::vector<Field<D>> out;
+  auto add = [&](Field<V> f) {
+    Field<D> g;
+    static_cast<FieldInfo&>(g) = f;
+    g.read = [read = f.read](JsonArgs& a, const std::string& key, D& o) { read(a, key, o.volumes); };
+    g.write = [write = f.write](const D& o) { return write(o.volumes); };
+    out.push_back(only_for(DataFormat::Volumes, std::move(g)));
+  };
+  add(integer("size", &V::size, d.size, {8, 256}, "voxels per side of each volume (D = H = W)"));
+  add(integer("classes", &V::classes, d.classes, {2, 16}, "segmentation classes, background class 0 included"));
+  add(integer("objects", &V::objects, d.objects, {1, 64}, "fractal objects per volume"));
+  add(number("noise", &V::noise, d.noise, {0, false, 1, false}, "amplitude of the image's uniform noise"));
+  add(count("volume_seed", &V::seed, d.seed, "the classes' shapes and every volume's objects"));
+  return out;
+}
+
+// The rows of "data" with the volume set's keys after train_volumes and test_volumes.
+std::vector<Field<DataOptions>> with_volume_fields(std::vector<Field<DataOptions>> rows) {
+  auto at = rows.begin();
+  while (at != rows.end() && at->name != "test_volumes") ++at;
+  const std::vector<Field<DataOptions>> volumes = volume_fields();
+  rows.insert(at == rows.end() ? at : at + 1, volumes.begin(), volumes.end());
+  return rows;
 }
 
 // data.mean or data.std: three numbers, or "auto" (`is_auto` true: the training images' own,
@@ -237,10 +272,10 @@ void AugmentOptions::validate_for_size(const std::string& path, int64_t height, 
 const Fields<DataOptions>& DataOptions::fields() {
   using D = DataOptions;
   static const Fields<D> f{
-      {written_when_set(choice("format", &D::format, DataFormat::Cifar10, "the data set's format (docs/data.md)")),
-       text("dir", &D::dir, "", "a folder",
-            "the CIFAR batch files (or their folder), an image folder's root (dir/train/<class>/*), or the folder "
-            "of a token set's train.bin and val.bin; \"\": $CIFAR10_DIR"),
+      with_volume_fields({written_when_set(choice("format", &D::format, DataFormat::Cifar10, "the data set's format (docs/data.md)")),
+       images_only(text("dir", &D::dir, "", "a folder",
+                        "the CIFAR batch files (or their folder), an image folder's root (dir/train/<class>/*), or the "
+                        "folder of a token set's train.bin and val.bin; \"\": $CIFAR10_DIR")),
        integer("train_limit", &D::train_limit, 0, {0},
                "train on the first train_limit images (a token set's windows) only (0: all)"),
        written_when_set(integer("test_limit", &D::test_limit, 0, {0},
@@ -267,12 +302,16 @@ const Fields<DataOptions>& DataOptions::fields() {
                 derived(integer("seq_len", &D::seq_len, kRequired, {1, 1 << 20},
                                 "the tokens of a sample's input (the model's context; GPT-2: 1024); required"),
                         &D::seq_len, +[](const D&) -> int64_t { return 0; })),
+       only_for(DataFormat::Volumes, integer("train_volumes", &D::train_volumes, 64, {1, 1 << 20},
+                                             "the training set: volumes 0 .. train_volumes - 1")),
+       only_for(DataFormat::Volumes, integer("test_volumes", &D::test_volumes, 16, {1, 1 << 20},
+                                             "the test set: the test_volumes volumes after the training set's")),
        images_only(stats_field("mean", &Normalization::mean, &Normalization::auto_mean,
                                "per-channel mean subtracted, in [0, 1] units")),
        images_only(stats_field("std", &Normalization::std, &Normalization::auto_std,
                                "per-channel standard deviation divided by, each > 0")),
        images_only(
-           section("augment", &D::augment, AugmentOptions::fields(), "the training augmentation; left out: none"))},
+           section("augment", &D::augment, AugmentOptions::fields(), "the training augmentation; left out: none"))}),
       [](const D& o, const JsonArgs& args) {
         MINIDL_CHECK(o.format != DataFormat::ImageFolder || o.image_size > 0, args.key_path("image_size"),
                      ": an image folder needs the size every image is resized to (e.g. 32, 64, 224)");
@@ -280,6 +319,9 @@ const Fields<DataOptions>& DataOptions::fields() {
                      ": a token set needs the tokens of a sample's input (the model's context, e.g. 1024)");
         MINIDL_CHECK(o.format != DataFormat::Tokens || o.val_fraction == 0, args.key_path("val_fraction"),
                      ": a token set's validation split is its val.bin");
+        MINIDL_CHECK(o.format != DataFormat::Volumes || o.val_fraction == 0, args.key_path("val_fraction"),
+                     ": not for a volume set (hold out volumes by test_volumes)");
+        if (o.format == DataFormat::Volumes) check_volume_options(o.volumes);
         for (size_t c = 0; c < 3 && !o.normalize.auto_std; ++c)
           MINIDL_CHECK(o.normalize.std[c] > 0, args.key_path("std"), "[", c, "]: expected > 0, got ",
                        o.normalize.std[c]);
