@@ -96,7 +96,9 @@ CheckpointInfo info_from_metadata(const std::map<std::string, std::string>& meta
   // Written by checkpoints taken inside an epoch (older checkpoints are all at epoch ends).
   if (meta.count("epoch_seen")) {
     info.epoch_seen = metadata_int(get("epoch_seen"), "epoch_seen", 0, INT64_MAX, path);
-    info.epoch_correct = metadata_int(get("epoch_correct"), "epoch_correct", 0, info.epoch_seen, path);
+    // Right predictions of the epoch_seen samples: one per image, but one per token of a token set's
+    // windows and one per voxel of a volume set's volumes, which the checkpoint does not know.
+    info.epoch_correct = metadata_int(get("epoch_correct"), "epoch_correct", 0, INT64_MAX, path);
     info.epoch_loss_sum = metadata_double(get("epoch_loss_sum"), "epoch_loss_sum", path);
     info.epoch_seconds = metadata_double(get("epoch_seconds"), "epoch_seconds", path);
   }

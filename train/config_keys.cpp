@@ -314,6 +314,14 @@ const Fields<TrainConfig>& config_keys() {
                      "grad_scaler: loss scaling is for precision \"fp16\" only, "
                      "this config's precision is \"",
                      to_string_or_auto(c.precision), "\" (bfloat16 and float32 have float32's range and need none)");
+        // Segmentation keys need segmentation data; said here, before any data is read.
+        const bool named = c.data.is_object() && c.data.contains("format") && c.data["format"].is_string();
+        const std::string format = named ? c.data["format"].get<std::string>() : "cifar10";
+        MINIDL_CHECK(c.loss_type == LossType::CrossEntropy || format == "volumes", "loss.type: \"",
+                     to_string(c.loss_type), "\" needs segmentation data (data.format \"volumes\"); this is \"",
+                     format, "\"");
+        MINIDL_CHECK(c.target_dice == 0 || format == "volumes",
+                     "eval.target_dice: needs segmentation data (data.format \"volumes\"); this is \"", format, "\"");
       }};
   return keys;
 }

@@ -171,14 +171,8 @@ Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Da
   // The run's channels-last format is NDHWC (channels_last_3d) for volumes.
   if (train_set_.is_volumes() && is_channels_last_format(activation_format_))
     activation_format_ = MemoryFormat::ChannelsLast3d;
-  MINIDL_CHECK(config_.loss_type == LossType::CrossEntropy || train_set_.is_volumes(), "loss.type: \"",
-               to_string(config_.loss_type), "\" needs segmentation data (data.format \"volumes\"); this is \"",
-               to_string(data_options_.format), "\"");
   MINIDL_CHECK(config_.tta == TtaMode::None || !train_set_.is_volumes(), "eval.tta: the views of \"",
                to_string(config_.tta), "\" are of 2-d images; volumes are evaluated plain (\"none\")");
-  MINIDL_CHECK(config_.target_dice == 0 || train_set_.is_volumes(),
-               "eval.target_dice: needs segmentation data (data.format \"volumes\"); this is \"",
-               to_string(data_options_.format), "\"");
   check_class_count();
   // "auto" normalization: the statistics of the images the run trains on (the held-out ones not
   // among them), computed once here; config.json records the numbers, so a resume reads them.
