@@ -49,10 +49,9 @@ Loader::Loader(const Dataset& data, LoaderOptions options, Device device)
     : options_(std::move(options)), device_(device), size_(data.size()) {
   MINIDL_CHECK(options_.batch_size > 0, "data loader: batch_size must be > 0, got ", options_.batch_size);
   MINIDL_CHECK(size_ > 0, "data loader: the dataset is empty");
-  MINIDL_CHECK(!options_.drop_last || size_ >= options_.batch_size, "data loader: batch_size ",
-               options_.batch_size, " is larger than the ", size_,
-               data.is_tokens() ? " windows" : data.is_volumes() ? " volumes" : " images",
-               ", and drop_last leaves no batch");
+  const char* samples = data.is_tokens() ? " windows" : data.is_volumes() ? " volumes" : " images";
+  MINIDL_CHECK(!options_.drop_last || size_ >= options_.batch_size, "data loader: batch_size ", options_.batch_size,
+               " is larger than the ", size_, samples, ", and drop_last leaves no batch");
   if (data.is_tokens()) {
     seq_len_ = data.seq_len;
     MINIDL_CHECK(data.images.dtype() == DType::Int32 && data.images.dim() == 2 && data.images.size(1) == seq_len_ + 1,
@@ -235,8 +234,8 @@ void Loader::emit_volumes(Batch& out) const {
                                   out.labels.data<int32_t>());
       },
       [&] {
-        kernels::volume_batch_cuda(images_.data<float>(), labels_.data<int32_t>(), order_.data<int32_t>(), b, s,
-                                   cursor, micro_offset_, out.images.raw_data(), dtype, channels_last,
+        kernels::volume_batch_cuda(images_.data<float>(), labels_.data<int32_t>(), order_.data<int32_t>(), b, s, cursor,
+                                   micro_offset_, out.images.raw_data(), dtype, channels_last,
                                    out.labels.data<int32_t>());
       });
 }

@@ -108,41 +108,20 @@ Field<DataOptions> images_only(Field<DataOptions> f) {
     read(a, key, o);
   };
   f.write = [write](const DataOptions& o) {
-    return o.format == DataFormat::Tokens || o.format == DataFormat::Volumes ? std::optional<nlohmann::json>()
-                                                                              : write(o);
+    const bool images = o.format != DataFormat::Tokens && o.format != DataFormat::Volumes;
+    return images ? write(o) : std::optional<nlohmann::json>();
   };
   return f;
 }
 
-// The keys of the synthetic volume set (VolumeSetOptions, data/volumes.h) as keys of "data",
-// volumes only, in the ranges check_volume_options holds them to.
-std::vector<Field<DataOptions>> volume_fields() {
-  using D = DataOptions;
-  using V = VolumeSetOptions;
-  const V d;
-  std::vector<Field<D>> out;
-  auto add = [&](Field<V> f) {
-    Field<D> g;
-    static_cast<FieldInfo&>(g) = f;
-    g.read = [read = f.read](JsonArgs& a, const std::string& key, D& o) { read(a, key, o.volumes); };
-    g.write = [write = f.write](const D& o) { return write(o.volumes); };
-    out.push_back(only_for(DataFormat::Volumes, std::move(g)));
-  };
-  add(integer("size", &V::size, d.size, {8, 256}, "voxels per side of each volume (D = H = W)"));
-  add(integer("classes", &V::classes, d.classes, {2, 16}, "segmentation classes, background class 0 included"));
-  add(integer("objects", &V::objects, d.objects, {1, 64}, "fractal objects per volume"));
-  add(number("noise", &V::noise, d.noise, {0, false, 1, false}, "amplitude of the image's uniform noise"));
-  add(count("volume_seed", &V::seed, d.seed, "the classes' shapes and every volume's objects"));
-  return out;
-}
-
-// The rows of "data" with the volume set's keys after train_volumes and test_volumes.
-std::vector<Field<DataOptions>> with_volume_fields(std::vector<Field<DataOptions>> rows) {
-  auto at = rows.begin();
-  while (at != rows.end() && at->name != "test_volumes") ++at;
-  const std::vector<Field<DataOptions>> volumes = volume_fields();
-  rows.insert(at == rows.end() ? at : at + 1, volumes.begin(), volumes.end());
-  return rows;
+// A key of the synthetic volume set (VolumeSetOptions, data/volumes.h) as a key of "data",
+// volumes only.
+Field<DataOptions> volume_field(const Field<VolumeSetOptions>& f) {
+  Field<DataOptions> g;
+  static_cast<FieldInfo&>(g) = f;
+  g.read = [read = f.read](JsonArgs& a, const std::string& key, DataOptions& o) { read(a, key, o.volumes); };
+  g.write = [write = f.write](const DataOptions& o) { return write(o.volumes); };
+  return only_for(DataFormat::Volumes, std::move(g));
 }
 
 // data.mean or data.std: three numbers, or "auto" (`is_auto` true: the training images' own,
@@ -272,22 +251,22 @@ void AugmentOptions::validate_for_size(const std::string& path, int64_t height, 
 const Fields<DataOptions>& DataOptions::fields() {
   using D = DataOptions;
   static const Fields<D> f{
-      with_volume_fields({written_when_set(choice("format", &D::format, DataFormat::Cifar10, "the data set's format (docs/data.md)")),
+      {written_when_set(choice("format", &D::format, DataFormat::Cifar10, "the data set's format (docs/data.md)")),
        images_only(text("dir", &D::dir, "", "a folder",
                         "the CIFAR batch files (or their folder), an image folder's root (dir/train/<class>/*), or the "
-                        "folder of a token set's train.bin and val.bin; \"\": $CIFAR10_DIR")),
+                        "folder of a token set's train.bin and val.bin (a volume set has none); \"\": $CIFAR10_DIR")),
        integer("train_limit", &D::train_limit, 0, {0},
-               "train on the first train_limit images (a token set's windows) only (0: all)"),
+               "train on the first train_limit images (a token set's windows, a volume set's volumes) only (0: all)"),
        written_when_set(integer("test_limit", &D::test_limit, 0, {0},
-                                "evaluate on the first test_limit images (windows) only (0: all)")),
+                                "evaluate on the first test_limit images (windows, volumes) only (0: all)")),
        val_fraction_field(),
        val_seed_field(),
        only_for(DataFormat::Cifar100, choice("label", &D::label, Cifar100Label::Fine,
                                              "the 100 classes (fine) or the 20 superclasses (coarse)")),
        only_for(DataFormat::ImageFolder,
-                derived(integer("image_size", &D::image_size, kRequired, {1, 4096},
-                                "every image becomes S x S; required"),
-                        &D::image_size, +[](const D&) -> int64_t { return 0; })),
+                derived(
+                    integer("image_size", &D::image_size, kRequired, {1, 4096}, "every image becomes S x S; required"),
+                    &D::image_size, +[](const D&) -> int64_t { return 0; })),
        only_for(DataFormat::ImageFolder,
                 choice("resize", &D::resize, FitMode::Crop,
                        "to S x S: the shorter side to S and a center crop, the longer side to S on black, or both "
@@ -299,9 +278,18 @@ const Fields<DataOptions>& DataOptions::fields() {
        only_for(DataFormat::ImageFolder,
                 flag("skip_bad", &D::skip_bad, false, "skip (and count) files that do not decode instead of failing")),
        only_for(DataFormat::Tokens,
-                derived(integer("seq_len", &D::seq_len, kRequired, {1, 1 << 20},
-                                "the tokens of a sample's input (the model's context; GPT-2: 1024); required"),
-                        &D::seq_len, +[](const D&) -> int64_t { return 0; })),
+                derived(
+                    integer("seq_len", &D::seq_len, kRequired, {1, 1 << 20},
+                            "the tokens of a sample's input (the model's context; GPT-2: 1024); required"),
+                    &D::seq_len, +[](const D&) -> int64_t { return 0; })),
+       volume_field(
+           integer("size", &VolumeSetOptions::size, 32, {8, 256}, "voxels per side of each volume (D = H = W)")),
+       volume_field(integer("classes", &VolumeSetOptions::classes, 4, {2, 16},
+                            "segmentation classes, background class 0 included")),
+       volume_field(integer("objects", &VolumeSetOptions::objects, 3, {1, 64}, "fractal objects per volume")),
+       volume_field(number("noise", &VolumeSetOptions::noise, 0.1, {0, false, 1, false},
+                           "amplitude of the image's uniform noise")),
+       volume_field(count("volume_seed", &VolumeSetOptions::seed, 0, "the classes' shapes and every volume's objects")),
        only_for(DataFormat::Volumes, integer("train_volumes", &D::train_volumes, 64, {1, 1 << 20},
                                              "the training set: volumes 0 .. train_volumes - 1")),
        only_for(DataFormat::Volumes, integer("test_volumes", &D::test_volumes, 16, {1, 1 << 20},
@@ -311,7 +299,7 @@ const Fields<DataOptions>& DataOptions::fields() {
        images_only(stats_field("std", &Normalization::std, &Normalization::auto_std,
                                "per-channel standard deviation divided by, each > 0")),
        images_only(
-           section("augment", &D::augment, AugmentOptions::fields(), "the training augmentation; left out: none"))}),
+           section("augment", &D::augment, AugmentOptions::fields(), "the training augmentation; left out: none"))},
       [](const D& o, const JsonArgs& args) {
         MINIDL_CHECK(o.format != DataFormat::ImageFolder || o.image_size > 0, args.key_path("image_size"),
                      ": an image folder needs the size every image is resized to (e.g. 32, 64, 224)");

@@ -40,11 +40,11 @@ void volume_batch_cuda(const float* images, const int32_t* labels, const int32_t
     using T = decltype(tag);
     T* dst = static_cast<T*>(out);
     if (channels_last)
-      volume_batch_kernel<T, true>
-          <<<grid, kVolumeBatchBlock, 0, cuda::stream()>>>(images, labels, order, shape, cursor, offset, dst, out_labels);
+      volume_batch_kernel<T, true><<<grid, kVolumeBatchBlock, 0, cuda::stream()>>>(images, labels, order, shape, cursor,
+                                                                                   offset, dst, out_labels);
     else
-      volume_batch_kernel<T, false>
-          <<<grid, kVolumeBatchBlock, 0, cuda::stream()>>>(images, labels, order, shape, cursor, offset, dst, out_labels);
+      volume_batch_kernel<T, false><<<grid, kVolumeBatchBlock, 0, cuda::stream()>>>(images, labels, order, shape,
+                                                                                    cursor, offset, dst, out_labels);
   });
   MINIDL_LAUNCH_CHECK();
 }

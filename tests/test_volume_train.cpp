@@ -25,8 +25,8 @@ using namespace minidl::test;
 namespace {
 
 nlohmann::json volume_data(int64_t train, int64_t test) {
-  return {{"format", "volumes"}, {"size", 8},           {"classes", 3},          {"objects", 2},
-          {"noise", 0.05},       {"volume_seed", 5u},   {"train_volumes", train}, {"test_volumes", test}};
+  return {{"format", "volumes"}, {"size", 8},         {"classes", 3},           {"objects", 2},
+          {"noise", 0.05},       {"volume_seed", 5u}, {"train_volumes", train}, {"test_volumes", test}};
 }
 
 std::vector<float> floats(const Tensor& t) { return t.to(Device::cpu()).to_vector(); }
@@ -45,8 +45,8 @@ std::vector<float> volume_values(const std::vector<float>& all, int64_t index, i
 
 // Cross-entropy per voxel in float64: logits (N, C, S) in NC(S) order; the mean loss and its
 // gradient (softmax - onehot) / (N * S).
-double reference_voxel_loss(const std::vector<float>& x, const std::vector<int32_t>& t, int64_t n, int64_t c,
-                            int64_t s, std::vector<double>& grad) {
+double reference_voxel_loss(const std::vector<float>& x, const std::vector<int32_t>& t, int64_t n, int64_t c, int64_t s,
+                            std::vector<double>& grad) {
   grad.assign(x.size(), 0);
   double sum = 0;
   const double rows = static_cast<double>(n * s);
@@ -83,23 +83,23 @@ TEST_CASE("a volume set: training volumes 0..N-1, test volumes N..N+M-1 of the s
   REQUIRE(ints(test.labels) == ints(next.labels));
   o.train_limit = 4;
   REQUIRE(load_dataset(o, Split::Train).size() == 4);
-  REQUIRE(DataOptions::from_json(volume_data(6, 3), "data").to_json() ==
-          nlohmann::json({{"format", "volumes"},
-                          {"train_limit", 0},
-                          {"train_volumes", 6},
-                          {"test_volumes", 3},
-                          {"size", 8},
-                          {"classes", 3},
-                          {"objects", 2},
-                          {"noise", 0.05},
-                          {"volume_seed", 5}}));
+  REQUIRE(DataOptions::from_json(volume_data(6, 3), "data").to_json() == nlohmann::json({{"format", "volumes"},
+                                                                                         {"train_limit", 0},
+                                                                                         {"train_volumes", 6},
+                                                                                         {"test_volumes", 3},
+                                                                                         {"size", 8},
+                                                                                         {"classes", 3},
+                                                                                         {"objects", 2},
+                                                                                         {"noise", 0.05},
+                                                                                         {"volume_seed", 5}}));
 
   auto refused = [](const char* key, const nlohmann::json& value) {
     nlohmann::json j = volume_data(6, 3);
     j[key] = value;
     return [j] { DataOptions::from_json(j, "data"); };
   };
-  REQUIRE_THROWS_WITH(refused("mean", {0.5, 0.5, 0.5})(), Catch::Contains("data.mean: not for \"format\": \"volumes\""));
+  REQUIRE_THROWS_WITH(refused("mean", {0.5, 0.5, 0.5})(),
+                      Catch::Contains("data.mean: not for \"format\": \"volumes\""));
   REQUIRE_THROWS_WITH(refused("dir", "x")(), Catch::Contains("data.dir: not for \"format\": \"volumes\""));
   REQUIRE_THROWS_WITH(refused("augment", {{"flip", true}})(), Catch::Contains("data.augment: not for"));
   REQUIRE_THROWS_WITH(refused("val_fraction", 0.1)(), Catch::Contains("data.val_fraction: not for a volume set"));
@@ -281,8 +281,8 @@ TEST_CASE("a segmentation run's evaluation: DiceScores over every test voxel", "
     const VolumeBatch v = synthetic_volumes(o.volumes, 8 + first, count);
     autograd::NoGradGuard no_grad;
     trainer.model().eval();
-    loss += static_cast<double>(training_loss(c, trainer.model()(v.images), v.labels).item()) *
-            static_cast<double>(count);
+    loss +=
+        static_cast<double>(training_loss(c, trainer.model()(v.images), v.labels).item()) * static_cast<double>(count);
     trainer.model().train();
   }
   REQUIRE(r.loss == Approx(loss / 5).epsilon(1e-6));

@@ -11,8 +11,8 @@
 #include "core/device.h"
 #include "core/enum_names.h"
 #include "data/tta.h"
-#include "train/monitor.h"
 #include "train/init_from.h"
+#include "train/monitor.h"
 #include "train/precision.h"
 
 namespace minidl {

@@ -318,8 +318,8 @@ const Fields<TrainConfig>& config_keys() {
         const bool named = c.data.is_object() && c.data.contains("format") && c.data["format"].is_string();
         const std::string format = named ? c.data["format"].get<std::string>() : "cifar10";
         MINIDL_CHECK(c.loss_type == LossType::CrossEntropy || format == "volumes", "loss.type: \"",
-                     to_string(c.loss_type), "\" needs segmentation data (data.format \"volumes\"); this is \"",
-                     format, "\"");
+                     to_string(c.loss_type), "\" needs segmentation data (data.format \"volumes\"); this is \"", format,
+                     "\"");
         MINIDL_CHECK(c.target_dice == 0 || format == "volumes",
                      "eval.target_dice: needs segmentation data (data.format \"volumes\"); this is \"", format, "\"");
       }};

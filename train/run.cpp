@@ -465,8 +465,7 @@ bool Run::end_epoch(Epoch& e) {
                            {"seconds", epoch_seconds},
                            {"eval_seconds", eval_seconds},
                            {"images_per_s", seen / epoch_seconds}};
-  if (tokens)
-    record["tokens_per_s"] = seen * static_cast<double>(trainer_->outputs_per_sample()) / epoch_seconds;
+  if (tokens) record["tokens_per_s"] = seen * static_cast<double>(trainer_->outputs_per_sample()) / epoch_seconds;
   const std::string tta = to_string(config_.tta);
   std::string scores;
   if (validating) {
@@ -831,16 +830,17 @@ RunResult Run::finish() {
   const double epochs_here =
       static_cast<double>(step_ - start_.step) / static_cast<double>(trainer_->steps_per_epoch());
   if (kind == SampleKind::Volumes && last_test_eval_) {
-    const std::string target =
-        config_.target_dice <= 0 ? std::string()
-        : target_reached_        ? str(", time to Dice ", config_.target_dice, ": ", fixed(time_to_target_, 1), "s")
-                                 : str(", eval.target_dice ", config_.target_dice, " not reached");
-    log_->line(str("done: test Dice ", fixed(last_test_eval_->dice, 4), " (", trainer_->test_size(),
-                   " test volumes, the final weights; voxels ", fixed(last_test_, 2), "% right), ", step_,
-                   " steps, training ", fixed(train_seconds_, 1), "s", target, ", ", fixed(r.summary["images_per_s"], 1),
-                   " volumes/s",
-                   device_.is_cuda() ? str(", peak device memory ", fixed(mem.peak_bytes / 1e9, 2), " GB") : std::string(),
-                   stopped_at_limit_ ? str(" [stopped at --max-steps ", options_.max_steps, "]") : std::string()));
+    const std::string target = config_.target_dice <= 0 ? std::string()
+                               : target_reached_
+                                   ? str(", time to Dice ", config_.target_dice, ": ", fixed(time_to_target_, 1), "s")
+                                   : str(", eval.target_dice ", config_.target_dice, " not reached");
+    log_->line(
+        str("done: test Dice ", fixed(last_test_eval_->dice, 4), " (", trainer_->test_size(),
+            trainer_->test_size() == 1 ? " test volume" : " test volumes", ", the final weights; voxels ",
+            fixed(last_test_, 2), "% right), ", step_, " steps, training ", fixed(train_seconds_, 1), "s", target, ", ",
+            fixed(r.summary["images_per_s"], 1), " volumes/s",
+            device_.is_cuda() ? str(", peak device memory ", fixed(mem.peak_bytes / 1e9, 2), " GB") : std::string(),
+            stopped_at_limit_ ? str(" [stopped at --max-steps ", options_.max_steps, "]") : std::string()));
     return r;
   }
   if (kind == SampleKind::Tokens && last_test_eval_) {
