@@ -59,7 +59,7 @@ TEST_CASE("a token set's windows hold seq_len + 1 tokens, starting every seq_len
           nlohmann::json({{"format", "tokens"}, {"dir", "x"}, {"train_limit", 0}, {"seq_len", 8}}));
 }
 
-TEST_CASE("token batches: inputs and targets of the epoch's windows; micro-batches are slices", "[loader][tokens]") {
+TEST_CASE("token batches: inputs and targets of the epoch's windows, micro-batches their slices", "[loader][tokens]") {
   test::TempDir dir("token_batches");
   write_token_file(dir.path.string() + "/train.bin", stream(161));
   write_token_file(dir.path.string() + "/val.bin", stream(33));
