@@ -72,6 +72,8 @@ bad() {  # bad PATTERN ARGS...: minidl train ARGS exits 1 with one error matchin
   [ "$rc" -eq 1 ] && grep -q -- "$pattern" "$work/bad.out" || { cat "$work/bad.out"; fail "no '$pattern' (exit $rc)"; }
 }
 bad 'data.mean: not for "format": "tokens"' --set 'data.mean=[0.5,0.5,0.5]'
+bad "memory_format: a language model's activations are (B, T, D)" --set memory_format=channels_last
+bad 'eval.tta: "flip" augments images' --set eval.tta=flip
 python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); del c["data"]["seq_len"]; json.dump(c,open(sys.argv[2],"w"))' \
   "$cfg" "$work/no_seq_len.json"
 rc=0; "$minidl" train --config "$work/no_seq_len.json" "${set_data[@]}" --output "$work/bad" >"$work/bad.out" 2>&1 || rc=$?
