@@ -64,6 +64,7 @@ struct TrainConfig {
   double tta_share{};  // < 1: selective TTA over this share of the test images
   TtaWeights tta_weights{};
   int64_t eval_batch_size{};
+  int64_t eval_every_steps{};
   double target_dice{};  // > 0: the run stops at the first epoch whose test Dice reaches it
   std::string output_dir;
   bool progress{};
