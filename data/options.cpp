@@ -12,6 +12,9 @@ namespace minidl {
 
 namespace {
 
+constexpr const char* kSyntheticVolumes =
+    "a synthetic volume set is made from data.volume_seed, neither read from files nor normalized nor augmented";
+
 // A list of `n` numbers into the std::array `at(value)` refers to: "mean": [0.49, 0.48, 0.45].
 template <typename T, size_t n, typename At>
 Field<T> numbers(const std::string& name, At at, std::array<double, n> fallback, const char* what, std::string doc) {
@@ -94,24 +97,26 @@ Field<DataOptions> only_for(DataFormat format, Field<DataOptions> f) {
   return f;
 }
 
-// A key that means nothing for a token set or a volume set (a folder of files, normalization,
-// augmentation, held-out images): refused there and not written back.
-Field<DataOptions> images_only(Field<DataOptions> f) {
+// A key refused for `format` (it would be silently ignored there, for `why`) and not written
+// back for it.
+Field<DataOptions> not_for(DataFormat format, const char* why, Field<DataOptions> f) {
   auto read = f.read;
   auto write = f.write;
-  f.read = [read](JsonArgs& a, const std::string& key, DataOptions& o) {
-    MINIDL_CHECK(!a.has(key) || o.format != DataFormat::Tokens, a.key_path(key),
-                 ": not for \"format\": \"tokens\" (a token set is neither normalized nor augmented)");
-    MINIDL_CHECK(!a.has(key) || o.format != DataFormat::Volumes, a.key_path(key),
-                 ": not for \"format\": \"volumes\" (a synthetic volume set is made from data.volume_seed, ",
-                 "neither read from files nor normalized nor augmented)");
+  f.read = [read, format, why](JsonArgs& a, const std::string& key, DataOptions& o) {
+    MINIDL_CHECK(!a.has(key) || o.format != format, a.key_path(key), ": not for \"format\": \"", to_string(format),
+                 "\" (", why, ")");
     read(a, key, o);
   };
-  f.write = [write](const DataOptions& o) {
-    const bool images = o.format != DataFormat::Tokens && o.format != DataFormat::Volumes;
-    return images ? write(o) : std::optional<nlohmann::json>();
+  f.write = [write, format](const DataOptions& o) {
+    return o.format == format ? std::optional<nlohmann::json>() : write(o);
   };
   return f;
+}
+
+// A key that means nothing for a token set or a volume set (normalization, augmentation).
+Field<DataOptions> images_only(Field<DataOptions> f) {
+  return not_for(DataFormat::Tokens, "a token set is neither normalized nor augmented",
+                 not_for(DataFormat::Volumes, kSyntheticVolumes, std::move(f)));
 }
 
 // A key of the synthetic volume set (VolumeSetOptions, data/volumes.h) as a key of "data",
@@ -252,9 +257,10 @@ const Fields<DataOptions>& DataOptions::fields() {
   using D = DataOptions;
   static const Fields<D> f{
       {written_when_set(choice("format", &D::format, DataFormat::Cifar10, "the data set's format (docs/data.md)")),
-       images_only(text("dir", &D::dir, "", "a folder",
-                        "the CIFAR batch files (or their folder), an image folder's root (dir/train/<class>/*), or the "
-                        "folder of a token set's train.bin and val.bin (a volume set has none); \"\": $CIFAR10_DIR")),
+       not_for(DataFormat::Volumes, kSyntheticVolumes,
+               text("dir", &D::dir, "", "a folder",
+                    "the CIFAR batch files (or their folder), an image folder's root (dir/train/<class>/*), or the "
+                    "folder of a token set's train.bin and val.bin (a volume set has none); \"\": $CIFAR10_DIR")),
        integer("train_limit", &D::train_limit, 0, {0},
                "train on the first train_limit images (a token set's windows, a volume set's volumes) only (0: all)"),
        written_when_set(integer("test_limit", &D::test_limit, 0, {0},
