@@ -5,6 +5,8 @@
 // DiceScores computed directly; [cuda]: the GPU's batches and voxel loss against the CPU's.
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <utility>
+#include <vector>
 
 #include "core/autograd.h"
 #include "core/error.h"
@@ -61,6 +63,24 @@ double reference_voxel_loss(const std::vector<float>& x, const std::vector<int32
         grad[(i * c + k) * s + v] = (std::exp(x[(i * c + k) * s + v] - m) / z - (k == label ? 1.0 : 0.0)) / rows;
     }
   return sum / rows;
+}
+
+// The loader's second batch of `epoch`.
+Batch second_batch(Loader& loader, int64_t epoch) {
+  loader.start_epoch(epoch);
+  for (int i = 0; i < 2; ++i) REQUIRE(loader.advance());
+  Batch b;
+  loader.emit(b);
+  return b;
+}
+
+// The per-voxel cross-entropy of x (on its device) and its gradient, on the host.
+std::pair<float, std::vector<float>> loss_and_gradient(const Tensor& x, const Tensor& labels) {
+  Tensor a = x.clone();
+  a.set_requires_grad(true);
+  const Tensor loss = cross_entropy(a, labels.to(x.device()));
+  autograd::backward(loss, Tensor::full({1}, 1.f, x.device()));
+  return {loss.to(Device::cpu()).item(), floats(a.grad())};
 }
 
 }  // namespace
@@ -122,14 +142,10 @@ TEST_CASE("volume batches: the epoch's volumes in the batch's dtype and layout; 
       lo.dtype = DType::BFloat16;
       lo.format = MemoryFormat::ChannelsLast;  // the run's channels-last: NDHWC for volumes
     }
+    const std::vector<int32_t> order = epoch_permutation(11, 1, 8);
     Loader train(d, lo, Device::cpu());
     REQUIRE(train.batches_per_epoch() == 2);
-    train.start_epoch(1);
-    const std::vector<int32_t> order = epoch_permutation(11, 1, 8);
-    REQUIRE(train.advance());
-    REQUIRE(train.advance());  // the epoch's second batch
-    Batch whole;
-    train.emit(whole);
+    const Batch whole = second_batch(train, 1);
     REQUIRE(whole.images.shape() == Shape{4, 1, 8, 8, 8});
     REQUIRE(whole.images.dtype() == (half ? DType::BFloat16 : DType::Float32));
     REQUIRE(whole.images.memory_format() == (half ? MemoryFormat::ChannelsLast3d : MemoryFormat::Contiguous));
@@ -308,14 +324,7 @@ TEST_CASE("volume batches and the voxel cross-entropy on CUDA match the CPU", "[
       lo.dtype = dtype;
       lo.format = format;
       Loader cpu(d, lo, Device::cpu()), gpu(d, lo, Device::cuda());
-      for (Loader* l : {&cpu, &gpu}) {
-        l->start_epoch(3);
-        REQUIRE(l->advance());
-        REQUIRE(l->advance());
-      }
-      Batch a, b;
-      cpu.emit(a);
-      gpu.emit(b);
+      Batch a = second_batch(cpu, 3), b = second_batch(gpu, 3);
       REQUIRE(b.images.memory_format() == a.images.memory_format());
       REQUIRE(floats(b.images) == floats(a.images));
       REQUIRE(ints(b.labels) == ints(a.labels));
@@ -330,15 +339,11 @@ TEST_CASE("volume batches and the voxel cross-entropy on CUDA match the CPU", "[
   for (const bool last : {false, true}) {
     Tensor x = random_tensor({2, 4, 16, 16, 16}, 10, -3.f, 3.f);
     if (last) x = x.to(MemoryFormat::ChannelsLast3d);
-    Tensor a = x.clone(), b = x.to(Device::cuda());
-    a.set_requires_grad(true);
-    b.set_requires_grad(true);
-    const Tensor la = cross_entropy(a, labels), lb = cross_entropy(b, labels.to(Device::cuda()));
-    CHECK(std::fabs(la.item() - lb.to(Device::cpu()).item()) <= 1e-5);
-    autograd::backward(la, Tensor::full({1}, 1.f));
-    autograd::backward(lb, Tensor::full({1}, 1.f, Device::cuda()));
-    require_close(floats(b.grad()), a.grad().to_vector(), 1e-4, 1e-9, "dlogits");
-    REQUIRE(ints(correct_predictions(b.detach(), labels.to(Device::cuda()))) ==
-            ints(correct_predictions(a.detach(), labels)));
+    const auto [cpu_loss, cpu_grad] = loss_and_gradient(x, labels);
+    const auto [gpu_loss, gpu_grad] = loss_and_gradient(x.to(Device::cuda()), labels);
+    CHECK(std::fabs(cpu_loss - gpu_loss) <= 1e-5);
+    require_close(gpu_grad, cpu_grad, 1e-4, 1e-9, "dlogits");
+    REQUIRE(ints(correct_predictions(x.to(Device::cuda()), labels.to(Device::cuda()))) ==
+            ints(correct_predictions(x, labels)));
   }
 }

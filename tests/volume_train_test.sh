@@ -11,12 +11,10 @@
 #     output is not one logit per class and voxel, TTA on volumes, the Dice loss on images.
 #   tests/volume_train_test.sh MINIDL SOURCE_DIR
 set -euo pipefail
-minidl=$1 src=$2
+fail() { echo "FAIL: $*"; exit 1; }
+minidl=$1 src=$2 cfg=$2/configs/unet3d_cpu.json quiet=(--set output.progress=false)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-cfg=$src/configs/unet3d_cpu.json
-quiet=(--set output.progress=false)
 
 "$minidl" summary --config "$cfg" "${quiet[@]}" >"$work/summary"
 grep -q "(4, 3, 16, 16, 16)" "$work/summary" || { cat "$work/summary"; fail "summary: no (4, 3, 16, 16, 16) logits"; }
