@@ -12,8 +12,8 @@
 namespace minidl {
 
 struct Command {
-  CLI::App* app;              // the subcommand, set when the command line chose it
-  std::function<int()> run;   // its exit status
+  CLI::App* app;             // the subcommand, set when the command line chose it
+  std::function<int()> run;  // its exit status
 };
 
 Command add_train_command(CLI::App& app);     // apps/train_command.cpp

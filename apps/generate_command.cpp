@@ -80,10 +80,9 @@ Command add_generate_command(CLI::App& app) {
                   "the token ids to continue, comma-separated (without a tokenizer folder, ids are printed)")
       ->delimiter(',')
       ->excludes(prompt);
-  CLI::Option* tokenizer =
-      cmd->add_option("--tokenizer", a->tokenizer,
-                      "the folder of encoder.json and vocab.bpe (scripts/fetch-gpt2-tokenizer.sh)")
-          ->capture_default_str();
+  CLI::Option* tokenizer = cmd->add_option("--tokenizer", a->tokenizer,
+                                           "the folder of encoder.json and vocab.bpe (scripts/fetch-gpt2-tokenizer.sh)")
+                               ->capture_default_str();
   cmd->add_option("--max-new-tokens", a->max_new_tokens, "tokens to draw after the prompt")
       ->capture_default_str()
       ->check(whole_number(0));

@@ -55,10 +55,10 @@ int main(int argc, char** argv) {
       "--version", [] { return version_text(); },
       "print the version, git commit, build flags and "
       "CUDA, cuDNN, NCCL and MPI versions");
-  const Command commands[] = {add_train_command(app),    add_predict_command(app), add_eval_command(app),
-                              add_summary_command(app),  add_profile_command(app), add_repro_command(app),
-                              add_export_command(app),   add_layers_command(app),  add_config_command(app),
-                              add_bench_command(app),    add_parity_command(app),  add_tokenize_command(app),
+  const Command commands[] = {add_train_command(app),    add_predict_command(app),   add_eval_command(app),
+                              add_summary_command(app),  add_profile_command(app),   add_repro_command(app),
+                              add_export_command(app),   add_layers_command(app),    add_config_command(app),
+                              add_bench_command(app),    add_parity_command(app),    add_tokenize_command(app),
                               add_generate_command(app), add_completion_command(app)};
   if (argc < 2) {
     std::cerr << app.help() << std::endl;

@@ -9,15 +9,16 @@
 #include <map>
 #include <set>
 
+#include "core/autocast.h"
 #include "core/error.h"
 #include "core/init.h"
 #include "core/safetensors.h"
 #include "core/settings.h"
 #include "layers/registry.h"
+#include "test_util.h"
 #include "train/config.h"
 #include "train/generate.h"
 #include "train/trained_run.h"
-#include "test_util.h"
 
 using namespace minidl;
 
@@ -63,6 +64,19 @@ std::vector<float> next_logits(Module& model, const std::vector<int32_t>& tokens
   return std::vector<float>(y.end() - kVocab, y.end());
 }
 
+// `n` tokens after `prompt`, each the argmax of the logits computed directly (the first of ties),
+// the model in eval mode.
+std::vector<int32_t> greedy(Module& model, const std::vector<int32_t>& prompt, int n) {
+  model.eval();
+  std::vector<int32_t> tokens = prompt, out;
+  for (int step = 0; step < n; ++step) {
+    const std::vector<float> l = next_logits(model, tokens, kPositions);
+    out.push_back(static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin()));
+    tokens.push_back(out.back());
+  }
+  return out;
+}
+
 // The ids of the k largest logits (ties with the k-th included).
 std::vector<int32_t> top_ids(const std::vector<float>& logits, int64_t k) {
   std::vector<float> sorted = logits;
@@ -77,15 +91,9 @@ std::vector<int32_t> top_ids(const std::vector<float>& logits, int64_t k) {
 
 TEST_CASE("generate: temperature 0 and top_k 1 are the argmax of each step's logits", "[generate]") {
   auto model = tiny_model();
-  model->eval();
   const std::vector<int32_t> prompt = {3, 14, 1};
   // 12 tokens: the window reaches its 8 positions and slides.
-  std::vector<int32_t> tokens = prompt, want;
-  for (int step = 0; step < 12; ++step) {
-    const std::vector<float> l = next_logits(*model, tokens, kPositions);
-    want.push_back(static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin()));
-    tokens.push_back(want.back());
-  }
+  const std::vector<int32_t> want = greedy(*model, prompt, 12);
   model->train();
   REQUIRE(generate_tokens(*model, Device::cpu(), prompt, options(12, 0.0, 0)) == want);
   REQUIRE(model->is_training());  // its mode restored
@@ -93,6 +101,9 @@ TEST_CASE("generate: temperature 0 and top_k 1 are the argmax of each step's log
   REQUIRE(generate_tokens(*model, Device::cpu(), prompt, options(12, 0.7, 1, 9)) == want);
   // Not a model that repeats one token: the test would pass on a broken crop otherwise.
   REQUIRE(std::set<int32_t>(want.begin(), want.end()).size() > 1);
+  // Under bf16 autocast the logits are bf16: the last position's row read from them.
+  const AutocastGuard autocast(DType::BFloat16);
+  REQUIRE(generate_tokens(*model, Device::cpu(), prompt, options(12, 0.0, 0)) == greedy(*model, prompt, 12));
 }
 
 TEST_CASE("generate: the same seed gives the same tokens, another seed others; tokens stream", "[generate]") {
@@ -124,8 +135,7 @@ TEST_CASE("generate: top_k never draws outside the k largest logits of its step"
   }
 }
 
-TEST_CASE("sample_token: top-k's frequencies are the softmax of the k largest, temperature-scaled",
-          "[generate]") {
+TEST_CASE("sample_token: top-k's frequencies are the softmax of the k largest, temperature-scaled", "[generate]") {
   const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 1.2f, 1.9f, -3.0f, 0.0f, 1.5f};
   for (const auto& [k, temperature] : std::vector<std::pair<int64_t, double>>{{3, 1.0}, {4, 0.5}, {0, 2.0}}) {
     GenerateOptions o = options(1, temperature, k, 42);
@@ -200,7 +210,10 @@ TEST_CASE("generate: bad options are one error naming the option", "[generate]")
 TEST_CASE("generate: a run folder of a language model loads through TrainedRun", "[generate]") {
   test::TempDir tmp("generate_run");
   auto model = tiny_model(9);
-  nlohmann::json config = {{"model", {{"layers", tiny_layers()}}}, {"optimizer", {{"type", "SGD"}, {"lr", 0.1}}}, {"device", "cpu"}, {"seed", 9u}};
+  nlohmann::json config = {{"model", {{"layers", tiny_layers()}}},
+                           {"optimizer", {{"type", "SGD"}, {"lr", 0.1}}},
+                           {"device", "cpu"},
+                           {"seed", 9u}};
   std::ofstream(tmp.file("config.json")) << parse_train_config(config).to_json().dump(2);
   save_safetensors(tmp.file("model.safetensors"), model->state_dict());
   TrainedRun run(tmp.path.string(), "", "cpu");
@@ -216,8 +229,8 @@ TEST_CASE("generate: a run folder of a language model loads through TrainedRun",
   REQUIRE_THROWS_WITH(run_context(run, 9), Catch::Contains("--context 9 is longer than the model's "
                                                            "PositionEmbedding (8 positions)"));
   // The image commands' calls name the run as a language model's.
-  REQUIRE_THROWS_WITH(run.image_size(), Catch::Contains("is a language model's run") &&
-                                            Catch::Contains("minidl generate"));
+  REQUIRE_THROWS_WITH(run.image_size(),
+                      Catch::Contains("is a language model's run") && Catch::Contains("minidl generate"));
 }
 
 TEST_CASE("generate: a model without positions needs a context", "[generate]") {
@@ -227,8 +240,11 @@ TEST_CASE("generate: a model without positions needs a context", "[generate]") {
   set_init_seed(1);
   auto model = build_sequential(layers, "model.layers");
   model->assign_paths();
-  std::ofstream(tmp.file("config.json"))
-      << parse_train_config({{"model", {{"layers", layers}}}, {"optimizer", {{"type", "SGD"}, {"lr", 0.1}}}, {"device", "cpu"}}).to_json().dump(2);
+  std::ofstream(tmp.file("config.json")) << parse_train_config({{"model", {{"layers", layers}}},
+                                                                {"optimizer", {{"type", "SGD"}, {"lr", 0.1}}},
+                                                                {"device", "cpu"}})
+                                                .to_json()
+                                                .dump(2);
   save_safetensors(tmp.file("model.safetensors"), model->state_dict());
   TrainedRun run(tmp.path.string(), "", "cpu");
   REQUIRE_THROWS_WITH(run_context(run, 0), Catch::Contains("no data.seq_len") && Catch::Contains("--context"));

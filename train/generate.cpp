@@ -46,8 +46,8 @@ class EvalScope {
 Tensor window_logits(Module& model, Device device, const int32_t* ids, int64_t t) {
   const Tensor x = Tensor::from_vector(std::vector<int32_t>(ids, ids + t), {1, t}, device);
   const Tensor y = model(x);
-  MINIDL_CHECK(y.dim() == 3 && y.size(0) == 1 && y.size(1) == t && is_floating(y.dtype()),
-               "generate: the model gives ", y.str(), " for ", t,
+  MINIDL_CHECK(y.dim() == 3 && y.size(0) == 1 && y.size(1) == t && is_floating(y.dtype()), "generate: the model gives ",
+               y.str(), " for ", t,
                " token ids (1, t), not (1, t, V) logits: a language model ends in an LMHead or a Linear over "
                "(B, T, D)");
   return y.is_contiguous() ? y : y.contiguous();
@@ -82,8 +82,8 @@ int32_t sample_token(const std::vector<float>& logits, const GenerateOptions& o,
   MINIDL_CHECK(n > 0, "generate: the model gives no logits");
   // -inf is a token the model rules out; NaN or +inf is a broken forward.
   for (int64_t i = 0; i < n; ++i)
-    MINIDL_CHECK(!std::isnan(logits[i]) && logits[i] != std::numeric_limits<float>::infinity(), "generate: step ",
-                 step, ": the model's logit of token ", i, " is ", logits[i]);
+    MINIDL_CHECK(!std::isnan(logits[i]) && logits[i] != std::numeric_limits<float>::infinity(), "generate: step ", step,
+                 ": the model's logit of token ", i, " is ", logits[i]);
   const auto top = std::max_element(logits.begin(), logits.begin() + n);
   MINIDL_CHECK(std::isfinite(*top), "generate: step ", step, ": every logit is -inf");
   if (o.temperature == 0) return static_cast<int32_t>(top - logits.begin());
@@ -154,7 +154,8 @@ int64_t run_context(TrainedRun& run, int64_t requested) {
   const bool has_seq_len = data.is_object() && data.contains("seq_len") && data.at("seq_len").is_number_integer();
   const int64_t context = requested > 0 ? requested : has_seq_len ? data.at("seq_len").get<int64_t>() : limit;
   const char* source = requested > 0 ? "--context" : has_seq_len ? "the run's data.seq_len" : "";
-  MINIDL_CHECK(context > 0, "--run '", text_excerpt(run.run_dir()), "': its config has no data.seq_len and its model no ",
+  MINIDL_CHECK(context > 0, "--run '", text_excerpt(run.run_dir()),
+               "': its config has no data.seq_len and its model no ",
                "PositionEmbedding: give --context T, the number of tokens its windows held in training");
   MINIDL_CHECK(limit == 0 || context <= limit, source, " ", context, " is longer than the model's ",
                "PositionEmbedding (", limit, " positions): give --context ", limit, " or less");

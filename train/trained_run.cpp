@@ -126,7 +126,8 @@ void TrainedRun::require_images() const {
 
 int64_t TrainedRun::image_size() const {
   require_images();
-  return data_.format == DataFormat::ImageFolder ? data_.image_size : 32; }
+  return data_.format == DataFormat::ImageFolder ? data_.image_size : 32;
+}
 
 Tensor TrainedRun::forward(const Tensor& images) {
   const AutocastGuard autocast(activation_dtype_);
