@@ -37,7 +37,7 @@ Command add_tokenize_command(CLI::App& app) {
   cmd->add_option("out", a->out, "the folder for train.bin and val.bin")->required();
   cmd->add_option("--tokenizer", a->tokenizer,
                   "the folder of encoder.json and vocab.bpe "
-                  "(scripts/fetch-gpt2-tokenizer.sh)")
+                  "(scripts/fetch-gpt2-tokenizer.sh), or \"bytes\": each byte a token (a vocabulary of 256)")
       ->capture_default_str();
   cmd->add_option("--val-fraction", a->val_fraction, "the share of tokens, from the start, for val.bin")
       ->capture_default_str()

@@ -16,6 +16,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+Dataset on_device(const Dataset& host, Device device) {
+  Dataset d = host;
+  d.images = host.images.to(device);
+  if (host.labels.defined()) d.labels = host.labels.to(device);
+  return d;
+}
+
 std::string state_sha256(const Module& model) {
   std::vector<uint8_t> bytes;
   for (const auto& [name, t] : model.state_dict()) {
@@ -85,8 +92,7 @@ int bench_accuracy(const BenchAccuracyOptions& options) {
 
   // Untimed: the data sets read from disk and placed in device memory once for every run.
   auto [train_host, test_host] = load_datasets(config);
-  const Dataset train{train_host.images.to(dev), train_host.labels.to(dev), train_host.classes, train_host.note};
-  const Dataset test{test_host.images.to(dev), test_host.labels.to(dev), test_host.classes, test_host.note};
+  const Dataset train = on_device(train_host, dev), test = on_device(test_host, dev);
   std::printf("data: %s\ndata: %s\n", train_host.note.c_str(), test_host.note.c_str());
 
   const std::string tta_text = config.tta != TtaMode::None && config.tta_share < 1

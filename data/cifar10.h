@@ -25,14 +25,21 @@ constexpr int64_t kCifar100Classes = 100;
 constexpr int64_t kCifar100Coarse = 20;
 
 // Images and labels of one split, and the class names (index = label).
+// A token set (seq_len > 0) holds int32 (N, seq_len + 1) windows of a token stream in `images`
+// and no labels: each window's tokens after the first are its targets (data/token_batch_kernel.h).
 struct Dataset {
-  Tensor images;  // uint8 (N, C, H, W), host (3 x 32 x 32 for CIFAR)
+  Tensor images;  // uint8 (N, C, H, W), host (3 x 32 x 32 for CIFAR); a token set's windows
   Tensor labels;  // int32 (N), host, values 0 .. classes.size() - 1
   std::vector<std::string> classes;
-  int64_t size() const { return labels.defined() ? labels.numel() : 0; }
+  bool is_tokens() const { return seq_len > 0; }
+  int64_t size() const {
+    if (is_tokens()) return images.defined() ? images.size(0) : 0;
+    return labels.defined() ? labels.numel() : 0;
+  }
   int64_t num_classes() const { return static_cast<int64_t>(classes.size()); }
   // What it was read from, for the run log (e.g. how many bad files were skipped); may be empty.
   std::string note;
+  int64_t seq_len = 0;
 };
 
 // Val: an image folder's val/ split (data/image_folder.h); CIFAR has none (data.val_fraction holds

@@ -2,15 +2,48 @@
 
 #include <zlib.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "data/image_folder.h"
+#include "data/token_file.h"
 
 namespace minidl {
+
+namespace {
+
+// The windows of dir/train.bin (the training split) or dir/val.bin (the test split): window i is
+// tokens i * T .. i * T + T, so consecutive windows share one token (llm.c's stride).
+Dataset load_token_windows(const DataOptions& data, Split split, int64_t limit) {
+  MINIDL_CHECK(!data.dir.empty(), "data.dir: a token set needs the folder of its train.bin and val.bin (`minidl ",
+               "tokenize TEXT DIR` writes them)");
+  const std::string name = split == Split::Train ? "train.bin" : "val.bin";
+  const std::string path = data.dir + "/" + name;
+  const std::vector<int32_t> tokens = read_token_file(path);
+  const int64_t t = data.seq_len;
+  int64_t n = token_windows(static_cast<int64_t>(tokens.size()), t);
+  MINIDL_CHECK(n > 0, "data: '", path, "' has ", tokens.size(), " tokens, fewer than the ", t + 1,
+               " of one window (data.seq_len + 1)");
+  if (limit > 0) n = std::min(n, limit);
+  Dataset d;
+  d.seq_len = t;
+  d.images = Tensor::empty({n, t + 1}, DType::Int32);
+  int32_t* out = d.images.data<int32_t>();
+  for (int64_t i = 0; i < n; ++i)
+    std::copy_n(tokens.begin() + i * t, t + 1, out + i * (t + 1));
+  d.note = str(split == Split::Train ? "training" : "validation", " tokens: ", n, " windows of ", t + 1, " from ",
+               path, " (", tokens.size(), " tokens)");
+  return d;
+}
+
+}  // namespace
 
 Dataset load_dataset(const DataOptions& data, Split split) {
   const int64_t limit = split == Split::Train ? data.train_limit : data.test_limit;
   Dataset d;
   switch (data.format) {
+    case DataFormat::Tokens:
+      return load_token_windows(data, split, limit);
     case DataFormat::ImageFolder:
       return load_image_folder(data, split);
     case DataFormat::Cifar100:

@@ -8,6 +8,7 @@
 #include "core/dispatch.h"
 #include "core/error.h"
 #include "core/philox.h"
+#include "data/token_batch_kernel.h"
 
 namespace minidl {
 
@@ -47,6 +48,27 @@ Loader::Loader(const Dataset& data, LoaderOptions options, Device device)
     : options_(std::move(options)), device_(device), size_(data.size()) {
   MINIDL_CHECK(options_.batch_size > 0, "data loader: batch_size must be > 0, got ", options_.batch_size);
   MINIDL_CHECK(size_ > 0, "data loader: the dataset is empty");
+  MINIDL_CHECK(!options_.drop_last || size_ >= options_.batch_size, "data loader: batch_size ",
+               options_.batch_size, " is larger than the ", size_, data.is_tokens() ? " windows" : " images",
+               ", and drop_last leaves no batch");
+  if (data.is_tokens()) {
+    seq_len_ = data.seq_len;
+    MINIDL_CHECK(data.images.dtype() == DType::Int32 && data.images.dim() == 2 && data.images.size(1) == seq_len_ + 1,
+                 "data loader: expected int32 token windows (", size_, ", ", seq_len_ + 1, "), got ",
+                 data.images.str());
+    images_ = data.images.to(device_);
+  } else {
+    check_images(data);
+    images_ = data.images.to(device_);
+    labels_ = data.labels.to(device_);
+  }
+  std::vector<int32_t> identity(static_cast<size_t>(size_));
+  std::iota(identity.begin(), identity.end(), 0);
+  order_ = Tensor::from_vector(identity, {size_}, device_);
+  cursor_ = Tensor::zeros({static_cast<int64_t>(sizeof(kernels::BatchCursor))}, DType::UInt8, device_);
+}
+
+void Loader::check_images(const Dataset& data) {
   MINIDL_CHECK(data.images.defined() && data.images.dtype() == DType::UInt8 && data.images.dim() == 4 &&
                    data.images.size(0) == size_ && data.images.size(1) == 3 && data.images.size(2) > 0 &&
                    data.images.size(3) > 0 && data.images.size(2) * data.images.size(3) < (int64_t{1} << 28),
@@ -58,15 +80,6 @@ Loader::Loader(const Dataset& data, LoaderOptions options, Device device)
   if (options_.augment) options_.augment->validate_for_size("data.augment", height_, width_);
   MINIDL_CHECK(data.labels.dtype() == DType::Int32, "data loader: expected int32 labels, got ",
                data.labels.str());
-  MINIDL_CHECK(!options_.drop_last || size_ >= options_.batch_size, "data loader: batch_size ",
-               options_.batch_size, " is larger than the ", size_,
-               " images, and drop_last leaves no batch");
-  images_ = data.images.to(device_);
-  labels_ = data.labels.to(device_);
-  std::vector<int32_t> identity(static_cast<size_t>(size_));
-  std::iota(identity.begin(), identity.end(), 0);
-  order_ = Tensor::from_vector(identity, {size_}, device_);
-  cursor_ = Tensor::zeros({static_cast<int64_t>(sizeof(kernels::BatchCursor))}, DType::UInt8, device_);
 }
 
 int64_t Loader::batches_per_epoch() const {
@@ -75,8 +88,10 @@ int64_t Loader::batches_per_epoch() const {
 }
 
 void Loader::start_epoch(int64_t epoch) {
-  params_ = augment_params(options_.normalize, options_.augment ? &*options_.augment : nullptr,
-                           options_.seed, epoch);
+  // A token set has nothing to normalize or augment: its batch kernel reads only the position.
+  if (seq_len_ == 0)
+    params_ = augment_params(options_.normalize, options_.augment ? &*options_.augment : nullptr, options_.seed,
+                             epoch);
   params_.channels = channels_;
   params_.height = height_;
   params_.width = width_;
@@ -133,6 +148,7 @@ void Loader::select_micro_batch(int64_t offset, int64_t size) {
 
 void Loader::emit(Batch& out) const {
   MINIDL_CHECK(current_batch_ > 0, "data loader: emit() needs a successful advance() first");
+  if (seq_len_ > 0) return emit_tokens(out);
   const int64_t b = current_batch_;
   const DType dtype = options_.dtype;
   const bool channels_last = options_.format == MemoryFormat::ChannelsLast;
@@ -150,6 +166,23 @@ void Loader::emit(Batch& out) const {
         kernels::augment_batch_cuda(images_.data<uint8_t>(), labels_.data<int32_t>(), order_.data<int32_t>(), b, cursor,
                                     micro_offset_, out.images.raw_data(), dtype, channels_last,
                                     out.labels.data<int32_t>());
+      });
+}
+
+void Loader::emit_tokens(Batch& out) const {
+  const int64_t b = current_batch_, t = seq_len_;
+  out.images = Tensor::empty({b, t}, DType::Int32, device_);
+  out.labels = Tensor::empty({b, t}, DType::Int32, device_);
+  const auto* cursor = static_cast<const kernels::BatchCursor*>(cursor_.raw_data());
+  dispatch(
+      device_, "token_batch",
+      [&] {
+        kernels::token_batch_cpu(images_.data<int32_t>(), order_.data<int32_t>(), b, t, cursor, micro_offset_,
+                                 out.images.data<int32_t>(), out.labels.data<int32_t>());
+      },
+      [&] {
+        kernels::token_batch_cuda(images_.data<int32_t>(), order_.data<int32_t>(), b, t, cursor, micro_offset_,
+                                  out.images.data<int32_t>(), out.labels.data<int32_t>());
       });
 }
 

@@ -12,6 +12,8 @@
 //     Batch b;
 //     while (train.next(b)) { ... b.images (B,C,H,W) float32, b.labels (B) int32 ... }
 //   }
+// A token set's samples are its windows (data/cifar10.h's Dataset): a batch is their inputs,
+// int32 (B, T), and their targets, int32 (B, T), by the same order, cursor and micro-batches.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -41,8 +43,9 @@ struct LoaderOptions {
 };
 
 struct Batch {
-  Tensor images;  // (B, C, H, W) of LoaderOptions' dtype and format, normalized, on the loader's device
-  Tensor labels;  // int32 (B)
+  Tensor images;  // (B, C, H, W) of LoaderOptions' dtype and format, normalized, on the loader's device;
+                  // a token set's input ids, int32 (B, T)
+  Tensor labels;  // int32 (B); a token set's targets, int32 (B, T)
 };
 
 class Loader {
@@ -76,12 +79,16 @@ class Loader {
   void select_micro_batch(int64_t offset, int64_t size);
 
  private:
+  void check_images(const Dataset& data);
+  void emit_tokens(Batch& out) const;
+
   LoaderOptions options_;
   Device device_;
   int64_t size_;
-  int channels_, height_, width_;  // the images' shape
-  Tensor images_;  // uint8 (N, C, H, W) on device_
-  Tensor labels_;  // int32 (N) on device_
+  int channels_ = 0, height_ = 0, width_ = 0;  // the images' shape
+  int64_t seq_len_ = 0;                        // a token set's: its windows hold seq_len_ + 1 tokens
+  Tensor images_;  // uint8 (N, C, H, W) on device_; a token set's int32 (N, T + 1) windows
+  Tensor labels_;  // int32 (N) on device_ (none for a token set)
   Tensor order_;   // int32 (N) on device_: this epoch's order, rewritten in place each epoch
   Tensor cursor_;  // one kernels::BatchCursor on device_, rewritten before each batch
   kernels::AugmentParams params_;

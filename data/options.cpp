@@ -94,6 +94,22 @@ Field<DataOptions> only_for(DataFormat format, Field<DataOptions> f) {
   return f;
 }
 
+// A key that means nothing for a token set (normalization, augmentation, held-out images):
+// refused there and not written back.
+Field<DataOptions> images_only(Field<DataOptions> f) {
+  auto read = f.read;
+  auto write = f.write;
+  f.read = [read](JsonArgs& a, const std::string& key, DataOptions& o) {
+    MINIDL_CHECK(!a.has(key) || o.format != DataFormat::Tokens, a.key_path(key),
+                 ": not for \"format\": \"tokens\" (a token set is neither normalized nor augmented)");
+    read(a, key, o);
+  };
+  f.write = [write](const DataOptions& o) {
+    return o.format == DataFormat::Tokens ? std::optional<nlohmann::json>() : write(o);
+  };
+  return f;
+}
+
 // data.mean or data.std: three numbers, or "auto" (`is_auto` true: the training images' own,
 // computed when the run starts); left out, "auto" for an image folder (its pixels have no
 // published statistics) and CIFAR's constants otherwise. Written back as given.
@@ -129,7 +145,7 @@ Field<DataOptions> val_fraction_field() {
   Field<D> f = written_when_set(custom_field<D>(
       "val_fraction", "float", 0.0, "(0, 1)",
       "this fraction of the training images (after train_limit), stratified by class, is held out as the "
-      "validation split; left out: none (an image folder's val/ may give one)"));
+      "validation split; left out: none (an image folder's val/ may give one; a token set's is val.bin)"));
   f.read = [](JsonArgs& a, const std::string& key, D& o) {
     o.val_fraction = 0;
     if (!a.has(key)) return;
@@ -223,11 +239,12 @@ const Fields<DataOptions>& DataOptions::fields() {
   static const Fields<D> f{
       {written_when_set(choice("format", &D::format, DataFormat::Cifar10, "the data set's format (docs/data.md)")),
        text("dir", &D::dir, "", "a folder",
-            "the CIFAR batch files (or their folder), or an image folder's root (dir/train/<class>/*); \"\": "
-            "$CIFAR10_DIR"),
-       integer("train_limit", &D::train_limit, 0, {0}, "train on the first train_limit images only (0: all)"),
-       written_when_set(
-           integer("test_limit", &D::test_limit, 0, {0}, "evaluate on the first test_limit images only (0: all)")),
+            "the CIFAR batch files (or their folder), an image folder's root (dir/train/<class>/*), or the folder "
+            "of a token set's train.bin and val.bin; \"\": $CIFAR10_DIR"),
+       integer("train_limit", &D::train_limit, 0, {0},
+               "train on the first train_limit images (a token set's windows) only (0: all)"),
+       written_when_set(integer("test_limit", &D::test_limit, 0, {0},
+                                "evaluate on the first test_limit images (windows) only (0: all)")),
        val_fraction_field(),
        val_seed_field(),
        only_for(DataFormat::Cifar100, choice("label", &D::label, Cifar100Label::Fine,
@@ -246,14 +263,23 @@ const Fields<DataOptions>& DataOptions::fields() {
                 text("cache_dir", &D::cache_dir, "", "a folder", "the decoded cache; \"\": <dir>/.minidl-cache")),
        only_for(DataFormat::ImageFolder,
                 flag("skip_bad", &D::skip_bad, false, "skip (and count) files that do not decode instead of failing")),
-       stats_field("mean", &Normalization::mean, &Normalization::auto_mean,
-                   "per-channel mean subtracted, in [0, 1] units"),
-       stats_field("std", &Normalization::std, &Normalization::auto_std,
-                   "per-channel standard deviation divided by, each > 0"),
-       section("augment", &D::augment, AugmentOptions::fields(), "the training augmentation; left out: none")},
+       only_for(DataFormat::Tokens,
+                derived(integer("seq_len", &D::seq_len, kRequired, {1, 1 << 20},
+                                "the tokens of a sample's input (the model's context; GPT-2: 1024); required"),
+                        &D::seq_len, +[](const D&) -> int64_t { return 0; })),
+       images_only(stats_field("mean", &Normalization::mean, &Normalization::auto_mean,
+                               "per-channel mean subtracted, in [0, 1] units")),
+       images_only(stats_field("std", &Normalization::std, &Normalization::auto_std,
+                               "per-channel standard deviation divided by, each > 0")),
+       images_only(
+           section("augment", &D::augment, AugmentOptions::fields(), "the training augmentation; left out: none"))},
       [](const D& o, const JsonArgs& args) {
         MINIDL_CHECK(o.format != DataFormat::ImageFolder || o.image_size > 0, args.key_path("image_size"),
                      ": an image folder needs the size every image is resized to (e.g. 32, 64, 224)");
+        MINIDL_CHECK(o.format != DataFormat::Tokens || o.seq_len > 0, args.key_path("seq_len"),
+                     ": a token set needs the tokens of a sample's input (the model's context, e.g. 1024)");
+        MINIDL_CHECK(o.format != DataFormat::Tokens || o.val_fraction == 0, args.key_path("val_fraction"),
+                     ": a token set's validation split is its val.bin");
         for (size_t c = 0; c < 3 && !o.normalize.auto_std; ++c)
           MINIDL_CHECK(o.normalize.std[c] > 0, args.key_path("std"), "[", c, "]: expected > 0, got ",
                        o.normalize.std[c]);

@@ -13,6 +13,9 @@
 //   "cifar100": "label": "fine" (100 classes, the default) or "coarse" (20 superclasses)
 //   "image_folder": "image_size": S (required), "resize": "crop" | "pad" | "stretch",
 //                   "test_dir": "", "cache_dir": "", "skip_bad": false
+//   "tokens": "seq_len": T (required): dir/train.bin and dir/val.bin (llm.c's token files, what
+//             `minidl tokenize` writes) cut into windows of T + 1 tokens; no normalization, no
+//             augmentation, the limits count windows
 #pragma once
 #include <array>
 #include <cstdint>
@@ -40,11 +43,13 @@ struct EnumNames<FlipMode> {
   static constexpr EnumName<FlipMode> values[] = {{FlipMode::Random, "random"}, {FlipMode::Alternating, "alternating"}};
 };
 
-enum class DataFormat { Cifar10, Cifar100, ImageFolder };
+enum class DataFormat { Cifar10, Cifar100, ImageFolder, Tokens };
 template <>
 struct EnumNames<DataFormat> {
-  static constexpr EnumName<DataFormat> values[] = {
-      {DataFormat::Cifar10, "cifar10"}, {DataFormat::Cifar100, "cifar100"}, {DataFormat::ImageFolder, "image_folder"}};
+  static constexpr EnumName<DataFormat> values[] = {{DataFormat::Cifar10, "cifar10"},
+                                                    {DataFormat::Cifar100, "cifar100"},
+                                                    {DataFormat::ImageFolder, "image_folder"},
+                                                    {DataFormat::Tokens, "tokens"}};
 };
 
 // CIFAR-100's 100 classes or its 20 superclasses.
@@ -116,6 +121,7 @@ struct DataOptions {
   std::string test_dir;            // the test split's root; "" = dir/test (dir is then dir/train's parent)
   std::string cache_dir;           // "" = <dir>/.minidl-cache
   bool skip_bad = false;           // files that do not decode are skipped (and counted) instead of an error
+  int64_t seq_len = 0;             // tokens: the tokens of a sample's input (the model's context)
   Normalization normalize;
   AugmentOptions augment;
 

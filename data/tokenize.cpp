@@ -19,10 +19,16 @@ TokenizeResult tokenize_text_file(const std::string& tokenizer_dir, const std::s
                val_fraction);
   const std::string text = read_file_limited(text_path, "text file", kMaxTextBytes);
   MINIDL_CHECK(!text.empty(), "tokenize: the text file '", text_path, "' is empty");
-  const Gpt2Tokenizer tokenizer(tokenizer_dir);
-  std::vector<int32_t> tokens{tokenizer.end_of_text()};
-  const std::vector<int32_t> body = tokenizer.encode(text);
-  tokens.insert(tokens.end(), body.begin(), body.end());
+  std::vector<int32_t> tokens;
+  if (tokenizer_dir == kByteTokenizer) {
+    tokens.assign(text.begin(), text.end());
+    for (int32_t& t : tokens) t &= 0xff;  // char may be signed
+  } else {
+    const Gpt2Tokenizer tokenizer(tokenizer_dir);
+    tokens.push_back(tokenizer.end_of_text());
+    const std::vector<int32_t> body = tokenizer.encode(text);
+    tokens.insert(tokens.end(), body.begin(), body.end());
+  }
   const auto n = static_cast<int64_t>(tokens.size());
   const int64_t val = std::max<int64_t>(2, static_cast<int64_t>(std::ceil(val_fraction * static_cast<double>(n))));
   MINIDL_CHECK(n - val >= 2, "tokenize: '", text_path, "' gives ", n, " tokens, too few for a validation split of ",

@@ -3,7 +3,8 @@
 # (MPI backend): 4 ranks == 2 ranks x accumulate_steps 2 == 1 rank x accumulate_steps 4, the
 # same model.safetensors byte for byte after 2 steps. Each config keeps its model, optimizer,
 # schedule, lookahead, freeze rules and augmentation; only the sizes shrink so that CI can afford
-# it (a global batch of 32, so micro-batches of 8; 256 training images; the CPU in float32).
+# it (a global batch of 32, so micro-batches of 8; 256 training images or token windows; the CPU
+# in float32).
 #   tests/dist_configs_test.sh MINIDL SOURCE_DIR CIFAR10_DIR
 # Exit 4 (ctest: skipped) without mpirun, without the data, or with a minidl built without MPI.
 set -euo pipefail
@@ -24,6 +25,13 @@ for cfg in "$src"/configs/*.json; do
     dir=$work/cifar100
     [ -f "$dir/test.bin" ] || python3 "$src/scripts/cifar100_standin.py" "$data" "$dir" --limit 256 >/dev/null ||
       { echo "FAIL: scripts/cifar100_standin.py could not make $dir"; exit 1; }
+  elif grep -q '"format": *"tokens"' "$cfg"; then
+    # A language model's bits on the bytes of README.md; GPT-2 124M itself is more than a CPU
+    # affords here, and gpt2_tiny_cpu has its layers.
+    if [ "$name" = gpt2_124m ]; then echo "dist_configs: $name SKIPPED (124M parameters; gpt2_tiny_cpu has its layers)"; continue; fi
+    dir=$work/tokens
+    [ -f "$dir/val.bin" ] || "$minidl" tokenize --tokenizer bytes "$src/README.md" "$dir" >/dev/null ||
+      { echo "FAIL: minidl tokenize could not make $dir"; exit 1; }
   elif grep -q '"format"' "$cfg" && ! grep -q '"format": *"cifar10"' "$cfg"; then
     echo "dist_configs: $name SKIPPED (its data set is not CIFAR-10)"
     continue

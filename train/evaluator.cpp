@@ -13,6 +13,17 @@ namespace minidl {
 
 namespace {
 
+// A token set's labels: each window's tokens after the first, in window order.
+std::vector<int32_t> window_targets(const Dataset& data) {
+  const int64_t t = data.seq_len;
+  const std::vector<int32_t> windows = data.images.to(Device::cpu()).values<int32_t>();
+  std::vector<int32_t> targets;
+  targets.reserve(static_cast<size_t>(data.size() * t));
+  for (int64_t i = 0; i < data.size(); ++i)
+    targets.insert(targets.end(), windows.begin() + i * (t + 1) + 1, windows.begin() + (i + 1) * (t + 1));
+  return targets;
+}
+
 // Eager batches before a capture: the first makes cuDNN choose its algorithms and fills the
 // allocator's cache.
 constexpr int kEvalGraphWarmup = 1;
@@ -36,7 +47,8 @@ Evaluator::~Evaluator() = default;
 
 void Evaluator::make_split(EvalSplit& e, const Dataset& data) {
   e.loader = std::make_unique<Loader>(data, LoaderOptions::evaluation(data_, config_.eval_batch_size), device_);
-  e.labels = data.labels.to(Device::cpu()).values<int32_t>();
+  e.per_sample = data.is_tokens() ? data.seq_len : 1;
+  e.labels = data.is_tokens() ? window_targets(data) : data.labels.to(Device::cpu()).values<int32_t>();
   const size_t n = e.labels.size(), batches = static_cast<size_t>(e.loader->batches_per_epoch());
   e.predicted = allocate_pinned(n * sizeof(int32_t));
   e.tta_predicted = allocate_pinned(n * sizeof(int32_t));
@@ -93,10 +105,11 @@ Evaluator::Result Evaluator::evaluate(TtaMode tta, Split split, const Progress& 
     } else {
       out = device_eval(tta, loader);
     }
-    const size_t bytes = static_cast<size_t>(size) * sizeof(int32_t);
-    copy_bytes_async(predicted + seen, Device::cpu(), out.predicted.raw_data(), device_, bytes);
+    const size_t bytes = static_cast<size_t>(size * e.per_sample) * sizeof(int32_t);
+    copy_bytes_async(predicted + seen * e.per_sample, Device::cpu(), out.predicted.raw_data(), device_, bytes);
     if (tta != TtaMode::None)
-      copy_bytes_async(tta_predicted + seen, Device::cpu(), out.tta_predicted.raw_data(), device_, bytes);
+      copy_bytes_async(tta_predicted + seen * e.per_sample, Device::cpu(), out.tta_predicted.raw_data(), device_,
+                       bytes);
     copy_bytes_async(losses + b, Device::cpu(), out.loss.raw_data(), device_, sizeof(float));
     seen += size;
     if (progress) progress(b + 1, batches);
@@ -106,10 +119,13 @@ Evaluator::Result Evaluator::evaluate(TtaMode tta, Split split, const Progress& 
   const int64_t k = num_classes_;
   Result r;
   r.images = seen;
-  r.confusion.assign(static_cast<size_t>(k * k), 0);
+  // A vocabulary's confusion matrix (50257^2 counts for GPT-2) says nothing a person reads.
+  const bool confusion = e.per_sample == 1;
+  if (confusion) r.confusion.assign(static_cast<size_t>(k * k), 0);
   int64_t correct = 0, correct_tta = 0;
   const int32_t* counted = tta != TtaMode::None ? tta_predicted : predicted;
-  for (int64_t i = 0; i < seen; ++i) {
+  const int64_t outputs = seen * e.per_sample;
+  for (int64_t i = 0; i < outputs; ++i) {
     const int32_t label = e.labels[static_cast<size_t>(i)];
     // A label out of range made the batch's loss NaN on a GPU (its error is raised by the next
     // kernel); it must not index the counts.
@@ -117,10 +133,10 @@ Evaluator::Result Evaluator::evaluate(TtaMode tta, Split split, const Progress& 
                  " (expected 0..", k - 1, ")");
     correct += predicted[i] == label ? 1 : 0;
     if (tta != TtaMode::None) correct_tta += tta_predicted[i] == label ? 1 : 0;
-    r.confusion[static_cast<size_t>(label * k + counted[i])] += 1;
+    if (confusion) r.confusion[static_cast<size_t>(label * k + counted[i])] += 1;
   }
-  r.acc = 100.0 * static_cast<double>(correct) / static_cast<double>(seen);
-  if (tta != TtaMode::None) r.tta_acc = 100.0 * static_cast<double>(correct_tta) / static_cast<double>(seen);
+  r.acc = 100.0 * static_cast<double>(correct) / static_cast<double>(outputs);
+  if (tta != TtaMode::None) r.tta_acc = 100.0 * static_cast<double>(correct_tta) / static_cast<double>(outputs);
   r.loss = mean_loss(losses, batches, loader.options().batch_size, seen);
   return r;
 }

@@ -63,7 +63,8 @@ class Evaluator {
   // replays write, and pinned memory the host reads the predictions and losses from.
   struct EvalSplit {
     std::unique_ptr<Loader> loader;
-    std::vector<int32_t> labels;
+    std::vector<int32_t> labels;  // one per output: per image, or per token of a token set's windows
+    int64_t per_sample = 1;       // outputs per sample: 1, or a token set's seq_len
     std::unique_ptr<StepGraph> graph;
     TtaMode graph_tta = TtaMode::None;
     Outputs graph_outputs;

@@ -48,12 +48,13 @@ class Recorder : public ForwardObserver {
   std::map<const Module*, Call> calls_;
 };
 
-// One training-mode forward of a batch of `batch` zero images, recorded.
-std::unique_ptr<Recorder> record_forward(Module& model, const Shape& image, int64_t batch, DType activation,
-                                         MemoryFormat format, Device device) {
-  Shape shape = image;
+// One training-mode forward of a batch of `batch` zero samples (float32 images, or a token set's
+// int32 ids), recorded.
+std::unique_ptr<Recorder> record_forward(Module& model, const Shape& sample, DType input, int64_t batch,
+                                         DType activation, MemoryFormat format, Device device) {
+  Shape shape = sample;
   shape.insert(shape.begin(), batch);
-  const Tensor x = Tensor::zeros(shape, DType::Float32, device);
+  const Tensor x = Tensor::zeros(shape, input, device);
   auto recorder = std::make_unique<Recorder>();
   struct Observing {
     explicit Observing(ForwardObserver* o) { set_forward_observer(o); }
@@ -132,12 +133,16 @@ ModelSummary summarize_model(const TrainConfig& config, Device device, int64_t b
   s.device = device.str();
   s.precision = to_string(*config.precision);
   s.memory_format = to_string(*config.memory_format);
-  s.input = {n, 3, side, side};
+  const bool tokens = data.format == DataFormat::Tokens;
+  const Shape sample = tokens ? Shape{data.seq_len} : Shape{3, side, side};
+  const DType input = tokens ? DType::Int32 : DType::Float32;
+  s.input = sample;
+  s.input.insert(s.input.begin(), n);
   const DType activation = activation_dtype(*config.precision);
   const int64_t a = std::min<int64_t>(n, 2), b = std::min<int64_t>(n, 4);
-  const Shape image = {3, side, side};
-  const std::unique_ptr<Recorder> ra = record_forward(*model, image, a, activation, *config.memory_format, device);
-  const std::unique_ptr<Recorder> rb = record_forward(*model, image, b, activation, *config.memory_format, device);
+  const MemoryFormat format = *config.memory_format;
+  const std::unique_ptr<Recorder> ra = record_forward(*model, sample, input, a, activation, format, device);
+  const std::unique_ptr<Recorder> rb = record_forward(*model, sample, input, b, activation, format, device);
 
   std::map<const Module*, int64_t> totals;
   for (auto& [path, m] : model->named_modules()) totals[m] = numel_of(m->named_parameters());

@@ -454,14 +454,18 @@ bool Run::end_epoch(Epoch& e) {
   const Trainer::EvalResult eval = evaluate(validating ? Split::Val : Split::Test);
   const double eval_seconds = since(e0);
   const double seen = static_cast<double>(e.sums.epoch_seen);
+  const bool tokens = trainer_->outputs_per_sample() > 1;
   nlohmann::json record = {{"epoch", e.index + 1},
                            {"step", step_},
                            {"train_loss", e.sums.epoch_loss_sum / static_cast<double>(epoch_steps)},
-                           {"train_acc", 100.0 * static_cast<double>(e.sums.epoch_correct) / seen},
+                           {"train_acc", 100.0 * static_cast<double>(e.sums.epoch_correct) /
+                                             (seen * static_cast<double>(trainer_->outputs_per_sample()))},
                            {"lr", lr},
                            {"seconds", epoch_seconds},
                            {"eval_seconds", eval_seconds},
                            {"images_per_s", seen / epoch_seconds}};
+  if (trainer_->outputs_per_sample() > 1)
+    record["tokens_per_s"] = seen * static_cast<double>(trainer_->outputs_per_sample()) / epoch_seconds;
   const std::string tta = to_string(config_.tta);
   std::string scores;
   if (validating) {
@@ -479,6 +483,12 @@ bool Run::end_epoch(Epoch& e) {
     if (last_tta_ >= 0) record["test_acc_tta"] = last_tta_;
     scores = str("test ", fixed(last_test_, 2), "%",
                  last_tta_ >= 0 ? str("  test+", tta, " ", fixed(last_tta_, 2), "%") : "");
+    // A language model is judged by its held-out loss (val.bin's) and perplexity.
+    if (tokens) {
+      record["test_loss"] = eval.loss;
+      scores = str("val.bin loss ", fixed(eval.loss, 4), " (perplexity ", fixed(std::exp(eval.loss), 2),
+                   ", tokens ", fixed(last_test_, 2), "% right)");
+    }
   }
   if (const GradScaler* scaler = trainer_->grad_scaler()) {
     record["loss_scale"] = scaler->scale();
@@ -502,7 +512,8 @@ bool Run::end_epoch(Epoch& e) {
   const double left = eta_ ? eta_->seconds_left(step_) : -1;
   log_->line(str("epoch ", e.index + 1, "/", config_.epochs, "  loss ", fixed(record["train_loss"], 4), "  train ",
                  fixed(record["train_acc"], 2), "%  ", scores, "  lr ", fixed(lr, 4), "  ", fixed(epoch_seconds, 1),
-                 "s (", fixed(record["images_per_s"], 0), " img/s)  eval ", fixed(eval_seconds, 1), "s",
+                 "s (", tokens ? str(fixed(record["tokens_per_s"], 0), " tok/s") : str(fixed(record["images_per_s"], 0), " img/s"),
+                 ")  eval ", fixed(eval_seconds, 1), "s",
                  new_best ? str("  best ", to_string(selection_->best().metric), ": ", kBestWeights) : std::string(),
                  !run_ends && left >= 0 ? str("  ETA ", duration_text(left)) : std::string()));
   if (stopped_early_)
@@ -760,13 +771,28 @@ RunResult Run::finish() {
     }
   }
   if (stopped_early_) r.summary["stopped_early"] = selection_->stop_reason();
+  if (trainer_->outputs_per_sample() > 1 && last_test_eval_) {
+    r.summary["test_loss"] = last_test_eval_->loss;
+    r.summary["tokens_per_s"] =
+        r.summary["images_per_s"].get<double>() * static_cast<double>(trainer_->outputs_per_sample());
+  }
   if (!writer()) return r;
-  if (last_test_eval_)
+  if (last_test_eval_ && !last_test_eval_->confusion.empty())
     add_class_metrics(r.summary, trainer_->classes(), last_test_eval_->confusion, config_.tta, "test", *log_);
   write_file_atomic(run_dir_ + "/summary.json", r.summary.dump(2) + "\n", "run summary");
   // Seconds per epoch of the steps this process trained (a resume's or --max-steps' share).
   const double epochs_here =
       static_cast<double>(step_ - start_.step) / static_cast<double>(trainer_->steps_per_epoch());
+  const int64_t per_sample = trainer_->outputs_per_sample();
+  if (per_sample > 1 && last_test_eval_) {
+    const double tokens_per_s = r.summary["tokens_per_s"].get<double>();
+    log_->line(str("done: val.bin loss ", fixed(last_test_eval_->loss, 4), " (perplexity ",
+                   fixed(std::exp(last_test_eval_->loss), 2), ", ", trainer_->test_size(), " windows, the final weights), ",
+                   step_, " steps, training ", fixed(train_seconds_, 1), "s, ", fixed(tokens_per_s, 0), " tok/s",
+                   device_.is_cuda() ? str(", peak device memory ", fixed(mem.peak_bytes / 1e9, 2), " GB") : std::string(),
+                   stopped_at_limit_ ? str(" [stopped at --max-steps ", options_.max_steps, "]") : std::string()));
+    return r;
+  }
   log_->line(
       str("done: test ", fixed(last_test_, 2), "%",
           last_tta_ >= 0 ? str(" (", to_string(config_.tta), " TTA ", fixed(last_tta_, 2), "%)") : std::string(), " (",

@@ -193,7 +193,7 @@ Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Da
                train_set_.size(), " training images: no full batch to train on");
   evaluator_ = std::make_unique<Evaluator>(
       *model_, [this](const Tensor& x) { return forward(x); }, config_, data_options_, device_, context_,
-      num_classes(), test_set_, val_set_);
+      output_width(), test_set_, val_set_);
   // ceil(epochs * steps per epoch): a fractional last epoch (9.9) stops part-way through.
   const double total = std::ceil(static_cast<double>(train_loader_->batches_per_epoch()) * config.epochs);
   MINIDL_CHECK(total < 9.0e15, "total steps (steps per epoch * epochs) = ", total, " is too large");
@@ -239,7 +239,37 @@ uint32_t Trainer::training_data_crc32() const {
   return *train_set_crc32_;
 }
 
+void Trainer::check_vocabulary() {
+  // The model's output for one window of zero ids, in eval mode without autograd (no state changes).
+  const int64_t t = train_set_.seq_len;
+  Tensor out;
+  {
+    autograd::NoGradGuard no_grad;
+    model_->eval();
+    try {
+      out = forward(Tensor::zeros({1, t}, DType::Int32, device_));
+    } catch (const Error& e) {
+      model_->train();
+      fail(str("model.layers: the model does not take the data's windows of ", t, " token ids: ", e.what()));
+    }
+    model_->train();
+  }
+  MINIDL_CHECK(out.dim() == 3 && out.size(1) == t, "model.layers: the model gives ", shape_str(out.shape()),
+               " for one window of ", t, " token ids; a language model's loss needs (N, ", t,
+               ", vocabulary) logits: end it with LMHead or a Linear layer over the vocabulary");
+  output_width_ = out.size(2);
+  int32_t top = -1;
+  for (const Dataset* d : {&train_set_, &test_set_}) {
+    const std::vector<int32_t> ids = d->images.values<int32_t>();
+    for (int32_t id : ids) top = std::max(top, id);
+  }
+  MINIDL_CHECK(output_width_ > top, "model.layers: the model's output has ", output_width_,
+               " values per token, but the data has token ", top, "; the vocabulary needs at least ", top + 1,
+               " (set the embedding's num_embeddings and the head's width)");
+}
+
 void Trainer::check_class_count() {
+  if (train_set_.is_tokens()) return check_vocabulary();
   // The model's output width, from one zero image in eval mode without autograd (no state changes).
   const Tensor& images = train_set_.images;
   MINIDL_CHECK(images.defined() && images.dim() == 4, "data: expected (N, C, H, W) images, got ",

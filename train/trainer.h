@@ -89,6 +89,10 @@ class Trainer {
   // The class names of the data (index = label), and the data's notes for the run log.
   const std::vector<std::string>& classes() const { return classes_; }
   int64_t num_classes() const { return static_cast<int64_t>(classes_.size()); }
+  // Values per sample (a token set's: per token) the model gives: the classes, or the vocabulary.
+  // Predictions per sample: 1 per image, seq_len per window of a token set.
+  int64_t outputs_per_sample() const { return train_set_.is_tokens() ? train_set_.seq_len : 1; }
+  int64_t output_width() const { return train_set_.is_tokens() ? output_width_ : num_classes(); }
   int64_t test_size() const { return test_set_.size(); }  // images evaluate() classifies
   int64_t train_size() const { return train_set_.size(); }
   int64_t val_size() const { return val_set_.size(); }
@@ -178,7 +182,8 @@ class Trainer {
   Dataset train_set_, test_set_, val_set_;
   mutable std::optional<uint32_t> train_set_crc32_;
   std::string normalization_note_;    // what data.mean/std "auto" computed (empty: not asked)
-  std::vector<std::string> classes_;  // the data's names, or "0" .. for data sets without names
+  std::vector<std::string> classes_;  // the data's names, or "0" .. for data sets without names; none for tokens
+  int64_t output_width_ = 0;          // a language model's vocabulary
   std::vector<std::string> init_from_lines_;
   std::unique_ptr<Loader> train_loader_;
   std::unique_ptr<Evaluator> evaluator_;  // the test and validation splits
@@ -221,6 +226,7 @@ class Trainer {
   Tensor forward(const Tensor& images);
   // Errors unless the model takes the data's images and gives one value per class.
   void check_class_count();
+  void check_vocabulary();  // a token set: (N, T, V) logits, every token id below V
   // The training step as CUDA graphs, one per kind of step (step_kind): steps differ in their
   // device work where lookahead averages, once a freeze rule has switched a parameter off, and
   // where the benchmark reduces a data-parallel step's buckets after backward.

@@ -90,6 +90,11 @@ Tensor token_cross_entropy(const Tensor& logits_in, const Tensor& labels_in, flo
   return loss;
 }
 
+// (B, T, V) logits as (B * T, V) rows: one prediction per token.
+Tensor token_rows(const Tensor& logits) {
+  return logits.contiguous().reshape({logits.size(0) * logits.size(1), logits.size(2)});
+}
+
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing) {
@@ -145,6 +150,7 @@ void record_loss_gradient(Tensor& loss, const char* name, const Tensor& logits, 
 
 Tensor argmax_rows(const Tensor& logits) {
   if (holds_half(logits)) return argmax_rows(as_float32(logits));
+  if (logits.defined() && logits.dim() == 3) return argmax_rows(token_rows(logits));
   check_rank(logits, 2, "argmax_rows logits");
   MINIDL_CHECK(logits.size(1) > 0, "argmax_rows: logits of shape ", shape_str(logits.shape()), " have no columns");
   Tensor out = Tensor::empty({logits.size(0)}, DType::Int32, logits.device());
@@ -163,6 +169,8 @@ Tensor argmax_rows(const Tensor& logits) {
 
 Tensor correct_predictions(const Tensor& logits, const Tensor& labels) {
   if (holds_half(logits)) return correct_predictions(as_float32(logits), labels);
+  if (logits.defined() && logits.dim() == 3 && labels.defined() && labels.dim() == 2)
+    return correct_predictions(token_rows(logits), labels.contiguous().reshape({labels.numel()}));
   check_inputs(logits, labels, "count_correct");
   const int64_t rows = logits.size(0), classes = logits.size(1);
   Tensor count = Tensor::empty({1}, DType::Int32, logits.device());

@@ -36,10 +36,11 @@ void record_loss_gradient(Tensor& loss, const char* name, const Tensor& logits, 
 // label. Waits for the result.
 int64_t count_correct(const Tensor& logits, const Tensor& labels);
 // The same count as an int32 tensor of one element on the logits' device, without waiting (a
-// training step keeps it on the device; a CUDA graph can capture it).
+// training step keeps it on the device; a CUDA graph can capture it). (B, T, V) logits with (B, T)
+// labels count tokens.
 Tensor correct_predictions(const Tensor& logits, const Tensor& labels);
 
-// int32 (N): the argmax of each row, as above.
+// int32 (N): the argmax of each row, as above; (B, T, V) logits give B * T, one per token.
 Tensor argmax_rows(const Tensor& logits);
 
 }  // namespace minidl
