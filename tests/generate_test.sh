@@ -8,10 +8,14 @@
 #   - the same --seed prints the same text, another seed other text; no id past the tokenizer's
 #     vocabulary is drawn from the padded one;
 #   - bad input: no prompt and a negative temperature (exit 2), an id outside the vocabulary, a
-#     missing tokenizer and a model without positions run without --context (exit 1, one line).
-#   tests/generate_test.sh MINIDL PYTHON3
+#     missing tokenizer, a tokenizer larger than the model's vocabulary, a model without positions
+#     run without --context, an image classifier's run (exit 1, one line);
+#   - configs/gpt2_tiny_cpu.json trained a few steps on README.md's bytes, then generate
+#     --tokenizer bytes: the prompt and 40 bytes, the same twice for one seed, a prompt longer than
+#     the run's data.seq_len cropped.
+#   tests/generate_test.sh MINIDL SOURCE_DIR PYTHON3
 set -euo pipefail
-minidl=$(realpath "$1") python=${2:-}
+minidl=$(realpath "$1") src=$(realpath "$2") python=${3:-}
 if [ -z "$python" ] || ! "$python" -c "import struct" 2>/dev/null; then echo "SKIPPED: no python3"; exit 4; fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -47,6 +51,15 @@ with open(os.path.join(run, "model.safetensors"), "wb") as f:
     f.write(struct.pack("<Q", len(h)) + h)
     for _, _, values in tensors:
         f.write(struct.pack("<%df" % len(values), *values))
+# An image classifier's run: Flatten then Linear over CIFAR's 3 x 32 x 32.
+clf = os.path.join(work, "classifier")
+os.makedirs(clf)
+json.dump({"model": {"layers": [{"type": "Flatten"}, {"type": "Linear", "in_features": 3072, "out_features": 10}]},
+           "optimizer": {"type": "SGD", "lr": 0.1}, "device": "cpu"}, open(os.path.join(clf, "config.json"), "w"))
+h = json.dumps({"1.weight": {"dtype": "F32", "shape": [10, 3072], "data_offsets": [0, 122880]},
+                "1.bias": {"dtype": "F32", "shape": [10], "data_offsets": [122880, 122920]}}).encode()
+with open(os.path.join(clf, "model.safetensors"), "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h + bytes(122920))
 # GPT-2's byte-to-character map: id = byte, then <|endoftext|> and "hi".
 bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
 cs, n = bs[:], 0
@@ -108,9 +121,31 @@ expect() {  # expect CODE TEXT ARGS...: the exit code and a line of stderr
   [ "$rc" -eq "$code" ] && grep -qF -- "$text" "$work/err" || { cat "$work/err"; fail "minidl $* exited $rc"; }
 }
 expect 2 "--prompt TEXT or --prompt-ids IDS is required" "${run[@]}" --context 4
-expect 2 "--temperature" "${run[@]}" --prompt-ids 1 --temperature -1 --context 4
+expect 2 "--temperature: must be >= 0 (0 takes the most likely token), got -1" "${run[@]}" --prompt-ids 1 \
+  --temperature -1 --context 4
 expect 1 "prompt token 300 at index 1 is outside the model's vocabulary [0, 260)" "${run[@]}" --prompt-ids 1,300 \
   --context 4
 expect 1 "encoder.json" "${run[@]}" --prompt hi --tokenizer "$work/none" --context 4
 expect 1 "no data.seq_len and its model no PositionEmbedding: give --context" "${run[@]}" --prompt-ids 1
+expect 1 "holds an image classifier (its model takes images): minidl predict" generate --run "$work/classifier" \
+  --prompt-ids 1
+mkdir "$work/big"
+"$python" -c 'import json, sys; e = json.load(open(sys.argv[1])); e.update({"x%d" % i: 258 + i for i in range(3)}); json.dump(e, open(sys.argv[2], "w"))' \
+  "$work/tok/encoder.json" "$work/big/encoder.json"
+cp "$work/tok/vocab.bpe" "$work/big/"
+expect 1 "its 261 tokens do not fit the model's vocabulary of 260" "${run[@]}" --tokenizer "$work/big" --prompt hi \
+  --context 4
+
+# A language model trained from its config on README.md's bytes, sampled as text.
+"$minidl" tokenize --tokenizer bytes "$src/README.md" "$work/bytes" >/dev/null
+"$minidl" train --config "$src/configs/gpt2_tiny_cpu.json" --set "data.dir=$work/bytes" --set data.train_limit=64 \
+  --set output.progress=false --output "$work/tiny" >"$work/train.out" 2>&1 || { cat "$work/train.out"; fail "training"; }
+tiny=(generate --run "$work/tiny" --tokenizer bytes --max-new-tokens 40 --top-k 20)
+"$minidl" "${tiny[@]}" --prompt "The model " --seed 2 >"$work/t1"
+"$minidl" "${tiny[@]}" --prompt "The model " --seed 2 >"$work/t2"
+cmp -s "$work/t1" "$work/t2" || fail "the tiny run's text differs for one seed"
+[ "$(head -c 10 "$work/t1")" == "The model " ] || fail "the text does not start with the prompt: $(cat "$work/t1")"
+[ "$(wc -c <"$work/t1")" -eq 51 ] || fail "not the prompt, 40 bytes and a newline: $(od -c "$work/t1" | tail -3)"
+long=$(head -c 100 "$src/README.md" | tr -d '\0')
+"$minidl" "${tiny[@]}" --prompt "$long" --temperature 0 >"$work/long" || fail "a prompt longer than data.seq_len"
 echo "generate_cli: ok"

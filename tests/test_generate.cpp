@@ -228,6 +228,17 @@ TEST_CASE("generate: a run folder of a language model loads through TrainedRun",
   REQUIRE(run_context(run, 3) == 3);
   REQUIRE_THROWS_WITH(run_context(run, 9), Catch::Contains("--context 9 is longer than the model's "
                                                            "PositionEmbedding (8 positions)"));
+  // A token set's run: its data.seq_len, the windows it trained on.
+  config["data"] = {{"format", "tokens"}, {"dir", tmp.file("tokens")}, {"seq_len", 6}};
+  std::ofstream(tmp.file("config.json")) << parse_train_config(config).to_json().dump(2);
+  TrainedRun tokens_run(tmp.path.string(), "", "cpu");
+  REQUIRE(run_context(tokens_run, 0) == 6);
+  REQUIRE(run_context(tokens_run, 8) == 8);
+  config["data"]["seq_len"] = 12;
+  std::ofstream(tmp.file("config.json")) << parse_train_config(config).to_json().dump(2);
+  TrainedRun too_long(tmp.path.string(), "", "cpu");
+  REQUIRE_THROWS_WITH(run_context(too_long, 0),
+                      Catch::Contains("the run's data.seq_len 12 is longer than the model's"));
   // The image commands' calls name the run as a language model's.
   REQUIRE_THROWS_WITH(run.image_size(),
                       Catch::Contains("is a language model's run") && Catch::Contains("minidl generate"));

@@ -150,9 +150,9 @@ int64_t position_limit(Module& model) {
 
 int64_t run_context(TrainedRun& run, int64_t requested) {
   const int64_t limit = position_limit(run.model());
-  const nlohmann::json& data = run.config().data;
-  const bool has_seq_len = data.is_object() && data.contains("seq_len") && data.at("seq_len").is_number_integer();
-  const int64_t context = requested > 0 ? requested : has_seq_len ? data.at("seq_len").get<int64_t>() : limit;
+  const int64_t seq_len = run.data().seq_len;  // > 0 for a token set's run
+  const bool has_seq_len = seq_len > 0;
+  const int64_t context = requested > 0 ? requested : has_seq_len ? seq_len : limit;
   const char* source = requested > 0 ? "--context" : has_seq_len ? "the run's data.seq_len" : "";
   MINIDL_CHECK(context > 0, "--run '", text_excerpt(run.run_dir()),
                "': its config has no data.seq_len and its model no ",
