@@ -106,7 +106,7 @@ TEST_CASE("generate: temperature 0 and top_k 1 are the argmax of each step's log
   REQUIRE(generate_tokens(*model, Device::cpu(), prompt, options(12, 0.0, 0)) == greedy(*model, prompt, 12));
 }
 
-TEST_CASE("generate: the same seed gives the same tokens, another seed others; tokens stream", "[generate]") {
+TEST_CASE("generate: the same seed gives the same tokens, another seed others, and the tokens stream", "[generate]") {
   auto model = tiny_model();
   const std::vector<int32_t> prompt = {5, 2};
   std::vector<int32_t> streamed;
@@ -158,6 +158,8 @@ TEST_CASE("sample_token: top-k's frequencies are the softmax of the k largest, t
   for (int s = 0; s < 2000; ++s) REQUIRE(sample_token(logits, o, static_cast<uint64_t>(s)) < 4);
   o.temperature = 0;
   REQUIRE(sample_token(logits, o, 0) == 1);
+  // A temperature near 0 is the argmax too, without overflow.
+  REQUIRE(sample_token(logits, options(1, 1e-300, 0, 3), 0) == 1);
   // Ties under temperature 0: the lowest id, as torch.argmax.
   REQUIRE(sample_token({1.f, 3.f, 3.f}, options(1, 0.0, 0), 0) == 1);
   REQUIRE_THROWS_WITH(sample_token({1.f, NAN}, options(1, 1.0, 0), 4),

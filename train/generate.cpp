@@ -87,8 +87,9 @@ int32_t sample_token(const std::vector<float>& logits, const GenerateOptions& o,
   const auto top = std::max_element(logits.begin(), logits.begin() + n);
   MINIDL_CHECK(std::isfinite(*top), "generate: step ", step, ": every logit is -inf");
   if (o.temperature == 0) return static_cast<int32_t>(top - logits.begin());
+  // (logit - max) / temperature: finite at any temperature > 0, the largest 0.
   std::vector<double> z(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) z[i] = static_cast<double>(logits[i]) / o.temperature;
+  for (int64_t i = 0; i < n; ++i) z[i] = (static_cast<double>(logits[i]) - static_cast<double>(*top)) / o.temperature;
   // nanoGPT's top-k: every logit below the k-th largest is dropped (ties with it stay).
   double floor = -std::numeric_limits<double>::infinity();
   if (o.top_k > 0 && o.top_k < n) {
@@ -96,10 +97,9 @@ int32_t sample_token(const std::vector<float>& logits, const GenerateOptions& o,
     std::nth_element(sorted.begin(), sorted.begin() + (o.top_k - 1), sorted.end(), std::greater<double>());
     floor = sorted[static_cast<size_t>(o.top_k - 1)];
   }
-  const double max = static_cast<double>(*top) / o.temperature;
   double total = 0;
   for (double& x : z) {
-    x = x >= floor ? std::exp(x - max) : 0.0;
+    x = x >= floor ? std::exp(x) : 0.0;
     total += x;
   }
   // Inverse CDF in id order: the first id whose cumulative probability exceeds u.
