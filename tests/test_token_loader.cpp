@@ -59,7 +59,7 @@ TEST_CASE("a token set's windows hold seq_len + 1 tokens, starting every seq_len
           nlohmann::json({{"format", "tokens"}, {"dir", "x"}, {"train_limit", 0}, {"seq_len", 8}}));
 }
 
-TEST_CASE("token batches: inputs and targets of the epoch's windows; micro-batches are slices", "[loader][tokens]") {
+TEST_CASE("token batches: inputs and targets of the epoch's windows, micro-batches their slices", "[loader][tokens]") {
   test::TempDir dir("token_batches");
   write_token_file(dir.path.string() + "/train.bin", stream(161));
   write_token_file(dir.path.string() + "/val.bin", stream(33));
@@ -144,4 +144,34 @@ TEST_CASE("a language model's evaluation: the mean token loss and accuracy of it
   const double loss = cross_entropy(logits, b.labels).item();
   REQUIRE(r.loss == Approx(loss).epsilon(1e-6));
   REQUIRE(r.acc == Approx(100.0 * static_cast<double>(count_correct(logits, b.labels)) / 96.0));
+}
+
+TEST_CASE("token batches on CUDA are the CPU's, micro-batches included", "[loader][tokens][cuda]") {
+  MINIDL_REQUIRE_CUDA();
+  test::TempDir dir("token_cuda");
+  write_token_file(dir.path.string() + "/train.bin", stream(1601));
+  write_token_file(dir.path.string() + "/val.bin", stream(33));
+  const DataOptions o = token_options(dir.path.string(), 16);
+  const Dataset d = load_dataset(o, Split::Train);  // 100 windows
+  for (bool train : {true, false}) {
+    const LoaderOptions lo = train ? LoaderOptions::training(o, 24, 5) : LoaderOptions::evaluation(o, 24);
+    Loader cpu(d, lo, Device::cpu()), gpu(d, lo, Device::cuda());
+    cpu.start_epoch(3);
+    gpu.start_epoch(3);
+    Batch bc, bg;
+    while (cpu.advance()) {
+      REQUIRE(gpu.advance());
+      for (const auto& [offset, size] : {std::pair<int64_t, int64_t>{0, cpu.current_batch_size()}, {4, 2}}) {
+        if (offset + size > cpu.current_batch_size()) continue;
+        cpu.select_micro_batch(offset, size);
+        gpu.select_micro_batch(offset, size);
+        cpu.emit(bc);
+        gpu.emit(bg);
+        REQUIRE(bg.images.is_cuda());
+        REQUIRE(bg.images.values<int32_t>() == bc.images.values<int32_t>());
+        REQUIRE(bg.labels.values<int32_t>() == bc.labels.values<int32_t>());
+      }
+    }
+    REQUIRE(!gpu.advance());
+  }
 }

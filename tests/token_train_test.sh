@@ -6,7 +6,8 @@
 #   - a short run lowers the validation loss below a uniform guess (ln 256) and records val.bin's
 #     loss, perplexity and tokens/s in metrics.jsonl and summary.json;
 #   - `minidl repro` gives the same bits twice; a run stopped part-way through an epoch and resumed
-#     ends with the uninterrupted run's bits;
+#     ends with the uninterrupted run's bits, evaluating val.bin every 2 steps (eval.every_steps)
+#     into evals.jsonl on the way;
 #   - bad input is one clear message: image keys for tokens, no seq_len, a model that does not take
 #     ids, a vocabulary too small for the data.
 #   tests/token_train_test.sh MINIDL SOURCE_DIR
@@ -50,9 +51,18 @@ PY
 grep -q "IDENTICAL" "$work/repro.out" || { cat "$work/repro.out"; fail "repro: not identical"; }
 small=(--config "$cfg" "${set_data[@]}" --set data.train_limit=96 --set checkpoint.every_steps=2)
 "$minidl" train "${small[@]}" --output "$work/whole" >/dev/null 2>&1 || fail "the uninterrupted run"
-"$minidl" train "${small[@]}" --output "$work/part" --max-steps 3 >/dev/null 2>&1 || fail "the first part"
+# The stopped run also evaluates val.bin every 2 steps (eval.every_steps), which changes no bit.
+"$minidl" train "${small[@]}" --set eval.every_steps=2 --output "$work/part" --max-steps 3 >/dev/null 2>&1 ||
+  fail "the first part"
 "$minidl" train --resume "$work/part" >"$work/resume.out" 2>&1 || { cat "$work/resume.out"; fail "the resume"; }
 cmp -s "$work/whole/model.safetensors" "$work/part/model.safetensors" || fail "the resumed run's weights differ"
+grep -q "^step 4: val.bin loss [0-9.]* (perplexity " "$work/resume.out" || { cat "$work/resume.out"; fail "no step 4 line"; }
+python3 - "$work/part/evals.jsonl" <<'PY' || fail "evals.jsonl"
+import json, sys
+records = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["step"] for r in records] == [2, 4], records  # the epoch's end (step 6) is in metrics.jsonl
+assert all(r["test_loss"] > 0 and r["epoch"] == 1 for r in records), records
+PY
 
 # Bad input.
 bad() {  # bad PATTERN ARGS...: minidl train ARGS exits 1 with one error matching PATTERN
@@ -62,6 +72,8 @@ bad() {  # bad PATTERN ARGS...: minidl train ARGS exits 1 with one error matchin
   [ "$rc" -eq 1 ] && grep -q -- "$pattern" "$work/bad.out" || { cat "$work/bad.out"; fail "no '$pattern' (exit $rc)"; }
 }
 bad 'data.mean: not for "format": "tokens"' --set 'data.mean=[0.5,0.5,0.5]'
+bad "memory_format: a language model's activations are (B, T, D)" --set memory_format=channels_last
+bad 'eval.tta: "flip" augments images' --set eval.tta=flip
 python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); del c["data"]["seq_len"]; json.dump(c,open(sys.argv[2],"w"))' \
   "$cfg" "$work/no_seq_len.json"
 rc=0; "$minidl" train --config "$work/no_seq_len.json" "${set_data[@]}" --output "$work/bad" >"$work/bad.out" 2>&1 || rc=$?

@@ -96,7 +96,15 @@ CheckpointInfo info_from_metadata(const std::map<std::string, std::string>& meta
   // Written by checkpoints taken inside an epoch (older checkpoints are all at epoch ends).
   if (meta.count("epoch_seen")) {
     info.epoch_seen = metadata_int(get("epoch_seen"), "epoch_seen", 0, INT64_MAX, path);
-    info.epoch_correct = metadata_int(get("epoch_correct"), "epoch_correct", 0, info.epoch_seen, path);
+    // Correct predictions count images, or a token set's tokens (seq_len per window).
+    const nlohmann::json& data = info.config.contains("data") ? info.config["data"] : nlohmann::json::object();
+    const bool tokens = data.is_object() && data.value("format", "") == "tokens" && data.contains("seq_len") &&
+                        data["seq_len"].is_number_integer() && data["seq_len"].get<int64_t>() > 0;
+    const int64_t per_sample = tokens ? data["seq_len"].get<int64_t>() : 1;
+    MINIDL_CHECK(info.epoch_seen <= INT64_MAX / per_sample, "checkpoint '", path, "': metadata 'epoch_seen' is ",
+                 info.epoch_seen, ", too large");
+    info.epoch_correct =
+        metadata_int(get("epoch_correct"), "epoch_correct", 0, info.epoch_seen * per_sample, path);
     info.epoch_loss_sum = metadata_double(get("epoch_loss_sum"), "epoch_loss_sum", path);
     info.epoch_seconds = metadata_double(get("epoch_seconds"), "epoch_seconds", path);
   }

@@ -102,7 +102,9 @@ TrainConfig parse_train_config(const json& config) {
 
 TrainConfig resolve_for_device(TrainConfig config, Device device) {
   if (!config.precision) config.precision = auto_precision(device.type, compute_capability(device));
-  if (!config.memory_format) config.memory_format = auto_memory_format(device.type);
+  // A language model's activations are (B, T, D): no layout but the contiguous one.
+  const bool tokens = config.data.is_object() && config.data.value("format", "") == "tokens";
+  if (!config.memory_format) config.memory_format = tokens ? MemoryFormat::Contiguous : auto_memory_format(device.type);
   return config;
 }
 

@@ -53,6 +53,7 @@ struct TrainConfig {
   double tta_share{};  // < 1: selective TTA over this share of the test images
   TtaWeights tta_weights{};
   int64_t eval_batch_size{};
+  int64_t eval_every_steps{};
   std::string output_dir;
   bool progress{};
   bool tensorboard{};

@@ -227,6 +227,10 @@ std::vector<Field<C>> make_config_keys() {
              "how eval.tta's views are weighted: mode: the mode's own weights (1 each; airbench: 0.25 for the "
              "image and its mirror, 0.125 for each shifted view); equal: 1 / views each, the mean of their logits"),
       integer("eval.batch_size", &C::eval_batch_size, 1000, {1, kMaxBatchSize}, "images per evaluation batch"),
+      written_when_set(integer("eval.every_steps", &C::eval_every_steps, 0, {0},
+                               "also evaluate the held-out split (val, else test) every this many steps inside an "
+                               "epoch, into evals.jsonl (0: off; a language model's validation loss every N steps); "
+                               "every epoch's end is evaluated anyway")),
       text("output.dir", &C::output_dir, "runs/run", "a folder", "the run folder; --output overrides it"),
       flag("output.progress", &C::progress, true, "a progress bar while stderr is a terminal"),
       written_when_set(integer("checkpoint.every_steps", &C::checkpoint_every_steps, 0, {0},

@@ -280,6 +280,9 @@ std::vector<std::string> Run::take_folder() {
     check_jsonl(run_dir_ + "/steps.jsonl", "step", start_.step, 0);
     truncate_jsonl(run_dir_ + "/metrics.jsonl", "epoch", start_.epoch + 1, 1);
     truncate_jsonl(run_dir_ + "/steps.jsonl", "step", start_.step, 0);
+    // The evaluations at steps up to the checkpoint's stay (a torn last one is dropped: they are
+    // read, never resumed from).
+    truncate_jsonl(run_dir_ + "/evals.jsonl", "step", start_.step + 1, start_.step + 1);
     if (trainer_->resolved_config() != start_.config)  // --set epochs or accumulate_steps
       write_file_atomic(run_dir_ + "/config.json", trainer_->resolved_config().dump(2) + "\n", "run config");
   } else {
@@ -561,6 +564,26 @@ void Run::evaluate_best() {
                                                : std::string()));
 }
 
+void Run::evaluate_within_epoch(Epoch& e) {
+  const Split split = trainer_->has_validation() ? Split::Val : Split::Test;
+  const auto t0 = Clock::now();
+  const Trainer::EvalResult r = evaluate(split);
+  // The epoch's clock skips the evaluation: its seconds and throughput are the training's.
+  e.t0 += Clock::now() - t0;
+  if (!writer()) return;
+  const std::string name = split_name(split);
+  nlohmann::json record = {{"step", step_},
+                           {"epoch", e.index + 1},
+                           {name + "_loss", r.loss},
+                           {name + "_acc", r.acc},
+                           {"eval_seconds", since(t0)}};
+  log_->eval(record);
+  log_->line(trainer_->outputs_per_sample() > 1 && split == Split::Test
+                 ? str("step ", step_, ": val.bin loss ", fixed(r.loss, 4), " (perplexity ", fixed(std::exp(r.loss), 2),
+                       ", tokens ", fixed(r.acc, 2), "% right)")
+                 : str("step ", step_, ": ", name, " ", fixed(r.acc, 2), "% (loss ", fixed(r.loss, 4), ")"));
+}
+
 Trainer::EvalResult Run::evaluate(Split split) {
   // Every rank holds the same weights, so rank 0's result is every rank's; the others, which print
   // nothing, skip the pass.
@@ -709,6 +732,10 @@ RunResult Run::train_loop() {
       // rank reads at the same steps and holds the same all-reduced loss, so all stop together.
       if (step_ % (device_.is_cuda() ? kGpuLossReadSteps : 1) == 0 && !flush(e)) return ended(3);
       eta_->step_done(step_, since(t0));
+      // Inside the epoch only: its end evaluates the same split.
+      if (config_.eval_every_steps > 0 && step_ % config_.eval_every_steps == 0 && step_ - epoch * spe < spe &&
+          step_ < trainer_->total_steps())
+        evaluate_within_epoch(e);
       show_progress(e);
     }
     // A resumed checkpoint at an epoch's end written before its evaluation: the epoch ends again

@@ -118,6 +118,8 @@ class Run {
   // One evaluation of `split` with the config's TTA (a progress line while it runs), timed for
   // the ETA; rank 0's only (the others return an empty result).
   Trainer::EvalResult evaluate(Split split);
+  // eval.every_steps: the held-out split evaluated between two steps of epoch `e`, into evals.jsonl.
+  void evaluate_within_epoch(Epoch& e);
   // Early stopping and save_best after an evaluated epoch `record`; every rank takes rank 0's
   // decision. Returns whether best.safetensors was written.
   bool select(const nlohmann::json& record, int64_t epoch);

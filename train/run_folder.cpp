@@ -26,7 +26,7 @@ const std::vector<std::string>& run_file_names() {
   static const std::vector<std::string> names = {
       "config.json",       "log.txt",          "metrics.jsonl", "steps.jsonl",  "checkpoint.safetensors",
       "model.safetensors", "best.safetensors", "summary.json",  "profile.json", "trace.json",
-      "classes.json",      "eval.json"};
+      "classes.json",      "eval.json",        "evals.jsonl"};
   return names;
 }
 

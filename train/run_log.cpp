@@ -88,6 +88,18 @@ void RunLog::metrics(const nlohmann::json& record) {
   steps_since_metrics_ = 0;
 }
 
+void RunLog::eval(const nlohmann::json& record) {
+  if (!write_) return;
+  if (!evals_.is_open()) evals_ = open_append(dir_ + "/evals.jsonl");
+  evals_ << record.dump() << std::endl;
+  check(evals_, "evals.jsonl");
+  if (!tensorboard_) return;
+  for (const auto& [key, value] : record.items())
+    if (key != "step" && key != "epoch" && value.is_number())
+      tensorboard_->scalar("eval/" + key, record["step"].get<int64_t>(), value.get<float>());
+  tensorboard_->flush();
+}
+
 void RunLog::step(int64_t step, int64_t epoch, float loss) {
   if (!write_) return;
   nlohmann::json r = {{"step", step}, {"epoch", epoch}, {"loss", loss}, {"loss_bits", float_bits_hex(loss)}};

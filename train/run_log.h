@@ -30,6 +30,9 @@ class RunLog {
   void error(const std::string& text);                // log.txt only ("error: ..."; stderr is the caller's)
   void fatal(const std::string& text);                // stderr + log.txt: the run stops, the message is its own
   void metrics(const nlohmann::json& record);         // metrics.jsonl
+  // An evaluation inside an epoch (eval.every_steps) to evals.jsonl, opened on the first, and its
+  // numbers to TensorBoard as eval/<key> at record["step"].
+  void eval(const nlohmann::json& record);
   void step(int64_t step, int64_t epoch, float loss);  // steps.jsonl
   // A progress line on stderr, redrawn in place when stderr is a terminal (no-op otherwise):
   //   epoch 2/10 [#########.....] 260/390 0:41 loss 0.9132 1220 img/s lr 0.0400 ETA 7m12s
@@ -45,7 +48,7 @@ class RunLog {
   void end_progress_quietly();  // clears the bar without flushing or checking
   std::string dir_;
   bool write_;
-  std::ofstream log_, metrics_, steps_;
+  std::ofstream log_, metrics_, steps_, evals_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;
   int64_t steps_since_metrics_ = 0;  // step() calls since the last metrics(): the epoch's steps
   bool tty_;

@@ -114,6 +114,8 @@ std::vector<std::pair<std::string, double>> tensorboard_epoch_scalars(const nloh
                                                               {"val_acc", "accuracy/val"},
                                                               {"val_acc_tta", "accuracy/val_tta"},
                                                               {"val_loss", "epoch/val_loss"},
+                                                              {"test_loss", "epoch/test_loss"},
+                                                              {"tokens_per_s", "throughput/tokens_per_s"},
                                                               {"lr", "lr"},
                                                               {"images_per_s", "throughput/images_per_s"},
                                                               {"seconds", "time/epoch_s"},

@@ -240,6 +240,10 @@ uint32_t Trainer::training_data_crc32() const {
 }
 
 void Trainer::check_vocabulary() {
+  MINIDL_CHECK(activation_format_ == MemoryFormat::Contiguous, "memory_format: a language model's activations are ",
+               "(B, T, D), which have no channels_last layout; use \"contiguous\" or \"auto\"");
+  MINIDL_CHECK(config_.tta == TtaMode::None, "eval.tta: \"", to_string(config_.tta),
+               "\" augments images; a language model is evaluated on its val.bin windows as they are (use \"none\")");
   // The model's output for one window of zero ids, in eval mode without autograd (no state changes).
   const int64_t t = train_set_.seq_len;
   Tensor out;

@@ -7,7 +7,8 @@ One training step is: forward under autocast, cross-entropy with the config's la
 float32, backward, the optimizer step (SGD or AdamW, foreach, as PyTorch picks by default on CUDA),
 gradient clipping when the config has it. Timed with CUDA events over --steps steps after
 --warmup (three times as many for torch.compile, whose first steps compile); inputs are random
-normal images (the step time does not depend on pixel values).
+normal images (the step time does not depend on pixel values), or for a language model ("tokens"
+data) random ids of (batch, seq_len) with random targets and the loss over every token.
 
 Prints one line per mode and writes a JSON file: {"config", "torch", "device", "parameters",
 "eager": {"ms_per_step", ...}, "compile": {...}}.
@@ -28,6 +29,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import model_from_json as mfj  # noqa: E402
 
 
+def token_seq_len(config):
+    """A language model's window (data.seq_len of a "tokens" config), else 0."""
+    data = config.get("data", {})
+    return data.get("seq_len", 0) if data.get("format") == "tokens" else 0
+
+
 def time_mode(args, config, compiled):
     torch.manual_seed(config.get("seed", 0))
     model = mfj.build_model(config).to("cuda")
@@ -42,13 +49,20 @@ def time_mode(args, config, compiled):
     bs = config["batch_size"]
     gen = torch.Generator(device="cuda")
     gen.manual_seed(0)
-    batches = [(torch.randn(bs, 3, 32, 32, device="cuda", generator=gen).contiguous(memory_format=fmt),
-                torch.randint(0, 10, (bs,), device="cuda", generator=gen)) for _ in range(4)]
+    seq_len = token_seq_len(config)
+    if seq_len:
+        vocab = config["model"]["layers"][0]["num_embeddings"]
+        batches = [(torch.randint(0, vocab, (bs, seq_len), device="cuda", generator=gen),
+                    torch.randint(0, vocab, (bs, seq_len), device="cuda", generator=gen)) for _ in range(4)]
+    else:
+        batches = [(torch.randn(bs, 3, 32, 32, device="cuda", generator=gen).contiguous(memory_format=fmt),
+                    torch.randint(0, 10, (bs,), device="cuda", generator=gen)) for _ in range(4)]
 
     def step(x, y):
         with torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
             out = run(x)
-        loss = F.cross_entropy(out.float(), y, label_smoothing=smoothing)
+        # A language model's (B, T, V) logits: one prediction per token, as nanoGPT flattens them.
+        loss = F.cross_entropy(out.float().flatten(0, -2), y.flatten(), label_smoothing=smoothing)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         if clip:
@@ -69,10 +83,12 @@ def time_mode(args, config, compiled):
     torch.cuda.synchronize()
     ms = start.elapsed_time(end) / args.steps
     res = {"ms_per_step": ms, "images_per_s": bs * 1000.0 / ms, "steps": args.steps, "warmup": warmup,
+           "tokens_per_s": bs * (seq_len or 1) * 1000.0 / ms,
            "wall_ms_per_step": 1000.0 * (time.perf_counter() - t0) / args.steps,
            "max_memory_allocated_bytes": torch.cuda.max_memory_allocated()}
     label = "compile" if compiled else "eager"
-    print(f"time ({label}): {ms:.3f} ms/step, {res['images_per_s']:.0f} images/s, peak "
+    rate = f"{res['tokens_per_s']:.0f} tokens/s" if seq_len else f"{res['images_per_s']:.0f} images/s"
+    print(f"time ({label}): {ms:.3f} ms/step, {rate}, peak "
           f"{res['max_memory_allocated_bytes'] / 1e9:.2f} GB (batch {bs}, {args.steps} steps after {warmup})",
           flush=True)
     return res
