@@ -12,8 +12,8 @@
 namespace minidl {
 
 struct Command {
-  CLI::App* app;              // the subcommand, set when the command line chose it
-  std::function<int()> run;   // its exit status
+  CLI::App* app;             // the subcommand, set when the command line chose it
+  std::function<int()> run;  // its exit status
 };
 
 Command add_train_command(CLI::App& app);     // apps/train_command.cpp
@@ -28,6 +28,7 @@ Command add_predict_command(CLI::App& app);   // apps/predict_command.cpp
 Command add_eval_command(CLI::App& app);      // apps/eval_command.cpp
 Command add_summary_command(CLI::App& app);   // apps/summary_command.cpp
 Command add_tokenize_command(CLI::App& app);  // apps/tokenize_command.cpp
+Command add_generate_command(CLI::App& app);  // apps/generate_command.cpp
 // `minidl completion bash|zsh`: the shell completion script, generated from the parser itself
 // (apps/completion_command.cpp), so it must be added after every other command.
 Command add_completion_command(CLI::App& app);
@@ -43,8 +44,9 @@ CLI::Validator whole_number(int64_t lo, int64_t hi = std::numeric_limits<int64_t
 CLI::Option* add_config_options(CLI::App* cmd, std::string& config, std::vector<std::string>& overrides,
                                 std::string& device);
 
-// --run (required), --weights, --device and --tta, which the commands that load a trained run
-// take alike.
+// --run (required), --weights and --device, which the commands that load a trained run take
+// alike, and --tta, which those that classify images take.
+void add_trained_run_options(CLI::App* cmd, std::string& run_dir, std::string& weights, std::string& device);
 void add_trained_run_options(CLI::App* cmd, std::string& run_dir, std::string& weights, std::string& device,
                              std::string& tta);
 

@@ -1,10 +1,12 @@
 // `minidl eval`: a trained run's accuracy, top-5, per-class precision and recall and confusion
-// matrix on a split of its data, printed and written as JSON (train/evaluate_run.h).
+// matrix on a split of its data (a language model's loss and perplexity on its val.bin), printed
+// and written as JSON (train/evaluate_run.h).
 #include <iostream>
 #include <memory>
 
 #include "apps/commands.h"
 #include "core/atomic_file.h"
+#include "core/error.h"
 #include "train/evaluate_run.h"
 #include "train/trained_run.h"
 
@@ -25,14 +27,15 @@ struct EvalOptions {
 
 int eval_command(const EvalOptions& o) {
   TrainedRun run(o.run_dir, o.weights, o.device);
-  const TtaMode tta = run.tta(o.tta);
+  MINIDL_CHECK(!run.language_model() || o.tta.empty() || o.tta == "none",
+               "eval --tta: a language model's windows are evaluated as they are");
   std::string dir;
   const Dataset data = evaluation_data(run, o.data_dir,
                                        o.split == "train" ? Split::Train
                                        : o.split == "val" ? Split::Val
                                                           : Split::Test,
                                        o.limit, &dir);
-  nlohmann::json m = evaluate_run(run, data, tta);
+  nlohmann::json m = run.language_model() ? evaluate_language_model(run, data) : evaluate_run(run, data, run.tta(o.tta));
   m["run"] = o.run_dir;
   m["weights"] = run.weights_file();
   m["split"] = o.split;

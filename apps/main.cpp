@@ -1,6 +1,6 @@
 // The minidl command: train, predict, eval, summary, profile, repro, export, layers, config, bench,
-// parity, completion (apps/commands.h, one file each). Every error reaches here as one message and a non-zero exit
-// code.
+// parity, tokenize, generate, completion (apps/commands.h, one file each). Every error reaches here
+// as one message and a non-zero exit code.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <iostream>
@@ -29,13 +29,18 @@ CLI::Option* add_config_options(CLI::App* cmd, std::string& config, std::vector<
   return c;
 }
 
-void add_trained_run_options(CLI::App* cmd, std::string& run_dir, std::string& weights, std::string& device,
-                             std::string& tta) {
-  cmd->add_option("--run", run_dir, "the run folder: its config.json, model.safetensors and classes.json")->required();
+void add_trained_run_options(CLI::App* cmd, std::string& run_dir, std::string& weights, std::string& device) {
+  cmd->add_option("--run", run_dir, "the run folder: its config.json, model.safetensors (and classes.json)")
+      ->required();
   cmd->add_option("--weights", weights,
                   "another weights file of the run's model, or best: its best.safetensors (default: its "
                   "model.safetensors, the last epoch's)");
   cmd->add_option("--device", device, "cpu, cuda or auto (default: the run's)");
+}
+
+void add_trained_run_options(CLI::App* cmd, std::string& run_dir, std::string& weights, std::string& device,
+                             std::string& tta) {
+  add_trained_run_options(cmd, run_dir, weights, device);
   cmd->add_option("--tta", tta, "test-time augmentation (default: the run's eval.tta)")
       ->check(CLI::IsMember(enum_names<TtaMode>()));
 }
@@ -50,11 +55,11 @@ int main(int argc, char** argv) {
       "--version", [] { return version_text(); },
       "print the version, git commit, build flags and "
       "CUDA, cuDNN, NCCL and MPI versions");
-  const Command commands[] = {add_train_command(app),    add_predict_command(app), add_eval_command(app),
-                              add_summary_command(app),  add_profile_command(app), add_repro_command(app),
-                              add_export_command(app),   add_layers_command(app),  add_config_command(app),
-                              add_bench_command(app),    add_parity_command(app),  add_tokenize_command(app),
-                              add_completion_command(app)};
+  const Command commands[] = {add_train_command(app),    add_predict_command(app),   add_eval_command(app),
+                              add_summary_command(app),  add_profile_command(app),   add_repro_command(app),
+                              add_export_command(app),   add_layers_command(app),    add_config_command(app),
+                              add_bench_command(app),    add_parity_command(app),    add_tokenize_command(app),
+                              add_generate_command(app), add_completion_command(app)};
   if (argc < 2) {
     std::cerr << app.help() << std::endl;
     return 2;

@@ -53,6 +53,7 @@ enum RngStream : uint64_t {
   kStreamColorJitter = 5,  // brightness and contrast jitter: index as kStreamAugment
   kStreamExamples = 6,     // layer examples' values (export --examples): seed = tensor ordinal
   kStreamVolumes = 7,      // synthetic volumes (data/volumes.h): index = purpose << 56 | owner << 24 | draw
+  kStreamGenerate = 8,     // sampling a language model's next token (train/generate.h): index = step
   kStreamTest = 100,       // tests
 };
 

@@ -64,7 +64,7 @@ grep -q "bashcompinit" "$work/_minidl" || fail "the zsh script does not load bas
 if command -v zsh >/dev/null; then zsh -n "$work/_minidl" || fail "the zsh script does not parse"; fi
 
 # Help texts speak to users: no source header paths.
-for c in "" train predict eval summary profile repro export layers config parity tokenize completion bench \
+for c in "" train predict eval summary profile repro export layers config parity tokenize generate completion bench \
   "bench accuracy" "bench train" "bench norm" "bench conv" "bench data" "bench attention" "bench allreduce"; do
   # shellcheck disable=SC2086
   "$minidl" $c --help >"$work/help"

@@ -4,7 +4,8 @@
 #   - `minidl summary` of configs/gpt2_tiny_cpu.json counts its 120,576 parameters over (B, 64) ids
 #     and configs/gpt2_124m.json's 124,439,808 (GPT-2 small, nanoGPT's count);
 #   - a short run lowers the validation loss below a uniform guess (ln 256) and records val.bin's
-#     loss, perplexity and tokens/s in metrics.jsonl and summary.json;
+#     loss, perplexity and tokens/s in metrics.jsonl and summary.json; `minidl eval` of the run
+#     gives the same loss and token accuracy, bit for bit;
 #   - `minidl repro` gives the same bits twice; a run stopped part-way through an epoch and resumed
 #     ends with the uninterrupted run's bits, evaluating val.bin every 2 steps (eval.every_steps)
 #     into evals.jsonl on the way;
@@ -43,6 +44,15 @@ assert records and all(k in records[-1] for k in ("test_loss", "tokens_per_s", "
 assert s["test_loss"] == records[-1]["test_loss"], (s["test_loss"], records[-1]["test_loss"])
 assert s["test_loss"] < math.log(256) - 1, s["test_loss"]  # well below a uniform guess over bytes
 assert s["tokens_per_s"] > 0 and "per_class_acc" not in s
+PY
+# minidl eval gives the run's own numbers for its final weights.
+"$minidl" eval --run "$work/run" >"$work/eval.out" 2>&1 || { cat "$work/eval.out"; fail "eval"; }
+grep -q "^loss [0-9.]*   perplexity [0-9.]*   tokens right [0-9.]*%   ([0-9]* windows of 64)" "$work/eval.out" ||
+  { cat "$work/eval.out"; fail "eval's line"; }
+python3 - "$work/run" <<'PY' || fail "eval.json differs from the run's evaluation"
+import json, sys
+s, e = json.load(open(sys.argv[1] + "/summary.json")), json.load(open(sys.argv[1] + "/eval.json"))
+assert (e["loss"], e["accuracy"], e["windows"]) == (s["test_loss"], s["test_acc"], s["splits"]["test"]), (e, s)
 PY
 
 # The same bits twice; a resume part-way through the epoch ends where the whole run ends.

@@ -1,12 +1,18 @@
 #include "train/evaluate_run.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
+#include "core/autocast.h"
+#include "core/autograd.h"
 #include "core/error.h"
 #include "core/json_limits.h"
 #include "data/datasets.h"
 #include "data/holdout.h"
+#include "data/loader.h"
+#include "layers/loss/loss.h"
+#include "layers/module.h"
 #include "train/trained_run.h"
 #include "train/trainer.h"
 
@@ -116,7 +122,44 @@ nlohmann::json evaluate_run(TrainedRun& run, const Dataset& data, TtaMode tta) {
   return m;
 }
 
+nlohmann::json evaluate_language_model(TrainedRun& run, const Dataset& windows) {
+  MINIDL_CHECK(run.language_model() && windows.is_tokens(), "eval: a language model's run evaluates token windows");
+  const int64_t n = windows.size(), t = windows.seq_len;
+  MINIDL_CHECK(n > 0, "eval: the data has no windows");
+  // The run's evaluation, batch by batch: the float32 logits' mean token loss weighted by the
+  // batch's windows, summed in batch order, and the tokens predicted right.
+  Loader loader(windows, LoaderOptions::evaluation(run.data(), run.config().eval_batch_size), run.device());
+  autograd::NoGradGuard no_grad;
+  run.model().eval();
+  const AutocastGuard autocast(run.activation_dtype());
+  const float smoothing = static_cast<float>(run.config().label_smoothing);
+  double loss_sum = 0;
+  int64_t correct = 0;
+  loader.start_epoch(0);
+  Batch b;
+  while (loader.next(b)) {
+    const Tensor logits = run.model()(b.images).to(DType::Float32);
+    loss_sum += static_cast<double>(cross_entropy(logits, b.labels, smoothing).item()) *
+                static_cast<double>(b.images.size(0));
+    correct += count_correct(logits, b.labels);
+  }
+  const double loss = loss_sum / static_cast<double>(n);
+  return {{"windows", n},
+          {"seq_len", t},
+          {"tokens", n * t},
+          {"loss", loss},
+          {"perplexity", std::exp(loss)},
+          {"accuracy", 100.0 * static_cast<double>(correct) / static_cast<double>(n * t)}};
+}
+
 std::string evaluation_text(const nlohmann::json& m) {
+  if (m.contains("perplexity")) {
+    char line[160];
+    std::snprintf(line, sizeof(line), "loss %.4f   perplexity %.2f   tokens right %.2f%%   (%lld windows of %lld)\n",
+                  m["loss"].get<double>(), m["perplexity"].get<double>(), m["accuracy"].get<double>(),
+                  static_cast<long long>(m["windows"].get<int64_t>()), static_cast<long long>(m["seq_len"].get<int64_t>()));
+    return line;
+  }
   const bool tta = m.contains("accuracy_tta");
   char loss[32];
   std::snprintf(loss, sizeof(loss), "%.4f", m["loss"].get<double>());

@@ -1,7 +1,7 @@
 // `minidl eval`: a trained run's accuracy on a split of its data (or of another copy of it):
 // top-1 and top-5 accuracy, per-class precision and recall, and the confusion matrix, from the
 // same eval-mode logits the run's evaluation computed (train/trained_run.h), so a run evaluated on
-// its test set gives the accuracy its last epoch printed.
+// its test set gives the accuracy its last epoch printed; a language model's loss and perplexity.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -32,7 +32,11 @@ Dataset evaluation_data(const TrainedRun& run, const std::string& data_dir, Spli
 // prediction of the class is null.
 nlohmann::json evaluate_run(TrainedRun& run, const Dataset& data, TtaMode tta);
 
-// What `minidl eval` prints: the accuracies, a table of the classes (the worst 5 and best 5 of
+// A language model's run on token windows (its val.bin: the test split), as its evaluation
+// computed them: {"windows", "seq_len", "tokens", "loss", "perplexity", "accuracy" (of tokens)}.
+nlohmann::json evaluate_language_model(TrainedRun& run, const Dataset& windows);
+
+// What `minidl eval` prints (a language model's: its loss, perplexity and token accuracy): the accuracies, a table of the classes (the worst 5 and best 5 of
 // more than 20) and, for 20 classes or fewer, the confusion matrix.
 std::string evaluation_text(const nlohmann::json& metrics);
 

@@ -10,7 +10,9 @@
 #include "core/json_limits.h"
 #include "core/safetensors.h"
 #include "data/loader.h"
+#include "layers/layer_descriptor.h"
 #include "layers/loss/loss.h"
+#include "layers/module.h"
 #include "layers/registry.h"
 #include "train/checkpoint.h"
 #include "train/precision.h"
@@ -39,6 +41,12 @@ std::vector<std::string> read_classes(const std::string& run_dir, int64_t output
   MINIDL_CHECK(static_cast<int64_t>(classes.size()) == outputs, "'", file, "' names ", classes.size(),
                " classes, but the model gives ", outputs, " outputs");
   return classes;
+}
+
+// A language model: its first layer takes int32 token ids (an Embedding), not images.
+bool takes_token_ids(Module& model) {
+  Module* first = model.children().empty() ? &model : model.children().front().second.get();
+  return first->descriptor() && first->descriptor()->ids_below > 0;
 }
 
 }  // namespace
@@ -76,7 +84,7 @@ TrainedRun::TrainedRun(const std::string& run_dir, const std::string& weights, c
   }
   device_ = setup_compute(config_);
   data_ = DataOptions::from_json(config_.data, "data");
-  activation_dtype_ = activation_dtype(*config_.precision);
+  activation_dtype_ = minidl::activation_dtype(*config_.precision);
   set_init_seed(config_.seed);
   model_ = build_sequential(config_.model.at("layers"), "model.layers", device_);
   model_->assign_paths();
@@ -89,6 +97,15 @@ TrainedRun::TrainedRun(const std::string& run_dir, const std::string& weights, c
   }
   model_->to(device_);
   model_->eval();
+  if (takes_token_ids(*model_)) {
+    autograd::NoGradGuard no_grad;
+    const AutocastGuard autocast(activation_dtype_);
+    const Tensor out = (*model_)(Tensor::zeros({1, 1}, DType::Int32, device_));
+    MINIDL_CHECK(out.dim() == 3, "'", config_file, "': the model gives ", shape_str(out.shape()),
+                 " for one token, not (1, 1, V) logits");
+    vocab_size_ = out.size(2);
+    return;
+  }
   const int64_t s = image_size();
   const Tensor out = logits(Tensor::zeros({1, 3, s, s}, DType::Float32, device_), TtaMode::None);
   MINIDL_CHECK(out.dim() == 2, "'", config_file, "': the model gives ", shape_str(out.shape()),
@@ -102,7 +119,15 @@ TtaMode TrainedRun::tta(const std::string& name) const {
   return name.empty() ? config_.tta : from_string<TtaMode>(name, "--tta");
 }
 
-int64_t TrainedRun::image_size() const { return data_.format == DataFormat::ImageFolder ? data_.image_size : 32; }
+void TrainedRun::require_images() const {
+  MINIDL_CHECK(!language_model(), "--run '", text_excerpt(run_dir_),
+               "' is a language model's run (its model takes token ids): minidl generate samples from it");
+}
+
+int64_t TrainedRun::image_size() const {
+  require_images();
+  return data_.format == DataFormat::ImageFolder ? data_.image_size : 32;
+}
 
 Tensor TrainedRun::forward(const Tensor& images) {
   const AutocastGuard autocast(activation_dtype_);
@@ -110,6 +135,7 @@ Tensor TrainedRun::forward(const Tensor& images) {
 }
 
 Tensor TrainedRun::logits(const Tensor& images, TtaMode tta) {
+  require_images();
   autograd::NoGradGuard no_grad;
   const Tensor plain = forward(images).to(DType::Float32);
   return with_views(images, plain, tta);

@@ -1,9 +1,10 @@
-// A trained run's model, loaded for inference (`minidl predict`, `minidl eval`): the run folder's
-// config.json (the resolved config it trained with), its weights (model.safetensors, the last
-// epoch's, or another file of the run's model) and classes.json. The model runs in eval mode with
-// the run's precision and layout and its images are prepared as its evaluation prepared them
-// (the run's image size, fit and normalization), so the numbers are those training printed for
-// the same weights and data.
+// A trained run's model, loaded for inference (`minidl predict`, `minidl eval`, `minidl generate`):
+// the run folder's config.json (the resolved config it trained with), its weights
+// (model.safetensors, the last epoch's, or another file of the run's model) and classes.json. The
+// model runs in eval mode with the run's precision and layout and its images are prepared as its
+// evaluation prepared them (the run's image size, fit and normalization), so the numbers are those
+// training printed for the same weights and data. A language model's run (its first layer takes
+// token ids) has no classes and no images: `model()` under `activation_dtype()` gives its logits.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -35,6 +36,12 @@ class TrainedRun {
   Device device() const { return device_; }
   // The class names (index = output), from classes.json ("0", "1", ... for a run without one).
   const std::vector<std::string>& classes() const { return classes_; }
+  // A language model's run: its model takes int32 token ids (B, T) and gives (B, T, V) logits.
+  bool language_model() const { return vocab_size_ > 0; }
+  int64_t vocab_size() const { return vocab_size_; }  // V; 0 for an image model
+  Module& model() { return *model_; }
+  // The type the run's precision computes activations in (autocast's; Float32: none).
+  DType activation_dtype() const { return activation_dtype_; }
   int64_t num_classes() const { return static_cast<int64_t>(classes_.size()); }
   // The test-time augmentation named ("none", "flip", ...), or the run's eval.tta for "".
   TtaMode tta(const std::string& name) const;
@@ -59,6 +66,8 @@ class TrainedRun {
   double view_weight_sum(TtaMode tta) const;
 
  private:
+  // An image method on a language model's run is an error naming the run and `minidl generate`.
+  void require_images() const;
   Tensor forward(const Tensor& images);
   // `plain` (the plain view's logits) with the other views of `tta` added.
   Tensor with_views(const Tensor& images, const Tensor& plain, TtaMode tta);
@@ -72,6 +81,7 @@ class TrainedRun {
   DType activation_dtype_ = DType::Float32;
   std::shared_ptr<Module> model_;
   std::vector<std::string> classes_;
+  int64_t vocab_size_ = 0;
 };
 
 }  // namespace minidl

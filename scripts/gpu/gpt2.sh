@@ -6,7 +6,8 @@
 #   1. the CUDA tests of the language-model layers against the CPU reference: causal attention on
 #      the GEMM, fused and flash paths, flash attention at 1024 tokens of head size 64 (the same
 #      bits every run), Embedding's sorted backward, cross-entropy over (B, T, 50257), the token
-#      batches of the loader against the CPU's;
+#      batches of the loader against the CPU's, and `minidl generate`'s tokens on the GPU against
+#      the CPU's for the same seed;
 #   2. scripts/gpu/attention.sh at GPT-2 124M's shape (batch 16, 1024 tokens, width 768, 12 heads,
 #      bf16, causal): `minidl bench attention` beside PyTorch's flash SDPA (is_causal), forward +
 #      backward and their ratio (the target: within 1.5x of flash);
@@ -27,6 +28,7 @@ git -C "$root" log -1 --format='commit %h %s' 2>/dev/null || true
 run timeout 300 "$bin/minidl_tests" "[language_model][cuda]" 2>&1 | tee "$out/tests_language_model.log" || true
 run timeout 300 "$bin/minidl_tests" "[transformer][cuda]" 2>&1 | tee "$out/tests_transformer.log" || true
 run timeout 300 "$bin/minidl_tests" "[tokens][cuda]" 2>&1 | tee "$out/tests_tokens.log" || true
+run timeout 300 "$bin/minidl_tests" "[generate][cuda]" 2>&1 | tee "$out/tests_generate.log" || true
 
 run timeout 600 bash "$root/scripts/gpu/attention.sh" "$bin" "$out/attention" --batch 16 --tokens 1024 --width 768 \
   --heads 12 --dtype bf16 --causal 2>&1 | tee "$out/attention.log" || true
