@@ -133,10 +133,13 @@ int bench_train(const BenchTrainOptions& options) {
               static_cast<long long>(config.batch_size), trainer.step_mode().c_str());
   std::printf("  training:   %.2f ms/step, %.0f images/s (%lld steps after %lld warm-up)\n", wall_ms, train_ips,
               static_cast<long long>(steps), static_cast<long long>(warmup));
-  if (trainer.outputs_per_sample() > 1)
-    std::printf("  tokens:     %.0f tokens/s (windows of %lld)\n",
-                train_ips * static_cast<double>(trainer.outputs_per_sample()),
-                static_cast<long long>(trainer.outputs_per_sample()));
+  if (trainer.sample_kind() != SampleKind::Images) {
+    const bool tokens = trainer.sample_kind() == SampleKind::Tokens;
+    std::printf(
+        tokens ? "  tokens:     %.0f tokens/s (windows of %lld)\n" : "  voxels:     %.0f voxels/s (volumes of %lld)\n",
+        train_ips * static_cast<double>(trainer.outputs_per_sample()),
+        static_cast<long long>(trainer.outputs_per_sample()));
+  }
   if (comm->world_size() > 1)
     std::printf("  ranks:      world size %d (%s), %.0f images/s per rank, %.0f in total\n", comm->world_size(),
                 comm->backend(), train_ips / comm->world_size(), train_ips);

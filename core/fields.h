@@ -99,21 +99,27 @@ T read_struct(const Fields<T>& fields, JsonArgs& args) {
 }
 
 // `value` as JSON: every key its row writes. A key written only when set is left out at its
-// default; a section is written whole once any of its keys is, and left out otherwise.
+// default. A section of such keys only is written whole once any of its keys is, and left out
+// otherwise; a section that also holds keys written at their default is always written, its keys
+// written only when set left out at their defaults (so a key added to it later leaves the JSON of
+// objects that do not set it as it was).
 template <typename T>
 nlohmann::json write_fields(const Fields<T>& fields, const T& value) {
   auto written = [](const Field<T>& f, const std::optional<nlohmann::json>& v) {
     return v && (f.written_at_default || *v != f.default_value);
   };
-  std::map<std::string, bool> section_written;
-  for (const Field<T>& f : fields.keys)
-    if (!f.section().empty()) section_written[f.section()] |= written(f, f.write(value));
+  std::map<std::string, bool> section_written, section_always;
+  for (const Field<T>& f : fields.keys) {
+    if (f.section().empty()) continue;
+    section_written[f.section()] |= written(f, f.write(value));
+    section_always[f.section()] |= f.written_at_default;
+  }
   nlohmann::json j = nlohmann::json::object();
   for (const Field<T>& f : fields.keys) {
     const std::optional<nlohmann::json> v = f.write(value);
     if (f.section().empty()) {
       if (written(f, v)) j[f.name] = *v;
-    } else if (section_written[f.section()] && v) {
+    } else if (section_written[f.section()] && v && (!section_always[f.section()] || written(f, v))) {
       j[f.section()][f.key()] = *v;
     }
   }

@@ -24,22 +24,35 @@ constexpr int64_t kCifarClasses = 10;
 constexpr int64_t kCifar100Classes = 100;
 constexpr int64_t kCifar100Coarse = 20;
 
+// What a data set's samples are: images with one class each, windows of a token stream, or
+// volumes with one class per voxel.
+enum class SampleKind { Images, Tokens, Volumes };
+
 // Images and labels of one split, and the class names (index = label).
-// A token set (seq_len > 0) holds int32 (N, seq_len + 1) windows of a token stream in `images`
-// and no labels: each window's tokens after the first are its targets (data/token_batch_kernel.h).
+// A token set holds int32 (N, seq_len + 1) windows of a token stream in `images` and no labels:
+// each window's tokens after the first are its targets (data/token_batch_kernel.h). A volume set
+// holds float32 (N, 1, S, S, S) images and int32 (N, S, S, S) labels (data/volumes.h).
 struct Dataset {
-  Tensor images;  // uint8 (N, C, H, W), host (3 x 32 x 32 for CIFAR); a token set's windows
-  Tensor labels;  // int32 (N), host, values 0 .. classes.size() - 1
+  Tensor images;  // uint8 (N, C, H, W), host (3 x 32 x 32 for CIFAR); a token set's windows; volumes
+  Tensor labels;  // int32 (N), host, values 0 .. classes.size() - 1; a volume set's (N, S, S, S)
   std::vector<std::string> classes;
-  bool is_tokens() const { return seq_len > 0; }
+  bool is_tokens() const { return kind == SampleKind::Tokens; }
+  bool is_volumes() const { return kind == SampleKind::Volumes; }
   int64_t size() const {
-    if (is_tokens()) return images.defined() ? images.size(0) : 0;
+    if (kind != SampleKind::Images) return images.defined() ? images.size(0) : 0;
     return labels.defined() ? labels.numel() : 0;
   }
   int64_t num_classes() const { return static_cast<int64_t>(classes.size()); }
+  // Predictions per sample: 1 per image, seq_len per window, S^3 per volume.
+  int64_t outputs_per_sample() const {
+    if (kind == SampleKind::Tokens) return seq_len;
+    if (kind == SampleKind::Volumes) return labels.defined() ? labels.numel() / size() : 0;
+    return 1;
+  }
   // What it was read from, for the run log (e.g. how many bad files were skipped); may be empty.
   std::string note;
-  int64_t seq_len = 0;
+  int64_t seq_len = 0;  // a token set's
+  SampleKind kind = SampleKind::Images;
 };
 
 // Val: an image folder's val/ split (data/image_folder.h); CIFAR has none (data.val_fraction holds

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "data/image_folder.h"
 #include "data/token_file.h"
+#include "data/volumes.h"
 
 namespace minidl {
 
@@ -26,6 +27,7 @@ Dataset load_token_windows(const DataOptions& data, Split split, int64_t limit) 
                " of one window (data.seq_len + 1)");
   if (limit > 0) n = std::min(n, limit);
   Dataset d;
+  d.kind = SampleKind::Tokens;
   d.seq_len = t;
   d.images = Tensor::empty({n, t + 1}, DType::Int32);
   int32_t* out = d.images.data<int32_t>();
@@ -33,6 +35,27 @@ Dataset load_token_windows(const DataOptions& data, Split split, int64_t limit) 
     std::copy_n(tokens.begin() + i * t, t + 1, out + i * (t + 1));
   d.note = str(split == Split::Train ? "training" : "validation", " tokens: ", n, " windows of ", t + 1, " from ",
                path, " (", tokens.size(), " tokens)");
+  return d;
+}
+
+// The synthetic volumes of the split: the training set is volumes 0 .. train_volumes - 1, the
+// test set the test_volumes after them, of the one seeded set (data/volumes.h).
+Dataset make_volume_split(const DataOptions& data, Split split, int64_t limit) {
+  const bool train = split == Split::Train;
+  const int64_t first = train ? 0 : data.train_volumes;
+  int64_t n = train ? data.train_volumes : data.test_volumes;
+  if (limit > 0) n = std::min(n, limit);
+  VolumeBatch v = synthetic_volumes(data.volumes, first, n);
+  Dataset d;
+  d.kind = SampleKind::Volumes;
+  d.images = std::move(v.images);
+  d.labels = std::move(v.labels);
+  d.classes.push_back("background");
+  for (int64_t c = 1; c < data.volumes.classes; ++c) d.classes.push_back(str("class ", c));
+  const int64_t s = data.volumes.size;
+  d.note = str(train ? "training" : "test", " volumes: ", n, " synthetic volumes ", first, "..", first + n - 1, " of ",
+               s, "^3 voxels, ", data.volumes.classes, " classes (", data.volumes.objects, " objects each, noise ",
+               data.volumes.noise, ", volume_seed ", data.volumes.seed, ")");
   return d;
 }
 
@@ -44,6 +67,8 @@ Dataset load_dataset(const DataOptions& data, Split split) {
   switch (data.format) {
     case DataFormat::Tokens:
       return load_token_windows(data, split, limit);
+    case DataFormat::Volumes:
+      return make_volume_split(data, split, limit);
     case DataFormat::ImageFolder:
       return load_image_folder(data, split);
     case DataFormat::Cifar100:

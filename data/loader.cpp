@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/philox.h"
 #include "data/token_batch_kernel.h"
+#include "data/volume_batch_kernel.h"
 
 namespace minidl {
 
@@ -48,15 +49,19 @@ Loader::Loader(const Dataset& data, LoaderOptions options, Device device)
     : options_(std::move(options)), device_(device), size_(data.size()) {
   MINIDL_CHECK(options_.batch_size > 0, "data loader: batch_size must be > 0, got ", options_.batch_size);
   MINIDL_CHECK(size_ > 0, "data loader: the dataset is empty");
-  MINIDL_CHECK(!options_.drop_last || size_ >= options_.batch_size, "data loader: batch_size ",
-               options_.batch_size, " is larger than the ", size_, data.is_tokens() ? " windows" : " images",
-               ", and drop_last leaves no batch");
+  const char* samples = data.is_tokens() ? " windows" : data.is_volumes() ? " volumes" : " images";
+  MINIDL_CHECK(!options_.drop_last || size_ >= options_.batch_size, "data loader: batch_size ", options_.batch_size,
+               " is larger than the ", size_, samples, ", and drop_last leaves no batch");
   if (data.is_tokens()) {
     seq_len_ = data.seq_len;
     MINIDL_CHECK(data.images.dtype() == DType::Int32 && data.images.dim() == 2 && data.images.size(1) == seq_len_ + 1,
                  "data loader: expected int32 token windows (", size_, ", ", seq_len_ + 1, "), got ",
                  data.images.str());
     images_ = data.images.to(device_);
+  } else if (data.is_volumes()) {
+    check_volumes(data);
+    images_ = data.images.to(device_);
+    labels_ = data.labels.to(device_);
   } else {
     check_images(data);
     images_ = data.images.to(device_);
@@ -66,6 +71,21 @@ Loader::Loader(const Dataset& data, LoaderOptions options, Device device)
   std::iota(identity.begin(), identity.end(), 0);
   order_ = Tensor::from_vector(identity, {size_}, device_);
   cursor_ = Tensor::zeros({static_cast<int64_t>(sizeof(kernels::BatchCursor))}, DType::UInt8, device_);
+}
+
+void Loader::check_volumes(const Dataset& data) {
+  const Tensor& x = data.images;
+  MINIDL_CHECK(x.defined() && x.dtype() == DType::Float32 && x.dim() == 5 && x.size(0) == size_ && x.is_contiguous(),
+               "data loader: expected float32 contiguous (", size_, ", C, D, H, W) volumes, got ",
+               x.defined() ? x.str() : std::string("none"));
+  const Shape voxels(x.shape().begin() + 2, x.shape().end());
+  Shape want{size_};
+  want.insert(want.end(), voxels.begin(), voxels.end());
+  MINIDL_CHECK(data.labels.defined() && data.labels.dtype() == DType::Int32 && data.labels.shape() == want,
+               "data loader: expected int32 labels ", shape_str(want), " for the volumes ", shape_str(x.shape()),
+               ", got ", data.labels.defined() ? data.labels.str() : std::string("none"));
+  volume_shape_ = x.shape();
+  volume_shape_[0] = 0;
 }
 
 void Loader::check_images(const Dataset& data) {
@@ -88,8 +108,9 @@ int64_t Loader::batches_per_epoch() const {
 }
 
 void Loader::start_epoch(int64_t epoch) {
-  // A token set has nothing to normalize or augment: its batch kernel reads only the position.
-  if (seq_len_ == 0)
+  // Token and volume sets have nothing to normalize or augment: their batch kernels read only
+  // the position.
+  if (seq_len_ == 0 && volume_shape_.empty())
     params_ = augment_params(options_.normalize, options_.augment ? &*options_.augment : nullptr, options_.seed,
                              epoch);
   params_.channels = channels_;
@@ -149,6 +170,7 @@ void Loader::select_micro_batch(int64_t offset, int64_t size) {
 void Loader::emit(Batch& out) const {
   MINIDL_CHECK(current_batch_ > 0, "data loader: emit() needs a successful advance() first");
   if (seq_len_ > 0) return emit_tokens(out);
+  if (!volume_shape_.empty()) return emit_volumes(out);
   const int64_t b = current_batch_;
   const DType dtype = options_.dtype;
   const bool channels_last = options_.format == MemoryFormat::ChannelsLast;
@@ -183,6 +205,38 @@ void Loader::emit_tokens(Batch& out) const {
       [&] {
         kernels::token_batch_cuda(images_.data<int32_t>(), order_.data<int32_t>(), b, t, cursor, micro_offset_,
                                   out.images.data<int32_t>(), out.labels.data<int32_t>());
+      });
+}
+
+void Loader::emit_volumes(Batch& out) const {
+  const int64_t b = current_batch_;
+  Shape shape = volume_shape_;
+  shape[0] = b;
+  const Shape label_shape = [&] {
+    Shape l{b};
+    l.insert(l.end(), shape.begin() + 2, shape.end());
+    return l;
+  }();
+  // The run's channels-last format is NDHWC for a volume.
+  const MemoryFormat format =
+      is_channels_last_format(options_.format) ? MemoryFormat::ChannelsLast3d : MemoryFormat::Contiguous;
+  const DType dtype = options_.dtype;
+  out.images = Tensor::empty(shape, dtype, device_, format);
+  out.labels = Tensor::empty(label_shape, DType::Int32, device_);
+  const kernels::VolumeShape s{shape[1], shape_numel(label_shape) / b};
+  const bool channels_last = format == MemoryFormat::ChannelsLast3d;
+  const auto* cursor = static_cast<const kernels::BatchCursor*>(cursor_.raw_data());
+  dispatch(
+      device_, "volume_batch",
+      [&] {
+        kernels::volume_batch_cpu(images_.data<float>(), labels_.data<int32_t>(), order_.data<int32_t>(), b, s, cursor,
+                                  micro_offset_, out.images.raw_data(), dtype, channels_last,
+                                  out.labels.data<int32_t>());
+      },
+      [&] {
+        kernels::volume_batch_cuda(images_.data<float>(), labels_.data<int32_t>(), order_.data<int32_t>(), b, s, cursor,
+                                   micro_offset_, out.images.raw_data(), dtype, channels_last,
+                                   out.labels.data<int32_t>());
       });
 }
 

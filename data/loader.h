@@ -13,7 +13,9 @@
 //     while (train.next(b)) { ... b.images (B,C,H,W) float32, b.labels (B) int32 ... }
 //   }
 // A token set's samples are its windows (data/cifar10.h's Dataset): a batch is their inputs,
-// int32 (B, T), and their targets, int32 (B, T), by the same order, cursor and micro-batches.
+// int32 (B, T), and their targets, int32 (B, T), by the same order, cursor and micro-batches. A
+// volume set's batch is its volumes, (B, C, D, H, W) in LoaderOptions' dtype and format (NDHWC
+// where the format is channels-last), and their int32 (B, D, H, W) labels.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -44,8 +46,8 @@ struct LoaderOptions {
 
 struct Batch {
   Tensor images;  // (B, C, H, W) of LoaderOptions' dtype and format, normalized, on the loader's device;
-                  // a token set's input ids, int32 (B, T)
-  Tensor labels;  // int32 (B); a token set's targets, int32 (B, T)
+                  // a token set's input ids, int32 (B, T); volumes (B, C, D, H, W)
+  Tensor labels;  // int32 (B); a token set's targets, int32 (B, T); a volume set's (B, D, H, W)
 };
 
 class Loader {
@@ -81,14 +83,17 @@ class Loader {
  private:
   void check_images(const Dataset& data);
   void emit_tokens(Batch& out) const;
+  void check_volumes(const Dataset& data);
+  void emit_volumes(Batch& out) const;
 
   LoaderOptions options_;
   Device device_;
   int64_t size_;
   int channels_ = 0, height_ = 0, width_ = 0;  // the images' shape
   int64_t seq_len_ = 0;                        // a token set's: its windows hold seq_len_ + 1 tokens
-  Tensor images_;  // uint8 (N, C, H, W) on device_; a token set's int32 (N, T + 1) windows
-  Tensor labels_;  // int32 (N) on device_ (none for a token set)
+  Shape volume_shape_;                         // a volume set's (0, C, D, H, W); empty otherwise
+  Tensor images_;  // uint8 (N, C, H, W) on device_; a token set's int32 (N, T + 1) windows; float32 volumes
+  Tensor labels_;  // int32 (N) on device_ (none for a token set); a volume set's (N, D, H, W)
   Tensor order_;   // int32 (N) on device_: this epoch's order, rewritten in place each epoch
   Tensor cursor_;  // one kernels::BatchCursor on device_, rewritten before each batch
   kernels::AugmentParams params_;

@@ -12,6 +12,9 @@ namespace minidl {
 
 namespace {
 
+constexpr const char* kSyntheticVolumes =
+    "a synthetic volume set is made from data.volume_seed, neither read from files nor normalized nor augmented";
+
 // A list of `n` numbers into the std::array `at(value)` refers to: "mean": [0.49, 0.48, 0.45].
 template <typename T, size_t n, typename At>
 Field<T> numbers(const std::string& name, At at, std::array<double, n> fallback, const char* what, std::string doc) {
@@ -94,20 +97,36 @@ Field<DataOptions> only_for(DataFormat format, Field<DataOptions> f) {
   return f;
 }
 
-// A key that means nothing for a token set (normalization, augmentation, held-out images):
-// refused there and not written back.
-Field<DataOptions> images_only(Field<DataOptions> f) {
+// A key refused for `format` (it would be silently ignored there, for `why`) and not written
+// back for it.
+Field<DataOptions> not_for(DataFormat format, const char* why, Field<DataOptions> f) {
   auto read = f.read;
   auto write = f.write;
-  f.read = [read](JsonArgs& a, const std::string& key, DataOptions& o) {
-    MINIDL_CHECK(!a.has(key) || o.format != DataFormat::Tokens, a.key_path(key),
-                 ": not for \"format\": \"tokens\" (a token set is neither normalized nor augmented)");
+  f.read = [read, format, why](JsonArgs& a, const std::string& key, DataOptions& o) {
+    MINIDL_CHECK(!a.has(key) || o.format != format, a.key_path(key), ": not for \"format\": \"", to_string(format),
+                 "\" (", why, ")");
     read(a, key, o);
   };
-  f.write = [write](const DataOptions& o) {
-    return o.format == DataFormat::Tokens ? std::optional<nlohmann::json>() : write(o);
+  f.write = [write, format](const DataOptions& o) {
+    return o.format == format ? std::optional<nlohmann::json>() : write(o);
   };
   return f;
+}
+
+// A key that means nothing for a token set or a volume set (normalization, augmentation).
+Field<DataOptions> images_only(Field<DataOptions> f) {
+  return not_for(DataFormat::Tokens, "a token set is neither normalized nor augmented",
+                 not_for(DataFormat::Volumes, kSyntheticVolumes, std::move(f)));
+}
+
+// A key of the synthetic volume set (VolumeSetOptions, data/volumes.h) as a key of "data",
+// volumes only.
+Field<DataOptions> volume_field(const Field<VolumeSetOptions>& f) {
+  Field<DataOptions> g;
+  static_cast<FieldInfo&>(g) = f;
+  g.read = [read = f.read](JsonArgs& a, const std::string& key, DataOptions& o) { read(a, key, o.volumes); };
+  g.write = [write = f.write](const DataOptions& o) { return write(o.volumes); };
+  return only_for(DataFormat::Volumes, std::move(g));
 }
 
 // data.mean or data.std: three numbers, or "auto" (`is_auto` true: the training images' own,
@@ -238,21 +257,22 @@ const Fields<DataOptions>& DataOptions::fields() {
   using D = DataOptions;
   static const Fields<D> f{
       {written_when_set(choice("format", &D::format, DataFormat::Cifar10, "the data set's format (docs/data.md)")),
-       text("dir", &D::dir, "", "a folder",
-            "the CIFAR batch files (or their folder), an image folder's root (dir/train/<class>/*), or the folder "
-            "of a token set's train.bin and val.bin; \"\": $CIFAR10_DIR"),
+       not_for(DataFormat::Volumes, kSyntheticVolumes,
+               text("dir", &D::dir, "", "a folder",
+                    "the CIFAR batch files (or their folder), an image folder's root (dir/train/<class>/*), or the "
+                    "folder of a token set's train.bin and val.bin (a volume set has none); \"\": $CIFAR10_DIR")),
        integer("train_limit", &D::train_limit, 0, {0},
-               "train on the first train_limit images (a token set's windows) only (0: all)"),
+               "train on the first train_limit images (a token set's windows, a volume set's volumes) only (0: all)"),
        written_when_set(integer("test_limit", &D::test_limit, 0, {0},
-                                "evaluate on the first test_limit images (windows) only (0: all)")),
+                                "evaluate on the first test_limit images (windows, volumes) only (0: all)")),
        val_fraction_field(),
        val_seed_field(),
        only_for(DataFormat::Cifar100, choice("label", &D::label, Cifar100Label::Fine,
                                              "the 100 classes (fine) or the 20 superclasses (coarse)")),
        only_for(DataFormat::ImageFolder,
-                derived(integer("image_size", &D::image_size, kRequired, {1, 4096},
-                                "every image becomes S x S; required"),
-                        &D::image_size, +[](const D&) -> int64_t { return 0; })),
+                derived(
+                    integer("image_size", &D::image_size, kRequired, {1, 4096}, "every image becomes S x S; required"),
+                    &D::image_size, +[](const D&) -> int64_t { return 0; })),
        only_for(DataFormat::ImageFolder,
                 choice("resize", &D::resize, FitMode::Crop,
                        "to S x S: the shorter side to S and a center crop, the longer side to S on black, or both "
@@ -264,9 +284,22 @@ const Fields<DataOptions>& DataOptions::fields() {
        only_for(DataFormat::ImageFolder,
                 flag("skip_bad", &D::skip_bad, false, "skip (and count) files that do not decode instead of failing")),
        only_for(DataFormat::Tokens,
-                derived(integer("seq_len", &D::seq_len, kRequired, {1, 1 << 20},
-                                "the tokens of a sample's input (the model's context; GPT-2: 1024); required"),
-                        &D::seq_len, +[](const D&) -> int64_t { return 0; })),
+                derived(
+                    integer("seq_len", &D::seq_len, kRequired, {1, 1 << 20},
+                            "the tokens of a sample's input (the model's context; GPT-2: 1024); required"),
+                    &D::seq_len, +[](const D&) -> int64_t { return 0; })),
+       volume_field(
+           integer("size", &VolumeSetOptions::size, 32, {8, 256}, "voxels per side of each volume (D = H = W)")),
+       volume_field(integer("classes", &VolumeSetOptions::classes, 4, {2, 16},
+                            "segmentation classes, background class 0 included")),
+       volume_field(integer("objects", &VolumeSetOptions::objects, 3, {1, 64}, "fractal objects per volume")),
+       volume_field(number("noise", &VolumeSetOptions::noise, 0.1, {0, false, 1, false},
+                           "amplitude of the image's uniform noise")),
+       volume_field(count("volume_seed", &VolumeSetOptions::seed, 0, "the classes' shapes and every volume's objects")),
+       only_for(DataFormat::Volumes, integer("train_volumes", &D::train_volumes, 64, {1, 1 << 20},
+                                             "the training set: volumes 0 .. train_volumes - 1")),
+       only_for(DataFormat::Volumes, integer("test_volumes", &D::test_volumes, 16, {1, 1 << 20},
+                                             "the test set: the test_volumes volumes after the training set's")),
        images_only(stats_field("mean", &Normalization::mean, &Normalization::auto_mean,
                                "per-channel mean subtracted, in [0, 1] units")),
        images_only(stats_field("std", &Normalization::std, &Normalization::auto_std,
@@ -280,6 +313,9 @@ const Fields<DataOptions>& DataOptions::fields() {
                      ": a token set needs the tokens of a sample's input (the model's context, e.g. 1024)");
         MINIDL_CHECK(o.format != DataFormat::Tokens || o.val_fraction == 0, args.key_path("val_fraction"),
                      ": a token set's validation split is its val.bin");
+        MINIDL_CHECK(o.format != DataFormat::Volumes || o.val_fraction == 0, args.key_path("val_fraction"),
+                     ": not for a volume set (hold out volumes by test_volumes)");
+        if (o.format == DataFormat::Volumes) check_volume_options(o.volumes);
         for (size_t c = 0; c < 3 && !o.normalize.auto_std; ++c)
           MINIDL_CHECK(o.normalize.std[c] > 0, args.key_path("std"), "[", c, "]: expected > 0, got ",
                        o.normalize.std[c]);

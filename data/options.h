@@ -16,6 +16,10 @@
 //   "tokens": "seq_len": T (required): dir/train.bin and dir/val.bin (llm.c's token files, what
 //             `minidl tokenize` writes) cut into windows of T + 1 tokens; no normalization, no
 //             augmentation, the limits count windows
+//   "volumes": "size": 32, "classes": 4, "objects": 3, "noise": 0.1, "volume_seed": 0,
+//              "train_volumes": 64, "test_volumes": 16: the synthetic segmentation set of
+//              data/volumes.h, volumes 0 .. N - 1 for training and N .. N + M - 1 for the test;
+//              no folder, no normalization, no augmentation, the limits count volumes
 #pragma once
 #include <array>
 #include <cstdint>
@@ -26,6 +30,7 @@
 #include "core/fields.h"
 #include "data/augment_kernel.h"
 #include "data/image_decode.h"
+#include "data/volumes.h"
 
 namespace minidl {
 
@@ -43,13 +48,14 @@ struct EnumNames<FlipMode> {
   static constexpr EnumName<FlipMode> values[] = {{FlipMode::Random, "random"}, {FlipMode::Alternating, "alternating"}};
 };
 
-enum class DataFormat { Cifar10, Cifar100, ImageFolder, Tokens };
+enum class DataFormat { Cifar10, Cifar100, ImageFolder, Tokens, Volumes };
 template <>
 struct EnumNames<DataFormat> {
   static constexpr EnumName<DataFormat> values[] = {{DataFormat::Cifar10, "cifar10"},
                                                     {DataFormat::Cifar100, "cifar100"},
                                                     {DataFormat::ImageFolder, "image_folder"},
-                                                    {DataFormat::Tokens, "tokens"}};
+                                                    {DataFormat::Tokens, "tokens"},
+                                                    {DataFormat::Volumes, "volumes"}};
 };
 
 // CIFAR-100's 100 classes or its 20 superclasses.
@@ -122,6 +128,9 @@ struct DataOptions {
   std::string cache_dir;           // "" = <dir>/.minidl-cache
   bool skip_bad = false;           // files that do not decode are skipped (and counted) instead of an error
   int64_t seq_len = 0;             // tokens: the tokens of a sample's input (the model's context)
+  VolumeSetOptions volumes;        // volumes: the synthetic set (data/volumes.h)
+  int64_t train_volumes = 64;      // volumes: the training set is volumes 0 .. train_volumes - 1
+  int64_t test_volumes = 16;       // volumes: the test set is the next test_volumes
   Normalization normalize;
   AugmentOptions augment;
 

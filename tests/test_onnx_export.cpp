@@ -33,15 +33,16 @@ class Unregistered : public Module {
   json to_json() const override { return {{"type", "Unregistered"}}; }
 };
 
-// Every config and ONNX test model but the language models: Embedding and LMHead have no ONNX
-// export (docs/transformer.md).
+// Every config and ONNX test model but the language models and the volume models: Embedding and
+// LMHead have no ONNX export (docs/transformer.md), nor do the 3-d convolutions (docs/volumes.md).
 std::vector<std::string> exported_configs() {
   std::vector<std::string> out;
   for (const char* dir : {"/tests/onnx", "/configs"})
     for (const auto& e : fs::directory_iterator(std::string(MINIDL_SOURCE_DIR) + dir)) {
       if (e.path().extension() != ".json") continue;
       const json config = read_json_file(e.path().string());
-      if (config.contains("data") && config["data"].value("format", "") == "tokens") continue;
+      const std::string format = config.contains("data") ? config["data"].value("format", "") : "";
+      if (format == "tokens" || format == "volumes") continue;
       out.push_back(e.path().string());
     }
   return out;

@@ -116,6 +116,11 @@ TEST_CASE("tensorboard: the epoch scalars follow metrics.jsonl's keys", "[tensor
   json no_tta = record;
   no_tta.erase("test_acc_tta");
   for (const auto& kv : tensorboard_epoch_scalars(no_tta, 8)) REQUIRE(kv.first != "accuracy/test_tta");
+  json segmentation = record;
+  segmentation["test_dice"] = 0.75;
+  const auto with_dice = tensorboard_epoch_scalars(segmentation, 8);
+  REQUIRE(std::map<std::string, double>(with_dice.begin(), with_dice.end()).at("dice/test") == 0.75);
+  REQUIRE(m.count("dice/test") == 0);
 }
 
 TEST_CASE("tensorboard: a training run with log.tensorboard logs every step and epoch", "[tensorboard][training]") {

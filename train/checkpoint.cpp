@@ -96,11 +96,21 @@ CheckpointInfo info_from_metadata(const std::map<std::string, std::string>& meta
   // Written by checkpoints taken inside an epoch (older checkpoints are all at epoch ends).
   if (meta.count("epoch_seen")) {
     info.epoch_seen = metadata_int(get("epoch_seen"), "epoch_seen", 0, INT64_MAX, path);
-    // Correct predictions count images, or a token set's tokens (seq_len per window).
+    // Correct predictions count images, a token set's tokens (seq_len per window) or a volume set's
+    // voxels (size^3 per volume).
     const nlohmann::json& data = info.config.contains("data") ? info.config["data"] : nlohmann::json::object();
-    const bool tokens = data.is_object() && data.value("format", "") == "tokens" && data.contains("seq_len") &&
-                        data["seq_len"].is_number_integer() && data["seq_len"].get<int64_t>() > 0;
-    const int64_t per_sample = tokens ? data["seq_len"].get<int64_t>() : 1;
+    const std::string format = data.is_object() && data.contains("format") && data["format"].is_string()
+                                   ? data["format"].get<std::string>()
+                                   : std::string();
+    auto positive = [&](const char* key) {
+      return data.is_object() && data.contains(key) && data[key].is_number_integer() && data[key].get<int64_t>() > 0;
+    };
+    int64_t per_sample = 1;
+    if (format == "tokens" && positive("seq_len")) per_sample = data["seq_len"].get<int64_t>();
+    if (format == "volumes") {
+      const int64_t side = positive("size") ? std::min<int64_t>(data["size"].get<int64_t>(), 1 << 20) : 32;
+      per_sample = side * side * side;
+    }
     MINIDL_CHECK(info.epoch_seen <= INT64_MAX / per_sample, "checkpoint '", path, "': metadata 'epoch_seen' is ",
                  info.epoch_seen, ", too large");
     info.epoch_correct =

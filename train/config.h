@@ -9,12 +9,22 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/enum_names.h"
 #include "data/tta.h"
-#include "train/monitor.h"
 #include "train/init_from.h"
+#include "train/monitor.h"
 #include "train/precision.h"
 
 namespace minidl {
+
+// The training loss (loss.type): cross-entropy (per image, token or voxel), MONAI's DiceLoss, or
+// their sum with equal weights (MONAI's DiceCELoss); layers/loss/loss.h and dice.h.
+enum class LossType { CrossEntropy, Dice, DiceCe };
+template <>
+struct EnumNames<LossType> {
+  static constexpr EnumName<LossType> values[] = {
+      {LossType::CrossEntropy, "cross_entropy"}, {LossType::Dice, "dice"}, {LossType::DiceCe, "dice_ce"}};
+};
 
 // Bounds on the run's counts (far beyond any CIFAR-10 run) so step counts cannot overflow.
 constexpr int64_t kMaxEpochs = 1000000;
@@ -40,6 +50,7 @@ struct TrainConfig {
   double bucket_mb{};       // data parallel: gradient MiB per bucket reduced during backward (0: after it)
   nlohmann::json data;      // parsed by data/ (data/options.h)
   nlohmann::json model;     // {"layers": [...]} (layers/registry.h)
+  LossType loss_type{};
   double label_smoothing{};
   nlohmann::json optimizer;   // parsed by optim/ (optim/optimizer.h)
   nlohmann::json schedule;    // parsed by optim/ (optim/optimizer.h)
@@ -54,6 +65,7 @@ struct TrainConfig {
   TtaWeights tta_weights{};
   int64_t eval_batch_size{};
   int64_t eval_every_steps{};
+  double target_dice{};  // > 0: the run stops at the first epoch whose test Dice reaches it
   std::string output_dir;
   bool progress{};
   bool tensorboard{};

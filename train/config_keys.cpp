@@ -197,6 +197,10 @@ std::vector<Field<C>> make_config_keys() {
       object("model", &C::model, json(), true, {},
              "the network: {\"layers\": [layer specs, PyTorch names]}; the layer types and their keys: `minidl "
              "layers`, docs/layers.json"),
+      written_when_set(choice("loss.type", &C::loss_type, LossType::CrossEntropy,
+                              "the training loss: cross_entropy (per image, token or voxel), dice (MONAI's "
+                              "DiceLoss(softmax=True, to_onehot_y=True)) or dice_ce (their sum, MONAI's DiceCELoss); "
+                              "dice and dice_ce need segmentation data (data.format \"volumes\")")),
       number("loss.label_smoothing", &C::label_smoothing, 0.0, {0, false, 1, true},
              "cross-entropy label smoothing, as torch.nn.CrossEntropyLoss(label_smoothing=...)"),
       object("optimizer", &C::optimizer, json(), true, typed_rows(optimizer_types(), "optimizer"),
@@ -227,10 +231,14 @@ std::vector<Field<C>> make_config_keys() {
              "how eval.tta's views are weighted: mode: the mode's own weights (1 each; airbench: 0.25 for the "
              "image and its mirror, 0.125 for each shifted view); equal: 1 / views each, the mean of their logits"),
       integer("eval.batch_size", &C::eval_batch_size, 1000, {1, kMaxBatchSize}, "images per evaluation batch"),
-      integer("eval.every_steps", &C::eval_every_steps, 0, {0},
-              "also evaluate the held-out split (val, else test) every this many steps inside an epoch, into "
-              "evals.jsonl (0: off; a language model's validation loss every N steps); every epoch's end is "
-              "evaluated anyway"),
+      written_when_set(integer("eval.every_steps", &C::eval_every_steps, 0, {0},
+                               "also evaluate the held-out split (val, else test) every this many steps inside an "
+                               "epoch, into evals.jsonl (0: off; a language model's validation loss every N steps); "
+                               "every epoch's end is evaluated anyway")),
+      written_when_set(number("eval.target_dice", &C::target_dice, 0.0, {0, false, 1, false},
+                              "segmentation: the run stops after the first epoch whose mean foreground test Dice "
+                              "reaches this, and reports the training seconds it took (time_to_target_s)",
+                              "0: off")),
       text("output.dir", &C::output_dir, "runs/run", "a folder", "the run folder; --output overrides it"),
       flag("output.progress", &C::progress, true, "a progress bar while stderr is a terminal"),
       written_when_set(integer("checkpoint.every_steps", &C::checkpoint_every_steps, 0, {0},
@@ -310,6 +318,14 @@ const Fields<TrainConfig>& config_keys() {
                      "grad_scaler: loss scaling is for precision \"fp16\" only, "
                      "this config's precision is \"",
                      to_string_or_auto(c.precision), "\" (bfloat16 and float32 have float32's range and need none)");
+        // Segmentation keys need segmentation data; said here, before any data is read.
+        const bool named = c.data.is_object() && c.data.contains("format") && c.data["format"].is_string();
+        const std::string format = named ? c.data["format"].get<std::string>() : "cifar10";
+        MINIDL_CHECK(c.loss_type == LossType::CrossEntropy || format == "volumes", "loss.type: \"",
+                     to_string(c.loss_type), "\" needs segmentation data (data.format \"volumes\"); this is \"", format,
+                     "\"");
+        MINIDL_CHECK(c.target_dice == 0 || format == "volumes",
+                     "eval.target_dice: needs segmentation data (data.format \"volumes\"); this is \"", format, "\"");
       }};
   return keys;
 }

@@ -7,7 +7,9 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/tensor_ops.h"
+#include "layers/loss/dice.h"
 #include "layers/loss/loss.h"
+#include "train/training_loss.h"
 
 namespace minidl {
 
@@ -47,24 +49,49 @@ Evaluator::~Evaluator() = default;
 
 void Evaluator::make_split(EvalSplit& e, const Dataset& data) {
   e.loader = std::make_unique<Loader>(data, LoaderOptions::evaluation(data_, config_.eval_batch_size), device_);
-  e.per_sample = data.is_tokens() ? data.seq_len : 1;
+  e.per_sample = data.outputs_per_sample();
+  e.volumes = data.is_volumes();
+  const size_t batches = static_cast<size_t>(e.loader->batches_per_epoch());
+  e.losses = allocate_pinned(batches * sizeof(float));
+  if (e.volumes) {
+    // A volume's predictions stay on the device: each batch leaves its Dice counts only.
+    e.dice_counts = allocate_pinned(batches * static_cast<size_t>(num_classes_ * 3) * sizeof(int32_t));
+    return;
+  }
   e.labels = data.is_tokens() ? window_targets(data) : data.labels.to(Device::cpu()).values<int32_t>();
-  const size_t n = e.labels.size(), batches = static_cast<size_t>(e.loader->batches_per_epoch());
+  const size_t n = e.labels.size();
   e.predicted = allocate_pinned(n * sizeof(int32_t));
   e.tta_predicted = allocate_pinned(n * sizeof(int32_t));
-  e.losses = allocate_pinned(batches * sizeof(float));
 }
 
-Evaluator::Outputs Evaluator::device_eval(TtaMode tta, const Loader& loader) {
+Evaluator::Outputs Evaluator::device_eval(TtaMode tta, const Loader& loader, bool volumes) {
   Batch batch;
   loader.emit(batch);
   Tensor logits = forward_(batch.images).to(DType::Float32);
   Outputs out;
+  out.loss = training_loss(config_, logits, batch.labels);
+  if (volumes) {
+    out.dice_counts = dice_counts(logits, batch.labels);
+    return out;
+  }
   out.predicted = argmax_rows(logits);
-  out.loss = cross_entropy(logits, batch.labels, static_cast<float>(config_.label_smoothing));
   const std::vector<TtaView> v = views(tta);
   if (v.size() > 1) out.tta_predicted = argmax_rows(tta_logits(forward_, batch.images, logits, v));
   return out;
+}
+
+void Evaluator::add_dice(Result& r, const int32_t* counts, int64_t batches, int64_t voxels) const {
+  const int64_t k = num_classes_;
+  DiceScores scores(k);
+  int64_t correct = 0;
+  for (int64_t b = 0; b < batches; ++b) {
+    const int32_t* c = counts + b * k * 3;
+    scores.add(Tensor::from_vector(std::vector<int32_t>(c, c + k * 3), {k, 3}));
+    for (int64_t j = 0; j < k; ++j) correct += c[3 * j];  // a voxel predicted and labelled j is right
+  }
+  r.acc = 100.0 * static_cast<double>(correct) / static_cast<double>(voxels);
+  r.dice = scores.mean();
+  for (int64_t j = 0; j < k; ++j) r.class_dice.push_back(scores.dice(j));
 }
 
 double Evaluator::mean_loss(const float* batch_losses, int64_t batches, int64_t batch_size, int64_t images) {
@@ -100,17 +127,25 @@ Evaluator::Result Evaluator::evaluate(TtaMode tta, Split split, const Progress& 
     const int64_t size = loader.current_batch_size();
     Outputs out;
     if (size == loader.options().batch_size) {
-      e.graph->run([&] { e.graph_outputs = device_eval(tta, loader); }, [] {});
+      e.graph->run([&] { e.graph_outputs = device_eval(tta, loader, e.volumes); }, [] {});
       out = e.graph_outputs;
     } else {
-      out = device_eval(tta, loader);
+      out = device_eval(tta, loader, e.volumes);
+    }
+    copy_bytes_async(losses + b, Device::cpu(), out.loss.raw_data(), device_, sizeof(float));
+    if (e.volumes) {
+      const int64_t counts = num_classes_ * 3;
+      copy_bytes_async(static_cast<int32_t*>(e.dice_counts.get()) + b * counts, Device::cpu(),
+                       out.dice_counts.raw_data(), device_, static_cast<size_t>(counts) * sizeof(int32_t));
+      seen += size;
+      if (progress) progress(b + 1, batches);
+      continue;
     }
     const size_t bytes = static_cast<size_t>(size * e.per_sample) * sizeof(int32_t);
     copy_bytes_async(predicted + seen * e.per_sample, Device::cpu(), out.predicted.raw_data(), device_, bytes);
     if (tta != TtaMode::None)
       copy_bytes_async(tta_predicted + seen * e.per_sample, Device::cpu(), out.tta_predicted.raw_data(), device_,
                        bytes);
-    copy_bytes_async(losses + b, Device::cpu(), out.loss.raw_data(), device_, sizeof(float));
     seen += size;
     if (progress) progress(b + 1, batches);
   }
@@ -119,6 +154,11 @@ Evaluator::Result Evaluator::evaluate(TtaMode tta, Split split, const Progress& 
   const int64_t k = num_classes_;
   Result r;
   r.images = seen;
+  r.loss = mean_loss(losses, batches, loader.options().batch_size, seen);
+  if (e.volumes) {
+    add_dice(r, static_cast<const int32_t*>(e.dice_counts.get()), batches, seen * e.per_sample);
+    return r;
+  }
   // A vocabulary's confusion matrix (50257^2 counts for GPT-2) says nothing a person reads.
   const bool confusion = e.per_sample == 1;
   if (confusion) r.confusion.assign(static_cast<size_t>(k * k), 0);
@@ -137,7 +177,6 @@ Evaluator::Result Evaluator::evaluate(TtaMode tta, Split split, const Progress& 
   }
   r.acc = 100.0 * static_cast<double>(correct) / static_cast<double>(outputs);
   if (tta != TtaMode::None) r.tta_acc = 100.0 * static_cast<double>(correct_tta) / static_cast<double>(outputs);
-  r.loss = mean_loss(losses, batches, loader.options().batch_size, seen);
   return r;
 }
 

@@ -31,7 +31,11 @@ class Evaluator {
     double tta_acc = -1;
     double loss = 0;
     int64_t images = 0;
-    std::vector<int64_t> confusion;
+    std::vector<int64_t> confusion;  // none for tokens and volumes
+    // Volumes: the mean Dice over the foreground classes (DiceScores::mean) and each class's Dice
+    // (NaN where no voxel is labelled with it), over every voxel of the split; acc counts voxels.
+    double dice = -1;
+    std::vector<double> class_dice;
   };
   // Called after each batch is queued with the batches done and their total.
   using Progress = std::function<void(int64_t done, int64_t total)>;
@@ -54,9 +58,10 @@ class Evaluator {
 
  private:
   // What one evaluation batch leaves on the device: each image's predicted class (plain, and with
-  // TTA; tta_predicted is empty without) and the batch's mean loss.
+  // TTA; tta_predicted is empty without) and the batch's mean loss; a volume batch its Dice counts
+  // (layers/loss/dice.h) instead of predictions.
   struct Outputs {
-    Tensor predicted, tta_predicted, loss;
+    Tensor predicted, tta_predicted, loss, dice_counts;
   };
   // An evaluated split: its loader (the images in order), labels on the host, the graph of its full
   // batches (one per TTA mode: the forward passes it replays depend on it) with the outputs its
@@ -64,14 +69,18 @@ class Evaluator {
   struct EvalSplit {
     std::unique_ptr<Loader> loader;
     std::vector<int32_t> labels;  // one per output: per image, or per token of a token set's windows
-    int64_t per_sample = 1;       // outputs per sample: 1, or a token set's seq_len
+    int64_t per_sample = 1;       // outputs per sample: 1, a token set's seq_len, a volume's voxels
+    bool volumes = false;         // a segmentation split: Dice counts per batch, no predictions
+    std::shared_ptr<void> dice_counts;  // volumes: int32 (batches, classes, 3)
     std::unique_ptr<StepGraph> graph;
     TtaMode graph_tta = TtaMode::None;
     Outputs graph_outputs;
     std::shared_ptr<void> predicted, tta_predicted, losses;
   };
   void make_split(EvalSplit& e, const Dataset& data);
-  Outputs device_eval(TtaMode tta, const Loader& loader);
+  Outputs device_eval(TtaMode tta, const Loader& loader, bool volumes);
+  // r's Dice scores and voxel accuracy from every batch's counts.
+  void add_dice(Result& r, const int32_t* counts, int64_t batches, int64_t voxels) const;
   Result evaluate_selective(TtaMode tta, Split split, Loader& loader);
   // The views of `tta` weighted as the config's eval.tta_weights says.
   std::vector<TtaView> views(TtaMode tta) const { return tta_views(tta, config_.tta_weights); }

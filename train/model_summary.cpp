@@ -134,13 +134,16 @@ ModelSummary summarize_model(const TrainConfig& config, Device device, int64_t b
   s.precision = to_string(*config.precision);
   s.memory_format = to_string(*config.memory_format);
   const bool tokens = data.format == DataFormat::Tokens;
-  const Shape sample = tokens ? Shape{data.seq_len} : Shape{3, side, side};
+  const bool volumes = data.format == DataFormat::Volumes;
+  const int64_t v = data.volumes.size;
+  const Shape sample = tokens ? Shape{data.seq_len} : volumes ? Shape{1, v, v, v} : Shape{3, side, side};
   const DType input = tokens ? DType::Int32 : DType::Float32;
   s.input = sample;
   s.input.insert(s.input.begin(), n);
   const DType activation = activation_dtype(*config.precision);
   const int64_t a = std::min<int64_t>(n, 2), b = std::min<int64_t>(n, 4);
-  const MemoryFormat format = *config.memory_format;
+  MemoryFormat format = *config.memory_format;
+  if (volumes && is_channels_last_format(format)) format = MemoryFormat::ChannelsLast3d;
   const std::unique_ptr<Recorder> ra = record_forward(*model, sample, input, a, activation, format, device);
   const std::unique_ptr<Recorder> rb = record_forward(*model, sample, input, b, activation, format, device);
 

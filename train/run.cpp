@@ -457,7 +457,8 @@ bool Run::end_epoch(Epoch& e) {
   const Trainer::EvalResult eval = evaluate(validating ? Split::Val : Split::Test);
   const double eval_seconds = since(e0);
   const double seen = static_cast<double>(e.sums.epoch_seen);
-  const bool tokens = trainer_->outputs_per_sample() > 1;
+  const bool tokens = trainer_->sample_kind() == SampleKind::Tokens;
+  const bool volumes = trainer_->sample_kind() == SampleKind::Volumes;
   nlohmann::json record = {{"epoch", e.index + 1},
                            {"step", step_},
                            {"train_loss", e.sums.epoch_loss_sum / static_cast<double>(epoch_steps)},
@@ -467,8 +468,7 @@ bool Run::end_epoch(Epoch& e) {
                            {"seconds", epoch_seconds},
                            {"eval_seconds", eval_seconds},
                            {"images_per_s", seen / epoch_seconds}};
-  if (trainer_->outputs_per_sample() > 1)
-    record["tokens_per_s"] = seen * static_cast<double>(trainer_->outputs_per_sample()) / epoch_seconds;
+  if (tokens) record["tokens_per_s"] = seen * static_cast<double>(trainer_->outputs_per_sample()) / epoch_seconds;
   const std::string tta = to_string(config_.tta);
   std::string scores;
   if (validating) {
@@ -492,6 +492,15 @@ bool Run::end_epoch(Epoch& e) {
       scores = str("val.bin loss ", fixed(eval.loss, 4), " (perplexity ", fixed(std::exp(eval.loss), 2),
                    ", tokens ", fixed(last_test_, 2), "% right)");
     }
+    // A segmentation is judged by its Dice over the test volumes' voxels.
+    if (volumes) {
+      record["test_dice"] = eval.dice;
+      record["test_class_dice"] = class_dice_json(eval.class_dice);
+      record["test_loss"] = eval.loss;
+      scores = str("test Dice ", fixed(eval.dice, 4), " (", class_dice_text(eval.class_dice), "; voxels ",
+                   fixed(last_test_, 2), "% right)");
+      reach_target(eval.dice);
+    }
   }
   if (const GradScaler* scaler = trainer_->grad_scaler()) {
     record["loss_scale"] = scaler->scale();
@@ -500,7 +509,7 @@ bool Run::end_epoch(Epoch& e) {
   // Model selection sees the evaluations an uninterrupted run makes: at epoch ends and at the run's
   // last step (not where --max-steps stops a run inside an epoch, which a resume goes on from).
   const bool new_best = (epoch_steps == spe || step_ >= trainer_->total_steps()) && select(record, e.index + 1);
-  const bool run_ends = stopped_at_limit_ || stopped_early_ || step_ >= trainer_->total_steps();
+  const bool run_ends = stopped_at_limit_ || stopped_early_ || target_reached_ || step_ >= trainer_->total_steps();
   if (run_ends && validating) {
     const Trainer::EvalResult test = evaluate(Split::Test);
     last_test_eval_ = test;
@@ -521,6 +530,10 @@ bool Run::end_epoch(Epoch& e) {
                  !run_ends && left >= 0 ? str("  ETA ", duration_text(left)) : std::string()));
   if (stopped_early_)
     log_->line(str(selection_->stop_reason(), "; the run ends after epoch ", e.index + 1, " of ", config_.epochs));
+  if (target_reached_)
+    log_->line(str("target reached: test Dice ", fixed(last_test_eval_->dice, 4), " >= eval.target_dice ",
+                   config_.target_dice, " after epoch ", e.index + 1, ", ", step_, " steps, ",
+                   fixed(time_to_target_, 1), "s of training (evaluation excluded); the run ends"));
   if (writer() && !weights_with_checkpoint)
     save_weights(run_dir_ + "/" + kWeights, trainer_->model());
   // Where the run ends, the checkpoint records that the evaluation is logged, so a resume does
@@ -577,8 +590,15 @@ void Run::evaluate_within_epoch(Epoch& e) {
                            {name + "_loss", r.loss},
                            {name + "_acc", r.acc},
                            {"eval_seconds", since(t0)}};
+  if (trainer_->sample_kind() == SampleKind::Volumes) {
+    record[name + "_dice"] = r.dice;
+    log_->eval(record);
+    log_->line(str("step ", step_, ": ", name, " Dice ", fixed(r.dice, 4), " (", class_dice_text(r.class_dice),
+                   "; voxels ", fixed(r.acc, 2), "% right)"));
+    return;
+  }
   log_->eval(record);
-  log_->line(trainer_->outputs_per_sample() > 1 && split == Split::Test
+  log_->line(trainer_->sample_kind() == SampleKind::Tokens && split == Split::Test
                  ? str("step ", step_, ": val.bin loss ", fixed(r.loss, 4), " (perplexity ", fixed(std::exp(r.loss), 2),
                        ", tokens ", fixed(r.acc, 2), "% right)")
                  : str("step ", step_, ": ", name, " ", fixed(r.acc, 2), "% (loss ", fixed(r.loss, 4), ")"));
@@ -597,6 +617,29 @@ Trainer::EvalResult Run::evaluate(Split split) {
   log_->end_progress();
   if (eta_) eta_->eval_done(since(t0));
   return r;
+}
+
+void Run::reach_target(double dice) {
+  if (config_.target_dice <= 0 || target_reached_) return;
+  // Rank 0 evaluated; every rank stops with it.
+  target_reached_ = rank0_decides(*comm_, device_, dice >= config_.target_dice);
+  if (target_reached_) time_to_target_ = train_seconds_;
+}
+
+nlohmann::json Run::class_dice_json(const std::vector<double>& dice) const {
+  nlohmann::json j = nlohmann::json::object();
+  const std::vector<std::string>& names = trainer_->classes();
+  for (size_t c = 0; c < dice.size(); ++c)
+    j[names[c]] = std::isnan(dice[c]) ? nlohmann::json() : nlohmann::json(dice[c]);
+  return j;
+}
+
+std::string Run::class_dice_text(const std::vector<double>& dice) const {
+  std::string text;
+  const std::vector<std::string>& names = trainer_->classes();
+  for (size_t c = 1; c < dice.size(); ++c)
+    text += str(c > 1 ? ", " : "", names[c], " ", std::isnan(dice[c]) ? std::string("-") : fixed(dice[c], 3));
+  return text;
 }
 
 bool Run::select(const nlohmann::json& record, int64_t epoch) {
@@ -686,7 +729,8 @@ RunResult Run::train_loop() {
   checkpointed_at_ = Clock::now();
   const auto t0 = Clock::now();
   eta_ = std::make_unique<Eta>(steps_to_run(), spe, trainer_->has_validation() ? 1 : 0);
-  for (int64_t epoch = start_.epoch; epoch < config_.epochs && !stopped_at_limit_ && !stopped_early_; ++epoch) {
+  for (int64_t epoch = start_.epoch;
+       epoch < config_.epochs && !stopped_at_limit_ && !stopped_early_ && !target_reached_; ++epoch) {
     // --profile: 5 warm-up and 20 measured steps (fewer in a short epoch) at the start of the run.
     if (options_.profile && epoch == start_.epoch) {
       const int64_t measure = std::max<int64_t>(1, std::min<int64_t>(20, (spe - 1) / 3));
@@ -798,10 +842,20 @@ RunResult Run::finish() {
     }
   }
   if (stopped_early_) r.summary["stopped_early"] = selection_->stop_reason();
-  if (trainer_->outputs_per_sample() > 1 && last_test_eval_) {
+  const SampleKind kind = trainer_->sample_kind();
+  if (kind == SampleKind::Tokens && last_test_eval_) {
     r.summary["test_loss"] = last_test_eval_->loss;
     r.summary["tokens_per_s"] =
         r.summary["images_per_s"].get<double>() * static_cast<double>(trainer_->outputs_per_sample());
+  }
+  if (kind == SampleKind::Volumes && last_test_eval_) {
+    r.summary["test_loss"] = last_test_eval_->loss;
+    r.summary["test_dice"] = last_test_eval_->dice;
+    r.summary["test_class_dice"] = class_dice_json(last_test_eval_->class_dice);
+    if (config_.target_dice > 0) {
+      r.summary["target_dice"] = config_.target_dice;
+      r.summary["time_to_target_s"] = target_reached_ ? nlohmann::json(time_to_target_) : nlohmann::json();
+    }
   }
   if (!writer()) return r;
   if (last_test_eval_ && !last_test_eval_->confusion.empty())
@@ -810,8 +864,21 @@ RunResult Run::finish() {
   // Seconds per epoch of the steps this process trained (a resume's or --max-steps' share).
   const double epochs_here =
       static_cast<double>(step_ - start_.step) / static_cast<double>(trainer_->steps_per_epoch());
-  const int64_t per_sample = trainer_->outputs_per_sample();
-  if (per_sample > 1 && last_test_eval_) {
+  if (kind == SampleKind::Volumes && last_test_eval_) {
+    const std::string target = config_.target_dice <= 0 ? std::string()
+                               : target_reached_
+                                   ? str(", time to Dice ", config_.target_dice, ": ", fixed(time_to_target_, 1), "s")
+                                   : str(", eval.target_dice ", config_.target_dice, " not reached");
+    log_->line(
+        str("done: test Dice ", fixed(last_test_eval_->dice, 4), " (", trainer_->test_size(),
+            trainer_->test_size() == 1 ? " test volume" : " test volumes", ", the final weights; voxels ",
+            fixed(last_test_, 2), "% right), ", step_, " steps, training ", fixed(train_seconds_, 1), "s", target, ", ",
+            fixed(r.summary["images_per_s"], 1), " volumes/s",
+            device_.is_cuda() ? str(", peak device memory ", fixed(mem.peak_bytes / 1e9, 2), " GB") : std::string(),
+            stopped_at_limit_ ? str(" [stopped at --max-steps ", options_.max_steps, "]") : std::string()));
+    return r;
+  }
+  if (kind == SampleKind::Tokens && last_test_eval_) {
     const double tokens_per_s = r.summary["tokens_per_s"].get<double>();
     log_->line(str("done: val.bin loss ", fixed(last_test_eval_->loss, 4), " (perplexity ",
                    fixed(std::exp(last_test_eval_->loss), 2), ", ", trainer_->test_size(), " windows, the final weights), ",

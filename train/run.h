@@ -123,6 +123,12 @@ class Run {
   // Early stopping and save_best after an evaluated epoch `record`; every rank takes rank 0's
   // decision. Returns whether best.safetensors was written.
   bool select(const nlohmann::json& record, int64_t epoch);
+  // A segmentation's test Dice after an epoch: the run ends where it reaches eval.target_dice.
+  void reach_target(double dice);
+  // Each class's Dice by class name (null where no voxel is labelled with it), and the foreground
+  // classes' as log text.
+  nlohmann::json class_dice_json(const std::vector<double>& dice) const;
+  std::string class_dice_text(const std::vector<double>& dice) const;
   // The test split's accuracy of best.safetensors' weights (a pass only when they are not the final
   // ones), the final weights restored after; where a run with a validation split and save_best ends.
   void evaluate_best();
@@ -163,6 +169,8 @@ class Run {
   std::chrono::steady_clock::time_point checkpointed_at_;
   bool stopped_at_limit_ = false;  // max_steps reached: no further epoch starts
   bool stopped_early_ = false;     // early stopping ended the run
+  bool target_reached_ = false;    // a test Dice reached eval.target_dice: the run ends
+  double time_to_target_ = 0;      // the training seconds (evaluation excluded) until it did
   double train_seconds_ = 0, last_test_ = 0, last_tta_ = -1;
   // The last evaluation of the test split (for the per-class metrics) and of the validation split.
   std::optional<Trainer::EvalResult> last_test_eval_, last_val_eval_, best_test_eval_;

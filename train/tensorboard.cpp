@@ -110,6 +110,7 @@ std::vector<std::pair<std::string, double>> tensorboard_epoch_scalars(const nloh
   static const std::pair<const char*, const char*> kTags[] = {{"train_acc", "accuracy/train"},
                                                               {"test_acc", "accuracy/test"},
                                                               {"test_acc_tta", "accuracy/test_tta"},
+                                                              {"test_dice", "dice/test"},
                                                               {"train_loss", "epoch/train_loss"},
                                                               {"val_acc", "accuracy/val"},
                                                               {"val_acc_tta", "accuracy/val_tta"},

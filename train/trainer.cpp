@@ -38,6 +38,7 @@
 #include "train/run_log.h"
 #include "train/step_work.h"
 #include "train/text_format.h"
+#include "train/training_loss.h"
 
 namespace minidl {
 
@@ -167,6 +168,11 @@ Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Da
     val_set_ = std::move(val_set);
   }
   test_set_ = std::move(test_set);
+  // The run's channels-last format is NDHWC (channels_last_3d) for volumes.
+  if (train_set_.is_volumes() && is_channels_last_format(activation_format_))
+    activation_format_ = MemoryFormat::ChannelsLast3d;
+  MINIDL_CHECK(config_.tta == TtaMode::None || !train_set_.is_volumes(), "eval.tta: the views of \"",
+               to_string(config_.tta), "\" are of 2-d images; volumes are evaluated plain (\"none\")");
   check_class_count();
   // "auto" normalization: the statistics of the images the run trains on (the held-out ones not
   // among them), computed once here; config.json records the numbers, so a resume reads them.
@@ -272,8 +278,35 @@ void Trainer::check_vocabulary() {
                " (set the embedding's num_embeddings and the head's width)");
 }
 
+void Trainer::check_segmentation() {
+  // The model's output for one zero volume, in eval mode without autograd (no state changes).
+  Shape shape = train_set_.images.shape();
+  shape[0] = 1;
+  const std::string volume = str(shape[1], "x", shape[2], "x", shape[3], "x", shape[4]);
+  Tensor out;
+  {
+    autograd::NoGradGuard no_grad;
+    model_->eval();
+    try {
+      out = forward(Tensor::zeros(shape, DType::Float32, device_));
+    } catch (const Error& e) {
+      model_->train();
+      fail(str("model.layers: the model does not take the data's ", volume, " volumes: ", e.what()));
+    }
+    model_->train();
+  }
+  const int64_t classes = train_set_.num_classes();
+  Shape want{1, classes};
+  want.insert(want.end(), shape.begin() + 2, shape.end());
+  MINIDL_CHECK(out.shape() == want, "model.layers: the model gives ", shape_str(out.shape()), " for one ", volume,
+               " volume; segmentation needs ", shape_str(want), " logits (one per class and voxel: the data has ",
+               classes, " classes; end the model with a Conv3d of out_channels ", classes, ")");
+  classes_ = train_set_.classes;
+}
+
 void Trainer::check_class_count() {
   if (train_set_.is_tokens()) return check_vocabulary();
+  if (train_set_.is_volumes()) return check_segmentation();
   // The model's output width, from one zero image in eval mode without autograd (no state changes).
   const Tensor& images = train_set_.images;
   MINIDL_CHECK(images.defined() && images.dim() == 4, "data: expected (N, C, H, W) images, got ",
@@ -444,7 +477,7 @@ Trainer::StepResults Trainer::device_step(bool prepared, double lr, Profiler* pr
   Tensor loss;
   {
     ProfileSection s = profiler ? profiler->section("loss") : ProfileSection();
-    loss = cross_entropy(logits, batch.labels, static_cast<float>(config_.label_smoothing));
+    loss = training_loss(config_, logits, batch.labels);
     results.correct = correct_predictions(logits.detach(), batch.labels);
     if (profiler)
       profiler->add_work([&]() -> std::optional<LayerWork> { return cross_entropy_work(logits, batch.labels); });
@@ -552,8 +585,8 @@ Trainer::StepResults Trainer::data_parallel_step(int64_t step, bool prepared, do
     Batch batch;
     train_loader_->emit(batch);
     const Tensor logits = forward(batch.images);
-    Tensor loss = cross_entropy(logits, batch.labels, static_cast<float>(config_.label_smoothing));
-    // The count travels as a float32 in the tail: exact below 2^24 images per step.
+    Tensor loss = training_loss(config_, logits, batch.labels);
+    // The count travels as a float32 in the tail: exact below 2^24 images (or voxels) per step.
     const Tensor micro_correct = correct_predictions(logits.detach(), batch.labels).to(DType::Float32);
     const bool last = j == local - 1;
     {

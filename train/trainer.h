@@ -91,7 +91,8 @@ class Trainer {
   int64_t num_classes() const { return static_cast<int64_t>(classes_.size()); }
   // Values per sample (a token set's: per token) the model gives: the classes, or the vocabulary.
   // Predictions per sample: 1 per image, seq_len per window of a token set.
-  int64_t outputs_per_sample() const { return train_set_.is_tokens() ? train_set_.seq_len : 1; }
+  int64_t outputs_per_sample() const { return train_set_.outputs_per_sample(); }
+  SampleKind sample_kind() const { return train_set_.kind; }
   int64_t output_width() const { return train_set_.is_tokens() ? output_width_ : num_classes(); }
   int64_t test_size() const { return test_set_.size(); }  // images evaluate() classifies
   int64_t train_size() const { return train_set_.size(); }
@@ -227,6 +228,7 @@ class Trainer {
   // Errors unless the model takes the data's images and gives one value per class.
   void check_class_count();
   void check_vocabulary();  // a token set: (N, T, V) logits, every token id below V
+  void check_segmentation();  // a volume set: (N, classes, D, H, W) logits
   // The training step as CUDA graphs, one per kind of step (step_kind): steps differ in their
   // device work where lookahead averages, once a freeze rule has switched a parameter off, and
   // where the benchmark reduces a data-parallel step's buckets after backward.

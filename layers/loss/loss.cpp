@@ -90,6 +90,65 @@ Tensor token_cross_entropy(const Tensor& logits_in, const Tensor& labels_in, flo
   return loss;
 }
 
+// The loss of (rows, classes) float32 logits and their labels (checked), mean over the rows; where
+// dlogits is defined, (rows, classes) float32 too, it receives (softmax - target) / rows.
+Tensor rows_cross_entropy(const Tensor& logits, const Tensor& labels, float eps, const Tensor& dlogits) {
+  MINIDL_CHECK(eps >= 0.f && eps <= 1.f, "cross_entropy: label_smoothing must be in [0, 1], got ", eps);
+  const int64_t rows = logits.size(0), classes = logits.size(1);
+  Tensor loss = Tensor::empty({1}, DType::Float32, logits.device());
+  float* d = dlogits.defined() ? dlogits.data<float>() : nullptr;
+  dispatch(
+      logits.device(), "cross_entropy_forward",
+      [&] {
+        check_labels_cpu(labels, classes, "cross_entropy");
+        kernels::cross_entropy_forward_cpu(logits.data<float>(), labels.data<int32_t>(), rows, classes, eps,
+                                           loss.data<float>(), d);
+      },
+      [&] {
+        kernels::raise_flagged_label_error();
+        Tensor row_loss = Tensor::empty({rows}, DType::Float32, logits.device());
+        kernels::cross_entropy_forward_cuda(logits.data<float>(), labels.data<int32_t>(), rows, classes, eps,
+                                            row_loss.data<float>(), loss.data<float>(), d);
+      });
+  return loss;
+}
+
+// A channels-last float32 tensor's storage as (elements / C, C) rows: NHWC and NDHWC memory is
+// one row of C values per pixel or voxel. A view without autograd (the callers record their own).
+Tensor rows_of(const Tensor& channels_last) {
+  auto impl = std::make_shared<TensorImpl>(*channels_last.impl());
+  const int64_t c = channels_last.size(1);
+  impl->shape = {channels_last.numel() / c, c};
+  impl->strides = {c, 1};
+  impl->requires_grad = false;
+  impl->grad.reset();
+  impl->grad_fn.reset();
+  return Tensor(impl);
+}
+
+// Segmentation logits (N, C, *spatial) (4-d or 5-d) with int32 labels (N, *spatial): one
+// prediction per pixel or voxel. The logits in float32 channels-last (the reorder recorded for
+// autograd), their rows, and the labels flat in the same (sample, voxel) order.
+struct VoxelRows {
+  Tensor channels_last, rows, labels;
+};
+
+VoxelRows voxel_rows(const Tensor& logits, const Tensor& labels, const char* what) {
+  MINIDL_CHECK(logits.dim() <= 5 && logits.size(1) > 0 && logits.numel() > 0, what, ": logits of shape ",
+               shape_str(logits.shape()), " (expected (N, C, H, W) or (N, C, D, H, W) with C >= 1 and a voxel)");
+  Shape want{logits.size(0)};
+  want.insert(want.end(), logits.shape().begin() + 2, logits.shape().end());
+  MINIDL_CHECK(labels.defined() && labels.dtype() == DType::Int32 && labels.shape() == want, what, ": logits ",
+               shape_str(logits.shape()), " take int32 labels ", shape_str(want), ", got ",
+               labels.defined() ? labels.str() : std::string("an undefined tensor"));
+  check_same_device(logits, labels, what);
+  VoxelRows v;
+  v.channels_last = logits.to(DType::Float32, channels_last_for(logits.dim()));
+  v.rows = rows_of(v.channels_last);
+  v.labels = labels.contiguous().reshape({labels.numel()});
+  return v;
+}
+
 // (B, T, V) logits as (B * T, V) rows: one prediction per token.
 Tensor token_rows(const Tensor& logits) {
   return logits.contiguous().reshape({logits.size(0) * logits.size(1), logits.size(2)});
@@ -98,6 +157,15 @@ Tensor token_rows(const Tensor& logits) {
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smoothing) {
+  if (logits.defined() && logits.dim() >= 4) {
+    // Per voxel: the rows of the channels-last logits, the gradient flowing back through the reorder.
+    const VoxelRows v = voxel_rows(logits, labels, "cross_entropy");
+    const bool grad = autograd::needs_grad({v.channels_last});
+    Tensor dlogits = grad ? Tensor::empty_like(v.channels_last) : Tensor();
+    Tensor loss = rows_cross_entropy(v.rows, v.labels, label_smoothing, grad ? rows_of(dlogits) : Tensor());
+    if (grad) record_loss_gradient(loss, "cross_entropy", v.channels_last, dlogits);
+    return loss;
+  }
   if (logits.defined() && logits.dim() == 3) {
     // On the CPU the reference computes in float32 (half logits widened); on the GPU in place.
     if (holds_half(logits) && !logits.is_cuda()) return cross_entropy(as_float32(logits), labels, label_smoothing);
@@ -106,26 +174,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, float label_smo
   // Low-precision logits are widened: the loss and its softmax are float32 (autocast's rule).
   if (holds_half(logits)) return cross_entropy(as_float32(logits), labels, label_smoothing);
   check_inputs(logits, labels, "cross_entropy");
-  MINIDL_CHECK(label_smoothing >= 0.f && label_smoothing <= 1.f,
-               "cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
-  const int64_t rows = logits.size(0), classes = logits.size(1);
   const bool grad = autograd::needs_grad({logits});
-  Tensor loss = Tensor::empty({1}, DType::Float32, logits.device());
   Tensor dlogits = grad ? Tensor::empty_like(logits) : Tensor();
-  float* d = grad ? dlogits.data<float>() : nullptr;
-  dispatch(
-      logits.device(), "cross_entropy_forward",
-      [&] {
-        check_labels_cpu(labels, classes, "cross_entropy");
-        kernels::cross_entropy_forward_cpu(logits.data<float>(), labels.data<int32_t>(), rows, classes, label_smoothing,
-                                           loss.data<float>(), d);
-      },
-      [&] {
-        kernels::raise_flagged_label_error();
-        Tensor row_loss = Tensor::empty({rows}, DType::Float32, logits.device());
-        kernels::cross_entropy_forward_cuda(logits.data<float>(), labels.data<int32_t>(), rows, classes, label_smoothing,
-                                            row_loss.data<float>(), loss.data<float>(), d);
-      });
+  Tensor loss = rows_cross_entropy(logits, labels, label_smoothing, dlogits);
   if (grad) record_loss_gradient(loss, "cross_entropy", logits, dlogits);
   return loss;
 }
@@ -168,6 +219,10 @@ Tensor argmax_rows(const Tensor& logits) {
 }
 
 Tensor correct_predictions(const Tensor& logits, const Tensor& labels) {
+  if (logits.defined() && logits.dim() >= 4) {
+    const VoxelRows v = voxel_rows(logits.detach(), labels, "count_correct");
+    return correct_predictions(v.rows, v.labels);
+  }
   if (holds_half(logits)) return correct_predictions(as_float32(logits), labels);
   if (logits.defined() && logits.dim() == 3 && labels.defined() && labels.dim() == 2)
     return correct_predictions(token_rows(logits), labels.contiguous().reshape({labels.numel()}));
