@@ -231,10 +231,10 @@ std::vector<Field<C>> make_config_keys() {
              "how eval.tta's views are weighted: mode: the mode's own weights (1 each; airbench: 0.25 for the "
              "image and its mirror, 0.125 for each shifted view); equal: 1 / views each, the mean of their logits"),
       integer("eval.batch_size", &C::eval_batch_size, 1000, {1, kMaxBatchSize}, "images per evaluation batch"),
-      integer("eval.every_steps", &C::eval_every_steps, 0, {0},
-              "also evaluate the held-out split (val, else test) every this many steps inside an epoch, into "
-              "evals.jsonl (0: off; a language model's validation loss every N steps); every epoch's end is "
-              "evaluated anyway"),
+      written_when_set(integer("eval.every_steps", &C::eval_every_steps, 0, {0},
+                               "also evaluate the held-out split (val, else test) every this many steps inside an "
+                               "epoch, into evals.jsonl (0: off; a language model's validation loss every N steps); "
+                               "every epoch's end is evaluated anyway")),
       written_when_set(number("eval.target_dice", &C::target_dice, 0.0, {0, false, 1, false},
                               "segmentation: the run stops after the first epoch whose mean foreground test Dice "
                               "reaches this, and reports the training seconds it took (time_to_target_s)",
