@@ -8,7 +8,8 @@
 #   - `minidl repro` gives the same bits twice; a run stopped part-way through an epoch and resumed
 #     ends with the uninterrupted run's bits;
 #   - bad input is one clear message: image keys for volumes, a side out of range, a model whose
-#     output is not one logit per class and voxel, TTA on volumes, the Dice loss on images.
+#     output is not one logit per class and voxel, TTA on volumes, the Dice loss on images, and
+#     `minidl eval` of a volume run.
 #   tests/volume_train_test.sh MINIDL SOURCE_DIR
 set -euo pipefail
 fail() { echo "FAIL: $*"; exit 1; }
@@ -65,6 +66,9 @@ bad 'data.mean: not for "format": "volumes"' --config "$cfg" --set 'data.mean=[0
 bad 'data.size: expected an integer in 8..256, got 300' --config "$cfg" --set data.size=300
 bad 'segmentation needs (1, 4, 16, 16, 16) logits' --config "$cfg" --set data.classes=4
 bad 'eval.tta: the views of "flip" are of 2-d images' --config "$cfg" --set eval.tta=flip
+rc=0; "$minidl" eval --run "$work/run" >"$work/bad.out" 2>&1 || rc=$?
+[ "$rc" -eq 1 ] && grep -q "trained a segmentation of volumes (data.format \"volumes\"): its test Dice is in" "$work/bad.out" ||
+  { cat "$work/bad.out"; fail "minidl eval of a volume run (exit $rc)"; }
 bad 'loss.type: "dice" needs segmentation data (data.format "volumes"); this is "cifar10"' \
   --config "$src/configs/quick_cpu.json" --set loss.type=dice
 echo "volume_train: passed"

@@ -84,6 +84,11 @@ TrainedRun::TrainedRun(const std::string& run_dir, const std::string& weights, c
   }
   device_ = setup_compute(config_);
   data_ = DataOptions::from_json(config_.data, "data");
+  // A segmentation's evaluation is its run's own: the test Dice of every epoch (metrics.jsonl,
+  // summary.json); these commands take classifiers of images and language models.
+  MINIDL_CHECK(data_.format != DataFormat::Volumes, "--run '", text_excerpt(run_dir),
+               "' trained a segmentation of volumes (data.format \"volumes\"): its test Dice is in its ",
+               "metrics.jsonl and summary.json; eval, predict and export take image classifiers and language models");
   activation_dtype_ = minidl::activation_dtype(*config_.precision);
   set_init_seed(config_.seed);
   model_ = build_sequential(config_.model.at("layers"), "model.layers", device_);
