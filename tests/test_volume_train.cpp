@@ -129,7 +129,7 @@ TEST_CASE("a volume set: training volumes 0..N-1, test volumes N..N+M-1 of the s
                       Catch::Contains("data.size: only for \"format\": \"volumes\""));
 }
 
-TEST_CASE("volume batches: the epoch's volumes in the batch's dtype and layout; micro-batches are slices",
+TEST_CASE("volume batches: the epoch's volumes in the batch's dtype and layout, micro-batches their slices",
           "[loader][volumes]") {
   const DataOptions o = DataOptions::from_json(volume_data(8, 3), "data");
   const Dataset d = load_dataset(o, Split::Train);
