@@ -35,15 +35,15 @@ stage_sanitize() {
   # signals, fresh-run and precision runs) take 1-13 minutes each under ASan: they run in the
   # Release suite of scripts/test.sh and through the real command in badinput. The script tests
   # (plot, onnx_export, image_folder, dist, dist_configs, kill_resume, config_doc, workflow,
-  # guide, cli, side_by_side) drive the minidl command, which this build does not make; they run
-  # in the Release suite too. Every other test runs here.
+  # guide, cli, side_by_side, generate_cli, token_train, volume_train) drive the minidl command,
+  # which this build does not make; they run in the Release suite too. Every other test runs here.
   # Catch2 exits with the number of tests it listed, hence the || true; an empty list fails below.
   local training
   training=$({ "$asan/minidl_tests" "[training]" --list-test-names-only || true; } | sed '/^$/d' |
              sed 's/[][\.*^$()+?{}|]/\\&/g' | paste -sd'|')
   [ -n "$training" ] || { echo "hardening: no [training] tests listed"; return 1; }
   (cd "$asan" && ctest --output-on-failure -j "$(nproc)" \
-    -E "^($training)\$|^(plot|onnx_export|image_folder|dist|dist_configs|kill_resume|config_doc|workflow|guide|cli|side_by_side)\$")
+    -E "^($training)\$|^(plot|onnx_export|image_folder|dist|dist_configs|kill_resume|config_doc|workflow|guide|cli|side_by_side|generate_cli|token_train|volume_train)\$")
 }
 
 stage_fuzz() {
