@@ -32,6 +32,12 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+// A language model's evaluation as the log says it: val.bin's loss, perplexity and token accuracy.
+std::string token_scores(const Trainer::EvalResult& r) {
+  return str("val.bin loss ", fixed(r.loss, 4), " (perplexity ", fixed(std::exp(r.loss), 2), ", tokens ",
+             fixed(r.acc, 2), "% right)");
+}
+
 constexpr const char* kWeights = "model.safetensors";
 // On a GPU the steps' losses are read (a wait for the device) every this many steps.
 constexpr int64_t kGpuLossReadSteps = 32;
@@ -489,8 +495,7 @@ bool Run::end_epoch(Epoch& e) {
     // A language model is judged by its held-out loss (val.bin's) and perplexity.
     if (tokens) {
       record["test_loss"] = eval.loss;
-      scores = str("val.bin loss ", fixed(eval.loss, 4), " (perplexity ", fixed(std::exp(eval.loss), 2),
-                   ", tokens ", fixed(last_test_, 2), "% right)");
+      scores = token_scores(eval);
     }
     // A segmentation is judged by its Dice over the test volumes' voxels.
     if (volumes) {
@@ -599,8 +604,7 @@ void Run::evaluate_within_epoch(Epoch& e) {
   }
   log_->eval(record);
   log_->line(trainer_->sample_kind() == SampleKind::Tokens && split == Split::Test
-                 ? str("step ", step_, ": val.bin loss ", fixed(r.loss, 4), " (perplexity ", fixed(std::exp(r.loss), 2),
-                       ", tokens ", fixed(r.acc, 2), "% right)")
+                 ? str("step ", step_, ": ", token_scores(r))
                  : str("step ", step_, ": ", name, " ", fixed(r.acc, 2), "% (loss ", fixed(r.loss, 4), ")"));
 }
 
