@@ -68,12 +68,11 @@ DType batch_dtype(const Module& model, DType activation) {
   return first && first->autocast == AutocastRule::LowerPrecision ? activation : DType::Float32;
 }
 
-// The context a run computes in: the config's switches and seeds.
+// The context a run computes in: the config's switches and init seed.
 RunContext run_context_for(const TrainConfig& config) {
   RunContext context;
   context.compute = {config.deterministic, config.allow_tf32, config.norm_single_read};
   context.init_seed = config.seed;
-  context.dropout_seed = config.seed;
   return context;
 }
 
@@ -139,6 +138,7 @@ Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Da
                  Weights weights)
     : config_(resolve_for_device(config, device)),
       context_(run_context_for(config)),
+      dropout_state_(std::make_shared<DropoutState>(config.seed)),
       device_(device),
       data_options_(DataOptions::from_json(config.data, "data")),
       data_parallel_(config_.batch_size, config_.accumulate_steps, config_.bucket_mb, device),
@@ -152,6 +152,7 @@ Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Da
   set_cuda_graphs(config.cuda_graph);
   model_ = build_sequential(config.model.at("layers"), "model.layers", device_);
   model_->assign_paths();
+  set_dropout_state(*model_, dropout_state_);
   model_->to(device_);
 
   if (data_options_.val_fraction > 0) {
@@ -376,9 +377,9 @@ bool Trainer::train_step(int64_t step, StepRecord* record, Profiler* profiler) {
   if (several) {
     const int64_t first = data_parallel_.first_micro_batch();
     for (int64_t j = 0; j < config_.accumulate_steps; ++j)
-      set_dropout_step(data_parallel_.dropout_step_of(step, first + j), device_, static_cast<int>(j));
+      dropout_state_->set_step(data_parallel_.dropout_step_of(step, first + j), device_, static_cast<int>(j));
   } else {
-    set_dropout_step(step, device_);
+    dropout_state_->set_step(step, device_);
   }
   freeze_.apply(step);
   optimizer_->set_position({step, steps_per_epoch(), total_steps()});
@@ -499,26 +500,20 @@ bool Trainer::phase_graphed(int64_t step) const {
 
 Trainer::StepResults Trainer::data_parallel_step(int64_t step, bool prepared, double lr) {
   const int64_t first = data_parallel_.first_micro_batch();
-  const DataParallel::StepParts parts{*model_,
-                                      parameters_,
-                                      *train_loader_,
-                                      *optimizer_,
-                                      [&](int64_t j) {
-                                        // The step train_step queued into this micro-batch's slot (no upload here: a
-                                        // graph captures this).
-                                        set_dropout_step(data_parallel_.dropout_step_of(step, first + j), device_,
-                                                         static_cast<int>(j));
-                                        Batch batch;
-                                        train_loader_->emit(batch);
-                                        const Tensor logits = forward(batch.images);
-                                        DataParallel::MicroBatch out;
-                                        out.loss = training_loss(config_, logits, batch.labels);
-                                        out.correct = correct_predictions(logits.detach(), batch.labels);
-                                        return out;
-                                      },
-                                      [&](const Tensor& loss) { backward(loss); },
-                                      phase_graphed(step)};
-  const DataParallel::MicroBatch reduced = data_parallel_.step(parts);
+  auto forward_loss = [&](int64_t j) {
+    // The step train_step queued into this micro-batch's slot (no upload here: a graph captures this).
+    dropout_state_->set_step(data_parallel_.dropout_step_of(step, first + j), device_, static_cast<int>(j));
+    Batch batch;
+    train_loader_->emit(batch);
+    const Tensor logits = forward(batch.images);
+    DataParallel::MicroBatch out;
+    out.loss = training_loss(config_, logits, batch.labels);
+    out.correct = correct_predictions(logits.detach(), batch.labels);
+    return out;
+  };
+  auto run_backward = [&](const Tensor& loss) { backward(loss); };
+  const DataParallel::MicroBatch reduced = data_parallel_.step(
+      {*model_, parameters_, *train_loader_, *optimizer_, forward_loss, run_backward, phase_graphed(step)});
   update(prepared, lr, nullptr);
   return {reduced.loss, reduced.correct};
 }

@@ -19,6 +19,7 @@
 #include "data/options.h"
 #include "data/tta.h"
 #include "layers/module.h"
+#include "layers/regularization/dropout_state.h"
 #include "optim/grad_clip.h"
 #include "optim/grad_scaler.h"
 #include "optim/lookahead.h"
@@ -35,9 +36,10 @@ namespace minidl {
 class Communicator;  // distributed/communicator.h
 class Profiler;
 
-// A trainer owns its run's context (core/run_context.h): the config's compute switches, seed and
-// dropout seed. Every call below that builds or runs anything makes it current for its duration,
-// so trainers alive at once, used in turn, each compute as if alone.
+// A trainer owns its run's context (core/run_context.h): the config's compute switches and init
+// seed; and its model's dropout state (the config's seed, the step), which the model's modules hold. Every call below
+// that builds or runs anything makes it current for its duration, so trainers alive at once, used in turn, each compute
+// as if alone.
 class Trainer {
  public:
   // Where the model's first weights come from: the config (the seed, the "init" rules, then
@@ -146,6 +148,8 @@ class Trainer {
  private:
   TrainConfig config_;
   RunContext context_;
+  // The seed and step of the model's dropout draws, handed to its modules once at build.
+  std::shared_ptr<DropoutState> dropout_state_;
   Device device_;
   DataOptions data_options_;
   std::shared_ptr<Module> model_;
