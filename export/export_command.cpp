@@ -155,8 +155,7 @@ int export_command(const ExportOptions& options) {
   const Device device = setup_compute(config);
 
   set_init_seed(config.seed);
-  std::shared_ptr<Module> model = build_sequential(config.model.at("layers"), "model.layers", device);
-  model->assign_paths();
+  std::shared_ptr<Module> model = build_model(config, device);
   if (!weights.empty()) model->load_state_dict(trained.tensors);
   model->to(device);
 

@@ -113,7 +113,7 @@ void require_same_bits(const RunBits& a, const RunBits& b) {
 }
 
 bool same_settings(const ComputeSettings& a, const ComputeSettings& b) {
-  return a.deterministic == b.deterministic && a.allow_tf32 == b.allow_tf32 && a.norm_single_read == b.norm_single_read;
+  return a.deterministic == b.deterministic && a.allow_tf32 == b.allow_tf32;
 }
 
 }  // namespace
@@ -121,21 +121,21 @@ bool same_settings(const ComputeSettings& a, const ComputeSettings& b) {
 TEST_CASE("run context: a scope makes its context current and restores the previous one", "[settings][context]") {
   const ComputeSettings outer = compute_settings();
   RunContext a, b;
-  a.compute = {false, false, false};
-  b.compute = {true, false, true};
+  a.compute = {false, false};
+  b.compute = {true, false};
   {
     const RunContextScope in_a(a);
     REQUIRE(&current_run_context() == &a);
     REQUIRE(same_settings(compute_settings(), a.compute));
     {
       const RunContextScope in_b(b);
-      set_compute_settings({false, true, false});  // b's, not a's
+      set_compute_settings({false, true});  // b's, not a's
       REQUIRE(&current_run_context() == &b);
     }
     REQUIRE(&current_run_context() == &a);
-    REQUIRE(same_settings(compute_settings(), {false, false, false}));
+    REQUIRE(same_settings(compute_settings(), {false, false}));
   }
-  REQUIRE(same_settings(b.compute, {false, true, false}));
+  REQUIRE(same_settings(b.compute, {false, true}));
   REQUIRE(same_settings(compute_settings(), outer));
 }
 
@@ -212,8 +212,8 @@ TEST_CASE("run context: two trainers stepped in turn each give the bits of runni
   const RunBits b_bits = b.finish();
   require_same_bits(a_bits, first_alone);
   require_same_bits(b_bits, second_alone);
-  CHECK(same_settings(a.trainer().run_context().compute, {true, true, true}));
-  CHECK(same_settings(b.trainer().run_context().compute, {false, false, false}));
+  CHECK(same_settings(a.trainer().run_context().compute, {true, true}));
+  CHECK(same_settings(b.trainer().run_context().compute, {false, false}));
 }
 
 TEST_CASE("run context: two trainers on two threads at once each give the bits of running alone",
@@ -283,8 +283,7 @@ TEST_CASE("run context: a trainer leaves the caller's settings as they were", "[
   const int64_t outer_step = dropout_step();
   {
     // Every switch the opposite of the caller's, and a seed the caller does not have.
-    SteppedRun run(tiny_config(outer_dropout_seed + 7, !outer.deterministic, !outer.allow_tf32,
-                               !outer.norm_single_read, 0.25));
+    SteppedRun run(tiny_config(outer_dropout_seed + 7, !outer.deterministic, !outer.allow_tf32, false, 0.25));
     REQUIRE(same_settings(compute_settings(), outer));
     run.step();
     run.step();

@@ -24,6 +24,7 @@
 #include "distributed/communicator.h"
 #include "layers/containers/sequential.h"
 #include "layers/loss/loss.h"
+#include "layers/norm/norm_path.h"
 #include "layers/registry.h"
 #include "layers/regularization/dropout.h"
 #include "optim/named_params.h"
@@ -71,7 +72,7 @@ DType batch_dtype(const Module& model, DType activation) {
 // The context a run computes in: the config's switches and init seed.
 RunContext run_context_for(const TrainConfig& config) {
   RunContext context;
-  context.compute = {config.deterministic, config.allow_tf32, config.norm_single_read};
+  context.compute = {config.deterministic, config.allow_tf32};
   context.init_seed = config.seed;
   return context;
 }
@@ -79,7 +80,7 @@ RunContext run_context_for(const TrainConfig& config) {
 }  // namespace
 
 Device setup_compute(TrainConfig& config) {
-  set_compute_settings({config.deterministic, config.allow_tf32, config.norm_single_read});
+  set_compute_settings({config.deterministic, config.allow_tf32});
   const Device device = parse_device(config.device);
   config = resolve_for_device(config, device);
   return device;
@@ -93,6 +94,13 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   if (!device.empty()) c.device = device;
   if (!output_dir.empty()) c.output_dir = output_dir;
   return c;
+}
+
+std::shared_ptr<Module> build_model(const TrainConfig& config, Device device) {
+  std::shared_ptr<Module> model = build_sequential(config.model.at("layers"), "model.layers", device);
+  model->assign_paths();
+  if (!config.norm_single_read) set_norm_single_read(*model, false);
+  return model;
 }
 
 PreparedConfig prepare_config(const std::string& path, const std::vector<std::string>& overrides,
@@ -150,8 +158,7 @@ Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Da
     grad_scaler_ = std::make_unique<GradScaler>(GradScalerOptions::from_json(config.grad_scaler, "grad_scaler"), device);
   }
   set_cuda_graphs(config.cuda_graph);
-  model_ = build_sequential(config.model.at("layers"), "model.layers", device_);
-  model_->assign_paths();
+  model_ = build_model(config, device_);
   set_dropout_state(*model_, dropout_state_);
   model_->to(device_);
 

@@ -217,6 +217,10 @@ class Trainer {
 // error when neither is set).
 std::string data_dir_for(const DataOptions& data);
 
+// The config's model (model.layers) built on `device`, its module paths assigned, and the config's
+// "norm_single_read": false set on every normalization layer (layers/norm/norm_path.h).
+std::shared_ptr<Module> build_model(const TrainConfig& config, Device device);
+
 // Loads the training and test sets a config names (data.format, data.dir or CIFAR10_DIR, data.train_limit).
 std::pair<Dataset, Dataset> load_datasets(const TrainConfig& config);
 

@@ -2,6 +2,7 @@
 
 #include "core/allocator.h"
 #include "core/error.h"
+#include "layers/module_visit.h"
 
 namespace minidl {
 
@@ -52,13 +53,7 @@ void set_dropout_step(int64_t step, Device device, int slot) { default_dropout_s
 int64_t dropout_step() { return default_dropout_state()->step(); }
 
 int64_t set_dropout_state(Module& model, const std::shared_ptr<DropoutState>& state) {
-  int64_t handed = 0;
-  for (auto& [name, m] : model.named_modules())
-    if (auto* d = dynamic_cast<DrawsDropout*>(m)) {
-      d->set_dropout_state(state);
-      ++handed;
-    }
-  return handed;
+  return for_each_module_of<DrawsDropout>(model, [&](DrawsDropout& d) { d.set_dropout_state(state); });
 }
 
 }  // namespace minidl
