@@ -127,6 +127,16 @@ __device__ __forceinline__ bool block_fully_visible(int q0, int k0, int T, bool 
   return k0 + kBlockTokens <= T && q0 + kBlockTokens <= T && (!causal || k0 + kBlockTokens <= q0);
 }
 
+// f(std::false_type) where every query of the block pair sees every key (no per-element mask),
+// f(std::true_type) where the mask or the sequence's end cuts it: the two compiled bodies.
+template <class F>
+__device__ __forceinline__ void with_mask(int q0, int k0, int T, bool causal, F&& f) {
+  if (block_fully_visible(q0, k0, T, causal))
+    f(std::false_type{});
+  else
+    f(std::true_type{});
+}
+
 // One key block of the forward's online softmax for the warp's 16 rows: scores masked (kMasked)
 // and scaled, the max and sum updated with the rescaling 2^(m_old - m_new), and P (rounded to the
 // storage type) times V added to the output.
@@ -205,10 +215,10 @@ __global__ void __launch_bounds__(kThreads)
                      const int k0 = i * kBlockTokens;
                      float s[8][4];
                      scores<E, HD>(s, q, kv[buf][0], r0, T - k0);
-                     if (block_fully_visible(q0, k0, T, causal))
-                       online_softmax_step<false, E, HD>(s, m, l, o, kv[buf][1], scale2, row0, k0, T, causal);
-                     else
-                       online_softmax_step<true, E, HD>(s, m, l, o, kv[buf][1], scale2, row0, k0, T, causal);
+                     with_mask(q0, k0, T, causal, [&](auto masked) {
+                       online_softmax_step<decltype(masked)::value, E, HD>(s, m, l, o, kv[buf][1], scale2, row0, k0, T,
+                                                                           causal);
+                     });
                    });
   const float inv[2] = {1.f / l[0], 1.f / l[1]};
 #pragma unroll
@@ -290,10 +300,7 @@ __global__ void __launch_bounds__(kThreads)
                 [&](int nt, int e) { return lse_s[tile_col(0, nt, e)] * kLog2e; },
                 [&](int nt, int e) { return delta_s[tile_col(0, nt, e)]; });
           };
-          if (block_fully_visible(q0, k0, T, causal))
-            grads(std::false_type{});
-          else
-            grads(std::true_type{});
+          with_mask(q0, k0, T, causal, grads);
           add_times_tokens<E, HD>(
               dv, [&](int kb, uint32_t(&a)[4]) { accumulator_as_a<E>(a, p, kb); }, dO, T - q0);
           add_times_tokens<E, HD>(
@@ -338,10 +345,7 @@ __global__ void __launch_bounds__(kThreads)
                              [&](int, int e) { return row_lse[e >> 1]; },
                              [&](int, int e) { return row_delta[e >> 1]; });
                        };
-                       if (block_fully_visible(q0, k0, T, causal))
-                         grads(std::false_type{});
-                       else
-                         grads(std::true_type{});
+                       with_mask(q0, k0, T, causal, grads);
                        add_times_tokens<E, HD>(
                            dq, [&](int kb, uint32_t(&a)[4]) { accumulator_as_a<E>(a, ds, kb); }, k, T - k0);
                      });
