@@ -21,19 +21,21 @@
 #   5. with --text DIR (token files of a real text, as scripts/corpus-kjv.sh and
 #      scripts/tokenize.sh make): minidl trains 3 epochs of DIR, then the PyTorch twin
 #      (scripts/torch/train_tokens.py) trains as many steps on the same files; their val.bin losses
-#      and ratio (the target: within 1%).
+#      and ratio (the target: within 1%); with --tokenizer DIR (GPT-2's encoder.json and vocab.bpe),
+#      `minidl generate` then continues a prompt with the trained run.
 # --no-tests leaves out stage 1 (a run that has just passed the [cuda] tests).
 # Exits non-zero if a stage fails.
 set -euo pipefail
-usage="usage: gpt2.sh BIN_DIR OUT_DIR [--llmc BIN] [--text DIR] [--no-tests]"
+usage="usage: gpt2.sh BIN_DIR OUT_DIR [--llmc BIN] [--text DIR [--tokenizer DIR]] [--no-tests]"
 bin=${1:?$usage}
 out_dir=${2:?$usage}
 shift 2
-llmc="" text="" tests=1
+llmc="" text="" tokenizer="" tests=1
 while [ $# -gt 0 ]; do
   case $1 in
     --llmc) llmc=${2:?$usage}; shift 2 ;;
     --text) text=$(cd "${2:?$usage}" && pwd); shift 2 ;;
+    --tokenizer) tokenizer=$(cd "${2:?$usage}" && pwd); shift 2 ;;
     --no-tests) tests=0; shift ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
@@ -105,5 +107,9 @@ ratio = ours["test_loss"] / twin["val_loss"]
 print(f"val.bin loss after {ours['steps']} steps: minidl {ours['test_loss']:.4f}, PyTorch {twin['val_loss']:.4f}; "
       f"minidl / PyTorch {ratio:.4f} (target within 1%: {'met' if abs(ratio - 1) <= 0.01 else 'missed'})")
 PY
+  if [ -n "$tokenizer" ]; then
+    run timeout 120 "$bin/minidl" generate --run "$out/text_run" --tokenizer "$tokenizer" --prompt "And God said" \
+      --max-new-tokens 60 --temperature 0.8 --top-k 40 --seed 1 2>&1 | tee "$out/text_generate.log" || true
+  fi
 fi
 gpu_finish gpt2
