@@ -1,5 +1,5 @@
 // The subcommands of `minidl`, one file each: each adds its options to the one CLI11 parser and
-// returns what runs when the user chose it. The library does the work (train/run.h, export/,
+// returns what runs when the user chose it. The library does the work (train/run.h, profiling/, export/,
 // bench/); these files only turn arguments into its calls.
 #pragma once
 #include <CLI/CLI.hpp>

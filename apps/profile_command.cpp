@@ -1,4 +1,4 @@
-// `minidl profile`: warm-up and measured steps under the profiler (train/step_profiler.h) on a
+// `minidl profile`: warm-up and measured steps under the profiler (profiling/step_profiler.h) on a
 // run without a folder; on a GPU then as many steps replayed as CUDA graphs, timed the same way.
 #include <chrono>
 #include <filesystem>
@@ -6,11 +6,11 @@
 
 #include "apps/commands.h"
 #include "core/error.h"
-#include "train/profile_compare.h"
+#include "profiling/profile_compare.h"
+#include "profiling/step_profiler.h"
 #include "train/run.h"
 #include "train/run_folder.h"
 #include "train/run_log.h"
-#include "train/step_profiler.h"
 
 namespace minidl {
 
@@ -51,7 +51,7 @@ int profile_command(const ProfileOptions& options) {
   log.line(str("minidl profile: ", device.str(), ", ", options.warmup, " warm-up steps, ", options.steps,
                " measured steps, then ", options.steps, " unprofiled steps for the wall time",
                device.is_cuda() ? str(" and ", options.steps, " graphed ones") : std::string()));
-  StepProfiler sp(device, options.warmup, options.steps);
+  StepProfiler sp(trainer.model(), device, options.warmup, options.steps);
   trainer.set_cuda_graphs(false);
   while (!sp.done()) {
     sp.before_step();

@@ -2,12 +2,14 @@
 #include <memory>
 
 #include "apps/commands.h"
+#include "profiling/step_profiler.h"
 #include "train/run.h"
 
 namespace minidl {
 
 Command add_train_command(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
+  o->profiler = step_profiler_factory();
   CLI::App* cmd = app.add_subcommand("train", "train a config (or resume a run)");
   add_config_options(cmd, o->config_path, o->overrides, o->device);
   cmd->add_option("--output", o->output_dir, "run folder (default: the config's output.dir)");

@@ -9,7 +9,8 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(MINIDL_LIBRARIES minidl_core minidl_layers minidl_optim minidl_data minidl_distributed minidl_train minidl_export)
+set(MINIDL_LIBRARIES minidl_core minidl_layers minidl_optim minidl_data minidl_distributed minidl_train minidl_profiling
+                     minidl_export)
 # minidl::minidl: everything a training program needs, in one name (the executable is `minidl`,
 # so the target is minidl_library under the exported name minidl).
 add_library(minidl_library INTERFACE)
@@ -21,7 +22,7 @@ install(TARGETS ${MINIDL_LIBRARIES} minidl_library EXPORT minidlTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/minidl)
 install(TARGETS minidl RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-foreach(folder core layers optim data distributed train export)
+foreach(folder core layers optim data distributed train profiling export)
   # Plain C++ headers only: the .cuh files are the CUDA kernels' own.
   install(DIRECTORY ${CMAKE_SOURCE_DIR}/${folder} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/minidl
     FILES_MATCHING PATTERN "*.h")

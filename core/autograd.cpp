@@ -11,7 +11,7 @@ namespace minidl::autograd {
 namespace {
 thread_local bool g_grad_enabled = true;
 thread_local ModuleTag g_current_module;
-BackwardObserver* g_observer = nullptr;
+thread_local BackwardObserver* g_observer = nullptr;
 thread_local LeafGradHook g_leaf_hook;
 
 // Sums g into a pending gradient of an inner node. The first gradient is taken as is (no copy);
@@ -168,7 +168,10 @@ void backward(const Tensor& root, const Tensor& grad) {
   }
 }
 
-void set_backward_observer(BackwardObserver* observer) { g_observer = observer; }
+BackwardObserverScope::BackwardObserverScope(BackwardObserver* observer) : previous_(g_observer) {
+  g_observer = observer;
+}
+BackwardObserverScope::~BackwardObserverScope() { g_observer = previous_; }
 ModuleTag current_module() { return g_current_module; }
 void set_current_module(ModuleTag module) { g_current_module = module; }
 

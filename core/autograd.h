@@ -56,13 +56,25 @@ void record(Tensor& out, const char* name, std::vector<Tensor> inputs, BackwardF
 // Backpropagates `grad` (same shape as root) from root; Tensor::backward() is this with ones.
 void backward(const Tensor& root, const Tensor& grad);
 
-// Hooks the profiler uses to see each node run in backward (null when not profiling).
+// Hooks a profiler uses to see each node run in backward.
 struct BackwardObserver {
   virtual ~BackwardObserver() = default;
   virtual void before_node(const Node& node) = 0;
   virtual void after_node(const Node& node) = 0;
 };
-void set_backward_observer(BackwardObserver* observer);
+// Gives `observer` the nodes of every backward() this thread runs in the scope's lifetime (null:
+// none); the observer of the enclosing scope comes back at its end. Another thread's backward
+// passes are not seen.
+class BackwardObserverScope {
+ public:
+  explicit BackwardObserverScope(BackwardObserver* observer);
+  ~BackwardObserverScope();
+  BackwardObserverScope(const BackwardObserverScope&) = delete;
+  BackwardObserverScope& operator=(const BackwardObserverScope&) = delete;
+
+ private:
+  BackwardObserver* previous_;
+};
 
 // Told, during backward(), of each leaf whose gradient is complete: every node that feeds it has
 // run (or got no gradient), in the order that happens, which is the same in every process that

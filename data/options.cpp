@@ -194,7 +194,6 @@ Field<DataOptions> val_seed_field() {
 
 }  // namespace
 
-
 const Fields<AugmentOptions>& AugmentOptions::fields() {
   using A = AugmentOptions;
   static const Fields<A> f{
@@ -226,8 +225,7 @@ AugmentOptions AugmentOptions::from_json(const nlohmann::json& j, const std::str
 void AugmentOptions::validate(const std::string& path) const {
   MINIDL_CHECK(crop_padding >= 0 && crop_padding <= 1023, path, ".crop_padding: expected 0..1023 pixels, got ",
                crop_padding);
-  MINIDL_CHECK(cutout >= 0 && cutout <= 4096, path, ".cutout: expected a square side of 0..4096 pixels, got ",
-               cutout);
+  MINIDL_CHECK(cutout >= 0 && cutout <= 4096, path, ".cutout: expected a square side of 0..4096 pixels, got ", cutout);
   // A contrast of 1 or more could flip an image's sign; a brightness past 100 standard deviations
   // is no jitter.
   MINIDL_CHECK(std::isfinite(brightness) && brightness >= 0 && brightness <= 100, path,
@@ -238,7 +236,8 @@ void AugmentOptions::validate(const std::string& path) const {
   MINIDL_CHECK(crop_padding == 0, path, ".random_resized_crop replaces the padded crop: set crop_padding to 0 (got ",
                crop_padding, ")");
   MINIDL_CHECK(crop_scale[0] > 0 && crop_scale[0] <= crop_scale[1] && crop_scale[1] <= 1, path,
-               ".random_resized_crop.scale: expected 0 < min <= max <= 1, got [", crop_scale[0], ", ", crop_scale[1], "]");
+               ".random_resized_crop.scale: expected 0 < min <= max <= 1, got [", crop_scale[0], ", ", crop_scale[1],
+               "]");
   MINIDL_CHECK(crop_ratio[0] >= 1.0 / 1000 && crop_ratio[0] <= crop_ratio[1] && crop_ratio[1] <= 1000, path,
                ".random_resized_crop.ratio: expected 0.001 <= min <= max <= 1000, got [", crop_ratio[0], ", ",
                crop_ratio[1], "]");
@@ -249,8 +248,8 @@ void AugmentOptions::validate_for_size(const std::string& path, int64_t height, 
   MINIDL_CHECK(padding_mode != PaddingMode::Reflect || resized_crop || (crop_padding < height && crop_padding < width),
                path, ".crop_padding: reflect padding of ", crop_padding,
                " pixels needs images larger than that; these are ", height, "x", width);
-  MINIDL_CHECK(cutout <= height && cutout <= width, path, ".cutout: a square of ", cutout,
-               " pixels does not fit the ", height, "x", width, " images");
+  MINIDL_CHECK(cutout <= height && cutout <= width, path, ".cutout: a square of ", cutout, " pixels does not fit the ",
+               height, "x", width, " images");
 }
 
 const Fields<DataOptions>& DataOptions::fields() {
@@ -329,8 +328,19 @@ DataOptions DataOptions::from_json(const nlohmann::json& j, const std::string& p
   return read_struct(fields(), args);
 }
 
-kernels::AugmentParams augment_params(const Normalization& normalize, const AugmentOptions* augment,
-                                      uint64_t seed, int64_t epoch) {
+int64_t DataOptions::outputs_per_sample() const {
+  switch (format) {
+    case DataFormat::Tokens:
+      return seq_len;
+    case DataFormat::Volumes:
+      return volumes.size * volumes.size * volumes.size;
+    default:
+      return 1;
+  }
+}
+
+kernels::AugmentParams augment_params(const Normalization& normalize, const AugmentOptions* augment, uint64_t seed,
+                                      int64_t epoch) {
   MINIDL_CHECK(epoch >= 0 && epoch < (int64_t{1} << 32), "data: epoch ", epoch, " out of range");
   kernels::AugmentParams p;
   p.seed = seed;

@@ -138,11 +138,14 @@ struct DataOptions {
   // for theirs, so a CIFAR-10 run's config.json reads as it always has.
   static const Fields<DataOptions>& fields();
   static DataOptions from_json(const nlohmann::json& j, const std::string& path);
+  // What a sample's correct predictions count: 1 (an image), seq_len (a token window) or size^3
+  // (a volume's voxels).
+  int64_t outputs_per_sample() const;
   nlohmann::json to_json() const { return write_fields(fields(), *this); }
 };
 
 // The kernel parameters for one epoch (augment = nullptr: normalization only).
-kernels::AugmentParams augment_params(const Normalization& normalize, const AugmentOptions* augment,
-                                      uint64_t seed, int64_t epoch);
+kernels::AugmentParams augment_params(const Normalization& normalize, const AugmentOptions* augment, uint64_t seed,
+                                      int64_t epoch);
 
 }  // namespace minidl

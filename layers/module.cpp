@@ -10,8 +10,6 @@
 namespace minidl {
 
 namespace {
-ForwardObserver* g_forward_observer = nullptr;
-
 // The modules alive by id, and the ids free for the next module (those of destroyed ones). A
 // process that builds many models (the benchmark's runs, the tests) keeps it the size of the
 // modules alive at once. Runs on several threads build and destroy modules at once: the mutex.
@@ -88,12 +86,15 @@ size_t module_table_size() {
   return t.slots.size();
 }
 
-void set_forward_observer(ForwardObserver* observer) { g_forward_observer = observer; }
+void Module::set_observer(ForwardObserver* observer) {
+  observer_ = observer;
+  for (auto& [name, child] : children_) child->set_observer(observer);
+}
 
 Tensor Module::operator()(const Tensor& x) {
   const autograd::ModuleTag outer = autograd::current_module();
   autograd::set_current_module({id_, generation_});
-  if (g_forward_observer) g_forward_observer->enter(*this);
+  if (observer_) observer_->enter(*this);
   Tensor y;
   try {
     y = forward(x);
@@ -109,7 +110,7 @@ Tensor Module::operator()(const Tensor& x) {
     autograd::set_current_module(outer);
     throw;
   }
-  if (g_forward_observer) g_forward_observer->exit(*this, x, y);
+  if (observer_) observer_->exit(*this, x, y);
   autograd::set_current_module(outer);
   return y;
 }

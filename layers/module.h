@@ -18,6 +18,7 @@
 namespace minidl {
 
 struct LayerDescriptor;
+struct ForwardObserver;
 
 class Module {
  public:
@@ -27,7 +28,7 @@ class Module {
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
-  // Runs forward() with the module's id set for autograd tagging and profiler hooks around it.
+  // Runs forward() with the module's id set for autograd tagging and its observer's hooks around it.
   Tensor operator()(const Tensor& x);
   virtual Tensor forward(const Tensor& x) = 0;
 
@@ -74,6 +75,11 @@ class Module {
   const std::string& path() const { return path_; }
   void assign_paths(const std::string& prefix = "");
 
+  // Hooks around every forward of this module and its descendants (null: none, the default). Each
+  // module holds its own pointer, so a profiler sees the model it was given and no other.
+  void set_observer(ForwardObserver* observer);
+  ForwardObserver* observer() const { return observer_; }
+
  protected:
   Module();
   // Registers a member tensor; the module keeps a pointer to it so to() can replace it.
@@ -92,16 +98,16 @@ class Module {
   int id_;
   uint32_t generation_;
   std::string path_;
+  ForwardObserver* observer_ = nullptr;
 };
 
-// Hooks the profiler installs to see every module's forward (null when not profiling).
+// Hooks a profiler sets on a model (Module::set_observer) to see each of its modules' forwards.
 struct ForwardObserver {
   virtual ~ForwardObserver() = default;
   virtual void enter(const Module& m) = 0;
   // After a forward that returned: its input and output, for Module::work().
   virtual void exit(const Module& m, const Tensor& input, const Tensor& output) = 0;
 };
-void set_forward_observer(ForwardObserver* observer);
 
 // Module ids are process-wide; this finds the module alive under `id` (null when none) for a
 // profiler row.

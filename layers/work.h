@@ -1,5 +1,5 @@
 // The work of one layer call, from its shapes: what the profiler divides its times by to give
-// achieved TFLOP/s and GB/s and to place each layer on the roofline (train/profile_report.h).
+// achieved TFLOP/s and GB/s and to place each layer on the roofline (profiling/profile_report.h).
 //
 // Conventions (docs/profiling.md): a multiply-add counts 2 FLOPs, a comparison, an exp or an erf
 // 1; bytes are the minimum a perfect implementation moves: every distinct tensor the pass needs

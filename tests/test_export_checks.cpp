@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "core/safetensors.h"
-#include "export/export_command.h"
+#include "apps/export_command.h"
 #include "test_util.h"
 #include "train/run.h"
 

@@ -13,7 +13,7 @@
 #include "core/allocator.h"
 #include "core/error.h"
 #include "core/init.h"
-#include "export/export_command.h"
+#include "apps/export_command.h"
 #include "layers/model_memory.h"
 #include "layers/registry.h"
 #include "test_util.h"

@@ -12,9 +12,9 @@
 #include "optim/optimizer.h"
 #include "test_util.h"
 #include "train/device_limits.h"
-#include "train/profile_compare.h"
-#include "train/profile_report.h"
-#include "train/profiler.h"
+#include "profiling/profile_compare.h"
+#include "profiling/profile_report.h"
+#include "profiling/profiler.h"
 #include "train/step_work.h"
 
 using namespace minidl;
@@ -161,7 +161,7 @@ TEST_CASE("work: a whole ResNet-9 forward against the hand count", "[profiler][w
   std::shared_ptr<Module> net = build_sequential(config.at("model").at("layers"), "model.layers");
   net->assign_paths();
   Profiler p(Device::cpu());
-  p.install();
+  p.install(*net);
   p.begin_step();
   Tensor y = (*net)(test::random_tensor({2, 3, 32, 32}, 5));
   p.end_step();
@@ -187,7 +187,8 @@ TEST_CASE("work: the profiler's roofline columns, memory and counter track on th
   auto opaque = std::make_shared<Opaque>();
   opaque->assign_paths("tail");
   Profiler p(Device::cpu());
-  p.install();
+  p.install(*net);
+  opaque->set_observer(&p);  // a second root in the step, observed by the same profiler
   // A peak reached before the profiled steps survives them (the epoch's peak memory reads it).
   reset_peak_host_memory();
   { Tensor big = Tensor::empty({1 << 20}, DType::Float32, Device::cpu()); }
@@ -198,12 +199,13 @@ TEST_CASE("work: the profiler's roofline columns, memory and counter track on th
     Tensor logits = (*opaque)((*net)(x));
     Tensor labels = Tensor::from_vector(std::vector<int32_t>{0, 1, 2, 0}, {4});
     {
-      ProfileSection s = p.section("loss");
+      StepSection s = p.section("loss");
       p.add_work(cross_entropy_work(logits, labels));
     }
     p.end_step();
   }
   p.uninstall();
+  opaque->set_observer(nullptr);
   REQUIRE(host_memory_stats().peak_bytes >= peak_before);
   ProfileReport r = p.report();
   DeviceLimits limits;

@@ -11,10 +11,10 @@
 #include <memory>
 #include <thread>
 
-#include "train/profile_report.h"
+#include "profiling/profile_report.h"
 #include "core/autograd.h"
 #include "core/error.h"
-#include "train/profiler.h"
+#include "profiling/profiler.h"
 #include "core/tensor_ops.h"
 #include "layers/loss/loss.h"
 #include "layers/registry.h"
@@ -241,7 +241,7 @@ TEST_CASE("profiler: exclusive time, node attribution and sections", "[profiler]
   x.set_requires_grad(true);
 
   Profiler p(Device::cpu());
-  p.install();
+  p.install(*outer);
   for (int step = 0; step < 3; ++step) {
     p.begin_step(step > 0);  // the first is warm-up
     {
@@ -251,7 +251,7 @@ TEST_CASE("profiler: exclusive time, node attribution and sections", "[profiler]
     Tensor y = (*outer)(x);
     Tensor loss;
     {
-      auto s = profile_section("loss");  // the installed profiler's, as the trainer would
+      StepSection s(&p, "loss");  // as the trainer opens its sections
       loss = mul(y, 2.f);
     }
     autograd::backward(loss, Tensor::full({4}, 1.f));
@@ -321,12 +321,13 @@ TEST_CASE("profiler: a node that outlives its module is not counted to the modul
   Tensor x = test::random_tensor({4}, 1);
   x.set_requires_grad(true);
   Profiler p(Device::cpu());
-  p.install();
+  p.install(*first);
   p.begin_step();
   Tensor y = (*first)(x);
   first.reset();
   auto second = std::make_shared<SleepModule>(0, 2, 0);
   REQUIRE(second->id() == id);
+  second->set_observer(&p);  // observed as the installed model was
   (*second)(x);
   autograd::backward(y, Tensor::full({4}, 1.f));
   p.end_step();
@@ -345,7 +346,7 @@ TEST_CASE("profiler: a node that outlives its module is not counted to the modul
 TEST_CASE("profiler: tiny net on the CPU, table, JSON and trace files", "[profiler]") {
   std::shared_ptr<Module> net = tiny_net();
   Profiler p(Device::cpu());
-  p.install();
+  p.install(*net);
   train_step(p, *net, Device::cpu(), 5, 7, 11, /*measure=*/false);
   REQUIRE(p.measured_steps() == 0);
   for (int step = 0; step < 2; ++step) train_step(p, *net, Device::cpu(), 5, 7, 12 + step);
@@ -398,19 +399,25 @@ TEST_CASE("profiler: tiny net on the CPU, table, JSON and trace files", "[profil
 }
 
 TEST_CASE("profiler: lifecycle and misuse", "[profiler]") {
+  auto m = std::make_shared<SleepModule>(0, 0, 0);
+  m->assign_paths();
   Profiler p(Device::cpu());
   REQUIRE_THROWS_WITH(p.begin_step(), Catch::Contains("install()"));
   REQUIRE_THROWS_WITH(p.report(), Catch::Contains("no measured steps"));
-  p.install();
+  p.install(*m);
   {
     Profiler q(Device::cpu());
-    REQUIRE_THROWS_WITH(q.install(), Catch::Contains("another profiler"));
+    REQUIRE_THROWS_WITH(q.install(*m), Catch::Contains("observed already"));
   }
   REQUIRE(p.installed());  // q's destructor left p's hooks alone
+  REQUIRE(m->observer() == &p);
+  {
+    auto other = std::make_shared<SleepModule>(0, 0, 0);
+    REQUIRE_THROWS_WITH(p.install(*other), Catch::Contains("installed on another model"));
+    REQUIRE(other->observer() == nullptr);
+  }
 
   // Hooks and sections outside a step are ignored.
-  auto m = std::make_shared<SleepModule>(0, 0, 0);
-  m->assign_paths();
   Tensor x = test::random_tensor({2}, 3);
   (*m)(x);
   { auto s = p.section("outside"); }
@@ -439,10 +446,11 @@ TEST_CASE("profiler: lifecycle and misuse", "[profiler]") {
   p.discard();
   REQUIRE(p.measured_steps() == 0);
   p.uninstall();
+  REQUIRE(m->observer() == nullptr);
 
-  // With nothing installed, profile_section is a no-op.
+  // A section of no observer is a no-op.
   {
-    auto s = profile_section("nobody");
+    StepSection s(nullptr, "nobody");
     REQUIRE(autograd::current_module().id == -1);
   }
 }
@@ -453,7 +461,7 @@ TEST_CASE("profiler: tiny net on CUDA, GPU rows add up to the evented step", "[c
   std::shared_ptr<Module> net = tiny_net();
   net->to(Device::cuda());
   Profiler p(Device::cuda());
-  p.install();
+  p.install(*net);
   // Batch and size big enough that a step is well over the events' ~1 us resolution.
   const int64_t batch = 129, hw = 31;
   for (int step = 0; step < 2; ++step) train_step(p, *net, Device::cuda(), batch, hw, 20 + step, false);

@@ -169,11 +169,17 @@ std::map<std::string, std::string> snapshot(const std::string& dir) {
   return files;
 }
 
+// Trains as run_training does, with `observer` on the run's model.
+int run_observed(const RunOptions& options, ForwardObserver& observer) {
+  Run run(options);
+  run.trainer().model().set_observer(&observer);
+  return run.execute().exit_code;
+}
+
 // Sends `sig` to this process as the `at`-th training step's forward starts (counting the root
 // module's forwards in training mode, so evaluation passes do not count).
 struct SignalAtStep : ForwardObserver {
-  SignalAtStep(int sig, int at) : sig_(sig), at_(at) { set_forward_observer(this); }
-  ~SignalAtStep() override { set_forward_observer(nullptr); }
+  SignalAtStep(int sig, int at) : sig_(sig), at_(at) {}
   void enter(const Module& m) override {
     if (m.path().empty() && m.is_training() && ++seen_ == at_) ::raise(sig_);
   }
@@ -332,7 +338,7 @@ TEST_CASE("signals: SIGINT/SIGTERM checkpoint at a step boundary and the resumed
   REQUIRE(run_training(options_for(config, a)) == 0);
   {
     SignalAtStep at(SIGINT, 5);  // during step 4 (0-based): stops after 5 steps, mid-epoch 1
-    REQUIRE(run_training(options_for(config, b)) == 130);
+    REQUIRE(run_observed(options_for(config, b), at) == 130);
   }
   CheckpointInfo info = read_checkpoint_info(b + "/checkpoint.safetensors");
   REQUIRE(info.epoch == 0);
@@ -341,7 +347,7 @@ TEST_CASE("signals: SIGINT/SIGTERM checkpoint at a step boundary and the resumed
   REQUIRE_THAT(slurp(b + "/log.txt"), Catch::Contains("stopped by SIGINT after step 5 (epoch 1, step 5 of 8)"));
   {
     SignalAtStep at(SIGTERM, 6);  // steps 5..10: stops after step 11, mid-epoch 2
-    REQUIRE(run_training(resume_of(b)) == 143);
+    REQUIRE(run_observed(resume_of(b), at) == 143);
   }
   REQUIRE(read_checkpoint_info(b + "/checkpoint.safetensors").step == 11);
   REQUIRE(run_training(resume_of(b)) == 0);
@@ -407,8 +413,7 @@ namespace {
 
 // Calls `action` as the `at`-th training step's forward starts (as SignalAtStep counts).
 struct AtStep : ForwardObserver {
-  AtStep(int at, std::function<void()> action) : at_(at), action_(std::move(action)) { set_forward_observer(this); }
-  ~AtStep() override { set_forward_observer(nullptr); }
+  AtStep(int at, std::function<void()> action) : at_(at), action_(std::move(action)) {}
   void enter(const Module& m) override {
     if (m.path().empty() && m.is_training() && ++seen_ == at_) action_();
   }
@@ -443,7 +448,7 @@ TEST_CASE("checkpoints by cadence: a stopped run leaves complete ones, kept in o
   REQUIRE(std::abs(trained - 16 * 64) < 1e-6 * 16 * 64);
   {
     SignalAtStep at(SIGINT, 5);  // checkpoints at steps 2 and 4 by cadence, then the stop's at 5
-    REQUIRE(run_training(ob) == 130);
+    REQUIRE(run_observed(ob, at) == 130);
   }
   REQUIRE_THAT(slurp(b + "/log.txt"), Catch::Contains("wrote " + b + "/checkpoint.safetensors at step 5"));
   REQUIRE(checkpoint_files(b) == std::set<std::string>{"checkpoint.safetensors", "checkpoint.step-2.safetensors",
@@ -475,8 +480,8 @@ TEST_CASE("checkpoints by cadence: a failed background write ends the run with a
     // it, whoever runs the test. The write of step 2's fails in the background and ends the run
     // at the next checkpoint.
     AtStep at(1, [&] { fs::create_directories(ckpt + "/in_the_way"); });
-    REQUIRE_THROWS_WITH(run_training(o), Catch::Contains("cannot write safetensors file '" + ckpt + "'") &&
-                                             Catch::Contains("Is a directory"));
+    REQUIRE_THROWS_WITH(run_observed(o, at), Catch::Contains("cannot write safetensors file '" + ckpt + "'") &&
+                                                 Catch::Contains("Is a directory"));
   }
   REQUIRE_THAT(slurp(run + "/log.txt"), Catch::Contains("error: cannot write safetensors file '" + ckpt + "'"));
   REQUIRE_FALSE(fs::exists(run + "/summary.json"));

@@ -12,8 +12,9 @@
 
 #include "core/error.h"
 #include "core/json_limits.h"
-#include "train/config.h"
 #include "core/safetensors.h"
+#include "data/options.h"
+#include "train/config.h"
 
 namespace minidl {
 
@@ -50,15 +51,13 @@ std::string metadata_crc32(const std::map<std::string, std::string>& metadata) {
 }
 
 // A whole decimal integer in [lo, hi]: "1xyz", "", "+-3" and values past int64 are errors.
-int64_t metadata_int(const std::string& text, const std::string& key, int64_t lo, int64_t hi,
-                     const std::string& path) {
+int64_t metadata_int(const std::string& text, const std::string& key, int64_t lo, int64_t hi, const std::string& path) {
   int64_t v = 0;
   const char* end = text.data() + text.size();
   const auto r = std::from_chars(text.data(), end, v);
   MINIDL_CHECK(r.ec == std::errc() && r.ptr == end && !text.empty(), "checkpoint '", path, "': metadata '", key,
                "' is '", text_excerpt(text), "', expected an integer");
-  MINIDL_CHECK(v >= lo && v <= hi, "checkpoint '", path, "': metadata '", key, "' is ", v, ", expected ", lo,
-               "..", hi);
+  MINIDL_CHECK(v >= lo && v <= hi, "checkpoint '", path, "': metadata '", key, "' is ", v, ", expected ", lo, "..", hi);
   return v;
 }
 
@@ -96,30 +95,20 @@ CheckpointInfo info_from_metadata(const std::map<std::string, std::string>& meta
   // Written by checkpoints taken inside an epoch (older checkpoints are all at epoch ends).
   if (meta.count("epoch_seen")) {
     info.epoch_seen = metadata_int(get("epoch_seen"), "epoch_seen", 0, INT64_MAX, path);
-    // Correct predictions count images, a token set's tokens (seq_len per window) or a volume set's
-    // voxels (size^3 per volume).
-    const nlohmann::json& data = info.config.contains("data") ? info.config["data"] : nlohmann::json::object();
-    const std::string format = data.is_object() && data.contains("format") && data["format"].is_string()
-                                   ? data["format"].get<std::string>()
-                                   : std::string();
-    auto positive = [&](const char* key) {
-      return data.is_object() && data.contains(key) && data[key].is_number_integer() && data[key].get<int64_t>() > 0;
-    };
-    int64_t per_sample = 1;
-    if (format == "tokens" && positive("seq_len")) per_sample = data["seq_len"].get<int64_t>();
-    if (format == "volumes") {
-      const int64_t side = positive("size") ? std::min<int64_t>(data["size"].get<int64_t>(), 1 << 20) : 32;
-      per_sample = side * side * side;
-    }
+    // Correct predictions count images, a token set's tokens or a volume set's voxels.
+    const int64_t per_sample =
+        std::max<int64_t>(1, DataOptions::from_json(info.config.value("data", nlohmann::json::object()),
+                                                    str("checkpoint '", path, "': metadata 'config' data"))
+                                 .outputs_per_sample());
     MINIDL_CHECK(info.epoch_seen <= INT64_MAX / per_sample, "checkpoint '", path, "': metadata 'epoch_seen' is ",
                  info.epoch_seen, ", too large");
-    info.epoch_correct =
-        metadata_int(get("epoch_correct"), "epoch_correct", 0, info.epoch_seen * per_sample, path);
+    info.epoch_correct = metadata_int(get("epoch_correct"), "epoch_correct", 0, info.epoch_seen * per_sample, path);
     info.epoch_loss_sum = metadata_double(get("epoch_loss_sum"), "epoch_loss_sum", path);
     info.epoch_seconds = metadata_double(get("epoch_seconds"), "epoch_seconds", path);
   }
   if (meta.count("evaluated")) {
-    MINIDL_CHECK(info.epoch_seen > 0, "checkpoint '", path, "': metadata 'evaluated' belongs to a position inside an epoch");
+    MINIDL_CHECK(info.epoch_seen > 0, "checkpoint '", path,
+                 "': metadata 'evaluated' belongs to a position inside an epoch");
     info.evaluated = metadata_int(get("evaluated"), "evaluated", 0, 1, path) == 1;
   }
   if (meta.count("selection")) {
@@ -201,7 +190,8 @@ void write_run_checkpoint(const std::string& dir, const std::vector<TensorBytes>
     const fs::path kept = fs::path(dir) / str("checkpoint.step-", previous_step, ".safetensors");
     fs::remove(kept, ec);
     fs::create_hard_link(latest, kept, ec);
-    MINIDL_CHECK(!ec, "cannot keep the checkpoint at step ", previous_step, " as '", kept.string(), "': ", ec.message());
+    MINIDL_CHECK(!ec, "cannot keep the checkpoint at step ", previous_step, " as '", kept.string(),
+                 "': ", ec.message());
   }
   save_checkpoint_bytes(latest.string(), tensors, std::move(metadata));
   std::vector<std::pair<int64_t, fs::path>> kept;
@@ -362,8 +352,10 @@ CheckpointInfo load_checkpoint(const std::string& path, Module& model, Optimizer
   std::vector<std::pair<std::string, Tensor>> weights, opt;
   const std::string prefix = kOptimizerPrefix;
   for (auto& [name, t] : st.tensors) {
-    if (name.compare(0, prefix.size(), prefix) == 0) opt.push_back({name.substr(prefix.size()), t});
-    else weights.push_back({name, t});
+    if (name.compare(0, prefix.size(), prefix) == 0)
+      opt.push_back({name.substr(prefix.size()), t});
+    else
+      weights.push_back({name, t});
   }
   auto it = st.metadata.find("optimizer");
   MINIDL_CHECK(it != st.metadata.end(), "checkpoint '", path, "': metadata has no 'optimizer'");

@@ -141,9 +141,9 @@ std::vector<Field<C>> init_from_keys() {
 
 // The metric a section watches (checkpoint.save_best, early_stopping) and which way is better.
 Field<C> monitor_key(const char* path, Metric C::*member, const char* watcher) {
-  return written_when_set(choice(path, member, Metric::ValLoss,
-                                 str("the epoch metric ", watcher,
-                                     " watches (val_*: data.val_fraction or an image folder's val/ is needed)")));
+  return written_when_set(choice(
+      path, member, Metric::ValLoss,
+      str("the epoch metric ", watcher, " watches (val_*: data.val_fraction or an image folder's val/ is needed)")));
 }
 
 Field<C> mode_key(const char* path, std::optional<MonitorMode> C::*member, const char* monitor) {
@@ -319,13 +319,13 @@ const Fields<TrainConfig>& config_keys() {
                      "this config's precision is \"",
                      to_string_or_auto(c.precision), "\" (bfloat16 and float32 have float32's range and need none)");
         // Segmentation keys need segmentation data; said here, before any data is read.
-        const bool named = c.data.is_object() && c.data.contains("format") && c.data["format"].is_string();
-        const std::string format = named ? c.data["format"].get<std::string>() : "cifar10";
-        MINIDL_CHECK(c.loss_type == LossType::CrossEntropy || format == "volumes", "loss.type: \"",
-                     to_string(c.loss_type), "\" needs segmentation data (data.format \"volumes\"); this is \"", format,
-                     "\"");
-        MINIDL_CHECK(c.target_dice == 0 || format == "volumes",
-                     "eval.target_dice: needs segmentation data (data.format \"volumes\"); this is \"", format, "\"");
+        const DataFormat format = DataOptions::from_json(c.data, "data").format;
+        const bool volumes = format == DataFormat::Volumes;
+        MINIDL_CHECK(c.loss_type == LossType::CrossEntropy || volumes, "loss.type: \"", to_string(c.loss_type),
+                     "\" needs segmentation data (data.format \"volumes\"); this is \"", to_string(format), "\"");
+        MINIDL_CHECK(c.target_dice == 0 || volumes,
+                     "eval.target_dice: needs segmentation data (data.format \"volumes\"); this is \"",
+                     to_string(format), "\"");
       }};
   return keys;
 }

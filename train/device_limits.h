@@ -1,5 +1,5 @@
 // The device's limits, measured: the peak GEMM rate in the run's compute dtype and the copy
-// bandwidth, the two roofs of the profiler's roofline (train/profile_report.h). On CUDA a large
+// bandwidth, the two roofs of the profiler's roofline (profiling/profile_report.h). On CUDA a large
 // cuBLAS GEMM (tensor cores; float32 with or without TF32 as the run sets it) and a device-to-device
 // cudaMemcpy; on the CPU an Eigen float GEMM on the run's threads and a memcpy. Measuring takes a
 // few seconds, so the figures are cached per device in a small JSON file

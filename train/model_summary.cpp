@@ -58,9 +58,11 @@ std::unique_ptr<Recorder> record_forward(Module& model, const Shape& sample, DTy
   const Tensor x = Tensor::zeros(shape, input, device);
   auto recorder = std::make_unique<Recorder>();
   struct Observing {
-    explicit Observing(ForwardObserver* o) { set_forward_observer(o); }
-    ~Observing() { set_forward_observer(nullptr); }
-  } observing(recorder.get());
+    Observing(Module& m, ForwardObserver* o) : model(m), previous(m.observer()) { model.set_observer(o); }
+    ~Observing() { model.set_observer(previous); }
+    Module& model;
+    ForwardObserver* previous;
+  } observing(model, recorder.get());
   const AutocastGuard autocast(activation);
   model(x.to(format));
   return recorder;

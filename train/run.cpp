@@ -21,7 +21,6 @@
 #include "train/resume.h"
 #include "train/run_folder.h"
 #include "train/run_log.h"
-#include "train/step_profiler.h"
 #include "train/stop_signal.h"
 #include "train/text_format.h"
 
@@ -219,6 +218,8 @@ Run::Run(const RunOptions& options) try : options_(options) {
                    resume_ ? start_.step + 1 : 0);
     selection_ = std::make_unique<ModelSelection>(config_);
     selection_->check_data(trainer_->has_validation());
+    MINIDL_CHECK(!options.profile || options.profiler,
+                 "--profile: the run was given no profiler (RunOptions::profiler)");
     MINIDL_CHECK(!options.profile || trainer_->data_parallel().micro_batches() == 1,
                  "--profile times steps of one micro-batch; this ", "run has ",
                  trainer_->data_parallel().micro_batches(), " (world size x accumulate_steps): profile with ",
@@ -350,10 +351,10 @@ void Run::start_epoch(int64_t epoch) {
   epoch_ = epoch;
 }
 
-void Run::step(Profiler* profiler) {
+void Run::step(StepObserver* observer) {
   const int64_t spe = trainer_->steps_per_epoch();
   if (epoch_ < 0 || step_ - epoch_ * spe >= spe) start_epoch(step_ / spe);
-  MINIDL_CHECK(trainer_->train_step(step_, &records_[step_ - epoch_ * spe], profiler),
+  MINIDL_CHECK(trainer_->train_step(step_, &records_[step_ - epoch_ * spe], observer),
                "the training set gives no batch for step ", step_);
   ++step_;
 }
@@ -445,7 +446,7 @@ bool Run::end_epoch(Epoch& e) {
   train_seconds_ += since(e.t0);
   trained_images_ += e.sums.epoch_seen - e.entry_seen;
   if (profiler_) {
-    profiler_->finish(*log_, run_dir_);
+    profiler_->finish(*log_, run_dir_, std::nullopt);
     profiler_.reset();
   }
   // The checkpoint comes before the evaluation: a run killed while evaluating loses no
@@ -739,7 +740,7 @@ RunResult Run::train_loop() {
     // --profile: 5 warm-up and 20 measured steps (fewer in a short epoch) at the start of the run.
     if (options_.profile && epoch == start_.epoch) {
       const int64_t measure = std::max<int64_t>(1, std::min<int64_t>(20, (spe - 1) / 3));
-      profiler_ = std::make_unique<StepProfiler>(device_, std::min<int64_t>(5, measure), measure);
+      profiler_ = options_.profiler(trainer_->model(), device_, std::min<int64_t>(5, measure), measure);
     }
     start_epoch(epoch);
     Epoch e;

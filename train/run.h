@@ -16,6 +16,7 @@
 #include "train/config.h"
 #include "train/model_selection.h"
 #include "train/progress.h"
+#include "train/step_observer.h"
 #include "train/trainer.h"
 
 namespace minidl {
@@ -24,7 +25,6 @@ class CheckpointWriter;
 class Communicator;
 class RunLog;
 class RunFolderLock;
-class StepProfiler;
 class StopSignals;
 
 // What `minidl train` asks of a run.
@@ -38,6 +38,7 @@ struct RunOptions {
   bool restart = false;                 // with resume_dir: start that run again (it has no checkpoint)
   int64_t max_steps = 0;                // > 0: stop after this many global steps (repro, smoke tests); 0: none
   bool profile = false;                 // print a per-layer breakdown after the first epoch
+  RunProfilerFactory profiler;          // what profile runs (profiling/step_profiler.h); needed with it
   std::string dist = "auto";            // the communicator backend (distributed/communicator.h)
   double dist_timeout = 600;            // seconds a rank waits in a collective (kDefaultDistTimeoutSeconds)
 };
@@ -79,7 +80,7 @@ class Run {
   // One training step at the run's position, starting the next epoch when this one has no batch
   // left: nothing is logged, evaluated or checkpointed (bench train and the profiler time steps
   // this way). The step's record is written asynchronously and not read.
-  void step(Profiler* profiler = nullptr);
+  void step(StepObserver* observer = nullptr);
   int64_t next_step() const { return step_; }
 
   // The ranks this run is one of (a world of one until set; Trainer::set_communicator).
@@ -154,7 +155,7 @@ class Run {
   // Rank 0's checkpoints; after lock_, so it is gone (its write finished) before the lock is.
   std::unique_ptr<CheckpointWriter> checkpoint_writer_;
   std::unique_ptr<RunLog> log_;
-  std::unique_ptr<StepProfiler> profiler_;  // --profile, during the first epoch
+  std::unique_ptr<RunProfiler> profiler_;  // --profile, during the first epoch
   std::unique_ptr<ModelSelection> selection_;
   std::unique_ptr<Eta> eta_;
   RunningLoss running_loss_;

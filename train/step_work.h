@@ -1,7 +1,7 @@
 // The work (layers/work.h) of the training step's sections, which are not modules: the batch the
 // loader emits, the loss and the gradient clipping (the optimizer's update counts itself:
 // Optimizer::work). The trainer hands them to the profiler inside each section
-// (Profiler::add_work), as modules report theirs through Module::work.
+// (StepObserver::add_work), as modules report theirs through Module::work.
 #pragma once
 #include <vector>
 

@@ -31,8 +31,8 @@
 #include "train/checkpoint.h"
 #include "train/init_from.h"
 #include "train/precision.h"
-#include "train/profiler.h"
 #include "train/run_log.h"
+#include "train/step_observer.h"
 #include "train/step_work.h"
 #include "train/text_format.h"
 #include "train/training_loss.h"
@@ -371,11 +371,11 @@ double Trainer::lr_at(int64_t step) const {
   return optimizer_->base_lr() * schedule_->factor(step, steps_per_epoch(), total_steps());
 }
 
-bool Trainer::train_step(int64_t step, StepRecord* record, Profiler* profiler) {
+bool Trainer::train_step(int64_t step, StepRecord* record, StepObserver* observer) {
   const RunContextScope scope(context_);
   if (!train_loader_->advance()) return false;
   const bool several = data_parallel_.micro_batches() > 1;
-  MINIDL_CHECK(!several || !profiler, "the profiler times steps of one micro-batch; this run has ",
+  MINIDL_CHECK(!several || !observer, "the profiler times steps of one micro-batch; this run has ",
                data_parallel_.micro_batches(),
                " (world size x accumulate_steps): profile it with accumulate_steps 1 on one process");
   // Dropout draws read the step from the device (a graph replay too). Each micro-batch of a step
@@ -393,8 +393,8 @@ bool Trainer::train_step(int64_t step, StepRecord* record, Profiler* profiler) {
   const double lr = lr_at(step);
   StepResults results;
   // The benchmark's timing of the reduction waits for the device inside the step: eager.
-  if (profiler || !cuda_graphs_ || (several && data_parallel_.reduction_timing().enabled)) {
-    results = several ? data_parallel_step(step, false, lr) : device_step(false, lr, profiler);
+  if (observer || !cuda_graphs_ || (several && data_parallel_.reduction_timing().enabled)) {
+    results = several ? data_parallel_step(step, false, lr) : device_step(false, lr, observer);
   } else {
     const int kind = step_kind(step);
     StepGraph& graph = train_graph(kind);
@@ -465,24 +465,24 @@ std::string Trainer::step_mode() const {
   return captured == 1 ? "CUDA graph" : str("CUDA graph (", captured, " kinds of step)");
 }
 
-Trainer::StepResults Trainer::device_step(bool prepared, double lr, Profiler* profiler) {
+Trainer::StepResults Trainer::device_step(bool prepared, double lr, StepObserver* observer) {
   Batch batch;
   {
-    ProfileSection s = profiler ? profiler->section("data") : ProfileSection();
+    const StepSection s(observer, "data");
     train_loader_->emit(batch);
-    if (profiler) profiler->add_work([&]() -> std::optional<LayerWork> { return batch_work(batch); });
+    if (observer) observer->add_work([&]() -> std::optional<LayerWork> { return batch_work(batch); });
   }
   Tensor logits = forward(batch.images);
   StepResults results;
   Tensor loss;
   {
-    ProfileSection s = profiler ? profiler->section("loss") : ProfileSection();
+    const StepSection s(observer, "loss");
     loss = training_loss(config_, logits, batch.labels);
     results.correct = correct_predictions(logits.detach(), batch.labels);
-    if (profiler)
-      profiler->add_work([&]() -> std::optional<LayerWork> { return cross_entropy_work(logits, batch.labels); });
+    if (observer)
+      observer->add_work([&]() -> std::optional<LayerWork> { return cross_entropy_work(logits, batch.labels); });
   }
-  backward_and_update(loss, prepared, lr, profiler);
+  backward_and_update(loss, prepared, lr, observer);
   results.loss = loss.detach();
   return results;
 }
@@ -549,9 +549,9 @@ Tensor Trainer::forward(const Tensor& images) {
   return (*model_)(images.to(activation_format_));
 }
 
-void Trainer::backward_and_update(const Tensor& loss, bool prepared, double lr, Profiler* profiler) {
+void Trainer::backward_and_update(const Tensor& loss, bool prepared, double lr, StepObserver* observer) {
   backward(loss);
-  update(prepared, lr, profiler);
+  update(prepared, lr, observer);
 }
 
 void Trainer::backward(const Tensor& loss) {
@@ -561,8 +561,8 @@ void Trainer::backward(const Tensor& loss) {
     loss.backward();
 }
 
-void Trainer::update(bool prepared, double lr, Profiler* profiler) {
-  ProfileSection s = profiler ? profiler->section("optimizer") : ProfileSection();
+void Trainer::update(bool prepared, double lr, StepObserver* observer) {
+  const StepSection s(observer, "optimizer");
   if (grad_scaler_ || grad_clipper_) {
     std::vector<Tensor> grads;
     for (const Tensor& p : parameters_)
@@ -575,8 +575,8 @@ void Trainer::update(bool prepared, double lr, Profiler* profiler) {
   optimizer_->apply();
   if (grad_scaler_) grad_scaler_->update();
   optimizer_->zero_grad();
-  if (profiler)
-    profiler->add_work([&] {
+  if (observer)
+    observer->add_work([&] {
       std::optional<LayerWork> w = optimizer_->work();
       if (w && grad_clipper_) {
         const LayerWork clip = grad_clip_work(parameters_);

@@ -34,7 +34,7 @@
 namespace minidl {
 
 class Communicator;  // distributed/communicator.h
-class Profiler;
+class StepObserver;
 
 // A trainer owns its run's context (core/run_context.h): the config's compute switches and init
 // seed; and its model's dropout state (the config's seed, the step), which the model's modules hold. Every call below
@@ -70,9 +70,9 @@ class Trainer {
   // Nothing waits for the GPU: the step's record is queued into *record, which must be pinned
   // host memory (allocate_pinned) read after a synchronize. With cuda_graph on a GPU, the device
   // work of steps after the warm-up is one CUDA graph replay; the bits are those of the eager step.
-  // With a profiler the step runs eagerly (per-layer times need the layers' boundaries), and the
-  // loss, update and data are sections of their own.
-  bool train_step(int64_t step, StepRecord* record, Profiler* profiler = nullptr);
+  // With an observer (a profiler, train/step_observer.h) the step runs eagerly (per-layer times
+  // need the layers' boundaries), and the loss, update and data are sections of their own.
+  bool train_step(int64_t step, StepRecord* record, StepObserver* observer = nullptr);
   // The learning rate of the default group at `step` (base lr times the schedule).
   double lr_at(int64_t step) const;
   // Why the schedule does not fit this run's length, with the fix (LrSchedule::check_length); ""
@@ -178,13 +178,13 @@ class Trainer {
   struct StepResults {
     Tensor loss, correct;
   };
-  StepResults device_step(bool prepared, double lr, Profiler* profiler);
+  StepResults device_step(bool prepared, double lr, StepObserver* observer);
   // Backward from the loss and the update: plain, or, with a loss scaler, from the scaled loss and
   // skipped when the unscaled gradients hold an inf or NaN; gradients clipped (after unscaling)
   // with grad_clip.
-  void backward_and_update(const Tensor& loss, bool prepared, double lr, Profiler* profiler);
+  void backward_and_update(const Tensor& loss, bool prepared, double lr, StepObserver* observer);
   void backward(const Tensor& loss);
-  void update(bool prepared, double lr, Profiler* profiler);
+  void update(bool prepared, double lr, StepObserver* observer);
   // The device half of a step of several micro-batches (micro_batches() > 1): DataParallel::step,
   // then the update. A CUDA graph captures it, collectives included, as it captures device_step.
   StepResults data_parallel_step(int64_t step, bool prepared, double lr);

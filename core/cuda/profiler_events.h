@@ -1,4 +1,4 @@
-// Plain-C++ face of the profiler's CUDA side (core/cuda/profiler_events.cu), so train/profiler.cpp
+// Plain-C++ face of the profiler's CUDA side (core/cuda/profiler_events.cu), so profiling/profiler.cpp
 // and the tests can time the stream and emit NVTX ranges without CUDA headers. Only linked in a
 // CUDA build: callers guard their calls with MINIDL_WITH_CUDA.
 #pragma once

@@ -14,8 +14,10 @@ namespace minidl {
 
 namespace {
 
+// Logits of any floating type: the float32 paths widen half ones before they come here, the GPU's
+// argmax reads them as stored.
 void check_inputs(const Tensor& logits, const Tensor& labels, const char* what) {
-  check_rank(logits, 2, str(what, " logits"));
+  check_floating_rank(logits, 2, str(what, " logits"));
   MINIDL_CHECK(logits.size(0) > 0 && logits.size(1) > 0, what, ": logits of shape ", shape_str(logits.shape()),
                " are empty (expected (N, K) with N, K >= 1)");
   MINIDL_CHECK(labels.defined() && labels.dtype() == DType::Int32 && labels.dim() == 1, what,
@@ -66,26 +68,27 @@ Tensor token_cross_entropy(const Tensor& logits_in, const Tensor& labels_in, flo
         });
       });
   if (autograd::needs_grad({logits})) {
-    autograd::record(loss, "cross_entropy", {logits},
-                     [xs = logits.detach(), labels, row_lse, rows, classes, eps](const Tensor& g) -> std::vector<Tensor> {
-                       Tensor dx = Tensor::empty(xs.shape(), xs.dtype(), xs.device());
-                       dispatch(
-                           xs.device(), "cross_entropy_backward",
-                           [&] {
-                             kernels::token_cross_entropy_backward_cpu(xs.data<float>(), labels.data<int32_t>(),
-                                                                       row_lse.data<float>(), rows, classes, eps,
-                                                                       g.item(), dx.data<float>());
-                           },
-                           [&] {
-                             dispatch_dtype(xs.dtype(), "cross_entropy", [&](auto tag) {
-                               using T = decltype(tag);
-                               kernels::token_cross_entropy_backward_cuda(xs.data<T>(), labels.data<int32_t>(),
-                                                                          row_lse.data<float>(), rows, classes, eps,
-                                                                          g.data<float>(), dx.data<T>());
-                             });
-                           });
-                       return {dx};
-                     });
+    autograd::record(
+        loss, "cross_entropy", {logits},
+        [xs = logits.detach(), labels, row_lse, rows, classes, eps](const Tensor& g) -> std::vector<Tensor> {
+          Tensor dx = Tensor::empty(xs.shape(), xs.dtype(), xs.device());
+          dispatch(
+              xs.device(), "cross_entropy_backward",
+              [&] {
+                kernels::token_cross_entropy_backward_cpu(xs.data<float>(), labels.data<int32_t>(),
+                                                          row_lse.data<float>(), rows, classes, eps, g.item(),
+                                                          dx.data<float>());
+              },
+              [&] {
+                dispatch_dtype(xs.dtype(), "cross_entropy", [&](auto tag) {
+                  using T = decltype(tag);
+                  kernels::token_cross_entropy_backward_cuda(xs.data<T>(), labels.data<int32_t>(),
+                                                             row_lse.data<float>(), rows, classes, eps, g.data<float>(),
+                                                             dx.data<T>());
+                });
+              });
+          return {dx};
+        });
   }
   return loss;
 }
@@ -199,21 +202,24 @@ void record_loss_gradient(Tensor& loss, const char* name, const Tensor& logits, 
   });
 }
 
+// The CPU reference compares float32 (half logits widened, exactly); the GPU reads any floating
+// type as it is stored, so a bf16 run's (B, T, V) logits are never copied to float32.
 Tensor argmax_rows(const Tensor& logits) {
-  if (holds_half(logits)) return argmax_rows(as_float32(logits));
+  if (holds_half(logits) && !logits.is_cuda()) return argmax_rows(as_float32(logits));
   if (logits.defined() && logits.dim() == 3) return argmax_rows(token_rows(logits));
-  check_rank(logits, 2, "argmax_rows logits");
+  check_floating_rank(logits, 2, "argmax_rows logits");
   MINIDL_CHECK(logits.size(1) > 0, "argmax_rows: logits of shape ", shape_str(logits.shape()), " have no columns");
   Tensor out = Tensor::empty({logits.size(0)}, DType::Int32, logits.device());
   if (logits.size(0) == 0) return out;
   dispatch(
       logits.device(), "argmax_rows",
-      [&] {
-        kernels::argmax_rows_cpu(logits.data<float>(), logits.size(0), logits.size(1), out.data<int32_t>());
-      },
+      [&] { kernels::argmax_rows_cpu(logits.data<float>(), logits.size(0), logits.size(1), out.data<int32_t>()); },
       [&] {
         kernels::raise_flagged_label_error();
-        kernels::argmax_rows_cuda(logits.data<float>(), logits.size(0), logits.size(1), out.data<int32_t>());
+        dispatch_dtype(logits.dtype(), "argmax_rows", [&](auto tag) {
+          using T = decltype(tag);
+          kernels::argmax_rows_cuda(logits.data<T>(), logits.size(0), logits.size(1), out.data<int32_t>());
+        });
       });
   return out;
 }
@@ -223,7 +229,7 @@ Tensor correct_predictions(const Tensor& logits, const Tensor& labels) {
     const VoxelRows v = voxel_rows(logits.detach(), labels, "count_correct");
     return correct_predictions(v.rows, v.labels);
   }
-  if (holds_half(logits)) return correct_predictions(as_float32(logits), labels);
+  if (holds_half(logits) && !logits.is_cuda()) return correct_predictions(as_float32(logits), labels);
   if (logits.defined() && logits.dim() == 3 && labels.defined() && labels.dim() == 2)
     return correct_predictions(token_rows(logits), labels.contiguous().reshape({labels.numel()}));
   check_inputs(logits, labels, "count_correct");
@@ -239,8 +245,11 @@ Tensor correct_predictions(const Tensor& logits, const Tensor& labels) {
       [&] {
         kernels::raise_flagged_label_error();
         Tensor scratch = Tensor::empty({rows}, DType::Int32, logits.device());
-        kernels::count_correct_cuda(logits.data<float>(), labels.data<int32_t>(), rows, classes,
-                                    scratch.data<int32_t>(), count.data<int32_t>());
+        dispatch_dtype(logits.dtype(), "count_correct", [&](auto tag) {
+          using T = decltype(tag);
+          kernels::count_correct_cuda(logits.data<T>(), labels.data<int32_t>(), rows, classes, scratch.data<int32_t>(),
+                                      count.data<int32_t>());
+        });
       });
   return count;
 }
@@ -248,7 +257,8 @@ Tensor correct_predictions(const Tensor& logits, const Tensor& labels) {
 int64_t count_correct(const Tensor& logits, const Tensor& labels) {
   const int64_t result = correct_predictions(logits, labels).values<int32_t>()[0];  // waits for the kernels
   // Through dispatch, so a CPU-only build has no reference to the CUDA-only function.
-  dispatch(logits.device(), "count_correct", [] {}, [] { kernels::raise_flagged_label_error(); });
+  dispatch(
+      logits.device(), "count_correct", [] {}, [] { kernels::raise_flagged_label_error(); });
   return result;
 }
 

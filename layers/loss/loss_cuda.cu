@@ -15,9 +15,12 @@
 // once, not device memory.
 #include <cstdint>
 
+#include "core/cuda/elementwise.cuh"
 #include "core/cuda/kernel_helpers.cuh"
 #include "core/cuda/runtime.h"
+#include "core/dispatch.h"
 #include "core/error.h"
+#include "core/half_types.h"
 #include "layers/loss/loss_kernels.h"
 
 namespace minidl::kernels {
@@ -75,8 +78,7 @@ __global__ void cross_entropy_rows_kernel(const float* __restrict__ logits, cons
     sum_x = cuda::warp_sum(sum_x);
     const float lse = m + logf(sum_exp);
     const float x_label = bad ? NAN : __ldg(x + label);
-    if (lane == 0)
-      row_loss[row] = (1.f - eps) * (lse - x_label) + eps * (lse - sum_x / static_cast<float>(classes));
+    if (lane == 0) row_loss[row] = (1.f - eps) * (lse - x_label) + eps * (lse - sum_x / static_cast<float>(classes));
     if (dlogits) {
       float* d = dlogits + static_cast<size_t>(row) * classes;
       const float smooth = eps / static_cast<float>(classes);
@@ -145,28 +147,39 @@ __device__ __forceinline__ bool argmax_wins(float va, int ka, float vb, int kb) 
   return va > vb || (va == vb && ka < kb);
 }
 
-__global__ void argmax_rows_kernel(const float* __restrict__ logits, int rows, int classes, int32_t* __restrict__ out) {
+// One warp per row. Rows that all start 16-byte aligned are read in packs of 4 floats or 8 halves
+// (a language model's rows of 50304 logits); argmax_wins is a total order, so the order the lanes
+// visit the columns in does not change the answer.
+template <class E>
+__global__ void argmax_rows_kernel(const E* __restrict__ logits, int rows, int classes, bool packed,
+                                   int32_t* __restrict__ out) {
   const int lane = threadIdx.x % kWarp;
   const int warps = gridDim.x * (blockDim.x / kWarp);
   for (int row = blockIdx.x * (blockDim.x / kWarp) + threadIdx.x / kWarp; row < rows; row += warps) {
-    const float* x = logits + static_cast<size_t>(row) * classes;
-    // A lane with no element holds (-inf, INT32_MAX), which loses to every real element.
-    float best = lane < classes ? __ldg(x + lane) : -INFINITY;
-    int best_k = lane < classes ? lane : INT32_MAX;
-    for (int k = lane + kWarp; k < classes; k += kWarp) {
-      const float v = __ldg(x + k);
+    const E* x = logits + static_cast<size_t>(row) * classes;
+    // (-inf, INT32_MAX) loses to every real element.
+    float best = -INFINITY;
+    int best_k = INT32_MAX;
+    const auto visit = [&](int k, float v) {
       if (argmax_wins(v, k, best, best_k)) {
         best = v;
         best_k = k;
       }
+    };
+    if (packed) {
+      constexpr int K = cuda::Pack<E>::kN;
+      for (int c = lane; c < classes / K; c += kWarp) {
+        const cuda::Pack<E> u = reinterpret_cast<const cuda::Pack<E>*>(x)[c];
+#pragma unroll
+        for (int j = 0; j < K; ++j) visit(c * K + j, to_float(u.v[j]));
+      }
+    } else {
+      for (int k = lane; k < classes; k += kWarp) visit(k, to_float(x[k]));
     }
     for (int off = kWarp / 2; off > 0; off /= 2) {
       const float v = __shfl_xor_sync(0xffffffffu, best, off);
       const int k = __shfl_xor_sync(0xffffffffu, best_k, off);
-      if (argmax_wins(v, k, best, best_k)) {
-        best = v;
-        best_k = k;
-      }
+      visit(k, v);
     }
     if (lane == 0) out[row] = best_k;
   }
@@ -189,13 +202,11 @@ __global__ void count_correct_kernel(const int32_t* __restrict__ argmax, const i
   flag_first_bad_label(labels, rows, classes, status, partial);
 }
 
-int grid_for_rows(int64_t rows) {
-  return cuda::grid_blocks(cuda::ceil_div(rows, kBlock / kWarp), kBlock);
-}
+int grid_for_rows(int64_t rows) { return cuda::grid_blocks(cuda::ceil_div(rows, kBlock / kWarp), kBlock); }
 
 void check_sizes(int64_t rows, int64_t classes, const char* what) {
-  MINIDL_CHECK(rows < (int64_t{1} << 31) && classes < (int64_t{1} << 31) && rows * classes < (int64_t{1} << 40),
-               what, " (CUDA): ", rows, " rows of ", classes, " classes is too large");
+  MINIDL_CHECK(rows < (int64_t{1} << 31) && classes < (int64_t{1} << 31) && rows * classes < (int64_t{1} << 40), what,
+               " (CUDA): ", rows, " rows of ", classes, " classes is too large");
 }
 
 }  // namespace
@@ -205,10 +216,9 @@ void cross_entropy_forward_cuda(const float* logits, const int32_t* labels, int6
   check_sizes(rows, classes, "cross_entropy");
   const int r = static_cast<int>(rows), k = static_cast<int>(classes);
   cross_entropy_rows_kernel<<<grid_for_rows(rows), kBlock, 0, cuda::stream()>>>(logits, labels, r, k, label_smoothing,
-                                                                                 row_loss, dlogits);
+                                                                                row_loss, dlogits);
   MINIDL_LAUNCH_CHECK();
-  cross_entropy_mean_kernel<<<1, kReduceBlock, 0, cuda::stream()>>>(row_loss, labels, r, k, loss,
-                                                                    label_status());
+  cross_entropy_mean_kernel<<<1, kReduceBlock, 0, cuda::stream()>>>(row_loss, labels, r, k, loss, label_status());
   MINIDL_LAUNCH_CHECK();
 }
 
@@ -226,21 +236,28 @@ void scale_by_device_scalar_cuda(const float* d, const float* g, float* dx, int6
   MINIDL_LAUNCH_CHECK();
 }
 
-void argmax_rows_cuda(const float* logits, int64_t rows, int64_t classes, int32_t* out) {
+template <class E>
+void argmax_rows_cuda(const E* logits, int64_t rows, int64_t classes, int32_t* out) {
   check_sizes(rows, classes, "argmax_rows");
-  argmax_rows_kernel<<<grid_for_rows(rows), kBlock, 0, cuda::stream()>>>(logits, static_cast<int>(rows),
-                                                                         static_cast<int>(classes), out);
+  const bool packed = cuda::aligned16(logits) && classes % cuda::Pack<E>::kN == 0;
+  argmax_rows_kernel<E><<<grid_for_rows(rows), kBlock, 0, cuda::stream()>>>(logits, static_cast<int>(rows),
+                                                                            static_cast<int>(classes), packed, out);
   MINIDL_LAUNCH_CHECK();
 }
 
-void count_correct_cuda(const float* logits, const int32_t* labels, int64_t rows, int64_t classes,
-                        int32_t* argmax_scratch, int32_t* count) {
+template <class E>
+void count_correct_cuda(const E* logits, const int32_t* labels, int64_t rows, int64_t classes, int32_t* argmax_scratch,
+                        int32_t* count) {
   argmax_rows_cuda(logits, rows, classes, argmax_scratch);
   count_correct_kernel<<<1, kReduceBlock, 0, cuda::stream()>>>(argmax_scratch, labels, static_cast<int>(rows),
-                                                               static_cast<int>(classes), count,
-                                                               label_status());
+                                                               static_cast<int>(classes), count, label_status());
   MINIDL_LAUNCH_CHECK();
 }
+
+#define MINIDL_ARGMAX_CUDA(E)                                              \
+  template void argmax_rows_cuda<E>(const E*, int64_t, int64_t, int32_t*); \
+  template void count_correct_cuda<E>(const E*, const int32_t*, int64_t, int64_t, int32_t*, int32_t*);
+MINIDL_FOR_FLOATING_TYPES(MINIDL_ARGMAX_CUDA)
 
 void raise_flagged_label_error() {
   volatile LabelStatus* s = label_status();

@@ -23,10 +23,13 @@ void cross_entropy_forward_cuda(const float* logits, const int32_t* labels, int6
 void cross_entropy_mean_cuda(const float* row_loss, const int32_t* labels, int64_t rows, int64_t classes, float* loss);
 // dx = d * g[0] over n elements, g on the device (the loss gradient never comes to the host).
 void scale_by_device_scalar_cuda(const float* d, const float* g, float* dx, int64_t n);
-void argmax_rows_cuda(const float* logits, int64_t rows, int64_t classes, int32_t* out);
+// Logits of T (float, bf16 or fp16), compared as the float32 values they hold.
+template <class T>
+void argmax_rows_cuda(const T* logits, int64_t rows, int64_t classes, int32_t* out);
 // *count (device) = rows whose argmax (computed into argmax_scratch, `rows` ints) equals the label.
-void count_correct_cuda(const float* logits, const int32_t* labels, int64_t rows, int64_t classes,
-                        int32_t* argmax_scratch, int32_t* count);
+template <class T>
+void count_correct_cuda(const T* logits, const int32_t* labels, int64_t rows, int64_t classes, int32_t* argmax_scratch,
+                        int32_t* count);
 // Cross-entropy over a language model's (rows = B * T, classes = V) logits, the fused classifier:
 // the forward reads each row once and keeps only its log-sum-exp (row_lse, `rows` floats); the
 // backward writes dlogits = (softmax - q) * g / rows from the logits and row_lse in one pass, in

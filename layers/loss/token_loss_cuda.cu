@@ -1,6 +1,8 @@
 // CUDA kernels of the language model's cross-entropy (loss_kernels.h), llm.c's fused classifier
 // split at the autograd boundary. Forward: one block per row; each thread walks its strided
-// columns once keeping an online (max, sum of exp) pair and the sum of logits, the block combines
+// columns once keeping an online (max, sum of exp) pair and the sum of logits (16 bytes at a time
+// where every row starts 16-byte aligned, as GPT-2's padded vocabulary of 50304 does: one rescale
+// per pack of 4 or 8 logits, and the loads at the memory system's widest), the block combines
 // the threads' pairs in a fixed tree (warp butterflies, then the warps' results by warp 0), and
 // writes the row's log-sum-exp and loss; the mean is loss_cuda.cu's fixed-order block sum. The
 // logits are read once and nothing of their size is written. Backward: one block per row writes
@@ -10,6 +12,7 @@
 #include <cstdint>
 
 #include "core/cast_kernels.h"
+#include "core/cuda/elementwise.cuh"
 #include "core/cuda/kernel_helpers.cuh"
 #include "core/cuda/runtime.h"
 #include "core/dispatch.h"
@@ -45,10 +48,46 @@ __device__ __forceinline__ MaxSum warp_combine(MaxSum v) {
   return v;
 }
 
+// Adds one logit to the thread's (max, sum) pair and logit sum. A NaN logit fails the comparison
+// but still reaches s and sum_x, so the loss is NaN.
+__device__ __forceinline__ void add_logit(MaxSum& p, float& sum_x, float v) {
+  if (v > p.m) {
+    p.s = p.s * expf(p.m - v) + 1.f;
+    p.m = v;
+  } else if (v != -INFINITY) {
+    p.s += expf(v - p.m);
+  }
+  sum_x += v;
+}
+
+// Adds a pack of logits: the pair is rescaled once, to the pack's max (fmaxf skips a NaN, which
+// then reaches s through its own exp).
+template <int K>
+__device__ __forceinline__ void add_pack(MaxSum& p, float& sum_x, const float (&v)[K]) {
+  float m = p.m;
+#pragma unroll
+  for (int j = 0; j < K; ++j) m = fmaxf(m, v[j]);
+  if (m > p.m) {
+    p.s *= expf(p.m - m);
+    p.m = m;
+  }
+#pragma unroll
+  for (int j = 0; j < K; ++j) {
+    if (v[j] != -INFINITY) p.s += expf(v[j] - p.m);
+    sum_x += v[j];
+  }
+}
+
+// Whether the (rows, classes) logits go in packs: every row 16-byte aligned.
+template <class E>
+bool packed_rows(const E* logits, int64_t classes) {
+  return cuda::aligned16(logits) && classes % cuda::Pack<E>::kN == 0;
+}
+
 template <class E>
 __global__ void __launch_bounds__(kThreads)
     token_loss_forward_kernel(const E* __restrict__ logits, const int32_t* __restrict__ labels, int64_t classes,
-                              float eps, float* __restrict__ row_lse, float* __restrict__ row_loss) {
+                              bool packed, float eps, float* __restrict__ row_lse, float* __restrict__ row_loss) {
   __shared__ MaxSum warp_pairs[kWarps];
   __shared__ float warp_sums[kWarps];
   const int64_t row = blockIdx.x;
@@ -56,16 +95,18 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   MaxSum p{-INFINITY, 0.f};
   float sum_x = 0.f;
-  for (int64_t k = threadIdx.x; k < classes; k += kThreads) {
-    const float v = to_float(x[k]);
-    // fmaxf skips NaN; a NaN logit still reaches s and sum_x, so the loss is NaN.
-    if (v > p.m) {
-      p.s = p.s * expf(p.m - v) + 1.f;
-      p.m = v;
-    } else if (v != -INFINITY) {
-      p.s += expf(v - p.m);
+  if (packed) {
+    constexpr int K = cuda::Pack<E>::kN;
+    const auto* packs = reinterpret_cast<const cuda::Pack<E>*>(x);
+    for (int64_t c = threadIdx.x; c < classes / K; c += kThreads) {
+      const cuda::Pack<E> u = packs[c];
+      float v[K];
+#pragma unroll
+      for (int j = 0; j < K; ++j) v[j] = to_float(u.v[j]);
+      add_pack(p, sum_x, v);
     }
-    sum_x += v;
+  } else {
+    for (int64_t k = threadIdx.x; k < classes; k += kThreads) add_logit(p, sum_x, to_float(x[k]));
   }
   p = warp_combine(p);
   sum_x = cuda::warp_sum(sum_x);
@@ -92,7 +133,7 @@ __global__ void __launch_bounds__(kThreads)
 template <class E>
 __global__ void __launch_bounds__(kThreads)
     token_loss_backward_kernel(const E* __restrict__ logits, const int32_t* __restrict__ labels,
-                               const float* __restrict__ row_lse, int64_t rows, int64_t classes, float eps,
+                               const float* __restrict__ row_lse, int64_t rows, int64_t classes, bool packed, float eps,
                                const float* __restrict__ g, E* __restrict__ dlogits) {
   const int64_t row = blockIdx.x;
   const E* x = logits + row * classes;
@@ -101,9 +142,21 @@ __global__ void __launch_bounds__(kThreads)
   const bool bad = label < 0 || label >= classes;
   const float lse = row_lse[row], scale = __ldg(g) / static_cast<float>(rows);
   const float smooth = eps / static_cast<float>(classes);
-  for (int64_t k = threadIdx.x; k < classes; k += kThreads) {
+  const auto grad = [&](int64_t k, float v) {
     const float q = k == label ? smooth + (1.f - eps) : smooth;
-    d[k] = from_float<E>(bad ? NAN : (expf(to_float(x[k]) - lse) - q) * scale);
+    return from_float<E>(bad ? NAN : (expf(v - lse) - q) * scale);
+  };
+  if (packed) {
+    constexpr int K = cuda::Pack<E>::kN;
+    for (int64_t c = threadIdx.x; c < classes / K; c += kThreads) {
+      const cuda::Pack<E> u = reinterpret_cast<const cuda::Pack<E>*>(x)[c];
+      cuda::Pack<E> r;
+#pragma unroll
+      for (int j = 0; j < K; ++j) r.v[j] = grad(c * K + j, to_float(u.v[j]));
+      reinterpret_cast<cuda::Pack<E>*>(d)[c] = r;
+    }
+  } else {
+    for (int64_t k = threadIdx.x; k < classes; k += kThreads) d[k] = grad(k, to_float(x[k]));
   }
 }
 
@@ -119,7 +172,7 @@ void token_cross_entropy_forward_cuda(const E* logits, const int32_t* labels, in
                                       float label_smoothing, float* row_lse, float* row_loss, float* loss) {
   check_rows(rows, classes);
   token_loss_forward_kernel<E><<<static_cast<unsigned>(rows), kThreads, 0, cuda::stream()>>>(
-      logits, labels, classes, label_smoothing, row_lse, row_loss);
+      logits, labels, classes, packed_rows(logits, classes), label_smoothing, row_lse, row_loss);
   MINIDL_LAUNCH_CHECK();
   cross_entropy_mean_cuda(row_loss, labels, rows, classes, loss);
 }
@@ -129,13 +182,14 @@ void token_cross_entropy_backward_cuda(const E* logits, const int32_t* labels, c
                                        int64_t classes, float label_smoothing, const float* g, E* dlogits) {
   check_rows(rows, classes);
   token_loss_backward_kernel<E><<<static_cast<unsigned>(rows), kThreads, 0, cuda::stream()>>>(
-      logits, labels, row_lse, rows, classes, label_smoothing, g, dlogits);
+      logits, labels, row_lse, rows, classes, packed_rows(logits, classes) && cuda::aligned16(dlogits), label_smoothing,
+      g, dlogits);
   MINIDL_LAUNCH_CHECK();
 }
 
-#define MINIDL_TOKEN_LOSS_CUDA(E)                                                                                    \
+#define MINIDL_TOKEN_LOSS_CUDA(E)                                                                                      \
   template void token_cross_entropy_forward_cuda<E>(const E*, const int32_t*, int64_t, int64_t, float, float*, float*, \
-                                                    float*);                                                          \
+                                                    float*);                                                           \
   template void token_cross_entropy_backward_cuda<E>(const E*, const int32_t*, const float*, int64_t, int64_t, float,  \
                                                      const float*, E*);
 MINIDL_FOR_FLOATING_TYPES(MINIDL_TOKEN_LOSS_CUDA)

@@ -15,20 +15,42 @@
 #      files: `minidl bench train` beside the PyTorch twin built from the same JSON
 #      (scripts/torch/bench_twin.py, eager and torch.compile), tokens/s and their ratios (the
 #      targets: >= 1.3x eager, >= 1.0x compiled), then `minidl repro` of 30 steps, graphed against
-#      eager (IDENTICAL).
+#      eager (IDENTICAL);
+#   4. with --llmc BIN (llm.c's train_gpt2cu built for this GPU): llm.c training the same model
+#      from scratch (-e d12) on the same files at the same batch, its tokens/s beside minidl's;
+#   5. with --text DIR (token files of a real text, as scripts/corpus-kjv.sh and
+#      scripts/tokenize.sh make): minidl trains 3 epochs of DIR, then the PyTorch twin
+#      (scripts/torch/train_tokens.py) trains as many steps on the same files; their val.bin losses
+#      and ratio (the target: within 1%); with --tokenizer DIR (GPT-2's encoder.json and vocab.bpe),
+#      `minidl generate` then continues a prompt with the trained run.
+# --no-tests leaves out stage 1 (a run that has just passed the [cuda] tests).
 # Exits non-zero if a stage fails.
 set -euo pipefail
-bin=${1:?usage: gpt2.sh BIN_DIR OUT_DIR}
+usage="usage: gpt2.sh BIN_DIR OUT_DIR [--llmc BIN] [--text DIR [--tokenizer DIR]] [--no-tests]"
+bin=${1:?$usage}
+out_dir=${2:?$usage}
+shift 2
+llmc="" text="" tokenizer="" tests=1
+while [ $# -gt 0 ]; do
+  case $1 in
+    --llmc) llmc=${2:?$usage}; shift 2 ;;
+    --text) text=$(cd "${2:?$usage}" && pwd); shift 2 ;;
+    --tokenizer) tokenizer=$(cd "${2:?$usage}" && pwd); shift 2 ;;
+    --no-tests) tests=0; shift ;;
+    *) echo "$usage" >&2; exit 2 ;;
+  esac
+done
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/scripts/gpu/run_stage.sh"
-gpu_setup "${2:?usage: gpt2.sh BIN_DIR OUT_DIR}"
+gpu_setup "$out_dir"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader || true
 git -C "$root" log -1 --format='commit %h %s' 2>/dev/null || true
 
-run timeout 300 "$bin/minidl_tests" "[language_model][cuda]" 2>&1 | tee "$out/tests_language_model.log" || true
-run timeout 300 "$bin/minidl_tests" "[transformer][cuda]" 2>&1 | tee "$out/tests_transformer.log" || true
-run timeout 300 "$bin/minidl_tests" "[tokens][cuda]" 2>&1 | tee "$out/tests_tokens.log" || true
-run timeout 300 "$bin/minidl_tests" "[generate][cuda]" 2>&1 | tee "$out/tests_generate.log" || true
+if [ "$tests" = 1 ]; then
+  for tag in language_model transformer tokens generate; do
+    run timeout 300 "$bin/minidl_tests" "[$tag][cuda]" 2>&1 | tee "$out/tests_$tag.log" || true
+  done
+fi
 
 run timeout 600 bash "$root/scripts/gpu/attention.sh" "$bin" "$out/attention" --batch 16 --tokens 1024 --width 768 \
   --heads 12 --dtype bf16 --causal 2>&1 | tee "$out/attention.log" || true
@@ -62,4 +84,32 @@ for mode, target in (("eager", 1.3), ("compile", 1.0)):
 PY
 run timeout 900 "$bin/minidl" repro "${gpt2[@]}" --steps 30 --device cuda --set-b cuda_graph=false \
   --output "$out/repro" 2>&1 | tee "$out/repro.log" || true
+if [ -n "$llmc" ]; then
+  (cd "$out" && run timeout 300 "$llmc" -e d12 -i "$out/tokens/train.bin" -j "$out/tokens/val.bin" -b 16 -t 1024 -x 40 \
+    -v 1000 -s 1000 -r 0 -l 0.0006 -u 10 2>&1 | tee "$out/llmc.log") || true
+  python3 - "$out/bench_train.log" "$out/llmc.log" <<'PY' || true
+import re, sys
+ours = float(re.search(r"tokens:\s+([0-9.]+) tokens/s", open(sys.argv[1]).read()).group(1))
+theirs = float(re.findall(r"([0-9.]+) tok/s", open(sys.argv[2]).read())[-1])
+print(f"llm.c train_gpt2cu: {theirs:.0f} tokens/s (its last step's average); minidl / llm.c {ours / theirs:.3f} (target >= 1.0)")
+PY
+fi
+if [ -n "$text" ]; then
+  run timeout 600 "$bin/minidl" train --config "$root/configs/gpt2_124m.json" --set "data.dir=$text" --set epochs=3 \
+    --set output.progress=false --output "$out/text_run" 2>&1 | tee "$out/text_minidl.log" || true
+  steps=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['steps'])" "$out/text_run/summary.json")
+  run timeout 600 python3 "$root/scripts/torch/train_tokens.py" --config "$root/configs/gpt2_124m.json" --data "$text" \
+    --steps "$steps" --out "$out/text_twin.json" 2>&1 | tee "$out/text_twin.log" || true
+  python3 - "$out/text_run/summary.json" "$out/text_twin.json" <<'PY' || true
+import json, sys
+ours, twin = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+ratio = ours["test_loss"] / twin["val_loss"]
+print(f"val.bin loss after {ours['steps']} steps: minidl {ours['test_loss']:.4f}, PyTorch {twin['val_loss']:.4f}; "
+      f"minidl / PyTorch {ratio:.4f} (target within 1%: {'met' if abs(ratio - 1) <= 0.01 else 'missed'})")
+PY
+  if [ -n "$tokenizer" ]; then
+    run timeout 120 "$bin/minidl" generate --run "$out/text_run" --tokenizer "$tokenizer" --prompt "And God said" \
+      --max-new-tokens 60 --temperature 0.8 --top-k 40 --seed 1 2>&1 | tee "$out/text_generate.log" || true
+  fi
+fi
 gpu_finish gpt2

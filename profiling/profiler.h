@@ -1,9 +1,10 @@
-// Per-layer profiler. While installed it sees every module's forward (layers/module.h
-// ForwardObserver), every backward node (core/autograd.h BackwardObserver, attributed to the
-// module that recorded the node) and the trainer's named sections ("data", "loss", "optimizer",
-// "zero_grad"). Each of these hooks is a boundary; the time between two consecutive boundaries
-// belongs to the innermost open module, node or section, so a parent's clock pauses while a child
-// runs (exclusive time) and the rows of a step add up to the whole step.
+// Per-layer profiler. While installed on a model it sees each of the model's module forwards
+// (Module::set_observer), every backward node this thread runs (core/autograd.h
+// BackwardObserverScope, attributed to the module that recorded the node) and the trainer's named
+// sections ("data", "loss", "optimizer", "zero_grad": train/step_observer.h). Each of these hooks
+// is a boundary; the time between two consecutive boundaries belongs to the innermost open module,
+// node or section, so a parent's clock pauses while a child runs (exclusive time) and the rows of
+// a step add up to the whole step.
 //
 // Two clocks per boundary: the host clock (std::chrono::steady_clock: time our C++ spends,
 // mostly launching work) and, on CUDA, one event on minidl::cuda::stream() (time the GPU spends
@@ -11,16 +12,18 @@
 // synchronizes inside a step. The profiler's own time in the hooks is left out of every row and
 // reported separately. NVTX ranges named like the rows mirror the structure in Nsight Systems.
 //
-//   Profiler p(device); p.install();
+//   Profiler p(device); p.install(model);
 //   for (...) { p.begin_step(measure);  { auto s = p.section("data"); ... }  ...  p.end_step(); }
 //   p.uninstall(); ProfileReport r = p.report();   // medians over the measured steps
 //
-// Hot path when not installed: the observers are null, so Module::operator() and the backward
-// engine pay one pointer test, and profile_section() one load.
+// The hooks hang on the model and on the installing thread, never on the process: two profilers
+// on two models (in two threads) each see their own. Hot path when not installed: the observers
+// are null, so Module::operator() and the backward engine pay one pointer test.
 #pragma once
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -30,6 +33,7 @@
 #include "core/device.h"
 #include "layers/module.h"
 #include "train/device_limits.h"
+#include "train/step_observer.h"
 #ifdef MINIDL_WITH_CUDA
 #include "core/cuda/profiler_events.h"
 #endif
@@ -51,7 +55,7 @@ struct ProfileRow {
   double fwd_gpu_ms = 0, fwd_host_ms = 0, bwd_gpu_ms = 0, bwd_host_ms = 0;
   int64_t fwd_calls = 0, bwd_calls = 0;  // module calls / backward nodes per step (median)
   // Work per step (layers/work.h), from the last measured step: every module call of the row
-  // reported it (Module::work) or, for a section, the trainer did (profile_work). Unknown rows
+  // reported it (Module::work) or, for a section, the trainer did (StepObserver::add_work). Unknown rows
   // show "-" rather than 0.
   bool work_known = false;
   PassWork fwd_work, bwd_work;
@@ -114,28 +118,7 @@ struct ProfileReport {
   std::vector<MemorySample> memory;
 };
 
-class Profiler;
-
-// A named section, open from construction to destruction (RAII). Does nothing when made outside
-// a step or by profile_section() with no profiler installed.
-class ProfileSection {
- public:
-  ProfileSection() = default;
-  ~ProfileSection() noexcept(false);
-  ProfileSection(const ProfileSection&) = delete;
-  ProfileSection& operator=(const ProfileSection&) = delete;
-
- private:
-  friend class Profiler;
-  ProfileSection(Profiler* profiler, int row, autograd::ModuleTag previous_module, int64_t step)
-      : profiler_(profiler), row_(row), previous_module_(previous_module), step_(step) {}
-  Profiler* profiler_ = nullptr;
-  int row_ = -1;
-  autograd::ModuleTag previous_module_;
-  int64_t step_ = -1;
-};
-
-class Profiler final : public ForwardObserver, public autograd::BackwardObserver {
+class Profiler final : public ForwardObserver, public autograd::BackwardObserver, public StepObserver {
  public:
   // Events are recorded when `device` is CUDA (an error in a build without CUDA).
   explicit Profiler(Device device);
@@ -143,8 +126,9 @@ class Profiler final : public ForwardObserver, public autograd::BackwardObserver
   Profiler(const Profiler&) = delete;
   Profiler& operator=(const Profiler&) = delete;
 
-  // Sets the module and backward observers to this profiler (one profiler at a time).
-  void install();
+  // Observes `model` (every module of it: Module::set_observer) and this thread's backward
+  // passes, until uninstall(), which must run on the same thread. A model has one observer at a time.
+  void install(Module& model);
   void uninstall();
   bool installed() const { return installed_; }
 
@@ -159,13 +143,16 @@ class Profiler final : public ForwardObserver, public autograd::BackwardObserver
   void discard();
   int64_t measured_steps() const { return static_cast<int64_t>(steps_.size()); }
 
-  ProfileSection section(const char* name);
+  // A named section, open for the returned object's lifetime; nothing when made outside a step.
+  StepSection section(const char* name) { return StepSection(this, name); }
+  void open_section(const char* name) override;
+  void close_section() override;
   // Adds `work` to the innermost open row of the step (a section's data, loss or update: what a
   // module reports by itself through Module::work). Outside a measured step it does nothing.
   void add_work(const LayerWork& work);
   // The same, computing the work only when it is kept, and outside the row's time (like a hook):
   // a section's count (walking the optimizer's state, say) does not inflate its own row.
-  void add_work(const std::function<std::optional<LayerWork>()>& work);
+  void add_work(const std::function<std::optional<LayerWork>()>& work) override;
   // Medians per row over the measured steps and the trace of the last one (errors when none).
   ProfileReport report() const;
 
@@ -177,7 +164,6 @@ class Profiler final : public ForwardObserver, public autograd::BackwardObserver
 
  private:
   using Clock = std::chrono::steady_clock;
-  friend class ProfileSection;
 
   struct Boundary {
     Clock::time_point enter;  // host clock when the hook started: ends the previous interval
@@ -207,7 +193,12 @@ class Profiler final : public ForwardObserver, public autograd::BackwardObserver
     double gpu_ms = 0, wall_ms = 0, overhead_ms = 0;
   };
 
-  void close_section(int row, autograd::ModuleTag previous_module, int64_t step);
+  // An open section: its row (-1 when opened outside a step), the module id it replaced and its step.
+  struct OpenSection {
+    int row = -1;
+    autograd::ModuleTag previous_module;
+    int64_t step = -1;
+  };
   void open_frame(int row, bool backward, int op, Clock::time_point t);
   bool close_frame(int row, bool backward, Clock::time_point t);
   void add_boundary(Clock::time_point enter, bool last = false);
@@ -224,6 +215,9 @@ class Profiler final : public ForwardObserver, public autograd::BackwardObserver
   Device device_;
   bool gpu_ = false;
   bool installed_ = false;
+  Module* model_ = nullptr;  // the installed model
+  std::unique_ptr<autograd::BackwardObserverScope> backward_scope_;
+  std::vector<OpenSection> sections_;  // open sections, innermost last
   bool in_step_ = false;
   bool measure_ = false;
   bool in_backward_ = false;  // a node ran since the last module call or section: gaps are autograd's
@@ -255,11 +249,5 @@ class Profiler final : public ForwardObserver, public autograd::BackwardObserver
   cuda::TimingEvents events_;
 #endif
 };
-
-// Opens a section on the installed profiler; a no-op object when none is installed, so the
-// trainer can mark its sections unconditionally.
-ProfileSection profile_section(const char* name);
-// Adds `work` to the installed profiler's innermost open row; a no-op when none is installed.
-void profile_work(const LayerWork& work);
 
 }  // namespace minidl

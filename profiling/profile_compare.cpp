@@ -1,4 +1,4 @@
-#include "train/profile_compare.h"
+#include "profiling/profile_compare.h"
 
 #include <algorithm>
 #include <cstdio>

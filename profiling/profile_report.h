@@ -1,4 +1,4 @@
-// Presenting a ProfileReport (train/profiler.h): the per-layer table for the terminal, the same
+// Presenting a ProfileReport (profiling/profiler.h): the per-layer table for the terminal, the same
 // numbers as JSON, and the Chrome trace of the last measured step (Perfetto, chrome://tracing).
 // docs/profiling.md explains how to read them.
 #pragma once
@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-#include "train/profiler.h"
+#include "profiling/profiler.h"
 
 namespace minidl {
 

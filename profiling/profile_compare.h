@@ -8,7 +8,7 @@
 
 namespace minidl {
 
-// The table for two parsed profile.json documents (train/profile_report.h); `a_label` and
+// The table for two parsed profile.json documents (profiling/profile_report.h); `a_label` and
 // `b_label` head the columns' description. Times are GPU ms when both profiles have them, host
 // ms otherwise. Errors name the label of a document that is not a minidl profile.
 std::string format_profile_comparison(const nlohmann::json& a, const nlohmann::json& b, const std::string& a_label,

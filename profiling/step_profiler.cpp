@@ -1,10 +1,10 @@
-#include "train/step_profiler.h"
+#include "profiling/step_profiler.h"
 
 #include <algorithm>
 
 #include "core/error.h"
 #include "core/settings.h"
-#include "train/profile_report.h"
+#include "profiling/profile_report.h"
 #include "train/run_log.h"
 
 namespace minidl {
@@ -15,14 +15,14 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-StepProfiler::StepProfiler(Device device, int64_t warmup, int64_t measure)
-    : device_(device), profiler_(device), warmup_(warmup), measure_(measure) {
+StepProfiler::StepProfiler(Module& model, Device device, int64_t warmup, int64_t measure)
+    : model_(model), device_(device), profiler_(device), warmup_(warmup), measure_(measure) {
   MINIDL_CHECK(measure >= 1 && warmup >= 0, "profile: need at least one measured step");
 }
 
 void StepProfiler::before_step() {
   if (step_ < warmup_ + measure_) {
-    if (step_ == 0) profiler_.install();
+    if (step_ == 0) profiler_.install(model_);
     phase_ = Phase::Profiled;
     profiler_.begin_step(step_ >= warmup_);
   } else if (step_ < warmup_ + 2 * measure_) {
@@ -46,10 +46,6 @@ void StepProfiler::after_step() {
   ++step_;
 }
 
-ProfileSection StepProfiler::section(const char* name) {
-  return phase_ == Phase::Profiled ? profiler_.section(name) : ProfileSection();
-}
-
 void StepProfiler::finish(RunLog& log, const std::string& dir, std::optional<double> graphed_ms) {
   if (profiler_.installed()) profiler_.uninstall();
   if (profiler_.measured_steps() == 0) {
@@ -65,6 +61,12 @@ void StepProfiler::finish(RunLog& log, const std::string& dir, std::optional<dou
   write_profile_json(report, dir + "/profile.json", unprofiled, graphed_ms);
   write_chrome_trace(report, dir + "/trace.json");
   log.line(str("profile: wrote ", dir, "/profile.json and ", dir, "/trace.json (open in Perfetto or chrome://tracing)"));
+}
+
+RunProfilerFactory step_profiler_factory() {
+  return [](Module& model, Device device, int64_t warmup, int64_t measure) -> std::unique_ptr<RunProfiler> {
+    return std::make_unique<StepProfiler>(model, device, warmup, measure);
+  };
 }
 
 }  // namespace minidl

@@ -1,4 +1,4 @@
-#include "train/profile_report.h"
+#include "profiling/profile_report.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "train/profiler.h"
+#include "profiling/profiler.h"
 
 #include <algorithm>
 #include <utility>
@@ -9,8 +9,6 @@
 namespace minidl {
 
 namespace {
-
-Profiler* g_installed = nullptr;
 
 double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
@@ -52,12 +50,6 @@ void raise_memory_peak(bool gpu, double bytes) {
 
 }  // namespace
 
-// May throw (a CUDA error surfacing at the closing event) so that it reaches the trainer's error
-// handling like any other; during unwinding that ends the process, as any error would then.
-ProfileSection::~ProfileSection() noexcept(false) {
-  if (profiler_) profiler_->close_section(row_, previous_module_, step_);
-}
-
 Profiler::Profiler(Device device) : device_(device), gpu_(device.is_cuda()) {
   MINIDL_CHECK(!gpu_ || built_with_cuda(), "Profiler: device ", device.str(),
                " needs a minidl built with CUDA");
@@ -65,20 +57,22 @@ Profiler::Profiler(Device device) : device_(device), gpu_(device.is_cuda()) {
 
 Profiler::~Profiler() { uninstall(); }
 
-void Profiler::install() {
-  MINIDL_CHECK(g_installed == nullptr || g_installed == this,
-               "Profiler::install: another profiler is installed; uninstall it first");
-  set_forward_observer(this);
-  autograd::set_backward_observer(this);
-  g_installed = this;
+void Profiler::install(Module& model) {
+  MINIDL_CHECK(!installed_ || model_ == &model, "Profiler::install: installed on another model; uninstall it first");
+  if (installed_) return;
+  MINIDL_CHECK(model.observer() == nullptr, "Profiler::install: ", model.label(),
+               " is observed already (by another profiler); uninstall that first");
+  model.set_observer(this);
+  backward_scope_ = std::make_unique<autograd::BackwardObserverScope>(this);
+  model_ = &model;
   installed_ = true;
 }
 
 void Profiler::uninstall() {
   if (!installed_) return;
-  set_forward_observer(nullptr);
-  autograd::set_backward_observer(nullptr);
-  g_installed = nullptr;
+  model_->set_observer(nullptr);
+  backward_scope_.reset();
+  model_ = nullptr;
   installed_ = false;
 }
 
@@ -159,23 +153,29 @@ void Profiler::discard() {
   last_work_.clear();
 }
 
-ProfileSection Profiler::section(const char* name) {
-  if (!in_step_) return ProfileSection();
+void Profiler::open_section(const char* name) {
+  if (!in_step_) {
+    sections_.push_back(OpenSection{});
+    return;
+  }
   Clock::time_point t = Clock::now();
   in_backward_ = false;
   int row = section_row(name);
-  const autograd::ModuleTag previous = autograd::current_module();
+  sections_.push_back({row, autograd::current_module(), step_index_});
   autograd::set_current_module({section_module_id(row), 0});
   open_frame(row, false, -1, t);
-  return ProfileSection(this, row, previous, step_index_);
 }
 
-void Profiler::close_section(int row, autograd::ModuleTag previous_module, int64_t step) {
+void Profiler::close_section() {
+  MINIDL_ASSERT(!sections_.empty());
+  const OpenSection s = sections_.back();
+  sections_.pop_back();
+  if (s.row < 0) return;
   // The module id is restored even when the step already ended (or failed) inside the section,
   // so later nodes are not tagged with the section.
-  autograd::set_current_module(previous_module);
-  if (!in_step_ || step != step_index_) return;
-  close_frame(row, false, Clock::now());
+  autograd::set_current_module(s.previous_module);
+  if (!in_step_ || s.step != step_index_) return;
+  close_frame(s.row, false, Clock::now());
 }
 
 void Profiler::enter(const Module& m) {
@@ -347,7 +347,10 @@ int Profiler::node_row(autograd::ModuleTag module) {
     if (found != row_of_module_.end()) return found->second;
     // The module alive under the id now, unless it is a later one than the node's (which died).
     const Module* m = module_by_id(module.id);
-    return module_row(module, m && m->generation() == module.generation ? m : nullptr);
+    if (m && m->generation() != module.generation) m = nullptr;
+    // A model this profiler does not observe ran its backward on this thread: not a row of ours.
+    if (m && m->observer() != this) return untracked_row(RowKind::Autograd);
+    return module_row(module, m);
   }
   int section = row_of_section_module_id(module.id);
   if (module.id <= -2 && section < static_cast<int>(rows_.size()) &&
@@ -537,15 +540,6 @@ std::vector<TraceEvent> Profiler::build_trace() const {
       span(row.name, row.kind == RowKind::Autograd ? "autograd" : "other", k, k + 1, "");
   }
   return events;
-}
-
-ProfileSection profile_section(const char* name) {
-  if (!g_installed) return ProfileSection();
-  return g_installed->section(name);
-}
-
-void profile_work(const LayerWork& work) {
-  if (g_installed) g_installed->add_work(work);
 }
 
 }  // namespace minidl
