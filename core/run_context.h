@@ -1,7 +1,6 @@
 // The settings one run computes with, in one place the run owns: the compute switches ops read,
-// and the seed and count of weight initialization. (Dropout's seed and step are the model's:
-// layers/regularization/dropout_state.h.) A Trainer fills a
-// RunContext from its config and makes it current (RunContextScope) in every call that builds or
+// and the seed and count of weight initialization (dropout's seed and step are the model's own).
+// A Trainer fills a RunContext from its config and makes it current (RunContextScope) in every call that builds or
 // runs anything, so two runs in one process (the benchmark's seeds, the tests) never see each
 // other's settings, even used alternately.
 //

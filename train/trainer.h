@@ -36,10 +36,10 @@ namespace minidl {
 class Communicator;  // distributed/communicator.h
 class StepObserver;
 
-// A trainer owns its run's context (core/run_context.h): the config's compute switches and init
-// seed; and its model's dropout state (the config's seed, the step), which the model's modules hold. Every call below
-// that builds or runs anything makes it current for its duration, so trainers alive at once, used in turn, each compute
-// as if alone.
+// A trainer owns its run's context (core/run_context.h: the config's compute switches and init
+// seed) and its model's dropout state (the config's seed and the step, which the model's modules
+// hold). Every call below that builds or runs anything makes the context current for its
+// duration, so trainers alive at once, used in turn, each compute as if alone.
 class Trainer {
  public:
   // Where the model's first weights come from: the config (the seed, the "init" rules, then
