@@ -1,8 +1,8 @@
 // The settings one run computes with, in one place the run owns: the compute switches ops read,
 // and the seed and count of weight initialization (dropout's seed and step are the model's own).
-// A Trainer fills a RunContext from its config and makes it current (RunContextScope) in every call that builds or
-// runs anything, so two runs in one process (the benchmark's seeds, the tests) never see each
-// other's settings, even used alternately.
+// A Trainer fills a RunContext from its config and makes it current (RunContextScope) in every
+// call that builds or runs anything, so two runs in one process (the benchmark's seeds, the
+// tests) never see each other's settings, even used alternately.
 //
 // The current context is per thread: two runs on two threads at once each compute with their
 // own. Nothing an op's OpenMP workers run reads it (the ops read their switches on the calling
