@@ -139,7 +139,8 @@ int export_command(const ExportOptions& options) {
   if (!options.run_dir.empty()) {
     const std::string config_file = options.run_dir + "/config.json";
     weights = options.run_dir + "/model.safetensors";
-    MINIDL_CHECK(fs::exists(config_file), "export --run ", options.run_dir, ": no config.json there (not a run folder)");
+    MINIDL_CHECK(fs::exists(config_file), "export --run ", options.run_dir,
+                 ": no config.json there (not a run folder)");
     MINIDL_CHECK(fs::exists(weights), "export --run ", options.run_dir,
                  ": no model.safetensors there (the run has not finished an epoch)");
     j = read_json_file(config_file);
@@ -157,8 +158,7 @@ int export_command(const ExportOptions& options) {
   const Device device = setup_compute(config);
 
   set_init_seed(config.seed);
-  std::shared_ptr<Module> model = build_sequential(config.model.at("layers"), "model.layers", device);
-  model->assign_paths();
+  std::shared_ptr<Module> model = build_model(config, device);
   if (!weights.empty()) model->load_state_dict(trained.tensors);
   model->to(device);
 
@@ -168,15 +168,16 @@ int export_command(const ExportOptions& options) {
   onnx.sample = {3, side, side};
   onnx.metadata = {
       {"minidl.source", weights.empty() ? str("config ", options.config_path, " (initialised, untrained)") : weights},
-      {"minidl.input", str("float32 (batch, 3, ", side, ", ", side,
-                           "): RGB in [0, 1], minus mean, over std, per channel")},
+      {"minidl.input",
+       str("float32 (batch, 3, ", side, ", ", side, "): RGB in [0, 1], minus mean, over std, per channel")},
       {"minidl.mean", nlohmann::json(data.normalize.mean).dump()},
       {"minidl.std", nlohmann::json(data.normalize.std).dump()},
       {"minidl.model", config.model.dump()}};
   // The class names a run recorded (train writes classes.json): output index i is classes[i].
   const std::string classes_file = options.run_dir + "/classes.json";
   if (!options.run_dir.empty() && fs::exists(classes_file))
-    onnx.metadata["minidl.classes"] = parse_json_limited(read_file_limited(classes_file, "class list"), classes_file).dump();
+    onnx.metadata["minidl.classes"] =
+        parse_json_limited(read_file_limited(classes_file, "class list"), classes_file).dump();
   Dataset reference;
   if (!options.logits_path.empty()) {
     MINIDL_CHECK(options.limit >= 0, "export: --limit must be >= 0, got ", options.limit);

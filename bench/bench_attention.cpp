@@ -60,7 +60,7 @@ int bench_attention(const BenchAttentionOptions& options) {
   set_dropout_step(0, d);
   const DropoutDraw draw = dropout_draw(static_cast<float>(dropout_p), 1, 1);
   const DropoutDraw* dp = dropout_p > 0 ? &draw : nullptr;
-  const int64_t* step = dropout_step_on(d);
+  const int64_t* step = default_dropout_state()->step_on(d);
   double gemm_fwd = 0, gemm_bwd = 0, fused_fwd = 0, fused_bwd = 0, flash_fwd = 0, flash_bwd = 0;
   bool fused = false, flash = false;
   Tensor lse = Tensor::empty({batch, heads, tokens}, DType::Float32, d);

@@ -37,6 +37,7 @@ int bench_train(const BenchTrainOptions& options) {
   const std::shared_ptr<Communicator> comm = make_communicator(options.dist, launch, dev);
   run.set_communicator(comm);
   Trainer& trainer = run.trainer();
+  DataParallel& dp = trainer.data_parallel();
   auto run_steps = [&](int64_t n) {
     for (int64_t s = 0; s < n; ++s) run.step();
   };
@@ -70,9 +71,9 @@ int bench_train(const BenchTrainOptions& options) {
   // middle one with the reduction after backward (A B A: a steady drift of the step time over the
   // run, which a later block alone would take for the difference, cancels). Steps that reduce
   // after backward are graphs of their own (Trainer::step_kind): warmed up and captured first.
-  Trainer::ReductionTiming reduction;
+  DataParallel::ReductionTiming reduction;
   double serial_ms = 0, overlap_ms = wall_ms;
-  const int in_backward = trainer.gradient_buckets_in_backward();  // of the last timed step
+  const int in_backward = dp.gradient_buckets_in_backward();  // of the last timed step
   auto block_ms = [&](int64_t n) {
     synchronize(dev);
     const auto s0 = Clock::now();
@@ -80,21 +81,21 @@ int bench_train(const BenchTrainOptions& options) {
     synchronize(dev);
     return 1e3 * std::chrono::duration<double>(Clock::now() - s0).count() / static_cast<double>(n);
   };
-  if (trainer.micro_batches() > 1) {
-    trainer.reduction_timing() = Trainer::ReductionTiming{true};
+  if (dp.micro_batches() > 1) {
+    dp.reduction_timing() = DataParallel::ReductionTiming{true};
     run_steps(std::min<int64_t>(steps, 20));
-    reduction = trainer.reduction_timing();
-    trainer.reduction_timing().enabled = false;
-    if (trainer.reduction_overlapped()) {
-      trainer.set_reduction_overlap(false);
+    reduction = dp.reduction_timing();
+    dp.reduction_timing().enabled = false;
+    if (dp.reduction_overlapped()) {
+      dp.set_reduction_overlap(false);
       // Each kind of step needs two eager steps and a capture; lookahead's kinds come every few
       // steps, so 24 steps capture those of any period up to 8 before the timed block.
       if (dev.is_cuda() && config.cuda_graph) run_steps(std::max<int64_t>(warmup, 24));
-      trainer.set_reduction_overlap(true);
+      dp.set_reduction_overlap(true);
       const double first = block_ms(steps);
-      trainer.set_reduction_overlap(false);
+      dp.set_reduction_overlap(false);
       serial_ms = block_ms(steps);
-      trainer.set_reduction_overlap(true);
+      dp.set_reduction_overlap(true);
       overlap_ms = (first + block_ms(steps)) / 2;
     }
   }
@@ -145,21 +146,24 @@ int bench_train(const BenchTrainOptions& options) {
                 comm->backend(), train_ips / comm->world_size(), train_ips);
   if (reduction.steps > 0) {
     const double reduce_ms = 1e3 * reduction.seconds / static_cast<double>(reduction.steps);
-    std::printf("  all-reduce: %.3f ms/step (%.1f%% of the step), the ordered reduction of %lld micro-batches of %.2f MB "
-                "over %d rank(s) (%s), alone\n",
-                reduce_ms, 100.0 * reduce_ms / wall_ms, static_cast<long long>(trainer.micro_batches()),
-                static_cast<double>(reduction.bytes_per_micro_batch) / 1e6, comm->world_size(), comm->backend());
+    std::printf(
+        "  all-reduce: %.3f ms/step (%.1f%% of the step), the ordered reduction of %lld micro-batches of %.2f MB "
+        "over %d rank(s) (%s), alone\n",
+        reduce_ms, 100.0 * reduce_ms / wall_ms, static_cast<long long>(dp.micro_batches()),
+        static_cast<double>(reduction.bytes_per_micro_batch) / 1e6, comm->world_size(), comm->backend());
     const double hidden_ms = serial_ms - overlap_ms;
-    if (trainer.reduction_overlapped() && dev.is_cuda())
-      std::printf("  overlap:    %d gradient bucket(s), %d queued during backward on a side stream: %.2f ms/step, "
-                  "%.2f ms with the reduction after backward, so backward hides %.3f ms (%.0f%%) of it\n",
-                  trainer.gradient_buckets(), in_backward, overlap_ms, serial_ms, hidden_ms, 100.0 * hidden_ms / reduce_ms);
-    else if (trainer.reduction_overlapped())
-      std::printf("  overlap:    %d gradient bucket(s), %d reduced inside backward once complete: on the CPU that "
-                  "hides nothing (%.2f ms/step; %.2f ms with the reduction after backward)\n",
-                  trainer.gradient_buckets(), in_backward, overlap_ms, serial_ms);
+    if (dp.reduction_overlapped() && dev.is_cuda())
+      std::printf(
+          "  overlap:    %d gradient bucket(s), %d queued during backward on a side stream: %.2f ms/step, "
+          "%.2f ms with the reduction after backward, so backward hides %.3f ms (%.0f%%) of it\n",
+          dp.gradient_buckets(), in_backward, overlap_ms, serial_ms, hidden_ms, 100.0 * hidden_ms / reduce_ms);
+    else if (dp.reduction_overlapped())
+      std::printf(
+          "  overlap:    %d gradient bucket(s), %d reduced inside backward once complete: on the CPU that "
+          "hides nothing (%.2f ms/step; %.2f ms with the reduction after backward)\n",
+          dp.gradient_buckets(), in_backward, overlap_ms, serial_ms);
     else
-      std::printf("  overlap:    none: the reduction runs after backward (%s)\n", trainer.overlap_off_reason());
+      std::printf("  overlap:    none: the reduction runs after backward (%s)\n", dp.overlap_off_reason());
   }
   if (gpu_ms > 0)
     std::printf("  GPU time:   %.2f ms/step (steps queued ahead of the GPU); wall / GPU = %.3f\n", gpu_ms,

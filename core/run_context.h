@@ -1,8 +1,8 @@
 // The settings one run computes with, in one place the run owns: the compute switches ops read,
-// the seed and count of weight initialization, and dropout's seed and step. A Trainer fills a
-// RunContext from its config and makes it current (RunContextScope) in every call that builds or
-// runs anything, so two runs in one process (the benchmark's seeds, the tests) never see each
-// other's settings, even used alternately.
+// and the seed and count of weight initialization (dropout's seed and step are the model's own).
+// A Trainer fills a RunContext from its config and makes it current (RunContextScope) in every
+// call that builds or runs anything, so two runs in one process (the benchmark's seeds, the
+// tests) never see each other's settings, even used alternately.
 //
 // The current context is per thread: two runs on two threads at once each compute with their
 // own. Nothing an op's OpenMP workers run reads it (the ops read their switches on the calling
@@ -20,11 +20,6 @@ struct RunContext {
   // Weight initialization (core/init.h): the seed, and how many tensors have drawn from it.
   uint64_t init_seed = 0;
   uint64_t init_ordinal = 0;
-  // Dropout masks (layers/regularization/dropout.h): the seed, the step the draws belong to, and
-  // the device step word that holds it (a micro-batch's own, in a step of several).
-  uint64_t dropout_seed = 0;
-  int64_t dropout_step = 0;
-  int dropout_slot = 0;
 };
 
 // The context installed by the innermost live scope, or the default one.

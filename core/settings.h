@@ -13,11 +13,6 @@ struct ComputeSettings {
   // (torch.backends.cudnn.allow_tf32 = True), so timings compare like with like. Linear layers
   // stay in full fp32, also as in PyTorch.
   bool allow_tf32 = true;
-  // Let the normalization layers pick their single-read GPU kernels (one CTA or a thread-block
-  // cluster per group, docs/perf/norm.md) where a group fits on the chip and the H200 measured
-  // them faster. Off, every pass runs the three-launch kernels (and gives their bits:
-  // the single-read kernels sum in another fixed order, as deterministic).
-  bool norm_single_read = true;
 };
 
 // The current context's settings, and their replacement (in that context only).

@@ -29,6 +29,8 @@ class Layer : public Module {
 
  protected:
   Layer(const LayerDescriptor& descriptor, Spec spec) : descriptor_(descriptor), spec_(std::move(spec)) {}
+  // A key the model's builder sets on the built layer (layers/norm/norm_path.h: "single_read").
+  Spec& mutable_spec() { return spec_; }
 
  private:
   const LayerDescriptor& descriptor_;

@@ -19,16 +19,17 @@
 #include "core/settings.h"
 #include "core/tensor.h"
 #include "core/tensor_ops.h"
+#include "json_lines.h"
 #include "layers/activation/activation.h"
 #include "layers/conv/conv2d.h"
+#include "layers/norm/norm_path.h"
 #include "layers/registry.h"
 #include "optim/grad_scaler.h"
+#include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/config.h"
 #include "train/run.h"
 #include "train/trainer.h"
-#include "json_lines.h"
-#include "test_util.h"
 
 using namespace minidl;
 using Catch::Matchers::Contains;
@@ -464,9 +465,6 @@ TEST_CASE("CUDA half normalization kernels match the storage-rounded float32 lay
   // on its automatic path (three launches, or the Warp path for LayerNorm rows of at most 2048):
   // the same formulas, the float sums grouped otherwise, so outputs agree to one unit in the last
   // place of the half type.
-  const ComputeSettings saved = compute_settings();
-  ComputeSettings three = saved;
-  three.norm_single_read = false;
   const Device gpu = Device::cuda();
   struct Case {
     const char* spec;
@@ -502,13 +500,14 @@ TEST_CASE("CUDA half normalization kernels match the storage-rounded float32 lay
         Tensor xa = x0.clone(), xb = x0.clone();
         xa.set_requires_grad(true);
         xb.set_requires_grad(true);
-        set_compute_settings(saved);
+        auto& norm = dynamic_cast<NormLayer&>(*layer);
+        norm.set_single_read(true);
         const Tensor ya = (*layer)(xa.to(d, f));
         clear_grads(*layer);
         autograd::backward(ya, dy);
         std::vector<std::vector<float>> grads_a;
         for (auto& [name, p] : layer->named_parameters()) grads_a.push_back(p.grad().to_vector());
-        set_compute_settings(three);
+        norm.set_single_read(false);
         const Tensor yb = (*layer)(xb.to(d, f).to(DType::Float32)).to(d);
         clear_grads(*layer);
         autograd::backward(yb, dy);
@@ -529,7 +528,6 @@ TEST_CASE("CUDA half normalization kernels match the storage-rounded float32 lay
       }
     }
   }
-  set_compute_settings(saved);
 }
 
 TEST_CASE("CUDA half Linear (GemmEx, float32 accumulation) matches the storage-rounded CPU layer",

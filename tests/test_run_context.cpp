@@ -1,7 +1,8 @@
-// The run context (core/run_context.h): settings, init seed and dropout seed and step belong to
-// the context current when they are set or read, so two trainers alive at once, stepped in turn or
-// on two threads, each give the bits of running alone and leave the caller's settings as they were; the module
-// table reuses the ids of destroyed modules.
+// The run context (core/run_context.h): settings and init seed belong to the context current when
+// they are set or read, and dropout's seed and step to the state a trainer hands its model
+// (layers/regularization/dropout_state.h), so two trainers alive at once, stepped in turn or on two
+// threads, each give the bits of running alone and leave the caller's settings as they were; the
+// module table reuses the ids of destroyed modules.
 #include <memory>
 #include <thread>
 #include <vector>
@@ -40,11 +41,15 @@ json tiny_layers(double dropout) {
                       {{"type", "GroupNorm"}, {"num_groups", 2}, {"num_channels", 4}},
                       {{"type", "ReLU"}},
                       {{"type", "Dropout"}, {"p", dropout}},
+                      {{"type", "DropPath"}, {"p", dropout / 2}},
                       {{"type", "GlobalMaxPool2d"}},
                       {{"type", "Linear"}, {"in_features", 4}, {"out_features", 10}}});
 }
 
-TrainConfig tiny_config(uint64_t seed, bool deterministic, bool allow_tf32, bool norm_single_read, double dropout) {
+// accumulate_steps > 1: each step is that many micro-batches, each drawing its own dropout masks
+// from a step word of its own.
+TrainConfig tiny_config(uint64_t seed, bool deterministic, bool allow_tf32, bool norm_single_read, double dropout,
+                        int64_t accumulate_steps = 1) {
   json j = {{"seed", seed},
             {"device", "cpu"},
             {"deterministic", deterministic},
@@ -52,6 +57,7 @@ TrainConfig tiny_config(uint64_t seed, bool deterministic, bool allow_tf32, bool
             {"norm_single_read", norm_single_read},
             {"epochs", 2},
             {"batch_size", 8},
+            {"accumulate_steps", accumulate_steps},
             {"data", {{"augment", {{"crop_padding", 1}, {"flip", true}}}}},
             {"model", {{"layers", tiny_layers(dropout)}}},
             {"optimizer", {{"type", "SGD"}, {"lr", 0.1}, {"momentum", 0.9}}},
@@ -107,7 +113,7 @@ void require_same_bits(const RunBits& a, const RunBits& b) {
 }
 
 bool same_settings(const ComputeSettings& a, const ComputeSettings& b) {
-  return a.deterministic == b.deterministic && a.allow_tf32 == b.allow_tf32 && a.norm_single_read == b.norm_single_read;
+  return a.deterministic == b.deterministic && a.allow_tf32 == b.allow_tf32;
 }
 
 }  // namespace
@@ -115,21 +121,21 @@ bool same_settings(const ComputeSettings& a, const ComputeSettings& b) {
 TEST_CASE("run context: a scope makes its context current and restores the previous one", "[settings][context]") {
   const ComputeSettings outer = compute_settings();
   RunContext a, b;
-  a.compute = {false, false, false};
-  b.compute = {true, false, true};
+  a.compute = {false, false};
+  b.compute = {true, false};
   {
     const RunContextScope in_a(a);
     REQUIRE(&current_run_context() == &a);
     REQUIRE(same_settings(compute_settings(), a.compute));
     {
       const RunContextScope in_b(b);
-      set_compute_settings({false, true, false});  // b's, not a's
+      set_compute_settings({false, true});  // b's, not a's
       REQUIRE(&current_run_context() == &b);
     }
     REQUIRE(&current_run_context() == &a);
-    REQUIRE(same_settings(compute_settings(), {false, false, false}));
+    REQUIRE(same_settings(compute_settings(), {false, false}));
   }
-  REQUIRE(same_settings(b.compute, {false, true, false}));
+  REQUIRE(same_settings(b.compute, {false, true}));
   REQUIRE(same_settings(compute_settings(), outer));
 }
 
@@ -158,29 +164,43 @@ TEST_CASE("run context: each context keeps its own init seed and draw count", "[
   REQUIRE(a0.to_vector() != a1.to_vector());
 }
 
-TEST_CASE("run context: dropout's seed and step are the current context's", "[dropout][context]") {
+TEST_CASE("run context: a model's dropout draws with the state handed to it", "[dropout][context]") {
   const uint64_t outer_seed = dropout_seed();
   const int64_t outer_step = dropout_step();
-  RunContext a;
-  {
-    const RunContextScope in_a(a);
-    set_dropout_seed(11);
-    set_dropout_step(3);
-    REQUIRE(dropout_draw(0.5f, 1, 1).seed == 11);
-  }
-  REQUIRE(a.dropout_seed == 11);
-  REQUIRE(a.dropout_step == 3);
-  REQUIRE(dropout_seed() == outer_seed);
-  REQUIRE(dropout_step() == outer_step);
+  const std::shared_ptr<Module> model = build_sequential(tiny_layers(0.5), "model.layers");
+  model->assign_paths();
+  auto state = std::make_shared<DropoutState>(11);
+  state->set_step(3);
+  REQUIRE(set_dropout_state(*model, state) == 2);  // the Dropout and the DropPath
+  auto* drop = dynamic_cast<Dropout*>(model->children()[3].second.get());
+  REQUIRE(drop != nullptr);
+  REQUIRE(drop->dropout_state() == state);
+  const Tensor x = Tensor::full({4, 4, 8, 8}, 1.f);
+  const std::vector<float> y = (*drop)(x).to_vector();
+  // The mask of the state's seed and step and the layer's path, whatever the default state holds.
+  REQUIRE(y == dropout(x, state->draw(0.5f, dropout_salt(drop->path()), 1), state).to_vector());
+  set_dropout_seed(outer_seed + 1);
+  set_dropout_step(outer_step + 1);
+  REQUIRE((*drop)(x).to_vector() == y);
+  state->set_step(4);
+  CHECK((*drop)(x).to_vector() != y);
+  set_dropout_seed(outer_seed);
+  set_dropout_step(outer_step);
+  // A module no one handed a state draws with the thread's default one.
+  Dropout loose(0.5);
+  REQUIRE(loose.dropout_state() == default_dropout_state());
 }
 
 TEST_CASE("run context: two trainers stepped in turn each give the bits of running alone", "[trainer][context]") {
-  // Different seeds (init, data order, dropout masks), dropout rates and compute switches.
+  // Different seeds (init, data order, dropout masks), dropout rates, compute switches and
+  // micro-batches per step.
   const TrainConfig first = tiny_config(1, true, true, true, 0.25);
-  const TrainConfig second = tiny_config(2, false, false, false, 0.5);
+  const TrainConfig second = tiny_config(2, false, false, false, 0.5, 2);
   const RunBits first_alone = run_alone(first);
   const RunBits second_alone = run_alone(second);
   REQUIRE(first_alone.losses != second_alone.losses);
+  // The masks matter: without dropout the first run's bits differ.
+  REQUIRE(run_alone(tiny_config(1, true, true, true, 0)).losses != first_alone.losses);
 
   SteppedRun a(first);
   SteppedRun b(second);
@@ -192,15 +212,15 @@ TEST_CASE("run context: two trainers stepped in turn each give the bits of runni
   const RunBits b_bits = b.finish();
   require_same_bits(a_bits, first_alone);
   require_same_bits(b_bits, second_alone);
-  CHECK(same_settings(a.trainer().run_context().compute, {true, true, true}));
-  CHECK(same_settings(b.trainer().run_context().compute, {false, false, false}));
+  CHECK(same_settings(a.trainer().run_context().compute, {true, true}));
+  CHECK(same_settings(b.trainer().run_context().compute, {false, false}));
 }
 
 TEST_CASE("run context: two trainers on two threads at once each give the bits of running alone",
           "[trainer][context]") {
   // Each thread builds, steps and evaluates its own run; their steps overlap in time, with other
   // seeds, dropout rates and compute switches.
-  const TrainConfig first = tiny_config(3, true, true, true, 0.25);
+  const TrainConfig first = tiny_config(3, true, true, true, 0.25, 2);
   const TrainConfig second = tiny_config(4, false, false, false, 0.5);
   const RunBits first_alone = run_alone(first);
   const RunBits second_alone = run_alone(second);
@@ -232,11 +252,11 @@ TEST_CASE("run context: two trainers on two threads at once each give the bits o
 TEST_CASE("run context: two trainers replaying CUDA graphs in turn each give the bits of running alone",
           "[cuda][graph][trainer][context]") {
   // On the GPU the compute switches pick kernels (TF32 convolutions, the single-read norm), and
-  // the dropout step reaches the kernels through the one device word both runs' graphs read.
+  // the dropout step reaches the kernels through device words each run's dropout state owns.
   MINIDL_REQUIRE_CUDA();
   const Device cuda = Device::cuda(0);
   TrainConfig first = tiny_config(1, true, true, true, 0.25);
-  TrainConfig second = tiny_config(2, true, false, false, 0.5);
+  TrainConfig second = tiny_config(2, true, false, false, 0.5, 2);
   for (TrainConfig* c : {&first, &second}) {
     c->device = "cuda";
     c->cuda_graph = true;
@@ -263,8 +283,7 @@ TEST_CASE("run context: a trainer leaves the caller's settings as they were", "[
   const int64_t outer_step = dropout_step();
   {
     // Every switch the opposite of the caller's, and a seed the caller does not have.
-    SteppedRun run(tiny_config(outer_dropout_seed + 7, !outer.deterministic, !outer.allow_tf32,
-                               !outer.norm_single_read, 0.25));
+    SteppedRun run(tiny_config(outer_dropout_seed + 7, !outer.deterministic, !outer.allow_tf32, false, 0.25));
     REQUIRE(same_settings(compute_settings(), outer));
     run.step();
     run.step();

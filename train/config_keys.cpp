@@ -165,8 +165,8 @@ std::vector<Field<C>> make_config_keys() {
            "on a GPU, replay each training step and full evaluation batch as one CUDA graph, the bits of the "
            "eager step (docs/perf/cuda_graph.md); no effect on the CPU"),
       flag("norm_single_read", &C::norm_single_read, true,
-           "on a GPU, BatchNorm2d, GroupNorm and LayerNorm run their single-read kernels where faster "
-           "(docs/perf/norm.md); false: the three-launch kernels everywhere"),
+           "on a GPU, the normalization layers run their single-read kernels where faster (docs/perf/norm.md); "
+           "false sets every normalization layer's \"single_read\" to false: the three-launch kernels everywhere"),
       choice_or_auto("precision", &C::precision,
                      "activation type with PyTorch autocast's rules; statistics, loss, optimizer and master weights "
                      "stay float32; fp16 adds dynamic loss scaling; auto: bf16 on a GPU of compute capability 8.0 "

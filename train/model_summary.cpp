@@ -13,6 +13,7 @@
 #include "optim/named_params.h"
 #include "train/param_rules.h"
 #include "train/precision.h"
+#include "train/trainer.h"
 
 namespace minidl {
 
@@ -125,8 +126,7 @@ ModelSummary summarize_model(const TrainConfig& config, Device device, int64_t b
   const DataOptions data = DataOptions::from_json(config.data, "data");
   const int64_t side = data.format == DataFormat::ImageFolder ? data.image_size : 32;
   set_init_seed(config.seed);
-  std::shared_ptr<Module> model = build_sequential(config.model.at("layers"), "model.layers", device);
-  model->assign_paths();
+  std::shared_ptr<Module> model = build_model(config, device);
   model->to(device);
   model->train();
 

@@ -220,8 +220,9 @@ Run::Run(const RunOptions& options) try : options_(options) {
     selection_->check_data(trainer_->has_validation());
     MINIDL_CHECK(!options.profile || options.profiler,
                  "--profile: the run was given no profiler (RunOptions::profiler)");
-    MINIDL_CHECK(!options.profile || trainer_->micro_batches() == 1, "--profile times steps of one micro-batch; this ",
-                 "run has ", trainer_->micro_batches(), " (world size x accumulate_steps): profile with ",
+    MINIDL_CHECK(!options.profile || trainer_->data_parallel().micro_batches() == 1,
+                 "--profile times steps of one micro-batch; this ", "run has ",
+                 trainer_->data_parallel().micro_batches(), " (world size x accumulate_steps): profile with ",
                  "accumulate_steps 1 on one process");
     // The folder checks need the resolved config (a fresh run may reuse a folder whose run had the
     // same one) and the steps per epoch (the resume position).
@@ -233,8 +234,8 @@ Run::Run(const RunOptions& options) try : options_(options) {
                    selection_->stop_reason(), ")");
       check_resume_position(start_, trainer_->steps_per_epoch(), trainer_->total_steps(), config_.batch_size, run_dir_,
                             config_.epochs, !options.overrides.empty());
-      check_micro_batches(start_, trainer_->micro_batches(), comm_->world_size(), trainer_->sync_norm_layers(),
-                          run_dir_);
+      check_micro_batches(start_, trainer_->data_parallel().micro_batches(), comm_->world_size(),
+                          trainer_->data_parallel().sync_norm_layers(), run_dir_);
       check_resume_data(start_, trainer_->training_data_crc32(), trainer_->train_size(), run_dir_);
     } else if (writer()) {
       check_fresh_run_folder(run_dir_, options.overwrite, trainer_->resolved_config(), options.restart);
@@ -319,14 +320,14 @@ void Run::log_start(const std::vector<std::string>& replaced, const std::vector<
                      ? (c.allow_tf32 ? ", TF32 convolutions" : ", fp32 convolutions")
                      : "",
                  ", run folder ", run_dir_));
-  if (trainer_->micro_batches() > 1)
-    log_->line(str("data parallel: world size ", comm_->world_size(), " (", comm_->backend(), "), ",
-                   c.accumulate_steps, " micro-batch", c.accumulate_steps > 1 ? "es" : "", " of ",
-                   c.batch_size / trainer_->micro_batches(), " per rank per step, gradients summed in ",
+  if (trainer_->data_parallel().micro_batches() > 1)
+    log_->line(str("data parallel: world size ", comm_->world_size(), " (", comm_->backend(), "), ", c.accumulate_steps,
+                   " micro-batch", c.accumulate_steps > 1 ? "es" : "", " of ",
+                   c.batch_size / trainer_->data_parallel().micro_batches(), " per rank per step, gradients summed in ",
                    "micro-batch order",
-                   trainer_->sync_norm_layers() > 0 && comm_->world_size() > 1
-                       ? str(", ", trainer_->sync_norm_layers(), " BatchNorm2d layers synchronized over the ",
-                             comm_->world_size(), " ranks")
+                   trainer_->data_parallel().sync_norm_layers() > 0 && comm_->world_size() > 1
+                       ? str(", ", trainer_->data_parallel().sync_norm_layers(),
+                             " BatchNorm2d layers synchronized over the ", comm_->world_size(), " ranks")
                        : ""));
   for (const std::string& note : trainer_->data_notes())
     if (!note.empty()) log_->line("data: " + note);

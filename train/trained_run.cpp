@@ -91,8 +91,7 @@ TrainedRun::TrainedRun(const std::string& run_dir, const std::string& weights, c
                "metrics.jsonl and summary.json; eval, predict and export take image classifiers and language models");
   activation_dtype_ = minidl::activation_dtype(*config_.precision);
   set_init_seed(config_.seed);
-  model_ = build_sequential(config_.model.at("layers"), "model.layers", device_);
-  model_->assign_paths();
+  model_ = build_model(config_, device_);
   const SafeTensors trained = load_safetensors(weights_);
   check_weights(trained, weights_);
   try {

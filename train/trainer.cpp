@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -23,15 +22,13 @@
 #include "data/image_folder.h"
 #include "data/tta.h"
 #include "distributed/communicator.h"
-#include "distributed/ordered_reduce.h"
 #include "layers/containers/sequential.h"
 #include "layers/loss/loss.h"
-#include "layers/norm/batchnorm2d.h"
+#include "layers/norm/norm_path.h"
 #include "layers/registry.h"
 #include "layers/regularization/dropout.h"
 #include "optim/named_params.h"
 #include "train/checkpoint.h"
-#include "train/gradient_buckets.h"
 #include "train/init_from.h"
 #include "train/precision.h"
 #include "train/run_log.h"
@@ -72,19 +69,18 @@ DType batch_dtype(const Module& model, DType activation) {
   return first && first->autocast == AutocastRule::LowerPrecision ? activation : DType::Float32;
 }
 
-// The context a run computes in: the config's switches and seeds.
+// The context a run computes in: the config's switches and init seed.
 RunContext run_context_for(const TrainConfig& config) {
   RunContext context;
-  context.compute = {config.deterministic, config.allow_tf32, config.norm_single_read};
+  context.compute = {config.deterministic, config.allow_tf32};
   context.init_seed = config.seed;
-  context.dropout_seed = config.seed;
   return context;
 }
 
 }  // namespace
 
 Device setup_compute(TrainConfig& config) {
-  set_compute_settings({config.deterministic, config.allow_tf32, config.norm_single_read});
+  set_compute_settings({config.deterministic, config.allow_tf32});
   const Device device = parse_device(config.device);
   config = resolve_for_device(config, device);
   return device;
@@ -98,6 +94,13 @@ TrainConfig load_train_config(const std::string& path, const std::vector<std::st
   if (!device.empty()) c.device = device;
   if (!output_dir.empty()) c.output_dir = output_dir;
   return c;
+}
+
+std::shared_ptr<Module> build_model(const TrainConfig& config, Device device) {
+  std::shared_ptr<Module> model = build_sequential(config.model.at("layers"), "model.layers", device);
+  model->assign_paths();
+  if (!config.norm_single_read) set_norm_single_read(*model, false);
+  return model;
 }
 
 PreparedConfig prepare_config(const std::string& path, const std::vector<std::string>& overrides,
@@ -143,9 +146,10 @@ Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Da
                  Weights weights)
     : config_(resolve_for_device(config, device)),
       context_(run_context_for(config)),
+      dropout_state_(std::make_shared<DropoutState>(config.seed)),
       device_(device),
       data_options_(DataOptions::from_json(config.data, "data")),
-      comm_(make_single_process_communicator()),
+      data_parallel_(config_.batch_size, config_.accumulate_steps, config_.bucket_mb, device),
       cuda_graphs_(false) {
   const RunContextScope scope(context_);
   activation_dtype_ = minidl::activation_dtype(*config_.precision);
@@ -154,8 +158,8 @@ Trainer::Trainer(const TrainConfig& config, Device device, Dataset train_set, Da
     grad_scaler_ = std::make_unique<GradScaler>(GradScalerOptions::from_json(config.grad_scaler, "grad_scaler"), device);
   }
   set_cuda_graphs(config.cuda_graph);
-  model_ = build_sequential(config.model.at("layers"), "model.layers", device_);
-  model_->assign_paths();
+  model_ = build_model(config, device_);
+  set_dropout_state(*model_, dropout_state_);
   model_->to(device_);
 
   if (data_options_.val_fraction > 0) {
@@ -370,26 +374,26 @@ double Trainer::lr_at(int64_t step) const {
 bool Trainer::train_step(int64_t step, StepRecord* record, StepObserver* observer) {
   const RunContextScope scope(context_);
   if (!train_loader_->advance()) return false;
-  const bool several = micro_batches() > 1;
-  MINIDL_CHECK(!several || !observer, "the profiler times steps of one micro-batch; this run has ", micro_batches(),
+  const bool several = data_parallel_.micro_batches() > 1;
+  MINIDL_CHECK(!several || !observer, "the profiler times steps of one micro-batch; this run has ",
+               data_parallel_.micro_batches(),
                " (world size x accumulate_steps): profile it with accumulate_steps 1 on one process");
   // Dropout draws read the step from the device (a graph replay too). Each micro-batch of a step
-  // of several draws its own masks, keyed by its global index: the same at any world size, and not
-  // one pattern repeated over a step's micro-batches. Each has a step word of its own (slot j),
-  // all queued here, before the step's device work.
+  // of several draws its own masks, keyed by its global index (DataParallel::dropout_step_of).
+  // Each has a step word of its own (slot j), all queued here, before the step's device work.
   if (several) {
-    const int64_t first = comm_->rank() * config_.accumulate_steps;
+    const int64_t first = data_parallel_.first_micro_batch();
     for (int64_t j = 0; j < config_.accumulate_steps; ++j)
-      set_dropout_step(dropout_step_of(step, first + j), device_, static_cast<int>(j));
+      dropout_state_->set_step(data_parallel_.dropout_step_of(step, first + j), device_, static_cast<int>(j));
   } else {
-    set_dropout_step(step, device_);
+    dropout_state_->set_step(step, device_);
   }
   freeze_.apply(step);
   optimizer_->set_position({step, steps_per_epoch(), total_steps()});
   const double lr = lr_at(step);
   StepResults results;
   // The benchmark's timing of the reduction waits for the device inside the step: eager.
-  if (observer || !cuda_graphs_ || (several && reduction_timing_.enabled)) {
+  if (observer || !cuda_graphs_ || (several && data_parallel_.reduction_timing().enabled)) {
     results = several ? data_parallel_step(step, false, lr) : device_step(false, lr, observer);
   } else {
     const int kind = step_kind(step);
@@ -400,7 +404,7 @@ bool Trainer::train_step(int64_t step, StepRecord* record, StepObserver* observe
     if (graphed) optimizer_->prepare(lr);
     // The collectives a graph holds pass no host code when it replays: the host passes the
     // collective watch once for them all (distributed/communicator.h).
-    if (graphed && several) comm_->enter_graph("a graphed training step");
+    if (graphed && several) data_parallel_.communicator().enter_graph("a graphed training step");
     // A failed capture ran the backward on the host only: the gradients it summed into were never
     // computed, so zero them again before the eager run; a step of several micro-batches also
     // starts its gradient buckets' bookkeeping again, which the capture left part-way.
@@ -409,7 +413,7 @@ bool Trainer::train_step(int64_t step, StepRecord* record, StepObserver* observe
         [&] { kind_results = several ? data_parallel_step(step, graphed, lr) : device_step(graphed, lr, nullptr); },
         [&] {
           optimizer_->zero_grad();
-          if (several && buckets_) buckets_->restart_step();
+          if (several) data_parallel_.restart_step();
         });
     results = kind_results;
   }
@@ -419,12 +423,8 @@ bool Trainer::train_step(int64_t step, StepRecord* record, StepObserver* observe
 }
 
 int Trainer::step_kind(int64_t step) const {
-  const int serial_reduction = micro_batches() > 1 && !reduction_overlap_ ? kLookaheadKinds : 0;
+  const int serial_reduction = data_parallel_.serial_reduction() ? kLookaheadKinds : 0;
   return freeze_.phase(step) * kKindsPerPhase + (lookahead_ ? lookahead_->next_kind() : 0) + serial_reduction;
-}
-
-int64_t Trainer::dropout_step_of(int64_t step, int64_t micro_batch) const {
-  return micro_batches() > 1 ? step * micro_batches() + micro_batch : step;
 }
 
 StepGraph& Trainer::train_graph(int kind) {
@@ -489,172 +489,40 @@ Trainer::StepResults Trainer::device_step(bool prepared, double lr, StepObserver
 
 Trainer::~Trainer() = default;
 
-// A world of one has no transfer for backward to hide, and queueing its reduction (copies and adds
-// that compete with backward for the GPU) during backward measured slower (docs/perf/data_parallel.md).
-bool Trainer::reduction_overlapped() const {
-  return config_.bucket_mb > 0 && sync_norm_layers_ == 0 && comm_->world_size() > 1;
-}
-
-const char* Trainer::overlap_off_reason() const {
-  if (config_.bucket_mb <= 0) return "\"bucket_mb\": 0";
-  if (sync_norm_layers_ > 0) return "synchronized BatchNorm layers run their own collectives in backward";
-  return "a world of one has no transfer to hide";
-}
-
-int Trainer::gradient_buckets() const { return buckets_ ? buckets_->buckets() - 1 : 0; }
-int Trainer::gradient_buckets_in_backward() const { return buckets_ ? buckets_->queued_in_backward() : 0; }
-
-int64_t Trainer::micro_batches() const { return comm_->world_size() * config_.accumulate_steps; }
-
 void Trainer::set_communicator(std::shared_ptr<Communicator> comm) {
   MINIDL_CHECK(comm, "Trainer: no communicator");
-  const int64_t micro = comm->world_size() * config_.accumulate_steps;
-  MINIDL_CHECK(config_.batch_size % micro == 0, "batch_size ", config_.batch_size, " does not split into ",
-               comm->world_size(), " ranks x accumulate_steps ", config_.accumulate_steps, " = ", micro,
-               " equal micro-batches");
-  buckets_.reset();  // they hold the communicator (and wait for their side stream)
+  data_parallel_.check_split(*comm);
   // Graphs captured before hold the old communicator's collectives, or none.
   train_graphs_.clear();
   step_results_.clear();
-  comm_ = std::move(comm);
-  // Synchronized BatchNorm layers take their statistics over this run's ranks; the group holds
-  // the communicator weakly, as the trainer owns it.
-  sync_norm_layers_ = 0;
-  auto group = std::make_shared<NormGroup>();
-  group->world_size = comm_->world_size();
-  group->all_gather = [weak = std::weak_ptr<Communicator>(comm_)](const Tensor& in, Tensor& out) {
-    const std::shared_ptr<Communicator> c = weak.lock();
-    MINIDL_CHECK(c, "BatchNorm2d sync: the run's communicator has ended");
-    c->all_gather(in, out);
-  };
-  for (auto& [name, m] : model_->named_modules())
-    if (auto* bn = dynamic_cast<BatchNorm2d*>(m); bn && bn->sync()) {
-      bn->set_sync_group(group);
-      ++sync_norm_layers_;
-    }
+  data_parallel_.set_communicator(std::move(comm), *model_);
 }
 
-namespace {
-
-// Copies a dense float32 tensor's values into a flat float32 buffer at `offset` (or back): the
-// raw order, contiguous or channels-last, is the same on every rank.
-void pack(const Tensor& flat, int64_t offset, const Tensor& t) {
-  copy_bytes_async(static_cast<float*>(flat.raw_data()) + offset, flat.device(), t.raw_data(), t.device(), t.nbytes());
+bool Trainer::phase_graphed(int64_t step) const {
+  const int phase = freeze_.phase(step);
+  for (const auto& [kind, graph] : train_graphs_)
+    if (kind / kKindsPerPhase == phase && graph.graphed()) return true;
+  return false;
 }
-void unpack(const Tensor& t, const Tensor& flat, int64_t offset) {
-  copy_bytes_async(t.raw_data(), t.device(), static_cast<const float*>(flat.raw_data()) + offset, flat.device(),
-                   t.nbytes());
-}
-
-bool dense_float(const Tensor& t) {
-  return t.defined() && t.dtype() == DType::Float32 && (t.is_contiguous() || t.is_channels_last());
-}
-
-}  // namespace
 
 Trainer::StepResults Trainer::data_parallel_step(int64_t step, bool prepared, double lr) {
-  const int64_t local = config_.accumulate_steps;
-  const int64_t total = micro_batches();
-  const int64_t micro = config_.batch_size / total;
-  const int64_t first = comm_->rank() * local;  // the global index of this rank's first micro-batch
-  std::vector<Tensor> buffers, averaged;
-  int64_t tail = 2;  // [float buffers | loss | correct count]
-  for (auto& [name, t] : model_->named_buffers()) {
-    buffers.push_back(t);
-    MINIDL_CHECK(t.dtype() != DType::Float32 || dense_float(t), "data parallel: buffer ", name, " is not dense");
-    if (t.dtype() == DType::Float32) {
-      averaged.push_back(t);
-      tail += t.numel();
-    }
-  }
-  // Every micro-batch's forward starts from the step's buffers, as every rank's does.
-  std::vector<Tensor> start;
-  if (local > 1)
-    for (const Tensor& b : buffers) start.push_back(b.clone());
-  ReductionTiming& timing = reduction_timing_;
-  // The buckets are queued during the last backward once they are known (from the second step).
-  // Not with synchronized BatchNorm layers, whose own collectives run in that backward on the
-  // main stream: no two collectives of the communicator run at once, on two streams.
-  const bool overlap = buckets_ && reduction_overlapped() && !timing.enabled && reduction_overlap_;
-  for (int64_t j = 0; j < local; ++j) {
-    if (j > 0)
-      for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(start[i]);
-    train_loader_->select_micro_batch((first + j) * micro, micro);
+  const int64_t first = data_parallel_.first_micro_batch();
+  auto forward_loss = [&](int64_t j) {
     // The step train_step queued into this micro-batch's slot (no upload here: a graph captures this).
-    set_dropout_step(dropout_step_of(step, first + j), device_, static_cast<int>(j));
+    dropout_state_->set_step(data_parallel_.dropout_step_of(step, first + j), device_, static_cast<int>(j));
     Batch batch;
     train_loader_->emit(batch);
     const Tensor logits = forward(batch.images);
-    Tensor loss = training_loss(config_, logits, batch.labels);
-    // The count travels as a float32 in the tail: exact below 2^24 images (or voxels) per step.
-    const Tensor micro_correct = correct_predictions(logits.detach(), batch.labels).to(DType::Float32);
-    const bool last = j == local - 1;
-    {
-      std::optional<autograd::LeafGradHookScope> hook;
-      if (last && overlap)
-        hook.emplace([this, j](const TensorImpl* leaf) { buckets_->gradient_complete(leaf, j); });
-      backward(loss);
-    }
-    if (j == 0) {
-      // The gradients this step has (a frozen parameter has none), the same on every rank.
-      std::vector<Tensor> with_grads;
-      for (const Tensor& p : parameters_) {
-        const Tensor g = p.grad();
-        if (!g.defined()) continue;
-        MINIDL_CHECK(dense_float(g), "data parallel: a gradient is not dense float32: ", g.str());
-        with_grads.push_back(p);
-      }
-      if (!buckets_ || !buckets_->serves(with_grads, tail)) {
-        // A freeze phase began: frozen parameters lost their gradients. Buckets queued during this
-        // backward for the old set are dropped (every rank drops the same), and this step reduces
-        // everything after backward with new buckets. The step is eager then (a graph's first
-        // steps are); graphs captured with the old buckets belong to earlier phases, which never
-        // replay again (train_graph drops them).
-        const int phase = freeze_.phase(step);
-        for (const auto& [kind, graph] : train_graphs_)
-          MINIDL_CHECK(kind / kKindsPerPhase != phase || !graph.graphed(),
-                       "data parallel: the gradient buckets change under a captured graph of this phase");
-        buckets_.reset();
-        buckets_ = std::make_unique<GradientBuckets>(*comm_, std::move(with_grads), tail, local,
-                                                      static_cast<int64_t>(config_.bucket_mb * (1 << 20)), device_);
-      }
-    }
-    if (!last) buckets_->pack(j);
-    const Tensor row = buckets_->tail_row(j);
-    int64_t at = 0;
-    for (const Tensor& b : averaged) {
-      pack(row, at, b);
-      at += b.numel();
-    }
-    pack(row, at, loss.detach().to(DType::Float32));
-    pack(row, at + 1, micro_correct);
-    // The last micro-batch's gradients are packed by their buckets (finish() below), then zeroed.
-    if (!last) optimizer_->zero_grad();
-  }
-  if (timing.enabled) synchronize(device_);
-  const auto reduce_start = std::chrono::steady_clock::now();
-  buckets_->finish(local - 1);
-  if (timing.enabled) {
-    synchronize(device_);
-    timing.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - reduce_start).count();
-    timing.steps += 1;
-    timing.bytes_per_micro_batch = buckets_->bytes_per_micro_batch();
-  }
-  // The mean over the micro-batches, as one batch of batch_size has it.
-  const float scale = 1.0f / static_cast<float>(total);
-  buckets_->write_mean_gradients(scale);
-  const Tensor sum = buckets_->tail_sum();
-  const Tensor mean = mul(flat_slice(sum, 0, tail - 1), scale);
-  int64_t at = 0;
-  for (Tensor& b : averaged) {
-    unpack(b, mean, at);
-    at += b.numel();
-  }
-  StepResults results;
-  results.loss = flat_slice(mean, at, 1).clone();
-  results.correct = flat_slice(sum, tail - 1, 1).to(DType::Int32);
+    DataParallel::MicroBatch out;
+    out.loss = training_loss(config_, logits, batch.labels);
+    out.correct = correct_predictions(logits.detach(), batch.labels);
+    return out;
+  };
+  auto run_backward = [&](const Tensor& loss) { backward(loss); };
+  const DataParallel::MicroBatch reduced = data_parallel_.step(
+      {*model_, parameters_, *train_loader_, *optimizer_, forward_loss, run_backward, phase_graphed(step)});
   update(prepared, lr, nullptr);
-  return results;
+  return {reduced.loss, reduced.correct};
 }
 
 nlohmann::json Trainer::grad_scaler_state() const {

@@ -19,25 +19,27 @@
 #include "data/options.h"
 #include "data/tta.h"
 #include "layers/module.h"
+#include "layers/regularization/dropout_state.h"
 #include "optim/grad_clip.h"
 #include "optim/grad_scaler.h"
 #include "optim/lookahead.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "train/config.h"
+#include "train/data_parallel.h"
 #include "train/evaluator.h"
 #include "train/param_rules.h"
 #include "train/step_graph.h"
 
 namespace minidl {
 
-class Communicator;     // distributed/communicator.h
-class GradientBuckets;  // train/gradient_buckets.h
+class Communicator;  // distributed/communicator.h
 class StepObserver;
 
-// A trainer owns its run's context (core/run_context.h): the config's compute switches, seed and
-// dropout seed. Every call below that builds or runs anything makes it current for its duration,
-// so trainers alive at once, used in turn, each compute as if alone.
+// A trainer owns its run's context (core/run_context.h: the config's compute switches and init
+// seed) and its model's dropout state (the config's seed and the step, which the model's modules
+// hold). Every call below that builds or runs anything makes the context current for its
+// duration, so trainers alive at once, used in turn, each compute as if alone.
 class Trainer {
  public:
   // Where the model's first weights come from: the config (the seed, the "init" rules, then
@@ -121,40 +123,13 @@ class Trainer {
   nlohmann::json grad_scaler_state() const;
   void load_grad_scaler_state(const nlohmann::json& state, const std::string& where);
 
-  // The ranks this trainer is one of (a world of one until set). Data parallel: each optimizer
-  // step's batch_size images are world size * accumulate_steps micro-batches, micro-batch k at
-  // images k * b .. (k + 1) * b of the batch; rank r trains micro-batches r * accumulate_steps ..
-  // and the step's gradient is their ordered mean (distributed/ordered_reduce.h). Errors when the batch
-  // does not split evenly.
+  // The ranks this trainer is one of (a world of one until set; train/data_parallel.h). Errors
+  // when the batch does not split evenly; graphs captured before (of the old ranks) are dropped.
   void set_communicator(std::shared_ptr<Communicator> comm);
-  Communicator& communicator() { return *comm_; }
-  // Micro-batches per optimizer step over all ranks: world size * accumulate_steps.
-  int64_t micro_batches() const;
-  // BatchNorm2d layers with "sync": true, whose statistics span the ranks (set_communicator).
-  int64_t sync_norm_layers() const { return sync_norm_layers_; }
-  // The ordered reduction of a step of several micro-batches, timed for a benchmark: while on,
-  // each such step reduces its buckets after backward, waits for the device before and after
-  // (the reduction alone, not the work queued before it) and adds the time here. Off by default:
-  // the waits cost a run time.
-  struct ReductionTiming {
-    bool enabled = false;
-    int64_t steps = 0;
-    double seconds = 0;
-    int64_t bytes_per_micro_batch = 0;  // one micro-batch's vector: gradients, buffers, loss, count
-  };
-  ReductionTiming& reduction_timing() { return reduction_timing_; }
-  // Whether a data-parallel step queues its gradient buckets during backward (on by default, with
-  // "bucket_mb" > 0 and no synchronized BatchNorm); the benchmark turns it off to measure what it
-  // hides. The bits are the same either way.
-  void set_reduction_overlap(bool on) { reduction_overlap_ = on; }
-  // Whether this run's data-parallel steps can queue their buckets during backward, and if not,
-  // why ("bucket_mb" 0, synchronized BatchNorm layers, or a world of one).
-  bool reduction_overlapped() const;
-  const char* overlap_off_reason() const;
-  // Gradient buckets of this run's data-parallel steps (0 before the first such step), and how
-  // many of them the last step queued during its backward.
-  int gradient_buckets() const;
-  int gradient_buckets_in_backward() const;
+  // The data-parallel half of the run: the communicator, micro-batches, gradient buckets and
+  // the reduction's timing and overlap.
+  DataParallel& data_parallel() { return data_parallel_; }
+  const DataParallel& data_parallel() const { return data_parallel_; }
 
   Module& model() { return *model_; }
   Optimizer& optimizer() { return *optimizer_; }
@@ -173,6 +148,8 @@ class Trainer {
  private:
   TrainConfig config_;
   RunContext context_;
+  // The seed and step of the model's dropout draws, handed to its modules once at build.
+  std::shared_ptr<DropoutState> dropout_state_;
   Device device_;
   DataOptions data_options_;
   std::shared_ptr<Module> model_;
@@ -194,11 +171,7 @@ class Trainer {
   std::unique_ptr<GradScaler> grad_scaler_;
   std::unique_ptr<GradClipper> grad_clipper_;  // with the config's grad_clip
   std::vector<Tensor> parameters_;  // the model's parameters, whose gradients the scaler unscales
-  std::shared_ptr<Communicator> comm_;
-  int64_t sync_norm_layers_ = 0;
-  std::unique_ptr<GradientBuckets> buckets_;  // data-parallel steps' reduction (made on the first)
-  ReductionTiming reduction_timing_;
-  bool reduction_overlap_ = true;
+  DataParallel data_parallel_;
 
   // The device half of a training step (everything after the uploads), and of an evaluation
   // batch; what a CUDA graph captures. A step's results: its loss and correct count, on the device.
@@ -212,16 +185,11 @@ class Trainer {
   void backward_and_update(const Tensor& loss, bool prepared, double lr, StepObserver* observer);
   void backward(const Tensor& loss);
   void update(bool prepared, double lr, StepObserver* observer);
-  // The device half of a step of several micro-batches (micro_batches() > 1): this rank's
-  // micro-batches one after another, each from the step's weights and buffers, then the ordered
-  // mean of every micro-batch's gradients, float buffers (BatchNorm's running statistics), loss
-  // and the sum of the correct counts, then the update. Nothing in it waits for the device or
-  // uploads (unless the reduction is being timed), so a CUDA graph captures it, collectives
-  // included, as it captures device_step.
+  // The device half of a step of several micro-batches (micro_batches() > 1): DataParallel::step,
+  // then the update. A CUDA graph captures it, collectives included, as it captures device_step.
   StepResults data_parallel_step(int64_t step, bool prepared, double lr);
-  // The step a micro-batch's dropout draws belong to: the step itself with one micro-batch, else
-  // the micro-batch's global index over the run (step * micro-batches + its index in the step).
-  int64_t dropout_step_of(int64_t step, int64_t micro_batch) const;
+  // Whether a graph of `step`'s freeze phase is captured.
+  bool phase_graphed(int64_t step) const;
   // The model's output for a batch of float32 images, under autocast in the activation dtype
   // (core/autocast.h; none for fp32).
   Tensor forward(const Tensor& images);
@@ -248,6 +216,10 @@ class Trainer {
 // The data folder a run reads: data.dir, or for CIFAR-10 with data.dir empty, $CIFAR10_DIR (an
 // error when neither is set).
 std::string data_dir_for(const DataOptions& data);
+
+// The config's model (model.layers) built on `device`, its module paths assigned, and the config's
+// "norm_single_read": false set on every normalization layer (layers/norm/norm_path.h).
+std::shared_ptr<Module> build_model(const TrainConfig& config, Device device);
 
 // Loads the training and test sets a config names (data.format, data.dir or CIFAR10_DIR, data.train_limit).
 std::pair<Dataset, Dataset> load_datasets(const TrainConfig& config);

@@ -36,8 +36,10 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
                x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
   const BatchNorm2dSpec& s = spec();
   if (s.sync && sync_group_ && is_training())
-    return sync_batch_norm(x, running_mean, running_var, weight, bias, sync_group_, s.momentum, s.eps, s.activation);
-  return batch_norm(x, running_mean, running_var, weight, bias, is_training(), s.momentum, s.eps, s.activation);
+    return sync_batch_norm(x, running_mean, running_var, weight, bias, sync_group_, s.momentum, s.eps, s.activation,
+                           s.single_read);
+  return batch_norm(x, running_mean, running_var, weight, bias, is_training(), s.momentum, s.eps, s.activation,
+                    s.single_read);
 }
 
 std::string BatchNorm2d::describe() const {
@@ -77,7 +79,7 @@ const Fields<BatchNorm2dSpec>& BatchNorm2dSpec::fields() {
     rows.push_back(written_when_set(flag("sync", &S::sync, false,
                                          "data parallel: training statistics over every rank's batch (SyncBatchNorm); "
                                          "no effect on one process")));
-    return rows;
+    return with_single_read(std::move(rows), &S::single_read);
   }()};
   return f;
 }

@@ -14,6 +14,7 @@
 #include "core/fields.h"
 #include "layers/layer.h"
 #include "layers/norm/norm.h"
+#include "layers/norm/norm_path.h"
 
 namespace minidl {
 
@@ -27,11 +28,13 @@ struct BatchNorm2dSpec {
   bool affine, weight, bias;
   norm::NormActivation activation;
   bool sync;
+  bool single_read = true;  // layers/norm/norm_path.h
   static const Fields<BatchNorm2dSpec>& fields();
 };
 
-class BatchNorm2d : public Layer<BatchNorm2dSpec> {
+class BatchNorm2d : public Layer<BatchNorm2dSpec>, public NormLayer {
  public:
+  void set_single_read(bool on) override { mutable_spec().single_read = on; }
   // weight 1, bias 0, running_mean 0, running_var 1, on the CPU, as PyTorch.
   explicit BatchNorm2d(int64_t num_features, double eps = 1e-5, double momentum = 0.1, bool weight = true,
                        bool bias = true, norm::NormActivation activation = norm::NormActivation::None,

@@ -26,7 +26,7 @@ GroupNorm::GroupNorm(const GroupNormSpec& spec) : Layer(groupnorm_layer(), spec)
 Tensor GroupNorm::forward(const Tensor& x) {
   MINIDL_CHECK(x.defined() && x.dim() >= 2 && x.size(1) == num_channels(), label(), ": expected input (N, ",
                num_channels(), ", *), got ", x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
-  return group_norm(x, num_groups(), weight, bias, spec().eps, spec().activation);
+  return group_norm(x, num_groups(), weight, bias, spec().eps, spec().activation, spec().single_read);
 }
 
 std::string GroupNorm::describe() const {
@@ -36,12 +36,14 @@ std::string GroupNorm::describe() const {
 const Fields<GroupNormSpec>& GroupNormSpec::fields() {
   using S = GroupNormSpec;
   static const Fields<S> f{
-      with_norm_activation<S>(
-          {integer("num_groups", &S::num_groups, kRequired, {1}, "groups"),
-           integer("num_channels", &S::num_channels, kRequired, {1}, "channels C, a positive multiple of num_groups"),
-           number("eps", &S::eps, 1e-5, kAtLeastZero, "added to the variance"),
-           flag("affine", &S::affine, true, "learned per-channel scale and shift")},
-          &S::activation),
+      with_single_read<S>(
+          with_norm_activation<S>({integer("num_groups", &S::num_groups, kRequired, {1}, "groups"),
+                                   integer("num_channels", &S::num_channels, kRequired, {1},
+                                           "channels C, a positive multiple of num_groups"),
+                                   number("eps", &S::eps, 1e-5, kAtLeastZero, "added to the variance"),
+                                   flag("affine", &S::affine, true, "learned per-channel scale and shift")},
+                                  &S::activation),
+          &S::single_read),
       [](const S& s, const JsonArgs& args) {
         MINIDL_CHECK(s.num_channels % s.num_groups == 0, args.key_path("num_channels"),
                      ": must be a positive multiple of num_groups (", s.num_groups, "), got ", s.num_channels);

@@ -32,8 +32,8 @@ Tensor LayerNorm::forward(const Tensor& x) {
                ": expected input (..., ", shape_str(shape), "), got ",
                x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
   if (feeds_half_gemm_ && autocast_active() && x.dtype() == DType::Float32)
-    return layer_norm_to(x, autocast_dtype(), shape, weight, bias, spec().eps, spec().activation);
-  return layer_norm(x, shape, weight, bias, spec().eps, spec().activation);
+    return layer_norm_to(x, autocast_dtype(), shape, weight, bias, spec().eps, spec().activation, spec().single_read);
+  return layer_norm(x, shape, weight, bias, spec().eps, spec().activation, spec().single_read);
 }
 
 std::string LayerNorm::describe() const {
@@ -45,11 +45,13 @@ std::string LayerNorm::describe() const {
 const Fields<LayerNormSpec>& LayerNormSpec::fields() {
   using S = LayerNormSpec;
   static const Fields<S> f{
-      with_norm_activation<S>(
-          {int_list("normalized_shape", &S::normalized_shape, {1}, "the trailing dims normalized together"),
-           number("eps", &S::eps, 1e-5, kAtLeastZero, "added to the variance"),
-           flag("elementwise_affine", &S::elementwise_affine, true, "learned scale and shift of normalized_shape")},
-          &S::activation),
+      with_single_read<S>(
+          with_norm_activation<S>(
+              {int_list("normalized_shape", &S::normalized_shape, {1}, "the trailing dims normalized together"),
+               number("eps", &S::eps, 1e-5, kAtLeastZero, "added to the variance"),
+               flag("elementwise_affine", &S::elementwise_affine, true, "learned scale and shift of normalized_shape")},
+              &S::activation),
+          &S::single_read),
       [](const S& s, const JsonArgs& args) { check_weight_size(args, s.normalized_shape); }};
   return f;
 }

@@ -8,6 +8,7 @@
 #include "core/fields.h"
 #include "layers/layer.h"
 #include "layers/norm/norm_math.h"
+#include "layers/norm/norm_path.h"
 
 namespace minidl {
 
@@ -19,11 +20,13 @@ struct LayerNormSpec {
   double eps;
   bool elementwise_affine;
   norm::NormActivation activation;
+  bool single_read = true;  // layers/norm/norm_path.h
   static const Fields<LayerNormSpec>& fields();
 };
 
-class LayerNorm : public Layer<LayerNormSpec> {
+class LayerNorm : public Layer<LayerNormSpec>, public NormLayer {
  public:
+  void set_single_read(bool on) override { mutable_spec().single_read = on; }
   // weight 1, bias 0 (when elementwise_affine), on the CPU, as PyTorch.
   explicit LayerNorm(Shape normalized_shape, double eps = 1e-5, bool elementwise_affine = true,
                      norm::NormActivation activation = norm::NormActivation::None)

@@ -24,7 +24,7 @@ Tensor LayerNorm2d::forward(const Tensor& x) {
   const int64_t c = spec().num_channels;
   MINIDL_CHECK(x.defined() && x.dim() == 4 && x.size(1) == c, label(), ": expected input (N, ", c, ", H, W), got ",
                x.defined() ? shape_str(x.shape()) : std::string("an undefined tensor"));
-  return layer_norm_2d(x, weight, bias, spec().eps, spec().activation);
+  return layer_norm_2d(x, weight, bias, spec().eps, spec().activation, spec().single_read);
 }
 
 std::string LayerNorm2d::describe() const {
@@ -33,11 +33,12 @@ std::string LayerNorm2d::describe() const {
 
 const Fields<LayerNorm2dSpec>& LayerNorm2dSpec::fields() {
   using S = LayerNorm2dSpec;
-  static const Fields<S> f{
+  static const Fields<S> f{with_single_read<S>(
       with_norm_activation<S>({integer("num_channels", &S::num_channels, kRequired, {1, kMaxFeatures}, "channels C"),
                                number("eps", &S::eps, 1e-6, kAtLeastZero, "added to the variance"),
                                flag("affine", &S::affine, true, "learned per-channel scale and shift")},
-                              &S::activation)};
+                              &S::activation),
+      &S::single_read)};
   return f;
 }
 

@@ -8,6 +8,7 @@
 #include "core/fields.h"
 #include "layers/layer.h"
 #include "layers/norm/norm_math.h"
+#include "layers/norm/norm_path.h"
 
 namespace minidl {
 
@@ -19,11 +20,13 @@ struct LayerNorm2dSpec {
   double eps;
   bool affine;
   norm::NormActivation activation;
+  bool single_read = true;  // layers/norm/norm_path.h
   static const Fields<LayerNorm2dSpec>& fields();
 };
 
-class LayerNorm2d : public Layer<LayerNorm2dSpec> {
+class LayerNorm2d : public Layer<LayerNorm2dSpec>, public NormLayer {
  public:
+  void set_single_read(bool on) override { mutable_spec().single_read = on; }
   // weight 1, bias 0 (when affine), on the CPU, as timm.
   explicit LayerNorm2d(int64_t num_channels, double eps = 1e-6, bool affine = true,
                        norm::NormActivation activation = norm::NormActivation::None)

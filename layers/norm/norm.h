@@ -2,7 +2,8 @@
 // each is one autograd node whose backward runs the same machinery (norm_kernels.h) on the
 // tensors' device. `activation` applies ReLU (NaN kept, as torch.relu), GELU (exact form), SiLU,
 // Hardswish or a sigmoid (layers/activation/activation_math.h) to the output in the same kernels;
-// backward recomputes its input from x and the saved statistics.
+// backward recomputes its input from x and the saved statistics. `single_read`: whether the GPU
+// passes may pick the single-read kernels, or run the three-launch ones only (norm_path.h).
 // Gradients flow to x and to weight/bias where those are defined (undefined = that affine part
 // is off); running statistics are buffers, updated in place, never differentiated.
 #pragma once
@@ -19,7 +20,8 @@ namespace minidl {
 // running_mean/running_var are defined, updates them in place (momentum, unbiased variance).
 // Eval: normalizes with running_mean/running_var, which must be defined.
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                  const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5, norm::NormActivation activation = norm::NormActivation::None);
+                  const Tensor& bias, bool training, double momentum = 0.1, double eps = 1e-5,
+                  norm::NormActivation activation = norm::NormActivation::None, bool single_read = true);
 
 // The ranks a synchronized batch_norm takes its statistics over. all_gather(in, out) is a
 // collective that every rank calls in the same order: out (world_size times in's elements,
@@ -36,17 +38,19 @@ struct NormGroup {
 // share (the gradient reduction adds the ranks'). A group of one rank is batch_norm itself.
 Tensor sync_batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                        const Tensor& bias, std::shared_ptr<const NormGroup> group, double momentum = 0.1,
-                       double eps = 1e-5, norm::NormActivation activation = norm::NormActivation::None);
+                       double eps = 1e-5, norm::NormActivation activation = norm::NormActivation::None,
+                       bool single_read = true);
 
 // x (N, C, *): statistics per sample over each of num_groups runs of C/num_groups channels;
 // weight, bias (C).
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps = 1e-5,
-                  norm::NormActivation activation = norm::NormActivation::None);
+                  norm::NormActivation activation = norm::NormActivation::None, bool single_read = true);
 
 // x (..., normalized_shape): statistics over the trailing normalized_shape dims of each leading
 // index; weight, bias of shape normalized_shape (one entry per normalized element).
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias,
-                  double eps = 1e-5, norm::NormActivation activation = norm::NormActivation::None);
+                  double eps = 1e-5, norm::NormActivation activation = norm::NormActivation::None,
+                  bool single_read = true);
 
 // x (N, C, H, W): statistics over the C channels of each pixel, weight and bias (C): ConvNeXt's
 // LayerNorm over channels (timm's LayerNorm2d). Channels-last x is [N*H*W][C], rows of C, which the
@@ -54,13 +58,14 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
 // output has x's dtype (the statistics are float32 whatever it is: the bits of the float32 op and
 // one rounding, without autocast's float32 output).
 Tensor layer_norm_2d(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-6,
-                     norm::NormActivation activation = norm::NormActivation::None);
+                     norm::NormActivation activation = norm::NormActivation::None, bool single_read = true);
 
 // layer_norm(x, ...).to(out) without autocast's widening of x: a float32 x may give a half output
 // (the input of a half GEMM: a pre-norm transformer's LayerNorm under autocast), rounded once from
 // the float32 result, in the same kernel where the GPU's Warp path runs the pass; the gradient
 // comes back in `out` and reaches x in float32. The bits are those of the float32 op and a cast.
 Tensor layer_norm_to(const Tensor& x, DType out, const Shape& normalized_shape, const Tensor& weight,
-                     const Tensor& bias, double eps = 1e-5, norm::NormActivation activation = norm::NormActivation::None);
+                     const Tensor& bias, double eps = 1e-5,
+                     norm::NormActivation activation = norm::NormActivation::None, bool single_read = true);
 
 }  // namespace minidl

@@ -49,6 +49,7 @@ struct Options {
   double eps = 1e-5;
   norm::NormActivation activation = norm::NormActivation::None;
   std::shared_ptr<const NormGroup> group;  // synchronized statistics (training BatchNorm), or null
+  bool single_read = true;
 };
 
 // A synchronized pass's exchange buffers on x's device: this rank's sums of `groups` groups and
@@ -68,11 +69,9 @@ struct SyncBuffers {
   }
 };
 
-// The GPU path the layers' passes take: chosen by size among the single-read kernels and the
-// three-launch ones, or the three-launch kernels only (core/settings.h says why).
-norm::NormPath path_setting() {
-  return compute_settings().norm_single_read ? norm::NormPath::Auto : norm::NormPath::ThreeLaunch;
-}
+// The GPU path the passes take: chosen by size among the single-read kernels and the three-launch
+// ones, or the three-launch kernels only (norm_path.h says why).
+norm::NormPath path_of(const Options& o) { return o.single_read ? norm::NormPath::Auto : norm::NormPath::ThreeLaunch; }
 
 // Runs the forward and, when any of x, weight, bias needs a gradient, records the node. `out`:
 // y's dtype, x's own, or a half type for a float32 x (layer_norm_to): the Warp path then writes
@@ -107,7 +106,7 @@ Tensor normalize(const char* op, const NormLayout& layout, const Tensor& x, cons
   a.momentum = o.momentum;
   a.eps = o.eps;
   a.activation = o.activation;
-  a.path = path_setting();
+  a.path = path_of(o);
   std::optional<SyncBuffers> sync;
   if (o.group) {
     sync.emplace(o.group, layout.groups(), dev);
@@ -160,7 +159,7 @@ Tensor normalize(const char* op, const NormLayout& layout, const Tensor& x, cons
         b.dx = half ? nullptr : dx.data<float>();
         b.dweight = mut_ptr(dw);
         b.dbias = mut_ptr(db);
-        b.path = path_setting();
+        b.path = path_of(o);
         std::optional<SyncBuffers> sync;
         if (o.group) {
           sync.emplace(o.group, layout.groups(), dy.device());
@@ -221,22 +220,27 @@ Tensor batch_norm_with(const Tensor& x, const Tensor& running_mean, const Tensor
 }  // namespace
 
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
-                  const Tensor& bias, bool training, double momentum, double eps, norm::NormActivation activation) {
-  return batch_norm_with(x, running_mean, running_var, weight, bias, {training, momentum, eps, activation, nullptr});
+                  const Tensor& bias, bool training, double momentum, double eps, norm::NormActivation activation,
+                  bool single_read) {
+  return batch_norm_with(x, running_mean, running_var, weight, bias,
+                         {training, momentum, eps, activation, nullptr, single_read});
 }
 
 Tensor sync_batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var, const Tensor& weight,
                        const Tensor& bias, std::shared_ptr<const NormGroup> group, double momentum, double eps,
-                       norm::NormActivation activation) {
+                       norm::NormActivation activation, bool single_read) {
   MINIDL_CHECK(group && group->world_size >= 1 && group->all_gather, "sync_batch_norm: no group of ranks given");
-  if (group->world_size == 1) return batch_norm(x, running_mean, running_var, weight, bias, true, momentum, eps, activation);
-  return batch_norm_with(x, running_mean, running_var, weight, bias, {true, momentum, eps, activation, std::move(group)});
+  if (group->world_size == 1)
+    return batch_norm(x, running_mean, running_var, weight, bias, true, momentum, eps, activation, single_read);
+  return batch_norm_with(x, running_mean, running_var, weight, bias,
+                         {true, momentum, eps, activation, std::move(group), single_read});
 }
 
 Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, const Tensor& bias, double eps,
-                  norm::NormActivation activation) {
+                  norm::NormActivation activation, bool single_read) {
   // Under autocast GroupNorm is a float32 op: a half input is widened and the output stays float32.
-  if (holds_half(x) && autocast_active()) return group_norm(as_float32(x), num_groups, weight, bias, eps, activation);
+  if (holds_half(x) && autocast_active())
+    return group_norm(as_float32(x), num_groups, weight, bias, eps, activation, single_read);
   check_input(x, "group_norm");
   MINIDL_CHECK(x.dim() >= 2, "group_norm: expected input (N, C, *), got ", shape_str(x.shape()));
   const int64_t n = x.size(0), c = x.size(1), hw = x.numel() / (n * c);
@@ -248,6 +252,7 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
   Options o;
   o.eps = eps;
   o.activation = activation;
+  o.single_read = single_read;
   // Channels-last x is [N][H*W][C] (a volume's [N][D*H*W][C]): a group is C/G channels at every
   // position of its sample, the ChannelGroup layout, which the kernels (and the CPU reference) read
   // in place of a transpose.
@@ -257,15 +262,16 @@ Tensor group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight, con
 }
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight, const Tensor& bias, double eps,
-                  norm::NormActivation activation) {
+                  norm::NormActivation activation, bool single_read) {
   // Under autocast LayerNorm is a float32 op, as GroupNorm.
-  if (holds_half(x) && autocast_active()) return layer_norm(as_float32(x), normalized_shape, weight, bias, eps, activation);
+  if (holds_half(x) && autocast_active())
+    return layer_norm(as_float32(x), normalized_shape, weight, bias, eps, activation, single_read);
   MINIDL_CHECK(x.defined(), "layer_norm: input is undefined");
-  return layer_norm_to(x, x.dtype(), normalized_shape, weight, bias, eps, activation);
+  return layer_norm_to(x, x.dtype(), normalized_shape, weight, bias, eps, activation, single_read);
 }
 
 Tensor layer_norm_to(const Tensor& x, DType out, const Shape& normalized_shape, const Tensor& weight,
-                     const Tensor& bias, double eps, norm::NormActivation activation) {
+                     const Tensor& bias, double eps, norm::NormActivation activation, bool single_read) {
   check_input(x, "layer_norm");
   MINIDL_CHECK(out == x.dtype() || (x.dtype() == DType::Float32 && is_half(out)), "layer_norm: a ",
                dtype_name(x.dtype()), " input cannot give a ", dtype_name(out), " output (float32 may give a half one)");
@@ -280,6 +286,7 @@ Tensor layer_norm_to(const Tensor& x, DType out, const Shape& normalized_shape, 
   Options o;
   o.eps = eps;
   o.activation = activation;
+  o.single_read = single_read;
   const NormLayout layout = NormLayout::layer_norm(x.numel() / d, d);
   if (x.is_channels_last()) {
     // Over (C, H, W) a sample is one group whatever the order of its elements, so the kernels run
@@ -287,7 +294,7 @@ Tensor layer_norm_to(const Tensor& x, DType out, const Shape& normalized_shape, 
     // (their gradients come back through the same reorder). Over fewer dims a group is strided
     // there: normalized in NCHW order.
     if (k != 3)
-      return layer_norm_to(x.contiguous(), out, normalized_shape, weight, bias, eps, activation)
+      return layer_norm_to(x.contiguous(), out, normalized_shape, weight, bias, eps, activation, single_read)
           .to(MemoryFormat::ChannelsLast);
     const Shape param{1, x.size(1), x.size(2), x.size(3)};
     auto reordered = [&](const Tensor& p) { return p.defined() ? p.reshape(param).to(MemoryFormat::ChannelsLast) : p; };
@@ -297,7 +304,7 @@ Tensor layer_norm_to(const Tensor& x, DType out, const Shape& normalized_shape, 
 }
 
 Tensor layer_norm_2d(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
-                     norm::NormActivation activation) {
+                     norm::NormActivation activation, bool single_read) {
   check_input(x, "layer_norm_2d");
   MINIDL_CHECK(x.dim() == 4, "layer_norm_2d: expected input (N, C, H, W), got ", shape_str(x.shape()));
   const int64_t c = x.size(1);
@@ -305,10 +312,11 @@ Tensor layer_norm_2d(const Tensor& x, const Tensor& weight, const Tensor& bias, 
   check_param(bias, x, {c}, "layer_norm_2d", "bias");
   MINIDL_CHECK(eps >= 0, "layer_norm_2d: eps must be >= 0, got ", eps);
   if (!x.is_channels_last())
-    return layer_norm_2d(x.to(MemoryFormat::ChannelsLast), weight, bias, eps, activation).contiguous();
+    return layer_norm_2d(x.to(MemoryFormat::ChannelsLast), weight, bias, eps, activation, single_read).contiguous();
   Options o;
   o.eps = eps;
   o.activation = activation;
+  o.single_read = single_read;
   return normalize("layer_norm_2d", NormLayout::layer_norm(x.numel() / c, c), x, weight, bias, Tensor(), Tensor(), o,
                    x.dtype());
 }

@@ -43,25 +43,29 @@ bool fits(AttentionPath path, const kernels::AttentionShape& s, const Tensor& x)
 
 }  // namespace
 
-Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p, uint32_t salt, bool causal) {
+Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p, uint32_t salt, bool causal,
+                      std::shared_ptr<DropoutState> dropout_state) {
   MINIDL_CHECK(qkv.defined() && is_floating(qkv.dtype()) && qkv.dim() == 3,
                "self_attention: expects a float32, bfloat16 or float16 input (N, T, 3 * embed_dim), got ",
                qkv.defined() ? qkv.str() : "undefined");
   MINIDL_CHECK(num_heads >= 1 && qkv.size(2) % (3 * num_heads) == 0, "self_attention: the last dim ", qkv.size(2),
                " of ", shape_str(qkv.shape()), " is not 3 * num_heads (", num_heads, ") * head_dim");
   MINIDL_CHECK(dropout_p >= 0.f && dropout_p <= 1.f, "self_attention: dropout_p must be in [0, 1], got ", dropout_p);
-  if (holds_half(qkv) && !qkv.is_cuda()) return self_attention(as_float32(qkv), num_heads, dropout_p, salt, causal).to(qkv.dtype());
+  if (!dropout_state) dropout_state = default_dropout_state();
+  if (holds_half(qkv) && !qkv.is_cuda())
+    return self_attention(as_float32(qkv), num_heads, dropout_p, salt, causal, dropout_state).to(qkv.dtype());
   const Tensor x = qkv.contiguous();
   const kernels::AttentionShape s{x.size(0), x.size(1), num_heads, x.size(2) / (3 * num_heads), causal};
   const DType t = x.dtype();
   const Device dev = x.device();
   const bool drop = dropout_p > 0.f;
-  const DropoutDraw draw = dropout_draw(dropout_p, salt, 1);
+  DropoutState& state = *dropout_state;
+  const DropoutDraw draw = state.draw(dropout_p, salt, 1);
   const DropoutDraw* d = drop ? &draw : nullptr;
   MINIDL_CHECK(!drop || s.batch * s.heads * s.tokens * s.tokens <= kMaxDropoutDraws,
                "self_attention: attention dropout over ", shape_str(qkv.shape()), " needs more than ",
                kMaxDropoutDraws, " draws in one step");
-  const int64_t step = dropout_step();
+  const int64_t step = state.step();
   // Short sequences in half precision run the fused kernels (the faster path wherever they fit; they
   // keep no probabilities), longer ones without dropout the flash kernels (they keep one float per
   // query); the rest the batched GEMMs with the probabilities saved for the backward.
@@ -88,47 +92,49 @@ Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p, uin
           using T = decltype(tag);
           if constexpr (!std::is_same_v<T, float>) {
             if (path == AttentionPath::Fused)
-              return kernels::attention_fused_forward_cuda(s, d, dropout_step_on(dev), x.data<T>(), y.data<T>());
+              return kernels::attention_fused_forward_cuda(s, d, state.step_on(dev), x.data<T>(), y.data<T>());
             if (path == AttentionPath::Flash)
               return kernels::attention_flash_forward_cuda(s, x.data<T>(), y.data<T>(), lse.data<float>());
           }
-          kernels::attention_forward_cuda(s, d, dropout_step_on(dev), x.data<T>(), probs.data<T>(), dropped.data<T>(),
+          kernels::attention_forward_cuda(s, d, state.step_on(dev), x.data<T>(), probs.data<T>(), dropped.data<T>(),
                                           y.data<T>());
         });
       });
   if (autograd::needs_grad({qkv})) {
     // The flash backward reads the output (detached: the node must not own its own output).
     const Tensor ys = path == AttentionPath::Flash ? y.detach() : Tensor();
-    autograd::record(y, "attention", {x}, [s, t, draw, drop, step, path, xs = x.detach(), probs, dropped, lse, ys](
-                                              const Tensor& dy_in) -> std::vector<Tensor> {
-      Tensor dy = dy_in.to(t).contiguous();
-      const DropoutDraw* d = drop ? &draw : nullptr;
-      Tensor dqkv = Tensor::empty(xs.shape(), t, dy.device());
-      if (!fits(path, s, dy)) dy = dy.clone();  // a misaligned view
-      dispatch(
-          dy.device(), "attention_backward",
-          [&] {
-            kernels::attention_backward_cpu(s, d, step, xs.data<float>(), probs.data<float>(), dropped.data<float>(),
-                                            dy.data<float>(), dqkv.data<float>());
-          },
-          [&] {
-            dispatch_dtype(t, "attention", [&](auto tag) {
-              using T = decltype(tag);
-              const int64_t* step_word = dropout_step_on(dy.device());
-              if constexpr (!std::is_same_v<T, float>) {
-                if (path == AttentionPath::Fused)
-                  return kernels::attention_fused_backward_cuda(s, d, step_word, xs.data<T>(), dy.data<T>(),
-                                                                dqkv.data<T>());
-                if (path == AttentionPath::Flash)
-                  return kernels::attention_flash_backward_cuda(s, xs.data<T>(), ys.data<T>(), dy.data<T>(),
-                                                                lse.data<float>(), dqkv.data<T>());
-              }
-              kernels::attention_backward_cuda(s, d, step_word, xs.data<T>(), probs.data<T>(), dropped.data<T>(),
-                                               dy.data<T>(), dqkv.data<T>());
-            });
-          });
-      return {dqkv};
-    });
+    autograd::record(y, "attention", {x},
+                     [s, t, draw, drop, step, path, dropout_state, xs = x.detach(), probs, dropped, lse,
+                      ys](const Tensor& dy_in) -> std::vector<Tensor> {
+                       Tensor dy = dy_in.to(t).contiguous();
+                       const DropoutDraw* d = drop ? &draw : nullptr;
+                       Tensor dqkv = Tensor::empty(xs.shape(), t, dy.device());
+                       if (!fits(path, s, dy)) dy = dy.clone();  // a misaligned view
+                       dispatch(
+                           dy.device(), "attention_backward",
+                           [&] {
+                             kernels::attention_backward_cpu(s, d, step, xs.data<float>(), probs.data<float>(),
+                                                             dropped.data<float>(), dy.data<float>(),
+                                                             dqkv.data<float>());
+                           },
+                           [&] {
+                             dispatch_dtype(t, "attention", [&](auto tag) {
+                               using T = decltype(tag);
+                               const int64_t* step_word = dropout_state->step_on(dy.device());
+                               if constexpr (!std::is_same_v<T, float>) {
+                                 if (path == AttentionPath::Fused)
+                                   return kernels::attention_fused_backward_cuda(s, d, step_word, xs.data<T>(),
+                                                                                 dy.data<T>(), dqkv.data<T>());
+                                 if (path == AttentionPath::Flash)
+                                   return kernels::attention_flash_backward_cuda(
+                                       s, xs.data<T>(), ys.data<T>(), dy.data<T>(), lse.data<float>(), dqkv.data<T>());
+                               }
+                               kernels::attention_backward_cuda(s, d, step_word, xs.data<T>(), probs.data<T>(),
+                                                                dropped.data<T>(), dy.data<T>(), dqkv.data<T>());
+                             });
+                           });
+                       return {dqkv};
+                     });
   }
   return y;
 }
@@ -165,7 +171,7 @@ Tensor MultiheadAttention::forward(const Tensor& x) {
     qkv = linear(x, in_dtype_of(in_proj_weight, x), in_dtype_of(in_proj_bias, x));
   }
   const float p = is_training() ? static_cast<float>(spec().dropout) : 0.f;
-  return (*out_proj)(self_attention(qkv, num_heads(), p, dropout_salt(path()), causal()));
+  return (*out_proj)(self_attention(qkv, num_heads(), p, dropout_salt(path()), causal(), dropout_state()));
 }
 
 // In-projection: 2 FLOPs per multiply-add of (N*T, D) x (D, 3D) plus the bias; x, the weight and

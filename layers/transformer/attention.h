@@ -12,15 +12,17 @@
 #include "core/fields.h"
 #include "layers/layer.h"
 #include "layers/linear/linear.h"
+#include "layers/regularization/dropout_state.h"
 
 namespace minidl {
 
 // qkv (N, T, 3D) = [q | k | v] with D = num_heads * head_dim -> (N, T, D), heads side by side.
 // softmax(q k^T / sqrt(head_dim)) v per head; dropout_p > 0 drops attention probabilities with
-// the draws of `salt` at the current dropout step (layers/regularization/dropout.h). causal: token i
-// attends to tokens 0..i only (F.scaled_dot_product_attention(..., is_causal=True)).
+// the draws of `salt` at the seed and step of `dropout_state` (layers/regularization/dropout_state.h;
+// null: the thread's default state). causal: token i attends to tokens 0..i only
+// (F.scaled_dot_product_attention(..., is_causal=True)).
 Tensor self_attention(const Tensor& qkv, int64_t num_heads, float dropout_p = 0.f, uint32_t salt = 0,
-                      bool causal = false);
+                      bool causal = false, std::shared_ptr<DropoutState> dropout_state = nullptr);
 
 const LayerDescriptor& multihead_attention_layer();
 
@@ -34,7 +36,7 @@ struct MultiheadAttentionSpec {
   static const Fields<MultiheadAttentionSpec>& fields();
 };
 
-class MultiheadAttention : public Layer<MultiheadAttentionSpec> {
+class MultiheadAttention : public Layer<MultiheadAttentionSpec>, public DrawsDropout {
  public:
   // in_proj_weight xavier_uniform, biases 0, out_proj.weight as Linear's default: PyTorch's
   // _reset_parameters. On the CPU.
