@@ -71,14 +71,11 @@ __device__ __forceinline__ void probabilities_and_grads(float (&p)[8][4], float 
     }
 }
 
-// What a backward block stages in shared memory (dynamic: more than the 48 KB of static), rows
-// HD + kPad apart: the two tiles it keeps (its own block's), two buffers of the two tiles it
-// walks over, and for the key-side walk two buffers of the query rows' lse and delta.
+// The four 64-token tiles a backward block stages in shared memory, rows HD + kPad apart: two it
+// keeps (its own block's) and two it reloads for each block it sums over.
 template <class E, int HD>
 struct BackwardTiles {
-  __align__(16) E own[2][kBlockTokens * (HD + kPad)];
-  __align__(16) E walk[2][2][kBlockTokens * (HD + kPad)];
-  float lse[2][kBlockTokens], delta[2][kBlockTokens];
+  __align__(16) E at[4][kBlockTokens * (HD + kPad)];
 };
 
 // The (sample, head) pair of a block (blockIdx.x) and where its Q rows start in the packed QKV
@@ -91,25 +88,14 @@ struct BlockPair {
       : pair(blockIdx.x), n(pair / heads), h(pair % heads), base(qkv + n * T * 3 * D + h * head_dim) {}
 };
 
-// The double-buffered walk over blocks i = 0 .. n - 1 of every warp: stage(i, buffer) queues block
-// i's copies (cp.async) into one of two buffers, body(i, buffer) computes on it, and block i + 1
-// lands while block i is computed.
-template <class Stage, class Body>
-__device__ __forceinline__ void pipelined_blocks(int n, Stage&& stage, Body&& body) {
-  stage(0, 0);
-  async_commit();
-  for (int i = 0; i < n; ++i) {
-    if (i + 1 < n) {
-      stage(i + 1, (i + 1) & 1);
-      async_commit();
-      async_wait<1>();
-    } else {
-      async_wait<0>();
-    }
-    __syncthreads();  // block i is in, for every warp
-    body(i, i & 1);
-    __syncthreads();  // every warp is done with buffer i & 1 before block i + 2 is staged into it
-  }
+// Stages the key block from k0 (its K and V rows) for every warp of the block: waits until each
+// warp is done with the previous block's, then until all of this one is in.
+template <int HD, class E>
+__device__ __forceinline__ void stage_keys(const E* base, int64_t D, int T, int k0, E* k, E* v) {
+  __syncthreads();
+  load_rows<HD>(base + D + k0 * 3 * D, 3 * D, T - k0, k);
+  load_rows<HD>(base + 2 * D + k0 * 3 * D, 3 * D, T - k0, v);
+  __syncthreads();
 }
 
 // Exponentials in base 2 (ex2 is one instruction, expf several): scores scaled by
@@ -193,7 +179,8 @@ __global__ void __launch_bounds__(kThreads)
                          E* __restrict__ out, float* __restrict__ lse) {
   constexpr int kLd = HD + kPad;
   __shared__ __align__(16) E q[kBlockTokens * kLd];
-  __shared__ __align__(16) E kv[2][2][kBlockTokens * kLd];  // [buffer][K, V]
+  __shared__ __align__(16) E k[kBlockTokens * kLd];
+  __shared__ __align__(16) E v[kBlockTokens * kLd];
   const BlockPair<E> b(qkv, T, D, heads, HD);
   const int64_t pair = b.pair, n = b.n, h = b.h;
   const E* base = b.base;
@@ -205,21 +192,14 @@ __global__ void __launch_bounds__(kThreads)
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   const float scale2 = scale * kLog2e;
   const int key_end = causal ? min(T, q0 + kBlockTokens) : T;
-  pipelined_blocks((key_end + kBlockTokens - 1) / kBlockTokens,
-                   [&](int i, int buf) {
-                     const int k0 = i * kBlockTokens;
-                     load_rows_async<HD>(base + D + k0 * 3 * D, 3 * D, T - k0, kv[buf][0]);
-                     load_rows_async<HD>(base + 2 * D + k0 * 3 * D, 3 * D, T - k0, kv[buf][1]);
-                   },
-                   [&](int i, int buf) {
-                     const int k0 = i * kBlockTokens;
-                     float s[8][4];
-                     scores<E, HD>(s, q, kv[buf][0], r0, T - k0);
-                     with_mask(q0, k0, T, causal, [&](auto masked) {
-                       online_softmax_step<decltype(masked)::value, E, HD>(s, m, l, o, kv[buf][1], scale2, row0, k0, T,
-                                                                           causal);
-                     });
-                   });
+  for (int k0 = 0; k0 < key_end; k0 += kBlockTokens) {
+    stage_keys<HD>(base, D, T, k0, k, v);
+    float s[8][4];
+    scores<E, HD>(s, q, k, r0, T - k0);
+    with_mask(q0, k0, T, causal, [&](auto masked) {
+      online_softmax_step<decltype(masked)::value, E, HD>(s, m, l, o, v, scale2, row0, k0, T, causal);
+    });
+  }
   const float inv[2] = {1.f / l[0], 1.f / l[1]};
 #pragma unroll
   for (int nt = 0; nt < HD / 8; ++nt)
@@ -251,8 +231,6 @@ __global__ void flash_delta_kernel(int T, int64_t D, int64_t heads, int hd, int6
   }
 }
 
-extern __shared__ __align__(16) unsigned char flash_backward_smem[];
-
 // The backward's second and third launches, one kernel in two modes. kKeys: dK and dV of one block
 // of 64 keys, warp w owning key rows 16w.. and summing over the query blocks; else dQ of one block
 // of 64 queries, warp w owning query rows 16w.. and summing over the key blocks. Each block writes
@@ -262,56 +240,52 @@ __global__ void __launch_bounds__(kThreads)
     flash_backward_kernel(int T, int64_t D, int64_t heads, float scale, bool causal, const E* __restrict__ qkv,
                           const E* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
                           E* __restrict__ dqkv) {
-  auto& tiles = *reinterpret_cast<BackwardTiles<E, HD>*>(flash_backward_smem);
+  __shared__ BackwardTiles<E, HD> tiles;
   const BlockPair<E> b(qkv, T, D, heads, HD);
   const int64_t pair = b.pair, n = b.n, h = b.h;
   const E* base = b.base;
   const float scale2 = scale * kLog2e;
   const int r0 = 16 * (threadIdx.x >> 5), block0 = (kKeys ? blockIdx.y : query_block(causal)) * kBlockTokens;
   if constexpr (kKeys) {
-    E *k = tiles.own[0], *v = tiles.own[1];
+    __shared__ float lse_s[kBlockTokens], delta_s[kBlockTokens];
+    E *k = tiles.at[0], *v = tiles.at[1], *q = tiles.at[2], *dO = tiles.at[3];
     const int k0 = block0;
     load_rows<HD>(base + D + k0 * 3 * D, 3 * D, T - k0, k);
     load_rows<HD>(base + 2 * D + k0 * 3 * D, 3 * D, T - k0, v);
-    const int key0 = k0 + r0, first = causal ? k0 : 0;
+    const int key0 = k0 + r0;
     float dk[HD / 8][4], dv[HD / 8][4];
     zero_tiles(dk);
     zero_tiles(dv);
-    pipelined_blocks(
-        (T - first + kBlockTokens - 1) / kBlockTokens,
-        [&](int i, int buf) {
-          const int q0 = first + i * kBlockTokens;
-          load_rows_async<HD>(base + q0 * 3 * D, 3 * D, T - q0, tiles.walk[buf][0]);
-          load_rows_async<HD>(dout + (n * T + q0) * D + h * HD, D, T - q0, tiles.walk[buf][1]);
-          load_floats_async(lse + pair * T + q0, kBlockTokens, T - q0, tiles.lse[buf]);
-          load_floats_async(delta + pair * T + q0, kBlockTokens, T - q0, tiles.delta[buf]);
-        },
-        [&](int i, int buf) {
-          const int q0 = first + i * kBlockTokens;
-          const E *q = tiles.walk[buf][0], *dO = tiles.walk[buf][1];
-          const float *lse_s = tiles.lse[buf], *delta_s = tiles.delta[buf];
-          float p[8][4], ds[8][4];  // P^T and dS^T: rows keys, columns queries
-          scores<E, HD>(p, k, q, r0, T - q0);
-          scores<E, HD>(ds, v, dO, r0, T - q0);  // dP^T = V dO^T
-          const auto grads = [&](auto masked) {
-            probabilities_and_grads<decltype(masked)::value>(
-                p, ds, scale2,
-                [&](int nt, int e) { return visible(q0 + tile_col(0, nt, e), tile_row(key0, e), T, causal); },
-                [&](int nt, int e) { return lse_s[tile_col(0, nt, e)] * kLog2e; },
-                [&](int nt, int e) { return delta_s[tile_col(0, nt, e)]; });
-          };
-          with_mask(q0, k0, T, causal, grads);
-          add_times_tokens<E, HD>(
-              dv, [&](int kb, uint32_t(&a)[4]) { accumulator_as_a<E>(a, p, kb); }, dO, T - q0);
-          add_times_tokens<E, HD>(
-              dk, [&](int kb, uint32_t(&a)[4]) { accumulator_as_a<E>(a, ds, kb); }, q, T - q0);
-        });
+    for (int q0 = causal ? k0 : 0; q0 < T; q0 += kBlockTokens) {
+      __syncthreads();  // every warp is done with the previous Q and dO
+      load_rows<HD>(base + q0 * 3 * D, 3 * D, T - q0, q);
+      load_rows<HD>(dout + (n * T + q0) * D + h * HD, D, T - q0, dO);
+      for (int i = threadIdx.x; i < kBlockTokens; i += kThreads) {
+        lse_s[i] = q0 + i < T ? lse[pair * T + q0 + i] * kLog2e : 0.f;
+        delta_s[i] = q0 + i < T ? delta[pair * T + q0 + i] : 0.f;
+      }
+      __syncthreads();
+      float p[8][4], ds[8][4];  // P^T and dS^T: rows keys, columns queries
+      scores<E, HD>(p, k, q, r0, T - q0);
+      scores<E, HD>(ds, v, dO, r0, T - q0);  // dP^T = V dO^T
+      with_mask(q0, k0, T, causal, [&](auto masked) {
+        probabilities_and_grads<decltype(masked)::value>(
+            p, ds, scale2,
+            [&](int nt, int e) { return visible(q0 + tile_col(0, nt, e), tile_row(key0, e), T, causal); },
+            [&](int nt, int e) { return lse_s[tile_col(0, nt, e)]; },
+            [&](int nt, int e) { return delta_s[tile_col(0, nt, e)]; });
+      });
+      add_times_tokens<E, HD>(
+          dv, [&](int kb, uint32_t(&a)[4]) { accumulator_as_a<E>(a, p, kb); }, dO, T - q0);
+      add_times_tokens<E, HD>(
+          dk, [&](int kb, uint32_t(&a)[4]) { accumulator_as_a<E>(a, ds, kb); }, q, T - q0);
+    }
     // The warp's own rows of K and V stage its outputs (no other warp reads them).
     E* dbase = dqkv + (n * T + k0) * 3 * D + h * HD;
     store_block<HD>(dk, scale, k, r0, T - k0, dbase + D, 3 * D);
     store_block<HD>(dv, 1.f, v, r0, T - k0, dbase + 2 * D, 3 * D);
   } else {
-    E *q = tiles.own[0], *dO = tiles.own[1];
+    E *q = tiles.at[0], *dO = tiles.at[1], *k = tiles.at[2], *v = tiles.at[3];
     const int q0 = block0;
     load_rows<HD>(base + q0 * 3 * D, 3 * D, T - q0, q);
     load_rows<HD>(dout + (n * T + q0) * D + h * HD, D, T - q0, dO);
@@ -326,29 +300,19 @@ __global__ void __launch_bounds__(kThreads)
     float dq[HD / 8][4];
     zero_tiles(dq);
     const int key_end = causal ? min(T, q0 + kBlockTokens) : T;
-    pipelined_blocks((key_end + kBlockTokens - 1) / kBlockTokens,
-                     [&](int i, int buf) {
-                       const int k0 = i * kBlockTokens;
-                       load_rows_async<HD>(base + D + k0 * 3 * D, 3 * D, T - k0, tiles.walk[buf][0]);
-                       load_rows_async<HD>(base + 2 * D + k0 * 3 * D, 3 * D, T - k0, tiles.walk[buf][1]);
-                     },
-                     [&](int i, int buf) {
-                       const int k0 = i * kBlockTokens;
-                       const E *k = tiles.walk[buf][0], *v = tiles.walk[buf][1];
-                       float p[8][4], ds[8][4];
-                       scores<E, HD>(p, q, k, r0, T - k0);
-                       scores<E, HD>(ds, dO, v, r0, T - k0);  // dP = dO V^T
-                       const auto grads = [&](auto masked) {
-                         probabilities_and_grads<decltype(masked)::value>(
-                             p, ds, scale2,
-                             [&](int nt, int e) { return visible(tile_row(row0, e), tile_col(k0, nt, e), T, causal); },
-                             [&](int, int e) { return row_lse[e >> 1]; },
-                             [&](int, int e) { return row_delta[e >> 1]; });
-                       };
-                       with_mask(q0, k0, T, causal, grads);
-                       add_times_tokens<E, HD>(
-                           dq, [&](int kb, uint32_t(&a)[4]) { accumulator_as_a<E>(a, ds, kb); }, k, T - k0);
-                     });
+    for (int k0 = 0; k0 < key_end; k0 += kBlockTokens) {
+      stage_keys<HD>(base, D, T, k0, k, v);
+      float p[8][4], ds[8][4];
+      scores<E, HD>(p, q, k, r0, T - k0);
+      scores<E, HD>(ds, dO, v, r0, T - k0);  // dP = dO V^T
+      with_mask(q0, k0, T, causal, [&](auto masked) {
+        probabilities_and_grads<decltype(masked)::value>(
+            p, ds, scale2, [&](int nt, int e) { return visible(tile_row(row0, e), tile_col(k0, nt, e), T, causal); },
+            [&](int, int e) { return row_lse[e >> 1]; }, [&](int, int e) { return row_delta[e >> 1]; });
+      });
+      add_times_tokens<E, HD>(
+          dq, [&](int kb, uint32_t(&a)[4]) { accumulator_as_a<E>(a, ds, kb); }, k, T - k0);
+    }
     store_block<HD>(dq, scale, q, r0, T - q0, dqkv + (n * T + q0) * 3 * D + h * HD, 3 * D);
   }
 }
@@ -401,13 +365,12 @@ void attention_flash_backward_cuda(const AttentionShape& s, const E* qkv, const 
         <<<cuda::grid_blocks(cuda::ceil_div(rows, kDeltaBlock / 32), kDeltaBlock), kDeltaBlock, 0, cuda::stream()>>>(
             static_cast<int>(s.tokens), s.width(), s.heads, HD, rows, out, dout, d);
     MINIDL_LAUNCH_CHECK();
-    constexpr int kSmem = sizeof(BackwardTiles<E, HD>);
-    for (auto* kernel : {flash_backward_kernel<E, HD, true>, flash_backward_kernel<E, HD, false>}) {
-      MINIDL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-      kernel<<<flash_grid(s), kThreads, kSmem, cuda::stream()>>>(static_cast<int>(s.tokens), s.width(), s.heads, scale,
-                                                                 s.causal, qkv, dout, lse, d, dqkv);
-      MINIDL_LAUNCH_CHECK();
-    }
+    flash_backward_kernel<E, HD, true><<<flash_grid(s), kThreads, 0, cuda::stream()>>>(
+        static_cast<int>(s.tokens), s.width(), s.heads, scale, s.causal, qkv, dout, lse, d, dqkv);
+    MINIDL_LAUNCH_CHECK();
+    flash_backward_kernel<E, HD, false><<<flash_grid(s), kThreads, 0, cuda::stream()>>>(
+        static_cast<int>(s.tokens), s.width(), s.heads, scale, s.causal, qkv, dout, lse, d, dqkv);
+    MINIDL_LAUNCH_CHECK();
   });
 }
 

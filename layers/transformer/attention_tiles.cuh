@@ -114,31 +114,6 @@ __device__ void load_rows(const E* __restrict__ src, int64_t ld, int T, E* dst) 
   }
 }
 
-// load_rows through cp.async: the copy goes from global to shared memory without registers and
-// lands while the warps compute on the other buffer (async_commit closes a group, async_wait<N>
-// waits until at most N groups are in flight). Rows >= T are zero-filled (a source size of 0).
-template <int HD, class E>
-__device__ __forceinline__ void load_rows_async(const E* __restrict__ src, int64_t ld, int T, E* dst) {
-  constexpr int kVec = HD / 8;
-  for (int i = threadIdx.x; i < kBlockTokens * kVec; i += kThreads) {
-    const int r = i / kVec, c = i % kVec;
-    const bool in = r < T;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst + r * (HD + kPad) + 8 * c)),
-                 "l"(in ? src + r * ld + 8 * c : src), "r"(in ? 16 : 0));
-  }
-}
-// n floats from src into shared memory, those at and past `valid` zero-filled.
-__device__ __forceinline__ void load_floats_async(const float* __restrict__ src, int n, int valid, float* dst) {
-  for (int i = threadIdx.x; i < n; i += kThreads)
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(dst + i)),
-                 "l"(i < valid ? src + i : src), "r"(i < valid ? 4 : 0));
-}
-__device__ __forceinline__ void async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
 // The warp's 16 x HD accumulator block (rows r0.., times `scale`, rounded once) to dst rows
 // r0.. < T (row stride ld), staged through the warp's rows of `stage` (row stride HD + kPad).
 template <int HD, class E>
