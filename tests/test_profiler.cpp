@@ -315,19 +315,22 @@ TEST_CASE("profiler: exclusive time, node attribution and sections", "[profiler]
 TEST_CASE("profiler: a node that outlives its module is not counted to the module that took its id",
           "[profiler][module]") {
   // `first` records a node and is destroyed before the backward; `second`, built meanwhile, takes
-  // its id (the table reuses the ids of destroyed modules) under the next generation.
+  // its id (the table reuses the ids of destroyed modules) under the next generation. Both are
+  // observed beside the installed model, which outlives the profile as a model must.
+  const auto model = std::make_shared<SleepModule>(0, 3, 0);
   auto first = std::make_shared<SleepModule>(0, 1, 1);
   const int id = first->id();
   Tensor x = test::random_tensor({4}, 1);
   x.set_requires_grad(true);
   Profiler p(Device::cpu());
-  p.install(*first);
+  p.install(*model);
+  first->set_observer(&p);
   p.begin_step();
   Tensor y = (*first)(x);
   first.reset();
   auto second = std::make_shared<SleepModule>(0, 2, 0);
   REQUIRE(second->id() == id);
-  second->set_observer(&p);  // observed as the installed model was
+  second->set_observer(&p);
   (*second)(x);
   autograd::backward(y, Tensor::full({4}, 1.f));
   p.end_step();
