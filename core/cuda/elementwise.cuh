@@ -57,6 +57,13 @@ __global__ void map2_kernel(const T* a, const T* b, T* out, int64_t n, int64_t p
 
 inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// Whether every row of a (rows, row_len) matrix at p starts 16-byte aligned, so each row reads in
+// whole packs.
+template <class T>
+bool packed_rows(const T* p, int64_t row_len) {
+  return aligned16(p) && row_len % Pack<T>::kN == 0;
+}
+
 constexpr int kMapBlock = 256;
 
 template <class T, class Op>

@@ -239,7 +239,7 @@ void scale_by_device_scalar_cuda(const float* d, const float* g, float* dx, int6
 template <class E>
 void argmax_rows_cuda(const E* logits, int64_t rows, int64_t classes, int32_t* out) {
   check_sizes(rows, classes, "argmax_rows");
-  const bool packed = cuda::aligned16(logits) && classes % cuda::Pack<E>::kN == 0;
+  const bool packed = cuda::packed_rows(logits, classes);
   argmax_rows_kernel<E><<<grid_for_rows(rows), kBlock, 0, cuda::stream()>>>(logits, static_cast<int>(rows),
                                                                             static_cast<int>(classes), packed, out);
   MINIDL_LAUNCH_CHECK();

@@ -78,12 +78,6 @@ __device__ __forceinline__ void add_pack(MaxSum& p, float& sum_x, const float (&
   }
 }
 
-// Whether the (rows, classes) logits go in packs: every row 16-byte aligned.
-template <class E>
-bool packed_rows(const E* logits, int64_t classes) {
-  return cuda::aligned16(logits) && classes % cuda::Pack<E>::kN == 0;
-}
-
 template <class E>
 __global__ void __launch_bounds__(kThreads)
     token_loss_forward_kernel(const E* __restrict__ logits, const int32_t* __restrict__ labels, int64_t classes,
@@ -172,7 +166,7 @@ void token_cross_entropy_forward_cuda(const E* logits, const int32_t* labels, in
                                       float label_smoothing, float* row_lse, float* row_loss, float* loss) {
   check_rows(rows, classes);
   token_loss_forward_kernel<E><<<static_cast<unsigned>(rows), kThreads, 0, cuda::stream()>>>(
-      logits, labels, classes, packed_rows(logits, classes), label_smoothing, row_lse, row_loss);
+      logits, labels, classes, cuda::packed_rows(logits, classes), label_smoothing, row_lse, row_loss);
   MINIDL_LAUNCH_CHECK();
   cross_entropy_mean_cuda(row_loss, labels, rows, classes, loss);
 }
@@ -182,8 +176,8 @@ void token_cross_entropy_backward_cuda(const E* logits, const int32_t* labels, c
                                        int64_t classes, float label_smoothing, const float* g, E* dlogits) {
   check_rows(rows, classes);
   token_loss_backward_kernel<E><<<static_cast<unsigned>(rows), kThreads, 0, cuda::stream()>>>(
-      logits, labels, row_lse, rows, classes, packed_rows(logits, classes) && cuda::aligned16(dlogits), label_smoothing,
-      g, dlogits);
+      logits, labels, row_lse, rows, classes, cuda::packed_rows(logits, classes) && cuda::aligned16(dlogits),
+      label_smoothing, g, dlogits);
   MINIDL_LAUNCH_CHECK();
 }
 

@@ -11,6 +11,7 @@ Used by scripts/parity/parity.py (layer and one-step checks) and scripts/torch/r
 PyTorch reference training run).
 """
 import json
+import math
 import os
 import re
 
@@ -467,4 +468,17 @@ def schedule_factor(config, step, steps_per_epoch, total_steps=None):
             if t <= x1:
                 return float(y0 + (y1 - y0) * (t - x0) / (x1 - x0))
         return float(ys[-1])
-    raise ValueError(f"schedule.type: '{kind}' has no PyTorch twin here (constant, piecewise_linear)")
+    if kind == "warmup":
+        # optim/schedule.cpp: a linear rise over warmup_epochs (or warmup_fraction of the run),
+        # then a cosine or linear fall to 0 over the rest of the run.
+        if "warmup_fraction" in s:
+            warm = s["warmup_fraction"] * total_steps
+            if step < warm:
+                return step / warm
+        else:
+            warm = s["warmup_epochs"] * steps_per_epoch
+            if step / steps_per_epoch < s["warmup_epochs"]:
+                return step / steps_per_epoch / s["warmup_epochs"]
+        t = min(max((step - warm) / (total_steps - warm), 0.0), 1.0) if total_steps > warm else 1.0
+        return 0.5 * (1 + math.cos(math.pi * t)) if s.get("decay", "linear") == "cosine" else 1 - t
+    raise ValueError(f"schedule.type: '{kind}' has no PyTorch twin here (constant, piecewise_linear, warmup)")

@@ -2,9 +2,8 @@
 """PyTorch twin of a minidl language-model run: a "tokens" config trained on the same token files.
 
 The model is built from the config's layer list (model_from_json.py) and trained with its recipe:
-AdamW with the config's parameter groups (model_from_json.build_optimizer), minidl's "warmup"
-schedule (a linear rise over warmup_fraction of the run, then cosine or linear decay to 0, the
-factor 0 at step 0, as optim/schedule.cpp), clip_grad_norm_ at grad_clip, bf16 autocast for
+AdamW with the config's parameter groups (model_from_json.build_optimizer), the config's schedule
+per step (model_from_json.schedule_factor), clip_grad_norm_ at grad_clip, bf16 autocast for
 "precision": "bf16". Data as minidl's "tokens" format reads it: llm.c's files (a 256-int32 header,
 then uint16 tokens), windows of seq_len + 1 tokens starting every seq_len, the training windows
 reshuffled every epoch, batch_size windows per step. At the end, the mean token loss over every
@@ -14,7 +13,6 @@ usage: train_tokens.py --config configs/gpt2_124m.json --data DIR --steps N --ou
 """
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -36,16 +34,6 @@ def windows(path, seq_len):
     n = (len(tokens) - 1) // seq_len
     idx = np.arange(n)[:, None] * seq_len + np.arange(seq_len + 1)[None, :]
     return torch.from_numpy(tokens[idx])
-
-
-def lr_factor(schedule, step, total):
-    if schedule.get("type") != "warmup" or "warmup_fraction" not in schedule:
-        sys.exit("train_tokens.py: expected the \"warmup\" schedule with warmup_fraction")
-    warm = schedule["warmup_fraction"] * total
-    if step < warm:
-        return step / warm
-    t = min(max((step - warm) / (total - warm), 0.0), 1.0)
-    return 0.5 * (1 + math.cos(math.pi * t)) if schedule.get("decay", "linear") == "cosine" else 1 - t
 
 
 def mean_loss(model, data, batch, dtype):
@@ -87,7 +75,7 @@ def main():
         if step % per_epoch == 0:
             order = torch.randperm(len(train), generator=gen)
         w = train[order[(step % per_epoch) * batch:(step % per_epoch + 1) * batch]].cuda(non_blocking=True)
-        factor = lr_factor(config["schedule"], step, args.steps)
+        factor = mfj.schedule_factor(config, step, per_epoch, args.steps)
         for g, lr in zip(opt.param_groups, base_lr):
             g["lr"] = lr * factor
         with torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None):
