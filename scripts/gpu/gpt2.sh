@@ -19,23 +19,26 @@
 #   4. with --llmc BIN (llm.c's train_gpt2cu built for this GPU): llm.c training the same model
 #      from scratch (-e d12) on the same files at the same batch, its tokens/s beside minidl's;
 #   5. with --text DIR (token files of a real text, as scripts/corpus-kjv.sh and
-#      scripts/tokenize.sh make): minidl trains 3 epochs of DIR, then the PyTorch twin
-#      (scripts/torch/train_tokens.py) trains as many steps on the same files; their val.bin losses
-#      and ratio (the target: within 1%); with --tokenizer DIR (GPT-2's encoder.json and vocab.bpe),
-#      `minidl generate` then continues a prompt with the trained run.
+#      scripts/tokenize.sh make): for each of --seeds N seeds (default 3), minidl trains 3 epochs of
+#      DIR, then the PyTorch twin (scripts/torch/train_tokens.py) trains as many steps on the same
+#      files with the same seed number; their val.bin losses per seed, the means and spreads, and the
+#      ratio of the means (the target: within 1%; one seed's loss moves by about as much at this
+#      budget); with --tokenizer DIR (GPT-2's encoder.json and vocab.bpe), `minidl generate` then
+#      continues a prompt with seed 0's run.
 # --no-tests leaves out stage 1 (a run that has just passed the [cuda] tests).
 # Exits non-zero if a stage fails.
 set -euo pipefail
-usage="usage: gpt2.sh BIN_DIR OUT_DIR [--llmc BIN] [--text DIR [--tokenizer DIR]] [--no-tests]"
+usage="usage: gpt2.sh BIN_DIR OUT_DIR [--llmc BIN] [--text DIR [--tokenizer DIR] [--seeds N]] [--no-tests]"
 bin=${1:?$usage}
 out_dir=${2:?$usage}
 shift 2
-llmc="" text="" tokenizer="" tests=1
+llmc="" text="" tokenizer="" tests=1 seeds=3
 while [ $# -gt 0 ]; do
   case $1 in
     --llmc) llmc=${2:?$usage}; shift 2 ;;
     --text) text=$(cd "${2:?$usage}" && pwd); shift 2 ;;
     --tokenizer) tokenizer=$(cd "${2:?$usage}" && pwd); shift 2 ;;
+    --seeds) seeds=${2:?$usage}; shift 2 ;;
     --no-tests) tests=0; shift ;;
     *) echo "$usage" >&2; exit 2 ;;
   esac
@@ -95,20 +98,29 @@ print(f"llm.c train_gpt2cu: {theirs:.0f} tokens/s (its last step's average); min
 PY
 fi
 if [ -n "$text" ]; then
-  run timeout 600 "$bin/minidl" train --config "$root/configs/gpt2_124m.json" --set "data.dir=$text" --set epochs=3 \
-    --set output.progress=false --output "$out/text_run" 2>&1 | tee "$out/text_minidl.log" || true
-  steps=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['steps'])" "$out/text_run/summary.json")
-  run timeout 600 python3 "$root/scripts/torch/train_tokens.py" --config "$root/configs/gpt2_124m.json" --data "$text" \
-    --steps "$steps" --out "$out/text_twin.json" 2>&1 | tee "$out/text_twin.log" || true
-  python3 - "$out/text_run/summary.json" "$out/text_twin.json" <<'PY' || true
-import json, sys
-ours, twin = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
-ratio = ours["test_loss"] / twin["val_loss"]
-print(f"val.bin loss after {ours['steps']} steps: minidl {ours['test_loss']:.4f}, PyTorch {twin['val_loss']:.4f}; "
-      f"minidl / PyTorch {ratio:.4f} (target within 1%: {'met' if abs(ratio - 1) <= 0.01 else 'missed'})")
+  for seed in $(seq 0 $((seeds - 1))); do
+    run timeout 600 "$bin/minidl" train --config "$root/configs/gpt2_124m.json" --set "data.dir=$text" --set epochs=3 \
+      --set seed=$seed --set output.progress=false --output "$out/text_run_$seed" 2>&1 | tee "$out/text_minidl_$seed.log" || true
+    steps=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['steps'])" "$out/text_run_$seed/summary.json")
+    run timeout 600 python3 "$root/scripts/torch/train_tokens.py" --config "$root/configs/gpt2_124m.json" --data "$text" \
+      --steps "$steps" --seed $seed --out "$out/text_twin_$seed.json" 2>&1 | tee "$out/text_twin_$seed.log" || true
+  done
+  python3 - "$out" "$seeds" <<'PY' || true
+import json, statistics, sys
+out, seeds = sys.argv[1], int(sys.argv[2])
+ours = [json.load(open(f"{out}/text_run_{s}/summary.json")) for s in range(seeds)]
+twin = [json.load(open(f"{out}/text_twin_{s}.json"))["val_loss"] for s in range(seeds)]
+mine = [o["test_loss"] for o in ours]
+for s in range(seeds):
+    print(f"seed {s}: val.bin loss minidl {mine[s]:.4f}, PyTorch {twin[s]:.4f}")
+spread = lambda v: statistics.stdev(v) if len(v) > 1 else 0.0
+ratio = statistics.mean(mine) / statistics.mean(twin)
+print(f"val.bin loss after {ours[0]['steps']} steps, mean of {seeds} seeds: minidl {statistics.mean(mine):.4f} "
+      f"(sd {spread(mine):.4f}), PyTorch {statistics.mean(twin):.4f} (sd {spread(twin):.4f}); minidl / PyTorch "
+      f"{ratio:.4f} (target within 1%: {'met' if abs(ratio - 1) <= 0.01 else 'missed'})")
 PY
   if [ -n "$tokenizer" ]; then
-    run timeout 120 "$bin/minidl" generate --run "$out/text_run" --tokenizer "$tokenizer" --prompt "And God said" \
+    run timeout 120 "$bin/minidl" generate --run "$out/text_run_0" --tokenizer "$tokenizer" --prompt "And God said" \
       --max-new-tokens 60 --temperature 0.8 --top-k 40 --seed 1 2>&1 | tee "$out/text_generate.log" || true
   fi
 fi
