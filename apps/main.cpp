@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "apps/commands.h"
+#include "apps/host_heap.h"
 #include "core/error.h"
 #include "core/json_limits.h"
 #include "core/spelling.h"
@@ -49,6 +50,7 @@ void add_trained_run_options(CLI::App* cmd, std::string& run_dir, std::string& w
 
 int main(int argc, char** argv) {
   using namespace minidl;
+  keep_freed_host_memory();
   CLI::App app{"minidl: train image classifiers from a JSON config on the CPU or an NVIDIA GPU"};
   app.require_subcommand(1);
   app.set_version_flag(

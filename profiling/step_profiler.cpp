@@ -55,8 +55,11 @@ void StepProfiler::finish(RunLog& log, const std::string& dir, std::optional<dou
   std::optional<double> unprofiled;
   if (!unprofiled_ms_.empty()) unprofiled = median(unprofiled_ms_);
   ProfileReport report = profiler_.report();
+  double fastest = 0;  // the highest rate a pass reached: a cached roof below it is stale
+  for (const ProfileRow& row : report.rows)
+    for (const bool backward : {false, true}) fastest = std::max(fastest, pass_roofline(report, row, backward).tflops);
   report.limits = device_limits(device_, limits_dtype(device_, report.compute_dtype, compute_settings().allow_tf32),
-                                default_limits_cache());
+                                default_limits_cache(), fastest);
   log.line(format_profile_table(report, unprofiled, graphed_ms));
   write_profile_json(report, dir + "/profile.json", unprofiled, graphed_ms);
   write_chrome_trace(report, dir + "/trace.json");

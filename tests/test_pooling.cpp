@@ -241,6 +241,38 @@ TEST_CASE("max_pool2d: ties take the first maximum, NaN wins, padding is -inf", 
   REQUIRE(max_pool2d(neg, {3, 3, 2, 2, 1, 1}).to_vector() == std::vector<float>{-1, -2, -3, -4});
 }
 
+// Kernel 2, stride 2 over even planes takes the CPU's own path (four windows at a time, the rest
+// one by one): rows of 9 outputs exercise both. Ties, NaN, infinities and -0 against the scan's
+// definition, bit for bit, with either argmax type.
+template <class Index>
+void check_pool2x2(const std::vector<float>& xv, const Shape& shape) {
+  const Pool2dGeometry g{2, 2, 2, 2, 0, 0};
+  const kernels::Pool2dShape s = pool_shape(shape, g);
+  const PoolRef ref = max_pool_ref(xv, shape, g);
+  const std::vector<float> dy = tie_prone_values(s.planes * s.OH * s.OW, 12, true);
+  std::vector<float> y, dx;
+  std::vector<Index> offsets;
+  raw_cpu(xv, dy, s, g, &y, &offsets, &dx);
+  REQUIRE(same_bits(y, std::vector<float>(ref.y.begin(), ref.y.end())));
+  REQUIRE(std::vector<int64_t>(offsets.begin(), offsets.end()) == ref.offset);
+  std::vector<float> dx_ref(dx.size(), 0.f);  // disjoint windows: dy lands as it is
+  for (int64_t p = 0; p < s.planes; ++p)
+    for (int64_t o = 0; o < s.OH * s.OW; ++o) dx_ref[p * s.H * s.W + ref.argmax[p * s.OH * s.OW + o]] = dy[p * s.OH * s.OW + o];
+  REQUIRE(same_bits(dx, dx_ref));
+}
+
+TEST_CASE("max_pool2d kernel 2 stride 2 on the CPU: windows four at a time give the scan's bits", "[pooling]") {
+  const Shape shape{2, 3, 10, 18};  // rows of 9 windows: two groups of four and one alone
+  std::vector<float> xv = tie_prone_values(shape_numel(shape), 11, true);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (size_t i = 3; i < xv.size(); i += 17) xv[i] = (i / 17) % 3 == 0 ? inf : (i / 17) % 3 == 1 ? -inf : -0.f;
+  check_pool2x2<uint8_t>(xv, shape);
+  check_pool2x2<int32_t>(xv, shape);
+  // ReLU's output: half the cells exactly 0, so most windows tie.
+  for (float& v : xv) v = v > 0.f ? v : 0.f;
+  check_pool2x2<uint8_t>(xv, shape);
+}
+
 TEST_CASE("max_pool2d rejects bad geometry and small inputs", "[pooling]") {
   Tensor x = Tensor::zeros({1, 1, 2, 2});
   REQUIRE_THROWS_WITH(max_pool2d(x, {3, 3, 1, 1, 0, 0}), Catch::Contains("smaller than the kernel"));

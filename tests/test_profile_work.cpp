@@ -398,13 +398,36 @@ TEST_CASE("device limits: measured once, cached, measured again for another key"
   REQUIRE(cached_limits(probe, "bfloat16", path).peak_tflops == 101);
   REQUIRE(measured == 3);
 
+  // A layer faster than the cached GEMM roof (beyond the slack) proves the roof was measured on a
+  // busy machine: measured again, and neither roof goes down if the machine is busy still.
+  REQUIRE(cached_limits(probe, "bfloat16", path, 101 * kBeatenRoofSlack).source == "cached");
+  REQUIRE(measured == 3);
+  const DeviceLimits again = cached_limits(probe, "bfloat16", path, 200);
+  REQUIRE(measured == 4);
+  REQUIRE_THAT(again.source, Catch::Contains("measured again") && Catch::Contains("200"));
+  REQUIRE(again.peak_tflops == 104);
+  REQUIRE(cached_limits(probe, "bfloat16", path).peak_tflops == 104);
+  probe.measure = [&] {
+    ++measured;
+    DeviceLimits l;
+    l.peak_tflops = 50;
+    l.copy_gbs = 3000;
+    return l;
+  };
+  const DeviceLimits busy = cached_limits(probe, "bfloat16", path, 1000);
+  REQUIRE(measured == 5);
+  REQUIRE(busy.peak_tflops == 104);
+  REQUIRE(busy.gemm == "test GEMM");
+  REQUIRE(busy.copy_gbs == 3000);
+  REQUIRE(cached_limits(probe, "bfloat16", path).copy_gbs == 3000);
+
   // A corrupt cache is measured again and rewritten.
   {
     std::ofstream out(path);
     out << "{not json";
   }
   REQUIRE(cached_limits(probe, "bfloat16", path).source == "measured");
-  REQUIRE(measured == 4);
+  REQUIRE(measured == 6);
   REQUIRE(cached_limits(probe, "bfloat16", path).source == "cached");
   std::filesystem::remove_all(std::filesystem::path(path).parent_path());
 

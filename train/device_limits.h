@@ -44,14 +44,21 @@ std::string default_limits_cache();
 // The limits of `device` for `dtype` (limits_dtype's names): from `cache_path` when it holds an
 // entry under the same key, else measured and stored there (written atomically; a cache that
 // cannot be read or written only means measuring again, with a note on stderr).
-DeviceLimits device_limits(Device device, const std::string& dtype, const std::string& cache_path);
+// `fastest_tflops` is the highest rate the caller has just seen on the device (0: none). No layer
+// runs faster than the GEMM roof, so a cached roof it beats by more than kBeatenRoofSlack was
+// measured on a busy machine (other processes on the cores, a clock held down): the limits are
+// measured again and the cache keeps the higher of each roof.
+constexpr double kBeatenRoofSlack = 1.25;  // a layer's GEMM may beat the timed GEMM's shape a little
+DeviceLimits device_limits(Device device, const std::string& dtype, const std::string& cache_path,
+                           double fastest_tflops = 0);
 
 // The same with the measurement and the device's identity given: what the tests drive.
 struct LimitsProbe {
   std::string device_name, driver;
   std::function<DeviceLimits()> measure;  // fills the rates and what was timed
 };
-DeviceLimits cached_limits(const LimitsProbe& probe, const std::string& dtype, const std::string& cache_path);
+DeviceLimits cached_limits(const LimitsProbe& probe, const std::string& dtype, const std::string& cache_path,
+                           double fastest_tflops = 0);
 
 // The measurements themselves (no cache).
 LimitsProbe cpu_limits_probe(const std::string& dtype);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "layers/pool/max_pool2x2_cpu.h"
 #include "layers/pool/pooling_kernels.h"
 
 namespace minidl::kernels {
@@ -115,17 +116,21 @@ void backward_impl(const float* dy, const Index* argmax, float* dx, const Pool2d
 }  // namespace
 
 void max_pool2d_forward_cpu(const float* x, float* y, uint8_t* argmax, const Pool2dShape& s, const Pool2dGeometry& g) {
+  if (max_pool2x2_applies(s, g)) return max_pool2x2_forward_cpu(x, y, argmax, s);
   forward_impl(x, y, argmax, s, g);
 }
 void max_pool2d_forward_cpu(const float* x, float* y, int32_t* argmax, const Pool2dShape& s, const Pool2dGeometry& g) {
+  if (max_pool2x2_applies(s, g)) return max_pool2x2_forward_cpu(x, y, argmax, s);
   forward_impl(x, y, argmax, s, g);
 }
 void max_pool2d_backward_cpu(const float* dy, const uint8_t* argmax, float* dx, const Pool2dShape& s,
                              const Pool2dGeometry& g) {
+  if (max_pool2x2_applies(s, g)) return max_pool2x2_backward_cpu(dy, argmax, dx, s);
   backward_impl(dy, argmax, dx, s, g);
 }
 void max_pool2d_backward_cpu(const float* dy, const int32_t* argmax, float* dx, const Pool2dShape& s,
                              const Pool2dGeometry& g) {
+  if (max_pool2x2_applies(s, g)) return max_pool2x2_backward_cpu(dy, argmax, dx, s);
   backward_impl(dy, argmax, dx, s, g);
 }
 
