@@ -28,6 +28,7 @@ inline void covering_windows(int64_t i, int64_t kernel, int64_t stride, int64_t 
 // greater or NaN; record the winner's offset within the (padded) window.
 template <class Index>
 void forward_impl(const float* x, float* y, Index* argmax, const Pool2dShape& s, const Pool2dGeometry& g) {
+  if (max_pool2x2_applies(s, g)) return max_pool2x2_forward_cpu(x, y, argmax, s);
   const int64_t rows = s.planes * s.OH;
 #pragma omp parallel for schedule(static) if (rows * s.OW * g.kernel_h * g.kernel_w > kParallelMin)
   for (int64_t r = 0; r < rows; ++r) {
@@ -107,6 +108,7 @@ void backward_gather(const float* dy, const Index* argmax, float* dx, const Pool
 
 template <class Index>
 void backward_impl(const float* dy, const Index* argmax, float* dx, const Pool2dShape& s, const Pool2dGeometry& g) {
+  if (max_pool2x2_applies(s, g)) return max_pool2x2_backward_cpu(dy, argmax, dx, s);
   if (pool2d_windows_disjoint(g))
     backward_disjoint(dy, argmax, dx, s, g);
   else
@@ -116,21 +118,17 @@ void backward_impl(const float* dy, const Index* argmax, float* dx, const Pool2d
 }  // namespace
 
 void max_pool2d_forward_cpu(const float* x, float* y, uint8_t* argmax, const Pool2dShape& s, const Pool2dGeometry& g) {
-  if (max_pool2x2_applies(s, g)) return max_pool2x2_forward_cpu(x, y, argmax, s);
   forward_impl(x, y, argmax, s, g);
 }
 void max_pool2d_forward_cpu(const float* x, float* y, int32_t* argmax, const Pool2dShape& s, const Pool2dGeometry& g) {
-  if (max_pool2x2_applies(s, g)) return max_pool2x2_forward_cpu(x, y, argmax, s);
   forward_impl(x, y, argmax, s, g);
 }
 void max_pool2d_backward_cpu(const float* dy, const uint8_t* argmax, float* dx, const Pool2dShape& s,
                              const Pool2dGeometry& g) {
-  if (max_pool2x2_applies(s, g)) return max_pool2x2_backward_cpu(dy, argmax, dx, s);
   backward_impl(dy, argmax, dx, s, g);
 }
 void max_pool2d_backward_cpu(const float* dy, const int32_t* argmax, float* dx, const Pool2dShape& s,
                              const Pool2dGeometry& g) {
-  if (max_pool2x2_applies(s, g)) return max_pool2x2_backward_cpu(dy, argmax, dx, s);
   backward_impl(dy, argmax, dx, s, g);
 }
 
